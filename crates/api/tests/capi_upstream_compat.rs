@@ -1,0 +1,480 @@
+//! Checks lariat's generated Cluster API CRDs against the upstream `v1beta1` CRDs, kind by kind.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
+use serde_json::{Value, json};
+
+/// One kind to compare: the upstream file and lariat's generated CRD.
+struct Kind {
+    upstream_file: &'static str,
+    crd: fn() -> CustomResourceDefinition,
+}
+
+const KINDS: &[Kind] = &[
+    Kind {
+        upstream_file: "cluster.x-k8s.io_clusters.yaml",
+        crd: Cluster::crd,
+    },
+    Kind {
+        upstream_file: "cluster.x-k8s.io_machinedeployments.yaml",
+        crd: MachineDeployment::crd,
+    },
+    Kind {
+        upstream_file: "cluster.x-k8s.io_machinesets.yaml",
+        crd: MachineSet::crd,
+    },
+    Kind {
+        upstream_file: "cluster.x-k8s.io_machines.yaml",
+        crd: Machine::crd,
+    },
+    Kind {
+        upstream_file: "cluster.x-k8s.io_machinehealthchecks.yaml",
+        crd: MachineHealthCheck::crd,
+    },
+];
+
+const VERSION: &str = "v1beta1";
+
+/// Upstream properties lariat deliberately leaves out of its schemas, by path from the root.
+const OMITTED: &[&str] = &[
+    // kube-derive leaves these three out of every generated schema: the API server checks
+    // apiVersion, kind and metadata itself for every kind, so a schema for them adds nothing.
+    ".apiVersion",
+    ".kind",
+    ".metadata",
+];
+
+/// Validation keywords lariat may declare; where it does, the value must equal upstream's.
+const VALIDATIONS: &[&str] = &[
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minimum",
+    "maximum",
+    "minItems",
+    "maxItems",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+    "x-kubernetes-map-type",
+];
+
+/// Keywords that decide what a value may be; they must be the same on both sides.
+const SHAPE: &[&str] = &[
+    "type",
+    "format",
+    "x-kubernetes-int-or-string",
+    "x-kubernetes-preserve-unknown-fields",
+];
+
+fn upstream(kind: &Kind) -> Value {
+    support::read_yaml(&support::reference_dir().join(kind.upstream_file))
+}
+
+fn schema(crd: &Value) -> &Value {
+    &support::version(crd, VERSION)["schema"]["openAPIV3Schema"]
+}
+
+/// Enum values as a set; kube-derive adds `null` to the enum of an optional field (it is
+/// nullable), which says nothing about the allowed strings, so it is left out.
+fn enum_values(node: &Value) -> Option<BTreeSet<String>> {
+    node.get("enum").map(|values| {
+        values
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|v| !v.is_null())
+            .map(Value::to_string)
+            .collect()
+    })
+}
+
+fn string_set(node: &Value, key: &str) -> BTreeSet<String> {
+    node[key]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// JSON equality, except that numbers compare by value: the CRD type stores `minimum` as a
+/// float, so lariat's `0.0` is upstream's `0`.
+fn same(a: &Value, b: &Value) -> bool {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// Walks lariat's schema (`ours`) and upstream's (`theirs`) side by side from `path`, and
+/// records every difference that matters for what the API server accepts and keeps.
+fn compare(path: &str, ours: &Value, theirs: &Value, problems: &mut Vec<String>) {
+    for key in SHAPE {
+        if ours.get(key) != theirs.get(key) {
+            problems.push(format!(
+                "{path}: {key} is {} upstream but {} in lariat",
+                theirs.get(key).unwrap_or(&Value::Null),
+                ours.get(key).unwrap_or(&Value::Null)
+            ));
+        }
+    }
+    let (our_enum, their_enum) = (enum_values(ours), enum_values(theirs));
+    if our_enum != their_enum {
+        problems.push(format!(
+            "{path}: enum is {their_enum:?} upstream but {our_enum:?} in lariat"
+        ));
+    }
+    let (our_required, their_required) =
+        (string_set(ours, "required"), string_set(theirs, "required"));
+    if our_required != their_required {
+        problems.push(format!(
+            "{path}: required is {their_required:?} upstream but {our_required:?} in lariat"
+        ));
+    }
+    for key in VALIDATIONS {
+        let agree = match (ours.get(key), theirs.get(key)) {
+            (Some(o), Some(t)) => same(o, t),
+            (o, t) => o == t,
+        };
+        if !agree {
+            problems.push(format!(
+                "{path}: {key} is {} upstream but {} in lariat",
+                theirs.get(key).unwrap_or(&Value::Null),
+                ours.get(key).unwrap_or(&Value::Null)
+            ));
+        }
+    }
+
+    let empty = serde_json::Map::new();
+    let our_props = ours["properties"].as_object().unwrap_or(&empty);
+    let their_props = theirs["properties"].as_object().unwrap_or(&empty);
+    for (name, our_prop) in our_props {
+        let child = format!("{path}.{name}");
+        match their_props.get(name) {
+            Some(their_prop) => compare(&child, our_prop, their_prop, problems),
+            None => problems.push(format!("{child}: lariat defines it, upstream does not")),
+        }
+    }
+    for name in their_props.keys() {
+        let child = format!("{path}.{name}");
+        if !our_props.contains_key(name) && !OMITTED.contains(&child.as_str()) {
+            problems.push(format!("{child}: upstream defines it, lariat does not"));
+        }
+    }
+
+    for (key, suffix) in [("items", "[]"), ("additionalProperties", "{}")] {
+        match (ours.get(key), theirs.get(key)) {
+            (Some(o), Some(t)) if o.is_object() && t.is_object() => {
+                compare(&format!("{path}{suffix}"), o, t, problems);
+            }
+            (o, t) if o != t => problems.push(format!(
+                "{path}: {key} is {} upstream but {} in lariat",
+                t.unwrap_or(&Value::Null),
+                o.unwrap_or(&Value::Null)
+            )),
+            _ => {}
+        }
+    }
+}
+
+/// Compares a whole generated schema with upstream's: the root by hand, `spec` and `status`
+/// recursively.
+fn compare_roots(ours: &Value, theirs: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let our_top = ours["properties"]
+        .as_object()
+        .expect("lariat root has properties");
+    let their_top = theirs["properties"]
+        .as_object()
+        .expect("upstream root has properties");
+    for name in our_top.keys() {
+        if !their_top.contains_key(name) {
+            problems.push(format!(".{name}: lariat defines it, upstream does not"));
+        }
+    }
+    for name in their_top.keys() {
+        let path = format!(".{name}");
+        if !our_top.contains_key(name) && !OMITTED.contains(&path.as_str()) {
+            problems.push(format!("{path}: upstream defines it, lariat does not"));
+        }
+    }
+    // kube-derive makes `spec` required at the root (its root type always has one); upstream
+    // requires nothing there. Every object Cluster API or clusterctl writes has a spec.
+    let our_required = string_set(ours, "required");
+    if !our_required.is_subset(&BTreeSet::from(["spec".to_owned()])) {
+        problems.push(format!(".: lariat requires {our_required:?} at the root"));
+    }
+    for name in ["spec", "status"] {
+        if let (Some(o), Some(t)) = (our_top.get(name), their_top.get(name)) {
+            compare(&format!(".{name}"), o, t, &mut problems);
+        }
+    }
+    problems
+}
+
+#[test]
+fn schemas_match_upstream() {
+    let mut report = Vec::new();
+    for kind in KINDS {
+        let theirs = upstream(kind);
+        let ours = support::to_json(&(kind.crd)());
+        for problem in compare_roots(schema(&ours), schema(&theirs)) {
+            report.push(format!("{}: {problem}", kind.upstream_file));
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "{} differences:\n{}",
+        report.len(),
+        report.join("\n")
+    );
+}
+
+#[test]
+fn printer_columns_match_upstream() {
+    let columns = |crd: &Value| -> Vec<Value> {
+        support::version(crd, VERSION)["additionalPrinterColumns"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| json!([c["name"], c["jsonPath"], c["type"], c["priority"]]))
+            .collect()
+    };
+    for kind in KINDS {
+        let ours = support::to_json(&(kind.crd)());
+        assert_eq!(
+            columns(&ours),
+            columns(&upstream(kind)),
+            "{}: printer columns [name, jsonPath, type, priority]",
+            kind.upstream_file
+        );
+    }
+}
+
+#[test]
+fn names_scope_and_subresources_match_upstream() {
+    for kind in KINDS {
+        let (ours, theirs) = (support::to_json(&(kind.crd)()), upstream(kind));
+        let file = kind.upstream_file;
+        assert_eq!(
+            ours["metadata"]["name"], theirs["metadata"]["name"],
+            "{file}: name"
+        );
+        assert_eq!(
+            ours["spec"]["group"], theirs["spec"]["group"],
+            "{file}: group"
+        );
+        assert_eq!(
+            ours["spec"]["scope"], theirs["spec"]["scope"],
+            "{file}: scope"
+        );
+        let (our_names, their_names) = (&ours["spec"]["names"], &theirs["spec"]["names"]);
+        for key in ["kind", "plural", "singular", "shortNames", "categories"] {
+            assert_eq!(our_names[key], their_names[key], "{file}: names.{key}");
+        }
+        // The API server defaults listKind to `<kind>List`, which is what upstream spells out.
+        let list_kind = our_names
+            .get("listKind")
+            .cloned()
+            .unwrap_or_else(|| json!(format!("{}List", our_names["kind"].as_str().unwrap())));
+        assert_eq!(list_kind, their_names["listKind"], "{file}: names.listKind");
+        assert_eq!(
+            support::version(&ours, VERSION)["subresources"],
+            support::version(&theirs, VERSION)["subresources"],
+            "{file}: subresources"
+        );
+        // lariat serves v1beta1 only, so it must be the stored version.
+        assert_eq!(
+            support::version(&ours, VERSION)["storage"],
+            true,
+            "{file}: storage"
+        );
+        assert_eq!(
+            support::version(&ours, VERSION)["served"],
+            true,
+            "{file}: served"
+        );
+    }
+}
+
+#[test]
+fn builtin_crds_are_the_five_core_kinds() {
+    let names: Vec<_> = lariat_api::builtin_crds()
+        .into_iter()
+        .map(|crd| crd.metadata.name.unwrap_or_default())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "clusters.cluster.x-k8s.io",
+            "machinedeployments.cluster.x-k8s.io",
+            "machinesets.cluster.x-k8s.io",
+            "machines.cluster.x-k8s.io",
+            "machinehealthchecks.cluster.x-k8s.io",
+        ]
+    );
+}
+
+#[test]
+fn omissions_are_still_upstream() {
+    // An entry for a property upstream no longer has would hide nothing and mislead readers.
+    for path in OMITTED {
+        let name = path.trim_start_matches('.');
+        for kind in KINDS {
+            let theirs = upstream(kind);
+            assert!(
+                schema(&theirs)["properties"].get(name).is_some(),
+                "{}: omitted {path} is not upstream",
+                kind.upstream_file
+            );
+        }
+    }
+}
+
+/// Collects the places where a schema breaks Kubernetes' structural-schema rules.
+fn structural_problems(path: &str, node: &Value, problems: &mut Vec<String>) {
+    let Some(map) = node.as_object() else {
+        problems.push(format!("{path}: schema is not an object"));
+        return;
+    };
+    let typed = map.contains_key("type")
+        || map.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
+        || map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    if !typed {
+        problems.push(format!("{path}: no type"));
+    }
+    for key in [
+        "$ref",
+        "$defs",
+        "definitions",
+        "oneOf",
+        "anyOf",
+        "allOf",
+        "not",
+        "uniqueItems",
+    ] {
+        if map.contains_key(key) {
+            problems.push(format!("{path}: uses {key}"));
+        }
+    }
+    if map.contains_key("properties") && map.contains_key("additionalProperties") {
+        problems.push(format!("{path}: both properties and additionalProperties"));
+    }
+    match map.get("type").and_then(Value::as_str) {
+        Some("array") if !map.get("items").is_some_and(Value::is_object) => {
+            problems.push(format!("{path}: array without an items schema"));
+        }
+        Some(t) if t != "object" && t != "array" => {
+            for key in ["properties", "additionalProperties", "items"] {
+                if map.contains_key(key) {
+                    problems.push(format!("{path}: {t} with {key}"));
+                }
+            }
+        }
+        _ => {}
+    }
+    if let Some(properties) = map.get("properties").and_then(Value::as_object) {
+        for (name, child) in properties {
+            structural_problems(&format!("{path}.{name}"), child, problems);
+        }
+    }
+    if let Some(items) = map.get("items") {
+        structural_problems(&format!("{path}[]"), items, problems);
+    }
+    if let Some(additional) = map.get("additionalProperties").filter(|v| v.is_object()) {
+        structural_problems(&format!("{path}{{}}"), additional, problems);
+    }
+}
+
+#[test]
+fn generated_schemas_are_structural() {
+    for kind in KINDS {
+        let ours = support::to_json(&(kind.crd)());
+        let mut problems = Vec::new();
+        structural_problems("", schema(&ours), &mut problems);
+        assert!(problems.is_empty(), "{}: {problems:#?}", kind.upstream_file);
+    }
+}
+
+/// Applies `mutate` to lariat's Machine schema and returns what the comparison then reports.
+fn mutated_machine(mutate: fn(&mut Value)) -> Vec<String> {
+    let kind = KINDS
+        .iter()
+        .find(|k| k.upstream_file.contains("machines."))
+        .unwrap();
+    let theirs = upstream(kind);
+    let mut ours = support::to_json(&(kind.crd)());
+    let versions = ours["spec"]["versions"].as_array_mut().unwrap();
+    let root = &mut versions[0]["schema"]["openAPIV3Schema"];
+    mutate(root);
+    compare_roots(root, schema(&theirs))
+}
+
+fn check(mutate: fn(&mut Value), expect: &str) {
+    let problems = mutated_machine(mutate);
+    assert!(
+        problems.iter().any(|p| p.contains(expect)),
+        "expected a problem containing {expect:?}, got {problems:#?}"
+    );
+}
+
+#[test]
+fn the_walker_notices_differences() {
+    assert_eq!(
+        mutated_machine(|_| {}),
+        Vec::<String>::new(),
+        "unchanged schema"
+    );
+    check(
+        |s| s["properties"]["spec"]["properties"]["clusterName"]["type"] = json!("integer"),
+        ".spec.clusterName: type is \"string\" upstream but \"integer\" in lariat",
+    );
+    check(
+        |s| {
+            s["properties"]["status"]["properties"]["observedGeneration"]["format"] = json!("int32")
+        },
+        ".status.observedGeneration: format is \"int64\" upstream",
+    );
+    check(
+        |s| s["properties"]["spec"]["properties"]["invented"] = json!({"type": "string"}),
+        ".spec.invented: lariat defines it, upstream does not",
+    );
+    check(
+        |s| {
+            s["properties"]["status"]["properties"]["nodeRef"]["properties"]
+                .as_object_mut()
+                .unwrap()
+                .remove("uid");
+        },
+        ".status.nodeRef.uid: upstream defines it, lariat does not",
+    );
+    check(
+        |s| s["properties"]["status"]["properties"]["phase"]["enum"] = json!(["Running", "Gone"]),
+        ".status.phase: enum",
+    );
+    check(
+        |s| s["properties"]["spec"]["required"] = json!(["clusterName"]),
+        ".spec: required",
+    );
+    check(
+        |s| {
+            s["properties"]["status"]["properties"]["addresses"]["items"]["properties"]["address"]
+                ["maxLength"] = json!(5)
+        },
+        ".status.addresses[].address: maxLength is 256 upstream but 5 in lariat",
+    );
+    check(
+        |s| {
+            let timeout = &mut s["properties"]["spec"]["properties"]["nodeDrainTimeout"];
+            timeout.as_object_mut().unwrap().remove("type");
+            timeout["x-kubernetes-int-or-string"] = json!(true);
+        },
+        ".spec.nodeDrainTimeout: x-kubernetes-int-or-string",
+    );
+}

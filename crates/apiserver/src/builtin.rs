@@ -1,0 +1,214 @@
+//! The kinds every lariat server serves from its first start: core v1 Namespace, ConfigMap,
+//! Secret and Event, apiextensions' CustomResourceDefinition, and lariat's own kinds.
+//!
+//! Each is described as a CustomResourceDefinition, so built-in and user kinds share one
+//! code path. Core schemas are generated from k8s-openapi's Rust types.
+
+use schemars::JsonSchema;
+use serde_json::{Value, json};
+
+use crate::registry::{Origin, ResourceType};
+
+/// A structural schema for `T`, generated the way kube-derive does for custom resources, with
+/// `metadata` left to the API server.
+fn schema_of<T: JsonSchema>() -> Value {
+    let generator = schemars::generate::SchemaSettings::openapi3()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .with_transform(schemars::transform::AddNullable::default())
+        .with_transform(kube::core::schema::StructuralSchemaRewriter)
+        .into_generator();
+    let mut schema = serde_json::to_value(generator.into_root_schema_for::<T>()).expect("schemas serialize");
+    if let Some(obj) = schema.as_object_mut() {
+        obj.remove("title");
+        obj.remove("$defs");
+        obj.remove("definitions");
+    }
+    schema["properties"]["metadata"] = json!({"type": "object"});
+    schema
+}
+
+#[allow(clippy::too_many_arguments)]
+fn definition(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    namespaced: bool,
+    short_names: &[&str],
+    schema: Value,
+    columns: Value,
+    status: bool,
+) -> Value {
+    let mut version_spec = json!({
+        "name": version,
+        "served": true,
+        "storage": true,
+        "schema": {"openAPIV3Schema": schema},
+        "additionalPrinterColumns": columns,
+    });
+    if status {
+        version_spec["subresources"] = json!({"status": {}});
+    }
+    json!({
+        "metadata": {"name": if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") }},
+        "spec": {
+            "group": group,
+            "names": {"plural": plural, "kind": kind, "shortNames": short_names, "singular": kind.to_lowercase()},
+            "scope": if namespaced { "Namespaced" } else { "Cluster" },
+            "versions": [version_spec],
+        }
+    })
+}
+
+fn age() -> Value {
+    json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})
+}
+
+/// The schema of a CustomResourceDefinition as stored: the spec's deep shape is checked by
+/// `ResourceType::from_crd`, which gives better errors than a schema could.
+fn crd_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "metadata": {"type": "object"},
+            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+        },
+        "required": ["spec"],
+    })
+}
+
+/// Resource types for the core and apiextensions kinds.
+pub fn core_types() -> Vec<ResourceType> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
+    let mut events = ResourceType::from_crd(
+        &definition(
+            "",
+            "v1",
+            "Event",
+            "events",
+            true,
+            &["ev"],
+            schema_of::<Event>(),
+            json!([
+                {"name": "Last Seen", "type": "date", "jsonPath": ".lastTimestamp"},
+                {"name": "Type", "type": "string", "jsonPath": ".type"},
+                {"name": "Reason", "type": "string", "jsonPath": ".reason"},
+                {"name": "Object", "type": "string", "jsonPath": ".involvedObject.name"},
+                {"name": "Message", "type": "string", "jsonPath": ".message"},
+            ]),
+            false,
+        ),
+        Origin::Core,
+    )
+    .expect("event definition is valid");
+    events.selectable_fields = [
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut secrets = ResourceType::from_crd(
+        &definition(
+            "",
+            "v1",
+            "Secret",
+            "secrets",
+            true,
+            &[],
+            schema_of::<Secret>(),
+            json!([
+                {"name": "Type", "type": "string", "jsonPath": ".type"},
+                {"name": "Data", "type": "integer", "jsonPath": ".data"},
+                age(),
+            ]),
+            false,
+        ),
+        Origin::Core,
+    )
+    .expect("secret definition is valid");
+    secrets.selectable_fields = vec!["type".into()];
+    let others = [
+        definition(
+            "",
+            "v1",
+            "Namespace",
+            "namespaces",
+            false,
+            &["ns"],
+            schema_of::<Namespace>(),
+            json!([{"name": "Status", "type": "string", "jsonPath": ".status.phase"}, age()]),
+            true,
+        ),
+        definition(
+            "",
+            "v1",
+            "ConfigMap",
+            "configmaps",
+            true,
+            &["cm"],
+            schema_of::<ConfigMap>(),
+            json!([{"name": "Data", "type": "integer", "jsonPath": ".data"}, age()]),
+            false,
+        ),
+        definition(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            false,
+            &["crd", "crds"],
+            crd_schema(),
+            json!([{"name": "Created At", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]),
+            true,
+        ),
+    ]
+    .map(|d| ResourceType::from_crd(&d, Origin::Core).expect("core definitions are valid"));
+    let mut types = vec![events, secrets];
+    types.extend(others);
+    types
+}
+
+/// Resource types for lariat's own kinds (Cluster API, ...), from their generated CRDs.
+pub fn lariat_types() -> Vec<ResourceType> {
+    lariat_api::builtin_crds()
+        .into_iter()
+        .map(|crd| {
+            let value = serde_json::to_value(&crd).expect("CRDs serialize");
+            ResourceType::from_crd(&value, Origin::Lariat).unwrap_or_else(|causes| {
+                panic!("built-in CRD {} is invalid: {causes:?}", crd.metadata.name.unwrap_or_default())
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_schemas_are_structural_and_typed() {
+        for rt in core_types() {
+            let schema = rt.storage_version().schema.as_ref().expect("schema");
+            let mut causes = vec![];
+            crate::schema::check_structural(schema, &rt.kind, &mut causes);
+            assert!(causes.is_empty(), "{}: {causes:?}", rt.kind);
+        }
+        let configmaps = core_types().into_iter().find(|r| r.plural == "configmaps").unwrap();
+        let schema = configmaps.storage_version().schema.clone().unwrap();
+        assert_eq!(schema["properties"]["data"]["type"], "object");
+        assert_eq!(schema["properties"]["data"]["additionalProperties"]["type"], "string");
+    }
+}

@@ -1,0 +1,134 @@
+//! Discovery (`/api`, `/apis`, group and group-version resource lists) and `/version`.
+
+use serde_json::{Value, json};
+
+use crate::registry::{Registry, ResourceType};
+
+const VERBS: [&str; 8] = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+
+/// The Kubernetes version lariat's API is compatible with (what kubectl checks skew against).
+pub const KUBERNETES_MINOR: &str = "33";
+
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": KUBERNETES_MINOR,
+        "gitVersion": format!("v1.{KUBERNETES_MINOR}.0-lariat.{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "",
+        "goVersion": "",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+    })
+}
+
+pub fn core_versions(server_address: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    })
+}
+
+/// Served versions of a group, preferred (storage) version first.
+fn group_versions(types: &[&ResourceType]) -> Vec<String> {
+    let mut versions: Vec<String> = vec![];
+    for rt in types {
+        let storage = rt.storage_version().name.clone();
+        if !versions.contains(&storage) {
+            versions.insert(0, storage);
+        }
+        for v in &rt.versions {
+            if !versions.contains(&v.name) {
+                versions.push(v.name.clone());
+            }
+        }
+    }
+    versions
+}
+
+fn group_entry(name: &str, types: &[&ResourceType]) -> Value {
+    let versions = group_versions(types);
+    let entries: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v})).collect();
+    json!({
+        "name": name,
+        "versions": entries,
+        "preferredVersion": entries.first().cloned().unwrap_or(Value::Null),
+    })
+}
+
+pub fn groups(registry: &Registry) -> Value {
+    let all = registry.all();
+    let mut names: Vec<&str> = all.iter().map(|rt| rt.group.as_str()).filter(|g| !g.is_empty()).collect();
+    names.dedup();
+    names.sort();
+    names.dedup();
+    let groups: Vec<Value> = names
+        .iter()
+        .map(|name| {
+            let types: Vec<&ResourceType> = all.iter().filter(|rt| rt.group == *name).map(|rt| rt.as_ref()).collect();
+            group_entry(name, &types)
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+pub fn group(registry: &Registry, name: &str) -> Option<Value> {
+    let all = registry.all();
+    let types: Vec<&ResourceType> = all.iter().filter(|rt| rt.group == name).map(|rt| rt.as_ref()).collect();
+    if types.is_empty() {
+        return None;
+    }
+    let mut entry = group_entry(name, &types);
+    entry["kind"] = json!("APIGroup");
+    entry["apiVersion"] = json!("v1");
+    Some(entry)
+}
+
+pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Value> {
+    let all = registry.all();
+    let mut resources = vec![];
+    for rt in all.iter().filter(|rt| rt.group == group) {
+        let Some(served) = rt.version(version) else { continue };
+        let mut entry = json!({
+            "name": rt.plural,
+            "singularName": rt.singular,
+            "namespaced": rt.namespaced,
+            "kind": rt.kind,
+            "verbs": VERBS,
+        });
+        if !rt.short_names.is_empty() {
+            entry["shortNames"] = json!(rt.short_names);
+        }
+        if !rt.categories.is_empty() {
+            entry["categories"] = json!(rt.categories);
+        }
+        resources.push(entry);
+        if served.status_subresource {
+            resources.push(json!({
+                "name": format!("{}/status", rt.plural),
+                "singularName": "",
+                "namespaced": rt.namespaced,
+                "kind": rt.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if served.scale.is_some() {
+            resources.push(json!({
+                "name": format!("{}/scale", rt.plural),
+                "singularName": "",
+                "namespaced": rt.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+    }
+    if resources.is_empty() {
+        return None;
+    }
+    let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}))
+}

@@ -1,0 +1,353 @@
+//! Background loops of the API server: the garbage collector (ownerReferences with
+//! background, foreground and orphan propagation), namespace cleanup, and store compaction.
+//!
+//! The collector keeps an index of owners and dependents fed by one watch over every stored
+//! object, so deciding what to delete never scans the store. It is level-triggered: each
+//! change marks the objects it may affect, a periodic resync marks everything that is waiting,
+//! and processing one object only ever looks at the present state.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use lariat_store::{EventKind, KeyValue, ListOptions, Store};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::objects::finalizers;
+use crate::resources::{
+    DeleteOptions, FOREGROUND_FINALIZER, NAMESPACE_FINALIZER, ORPHAN_FINALIZER, Propagation, Resources, Scope, WriteOptions,
+};
+use crate::status::{ApiError, ApiResult};
+
+const REGISTRY_PREFIX: &str = "/registry/";
+const MANAGER: &str = "lariat-garbage-collector";
+
+#[derive(Clone, Debug)]
+struct Owner {
+    uid: String,
+    api_version: String,
+    kind: String,
+    name: String,
+}
+
+/// What the collector remembers of one object.
+#[derive(Clone, Debug)]
+struct Meta {
+    uid: String,
+    namespace: Option<String>,
+    owners: Vec<Owner>,
+    finalizers: Vec<String>,
+    namespace_finalizers: bool,
+    deleting: bool,
+}
+
+impl Meta {
+    fn of(object: &Value) -> Meta {
+        let meta = &object["metadata"];
+        Meta {
+            uid: meta["uid"].as_str().unwrap_or_default().to_string(),
+            namespace: meta["namespace"].as_str().map(String::from),
+            owners: meta["ownerReferences"]
+                .as_array()
+                .map(|refs| {
+                    refs.iter()
+                        .map(|r| Owner {
+                            uid: r["uid"].as_str().unwrap_or_default().to_string(),
+                            api_version: r["apiVersion"].as_str().unwrap_or_default().to_string(),
+                            kind: r["kind"].as_str().unwrap_or_default().to_string(),
+                            name: r["name"].as_str().unwrap_or_default().to_string(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            finalizers: finalizers(object),
+            namespace_finalizers: object["kind"] == "Namespace" && object["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty()),
+            deleting: !meta["deletionTimestamp"].is_null(),
+        }
+    }
+
+    /// Whether the collector has something to do for this object itself.
+    fn needs_attention(&self) -> bool {
+        !self.owners.is_empty()
+            || (self.deleting
+                && (self.namespace_finalizers
+                    || self.finalizers.iter().any(|f| f == FOREGROUND_FINALIZER || f == ORPHAN_FINALIZER)))
+    }
+}
+
+#[derive(Default)]
+struct Index {
+    objects: HashMap<String, Meta>,
+    by_uid: HashMap<String, String>,
+    dependents: HashMap<String, BTreeSet<String>>,
+}
+
+impl Index {
+    fn remove(&mut self, key: &str) -> Option<Meta> {
+        let meta = self.objects.remove(key)?;
+        self.by_uid.remove(&meta.uid);
+        for owner in &meta.owners {
+            if let Some(set) = self.dependents.get_mut(&owner.uid) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.dependents.remove(&owner.uid);
+                }
+            }
+        }
+        Some(meta)
+    }
+
+    fn put(&mut self, key: &str, meta: Meta) {
+        self.remove(key);
+        self.by_uid.insert(meta.uid.clone(), key.to_string());
+        for owner in &meta.owners {
+            self.dependents.entry(owner.uid.clone()).or_default().insert(key.to_string());
+        }
+        self.objects.insert(key.to_string(), meta);
+    }
+
+    /// The keys a change to `key` may affect: itself, its owners, its dependents and its
+    /// namespace.
+    fn affected(&self, key: &str, meta: &Meta) -> Vec<String> {
+        let mut keys = vec![key.to_string()];
+        keys.extend(meta.owners.iter().filter_map(|o| self.by_uid.get(&o.uid).cloned()));
+        keys.extend(self.dependents.get(&meta.uid).into_iter().flatten().cloned());
+        if let Some(ns) = &meta.namespace {
+            keys.push(format!("/registry/core/namespaces/{ns}"));
+        }
+        keys
+    }
+}
+
+/// Runs the collector until `stop` turns true, restarting it after store errors.
+pub async fn run(resources: Resources, mut stop: watch::Receiver<bool>) {
+    loop {
+        match collect(&resources, &mut stop).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "garbage collector restarting");
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    }
+}
+
+fn decode(kv: &KeyValue) -> Option<Value> {
+    serde_json::from_slice(&kv.value).ok()
+}
+
+async fn collect(resources: &Resources, stop: &mut watch::Receiver<bool>) -> ApiResult<()> {
+    let store = &resources.store;
+    let listed = store.list(REGISTRY_PREFIX, ListOptions::default()).await?;
+    let mut index = Index::default();
+    for kv in &listed.items {
+        if let Some(object) = decode(kv) {
+            index.put(&kv.key, Meta::of(&object));
+        }
+    }
+    let mut pending: BTreeSet<String> =
+        index.objects.iter().filter(|(_, m)| m.needs_attention()).map(|(k, _)| k.clone()).collect();
+    let mut changes = store.watch(REGISTRY_PREFIX, listed.revision).await?;
+    let mut resync = tokio::time::interval(Duration::from_secs(30));
+    loop {
+        while let Some(key) = pending.pop_first() {
+            if let Err(e) = process(resources, &index, &key).await {
+                tracing::debug!(key, error = %e, "garbage collection step failed; will retry");
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => return Ok(()),
+            _ = resync.tick() => {
+                pending.extend(index.objects.iter().filter(|(_, m)| m.needs_attention()).map(|(k, _)| k.clone()));
+            }
+            change = changes.next() => {
+                let Some(change) = change else { return Err(ApiError::internal("store watch ended")) };
+                let change = change?;
+                let key = change.kv.key.clone();
+                let meta = match change.kind {
+                    EventKind::Put => decode(&change.kv).map(|o| Meta::of(&o)),
+                    EventKind::Delete => None,
+                };
+                let previous = index.remove(&key);
+                if let Some(previous) = &previous {
+                    pending.extend(index.affected(&key, previous));
+                }
+                if let Some(meta) = meta {
+                    index.put(&key, meta.clone());
+                    pending.extend(index.affected(&key, &meta));
+                }
+                pending.retain(|k| index.objects.get(k).is_some_and(Meta::needs_attention));
+            }
+        }
+    }
+}
+
+/// Where a store key points: its resource type and namespace.
+fn scope_of(resources: &Resources, key: &str) -> Option<(Scope, String)> {
+    let rest = key.strip_prefix(REGISTRY_PREFIX)?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    let (group, plural) = (if parts[0] == "core" { "" } else { parts[0] }, *parts.get(1)?);
+    let rt = resources.registry.get(group, plural)?;
+    let version = rt.storage_version().name.clone();
+    let (namespace, name) = match (rt.namespaced, &parts[2..]) {
+        (true, [ns, name]) => (Some(ns.to_string()), name.to_string()),
+        (false, [name]) => (None, name.to_string()),
+        _ => return None,
+    };
+    Some((Scope { rt, version, namespace }, name))
+}
+
+fn options() -> WriteOptions {
+    WriteOptions { field_manager: MANAGER.into(), ..Default::default() }
+}
+
+async fn process(resources: &Resources, index: &Index, key: &str) -> ApiResult<()> {
+    let Some(meta) = index.objects.get(key).cloned() else { return Ok(()) };
+    let Some((scope, name)) = scope_of(resources, key) else { return Ok(()) };
+    if meta.deleting {
+        let dependents: Vec<String> = index.dependents.get(&meta.uid).into_iter().flatten().cloned().collect();
+        if meta.finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
+            for dependent in &dependents {
+                if let Some((dep_scope, dep_name)) = scope_of(resources, dependent) {
+                    let uid = meta.uid.clone();
+                    resources
+                        .write_loop(&dep_scope, &dep_name, None, &options(), None, |current| {
+                            let mut object = current.cloned().ok_or_else(|| ApiError::internal("dependent vanished"))?;
+                            if let Some(refs) = object["metadata"]["ownerReferences"].as_array_mut() {
+                                refs.retain(|r| r["uid"] != json!(uid));
+                            }
+                            Ok(object)
+                        })
+                        .await?;
+                }
+            }
+            return remove_finalizer(resources, &scope, &name, ORPHAN_FINALIZER).await;
+        }
+        if meta.finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) {
+            if dependents.is_empty() {
+                return remove_finalizer(resources, &scope, &name, FOREGROUND_FINALIZER).await;
+            }
+            for dependent in &dependents {
+                let waiting = index.objects.get(dependent).is_some_and(|m| m.deleting);
+                if !waiting {
+                    if let Some((dep_scope, dep_name)) = scope_of(resources, dependent) {
+                        let options = DeleteOptions { propagation: Some(Propagation::Foreground), ..Default::default() };
+                        ignore_not_found(resources.delete(&dep_scope, &dep_name, &options).await.map(|_| ()))?;
+                    }
+                }
+            }
+            return Ok(());
+        }
+        if meta.namespace_finalizers {
+            return empty_namespace(resources, &scope, &name).await;
+        }
+        return Ok(());
+    }
+    if meta.owners.is_empty() {
+        return Ok(());
+    }
+    for owner in &meta.owners {
+        if index.by_uid.contains_key(&owner.uid) || owner_exists(resources, owner, meta.namespace.as_deref()).await? {
+            return Ok(());
+        }
+    }
+    tracing::info!(key, "deleting an object whose owners are all gone");
+    ignore_not_found(resources.delete(&scope, &name, &DeleteOptions::default()).await.map(|_| ()))
+}
+
+/// Confirms an owner's absence in the store itself, so an index that lags never deletes a
+/// dependent whose owner was just created.
+async fn owner_exists(resources: &Resources, owner: &Owner, namespace: Option<&str>) -> ApiResult<bool> {
+    let Some(rt) = resources.registry.by_kind(&owner.api_version, &owner.kind) else {
+        return Ok(false);
+    };
+    let key = rt.key(if rt.namespaced { namespace } else { None }, &owner.name);
+    Ok(match resources.store.get(&key).await? {
+        Some(kv) => decode(&kv).is_some_and(|o| o["metadata"]["uid"] == json!(owner.uid)),
+        None => false,
+    })
+}
+
+async fn remove_finalizer(resources: &Resources, scope: &Scope, name: &str, finalizer: &str) -> ApiResult<()> {
+    let result = resources
+        .write_loop(scope, name, None, &options(), None, |current| {
+            let mut object = current.cloned().ok_or_else(|| ApiError::not_found(&scope.rt.plural, &scope.rt.group, name))?;
+            if let Some(list) = object["metadata"]["finalizers"].as_array_mut() {
+                list.retain(|f| f != finalizer);
+            }
+            Ok(object)
+        })
+        .await;
+    ignore_not_found(result.map(|_| ()))
+}
+
+/// Deletes everything in a terminating namespace; once nothing is left, drops the namespace
+/// finalizer, which deletes the namespace.
+async fn empty_namespace(resources: &Resources, scope: &Scope, namespace: &str) -> ApiResult<()> {
+    let mut remaining = 0;
+    for rt in resources.registry.all().into_iter().filter(|rt| rt.namespaced) {
+        let version = rt.storage_version().name.clone();
+        let inner = Scope { rt: rt.clone(), version, namespace: Some(namespace.to_string()) };
+        let listed = resources.store.list(&rt.list_prefix(Some(namespace)), ListOptions::default()).await?;
+        for kv in listed.items {
+            remaining += 1;
+            let Some(object) = decode(&kv) else { continue };
+            if object["metadata"]["deletionTimestamp"].is_null() {
+                let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                ignore_not_found(resources.delete(&inner, &name, &DeleteOptions::default()).await.map(|_| ()))?;
+            }
+        }
+    }
+    if remaining > 0 {
+        return Ok(());
+    }
+    let result = resources
+        .write_loop(scope, namespace, None, &options(), None, |current| {
+            let mut object = current.cloned().ok_or_else(|| ApiError::not_found("namespaces", "", namespace))?;
+            if let Some(list) = object["spec"]["finalizers"].as_array_mut() {
+                list.retain(|f| f != NAMESPACE_FINALIZER);
+            }
+            Ok(object)
+        })
+        .await;
+    ignore_not_found(result.map(|_| ()))
+}
+
+fn ignore_not_found(result: ApiResult<()>) -> ApiResult<()> {
+    match result {
+        Err(ApiError::NotFound { .. }) => Ok(()),
+        other => other,
+    }
+}
+
+/// Compacts store history every `interval`, keeping one interval's worth (as kube-apiserver
+/// does with etcd), so watches can resume across short disconnects and history stays bounded.
+pub async fn compact_periodically(store: Arc<dyn Store>, interval: Duration, mut stop: watch::Receiver<bool>) {
+    if interval.is_zero() {
+        return;
+    }
+    let mut previous = None;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        match store.current_revision().await {
+            Ok(now) => {
+                if let Some(revision) = previous {
+                    match store.compact(revision).await {
+                        Ok(()) => tracing::debug!(revision, "compacted store history"),
+                        Err(e) => tracing::warn!(error = %e, "compaction failed"),
+                    }
+                }
+                previous = Some(now);
+            }
+            Err(e) => tracing::warn!(error = %e, "compaction skipped: store unavailable"),
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! lariat's Kubernetes-compatible API server: one process, an embedded store, and the REST
+//! API kubectl and kube-rs already speak.
+//!
+//! [`Server::start`] prepares everything a first start needs (PKI, admin credential,
+//! kubeconfig, built-in kinds); [`Server::serve`] runs the HTTPS listener until a shutdown
+//! signal, so tests start a real server on `127.0.0.1:0` and stop it.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lariat_store::Store;
+use serde_json::json;
+
+pub mod auth;
+pub mod builtin;
+pub mod discovery;
+pub mod gc;
+pub mod http;
+pub mod managed;
+pub mod objects;
+pub mod openapi;
+pub mod patch;
+pub mod pki;
+pub mod registry;
+pub mod resources;
+pub mod scale;
+pub mod schema;
+pub mod status;
+pub mod table;
+pub mod tls;
+pub mod watch;
+
+use crate::auth::{AllowAuthenticated, Authenticator};
+use crate::registry::Registry;
+use crate::resources::{Resources, Scope, WriteOptions};
+
+/// Everything `lariat server` can be told.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    /// Extra names and addresses for the serving certificate.
+    pub tls_sans: Vec<String>,
+    /// How often to compact store history; history younger than one interval is kept.
+    pub compaction_interval: Duration,
+    /// How often an idle watch that asked for bookmarks gets one.
+    pub bookmark_interval: Duration,
+}
+
+impl Config {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Config {
+        Config {
+            data_dir: data_dir.into(),
+            tls_sans: vec![],
+            compaction_interval: Duration::from_secs(300),
+            bookmark_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Pki(#[from] pki::PkiError),
+    #[error("cannot prepare the store: {0}")]
+    Store(String),
+    #[error("cannot configure TLS: {0}")]
+    Tls(String),
+    #[error("cannot serve: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A prepared server, bound to its listener.
+pub struct Server {
+    state: Arc<http::AppState>,
+    listener: tokio::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    pki: pki::Pki,
+    config: Config,
+}
+
+impl Server {
+    /// Loads (or creates) the PKI and the admin credential, serves the built-in kinds and the
+    /// stored CRDs, and writes `<data-dir>/kubeconfig.yaml`.
+    pub async fn start(config: Config, store: Arc<dyn Store>, listener: tokio::net::TcpListener) -> Result<Server, StartError> {
+        let address = listener.local_addr()?;
+        let mut sans = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+        if !address.ip().is_unspecified() && !sans.contains(&address.ip().to_string()) {
+            sans.push(address.ip().to_string());
+        }
+        for san in &config.tls_sans {
+            if !sans.contains(san) {
+                sans.push(san.clone());
+            }
+        }
+        let pki = pki::Pki::load_or_create(&config.data_dir.join("tls"), &sans)?;
+        let tls = tls::server_config(&pki).map_err(StartError::Tls)?;
+
+        let registry = Registry::default();
+        for rt in builtin::core_types().into_iter().chain(builtin::lariat_types()) {
+            registry.insert(rt);
+        }
+        let resources = Resources::new(store.clone(), registry);
+        load_stored_crds(&resources).await.map_err(|e| StartError::Store(e.to_string()))?;
+        ensure_namespaces(&resources).await.map_err(|e| StartError::Store(e.to_string()))?;
+        let authenticator = Authenticator::new(store.clone());
+
+        let client_host = if address.ip().is_unspecified() { "127.0.0.1".to_string() } else { address.ip().to_string() };
+        let server_address = SocketAddr::new(client_host.parse().expect("an IP address"), address.port());
+        write_kubeconfigs(&config, &pki, &authenticator, &format!("https://{server_address}"))
+            .await
+            .map_err(|e| StartError::Store(e.to_string()))?;
+
+        let state = Arc::new(http::AppState {
+            resources,
+            authenticator,
+            authorizer: Arc::new(AllowAuthenticated),
+            server_address: server_address.to_string(),
+            bookmark_interval: config.bookmark_interval,
+        });
+        Ok(Server { state, listener, tls, pki, config })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener")
+    }
+
+    pub fn resources(&self) -> Resources {
+        self.state.resources.clone()
+    }
+
+    pub fn ca_checksum(&self) -> String {
+        self.pki.ca_checksum()
+    }
+
+    /// Serves HTTPS and runs the background loops (garbage collection, namespace cleanup,
+    /// compaction) until `shutdown` resolves.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), StartError> {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let collector = tokio::spawn(gc::run(self.state.resources.clone(), stop_rx.clone()));
+        let compactor = tokio::spawn(gc::compact_periodically(
+            self.state.resources.store.clone(),
+            self.config.compaction_interval,
+            stop_rx.clone(),
+        ));
+        let app = http::router(self.state.clone());
+        tracing::info!(address = %self.local_addr(), "serving the Kubernetes API over HTTPS");
+        tls::serve(self.listener, self.tls, app, async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        })
+        .await?;
+        let _ = tokio::join!(collector, compactor);
+        Ok(())
+    }
+}
+
+async fn load_stored_crds(resources: &Resources) -> Result<(), status::ApiError> {
+    let rt = resources.registry.get("apiextensions.k8s.io", "customresourcedefinitions").expect("CRD kind is built in");
+    let scope = Scope { rt, version: "v1".into(), namespace: None };
+    for crd in resources.list(&scope, &Default::default()).await?.items {
+        resources.register_crd(&crd);
+    }
+    Ok(())
+}
+
+/// `default` (and `lariat-system` for lariat's own objects) exist from the first start.
+async fn ensure_namespaces(resources: &Resources) -> Result<(), status::ApiError> {
+    let rt = resources.registry.get("", "namespaces").expect("namespaces are built in");
+    let scope = Scope { rt, version: "v1".into(), namespace: None };
+    let options = WriteOptions { field_manager: "lariat".into(), ..Default::default() };
+    for name in ["default", "lariat-system"] {
+        match resources.create(&scope, json!({"metadata": {"name": name}}), &options).await {
+            Ok(_) | Err(status::ApiError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// `<data-dir>/kubeconfig.yaml` authenticates with an admin client certificate (as k3s does);
+/// `<data-dir>/kubeconfig-token.yaml` with a bearer token whose hash alone is stored. Both are
+/// written once and readable by their owner only.
+async fn write_kubeconfigs(config: &Config, pki: &pki::Pki, authenticator: &Authenticator, server: &str) -> Result<(), String> {
+    let cert_path = config.data_dir.join("kubeconfig.yaml");
+    let (cert_pem, key_pem) = pki.issue_client("lariat-admin", &["system:masters"]).map_err(|e| e.to_string())?;
+    let contents = pki::kubeconfig(server, &pki.ca_cert_pem, "admin", pki::Credential::Certificate { cert_pem, key_pem });
+    pki::write_file(&cert_path, &contents, true).map_err(|e| e.to_string())?;
+    let token_path = config.data_dir.join("kubeconfig-token.yaml");
+    let existing = std::fs::read_to_string(&token_path).ok().and_then(|text| {
+        text.lines().find_map(|l| l.trim().strip_prefix("token: ").map(String::from))
+    });
+    let token = match existing {
+        Some(token) if authenticator.user_for_token(&token).await.ok().flatten().is_some() => token,
+        _ => authenticator.create_token("lariat-admin", &["system:masters"]).await.map_err(|e| e.to_string())?,
+    };
+    let contents = pki::kubeconfig(server, &pki.ca_cert_pem, "admin-token", pki::Credential::Token(token));
+    pki::write_file(&token_path, &contents, true).map_err(|e| e.to_string())
+}

@@ -1,0 +1,396 @@
+//! Field ownership (`metadata.managedFields`) and server-side apply.
+//!
+//! Every write records which manager set which fields, in Kubernetes' `FieldsV1` format.
+//! Apply merges a manager's intent into the object, removes fields the manager stopped
+//! applying (unless another manager owns them too), and refuses, with a 409 naming each field,
+//! to change a value another manager owns unless `force` is set. Lists are atomic: a list is
+//! one field, owned and replaced whole.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value, json};
+
+use crate::objects::now_rfc3339;
+use crate::status::{ApiError, ApiResult, Cause};
+
+/// A path to one owned field: object keys from the root. Lists and scalars end a path.
+pub type FieldPath = Vec<String>;
+pub type FieldSet = BTreeSet<FieldPath>;
+
+/// Metadata fields the server owns; they are never tracked.
+const SERVER_METADATA: [&str; 9] = [
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+];
+
+/// The leaf fields of `object` that a manager can own. `status` belongs to the status
+/// subresource and is tracked only there.
+pub fn leaves(object: &Value, subresource: Option<&str>) -> FieldSet {
+    let mut set = FieldSet::new();
+    let Some(fields) = object.as_object() else { return set };
+    for (key, value) in fields {
+        let tracked = match key.as_str() {
+            "apiVersion" | "kind" => false,
+            "status" => subresource == Some("status"),
+            _ => subresource != Some("status"),
+        };
+        if !tracked {
+            continue;
+        }
+        if key == "metadata" {
+            if let Some(meta) = value.as_object() {
+                for (mkey, mvalue) in meta {
+                    if !SERVER_METADATA.contains(&mkey.as_str()) {
+                        collect(mvalue, vec!["metadata".into(), mkey.clone()], &mut set);
+                    }
+                }
+            }
+        } else {
+            collect(value, vec![key.clone()], &mut set);
+        }
+    }
+    set
+}
+
+fn collect(value: &Value, path: FieldPath, set: &mut FieldSet) {
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            for (key, child) in map {
+                let mut next = path.clone();
+                next.push(key.clone());
+                collect(child, next, set);
+            }
+        }
+        _ => {
+            set.insert(path);
+        }
+    }
+}
+
+pub fn lookup<'a>(object: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter().try_fold(object, |node, key| node.as_object()?.get(key))
+}
+
+fn remove_path(object: &mut Value, path: &[String]) {
+    let Some((last, parents)) = path.split_last() else { return };
+    let mut node = object;
+    for key in parents {
+        match node.as_object_mut().and_then(|m| m.get_mut(key)) {
+            Some(child) => node = child,
+            None => return,
+        }
+    }
+    if let Some(map) = node.as_object_mut() {
+        map.remove(last);
+    }
+}
+
+/// `.spec.replicas`, as conflicts are reported.
+pub fn render(path: &[String]) -> String {
+    path.iter().map(|k| format!(".{k}")).collect()
+}
+
+/// `FieldsV1`: `{"f:spec": {"f:replicas": {}}}`.
+pub fn encode(set: &FieldSet) -> Value {
+    let mut root = Map::new();
+    for path in set {
+        let mut node = &mut root;
+        for key in path {
+            node = node
+                .entry(format!("f:{key}"))
+                .or_insert_with(|| Value::Object(Map::new()))
+                .as_object_mut()
+                .expect("fieldsV1 nodes are objects");
+        }
+    }
+    Value::Object(root)
+}
+
+pub fn decode(fields: &Value) -> FieldSet {
+    fn walk(node: &Value, path: FieldPath, set: &mut FieldSet) {
+        let children: Vec<(&String, &Value)> = node
+            .as_object()
+            .map(|m| m.iter().filter(|(k, _)| k.starts_with("f:")).collect())
+            .unwrap_or_default();
+        if children.is_empty() {
+            if !path.is_empty() {
+                set.insert(path);
+            }
+            return;
+        }
+        for (key, child) in children {
+            let mut next = path.clone();
+            next.push(key[2..].to_string());
+            walk(child, next, set);
+        }
+    }
+    let mut set = FieldSet::new();
+    walk(fields, vec![], &mut set);
+    set
+}
+
+/// One `managedFields` entry, decoded.
+#[derive(Clone, Debug, PartialEq)]
+struct Entry {
+    manager: String,
+    operation: String,
+    api_version: String,
+    subresource: Option<String>,
+    time: String,
+    fields: FieldSet,
+}
+
+fn entries(object: &Value) -> Vec<Entry> {
+    object["metadata"]["managedFields"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|e| Entry {
+                    manager: e["manager"].as_str().unwrap_or_default().to_string(),
+                    operation: e["operation"].as_str().unwrap_or("Update").to_string(),
+                    api_version: e["apiVersion"].as_str().unwrap_or_default().to_string(),
+                    subresource: e["subresource"].as_str().map(String::from),
+                    time: e["time"].as_str().unwrap_or_default().to_string(),
+                    fields: decode(&e["fieldsV1"]),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn store_entries(object: &mut Value, list: Vec<Entry>) {
+    let rendered: Vec<Value> = list
+        .into_iter()
+        .filter(|e| !e.fields.is_empty())
+        .map(|e| {
+            let mut v = json!({
+                "manager": e.manager,
+                "operation": e.operation,
+                "apiVersion": e.api_version,
+                "time": e.time,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": encode(&e.fields),
+            });
+            if let Some(sub) = e.subresource {
+                v["subresource"] = json!(sub);
+            }
+            v
+        })
+        .collect();
+    let meta = crate::objects::meta_mut(object);
+    if rendered.is_empty() {
+        meta.remove("managedFields");
+    } else {
+        meta.insert("managedFields".into(), Value::Array(rendered));
+    }
+}
+
+/// Who is writing, and through which subresource.
+#[derive(Clone, Debug)]
+pub struct Writer {
+    pub manager: String,
+    /// The full apiVersion the write used, such as `cluster.x-k8s.io/v1beta1`.
+    pub api_version: String,
+    pub subresource: Option<String>,
+}
+
+/// Records an ordinary write (create, update, patch): the fields whose value changed move to
+/// `writer`'s `Update` entry.
+pub fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
+    let mut list = match old {
+        Some(old) => entries(old),
+        None => vec![],
+    };
+    let before = old.map(|o| leaves(o, writer.subresource.as_deref())).unwrap_or_default();
+    let after = leaves(new, writer.subresource.as_deref());
+    let changed: FieldSet = after
+        .iter()
+        .filter(|p| old.and_then(|o| lookup(o, p)) != lookup(new, p))
+        .cloned()
+        .collect();
+    let removed: FieldSet = before.difference(&after).cloned().collect();
+    for entry in &mut list {
+        entry.fields.retain(|p| !changed.contains(p) && !removed.contains(p));
+    }
+    if !changed.is_empty() {
+        upsert(&mut list, writer, "Update", changed, false);
+    }
+    store_entries(new, list);
+}
+
+fn upsert(list: &mut Vec<Entry>, writer: &Writer, operation: &str, fields: FieldSet, replace: bool) {
+    let subresource = writer.subresource.clone();
+    let time = now_rfc3339();
+    match list
+        .iter_mut()
+        .find(|e| e.manager == writer.manager && e.operation == operation && e.subresource == subresource)
+    {
+        Some(entry) => {
+            if replace {
+                entry.fields = fields;
+            } else {
+                entry.fields.extend(fields);
+            }
+            entry.time = time;
+            entry.api_version = writer.api_version.clone();
+        }
+        None => list.push(Entry {
+            manager: writer.manager.clone(),
+            operation: operation.to_string(),
+            api_version: writer.api_version.clone(),
+            subresource,
+            time,
+            fields,
+        }),
+    }
+}
+
+/// Server-side apply of `applied` (the manager's whole intent) onto `current`.
+/// Returns the object to write, with its managed fields updated.
+pub fn apply(current: Option<&Value>, applied: &Value, writer: &Writer, force: bool) -> ApiResult<Value> {
+    let wanted = leaves(applied, writer.subresource.as_deref());
+    let mut list = current.map(entries).unwrap_or_default();
+    let subresource = writer.subresource.clone();
+    let is_mine = |e: &Entry| e.manager == writer.manager && e.operation == "Apply" && e.subresource == subresource;
+
+    // A field conflicts when another manager owns it and this apply would change its value.
+    let mut conflicts: BTreeMap<String, Vec<FieldPath>> = BTreeMap::new();
+    if let Some(current) = current {
+        for entry in list.iter().filter(|e| !is_mine(e)) {
+            for path in entry.fields.intersection(&wanted) {
+                if lookup(current, path) != lookup(applied, path) {
+                    conflicts.entry(entry.manager.clone()).or_default().push(path.clone());
+                }
+            }
+        }
+    }
+    if !conflicts.is_empty() && !force {
+        return Err(conflict_error(&conflicts));
+    }
+
+    let mut merged = current.cloned().unwrap_or_else(|| json!({}));
+    let previously: FieldSet = list.iter().filter(|e| is_mine(e)).flat_map(|e| e.fields.clone()).collect();
+    for path in previously.difference(&wanted) {
+        let shared = list.iter().any(|e| !is_mine(e) && e.fields.contains(path));
+        if !shared {
+            remove_path(&mut merged, path);
+        }
+    }
+    merge_into(&mut merged, applied);
+
+    // Fields whose value this apply changed leave their other owners; equal values are shared.
+    for entry in list.iter_mut().filter(|e| !is_mine(e)) {
+        entry
+            .fields
+            .retain(|p| !wanted.contains(p) || current.and_then(|c| lookup(c, p)) == lookup(applied, p));
+    }
+    upsert(&mut list, writer, "Apply", wanted, true);
+    store_entries(&mut merged, list);
+    Ok(merged)
+}
+
+/// Objects merge key by key; everything else (lists included) is replaced.
+fn merge_into(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (key, value) in p {
+                match t.get_mut(key) {
+                    Some(existing) if existing.is_object() && value.is_object() => merge_into(existing, value),
+                    _ => {
+                        t.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+        }
+        (target, patch) => *target = patch.clone(),
+    }
+}
+
+fn conflict_error(conflicts: &BTreeMap<String, Vec<FieldPath>>) -> ApiError {
+    let total: usize = conflicts.values().map(Vec::len).sum();
+    let mut causes = vec![];
+    let mut parts = vec![];
+    for (manager, paths) in conflicts {
+        for path in paths {
+            causes.push(Cause {
+                reason: "FieldManagerConflict",
+                message: format!("conflict with \"{manager}\""),
+                field: render(path),
+            });
+        }
+        if total == 1 {
+            parts.push(format!("conflict with \"{manager}\": {}", render(&paths[0])));
+        } else {
+            let lines: Vec<String> = paths.iter().map(|p| format!("- {}", render(p))).collect();
+            parts.push(format!("conflicts with \"{manager}\":\n{}", lines.join("\n")));
+        }
+    }
+    let plural = if total == 1 { "conflict" } else { "conflicts" };
+    ApiError::Conflict {
+        message: format!("Apply failed with {total} {plural}: {}", parts.join("\n")),
+        target: None,
+        causes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writer(manager: &str) -> Writer {
+        Writer { manager: manager.into(), api_version: "v1".into(), subresource: None }
+    }
+
+    fn owners(object: &Value, path: &[&str]) -> Vec<String> {
+        let path: FieldPath = path.iter().map(|s| s.to_string()).collect();
+        entries(object).into_iter().filter(|e| e.fields.contains(&path)).map(|e| e.manager).collect()
+    }
+
+    #[test]
+    fn fields_v1_round_trips() {
+        let object = json!({"metadata": {"labels": {"a": "1"}, "name": "x"}, "data": {"k": "v", "l": "w"}, "spec": {"list": [1, 2]}});
+        let set = leaves(&object, None);
+        assert_eq!(encode(&set), json!({"f:data": {"f:k": {}, "f:l": {}}, "f:metadata": {"f:labels": {"f:a": {}}}, "f:spec": {"f:list": {}}}));
+        assert_eq!(decode(&encode(&set)), set);
+    }
+
+    #[test]
+    fn apply_conflicts_name_the_field_and_force_takes_ownership() {
+        let alice = apply(None, &json!({"data": {"k": "1", "shared": "s"}}), &writer("alice"), false).unwrap();
+        let err = apply(Some(&alice), &json!({"data": {"k": "2", "shared": "s"}}), &writer("bob"), false).unwrap_err();
+        assert_eq!(err.to_string(), "Apply failed with 1 conflict: conflict with \"alice\": .data.k");
+        assert_eq!(err.code().as_u16(), 409);
+        let forced = apply(Some(&alice), &json!({"data": {"k": "2", "shared": "s"}}), &writer("bob"), true).unwrap();
+        assert_eq!(forced["data"]["k"], "2");
+        assert_eq!(owners(&forced, &["data", "k"]), ["bob"]);
+        assert_eq!(owners(&forced, &["data", "shared"]), ["alice", "bob"]);
+    }
+
+    #[test]
+    fn apply_removes_fields_the_manager_stopped_applying_unless_shared() {
+        let first = apply(None, &json!({"data": {"a": "1", "b": "2"}}), &writer("alice"), false).unwrap();
+        let mut edited = first.clone();
+        edited["data"]["c"] = json!("3");
+        record_update(Some(&first), &mut edited, &writer("kubectl-edit"));
+        let second = apply(Some(&edited), &json!({"data": {"a": "1"}}), &writer("alice"), false).unwrap();
+        assert_eq!(second["data"], json!({"a": "1", "c": "3"}));
+    }
+
+    #[test]
+    fn updates_take_ownership_of_changed_fields() {
+        let first = apply(None, &json!({"spec": {"replicas": 3}}), &writer("alice"), false).unwrap();
+        let mut scaled = first.clone();
+        scaled["spec"]["replicas"] = json!(5);
+        record_update(Some(&first), &mut scaled, &writer("kubectl-scale"));
+        assert_eq!(owners(&scaled, &["spec", "replicas"]), ["kubectl-scale"]);
+        let err = apply(Some(&scaled), &json!({"spec": {"replicas": 3}}), &writer("alice"), false).unwrap_err();
+        assert!(err.to_string().contains("conflict with \"kubectl-scale\": .spec.replicas"), "{err}");
+    }
+}

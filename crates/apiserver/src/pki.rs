@@ -1,0 +1,161 @@
+//! The server's certificate authority, serving certificate and client certificates, created
+//! on first start under `<data-dir>/tls` and reused afterwards.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    #[error("cannot read or write {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot create certificate: {0}")]
+    Certificate(#[from] rcgen::Error),
+}
+
+/// PEM-encoded CA and serving certificate with their keys.
+pub struct Pki {
+    pub ca_cert_pem: String,
+    ca_key_pem: String,
+    pub server_cert_pem: String,
+    pub server_key_pem: String,
+}
+
+fn read(path: &Path) -> Result<Option<String>, PkiError> {
+    match fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(PkiError::Io { path: path.into(), source }),
+    }
+}
+
+/// Writes a file readable by its owner only when it holds a secret.
+pub fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), PkiError> {
+    let io = |source| PkiError::Io { path: path.into(), source };
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(io)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(if secret { 0o600 } else { 0o644 });
+    }
+    let mut file = options.open(&tmp).map_err(io)?;
+    file.write_all(contents.as_bytes()).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    fs::rename(&tmp, path).map_err(io)
+}
+
+impl Pki {
+    /// Loads the PKI from `dir`, creating what is missing. The serving certificate is
+    /// reissued when the requested names change.
+    pub fn load_or_create(dir: &Path, sans: &[String]) -> Result<Pki, PkiError> {
+        let ca_cert_path = dir.join("ca.crt");
+        let ca_key_path = dir.join("ca.key");
+        let (ca_cert_pem, ca_key_pem) = match (read(&ca_cert_path)?, read(&ca_key_path)?) {
+            (Some(cert), Some(key)) => (cert, key),
+            _ => {
+                let key = KeyPair::generate()?;
+                let mut params = CertificateParams::new(Vec::<String>::new())?;
+                params.distinguished_name.push(DnType::CommonName, "lariat-ca");
+                params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+                params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+                params.not_before = rcgen::date_time_ymd(2025, 1, 1);
+                params.not_after = rcgen::date_time_ymd(2035, 1, 1);
+                let cert = params.self_signed(&key)?;
+                write_file(&ca_key_path, &key.serialize_pem(), true)?;
+                write_file(&ca_cert_path, &cert.pem(), false)?;
+                (cert.pem(), key.serialize_pem())
+            }
+        };
+        let mut pki = Pki { ca_cert_pem, ca_key_pem, server_cert_pem: String::new(), server_key_pem: String::new() };
+        let sans_path = dir.join("server.sans");
+        let wanted = sans.join("\n");
+        let server_cert_path = dir.join("server.crt");
+        let server_key_path = dir.join("server.key");
+        match (read(&server_cert_path)?, read(&server_key_path)?, read(&sans_path)?) {
+            (Some(cert), Some(key), Some(recorded)) if recorded == wanted => {
+                pki.server_cert_pem = cert;
+                pki.server_key_pem = key;
+            }
+            _ => {
+                let (cert, key) = pki.issue(sans, "lariat-server", &[], ExtendedKeyUsagePurpose::ServerAuth)?;
+                write_file(&server_key_path, &key, true)?;
+                write_file(&server_cert_path, &cert, false)?;
+                write_file(&sans_path, &wanted, false)?;
+                pki.server_cert_pem = cert;
+                pki.server_key_pem = key;
+            }
+        }
+        Ok(pki)
+    }
+
+    /// A client certificate for `user` in `groups` (the subject's CN and O, as Kubernetes
+    /// reads them). Returns (certificate PEM, key PEM).
+    pub fn issue_client(&self, user: &str, groups: &[&str]) -> Result<(String, String), PkiError> {
+        self.issue(&[], user, groups, ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
+    fn issue(
+        &self,
+        sans: &[String],
+        common_name: &str,
+        organizations: &[&str],
+        usage: ExtendedKeyUsagePurpose,
+    ) -> Result<(String, String), PkiError> {
+        let ca_key = KeyPair::from_pem(&self.ca_key_pem)?;
+        let issuer = Issuer::from_ca_cert_pem(&self.ca_cert_pem, ca_key)?;
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(sans.to_vec())?;
+        params.distinguished_name.push(DnType::CommonName, common_name);
+        for org in organizations {
+            params.distinguished_name.push(DnType::OrganizationName, *org);
+        }
+        params.extended_key_usages = vec![usage];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.not_before = rcgen::date_time_ymd(2025, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2035, 1, 1);
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    /// `sha256` of the CA certificate PEM, hex: what agents pin with `--ca-checksum`.
+    pub fn ca_checksum(&self) -> String {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(self.ca_cert_pem.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// A kubeconfig for `server` trusting the CA, with one user and one context.
+pub fn kubeconfig(server: &str, ca_pem: &str, user: &str, credential: Credential) -> String {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let user_block = match credential {
+        Credential::Certificate { cert_pem, key_pem } => format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            b64(&cert_pem),
+            b64(&key_pem)
+        ),
+        Credential::Token(token) => format!("    token: {token}\n"),
+    };
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: lariat\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\nusers:\n- name: {user}\n  user:\n{user_block}contexts:\n- name: lariat\n  context:\n    cluster: lariat\n    user: {user}\n    namespace: default\ncurrent-context: lariat\n",
+        b64(ca_pem)
+    )
+}
+
+pub enum Credential {
+    Certificate { cert_pem: String, key_pem: String },
+    Token(String),
+}

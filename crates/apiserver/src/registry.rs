@@ -1,0 +1,276 @@
+//! The served kinds: every resource type, built-in or user-defined, is described by the same
+//! `ResourceType`, built from a CustomResourceDefinition.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use serde_json::Value;
+
+use crate::status::{ApiError, ApiResult, Cause};
+
+/// One served version of a resource type.
+#[derive(Clone, Debug)]
+pub struct VersionInfo {
+    pub name: String,
+    pub storage: bool,
+    /// The structural `openAPIV3Schema`; `None` accepts any object.
+    pub schema: Option<Value>,
+    pub printer_columns: Vec<PrinterColumn>,
+    pub status_subresource: bool,
+    pub scale: Option<ScaleSubresource>,
+    pub deprecated: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct PrinterColumn {
+    pub name: String,
+    pub type_: String,
+    pub format: String,
+    pub description: String,
+    pub priority: i64,
+    pub json_path: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct ScaleSubresource {
+    pub spec_replicas_path: String,
+    pub status_replicas_path: String,
+    pub label_selector_path: Option<String>,
+}
+
+/// How a kind came to be served, which decides a few API behaviours (strategic merge patch is
+/// only defined for core kinds, as in Kubernetes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Core Kubernetes kinds (`v1` Namespace, Secret, ...) and apiextensions' own kind.
+    Core,
+    /// lariat's own kinds (Cluster API, Fleet, providers): served like custom resources.
+    Lariat,
+    /// A user's CustomResourceDefinition.
+    Custom,
+}
+
+#[derive(Clone, Debug)]
+pub struct ResourceType {
+    pub group: String,
+    pub kind: String,
+    pub list_kind: String,
+    pub plural: String,
+    pub singular: String,
+    pub namespaced: bool,
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+    pub versions: Vec<VersionInfo>,
+    pub origin: Origin,
+    /// Field paths (without the leading dot) usable in `fieldSelector`, besides
+    /// `metadata.name` and `metadata.namespace`.
+    pub selectable_fields: Vec<String>,
+}
+
+impl ResourceType {
+    pub fn version(&self, name: &str) -> Option<&VersionInfo> {
+        self.versions.iter().find(|v| v.name == name)
+    }
+
+    pub fn storage_version(&self) -> &VersionInfo {
+        self.versions.iter().find(|v| v.storage).unwrap_or(&self.versions[0])
+    }
+
+    pub fn api_version(&self, version: &str) -> String {
+        if self.group.is_empty() { version.to_string() } else { format!("{}/{version}", self.group) }
+    }
+
+    /// `clusters.cluster.x-k8s.io`, or `configmaps` for the core group.
+    pub fn qualified_plural(&self) -> String {
+        if self.group.is_empty() { self.plural.clone() } else { format!("{}.{}", self.plural, self.group) }
+    }
+
+    /// Store key prefix of all objects of this type (all namespaces).
+    pub fn key_prefix(&self) -> String {
+        let group = if self.group.is_empty() { "core" } else { &self.group };
+        format!("/registry/{group}/{}/", self.plural)
+    }
+
+    /// Store key prefix of one namespace (or of all, for `None`).
+    pub fn list_prefix(&self, namespace: Option<&str>) -> String {
+        match namespace {
+            Some(ns) if self.namespaced => format!("{}{ns}/", self.key_prefix()),
+            _ => self.key_prefix(),
+        }
+    }
+
+    pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
+        match namespace {
+            Some(ns) if self.namespaced => format!("{}{ns}/{name}", self.key_prefix()),
+            _ => format!("{}{name}", self.key_prefix()),
+        }
+    }
+
+    /// Builds a resource type from a CustomResourceDefinition object, or lists what is wrong
+    /// with it (the causes of a 422 on CRD create).
+    pub fn from_crd(crd: &Value, origin: Origin) -> Result<ResourceType, Vec<Cause>> {
+        let mut causes = Vec::new();
+        let spec = &crd["spec"];
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default()
+        };
+        let group = text(&spec["group"]);
+        let names = &spec["names"];
+        let plural = text(&names["plural"]);
+        let kind = text(&names["kind"]);
+        if origin == Origin::Custom {
+            if group.is_empty() {
+                causes.push(Cause::required("spec.group"));
+            } else if !group.contains('.') || !crate::objects::is_dns1123_subdomain(&group) {
+                causes.push(Cause::invalid("spec.group", &spec["group"], "should be a domain with at least one dot"));
+            }
+            let expected = format!("{plural}.{group}");
+            if crd["metadata"]["name"].as_str() != Some(expected.as_str()) {
+                causes.push(Cause::invalid(
+                    "metadata.name",
+                    &crd["metadata"]["name"],
+                    format!("must be spec.names.plural+\".\"+spec.group ({expected})"),
+                ));
+            }
+        }
+        if plural.is_empty() {
+            causes.push(Cause::required("spec.names.plural"));
+        } else if !crate::objects::is_dns1035_label(&plural) {
+            causes.push(Cause::invalid("spec.names.plural", &names["plural"], "a lowercase RFC 1035 label is required"));
+        }
+        if kind.is_empty() {
+            causes.push(Cause::required("spec.names.kind"));
+        }
+        let scope = text(&spec["scope"]);
+        if scope != "Namespaced" && scope != "Cluster" {
+            causes.push(Cause::not_supported("spec.scope", &spec["scope"], &["Cluster".into(), "Namespaced".into()]));
+        }
+        let mut versions = Vec::new();
+        match spec["versions"].as_array() {
+            Some(list) if !list.is_empty() => {
+                for (i, v) in list.iter().enumerate() {
+                    let name = text(&v["name"]);
+                    if name.is_empty() {
+                        causes.push(Cause::required(format!("spec.versions[{i}].name")));
+                    }
+                    if v["served"].as_bool() == Some(false) {
+                        continue;
+                    }
+                    let schema = v["schema"]["openAPIV3Schema"].clone();
+                    if !schema.is_null() {
+                        crate::schema::check_structural(&schema, &format!("spec.versions[{i}].schema.openAPIV3Schema"), &mut causes);
+                    }
+                    let printer_columns = v["additionalPrinterColumns"]
+                        .as_array()
+                        .map(|cols| {
+                            cols.iter()
+                                .map(|c| PrinterColumn {
+                                    name: text(&c["name"]),
+                                    type_: text(&c["type"]),
+                                    format: text(&c["format"]),
+                                    description: text(&c["description"]),
+                                    priority: c["priority"].as_i64().unwrap_or(0),
+                                    json_path: text(&c["jsonPath"]),
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let scale = v["subresources"]["scale"].as_object().map(|s| ScaleSubresource {
+                        spec_replicas_path: s.get("specReplicasPath").map(&text).unwrap_or_default(),
+                        status_replicas_path: s.get("statusReplicasPath").map(&text).unwrap_or_default(),
+                        label_selector_path: s.get("labelSelectorPath").map(&text),
+                    });
+                    versions.push(VersionInfo {
+                        name,
+                        storage: v["storage"].as_bool().unwrap_or(false),
+                        schema: if schema.is_null() { None } else { Some(schema) },
+                        printer_columns,
+                        status_subresource: v["subresources"]["status"].is_object(),
+                        scale,
+                        deprecated: v["deprecated"].as_bool().unwrap_or(false),
+                    });
+                }
+                if list.iter().filter(|v| v["storage"].as_bool() == Some(true)).count() != 1 {
+                    causes.push(Cause::invalid("spec.versions", &Value::Null, "must have exactly one version marked as storage version"));
+                }
+            }
+            _ => causes.push(Cause::required("spec.versions")),
+        }
+        if !causes.is_empty() {
+            return Err(causes);
+        }
+        let singular = match text(&names["singular"]) {
+            s if s.is_empty() => kind.to_lowercase(),
+            s => s,
+        };
+        let list_kind = match text(&names["listKind"]) {
+            s if s.is_empty() => format!("{kind}List"),
+            s => s,
+        };
+        let selectable_fields = spec["selectableFields"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|f| f["jsonPath"].as_str()).map(|p| p.trim_start_matches('.').to_string()).collect())
+            .unwrap_or_default();
+        Ok(ResourceType {
+            group,
+            kind,
+            list_kind,
+            plural,
+            singular,
+            namespaced: scope == "Namespaced",
+            short_names: strings(&names["shortNames"]),
+            categories: strings(&names["categories"]),
+            versions,
+            origin,
+            selectable_fields,
+        })
+    }
+}
+
+/// All served resource types, keyed by (group, plural). Cheap to clone; readers take a
+/// snapshot so a CRD change never tears a request.
+#[derive(Clone, Default)]
+pub struct Registry {
+    inner: Arc<RwLock<BTreeMap<(String, String), Arc<ResourceType>>>>,
+}
+
+impl Registry {
+    pub fn insert(&self, rt: ResourceType) {
+        let key = (rt.group.clone(), rt.plural.clone());
+        self.inner.write().expect("registry lock").insert(key, Arc::new(rt));
+    }
+
+    pub fn remove(&self, group: &str, plural: &str) {
+        self.inner.write().expect("registry lock").remove(&(group.to_string(), plural.to_string()));
+    }
+
+    pub fn get(&self, group: &str, plural: &str) -> Option<Arc<ResourceType>> {
+        self.inner.read().expect("registry lock").get(&(group.to_string(), plural.to_string())).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<ResourceType>> {
+        self.inner.read().expect("registry lock").values().cloned().collect()
+    }
+
+    /// Finds a served resource for a request path, or a 404 that names what is missing.
+    pub fn resolve(&self, group: &str, version: &str, plural: &str) -> ApiResult<Arc<ResourceType>> {
+        match self.get(group, plural) {
+            Some(rt) if rt.version(version).is_some() => Ok(rt),
+            _ => Err(ApiError::NotFound {
+                message: format!(
+                    "the server could not find the requested resource ({} {plural}{})",
+                    if group.is_empty() { version.to_string() } else { format!("{group}/{version}") },
+                    ""
+                ),
+                target: None,
+            }),
+        }
+    }
+
+    /// The resource type that serves `apiVersion` + `kind`, as objects name their owners.
+    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceType>> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        self.all().into_iter().find(|rt| rt.group == group && rt.kind == kind && rt.version(version).is_some())
+    }
+}

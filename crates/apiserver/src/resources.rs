@@ -1,0 +1,742 @@
+//! The verbs on stored objects (get, list, create, update, patch, apply, delete), with
+//! Kubernetes object semantics, independent of HTTP so in-process callers share them.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use lariat_store::{KeyValue, ListOptions, Store};
+use serde_json::{Value, json};
+
+use crate::managed::{self, Writer};
+use crate::objects::{self, Selector, meta_mut, now_rfc3339};
+use crate::patch::{self, PatchType};
+use crate::registry::{Origin, Registry, ResourceType};
+use crate::schema;
+use crate::status::{ApiError, ApiResult, Cause};
+
+/// What every write does with fields the schema does not know (`?fieldValidation=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FieldValidation {
+    Ignore,
+    #[default]
+    Warn,
+    Strict,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct WriteOptions {
+    pub field_manager: String,
+    pub validation: FieldValidation,
+    pub dry_run: bool,
+    pub force: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Propagation {
+    Orphan,
+    #[default]
+    Background,
+    Foreground,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    pub propagation: Option<Propagation>,
+    pub precondition_uid: Option<String>,
+    pub precondition_resource_version: Option<String>,
+    pub dry_run: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ListParams {
+    pub label_selector: Selector,
+    pub field_selector: Selector,
+    pub limit: usize,
+    pub continue_token: Option<String>,
+}
+
+pub struct ListOutcome {
+    pub items: Vec<Value>,
+    pub resource_version: i64,
+    pub continue_token: Option<String>,
+}
+
+/// A successful write: the object as stored, and warnings for the `Warning` header.
+pub struct Written {
+    pub object: Value,
+    pub created: bool,
+    pub warnings: Vec<String>,
+}
+
+/// Where one request points: a resource type at a served version, in a namespace.
+#[derive(Clone)]
+pub struct Scope {
+    pub rt: Arc<ResourceType>,
+    pub version: String,
+    pub namespace: Option<String>,
+}
+
+impl Scope {
+    pub fn key(&self, name: &str) -> String {
+        self.rt.key(self.namespace.as_deref(), name)
+    }
+
+    fn api_version(&self) -> String {
+        self.rt.api_version(&self.version)
+    }
+
+    fn not_found(&self, name: &str) -> ApiError {
+        ApiError::not_found(&self.rt.plural, &self.rt.group, name)
+    }
+}
+
+/// Finalizers the API server itself acts on while an object is being deleted.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+pub const ORPHAN_FINALIZER: &str = "orphan";
+/// The namespace finalizer (in `spec.finalizers`): the namespace is emptied first.
+pub const NAMESPACE_FINALIZER: &str = "kubernetes";
+
+/// Stored objects and the rules that keep them valid.
+#[derive(Clone)]
+pub struct Resources {
+    pub store: Arc<dyn Store>,
+    pub registry: Registry,
+}
+
+impl Resources {
+    pub fn new(store: Arc<dyn Store>, registry: Registry) -> Resources {
+        Resources { store, registry }
+    }
+
+    /// The object as clients see it: stored JSON plus the served apiVersion and the
+    /// store's revision as `resourceVersion`.
+    pub fn decode(&self, scope: &Scope, kv: &KeyValue) -> ApiResult<Value> {
+        let mut object: Value = serde_json::from_slice(&kv.value)
+            .map_err(|e| ApiError::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
+        object["apiVersion"] = json!(scope.api_version());
+        meta_mut(&mut object).insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
+        Ok(object)
+    }
+
+    fn encode(object: &Value) -> ApiResult<Vec<u8>> {
+        let mut stored = object.clone();
+        meta_mut(&mut stored).remove("resourceVersion");
+        serde_json::to_vec(&stored).map_err(|e| ApiError::internal(format!("cannot encode object: {e}")))
+    }
+
+    pub async fn get(&self, scope: &Scope, name: &str) -> ApiResult<Value> {
+        match self.store.get(&scope.key(name)).await? {
+            Some(kv) => self.decode(scope, &kv),
+            None => Err(scope.not_found(name)),
+        }
+    }
+
+    pub async fn list(&self, scope: &Scope, params: &ListParams) -> ApiResult<ListOutcome> {
+        let prefix = scope.rt.list_prefix(scope.namespace.as_deref());
+        let (mut revision, mut start_after) = match &params.continue_token {
+            Some(token) => decode_continue(token)?,
+            None => (0, None),
+        };
+        let filtered = !params.label_selector.is_empty() || !params.field_selector.is_empty();
+        let mut items = Vec::new();
+        loop {
+            let page = if params.limit == 0 { 0 } else { (params.limit - items.len()).max(if filtered { 500 } else { 0 }) };
+            let result = self
+                .store
+                .list(&prefix, ListOptions { start_after: start_after.clone(), limit: page, revision })
+                .await
+                .map_err(|e| match e {
+                    lariat_store::Error::Compacted { .. } if params.continue_token.is_some() => ApiError::Gone {
+                        message: "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
+                    },
+                    other => other.into(),
+                })?;
+            revision = result.revision;
+            let mut last_key = None;
+            for kv in &result.items {
+                last_key = Some(kv.key.clone());
+                let object = self.decode(scope, kv)?;
+                if params.label_selector.matches_labels(&object) && params.field_selector.matches_fields(&object) {
+                    items.push(object);
+                    if params.limit > 0 && items.len() == params.limit {
+                        break;
+                    }
+                }
+            }
+            let stopped_early = last_key.as_ref() != result.items.last().map(|kv| &kv.key);
+            let more = result.more || stopped_early;
+            if params.limit > 0 && items.len() == params.limit && more {
+                let token = encode_continue(revision, last_key.as_deref().unwrap_or_default());
+                return Ok(ListOutcome { items, resource_version: revision, continue_token: Some(token) });
+            }
+            if !more || params.limit == 0 {
+                break;
+            }
+            start_after = last_key;
+        }
+        Ok(ListOutcome { items, resource_version: revision, continue_token: None })
+    }
+
+    pub async fn create(&self, scope: &Scope, body: Value, options: &WriteOptions) -> ApiResult<Written> {
+        let (mut object, warnings) = self.admit(scope, body, None, None, options).await?;
+        if !options.field_manager.is_empty() {
+            managed::record_update(None, &mut object, &self.writer(scope, options, None));
+        }
+        if let Some(ns) = &scope.namespace {
+            self.check_namespace_open(ns).await?;
+        }
+        let name = objects::name_of(&object).to_string();
+        if options.dry_run {
+            return Ok(Written { object, created: true, warnings });
+        }
+        let kv = match self.store.create(&scope.key(&name), Self::encode(&object)?).await {
+            Ok(kv) => kv,
+            Err(lariat_store::Error::AlreadyExists(_)) => {
+                return Err(ApiError::already_exists(&scope.rt.plural, &scope.rt.group, &name));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let object = self.decode(scope, &kv)?;
+        self.after_write(scope, None, Some(&object));
+        Ok(Written { object, created: true, warnings })
+    }
+
+    /// A namespaced object can only be created in a namespace that exists and is not being
+    /// deleted.
+    async fn check_namespace_open(&self, namespace: &str) -> ApiResult<()> {
+        let Some(kv) = self.store.get(&format!("/registry/core/namespaces/{namespace}")).await? else {
+            return Err(ApiError::not_found("namespaces", "", namespace));
+        };
+        let ns: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+        if !ns["metadata"]["deletionTimestamp"].is_null() {
+            return Err(ApiError::Forbidden {
+                message: format!("unable to create new content in namespace {namespace} because it is being terminated"),
+            });
+        }
+        Ok(())
+    }
+
+    /// PUT: replaces the object (or creates it when it is absent and the kind allows it).
+    pub async fn update(
+        &self,
+        scope: &Scope,
+        name: &str,
+        body: Value,
+        subresource: Option<&str>,
+        options: &WriteOptions,
+    ) -> ApiResult<Written> {
+        if objects::name_of(&body) != name && !objects::name_of(&body).is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                objects::name_of(&body)
+            )));
+        }
+        let requested_rv = body["metadata"]["resourceVersion"].as_str().map(String::from);
+        self.write_loop(scope, name, subresource, options, requested_rv, |_current| Ok(body.clone()))
+            .await
+    }
+
+    /// PATCH with a JSON, merge or strategic patch; a server-side apply patch goes to `apply`.
+    pub async fn patch(
+        &self,
+        scope: &Scope,
+        name: &str,
+        patch_type: PatchType,
+        body: &[u8],
+        subresource: Option<&str>,
+        options: &WriteOptions,
+    ) -> ApiResult<Written> {
+        if patch_type == PatchType::Strategic && scope.rt.origin != Origin::Core {
+            return Err(ApiError::UnsupportedMediaType {
+                message: "strategic merge patch is not supported for custom resources; use --type merge or --type json".into(),
+            });
+        }
+        if patch_type == PatchType::Apply {
+            return self.apply(scope, name, body, subresource, options).await;
+        }
+        let mut requested_rv = None;
+        if let Ok(parsed) = serde_json::from_slice::<Value>(body) {
+            requested_rv = parsed["metadata"]["resourceVersion"].as_str().map(String::from);
+        }
+        self.write_loop(scope, name, subresource, options, requested_rv, |current| {
+            let current = current.ok_or_else(|| scope.not_found(name))?;
+            patch::patch(current, patch_type, body)
+        })
+        .await
+    }
+
+    async fn apply(
+        &self,
+        scope: &Scope,
+        name: &str,
+        body: &[u8],
+        subresource: Option<&str>,
+        options: &WriteOptions,
+    ) -> ApiResult<Written> {
+        if options.field_manager.is_empty() {
+            return Err(ApiError::bad_request("fieldManager is required for apply requests"));
+        }
+        let applied: Value = serde_yaml_ng::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        if !applied.is_object() {
+            return Err(ApiError::bad_request("an apply patch must be an object"));
+        }
+        if objects::name_of(&applied) != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                objects::name_of(&applied)
+            )));
+        }
+        let writer = self.writer(scope, options, subresource);
+        let force = options.force;
+        let mut options = options.clone();
+        options.field_manager = String::new();
+        self.write_loop(scope, name, subresource, &options, None, |current| {
+            let mut applied = applied.clone();
+            if let Some(meta) = applied["metadata"].as_object_mut() {
+                meta.remove("resourceVersion");
+                meta.remove("managedFields");
+            }
+            managed::apply(current, &applied, &writer, force)
+        })
+        .await
+    }
+
+    fn writer(&self, scope: &Scope, options: &WriteOptions, subresource: Option<&str>) -> Writer {
+        Writer {
+            manager: options.field_manager.clone(),
+            api_version: scope.api_version(),
+            subresource: subresource.map(String::from),
+        }
+    }
+
+    /// Read, change, compare-and-swap, retried on conflict unless the client named a
+    /// resourceVersion (then a stale one is the client's 409).
+    pub(crate) async fn write_loop<F>(
+        &self,
+        scope: &Scope,
+        name: &str,
+        subresource: Option<&str>,
+        options: &WriteOptions,
+        requested_rv: Option<String>,
+        change: F,
+    ) -> ApiResult<Written>
+    where
+        F: Fn(Option<&Value>) -> ApiResult<Value>,
+    {
+        let key = scope.key(name);
+        loop {
+            let current_kv = self.store.get(&key).await?;
+            let current = current_kv.as_ref().map(|kv| self.decode(scope, kv)).transpose()?;
+            let Some((kv, current)) = current_kv.zip(current) else {
+                // Creating through PUT or apply, as Kubernetes allows for these kinds.
+                if subresource.is_some() {
+                    return Err(scope.not_found(name));
+                }
+                let mut body = change(None)?;
+                meta_mut(&mut body).insert("name".into(), json!(name));
+                return self.create(scope, body, options).await;
+            };
+            if let Some(rv) = &requested_rv {
+                if rv != &kv.mod_revision.to_string() {
+                    return Err(ApiError::conflict(&scope.rt.plural, &scope.rt.group, name));
+                }
+            }
+            let mut desired = change(Some(&current))?;
+            meta_mut(&mut desired).insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
+            let (mut object, warnings) = self.admit(scope, desired, Some(&current), subresource, options).await?;
+            if !options.field_manager.is_empty() {
+                managed::record_update(Some(&current), &mut object, &self.writer(scope, options, subresource));
+            }
+            if options.dry_run {
+                return Ok(Written { object, created: false, warnings });
+            }
+            if deletion_complete(&object) {
+                return match self.store.delete(&key, kv.mod_revision).await {
+                    Ok(_) => {
+                        self.after_write(scope, Some(&current), None);
+                        Ok(Written { object, created: false, warnings })
+                    }
+                    Err(lariat_store::Error::Conflict { .. }) if requested_rv.is_none() => continue,
+                    Err(lariat_store::Error::Conflict { .. }) => Err(ApiError::conflict(&scope.rt.plural, &scope.rt.group, name)),
+                    Err(lariat_store::Error::NotFound(_)) => Err(scope.not_found(name)),
+                    Err(e) => Err(e.into()),
+                };
+            }
+            match self.store.update(&key, Self::encode(&object)?, kv.mod_revision).await {
+                Ok(kv) => {
+                    let object = self.decode(scope, &kv)?;
+                    self.after_write(scope, Some(&current), Some(&object));
+                    return Ok(Written { object, created: false, warnings });
+                }
+                Err(lariat_store::Error::Conflict { .. }) if requested_rv.is_none() => continue,
+                Err(lariat_store::Error::Conflict { .. }) => {
+                    return Err(ApiError::conflict(&scope.rt.plural, &scope.rt.group, name));
+                }
+                Err(lariat_store::Error::NotFound(_)) => return Err(scope.not_found(name)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Validates and completes an object for writing: identity and server-owned metadata,
+    /// subresource rules, schema (defaults, pruning, validation), kind-specific rules.
+    async fn admit(
+        &self,
+        scope: &Scope,
+        body: Value,
+        old: Option<&Value>,
+        subresource: Option<&str>,
+        options: &WriteOptions,
+    ) -> ApiResult<(Value, Vec<String>)> {
+        let rt = &scope.rt;
+        let mut object = body;
+        if !object.is_object() {
+            return Err(ApiError::bad_request(format!("the body of a {} must be a JSON object", rt.kind)));
+        }
+        let api_version = scope.api_version();
+        if let Some(given) = object.get("apiVersion").and_then(Value::as_str) {
+            if given != api_version {
+                return Err(ApiError::bad_request(format!(
+                    "the API version in the data ({given}) does not match the expected API version ({api_version})"
+                )));
+            }
+        }
+        if let Some(given) = object.get("kind").and_then(Value::as_str) {
+            if given != rt.kind {
+                return Err(ApiError::bad_request(format!("the kind in the data ({given}) does not match the expected kind ({})", rt.kind)));
+            }
+        }
+        if !object["metadata"].is_null() && !object["metadata"].is_object() {
+            return Err(ApiError::bad_request("metadata must be an object"));
+        }
+        object["apiVersion"] = json!(api_version);
+        object["kind"] = json!(rt.kind);
+        let meta = meta_mut(&mut object);
+        match (rt.namespaced, &scope.namespace, meta.get("namespace").and_then(Value::as_str)) {
+            (true, Some(ns), Some(given)) if given != ns => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            (true, Some(ns), _) => {
+                meta.insert("namespace".into(), json!(ns));
+            }
+            (true, None, _) => return Err(ApiError::bad_request("a namespace is required for this resource")),
+            (false, _, _) => {
+                meta.remove("namespace");
+            }
+        }
+        let mut causes: Vec<Cause> = Vec::new();
+        match old {
+            None => {
+                let name = meta.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+                if name.is_empty() {
+                    if let Some(prefix) = meta.get("generateName").and_then(Value::as_str) {
+                        let generated = format!("{prefix}{}", random_suffix());
+                        meta.insert("name".into(), json!(generated));
+                    }
+                }
+                let name = meta.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+                causes.extend(objects::name_causes(&name, rt.plural == "namespaces"));
+                meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+                meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+                meta.insert("generation".into(), json!(1));
+                meta.remove("deletionTimestamp");
+                meta.remove("deletionGracePeriodSeconds");
+                meta.remove("resourceVersion");
+                if rt.storage_version().status_subresource && rt.origin != Origin::Core {
+                    object.as_object_mut().expect("object").remove("status");
+                }
+            }
+            Some(old) => {
+                if let Some(uid) = meta.get("uid").and_then(Value::as_str) {
+                    if uid != old["metadata"]["uid"].as_str().unwrap_or_default() {
+                        return Err(ApiError::Conflict {
+                            message: format!(
+                                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                                old["metadata"]["uid"].as_str().unwrap_or_default()
+                            ),
+                            target: None,
+                            causes: vec![],
+                        });
+                    }
+                }
+                for field in ["name", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+                    match old["metadata"].get(field) {
+                        Some(v) => meta.insert(field.into(), v.clone()),
+                        None => meta.remove(field),
+                    };
+                }
+                if !old["metadata"]["deletionTimestamp"].is_null() {
+                    let before = objects::finalizers(old);
+                    let after: Vec<String> = meta
+                        .get("finalizers")
+                        .and_then(Value::as_array)
+                        .map(|a| a.iter().filter_map(|f| f.as_str().map(String::from)).collect())
+                        .unwrap_or_default();
+                    if after.iter().any(|f| !before.contains(f)) {
+                        return Err(ApiError::Forbidden {
+                            message: "no new finalizers can be added if the object is being deleted".into(),
+                        });
+                    }
+                }
+                let has_status_subresource = rt.storage_version().status_subresource;
+                match subresource {
+                    Some("status") => {
+                        let status = object.get("status").cloned();
+                        let rv = object["metadata"]["resourceVersion"].clone();
+                        object = old.clone();
+                        match status {
+                            Some(status) => object["status"] = status,
+                            None => {
+                                object.as_object_mut().expect("object").remove("status");
+                            }
+                        }
+                        meta_mut(&mut object).insert("resourceVersion".into(), rv);
+                    }
+                    None if has_status_subresource => match old.get("status") {
+                        Some(status) => object["status"] = status.clone(),
+                        None => {
+                            object.as_object_mut().expect("object").remove("status");
+                        }
+                    },
+                    _ => {}
+                }
+                if spec_changed(old, &object) {
+                    let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
+                    meta_mut(&mut object).insert("generation".into(), json!(generation));
+                }
+            }
+        }
+        causes.extend(objects::label_causes(&object["metadata"]["labels"], "metadata.labels"));
+        if !object["metadata"]["annotations"].is_null() {
+            let ok = object["metadata"]["annotations"].as_object().is_some_and(|m| m.values().all(Value::is_string));
+            if !ok {
+                causes.push(Cause::invalid("metadata.annotations", &object["metadata"]["annotations"], "must be a map of strings"));
+            } else if object["metadata"]["annotations"].to_string().len() > 256 * 1024 {
+                causes.push(Cause::invalid("metadata.annotations", &json!("..."), "may not be more than 262144 bytes"));
+            }
+        }
+        let finalizers = &object["metadata"]["finalizers"];
+        if !finalizers.is_null() && !finalizers.as_array().is_some_and(|a| a.iter().all(Value::is_string)) {
+            causes.push(Cause::type_invalid("metadata.finalizers", finalizers, "array of strings"));
+        }
+        let mut warnings = vec![];
+        let version = rt.version(&scope.version).expect("scope has a served version");
+        if let Some(schema) = &version.schema {
+            let findings = schema::process(schema, &mut object);
+            causes.extend(findings.causes);
+            if !findings.unknown.is_empty() {
+                match options.validation {
+                    FieldValidation::Strict => {
+                        let listed: Vec<String> = findings.unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+                        return Err(ApiError::bad_request(format!("strict decoding error: {}", listed.join(", "))));
+                    }
+                    FieldValidation::Warn => {
+                        warnings.extend(findings.unknown.iter().map(|f| format!("unknown field \"{f}\"")));
+                    }
+                    FieldValidation::Ignore => {}
+                }
+            }
+        }
+        self.kind_rules(scope, &mut object, old, &mut causes).await;
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(&rt.kind, &rt.group, objects::name_of(&object), causes));
+        }
+        Ok((object, warnings))
+    }
+
+    /// Rules particular to a few core kinds.
+    async fn kind_rules(&self, scope: &Scope, object: &mut Value, old: Option<&Value>, causes: &mut Vec<Cause>) {
+        match (scope.rt.group.as_str(), scope.rt.plural.as_str()) {
+            ("", "secrets") => {
+                if let Some(Value::Object(string_data)) = object.as_object_mut().and_then(|o| o.remove("stringData")) {
+                    for (key, value) in string_data {
+                        let encoded = base64::engine::general_purpose::STANDARD.encode(value.as_str().unwrap_or_default());
+                        object["data"][key] = json!(encoded);
+                    }
+                }
+                if let Some(data) = object["data"].as_object() {
+                    for (key, value) in data {
+                        let decodes = value.as_str().is_some_and(|v| base64::engine::general_purpose::STANDARD.decode(v).is_ok());
+                        if !decodes {
+                            causes.push(Cause::invalid(format!("data[{key}]"), &json!("<secret value>"), "must be base64-encoded"));
+                        }
+                    }
+                }
+                if object["type"].is_null() {
+                    object["type"] = json!("Opaque");
+                }
+            }
+            ("", "namespaces") => {
+                if old.is_none() {
+                    object["spec"]["finalizers"] = json!([NAMESPACE_FINALIZER]);
+                    object["status"] = json!({"phase": "Active"});
+                }
+            }
+            ("apiextensions.k8s.io", "customresourcedefinitions") => {
+                match ResourceType::from_crd(object, Origin::Custom) {
+                    Ok(rt) => {
+                        if let Some(existing) = self.registry.get(&rt.group, &rt.plural) {
+                            if existing.origin != Origin::Custom {
+                                causes.push(Cause::invalid(
+                                    "spec.names.plural",
+                                    &json!(rt.plural),
+                                    "is served by lariat itself and cannot be redefined",
+                                ));
+                            }
+                        }
+                        if let Some(old) = old {
+                            if old["spec"]["scope"] != object["spec"]["scope"] {
+                                causes.push(Cause::invalid("spec.scope", &object["spec"]["scope"], "field is immutable"));
+                            }
+                        }
+                        let names = object["spec"]["names"].clone();
+                        object["status"] = json!({
+                            "acceptedNames": names,
+                            "storedVersions": rt.versions.iter().filter(|v| v.storage).map(|v| v.name.clone()).collect::<Vec<_>>(),
+                            "conditions": [
+                                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now_rfc3339()},
+                                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now_rfc3339()},
+                            ],
+                        });
+                    }
+                    Err(crd_causes) => causes.extend(crd_causes),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Keeps in-memory state that mirrors stored objects (served CRDs) in step with writes.
+    fn after_write(&self, scope: &Scope, _old: Option<&Value>, new: Option<&Value>) {
+        if scope.rt.group == "apiextensions.k8s.io" && scope.rt.plural == "customresourcedefinitions" {
+            if let Some(crd) = new {
+                self.register_crd(crd);
+            }
+        }
+    }
+
+    /// Serves (or re-serves) a stored CRD's kind.
+    pub fn register_crd(&self, crd: &Value) {
+        if let Ok(rt) = ResourceType::from_crd(crd, Origin::Custom) {
+            let builtin = self.registry.get(&rt.group, &rt.plural).is_some_and(|e| e.origin != Origin::Custom);
+            if !builtin {
+                self.registry.insert(rt);
+            }
+        }
+    }
+
+    pub async fn delete(&self, scope: &Scope, name: &str, options: &DeleteOptions) -> ApiResult<(Value, bool)> {
+        let key = scope.key(name);
+        loop {
+            let kv = self.store.get(&key).await?.ok_or_else(|| scope.not_found(name))?;
+            let mut object = self.decode(scope, &kv)?;
+            if let Some(uid) = &options.precondition_uid {
+                if object["metadata"]["uid"].as_str() != Some(uid.as_str()) {
+                    return Err(ApiError::Conflict {
+                        message: format!(
+                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                            object["metadata"]["uid"].as_str().unwrap_or_default()
+                        ),
+                        target: None,
+                        causes: vec![],
+                    });
+                }
+            }
+            if let Some(rv) = &options.precondition_resource_version {
+                if rv != &kv.mod_revision.to_string() {
+                    return Err(ApiError::conflict(&scope.rt.plural, &scope.rt.group, name));
+                }
+            }
+            let mut finalizers = objects::finalizers(&object);
+            let already_deleting = !object["metadata"]["deletionTimestamp"].is_null();
+            match options.propagation {
+                Some(Propagation::Foreground) if !finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) && !already_deleting => {
+                    finalizers.push(FOREGROUND_FINALIZER.into())
+                }
+                Some(Propagation::Orphan) if !finalizers.iter().any(|f| f == ORPHAN_FINALIZER) && !already_deleting => {
+                    finalizers.push(ORPHAN_FINALIZER.into())
+                }
+                _ => {}
+            }
+            let namespace_pending = scope.rt.origin == Origin::Core
+                && scope.rt.plural == "namespaces"
+                && object["spec"]["finalizers"].as_array().is_some_and(|a| !a.is_empty());
+            if options.dry_run {
+                return Ok((object, finalizers.is_empty() && !namespace_pending));
+            }
+            if finalizers.is_empty() && !namespace_pending {
+                return match self.store.delete(&key, kv.mod_revision).await {
+                    Ok(_) => {
+                        self.after_write(scope, Some(&object), None);
+                        Ok((object, true))
+                    }
+                    Err(lariat_store::Error::Conflict { .. }) => continue,
+                    Err(lariat_store::Error::NotFound(_)) => Err(scope.not_found(name)),
+                    Err(e) => Err(e.into()),
+                };
+            }
+            if already_deleting {
+                return Ok((object, false));
+            }
+            let meta = meta_mut(&mut object);
+            meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            meta.insert("finalizers".into(), json!(finalizers));
+            if namespace_pending {
+                object["status"]["phase"] = json!("Terminating");
+            }
+            match self.store.update(&key, Self::encode(&object)?, kv.mod_revision).await {
+                Ok(kv) => return Ok((self.decode(scope, &kv)?, false)),
+                Err(lariat_store::Error::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// An object marked for deletion whose finalizers are all gone is deleted by the write that
+/// removed the last one.
+fn deletion_complete(object: &Value) -> bool {
+    !object["metadata"]["deletionTimestamp"].is_null()
+        && objects::finalizers(object).is_empty()
+        && !(object["kind"] == "Namespace" && object["spec"]["finalizers"].as_array().is_some_and(|a| !a.is_empty()))
+}
+
+/// Everything but metadata and status counts as the spec for `generation`.
+fn spec_changed(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("metadata");
+            o.remove("status");
+            o.remove("apiVersion");
+            o.remove("kind");
+        }
+        v
+    };
+    strip(old) != strip(new)
+}
+
+fn random_suffix() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
+}
+
+fn encode_continue(revision: i64, start_after: &str) -> String {
+    let raw = json!({"rv": revision, "start": start_after}).to_string();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
+fn decode_continue(token: &str) -> ApiResult<(i64, Option<String>)> {
+    let bad = || ApiError::bad_request("invalid continue token: start a new list without the continue parameter");
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).map_err(|_| bad())?;
+    let value: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    let revision = value["rv"].as_i64().ok_or_else(bad)?;
+    let start = value["start"].as_str().ok_or_else(bad)?;
+    Ok((revision, Some(start.to_string())))
+}

@@ -1,0 +1,239 @@
+//! `kubectl get` output: objects rendered as `meta.k8s.io/v1` Tables from printer columns.
+
+use serde_json::{Value, json};
+
+use crate::registry::{PrinterColumn, ResourceType};
+
+/// The printer columns of a version, with the `Name` column kubectl expects first. A kind that
+/// declares none gets `Age`, as Kubernetes does for custom resources.
+pub fn columns(rt: &ResourceType, version: &str) -> Vec<PrinterColumn> {
+    let mut columns = vec![PrinterColumn {
+        name: "Name".into(),
+        type_: "string".into(),
+        format: "name".into(),
+        description: "Name must be unique within a namespace.".into(),
+        priority: 0,
+        json_path: ".metadata.name".into(),
+    }];
+    let declared = rt.version(version).map(|v| v.printer_columns.clone()).unwrap_or_default();
+    if declared.is_empty() {
+        columns.push(PrinterColumn {
+            name: "Age".into(),
+            type_: "date".into(),
+            format: String::new(),
+            description: "Time since the object was created.".into(),
+            priority: 0,
+            json_path: ".metadata.creationTimestamp".into(),
+        });
+    } else {
+        columns.extend(declared);
+    }
+    columns
+}
+
+pub fn column_definitions(columns: &[PrinterColumn]) -> Value {
+    columns
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c.name,
+                "type": c.type_,
+                "format": c.format,
+                "description": c.description,
+                "priority": c.priority,
+            })
+        })
+        .collect()
+}
+
+/// How much of each object a row carries (`?includeObject=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IncludeObject {
+    None,
+    #[default]
+    Metadata,
+    Object,
+}
+
+pub fn row(columns: &[PrinterColumn], object: &Value, include: IncludeObject) -> Value {
+    let cells: Vec<Value> = columns.iter().map(|c| cell(c, object)).collect();
+    let mut row = json!({ "cells": cells });
+    match include {
+        IncludeObject::None => {}
+        IncludeObject::Metadata => {
+            row["object"] = json!({
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": object["metadata"],
+            });
+        }
+        IncludeObject::Object => row["object"] = object.clone(),
+    }
+    row
+}
+
+pub fn table(columns: &[PrinterColumn], objects: &[Value], include: IncludeObject, metadata: Value) -> Value {
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": metadata,
+        "columnDefinitions": column_definitions(columns),
+        "rows": objects.iter().map(|o| row(columns, o, include)).collect::<Vec<_>>(),
+    })
+}
+
+fn cell(column: &PrinterColumn, object: &Value) -> Value {
+    let found = evaluate(&column.json_path, object);
+    let value = match found.len() {
+        0 => return Value::Null,
+        1 => found[0].clone(),
+        _ => Value::Array(found),
+    };
+    match (column.type_.as_str(), &value) {
+        ("integer", Value::Object(map)) => json!(map.len()),
+        ("integer", Value::Array(list)) if found_is_collection(&column.json_path) => json!(list.len()),
+        ("string", Value::String(_)) | ("date", _) => value,
+        ("string", Value::Array(items)) => json!(items.iter().map(render).collect::<Vec<_>>().join(",")),
+        ("string", other) => json!(render(other)),
+        _ => value,
+    }
+}
+
+fn found_is_collection(path: &str) -> bool {
+    !path.contains('[')
+}
+
+fn render(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Evaluates the JSONPath subset printer columns use: `.a.b`, escaped dots (`a\.b`),
+/// `[0]`, `[*]` and filters such as `[?(@.type=="Ready")]`.
+pub fn evaluate(path: &str, object: &Value) -> Vec<Value> {
+    let mut nodes = vec![object.clone()];
+    for step in steps(path) {
+        let mut next = vec![];
+        for node in &nodes {
+            match &step {
+                Step::Key(key) => {
+                    if let Some(v) = node.get(key) {
+                        next.push(v.clone());
+                    }
+                }
+                Step::Index(i) => {
+                    if let Some(v) = node.as_array().and_then(|a| a.get(*i)) {
+                        next.push(v.clone());
+                    }
+                }
+                Step::All => {
+                    if let Some(items) = node.as_array() {
+                        next.extend(items.iter().cloned());
+                    }
+                }
+                Step::Filter(key, want) => {
+                    if let Some(items) = node.as_array() {
+                        next.extend(items.iter().filter(|i| i.get(key).map(render).as_deref() == Some(want.as_str())).cloned());
+                    }
+                }
+            }
+        }
+        nodes = next;
+    }
+    nodes
+}
+
+#[derive(Debug, PartialEq)]
+enum Step {
+    Key(String),
+    Index(usize),
+    All,
+    Filter(String, String),
+}
+
+fn steps(path: &str) -> Vec<Step> {
+    let path = path.trim().trim_start_matches('{').trim_end_matches('}');
+    let mut steps = vec![];
+    let mut key = String::new();
+    let mut chars = path.chars().peekable();
+    let flush = |key: &mut String, steps: &mut Vec<Step>| {
+        if !key.is_empty() {
+            steps.push(Step::Key(std::mem::take(key)));
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(escaped) = chars.next() {
+                    key.push(escaped);
+                }
+            }
+            '.' => flush(&mut key, &mut steps),
+            '[' => {
+                flush(&mut key, &mut steps);
+                let mut inner = String::new();
+                for c in chars.by_ref() {
+                    if c == ']' {
+                        break;
+                    }
+                    inner.push(c);
+                }
+                let inner = inner.trim();
+                if inner == "*" {
+                    steps.push(Step::All);
+                } else if let Ok(i) = inner.parse() {
+                    steps.push(Step::Index(i));
+                } else if let Some(filter) = inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')')) {
+                    if let Some((k, v)) = filter.split_once("==") {
+                        steps.push(Step::Filter(k.trim().into(), v.trim().trim_matches(['"', '\'']).into()));
+                    }
+                } else {
+                    steps.push(Step::Key(inner.trim_matches(['"', '\'']).to_string()));
+                }
+            }
+            _ => key.push(c),
+        }
+    }
+    flush(&mut key, &mut steps);
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jsonpath_subset() {
+        let object = json!({
+            "metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "prod"}},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}, {"type": "X", "status": "False"}]},
+            "spec": {"list": [1, 2]}
+        });
+        for (path, expect) in [
+            (".status.phase", vec![json!("Running")]),
+            (".metadata.labels.cluster\\.x-k8s\\.io/cluster-name", vec![json!("prod")]),
+            (".status.conditions[?(@.type==\"Ready\")].status", vec![json!("True")]),
+            (".spec.list[1]", vec![json!(2)]),
+            (".spec.list[*]", vec![json!(1), json!(2)]),
+            (".spec.missing", vec![]),
+        ] {
+            assert_eq!(evaluate(path, &object), expect, "{path}");
+        }
+    }
+
+    #[test]
+    fn integer_columns_count_maps() {
+        let column = PrinterColumn {
+            name: "Data".into(),
+            type_: "integer".into(),
+            format: String::new(),
+            description: String::new(),
+            priority: 0,
+            json_path: ".data".into(),
+        };
+        assert_eq!(cell(&column, &json!({"data": {"a": "1", "b": "2"}})), json!(2));
+        assert_eq!(cell(&column, &json!({})), Value::Null);
+    }
+}

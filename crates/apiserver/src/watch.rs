@@ -1,0 +1,128 @@
+//! Watch: a stream of ADDED / MODIFIED / DELETED / BOOKMARK / ERROR events, resumable from a
+//! resourceVersion, with selectors applied to both the old and the new state of each object.
+
+use std::time::Duration;
+
+use futures::stream::{self, BoxStream, StreamExt};
+use lariat_store::EventKind;
+use serde_json::{Value, json};
+
+use crate::resources::{ListParams, Resources, Scope};
+use crate::status::{ApiError, ApiResult};
+
+#[derive(Clone, Debug)]
+pub struct WatchParams {
+    /// Resume after this revision; `None` (or "0") starts with the current state as ADDED.
+    pub resource_version: Option<i64>,
+    pub list: ListParams,
+    pub bookmarks: bool,
+    /// Send the current state first and then a bookmark marking its end (streaming list).
+    pub send_initial_events: bool,
+    pub timeout: Duration,
+    pub bookmark_interval: Duration,
+}
+
+/// One event on the wire, before it is rendered as JSON (or as a one-row Table).
+#[derive(Clone, Debug)]
+pub struct WatchEvent {
+    pub kind: &'static str,
+    pub object: Value,
+}
+
+impl Resources {
+    pub async fn watch(&self, scope: &Scope, params: WatchParams) -> ApiResult<BoxStream<'static, WatchEvent>> {
+        let prefix = scope.rt.list_prefix(scope.namespace.as_deref());
+        let mut initial = vec![];
+        let start = match params.resource_version {
+            Some(rv) if rv > 0 && !params.send_initial_events => rv,
+            _ => {
+                let listed = self.list(scope, &ListParams { limit: 0, continue_token: None, ..params.list.clone() }).await?;
+                initial = listed.items.into_iter().map(|object| WatchEvent { kind: "ADDED", object }).collect();
+                if params.send_initial_events {
+                    initial.push(bookmark(scope, listed.resource_version, true));
+                }
+                listed.resource_version
+            }
+        };
+        let changes = match self.store.watch(&prefix, start).await {
+            Ok(changes) => changes,
+            Err(lariat_store::Error::Compacted { requested, compacted }) => {
+                let error = ApiError::Gone { message: format!("too old resource version: {requested} ({compacted})") };
+                return Ok(stream::iter(vec![WatchEvent { kind: "ERROR", object: error.to_status() }]).boxed());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let resources = self.clone();
+        let scope_for_events = scope.clone();
+        let selectors = params.list.clone();
+        let events = changes
+            .map(move |change| -> Option<WatchEvent> {
+                let change = match change {
+                    Ok(change) => change,
+                    Err(e) => {
+                        let error: ApiError = e.into();
+                        return Some(WatchEvent { kind: "ERROR", object: error.to_status() });
+                    }
+                };
+                let decode = |kv| resources.decode(&scope_for_events, kv).ok();
+                let matches = |o: &Value| selectors.label_selector.matches_labels(o) && selectors.field_selector.matches_fields(o);
+                let new = decode(&change.kv)?;
+                let old = change.prev.as_ref().and_then(decode);
+                let was = old.as_ref().is_some_and(matches);
+                let is = matches(&new);
+                let kind = match (change.kind, was, is) {
+                    (EventKind::Delete, true, _) | (EventKind::Delete, false, true) => "DELETED",
+                    (EventKind::Put, true, true) => "MODIFIED",
+                    (EventKind::Put, false, true) => "ADDED",
+                    (EventKind::Put, true, false) => "DELETED",
+                    _ => return None,
+                };
+                Some(WatchEvent { kind, object: new })
+            })
+            .filter_map(futures::future::ready);
+
+        let timeout = tokio::time::sleep(params.timeout);
+        let bookmark_scope = scope.clone();
+        let bookmarks = params.bookmarks;
+        let interval = params.bookmark_interval;
+        let live = stream::unfold(
+            (Box::pin(events), Box::pin(timeout), start, false),
+            move |(mut events, mut timeout, mut last, done)| {
+                let scope = bookmark_scope.clone();
+                async move {
+                    if done {
+                        return None;
+                    }
+                    loop {
+                        tokio::select! {
+                            _ = &mut timeout => return None,
+                            event = events.next() => {
+                                let event = event?;
+                                let is_error = event.kind == "ERROR";
+                                if let Some(rv) = event.object["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()) {
+                                    last = rv;
+                                }
+                                return Some((event, (events, timeout, last, is_error)));
+                            }
+                            _ = tokio::time::sleep(interval), if bookmarks => {
+                                return Some((bookmark(&scope, last, false), (events, timeout, last, false)));
+                            }
+                        }
+                    }
+                }
+            },
+        );
+        Ok(stream::iter(initial).chain(live).boxed())
+    }
+}
+
+fn bookmark(scope: &Scope, revision: i64, initial_events_end: bool) -> WatchEvent {
+    let mut metadata = json!({"resourceVersion": revision.to_string()});
+    if initial_events_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    WatchEvent {
+        kind: "BOOKMARK",
+        object: json!({"kind": scope.rt.kind, "apiVersion": scope.rt.api_version(&scope.version), "metadata": metadata}),
+    }
+}

@@ -1,0 +1,125 @@
+//! The `lariat` binary: parses arguments and hands over to the crates that do the work.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use lariat_store::Store;
+
+mod bench;
+
+#[derive(Parser)]
+#[command(name = "lariat", version, about = "Multi-cluster Kubernetes management from one binary")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the management server (Kubernetes-compatible API over HTTPS).
+    Server(ServerArgs),
+    /// Measure the server and print figures.
+    Bench {
+        #[command(subcommand)]
+        what: bench::BenchCommand,
+    },
+}
+
+#[derive(clap::Args)]
+struct ServerArgs {
+    /// Where the store, certificates and kubeconfig live.
+    #[arg(long, default_value = "./lariat-data", env = "LARIAT_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Address to serve HTTPS on.
+    #[arg(long, default_value = "127.0.0.1:6443", env = "LARIAT_LISTEN")]
+    listen: String,
+    /// Extra DNS names or IP addresses for the serving certificate (repeatable).
+    #[arg(long = "tls-san")]
+    tls_san: Vec<String>,
+    /// Use etcd instead of the embedded SQLite store, e.g. http://127.0.0.1:2379.
+    #[arg(long, env = "LARIAT_DATASTORE_ENDPOINT")]
+    datastore_endpoint: Option<String>,
+    /// Key prefix in etcd, so several deployments can share one etcd.
+    #[arg(long, default_value = "/lariat")]
+    datastore_prefix: String,
+    /// Seconds between store compactions (0 disables); one interval of history is kept.
+    #[arg(long, default_value_t = 300)]
+    compaction_interval: u64,
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LARIAT_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Server(args) => server(args).await,
+            Command::Bench { what } => bench::run(what).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+pub async fn open_store(data_dir: &std::path::Path, endpoint: Option<&str>, prefix: &str) -> anyhow::Result<Arc<dyn Store>> {
+    Ok(match endpoint {
+        Some(endpoint) => {
+            let endpoints: Vec<String> = endpoint.split(',').map(|e| e.trim().to_string()).collect();
+            Arc::new(
+                lariat_store::etcd::EtcdStore::connect(&endpoints, prefix)
+                    .await
+                    .with_context(|| format!("cannot reach etcd at {endpoint}: check --datastore-endpoint"))?,
+            )
+        }
+        None => {
+            std::fs::create_dir_all(data_dir)
+                .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
+            let path = data_dir.join("state.db");
+            Arc::new(
+                lariat_store::sqlite::SqliteStore::open(&path)
+                    .with_context(|| format!("cannot open the store at {}", path.display()))?,
+            )
+        }
+    })
+}
+
+async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    let store = open_store(&args.data_dir, args.datastore_endpoint.as_deref(), &args.datastore_prefix).await?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}: is another server running? (--listen)", args.listen))?;
+    let mut config = lariat_apiserver::Config::new(&args.data_dir);
+    config.tls_sans = args.tls_san;
+    config.compaction_interval = Duration::from_secs(args.compaction_interval);
+    let server = lariat_apiserver::Server::start(config, store, listener).await?;
+    eprintln!(
+        "lariat server listening on https://{}; kubeconfig: {}",
+        server.local_addr(),
+        args.data_dir.join("kubeconfig.yaml").display()
+    );
+    server.serve(shutdown_signal()).await?;
+    eprintln!("lariat server stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+    tracing::info!("shutting down");
+}

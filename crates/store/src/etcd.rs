@@ -1,0 +1,631 @@
+//! The etcd backend: lariat's keys under one prefix of a (possibly shared) etcd v3 cluster.
+//!
+//! It speaks etcd's gRPC API through client code generated from `proto/etcd.proto` and checked
+//! in as `etcd/pb.rs`, so that building lariat needs no `protoc` (`codegen/` regenerates it).
+//! Every lariat key `k` is stored as `prefix + k`, so several lariat servers (or tests) can
+//! share one etcd. Revisions are etcd's own, global to the whole etcd, which is what lets
+//! replicas of the API server agree on resource versions. Only plaintext `http://` endpoints
+//! are supported for now.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::{
+    Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Store,
+    WatchStream, prefix_end, range_start,
+};
+
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+#[rustfmt::skip]
+mod pb;
+
+use pb::compare::{CompareResult, CompareTarget, TargetUnion};
+use pb::kv_client::KvClient;
+use pb::watch_client::WatchClient;
+use pb::{request_op, response_op, watch_request};
+
+/// How long a unary request may take before the store reports etcd as unavailable.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A [`Store`] on etcd; cheap to clone (clones share one HTTP/2 connection per endpoint).
+#[derive(Clone)]
+pub struct EtcdStore {
+    kv: KvClient<Channel>,
+    watch: WatchClient<Channel>,
+    prefix: String,
+}
+
+impl EtcdStore {
+    /// Connects to `endpoints` (`http://host:port`, or `host:port`) and checks that etcd
+    /// answers; lariat's keys live under `prefix` (for example `/lariat/`).
+    pub async fn connect(endpoints: &[String], prefix: &str) -> Result<EtcdStore> {
+        if endpoints.is_empty() {
+            return Err(Error::Unavailable("no etcd endpoint given".into()));
+        }
+        let endpoints = endpoints
+            .iter()
+            .map(|endpoint| {
+                let uri = if endpoint.contains("://") {
+                    endpoint.clone()
+                } else {
+                    format!("http://{endpoint}")
+                };
+                Endpoint::from_shared(uri)
+                    .map(|endpoint| {
+                        endpoint
+                            .connect_timeout(Duration::from_secs(5))
+                            .tcp_nodelay(true)
+                            // Keepalives notice a dead etcd even when a watch is quiet. etcd
+                            // rejects pings more often than every 5 s.
+                            .http2_keep_alive_interval(Duration::from_secs(10))
+                            .keep_alive_timeout(Duration::from_secs(5))
+                            .keep_alive_while_idle(true)
+                    })
+                    .map_err(|e| Error::Unavailable(format!("bad etcd endpoint {endpoint}: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let channel = Channel::balance_list(endpoints.into_iter());
+        let store = EtcdStore {
+            kv: KvClient::new(channel.clone()),
+            watch: WatchClient::new(channel),
+            prefix: prefix.to_owned(),
+        };
+        store.current_revision().await?;
+        Ok(store)
+    }
+
+    fn full_key(&self, key: &str) -> Vec<u8> {
+        format!("{}{key}", self.prefix).into_bytes()
+    }
+
+    fn kv(&self, kv: pb::KeyValue) -> Result<KeyValue> {
+        let key = kv
+            .key
+            .strip_prefix(self.prefix.as_bytes())
+            .ok_or_else(|| Error::Internal("etcd returned a key outside the prefix".into()))?;
+        Ok(KeyValue {
+            key: String::from_utf8(key.to_vec())
+                .map_err(|e| Error::Internal(format!("etcd returned a non-UTF-8 key: {e}")))?,
+            value: kv.value,
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+        })
+    }
+
+    fn event(&self, event: pb::Event) -> Result<Event> {
+        let kv = event
+            .kv
+            .ok_or_else(|| Error::Internal("etcd sent an event without a key".into()))?;
+        // etcd leaves out the previous value of a create, and of anything compacted.
+        let first_version = kv.version == 1;
+        let prev = event.prev_kv.map(|prev| self.kv(prev)).transpose()?;
+        let revision = kv.mod_revision;
+        let mut kv = self.kv(kv)?;
+        if event.r#type == pb::event::EventType::Delete as i32 {
+            // etcd's delete event carries only the key; the contract wants the last value.
+            if let Some(prev) = &prev {
+                kv = KeyValue {
+                    mod_revision: revision,
+                    ..prev.clone()
+                };
+            }
+            return Ok(Event {
+                kind: EventKind::Delete,
+                kv,
+                prev,
+            });
+        }
+        Ok(Event {
+            kind: EventKind::Put,
+            kv,
+            prev: if first_version { None } else { prev },
+        })
+    }
+
+    async fn range(&self, request: pb::RangeRequest) -> Result<pb::RangeResponse> {
+        let requested = request.revision;
+        let mut kv = self.kv.clone();
+        match unary(kv.range(request)).await {
+            Err(Failure::Compacted) => Err(self.compacted(requested).await),
+            other => other.map_err(Failure::into_error),
+        }
+    }
+
+    async fn txn(&self, request: pb::TxnRequest) -> Result<pb::TxnResponse> {
+        let mut kv = self.kv.clone();
+        unary(kv.txn(request)).await.map_err(Failure::into_error)
+    }
+
+    /// The `Error::Compacted` for a request at `requested`. etcd's error does not say where the
+    /// history starts, but a watch from revision 1 is told, at the cost of one more request.
+    async fn compacted(&self, requested: Revision) -> Error {
+        let compacted = tokio::time::timeout(Duration::from_secs(5), async {
+            let (mut stream, _requests) = self.open_watch(self.prefix.as_bytes(), &[], 1).await?;
+            while let Some(response) = stream.next().await {
+                let response = response.map_err(|status| Failure::from(status).into_error())?;
+                if response.compact_revision != 0 {
+                    return Ok(response.compact_revision);
+                }
+            }
+            Ok::<_, Error>(0)
+        })
+        .await;
+        Error::Compacted {
+            requested,
+            compacted: compacted.ok().and_then(Result::ok).unwrap_or(0),
+        }
+    }
+
+    /// Opens a watch stream with one watcher; the returned sender must outlive the stream, as
+    /// closing the request side ends the watch.
+    async fn open_watch(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        start_revision: Revision,
+    ) -> Result<(
+        tonic::codec::Streaming<pb::WatchResponse>,
+        mpsc::Sender<pb::WatchRequest>,
+    )> {
+        let (requests, outgoing) = mpsc::channel(1);
+        let create = pb::WatchRequest {
+            request_union: Some(watch_request::RequestUnion::CreateRequest(
+                pb::WatchCreateRequest {
+                    key: key.to_vec(),
+                    range_end: range_end.to_vec(),
+                    start_revision,
+                    prev_kv: true,
+                    ..Default::default()
+                },
+            )),
+        };
+        requests
+            .send(create)
+            .await
+            .map_err(|_| Error::Internal("the watch request channel closed".into()))?;
+        let mut client = self.watch.clone();
+        let mut stream = unary(client.watch(ReceiverStream::new(outgoing)))
+            .await
+            .map_err(Failure::into_error)?;
+        let created = tokio::time::timeout(REQUEST_TIMEOUT, stream.message())
+            .await
+            .map_err(|_| Error::Unavailable("etcd did not confirm the watch".into()))?
+            .map_err(|status| Failure::from(status).into_error())?
+            .ok_or_else(|| Error::Unavailable("etcd closed the watch stream".into()))?;
+        if !created.created || created.canceled {
+            return Err(Error::Internal(format!(
+                "etcd refused the watch: {}",
+                created.cancel_reason
+            )));
+        }
+        Ok((stream, requests))
+    }
+}
+
+/// Why a request failed, before it becomes an [`Error`].
+enum Failure {
+    Compacted,
+    Future(String),
+    Unavailable(String),
+    Other(String),
+}
+
+impl From<tonic::Status> for Failure {
+    fn from(status: tonic::Status) -> Failure {
+        use tonic::Code;
+        let message = status.message();
+        if message.contains("required revision has been compacted") {
+            return Failure::Compacted;
+        }
+        if message.contains("required revision is a future revision") {
+            return Failure::Future(message.to_owned());
+        }
+        match status.code() {
+            Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::Aborted
+            | Code::ResourceExhausted => Failure::Unavailable(message.to_owned()),
+            // tonic reports a connection that cannot be made as `Unknown`.
+            Code::Unknown if message.contains("not ready") || message.contains("transport") => {
+                Failure::Unavailable(message.to_owned())
+            }
+            code => Failure::Other(format!("{message} ({code:?})")),
+        }
+    }
+}
+
+impl Failure {
+    fn into_error(self) -> Error {
+        match self {
+            Failure::Compacted => Error::Compacted {
+                requested: 0,
+                compacted: 0,
+            },
+            Failure::Future(message) | Failure::Other(message) => {
+                Error::Internal(format!("etcd: {message}"))
+            }
+            Failure::Unavailable(message) => Error::Unavailable(format!("etcd: {message}")),
+        }
+    }
+}
+
+async fn unary<T>(
+    call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, Failure> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
+        Err(_) => Err(Failure::Unavailable(format!(
+            "no answer within {REQUEST_TIMEOUT:?}"
+        ))),
+        Ok(Err(status)) => Err(status.into()),
+        Ok(Ok(response)) => Ok(response.into_inner()),
+    }
+}
+
+fn compare(key: &[u8], target: CompareTarget, result: CompareResult, value: TargetUnion) -> pb::Compare {
+    pb::Compare {
+        result: result as i32,
+        target: target as i32,
+        key: key.to_vec(),
+        range_end: Vec::new(),
+        target_union: Some(value),
+    }
+}
+
+/// The key exists (it has a creation revision).
+fn exists(key: &[u8]) -> pb::Compare {
+    compare(
+        key,
+        CompareTarget::Create,
+        CompareResult::Greater,
+        TargetUnion::CreateRevision(0),
+    )
+}
+
+fn get_op(key: &[u8]) -> pb::RequestOp {
+    pb::RequestOp {
+        request: Some(request_op::Request::RequestRange(pb::RangeRequest {
+            key: key.to_vec(),
+            ..Default::default()
+        })),
+    }
+}
+
+fn header_revision(header: Option<&pb::ResponseHeader>) -> Result<Revision> {
+    header
+        .map(|header| header.revision)
+        .ok_or_else(|| Error::Internal("etcd sent a response without a header".into()))
+}
+
+#[async_trait]
+impl Store for EtcdStore {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        let response = self
+            .range(pb::RangeRequest {
+                key: self.full_key(key),
+                ..Default::default()
+            })
+            .await?;
+        response.kvs.into_iter().next().map(|kv| self.kv(kv)).transpose()
+    }
+
+    async fn list(&self, prefix: &str, options: ListOptions) -> Result<ListResult> {
+        let prefix = self.full_key(prefix);
+        let start_after = options.start_after.as_deref().map(|key| self.full_key(key));
+        let response = self
+            .range(pb::RangeRequest {
+                key: range_start(&prefix, start_after.as_deref()),
+                range_end: prefix_end(&prefix),
+                limit: i64::try_from(options.limit).unwrap_or(i64::MAX),
+                revision: options.revision,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| match e {
+                Error::Compacted { compacted, .. } => Error::Compacted {
+                    requested: options.revision,
+                    compacted,
+                },
+                e => e,
+            })?;
+        let revision = match options.revision {
+            0 => header_revision(response.header.as_ref())?,
+            revision => revision,
+        };
+        Ok(ListResult {
+            items: response
+                .kvs
+                .into_iter()
+                .map(|kv| self.kv(kv))
+                .collect::<Result<_>>()?,
+            revision,
+            more: response.more,
+        })
+    }
+
+    async fn count(&self, prefix: &str) -> Result<i64> {
+        let prefix = self.full_key(prefix);
+        let response = self
+            .range(pb::RangeRequest {
+                range_end: prefix_end(&prefix),
+                key: prefix,
+                count_only: true,
+                ..Default::default()
+            })
+            .await?;
+        Ok(response.count)
+    }
+
+    async fn create(&self, key: &str, value: Vec<u8>) -> Result<KeyValue> {
+        let full = self.full_key(key);
+        let response = self
+            .txn(pb::TxnRequest {
+                compare: vec![compare(
+                    &full,
+                    CompareTarget::Create,
+                    CompareResult::Equal,
+                    TargetUnion::CreateRevision(0),
+                )],
+                success: vec![pb::RequestOp {
+                    request: Some(request_op::Request::RequestPut(pb::PutRequest {
+                        key: full,
+                        value: value.clone(),
+                        ..Default::default()
+                    })),
+                }],
+                failure: Vec::new(),
+            })
+            .await?;
+        if !response.succeeded {
+            return Err(Error::AlreadyExists(key.to_owned()));
+        }
+        let revision = header_revision(response.header.as_ref())?;
+        Ok(KeyValue {
+            key: key.to_owned(),
+            value,
+            create_revision: revision,
+            mod_revision: revision,
+        })
+    }
+
+    async fn update(&self, key: &str, value: Vec<u8>, expected: Revision) -> Result<KeyValue> {
+        let full = self.full_key(key);
+        let response = self
+            .txn(pb::TxnRequest {
+                // Without the existence test, `expected == 0` would match a missing key and
+                // the put would create it.
+                compare: vec![
+                    exists(&full),
+                    compare(
+                        &full,
+                        CompareTarget::Mod,
+                        CompareResult::Equal,
+                        TargetUnion::ModRevision(expected),
+                    ),
+                ],
+                success: vec![pb::RequestOp {
+                    request: Some(request_op::Request::RequestPut(pb::PutRequest {
+                        key: full.clone(),
+                        value: value.clone(),
+                        prev_kv: true,
+                        ..Default::default()
+                    })),
+                }],
+                failure: vec![get_op(&full)],
+            })
+            .await?;
+        if !response.succeeded {
+            return Err(self.refused(key, expected, response)?);
+        }
+        let revision = header_revision(response.header.as_ref())?;
+        let create_revision = match response.responses.into_iter().next() {
+            Some(pb::ResponseOp {
+                response: Some(response_op::Response::ResponsePut(put)),
+            }) => put.prev_kv.map(|prev| prev.create_revision),
+            _ => None,
+        }
+        .ok_or_else(|| Error::Internal("etcd did not return the updated key".into()))?;
+        Ok(KeyValue {
+            key: key.to_owned(),
+            value,
+            create_revision,
+            mod_revision: revision,
+        })
+    }
+
+    async fn delete(&self, key: &str, expected: Revision) -> Result<KeyValue> {
+        let full = self.full_key(key);
+        let mut conditions = vec![exists(&full)];
+        if expected != 0 {
+            conditions.push(compare(
+                &full,
+                CompareTarget::Mod,
+                CompareResult::Equal,
+                TargetUnion::ModRevision(expected),
+            ));
+        }
+        let response = self
+            .txn(pb::TxnRequest {
+                compare: conditions,
+                success: vec![pb::RequestOp {
+                    request: Some(request_op::Request::RequestDeleteRange(
+                        pb::DeleteRangeRequest {
+                            key: full.clone(),
+                            prev_kv: true,
+                            ..Default::default()
+                        },
+                    )),
+                }],
+                failure: vec![get_op(&full)],
+            })
+            .await?;
+        if !response.succeeded {
+            return Err(self.refused(key, expected, response)?);
+        }
+        let revision = header_revision(response.header.as_ref())?;
+        let prev = match response.responses.into_iter().next() {
+            Some(pb::ResponseOp {
+                response: Some(response_op::Response::ResponseDeleteRange(deleted)),
+            }) => deleted.prev_kvs.into_iter().next(),
+            _ => None,
+        }
+        .ok_or_else(|| Error::Internal("etcd did not return the deleted key".into()))?;
+        Ok(KeyValue {
+            mod_revision: revision,
+            ..self.kv(prev)?
+        })
+    }
+
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream> {
+        let prefix = self.full_key(prefix);
+        // etcd would accept a watch from `after + 1` when only `after` itself is compacted;
+        // reading at `after` first makes etcd refuse exactly what the SQLite store refuses
+        // (anything below the compaction point), and refuse it from this call.
+        let check = self
+            .range(pb::RangeRequest {
+                key: prefix.clone(),
+                range_end: prefix_end(&prefix),
+                revision: after.max(1),
+                count_only: true,
+                ..Default::default()
+            })
+            .await;
+        match check {
+            Err(Error::Compacted { compacted, .. }) => {
+                return Err(Error::Compacted {
+                    requested: after,
+                    compacted,
+                });
+            }
+            // A future `after` is fine: the watch waits for it.
+            Err(Error::Internal(message)) if message.contains("future revision") => {}
+            Err(e) => return Err(e),
+            Ok(_) => {}
+        }
+        let (responses, requests) = self
+            .open_watch(&prefix, &prefix_end(&prefix), after + 1)
+            .await?;
+        let state = WatchState {
+            store: self.clone(),
+            responses,
+            _requests: requests,
+            pending: std::collections::VecDeque::new(),
+            last: after,
+            done: false,
+        };
+        Ok(futures::stream::unfold(state, |mut state| async move {
+            let item = state.next().await?;
+            Some((item, state))
+        })
+        .boxed())
+    }
+
+    async fn current_revision(&self) -> Result<Revision> {
+        let response = self
+            .range(pb::RangeRequest {
+                key: self.prefix.as_bytes().to_vec(),
+                count_only: true,
+                ..Default::default()
+            })
+            .await?;
+        header_revision(response.header.as_ref())
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        let mut kv = self.kv.clone();
+        match unary(kv.compact(pb::CompactionRequest {
+            revision,
+            physical: false,
+        }))
+        .await
+        {
+            // Compacting below the compaction point is a no-op, as in the SQLite store.
+            Ok(_) | Err(Failure::Compacted) => Ok(()),
+            Err(failure) => Err(failure.into_error()),
+        }
+    }
+}
+
+impl EtcdStore {
+    /// The error for a conditional write whose comparison failed; the failure branch read the
+    /// key.
+    fn refused(&self, key: &str, expected: Revision, response: pb::TxnResponse) -> Result<Error> {
+        let current = match response.responses.into_iter().next() {
+            Some(pb::ResponseOp {
+                response: Some(response_op::Response::ResponseRange(range)),
+            }) => range.kvs.into_iter().next(),
+            _ => None,
+        };
+        Ok(match current {
+            None => Error::NotFound(key.to_owned()),
+            Some(kv) => Error::Conflict {
+                key: key.to_owned(),
+                expected,
+                current: Some(self.kv(kv)?),
+            },
+        })
+    }
+}
+
+struct WatchState {
+    store: EtcdStore,
+    responses: tonic::codec::Streaming<pb::WatchResponse>,
+    /// Held so the request side stays open: etcd ends a watch whose client stops sending.
+    _requests: mpsc::Sender<pb::WatchRequest>,
+    pending: std::collections::VecDeque<Event>,
+    last: Revision,
+    done: bool,
+}
+
+impl WatchState {
+    async fn next(&mut self) -> Option<Result<Event>> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(Ok(event));
+            }
+            if self.done {
+                return None;
+            }
+            self.done = true;
+            let response = match self.responses.message().await {
+                Ok(Some(response)) => response,
+                Ok(None) => return Some(Err(Error::Unavailable("etcd ended the watch".into()))),
+                Err(status) => return Some(Err(Failure::from(status).into_error())),
+            };
+            if response.compact_revision != 0 {
+                return Some(Err(Error::Compacted {
+                    requested: self.last,
+                    compacted: response.compact_revision,
+                }));
+            }
+            if response.canceled {
+                return Some(Err(Error::Unavailable(format!(
+                    "etcd canceled the watch: {}",
+                    response.cancel_reason
+                ))));
+            }
+            self.done = false;
+            for event in response.events {
+                match self.store.event(event) {
+                    // etcd delivers each revision once; the check keeps a misbehaving server
+                    // from breaking the contract silently.
+                    Ok(event) if event.revision() > self.last => {
+                        self.last = event.revision();
+                        self.pending.push_back(event);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        self.done = true;
+                        self.pending.clear();
+                        return Some(Err(e));
+                    }
+                }
+            }
+        }
+    }
+}

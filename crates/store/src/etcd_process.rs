@@ -1,0 +1,255 @@
+//! A throwaway single-member etcd on loopback ports, for the tests of any crate.
+//!
+//! It runs the `etcd` binary of Debian's `etcd-server` package (etcd 3.4), or the one named
+//! by `LARIAT_ETCD`, with a fresh data directory, and kills it when dropped. A missing binary
+//! is an error that says how to install it: tests that need etcd fail rather than skip.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long etcd may take to elect itself and answer `/health`.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "the etcd binary was not found ({0}); install it with `apt-get install -y etcd-server` \
+         (or point LARIAT_ETCD at one)"
+    )]
+    NotInstalled(String),
+    #[error("cannot prepare etcd's directory {path}")]
+    PrepareDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot pick free loopback ports")]
+    PickPorts(#[source] std::io::Error),
+    #[error("cannot start {binary}")]
+    Spawn {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("etcd exited while starting ({status}); its log ends with:\n{log}")]
+    Exited { status: String, log: String },
+    #[error("etcd was not healthy within {timeout:?}; its log ends with:\n{log}")]
+    Unhealthy { timeout: Duration, log: String },
+}
+
+/// A running etcd, killed (and its data removed) on drop.
+pub struct EtcdProcess {
+    child: Child,
+    endpoint: String,
+    dir: PathBuf,
+}
+
+impl EtcdProcess {
+    /// Starts etcd from `LARIAT_ETCD` or the `PATH` and waits until it is healthy.
+    pub fn start() -> Result<EtcdProcess, Error> {
+        EtcdProcess::start_binary(&find_binary()?)
+    }
+
+    /// Starts the given etcd binary and waits until it is healthy.
+    pub fn start_binary(binary: &Path) -> Result<EtcdProcess, Error> {
+        if !binary.is_file() {
+            return Err(Error::NotInstalled(format!(
+                "{} does not exist",
+                binary.display()
+            )));
+        }
+        // Ports are picked by binding port 0 and released before etcd binds them, so another
+        // process can take one in between; etcd then exits and a retry picks new ones.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match EtcdProcess::try_start(binary) {
+                Err(Error::Exited { log, .. }) if attempt < 3 && log.contains("address already in use") => {
+                    continue;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// The client URL, `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        self.endpoint.clone()
+    }
+
+    /// The client URLs, as [`crate::etcd::EtcdStore::connect`] takes them.
+    pub fn endpoints(&self) -> Vec<String> {
+        vec![self.endpoint.clone()]
+    }
+
+    fn try_start(binary: &Path) -> Result<EtcdProcess, Error> {
+        let dir = unique_dir()?;
+        let [client, peer] = free_ports()?;
+        let endpoint = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let log_path = dir.join("etcd.log");
+        let log = File::create(&log_path).map_err(|source| Error::PrepareDir {
+            path: log_path.clone(),
+            source,
+        })?;
+        let log_err = log.try_clone().map_err(|source| Error::PrepareDir {
+            path: log_path.clone(),
+            source,
+        })?;
+        let data_dir = dir.join("data");
+        let child = Command::new(binary)
+            .args(["--name", "lariat-test"])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(["--listen-client-urls", &endpoint])
+            .args(["--advertise-client-urls", &endpoint])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("lariat-test={peer_url}")])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn"])
+            // etcd 3.4 refuses to run on architectures other than amd64 and ppc64le unless
+            // this names the architecture (arm64 on a Raspberry Pi or a Graviton, say).
+            .env("ETCD_UNSUPPORTED_ARCH", go_arch())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .map_err(|source| Error::Spawn {
+                binary: binary.to_path_buf(),
+                source,
+            })?;
+        let mut process = EtcdProcess {
+            child,
+            endpoint,
+            dir,
+        };
+        process.wait_healthy(client, &log_path)?;
+        Ok(process)
+    }
+
+    fn wait_healthy(&mut self, port: u16, log_path: &Path) -> Result<(), Error> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(Error::Exited {
+                    status: status.to_string(),
+                    log: log_tail(log_path),
+                });
+            }
+            if healthy(port) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Unhealthy {
+                    timeout: START_TIMEOUT,
+                    log: log_tail(log_path),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn find_binary() -> Result<PathBuf, Error> {
+    if let Some(binary) = std::env::var_os("LARIAT_ETCD") {
+        return Ok(PathBuf::from(binary));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("etcd"))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| Error::NotInstalled("no `etcd` on the PATH".into()))
+}
+
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "powerpc64" => "ppc64le",
+        "s390x" => "s390x",
+        other => other,
+    }
+}
+
+fn unique_dir() -> Result<PathBuf, Error> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.subsec_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!(
+        "lariat-etcd-{}-{}-{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|source| Error::PrepareDir {
+        path: dir.clone(),
+        source,
+    })?;
+    Ok(dir)
+}
+
+fn free_ports() -> Result<[u16; 2], Error> {
+    // Both listeners are held at once so the two ports differ.
+    let bind = || TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
+    let (first, second) = (
+        bind().map_err(Error::PickPorts)?,
+        bind().map_err(Error::PickPorts)?,
+    );
+    Ok([
+        first.local_addr().map_err(Error::PickPorts)?.port(),
+        second.local_addr().map_err(Error::PickPorts)?.port(),
+    ])
+}
+
+/// etcd answers `/health` with `"health":"true"` once it has a leader and serves requests.
+fn healthy(port: u16) -> bool {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&address, Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.contains("\"health\":\"true\"")
+}
+
+fn log_tail(path: &Path) -> String {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_binary_says_how_to_install_etcd() {
+        let error = EtcdProcess::start_binary(Path::new("/nonexistent/etcd"))
+            .err()
+            .expect("a missing binary cannot start");
+        assert!(
+            error.to_string().contains("apt-get install -y etcd-server"),
+            "{error}"
+        );
+    }
+}
