@@ -49,8 +49,10 @@ const OMITTED: &[&str] = &[
     ".metadata",
 ];
 
-/// Validation keywords lariat may declare; where it does, the value must equal upstream's.
+/// Validation and list/map keywords; each must be absent on both sides or equal.
 const VALIDATIONS: &[&str] = &[
+    "default",
+    "minProperties",
     "minLength",
     "maxLength",
     "pattern",
@@ -149,6 +151,23 @@ fn compare(path: &str, ours: &Value, theirs: &Value, problems: &mut Vec<String>)
                 ours.get(key).unwrap_or(&Value::Null)
             ));
         }
+    }
+
+    // CEL rules compare by their expressions; the messages are lariat's own words.
+    let rules = |node: &Value| -> Vec<Value> {
+        node["x-kubernetes-validations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| r["rule"].clone())
+            .collect()
+    };
+    if rules(ours) != rules(theirs) {
+        problems.push(format!(
+            "{path}: CEL rules are {:?} upstream but {:?} in lariat",
+            rules(theirs),
+            rules(ours)
+        ));
     }
 
     let empty = serde_json::Map::new();
@@ -468,6 +487,17 @@ fn the_walker_notices_differences() {
                 ["maxLength"] = json!(5)
         },
         ".status.addresses[].address: maxLength is 256 upstream but 5 in lariat",
+    );
+    check(
+        |s| {
+            let name = &mut s["properties"]["spec"]["properties"]["clusterName"];
+            name.as_object_mut().unwrap().remove("maxLength");
+        },
+        ".spec.clusterName: maxLength is 63 upstream but null in lariat",
+    );
+    check(
+        |s| s["properties"]["spec"]["properties"]["version"]["default"] = json!("v1.30.0"),
+        ".spec.version: default is null upstream",
     );
     check(
         |s| {

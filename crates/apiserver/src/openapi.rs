@@ -45,6 +45,47 @@ fn object_meta() -> Value {
     })
 }
 
+/// Operations on each resource path, tagged with the kind they serve, as kube-apiserver
+/// publishes them. kubectl reads them: `explain` to map a resource to its schema, and apply to
+/// learn that the server validates fields itself (the `fieldValidation` parameter on PATCH).
+fn paths(registry: &Registry, group: &str, version: &str) -> Map<String, Value> {
+    let mut paths = Map::new();
+    let root = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
+    for rt in registry.all().iter().filter(|rt| rt.group == group && rt.version(version).is_some()) {
+        let gvk = json!({"group": group, "version": version, "kind": rt.kind});
+        let reference = json!({"$ref": format!("#/components/schemas/{}", definition_name(group, version, &rt.kind))});
+        let body = json!({"content": {"application/json": {"schema": reference}}});
+        let query = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string"}, "uniqueItems": true});
+        let write_params = json!([query("dryRun"), query("fieldManager"), query("fieldValidation")]);
+        let mut patch_params = write_params.clone();
+        patch_params.as_array_mut().expect("array").push(query("force"));
+        let operation = |action: &str, params: &Value| {
+            json!({
+                "x-kubernetes-action": action,
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": params,
+                "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": reference}}}},
+            })
+        };
+        let collection = if rt.namespaced { format!("{root}/namespaces/{{namespace}}/{}", rt.plural) } else { format!("{root}/{}", rt.plural) };
+        let mut create = operation("post", &write_params);
+        create["requestBody"] = body.clone();
+        paths.insert(collection.clone(), json!({"get": operation("list", &json!([])), "post": create}));
+        let mut replace = operation("put", &write_params);
+        replace["requestBody"] = body.clone();
+        paths.insert(
+            format!("{collection}/{{name}}"),
+            json!({
+                "get": operation("get", &json!([])),
+                "put": replace,
+                "patch": operation("patch", &patch_params),
+                "delete": operation("delete", &json!([query("dryRun")])),
+            }),
+        );
+    }
+    paths
+}
+
 pub fn v3_document(registry: &Registry, group: &str, version: &str) -> Option<Value> {
     let schemas = schemas(registry, group, version);
     if schemas.is_empty() {
@@ -53,7 +94,7 @@ pub fn v3_document(registry: &Registry, group: &str, version: &str) -> Option<Va
     Some(json!({
         "openapi": "3.0.0",
         "info": {"title": "lariat", "version": env!("CARGO_PKG_VERSION")},
-        "paths": {},
+        "paths": paths(registry, group, version),
         "components": {"schemas": schemas},
     }))
 }

@@ -92,10 +92,40 @@ fn cell(column: &PrinterColumn, object: &Value) -> Value {
     match (column.type_.as_str(), &value) {
         ("integer", Value::Object(map)) => json!(map.len()),
         ("integer", Value::Array(list)) if found_is_collection(&column.json_path) => json!(list.len()),
+        ("date", Value::String(text)) => match chrono::DateTime::parse_from_rfc3339(text) {
+            Ok(at) => json!(human_duration(chrono::Utc::now().signed_duration_since(at))),
+            Err(_) => value,
+        },
         ("string", Value::String(_)) | ("date", _) => value,
         ("string", Value::Array(items)) => json!(items.iter().map(render).collect::<Vec<_>>().join(",")),
         ("string", other) => json!(render(other)),
         _ => value,
+    }
+}
+
+/// Ages as kubectl shows them (`45s`, `3m12s`, `5h`, `2d3h`), computed by the server as
+/// kube-apiserver does for `date` columns.
+pub fn human_duration(d: chrono::TimeDelta) -> String {
+    if d < chrono::TimeDelta::seconds(-1) {
+        return "<invalid>".into();
+    }
+    let seconds = d.num_seconds().max(0);
+    let minutes = seconds / 60;
+    let hours = seconds / 3600;
+    match () {
+        _ if seconds < 120 => format!("{seconds}s"),
+        _ if minutes < 10 && seconds % 60 == 0 => format!("{minutes}m"),
+        _ if minutes < 10 => format!("{minutes}m{}s", seconds % 60),
+        _ if minutes < 180 => format!("{minutes}m"),
+        _ if hours < 8 && minutes % 60 == 0 => format!("{hours}h"),
+        _ if hours < 8 => format!("{hours}h{}m", minutes % 60),
+        _ if hours < 48 => format!("{hours}h"),
+        _ if hours < 24 * 8 && hours % 24 == 0 => format!("{}d", hours / 24),
+        _ if hours < 24 * 8 => format!("{}d{}h", hours / 24, hours % 24),
+        _ if hours < 24 * 365 * 2 => format!("{}d", hours / 24),
+        _ if hours < 24 * 365 * 8 && (hours / 24) % 365 == 0 => format!("{}y", hours / 24 / 365),
+        _ if hours < 24 * 365 * 8 => format!("{}y{}d", hours / 24 / 365, (hours / 24) % 365),
+        _ => format!("{}y", hours / 24 / 365),
     }
 }
 
@@ -220,6 +250,13 @@ mod tests {
             (".spec.missing", vec![]),
         ] {
             assert_eq!(evaluate(path, &object), expect, "{path}");
+        }
+    }
+
+    #[test]
+    fn ages_read_like_kubectl() {
+        for (seconds, expect) in [(5, "5s"), (119, "119s"), (192, "3m12s"), (600, "10m"), (3 * 3600 + 60, "3h1m"), (50 * 3600, "2d2h"), (400 * 86400, "400d")] {
+            assert_eq!(human_duration(chrono::TimeDelta::seconds(seconds)), expect);
         }
     }
 

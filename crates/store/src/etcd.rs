@@ -231,8 +231,13 @@ impl From<tonic::Status> for Failure {
             | Code::Cancelled
             | Code::Aborted
             | Code::ResourceExhausted => Failure::Unavailable(message.to_owned()),
-            // tonic reports a connection that cannot be made as `Unknown`.
-            Code::Unknown if message.contains("not ready") || message.contains("transport") => {
+            // tonic reports a connection that cannot be made, or one lost mid-stream, as
+            // `Unknown`; etcd itself uses that code only for errors it has no code for.
+            Code::Unknown
+                if ["not ready", "transport", "connection", "body", "broken pipe", "reset"]
+                    .iter()
+                    .any(|hint| message.contains(hint)) =>
+            {
                 Failure::Unavailable(message.to_owned())
             }
             code => Failure::Other(format!("{message} ({code:?})")),

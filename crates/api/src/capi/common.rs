@@ -182,12 +182,16 @@ pub struct UnhealthyCondition {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UnhealthyMachineCondition {
-    /// The Machine condition type.
+    /// The Machine condition type; not one of the conditions the health check itself drives.
     #[serde(rename = "type")]
     #[schemars(
         length(min = 1, max = 316),
         pattern(crate::schema::CONDITION_TYPE_PATTERN)
     )]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "!(self in ['Ready','Available','HealthCheckSucceeded','OwnerRemediated','ExternallyRemediated'])",
+        "message": "a health check cannot watch Ready, Available, HealthCheckSucceeded, OwnerRemediated or ExternallyRemediated",
+    }]))]
     pub type_: String,
     /// The status that counts as unhealthy.
     pub status: ConditionStatus,

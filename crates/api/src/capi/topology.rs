@@ -192,6 +192,7 @@ pub struct MachinePoolTopology {
 /// When the Machines of part of a topology are rolled out.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct TopologyRollout {
     /// Replace every Machine created before this time.
     #[serde(skip_serializing_if = "Option::is_none")]
