@@ -505,6 +505,7 @@ async fn read_body(body: Body, headers: &HeaderMap, allow_empty: bool) -> ApiRes
         "application/json" | "" => {
             serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
         }
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(&bytes),
         "application/yaml" => {
             serde_yaml_ng::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))
         }

@@ -24,6 +24,7 @@ pub mod objects;
 pub mod openapi;
 pub mod patch;
 pub mod pki;
+pub mod protobuf;
 pub mod registry;
 pub mod resources;
 pub mod scale;

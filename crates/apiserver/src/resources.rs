@@ -197,7 +197,7 @@ impl Resources {
             Err(e) => return Err(e.into()),
         };
         let object = self.decode(scope, &kv)?;
-        self.after_write(scope, None, Some(&object));
+        self.after_write(scope, None, Some(&object)).await?;
         Ok(Written { object, created: true, warnings })
     }
 
@@ -354,7 +354,7 @@ impl Resources {
             if deletion_complete(&object) {
                 return match self.store.delete(&key, kv.mod_revision).await {
                     Ok(_) => {
-                        self.after_write(scope, Some(&current), None);
+                        self.after_write(scope, Some(&current), None).await?;
                         Ok(Written { object, created: false, warnings })
                     }
                     Err(lariat_store::Error::Conflict { .. }) if requested_rv.is_none() => continue,
@@ -366,7 +366,7 @@ impl Resources {
             match self.store.update(&key, Self::encode(&object)?, kv.mod_revision).await {
                 Ok(kv) => {
                     let object = self.decode(scope, &kv)?;
-                    self.after_write(scope, Some(&current), Some(&object));
+                    self.after_write(scope, Some(&current), Some(&object)).await?;
                     return Ok(Written { object, created: false, warnings });
                 }
                 Err(lariat_store::Error::Conflict { .. }) if requested_rv.is_none() => continue,
@@ -610,12 +610,33 @@ impl Resources {
     }
 
     /// Keeps in-memory state that mirrors stored objects (served CRDs) in step with writes.
-    fn after_write(&self, scope: &Scope, _old: Option<&Value>, new: Option<&Value>) {
-        if scope.rt.group == "apiextensions.k8s.io" && scope.rt.plural == "customresourcedefinitions" {
-            if let Some(crd) = new {
-                self.register_crd(crd);
+    async fn after_write(&self, scope: &Scope, old: Option<&Value>, new: Option<&Value>) -> ApiResult<()> {
+        if scope.rt.group != "apiextensions.k8s.io" || scope.rt.plural != "customresourcedefinitions" {
+            return Ok(());
+        }
+        match (old, new) {
+            (_, Some(crd)) => self.register_crd(crd),
+            (Some(crd), None) => self.unregister_crd(crd).await?,
+            (None, None) => {}
+        }
+        Ok(())
+    }
+
+    /// Stops serving a deleted CRD's kind and deletes its objects, as Kubernetes does.
+    async fn unregister_crd(&self, crd: &Value) -> ApiResult<()> {
+        let Ok(rt) = ResourceType::from_crd(crd, Origin::Custom) else { return Ok(()) };
+        if self.registry.get(&rt.group, &rt.plural).is_some_and(|e| e.origin != Origin::Custom) {
+            return Ok(());
+        }
+        self.registry.remove(&rt.group, &rt.plural);
+        let listed = self.store.list(&rt.key_prefix(), ListOptions::default()).await?;
+        for kv in listed.items {
+            match self.store.delete(&kv.key, 0).await {
+                Ok(_) | Err(lariat_store::Error::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
             }
         }
+        Ok(())
     }
 
     /// Serves (or re-serves) a stored CRD's kind.
@@ -670,7 +691,7 @@ impl Resources {
             if finalizers.is_empty() && !namespace_pending {
                 return match self.store.delete(&key, kv.mod_revision).await {
                     Ok(_) => {
-                        self.after_write(scope, Some(&object), None);
+                        self.after_write(scope, Some(&object), None).await?;
                         Ok((object, true))
                     }
                     Err(lariat_store::Error::Conflict { .. }) => continue,

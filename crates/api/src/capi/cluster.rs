@@ -14,6 +14,9 @@ use super::topology::Topology;
 pub const CLUSTER_FINALIZER: &str = "cluster.cluster.x-k8s.io";
 
 /// The desired state of a Cluster.
+// Each printcolumn(...) repeats keys such as `type_ = "string"`, which clippy mistakes for
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "cluster.x-k8s.io",
@@ -73,7 +76,10 @@ pub struct ClusterSpec {
     pub topology: Option<Topology>,
     /// Extra conditions that must hold before the Cluster counts as available.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["conditionType"]))]
+    #[schemars(
+        length(max = 32),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["conditionType"])
+    )]
     pub availability_gates: Option<Vec<ClusterAvailabilityGate>>,
 }
 
@@ -196,7 +202,10 @@ pub struct FailureDomainSpec {
 pub struct ClusterV1Beta2Status {
     /// Conditions in the Kubernetes-standard shape.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(
+        length(max = 32),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"])
+    )]
     pub conditions: Option<Vec<MetaCondition>>,
     /// Replica counts of the control plane.
     #[serde(skip_serializing_if = "Option::is_none")]

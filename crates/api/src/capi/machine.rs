@@ -13,6 +13,9 @@ use super::conditions::{Condition, MetaCondition};
 pub const MACHINE_FINALIZER: &str = "machine.cluster.x-k8s.io";
 
 /// The desired state of a Machine.
+// Each printcolumn(...) repeats keys such as `type_ = "string"`, which clippy mistakes for
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "cluster.x-k8s.io",
@@ -85,7 +88,10 @@ pub struct MachineSpec {
     pub failure_domain: Option<String>,
     /// Extra conditions that must hold before the Machine counts as ready.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["conditionType"]))]
+    #[schemars(
+        length(max = 32),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["conditionType"])
+    )]
     pub readiness_gates: Option<Vec<MachineReadinessGate>>,
     /// Longest time to spend draining the Node on deletion; unset or `0s` means no limit.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -98,7 +104,10 @@ pub struct MachineSpec {
     pub node_deletion_timeout: Option<Duration>,
     /// Taints CAPI keeps on the Node.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key", "effect"]))]
+    #[schemars(
+        length(min = 1, max = 64),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key", "effect"])
+    )]
     pub taints: Option<Vec<MachineTaint>>,
 }
 
@@ -289,6 +298,9 @@ pub struct MachineDeletionStatus {
 pub struct MachineV1Beta2Status {
     /// Conditions in the Kubernetes-standard shape.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(
+        length(max = 32),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"])
+    )]
     pub conditions: Option<Vec<MetaCondition>>,
 }

@@ -11,6 +11,9 @@ use super::conditions::Condition;
 use super::machine_set::{MachineSetDeletePolicy, ReplicasV1Beta2Status};
 
 /// The desired state of a MachineDeployment.
+// Each printcolumn(...) repeats keys such as `type_ = "string"`, which clippy mistakes for
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "cluster.x-k8s.io",
@@ -206,7 +209,10 @@ pub struct MachineDeploymentStatus {
     pub conditions: Option<Vec<Condition>>,
     /// The Kubernetes versions the Machines run, with their counts.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 100), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["version"]))]
+    #[schemars(
+        length(min = 1, max = 100),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["version"])
+    )]
     pub versions: Option<Vec<StatusVersion>>,
     /// Status fields CAPI already writes in their `v1beta2` shape.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -11,6 +11,9 @@ use super::common::{ObjectReference, UnhealthyCondition, UnhealthyMachineConditi
 use super::conditions::{Condition, MetaCondition};
 
 /// The desired state of a MachineHealthCheck.
+// Each printcolumn(...) repeats keys such as `type_ = "string"`, which clippy mistakes for
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "cluster.x-k8s.io",
@@ -127,6 +130,9 @@ pub struct MachineHealthCheckStatus {
 pub struct MachineHealthCheckV1Beta2Status {
     /// Conditions in the Kubernetes-standard shape.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(
+        length(max = 32),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"])
+    )]
     pub conditions: Option<Vec<MetaCondition>>,
 }

@@ -9,6 +9,9 @@ use super::common::{MachineNamingStrategy, MachineTemplateSpec, StatusVersion};
 use super::conditions::{Condition, MetaCondition};
 
 /// The desired state of a MachineSet.
+// Each printcolumn(...) repeats keys such as `type_ = "string"`, which clippy mistakes for
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "cluster.x-k8s.io",
@@ -141,7 +144,10 @@ pub struct MachineSetStatus {
     pub conditions: Option<Vec<Condition>>,
     /// The Kubernetes versions the Machines run, with their counts.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 100), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["version"]))]
+    #[schemars(
+        length(min = 1, max = 100),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["version"])
+    )]
     pub versions: Option<Vec<StatusVersion>>,
     /// Status fields CAPI already writes in their `v1beta2` shape.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -154,7 +160,10 @@ pub struct MachineSetStatus {
 pub struct ReplicasV1Beta2Status {
     /// Conditions in the Kubernetes-standard shape.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(
+        length(max = 32),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"])
+    )]
     pub conditions: Option<Vec<MetaCondition>>,
     /// How many Machines are ready (`Ready` condition `True`).
     #[serde(skip_serializing_if = "Option::is_none")]

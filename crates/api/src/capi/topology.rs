@@ -38,7 +38,10 @@ pub struct Topology {
     pub workers: Option<WorkersTopology>,
     /// Values for the variables the ClusterClass declares.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 1000), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(
+        length(max = 1000),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"])
+    )]
     pub variables: Option<Vec<ClusterVariable>>,
 }
 
@@ -69,11 +72,17 @@ pub struct ControlPlaneTopology {
     pub node_deletion_timeout: Option<Duration>,
     /// Extra conditions for the control plane's Machines to count as ready.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["conditionType"]))]
+    #[schemars(
+        length(max = 32),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["conditionType"])
+    )]
     pub readiness_gates: Option<Vec<MachineReadinessGate>>,
     /// Taints CAPI keeps on the control plane's Nodes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key", "effect"]))]
+    #[schemars(
+        length(min = 1, max = 64),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key", "effect"])
+    )]
     pub taints: Option<Vec<MachineTaint>>,
     /// Variable values that apply only to the control plane.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -86,11 +95,17 @@ pub struct ControlPlaneTopology {
 pub struct WorkersTopology {
     /// The MachineDeployments to create.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 2000), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(
+        length(max = 2000),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"])
+    )]
     pub machine_deployments: Option<Vec<MachineDeploymentTopology>>,
     /// The MachinePools to create.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 2000), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(
+        length(max = 2000),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"])
+    )]
     pub machine_pools: Option<Vec<MachinePoolTopology>>,
 }
 
@@ -134,14 +149,20 @@ pub struct MachineDeploymentTopology {
     pub min_ready_seconds: Option<i32>,
     /// Extra conditions for the Machines to count as ready.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["conditionType"]))]
+    #[schemars(
+        length(max = 32),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["conditionType"])
+    )]
     pub readiness_gates: Option<Vec<MachineReadinessGate>>,
     /// How old Machines are replaced by new ones.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub strategy: Option<MachineDeploymentStrategy>,
     /// Taints CAPI keeps on the Nodes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key", "effect"]))]
+    #[schemars(
+        length(min = 1, max = 64),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key", "effect"])
+    )]
     pub taints: Option<Vec<MachineTaint>>,
     /// Variable values that apply only to this MachineDeployment.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -182,7 +203,10 @@ pub struct MachinePoolTopology {
     pub replicas: Option<i32>,
     /// Taints CAPI keeps on the Nodes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key", "effect"]))]
+    #[schemars(
+        length(min = 1, max = 64),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key", "effect"])
+    )]
     pub taints: Option<Vec<MachineTaint>>,
     /// Variable values that apply only to this MachinePool.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -257,6 +281,9 @@ pub struct ClusterVariable {
 pub struct VariableOverrides {
     /// The overriding values.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 1000), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(
+        length(max = 1000),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"])
+    )]
     pub overrides: Option<Vec<ClusterVariable>>,
 }

@@ -1,0 +1,246 @@
+//! Kubernetes' protobuf encoding for the core kinds clients create with typed clientsets.
+//!
+//! client-go's typed clients (and so `kubectl create namespace|configmap|secret`) send
+//! `application/vnd.kubernetes.protobuf` bodies. lariat decodes those few messages into the
+//! JSON form everything else uses; responses stay JSON, which every client accepts.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use prost::Message;
+use serde_json::{Map, Value, json};
+
+use crate::status::{ApiError, ApiResult};
+
+/// Every Kubernetes protobuf body starts with these four bytes.
+const MAGIC: &[u8] = b"k8s\0";
+
+#[derive(Clone, PartialEq, Message)]
+struct Unknown {
+    #[prost(message, optional, tag = "1")]
+    type_meta: Option<TypeMeta>,
+    #[prost(bytes = "vec", optional, tag = "2")]
+    raw: Option<Vec<u8>>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct TypeMeta {
+    #[prost(string, optional, tag = "1")]
+    api_version: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    kind: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct ObjectMeta {
+    #[prost(string, optional, tag = "1")]
+    name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    generate_name: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    namespace: Option<String>,
+    #[prost(string, optional, tag = "5")]
+    uid: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    resource_version: Option<String>,
+    #[prost(btree_map = "string, string", tag = "11")]
+    labels: BTreeMap<String, String>,
+    #[prost(btree_map = "string, string", tag = "12")]
+    annotations: BTreeMap<String, String>,
+    #[prost(message, repeated, tag = "13")]
+    owner_references: Vec<OwnerReference>,
+    #[prost(string, repeated, tag = "14")]
+    finalizers: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct OwnerReference {
+    #[prost(string, optional, tag = "1")]
+    kind: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    name: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    uid: Option<String>,
+    #[prost(string, optional, tag = "5")]
+    api_version: Option<String>,
+    #[prost(bool, optional, tag = "6")]
+    controller: Option<bool>,
+    #[prost(bool, optional, tag = "7")]
+    block_owner_deletion: Option<bool>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct ConfigMap {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(btree_map = "string, string", tag = "2")]
+    data: BTreeMap<String, String>,
+    #[prost(btree_map = "string, bytes", tag = "3")]
+    binary_data: BTreeMap<String, Vec<u8>>,
+    #[prost(bool, optional, tag = "4")]
+    immutable: Option<bool>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct Secret {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(btree_map = "string, bytes", tag = "2")]
+    data: BTreeMap<String, Vec<u8>>,
+    #[prost(string, optional, tag = "3")]
+    type_: Option<String>,
+    #[prost(btree_map = "string, string", tag = "4")]
+    string_data: BTreeMap<String, String>,
+    #[prost(bool, optional, tag = "5")]
+    immutable: Option<bool>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct Namespace {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(message, optional, tag = "2")]
+    spec: Option<NamespaceSpec>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct NamespaceSpec {
+    #[prost(string, repeated, tag = "1")]
+    finalizers: Vec<String>,
+}
+
+fn b64(bytes: &[u8]) -> Value {
+    json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+fn insert_some(map: &mut Map<String, Value>, key: &str, value: Option<Value>) {
+    if let Some(value) = value {
+        map.insert(key.into(), value);
+    }
+}
+
+fn metadata(meta: Option<ObjectMeta>) -> Value {
+    let meta = meta.unwrap_or_default();
+    let mut out = Map::new();
+    insert_some(&mut out, "name", meta.name.map(Value::from));
+    insert_some(&mut out, "generateName", meta.generate_name.map(Value::from));
+    insert_some(&mut out, "namespace", meta.namespace.map(Value::from));
+    insert_some(&mut out, "uid", meta.uid.map(Value::from));
+    insert_some(&mut out, "resourceVersion", meta.resource_version.map(Value::from));
+    if !meta.labels.is_empty() {
+        out.insert("labels".into(), json!(meta.labels));
+    }
+    if !meta.annotations.is_empty() {
+        out.insert("annotations".into(), json!(meta.annotations));
+    }
+    if !meta.finalizers.is_empty() {
+        out.insert("finalizers".into(), json!(meta.finalizers));
+    }
+    if !meta.owner_references.is_empty() {
+        let refs: Vec<Value> = meta
+            .owner_references
+            .into_iter()
+            .map(|r| {
+                let mut o = Map::new();
+                insert_some(&mut o, "apiVersion", r.api_version.map(Value::from));
+                insert_some(&mut o, "kind", r.kind.map(Value::from));
+                insert_some(&mut o, "name", r.name.map(Value::from));
+                insert_some(&mut o, "uid", r.uid.map(Value::from));
+                insert_some(&mut o, "controller", r.controller.map(Value::from));
+                insert_some(&mut o, "blockOwnerDeletion", r.block_owner_deletion.map(Value::from));
+                Value::Object(o)
+            })
+            .collect();
+        out.insert("ownerReferences".into(), Value::Array(refs));
+    }
+    Value::Object(out)
+}
+
+/// Decodes a protobuf request body of a core kind into its JSON form.
+pub fn decode(body: &[u8]) -> ApiResult<Value> {
+    let bad = |what: String| ApiError::bad_request(format!("the protobuf body could not be decoded: {what}"));
+    let payload = body.strip_prefix(MAGIC).ok_or_else(|| bad("missing the k8s protobuf prefix".into()))?;
+    let unknown = Unknown::decode(payload).map_err(|e| bad(e.to_string()))?;
+    let type_meta = unknown.type_meta.unwrap_or_default();
+    let kind = type_meta.kind.unwrap_or_default();
+    let api_version = type_meta.api_version.unwrap_or_default();
+    let raw = unknown.raw.unwrap_or_default();
+    let mut object = match (api_version.as_str(), kind.as_str()) {
+        ("v1", "ConfigMap") => {
+            let cm = ConfigMap::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
+            let mut o = json!({"metadata": metadata(cm.metadata)});
+            if !cm.data.is_empty() {
+                o["data"] = json!(cm.data);
+            }
+            if !cm.binary_data.is_empty() {
+                o["binaryData"] = cm.binary_data.iter().map(|(k, v)| (k.clone(), b64(v))).collect::<Map<_, _>>().into();
+            }
+            if let Some(immutable) = cm.immutable {
+                o["immutable"] = json!(immutable);
+            }
+            o
+        }
+        ("v1", "Secret") => {
+            let secret = Secret::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
+            let mut o = json!({"metadata": metadata(secret.metadata)});
+            if !secret.data.is_empty() {
+                o["data"] = secret.data.iter().map(|(k, v)| (k.clone(), b64(v))).collect::<Map<_, _>>().into();
+            }
+            if !secret.string_data.is_empty() {
+                o["stringData"] = json!(secret.string_data);
+            }
+            if let Some(t) = secret.type_ {
+                o["type"] = json!(t);
+            }
+            if let Some(immutable) = secret.immutable {
+                o["immutable"] = json!(immutable);
+            }
+            o
+        }
+        ("v1", "Namespace") => {
+            let ns = Namespace::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
+            let mut o = json!({"metadata": metadata(ns.metadata)});
+            if let Some(spec) = ns.spec.filter(|s| !s.finalizers.is_empty()) {
+                o["spec"] = json!({"finalizers": spec.finalizers});
+            }
+            o
+        }
+        _ => {
+            return Err(ApiError::UnsupportedMediaType {
+                message: format!("protobuf bodies are accepted for v1 ConfigMap, Secret and Namespace only, not {api_version} {kind}; send application/json"),
+            });
+        }
+    };
+    object["apiVersion"] = json!(api_version);
+    object["kind"] = json!(kind);
+    Ok(object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envelope(kind: &str, raw: Vec<u8>) -> Vec<u8> {
+        let unknown = Unknown { type_meta: Some(TypeMeta { api_version: Some("v1".into()), kind: Some(kind.into()) }), raw: Some(raw) };
+        [MAGIC.to_vec(), unknown.encode_to_vec()].concat()
+    }
+
+    #[test]
+    fn decodes_a_secret_as_kubectl_sends_it() {
+        let secret = Secret {
+            metadata: Some(ObjectMeta { name: Some("aws".into()), labels: [("a".into(), "b".into())].into(), ..Default::default() }),
+            data: [("key".into(), b"s3cr3t".to_vec())].into(),
+            type_: Some("Opaque".into()),
+            ..Default::default()
+        };
+        let object = decode(&envelope("Secret", secret.encode_to_vec())).unwrap();
+        assert_eq!(object, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "aws", "labels": {"a": "b"}}, "data": {"key": "czNjcjN0"}, "type": "Opaque"}));
+    }
+
+    #[test]
+    fn refuses_garbage_and_other_kinds() {
+        assert_eq!(decode(b"not protobuf").unwrap_err().code().as_u16(), 400);
+        assert_eq!(decode(&envelope("Pod", vec![])).unwrap_err().code().as_u16(), 415);
+        assert_eq!(decode(&[MAGIC, &[0xff, 0xff, 0xff]].concat()).unwrap_err().code().as_u16(), 400);
+    }
+}

@@ -1,0 +1,215 @@
+//! A real `lariat server` process on an ephemeral port, driven by the real kubectl binary and
+//! by kube-rs, as users drive it.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct TestServer {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub home: tempfile::TempDir,
+    extra_args: Vec<String>,
+    pub address: String,
+}
+
+impl TestServer {
+    pub fn start() -> TestServer {
+        TestServer::start_with(&[])
+    }
+
+    pub fn start_with(extra_args: &[&str]) -> TestServer {
+        let mut server = TestServer {
+            child: None,
+            dir: tempfile::tempdir().expect("temp dir"),
+            home: tempfile::tempdir().expect("temp home"),
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            address: String::new(),
+        };
+        server.launch();
+        server
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig.yaml")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    /// Starts the server process and waits until it serves.
+    pub fn launch(&mut self) {
+        let _ = std::fs::remove_file(self.kubeconfig());
+        let log = std::fs::File::create(self.log_path()).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_lariat"))
+            .arg("server")
+            .arg("--data-dir")
+            .arg(self.dir.path())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(&self.extra_args)
+            .env("LARIAT_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start lariat server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+            if let Some(rest) = text.split("listening on https://").nth(1) {
+                self.address = rest.split(';').next().unwrap_or_default().to_string();
+                return;
+            }
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("lariat server exited with {status}:\n{text}");
+            }
+            assert!(Instant::now() < deadline, "lariat server did not start:\n{text}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// `kill -9`: no shutdown path runs.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, and waits for the process to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().expect("kill");
+        child.wait().expect("wait")
+    }
+
+    pub fn kubectl_command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("kubectl");
+        command
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .env("HOME", self.home.path())
+            .env_remove("KUBECTL_EXTERNAL_DIFF");
+        command
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_command(args).output().expect("run kubectl (is it on PATH?)")
+    }
+
+    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Output {
+        let mut child = self
+            .kubectl_command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
+        child.wait_with_output().expect("kubectl output")
+    }
+
+    /// Runs kubectl and returns stdout, failing the test with kubectl's stderr otherwise.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let output = self.kubectl(args);
+        assert!(output.status.success(), "kubectl {args:?} failed:\n{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).expect("utf-8")
+    }
+
+    pub fn apply_ok(&self, args: &[&str], manifest: &str) -> String {
+        let output = self.kubectl_stdin(args, manifest);
+        assert!(output.status.success(), "kubectl {args:?} failed:\n{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).expect("utf-8")
+    }
+
+    pub fn kubectl_err(&self, args: &[&str]) -> String {
+        let output = self.kubectl(args);
+        assert!(!output.status.success(), "kubectl {args:?} unexpectedly succeeded");
+        String::from_utf8(output.stderr).expect("utf-8")
+    }
+
+    pub async fn client(&self) -> kube::Client {
+        let text = std::fs::read_to_string(self.kubeconfig()).expect("kubeconfig");
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).expect("parse kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("client config");
+        kube::Client::try_from(config).expect("client")
+    }
+
+    /// A bearer token from `kubeconfig-token.yaml`.
+    pub fn admin_token(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join("kubeconfig-token.yaml")).expect("token kubeconfig");
+        text.lines().find_map(|l| l.trim().strip_prefix("token: ").map(String::from)).expect("token line")
+    }
+
+    /// A raw HTTPS request with curl (for status codes and bodies kubectl hides).
+    pub fn curl(&self, method: &str, path: &str, auth: Option<&str>, content_type: Option<&str>, body: Option<&[u8]>) -> (u16, String) {
+        let ca = self.dir.path().join("tls/ca.crt");
+        let mut command = Command::new("curl");
+        command
+            .args(["-s", "-o", "-", "-w", "\n%{http_code}", "--cacert"])
+            .arg(&ca)
+            .args(["-X", method])
+            .arg(format!("https://{}{path}", self.address));
+        if let Some(token) = auth {
+            command.arg("-H").arg(format!("Authorization: Bearer {token}"));
+        }
+        if let Some(ct) = content_type {
+            command.arg("-H").arg(format!("Content-Type: {ct}"));
+        }
+        if body.is_some() {
+            command.args(["--data-binary", "@-"]);
+        }
+        command.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut child = command.spawn().expect("curl");
+        if let Some(body) = body {
+            child.stdin.take().expect("stdin").write_all(body).expect("write body");
+        } else {
+            drop(child.stdin.take());
+        }
+        let output = child.wait_with_output().expect("curl output");
+        let text = String::from_utf8_lossy(&output.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').expect("status line");
+        (code.trim().parse().expect("status code"), body.to_string())
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// The seed's Cluster manifest (seed 003).
+pub const SEED_CLUSTER: &str = r#"apiVersion: cluster.x-k8s.io/v1beta1
+kind: Cluster
+metadata:
+  name: prod-us-east
+spec:
+  clusterNetwork:
+    pods:
+      cidrBlocks: ["192.168.0.0/16"]
+  infrastructureRef:
+    apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+    kind: AWSCluster
+    name: prod-us-east
+"#;
+
+/// Waits until `check` holds, polling.
+pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
