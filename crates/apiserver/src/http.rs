@@ -482,19 +482,35 @@ async fn watch(state: &AppState, scope: &Scope, query: &HashMap<String, String>,
     Ok(response)
 }
 
+/// Reads a request body of at most [`MAX_BODY_BYTES`]. A larger body is read on (and
+/// dropped) up to a bound before the 413 goes out, so HTTP/2 clients still see the answer
+/// instead of a reset stream.
 async fn read_bytes(body: Body) -> ApiResult<Bytes> {
-    axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| ApiError::TooLarge {
-        message: format!("the request body is larger than the {} byte limit", MAX_BODY_BYTES),
-    })
+    use http_body_util::BodyExt;
+    const DRAIN_LIMIT: usize = 4 * MAX_BODY_BYTES;
+    let too_large = || ApiError::TooLarge { message: format!("the request body is larger than the {MAX_BODY_BYTES} byte limit") };
+    let mut body = body;
+    let mut collected = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            seen += data.len();
+            if seen <= MAX_BODY_BYTES {
+                collected.extend_from_slice(&data);
+            } else if seen > DRAIN_LIMIT {
+                return Err(too_large());
+            }
+        }
+    }
+    if seen > MAX_BODY_BYTES {
+        return Err(too_large());
+    }
+    Ok(collected.freeze())
 }
 
 /// Reads a JSON (or YAML) object body.
 async fn read_body(body: Body, headers: &HeaderMap, allow_empty: bool) -> ApiResult<Value> {
-    if let Some(length) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok()) {
-        if length > MAX_BODY_BYTES {
-            return Err(ApiError::TooLarge { message: format!("the request body is larger than the {MAX_BODY_BYTES} byte limit") });
-        }
-    }
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     let essence = content_type.split(';').next().unwrap_or_default().trim();
     let bytes = read_bytes(body).await?;

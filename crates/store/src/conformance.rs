@@ -25,14 +25,18 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("update_requires_current_revision", |s| {
         Box::pin(update_requires_current_revision(s))
     }),
-    ("delete_is_conditional", |s| Box::pin(delete_is_conditional(s))),
+    ("delete_is_conditional", |s| {
+        Box::pin(delete_is_conditional(s))
+    }),
     ("revisions_are_global_and_increasing", |s| {
         Box::pin(revisions_are_global_and_increasing(s))
     }),
     ("create_revision_survives_updates", |s| {
         Box::pin(create_revision_survives_updates(s))
     }),
-    ("delete_then_recreate", |s| Box::pin(delete_then_recreate(s))),
+    ("delete_then_recreate", |s| {
+        Box::pin(delete_then_recreate(s))
+    }),
     ("concurrent_updates_have_one_winner", |s| {
         Box::pin(concurrent_updates_have_one_winner(s))
     }),
@@ -48,7 +52,9 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("watch_has_no_gap_while_starting", |s| {
         Box::pin(watch_has_no_gap_while_starting(s))
     }),
-    ("watch_isolates_prefixes", |s| Box::pin(watch_isolates_prefixes(s))),
+    ("watch_isolates_prefixes", |s| {
+        Box::pin(watch_isolates_prefixes(s))
+    }),
     ("watch_reports_prev_values", |s| {
         Box::pin(watch_reports_prev_values(s))
     }),
@@ -162,7 +168,11 @@ pub async fn update_requires_current_revision(store: &dyn Store) {
             }) => {
                 assert_eq!(conflicted, key);
                 assert_eq!(expected, stale);
-                assert_eq!(current, Some(second.clone()), "the conflict shows the latest");
+                assert_eq!(
+                    current,
+                    Some(second.clone()),
+                    "the conflict shows the latest"
+                );
             }
             other => panic!("an update at revision {stale} must conflict, got {other:?}"),
         }
@@ -396,7 +406,10 @@ pub async fn list_pages_at_a_fixed_revision(store: &dyn Store) {
         if page == 0 {
             revision = listed.revision;
         }
-        assert_eq!(listed.revision, revision, "every page reads at the first one's revision");
+        assert_eq!(
+            listed.revision, revision,
+            "every page reads at the first one's revision"
+        );
         assert!(listed.items.len() <= 2);
         pages.extend(listed.items.iter().cloned());
         // Writes between pages: a new key that sorts into a later page, a delete and an update
@@ -430,7 +443,10 @@ pub async fn list_pages_at_a_fixed_revision(store: &dyn Store) {
             revision,
         };
     }
-    assert_eq!(pages, snapshot, "the pages add up to the state at the first page");
+    assert_eq!(
+        pages, snapshot,
+        "the pages add up to the state at the first page"
+    );
     let whole = store
         .list(
             &prefix,
@@ -441,7 +457,10 @@ pub async fn list_pages_at_a_fixed_revision(store: &dyn Store) {
         )
         .await
         .unwrap();
-    assert_eq!(whole.items, snapshot, "an unpaged list at that revision agrees");
+    assert_eq!(
+        whole.items, snapshot,
+        "an unpaged list at that revision agrees"
+    );
     let latest = store.list(&prefix, ListOptions::default()).await.unwrap();
     assert!(latest.revision > revision);
     assert_ne!(latest.items, snapshot, "the latest state moved on");
@@ -455,7 +474,10 @@ pub async fn watch_replays_then_follows(store: &dyn Store) {
     let mut expected = Vec::new();
     let a1 = store.create(&a, b"a1".to_vec()).await.unwrap();
     expected.push(put(&a1, None));
-    let a2 = store.update(&a, b"a2".to_vec(), a1.mod_revision).await.unwrap();
+    let a2 = store
+        .update(&a, b"a2".to_vec(), a1.mod_revision)
+        .await
+        .unwrap();
     expected.push(put(&a2, Some(&a1)));
     let b1 = store.create(&b, b"b1".to_vec()).await.unwrap();
     expected.push(put(&b1, None));
@@ -468,7 +490,10 @@ pub async fn watch_replays_then_follows(store: &dyn Store) {
     let replayed = events(&mut watch, expected.len(), "replay").await;
     assert_eq!(replayed, expected);
 
-    let b2 = store.update(&b, b"b2".to_vec(), b1.mod_revision).await.unwrap();
+    let b2 = store
+        .update(&b, b"b2".to_vec(), b1.mod_revision)
+        .await
+        .unwrap();
     let live = next_event(&mut watch, "live update").await;
     assert_eq!(live, put(&b2, Some(&b1)));
     let b_gone = store.delete(&b, 0).await.unwrap();
@@ -492,7 +517,10 @@ pub async fn watch_replays_then_follows(store: &dyn Store) {
     // From the latest revision, only new writes.
     let now = store.current_revision().await.unwrap();
     let mut watch = store.watch(&prefix, now).await.unwrap();
-    let c = store.create(&format!("{prefix}c"), Vec::new()).await.unwrap();
+    let c = store
+        .create(&format!("{prefix}c"), Vec::new())
+        .await
+        .unwrap();
     assert_eq!(next_event(&mut watch, "from now").await, put(&c, None));
 }
 
@@ -503,22 +531,20 @@ pub async fn watch_has_no_gap_while_starting(store: &dyn Store) {
     let start = store.current_revision().await.unwrap();
     const WRITERS: usize = 8;
     const WRITES: usize = 12;
-    let writers = (0..WRITERS).map(|w| {
-        async move {
-            let key = format!("{prefix}{w}");
-            let mut revisions = Vec::new();
-            let mut latest = store.create(&key, vec![0]).await.unwrap();
+    let writers = (0..WRITERS).map(|w| async move {
+        let key = format!("{prefix}{w}");
+        let mut revisions = Vec::new();
+        let mut latest = store.create(&key, vec![0]).await.unwrap();
+        revisions.push(latest.mod_revision);
+        for i in 1..WRITES {
+            latest = store
+                .update(&key, vec![i as u8], latest.mod_revision)
+                .await
+                .unwrap();
             revisions.push(latest.mod_revision);
-            for i in 1..WRITES {
-                latest = store
-                    .update(&key, vec![i as u8], latest.mod_revision)
-                    .await
-                    .unwrap();
-                revisions.push(latest.mod_revision);
-                tokio::task::yield_now().await;
-            }
-            revisions
+            tokio::task::yield_now().await;
         }
+        revisions
     });
     // Several watches start at different points while the writes go on.
     let watchers = (0..3).map(|i| async move {
@@ -540,7 +566,10 @@ pub async fn watch_has_no_gap_while_starting(store: &dyn Store) {
     for (i, mut watch) in watches.into_iter().enumerate() {
         let seen = events(&mut watch, acknowledged.len(), "racing watch").await;
         let revisions: Vec<Revision> = seen.iter().map(Event::revision).collect();
-        assert_eq!(revisions, acknowledged, "watch {i}: every write once, in order");
+        assert_eq!(
+            revisions, acknowledged,
+            "watch {i}: every write once, in order"
+        );
     }
 }
 
@@ -557,11 +586,20 @@ pub async fn watch_isolates_prefixes(store: &dyn Store) {
             .unwrap();
     }
     // A write inside comes next: had anything outside leaked, it would have come first.
-    let inside = store.create(&format!("{prefix}x"), Vec::new()).await.unwrap();
-    assert_eq!(next_event(&mut watch, "isolation").await, put(&inside, None));
+    let inside = store
+        .create(&format!("{prefix}x"), Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        next_event(&mut watch, "isolation").await,
+        put(&inside, None)
+    );
     // The same holds for a watch that replays those writes from the log.
     let mut replay = store.watch(&prefix, start).await.unwrap();
-    assert_eq!(next_event(&mut replay, "isolation on replay").await, put(&inside, None));
+    assert_eq!(
+        next_event(&mut replay, "isolation on replay").await,
+        put(&inside, None)
+    );
 }
 
 /// Events carry the previous value: none for a create, the replaced one for an update, and
@@ -572,14 +610,20 @@ pub async fn watch_reports_prev_values(store: &dyn Store) {
     let start = store.current_revision().await.unwrap();
     let mut live = store.watch(&prefix, start).await.unwrap();
     let v1 = store.create(&key, b"v1".to_vec()).await.unwrap();
-    let v2 = store.update(&key, b"v2".to_vec(), v1.mod_revision).await.unwrap();
+    let v2 = store
+        .update(&key, b"v2".to_vec(), v1.mod_revision)
+        .await
+        .unwrap();
     let gone = store.delete(&key, v2.mod_revision).await.unwrap();
     let expected = vec![put(&v1, None), put(&v2, Some(&v1)), delete(&gone, &v2)];
     assert_eq!(gone.value, b"v2");
     assert_eq!(gone.create_revision, v1.create_revision);
     assert_eq!(events(&mut live, 3, "live prev values").await, expected);
     let mut replay = store.watch(&prefix, start).await.unwrap();
-    assert_eq!(events(&mut replay, 3, "replayed prev values").await, expected);
+    assert_eq!(
+        events(&mut replay, 3, "replayed prev values").await,
+        expected
+    );
 }
 
 /// Lists below the compaction point fail with `Compacted`; at or above it they work.
@@ -587,10 +631,16 @@ pub async fn list_at_compacted_revision_fails(store: &dyn Store) {
     let prefix = unique("list_at_compacted_revision_fails");
     let key = format!("{prefix}a");
     let v1 = store.create(&key, b"v1".to_vec()).await.unwrap();
-    let v2 = store.update(&key, b"v2".to_vec(), v1.mod_revision).await.unwrap();
+    let v2 = store
+        .update(&key, b"v2".to_vec(), v1.mod_revision)
+        .await
+        .unwrap();
     let gone = store.delete(&key, v2.mod_revision).await.unwrap();
     let v3 = store.create(&key, b"v3".to_vec()).await.unwrap();
-    let kept = store.create(&format!("{prefix}b"), b"b".to_vec()).await.unwrap();
+    let kept = store
+        .create(&format!("{prefix}b"), b"b".to_vec())
+        .await
+        .unwrap();
     store.compact(v2.mod_revision).await.unwrap();
     let at = |revision| ListOptions {
         revision,
@@ -631,9 +681,18 @@ pub async fn watch_after_compaction_fails(store: &dyn Store) {
     let key = format!("{prefix}a");
     let start = store.current_revision().await.unwrap();
     let v1 = store.create(&key, b"v1".to_vec()).await.unwrap();
-    let v2 = store.update(&key, b"v2".to_vec(), v1.mod_revision).await.unwrap();
-    let v3 = store.update(&key, b"v3".to_vec(), v2.mod_revision).await.unwrap();
-    let v4 = store.update(&key, b"v4".to_vec(), v3.mod_revision).await.unwrap();
+    let v2 = store
+        .update(&key, b"v2".to_vec(), v1.mod_revision)
+        .await
+        .unwrap();
+    let v3 = store
+        .update(&key, b"v3".to_vec(), v2.mod_revision)
+        .await
+        .unwrap();
+    let v4 = store
+        .update(&key, b"v4".to_vec(), v3.mod_revision)
+        .await
+        .unwrap();
     store.compact(v3.mod_revision).await.unwrap();
     for from in [start, v1.mod_revision] {
         let first = match store.watch(&prefix, from).await {
@@ -644,7 +703,10 @@ pub async fn watch_after_compaction_fails(store: &dyn Store) {
         };
         match first {
             Err(Error::Compacted { compacted, .. }) => {
-                assert!(compacted > from, "compacted at {compacted}, watched from {from}")
+                assert!(
+                    compacted > from,
+                    "compacted at {compacted}, watched from {from}"
+                )
             }
             other => panic!("a watch from {from} must fail with Compacted, got {other:?}"),
         }
@@ -654,6 +716,12 @@ pub async fn watch_after_compaction_fails(store: &dyn Store) {
         next_event(&mut watch, "watch from the compaction point").await,
         put(&v4, Some(&v3))
     );
-    let v5 = store.update(&key, b"v5".to_vec(), v4.mod_revision).await.unwrap();
-    assert_eq!(next_event(&mut watch, "then live").await, put(&v5, Some(&v4)));
+    let v5 = store
+        .update(&key, b"v5".to_vec(), v4.mod_revision)
+        .await
+        .unwrap();
+    assert_eq!(
+        next_event(&mut watch, "then live").await,
+        put(&v5, Some(&v4))
+    );
 }

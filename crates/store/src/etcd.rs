@@ -145,7 +145,9 @@ impl EtcdStore {
     /// history starts, but a watch from revision 1 is told, at the cost of one more request.
     async fn compacted(&self, requested: Revision) -> Error {
         let compacted = tokio::time::timeout(Duration::from_secs(5), async {
-            let (mut stream, _requests) = self.open_watch(self.prefix.as_bytes(), &[], 1).await?;
+            let (mut stream, _requests) = self
+                .open_watch(&range_key(self.prefix.as_bytes()), &[], 1)
+                .await?;
             while let Some(response) = stream.next().await {
                 let response = response.map_err(|status| Failure::from(status).into_error())?;
                 if response.compact_revision != 0 {
@@ -234,9 +236,16 @@ impl From<tonic::Status> for Failure {
             // tonic reports a connection that cannot be made, or one lost mid-stream, as
             // `Unknown`; etcd itself uses that code only for errors it has no code for.
             Code::Unknown
-                if ["not ready", "transport", "connection", "body", "broken pipe", "reset"]
-                    .iter()
-                    .any(|hint| message.contains(hint)) =>
+                if [
+                    "not ready",
+                    "transport",
+                    "connection",
+                    "body",
+                    "broken pipe",
+                    "reset",
+                ]
+                .iter()
+                .any(|hint| message.contains(hint)) =>
             {
                 Failure::Unavailable(message.to_owned())
             }
@@ -272,7 +281,12 @@ async fn unary<T>(
     }
 }
 
-fn compare(key: &[u8], target: CompareTarget, result: CompareResult, value: TargetUnion) -> pb::Compare {
+fn compare(
+    key: &[u8],
+    target: CompareTarget,
+    result: CompareResult,
+    value: TargetUnion,
+) -> pb::Compare {
     pb::Compare {
         result: result as i32,
         target: target as i32,
@@ -290,6 +304,16 @@ fn exists(key: &[u8]) -> pb::Compare {
         CompareResult::Greater,
         TargetUnion::CreateRevision(0),
     )
+}
+
+/// etcd refuses an empty key; as the start of a range, `"\0"` (below every real key) stands
+/// for it.
+fn range_key(key: &[u8]) -> Vec<u8> {
+    if key.is_empty() {
+        vec![0]
+    } else {
+        key.to_vec()
+    }
 }
 
 fn get_op(key: &[u8]) -> pb::RequestOp {
@@ -316,7 +340,12 @@ impl Store for EtcdStore {
                 ..Default::default()
             })
             .await?;
-        response.kvs.into_iter().next().map(|kv| self.kv(kv)).transpose()
+        response
+            .kvs
+            .into_iter()
+            .next()
+            .map(|kv| self.kv(kv))
+            .transpose()
     }
 
     async fn list(&self, prefix: &str, options: ListOptions) -> Result<ListResult> {
@@ -324,7 +353,7 @@ impl Store for EtcdStore {
         let start_after = options.start_after.as_deref().map(|key| self.full_key(key));
         let response = self
             .range(pb::RangeRequest {
-                key: range_start(&prefix, start_after.as_deref()),
+                key: range_key(&range_start(&prefix, start_after.as_deref())),
                 range_end: prefix_end(&prefix),
                 limit: i64::try_from(options.limit).unwrap_or(i64::MAX),
                 revision: options.revision,
@@ -358,7 +387,7 @@ impl Store for EtcdStore {
         let response = self
             .range(pb::RangeRequest {
                 range_end: prefix_end(&prefix),
-                key: prefix,
+                key: range_key(&prefix),
                 count_only: true,
                 ..Default::default()
             })
@@ -493,7 +522,7 @@ impl Store for EtcdStore {
         // (anything below the compaction point), and refuse it from this call.
         let check = self
             .range(pb::RangeRequest {
-                key: prefix.clone(),
+                key: range_key(&prefix),
                 range_end: prefix_end(&prefix),
                 revision: after.max(1),
                 count_only: true,
@@ -513,7 +542,7 @@ impl Store for EtcdStore {
             Ok(_) => {}
         }
         let (responses, requests) = self
-            .open_watch(&prefix, &prefix_end(&prefix), after + 1)
+            .open_watch(&range_key(&prefix), &prefix_end(&prefix), after + 1)
             .await?;
         let state = WatchState {
             store: self.clone(),
@@ -533,7 +562,7 @@ impl Store for EtcdStore {
     async fn current_revision(&self) -> Result<Revision> {
         let response = self
             .range(pb::RangeRequest {
-                key: self.prefix.as_bytes().to_vec(),
+                key: range_key(self.prefix.as_bytes()),
                 count_only: true,
                 ..Default::default()
             })

@@ -69,7 +69,9 @@ impl EtcdProcess {
         loop {
             attempt += 1;
             match EtcdProcess::try_start(binary) {
-                Err(Error::Exited { log, .. }) if attempt < 3 && log.contains("address already in use") => {
+                Err(Error::Exited { log, .. })
+                    if attempt < 3 && log.contains("address already in use") =>
+                {
                     continue;
                 }
                 result => return result,
@@ -112,7 +114,14 @@ impl EtcdProcess {
             .args(["--initial-advertise-peer-urls", &peer_url])
             .args(["--initial-cluster", &format!("lariat-test={peer_url}")])
             .args(["--initial-cluster-state", "new"])
-            .args(["--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn"])
+            .args([
+                "--logger",
+                "zap",
+                "--log-outputs",
+                "stderr",
+                "--log-level",
+                "warn",
+            ])
             // etcd 3.4 refuses to run on architectures other than amd64 and ppc64le unless
             // this names the architecture (arm64 on a Raspberry Pi or a Graviton, say).
             .env("ETCD_UNSUPPORTED_ARCH", go_arch())

@@ -175,9 +175,15 @@ mod tests {
     fn prefix_end_bounds_exactly_the_prefix() {
         let check = |prefix: &str, inside: &str, outside: Option<&str>| {
             let end = prefix_end(prefix.as_bytes());
-            assert!(inside.as_bytes() < &end[..], "{inside:?} should be under {prefix:?}");
+            assert!(
+                inside.as_bytes() < &end[..],
+                "{inside:?} should be under {prefix:?}"
+            );
             if let Some(outside) = outside {
-                assert!(outside.as_bytes() >= &end[..], "{outside:?} is not under {prefix:?}");
+                assert!(
+                    outside.as_bytes() >= &end[..],
+                    "{outside:?} is not under {prefix:?}"
+                );
             }
         };
         check("a/b/", "a/b/zzz", Some("a/b0"));
@@ -190,7 +196,10 @@ mod tests {
     #[test]
     fn range_start_skips_start_after_only() {
         let check = |prefix: &str, after: Option<&str>, expect: &[u8]| {
-            assert_eq!(range_start(prefix.as_bytes(), after.map(str::as_bytes)), expect);
+            assert_eq!(
+                range_start(prefix.as_bytes(), after.map(str::as_bytes)),
+                expect
+            );
         };
         check("a/", None, b"a/");
         check("a/", Some("a/x"), b"a/x\0");

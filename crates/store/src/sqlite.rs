@@ -173,7 +173,9 @@ impl SqliteStore {
     async fn write_kv(&self, op: Op) -> Result<KeyValue> {
         match self.write(op).await? {
             Applied::Write(event) => Ok(event.kv),
-            Applied::Compacted => Err(Error::Internal("a write was applied as a compaction".into())),
+            Applied::Compacted => Err(Error::Internal(
+                "a write was applied as a compaction".into(),
+            )),
         }
     }
 }
@@ -339,7 +341,10 @@ fn list(conn: &mut Connection, prefix: &str, options: &ListOptions) -> Result<Li
             "revision {revision} is in the future (the latest is {head})"
         )));
     }
-    let lo = range_start(prefix.as_bytes(), options.start_after.as_deref().map(str::as_bytes));
+    let lo = range_start(
+        prefix.as_bytes(),
+        options.start_after.as_deref().map(str::as_bytes),
+    );
     let hi = prefix_end(prefix.as_bytes());
     // One item beyond the limit tells whether there are more.
     let wanted = match options.limit {
@@ -495,7 +500,7 @@ impl Watcher {
                 Ok(batch) => {
                     for event in batch.iter() {
                         let key = event.kv.key.as_bytes();
-                        if event.revision() > self.last && key >= &self.lo[..] && key < &self.hi[..]
+                        if event.revision() > 0 && key >= &self.lo[..] && key < &self.hi[..]
                         {
                             self.last = event.revision();
                             self.pending.push_back(event.clone());
@@ -503,7 +508,11 @@ impl Watcher {
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::debug!(missed, last = self.last, "watcher lagged, replaying the log");
+                    tracing::debug!(
+                        missed,
+                        last = self.last,
+                        "watcher lagged, replaying the log"
+                    );
                     // A fresh subscription before the replay, as at the start.
                     self.live = self.live.resubscribe();
                     self.catching_up = true;

@@ -1,5 +1,6 @@
 //! The etcd backend against the conformance suite, on an etcd started for the test.
 
+use futures::StreamExt;
 use lariat_store::etcd::EtcdStore;
 use lariat_store::etcd_process::EtcdProcess;
 use lariat_store::{Error, ListOptions, Store, conformance};
@@ -20,11 +21,21 @@ async fn passes_the_conformance_suite() {
 #[tokio::test]
 async fn prefixes_keep_stores_apart() {
     let etcd = etcd();
-    let one = EtcdStore::connect(&etcd.endpoints(), "/one/").await.unwrap();
-    let two = EtcdStore::connect(&etcd.endpoints(), "/one-two/").await.unwrap();
+    let one = EtcdStore::connect(&etcd.endpoints(), "/one/")
+        .await
+        .unwrap();
+    let two = EtcdStore::connect(&etcd.endpoints(), "/one-two/")
+        .await
+        .unwrap();
     let created = one.create("x", b"1".to_vec()).await.unwrap();
     assert_eq!(two.get("x").await.unwrap(), None);
-    assert!(two.list("", ListOptions::default()).await.unwrap().items.is_empty());
+    assert!(
+        two.list("", ListOptions::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
     assert_eq!(two.count("").await.unwrap(), 0);
     two.create("x", b"2".to_vec()).await.unwrap();
     let listed = one.list("", ListOptions::default()).await.unwrap();
@@ -34,6 +45,32 @@ async fn prefixes_keep_stores_apart() {
         one.current_revision().await.unwrap(),
         two.current_revision().await.unwrap()
     );
+}
+
+/// An empty prefix (the whole etcd) and an empty list prefix make an empty range start, which
+/// etcd refuses unless the store stands in a zero byte.
+#[tokio::test]
+async fn an_empty_prefix_covers_the_whole_etcd() {
+    let etcd = etcd();
+    let whole = EtcdStore::connect(&etcd.endpoints(), "").await.unwrap();
+    let scoped = EtcdStore::connect(&etcd.endpoints(), "/scoped/")
+        .await
+        .unwrap();
+    let start = whole.current_revision().await.unwrap();
+    let mut watch = whole.watch("", start).await.unwrap();
+    let created = scoped.create("x", Vec::new()).await.unwrap();
+    let listed = whole.list("", ListOptions::default()).await.unwrap();
+    assert_eq!(keys(&listed.items), vec!["/scoped/x"]);
+    assert_eq!(whole.count("").await.unwrap(), 1);
+    let event = watch.next().await.unwrap().unwrap();
+    assert_eq!(
+        (event.kv.key.as_str(), event.revision()),
+        ("/scoped/x", created.mod_revision)
+    );
+}
+
+fn keys(items: &[lariat_store::KeyValue]) -> Vec<&str> {
+    items.iter().map(|kv| kv.key.as_str()).collect()
 }
 
 #[tokio::test]
@@ -59,7 +96,6 @@ async fn a_stopped_etcd_is_unavailable() {
         Err(Error::Unavailable(_)) => {}
         other => panic!("expected Unavailable, got {other:?}"),
     }
-    use futures::StreamExt;
     match tokio::time::timeout(std::time::Duration::from_secs(30), watch.next()).await {
         Ok(Some(Err(Error::Unavailable(_)))) => {}
         other => panic!("expected the watch to fail with Unavailable, got {other:?}"),

@@ -49,7 +49,10 @@ conformance!(
 fn every_check_has_a_test() {
     let tested = include_str!("sqlite.rs");
     for (name, _) in conformance::CHECKS {
-        assert!(tested.contains(&format!("    {name},\n")), "{name} has no test here");
+        assert!(
+            tested.contains(&format!("    {name},\n")),
+            "{name} has no test here"
+        );
     }
 }
 
@@ -103,11 +106,21 @@ async fn revisions_are_not_reused_after_compacting_the_newest_rows() {
     let created = store.create("/k", Vec::new()).await.unwrap();
     let deleted = store.delete("/k", created.mod_revision).await.unwrap();
     store.compact(deleted.mod_revision).await.unwrap();
-    assert!(store.list("", ListOptions::default()).await.unwrap().items.is_empty());
+    assert!(
+        store
+            .list("", ListOptions::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
     drop(store);
 
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(store.current_revision().await.unwrap(), deleted.mod_revision);
+    assert_eq!(
+        store.current_revision().await.unwrap(),
+        deleted.mod_revision
+    );
     let again = store.create("/k", Vec::new()).await.unwrap();
     assert_eq!(again.mod_revision, deleted.mod_revision + 1);
     match store.watch("", created.mod_revision).await {
@@ -132,7 +145,10 @@ async fn a_lagging_watcher_catches_up_from_the_log() {
     // Sequential writes commit one batch each, far more than the watcher's buffer holds.
     let mut revisions = Vec::new();
     for i in 0..1500 {
-        let kv = store.create(&format!("/lag/{i}"), Vec::new()).await.unwrap();
+        let kv = store
+            .create(&format!("/lag/{i}"), Vec::new())
+            .await
+            .unwrap();
         revisions.push(kv.mod_revision);
     }
     let mut seen = Vec::new();
@@ -151,14 +167,23 @@ async fn a_lagging_watcher_whose_history_was_compacted_gets_compacted() {
     let start = store.current_revision().await.unwrap();
     let mut watch = store.watch("/lag/", start).await.unwrap();
     for i in 0..10 {
-        store.create(&format!("/lag/{i}"), Vec::new()).await.unwrap();
+        store
+            .create(&format!("/lag/{i}"), Vec::new())
+            .await
+            .unwrap();
     }
-    store.compact(store.current_revision().await.unwrap()).await.unwrap();
+    store
+        .compact(store.current_revision().await.unwrap())
+        .await
+        .unwrap();
     match watch.next().await {
         Some(Err(Error::Compacted { requested, .. })) => assert_eq!(requested, start),
         other => panic!("expected Compacted, got {other:?}"),
     }
-    assert!(watch.next().await.is_none(), "the stream ends after Compacted");
+    assert!(
+        watch.next().await.is_none(),
+        "the stream ends after Compacted"
+    );
 }
 
 #[tokio::test]
@@ -205,8 +230,15 @@ async fn create_throughput_with_64_writers() {
         OBJECTS as f64 / elapsed.as_secs_f64()
     );
     let started = Instant::now();
-    let listed = store.list("/bench/objects/", ListOptions::default()).await.unwrap();
-    println!("list of {} in {:.2?}", listed.items.len(), started.elapsed());
+    let listed = store
+        .list("/bench/objects/", ListOptions::default())
+        .await
+        .unwrap();
+    println!(
+        "list of {} in {:.2?}",
+        listed.items.len(),
+        started.elapsed()
+    );
     assert_eq!(listed.items.len(), OBJECTS);
     let started = Instant::now();
     let mut options = ListOptions {
@@ -216,12 +248,91 @@ async fn create_throughput_with_64_writers() {
     };
     let mut pages = 0;
     loop {
-        let page = store.list("/bench/objects/", options.clone()).await.unwrap();
+        let page = store
+            .list("/bench/objects/", options.clone())
+            .await
+            .unwrap();
         pages += 1;
         if !page.more {
             break;
         }
         options.start_after = page.items.last().map(|kv| kv.key.clone());
     }
-    println!("{pages} pages of 500 at an older revision in {:.2?}", started.elapsed());
+    println!(
+        "{pages} pages of 500 at an older revision in {:.2?}",
+        started.elapsed()
+    );
+}
+
+/// The child half of `acknowledged_writes_survive_kill_9`: creates keys until killed and
+/// prints each acknowledged one.
+#[tokio::test]
+#[ignore = "run as a child process by acknowledged_writes_survive_kill_9"]
+async fn child_writer_until_killed() {
+    let Some(path) = std::env::var_os("LARIAT_STORE_CHILD_DB") else {
+        return;
+    };
+    let store = Arc::new(SqliteStore::open(std::path::Path::new(&path)).unwrap());
+    // Several writers, so that acknowledged writes share group commits when the kill lands.
+    let tasks: Vec<_> = (0..8)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0.. {
+                    let key = format!("/kill/{w}/{i:06}");
+                    let kv = store.create(&key, vec![w]).await.unwrap();
+                    println!("acked {key} {}", kv.mod_revision);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn acknowledged_writes_survive_kill_9() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_writer_until_killed",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("LARIAT_STORE_CHILD_DB", &path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut acked = Vec::new();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    while acked.len() < 500 {
+        let line = lines
+            .next()
+            .expect("the child writer stopped early")
+            .unwrap();
+        if let Some(rest) = line.strip_prefix("acked ") {
+            let (key, revision) = rest.split_once(' ').unwrap();
+            acked.push((key.to_owned(), revision.parse::<i64>().unwrap()));
+        }
+    }
+    // SIGKILL: no destructor, no checkpoint, writes in flight are cut off.
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let store = SqliteStore::open(&path).unwrap();
+    for (key, revision) in &acked {
+        let kv = store.get(key).await.unwrap();
+        assert_eq!(
+            kv.map(|kv| kv.mod_revision),
+            Some(*revision),
+            "{key} was acknowledged"
+        );
+    }
+    let head = store.current_revision().await.unwrap();
+    let next = store.create("/after-restart", Vec::new()).await.unwrap();
+    assert_eq!(next.mod_revision, head + 1);
 }
