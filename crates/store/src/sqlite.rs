@@ -500,7 +500,7 @@ impl Watcher {
                 Ok(batch) => {
                     for event in batch.iter() {
                         let key = event.kv.key.as_bytes();
-                        if event.revision() > 0 && key >= &self.lo[..] && key < &self.hi[..]
+                        if event.revision() > self.last && key >= &self.lo[..] && key < &self.hi[..]
                         {
                             self.last = event.revision();
                             self.pending.push_back(event.clone());
