@@ -864,3 +864,32 @@ fn compact(tx: &Connection, revision: Revision) -> rusqlite::Result<()> {
     tracing::debug!(revision, superseded, tombstones, "compacted the sqlite log");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pins the switch from replay to live events: writes committed after a watcher subscribed
+    /// but before it read the log arrive both ways, and must be delivered once.
+    #[tokio::test]
+    async fn a_write_between_subscribing_and_replaying_is_delivered_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteOptions {
+            read_connections: 1,
+            ..SqliteOptions::default()
+        };
+        let store = SqliteStore::open_with(&dir.path().join("store.db"), options).unwrap();
+        // Holding the only read permit stops the watch between subscribing and replaying.
+        let reads_blocked = store.readers.permits.acquire().await.unwrap();
+        let mut starting = store.watch("/k/", 0);
+        assert!(futures::poll!(&mut starting).is_pending());
+        let a = store.create("/k/a", Vec::new()).await.unwrap();
+        let b = store.create("/k/b", Vec::new()).await.unwrap();
+        drop(reads_blocked);
+        let mut watch = starting.await.unwrap();
+        let c = store.create("/k/c", Vec::new()).await.unwrap();
+        for expected in [a, b, c] {
+            assert_eq!(watch.next().await.unwrap().unwrap().kv, expected);
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! Acknowledged writes survive `kill -9`: a burst of concurrent creates is cut off by killing
+//! the server, and after a restart every create that was answered with 201 is there.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use common::TestServer;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_kill_9() {
+    let mut server = TestServer::start();
+    let client = server.client().await;
+    let acknowledged = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut writers = vec![];
+    for writer in 0..16 {
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        let acknowledged = acknowledged.clone();
+        writers.push(tokio::spawn(async move {
+            for i in 0.. {
+                let name = format!("w{writer}-{i}");
+                let cm = ConfigMap {
+                    metadata: kube::api::ObjectMeta { name: Some(name.clone()), ..Default::default() },
+                    data: Some(BTreeMap::from([("payload".to_string(), "x".repeat(512))])),
+                    ..Default::default()
+                };
+                match maps.create(&PostParams::default(), &cm).await {
+                    Ok(_) => acknowledged.lock().unwrap().push(name),
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    server.kill9();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert!(acknowledged.len() > 50, "the burst was too small to mean anything: {}", acknowledged.len());
+
+    server.launch();
+    let client = server.client().await;
+    let maps: Api<ConfigMap> = Api::namespaced(client, "default");
+    let stored: std::collections::HashSet<String> =
+        maps.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|m| m.metadata.name).collect();
+    let lost: Vec<&String> = acknowledged.iter().filter(|n| !stored.contains(*n)).collect();
+    assert!(lost.is_empty(), "{} of {} acknowledged writes were lost: {:?}", lost.len(), acknowledged.len(), &lost[..lost.len().min(10)]);
+}
+
+#[test]
+fn sigterm_stops_the_server_cleanly() {
+    let mut server = TestServer::start();
+    server.apply_ok(&["apply", "-f", "-"], common::SEED_CLUSTER);
+    let status = server.terminate();
+    assert!(status.success(), "exit status {status}: {}", server.log());
+    server.launch();
+    assert!(server.kubectl_ok(&["get", "clusters", "-o", "name"]).contains("prod-us-east"));
+}
