@@ -146,6 +146,11 @@ impl Server {
             self.config.compaction_interval,
             stop_rx.clone(),
         ));
+        let crd_follower = {
+            let resources = self.state.resources.clone();
+            let stop = stop_rx.clone();
+            tokio::spawn(async move { resources.follow_crds(stop).await })
+        };
         let app = http::router(self.state.clone());
         tracing::info!(address = %self.local_addr(), "serving the Kubernetes API over HTTPS");
         tls::serve(self.listener, self.tls, app, async move {
@@ -153,7 +158,7 @@ impl Server {
             let _ = stop_tx.send(true);
         })
         .await?;
-        let _ = tokio::join!(collector, compactor);
+        let _ = tokio::join!(collector, compactor, crd_follower);
         Ok(())
     }
 }

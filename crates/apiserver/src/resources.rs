@@ -639,6 +639,49 @@ impl Resources {
         Ok(())
     }
 
+    /// Keeps this server's served kinds in step with CRDs written through any server sharing
+    /// the store (several replicas on one etcd), until `stop` turns true.
+    pub async fn follow_crds(&self, mut stop: tokio::sync::watch::Receiver<bool>) {
+        use futures::StreamExt;
+        const PREFIX: &str = "/registry/apiextensions.k8s.io/customresourcedefinitions/";
+        loop {
+            let listed = match self.store.list(PREFIX, ListOptions::default()).await {
+                Ok(listed) => listed,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list CRDs; retrying");
+                    tokio::select! { _ = stop.changed() => return, _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue }
+                }
+            };
+            for kv in &listed.items {
+                if let Ok(crd) = serde_json::from_slice::<Value>(&kv.value) {
+                    self.register_crd(&crd);
+                }
+            }
+            let Ok(mut changes) = self.store.watch(PREFIX, listed.revision).await else { continue };
+            loop {
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    change = changes.next() => match change {
+                        Some(Ok(change)) => {
+                            let Ok(crd) = serde_json::from_slice::<Value>(&change.kv.value) else { continue };
+                            match change.kind {
+                                lariat_store::EventKind::Put => self.register_crd(&crd),
+                                lariat_store::EventKind::Delete => {
+                                    if let Ok(rt) = ResourceType::from_crd(&crd, Origin::Custom) {
+                                        if self.registry.get(&rt.group, &rt.plural).is_some_and(|e| e.origin == Origin::Custom) {
+                                            self.registry.remove(&rt.group, &rt.plural);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        _ => break,
+                    },
+                }
+            }
+        }
+    }
+
     /// Serves (or re-serves) a stored CRD's kind.
     pub fn register_crd(&self, crd: &Value) {
         if let Ok(rt) = ResourceType::from_crd(crd, Origin::Custom) {

@@ -7,6 +7,7 @@
 //! Kubernetes objects. Two backends implement [`Store`]: [`sqlite::SqliteStore`] (embedded,
 //! the default) and [`etcd::EtcdStore`] (for several server replicas sharing one etcd).
 //! Both must pass [`conformance`], the one suite that defines the contract.
+//! [`etcd_process`] starts a throwaway etcd for the tests of any crate.
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
