@@ -21,7 +21,10 @@ pub struct User {
 const TOKEN_PREFIX: &str = "/lariat/tokens/";
 
 fn hash(token: &str) -> String {
-    Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[derive(Clone)]
@@ -40,36 +43,61 @@ impl Authenticator {
         let mut secret = [0u8; 32];
         rand::rng().fill_bytes(&mut secret);
         let token: String = secret.iter().map(|b| format!("{b:02x}")).collect();
-        let record = json!({"user": user, "groups": groups, "created": crate::objects::now_rfc3339()});
-        self.store.create(&format!("{TOKEN_PREFIX}{}", hash(&token)), record.to_string().into_bytes()).await?;
+        let record =
+            json!({"user": user, "groups": groups, "created": crate::objects::now_rfc3339()});
+        self.store
+            .create(
+                &format!("{TOKEN_PREFIX}{}", hash(&token)),
+                record.to_string().into_bytes(),
+            )
+            .await?;
         Ok(token)
     }
 
     /// The user behind `Authorization: Bearer <token>`, if the token is known.
     pub async fn user_for_token(&self, token: &str) -> ApiResult<Option<User>> {
-        let Some(kv) = self.store.get(&format!("{TOKEN_PREFIX}{}", hash(token))).await? else {
+        let Some(kv) = self
+            .store
+            .get(&format!("{TOKEN_PREFIX}{}", hash(token)))
+            .await?
+        else {
             return Ok(None);
         };
-        let record: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(format!("corrupt token record: {e}")))?;
-        if let Some(expires) = record["expires"].as_str() {
-            if chrono::DateTime::parse_from_rfc3339(expires).is_ok_and(|t| t < chrono::Utc::now()) {
-                return Ok(None);
-            }
+        let record: Value = serde_json::from_slice(&kv.value)
+            .map_err(|e| ApiError::internal(format!("corrupt token record: {e}")))?;
+        if let Some(expires) = record["expires"].as_str()
+            && chrono::DateTime::parse_from_rfc3339(expires).is_ok_and(|t| t < chrono::Utc::now())
+        {
+            return Ok(None);
         }
         Ok(Some(User {
             name: record["user"].as_str().unwrap_or_default().to_string(),
             groups: record["groups"]
                 .as_array()
-                .map(|g| g.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+                .map(|g| {
+                    g.iter()
+                        .filter_map(|s| s.as_str().map(String::from))
+                        .collect()
+                })
                 .unwrap_or_default(),
         }))
     }
 
     /// Resolves the caller from a verified client certificate or a bearer token.
-    pub async fn authenticate(&self, authorization: Option<&str>, certificate: Option<&User>) -> ApiResult<User> {
+    pub async fn authenticate(
+        &self,
+        authorization: Option<&str>,
+        certificate: Option<&User>,
+    ) -> ApiResult<User> {
         if let Some(header) = authorization {
-            let token = header.strip_prefix("Bearer ").map(str::trim).ok_or(ApiError::Unauthorized)?;
-            return self.user_for_token(token).await?.ok_or(ApiError::Unauthorized);
+            let token = header
+                .strip_prefix("Bearer ")
+                .map(str::trim)
+                .ok_or(ApiError::Unauthorized)?;
+            return self
+                .user_for_token(token)
+                .await?
+                .ok_or(ApiError::Unauthorized);
         }
         certificate.cloned().ok_or(ApiError::Unauthorized)
     }
@@ -80,8 +108,16 @@ impl Authenticator {
 pub fn user_from_certificate(der: &[u8]) -> Option<User> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let subject = cert.subject();
-    let name = subject.iter_common_name().next()?.as_str().ok()?.to_string();
-    let groups = subject.iter_organization().filter_map(|o| o.as_str().ok().map(String::from)).collect();
+    let name = subject
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
+    let groups = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(String::from))
+        .collect();
     Some(User { name, groups })
 }
 

@@ -20,7 +20,8 @@ fn schema_of<T: JsonSchema>() -> Value {
         .with_transform(schemars::transform::AddNullable::default())
         .with_transform(kube::core::schema::StructuralSchemaRewriter)
         .into_generator();
-    let mut schema = serde_json::to_value(generator.into_root_schema_for::<T>()).expect("schemas serialize");
+    let mut schema =
+        serde_json::to_value(generator.into_root_schema_for::<T>()).expect("schemas serialize");
     if let Some(obj) = schema.as_object_mut() {
         obj.remove("title");
         obj.remove("$defs");
@@ -188,7 +189,10 @@ pub fn lariat_types() -> Vec<ResourceType> {
         .map(|crd| {
             let value = serde_json::to_value(&crd).expect("CRDs serialize");
             ResourceType::from_crd(&value, Origin::Lariat).unwrap_or_else(|causes| {
-                panic!("built-in CRD {} is invalid: {causes:?}", crd.metadata.name.unwrap_or_default())
+                panic!(
+                    "built-in CRD {} is invalid: {causes:?}",
+                    crd.metadata.name.unwrap_or_default()
+                )
             })
         })
         .collect()
@@ -206,9 +210,15 @@ mod tests {
             crate::schema::check_structural(schema, &rt.kind, &mut causes);
             assert!(causes.is_empty(), "{}: {causes:?}", rt.kind);
         }
-        let configmaps = core_types().into_iter().find(|r| r.plural == "configmaps").unwrap();
+        let configmaps = core_types()
+            .into_iter()
+            .find(|r| r.plural == "configmaps")
+            .unwrap();
         let schema = configmaps.storage_version().schema.clone().unwrap();
         assert_eq!(schema["properties"]["data"]["type"], "object");
-        assert_eq!(schema["properties"]["data"]["additionalProperties"]["type"], "string");
+        assert_eq!(
+            schema["properties"]["data"]["additionalProperties"]["type"],
+            "string"
+        );
     }
 }

@@ -4,7 +4,16 @@ use serde_json::{Value, json};
 
 use crate::registry::{Registry, ResourceType};
 
-const VERBS: [&str; 8] = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 /// The Kubernetes version lariat's API is compatible with (what kubectl checks skew against).
 pub const KUBERNETES_MINOR: &str = "33";
@@ -50,7 +59,10 @@ fn group_versions(types: &[&ResourceType]) -> Vec<String> {
 
 fn group_entry(name: &str, types: &[&ResourceType]) -> Value {
     let versions = group_versions(types);
-    let entries: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v})).collect();
+    let entries: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+        .collect();
     json!({
         "name": name,
         "versions": entries,
@@ -60,14 +72,22 @@ fn group_entry(name: &str, types: &[&ResourceType]) -> Value {
 
 pub fn groups(registry: &Registry) -> Value {
     let all = registry.all();
-    let mut names: Vec<&str> = all.iter().map(|rt| rt.group.as_str()).filter(|g| !g.is_empty()).collect();
+    let mut names: Vec<&str> = all
+        .iter()
+        .map(|rt| rt.group.as_str())
+        .filter(|g| !g.is_empty())
+        .collect();
     names.dedup();
     names.sort();
     names.dedup();
     let groups: Vec<Value> = names
         .iter()
         .map(|name| {
-            let types: Vec<&ResourceType> = all.iter().filter(|rt| rt.group == *name).map(|rt| rt.as_ref()).collect();
+            let types: Vec<&ResourceType> = all
+                .iter()
+                .filter(|rt| rt.group == *name)
+                .map(|rt| rt.as_ref())
+                .collect();
             group_entry(name, &types)
         })
         .collect();
@@ -76,7 +96,11 @@ pub fn groups(registry: &Registry) -> Value {
 
 pub fn group(registry: &Registry, name: &str) -> Option<Value> {
     let all = registry.all();
-    let types: Vec<&ResourceType> = all.iter().filter(|rt| rt.group == name).map(|rt| rt.as_ref()).collect();
+    let types: Vec<&ResourceType> = all
+        .iter()
+        .filter(|rt| rt.group == name)
+        .map(|rt| rt.as_ref())
+        .collect();
     if types.is_empty() {
         return None;
     }
@@ -90,7 +114,9 @@ pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Valu
     let all = registry.all();
     let mut resources = vec![];
     for rt in all.iter().filter(|rt| rt.group == group) {
-        let Some(served) = rt.version(version) else { continue };
+        let Some(served) = rt.version(version) else {
+            continue;
+        };
         let mut entry = json!({
             "name": rt.plural,
             "singularName": rt.singular,
@@ -129,6 +155,12 @@ pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Valu
     if resources.is_empty() {
         return None;
     }
-    let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}))
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
+    )
 }

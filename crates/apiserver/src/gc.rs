@@ -17,7 +17,8 @@ use tokio::sync::watch;
 
 use crate::objects::finalizers;
 use crate::resources::{
-    DeleteOptions, FOREGROUND_FINALIZER, NAMESPACE_FINALIZER, ORPHAN_FINALIZER, Propagation, Resources, Scope, WriteOptions,
+    DeleteOptions, FOREGROUND_FINALIZER, NAMESPACE_FINALIZER, ORPHAN_FINALIZER, Propagation,
+    Resources, Scope, WriteOptions,
 };
 use crate::status::{ApiError, ApiResult};
 
@@ -63,7 +64,10 @@ impl Meta {
                 })
                 .unwrap_or_default(),
             finalizers: finalizers(object),
-            namespace_finalizers: object["kind"] == "Namespace" && object["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty()),
+            namespace_finalizers: object["kind"] == "Namespace"
+                && object["spec"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|f| !f.is_empty()),
             deleting: !meta["deletionTimestamp"].is_null(),
         }
     }
@@ -73,7 +77,10 @@ impl Meta {
         !self.owners.is_empty()
             || (self.deleting
                 && (self.namespace_finalizers
-                    || self.finalizers.iter().any(|f| f == FOREGROUND_FINALIZER || f == ORPHAN_FINALIZER)))
+                    || self
+                        .finalizers
+                        .iter()
+                        .any(|f| f == FOREGROUND_FINALIZER || f == ORPHAN_FINALIZER)))
     }
 }
 
@@ -103,7 +110,10 @@ impl Index {
         self.remove(key);
         self.by_uid.insert(meta.uid.clone(), key.to_string());
         for owner in &meta.owners {
-            self.dependents.entry(owner.uid.clone()).or_default().insert(key.to_string());
+            self.dependents
+                .entry(owner.uid.clone())
+                .or_default()
+                .insert(key.to_string());
         }
         self.objects.insert(key.to_string(), meta);
     }
@@ -112,8 +122,18 @@ impl Index {
     /// namespace.
     fn affected(&self, key: &str, meta: &Meta) -> Vec<String> {
         let mut keys = vec![key.to_string()];
-        keys.extend(meta.owners.iter().filter_map(|o| self.by_uid.get(&o.uid).cloned()));
-        keys.extend(self.dependents.get(&meta.uid).into_iter().flatten().cloned());
+        keys.extend(
+            meta.owners
+                .iter()
+                .filter_map(|o| self.by_uid.get(&o.uid).cloned()),
+        );
+        keys.extend(
+            self.dependents
+                .get(&meta.uid)
+                .into_iter()
+                .flatten()
+                .cloned(),
+        );
         if let Some(ns) = &meta.namespace {
             keys.push(format!("/registry/core/namespaces/{ns}"));
         }
@@ -150,8 +170,12 @@ async fn collect(resources: &Resources, stop: &mut watch::Receiver<bool>) -> Api
             index.put(&kv.key, Meta::of(&object));
         }
     }
-    let mut pending: BTreeSet<String> =
-        index.objects.iter().filter(|(_, m)| m.needs_attention()).map(|(k, _)| k.clone()).collect();
+    let mut pending: BTreeSet<String> = index
+        .objects
+        .iter()
+        .filter(|(_, m)| m.needs_attention())
+        .map(|(k, _)| k.clone())
+        .collect();
     let mut changes = store.watch(REGISTRY_PREFIX, listed.revision).await?;
     let mut resync = tokio::time::interval(Duration::from_secs(30));
     loop {
@@ -191,7 +215,10 @@ async fn collect(resources: &Resources, stop: &mut watch::Receiver<bool>) -> Api
 fn scope_of(resources: &Resources, key: &str) -> Option<(Scope, String)> {
     let rest = key.strip_prefix(REGISTRY_PREFIX)?;
     let parts: Vec<&str> = rest.split('/').collect();
-    let (group, plural) = (if parts[0] == "core" { "" } else { parts[0] }, *parts.get(1)?);
+    let (group, plural) = (
+        if parts[0] == "core" { "" } else { parts[0] },
+        *parts.get(1)?,
+    );
     let rt = resources.registry.get(group, plural)?;
     let version = rt.storage_version().name.clone();
     let (namespace, name) = match (rt.namespaced, &parts[2..]) {
@@ -199,26 +226,49 @@ fn scope_of(resources: &Resources, key: &str) -> Option<(Scope, String)> {
         (false, [name]) => (None, name.to_string()),
         _ => return None,
     };
-    Some((Scope { rt, version, namespace }, name))
+    Some((
+        Scope {
+            rt,
+            version,
+            namespace,
+        },
+        name,
+    ))
 }
 
 fn options() -> WriteOptions {
-    WriteOptions { field_manager: MANAGER.into(), ..Default::default() }
+    WriteOptions {
+        field_manager: MANAGER.into(),
+        ..Default::default()
+    }
 }
 
 async fn process(resources: &Resources, index: &Index, key: &str) -> ApiResult<()> {
-    let Some(meta) = index.objects.get(key).cloned() else { return Ok(()) };
-    let Some((scope, name)) = scope_of(resources, key) else { return Ok(()) };
+    let Some(meta) = index.objects.get(key).cloned() else {
+        return Ok(());
+    };
+    let Some((scope, name)) = scope_of(resources, key) else {
+        return Ok(());
+    };
     if meta.deleting {
-        let dependents: Vec<String> = index.dependents.get(&meta.uid).into_iter().flatten().cloned().collect();
+        let dependents: Vec<String> = index
+            .dependents
+            .get(&meta.uid)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
         if meta.finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
             for dependent in &dependents {
                 if let Some((dep_scope, dep_name)) = scope_of(resources, dependent) {
                     let uid = meta.uid.clone();
                     resources
                         .write_loop(&dep_scope, &dep_name, None, &options(), None, |current| {
-                            let mut object = current.cloned().ok_or_else(|| ApiError::internal("dependent vanished"))?;
-                            if let Some(refs) = object["metadata"]["ownerReferences"].as_array_mut() {
+                            let mut object = current
+                                .cloned()
+                                .ok_or_else(|| ApiError::internal("dependent vanished"))?;
+                            if let Some(refs) = object["metadata"]["ownerReferences"].as_array_mut()
+                            {
                                 refs.retain(|r| r["uid"] != json!(uid));
                             }
                             Ok(object)
@@ -234,11 +284,17 @@ async fn process(resources: &Resources, index: &Index, key: &str) -> ApiResult<(
             }
             for dependent in &dependents {
                 let waiting = index.objects.get(dependent).is_some_and(|m| m.deleting);
-                if !waiting {
-                    if let Some((dep_scope, dep_name)) = scope_of(resources, dependent) {
-                        let options = DeleteOptions { propagation: Some(Propagation::Foreground), ..Default::default() };
-                        ignore_not_found(resources.delete(&dep_scope, &dep_name, &options).await.map(|_| ()))?;
-                    }
+                if !waiting && let Some((dep_scope, dep_name)) = scope_of(resources, dependent) {
+                    let options = DeleteOptions {
+                        propagation: Some(Propagation::Foreground),
+                        ..Default::default()
+                    };
+                    ignore_not_found(
+                        resources
+                            .delete(&dep_scope, &dep_name, &options)
+                            .await
+                            .map(|_| ()),
+                    )?;
                 }
             }
             return Ok(());
@@ -252,17 +308,28 @@ async fn process(resources: &Resources, index: &Index, key: &str) -> ApiResult<(
         return Ok(());
     }
     for owner in &meta.owners {
-        if index.by_uid.contains_key(&owner.uid) || owner_exists(resources, owner, meta.namespace.as_deref()).await? {
+        if index.by_uid.contains_key(&owner.uid)
+            || owner_exists(resources, owner, meta.namespace.as_deref()).await?
+        {
             return Ok(());
         }
     }
     tracing::info!(key, "deleting an object whose owners are all gone");
-    ignore_not_found(resources.delete(&scope, &name, &DeleteOptions::default()).await.map(|_| ()))
+    ignore_not_found(
+        resources
+            .delete(&scope, &name, &DeleteOptions::default())
+            .await
+            .map(|_| ()),
+    )
 }
 
 /// Confirms an owner's absence in the store itself, so an index that lags never deletes a
 /// dependent whose owner was just created.
-async fn owner_exists(resources: &Resources, owner: &Owner, namespace: Option<&str>) -> ApiResult<bool> {
+async fn owner_exists(
+    resources: &Resources,
+    owner: &Owner,
+    namespace: Option<&str>,
+) -> ApiResult<bool> {
     let Some(rt) = resources.registry.by_kind(&owner.api_version, &owner.kind) else {
         return Ok(false);
     };
@@ -273,10 +340,17 @@ async fn owner_exists(resources: &Resources, owner: &Owner, namespace: Option<&s
     })
 }
 
-async fn remove_finalizer(resources: &Resources, scope: &Scope, name: &str, finalizer: &str) -> ApiResult<()> {
+async fn remove_finalizer(
+    resources: &Resources,
+    scope: &Scope,
+    name: &str,
+    finalizer: &str,
+) -> ApiResult<()> {
     let result = resources
         .write_loop(scope, name, None, &options(), None, |current| {
-            let mut object = current.cloned().ok_or_else(|| ApiError::not_found(&scope.rt.plural, &scope.rt.group, name))?;
+            let mut object = current
+                .cloned()
+                .ok_or_else(|| ApiError::not_found(&scope.rt.plural, &scope.rt.group, name))?;
             if let Some(list) = object["metadata"]["finalizers"].as_array_mut() {
                 list.retain(|f| f != finalizer);
             }
@@ -290,16 +364,36 @@ async fn remove_finalizer(resources: &Resources, scope: &Scope, name: &str, fina
 /// finalizer, which deletes the namespace.
 async fn empty_namespace(resources: &Resources, scope: &Scope, namespace: &str) -> ApiResult<()> {
     let mut remaining = 0;
-    for rt in resources.registry.all().into_iter().filter(|rt| rt.namespaced) {
+    for rt in resources
+        .registry
+        .all()
+        .into_iter()
+        .filter(|rt| rt.namespaced)
+    {
         let version = rt.storage_version().name.clone();
-        let inner = Scope { rt: rt.clone(), version, namespace: Some(namespace.to_string()) };
-        let listed = resources.store.list(&rt.list_prefix(Some(namespace)), ListOptions::default()).await?;
+        let inner = Scope {
+            rt: rt.clone(),
+            version,
+            namespace: Some(namespace.to_string()),
+        };
+        let listed = resources
+            .store
+            .list(&rt.list_prefix(Some(namespace)), ListOptions::default())
+            .await?;
         for kv in listed.items {
             remaining += 1;
             let Some(object) = decode(&kv) else { continue };
             if object["metadata"]["deletionTimestamp"].is_null() {
-                let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
-                ignore_not_found(resources.delete(&inner, &name, &DeleteOptions::default()).await.map(|_| ()))?;
+                let name = object["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                ignore_not_found(
+                    resources
+                        .delete(&inner, &name, &DeleteOptions::default())
+                        .await
+                        .map(|_| ()),
+                )?;
             }
         }
     }
@@ -308,7 +402,9 @@ async fn empty_namespace(resources: &Resources, scope: &Scope, namespace: &str) 
     }
     let result = resources
         .write_loop(scope, namespace, None, &options(), None, |current| {
-            let mut object = current.cloned().ok_or_else(|| ApiError::not_found("namespaces", "", namespace))?;
+            let mut object = current
+                .cloned()
+                .ok_or_else(|| ApiError::not_found("namespaces", "", namespace))?;
             if let Some(list) = object["spec"]["finalizers"].as_array_mut() {
                 list.retain(|f| f != NAMESPACE_FINALIZER);
             }
@@ -327,7 +423,11 @@ fn ignore_not_found(result: ApiResult<()>) -> ApiResult<()> {
 
 /// Compacts store history every `interval`, keeping one interval's worth (as kube-apiserver
 /// does with etcd), so watches can resume across short disconnects and history stays bounded.
-pub async fn compact_periodically(store: Arc<dyn Store>, interval: Duration, mut stop: watch::Receiver<bool>) {
+pub async fn compact_periodically(
+    store: Arc<dyn Store>,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     if interval.is_zero() {
         return;
     }

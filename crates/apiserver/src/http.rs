@@ -18,7 +18,9 @@ use serde_json::{Value, json};
 use crate::auth::{Attributes, Authenticator, Authorizer, User};
 use crate::objects::Selector;
 use crate::patch::PatchType;
-use crate::resources::{DeleteOptions, FieldValidation, ListParams, Propagation, Resources, Scope, WriteOptions};
+use crate::resources::{
+    DeleteOptions, FieldValidation, ListParams, Propagation, Resources, Scope, WriteOptions,
+};
 use crate::status::{ApiError, ApiResult};
 use crate::table::{self, IncludeObject};
 use crate::watch::WatchParams;
@@ -49,7 +51,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(dispatch)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
-        .route("/version", get(|| async { axum::Json(discovery::version()) }))
+        .route(
+            "/version",
+            get(|| async { axum::Json(discovery::version()) }),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -64,10 +69,26 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
-    let authorization = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(String::from);
-    let peer = request.extensions().get::<PeerCertificate>().cloned().unwrap_or_default();
-    match state.authenticator.authenticate(authorization.as_deref(), peer.0.as_ref()).await {
+async fn authenticate(
+    State(state): State<Arc<AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    let peer = request
+        .extensions()
+        .get::<PeerCertificate>()
+        .cloned()
+        .unwrap_or_default();
+    match state
+        .authenticator
+        .authenticate(authorization.as_deref(), peer.0.as_ref())
+        .await
+    {
         Ok(user) => {
             request.extensions_mut().insert(user);
             next.run(request).await
@@ -80,29 +101,50 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
 }
 
 async fn core_versions(State(state): State<Arc<AppState>>) -> Response {
-    json_response(StatusCode::OK, &discovery::core_versions(&state.server_address))
+    json_response(
+        StatusCode::OK,
+        &discovery::core_versions(&state.server_address),
+    )
 }
 
 async fn api_groups(State(state): State<Arc<AppState>>) -> Response {
-    json_response(StatusCode::OK, &discovery::groups(&state.resources.registry))
+    json_response(
+        StatusCode::OK,
+        &discovery::groups(&state.resources.registry),
+    )
 }
 
 async fn openapi_index(State(state): State<Arc<AppState>>) -> Response {
-    json_response(StatusCode::OK, &openapi::v3_index(&state.resources.registry))
+    json_response(
+        StatusCode::OK,
+        &openapi::v3_index(&state.resources.registry),
+    )
 }
 
 async fn openapi_v2(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     if accept.contains("protobuf") && !accept.contains("json") && !accept.contains("*/*") {
-        return ApiError::NotAcceptable { message: "only application/json is served for /openapi/v2".into() }.into_response();
+        return ApiError::NotAcceptable {
+            message: "only application/json is served for /openapi/v2".into(),
+        }
+        .into_response();
     }
-    json_response(StatusCode::OK, &openapi::v2_document(&state.resources.registry))
+    json_response(
+        StatusCode::OK,
+        &openapi::v2_document(&state.resources.registry),
+    )
 }
 
 fn json_response(code: StatusCode, value: &Value) -> Response {
     let mut response = Response::new(Body::from(serde_json::to_vec(value).unwrap_or_default()));
     *response.status_mut() = code;
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     response
 }
 
@@ -132,7 +174,11 @@ fn parse_path(path: &str) -> Option<Target> {
         ["apis", group, version, rest @ ..] => (group.to_string(), version.to_string(), rest),
         _ => return None,
     };
-    let mut target = Target { group, version, ..Default::default() };
+    let mut target = Target {
+        group,
+        version,
+        ..Default::default()
+    };
     let rest: Vec<&str> = rest.to_vec();
     let resource_part: &[&str] = match rest.as_slice() {
         // `namespaces/NAME/status` is the namespace's own subresource, not a resource inside it.
@@ -163,7 +209,10 @@ fn parse_path(path: &str) -> Option<Target> {
 }
 
 fn not_found_path(path: &str) -> ApiError {
-    ApiError::NotFound { message: format!("the server could not find the requested resource ({path})"), target: None }
+    ApiError::NotFound {
+        message: format!("the server could not find the requested resource ({path})"),
+        target: None,
+    }
 }
 
 async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
@@ -173,25 +222,39 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
     let registry = &state.resources.registry;
 
     if let Some(rest) = path.strip_prefix("/openapi/v3/") {
-        let (group, version) = match rest.trim_matches('/').split('/').collect::<Vec<_>>().as_slice() {
+        let (group, version) = match rest
+            .trim_matches('/')
+            .split('/')
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
             ["api", version] => (String::new(), version.to_string()),
             ["apis", group, version] => (group.to_string(), version.to_string()),
             _ => return Err(not_found_path(&path)),
         };
-        let document = openapi::v3_document(registry, &group, &version).ok_or_else(|| not_found_path(&path))?;
+        let document = openapi::v3_document(registry, &group, &version)
+            .ok_or_else(|| not_found_path(&path))?;
         return Ok(json_response(StatusCode::OK, &document));
     }
-    match path.trim_matches('/').split('/').collect::<Vec<_>>().as_slice() {
+    match path
+        .trim_matches('/')
+        .split('/')
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["apis", group] => {
-            let document = discovery::group(registry, group).ok_or_else(|| not_found_path(&path))?;
+            let document =
+                discovery::group(registry, group).ok_or_else(|| not_found_path(&path))?;
             return Ok(json_response(StatusCode::OK, &document));
         }
         ["api", version] => {
-            let document = discovery::resources(registry, "", version).ok_or_else(|| not_found_path(&path))?;
+            let document =
+                discovery::resources(registry, "", version).ok_or_else(|| not_found_path(&path))?;
             return Ok(json_response(StatusCode::OK, &document));
         }
         ["apis", group, version] => {
-            let document = discovery::resources(registry, group, version).ok_or_else(|| not_found_path(&path))?;
+            let document = discovery::resources(registry, group, version)
+                .ok_or_else(|| not_found_path(&path))?;
             return Ok(json_response(StatusCode::OK, &document));
         }
         _ => {}
@@ -202,7 +265,11 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
     if target.namespace.is_some() && !rt.namespaced {
         return Err(not_found_path(&path));
     }
-    let scope = Scope { rt: rt.clone(), version: target.version.clone(), namespace: target.namespace.clone() };
+    let scope = Scope {
+        rt: rt.clone(),
+        version: target.version.clone(),
+        namespace: target.namespace.clone(),
+    };
     let served = rt.version(&target.version).expect("resolved version");
     match target.subresource.as_deref() {
         None => {}
@@ -210,13 +277,21 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
         Some("scale") if served.scale.is_some() => {}
         Some(other) => {
             return Err(ApiError::NotFound {
-                message: format!("the server could not find the requested resource ({} {}/{other})", rt.qualified_plural(), target.name.as_deref().unwrap_or_default()),
+                message: format!(
+                    "the server could not find the requested resource ({} {}/{other})",
+                    rt.qualified_plural(),
+                    target.name.as_deref().unwrap_or_default()
+                ),
                 target: None,
             });
         }
     }
 
-    let user = parts.extensions.get::<User>().cloned().ok_or(ApiError::Unauthorized)?;
+    let user = parts
+        .extensions
+        .get::<User>()
+        .cloned()
+        .ok_or(ApiError::Unauthorized)?;
     let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
     let verb = match (&parts.method, target.name.is_some()) {
         (&Method::GET, true) => "get",
@@ -229,7 +304,9 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
         (&Method::DELETE, false) => "deletecollection",
         (method, _) => {
             return Err(ApiError::MethodNotAllowed {
-                message: format!("the server does not allow this method on the requested resource ({method} {path})"),
+                message: format!(
+                    "the server does not allow this method on the requested resource ({method} {path})"
+                ),
             });
         }
     };
@@ -241,26 +318,48 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
         namespace: target.namespace.clone(),
         name: target.name.clone(),
     };
-    state.authorizer.authorize(&user, &attributes).map_err(|reason| ApiError::Forbidden {
-        message: format!("{} \"{}\" is forbidden: User \"{}\" cannot {verb} resource: {reason}", rt.qualified_plural(), target.name.as_deref().unwrap_or_default(), user.name),
-    })?;
+    state
+        .authorizer
+        .authorize(&user, &attributes)
+        .map_err(|reason| ApiError::Forbidden {
+            message: format!(
+                "{} \"{}\" is forbidden: User \"{}\" cannot {verb} resource: {reason}",
+                rt.qualified_plural(),
+                target.name.as_deref().unwrap_or_default(),
+                user.name
+            ),
+        })?;
 
     let format = negotiate(&parts.headers, &query)?;
     let resources = &state.resources;
-    let user_agent = parts.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
+    let user_agent = parts
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("unknown");
     let write_options = || -> ApiResult<WriteOptions> {
         let validation = match query.get("fieldValidation").map(String::as_str) {
             None | Some("Warn") => FieldValidation::Warn,
             Some("Strict") => FieldValidation::Strict,
             Some("Ignore") => FieldValidation::Ignore,
             Some(other) => {
-                return Err(ApiError::bad_request(format!("fieldValidation must be one of Ignore, Warn or Strict, not {other:?}")));
+                return Err(ApiError::bad_request(format!(
+                    "fieldValidation must be one of Ignore, Warn or Strict, not {other:?}"
+                )));
             }
         };
         let field_manager = match query.get("fieldManager") {
-            Some(m) if m.len() > 128 => return Err(ApiError::bad_request("fieldManager may not be longer than 128 characters")),
+            Some(m) if m.len() > 128 => {
+                return Err(ApiError::bad_request(
+                    "fieldManager may not be longer than 128 characters",
+                ));
+            }
             Some(m) => m.clone(),
-            None => user_agent.split('/').next().unwrap_or("unknown").to_string(),
+            None => user_agent
+                .split('/')
+                .next()
+                .unwrap_or("unknown")
+                .to_string(),
         };
         Ok(WriteOptions {
             field_manager,
@@ -274,7 +373,11 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
         "get" => {
             let name = target.name.as_deref().expect("named");
             let object = resources.get(&scope, name).await?;
-            let object = if target.subresource.as_deref() == Some("scale") { resources.scale_of(&scope, &object)? } else { object };
+            let object = if target.subresource.as_deref() == Some("scale") {
+                resources.scale_of(&scope, &object)?
+            } else {
+                object
+            };
             Ok(render_object(StatusCode::OK, &scope, object, format, &[]))
         }
         "list" => {
@@ -285,7 +388,12 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
                 metadata["continue"] = json!(token);
             }
             let body = match format {
-                Format::Table(include) => table::table(&table::columns(&rt, &scope.version), &listed.items, include, metadata),
+                Format::Table(include) => table::table(
+                    &table::columns(&rt, &scope.version),
+                    &listed.items,
+                    include,
+                    metadata,
+                ),
                 Format::Json => json!({
                     "kind": rt.list_kind,
                     "apiVersion": rt.api_version(&scope.version),
@@ -299,55 +407,118 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
         "create" => {
             let body = read_body(body, &parts.headers, false).await?;
             let written = resources.create(&scope, body, &write_options()?).await?;
-            Ok(render_object(StatusCode::CREATED, &scope, written.object, format, &written.warnings))
+            Ok(render_object(
+                StatusCode::CREATED,
+                &scope,
+                written.object,
+                format,
+                &written.warnings,
+            ))
         }
         "update" => {
             let name = target.name.as_deref().expect("named");
             let body = read_body(body, &parts.headers, false).await?;
             let options = write_options()?;
             let written = if target.subresource.as_deref() == Some("scale") {
-                resources.update_scale(&scope, name, &options, |_| Ok(body.clone())).await?
+                resources
+                    .update_scale(&scope, name, &options, |_| Ok(body.clone()))
+                    .await?
             } else {
-                resources.update(&scope, name, body, target.subresource.as_deref(), &options).await?
+                resources
+                    .update(&scope, name, body, target.subresource.as_deref(), &options)
+                    .await?
             };
-            let code = if written.created { StatusCode::CREATED } else { StatusCode::OK };
-            Ok(render_object(code, &scope, written.object, format, &written.warnings))
+            let code = if written.created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok(render_object(
+                code,
+                &scope,
+                written.object,
+                format,
+                &written.warnings,
+            ))
         }
         "patch" => {
             let name = target.name.as_deref().expect("named");
-            let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+            let content_type = parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
             let patch_type = PatchType::from_content_type(content_type)?;
             let bytes = read_bytes(body).await?;
             let options = write_options()?;
             let written = if target.subresource.as_deref() == Some("scale") {
                 if patch_type == PatchType::Apply {
-                    return Err(ApiError::UnsupportedMediaType { message: "apply is not supported on the scale subresource".into() });
+                    return Err(ApiError::UnsupportedMediaType {
+                        message: "apply is not supported on the scale subresource".into(),
+                    });
                 }
                 resources
-                    .update_scale(&scope, name, &options, |scale| crate::patch::patch(scale, patch_type, &bytes))
+                    .update_scale(&scope, name, &options, |scale| {
+                        crate::patch::patch(scale, patch_type, &bytes)
+                    })
                     .await?
             } else {
-                resources.patch(&scope, name, patch_type, &bytes, target.subresource.as_deref(), &options).await?
+                resources
+                    .patch(
+                        &scope,
+                        name,
+                        patch_type,
+                        &bytes,
+                        target.subresource.as_deref(),
+                        &options,
+                    )
+                    .await?
             };
-            let code = if written.created { StatusCode::CREATED } else { StatusCode::OK };
-            Ok(render_object(code, &scope, written.object, format, &written.warnings))
+            let code = if written.created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok(render_object(
+                code,
+                &scope,
+                written.object,
+                format,
+                &written.warnings,
+            ))
         }
         "delete" => {
             let name = target.name.as_deref().expect("named");
             let options = delete_options(body, &query).await?;
             let (object, gone) = resources.delete(&scope, name, &options).await?;
-            let code = if gone { StatusCode::OK } else { StatusCode::ACCEPTED };
+            let code = if gone {
+                StatusCode::OK
+            } else {
+                StatusCode::ACCEPTED
+            };
             Ok(render_object(code, &scope, object, Format::Json, &[]))
         }
         "deletecollection" => {
             let options = delete_options(body, &query).await?;
             let params = list_params(&scope, &query)?;
-            let listed = resources.list(&scope, &ListParams { limit: 0, continue_token: None, ..params }).await?;
+            let listed = resources
+                .list(
+                    &scope,
+                    &ListParams {
+                        limit: 0,
+                        continue_token: None,
+                        ..params
+                    },
+                )
+                .await?;
             let mut deleted = vec![];
             for item in listed.items {
                 let name = crate::objects::name_of(&item).to_string();
                 let item_scope = Scope {
-                    namespace: item["metadata"]["namespace"].as_str().map(String::from).or(scope.namespace.clone()),
+                    namespace: item["metadata"]["namespace"]
+                        .as_str()
+                        .map(String::from)
+                        .or(scope.namespace.clone()),
                     ..scope.clone()
                 };
                 match resources.delete(&item_scope, &name, &options).await {
@@ -377,7 +548,10 @@ enum Format {
 /// Picks the response format from `Accept`: a Table when asked for (`as=Table`), else JSON.
 /// A client that accepts neither gets 406.
 fn negotiate(headers: &HeaderMap, query: &HashMap<String, String>) -> ApiResult<Format> {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
     let include = match query.get("includeObject").map(String::as_str) {
         Some("None") => IncludeObject::None,
         Some("Object") => IncludeObject::Object,
@@ -390,22 +564,37 @@ fn negotiate(headers: &HeaderMap, query: &HashMap<String, String>) -> ApiResult<
         let wants_table = params.contains(&"as=Table");
         match media {
             "application/json" if wants_table => return Ok(Format::Table(include)),
-            "application/json" | "*/*" | "application/*" | "" if !params.iter().any(|p| p.starts_with("as=")) => {
+            "application/json" | "*/*" | "application/*" | ""
+                if !params.iter().any(|p| p.starts_with("as=")) =>
+            {
                 return Ok(Format::Json);
             }
             _ => {}
         }
     }
     Err(ApiError::NotAcceptable {
-        message: format!("only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io (got {accept:?})"),
+        message: format!(
+            "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io (got {accept:?})"
+        ),
     })
 }
 
-fn render_object(code: StatusCode, scope: &Scope, object: Value, format: Format, warnings: &[String]) -> Response {
+fn render_object(
+    code: StatusCode,
+    scope: &Scope,
+    object: Value,
+    format: Format,
+    warnings: &[String],
+) -> Response {
     let body = match format {
         Format::Table(include) if object["kind"] != "Scale" => {
             let metadata = json!({"resourceVersion": object["metadata"]["resourceVersion"]});
-            table::table(&table::columns(&scope.rt, &scope.version), &[object], include, metadata)
+            table::table(
+                &table::columns(&scope.rt, &scope.version),
+                &[object],
+                include,
+                metadata,
+            )
         }
         _ => object,
     };
@@ -420,21 +609,31 @@ fn render_object(code: StatusCode, scope: &Scope, object: Value, format: Format,
 }
 
 fn parse_query(query: Option<&str>) -> ApiResult<HashMap<String, String>> {
-    let Some(query) = query else { return Ok(HashMap::new()) };
-    let pairs: Vec<(String, String)> =
-        serde_urlencoded::from_str(query).map_err(|e| ApiError::bad_request(format!("malformed query string: {e}")))?;
+    let Some(query) = query else {
+        return Ok(HashMap::new());
+    };
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
+        .map_err(|e| ApiError::bad_request(format!("malformed query string: {e}")))?;
     Ok(pairs.into_iter().collect())
 }
 
 fn list_params(scope: &Scope, query: &HashMap<String, String>) -> ApiResult<ListParams> {
-    let label_selector = Selector::parse_labels(query.get("labelSelector").map(String::as_str).unwrap_or(""))?;
+    let label_selector =
+        Selector::parse_labels(query.get("labelSelector").map(String::as_str).unwrap_or(""))?;
     let rt = scope.rt.clone();
     let allowed = move |field: &str| {
-        matches!(field, "metadata.name" | "metadata.namespace") || rt.selectable_fields.iter().any(|f| f == field)
+        matches!(field, "metadata.name" | "metadata.namespace")
+            || rt.selectable_fields.iter().any(|f| f == field)
     };
-    let field_selector = Selector::parse_fields(query.get("fieldSelector").map(String::as_str).unwrap_or(""), &allowed)?;
+    let field_selector = Selector::parse_fields(
+        query.get("fieldSelector").map(String::as_str).unwrap_or(""),
+        &allowed,
+    )?;
     let limit = match query.get("limit") {
-        Some(l) => l.parse::<i64>().map_err(|_| ApiError::bad_request(format!("limit must be an integer, not {l:?}")))?.max(0) as usize,
+        Some(l) => l
+            .parse::<i64>()
+            .map_err(|_| ApiError::bad_request(format!("limit must be an integer, not {l:?}")))?
+            .max(0) as usize,
         None => 0,
     };
     Ok(ListParams {
@@ -445,19 +644,32 @@ fn list_params(scope: &Scope, query: &HashMap<String, String>) -> ApiResult<List
     })
 }
 
-async fn watch(state: &AppState, scope: &Scope, query: &HashMap<String, String>, format: Format) -> ApiResult<Response> {
+async fn watch(
+    state: &AppState,
+    scope: &Scope,
+    query: &HashMap<String, String>,
+    format: Format,
+) -> ApiResult<Response> {
     let resource_version = match query.get("resourceVersion").map(String::as_str) {
         None | Some("") | Some("0") => None,
-        Some(rv) => Some(rv.parse::<i64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?),
+        Some(rv) => Some(
+            rv.parse::<i64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?,
+        ),
     };
     let timeout = match query.get("timeoutSeconds") {
-        Some(t) => Duration::from_secs(t.parse().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?),
+        Some(t) => Duration::from_secs(
+            t.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
+        ),
         None => Duration::from_secs(1800),
     };
     let params = WatchParams {
         resource_version,
         list: list_params(scope, query)?,
-        bookmarks: query.get("allowWatchBookmarks").is_some_and(|b| b == "true"),
+        bookmarks: query
+            .get("allowWatchBookmarks")
+            .is_some_and(|b| b == "true"),
         send_initial_events: query.get("sendInitialEvents").is_some_and(|b| b == "true"),
         timeout,
         bookmark_interval: state.bookmark_interval,
@@ -467,18 +679,26 @@ async fn watch(state: &AppState, scope: &Scope, query: &HashMap<String, String>,
     let lines = events.map(move |event| {
         let object = match format {
             Format::Table(include) if matches!(event.kind, "ADDED" | "MODIFIED" | "DELETED") => {
-                let metadata = json!({"resourceVersion": event.object["metadata"]["resourceVersion"]});
+                let metadata =
+                    json!({"resourceVersion": event.object["metadata"]["resourceVersion"]});
                 table::table(&columns, &[event.object], include, metadata)
             }
             _ => event.object,
         };
-        let mut line = serde_json::to_vec(&json!({"type": event.kind, "object": object})).unwrap_or_default();
+        let mut line =
+            serde_json::to_vec(&json!({"type": event.kind, "object": object})).unwrap_or_default();
         line.push(b'\n');
         Ok::<_, std::convert::Infallible>(Bytes::from(line))
     });
     let mut response = Response::new(Body::from_stream(lines));
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
     Ok(response)
 }
 
@@ -488,12 +708,15 @@ async fn watch(state: &AppState, scope: &Scope, query: &HashMap<String, String>,
 async fn read_bytes(body: Body) -> ApiResult<Bytes> {
     use http_body_util::BodyExt;
     const DRAIN_LIMIT: usize = 4 * MAX_BODY_BYTES;
-    let too_large = || ApiError::TooLarge { message: format!("the request body is larger than the {MAX_BODY_BYTES} byte limit") };
+    let too_large = || ApiError::TooLarge {
+        message: format!("the request body is larger than the {MAX_BODY_BYTES} byte limit"),
+    };
     let mut body = body;
     let mut collected = bytes::BytesMut::new();
     let mut seen = 0usize;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
+        let frame = frame
+            .map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
         if let Ok(data) = frame.into_data() {
             seen += data.len();
             if seen <= MAX_BODY_BYTES {
@@ -511,22 +734,25 @@ async fn read_bytes(body: Body) -> ApiResult<Bytes> {
 
 /// Reads a JSON (or YAML) object body.
 async fn read_body(body: Body, headers: &HeaderMap, allow_empty: bool) -> ApiResult<Value> {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
     let essence = content_type.split(';').next().unwrap_or_default().trim();
     let bytes = read_bytes(body).await?;
     if bytes.is_empty() && allow_empty {
         return Ok(Value::Null);
     }
     match essence {
-        "application/json" | "" => {
-            serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
-        }
+        "application/json" | "" => serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}"))),
         "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(&bytes),
-        "application/yaml" => {
-            serde_yaml_ng::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))
-        }
+        "application/yaml" => serde_yaml_ng::from_slice(&bytes)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}"))),
         other => Err(ApiError::UnsupportedMediaType {
-            message: format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {other:?})"),
+            message: format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {other:?})"
+            ),
         }),
     }
 }
@@ -534,7 +760,10 @@ async fn read_body(body: Body, headers: &HeaderMap, allow_empty: bool) -> ApiRes
 async fn delete_options(body: Body, query: &HashMap<String, String>) -> ApiResult<DeleteOptions> {
     let headers = HeaderMap::new();
     let body = read_body(body, &headers, true).await?;
-    let propagation_text = body["propagationPolicy"].as_str().map(String::from).or_else(|| query.get("propagationPolicy").cloned());
+    let propagation_text = body["propagationPolicy"]
+        .as_str()
+        .map(String::from)
+        .or_else(|| query.get("propagationPolicy").cloned());
     let propagation = match propagation_text.as_deref() {
         None => match body["orphanDependents"].as_bool() {
             Some(true) => Some(Propagation::Orphan),
@@ -544,14 +773,21 @@ async fn delete_options(body: Body, query: &HashMap<String, String>) -> ApiResul
         Some("Background") => Some(Propagation::Background),
         Some("Foreground") => Some(Propagation::Foreground),
         Some(other) => {
-            return Err(ApiError::bad_request(format!("propagationPolicy must be Orphan, Background or Foreground, not {other:?}")));
+            return Err(ApiError::bad_request(format!(
+                "propagationPolicy must be Orphan, Background or Foreground, not {other:?}"
+            )));
         }
     };
-    let dry_run = body["dryRun"].as_array().is_some_and(|d| d.iter().any(|x| x == "All")) || query.get("dryRun").is_some_and(|d| d == "All");
+    let dry_run = body["dryRun"]
+        .as_array()
+        .is_some_and(|d| d.iter().any(|x| x == "All"))
+        || query.get("dryRun").is_some_and(|d| d == "All");
     Ok(DeleteOptions {
         propagation,
         precondition_uid: body["preconditions"]["uid"].as_str().map(String::from),
-        precondition_resource_version: body["preconditions"]["resourceVersion"].as_str().map(String::from),
+        precondition_resource_version: body["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(String::from),
         dry_run,
     })
 }
@@ -562,15 +798,32 @@ mod tests {
 
     #[test]
     fn paths() {
-        let t = parse_path("/apis/cluster.x-k8s.io/v1beta1/namespaces/default/clusters/prod/status").unwrap();
-        assert_eq!((t.group.as_str(), t.namespace.as_deref(), t.plural.as_str()), ("cluster.x-k8s.io", Some("default"), "clusters"));
-        assert_eq!((t.name.as_deref(), t.subresource.as_deref()), (Some("prod"), Some("status")));
+        let t =
+            parse_path("/apis/cluster.x-k8s.io/v1beta1/namespaces/default/clusters/prod/status")
+                .unwrap();
+        assert_eq!(
+            (t.group.as_str(), t.namespace.as_deref(), t.plural.as_str()),
+            ("cluster.x-k8s.io", Some("default"), "clusters")
+        );
+        assert_eq!(
+            (t.name.as_deref(), t.subresource.as_deref()),
+            (Some("prod"), Some("status"))
+        );
         let t = parse_path("/api/v1/namespaces/kube-system").unwrap();
-        assert_eq!((t.plural.as_str(), t.name.as_deref(), t.namespace), ("namespaces", Some("kube-system"), None));
+        assert_eq!(
+            (t.plural.as_str(), t.name.as_deref(), t.namespace),
+            ("namespaces", Some("kube-system"), None)
+        );
         let t = parse_path("/api/v1/namespaces/x/status").unwrap();
-        assert_eq!((t.plural.as_str(), t.subresource.as_deref()), ("namespaces", Some("status")));
+        assert_eq!(
+            (t.plural.as_str(), t.subresource.as_deref()),
+            ("namespaces", Some("status"))
+        );
         let t = parse_path("/api/v1/namespaces/x/configmaps").unwrap();
-        assert_eq!((t.plural.as_str(), t.namespace.as_deref()), ("configmaps", Some("x")));
+        assert_eq!(
+            (t.plural.as_str(), t.namespace.as_deref()),
+            ("configmaps", Some("x"))
+        );
         assert!(parse_path("/api/v1/a/b/c/d").is_none());
         assert!(parse_path("/foo").is_none());
     }
@@ -579,11 +832,28 @@ mod tests {
     fn negotiation() {
         let mut headers = HeaderMap::new();
         let query = HashMap::new();
-        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"));
-        assert_eq!(negotiate(&headers, &query).unwrap(), Format::Table(IncludeObject::Metadata));
-        headers.insert(header::ACCEPT, HeaderValue::from_static("application/vnd.kubernetes.protobuf, application/json"));
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static(
+                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+            ),
+        );
+        assert_eq!(
+            negotiate(&headers, &query).unwrap(),
+            Format::Table(IncludeObject::Metadata)
+        );
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/vnd.kubernetes.protobuf, application/json"),
+        );
         assert_eq!(negotiate(&headers, &query).unwrap(), Format::Json);
-        headers.insert(header::ACCEPT, HeaderValue::from_static("application/vnd.kubernetes.protobuf"));
-        assert_eq!(negotiate(&headers, &query).unwrap_err().code(), StatusCode::NOT_ACCEPTABLE);
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/vnd.kubernetes.protobuf"),
+        );
+        assert_eq!(
+            negotiate(&headers, &query).unwrap_err().code(),
+            StatusCode::NOT_ACCEPTABLE
+        );
     }
 }

@@ -85,9 +85,17 @@ pub struct Server {
 impl Server {
     /// Loads (or creates) the PKI and the admin credential, serves the built-in kinds and the
     /// stored CRDs, and writes `<data-dir>/kubeconfig.yaml`.
-    pub async fn start(config: Config, store: Arc<dyn Store>, listener: tokio::net::TcpListener) -> Result<Server, StartError> {
+    pub async fn start(
+        config: Config,
+        store: Arc<dyn Store>,
+        listener: tokio::net::TcpListener,
+    ) -> Result<Server, StartError> {
         let address = listener.local_addr()?;
-        let mut sans = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+        let mut sans = vec![
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+            "::1".to_string(),
+        ];
         if !address.ip().is_unspecified() && !sans.contains(&address.ip().to_string()) {
             sans.push(address.ip().to_string());
         }
@@ -100,19 +108,36 @@ impl Server {
         let tls = tls::server_config(&pki).map_err(StartError::Tls)?;
 
         let registry = Registry::default();
-        for rt in builtin::core_types().into_iter().chain(builtin::lariat_types()) {
+        for rt in builtin::core_types()
+            .into_iter()
+            .chain(builtin::lariat_types())
+        {
             registry.insert(rt);
         }
         let resources = Resources::new(store.clone(), registry);
-        load_stored_crds(&resources).await.map_err(|e| StartError::Store(e.to_string()))?;
-        ensure_namespaces(&resources).await.map_err(|e| StartError::Store(e.to_string()))?;
-        let authenticator = Authenticator::new(store.clone());
-
-        let client_host = if address.ip().is_unspecified() { "127.0.0.1".to_string() } else { address.ip().to_string() };
-        let server_address = SocketAddr::new(client_host.parse().expect("an IP address"), address.port());
-        write_kubeconfigs(&config, &pki, &authenticator, &format!("https://{server_address}"))
+        load_stored_crds(&resources)
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;
+        ensure_namespaces(&resources)
+            .await
+            .map_err(|e| StartError::Store(e.to_string()))?;
+        let authenticator = Authenticator::new(store.clone());
+
+        let client_host = if address.ip().is_unspecified() {
+            "127.0.0.1".to_string()
+        } else {
+            address.ip().to_string()
+        };
+        let server_address =
+            SocketAddr::new(client_host.parse().expect("an IP address"), address.port());
+        write_kubeconfigs(
+            &config,
+            &pki,
+            &authenticator,
+            &format!("https://{server_address}"),
+        )
+        .await
+        .map_err(|e| StartError::Store(e.to_string()))?;
 
         let state = Arc::new(http::AppState {
             resources,
@@ -121,7 +146,13 @@ impl Server {
             server_address: server_address.to_string(),
             bookmark_interval: config.bookmark_interval,
         });
-        Ok(Server { state, listener, tls, pki, config })
+        Ok(Server {
+            state,
+            listener,
+            tls,
+            pki,
+            config,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -138,7 +169,10 @@ impl Server {
 
     /// Serves HTTPS and runs the background loops (garbage collection, namespace cleanup,
     /// compaction) until `shutdown` resolves.
-    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), StartError> {
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), StartError> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let collector = tokio::spawn(gc::run(self.state.resources.clone(), stop_rx.clone()));
         let compactor = tokio::spawn(gc::compact_periodically(
@@ -164,8 +198,15 @@ impl Server {
 }
 
 async fn load_stored_crds(resources: &Resources) -> Result<(), status::ApiError> {
-    let rt = resources.registry.get("apiextensions.k8s.io", "customresourcedefinitions").expect("CRD kind is built in");
-    let scope = Scope { rt, version: "v1".into(), namespace: None };
+    let rt = resources
+        .registry
+        .get("apiextensions.k8s.io", "customresourcedefinitions")
+        .expect("CRD kind is built in");
+    let scope = Scope {
+        rt,
+        version: "v1".into(),
+        namespace: None,
+    };
     for crd in resources.list(&scope, &Default::default()).await?.items {
         resources.register_crd(&crd);
     }
@@ -174,11 +215,24 @@ async fn load_stored_crds(resources: &Resources) -> Result<(), status::ApiError>
 
 /// `default` (and `lariat-system` for lariat's own objects) exist from the first start.
 async fn ensure_namespaces(resources: &Resources) -> Result<(), status::ApiError> {
-    let rt = resources.registry.get("", "namespaces").expect("namespaces are built in");
-    let scope = Scope { rt, version: "v1".into(), namespace: None };
-    let options = WriteOptions { field_manager: "lariat".into(), ..Default::default() };
+    let rt = resources
+        .registry
+        .get("", "namespaces")
+        .expect("namespaces are built in");
+    let scope = Scope {
+        rt,
+        version: "v1".into(),
+        namespace: None,
+    };
+    let options = WriteOptions {
+        field_manager: "lariat".into(),
+        ..Default::default()
+    };
     for name in ["default", "lariat-system"] {
-        match resources.create(&scope, json!({"metadata": {"name": name}}), &options).await {
+        match resources
+            .create(&scope, json!({"metadata": {"name": name}}), &options)
+            .await
+        {
             Ok(_) | Err(status::ApiError::AlreadyExists { .. }) => {}
             Err(e) => return Err(e),
         }
@@ -189,19 +243,49 @@ async fn ensure_namespaces(resources: &Resources) -> Result<(), status::ApiError
 /// `<data-dir>/kubeconfig.yaml` authenticates with an admin client certificate (as k3s does);
 /// `<data-dir>/kubeconfig-token.yaml` with a bearer token whose hash alone is stored. Both are
 /// written once and readable by their owner only.
-async fn write_kubeconfigs(config: &Config, pki: &pki::Pki, authenticator: &Authenticator, server: &str) -> Result<(), String> {
+async fn write_kubeconfigs(
+    config: &Config,
+    pki: &pki::Pki,
+    authenticator: &Authenticator,
+    server: &str,
+) -> Result<(), String> {
     let cert_path = config.data_dir.join("kubeconfig.yaml");
-    let (cert_pem, key_pem) = pki.issue_client("lariat-admin", &["system:masters"]).map_err(|e| e.to_string())?;
-    let contents = pki::kubeconfig(server, &pki.ca_cert_pem, "admin", pki::Credential::Certificate { cert_pem, key_pem });
+    let (cert_pem, key_pem) = pki
+        .issue_client("lariat-admin", &["system:masters"])
+        .map_err(|e| e.to_string())?;
+    let contents = pki::kubeconfig(
+        server,
+        &pki.ca_cert_pem,
+        "admin",
+        pki::Credential::Certificate { cert_pem, key_pem },
+    );
     pki::write_file(&cert_path, &contents, true).map_err(|e| e.to_string())?;
     let token_path = config.data_dir.join("kubeconfig-token.yaml");
     let existing = std::fs::read_to_string(&token_path).ok().and_then(|text| {
-        text.lines().find_map(|l| l.trim().strip_prefix("token: ").map(String::from))
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("token: ").map(String::from))
     });
     let token = match existing {
-        Some(token) if authenticator.user_for_token(&token).await.ok().flatten().is_some() => token,
-        _ => authenticator.create_token("lariat-admin", &["system:masters"]).await.map_err(|e| e.to_string())?,
+        Some(token)
+            if authenticator
+                .user_for_token(&token)
+                .await
+                .ok()
+                .flatten()
+                .is_some() =>
+        {
+            token
+        }
+        _ => authenticator
+            .create_token("lariat-admin", &["system:masters"])
+            .await
+            .map_err(|e| e.to_string())?,
     };
-    let contents = pki::kubeconfig(server, &pki.ca_cert_pem, "admin-token", pki::Credential::Token(token));
+    let contents = pki::kubeconfig(
+        server,
+        &pki.ca_cert_pem,
+        "admin-token",
+        pki::Credential::Token(token),
+    );
     pki::write_file(&token_path, &contents, true).map_err(|e| e.to_string())
 }

@@ -34,7 +34,9 @@ const SERVER_METADATA: [&str; 9] = [
 /// subresource and is tracked only there.
 pub fn leaves(object: &Value, subresource: Option<&str>) -> FieldSet {
     let mut set = FieldSet::new();
-    let Some(fields) = object.as_object() else { return set };
+    let Some(fields) = object.as_object() else {
+        return set;
+    };
     for (key, value) in fields {
         let tracked = match key.as_str() {
             "apiVersion" | "kind" => false,
@@ -75,11 +77,14 @@ fn collect(value: &Value, path: FieldPath, set: &mut FieldSet) {
 }
 
 pub fn lookup<'a>(object: &'a Value, path: &[String]) -> Option<&'a Value> {
-    path.iter().try_fold(object, |node, key| node.as_object()?.get(key))
+    path.iter()
+        .try_fold(object, |node, key| node.as_object()?.get(key))
 }
 
 fn remove_path(object: &mut Value, path: &[String]) {
-    let Some((last, parents)) = path.split_last() else { return };
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
     let mut node = object;
     for key in parents {
         match node.as_object_mut().and_then(|m| m.get_mut(key)) {
@@ -208,7 +213,9 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
         Some(old) => entries(old),
         None => vec![],
     };
-    let before = old.map(|o| leaves(o, writer.subresource.as_deref())).unwrap_or_default();
+    let before = old
+        .map(|o| leaves(o, writer.subresource.as_deref()))
+        .unwrap_or_default();
     let after = leaves(new, writer.subresource.as_deref());
     let changed: FieldSet = after
         .iter()
@@ -217,7 +224,9 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
         .collect();
     let removed: FieldSet = before.difference(&after).cloned().collect();
     for entry in &mut list {
-        entry.fields.retain(|p| !changed.contains(p) && !removed.contains(p));
+        entry
+            .fields
+            .retain(|p| !changed.contains(p) && !removed.contains(p));
     }
     if !changed.is_empty() {
         upsert(&mut list, writer, "Update", changed, false);
@@ -225,13 +234,18 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
     store_entries(new, list);
 }
 
-fn upsert(list: &mut Vec<Entry>, writer: &Writer, operation: &str, fields: FieldSet, replace: bool) {
+fn upsert(
+    list: &mut Vec<Entry>,
+    writer: &Writer,
+    operation: &str,
+    fields: FieldSet,
+    replace: bool,
+) {
     let subresource = writer.subresource.clone();
     let time = now_rfc3339();
-    match list
-        .iter_mut()
-        .find(|e| e.manager == writer.manager && e.operation == operation && e.subresource == subresource)
-    {
+    match list.iter_mut().find(|e| {
+        e.manager == writer.manager && e.operation == operation && e.subresource == subresource
+    }) {
         Some(entry) => {
             if replace {
                 entry.fields = fields;
@@ -254,11 +268,18 @@ fn upsert(list: &mut Vec<Entry>, writer: &Writer, operation: &str, fields: Field
 
 /// Server-side apply of `applied` (the manager's whole intent) onto `current`.
 /// Returns the object to write, with its managed fields updated.
-pub fn apply(current: Option<&Value>, applied: &Value, writer: &Writer, force: bool) -> ApiResult<Value> {
+pub fn apply(
+    current: Option<&Value>,
+    applied: &Value,
+    writer: &Writer,
+    force: bool,
+) -> ApiResult<Value> {
     let wanted = leaves(applied, writer.subresource.as_deref());
     let mut list = current.map(entries).unwrap_or_default();
     let subresource = writer.subresource.clone();
-    let is_mine = |e: &Entry| e.manager == writer.manager && e.operation == "Apply" && e.subresource == subresource;
+    let is_mine = |e: &Entry| {
+        e.manager == writer.manager && e.operation == "Apply" && e.subresource == subresource
+    };
 
     // A field conflicts when another manager owns it and this apply would change its value.
     let mut conflicts: BTreeMap<String, Vec<FieldPath>> = BTreeMap::new();
@@ -266,7 +287,10 @@ pub fn apply(current: Option<&Value>, applied: &Value, writer: &Writer, force: b
         for entry in list.iter().filter(|e| !is_mine(e)) {
             for path in entry.fields.intersection(&wanted) {
                 if lookup(current, path) != lookup(applied, path) {
-                    conflicts.entry(entry.manager.clone()).or_default().push(path.clone());
+                    conflicts
+                        .entry(entry.manager.clone())
+                        .or_default()
+                        .push(path.clone());
                 }
             }
         }
@@ -276,7 +300,11 @@ pub fn apply(current: Option<&Value>, applied: &Value, writer: &Writer, force: b
     }
 
     let mut merged = current.cloned().unwrap_or_else(|| json!({}));
-    let previously: FieldSet = list.iter().filter(|e| is_mine(e)).flat_map(|e| e.fields.clone()).collect();
+    let previously: FieldSet = list
+        .iter()
+        .filter(|e| is_mine(e))
+        .flat_map(|e| e.fields.clone())
+        .collect();
     for path in previously.difference(&wanted) {
         let shared = list.iter().any(|e| !is_mine(e) && e.fields.contains(path));
         if !shared {
@@ -287,9 +315,9 @@ pub fn apply(current: Option<&Value>, applied: &Value, writer: &Writer, force: b
 
     // Fields whose value this apply changed leave their other owners; equal values are shared.
     for entry in list.iter_mut().filter(|e| !is_mine(e)) {
-        entry
-            .fields
-            .retain(|p| !wanted.contains(p) || current.and_then(|c| lookup(c, p)) == lookup(applied, p));
+        entry.fields.retain(|p| {
+            !wanted.contains(p) || current.and_then(|c| lookup(c, p)) == lookup(applied, p)
+        });
     }
     upsert(&mut list, writer, "Apply", wanted, true);
     store_entries(&mut merged, list);
@@ -302,7 +330,9 @@ fn merge_into(target: &mut Value, patch: &Value) {
         (Value::Object(t), Value::Object(p)) => {
             for (key, value) in p {
                 match t.get_mut(key) {
-                    Some(existing) if existing.is_object() && value.is_object() => merge_into(existing, value),
+                    Some(existing) if existing.is_object() && value.is_object() => {
+                        merge_into(existing, value)
+                    }
                     _ => {
                         t.insert(key.clone(), value.clone());
                     }
@@ -326,10 +356,16 @@ fn conflict_error(conflicts: &BTreeMap<String, Vec<FieldPath>>) -> ApiError {
             });
         }
         if total == 1 {
-            parts.push(format!("conflict with \"{manager}\": {}", render(&paths[0])));
+            parts.push(format!(
+                "conflict with \"{manager}\": {}",
+                render(&paths[0])
+            ));
         } else {
             let lines: Vec<String> = paths.iter().map(|p| format!("- {}", render(p))).collect();
-            parts.push(format!("conflicts with \"{manager}\":\n{}", lines.join("\n")));
+            parts.push(format!(
+                "conflicts with \"{manager}\":\n{}",
+                lines.join("\n")
+            ));
         }
     }
     let plural = if total == 1 { "conflict" } else { "conflicts" };
@@ -345,29 +381,61 @@ mod tests {
     use super::*;
 
     fn writer(manager: &str) -> Writer {
-        Writer { manager: manager.into(), api_version: "v1".into(), subresource: None }
+        Writer {
+            manager: manager.into(),
+            api_version: "v1".into(),
+            subresource: None,
+        }
     }
 
     fn owners(object: &Value, path: &[&str]) -> Vec<String> {
         let path: FieldPath = path.iter().map(|s| s.to_string()).collect();
-        entries(object).into_iter().filter(|e| e.fields.contains(&path)).map(|e| e.manager).collect()
+        entries(object)
+            .into_iter()
+            .filter(|e| e.fields.contains(&path))
+            .map(|e| e.manager)
+            .collect()
     }
 
     #[test]
     fn fields_v1_round_trips() {
         let object = json!({"metadata": {"labels": {"a": "1"}, "name": "x"}, "data": {"k": "v", "l": "w"}, "spec": {"list": [1, 2]}});
         let set = leaves(&object, None);
-        assert_eq!(encode(&set), json!({"f:data": {"f:k": {}, "f:l": {}}, "f:metadata": {"f:labels": {"f:a": {}}}, "f:spec": {"f:list": {}}}));
+        assert_eq!(
+            encode(&set),
+            json!({"f:data": {"f:k": {}, "f:l": {}}, "f:metadata": {"f:labels": {"f:a": {}}}, "f:spec": {"f:list": {}}})
+        );
         assert_eq!(decode(&encode(&set)), set);
     }
 
     #[test]
     fn apply_conflicts_name_the_field_and_force_takes_ownership() {
-        let alice = apply(None, &json!({"data": {"k": "1", "shared": "s"}}), &writer("alice"), false).unwrap();
-        let err = apply(Some(&alice), &json!({"data": {"k": "2", "shared": "s"}}), &writer("bob"), false).unwrap_err();
-        assert_eq!(err.to_string(), "Apply failed with 1 conflict: conflict with \"alice\": .data.k");
+        let alice = apply(
+            None,
+            &json!({"data": {"k": "1", "shared": "s"}}),
+            &writer("alice"),
+            false,
+        )
+        .unwrap();
+        let err = apply(
+            Some(&alice),
+            &json!({"data": {"k": "2", "shared": "s"}}),
+            &writer("bob"),
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"alice\": .data.k"
+        );
         assert_eq!(err.code().as_u16(), 409);
-        let forced = apply(Some(&alice), &json!({"data": {"k": "2", "shared": "s"}}), &writer("bob"), true).unwrap();
+        let forced = apply(
+            Some(&alice),
+            &json!({"data": {"k": "2", "shared": "s"}}),
+            &writer("bob"),
+            true,
+        )
+        .unwrap();
         assert_eq!(forced["data"]["k"], "2");
         assert_eq!(owners(&forced, &["data", "k"]), ["bob"]);
         assert_eq!(owners(&forced, &["data", "shared"]), ["alice", "bob"]);
@@ -375,22 +443,50 @@ mod tests {
 
     #[test]
     fn apply_removes_fields_the_manager_stopped_applying_unless_shared() {
-        let first = apply(None, &json!({"data": {"a": "1", "b": "2"}}), &writer("alice"), false).unwrap();
+        let first = apply(
+            None,
+            &json!({"data": {"a": "1", "b": "2"}}),
+            &writer("alice"),
+            false,
+        )
+        .unwrap();
         let mut edited = first.clone();
         edited["data"]["c"] = json!("3");
         record_update(Some(&first), &mut edited, &writer("kubectl-edit"));
-        let second = apply(Some(&edited), &json!({"data": {"a": "1"}}), &writer("alice"), false).unwrap();
+        let second = apply(
+            Some(&edited),
+            &json!({"data": {"a": "1"}}),
+            &writer("alice"),
+            false,
+        )
+        .unwrap();
         assert_eq!(second["data"], json!({"a": "1", "c": "3"}));
     }
 
     #[test]
     fn updates_take_ownership_of_changed_fields() {
-        let first = apply(None, &json!({"spec": {"replicas": 3}}), &writer("alice"), false).unwrap();
+        let first = apply(
+            None,
+            &json!({"spec": {"replicas": 3}}),
+            &writer("alice"),
+            false,
+        )
+        .unwrap();
         let mut scaled = first.clone();
         scaled["spec"]["replicas"] = json!(5);
         record_update(Some(&first), &mut scaled, &writer("kubectl-scale"));
         assert_eq!(owners(&scaled, &["spec", "replicas"]), ["kubectl-scale"]);
-        let err = apply(Some(&scaled), &json!({"spec": {"replicas": 3}}), &writer("alice"), false).unwrap_err();
-        assert!(err.to_string().contains("conflict with \"kubectl-scale\": .spec.replicas"), "{err}");
+        let err = apply(
+            Some(&scaled),
+            &json!({"spec": {"replicas": 3}}),
+            &writer("alice"),
+            false,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("conflict with \"kubectl-scale\": .spec.replicas"),
+            "{err}"
+        );
     }
 }

@@ -10,7 +10,9 @@ pub fn is_dns1123_subdomain(name: &str) -> bool {
         && name.len() <= 253
         && name.split('.').all(|part| {
             !part.is_empty()
-                && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && !part.starts_with('-')
                 && !part.ends_with('-')
         })
@@ -31,7 +33,11 @@ pub fn name_causes(name: &str, label: bool) -> Vec<Cause> {
     if name.is_empty() {
         return vec![Cause::required("metadata.name")];
     }
-    let ok = if label { is_dns1123_label(name) } else { is_dns1123_subdomain(name) };
+    let ok = if label {
+        is_dns1123_label(name)
+    } else {
+        is_dns1123_subdomain(name)
+    };
     if ok {
         return vec![];
     }
@@ -53,17 +59,21 @@ pub fn label_causes(labels: &Value, field: &str) -> Vec<Cause> {
         return causes;
     };
     for (key, value) in map {
-        let (prefix, name) = key.rsplit_once('/').map_or((None, key.as_str()), |(p, n)| (Some(p), n));
+        let (prefix, name) = key
+            .rsplit_once('/')
+            .map_or((None, key.as_str()), |(p, n)| (Some(p), n));
         let name_ok = !name.is_empty()
             && name.len() <= 63
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
             && name.as_bytes()[0].is_ascii_alphanumeric()
             && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
         if !name_ok || prefix.is_some_and(|p| !is_dns1123_subdomain(p)) {
             causes.push(Cause::invalid(field, &Value::from(key.as_str()), "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
         }
         match value.as_str() {
-            Some(v) if v.is_empty() => {}
+            Some("") => {}
             Some(v)
                 if v.len() <= 63
                     && v.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
@@ -91,7 +101,9 @@ pub fn meta_mut(object: &mut Value) -> &mut Map<String, Value> {
     if !object["metadata"].is_object() {
         object["metadata"] = Value::Object(Map::new());
     }
-    object["metadata"].as_object_mut().expect("metadata is an object")
+    object["metadata"]
+        .as_object_mut()
+        .expect("metadata is an object")
 }
 
 pub fn name_of(object: &Value) -> &str {
@@ -101,7 +113,11 @@ pub fn name_of(object: &Value) -> &str {
 pub fn finalizers(object: &Value) -> Vec<String> {
     object["metadata"]["finalizers"]
         .as_array()
-        .map(|a| a.iter().filter_map(|f| f.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -133,7 +149,11 @@ impl Selector {
             if term.is_empty() {
                 continue;
             }
-            let bad = || ApiError::bad_request(format!("unable to parse requirement: invalid label selector term {term:?}"));
+            let bad = || {
+                ApiError::bad_request(format!(
+                    "unable to parse requirement: invalid label selector term {term:?}"
+                ))
+            };
             let requirement = if let Some(key) = term.strip_prefix('!') {
                 Requirement::DoesNotExist(key.trim().to_string())
             } else if let Some((key, rest)) = split_word(term, " notin ") {
@@ -142,9 +162,14 @@ impl Selector {
                 Requirement::In(key, parse_set(&rest).ok_or_else(bad)?)
             } else if let Some((key, value)) = term.split_once("!=") {
                 Requirement::NotEquals(key.trim().into(), value.trim().into())
-            } else if let Some((key, value)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            } else if let Some((key, value)) =
+                term.split_once("==").or_else(|| term.split_once('='))
+            {
                 Requirement::Equals(key.trim().into(), value.trim().into())
-            } else if term.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b)) {
+            } else if term
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
+            {
                 Requirement::Exists(term.to_string())
             } else {
                 return Err(bad());
@@ -160,14 +185,23 @@ impl Selector {
         for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let requirement = if let Some((key, value)) = term.split_once("!=") {
                 Requirement::NotEquals(key.trim().into(), value.trim().into())
-            } else if let Some((key, value)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            } else if let Some((key, value)) =
+                term.split_once("==").or_else(|| term.split_once('='))
+            {
                 Requirement::Equals(key.trim().into(), value.trim().into())
             } else {
-                return Err(ApiError::bad_request(format!("invalid field selector term {term:?}: expected FIELD=VALUE or FIELD!=VALUE")));
+                return Err(ApiError::bad_request(format!(
+                    "invalid field selector term {term:?}: expected FIELD=VALUE or FIELD!=VALUE"
+                )));
             };
-            let (Requirement::Equals(key, _) | Requirement::NotEquals(key, _)) = &requirement else { unreachable!() };
+            let (Requirement::Equals(key, _) | Requirement::NotEquals(key, _)) = &requirement
+            else {
+                unreachable!()
+            };
             if !allowed(key) {
-                return Err(ApiError::bad_request(format!("field label not supported: {key}")));
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {key}"
+                )));
             }
             requirements.push(requirement);
         }
@@ -227,12 +261,19 @@ fn split_terms(text: &str) -> Vec<String> {
 }
 
 fn split_word(term: &str, word: &str) -> Option<(String, String)> {
-    term.split_once(word).map(|(k, rest)| (k.trim().to_string(), rest.trim().to_string()))
+    term.split_once(word)
+        .map(|(k, rest)| (k.trim().to_string(), rest.trim().to_string()))
 }
 
 fn parse_set(text: &str) -> Option<Vec<String>> {
     let inner = text.strip_prefix('(')?.strip_suffix(')')?;
-    Some(inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect())
+    Some(
+        inner
+            .split(',')
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -281,8 +322,16 @@ mod tests {
     fn field_selectors() {
         let object = json!({"metadata": {"name": "a", "namespace": "ns"}});
         let allowed = |f: &str| f.starts_with("metadata.");
-        assert!(Selector::parse_fields("metadata.name=a", &allowed).unwrap().matches_fields(&object));
-        assert!(!Selector::parse_fields("metadata.name!=a", &allowed).unwrap().matches_fields(&object));
+        assert!(
+            Selector::parse_fields("metadata.name=a", &allowed)
+                .unwrap()
+                .matches_fields(&object)
+        );
+        assert!(
+            !Selector::parse_fields("metadata.name!=a", &allowed)
+                .unwrap()
+                .matches_fields(&object)
+        );
         assert!(Selector::parse_fields("spec.x=a", &allowed).is_err());
     }
 }

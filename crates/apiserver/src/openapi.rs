@@ -8,17 +8,26 @@ use crate::registry::Registry;
 
 /// `io.x-k8s.cluster.v1beta1.Cluster`: Kubernetes names definitions by reversed group.
 fn definition_name(group: &str, version: &str, kind: &str) -> String {
-    let reversed: Vec<&str> = if group.is_empty() { vec!["io", "k8s", "api", "core"] } else { group.split('.').rev().collect() };
+    let reversed: Vec<&str> = if group.is_empty() {
+        vec!["io", "k8s", "api", "core"]
+    } else {
+        group.split('.').rev().collect()
+    };
     format!("{}.{version}.{kind}", reversed.join("."))
 }
 
 fn schemas(registry: &Registry, group: &str, version: &str) -> Map<String, Value> {
     let mut schemas = Map::new();
     for rt in registry.all().iter().filter(|rt| rt.group == group) {
-        let Some(served) = rt.version(version) else { continue };
-        let mut schema = served.schema.clone().unwrap_or_else(|| json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+        let Some(served) = rt.version(version) else {
+            continue;
+        };
+        let mut schema = served.schema.clone().unwrap_or_else(
+            || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        );
         schema["properties"]["metadata"] = object_meta();
-        schema["x-kubernetes-group-version-kind"] = json!([{"group": group, "version": version, "kind": rt.kind}]);
+        schema["x-kubernetes-group-version-kind"] =
+            json!([{"group": group, "version": version, "kind": rt.kind}]);
         schemas.insert(definition_name(group, version, &rt.kind), schema);
     }
     schemas
@@ -50,15 +59,30 @@ fn object_meta() -> Value {
 /// learn that the server validates fields itself (the `fieldValidation` parameter on PATCH).
 fn paths(registry: &Registry, group: &str, version: &str) -> Map<String, Value> {
     let mut paths = Map::new();
-    let root = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
-    for rt in registry.all().iter().filter(|rt| rt.group == group && rt.version(version).is_some()) {
+    let root = if group.is_empty() {
+        format!("/api/{version}")
+    } else {
+        format!("/apis/{group}/{version}")
+    };
+    for rt in registry
+        .all()
+        .iter()
+        .filter(|rt| rt.group == group && rt.version(version).is_some())
+    {
         let gvk = json!({"group": group, "version": version, "kind": rt.kind});
         let reference = json!({"$ref": format!("#/components/schemas/{}", definition_name(group, version, &rt.kind))});
         let body = json!({"content": {"application/json": {"schema": reference}}});
         let query = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string"}, "uniqueItems": true});
-        let write_params = json!([query("dryRun"), query("fieldManager"), query("fieldValidation")]);
+        let write_params = json!([
+            query("dryRun"),
+            query("fieldManager"),
+            query("fieldValidation")
+        ]);
         let mut patch_params = write_params.clone();
-        patch_params.as_array_mut().expect("array").push(query("force"));
+        patch_params
+            .as_array_mut()
+            .expect("array")
+            .push(query("force"));
         let operation = |action: &str, params: &Value| {
             json!({
                 "x-kubernetes-action": action,
@@ -67,10 +91,17 @@ fn paths(registry: &Registry, group: &str, version: &str) -> Map<String, Value> 
                 "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": reference}}}},
             })
         };
-        let collection = if rt.namespaced { format!("{root}/namespaces/{{namespace}}/{}", rt.plural) } else { format!("{root}/{}", rt.plural) };
+        let collection = if rt.namespaced {
+            format!("{root}/namespaces/{{namespace}}/{}", rt.plural)
+        } else {
+            format!("{root}/{}", rt.plural)
+        };
         let mut create = operation("post", &write_params);
         create["requestBody"] = body.clone();
-        paths.insert(collection.clone(), json!({"get": operation("list", &json!([])), "post": create}));
+        paths.insert(
+            collection.clone(),
+            json!({"get": operation("list", &json!([])), "post": create}),
+        );
         let mut replace = operation("put", &write_params);
         replace["requestBody"] = body.clone();
         paths.insert(
@@ -115,7 +146,11 @@ pub fn v3_index(registry: &Registry) -> Value {
                 continue;
             }
             seen.push(key);
-            let path = if rt.group.is_empty() { format!("api/{}", v.name) } else { format!("apis/{}/{}", rt.group, v.name) };
+            let path = if rt.group.is_empty() {
+                format!("api/{}", v.name)
+            } else {
+                format!("apis/{}/{}", rt.group, v.name)
+            };
             if let Some(document) = v3_document(registry, &rt.group, &v.name) {
                 paths.insert(path.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", hash(&document))}));
             }

@@ -32,14 +32,17 @@ impl PatchType {
 
 /// Applies a JSON or merge patch body to `target`.
 pub fn patch(target: &Value, patch_type: PatchType, body: &[u8]) -> ApiResult<Value> {
-    let parsed: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let parsed: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
     let mut result = target.clone();
     match patch_type {
         PatchType::Json => {
             let ops: json_patch::Patch = serde_json::from_value(parsed)
                 .map_err(|e| ApiError::bad_request(format!("the JSON patch is invalid: {e}")))?;
             json_patch::patch(&mut result, &ops).map_err(|e| ApiError::Invalid {
-                message: format!("the server rejected our request due to an error in our request: {e}"),
+                message: format!(
+                    "the server rejected our request due to an error in our request: {e}"
+                ),
                 target: Default::default(),
                 causes: vec![],
             })?;
@@ -52,7 +55,9 @@ pub fn patch(target: &Value, patch_type: PatchType, body: &[u8]) -> ApiResult<Va
         }
         PatchType::Strategic => {
             if !parsed.is_object() {
-                return Err(ApiError::bad_request("a strategic merge patch must be a JSON object"));
+                return Err(ApiError::bad_request(
+                    "a strategic merge patch must be a JSON object",
+                ));
             }
             strategic_merge(&mut result, &parsed)?;
         }
@@ -81,7 +86,11 @@ fn strategic_merge(target: &mut Value, patch: &Value) -> ApiResult<()> {
             *target = Value::Null;
             return Ok(());
         }
-        Some(other) => return Err(ApiError::bad_request(format!("unknown patch directive $patch: {other}"))),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown patch directive $patch: {other}"
+            )));
+        }
         None => {}
     }
     if !target.is_object() {
@@ -97,7 +106,9 @@ fn strategic_merge(target: &mut Value, patch: &Value) -> ApiResult<()> {
             continue;
         }
         if let Some(list) = key.strip_prefix("$deleteFromPrimitiveList/") {
-            if let (Some(Value::Array(items)), Some(remove)) = (fields.get_mut(list), value.as_array()) {
+            if let (Some(Value::Array(items)), Some(remove)) =
+                (fields.get_mut(list), value.as_array())
+            {
                 items.retain(|i| !remove.contains(i));
             }
             continue;
@@ -133,7 +144,12 @@ mod tests {
 
     #[test]
     fn merge_patch() {
-        check(PatchType::Merge, json!({"a": {"b": 1, "c": 2}}), json!({"a": {"b": null, "d": 3}}), json!({"a": {"c": 2, "d": 3}}));
+        check(
+            PatchType::Merge,
+            json!({"a": {"b": 1, "c": 2}}),
+            json!({"a": {"b": null, "d": 3}}),
+            json!({"a": {"c": 2, "d": 3}}),
+        );
     }
 
     #[test]
@@ -144,7 +160,12 @@ mod tests {
             json!([{"op": "replace", "path": "/spec/replicas", "value": 5}]),
             json!({"spec": {"replicas": 5}}),
         );
-        let failed = patch(&json!({}), PatchType::Json, br#"[{"op":"test","path":"/x","value":1}]"#).unwrap_err();
+        let failed = patch(
+            &json!({}),
+            PatchType::Json,
+            br#"[{"op":"test","path":"/x","value":1}]"#,
+        )
+        .unwrap_err();
         assert_eq!(failed.code().as_u16(), 422);
     }
 
@@ -160,7 +181,16 @@ mod tests {
 
     #[test]
     fn unknown_content_type_is_415() {
-        assert_eq!(PatchType::from_content_type("text/plain").unwrap_err().code().as_u16(), 415);
-        assert_eq!(PatchType::from_content_type("application/merge-patch+json; charset=utf-8").unwrap(), PatchType::Merge);
+        assert_eq!(
+            PatchType::from_content_type("text/plain")
+                .unwrap_err()
+                .code()
+                .as_u16(),
+            415
+        );
+        assert_eq!(
+            PatchType::from_content_type("application/merge-patch+json; charset=utf-8").unwrap(),
+            PatchType::Merge
+        );
     }
 }

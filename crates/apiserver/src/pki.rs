@@ -6,7 +6,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -33,13 +34,19 @@ fn read(path: &Path) -> Result<Option<String>, PkiError> {
     match fs::read_to_string(path) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(PkiError::Io { path: path.into(), source }),
+        Err(source) => Err(PkiError::Io {
+            path: path.into(),
+            source,
+        }),
     }
 }
 
 /// Writes a file readable by its owner only when it holds a secret.
 pub fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), PkiError> {
-    let io = |source| PkiError::Io { path: path.into(), source };
+    let io = |source| PkiError::Io {
+        path: path.into(),
+        source,
+    };
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent).map_err(io)?;
     }
@@ -68,9 +75,15 @@ impl Pki {
             _ => {
                 let key = KeyPair::generate()?;
                 let mut params = CertificateParams::new(Vec::<String>::new())?;
-                params.distinguished_name.push(DnType::CommonName, "lariat-ca");
+                params
+                    .distinguished_name
+                    .push(DnType::CommonName, "lariat-ca");
                 params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-                params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+                params.key_usages = vec![
+                    KeyUsagePurpose::KeyCertSign,
+                    KeyUsagePurpose::CrlSign,
+                    KeyUsagePurpose::DigitalSignature,
+                ];
                 params.not_before = rcgen::date_time_ymd(2025, 1, 1);
                 params.not_after = rcgen::date_time_ymd(2035, 1, 1);
                 let cert = params.self_signed(&key)?;
@@ -79,18 +92,32 @@ impl Pki {
                 (cert.pem(), key.serialize_pem())
             }
         };
-        let mut pki = Pki { ca_cert_pem, ca_key_pem, server_cert_pem: String::new(), server_key_pem: String::new() };
+        let mut pki = Pki {
+            ca_cert_pem,
+            ca_key_pem,
+            server_cert_pem: String::new(),
+            server_key_pem: String::new(),
+        };
         let sans_path = dir.join("server.sans");
         let wanted = sans.join("\n");
         let server_cert_path = dir.join("server.crt");
         let server_key_path = dir.join("server.key");
-        match (read(&server_cert_path)?, read(&server_key_path)?, read(&sans_path)?) {
+        match (
+            read(&server_cert_path)?,
+            read(&server_key_path)?,
+            read(&sans_path)?,
+        ) {
             (Some(cert), Some(key), Some(recorded)) if recorded == wanted => {
                 pki.server_cert_pem = cert;
                 pki.server_key_pem = key;
             }
             _ => {
-                let (cert, key) = pki.issue(sans, "lariat-server", &[], ExtendedKeyUsagePurpose::ServerAuth)?;
+                let (cert, key) = pki.issue(
+                    sans,
+                    "lariat-server",
+                    &[],
+                    ExtendedKeyUsagePurpose::ServerAuth,
+                )?;
                 write_file(&server_key_path, &key, true)?;
                 write_file(&server_cert_path, &cert, false)?;
                 write_file(&sans_path, &wanted, false)?;
@@ -118,12 +145,19 @@ impl Pki {
         let issuer = Issuer::from_ca_cert_pem(&self.ca_cert_pem, ca_key)?;
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(sans.to_vec())?;
-        params.distinguished_name.push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         for org in organizations {
-            params.distinguished_name.push(DnType::OrganizationName, *org);
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, *org);
         }
         params.extended_key_usages = vec![usage];
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         params.not_before = rcgen::date_time_ymd(2025, 1, 1);
         params.not_after = rcgen::date_time_ymd(2035, 1, 1);
         let cert = params.signed_by(&key, &issuer)?;
@@ -133,7 +167,10 @@ impl Pki {
     /// `sha256` of the CA certificate PEM, hex: what agents pin with `--ca-checksum`.
     pub fn ca_checksum(&self) -> String {
         use sha2::{Digest, Sha256};
-        Sha256::digest(self.ca_cert_pem.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+        Sha256::digest(self.ca_cert_pem.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 }
 

@@ -123,10 +123,18 @@ fn metadata(meta: Option<ObjectMeta>) -> Value {
     let meta = meta.unwrap_or_default();
     let mut out = Map::new();
     insert_some(&mut out, "name", meta.name.map(Value::from));
-    insert_some(&mut out, "generateName", meta.generate_name.map(Value::from));
+    insert_some(
+        &mut out,
+        "generateName",
+        meta.generate_name.map(Value::from),
+    );
     insert_some(&mut out, "namespace", meta.namespace.map(Value::from));
     insert_some(&mut out, "uid", meta.uid.map(Value::from));
-    insert_some(&mut out, "resourceVersion", meta.resource_version.map(Value::from));
+    insert_some(
+        &mut out,
+        "resourceVersion",
+        meta.resource_version.map(Value::from),
+    );
     if !meta.labels.is_empty() {
         out.insert("labels".into(), json!(meta.labels));
     }
@@ -147,7 +155,11 @@ fn metadata(meta: Option<ObjectMeta>) -> Value {
                 insert_some(&mut o, "name", r.name.map(Value::from));
                 insert_some(&mut o, "uid", r.uid.map(Value::from));
                 insert_some(&mut o, "controller", r.controller.map(Value::from));
-                insert_some(&mut o, "blockOwnerDeletion", r.block_owner_deletion.map(Value::from));
+                insert_some(
+                    &mut o,
+                    "blockOwnerDeletion",
+                    r.block_owner_deletion.map(Value::from),
+                );
                 Value::Object(o)
             })
             .collect();
@@ -158,8 +170,12 @@ fn metadata(meta: Option<ObjectMeta>) -> Value {
 
 /// Decodes a protobuf request body of a core kind into its JSON form.
 pub fn decode(body: &[u8]) -> ApiResult<Value> {
-    let bad = |what: String| ApiError::bad_request(format!("the protobuf body could not be decoded: {what}"));
-    let payload = body.strip_prefix(MAGIC).ok_or_else(|| bad("missing the k8s protobuf prefix".into()))?;
+    let bad = |what: String| {
+        ApiError::bad_request(format!("the protobuf body could not be decoded: {what}"))
+    };
+    let payload = body
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| bad("missing the k8s protobuf prefix".into()))?;
     let unknown = Unknown::decode(payload).map_err(|e| bad(e.to_string()))?;
     let type_meta = unknown.type_meta.unwrap_or_default();
     let kind = type_meta.kind.unwrap_or_default();
@@ -173,7 +189,12 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
                 o["data"] = json!(cm.data);
             }
             if !cm.binary_data.is_empty() {
-                o["binaryData"] = cm.binary_data.iter().map(|(k, v)| (k.clone(), b64(v))).collect::<Map<_, _>>().into();
+                o["binaryData"] = cm
+                    .binary_data
+                    .iter()
+                    .map(|(k, v)| (k.clone(), b64(v)))
+                    .collect::<Map<_, _>>()
+                    .into();
             }
             if let Some(immutable) = cm.immutable {
                 o["immutable"] = json!(immutable);
@@ -184,7 +205,12 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
             let secret = Secret::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
             let mut o = json!({"metadata": metadata(secret.metadata)});
             if !secret.data.is_empty() {
-                o["data"] = secret.data.iter().map(|(k, v)| (k.clone(), b64(v))).collect::<Map<_, _>>().into();
+                o["data"] = secret
+                    .data
+                    .iter()
+                    .map(|(k, v)| (k.clone(), b64(v)))
+                    .collect::<Map<_, _>>()
+                    .into();
             }
             if !secret.string_data.is_empty() {
                 o["stringData"] = json!(secret.string_data);
@@ -207,7 +233,9 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
         }
         _ => {
             return Err(ApiError::UnsupportedMediaType {
-                message: format!("protobuf bodies are accepted for v1 ConfigMap, Secret and Namespace only, not {api_version} {kind}; send application/json"),
+                message: format!(
+                    "protobuf bodies are accepted for v1 ConfigMap, Secret and Namespace only, not {api_version} {kind}; send application/json"
+                ),
             });
         }
     };
@@ -221,26 +249,51 @@ mod tests {
     use super::*;
 
     fn envelope(kind: &str, raw: Vec<u8>) -> Vec<u8> {
-        let unknown = Unknown { type_meta: Some(TypeMeta { api_version: Some("v1".into()), kind: Some(kind.into()) }), raw: Some(raw) };
+        let unknown = Unknown {
+            type_meta: Some(TypeMeta {
+                api_version: Some("v1".into()),
+                kind: Some(kind.into()),
+            }),
+            raw: Some(raw),
+        };
         [MAGIC.to_vec(), unknown.encode_to_vec()].concat()
     }
 
     #[test]
     fn decodes_a_secret_as_kubectl_sends_it() {
         let secret = Secret {
-            metadata: Some(ObjectMeta { name: Some("aws".into()), labels: [("a".into(), "b".into())].into(), ..Default::default() }),
+            metadata: Some(ObjectMeta {
+                name: Some("aws".into()),
+                labels: [("a".into(), "b".into())].into(),
+                ..Default::default()
+            }),
             data: [("key".into(), b"s3cr3t".to_vec())].into(),
             type_: Some("Opaque".into()),
             ..Default::default()
         };
         let object = decode(&envelope("Secret", secret.encode_to_vec())).unwrap();
-        assert_eq!(object, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "aws", "labels": {"a": "b"}}, "data": {"key": "czNjcjN0"}, "type": "Opaque"}));
+        assert_eq!(
+            object,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "aws", "labels": {"a": "b"}}, "data": {"key": "czNjcjN0"}, "type": "Opaque"})
+        );
     }
 
     #[test]
     fn refuses_garbage_and_other_kinds() {
         assert_eq!(decode(b"not protobuf").unwrap_err().code().as_u16(), 400);
-        assert_eq!(decode(&envelope("Pod", vec![])).unwrap_err().code().as_u16(), 415);
-        assert_eq!(decode(&[MAGIC, &[0xff, 0xff, 0xff]].concat()).unwrap_err().code().as_u16(), 400);
+        assert_eq!(
+            decode(&envelope("Pod", vec![]))
+                .unwrap_err()
+                .code()
+                .as_u16(),
+            415
+        );
+        assert_eq!(
+            decode(&[MAGIC, &[0xff, 0xff, 0xff]].concat())
+                .unwrap_err()
+                .code()
+                .as_u16(),
+            400
+        );
     }
 }

@@ -73,21 +73,36 @@ impl ResourceType {
     }
 
     pub fn storage_version(&self) -> &VersionInfo {
-        self.versions.iter().find(|v| v.storage).unwrap_or(&self.versions[0])
+        self.versions
+            .iter()
+            .find(|v| v.storage)
+            .unwrap_or(&self.versions[0])
     }
 
     pub fn api_version(&self, version: &str) -> String {
-        if self.group.is_empty() { version.to_string() } else { format!("{}/{version}", self.group) }
+        if self.group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{version}", self.group)
+        }
     }
 
     /// `clusters.cluster.x-k8s.io`, or `configmaps` for the core group.
     pub fn qualified_plural(&self) -> String {
-        if self.group.is_empty() { self.plural.clone() } else { format!("{}.{}", self.plural, self.group) }
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
     }
 
     /// Store key prefix of all objects of this type (all namespaces).
     pub fn key_prefix(&self) -> String {
-        let group = if self.group.is_empty() { "core" } else { &self.group };
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
         format!("/registry/{group}/{}/", self.plural)
     }
 
@@ -113,7 +128,13 @@ impl ResourceType {
         let spec = &crd["spec"];
         let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
         let strings = |v: &Value| -> Vec<String> {
-            v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default()
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
         };
         let group = text(&spec["group"]);
         let names = &spec["names"];
@@ -123,7 +144,11 @@ impl ResourceType {
             if group.is_empty() {
                 causes.push(Cause::required("spec.group"));
             } else if !group.contains('.') || !crate::objects::is_dns1123_subdomain(&group) {
-                causes.push(Cause::invalid("spec.group", &spec["group"], "should be a domain with at least one dot"));
+                causes.push(Cause::invalid(
+                    "spec.group",
+                    &spec["group"],
+                    "should be a domain with at least one dot",
+                ));
             }
             let expected = format!("{plural}.{group}");
             if crd["metadata"]["name"].as_str() != Some(expected.as_str()) {
@@ -137,14 +162,22 @@ impl ResourceType {
         if plural.is_empty() {
             causes.push(Cause::required("spec.names.plural"));
         } else if !crate::objects::is_dns1035_label(&plural) {
-            causes.push(Cause::invalid("spec.names.plural", &names["plural"], "a lowercase RFC 1035 label is required"));
+            causes.push(Cause::invalid(
+                "spec.names.plural",
+                &names["plural"],
+                "a lowercase RFC 1035 label is required",
+            ));
         }
         if kind.is_empty() {
             causes.push(Cause::required("spec.names.kind"));
         }
         let scope = text(&spec["scope"]);
         if scope != "Namespaced" && scope != "Cluster" {
-            causes.push(Cause::not_supported("spec.scope", &spec["scope"], &["Cluster".into(), "Namespaced".into()]));
+            causes.push(Cause::not_supported(
+                "spec.scope",
+                &spec["scope"],
+                &["Cluster".into(), "Namespaced".into()],
+            ));
         }
         let mut versions = Vec::new();
         match spec["versions"].as_array() {
@@ -159,7 +192,11 @@ impl ResourceType {
                     }
                     let schema = v["schema"]["openAPIV3Schema"].clone();
                     if !schema.is_null() {
-                        crate::schema::check_structural(&schema, &format!("spec.versions[{i}].schema.openAPIV3Schema"), &mut causes);
+                        crate::schema::check_structural(
+                            &schema,
+                            &format!("spec.versions[{i}].schema.openAPIV3Schema"),
+                            &mut causes,
+                        );
                     }
                     let printer_columns = v["additionalPrinterColumns"]
                         .as_array()
@@ -176,11 +213,19 @@ impl ResourceType {
                                 .collect()
                         })
                         .unwrap_or_default();
-                    let scale = v["subresources"]["scale"].as_object().map(|s| ScaleSubresource {
-                        spec_replicas_path: s.get("specReplicasPath").map(&text).unwrap_or_default(),
-                        status_replicas_path: s.get("statusReplicasPath").map(&text).unwrap_or_default(),
-                        label_selector_path: s.get("labelSelectorPath").map(&text),
-                    });
+                    let scale = v["subresources"]["scale"]
+                        .as_object()
+                        .map(|s| ScaleSubresource {
+                            spec_replicas_path: s
+                                .get("specReplicasPath")
+                                .map(&text)
+                                .unwrap_or_default(),
+                            status_replicas_path: s
+                                .get("statusReplicasPath")
+                                .map(&text)
+                                .unwrap_or_default(),
+                            label_selector_path: s.get("labelSelectorPath").map(&text),
+                        });
                     versions.push(VersionInfo {
                         name,
                         storage: v["storage"].as_bool().unwrap_or(false),
@@ -191,8 +236,17 @@ impl ResourceType {
                         deprecated: v["deprecated"].as_bool().unwrap_or(false),
                     });
                 }
-                if list.iter().filter(|v| v["storage"].as_bool() == Some(true)).count() != 1 {
-                    causes.push(Cause::invalid("spec.versions", &Value::Null, "must have exactly one version marked as storage version"));
+                if list
+                    .iter()
+                    .filter(|v| v["storage"].as_bool() == Some(true))
+                    .count()
+                    != 1
+                {
+                    causes.push(Cause::invalid(
+                        "spec.versions",
+                        &Value::Null,
+                        "must have exactly one version marked as storage version",
+                    ));
                 }
             }
             _ => causes.push(Cause::required("spec.versions")),
@@ -210,7 +264,12 @@ impl ResourceType {
         };
         let selectable_fields = spec["selectableFields"]
             .as_array()
-            .map(|a| a.iter().filter_map(|f| f["jsonPath"].as_str()).map(|p| p.trim_start_matches('.').to_string()).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| f["jsonPath"].as_str())
+                    .map(|p| p.trim_start_matches('.').to_string())
+                    .collect()
+            })
             .unwrap_or_default();
         Ok(ResourceType {
             group,
@@ -230,37 +289,64 @@ impl ResourceType {
 
 /// All served resource types, keyed by (group, plural). Cheap to clone; readers take a
 /// snapshot so a CRD change never tears a request.
+/// Resource types by (group, plural).
+type TypeMap = BTreeMap<(String, String), Arc<ResourceType>>;
+
 #[derive(Clone, Default)]
 pub struct Registry {
-    inner: Arc<RwLock<BTreeMap<(String, String), Arc<ResourceType>>>>,
+    inner: Arc<RwLock<TypeMap>>,
 }
 
 impl Registry {
     pub fn insert(&self, rt: ResourceType) {
         let key = (rt.group.clone(), rt.plural.clone());
-        self.inner.write().expect("registry lock").insert(key, Arc::new(rt));
+        self.inner
+            .write()
+            .expect("registry lock")
+            .insert(key, Arc::new(rt));
     }
 
     pub fn remove(&self, group: &str, plural: &str) {
-        self.inner.write().expect("registry lock").remove(&(group.to_string(), plural.to_string()));
+        self.inner
+            .write()
+            .expect("registry lock")
+            .remove(&(group.to_string(), plural.to_string()));
     }
 
     pub fn get(&self, group: &str, plural: &str) -> Option<Arc<ResourceType>> {
-        self.inner.read().expect("registry lock").get(&(group.to_string(), plural.to_string())).cloned()
+        self.inner
+            .read()
+            .expect("registry lock")
+            .get(&(group.to_string(), plural.to_string()))
+            .cloned()
     }
 
     pub fn all(&self) -> Vec<Arc<ResourceType>> {
-        self.inner.read().expect("registry lock").values().cloned().collect()
+        self.inner
+            .read()
+            .expect("registry lock")
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// Finds a served resource for a request path, or a 404 that names what is missing.
-    pub fn resolve(&self, group: &str, version: &str, plural: &str) -> ApiResult<Arc<ResourceType>> {
+    pub fn resolve(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> ApiResult<Arc<ResourceType>> {
         match self.get(group, plural) {
             Some(rt) if rt.version(version).is_some() => Ok(rt),
             _ => Err(ApiError::NotFound {
                 message: format!(
                     "the server could not find the requested resource ({} {plural}{})",
-                    if group.is_empty() { version.to_string() } else { format!("{group}/{version}") },
+                    if group.is_empty() {
+                        version.to_string()
+                    } else {
+                        format!("{group}/{version}")
+                    },
                     ""
                 ),
                 target: None,
@@ -271,6 +357,8 @@ impl Registry {
     /// The resource type that serves `apiVersion` + `kind`, as objects name their owners.
     pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceType>> {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        self.all().into_iter().find(|rt| rt.group == group && rt.kind == kind && rt.version(version).is_some())
+        self.all()
+            .into_iter()
+            .find(|rt| rt.group == group && rt.kind == kind && rt.version(version).is_some())
     }
 }

@@ -121,7 +121,8 @@ impl Resources {
     fn encode(object: &Value) -> ApiResult<Vec<u8>> {
         let mut stored = object.clone();
         meta_mut(&mut stored).remove("resourceVersion");
-        serde_json::to_vec(&stored).map_err(|e| ApiError::internal(format!("cannot encode object: {e}")))
+        serde_json::to_vec(&stored)
+            .map_err(|e| ApiError::internal(format!("cannot encode object: {e}")))
     }
 
     pub async fn get(&self, scope: &Scope, name: &str) -> ApiResult<Value> {
@@ -140,7 +141,11 @@ impl Resources {
         let filtered = !params.label_selector.is_empty() || !params.field_selector.is_empty();
         let mut items = Vec::new();
         loop {
-            let page = if params.limit == 0 { 0 } else { (params.limit - items.len()).max(if filtered { 500 } else { 0 }) };
+            let page = if params.limit == 0 {
+                0
+            } else {
+                (params.limit - items.len()).max(if filtered { 500 } else { 0 })
+            };
             let result = self
                 .store
                 .list(&prefix, ListOptions { start_after: start_after.clone(), limit: page, revision })
@@ -156,7 +161,9 @@ impl Resources {
             for kv in &result.items {
                 last_key = Some(kv.key.clone());
                 let object = self.decode(scope, kv)?;
-                if params.label_selector.matches_labels(&object) && params.field_selector.matches_fields(&object) {
+                if params.label_selector.matches_labels(&object)
+                    && params.field_selector.matches_fields(&object)
+                {
                     items.push(object);
                     if params.limit > 0 && items.len() == params.limit {
                         break;
@@ -167,17 +174,30 @@ impl Resources {
             let more = result.more || stopped_early;
             if params.limit > 0 && items.len() == params.limit && more {
                 let token = encode_continue(revision, last_key.as_deref().unwrap_or_default());
-                return Ok(ListOutcome { items, resource_version: revision, continue_token: Some(token) });
+                return Ok(ListOutcome {
+                    items,
+                    resource_version: revision,
+                    continue_token: Some(token),
+                });
             }
             if !more || params.limit == 0 {
                 break;
             }
             start_after = last_key;
         }
-        Ok(ListOutcome { items, resource_version: revision, continue_token: None })
+        Ok(ListOutcome {
+            items,
+            resource_version: revision,
+            continue_token: None,
+        })
     }
 
-    pub async fn create(&self, scope: &Scope, body: Value, options: &WriteOptions) -> ApiResult<Written> {
+    pub async fn create(
+        &self,
+        scope: &Scope,
+        body: Value,
+        options: &WriteOptions,
+    ) -> ApiResult<Written> {
         let (mut object, warnings) = self.admit(scope, body, None, None, options).await?;
         if !options.field_manager.is_empty() {
             managed::record_update(None, &mut object, &self.writer(scope, options, None));
@@ -187,30 +207,53 @@ impl Resources {
         }
         let name = objects::name_of(&object).to_string();
         if options.dry_run {
-            return Ok(Written { object, created: true, warnings });
+            return Ok(Written {
+                object,
+                created: true,
+                warnings,
+            });
         }
-        let kv = match self.store.create(&scope.key(&name), Self::encode(&object)?).await {
+        let kv = match self
+            .store
+            .create(&scope.key(&name), Self::encode(&object)?)
+            .await
+        {
             Ok(kv) => kv,
             Err(lariat_store::Error::AlreadyExists(_)) => {
-                return Err(ApiError::already_exists(&scope.rt.plural, &scope.rt.group, &name));
+                return Err(ApiError::already_exists(
+                    &scope.rt.plural,
+                    &scope.rt.group,
+                    &name,
+                ));
             }
             Err(e) => return Err(e.into()),
         };
         let object = self.decode(scope, &kv)?;
         self.after_write(scope, None, Some(&object)).await?;
-        Ok(Written { object, created: true, warnings })
+        Ok(Written {
+            object,
+            created: true,
+            warnings,
+        })
     }
 
     /// A namespaced object can only be created in a namespace that exists and is not being
     /// deleted.
     async fn check_namespace_open(&self, namespace: &str) -> ApiResult<()> {
-        let Some(kv) = self.store.get(&format!("/registry/core/namespaces/{namespace}")).await? else {
+        let Some(kv) = self
+            .store
+            .get(&format!("/registry/core/namespaces/{namespace}"))
+            .await?
+        else {
             return Err(ApiError::not_found("namespaces", "", namespace));
         };
-        let ns: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+        let ns: Value =
+            serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
         if !ns["metadata"]["deletionTimestamp"].is_null() {
             return Err(ApiError::Forbidden {
-                message: format!("unable to create new content in namespace {namespace} because it is being terminated"),
+                message: format!(
+                    "unable to create new content in namespace {namespace} because it is being terminated"
+                ),
             });
         }
         Ok(())
@@ -231,9 +274,18 @@ impl Resources {
                 objects::name_of(&body)
             )));
         }
-        let requested_rv = body["metadata"]["resourceVersion"].as_str().map(String::from);
-        self.write_loop(scope, name, subresource, options, requested_rv, |_current| Ok(body.clone()))
-            .await
+        let requested_rv = body["metadata"]["resourceVersion"]
+            .as_str()
+            .map(String::from);
+        self.write_loop(
+            scope,
+            name,
+            subresource,
+            options,
+            requested_rv,
+            |_current| Ok(body.clone()),
+        )
+        .await
     }
 
     /// PATCH with a JSON, merge or strategic patch; a server-side apply patch goes to `apply`.
@@ -256,7 +308,9 @@ impl Resources {
         }
         let mut requested_rv = None;
         if let Ok(parsed) = serde_json::from_slice::<Value>(body) {
-            requested_rv = parsed["metadata"]["resourceVersion"].as_str().map(String::from);
+            requested_rv = parsed["metadata"]["resourceVersion"]
+                .as_str()
+                .map(String::from);
         }
         self.write_loop(scope, name, subresource, options, requested_rv, |current| {
             let current = current.ok_or_else(|| scope.not_found(name))?;
@@ -274,7 +328,9 @@ impl Resources {
         options: &WriteOptions,
     ) -> ApiResult<Written> {
         if options.field_manager.is_empty() {
-            return Err(ApiError::bad_request("fieldManager is required for apply requests"));
+            return Err(ApiError::bad_request(
+                "fieldManager is required for apply requests",
+            ));
         }
         let applied: Value = serde_yaml_ng::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
@@ -327,7 +383,10 @@ impl Resources {
         let key = scope.key(name);
         loop {
             let current_kv = self.store.get(&key).await?;
-            let current = current_kv.as_ref().map(|kv| self.decode(scope, kv)).transpose()?;
+            let current = current_kv
+                .as_ref()
+                .map(|kv| self.decode(scope, kv))
+                .transpose()?;
             let Some((kv, current)) = current_kv.zip(current) else {
                 // Creating through PUT or apply, as Kubernetes allows for these kinds.
                 if subresource.is_some() {
@@ -337,37 +396,63 @@ impl Resources {
                 meta_mut(&mut body).insert("name".into(), json!(name));
                 return self.create(scope, body, options).await;
             };
-            if let Some(rv) = &requested_rv {
-                if rv != &kv.mod_revision.to_string() {
-                    return Err(ApiError::conflict(&scope.rt.plural, &scope.rt.group, name));
-                }
+            if let Some(rv) = &requested_rv
+                && rv != &kv.mod_revision.to_string()
+            {
+                return Err(ApiError::conflict(&scope.rt.plural, &scope.rt.group, name));
             }
             let mut desired = change(Some(&current))?;
-            meta_mut(&mut desired).insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
-            let (mut object, warnings) = self.admit(scope, desired, Some(&current), subresource, options).await?;
+            meta_mut(&mut desired)
+                .insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
+            let (mut object, warnings) = self
+                .admit(scope, desired, Some(&current), subresource, options)
+                .await?;
             if !options.field_manager.is_empty() {
-                managed::record_update(Some(&current), &mut object, &self.writer(scope, options, subresource));
+                managed::record_update(
+                    Some(&current),
+                    &mut object,
+                    &self.writer(scope, options, subresource),
+                );
             }
             if options.dry_run {
-                return Ok(Written { object, created: false, warnings });
+                return Ok(Written {
+                    object,
+                    created: false,
+                    warnings,
+                });
             }
             if deletion_complete(&object) {
                 return match self.store.delete(&key, kv.mod_revision).await {
                     Ok(_) => {
                         self.after_write(scope, Some(&current), None).await?;
-                        Ok(Written { object, created: false, warnings })
+                        Ok(Written {
+                            object,
+                            created: false,
+                            warnings,
+                        })
                     }
                     Err(lariat_store::Error::Conflict { .. }) if requested_rv.is_none() => continue,
-                    Err(lariat_store::Error::Conflict { .. }) => Err(ApiError::conflict(&scope.rt.plural, &scope.rt.group, name)),
+                    Err(lariat_store::Error::Conflict { .. }) => {
+                        Err(ApiError::conflict(&scope.rt.plural, &scope.rt.group, name))
+                    }
                     Err(lariat_store::Error::NotFound(_)) => Err(scope.not_found(name)),
                     Err(e) => Err(e.into()),
                 };
             }
-            match self.store.update(&key, Self::encode(&object)?, kv.mod_revision).await {
+            match self
+                .store
+                .update(&key, Self::encode(&object)?, kv.mod_revision)
+                .await
+            {
                 Ok(kv) => {
                     let object = self.decode(scope, &kv)?;
-                    self.after_write(scope, Some(&current), Some(&object)).await?;
-                    return Ok(Written { object, created: false, warnings });
+                    self.after_write(scope, Some(&current), Some(&object))
+                        .await?;
+                    return Ok(Written {
+                        object,
+                        created: false,
+                        warnings,
+                    });
                 }
                 Err(lariat_store::Error::Conflict { .. }) if requested_rv.is_none() => continue,
                 Err(lariat_store::Error::Conflict { .. }) => {
@@ -392,20 +477,26 @@ impl Resources {
         let rt = &scope.rt;
         let mut object = body;
         if !object.is_object() {
-            return Err(ApiError::bad_request(format!("the body of a {} must be a JSON object", rt.kind)));
+            return Err(ApiError::bad_request(format!(
+                "the body of a {} must be a JSON object",
+                rt.kind
+            )));
         }
         let api_version = scope.api_version();
-        if let Some(given) = object.get("apiVersion").and_then(Value::as_str) {
-            if given != api_version {
-                return Err(ApiError::bad_request(format!(
-                    "the API version in the data ({given}) does not match the expected API version ({api_version})"
-                )));
-            }
+        if let Some(given) = object.get("apiVersion").and_then(Value::as_str)
+            && given != api_version
+        {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({given}) does not match the expected API version ({api_version})"
+            )));
         }
-        if let Some(given) = object.get("kind").and_then(Value::as_str) {
-            if given != rt.kind {
-                return Err(ApiError::bad_request(format!("the kind in the data ({given}) does not match the expected kind ({})", rt.kind)));
-            }
+        if let Some(given) = object.get("kind").and_then(Value::as_str)
+            && given != rt.kind
+        {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({given}) does not match the expected kind ({})",
+                rt.kind
+            )));
         }
         if !object["metadata"].is_null() && !object["metadata"].is_object() {
             return Err(ApiError::bad_request("metadata must be an object"));
@@ -413,7 +504,11 @@ impl Resources {
         object["apiVersion"] = json!(api_version);
         object["kind"] = json!(rt.kind);
         let meta = meta_mut(&mut object);
-        match (rt.namespaced, &scope.namespace, meta.get("namespace").and_then(Value::as_str)) {
+        match (
+            rt.namespaced,
+            &scope.namespace,
+            meta.get("namespace").and_then(Value::as_str),
+        ) {
             (true, Some(ns), Some(given)) if given != ns => {
                 return Err(ApiError::bad_request(
                     "the namespace of the provided object does not match the namespace sent on the request",
@@ -422,7 +517,11 @@ impl Resources {
             (true, Some(ns), _) => {
                 meta.insert("namespace".into(), json!(ns));
             }
-            (true, None, _) => return Err(ApiError::bad_request("a namespace is required for this resource")),
+            (true, None, _) => {
+                return Err(ApiError::bad_request(
+                    "a namespace is required for this resource",
+                ));
+            }
             (false, _, _) => {
                 meta.remove("namespace");
             }
@@ -430,14 +529,22 @@ impl Resources {
         let mut causes: Vec<Cause> = Vec::new();
         match old {
             None => {
-                let name = meta.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
-                if name.is_empty() {
-                    if let Some(prefix) = meta.get("generateName").and_then(Value::as_str) {
-                        let generated = format!("{prefix}{}", random_suffix());
-                        meta.insert("name".into(), json!(generated));
-                    }
+                let name = meta
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                if name.is_empty()
+                    && let Some(prefix) = meta.get("generateName").and_then(Value::as_str)
+                {
+                    let generated = format!("{prefix}{}", random_suffix());
+                    meta.insert("name".into(), json!(generated));
                 }
-                let name = meta.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+                let name = meta
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
                 causes.extend(objects::name_causes(&name, rt.plural == "namespaces"));
                 meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
                 meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
@@ -450,19 +557,26 @@ impl Resources {
                 }
             }
             Some(old) => {
-                if let Some(uid) = meta.get("uid").and_then(Value::as_str) {
-                    if uid != old["metadata"]["uid"].as_str().unwrap_or_default() {
-                        return Err(ApiError::Conflict {
-                            message: format!(
-                                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                                old["metadata"]["uid"].as_str().unwrap_or_default()
-                            ),
-                            target: None,
-                            causes: vec![],
-                        });
-                    }
+                if let Some(uid) = meta.get("uid").and_then(Value::as_str)
+                    && uid != old["metadata"]["uid"].as_str().unwrap_or_default()
+                {
+                    return Err(ApiError::Conflict {
+                        message: format!(
+                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                            old["metadata"]["uid"].as_str().unwrap_or_default()
+                        ),
+                        target: None,
+                        causes: vec![],
+                    });
                 }
-                for field in ["name", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+                for field in [
+                    "name",
+                    "uid",
+                    "creationTimestamp",
+                    "deletionTimestamp",
+                    "deletionGracePeriodSeconds",
+                    "generation",
+                ] {
                     match old["metadata"].get(field) {
                         Some(v) => meta.insert(field.into(), v.clone()),
                         None => meta.remove(field),
@@ -473,11 +587,17 @@ impl Resources {
                     let after: Vec<String> = meta
                         .get("finalizers")
                         .and_then(Value::as_array)
-                        .map(|a| a.iter().filter_map(|f| f.as_str().map(String::from)).collect())
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|f| f.as_str().map(String::from))
+                                .collect()
+                        })
                         .unwrap_or_default();
                     if after.iter().any(|f| !before.contains(f)) {
                         return Err(ApiError::Forbidden {
-                            message: "no new finalizers can be added if the object is being deleted".into(),
+                            message:
+                                "no new finalizers can be added if the object is being deleted"
+                                    .into(),
                         });
                     }
                 }
@@ -509,32 +629,67 @@ impl Resources {
                 }
             }
         }
-        causes.extend(objects::label_causes(&object["metadata"]["labels"], "metadata.labels"));
+        causes.extend(objects::label_causes(
+            &object["metadata"]["labels"],
+            "metadata.labels",
+        ));
         if !object["metadata"]["annotations"].is_null() {
-            let ok = object["metadata"]["annotations"].as_object().is_some_and(|m| m.values().all(Value::is_string));
+            let ok = object["metadata"]["annotations"]
+                .as_object()
+                .is_some_and(|m| m.values().all(Value::is_string));
             if !ok {
-                causes.push(Cause::invalid("metadata.annotations", &object["metadata"]["annotations"], "must be a map of strings"));
+                causes.push(Cause::invalid(
+                    "metadata.annotations",
+                    &object["metadata"]["annotations"],
+                    "must be a map of strings",
+                ));
             } else if object["metadata"]["annotations"].to_string().len() > 256 * 1024 {
-                causes.push(Cause::invalid("metadata.annotations", &json!("..."), "may not be more than 262144 bytes"));
+                causes.push(Cause::invalid(
+                    "metadata.annotations",
+                    &json!("..."),
+                    "may not be more than 262144 bytes",
+                ));
             }
         }
         let finalizers = &object["metadata"]["finalizers"];
-        if !finalizers.is_null() && !finalizers.as_array().is_some_and(|a| a.iter().all(Value::is_string)) {
-            causes.push(Cause::type_invalid("metadata.finalizers", finalizers, "array of strings"));
+        if !finalizers.is_null()
+            && !finalizers
+                .as_array()
+                .is_some_and(|a| a.iter().all(Value::is_string))
+        {
+            causes.push(Cause::type_invalid(
+                "metadata.finalizers",
+                finalizers,
+                "array of strings",
+            ));
         }
         let mut warnings = vec![];
-        let version = rt.version(&scope.version).expect("scope has a served version");
+        let version = rt
+            .version(&scope.version)
+            .expect("scope has a served version");
         if let Some(schema) = &version.schema {
             let findings = schema::process(schema, &mut object);
             causes.extend(findings.causes);
             if !findings.unknown.is_empty() {
                 match options.validation {
                     FieldValidation::Strict => {
-                        let listed: Vec<String> = findings.unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
-                        return Err(ApiError::bad_request(format!("strict decoding error: {}", listed.join(", "))));
+                        let listed: Vec<String> = findings
+                            .unknown
+                            .iter()
+                            .map(|f| format!("unknown field \"{f}\""))
+                            .collect();
+                        return Err(ApiError::bad_request(format!(
+                            "strict decoding error: {}",
+                            listed.join(", ")
+                        )));
                     }
                     FieldValidation::Warn => {
-                        warnings.extend(findings.unknown.iter().map(|f| format!("unknown field \"{f}\"")));
+                        warnings.extend(
+                            findings
+                                .unknown
+                                .iter()
+                                .map(|f| format!("unknown field \"{f}\"")),
+                        );
                     }
                     FieldValidation::Ignore => {}
                 }
@@ -542,26 +697,46 @@ impl Resources {
         }
         self.kind_rules(scope, &mut object, old, &mut causes).await;
         if !causes.is_empty() {
-            return Err(ApiError::invalid(&rt.kind, &rt.group, objects::name_of(&object), causes));
+            return Err(ApiError::invalid(
+                &rt.kind,
+                &rt.group,
+                objects::name_of(&object),
+                causes,
+            ));
         }
         Ok((object, warnings))
     }
 
     /// Rules particular to a few core kinds.
-    async fn kind_rules(&self, scope: &Scope, object: &mut Value, old: Option<&Value>, causes: &mut Vec<Cause>) {
+    async fn kind_rules(
+        &self,
+        scope: &Scope,
+        object: &mut Value,
+        old: Option<&Value>,
+        causes: &mut Vec<Cause>,
+    ) {
         match (scope.rt.group.as_str(), scope.rt.plural.as_str()) {
             ("", "secrets") => {
-                if let Some(Value::Object(string_data)) = object.as_object_mut().and_then(|o| o.remove("stringData")) {
+                if let Some(Value::Object(string_data)) =
+                    object.as_object_mut().and_then(|o| o.remove("stringData"))
+                {
                     for (key, value) in string_data {
-                        let encoded = base64::engine::general_purpose::STANDARD.encode(value.as_str().unwrap_or_default());
+                        let encoded = base64::engine::general_purpose::STANDARD
+                            .encode(value.as_str().unwrap_or_default());
                         object["data"][key] = json!(encoded);
                     }
                 }
                 if let Some(data) = object["data"].as_object() {
                     for (key, value) in data {
-                        let decodes = value.as_str().is_some_and(|v| base64::engine::general_purpose::STANDARD.decode(v).is_ok());
+                        let decodes = value.as_str().is_some_and(|v| {
+                            base64::engine::general_purpose::STANDARD.decode(v).is_ok()
+                        });
                         if !decodes {
-                            causes.push(Cause::invalid(format!("data[{key}]"), &json!("<secret value>"), "must be base64-encoded"));
+                            causes.push(Cause::invalid(
+                                format!("data[{key}]"),
+                                &json!("<secret value>"),
+                                "must be base64-encoded",
+                            ));
                         }
                     }
                 }
@@ -569,28 +744,30 @@ impl Resources {
                     object["type"] = json!("Opaque");
                 }
             }
-            ("", "namespaces") => {
-                if old.is_none() {
-                    object["spec"]["finalizers"] = json!([NAMESPACE_FINALIZER]);
-                    object["status"] = json!({"phase": "Active"});
-                }
+            ("", "namespaces") if old.is_none() => {
+                object["spec"]["finalizers"] = json!([NAMESPACE_FINALIZER]);
+                object["status"] = json!({"phase": "Active"});
             }
             ("apiextensions.k8s.io", "customresourcedefinitions") => {
                 match ResourceType::from_crd(object, Origin::Custom) {
                     Ok(rt) => {
-                        if let Some(existing) = self.registry.get(&rt.group, &rt.plural) {
-                            if existing.origin != Origin::Custom {
-                                causes.push(Cause::invalid(
-                                    "spec.names.plural",
-                                    &json!(rt.plural),
-                                    "is served by lariat itself and cannot be redefined",
-                                ));
-                            }
+                        if let Some(existing) = self.registry.get(&rt.group, &rt.plural)
+                            && existing.origin != Origin::Custom
+                        {
+                            causes.push(Cause::invalid(
+                                "spec.names.plural",
+                                &json!(rt.plural),
+                                "is served by lariat itself and cannot be redefined",
+                            ));
                         }
-                        if let Some(old) = old {
-                            if old["spec"]["scope"] != object["spec"]["scope"] {
-                                causes.push(Cause::invalid("spec.scope", &object["spec"]["scope"], "field is immutable"));
-                            }
+                        if let Some(old) = old
+                            && old["spec"]["scope"] != object["spec"]["scope"]
+                        {
+                            causes.push(Cause::invalid(
+                                "spec.scope",
+                                &object["spec"]["scope"],
+                                "field is immutable",
+                            ));
                         }
                         let names = object["spec"]["names"].clone();
                         object["status"] = json!({
@@ -610,8 +787,15 @@ impl Resources {
     }
 
     /// Keeps in-memory state that mirrors stored objects (served CRDs) in step with writes.
-    async fn after_write(&self, scope: &Scope, old: Option<&Value>, new: Option<&Value>) -> ApiResult<()> {
-        if scope.rt.group != "apiextensions.k8s.io" || scope.rt.plural != "customresourcedefinitions" {
+    async fn after_write(
+        &self,
+        scope: &Scope,
+        old: Option<&Value>,
+        new: Option<&Value>,
+    ) -> ApiResult<()> {
+        if scope.rt.group != "apiextensions.k8s.io"
+            || scope.rt.plural != "customresourcedefinitions"
+        {
             return Ok(());
         }
         match (old, new) {
@@ -624,12 +808,21 @@ impl Resources {
 
     /// Stops serving a deleted CRD's kind and deletes its objects, as Kubernetes does.
     async fn unregister_crd(&self, crd: &Value) -> ApiResult<()> {
-        let Ok(rt) = ResourceType::from_crd(crd, Origin::Custom) else { return Ok(()) };
-        if self.registry.get(&rt.group, &rt.plural).is_some_and(|e| e.origin != Origin::Custom) {
+        let Ok(rt) = ResourceType::from_crd(crd, Origin::Custom) else {
+            return Ok(());
+        };
+        if self
+            .registry
+            .get(&rt.group, &rt.plural)
+            .is_some_and(|e| e.origin != Origin::Custom)
+        {
             return Ok(());
         }
         self.registry.remove(&rt.group, &rt.plural);
-        let listed = self.store.list(&rt.key_prefix(), ListOptions::default()).await?;
+        let listed = self
+            .store
+            .list(&rt.key_prefix(), ListOptions::default())
+            .await?;
         for kv in listed.items {
             match self.store.delete(&kv.key, 0).await {
                 Ok(_) | Err(lariat_store::Error::NotFound(_)) => {}
@@ -657,7 +850,9 @@ impl Resources {
                     self.register_crd(&crd);
                 }
             }
-            let Ok(mut changes) = self.store.watch(PREFIX, listed.revision).await else { continue };
+            let Ok(mut changes) = self.store.watch(PREFIX, listed.revision).await else {
+                continue;
+            };
             loop {
                 tokio::select! {
                     _ = stop.changed() => return,
@@ -667,11 +862,10 @@ impl Resources {
                             match change.kind {
                                 lariat_store::EventKind::Put => self.register_crd(&crd),
                                 lariat_store::EventKind::Delete => {
-                                    if let Ok(rt) = ResourceType::from_crd(&crd, Origin::Custom) {
-                                        if self.registry.get(&rt.group, &rt.plural).is_some_and(|e| e.origin == Origin::Custom) {
+                                    if let Ok(rt) = ResourceType::from_crd(&crd, Origin::Custom)
+                                        && self.registry.get(&rt.group, &rt.plural).is_some_and(|e| e.origin == Origin::Custom) {
                                             self.registry.remove(&rt.group, &rt.plural);
                                         }
-                                    }
                                 }
                             }
                         }
@@ -685,49 +879,68 @@ impl Resources {
     /// Serves (or re-serves) a stored CRD's kind.
     pub fn register_crd(&self, crd: &Value) {
         if let Ok(rt) = ResourceType::from_crd(crd, Origin::Custom) {
-            let builtin = self.registry.get(&rt.group, &rt.plural).is_some_and(|e| e.origin != Origin::Custom);
+            let builtin = self
+                .registry
+                .get(&rt.group, &rt.plural)
+                .is_some_and(|e| e.origin != Origin::Custom);
             if !builtin {
                 self.registry.insert(rt);
             }
         }
     }
 
-    pub async fn delete(&self, scope: &Scope, name: &str, options: &DeleteOptions) -> ApiResult<(Value, bool)> {
+    pub async fn delete(
+        &self,
+        scope: &Scope,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> ApiResult<(Value, bool)> {
         let key = scope.key(name);
         loop {
-            let kv = self.store.get(&key).await?.ok_or_else(|| scope.not_found(name))?;
+            let kv = self
+                .store
+                .get(&key)
+                .await?
+                .ok_or_else(|| scope.not_found(name))?;
             let mut object = self.decode(scope, &kv)?;
-            if let Some(uid) = &options.precondition_uid {
-                if object["metadata"]["uid"].as_str() != Some(uid.as_str()) {
-                    return Err(ApiError::Conflict {
-                        message: format!(
-                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                            object["metadata"]["uid"].as_str().unwrap_or_default()
-                        ),
-                        target: None,
-                        causes: vec![],
-                    });
-                }
+            if let Some(uid) = &options.precondition_uid
+                && object["metadata"]["uid"].as_str() != Some(uid.as_str())
+            {
+                return Err(ApiError::Conflict {
+                    message: format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        object["metadata"]["uid"].as_str().unwrap_or_default()
+                    ),
+                    target: None,
+                    causes: vec![],
+                });
             }
-            if let Some(rv) = &options.precondition_resource_version {
-                if rv != &kv.mod_revision.to_string() {
-                    return Err(ApiError::conflict(&scope.rt.plural, &scope.rt.group, name));
-                }
+            if let Some(rv) = &options.precondition_resource_version
+                && rv != &kv.mod_revision.to_string()
+            {
+                return Err(ApiError::conflict(&scope.rt.plural, &scope.rt.group, name));
             }
             let mut finalizers = objects::finalizers(&object);
             let already_deleting = !object["metadata"]["deletionTimestamp"].is_null();
             match options.propagation {
-                Some(Propagation::Foreground) if !finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) && !already_deleting => {
+                Some(Propagation::Foreground)
+                    if !finalizers.iter().any(|f| f == FOREGROUND_FINALIZER)
+                        && !already_deleting =>
+                {
                     finalizers.push(FOREGROUND_FINALIZER.into())
                 }
-                Some(Propagation::Orphan) if !finalizers.iter().any(|f| f == ORPHAN_FINALIZER) && !already_deleting => {
+                Some(Propagation::Orphan)
+                    if !finalizers.iter().any(|f| f == ORPHAN_FINALIZER) && !already_deleting =>
+                {
                     finalizers.push(ORPHAN_FINALIZER.into())
                 }
                 _ => {}
             }
             let namespace_pending = scope.rt.origin == Origin::Core
                 && scope.rt.plural == "namespaces"
-                && object["spec"]["finalizers"].as_array().is_some_and(|a| !a.is_empty());
+                && object["spec"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|a| !a.is_empty());
             if options.dry_run {
                 return Ok((object, finalizers.is_empty() && !namespace_pending));
             }
@@ -752,7 +965,11 @@ impl Resources {
             if namespace_pending {
                 object["status"]["phase"] = json!("Terminating");
             }
-            match self.store.update(&key, Self::encode(&object)?, kv.mod_revision).await {
+            match self
+                .store
+                .update(&key, Self::encode(&object)?, kv.mod_revision)
+                .await
+            {
                 Ok(kv) => return Ok((self.decode(scope, &kv)?, false)),
                 Err(lariat_store::Error::Conflict { .. }) => continue,
                 Err(e) => return Err(e.into()),
@@ -766,7 +983,10 @@ impl Resources {
 fn deletion_complete(object: &Value) -> bool {
     !object["metadata"]["deletionTimestamp"].is_null()
         && objects::finalizers(object).is_empty()
-        && !(object["kind"] == "Namespace" && object["spec"]["finalizers"].as_array().is_some_and(|a| !a.is_empty()))
+        && !(object["kind"] == "Namespace"
+            && object["spec"]["finalizers"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty()))
 }
 
 /// Everything but metadata and status counts as the spec for `generation`.
@@ -788,7 +1008,9 @@ fn random_suffix() -> String {
     use rand::Rng;
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
-    (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
 }
 
 fn encode_continue(revision: i64, start_after: &str) -> String {
@@ -797,8 +1019,14 @@ fn encode_continue(revision: i64, start_after: &str) -> String {
 }
 
 fn decode_continue(token: &str) -> ApiResult<(i64, Option<String>)> {
-    let bad = || ApiError::bad_request("invalid continue token: start a new list without the continue parameter");
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).map_err(|_| bad())?;
+    let bad = || {
+        ApiError::bad_request(
+            "invalid continue token: start a new list without the continue parameter",
+        )
+    };
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|_| bad())?;
     let value: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
     let revision = value["rv"].as_i64().ok_or_else(bad)?;
     let start = value["start"].as_str().ok_or_else(bad)?;

@@ -23,7 +23,9 @@ pub struct Findings {
 pub fn process(schema: &Value, object: &mut Value) -> Findings {
     let mut findings = Findings::default();
     let Some(fields) = object.as_object_mut() else {
-        findings.causes.push(Cause::type_invalid("", object, "object"));
+        findings
+            .causes
+            .push(Cause::type_invalid("", object, "object"));
         return findings;
     };
     let properties = schema.get("properties").and_then(Value::as_object);
@@ -52,12 +54,12 @@ pub fn process(schema: &Value, object: &mut Value) -> Findings {
             if matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
                 continue;
             }
-            if !fields.contains_key(key) {
-                if let Some(default) = sub.get("default") {
-                    let mut value = default.clone();
-                    walk(sub, &mut value, key, &mut findings);
-                    fields.insert(key.clone(), value);
-                }
+            if !fields.contains_key(key)
+                && let Some(default) = sub.get("default")
+            {
+                let mut value = default.clone();
+                walk(sub, &mut value, key, &mut findings);
+                fields.insert(key.clone(), value);
             }
         }
     }
@@ -66,15 +68,25 @@ pub fn process(schema: &Value, object: &mut Value) -> Findings {
 }
 
 fn nullable(schema: &Value) -> bool {
-    schema.get("nullable").and_then(Value::as_bool).unwrap_or(false)
+    schema
+        .get("nullable")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
 }
 
 fn preserves_unknown(schema: &Value) -> bool {
-    schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool).unwrap_or(false)
+    schema
+        .get("x-kubernetes-preserve-unknown-fields")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
 }
 
 fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
 }
 
 fn required(schema: &Value, fields: &Map<String, Value>, path: &str, findings: &mut Findings) {
@@ -94,11 +106,16 @@ fn walk(schema: &Value, value: &mut Value, path: &str, findings: &mut Findings) 
     if value.is_null() {
         return;
     }
-    let int_or_string = schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool).unwrap_or(false);
+    let int_or_string = schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let declared = schema.get("type").and_then(Value::as_str);
     if int_or_string {
         if !(value.is_i64() || value.is_u64() || value.is_string()) {
-            findings.causes.push(Cause::type_invalid(path, value, "integer or string"));
+            findings
+                .causes
+                .push(Cause::type_invalid(path, value, "integer or string"));
             return;
         }
     } else if let Some(expected) = declared {
@@ -107,36 +124,46 @@ fn walk(schema: &Value, value: &mut Value, path: &str, findings: &mut Findings) 
             "array" => value.is_array(),
             "string" => value.is_string(),
             "boolean" => value.is_boolean(),
-            "integer" => value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0),
+            "integer" => {
+                value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0)
+            }
             "number" => value.is_number(),
             _ => true,
         };
         if !ok {
-            findings.causes.push(Cause::type_invalid(path, value, expected));
+            findings
+                .causes
+                .push(Cause::type_invalid(path, value, expected));
             return;
         }
     }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
-        if !allowed.contains(value) {
-            findings.causes.push(Cause::not_supported(path, value, allowed));
-        }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        findings
+            .causes
+            .push(Cause::not_supported(path, value, allowed));
     }
     match value {
         Value::Object(fields) => walk_object(schema, fields, path, findings),
         Value::Array(items) => {
-            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
-                if items.len() as u64 > max {
-                    findings.causes.push(Cause {
-                        reason: "FieldValueTooMany",
-                        message: format!("Too many: {}: must have at most {max} items", items.len()),
-                        field: path.to_string(),
-                    });
-                }
+            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+                && items.len() as u64 > max
+            {
+                findings.causes.push(Cause {
+                    reason: "FieldValueTooMany",
+                    message: format!("Too many: {}: must have at most {max} items", items.len()),
+                    field: path.to_string(),
+                });
             }
-            if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
-                if (items.len() as u64) < min {
-                    findings.causes.push(Cause::invalid(path, &Value::from(items.len()), format!("should have at least {min} items")));
-                }
+            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+                && (items.len() as u64) < min
+            {
+                findings.causes.push(Cause::invalid(
+                    path,
+                    &Value::from(items.len()),
+                    format!("should have at least {min} items"),
+                ));
             }
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter_mut().enumerate() {
@@ -146,24 +173,32 @@ fn walk(schema: &Value, value: &mut Value, path: &str, findings: &mut Findings) 
         }
         Value::String(text) => {
             let shown = Value::String(text.clone());
-            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
-                if text.chars().count() as u64 > max {
-                    findings.causes.push(Cause {
-                        reason: "FieldValueTooLong",
-                        message: format!("Too long: may not be more than {max} bytes"),
-                        field: path.to_string(),
-                    });
-                }
+            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+                && text.chars().count() as u64 > max
+            {
+                findings.causes.push(Cause {
+                    reason: "FieldValueTooLong",
+                    message: format!("Too long: may not be more than {max} bytes"),
+                    field: path.to_string(),
+                });
             }
-            if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
-                if (text.chars().count() as u64) < min {
-                    findings.causes.push(Cause::invalid(path, &shown, format!("should be at least {min} chars long")));
-                }
+            if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+                && (text.chars().count() as u64) < min
+            {
+                findings.causes.push(Cause::invalid(
+                    path,
+                    &shown,
+                    format!("should be at least {min} chars long"),
+                ));
             }
             if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
                 match compiled(pattern) {
                     Some(re) if !re.is_match(text) => {
-                        findings.causes.push(Cause::invalid(path, &shown, format!("should match '{pattern}'")));
+                        findings.causes.push(Cause::invalid(
+                            path,
+                            &shown,
+                            format!("should match '{pattern}'"),
+                        ));
                     }
                     _ => {}
                 }
@@ -171,37 +206,64 @@ fn walk(schema: &Value, value: &mut Value, path: &str, findings: &mut Findings) 
             if schema.get("format").and_then(Value::as_str) == Some("date-time")
                 && chrono::DateTime::parse_from_rfc3339(text).is_err()
             {
-                findings.causes.push(Cause::invalid(path, &shown, "must be an RFC 3339 date-time"));
+                findings.causes.push(Cause::invalid(
+                    path,
+                    &shown,
+                    "must be an RFC 3339 date-time",
+                ));
             }
         }
         Value::Number(n) => {
             let shown = Value::Number(n.clone());
             let x = n.as_f64().unwrap_or_default();
             let exclusive = |key: &str| schema.get(key).and_then(Value::as_bool).unwrap_or(false);
-            if let Some(min) = schema.get("minimum").and_then(Value::as_f64) {
-                if x < min || (exclusive("exclusiveMinimum") && x == min) {
-                    let how = if exclusive("exclusiveMinimum") { "greater than" } else { "greater than or equal to" };
-                    findings.causes.push(Cause::invalid(path, &shown, format!("should be {how} {min}")));
-                }
+            if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
+                && (x < min || (exclusive("exclusiveMinimum") && x == min))
+            {
+                let how = if exclusive("exclusiveMinimum") {
+                    "greater than"
+                } else {
+                    "greater than or equal to"
+                };
+                findings.causes.push(Cause::invalid(
+                    path,
+                    &shown,
+                    format!("should be {how} {min}"),
+                ));
             }
-            if let Some(max) = schema.get("maximum").and_then(Value::as_f64) {
-                if x > max || (exclusive("exclusiveMaximum") && x == max) {
-                    let how = if exclusive("exclusiveMaximum") { "less than" } else { "less than or equal to" };
-                    findings.causes.push(Cause::invalid(path, &shown, format!("should be {how} {max}")));
-                }
+            if let Some(max) = schema.get("maximum").and_then(Value::as_f64)
+                && (x > max || (exclusive("exclusiveMaximum") && x == max))
+            {
+                let how = if exclusive("exclusiveMaximum") {
+                    "less than"
+                } else {
+                    "less than or equal to"
+                };
+                findings.causes.push(Cause::invalid(
+                    path,
+                    &shown,
+                    format!("should be {how} {max}"),
+                ));
             }
         }
         _ => {}
     }
 }
 
-fn walk_object(schema: &Value, fields: &mut Map<String, Value>, path: &str, findings: &mut Findings) {
+fn walk_object(
+    schema: &Value,
+    fields: &mut Map<String, Value>,
+    path: &str,
+    findings: &mut Findings,
+) {
     let properties = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties");
     let keys: Vec<String> = fields.keys().cloned().collect();
     for key in keys {
         let sub = properties.and_then(|p| p.get(&key)).or(match additional {
-            Some(Value::Object(s)) => Some(additional.expect("matched")).filter(|_| !s.is_empty()).or(None),
+            Some(Value::Object(s)) => Some(additional.expect("matched"))
+                .filter(|_| !s.is_empty())
+                .or(None),
             _ => None,
         });
         let child = join(path, &key);
@@ -224,19 +286,23 @@ fn walk_object(schema: &Value, fields: &mut Map<String, Value>, path: &str, find
     }
     if let Some(properties) = properties {
         for (key, sub) in properties {
-            if !fields.contains_key(key) {
-                if let Some(default) = sub.get("default") {
-                    let mut value = default.clone();
-                    walk(sub, &mut value, &join(path, key), findings);
-                    fields.insert(key.clone(), value);
-                }
+            if !fields.contains_key(key)
+                && let Some(default) = sub.get("default")
+            {
+                let mut value = default.clone();
+                walk(sub, &mut value, &join(path, key), findings);
+                fields.insert(key.clone(), value);
             }
         }
     }
-    if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64) {
-        if fields.len() as u64 > max {
-            findings.causes.push(Cause::invalid(path, &Value::from(fields.len()), format!("must have at most {max} properties")));
-        }
+    if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64)
+        && fields.len() as u64 > max
+    {
+        findings.causes.push(Cause::invalid(
+            path,
+            &Value::from(fields.len()),
+            format!("must have at most {max} properties"),
+        ));
     }
     required(schema, fields, path, findings);
 }
@@ -245,7 +311,10 @@ fn walk_object(schema: &Value, fields: &mut Map<String, Value>, path: &str, find
 fn compiled(pattern: &str) -> Option<Regex> {
     static CACHE: LazyLock<Mutex<HashMap<String, Option<Regex>>>> = LazyLock::new(Default::default);
     let mut cache = CACHE.lock().expect("pattern cache");
-    cache.entry(pattern.to_string()).or_insert_with(|| Regex::new(pattern).ok()).clone()
+    cache
+        .entry(pattern.to_string())
+        .or_insert_with(|| Regex::new(pattern).ok())
+        .clone()
 }
 
 /// Checks that a CRD schema is structural enough to prune and validate with: every node has a
@@ -258,9 +327,11 @@ pub fn check_structural(schema: &Value, path: &str, causes: &mut Vec<Cause>) {
     let has_type = node.get("type").and_then(Value::as_str).is_some();
     let escape = node.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
         || node.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
-    if !has_type && !escape && path.ends_with("openAPIV3Schema") {
-        causes.push(Cause::required(format!("{path}.type")));
-    } else if !has_type && !escape && (node.contains_key("properties") || node.contains_key("items")) {
+    // The root, and any node that has children, must say what it is.
+    let must_be_typed = path.ends_with("openAPIV3Schema")
+        || node.contains_key("properties")
+        || node.contains_key("items");
+    if !has_type && !escape && must_be_typed {
         causes.push(Cause::required(format!("{path}.type")));
     }
     if let Some(t) = node.get("type") {
@@ -270,10 +341,14 @@ pub fn check_structural(schema: &Value, path: &str, causes: &mut Vec<Cause>) {
             causes.push(Cause::not_supported(format!("{path}.type"), t, &values));
         }
     }
-    if let Some(pattern) = node.get("pattern").and_then(Value::as_str) {
-        if compiled(pattern).is_none() {
-            causes.push(Cause::invalid(format!("{path}.pattern"), &Value::from(pattern), "must be a valid regular expression"));
-        }
+    if let Some(pattern) = node.get("pattern").and_then(Value::as_str)
+        && compiled(pattern).is_none()
+    {
+        causes.push(Cause::invalid(
+            format!("{path}.pattern"),
+            &Value::from(pattern),
+            "must be a valid regular expression",
+        ));
     }
     if node.get("type").and_then(Value::as_str) == Some("array") && !node.contains_key("items") {
         causes.push(Cause::required(format!("{path}.items")));
@@ -294,7 +369,11 @@ pub fn check_structural(schema: &Value, path: &str, causes: &mut Vec<Cause>) {
         let mut findings = Findings::default();
         walk(schema, &mut value, "", &mut findings);
         if !findings.causes.is_empty() {
-            causes.push(Cause::invalid(format!("{path}.default"), default, "must validate against its own schema"));
+            causes.push(Cause::invalid(
+                format!("{path}.default"),
+                default,
+                "must validate against its own schema",
+            ));
         }
     }
 }
@@ -327,8 +406,15 @@ mod tests {
 
     fn check(mut object: Value, causes: &[(&str, &str)], unknown: &[&str]) -> Value {
         let findings = process(&schema(), &mut object);
-        let got: Vec<(String, String)> = findings.causes.iter().map(|c| (c.field.clone(), c.reason.to_string())).collect();
-        let want: Vec<(String, String)> = causes.iter().map(|(f, r)| (f.to_string(), r.to_string())).collect();
+        let got: Vec<(String, String)> = findings
+            .causes
+            .iter()
+            .map(|c| (c.field.clone(), c.reason.to_string()))
+            .collect();
+        let want: Vec<(String, String)> = causes
+            .iter()
+            .map(|(f, r)| (f.to_string(), r.to_string()))
+            .collect();
         assert_eq!(got, want, "causes for {object}");
         assert_eq!(findings.unknown, unknown);
         object
@@ -354,8 +440,16 @@ mod tests {
             ],
             &[],
         );
-        check(json!({"spec": {}}), &[("spec.size", "FieldValueRequired")], &[]);
-        check(json!({"spec": {"size": "3"}}), &[("spec.size", "FieldValueTypeInvalid")], &[]);
+        check(
+            json!({"spec": {}}),
+            &[("spec.size", "FieldValueRequired")],
+            &[],
+        );
+        check(
+            json!({"spec": {"size": "3"}}),
+            &[("spec.size", "FieldValueTypeInvalid")],
+            &[],
+        );
     }
 
     #[test]
@@ -373,7 +467,11 @@ mod tests {
     #[test]
     fn structural_check_names_untyped_nodes() {
         let mut causes = vec![];
-        check_structural(&json!({"type": "object", "properties": {"a": {"properties": {}}, "b": {"type": "array"}}}), "s", &mut causes);
+        check_structural(
+            &json!({"type": "object", "properties": {"a": {"properties": {}}, "b": {"type": "array"}}}),
+            "s",
+            &mut causes,
+        );
         let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
         assert_eq!(fields, ["s.properties[a].type", "s.properties[b].items"]);
     }

@@ -47,7 +47,11 @@ impl Cause {
     pub fn type_invalid(field: impl Into<String>, value: &Value, expected: &str) -> Cause {
         Cause {
             reason: "FieldValueTypeInvalid",
-            message: format!("Invalid value: \"{}\": {field_type} expected", json_type(value), field_type = expected),
+            message: format!(
+                "Invalid value: \"{}\": {field_type} expected",
+                json_type(value),
+                field_type = expected
+            ),
             field: field.into(),
         }
     }
@@ -68,7 +72,11 @@ impl Cause {
 
 fn short_value(value: &Value) -> String {
     let text = value.to_string();
-    if text.len() > 80 { format!("{}...", &text[..text.floor_char_boundary(77)]) } else { text }
+    if text.len() > 80 {
+        format!("{}...", &text[..text.floor_char_boundary(77)])
+    } else {
+        text
+    }
 }
 
 pub fn json_type(value: &Value) -> &'static str {
@@ -93,7 +101,10 @@ pub enum ApiError {
     #[error("{message}")]
     Forbidden { message: String },
     #[error("{message}")]
-    NotFound { message: String, target: Option<Target> },
+    NotFound {
+        message: String,
+        target: Option<Target>,
+    },
     #[error("{message}")]
     MethodNotAllowed { message: String },
     #[error("{message}")]
@@ -101,7 +112,11 @@ pub enum ApiError {
     #[error("{message}")]
     AlreadyExists { message: String, target: Target },
     #[error("{message}")]
-    Conflict { message: String, target: Option<Target>, causes: Vec<Cause> },
+    Conflict {
+        message: String,
+        target: Option<Target>,
+        causes: Vec<Cause>,
+    },
     #[error("resourceVersion {message}")]
     Gone { message: String },
     #[error("{message}")]
@@ -109,9 +124,16 @@ pub enum ApiError {
     #[error("{message}")]
     UnsupportedMediaType { message: String },
     #[error("{message}")]
-    Invalid { message: String, target: Target, causes: Vec<Cause> },
+    Invalid {
+        message: String,
+        target: Target,
+        causes: Vec<Cause>,
+    },
     #[error("{message}")]
-    TooManyRequests { message: String, retry_after_seconds: u64 },
+    TooManyRequests {
+        message: String,
+        retry_after_seconds: u64,
+    },
     #[error("{message}")]
     Internal { message: String },
     #[error("{message}")]
@@ -128,25 +150,37 @@ pub struct Target {
 
 impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::BadRequest { message: message.into() }
+        ApiError::BadRequest {
+            message: message.into(),
+        }
     }
 
     pub fn internal(message: impl Into<String>) -> ApiError {
-        ApiError::Internal { message: message.into() }
+        ApiError::Internal {
+            message: message.into(),
+        }
     }
 
     /// `clusters.cluster.x-k8s.io "prod" not found`, as kube-apiserver words it.
     pub fn not_found(resource: &str, group: &str, name: &str) -> ApiError {
         ApiError::NotFound {
             message: format!("{} \"{name}\" not found", qualified(resource, group)),
-            target: Some(Target { group: group.into(), kind: resource.into(), name: name.into() }),
+            target: Some(Target {
+                group: group.into(),
+                kind: resource.into(),
+                name: name.into(),
+            }),
         }
     }
 
     pub fn already_exists(resource: &str, group: &str, name: &str) -> ApiError {
         ApiError::AlreadyExists {
             message: format!("{} \"{name}\" already exists", qualified(resource, group)),
-            target: Target { group: group.into(), kind: resource.into(), name: name.into() },
+            target: Target {
+                group: group.into(),
+                kind: resource.into(),
+                name: name.into(),
+            },
         }
     }
 
@@ -156,7 +190,11 @@ impl ApiError {
                 "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
                 qualified(resource, group)
             ),
-            target: Some(Target { group: group.into(), kind: resource.into(), name: name.into() }),
+            target: Some(Target {
+                group: group.into(),
+                kind: resource.into(),
+                name: name.into(),
+            }),
             causes: vec![],
         }
     }
@@ -164,10 +202,18 @@ impl ApiError {
     /// `Cluster.cluster.x-k8s.io "prod" is invalid: [spec.x: ..., spec.y: ...]`.
     pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<Cause>) -> ApiError {
         let rendered: Vec<String> = causes.iter().map(Cause::render).collect();
-        let joined = if rendered.len() == 1 { rendered[0].clone() } else { format!("[{}]", rendered.join(", ")) };
+        let joined = if rendered.len() == 1 {
+            rendered[0].clone()
+        } else {
+            format!("[{}]", rendered.join(", "))
+        };
         ApiError::Invalid {
             message: format!("{} \"{name}\" is invalid: {joined}", qualified(kind, group)),
-            target: Target { group: group.into(), kind: kind.into(), name: name.into() },
+            target: Target {
+                group: group.into(),
+                kind: kind.into(),
+                name: name.into(),
+            },
             causes,
         }
     }
@@ -227,7 +273,10 @@ impl ApiError {
             ApiError::AlreadyExists { target, .. } => (Some(target.clone()), vec![]),
             ApiError::Conflict { target, causes, .. } => (target.clone(), causes.clone()),
             ApiError::Invalid { target, causes, .. } => (Some(target.clone()), causes.clone()),
-            ApiError::TooManyRequests { retry_after_seconds, .. } => {
+            ApiError::TooManyRequests {
+                retry_after_seconds,
+                ..
+            } => {
                 status["details"] = json!({ "retryAfterSeconds": retry_after_seconds });
                 (None, vec![])
             }
@@ -251,17 +300,26 @@ impl ApiError {
 }
 
 fn qualified(resource: &str, group: &str) -> String {
-    if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") }
+    if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    }
 }
 
 impl From<lariat_store::Error> for ApiError {
     fn from(error: lariat_store::Error) -> ApiError {
         use lariat_store::Error;
         match error {
-            Error::Compacted { requested, compacted } => ApiError::Gone {
+            Error::Compacted {
+                requested,
+                compacted,
+            } => ApiError::Gone {
                 message: format!("{requested} is too old (the oldest available is {compacted})"),
             },
-            Error::Unavailable(message) => ApiError::Unavailable { message: format!("storage unavailable: {message}") },
+            Error::Unavailable(message) => ApiError::Unavailable {
+                message: format!("storage unavailable: {message}"),
+            },
             other => ApiError::internal(other.to_string()),
         }
     }
@@ -274,10 +332,15 @@ impl IntoResponse for ApiError {
             tracing::error!(code = code.as_u16(), error = %self, "request failed");
         }
         let mut response = (code, axum::Json(self.to_status())).into_response();
-        if let ApiError::TooManyRequests { retry_after_seconds, .. } = self {
-            response
-                .headers_mut()
-                .insert("retry-after", axum::http::HeaderValue::from(retry_after_seconds));
+        if let ApiError::TooManyRequests {
+            retry_after_seconds,
+            ..
+        } = self
+        {
+            response.headers_mut().insert(
+                "retry-after",
+                axum::http::HeaderValue::from(retry_after_seconds),
+            );
         }
         response
     }

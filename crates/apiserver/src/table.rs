@@ -15,7 +15,10 @@ pub fn columns(rt: &ResourceType, version: &str) -> Vec<PrinterColumn> {
         priority: 0,
         json_path: ".metadata.name".into(),
     }];
-    let declared = rt.version(version).map(|v| v.printer_columns.clone()).unwrap_or_default();
+    let declared = rt
+        .version(version)
+        .map(|v| v.printer_columns.clone())
+        .unwrap_or_default();
     if declared.is_empty() {
         columns.push(PrinterColumn {
             name: "Age".into(),
@@ -72,7 +75,12 @@ pub fn row(columns: &[PrinterColumn], object: &Value, include: IncludeObject) ->
     row
 }
 
-pub fn table(columns: &[PrinterColumn], objects: &[Value], include: IncludeObject, metadata: Value) -> Value {
+pub fn table(
+    columns: &[PrinterColumn],
+    objects: &[Value],
+    include: IncludeObject,
+    metadata: Value,
+) -> Value {
     json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
@@ -91,13 +99,17 @@ fn cell(column: &PrinterColumn, object: &Value) -> Value {
     };
     match (column.type_.as_str(), &value) {
         ("integer", Value::Object(map)) => json!(map.len()),
-        ("integer", Value::Array(list)) if found_is_collection(&column.json_path) => json!(list.len()),
+        ("integer", Value::Array(list)) if found_is_collection(&column.json_path) => {
+            json!(list.len())
+        }
         ("date", Value::String(text)) => match chrono::DateTime::parse_from_rfc3339(text) {
             Ok(at) => json!(human_duration(chrono::Utc::now().signed_duration_since(at))),
             Err(_) => value,
         },
         ("string", Value::String(_)) | ("date", _) => value,
-        ("string", Value::Array(items)) => json!(items.iter().map(render).collect::<Vec<_>>().join(",")),
+        ("string", Value::Array(items)) => {
+            json!(items.iter().map(render).collect::<Vec<_>>().join(","))
+        }
         ("string", other) => json!(render(other)),
         _ => value,
     }
@@ -165,7 +177,14 @@ pub fn evaluate(path: &str, object: &Value) -> Vec<Value> {
                 }
                 Step::Filter(key, want) => {
                     if let Some(items) = node.as_array() {
-                        next.extend(items.iter().filter(|i| i.get(key).map(render).as_deref() == Some(want.as_str())).cloned());
+                        next.extend(
+                            items
+                                .iter()
+                                .filter(|i| {
+                                    i.get(key).map(render).as_deref() == Some(want.as_str())
+                                })
+                                .cloned(),
+                        );
                     }
                 }
             }
@@ -215,9 +234,14 @@ fn steps(path: &str) -> Vec<Step> {
                     steps.push(Step::All);
                 } else if let Ok(i) = inner.parse() {
                     steps.push(Step::Index(i));
-                } else if let Some(filter) = inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')')) {
+                } else if let Some(filter) =
+                    inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')'))
+                {
                     if let Some((k, v)) = filter.split_once("==") {
-                        steps.push(Step::Filter(k.trim().into(), v.trim().trim_matches(['"', '\'']).into()));
+                        steps.push(Step::Filter(
+                            k.trim().into(),
+                            v.trim().trim_matches(['"', '\'']).into(),
+                        ));
                     }
                 } else {
                     steps.push(Step::Key(inner.trim_matches(['"', '\'']).to_string()));
@@ -243,8 +267,14 @@ mod tests {
         });
         for (path, expect) in [
             (".status.phase", vec![json!("Running")]),
-            (".metadata.labels.cluster\\.x-k8s\\.io/cluster-name", vec![json!("prod")]),
-            (".status.conditions[?(@.type==\"Ready\")].status", vec![json!("True")]),
+            (
+                ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name",
+                vec![json!("prod")],
+            ),
+            (
+                ".status.conditions[?(@.type==\"Ready\")].status",
+                vec![json!("True")],
+            ),
             (".spec.list[1]", vec![json!(2)]),
             (".spec.list[*]", vec![json!(1), json!(2)]),
             (".spec.missing", vec![]),
@@ -255,7 +285,15 @@ mod tests {
 
     #[test]
     fn ages_read_like_kubectl() {
-        for (seconds, expect) in [(5, "5s"), (119, "119s"), (192, "3m12s"), (600, "10m"), (3 * 3600 + 60, "3h1m"), (50 * 3600, "2d2h"), (400 * 86400, "400d")] {
+        for (seconds, expect) in [
+            (5, "5s"),
+            (119, "119s"),
+            (192, "3m12s"),
+            (600, "10m"),
+            (3 * 3600 + 60, "3h1m"),
+            (50 * 3600, "2d2h"),
+            (400 * 86400, "400d"),
+        ] {
             assert_eq!(human_duration(chrono::TimeDelta::seconds(seconds)), expect);
         }
     }
@@ -270,7 +308,10 @@ mod tests {
             priority: 0,
             json_path: ".data".into(),
         };
-        assert_eq!(cell(&column, &json!({"data": {"a": "1", "b": "2"}})), json!(2));
+        assert_eq!(
+            cell(&column, &json!({"data": {"a": "1", "b": "2"}})),
+            json!(2)
+        );
         assert_eq!(cell(&column, &json!({})), Value::Null);
     }
 }

@@ -18,17 +18,20 @@ use crate::pki::Pki;
 
 pub fn server_config(pki: &Pki) -> Result<Arc<rustls::ServerConfig>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let ca = CertificateDer::from_pem_slice(pki.ca_cert_pem.as_bytes()).map_err(|e| format!("CA certificate: {e}"))?;
+    let ca = CertificateDer::from_pem_slice(pki.ca_cert_pem.as_bytes())
+        .map_err(|e| format!("CA certificate: {e}"))?;
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca).map_err(|e| format!("CA certificate: {e}"))?;
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
         .allow_unauthenticated()
         .build()
         .map_err(|e| format!("client verifier: {e}"))?;
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pki.server_cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("serving certificate: {e}"))?;
-    let key = PrivateKeyDer::from_pem_slice(pki.server_key_pem.as_bytes()).map_err(|e| format!("serving key: {e}"))?;
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(pki.server_cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("serving certificate: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(pki.server_key_pem.as_bytes())
+        .map_err(|e| format!("serving key: {e}"))?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
@@ -66,7 +69,12 @@ pub async fn serve(
         let app = app.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let tls_stream = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+            let tls_stream = match tokio::time::timeout(
+                Duration::from_secs(10),
+                acceptor.accept(stream),
+            )
+            .await
+            {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -84,19 +92,25 @@ pub async fn serve(
                 .and_then(|chain| chain.first())
                 .and_then(|leaf| user_from_certificate(leaf));
             let identity = PeerCertificate(certificate);
-            let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
-                request.extensions_mut().insert(identity.clone());
-                app.clone().oneshot(request.map(axum::body::Body::new))
-            });
+            let service = hyper::service::service_fn(
+                move |mut request: hyper::Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(identity.clone());
+                    app.clone().oneshot(request.map(axum::body::Body::new))
+                },
+            );
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls_stream), service);
+            let connection =
+                builder.serve_connection_with_upgrades(TokioIo::new(tls_stream), service);
             if let Err(e) = watcher.watch(connection.into_owned()).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
     }
     drop(listener);
-    if tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(5), graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::info!("closing connections that did not finish within 5s (watches)");
     }
     Ok(())

@@ -30,14 +30,34 @@ pub struct WatchEvent {
 }
 
 impl Resources {
-    pub async fn watch(&self, scope: &Scope, params: WatchParams) -> ApiResult<BoxStream<'static, WatchEvent>> {
+    pub async fn watch(
+        &self,
+        scope: &Scope,
+        params: WatchParams,
+    ) -> ApiResult<BoxStream<'static, WatchEvent>> {
         let prefix = scope.rt.list_prefix(scope.namespace.as_deref());
         let mut initial = vec![];
         let start = match params.resource_version {
             Some(rv) if rv > 0 && !params.send_initial_events => rv,
             _ => {
-                let listed = self.list(scope, &ListParams { limit: 0, continue_token: None, ..params.list.clone() }).await?;
-                initial = listed.items.into_iter().map(|object| WatchEvent { kind: "ADDED", object }).collect();
+                let listed = self
+                    .list(
+                        scope,
+                        &ListParams {
+                            limit: 0,
+                            continue_token: None,
+                            ..params.list.clone()
+                        },
+                    )
+                    .await?;
+                initial = listed
+                    .items
+                    .into_iter()
+                    .map(|object| WatchEvent {
+                        kind: "ADDED",
+                        object,
+                    })
+                    .collect();
                 if params.send_initial_events {
                     initial.push(bookmark(scope, listed.resource_version, true));
                 }
@@ -46,9 +66,18 @@ impl Resources {
         };
         let changes = match self.store.watch(&prefix, start).await {
             Ok(changes) => changes,
-            Err(lariat_store::Error::Compacted { requested, compacted }) => {
-                let error = ApiError::Gone { message: format!("too old resource version: {requested} ({compacted})") };
-                return Ok(stream::iter(vec![WatchEvent { kind: "ERROR", object: error.to_status() }]).boxed());
+            Err(lariat_store::Error::Compacted {
+                requested,
+                compacted,
+            }) => {
+                let error = ApiError::Gone {
+                    message: format!("too old resource version: {requested} ({compacted})"),
+                };
+                return Ok(stream::iter(vec![WatchEvent {
+                    kind: "ERROR",
+                    object: error.to_status(),
+                }])
+                .boxed());
             }
             Err(e) => return Err(e.into()),
         };
@@ -61,11 +90,17 @@ impl Resources {
                     Ok(change) => change,
                     Err(e) => {
                         let error: ApiError = e.into();
-                        return Some(WatchEvent { kind: "ERROR", object: error.to_status() });
+                        return Some(WatchEvent {
+                            kind: "ERROR",
+                            object: error.to_status(),
+                        });
                     }
                 };
                 let decode = |kv| resources.decode(&scope_for_events, kv).ok();
-                let matches = |o: &Value| selectors.label_selector.matches_labels(o) && selectors.field_selector.matches_fields(o);
+                let matches = |o: &Value| {
+                    selectors.label_selector.matches_labels(o)
+                        && selectors.field_selector.matches_fields(o)
+                };
                 let new = decode(&change.kv)?;
                 let old = change.prev.as_ref().and_then(decode);
                 let was = old.as_ref().is_some_and(matches);
@@ -93,20 +128,19 @@ impl Resources {
                     if done {
                         return None;
                     }
-                    loop {
-                        tokio::select! {
-                            _ = &mut timeout => return None,
-                            event = events.next() => {
-                                let event = event?;
-                                let is_error = event.kind == "ERROR";
-                                if let Some(rv) = event.object["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()) {
-                                    last = rv;
-                                }
-                                return Some((event, (events, timeout, last, is_error)));
+                    tokio::select! {
+                        _ = &mut timeout => None,
+                        event = events.next() => {
+                            let event = event?;
+                            // A stream ends after its first error, as kube-apiserver's do.
+                            let is_error = event.kind == "ERROR";
+                            if let Some(rv) = event.object["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()) {
+                                last = rv;
                             }
-                            _ = tokio::time::sleep(interval), if bookmarks => {
-                                return Some((bookmark(&scope, last, false), (events, timeout, last, false)));
-                            }
+                            Some((event, (events, timeout, last, is_error)))
+                        }
+                        _ = tokio::time::sleep(interval), if bookmarks => {
+                            Some((bookmark(&scope, last, false), (events, timeout, last, false)))
                         }
                     }
                 }

@@ -11,7 +11,11 @@ use lariat_store::Store;
 mod bench;
 
 #[derive(Parser)]
-#[command(name = "lariat", version, about = "Multi-cluster Kubernetes management from one binary")]
+#[command(
+    name = "lariat",
+    version,
+    about = "Multi-cluster Kubernetes management from one binary"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -53,12 +57,16 @@ struct ServerArgs {
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LARIAT_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("LARIAT_LOG")
+                .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let result = runtime.block_on(async {
         match cli.command {
             Command::Server(args) => server(args).await,
@@ -74,19 +82,27 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-pub async fn open_store(data_dir: &std::path::Path, endpoint: Option<&str>, prefix: &str) -> anyhow::Result<Arc<dyn Store>> {
+pub async fn open_store(
+    data_dir: &std::path::Path,
+    endpoint: Option<&str>,
+    prefix: &str,
+) -> anyhow::Result<Arc<dyn Store>> {
     Ok(match endpoint {
         Some(endpoint) => {
-            let endpoints: Vec<String> = endpoint.split(',').map(|e| e.trim().to_string()).collect();
+            let endpoints: Vec<String> =
+                endpoint.split(',').map(|e| e.trim().to_string()).collect();
             Arc::new(
                 lariat_store::etcd::EtcdStore::connect(&endpoints, prefix)
                     .await
-                    .with_context(|| format!("cannot reach etcd at {endpoint}: check --datastore-endpoint"))?,
+                    .with_context(|| {
+                        format!("cannot reach etcd at {endpoint}: check --datastore-endpoint")
+                    })?,
             )
         }
         None => {
-            std::fs::create_dir_all(data_dir)
-                .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
+            std::fs::create_dir_all(data_dir).with_context(|| {
+                format!("cannot create the data directory {}", data_dir.display())
+            })?;
             let path = data_dir.join("state.db");
             Arc::new(
                 lariat_store::sqlite::SqliteStore::open(&path)
@@ -97,10 +113,20 @@ pub async fn open_store(data_dir: &std::path::Path, endpoint: Option<&str>, pref
 }
 
 async fn server(args: ServerArgs) -> anyhow::Result<()> {
-    let store = open_store(&args.data_dir, args.datastore_endpoint.as_deref(), &args.datastore_prefix).await?;
+    let store = open_store(
+        &args.data_dir,
+        args.datastore_endpoint.as_deref(),
+        &args.datastore_prefix,
+    )
+    .await?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
-        .with_context(|| format!("cannot listen on {}: is another server running? (--listen)", args.listen))?;
+        .with_context(|| {
+            format!(
+                "cannot listen on {}: is another server running? (--listen)",
+                args.listen
+            )
+        })?;
     let mut config = lariat_apiserver::Config::new(&args.data_dir);
     config.tls_sans = args.tls_san;
     config.compaction_interval = Duration::from_secs(args.compaction_interval);
@@ -116,7 +142,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
 }
 
 async fn shutdown_signal() {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}

@@ -23,7 +23,10 @@ async fn acknowledged_writes_survive_kill_9() {
             for i in 0.. {
                 let name = format!("w{writer}-{i}");
                 let cm = ConfigMap {
-                    metadata: kube::api::ObjectMeta { name: Some(name.clone()), ..Default::default() },
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(name.clone()),
+                        ..Default::default()
+                    },
                     data: Some(BTreeMap::from([("payload".to_string(), "x".repeat(512))])),
                     ..Default::default()
                 };
@@ -40,15 +43,34 @@ async fn acknowledged_writes_survive_kill_9() {
         writer.await.unwrap();
     }
     let acknowledged = acknowledged.lock().unwrap().clone();
-    assert!(acknowledged.len() > 50, "the burst was too small to mean anything: {}", acknowledged.len());
+    assert!(
+        acknowledged.len() > 50,
+        "the burst was too small to mean anything: {}",
+        acknowledged.len()
+    );
 
     server.launch();
     let client = server.client().await;
     let maps: Api<ConfigMap> = Api::namespaced(client, "default");
-    let stored: std::collections::HashSet<String> =
-        maps.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|m| m.metadata.name).collect();
-    let lost: Vec<&String> = acknowledged.iter().filter(|n| !stored.contains(*n)).collect();
-    assert!(lost.is_empty(), "{} of {} acknowledged writes were lost: {:?}", lost.len(), acknowledged.len(), &lost[..lost.len().min(10)]);
+    let stored: std::collections::HashSet<String> = maps
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|m| m.metadata.name)
+        .collect();
+    let lost: Vec<&String> = acknowledged
+        .iter()
+        .filter(|n| !stored.contains(*n))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes were lost: {:?}",
+        lost.len(),
+        acknowledged.len(),
+        &lost[..lost.len().min(10)]
+    );
 }
 
 #[test]
@@ -58,5 +80,9 @@ fn sigterm_stops_the_server_cleanly() {
     let status = server.terminate();
     assert!(status.success(), "exit status {status}: {}", server.log());
     server.launch();
-    assert!(server.kubectl_ok(&["get", "clusters", "-o", "name"]).contains("prod-us-east"));
+    assert!(
+        server
+            .kubectl_ok(&["get", "clusters", "-o", "name"])
+            .contains("prod-us-east")
+    );
 }

@@ -6,14 +6,22 @@ use common::TestServer;
 use serde_json::{Value, json};
 
 fn status(body: &str) -> Value {
-    let status: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("not a Status ({e}): {body}"));
+    let status: Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("not a Status ({e}): {body}"));
     assert_eq!(status["kind"], "Status", "{body}");
     assert_eq!(status["status"], "Failure", "{body}");
     status
 }
 
 /// (method, path, content type, body) → (code, reason).
-fn check(server: &TestServer, token: &str, method: &str, path: &str, content_type: Option<&str>, body: Option<&[u8]>, code: u16, reason: &str) -> Value {
+fn check(
+    server: &TestServer,
+    token: &str,
+    request: (&str, &str, Option<&str>, Option<&[u8]>),
+    expect: (u16, &str),
+) -> Value {
+    let (method, path, content_type, body) = request;
+    let (code, reason) = expect;
     let (got, text) = server.curl(method, path, Some(token), content_type, body);
     assert_eq!(got, code, "{method} {path}: {text}");
     let status = status(&text);
@@ -31,52 +39,189 @@ fn each_error_has_its_code_and_reason() {
     let t = token.as_str();
     let json_ct = Some("application/json");
 
-    check(&server, t, "POST", CM, json_ct, Some(b"{not json"), 400, "BadRequest");
-    check(&server, t, "POST", CM, json_ct, Some(br#"{"apiVersion":"v2","kind":"ConfigMap","metadata":{"name":"a"}}"#), 400, "BadRequest");
-    check(&server, t, "GET", &format!("{CM}?labelSelector=a%20in%20b"), None, None, 400, "BadRequest");
-    check(&server, t, "GET", &format!("{CM}?fieldSelector=data.x%3Dy"), None, None, 400, "BadRequest");
+    check(
+        &server,
+        t,
+        ("POST", CM, json_ct, Some(b"{not json")),
+        (400, "BadRequest"),
+    );
+    check(
+        &server,
+        t,
+        (
+            "POST",
+            CM,
+            json_ct,
+            Some(br#"{"apiVersion":"v2","kind":"ConfigMap","metadata":{"name":"a"}}"#),
+        ),
+        (400, "BadRequest"),
+    );
+    check(
+        &server,
+        t,
+        ("GET", &format!("{CM}?labelSelector=a%20in%20b"), None, None),
+        (400, "BadRequest"),
+    );
+    check(
+        &server,
+        t,
+        ("GET", &format!("{CM}?fieldSelector=data.x%3Dy"), None, None),
+        (400, "BadRequest"),
+    );
 
     let (code, body) = server.curl("GET", CM, None, None, None);
-    assert_eq!((code, status(&body)["reason"].as_str().unwrap()), (401, "Unauthorized"));
+    assert_eq!(
+        (code, status(&body)["reason"].as_str().unwrap()),
+        (401, "Unauthorized")
+    );
     let (code, _) = server.curl("GET", CM, Some("not-a-token"), None, None);
     assert_eq!(code, 401);
     for open in ["/healthz", "/readyz", "/livez", "/version"] {
-        assert_eq!(server.curl("GET", open, None, None, None).0, 200, "{open} answers without a credential");
+        assert_eq!(
+            server.curl("GET", open, None, None, None).0,
+            200,
+            "{open} answers without a credential"
+        );
     }
 
-    let missing = check(&server, t, "GET", &format!("{CM}/missing"), None, None, 404, "NotFound");
+    let missing = check(
+        &server,
+        t,
+        ("GET", &format!("{CM}/missing"), None, None),
+        (404, "NotFound"),
+    );
     assert_eq!(missing["message"], "configmaps \"missing\" not found");
     assert_eq!(missing["details"]["name"], "missing");
-    check(&server, t, "GET", "/apis/nothing.example.com/v1/things", None, None, 404, "NotFound");
-    check(&server, t, "GET", "/api/v1/namespaces/default/configmaps/a/b/c", None, None, 404, "NotFound");
-    check(&server, t, "PUT", CM, json_ct, Some(b"{}"), 405, "MethodNotAllowed");
+    check(
+        &server,
+        t,
+        ("GET", "/apis/nothing.example.com/v1/things", None, None),
+        (404, "NotFound"),
+    );
+    check(
+        &server,
+        t,
+        (
+            "GET",
+            "/api/v1/namespaces/default/configmaps/a/b/c",
+            None,
+            None,
+        ),
+        (404, "NotFound"),
+    );
+    check(
+        &server,
+        t,
+        ("PUT", CM, json_ct, Some(b"{}")),
+        (405, "MethodNotAllowed"),
+    );
 
-    let object = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"dup"},"data":{"a":"1"}}"#;
+    let object =
+        br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"dup"},"data":{"a":"1"}}"#;
     let (code, created) = server.curl("POST", CM, Some(t), json_ct, Some(object));
     assert_eq!(code, 201, "{created}");
-    check(&server, t, "POST", CM, json_ct, Some(object), 409, "AlreadyExists");
+    check(
+        &server,
+        t,
+        ("POST", CM, json_ct, Some(object)),
+        (409, "AlreadyExists"),
+    );
     let created: Value = serde_json::from_str(&created).unwrap();
-    let rv = created["metadata"]["resourceVersion"].as_str().unwrap().to_string();
-    let update = |value: &str, rv: &str| json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"dup","resourceVersion":rv},"data":{"a":value}}).to_string();
-    let (code, _) = server.curl("PUT", &format!("{CM}/dup"), Some(t), json_ct, Some(update("2", &rv).as_bytes()));
+    let rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let update = |value: &str, rv: &str| {
+        json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"dup","resourceVersion":rv},"data":{"a":value}}).to_string()
+    };
+    let (code, _) = server.curl(
+        "PUT",
+        &format!("{CM}/dup"),
+        Some(t),
+        json_ct,
+        Some(update("2", &rv).as_bytes()),
+    );
     assert_eq!(code, 200);
-    let stale = check(&server, t, "PUT", &format!("{CM}/dup"), json_ct, Some(update("3", &rv).as_bytes()), 409, "Conflict");
-    assert!(stale["message"].as_str().unwrap().contains("the object has been modified"));
+    let stale = check(
+        &server,
+        t,
+        (
+            "PUT",
+            &format!("{CM}/dup"),
+            json_ct,
+            Some(update("3", &rv).as_bytes()),
+        ),
+        (409, "Conflict"),
+    );
+    assert!(
+        stale["message"]
+            .as_str()
+            .unwrap()
+            .contains("the object has been modified")
+    );
 
     let huge = vec![b' '; 4 * 1024 * 1024];
-    check(&server, t, "POST", CM, json_ct, Some(&huge), 413, "RequestEntityTooLarge");
-    check(&server, t, "POST", CM, Some("text/plain"), Some(b"hello"), 415, "UnsupportedMediaType");
-    check(&server, t, "PATCH", &format!("{CM}/dup"), Some("application/xml"), Some(b"<x/>"), 415, "UnsupportedMediaType");
+    check(
+        &server,
+        t,
+        ("POST", CM, json_ct, Some(&huge)),
+        (413, "RequestEntityTooLarge"),
+    );
+    check(
+        &server,
+        t,
+        ("POST", CM, Some("text/plain"), Some(b"hello")),
+        (415, "UnsupportedMediaType"),
+    );
+    check(
+        &server,
+        t,
+        (
+            "PATCH",
+            &format!("{CM}/dup"),
+            Some("application/xml"),
+            Some(b"<x/>"),
+        ),
+        (415, "UnsupportedMediaType"),
+    );
 
     let invalid = br#"{"apiVersion":"cluster.x-k8s.io/v1beta1","kind":"Cluster","metadata":{"name":"Bad_Name"},"spec":{"paused":"yes","clusterNetwork":{"apiServerPort":"x"}}}"#;
-    let status = check(&server, t, "POST", "/apis/cluster.x-k8s.io/v1beta1/namespaces/default/clusters", json_ct, Some(invalid), 422, "Invalid");
-    let fields: Vec<&str> = status["details"]["causes"].as_array().unwrap().iter().map(|c| c["field"].as_str().unwrap()).collect();
-    for field in ["metadata.name", "spec.paused", "spec.clusterNetwork.apiServerPort"] {
-        assert!(fields.contains(&field), "{field} missing from causes {fields:?}");
+    let status = check(
+        &server,
+        t,
+        (
+            "POST",
+            "/apis/cluster.x-k8s.io/v1beta1/namespaces/default/clusters",
+            json_ct,
+            Some(invalid),
+        ),
+        (422, "Invalid"),
+    );
+    let fields: Vec<&str> = status["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    for field in [
+        "metadata.name",
+        "spec.paused",
+        "spec.clusterNetwork.apiServerPort",
+    ] {
+        assert!(
+            fields.contains(&field),
+            "{field} missing from causes {fields:?}"
+        );
     }
     assert_eq!(status["details"]["kind"], "Cluster");
     assert_eq!(status["details"]["group"], "cluster.x-k8s.io");
-    let (code, _) = server.curl("GET", "/apis/cluster.x-k8s.io/v1beta1/namespaces/default/clusters/Bad_Name", Some(t), None, None);
+    let (code, _) = server.curl(
+        "GET",
+        "/apis/cluster.x-k8s.io/v1beta1/namespaces/default/clusters/Bad_Name",
+        Some(t),
+        None,
+        None,
+    );
     assert_eq!(code, 404, "a refused write leaves nothing behind");
 
     let log = server.log();
@@ -89,11 +234,30 @@ fn watch_from_a_compacted_revision_is_gone() {
     let server = TestServer::start_with(&["--compaction-interval", "1"]);
     let token = server.admin_token();
     for i in 0..3 {
-        let body = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name": format!("c{i}")}}).to_string();
-        assert_eq!(server.curl("POST", CM, Some(&token), Some("application/json"), Some(body.as_bytes())).0, 201);
+        let body =
+            json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name": format!("c{i}")}})
+                .to_string();
+        assert_eq!(
+            server
+                .curl(
+                    "POST",
+                    CM,
+                    Some(&token),
+                    Some("application/json"),
+                    Some(body.as_bytes())
+                )
+                .0,
+            201
+        );
     }
     std::thread::sleep(std::time::Duration::from_millis(3500));
-    let (code, body) = server.curl("GET", &format!("{CM}?watch=true&resourceVersion=1&timeoutSeconds=1"), Some(&token), None, None);
+    let (code, body) = server.curl(
+        "GET",
+        &format!("{CM}?watch=true&resourceVersion=1&timeoutSeconds=1"),
+        Some(&token),
+        None,
+        None,
+    );
     assert_eq!(code, 200);
     let event: Value = serde_json::from_str(body.lines().next().unwrap()).unwrap();
     assert_eq!(event["type"], "ERROR", "{body}");
@@ -103,13 +267,30 @@ fn watch_from_a_compacted_revision_is_gone() {
     let (code, body) = server.curl("GET", &format!("{CM}?limit=1"), Some(&token), None, None);
     assert_eq!(code, 200);
     let page: Value = serde_json::from_str(&body).unwrap();
-    let token_continue = page["metadata"]["continue"].as_str().expect("a continue token").to_string();
+    let token_continue = page["metadata"]["continue"]
+        .as_str()
+        .expect("a continue token")
+        .to_string();
     for i in 3..6 {
-        let body = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name": format!("c{i}")}}).to_string();
-        server.curl("POST", CM, Some(&token), Some("application/json"), Some(body.as_bytes()));
+        let body =
+            json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name": format!("c{i}")}})
+                .to_string();
+        server.curl(
+            "POST",
+            CM,
+            Some(&token),
+            Some("application/json"),
+            Some(body.as_bytes()),
+        );
     }
     std::thread::sleep(std::time::Duration::from_millis(2500));
-    let (code, body) = server.curl("GET", &format!("{CM}?limit=1&continue={token_continue}"), Some(&token), None, None);
+    let (code, body) = server.curl(
+        "GET",
+        &format!("{CM}?limit=1&continue={token_continue}"),
+        Some(&token),
+        None,
+        None,
+    );
     assert_eq!(code, 410, "{body}");
     assert_eq!(status(&body)["reason"], "Expired");
 }
@@ -121,7 +302,12 @@ fn accept_headers_are_negotiated() {
     let output = std::process::Command::new("curl")
         .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
         .arg(server.data_dir().join("tls/ca.crt"))
-        .args(["-H", &format!("Authorization: Bearer {token}"), "-H", "Accept: application/vnd.kubernetes.protobuf"])
+        .args([
+            "-H",
+            &format!("Authorization: Bearer {token}"),
+            "-H",
+            "Accept: application/vnd.kubernetes.protobuf",
+        ])
         .arg(format!("https://{}{CM}", server.address))
         .output()
         .unwrap();

@@ -8,13 +8,18 @@ use std::collections::BTreeMap;
 use common::TestServer;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use lariat_api::capi::Cluster;
 use serde_json::json;
 
 fn config_map(name: &str, value: &str) -> ConfigMap {
     ConfigMap {
-        metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() },
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
         data: Some(BTreeMap::from([("k".to_string(), value.to_string())])),
         ..Default::default()
     }
@@ -26,38 +31,88 @@ async fn typed_crud_patch_and_apply() {
     let client = server.client().await;
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
 
-    let created = maps.create(&PostParams::default(), &config_map("one", "a")).await.unwrap();
+    let created = maps
+        .create(&PostParams::default(), &config_map("one", "a"))
+        .await
+        .unwrap();
     let rv = created.metadata.resource_version.clone().unwrap();
-    let err = maps.create(&PostParams::default(), &config_map("one", "a")).await.unwrap_err();
-    assert!(matches!(&err, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists"), "{err:?}");
+    let err = maps
+        .create(&PostParams::default(), &config_map("one", "a"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists"),
+        "{err:?}"
+    );
 
     let mut changed = created.clone();
     changed.data = Some(BTreeMap::from([("k".to_string(), "b".to_string())]));
-    let replaced = maps.replace("one", &PostParams::default(), &changed).await.unwrap();
-    assert_ne!(replaced.metadata.resource_version.as_deref(), Some(rv.as_str()));
-    let stale = maps.replace("one", &PostParams::default(), &changed).await.unwrap_err();
-    assert!(matches!(&stale, kube::Error::Api(s) if s.code == 409 && s.reason == "Conflict"), "{stale:?}");
+    let replaced = maps
+        .replace("one", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    assert_ne!(
+        replaced.metadata.resource_version.as_deref(),
+        Some(rv.as_str())
+    );
+    let stale = maps
+        .replace("one", &PostParams::default(), &changed)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&stale, kube::Error::Api(s) if s.code == 409 && s.reason == "Conflict"),
+        "{stale:?}"
+    );
 
-    let patched = maps.patch("one", &PatchParams::default(), &Patch::Merge(json!({"data": {"m": "n"}}))).await.unwrap();
-    assert_eq!(patched.data.unwrap().get("m").map(String::as_str), Some("n"));
+    let patched = maps
+        .patch(
+            "one",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"m": "n"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        patched.data.unwrap().get("m").map(String::as_str),
+        Some("n")
+    );
 
     let applied = maps
         .patch("two", &PatchParams::apply("lariat-test"), &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "two"}, "data": {"x": "1"}})))
         .await
         .unwrap();
-    assert_eq!(applied.metadata.managed_fields.unwrap()[0].manager.as_deref(), Some("lariat-test"));
+    assert_eq!(
+        applied.metadata.managed_fields.unwrap()[0]
+            .manager
+            .as_deref(),
+        Some("lariat-test")
+    );
     let conflict = maps
         .patch("two", &PatchParams::apply("other"), &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "two"}, "data": {"x": "2"}})))
         .await
         .unwrap_err();
-    assert!(matches!(&conflict, kube::Error::Api(s) if s.code == 409), "{conflict:?}");
+    assert!(
+        matches!(&conflict, kube::Error::Api(s) if s.code == 409),
+        "{conflict:?}"
+    );
 
     let listed = maps.list(&ListParams::default()).await.unwrap();
-    let names: Vec<String> = listed.items.iter().filter_map(|m| m.metadata.name.clone()).collect();
+    let names: Vec<String> = listed
+        .items
+        .iter()
+        .filter_map(|m| m.metadata.name.clone())
+        .collect();
     assert_eq!(names, ["one", "two"]);
     let page = maps.list(&ListParams::default().limit(1)).await.unwrap();
     assert_eq!(page.items.len(), 1);
-    let next = maps.list(&ListParams::default().limit(1).continue_token(page.metadata.continue_.as_deref().unwrap())).await.unwrap();
+    let next = maps
+        .list(
+            &ListParams::default()
+                .limit(1)
+                .continue_token(page.metadata.continue_.as_deref().unwrap()),
+        )
+        .await
+        .unwrap();
     assert_eq!(next.items[0].metadata.name.as_deref(), Some("two"));
     assert!(next.metadata.continue_.is_none());
 
@@ -67,8 +122,20 @@ async fn typed_crud_patch_and_apply() {
     // lariat's own kinds through their Rust types.
     let clusters: Api<Cluster> = Api::namespaced(client, "default");
     let seed: Cluster = serde_yaml_ng::from_str(common::SEED_CLUSTER).unwrap();
-    let cluster = clusters.create(&PostParams::default(), &seed).await.unwrap();
-    assert_eq!(cluster.spec.cluster_network.unwrap().pods.unwrap().cidr_blocks, vec!["192.168.0.0/16".to_string()]);
+    let cluster = clusters
+        .create(&PostParams::default(), &seed)
+        .await
+        .unwrap();
+    assert_eq!(
+        cluster
+            .spec
+            .cluster_network
+            .unwrap()
+            .pods
+            .unwrap()
+            .cidr_blocks,
+        vec!["192.168.0.0/16".to_string()]
+    );
 }
 
 #[tokio::test]
@@ -76,21 +143,32 @@ async fn watch_resumes_from_a_resource_version_without_gaps() {
     let server = TestServer::start();
     let client = server.client().await;
     let maps: Api<ConfigMap> = Api::namespaced(client, "default");
-    let first = maps.create(&PostParams::default(), &config_map("w0", "0")).await.unwrap();
+    let first = maps
+        .create(&PostParams::default(), &config_map("w0", "0"))
+        .await
+        .unwrap();
     let start = first.metadata.resource_version.unwrap();
     for i in 1..=5 {
-        maps.create(&PostParams::default(), &config_map(&format!("w{i}"), "x")).await.unwrap();
+        maps.create(&PostParams::default(), &config_map(&format!("w{i}"), "x"))
+            .await
+            .unwrap();
     }
     maps.delete("w1", &DeleteParams::default()).await.unwrap();
 
     // Resuming after the first create replays every later change, in order, exactly once.
-    let mut stream = maps.watch(&WatchParams::default().timeout(3), &start).await.unwrap().boxed();
+    let mut stream = maps
+        .watch(&WatchParams::default().timeout(3), &start)
+        .await
+        .unwrap()
+        .boxed();
     let mut seen = vec![];
     while let Some(event) = stream.try_next().await.unwrap() {
         match event {
             WatchEvent::Added(cm) => seen.push(format!("ADDED {}", cm.metadata.name.unwrap())),
             WatchEvent::Deleted(cm) => seen.push(format!("DELETED {}", cm.metadata.name.unwrap())),
-            WatchEvent::Modified(cm) => seen.push(format!("MODIFIED {}", cm.metadata.name.unwrap())),
+            WatchEvent::Modified(cm) => {
+                seen.push(format!("MODIFIED {}", cm.metadata.name.unwrap()))
+            }
             WatchEvent::Bookmark(_) => {}
             WatchEvent::Error(e) => panic!("watch error: {e:?}"),
         }
@@ -98,7 +176,17 @@ async fn watch_resumes_from_a_resource_version_without_gaps() {
             break;
         }
     }
-    assert_eq!(seen, ["ADDED w1", "ADDED w2", "ADDED w3", "ADDED w4", "ADDED w5", "DELETED w1"]);
+    assert_eq!(
+        seen,
+        [
+            "ADDED w1",
+            "ADDED w2",
+            "ADDED w3",
+            "ADDED w4",
+            "ADDED w5",
+            "DELETED w1"
+        ]
+    );
 
     // kube-runtime's watcher (list, then watch) sees a later change too.
     let events = kube::runtime::watcher(maps.clone(), kube::runtime::watcher::Config::default());
@@ -108,15 +196,25 @@ async fn watch_resumes_from_a_resource_version_without_gaps() {
         let maps = maps.clone();
         tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-            maps.create(&PostParams::default(), &config_map("late", "x")).await.unwrap();
+            maps.create(&PostParams::default(), &config_map("late", "x"))
+                .await
+                .unwrap();
         })
     };
-    while let Some(cm) = tokio::time::timeout(std::time::Duration::from_secs(10), objects.try_next()).await.unwrap().unwrap() {
+    while let Some(cm) =
+        tokio::time::timeout(std::time::Duration::from_secs(10), objects.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+    {
         names.push(cm.metadata.name.unwrap());
         if names.contains(&"late".to_string()) {
             break;
         }
     }
     writer.await.unwrap();
-    assert!(names.contains(&"w5".to_string()) && names.contains(&"late".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"w5".to_string()) && names.contains(&"late".to_string()),
+        "{names:?}"
+    );
 }

@@ -12,23 +12,50 @@ fn json(text: &str) -> Value {
 #[test]
 fn seed_cluster_applies_and_prints_like_cluster_api() {
     let server = TestServer::start();
-    assert!(server.apply_ok(&["apply", "-f", "-"], SEED_CLUSTER).contains("cluster.cluster.x-k8s.io/prod-us-east created"));
-    assert!(server.apply_ok(&["apply", "-f", "-"], SEED_CLUSTER).contains("unchanged"));
+    assert!(
+        server
+            .apply_ok(&["apply", "-f", "-"], SEED_CLUSTER)
+            .contains("cluster.cluster.x-k8s.io/prod-us-east created")
+    );
+    assert!(
+        server
+            .apply_ok(&["apply", "-f", "-"], SEED_CLUSTER)
+            .contains("unchanged")
+    );
 
     let table = server.kubectl_ok(&["get", "clusters"]);
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
-    assert!(header.starts_with(&["NAME"]) && header.contains(&"PHASE") && header.contains(&"AGE"), "{table}");
-    assert!(table.lines().nth(1).unwrap().starts_with("prod-us-east"), "{table}");
+    assert!(
+        header.starts_with(&["NAME"]) && header.contains(&"PHASE") && header.contains(&"AGE"),
+        "{table}"
+    );
+    assert!(
+        table.lines().nth(1).unwrap().starts_with("prod-us-east"),
+        "{table}"
+    );
 
     let object = json(&server.kubectl_ok(&["get", "cluster", "prod-us-east", "-o", "json"]));
-    assert_eq!(object["spec"]["clusterNetwork"]["pods"]["cidrBlocks"][0], "192.168.0.0/16");
+    assert_eq!(
+        object["spec"]["clusterNetwork"]["pods"]["cidrBlocks"][0],
+        "192.168.0.0/16"
+    );
     assert_eq!(object["spec"]["infrastructureRef"]["kind"], "AWSCluster");
     assert_eq!(object["metadata"]["generation"], 1);
-    assert!(object["metadata"]["uid"].as_str().is_some_and(|u| u.len() == 36));
-    assert!(object["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].is_string());
+    assert!(
+        object["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| u.len() == 36)
+    );
+    assert!(
+        object["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .is_string()
+    );
 
     let yaml = server.kubectl_ok(&["get", "cl", "-o", "yaml"]);
-    assert!(yaml.contains("kind: ClusterList") || yaml.contains("kind: List"), "{yaml}");
+    assert!(
+        yaml.contains("kind: ClusterList") || yaml.contains("kind: List"),
+        "{yaml}"
+    );
     let wide = server.kubectl_ok(&["get", "clusters", "-o", "wide"]);
     assert!(wide.contains("prod-us-east"));
 
@@ -38,24 +65,49 @@ fn seed_cluster_applies_and_prints_like_cluster_api() {
         "apiVersion: cluster.x-k8s.io/v1beta1\nkind: Machine\nmetadata:\n  name: prod-us-east-cp-x7k2l\nspec:\n  clusterName: prod-us-east\n  version: v1.28.5\n  bootstrap:\n    dataSecretName: boot\n  infrastructureRef:\n    apiVersion: infrastructure.cluster.x-k8s.io/v1beta2\n    kind: AWSMachine\n    name: prod-us-east-cp-x7k2l\n",
     );
     let machines = server.kubectl_ok(&["get", "machines"]);
-    let header: Vec<&str> = machines.lines().next().unwrap().split_whitespace().collect();
+    let header: Vec<&str> = machines
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
     assert_eq!(&header[..2], ["NAME", "CLUSTER"], "{machines}");
-    assert!(header.contains(&"PHASE") && header.contains(&"VERSION"), "{machines}");
+    assert!(
+        header.contains(&"PHASE") && header.contains(&"VERSION"),
+        "{machines}"
+    );
     let row = machines.lines().nth(1).unwrap();
-    assert!(row.starts_with("prod-us-east-cp-x7k2l") && row.contains("prod-us-east") && row.contains("v1.28.5"), "{machines}");
+    assert!(
+        row.starts_with("prod-us-east-cp-x7k2l")
+            && row.contains("prod-us-east")
+            && row.contains("v1.28.5"),
+        "{machines}"
+    );
 }
 
 #[test]
 fn api_resources_and_explain_come_from_discovery_and_openapi() {
     let server = TestServer::start();
     let resources = server.kubectl_ok(&["api-resources"]);
-    for expected in ["clusters", "machinedeployments", "configmaps", "customresourcedefinitions", "namespaces"] {
-        assert!(resources.lines().any(|l| l.starts_with(expected)), "{expected} missing from:\n{resources}");
+    for expected in [
+        "clusters",
+        "machinedeployments",
+        "configmaps",
+        "customresourcedefinitions",
+        "namespaces",
+    ] {
+        assert!(
+            resources.lines().any(|l| l.starts_with(expected)),
+            "{expected} missing from:\n{resources}"
+        );
     }
     let capi = server.kubectl_ok(&["api-resources", "--categories=cluster-api", "-o", "name"]);
     assert!(capi.contains("machines.cluster.x-k8s.io"), "{capi}");
     let explained = server.kubectl_ok(&["explain", "clusters.spec.clusterNetwork"]);
-    assert!(explained.contains("KIND:       Cluster") && explained.contains("pods"), "{explained}");
+    assert!(
+        explained.contains("KIND:       Cluster") && explained.contains("pods"),
+        "{explained}"
+    );
     let explained = server.kubectl_ok(&["explain", "configmaps.data"]);
     assert!(explained.contains("ConfigMap"), "{explained}");
 }
@@ -63,19 +115,73 @@ fn api_resources_and_explain_come_from_discovery_and_openapi() {
 #[test]
 fn server_side_apply_reports_conflicts_and_force_takes_ownership() {
     let server = TestServer::start();
-    let manifest = |value: &str| format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  k: {value}\n");
-    assert!(server.apply_ok(&["apply", "--server-side", "-f", "-"], &manifest("one")).contains("serverside-applied"));
-    let output = server.kubectl_stdin(&["apply", "--server-side", "--field-manager", "alice", "-f", "-"], &manifest("two"));
+    let manifest = |value: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  k: {value}\n"
+        )
+    };
+    assert!(
+        server
+            .apply_ok(&["apply", "--server-side", "-f", "-"], &manifest("one"))
+            .contains("serverside-applied")
+    );
+    let output = server.kubectl_stdin(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager",
+            "alice",
+            "-f",
+            "-",
+        ],
+        &manifest("two"),
+    );
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("Apply failed with 1 conflict: conflict with \"kubectl\": .data.k"), "{stderr}");
-    server.apply_ok(&["apply", "--server-side", "--field-manager", "alice", "--force-conflicts", "-f", "-"], &manifest("two"));
-    let object = json(&server.kubectl_ok(&["get", "cm", "settings", "-o", "json", "--show-managed-fields"]));
+    assert!(
+        stderr.contains("Apply failed with 1 conflict: conflict with \"kubectl\": .data.k"),
+        "{stderr}"
+    );
+    server.apply_ok(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager",
+            "alice",
+            "--force-conflicts",
+            "-f",
+            "-",
+        ],
+        &manifest("two"),
+    );
+    let object = json(&server.kubectl_ok(&[
+        "get",
+        "cm",
+        "settings",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ]));
     assert_eq!(object["data"]["k"], "two");
-    let managers: Vec<&str> = object["metadata"]["managedFields"].as_array().unwrap().iter().map(|m| m["manager"].as_str().unwrap()).collect();
+    let managers: Vec<&str> = object["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["manager"].as_str().unwrap())
+        .collect();
     assert_eq!(managers, ["alice"], "{object}");
     // Dropping a field from the applied config removes it.
-    server.apply_ok(&["apply", "--server-side", "--field-manager", "alice", "-f", "-"], "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  other: x\n");
+    server.apply_ok(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager",
+            "alice",
+            "-f",
+            "-",
+        ],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  other: x\n",
+    );
     let object = json(&server.kubectl_ok(&["get", "cm", "settings", "-o", "json"]));
     assert_eq!(object["data"], serde_json::json!({"other": "x"}));
 }
@@ -84,20 +190,60 @@ fn server_side_apply_reports_conflicts_and_force_takes_ownership() {
 fn patch_edit_and_generation() {
     let server = TestServer::start();
     server.apply_ok(&["apply", "-f", "-"], SEED_CLUSTER);
-    server.kubectl_ok(&["patch", "cluster", "prod-us-east", "--type", "merge", "-p", r#"{"spec":{"paused":true}}"#]);
-    server.kubectl_ok(&["patch", "cluster", "prod-us-east", "--type", "json", "-p", r#"[{"op":"add","path":"/metadata/labels","value":{"env":"prod"}}]"#]);
+    server.kubectl_ok(&[
+        "patch",
+        "cluster",
+        "prod-us-east",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"paused":true}}"#,
+    ]);
+    server.kubectl_ok(&[
+        "patch",
+        "cluster",
+        "prod-us-east",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"add","path":"/metadata/labels","value":{"env":"prod"}}]"#,
+    ]);
     let object = json(&server.kubectl_ok(&["get", "cluster", "prod-us-east", "-o", "json"]));
     assert_eq!(object["spec"]["paused"], true);
     assert_eq!(object["metadata"]["labels"]["env"], "prod");
-    assert_eq!(object["metadata"]["generation"], 2, "labels do not bump generation, spec does");
+    assert_eq!(
+        object["metadata"]["generation"], 2,
+        "labels do not bump generation, spec does"
+    );
     // Custom resources refuse strategic merge patch, as in Kubernetes.
-    let err = server.kubectl_err(&["patch", "cluster", "prod-us-east", "-p", r#"{"spec":{"paused":false}}"#]);
-    assert!(err.contains("strategic merge patch is not supported"), "{err}");
+    let err = server.kubectl_err(&[
+        "patch",
+        "cluster",
+        "prod-us-east",
+        "-p",
+        r#"{"spec":{"paused":false}}"#,
+    ]);
+    assert!(
+        err.contains("strategic merge patch is not supported"),
+        "{err}"
+    );
 
     let selected = server.kubectl_ok(&["get", "clusters", "-l", "env=prod", "-o", "name"]);
     assert_eq!(selected.trim(), "cluster.cluster.x-k8s.io/prod-us-east");
-    assert_eq!(server.kubectl_ok(&["get", "clusters", "-l", "env=dev", "-o", "name"]).trim(), "");
-    let by_field = server.kubectl_ok(&["get", "clusters", "--field-selector", "metadata.name=prod-us-east", "-o", "name"]);
+    assert_eq!(
+        server
+            .kubectl_ok(&["get", "clusters", "-l", "env=dev", "-o", "name"])
+            .trim(),
+        ""
+    );
+    let by_field = server.kubectl_ok(&[
+        "get",
+        "clusters",
+        "--field-selector",
+        "metadata.name=prod-us-east",
+        "-o",
+        "name",
+    ]);
     assert_eq!(by_field.trim(), "cluster.cluster.x-k8s.io/prod-us-east");
 
     let output = server
@@ -105,12 +251,24 @@ fn patch_edit_and_generation() {
         .env("KUBE_EDITOR", "sed -i s/192.168.0.0/10.42.0.0/")
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let object = json(&server.kubectl_ok(&["get", "cluster", "prod-us-east", "-o", "json"]));
-    assert_eq!(object["spec"]["clusterNetwork"]["pods"]["cidrBlocks"][0], "10.42.0.0/16");
+    assert_eq!(
+        object["spec"]["clusterNetwork"]["pods"]["cidrBlocks"][0],
+        "10.42.0.0/16"
+    );
     assert_eq!(object["metadata"]["generation"], 3);
     let described = server.kubectl_ok(&["describe", "cluster", "prod-us-east"]);
-    assert!(described.contains("Name:") && described.contains("prod-us-east") && described.contains("10.42.0.0/16"), "{described}");
+    assert!(
+        described.contains("Name:")
+            && described.contains("prod-us-east")
+            && described.contains("10.42.0.0/16"),
+        "{described}"
+    );
 }
 
 #[test]
@@ -118,11 +276,24 @@ fn status_subresource_and_wait_for_condition() {
     let server = TestServer::start();
     server.apply_ok(&["apply", "-f", "-"], SEED_CLUSTER);
     // A status written through the main resource is ignored, as for any CRD with a status subresource.
-    server.kubectl_ok(&["patch", "cluster", "prod-us-east", "--type", "merge", "-p", r#"{"status":{"phase":"Bogus"}}"#]);
+    server.kubectl_ok(&[
+        "patch",
+        "cluster",
+        "prod-us-east",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"status":{"phase":"Bogus"}}"#,
+    ]);
     let object = json(&server.kubectl_ok(&["get", "cluster", "prod-us-east", "-o", "json"]));
     assert!(object["status"]["phase"].is_null(), "{object}");
     let waiter = server
-        .kubectl_command(&["wait", "--for=condition=Ready", "cluster/prod-us-east", "--timeout=20s"])
+        .kubectl_command(&[
+            "wait",
+            "--for=condition=Ready",
+            "cluster/prod-us-east",
+            "--timeout=20s",
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -133,7 +304,11 @@ fn status_subresource_and_wait_for_condition() {
         r#"{"status":{"phase":"Provisioned","conditions":[{"type":"Ready","status":"True","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}"#,
     ]);
     let output = waiter.wait_with_output().unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(String::from_utf8_lossy(&output.stdout).contains("condition met"));
     let table = server.kubectl_ok(&["get", "clusters"]);
     assert!(table.contains("Provisioned"), "{table}");
@@ -149,10 +324,17 @@ fn watch_prints_changes_as_they_happen() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    server.apply_ok(&["apply", "-f", "-"], "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: watched\ndata:\n  a: b\n");
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: watched\ndata:\n  a: b\n",
+    );
     let output = watcher.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains("watched"), "watch printed: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        stdout.contains("watched"),
+        "watch printed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 #[test]
@@ -162,14 +344,34 @@ fn finalizers_hold_deletion_until_removed() {
     server.kubectl_ok(&["delete", "cm", "held", "--wait=false"]);
     let object = json(&server.kubectl_ok(&["get", "cm", "held", "-o", "json"]));
     assert!(object["metadata"]["deletionTimestamp"].is_string());
-    server.kubectl_ok(&["patch", "cm", "held", "--type", "json", "-p", r#"[{"op":"remove","path":"/metadata/finalizers"}]"#]);
+    server.kubectl_ok(&[
+        "patch",
+        "cm",
+        "held",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ]);
     let err = server.kubectl_err(&["get", "cm", "held"]);
-    assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
+    assert!(
+        err.contains("NotFound") || err.contains("not found"),
+        "{err}"
+    );
 }
 
 fn owner_and_dependent(server: &TestServer, name: &str) {
-    server.apply_ok(&["apply", "-f", "-"], &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}-owner\n"));
-    let uid = server.kubectl_ok(&["get", "cm", &format!("{name}-owner"), "-o", "jsonpath={.metadata.uid}"]);
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}-owner\n"),
+    );
+    let uid = server.kubectl_ok(&[
+        "get",
+        "cm",
+        &format!("{name}-owner"),
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
     server.apply_ok(
         &["apply", "-f", "-"],
         &format!(
@@ -187,7 +389,9 @@ fn garbage_collection_follows_cascade() {
     let server = TestServer::start();
     owner_and_dependent(&server, "bg");
     server.kubectl_ok(&["delete", "cm", "bg-owner"]);
-    eventually("the background dependent is collected", || !exists(&server, "bg-dependent"));
+    eventually("the background dependent is collected", || {
+        !exists(&server, "bg-dependent")
+    });
 
     owner_and_dependent(&server, "fg");
     server.kubectl_ok(&["delete", "cm", "fg-owner", "--cascade=foreground"]);
@@ -197,7 +401,12 @@ fn garbage_collection_follows_cascade() {
     server.kubectl_ok(&["delete", "cm", "or-owner", "--cascade=orphan"]);
     eventually("the orphan owner is gone", || !exists(&server, "or-owner"));
     let orphan = json(&server.kubectl_ok(&["get", "cm", "or-dependent", "-o", "json"]));
-    assert!(orphan["metadata"]["ownerReferences"].as_array().is_none_or(|r| r.is_empty()), "{orphan}");
+    assert!(
+        orphan["metadata"]["ownerReferences"]
+            .as_array()
+            .is_none_or(|r| r.is_empty()),
+        "{orphan}"
+    );
 }
 
 #[test]
@@ -205,10 +414,23 @@ fn deleting_a_namespace_deletes_its_contents() {
     let server = TestServer::start();
     server.kubectl_ok(&["create", "namespace", "team-a"]);
     server.apply_ok(&["apply", "-n", "team-a", "-f", "-"], SEED_CLUSTER);
-    server.apply_ok(&["apply", "-n", "team-a", "-f", "-"], "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n");
+    server.apply_ok(
+        &["apply", "-n", "team-a", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n",
+    );
     server.kubectl_ok(&["delete", "namespace", "team-a"]);
-    assert!(!server.kubectl(&["get", "namespace", "team-a"]).status.success());
-    assert!(!server.kubectl(&["get", "cluster", "prod-us-east", "-n", "team-a"]).status.success());
+    assert!(
+        !server
+            .kubectl(&["get", "namespace", "team-a"])
+            .status
+            .success()
+    );
+    assert!(
+        !server
+            .kubectl(&["get", "cluster", "prod-us-east", "-n", "team-a"])
+            .status
+            .success()
+    );
     let err = server.kubectl_err(&["create", "configmap", "x", "-n", "missing"]);
     assert!(err.contains("not found"), "{err}");
 }
@@ -250,27 +472,55 @@ spec:
               ready: {type: boolean}
 "#;
     server.apply_ok(&["apply", "-f", "-"], crd);
-    server.kubectl_ok(&["wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=10s"]);
+    server.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/widgets.example.com",
+        "--timeout=10s",
+    ]);
     server.apply_ok(&["apply", "-f", "-"], "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  size: 3\n  extra: {any: {thing: 1}}\n");
     let table = server.kubectl_ok(&["get", "wd"]);
-    assert!(table.lines().next().unwrap().split_whitespace().eq(["NAME", "SIZE", "COLOR"]), "{table}");
-    assert!(table.contains("w1") && table.contains("red"), "defaulted color shows: {table}");
+    assert!(
+        table
+            .lines()
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .eq(["NAME", "SIZE", "COLOR"]),
+        "{table}"
+    );
+    assert!(
+        table.contains("w1") && table.contains("red"),
+        "defaulted color shows: {table}"
+    );
 
     let output = server.kubectl_stdin(&["apply", "-f", "-"], "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w2\nspec:\n  size: 11\n  color: green\n  name: BAD\n");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     for expected in ["spec.size", "spec.color", "spec.name", "is invalid"] {
-        assert!(stderr.contains(expected), "{expected} missing from: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{expected} missing from: {stderr}"
+        );
     }
     let output = server.kubectl_stdin(&["apply", "-f", "-"], "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w3\nspec:\n  size: 1\n  bogus: 1\n");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success() && stderr.contains("unknown field \"spec.bogus\""), "{stderr}");
-    let output = server.kubectl_stdin(&["apply", "-f", "-"], "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w4\nspec: {}\n");
+    assert!(
+        !output.status.success() && stderr.contains("unknown field \"spec.bogus\""),
+        "{stderr}"
+    );
+    let output = server.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w4\nspec: {}\n",
+    );
     assert!(String::from_utf8_lossy(&output.stderr).contains("spec.size: Required value"));
 
     server.kubectl_ok(&["delete", "crd", "widgets.example.com"]);
     let err = server.kubectl_err(&["get", "widgets.example.com"]);
-    assert!(err.contains("the server doesn't have a resource type") || err.contains("not find"), "{err}");
+    assert!(
+        err.contains("the server doesn't have a resource type") || err.contains("not find"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -281,5 +531,8 @@ fn scale_subresource_moves_replicas() {
         "apiVersion: cluster.x-k8s.io/v1beta1\nkind: MachineDeployment\nmetadata:\n  name: workers\nspec:\n  clusterName: prod\n  replicas: 3\n  selector:\n    matchLabels: {pool: a}\n  template:\n    metadata:\n      labels: {pool: a}\n    spec:\n      clusterName: prod\n      bootstrap: {dataSecretName: boot}\n      infrastructureRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1beta1, kind: InMemoryMachineTemplate, name: t}\n",
     );
     server.kubectl_ok(&["scale", "machinedeployment", "workers", "--replicas=5"]);
-    assert_eq!(server.kubectl_ok(&["get", "md", "workers", "-o", "jsonpath={.spec.replicas}"]), "5");
+    assert_eq!(
+        server.kubectl_ok(&["get", "md", "workers", "-o", "jsonpath={.spec.replicas}"]),
+        "5"
+    );
 }

@@ -643,10 +643,10 @@ fn run_writer(
                 Err(_) => break,
             }
         }
-        let ops: Vec<Op> = batch
-            .iter_mut()
-            .map(|request| std::mem::replace(&mut request.op, Op::Compact { revision: 0 }))
-            .collect();
+        let (ops, replies): (Vec<Op>, Vec<_>) = batch
+            .drain(..)
+            .map(|request| (request.op, request.reply))
+            .unzip();
         match apply_batch(&mut conn, ops, head.load(Ordering::SeqCst)) {
             Ok((results, new_head)) => {
                 head.store(new_head, Ordering::SeqCst);
@@ -663,18 +663,18 @@ fn run_writer(
                 } else {
                     Vec::new()
                 };
-                for (request, result) in batch.drain(..).zip(results) {
+                for (reply, result) in replies.into_iter().zip(results) {
                     // A caller that stopped waiting does not undo its write.
-                    let _ = request.reply.send(result);
+                    let _ = reply.send(result);
                 }
                 if !published.is_empty() {
                     let _ = events.send(Arc::new(published));
                 }
             }
             Err(e) => {
-                tracing::error!(error = %e, writes = batch.len(), "sqlite write batch failed");
-                for request in batch.drain(..) {
-                    let _ = request.reply.send(Err(sql(&e)));
+                tracing::error!(error = %e, writes = replies.len(), "sqlite write batch failed");
+                for reply in replies {
+                    let _ = reply.send(Err(sql(&e)));
                 }
             }
         }

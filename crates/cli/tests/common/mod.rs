@@ -67,10 +67,17 @@ impl TestServer {
                 self.address = rest.split(';').next().unwrap_or_default().to_string();
                 return;
             }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 panic!("lariat server exited with {status}:\n{text}");
             }
-            assert!(Instant::now() < deadline, "lariat server did not start:\n{text}");
+            assert!(
+                Instant::now() < deadline,
+                "lariat server did not start:\n{text}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -90,7 +97,11 @@ impl TestServer {
     /// SIGTERM, and waits for the process to exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("running");
-        Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().expect("kill");
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .expect("kill");
         child.wait().expect("wait")
     }
 
@@ -105,7 +116,9 @@ impl TestServer {
     }
 
     pub fn kubectl(&self, args: &[&str]) -> Output {
-        self.kubectl_command(args).output().expect("run kubectl (is it on PATH?)")
+        self.kubectl_command(args)
+            .output()
+            .expect("run kubectl (is it on PATH?)")
     }
 
     pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Output {
@@ -116,44 +129,72 @@ impl TestServer {
             .stderr(Stdio::piped())
             .spawn()
             .expect("run kubectl");
-        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
         child.wait_with_output().expect("kubectl output")
     }
 
     /// Runs kubectl and returns stdout, failing the test with kubectl's stderr otherwise.
     pub fn kubectl_ok(&self, args: &[&str]) -> String {
         let output = self.kubectl(args);
-        assert!(output.status.success(), "kubectl {args:?} failed:\n{}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "kubectl {args:?} failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         String::from_utf8(output.stdout).expect("utf-8")
     }
 
     pub fn apply_ok(&self, args: &[&str], manifest: &str) -> String {
         let output = self.kubectl_stdin(args, manifest);
-        assert!(output.status.success(), "kubectl {args:?} failed:\n{}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "kubectl {args:?} failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         String::from_utf8(output.stdout).expect("utf-8")
     }
 
     pub fn kubectl_err(&self, args: &[&str]) -> String {
         let output = self.kubectl(args);
-        assert!(!output.status.success(), "kubectl {args:?} unexpectedly succeeded");
+        assert!(
+            !output.status.success(),
+            "kubectl {args:?} unexpectedly succeeded"
+        );
         String::from_utf8(output.stderr).expect("utf-8")
     }
 
     pub async fn client(&self) -> kube::Client {
         let text = std::fs::read_to_string(self.kubeconfig()).expect("kubeconfig");
         let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).expect("parse kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("client config");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("client config");
         kube::Client::try_from(config).expect("client")
     }
 
     /// A bearer token from `kubeconfig-token.yaml`.
     pub fn admin_token(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.path().join("kubeconfig-token.yaml")).expect("token kubeconfig");
-        text.lines().find_map(|l| l.trim().strip_prefix("token: ").map(String::from)).expect("token line")
+        let text = std::fs::read_to_string(self.dir.path().join("kubeconfig-token.yaml"))
+            .expect("token kubeconfig");
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("token: ").map(String::from))
+            .expect("token line")
     }
 
     /// A raw HTTPS request with curl (for status codes and bodies kubectl hides).
-    pub fn curl(&self, method: &str, path: &str, auth: Option<&str>, content_type: Option<&str>, body: Option<&[u8]>) -> (u16, String) {
+    pub fn curl(
+        &self,
+        method: &str,
+        path: &str,
+        auth: Option<&str>,
+        content_type: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> (u16, String) {
         let ca = self.dir.path().join("tls/ca.crt");
         let mut command = Command::new("curl");
         command
@@ -162,7 +203,9 @@ impl TestServer {
             .args(["-X", method])
             .arg(format!("https://{}{path}", self.address));
         if let Some(token) = auth {
-            command.arg("-H").arg(format!("Authorization: Bearer {token}"));
+            command
+                .arg("-H")
+                .arg(format!("Authorization: Bearer {token}"));
         }
         if let Some(ct) = content_type {
             command.arg("-H").arg(format!("Content-Type: {ct}"));
@@ -173,7 +216,12 @@ impl TestServer {
         command.stdin(Stdio::piped()).stdout(Stdio::piped());
         let mut child = command.spawn().expect("curl");
         if let Some(body) = body {
-            child.stdin.take().expect("stdin").write_all(body).expect("write body");
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(body)
+                .expect("write body");
         } else {
             drop(child.stdin.take());
         }
