@@ -163,20 +163,36 @@ fn decode(kv: &KeyValue) -> Option<Value> {
 
 async fn collect(resources: &Resources, stop: &mut watch::Receiver<bool>) -> ApiResult<()> {
     let store = &resources.store;
-    let listed = store.list(REGISTRY_PREFIX, ListOptions::default()).await?;
+    // Read everything page by page at one revision, then watch from that revision on.
     let mut index = Index::default();
-    for kv in &listed.items {
-        if let Some(object) = decode(kv) {
-            index.put(&kv.key, Meta::of(&object));
+    let mut options = ListOptions {
+        start_after: None,
+        limit: 1000,
+        revision: 0,
+    };
+    let revision = loop {
+        let page = store.list(REGISTRY_PREFIX, options.clone()).await?;
+        for kv in &page.items {
+            if let Some(object) = decode(kv) {
+                index.put(&kv.key, Meta::of(&object));
+            }
         }
-    }
+        if !page.more {
+            break page.revision;
+        }
+        options = ListOptions {
+            start_after: page.items.last().map(|kv| kv.key.clone()),
+            limit: 1000,
+            revision: page.revision,
+        };
+    };
     let mut pending: BTreeSet<String> = index
         .objects
         .iter()
         .filter(|(_, m)| m.needs_attention())
         .map(|(k, _)| k.clone())
         .collect();
-    let mut changes = store.watch(REGISTRY_PREFIX, listed.revision).await?;
+    let mut changes = store.watch(REGISTRY_PREFIX, revision).await?;
     let mut resync = tokio::time::interval(Duration::from_secs(30));
     loop {
         while let Some(key) = pending.pop_first() {

@@ -382,6 +382,9 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
         }
         "list" => {
             let params = list_params(&scope, &query)?;
+            if params.limit == 0 && params.continue_token.is_none() {
+                return stream_list(resources, &scope, &params, format).await;
+            }
             let listed = resources.list(&scope, &params).await?;
             let mut metadata = json!({"resourceVersion": listed.resource_version.to_string()});
             if let Some(token) = listed.continue_token {
@@ -537,6 +540,60 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
         }
         _ => unreachable!("verbs are matched above"),
     }
+}
+
+/// Writes a whole list as it is read: the envelope first, then each item, so the server never
+/// holds more than a store page of a large list.
+async fn stream_list(
+    resources: &Resources,
+    scope: &Scope,
+    params: &ListParams,
+    format: Format,
+) -> ApiResult<Response> {
+    let (revision, items) = resources.list_stream(scope, params).await?;
+    let metadata = json!({"resourceVersion": revision.to_string()});
+    let (head, columns, include) = match format {
+        Format::Table(include) => {
+            let columns = table::columns(&scope.rt, &scope.version);
+            let head = format!(
+                r#"{{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{metadata},"columnDefinitions":{},"rows":["#,
+                table::column_definitions(&columns)
+            );
+            (head, Some(columns), include)
+        }
+        Format::Json => {
+            let head = format!(
+                r#"{{"kind":"{}","apiVersion":"{}","metadata":{metadata},"items":["#,
+                scope.rt.list_kind,
+                scope.rt.api_version(&scope.version)
+            );
+            (head, None, IncludeObject::None)
+        }
+    };
+    let body = items.enumerate().map(move |(i, item)| {
+        let object = item.map_err(|e| {
+            tracing::warn!(error = %e, "list stream failed midway; the client sees a cut response");
+            std::io::Error::other(e.to_string())
+        })?;
+        let rendered = match &columns {
+            Some(columns) => table::row(columns, &object, include),
+            None => object,
+        };
+        let mut bytes = if i == 0 { Vec::new() } else { vec![b','] };
+        serde_json::to_writer(&mut bytes, &rendered).map_err(std::io::Error::other)?;
+        Ok::<_, std::io::Error>(Bytes::from(bytes))
+    });
+    let stream = futures::stream::once(async move { Ok(Bytes::from(head)) })
+        .chain(body)
+        .chain(futures::stream::once(async {
+            Ok(Bytes::from_static(b"]}"))
+        }));
+    let mut response = Response::new(Body::from_stream(stream));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use base64::Engine;
+use futures::stream::{self, BoxStream, StreamExt};
 use lariat_store::{KeyValue, ListOptions, Store};
 use serde_json::{Value, json};
 
@@ -192,6 +193,74 @@ impl Resources {
         })
     }
 
+    /// A whole list (no `limit`), read page by page from the store at one revision, so memory
+    /// stays bounded by a page however many objects there are. Returns the revision and the
+    /// matching objects in key order.
+    pub async fn list_stream(
+        &self,
+        scope: &Scope,
+        params: &ListParams,
+    ) -> ApiResult<(i64, BoxStream<'static, ApiResult<Value>>)> {
+        const PAGE: usize = 1000;
+        let prefix = scope.rt.list_prefix(scope.namespace.as_deref());
+        let first = self
+            .store
+            .list(
+                &prefix,
+                ListOptions {
+                    start_after: None,
+                    limit: PAGE,
+                    revision: 0,
+                },
+            )
+            .await?;
+        let revision = first.revision;
+        let this = self.clone();
+        let scope = scope.clone();
+        let params = params.clone();
+        let pages = stream::unfold(Some(first), move |pending| {
+            let (this, scope, params, prefix) =
+                (this.clone(), scope.clone(), params.clone(), prefix.clone());
+            async move {
+                let page = pending?;
+                let mut items: Vec<ApiResult<Value>> = page
+                    .items
+                    .iter()
+                    .map(|kv| this.decode(&scope, kv))
+                    .filter(|o| {
+                        o.as_ref().map_or(true, |o| {
+                            params.label_selector.matches_labels(o)
+                                && params.field_selector.matches_fields(o)
+                        })
+                    })
+                    .collect();
+                if !page.more {
+                    return Some((items, None));
+                }
+                let start_after = page.items.last().map(|kv| kv.key.clone());
+                match this
+                    .store
+                    .list(
+                        &prefix,
+                        ListOptions {
+                            start_after,
+                            limit: PAGE,
+                            revision,
+                        },
+                    )
+                    .await
+                {
+                    Ok(next) => Some((items, Some(next))),
+                    Err(e) => {
+                        items.push(Err(e.into()));
+                        Some((items, None))
+                    }
+                }
+            }
+        });
+        Ok((revision, pages.flat_map(stream::iter).boxed()))
+    }
+
     pub async fn create(
         &self,
         scope: &Scope,
@@ -228,7 +297,7 @@ impl Resources {
             }
             Err(e) => return Err(e.into()),
         };
-        let object = self.decode(scope, &kv)?;
+        let object = with_revision(object, kv.mod_revision);
         self.after_write(scope, None, Some(&object)).await?;
         Ok(Written {
             object,
@@ -445,7 +514,7 @@ impl Resources {
                 .await
             {
                 Ok(kv) => {
-                    let object = self.decode(scope, &kv)?;
+                    let object = with_revision(object, kv.mod_revision);
                     self.after_write(scope, Some(&current), Some(&object))
                         .await?;
                     return Ok(Written {
@@ -976,6 +1045,12 @@ impl Resources {
             }
         }
     }
+}
+
+/// The object just written, as a read would return it, without decoding the stored bytes again.
+fn with_revision(mut object: Value, revision: i64) -> Value {
+    meta_mut(&mut object).insert("resourceVersion".into(), json!(revision.to_string()));
+    object
 }
 
 /// An object marked for deletion whose finalizers are all gone is deleted by the write that

@@ -32,6 +32,9 @@ use pb::{request_op, response_op, watch_request};
 /// How long a unary request may take before the store reports etcd as unavailable.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// The largest gRPC response accepted from etcd.
+const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
+
 /// A [`Store`] on etcd; cheap to clone (clones share one HTTP/2 connection per endpoint).
 #[derive(Clone)]
 pub struct EtcdStore {
@@ -71,8 +74,9 @@ impl EtcdStore {
             .collect::<Result<Vec<_>>>()?;
         let channel = Channel::balance_list(endpoints.into_iter());
         let store = EtcdStore {
-            kv: KvClient::new(channel.clone()),
-            watch: WatchClient::new(channel),
+            // Lists of many objects exceed tonic's 4 MiB default; etcd's own limit applies per request.
+            kv: KvClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES),
+            watch: WatchClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES),
             prefix: prefix.to_owned(),
         };
         store.current_revision().await?;
