@@ -157,8 +157,8 @@ pub async fn run(resources: Resources, mut stop: watch::Receiver<bool>) {
     }
 }
 
-fn decode(kv: &KeyValue) -> Option<Value> {
-    serde_json::from_slice(&kv.value).ok()
+fn decode(resources: &Resources, kv: &KeyValue) -> Option<Value> {
+    resources.plaintext(kv).ok()
 }
 
 async fn collect(resources: &Resources, stop: &mut watch::Receiver<bool>) -> ApiResult<()> {
@@ -173,7 +173,7 @@ async fn collect(resources: &Resources, stop: &mut watch::Receiver<bool>) -> Api
     let revision = loop {
         let page = store.list(REGISTRY_PREFIX, options.clone()).await?;
         for kv in &page.items {
-            if let Some(object) = decode(kv) {
+            if let Some(object) = decode(resources, kv) {
                 index.put(&kv.key, Meta::of(&object));
             }
         }
@@ -210,7 +210,7 @@ async fn collect(resources: &Resources, stop: &mut watch::Receiver<bool>) -> Api
                 let change = change?;
                 let key = change.kv.key.clone();
                 let meta = match change.kind {
-                    EventKind::Put => decode(&change.kv).map(|o| Meta::of(&o)),
+                    EventKind::Put => decode(resources, &change.kv).map(|o| Meta::of(&o)),
                     EventKind::Delete => None,
                 };
                 let previous = index.remove(&key);
@@ -351,7 +351,9 @@ async fn owner_exists(
     };
     let key = rt.key(if rt.namespaced { namespace } else { None }, &owner.name);
     Ok(match resources.store.get(&key).await? {
-        Some(kv) => decode(&kv).is_some_and(|o| o["metadata"]["uid"] == json!(owner.uid)),
+        Some(kv) => {
+            decode(resources, &kv).is_some_and(|o| o["metadata"]["uid"] == json!(owner.uid))
+        }
         None => false,
     })
 }
@@ -398,7 +400,9 @@ async fn empty_namespace(resources: &Resources, scope: &Scope, namespace: &str) 
             .await?;
         for kv in listed.items {
             remaining += 1;
-            let Some(object) = decode(&kv) else { continue };
+            let Some(object) = decode(resources, &kv) else {
+                continue;
+            };
             if object["metadata"]["deletionTimestamp"].is_null() {
                 let name = object["metadata"]["name"]
                     .as_str()

@@ -17,6 +17,7 @@ use serde_json::json;
 pub mod auth;
 pub mod builtin;
 pub mod discovery;
+pub mod encryption;
 pub mod gc;
 pub mod http;
 pub mod managed;
@@ -48,6 +49,9 @@ pub struct Config {
     pub compaction_interval: Duration,
     /// How often an idle watch that asked for bookmarks gets one.
     pub bookmark_interval: Duration,
+    /// The 32-byte key Secrets are encrypted with (default `<data-dir>/encryption.key`,
+    /// created on first start). Replicas sharing an etcd must share it.
+    pub encryption_key_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -57,6 +61,7 @@ impl Config {
             tls_sans: vec![],
             compaction_interval: Duration::from_secs(300),
             bookmark_interval: Duration::from_secs(60),
+            encryption_key_file: None,
         }
     }
 }
@@ -67,6 +72,8 @@ pub enum StartError {
     Pki(#[from] pki::PkiError),
     #[error("cannot prepare the store: {0}")]
     Store(String),
+    #[error("cannot load the encryption key: {0}")]
+    Encryption(String),
     #[error("cannot configure TLS: {0}")]
     Tls(String),
     #[error("cannot serve: {0}")]
@@ -114,7 +121,13 @@ impl Server {
         {
             registry.insert(rt);
         }
-        let resources = Resources::new(store.clone(), registry);
+        let key_path = config
+            .encryption_key_file
+            .clone()
+            .unwrap_or_else(|| config.data_dir.join("encryption.key"));
+        let cipher =
+            encryption::Cipher::load_or_create(&key_path).map_err(StartError::Encryption)?;
+        let resources = Resources::new(store.clone(), registry, cipher);
         load_stored_crds(&resources)
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;

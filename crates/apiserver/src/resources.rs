@@ -8,6 +8,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use lariat_store::{KeyValue, ListOptions, Store};
 use serde_json::{Value, json};
 
+use crate::encryption::Cipher;
 use crate::managed::{self, Writer};
 use crate::objects::{self, Selector, meta_mut, now_rfc3339};
 use crate::patch::{self, PatchType};
@@ -102,28 +103,45 @@ pub const NAMESPACE_FINALIZER: &str = "kubernetes";
 pub struct Resources {
     pub store: Arc<dyn Store>,
     pub registry: Registry,
+    /// Encrypts Secrets at rest.
+    cipher: Arc<Cipher>,
 }
 
 impl Resources {
-    pub fn new(store: Arc<dyn Store>, registry: Registry) -> Resources {
-        Resources { store, registry }
+    pub fn new(store: Arc<dyn Store>, registry: Registry, cipher: Cipher) -> Resources {
+        Resources {
+            store,
+            registry,
+            cipher: Arc::new(cipher),
+        }
+    }
+
+    /// The stored JSON of any value, decrypted when it was stored encrypted.
+    pub fn plaintext(&self, kv: &KeyValue) -> ApiResult<Value> {
+        let bytes = self.cipher.decrypt(&kv.value)?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::internal(format!("stored object {} is corrupt: {e}", kv.key)))
     }
 
     /// The object as clients see it: stored JSON plus the served apiVersion and the
     /// store's revision as `resourceVersion`.
     pub fn decode(&self, scope: &Scope, kv: &KeyValue) -> ApiResult<Value> {
-        let mut object: Value = serde_json::from_slice(&kv.value)
-            .map_err(|e| ApiError::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
+        let mut object = self.plaintext(kv)?;
         object["apiVersion"] = json!(scope.api_version());
         meta_mut(&mut object).insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
         Ok(object)
     }
 
-    fn encode(object: &Value) -> ApiResult<Vec<u8>> {
+    /// The bytes to store: JSON without `resourceVersion`, encrypted for Secrets.
+    fn encode(&self, scope: &Scope, object: &Value) -> ApiResult<Vec<u8>> {
         let mut stored = object.clone();
         meta_mut(&mut stored).remove("resourceVersion");
-        serde_json::to_vec(&stored)
-            .map_err(|e| ApiError::internal(format!("cannot encode object: {e}")))
+        let bytes = serde_json::to_vec(&stored)
+            .map_err(|e| ApiError::internal(format!("cannot encode object: {e}")))?;
+        if scope.rt.origin == Origin::Core && scope.rt.plural == "secrets" {
+            return self.cipher.encrypt(&bytes);
+        }
+        Ok(bytes)
     }
 
     pub async fn get(&self, scope: &Scope, name: &str) -> ApiResult<Value> {
@@ -284,7 +302,7 @@ impl Resources {
         }
         let kv = match self
             .store
-            .create(&scope.key(&name), Self::encode(&object)?)
+            .create(&scope.key(&name), self.encode(scope, &object)?)
             .await
         {
             Ok(kv) => kv,
@@ -510,7 +528,7 @@ impl Resources {
             }
             match self
                 .store
-                .update(&key, Self::encode(&object)?, kv.mod_revision)
+                .update(&key, self.encode(scope, &object)?, kv.mod_revision)
                 .await
             {
                 Ok(kv) => {
@@ -576,7 +594,9 @@ impl Resources {
         match (
             rt.namespaced,
             &scope.namespace,
-            meta.get("namespace").and_then(Value::as_str),
+            meta.get("namespace")
+                .and_then(Value::as_str)
+                .filter(|ns| !ns.is_empty()),
         ) {
             (true, Some(ns), Some(given)) if given != ns => {
                 return Err(ApiError::bad_request(
@@ -1036,7 +1056,7 @@ impl Resources {
             }
             match self
                 .store
-                .update(&key, Self::encode(&object)?, kv.mod_revision)
+                .update(&key, self.encode(scope, &object)?, kv.mod_revision)
                 .await
             {
                 Ok(kv) => return Ok((self.decode(scope, &kv)?, false)),

@@ -52,6 +52,10 @@ struct ServerArgs {
     /// Seconds between store compactions (0 disables); one interval of history is kept.
     #[arg(long, default_value_t = 300)]
     compaction_interval: u64,
+    /// The 32-byte key Secrets are encrypted with at rest [default: <data-dir>/encryption.key,
+    /// created on first start]. Servers sharing one etcd need the same key.
+    #[arg(long)]
+    encryption_key_file: Option<PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -130,6 +134,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let mut config = lariat_apiserver::Config::new(&args.data_dir);
     config.tls_sans = args.tls_san;
     config.compaction_interval = Duration::from_secs(args.compaction_interval);
+    config.encryption_key_file = args.encryption_key_file;
     let server = lariat_apiserver::Server::start(config, store, listener).await?;
     eprintln!(
         "lariat server listening on https://{}; kubeconfig: {}",

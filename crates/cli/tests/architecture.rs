@@ -14,5 +14,8 @@ fn every_crate_is_in_the_architecture_document() {
             }
         }
     }
-    assert!(missing.is_empty(), "ARCHITECTURE.md does not describe {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md does not describe {missing:?}"
+    );
 }

@@ -536,3 +536,52 @@ fn scale_subresource_moves_replicas() {
         "5"
     );
 }
+
+#[test]
+fn secrets_are_encrypted_at_rest() {
+    let server = TestServer::start();
+    server.kubectl_ok(&[
+        "create",
+        "secret",
+        "generic",
+        "aws-creds",
+        "--from-literal=secret-access-key=wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY",
+    ]);
+    let value = server.kubectl_ok(&[
+        "get",
+        "secret",
+        "aws-creds",
+        "-o",
+        "jsonpath={.data.secret-access-key}",
+    ]);
+    assert_eq!(
+        value,
+        "d0phbHJYVXRuRkVNSUs3TURFTkdiUHhSZmlDWUVYQU1QTEVLRVk="
+    );
+    server.apply_ok(&["apply", "-f", "-"], "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: visible\ndata:\n  note: PLAINTEXT-MARKER\n");
+    let mut stored = Vec::new();
+    for entry in std::fs::read_dir(server.data_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("state.db")
+        {
+            stored.extend(std::fs::read(&path).unwrap());
+        }
+    }
+    let contains = |needle: &str| stored.windows(needle.len()).any(|w| w == needle.as_bytes());
+    assert!(
+        contains("PLAINTEXT-MARKER"),
+        "the check reads the files the store writes"
+    );
+    assert!(
+        !contains("d0phbHJYVXRuRkVNSUs3TURFTkdiUHhSZmlDWUVYQU1QTEVLRVk="),
+        "a Secret's data is stored in the clear"
+    );
+    assert!(
+        !contains("aws-creds\""),
+        "a Secret's JSON is stored in the clear"
+    );
+}
