@@ -313,3 +313,103 @@ fn accept_headers_are_negotiated() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&output.stdout), "406");
 }
+
+#[test]
+fn deletecollection_and_streaming_watch_bookmarks() {
+    let server = TestServer::start();
+    let token = server.admin_token();
+    for (name, env) in [("a", "prod"), ("b", "prod"), ("c", "dev")] {
+        let body = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name": name, "labels": {"env": env}}}).to_string();
+        assert_eq!(
+            server
+                .curl(
+                    "POST",
+                    CM,
+                    Some(&token),
+                    Some("application/json"),
+                    Some(body.as_bytes())
+                )
+                .0,
+            201
+        );
+    }
+    // A streaming list: the current state as ADDED events, then a bookmark marking its end.
+    let (code, body) = server.curl("GET", &format!("{CM}?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1"), Some(&token), None, None);
+    assert_eq!(code, 200);
+    let events: Vec<Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["ADDED", "ADDED", "ADDED", "BOOKMARK"], "{body}");
+    assert_eq!(
+        events[3]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+
+    let (code, body) = server.curl(
+        "DELETE",
+        &format!("{CM}?labelSelector=env%3Dprod"),
+        Some(&token),
+        None,
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    let deleted: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(deleted["items"].as_array().unwrap().len(), 2);
+    let (_, body) = server.curl("GET", CM, Some(&token), None, None);
+    let left: Vec<String> = serde_json::from_str::<Value>(&body).unwrap()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(left, ["c"]);
+}
+
+#[test]
+fn a_client_certificate_from_another_ca_is_refused() {
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (key, cert) = (dir.path().join("k.pem"), dir.path().join("c.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=lariat-admin/O=system:masters",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let output = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+        .arg(server.data_dir().join("tls/ca.crt"))
+        .arg("--cert")
+        .arg(&cert)
+        .arg("--key")
+        .arg(&key)
+        .arg(format!("https://{}{CM}", server.address))
+        .output()
+        .unwrap();
+    let code = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        code == "000" || code == "401",
+        "a forged admin certificate got {code}"
+    );
+}
