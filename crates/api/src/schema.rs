@@ -59,6 +59,156 @@ impl JsonSchema for PreserveUnknownFields {
     }
 }
 
+/// Schema of `resource.Quantity`: an integer or a decimal string with an optional suffix.
+pub(crate) struct Quantity;
+
+impl JsonSchema for Quantity {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Quantity".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "x-kubernetes-int-or-string": true, "pattern": QUANTITY_PATTERN })
+    }
+}
+
+/// Schema of a Go `[]byte`: a base64 string.
+pub(crate) struct Bytes;
+
+impl JsonSchema for Bytes {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Bytes".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "string", "format": "byte" })
+    }
+}
+
+/// Schema of `corev1.Taint`, the taint kubeadm registers a Node with.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // Only its schema is used.
+pub(crate) struct Taint {
+    /// What the taint does to Pods that do not tolerate it.
+    effect: String,
+    /// The taint key.
+    key: String,
+    /// When the taint was added (only for NoExecute taints).
+    time_added: Option<DateTime>,
+    /// The taint value.
+    value: Option<String>,
+}
+
+/// Schema of `corev1.EnvVar`, an environment variable of a control-plane component.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // Only its schema is used.
+pub(crate) struct EnvVar {
+    /// The variable's name.
+    name: String,
+    /// The variable's value, with `$(VAR)` references expanded.
+    value: Option<String>,
+    /// Where the value comes from, when it is not given inline.
+    value_from: Option<EnvVarSource>,
+}
+
+/// Schema of `corev1.EnvVarSource`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // Only its schema is used.
+struct EnvVarSource {
+    /// A key of a ConfigMap.
+    config_map_key_ref: Option<ConfigMapKeySelector>,
+    /// A field of the Pod.
+    field_ref: Option<ObjectFieldSelector>,
+    /// A key of an env file in a volume.
+    file_key_ref: Option<FileKeySelector>,
+    /// A resource limit or request of a container.
+    resource_field_ref: Option<ResourceFieldSelector>,
+    /// A key of a Secret.
+    secret_key_ref: Option<SecretKeySelector>,
+}
+
+/// Schema of `corev1.ConfigMapKeySelector`.
+#[derive(JsonSchema)]
+#[schemars(extend("x-kubernetes-map-type" = "atomic"))]
+#[allow(dead_code)] // Only its schema is used.
+struct ConfigMapKeySelector {
+    /// The key to select.
+    key: String,
+    /// The ConfigMap's name.
+    #[schemars(extend("default" = ""))]
+    name: Option<String>,
+    /// Whether the ConfigMap or key may be missing.
+    optional: Option<bool>,
+}
+
+/// Schema of `corev1.SecretKeySelector`.
+#[derive(JsonSchema)]
+#[schemars(extend("x-kubernetes-map-type" = "atomic"))]
+#[allow(dead_code)] // Only its schema is used.
+struct SecretKeySelector {
+    /// The key to select.
+    key: String,
+    /// The Secret's name.
+    #[schemars(extend("default" = ""))]
+    name: Option<String>,
+    /// Whether the Secret or key may be missing.
+    optional: Option<bool>,
+}
+
+/// Schema of `corev1.ObjectFieldSelector`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-map-type" = "atomic"))]
+#[allow(dead_code)] // Only its schema is used.
+struct ObjectFieldSelector {
+    /// The schema version `fieldPath` is written in.
+    api_version: Option<String>,
+    /// The path of the field to select.
+    field_path: String,
+}
+
+/// Schema of `corev1.FileKeySelector`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-map-type" = "atomic"))]
+#[allow(dead_code)] // Only its schema is used.
+struct FileKeySelector {
+    /// The key to select in the env file.
+    key: String,
+    /// Whether the file or key may be missing.
+    #[schemars(extend("default" = false))]
+    optional: Option<bool>,
+    /// The env file's path inside the volume.
+    path: String,
+    /// The volume holding the env file.
+    volume_name: String,
+}
+
+/// Schema of `corev1.ResourceFieldSelector`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-map-type" = "atomic"))]
+#[allow(dead_code)] // Only its schema is used.
+struct ResourceFieldSelector {
+    /// The container whose resource is selected.
+    container_name: Option<String>,
+    /// The unit the value is divided by.
+    divisor: Option<Quantity>,
+    /// The resource to select, e.g. `limits.cpu`.
+    resource: String,
+}
+
 /// Schema of `metav1.LabelSelector`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -103,3 +253,9 @@ pub(crate) const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 
 /// Upstream's pattern for `unhealthyRange`, e.g. `[3-5]`.
 pub(crate) const UNHEALTHY_RANGE_PATTERN: &str = r"^\[[0-9]+-[0-9]+\]$";
+
+/// Upstream's pattern for `resource.Quantity` strings, e.g. `500m` or `1Gi`.
+pub(crate) const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+
+/// Upstream's CEL rule for the partition type of a disk layout: a known name or a GUID.
+pub(crate) const PARTITION_TYPE_RULE: &str = "self.matches('^(Linux|LinuxSwap|LinuxRAID|LVM|Fat32|NTFS|LinuxExtended|[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12})$')";

@@ -20,6 +20,7 @@ pub mod discovery;
 pub mod encryption;
 pub mod gc;
 pub mod http;
+pub mod local;
 pub mod managed;
 pub mod objects;
 pub mod openapi;
@@ -174,6 +175,11 @@ impl Server {
 
     pub fn resources(&self) -> Resources {
         self.state.resources.clone()
+    }
+
+    /// A kube-rs client served in-process by this server (see [`local`]).
+    pub fn local_client(&self) -> kube::Client {
+        local::client(self.state.clone())
     }
 
     pub fn ca_checksum(&self) -> String {
