@@ -84,7 +84,7 @@ fn crd_schema() -> Value {
 
 /// Resource types for the core and apiextensions kinds.
 pub fn core_types() -> Vec<ResourceType> {
-    use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
+    use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node, Secret};
     let mut events = ResourceType::from_crd(
         &definition(
             "",
@@ -151,6 +151,23 @@ pub fn core_types() -> Vec<ResourceType> {
             &["ns"],
             schema_of::<Namespace>(),
             json!([{"name": "Status", "type": "string", "jsonPath": ".status.phase"}, age()]),
+            true,
+        ),
+        // Nodes: a workload cluster's machines as Kubernetes sees them. lariat serves them so
+        // its simulated workload clusters (and tests standing in for real ones) can.
+        definition(
+            "",
+            "v1",
+            "Node",
+            "nodes",
+            false,
+            &["no"],
+            schema_of::<Node>(),
+            json!([
+                {"name": "Status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+                age(),
+                {"name": "Version", "type": "string", "jsonPath": ".status.nodeInfo.kubeletVersion"},
+            ]),
             true,
         ),
         definition(

@@ -14,7 +14,10 @@ pub const CONTROLLER_USER: &str = "system:lariat:controller-manager";
 
 pub fn client(state: Arc<AppState>) -> kube::Client {
     let app = router(state);
-    let identity = PeerCertificate(Some(User { name: CONTROLLER_USER.into(), groups: vec!["system:masters".into()] }));
+    let identity = PeerCertificate(Some(User {
+        name: CONTROLLER_USER.into(),
+        groups: vec!["system:masters".into()],
+    }));
     let service = tower::service_fn(move |request: axum::http::Request<kube::client::Body>| {
         let mut request = request.map(axum::body::Body::new);
         request.extensions_mut().insert(identity.clone());

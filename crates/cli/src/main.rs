@@ -141,7 +141,21 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         server.local_addr(),
         args.data_dir.join("kubeconfig.yaml").display()
     );
-    server.serve(shutdown_signal()).await?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let controllers = tokio::spawn(lariat_controllers::run(
+        server.local_client(),
+        until_stopped(stopped.clone()),
+    ));
+    server
+        .serve(async move {
+            shutdown_signal().await;
+            let _ = stop.send(true);
+        })
+        .await?;
+    let _ = controllers.await;
     eprintln!("lariat server stopped");
     Ok(())
 }

@@ -4,9 +4,10 @@
 //! whole writes only, a watch delivers every change after a revision in order with no gap and
 //! no duplicate, and history older than the compaction point is gone (`Error::Compacted`, which
 //! the API turns into `410 Gone`). Values are opaque bytes; the store knows nothing of
-//! Kubernetes objects. Two backends implement [`Store`]: [`sqlite::SqliteStore`] (embedded,
-//! the default) and [`etcd::EtcdStore`] (for several server replicas sharing one etcd).
-//! Both must pass [`conformance`], the one suite that defines the contract.
+//! Kubernetes objects. Three backends implement [`Store`]: [`sqlite::SqliteStore`] (embedded,
+//! the default), [`etcd::EtcdStore`] (for several server replicas sharing one etcd) and
+//! [`memory::MemoryStore`] (not durable: for simulated workload clusters and fast tests).
+//! All must pass [`conformance`], the one suite that defines the contract.
 //! [`etcd_process`] starts a throwaway etcd for the tests of any crate.
 
 use async_trait::async_trait;
@@ -15,6 +16,7 @@ use futures::stream::BoxStream;
 pub mod conformance;
 pub mod etcd;
 pub mod etcd_process;
+pub mod memory;
 pub mod sqlite;
 
 /// A global, monotonically increasing write sequence number. `0` means "none" / "latest".
@@ -107,7 +109,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The contract every backend meets (checked by [`conformance`]).
 ///
-/// Writes are acknowledged only once durable. Conditional writes compare against a key's
+/// Writes are acknowledged only once durable (in [`memory::MemoryStore`], which keeps nothing
+/// beyond the process, once applied). Conditional writes compare against a key's
 /// `mod_revision`, which is how the API server implements optimistic concurrency.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {

@@ -1,0 +1,303 @@
+//! The Cluster controller: owns its infrastructure and control plane objects, reports their
+//! readiness as conditions, derives the phase, and deletes in order (workers, control plane,
+//! infrastructure) before it lets the Cluster go.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+
+use crate::external::{self, Reference};
+use crate::object::{
+    self, bool_at, ensure_finalizer, ensure_owner, owner_reference, patch, patch_status,
+    remove_finalizer,
+};
+use crate::{Context, Error, capi, conditions};
+
+pub const FINALIZER: &str = "cluster.cluster.x-k8s.io";
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+
+fn paused(cluster: &DynamicObject) -> bool {
+    bool_at(&cluster.data, &["spec", "paused"])
+        || cluster
+            .annotations()
+            .contains_key("cluster.x-k8s.io/paused")
+}
+
+pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Cluster"));
+    if cluster.metadata.deletion_timestamp.is_some() {
+        return reconcile_delete(&cluster, &ctx, &api).await;
+    }
+    if ensure_finalizer(&api, &cluster, FINALIZER).await? {
+        return Ok(Action::requeue(Duration::ZERO));
+    }
+    if paused(&cluster) {
+        return Ok(Action::await_change());
+    }
+    let owner = owner_reference(&cluster, "cluster.x-k8s.io/v1beta1", "Cluster", false);
+    let mut status = cluster.data["status"].clone();
+    let mut list = conditions::existing(&status);
+    let mut labels = BTreeMap::new();
+    labels.insert(CLUSTER_NAME_LABEL.to_string(), name.clone());
+
+    // Infrastructure: ready, and the endpoint it publishes.
+    let infra_ready = match Reference::from_json(&cluster.data["spec"]["infrastructureRef"]) {
+        None => true,
+        Some(reference) => match reference.get(&ctx.client, &namespace).await {
+            Err(Error::UnknownKind { kind, .. }) => {
+                conditions::set(
+                    &mut list,
+                    "InfrastructureReady",
+                    false,
+                    "InfrastructureKindUnknown",
+                    &format!("{kind} is not served: install its provider with lariat init"),
+                );
+                false
+            }
+            Err(e) => return Err(e),
+            Ok(None) => {
+                conditions::set(
+                    &mut list,
+                    "InfrastructureReady",
+                    false,
+                    "WaitingForInfrastructure",
+                    &format!("{} {} does not exist yet", reference.kind, reference.name),
+                );
+                false
+            }
+            Ok(Some(infra)) => {
+                let infra_api = reference.api(&ctx.client, &namespace).await?;
+                ensure_owner(&infra_api, &infra, owner.clone()).await?;
+                object::ensure_labels(&infra_api, &infra, &labels).await?;
+                let endpoint = &infra.data["spec"]["controlPlaneEndpoint"];
+                if endpoint["host"].as_str().is_some_and(|h| !h.is_empty())
+                    && cluster.data["spec"]["controlPlaneEndpoint"]["host"]
+                        .as_str()
+                        .is_none_or(str::is_empty)
+                {
+                    patch(
+                        &api,
+                        &name,
+                        json!({"spec": {"controlPlaneEndpoint": endpoint}}),
+                    )
+                    .await?;
+                }
+                if let Some(domains) = infra.data["status"]["failureDomains"].as_object() {
+                    status["failureDomains"] = Value::Object(domains.clone());
+                }
+                if let Some((reason, message)) = external::failure(&infra) {
+                    status["failureReason"] = json!(reason);
+                    status["failureMessage"] = json!(message);
+                }
+                let ready = external::ready(&infra);
+                conditions::set(
+                    &mut list,
+                    "InfrastructureReady",
+                    ready,
+                    "WaitingForInfrastructure",
+                    &format!("{} {} is not ready", reference.kind, reference.name),
+                );
+                ready
+            }
+        },
+    };
+
+    // Control plane: initialized (the API answers) and ready.
+    let (cp_initialized, cp_ready) =
+        match Reference::from_json(&cluster.data["spec"]["controlPlaneRef"]) {
+            None => {
+                let running = control_plane_machines_running(&ctx, &namespace, &name).await?;
+                (running, running)
+            }
+            Some(reference) => match reference.get(&ctx.client, &namespace).await {
+                Err(Error::UnknownKind { kind, .. }) => {
+                    conditions::set(
+                        &mut list,
+                        "ControlPlaneReady",
+                        false,
+                        "ControlPlaneKindUnknown",
+                        &format!("{kind} is not served"),
+                    );
+                    (false, false)
+                }
+                Err(e) => return Err(e),
+                Ok(None) => (false, false),
+                Ok(Some(cp)) => {
+                    let cp_api = reference.api(&ctx.client, &namespace).await?;
+                    ensure_owner(&cp_api, &cp, owner.clone()).await?;
+                    object::ensure_labels(&cp_api, &cp, &labels).await?;
+                    (
+                        bool_at(&cp.data, &["status", "initialized"]),
+                        external::ready(&cp),
+                    )
+                }
+            },
+        };
+    conditions::set(
+        &mut list,
+        "ControlPlaneInitialized",
+        cp_initialized,
+        "WaitingForControlPlane",
+        "the control plane is not initialized yet",
+    );
+    conditions::set(
+        &mut list,
+        "ControlPlaneReady",
+        cp_ready,
+        "WaitingForControlPlane",
+        "the control plane is not ready yet",
+    );
+    let ready = infra_ready && cp_ready;
+    let why = if !infra_ready {
+        ("WaitingForInfrastructure", "infrastructure is not ready")
+    } else {
+        ("WaitingForControlPlane", "the control plane is not ready")
+    };
+    conditions::set(&mut list, "Ready", ready, why.0, why.1);
+
+    let has_endpoint = cluster.data["spec"]["controlPlaneEndpoint"]["host"]
+        .as_str()
+        .is_some_and(|h| !h.is_empty());
+    let phase = if status["failureReason"].is_string() {
+        "Failed"
+    } else if infra_ready && (has_endpoint || cp_initialized) {
+        "Provisioned"
+    } else if cluster.data["spec"]["infrastructureRef"].is_object()
+        || cluster.data["spec"]["controlPlaneRef"].is_object()
+    {
+        "Provisioning"
+    } else {
+        "Pending"
+    };
+    status["phase"] = json!(phase);
+    status["infrastructureReady"] = json!(infra_ready);
+    status["controlPlaneReady"] = json!(cp_ready);
+    status["conditions"] = json!(list);
+    status["observedGeneration"] = json!(cluster.metadata.generation.unwrap_or(0));
+    if status != cluster.data["status"] {
+        patch_status(&api, &name, status).await?;
+    }
+    Ok(if ready {
+        Action::requeue(Duration::from_secs(60))
+    } else {
+        Action::requeue(Duration::from_secs(1))
+    })
+}
+
+async fn control_plane_machines_running(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &str,
+) -> Result<bool, Error> {
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &capi("Machine"));
+    let selector = format!("{CLUSTER_NAME_LABEL}={cluster},cluster.x-k8s.io/control-plane");
+    let list = machines
+        .list(&ListParams::default().labels(&selector))
+        .await?;
+    Ok(list
+        .items
+        .iter()
+        .any(|m| object::str_at(&m.data, &["status", "phase"]) == Some("Running")))
+}
+
+/// Deletes what the cluster is made of, in order, and removes the finalizer once all is gone.
+async fn reconcile_delete(
+    cluster: &DynamicObject,
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+) -> Result<Action, Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    if cluster.data["status"]["phase"] != "Deleting" {
+        patch_status(api, &name, json!({"phase": "Deleting"})).await?;
+    }
+    let selector = format!("{CLUSTER_NAME_LABEL}={name}");
+    let owned = |kind: &str| {
+        Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &capi(kind))
+    };
+    // Workers first: deployments, their sets, and machines that are not control plane.
+    let mut waiting = false;
+    for kind in ["MachineDeployment", "MachineSet"] {
+        let kind_api = owned(kind);
+        for item in kind_api
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+        {
+            waiting = true;
+            if item.metadata.deletion_timestamp.is_none() {
+                let _ = kind_api
+                    .delete(&item.name_any(), &DeleteParams::default())
+                    .await;
+            }
+        }
+    }
+    let machines = owned("Machine");
+    let all_machines = machines
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items;
+    for machine in all_machines
+        .iter()
+        .filter(|m| !m.labels().contains_key("cluster.x-k8s.io/control-plane"))
+    {
+        waiting = true;
+        if machine.metadata.deletion_timestamp.is_none() {
+            let _ = machines
+                .delete(&machine.name_any(), &DeleteParams::default())
+                .await;
+        }
+    }
+    if waiting {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    // Then the control plane, which deletes its own machines.
+    if let Some(reference) = Reference::from_json(&cluster.data["spec"]["controlPlaneRef"]) {
+        match reference.api(&ctx.client, &namespace).await {
+            Ok(cp_api) => {
+                if !object::delete_if_present(&cp_api, &reference.name).await? {
+                    return Ok(Action::requeue(Duration::from_millis(500)));
+                }
+            }
+            Err(Error::UnknownKind { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let remaining = machines
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items;
+    for machine in &remaining {
+        if machine.metadata.deletion_timestamp.is_none() {
+            let _ = machines
+                .delete(&machine.name_any(), &DeleteParams::default())
+                .await;
+        }
+    }
+    if !remaining.is_empty() {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    // Last the infrastructure.
+    if let Some(reference) = Reference::from_json(&cluster.data["spec"]["infrastructureRef"]) {
+        match reference.api(&ctx.client, &namespace).await {
+            Ok(infra_api) => {
+                if !object::delete_if_present(&infra_api, &reference.name).await? {
+                    return Ok(Action::requeue(Duration::from_millis(500)));
+                }
+            }
+            Err(Error::UnknownKind { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    remove_finalizer(api, cluster, FINALIZER).await?;
+    Ok(Action::await_change())
+}

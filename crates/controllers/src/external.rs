@@ -1,0 +1,131 @@
+//! Provider objects as core sees them: references resolved to objects, contract fields read
+//! from them, and templates cloned into new objects (docs/contracts/).
+
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::Error;
+use crate::object::{api_for, str_at};
+
+/// A reference as Cluster API objects write it (`apiVersion`, `kind`, `name`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+}
+
+impl Reference {
+    pub fn from_json(value: &Value) -> Option<Reference> {
+        Some(Reference {
+            api_version: value.get("apiVersion")?.as_str()?.to_string(),
+            kind: value.get("kind")?.as_str()?.to_string(),
+            name: value.get("name")?.as_str()?.to_string(),
+        })
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({"apiVersion": self.api_version, "kind": self.kind, "name": self.name})
+    }
+
+    pub async fn api(&self, client: &Client, namespace: &str) -> Result<Api<DynamicObject>, Error> {
+        api_for(client, namespace, &self.api_version, &self.kind).await
+    }
+
+    pub async fn get(
+        &self,
+        client: &Client,
+        namespace: &str,
+    ) -> Result<Option<DynamicObject>, Error> {
+        Ok(self
+            .api(client, namespace)
+            .await?
+            .get_opt(&self.name)
+            .await?)
+    }
+}
+
+/// The contract fields core reads from a provider object.
+pub fn ready(object: &DynamicObject) -> bool {
+    crate::object::bool_at(&object.data, &["status", "ready"])
+}
+
+pub fn failure(object: &DynamicObject) -> Option<(String, String)> {
+    let reason = str_at(&object.data, &["status", "failureReason"])?;
+    let message = str_at(&object.data, &["status", "failureMessage"]).unwrap_or_default();
+    Some((reason.to_string(), message.to_string()))
+}
+
+/// Creates a new object from a template (`spec.template.spec` of a `FooTemplate` becomes the
+/// `spec` of a `Foo`), named `name`, labelled and owned as given, recording where it came from.
+pub async fn clone_template(
+    client: &Client,
+    namespace: &str,
+    template: &Reference,
+    name: &str,
+    labels: &Value,
+    owner: Value,
+) -> Result<Reference, Error> {
+    let source = template.get(client, namespace).await?.ok_or_else(|| {
+        Error::Invalid(format!(
+            "template {} {} not found",
+            template.kind, template.name
+        ))
+    })?;
+    let kind = template
+        .kind
+        .strip_suffix("Template")
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "{} is not a template kind (it must end in Template)",
+                template.kind
+            ))
+        })?
+        .to_string();
+    let group = template
+        .api_version
+        .rsplit_once('/')
+        .map(|(g, _)| g)
+        .unwrap_or_default();
+    let template_meta = &source.data["spec"]["template"]["metadata"];
+    let mut all_labels = template_meta["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    if let Some(extra) = labels.as_object() {
+        all_labels.extend(extra.clone());
+    }
+    let mut annotations = template_meta["annotations"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    annotations.insert(
+        "cluster.x-k8s.io/cloned-from-name".into(),
+        json!(source.name_any()),
+    );
+    annotations.insert(
+        "cluster.x-k8s.io/cloned-from-groupkind".into(),
+        json!(format!("{}.{group}", template.kind)),
+    );
+    let object = json!({
+        "apiVersion": template.api_version,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace, "labels": all_labels, "annotations": annotations, "ownerReferences": [owner]},
+        "spec": source.data["spec"]["template"]["spec"].clone(),
+    });
+    let target = Reference {
+        api_version: template.api_version.clone(),
+        kind,
+        name: name.to_string(),
+    };
+    let api = target.api(client, namespace).await?;
+    let object: DynamicObject =
+        serde_json::from_value(object).map_err(|e| Error::Invalid(e.to_string()))?;
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(target)
+}

@@ -1,0 +1,113 @@
+//! Cluster API's core controllers for lariat: Cluster, MachineDeployment, MachineSet and
+//! Machine, as level-triggered kube-runtime reconcilers.
+//!
+//! Each reconciler gets the object and a [`Context`], never the reason it runs, so it must be
+//! idempotent. Core objects and provider objects alike are read as JSON (`DynamicObject`): a
+//! value the schema allows but a Rust enum would not can never stall a controller. Conditions
+//! are the truth; each kind's `phase` is derived from them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+
+pub mod cluster;
+pub mod conditions;
+pub mod external;
+pub mod machine;
+pub mod machine_deployment;
+pub mod machine_set;
+pub mod object;
+
+/// What a reconcile failed with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{kind} is not served: {source}")]
+    UnknownKind {
+        kind: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+}
+
+pub(crate) fn capi(kind: &str) -> ApiResource {
+    let plural = format!("{}s", kind.to_lowercase());
+    ApiResource {
+        group: "cluster.x-k8s.io".into(),
+        version: "v1beta1".into(),
+        api_version: "cluster.x-k8s.io/v1beta1".into(),
+        kind: kind.into(),
+        plural,
+    }
+}
+
+/// Retries failed reconciles with a short delay; the error is logged with the object's key.
+fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
+    let key = format!(
+        "{}/{}",
+        object.metadata.namespace.as_deref().unwrap_or_default(),
+        object.metadata.name.as_deref().unwrap_or_default()
+    );
+    tracing::warn!(object = %key, kind = object.types.as_ref().map(|t| t.kind.as_str()).unwrap_or_default(), %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// Runs every core controller until `shutdown` resolves.
+pub async fn run(client: Client, shutdown: impl std::future::Future<Output = ()> + Send + 'static) {
+    let context = Arc::new(Context {
+        client: client.clone(),
+    });
+    let all = |kind: &str| Api::<DynamicObject>::all_with(client.clone(), &capi(kind));
+    let config = watcher::Config::default;
+    let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+
+    let clusters = Controller::new_with(all("Cluster"), config(), capi("Cluster"))
+        .watches_with(
+            all("Machine"),
+            capi("Machine"),
+            config(),
+            |machine: DynamicObject| {
+                let cluster = object::str_at(&machine.data, &["spec", "clusterName"])?.to_string();
+                Some(
+                    kube::runtime::reflector::ObjectRef::new_with(&cluster, capi("Cluster"))
+                        .within(machine.metadata.namespace.as_deref()?),
+                )
+            },
+        )
+        .graceful_shutdown_on(shutdown.clone())
+        .run(cluster::reconcile, error_policy, context.clone())
+        .for_each(|_| async {});
+    let deployments = Controller::new_with(
+        all("MachineDeployment"),
+        config(),
+        capi("MachineDeployment"),
+    )
+    .owns_with(all("MachineSet"), capi("MachineSet"), config())
+    .graceful_shutdown_on(shutdown.clone())
+    .run(machine_deployment::reconcile, error_policy, context.clone())
+    .for_each(|_| async {});
+    let sets = Controller::new_with(all("MachineSet"), config(), capi("MachineSet"))
+        .owns_with(all("Machine"), capi("Machine"), config())
+        .graceful_shutdown_on(shutdown.clone())
+        .run(machine_set::reconcile, error_policy, context.clone())
+        .for_each(|_| async {});
+    let machines = Controller::new_with(all("Machine"), config(), capi("Machine"))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(machine::reconcile, error_policy, context.clone())
+        .for_each(|_| async {});
+    tokio::join!(clusters, deployments, sets, machines);
+}

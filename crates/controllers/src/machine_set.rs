@@ -1,0 +1,252 @@
+//! The MachineSet controller: keeps `spec.replicas` Machines from its template, creating each
+//! with its own bootstrap config and infrastructure machine cloned from templates, and deleting
+//! surplus machines by the delete policy (Random, Newest, Oldest).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+
+use crate::cluster::CLUSTER_NAME_LABEL;
+use crate::external::{Reference, clone_template};
+use crate::object::{self, i64_at, owner_reference, patch_status, str_at};
+use crate::{Context, Error, capi};
+
+pub const SET_NAME_LABEL: &str = "cluster.x-k8s.io/set-name";
+pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
+
+/// The machines this set controls (it is their controller owner).
+pub async fn owned_machines(
+    ctx: &Context,
+    set: &DynamicObject,
+) -> Result<Vec<DynamicObject>, Error> {
+    let namespace = set.namespace().unwrap_or_default();
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+    let uid = set.uid().unwrap_or_default();
+    let selector = format!("{SET_NAME_LABEL}={}", set.name_any());
+    let list = machines
+        .list(&ListParams::default().labels(&selector))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|m| {
+            m.owner_references()
+                .iter()
+                .any(|o| o.uid == uid && o.controller == Some(true))
+        })
+        .collect())
+}
+
+pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if set.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let namespace = set.namespace().unwrap_or_default();
+    let name = set.name_any();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("MachineSet"));
+    let cluster_name = str_at(&set.data, &["spec", "clusterName"])
+        .unwrap_or_default()
+        .to_string();
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Cluster"));
+    let Some(cluster) = clusters.get_opt(&cluster_name).await? else {
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    };
+    if object::bool_at(&cluster.data, &["spec", "paused"]) {
+        return Ok(Action::await_change());
+    }
+    let mut labels = BTreeMap::new();
+    labels.insert(CLUSTER_NAME_LABEL.to_string(), cluster_name.clone());
+    object::ensure_labels(&api, &set, &labels).await?;
+    if set.owner_references().is_empty() {
+        object::ensure_owner(
+            &api,
+            &set,
+            owner_reference(&cluster, "cluster.x-k8s.io/v1beta1", "Cluster", false),
+        )
+        .await?;
+    }
+
+    let wanted = i64_at(&set.data, &["spec", "replicas"]).unwrap_or(1).max(0) as usize;
+    let mut machines: Vec<DynamicObject> = owned_machines(&ctx, &set)
+        .await?
+        .into_iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .collect();
+    let machines_api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+    if machines.len() < wanted {
+        for _ in machines.len()..wanted {
+            create_machine(&ctx, &set, &cluster_name).await?;
+        }
+    } else if machines.len() > wanted {
+        let policy = str_at(&set.data, &["spec", "deletePolicy"]).unwrap_or("Random");
+        order_for_deletion(&mut machines, policy);
+        for machine in machines.iter().take(machines.len() - wanted) {
+            tracing::info!(machineset = %format!("{namespace}/{name}"), machine = %machine.name_any(), policy, "scaling down");
+            match machines_api
+                .delete(&machine.name_any(), &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    let current = owned_machines(&ctx, &set).await?;
+    let ready = current
+        .iter()
+        .filter(|m| object::str_at(&m.data, &["status", "phase"]) == Some("Running"))
+        .count();
+    let selector = set.data["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    let status = json!({
+        "replicas": current.len(),
+        "fullyLabeledReplicas": current.len(),
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+        "selector": selector,
+        "observedGeneration": set.metadata.generation.unwrap_or(0),
+    });
+    let changed = [
+        "replicas",
+        "readyReplicas",
+        "availableReplicas",
+        "selector",
+        "observedGeneration",
+    ]
+    .iter()
+    .any(|k| status[k] != set.data["status"][k]);
+    if changed {
+        patch_status(&api, &name, status).await?;
+    }
+    Ok(if ready == wanted && current.len() == wanted {
+        Action::requeue(Duration::from_secs(30))
+    } else {
+        Action::requeue(Duration::from_secs(1))
+    })
+}
+
+/// Orders machines so the first ones are deleted first: machines marked for deletion or failed
+/// always go first, then the policy decides.
+pub fn order_for_deletion(machines: &mut [DynamicObject], policy: &str) {
+    let priority = |m: &DynamicObject| -> u8 {
+        if m.annotations().contains_key(DELETE_MACHINE_ANNOTATION) {
+            0
+        } else if m.data["status"]["failureReason"].is_string()
+            || m.data["status"]["phase"] == "Failed"
+        {
+            1
+        } else if m.data["status"]["phase"] != "Running" {
+            2
+        } else {
+            3
+        }
+    };
+    let created = |m: &DynamicObject| {
+        m.metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .unwrap_or_default()
+    };
+    match policy {
+        "Newest" => machines.sort_by(|a, b| {
+            priority(a)
+                .cmp(&priority(b))
+                .then(created(b).cmp(&created(a)))
+        }),
+        "Oldest" => machines.sort_by(|a, b| {
+            priority(a)
+                .cmp(&priority(b))
+                .then(created(a).cmp(&created(b)))
+        }),
+        _ => {
+            use rand::seq::SliceRandom;
+            machines.shuffle(&mut rand::rng());
+            machines.sort_by_key(priority);
+        }
+    }
+}
+
+async fn create_machine(
+    ctx: &Context,
+    set: &DynamicObject,
+    cluster_name: &str,
+) -> Result<(), Error> {
+    let namespace = set.namespace().unwrap_or_default();
+    let name = format!("{}-{}", set.name_any(), object::random_suffix());
+    let template = &set.data["spec"]["template"];
+    let mut labels = template["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    labels.insert(CLUSTER_NAME_LABEL.into(), json!(cluster_name));
+    labels.insert(SET_NAME_LABEL.into(), json!(set.name_any()));
+    if let Some(deployment) = set.labels().get("cluster.x-k8s.io/deployment-name") {
+        labels.insert("cluster.x-k8s.io/deployment-name".into(), json!(deployment));
+    }
+    let labels = Value::Object(labels);
+    let set_owner = owner_reference(set, "cluster.x-k8s.io/v1beta1", "MachineSet", false);
+    let mut spec = template["spec"].clone();
+    spec["clusterName"] = json!(cluster_name);
+    if let Some(config_template) = Reference::from_json(&template["spec"]["bootstrap"]["configRef"])
+    {
+        let config = clone_template(
+            &ctx.client,
+            &namespace,
+            &config_template,
+            &name,
+            &labels,
+            set_owner.clone(),
+        )
+        .await?;
+        spec["bootstrap"]["configRef"] = config.to_json();
+    }
+    if let Some(infra_template) = Reference::from_json(&template["spec"]["infrastructureRef"]) {
+        let infra = clone_template(
+            &ctx.client,
+            &namespace,
+            &infra_template,
+            &name,
+            &labels,
+            set_owner.clone(),
+        )
+        .await?;
+        spec["infrastructureRef"] = infra.to_json();
+    }
+    let machine = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "Machine",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": template["metadata"]["annotations"].clone(),
+            "ownerReferences": [owner_reference(set, "cluster.x-k8s.io/v1beta1", "MachineSet", true)],
+        },
+        "spec": spec,
+    });
+    let machine: DynamicObject =
+        serde_json::from_value(machine).map_err(|e| Error::Invalid(e.to_string()))?;
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+    machines.create(&PostParams::default(), &machine).await?;
+    Ok(())
+}

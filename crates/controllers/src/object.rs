@@ -1,0 +1,236 @@
+//! Reading and writing Kubernetes objects as JSON, the way core reads provider objects it does
+//! not know the types of (Cluster API's "unstructured" access), and a few shared helpers.
+
+use std::collections::BTreeMap;
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::Error;
+
+/// The field manager lariat's controllers write as.
+pub const MANAGER: &str = "lariat-controller-manager";
+
+/// The object's JSON without its metadata (spec, status, ...), as `DynamicObject` keeps it.
+pub fn data(object: &DynamicObject) -> &Value {
+    &object.data
+}
+
+pub fn str_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
+    path.iter().try_fold(value, |v, k| v.get(k))?.as_str()
+}
+
+pub fn bool_at(value: &Value, path: &[&str]) -> bool {
+    path.iter()
+        .try_fold(value, |v, k| v.get(k))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+pub fn i64_at(value: &Value, path: &[&str]) -> Option<i64> {
+    path.iter().try_fold(value, |v, k| v.get(k))?.as_i64()
+}
+
+/// The `ApiResource` of an `apiVersion` + `kind`, as served by this API (discovery).
+pub async fn resource_for(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+) -> Result<ApiResource, Error> {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .map_err(|e| Error::UnknownKind {
+            kind: format!("{kind}.{api_version}"),
+            source: e,
+        })?;
+    Ok(resource)
+}
+
+/// A namespaced dynamic API for a referenced kind.
+pub async fn api_for(
+    client: &Client,
+    namespace: &str,
+    api_version: &str,
+    kind: &str,
+) -> Result<Api<DynamicObject>, Error> {
+    let resource = resource_for(client, api_version, kind).await?;
+    Ok(Api::namespaced_with(client.clone(), namespace, &resource))
+}
+
+/// A merge patch of the object's main resource.
+pub async fn patch(
+    api: &Api<DynamicObject>,
+    name: &str,
+    patch: Value,
+) -> Result<DynamicObject, Error> {
+    Ok(api
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await?)
+}
+
+/// A merge patch of the status subresource.
+pub async fn patch_status(
+    api: &Api<DynamicObject>,
+    name: &str,
+    status: Value,
+) -> Result<DynamicObject, Error> {
+    Ok(api
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await?)
+}
+
+/// Adds `finalizer` if missing; returns whether it had to.
+pub async fn ensure_finalizer(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    finalizer: &str,
+) -> Result<bool, Error> {
+    if object.finalizers().iter().any(|f| f == finalizer) {
+        return Ok(false);
+    }
+    let mut finalizers = object.finalizers().to_vec();
+    finalizers.push(finalizer.to_string());
+    let rv = object.resource_version();
+    patch(
+        api,
+        &object.name_any(),
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": rv}}),
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Removes only `finalizer`, guarded by the resourceVersion it was read at.
+pub async fn remove_finalizer(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    finalizer: &str,
+) -> Result<(), Error> {
+    let finalizers: Vec<&String> = object
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .collect();
+    let rv = object.resource_version();
+    match patch(
+        api,
+        &object.name_any(),
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": rv}}),
+    )
+    .await
+    {
+        Err(e) if is_not_found(&e) => Ok(()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// An ownerReference to `owner`, optionally as its controller.
+pub fn owner_reference(
+    owner: &DynamicObject,
+    api_version: &str,
+    kind: &str,
+    controller: bool,
+) -> Value {
+    json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": owner.name_any(),
+        "uid": owner.uid().unwrap_or_default(),
+        "controller": controller,
+        "blockOwnerDeletion": true,
+    })
+}
+
+/// Makes `owner` an owner of `object` if it is not yet, keeping other owners.
+pub async fn ensure_owner(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    reference: Value,
+) -> Result<(), Error> {
+    let uid = reference["uid"].as_str().unwrap_or_default();
+    if object.owner_references().iter().any(|o| o.uid == uid) {
+        return Ok(());
+    }
+    let mut owners: Vec<Value> = object
+        .owner_references()
+        .iter()
+        .map(|o| serde_json::to_value(o).unwrap_or_default())
+        .collect();
+    owners.push(reference);
+    patch(
+        api,
+        &object.name_any(),
+        json!({"metadata": {"ownerReferences": owners}}),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Adds labels if any is missing or different.
+pub async fn ensure_labels(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    labels: &BTreeMap<String, String>,
+) -> Result<(), Error> {
+    let current = object.labels();
+    if labels.iter().all(|(k, v)| current.get(k) == Some(v)) {
+        return Ok(());
+    }
+    patch(
+        api,
+        &object.name_any(),
+        json!({"metadata": {"labels": labels}}),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Whether the error is the API's 404.
+pub fn is_not_found(error: &Error) -> bool {
+    matches!(error, Error::Kube(kube::Error::Api(status)) if status.code == 404)
+}
+
+/// Gets an object, `None` when it does not exist.
+pub async fn get_opt(api: &Api<DynamicObject>, name: &str) -> Result<Option<DynamicObject>, Error> {
+    Ok(api.get_opt(name).await?)
+}
+
+/// Deletes an object if it exists; returns whether it is gone already.
+pub async fn delete_if_present(api: &Api<DynamicObject>, name: &str) -> Result<bool, Error> {
+    match api.get_opt(name).await? {
+        None => Ok(true),
+        Some(object) => {
+            if object.metadata.deletion_timestamp.is_none() {
+                match api.delete(name, &Default::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => return Ok(true),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(api.get_opt(name).await?.is_none())
+        }
+    }
+}
+
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// A short random suffix for generated names, from the alphabet Kubernetes uses.
+pub fn random_suffix() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
