@@ -36,6 +36,9 @@ pub struct AppState {
     /// `host:port` clients use, for `/api`'s serverAddressByClientCIDRs.
     pub server_address: String,
     pub bookmark_interval: Duration,
+    /// Simulated workload-cluster APIs served under `/inmemory/NAMESPACE/NAME/` (empty on the
+    /// simulated clusters themselves).
+    pub virtual_clusters: Arc<crate::virtual_clusters::VirtualClusters>,
 }
 
 /// The identity the TLS layer verified for this connection, if the client sent a certificate.
@@ -48,6 +51,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/apis", get(api_groups))
         .route("/openapi/v3", get(openapi_index))
         .route("/openapi/v2", get(openapi_v2))
+        .route("/inmemory/{*rest}", axum::routing::any(virtual_cluster))
         .fallback(dispatch)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
@@ -97,6 +101,38 @@ async fn authenticate(
             tracing::info!(path = %request.uri().path(), "request refused: no valid credential");
             e.into_response()
         }
+    }
+}
+
+/// Forwards `/inmemory/NAMESPACE/NAME/...` to that simulated cluster's own API.
+async fn virtual_cluster(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let path = request.uri().path().to_string();
+    let mut parts = path.splitn(5, '/').skip(2);
+    let (Some(namespace), Some(name)) = (parts.next(), parts.next()) else {
+        return not_found_path(&path).into_response();
+    };
+    let Some(cluster) = state
+        .virtual_clusters
+        .router(&format!("{namespace}/{name}"))
+    else {
+        return not_found_path(&path).into_response();
+    };
+    let prefix_len = "/inmemory/".len() + namespace.len() + 1 + name.len();
+    let rest = &path[prefix_len..];
+    let rest = if rest.is_empty() { "/" } else { rest };
+    let path_and_query = match request.uri().query() {
+        Some(query) => format!("{rest}?{query}"),
+        None => rest.to_string(),
+    };
+    let (mut parts, body) = request.into_parts();
+    match path_and_query.parse() {
+        Ok(uri) => parts.uri = uri,
+        Err(_) => return not_found_path(&path).into_response(),
+    }
+    use tower::ServiceExt;
+    match cluster.oneshot(Request::from_parts(parts, body)).await {
+        Ok(response) => response,
+        Err(never) => match never {},
     }
 }
 

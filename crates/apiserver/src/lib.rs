@@ -34,6 +34,7 @@ pub mod schema;
 pub mod status;
 pub mod table;
 pub mod tls;
+pub mod virtual_clusters;
 pub mod watch;
 
 use crate::auth::{AllowAuthenticated, Authenticator};
@@ -115,11 +116,12 @@ impl Server {
         let pki = pki::Pki::load_or_create(&config.data_dir.join("tls"), &sans)?;
         let tls = tls::server_config(&pki).map_err(StartError::Tls)?;
 
-        let registry = Registry::default();
-        for rt in builtin::core_types()
-            .into_iter()
-            .chain(builtin::lariat_types())
-        {
+        let core = Registry::default();
+        for rt in builtin::core_types() {
+            core.insert(rt);
+        }
+        let registry = core.fork();
+        for rt in builtin::lariat_types() {
             registry.insert(rt);
         }
         let key_path = config
@@ -132,7 +134,7 @@ impl Server {
         load_stored_crds(&resources)
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;
-        ensure_namespaces(&resources)
+        ensure_namespaces(&resources, &["default", "lariat-system"])
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;
         let authenticator = Authenticator::new(store.clone());
@@ -153,12 +155,19 @@ impl Server {
         .await
         .map_err(|e| StartError::Store(e.to_string()))?;
 
+        let virtual_clusters = Arc::new(virtual_clusters::VirtualClusters::new(
+            core,
+            authenticator.clone(),
+            server_address.to_string(),
+            pki.ca_cert_pem.clone(),
+        ));
         let state = Arc::new(http::AppState {
             resources,
             authenticator,
             authorizer: Arc::new(AllowAuthenticated),
             server_address: server_address.to_string(),
             bookmark_interval: config.bookmark_interval,
+            virtual_clusters,
         });
         Ok(Server {
             state,
@@ -175,6 +184,11 @@ impl Server {
 
     pub fn resources(&self) -> Resources {
         self.state.resources.clone()
+    }
+
+    /// The simulated workload clusters this server hosts (see [`virtual_clusters`]).
+    pub fn virtual_clusters(&self) -> Arc<virtual_clusters::VirtualClusters> {
+        self.state.virtual_clusters.clone()
     }
 
     /// A kube-rs client served in-process by this server (see [`local`]).
@@ -233,7 +247,7 @@ async fn load_stored_crds(resources: &Resources) -> Result<(), status::ApiError>
 }
 
 /// `default` (and `lariat-system` for lariat's own objects) exist from the first start.
-async fn ensure_namespaces(resources: &Resources) -> Result<(), status::ApiError> {
+async fn ensure_namespaces(resources: &Resources, names: &[&str]) -> Result<(), status::ApiError> {
     let rt = resources
         .registry
         .get("", "namespaces")
@@ -247,7 +261,7 @@ async fn ensure_namespaces(resources: &Resources) -> Result<(), status::ApiError
         field_manager: "lariat".into(),
         ..Default::default()
     };
-    for name in ["default", "lariat-system"] {
+    for name in names {
         match resources
             .create(&scope, json!({"metadata": {"name": name}}), &options)
             .await

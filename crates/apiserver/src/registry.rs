@@ -306,6 +306,15 @@ impl Registry {
             .insert(key, Arc::new(rt));
     }
 
+    /// A new registry serving the same kinds (sharing their definitions), that then changes
+    /// independently: how simulated clusters get the built-in kinds without rebuilding schemas.
+    pub fn fork(&self) -> Registry {
+        let map = self.inner.read().expect("registry lock").clone();
+        Registry {
+            inner: Arc::new(RwLock::new(map)),
+        }
+    }
+
     pub fn remove(&self, group: &str, plural: &str) {
         self.inner
             .write()

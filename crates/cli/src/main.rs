@@ -149,13 +149,18 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         server.local_client(),
         until_stopped(stopped.clone()),
     ));
+    let inmemory = tokio::spawn(lariat_provider_inmemory::run(
+        server.local_client(),
+        server.virtual_clusters(),
+        until_stopped(stopped.clone()),
+    ));
     server
         .serve(async move {
             shutdown_signal().await;
             let _ = stop.send(true);
         })
         .await?;
-    let _ = controllers.await;
+    let _ = tokio::join!(controllers, inmemory);
     eprintln!("lariat server stopped");
     Ok(())
 }

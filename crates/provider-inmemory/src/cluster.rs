@@ -1,0 +1,91 @@
+//! InMemoryCluster: creates the simulated workload-cluster API and its kubeconfig Secret,
+//! publishes the control plane endpoint, and reports ready.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::runtime::controller::Action;
+use lariat_controllers::object::{ensure_finalizer, patch, patch_status, remove_finalizer};
+use lariat_controllers::{Error, conditions};
+use serde_json::json;
+
+use crate::{Context, cluster_key, resource};
+
+pub const FINALIZER: &str = "inmemorycluster.infrastructure.cluster.x-k8s.io";
+
+/// The Cluster (cluster.x-k8s.io) that owns this InMemoryCluster, once core has claimed it.
+fn owning_cluster(object: &DynamicObject) -> Option<String> {
+    object
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Cluster" && o.api_version.starts_with("cluster.x-k8s.io/"))
+        .map(|o| o.name.clone())
+}
+
+pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = object.namespace().unwrap_or_default();
+    let name = object.name_any();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &resource("InMemoryCluster"));
+    let key = cluster_key(&namespace, &name);
+    if object.metadata.deletion_timestamp.is_some() {
+        ctx.clusters.remove(&key);
+        remove_finalizer(&api, &object, FINALIZER).await?;
+        return Ok(Action::await_change());
+    }
+    if ensure_finalizer(&api, &object, FINALIZER).await? {
+        return Ok(Action::requeue(Duration::ZERO));
+    }
+    // Contract: wait until core has set the owner reference to the Cluster.
+    let Some(cluster) = owning_cluster(&object) else {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    };
+    ctx.clusters
+        .ensure(&key)
+        .await
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+
+    // The kubeconfig Secret core and users reach the workload cluster with.
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let secret_name = format!("{cluster}-kubeconfig");
+    if secrets.get_opt(&secret_name).await?.is_none() {
+        let kubeconfig = ctx
+            .clusters
+            .kubeconfig(&key)
+            .await
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {
+                "name": secret_name,
+                "labels": {"cluster.x-k8s.io/cluster-name": cluster},
+                "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "name": cluster,
+                    "uid": object.owner_references().iter().find(|o| o.kind == "Cluster").map(|o| o.uid.clone()).unwrap_or_default(),
+                    "controller": true}],
+            },
+            "type": "cluster.x-k8s.io/secret",
+            "data": {"value": ByteString(kubeconfig.into_bytes())},
+        }))
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+        match secrets.create(&PostParams::default(), &secret).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    let endpoint = &object.data["spec"]["controlPlaneEndpoint"];
+    if endpoint["host"].as_str().is_none_or(str::is_empty) {
+        patch(&api, &name, json!({"spec": {"controlPlaneEndpoint": {"host": format!("{name}.{namespace}.inmemory.lariat"), "port": 6443}}})).await?;
+    }
+    let mut list = conditions::existing(&object.data["status"]);
+    conditions::set(&mut list, "Ready", true, "", "");
+    let status = json!({"ready": true, "conditions": list, "observedGeneration": object.metadata.generation.unwrap_or(0)});
+    if object.data["status"]["ready"] != json!(true) {
+        patch_status(&api, &name, status).await?;
+    }
+    Ok(Action::requeue(Duration::from_secs(60)))
+}

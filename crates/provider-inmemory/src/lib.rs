@@ -1,0 +1,84 @@
+//! lariat's in-memory infrastructure provider: clusters and machines that exist only in this
+//! process, for demos, tests and scale runs, behind the same contract as a cloud provider.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use lariat_apiserver::virtual_clusters::VirtualClusters;
+use lariat_controllers::Error;
+
+pub mod cluster;
+pub mod machine;
+
+pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
+pub const VERSION: &str = "v1alpha1";
+
+pub struct Context {
+    pub client: Client,
+    pub clusters: Arc<VirtualClusters>,
+}
+
+pub(crate) fn resource(kind: &str) -> ApiResource {
+    ApiResource {
+        group: GROUP.into(),
+        version: VERSION.into(),
+        api_version: format!("{GROUP}/{VERSION}"),
+        kind: kind.into(),
+        plural: format!("{}s", kind.to_lowercase()),
+    }
+}
+
+/// The simulated cluster key of an InMemoryCluster: `namespace/name`.
+pub fn cluster_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(object = %format!("{}/{}", object.metadata.namespace.as_deref().unwrap_or_default(), object.metadata.name.as_deref().unwrap_or_default()), %error, "in-memory provider reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// Runs the InMemoryCluster and InMemoryMachine controllers until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    clusters: Arc<VirtualClusters>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let context = Arc::new(Context {
+        client: client.clone(),
+        clusters,
+    });
+    let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    let all = |kind: &str| Api::<DynamicObject>::all_with(client.clone(), &resource(kind));
+    let clusters = Controller::new_with(
+        all("InMemoryCluster"),
+        watcher::Config::default(),
+        resource("InMemoryCluster"),
+    )
+    .graceful_shutdown_on(shutdown.clone())
+    .run(cluster::reconcile, error_policy, context.clone())
+    .for_each(|_| async {});
+    let machines = Controller::new_with(
+        all("InMemoryMachine"),
+        watcher::Config::default(),
+        resource("InMemoryMachine"),
+    )
+    .graceful_shutdown_on(shutdown.clone())
+    .run(machine::reconcile, error_policy, context.clone())
+    .for_each(|_| async {});
+    tokio::join!(clusters, machines);
+}
+
+/// A Go-style duration (`"1m30s"`, `"500ms"`), as Cluster API writes them; `None` if unset or
+/// malformed.
+pub fn duration(value: &serde_json::Value) -> Option<Duration> {
+    let text = value.as_str()?;
+    let parsed: kube::core::Duration = text.parse().ok()?;
+    Duration::try_from(parsed).ok()
+}

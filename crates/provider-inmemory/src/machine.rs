@@ -1,0 +1,281 @@
+//! InMemoryMachine: "boots" once the Machine's bootstrap data exists and the provisioning delay
+//! has passed, then registers a Ready Node in the simulated workload cluster. Failure
+//! injection: a machine that never boots, and a Node that turns NotReady after a delay.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use lariat_controllers::object::{
+    bool_at, ensure_finalizer, patch, patch_status, remove_finalizer, str_at,
+};
+use lariat_controllers::{Error, conditions};
+use serde_json::json;
+
+use crate::{Context, cluster_key, duration, resource};
+
+pub const FINALIZER: &str = "inmemorymachine.infrastructure.cluster.x-k8s.io";
+/// When the machine started booting (bootstrap data first seen), so a restart keeps the delay.
+const BOOT_STARTED: &str = "infrastructure.lariat.dev/boot-started";
+/// When the machine's Node became Ready, for `nodeNotReadyAfter`.
+const BOOTED: &str = "infrastructure.lariat.dev/booted";
+
+fn capi(kind: &str) -> kube::core::ApiResource {
+    kube::core::ApiResource {
+        group: "cluster.x-k8s.io".into(),
+        version: "v1beta1".into(),
+        api_version: "cluster.x-k8s.io/v1beta1".into(),
+        kind: kind.into(),
+        plural: format!("{}s", kind.to_lowercase()),
+    }
+}
+
+fn since(annotation: Option<&String>) -> Option<Duration> {
+    let at = chrono::DateTime::parse_from_rfc3339(annotation?).ok()?;
+    (chrono::Utc::now() - at.with_timezone(&chrono::Utc))
+        .to_std()
+        .ok()
+        .or(Some(Duration::ZERO))
+}
+
+/// The simulated cluster this machine belongs to: its Cluster's InMemoryCluster.
+async fn workload_key(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &str,
+) -> Result<Option<String>, Error> {
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &capi("Cluster"));
+    let Some(cluster) = clusters.get_opt(cluster).await? else {
+        return Ok(None);
+    };
+    Ok(
+        str_at(&cluster.data, &["spec", "infrastructureRef", "name"])
+            .map(|infra| cluster_key(namespace, infra)),
+    )
+}
+
+pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = object.namespace().unwrap_or_default();
+    let name = object.name_any();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &resource("InMemoryMachine"));
+    let cluster_name = object
+        .labels()
+        .get("cluster.x-k8s.io/cluster-name")
+        .cloned();
+    if object.metadata.deletion_timestamp.is_some() {
+        if let Some(cluster) = &cluster_name {
+            if let Some(key) = workload_key(&ctx, &namespace, cluster).await? {
+                if let Some(client) = ctx.clusters.client(&key) {
+                    let _ = Api::<Node>::all(client)
+                        .delete(&name, &Default::default())
+                        .await;
+                }
+            }
+        }
+        remove_finalizer(&api, &object, FINALIZER).await?;
+        return Ok(Action::await_change());
+    }
+    if ensure_finalizer(&api, &object, FINALIZER).await? {
+        return Ok(Action::requeue(Duration::ZERO));
+    }
+    // Contract: wait for the owning Machine, and for its bootstrap data.
+    let Some(owner) = object
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Machine")
+        .cloned()
+    else {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    };
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+    let Some(machine) = machines.get_opt(&owner.name).await? else {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    };
+    let cluster = str_at(&machine.data, &["spec", "clusterName"])
+        .unwrap_or_default()
+        .to_string();
+    let mut list = conditions::existing(&object.data["status"]);
+    if str_at(&machine.data, &["spec", "bootstrap", "dataSecretName"]).is_none() {
+        conditions::set(
+            &mut list,
+            "Ready",
+            false,
+            "WaitingForBootstrapData",
+            "the Machine has no bootstrap data yet",
+        );
+        update_status(&api, &object, json!({"ready": false, "conditions": list})).await?;
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    let Some(key) = workload_key(&ctx, &namespace, &cluster).await? else {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    };
+    let Some(workload) = ctx.clusters.client(&key) else {
+        conditions::set(
+            &mut list,
+            "Ready",
+            false,
+            "WaitingForClusterInfrastructure",
+            "the simulated cluster is not up yet",
+        );
+        update_status(&api, &object, json!({"ready": false, "conditions": list})).await?;
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    };
+
+    let behavior = &object.data["spec"]["behavior"];
+    let annotations = object.annotations();
+    let Some(booting_for) = since(annotations.get(BOOT_STARTED)) else {
+        patch(
+            &api,
+            &name,
+            json!({"metadata": {"annotations": {BOOT_STARTED: lariat_controllers::object::now()}}}),
+        )
+        .await?;
+        return Ok(Action::requeue(Duration::ZERO));
+    };
+    if bool_at(behavior, &["neverBoots"]) {
+        conditions::set(
+            &mut list,
+            "Ready",
+            false,
+            "NeverBoots",
+            "failure injection: this machine never boots (spec.behavior.neverBoots)",
+        );
+        update_status(&api, &object, json!({"ready": false, "conditions": list})).await?;
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    let delay = duration(&behavior["provisioningDelay"]).unwrap_or_default();
+    if booting_for < delay {
+        conditions::set(
+            &mut list,
+            "Ready",
+            false,
+            "Provisioning",
+            &format!(
+                "booting ({}s of {}s)",
+                booting_for.as_secs(),
+                delay.as_secs()
+            ),
+        );
+        update_status(&api, &object, json!({"ready": false, "conditions": list})).await?;
+        return Ok(Action::requeue(delay - booting_for));
+    }
+
+    let provider_id = format!("inmemory://{namespace}/{cluster}/{name}");
+    if str_at(&object.data, &["spec", "providerID"]) != Some(provider_id.as_str()) {
+        patch(&api, &name, json!({"spec": {"providerID": provider_id}})).await?;
+    }
+    let address = simulated_address(&name);
+    let nodes: Api<Node> = Api::all(workload);
+    if nodes.get_opt(&name).await?.is_none() {
+        let control_plane = machine
+            .labels()
+            .contains_key("cluster.x-k8s.io/control-plane");
+        let mut labels = json!({"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "inmemory"});
+        if control_plane {
+            labels["node-role.kubernetes.io/control-plane"] = json!("");
+        }
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"providerID": provider_id},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status (simulated)",
+                    "lastHeartbeatTime": lariat_controllers::object::now(), "lastTransitionTime": lariat_controllers::object::now()}],
+                "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
+                "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+                "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+                "nodeInfo": {"kubeletVersion": str_at(&machine.data, &["spec", "version"]).unwrap_or("v1.30.0"), "architecture": "amd64",
+                    "operatingSystem": "linux", "osImage": "lariat in-memory", "containerRuntimeVersion": "inmemory://1", "kernelVersion": "",
+                    "kubeProxyVersion": "", "machineID": name, "systemUUID": name, "bootID": name},
+            },
+        }))
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+        match nodes.create(&PostParams::default(), &node).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        patch(
+            &api,
+            &name,
+            json!({"metadata": {"annotations": {BOOTED: lariat_controllers::object::now()}}}),
+        )
+        .await?;
+    }
+    conditions::set(&mut list, "Ready", true, "", "");
+    update_status(
+        &api,
+        &object,
+        json!({"ready": true, "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}], "conditions": list,
+               "observedGeneration": object.metadata.generation.unwrap_or(0)}),
+    )
+    .await?;
+
+    // Failure injection: the Node turns NotReady some time after it became Ready.
+    if let (Some(after), Some(up_for)) = (
+        duration(&behavior["nodeNotReadyAfter"]),
+        since(annotations.get(BOOTED)),
+    ) {
+        if up_for < after {
+            return Ok(Action::requeue(after - up_for));
+        }
+        let not_ready = json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+            "message": "failure injection: spec.behavior.nodeNotReadyAfter", "lastHeartbeatTime": lariat_controllers::object::now(),
+            "lastTransitionTime": lariat_controllers::object::now()}]}});
+        nodes
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(not_ready))
+            .await?;
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// Writes status only when it changed, so a settled machine costs no writes.
+async fn update_status(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    status: serde_json::Value,
+) -> Result<(), Error> {
+    let current = &object.data["status"];
+    let changed = status
+        .as_object()
+        .expect("status object")
+        .iter()
+        .any(|(k, v)| {
+            if k == "conditions" {
+                // Compare conditions without their timestamps.
+                let strip = |c: &serde_json::Value| {
+                    c.as_array().map(|a| {
+                        a.iter()
+                            .map(|c| (c["type"].clone(), c["status"].clone(), c["reason"].clone()))
+                            .collect::<Vec<_>>()
+                    })
+                };
+                strip(v) != strip(&current[k])
+            } else {
+                current[k] != *v
+            }
+        });
+    if changed {
+        patch_status(api, &object.name_any(), status).await?;
+    }
+    Ok(())
+}
+
+/// A stable, fake private address derived from the machine's name.
+fn simulated_address(name: &str) -> String {
+    let hash = name
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32));
+    format!(
+        "10.{}.{}.{}",
+        (hash >> 16) & 0xff,
+        (hash >> 8) & 0xff,
+        (hash & 0xfe) + 1
+    )
+}
