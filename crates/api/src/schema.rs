@@ -257,5 +257,6 @@ pub(crate) const UNHEALTHY_RANGE_PATTERN: &str = r"^\[[0-9]+-[0-9]+\]$";
 /// Upstream's pattern for `resource.Quantity` strings, e.g. `500m` or `1Gi`.
 pub(crate) const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
 
-/// Upstream's CEL rule for the partition type of a disk layout: a known name or a GUID.
-pub(crate) const PARTITION_TYPE_RULE: &str = "self.matches('^(Linux|LinuxSwap|LinuxRAID|LVM|Fat32|NTFS|LinuxExtended|[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12})$')";
+/// lariat's pattern for non-negative Go durations such as `2s`, `1m30s` or `0`, for its own
+/// kinds; upstream kinds leave durations unrestricted and keep that.
+pub(crate) const DURATION_PATTERN: &str = r"^(0|([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+)$";

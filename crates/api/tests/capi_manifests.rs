@@ -4,15 +4,16 @@
 mod support;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::{CustomResourceExt, Resource};
+use kube::Resource;
+use lariat_api::bootstrap::KubeadmConfig;
+use lariat_api::bootstrap::kubeadm_config::{Format, PartitionTableType};
 use lariat_api::capi::cluster::ClusterPhase;
 use lariat_api::capi::machine_deployment::MachineDeploymentStrategyType;
 use lariat_api::capi::machine_set::MachineSetDeletePolicy;
 use lariat_api::capi::{
     Cluster, ClusterSpec, Machine, MachineDeployment, MachineHealthCheck, MachineSet,
 };
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use lariat_api::controlplane::{KubeadmControlPlane, KubeadmControlPlaneTemplate};
 use serde_json::{Value, json};
 
 /// The Cluster manifest in the seed document, between `kubectl apply -f - <<EOF` and `EOF`.
@@ -30,33 +31,10 @@ fn seed_cluster_manifest() -> Value {
     serde_yaml_ng::from_str(&text[start..end]).expect("the seed manifest is YAML")
 }
 
-/// Reads `manifest` as `K`, writes it back, and returns the typed object; the written form must
-/// equal the input, so nothing was lost or invented on the way.
-fn round_trip<K: Serialize + DeserializeOwned>(manifest: &Value) -> K {
-    let typed: K = serde_json::from_value(manifest.clone())
-        .unwrap_or_else(|e| panic!("reading {}: {e}", manifest["kind"]));
-    let written = serde_json::to_value(&typed).expect("a typed object serializes");
-    assert_eq!(&written, manifest, "round trip of {}", manifest["kind"]);
-    typed
-}
-
-/// The problems lariat's API server would find with `manifest`, given the kind's CRD.
-fn schema_problems<K: CustomResourceExt>(manifest: &Value) -> Vec<String> {
-    let crd = support::to_json(&K::crd());
-    let schema = &support::version(&crd, "v1beta1")["schema"]["openAPIV3Schema"];
-    // apiVersion, kind and metadata are the API server's own business; see OMITTED in the
-    // compatibility test.
-    let mut body = manifest.clone();
-    for key in ["apiVersion", "kind", "metadata"] {
-        body.as_object_mut().unwrap().remove(key);
-    }
-    support::validate(&body, schema)
-}
-
 #[test]
 fn seed_cluster_reads_round_trips_and_validates() {
     let manifest = seed_cluster_manifest();
-    let cluster: Cluster = round_trip(&manifest);
+    let cluster: Cluster = support::round_trip(&manifest);
 
     assert_eq!(cluster.metadata.name.as_deref(), Some("prod-us-east"));
     let pods = cluster
@@ -81,7 +59,10 @@ fn seed_cluster_reads_round_trips_and_validates() {
     assert_eq!(infra.name.as_deref(), Some("prod-us-east"));
     assert_eq!(Cluster::api_version(&()), "cluster.x-k8s.io/v1beta1");
 
-    assert_eq!(schema_problems::<Cluster>(&manifest), Vec::<String>::new());
+    assert_eq!(
+        support::schema_problems::<Cluster>(&manifest),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
@@ -297,6 +278,170 @@ fn manifests() -> Vec<Value> {
             },
             "status": {"expectedMachines": 2, "currentHealthy": 2, "remediationsAllowed": 1, "targets": ["dev-md-0-abcde-1"]}
         }),
+        json!({
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1",
+            "kind": "KubeadmControlPlane",
+            "metadata": {"name": "dev-control-plane", "namespace": "default", "labels": {"cluster.x-k8s.io/cluster-name": "dev"}},
+            "spec": {
+                "replicas": 3,
+                "version": "v1.30.0",
+                "machineTemplate": {
+                    "metadata": {"labels": {"tier": "control-plane"}},
+                    "infrastructureRef": {
+                        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+                        "kind": "InMemoryMachineTemplate",
+                        "name": "dev-control-plane"
+                    },
+                    "readinessGates": [{"conditionType": "APIServerPodHealthy"}],
+                    "nodeDrainTimeout": "300s",
+                    "nodeDeletionTimeout": "10s",
+                    "taints": [{"key": "example.com/cp", "effect": "NoSchedule", "propagation": "OnInitialization"}]
+                },
+                "kubeadmConfigSpec": {
+                    "clusterConfiguration": {
+                        "apiServer": {
+                            "certSANs": ["localhost", "127.0.0.1"],
+                            "extraArgs": {"audit-log-maxage": "30"},
+                            "extraEnvs": [
+                                {"name": "GOGC", "value": "50"},
+                                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                                {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+                                {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "audit", "key": "token", "optional": true}}}
+                            ],
+                            "extraVolumes": [{"name": "audit", "hostPath": "/var/log/audit", "mountPath": "/var/log/audit", "pathType": "DirectoryOrCreate"}],
+                            "timeoutForControlPlane": "20s"
+                        },
+                        "controllerManager": {"extraArgs": {"enable-hostpath-provisioner": "true"}},
+                        "etcd": {"local": {"dataDir": "/var/lib/etcd", "extraArgs": {"quota-backend-bytes": "8589934592"}}},
+                        "networking": {"podSubnet": "192.168.0.0/16", "serviceSubnet": "10.128.0.0/12"},
+                        "featureGates": {"EtcdLearnerMode": true},
+                        "encryptionAlgorithm": "ECDSA-P256",
+                        "certificateValidityPeriodDays": 365
+                    },
+                    "initConfiguration": {
+                        "nodeRegistration": {
+                            "criSocket": "unix:///var/run/containerd/containerd.sock",
+                            "kubeletExtraArgs": {"eviction-hard": "nodefs.available<0%"},
+                            "taints": [],
+                            "imagePullPolicy": "IfNotPresent"
+                        },
+                        "localAPIEndpoint": {"advertiseAddress": "10.0.0.10", "bindPort": 6443},
+                        "bootstrapTokens": [{"token": "abcdef.0123456789abcdef", "ttl": "86400s", "usages": ["signing", "authentication"]}]
+                    },
+                    "joinConfiguration": {
+                        "nodeRegistration": {
+                            "taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+                        },
+                        "controlPlane": {"localAPIEndpoint": {"bindPort": 6443}},
+                        "discovery": {
+                            "file": {
+                                "kubeConfigPath": "/etc/kubernetes/discovery.conf",
+                                "kubeConfig": {
+                                    "cluster": {"server": "https://10.0.0.10:6443", "certificateAuthorityData": "LS0tLS1CRUdJTi0tLS0t"},
+                                    "user": {"exec": {"command": "token-helper", "args": ["--cluster", "dev"], "env": [{"name": "MODE", "value": "join"}]}}
+                                }
+                            },
+                            "timeout": "300s"
+                        }
+                    },
+                    "preKubeadmCommands": ["systemctl restart containerd"],
+                    "postKubeadmCommands": ["echo done"],
+                    "format": "cloud-config",
+                    "verbosity": 5
+                },
+                "rolloutBefore": {"certificatesExpiryDays": 21},
+                "rolloutAfter": "2024-06-01T00:00:00Z",
+                "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0}},
+                "remediationStrategy": {"maxRetry": 5, "retryPeriod": "120s", "minHealthyPeriod": "3600s"},
+                "machineNamingStrategy": {"template": "{{ .kubeadmControlPlane.name }}-{{ .random }}"}
+            },
+            "status": {
+                "selector": "cluster.x-k8s.io/cluster-name=dev,cluster.x-k8s.io/control-plane",
+                "replicas": 3,
+                "version": "v1.30.0",
+                "updatedReplicas": 3,
+                "readyReplicas": 2,
+                "unavailableReplicas": 1,
+                "initialized": true,
+                "ready": true,
+                "observedGeneration": 2,
+                "conditions": [
+                    {"type": "Available", "status": "True", "lastTransitionTime": "2024-05-01T10:00:00Z"},
+                    {"type": "MachinesReady", "status": "False", "severity": "Warning", "reason": "NodeStartupTimeout", "lastTransitionTime": "2024-05-01T10:05:00Z"}
+                ],
+                "lastRemediation": {"machine": "dev-control-plane-x7k2l", "timestamp": "2024-05-01T10:10:00Z", "retryCount": 1},
+                "versions": [{"version": "v1.30.0", "replicas": 3}],
+                "v1beta2": {"readyReplicas": 2, "availableReplicas": 2, "upToDateReplicas": 3}
+            }
+        }),
+        json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1",
+            "kind": "KubeadmConfig",
+            "metadata": {"name": "dev-md-0-x7k2l", "namespace": "default"},
+            "spec": {
+                "joinConfiguration": {
+                    "nodeRegistration": {"name": "node-1", "ignorePreflightErrors": ["Swap"], "imagePullSerial": true},
+                    "discovery": {"bootstrapToken": {
+                        "apiServerEndpoint": "10.0.0.10:6443",
+                        "token": "abcdef.0123456789abcdef",
+                        "caCertHashes": ["sha256:0123"],
+                        "unsafeSkipCAVerification": false
+                    }},
+                    "skipPhases": ["preflight"],
+                    "patches": {"directory": "/etc/kubeadm/patches"}
+                },
+                "files": [
+                    {"path": "/etc/motd", "content": "hello", "owner": "root:root", "permissions": "0644"},
+                    {"path": "/etc/secret", "contentFrom": {"secret": {"name": "extra", "key": "value"}}, "encoding": "base64", "append": true},
+                    {"path": "/etc/templated", "content": "{{ ds.meta_data.hostname }}", "contentFormat": "Template"}
+                ],
+                "users": [{
+                    "name": "capi",
+                    "sudo": "ALL=(ALL) NOPASSWD:ALL",
+                    "sshAuthorizedKeys": ["ssh-ed25519 AAAA capi"],
+                    "passwdFrom": {"secret": {"name": "capi-password", "key": "hash"}},
+                    "lockPassword": false,
+                    "groups": "docker,wheel"
+                }],
+                "ntp": {"enabled": true, "servers": ["time.example.com"]},
+                "diskSetup": {
+                    "partitions": [{"device": "/dev/sdb", "layout": true, "tableType": "gpt",
+                        "diskLayout": [{"percentage": 70}, {"percentage": 30, "partitionType": "LinuxSwap"}]}],
+                    "filesystems": [{"device": "/dev/sdb1", "filesystem": "ext4", "label": "data", "extraOpts": ["-F"], "replaceFS": "ntfs"}]
+                },
+                "mounts": [["LABEL=data", "/var/lib/data"]],
+                "bootCommands": ["echo boot"],
+                "format": "ignition",
+                "ignition": {"containerLinuxConfig": {"additionalConfig": "systemd: {}", "strict": true}},
+                "useExperimentalRetryJoin": true
+            },
+            "status": {
+                "ready": true,
+                "dataSecretName": "dev-md-0-x7k2l",
+                "observedGeneration": 1,
+                "conditions": [{"type": "DataSecretAvailable", "status": "True", "lastTransitionTime": "2024-05-01T10:00:00Z"}],
+                "v1beta2": {"conditions": [{
+                    "type": "DataSecretAvailable",
+                    "status": "True",
+                    "reason": "Available",
+                    "message": "",
+                    "lastTransitionTime": "2024-05-01T10:00:00Z"
+                }]}
+            }
+        }),
+        json!({
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1",
+            "kind": "KubeadmControlPlaneTemplate",
+            "metadata": {"name": "quick-start-control-plane", "namespace": "default"},
+            "spec": {"template": {
+                "metadata": {"labels": {"tier": "control-plane"}},
+                "spec": {
+                    "machineTemplate": {"nodeDrainTimeout": "60s"},
+                    "kubeadmConfigSpec": {"clusterConfiguration": {"apiServer": {"certSANs": ["localhost"]}}},
+                    "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}}
+                }
+            }}
+        }),
     ]
 }
 
@@ -305,13 +450,13 @@ fn manifests_round_trip_and_validate() {
     for manifest in manifests() {
         let problems = match manifest["kind"].as_str().unwrap() {
             "Cluster" => {
-                let cluster: Cluster = round_trip(&manifest);
+                let cluster: Cluster = support::round_trip(&manifest);
                 let status = cluster.status.as_ref().unwrap();
                 assert_eq!(status.phase, Some(ClusterPhase::Provisioned));
-                schema_problems::<Cluster>(&manifest)
+                support::schema_problems::<Cluster>(&manifest)
             }
             "MachineDeployment" => {
-                let md: MachineDeployment = round_trip(&manifest);
+                let md: MachineDeployment = support::round_trip(&manifest);
                 let strategy = md.spec.strategy.as_ref().unwrap();
                 assert_eq!(
                     strategy.type_,
@@ -322,25 +467,56 @@ fn manifests_round_trip_and_validate() {
                 assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)));
                 let drain = md.spec.template.spec.as_ref().unwrap().node_drain_timeout;
                 assert_eq!(drain, Some(std::time::Duration::from_secs(600).into()));
-                schema_problems::<MachineDeployment>(&manifest)
+                support::schema_problems::<MachineDeployment>(&manifest)
             }
             "MachineSet" => {
-                let ms: MachineSet = round_trip(&manifest);
+                let ms: MachineSet = support::round_trip(&manifest);
                 assert_eq!(ms.spec.delete_policy, Some(MachineSetDeletePolicy::Newest));
-                schema_problems::<MachineSet>(&manifest)
+                support::schema_problems::<MachineSet>(&manifest)
             }
             "Machine" => {
-                let machine: Machine = round_trip(&manifest);
+                let machine: Machine = support::round_trip(&manifest);
                 assert_eq!(machine.spec.version.as_deref(), Some("v1.28.5"));
-                schema_problems::<Machine>(&manifest)
+                support::schema_problems::<Machine>(&manifest)
+            }
+            "KubeadmControlPlane" => {
+                let kcp: KubeadmControlPlane = support::round_trip(&manifest);
+                let spec = &kcp.spec.kubeadm_config_spec;
+                let init = spec.init_configuration.as_ref().unwrap();
+                // An empty taint list means "no taints", unlike an absent one; it must survive.
+                let registration = init.node_registration.as_ref().unwrap();
+                assert_eq!(registration.taints, Some(vec![]));
+                let rolling = kcp.spec.rollout_strategy.as_ref().unwrap();
+                assert_eq!(
+                    rolling.rolling_update.as_ref().unwrap().max_surge,
+                    Some(IntOrString::Int(0))
+                );
+                let status = kcp.status.as_ref().unwrap();
+                assert_eq!(status.last_remediation.as_ref().unwrap().retry_count, 1);
+                support::schema_problems::<KubeadmControlPlane>(&manifest)
+            }
+            "KubeadmControlPlaneTemplate" => {
+                let template: KubeadmControlPlaneTemplate = support::round_trip(&manifest);
+                assert!(template.spec.template.spec.machine_template.is_some());
+                support::schema_problems::<KubeadmControlPlaneTemplate>(&manifest)
+            }
+            "KubeadmConfig" => {
+                let config: KubeadmConfig = support::round_trip(&manifest);
+                assert_eq!(config.spec.format, Some(Format::Ignition));
+                let disks = config.spec.disk_setup.as_ref().unwrap();
+                let partition = &disks.partitions.as_ref().unwrap()[0];
+                assert_eq!(partition.table_type, Some(PartitionTableType::Gpt));
+                let status = config.status.as_ref().unwrap();
+                assert_eq!(status.data_secret_name.as_deref(), Some("dev-md-0-x7k2l"));
+                support::schema_problems::<KubeadmConfig>(&manifest)
             }
             "MachineHealthCheck" => {
-                let mhc: MachineHealthCheck = round_trip(&manifest);
+                let mhc: MachineHealthCheck = support::round_trip(&manifest);
                 assert_eq!(
                     mhc.spec.max_unhealthy,
                     Some(IntOrString::String("40%".into()))
                 );
-                schema_problems::<MachineHealthCheck>(&manifest)
+                support::schema_problems::<MachineHealthCheck>(&manifest)
             }
             other => panic!("no case for {other}"),
         };
@@ -352,7 +528,7 @@ fn manifests_round_trip_and_validate() {
 #[test]
 fn schema_check_rejects_bad_manifests() {
     let check = |manifest: Value, expect: &str| {
-        let problems = schema_problems::<Machine>(&manifest);
+        let problems = support::schema_problems::<Machine>(&manifest);
         assert!(
             problems.iter().any(|p| p.contains(expect)),
             "expected {expect:?} in {problems:#?}"

@@ -154,13 +154,17 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         server.virtual_clusters(),
         until_stopped(stopped.clone()),
     ));
+    let kubeadm = tokio::spawn(lariat_provider_kubeadm::run(
+        server.local_client(),
+        until_stopped(stopped.clone()),
+    ));
     server
         .serve(async move {
             shutdown_signal().await;
             let _ = stop.send(true);
         })
         .await?;
-    let _ = tokio::join!(controllers, inmemory);
+    let _ = tokio::join!(controllers, inmemory, kubeadm);
     eprintln!("lariat server stopped");
     Ok(())
 }

@@ -82,7 +82,7 @@ fn machines_boot_into_nodes_of_a_simulated_cluster() {
             machine["spec"]["providerID"]
                 .as_str()
                 .unwrap()
-                .starts_with("inmemory://default/sim/")
+                .starts_with("in-memory:///default/sim-workers-")
         );
         assert_eq!(machine["status"]["nodeInfo"]["kubeletVersion"], "v1.30.2");
     }
@@ -181,4 +181,182 @@ fn failure_injection_never_boots_and_not_ready_later() {
                 .any(|c| c["type"] == "NodeHealthy" && c["status"] == "False")
         })
     });
+}
+
+fn health_check(max_unhealthy: &str) -> String {
+    format!(
+        r#"apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineHealthCheck
+metadata:
+  name: sim-workers
+spec:
+  clusterName: sim
+  maxUnhealthy: {max_unhealthy}
+  nodeStartupTimeout: 3s
+  selector:
+    matchLabels: {{pool: workers}}
+  unhealthyConditions:
+  - {{type: Ready, status: "False", timeout: 1s}}
+"#
+    )
+}
+
+fn machine_names(server: &TestServer) -> Vec<String> {
+    machines(server)
+        .iter()
+        .map(|m| m["metadata"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn machine_health_checks_remediate_within_max_unhealthy() {
+    let server = TestServer::start();
+    // Nodes that go NotReady are replaced by the MachineSet after the health check deletes them.
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &manifests(r#"{nodeNotReadyAfter: "2s"}"#),
+    );
+    server.apply_ok(&["apply", "-f", "-"], &health_check("100%"));
+    eventually("machines run", || {
+        machines(&server)
+            .iter()
+            .filter(|m| m["status"]["phase"] == "Running")
+            .count()
+            == 2
+    });
+    let first = machine_names(&server);
+    eventually("unhealthy machines are replaced", || {
+        machine_names(&server).iter().all(|n| !first.contains(n))
+    });
+
+    // With maxUnhealthy 0, nothing is remediated and the check says why.
+    server.kubectl_ok(&["delete", "cluster", "sim"]);
+    server.kubectl_ok(&["delete", "mhc", "sim-workers"]);
+    server.apply_ok(&["apply", "-f", "-"], &manifests(r#"{neverBoots: true}"#));
+    server.apply_ok(&["apply", "-f", "-"], &health_check("0"));
+    eventually("two machines wait to boot", || machines(&server).len() == 2);
+    let waiting = machine_names(&server);
+    eventually("the health check refuses to remediate", || {
+        server.kubectl_ok(&[
+            "get",
+            "mhc",
+            "sim-workers",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"RemediationAllowed\")].reason}",
+        ]) == "TooManyUnhealthy"
+    });
+    assert_eq!(machine_names(&server), waiting, "no machine was deleted");
+    let counts = server.kubectl_ok(&[
+        "get",
+        "mhc",
+        "sim-workers",
+        "-o",
+        "jsonpath={.status.expectedMachines}/{.status.currentHealthy}",
+    ]);
+    assert_eq!(counts, "2/0");
+
+    // Raising maxUnhealthy lets the startup timeout remediate machines that never boot.
+    server.kubectl_ok(&[
+        "patch",
+        "mhc",
+        "sim-workers",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"maxUnhealthy":"100%"}}"#,
+    ]);
+    eventually("machines that never booted are replaced", || {
+        machine_names(&server).iter().all(|n| !waiting.contains(n))
+    });
+}
+
+#[test]
+fn kubeadm_bootstrap_inits_one_control_plane_then_joins_workers() {
+    let server = TestServer::start();
+    let pool = |name: &str, replicas: u32, control_plane: bool| {
+        let labels = if control_plane {
+            format!("{{pool: {name}, cluster.x-k8s.io/control-plane: \"\"}}")
+        } else {
+            format!("{{pool: {name}}}")
+        };
+        format!(
+            r#"---
+apiVersion: bootstrap.cluster.x-k8s.io/v1beta1
+kind: KubeadmConfigTemplate
+metadata:
+  name: {name}
+spec:
+  template:
+    spec:
+      preKubeadmCommands: ["echo hello from {name}"]
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineDeployment
+metadata:
+  name: {name}
+spec:
+  clusterName: sim
+  replicas: {replicas}
+  selector:
+    matchLabels: {{pool: {name}}}
+  template:
+    metadata:
+      labels: {labels}
+    spec:
+      clusterName: sim
+      version: v1.30.2
+      bootstrap:
+        configRef: {{apiVersion: bootstrap.cluster.x-k8s.io/v1beta1, kind: KubeadmConfigTemplate, name: {name}}}
+      infrastructureRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: InMemoryMachineTemplate, name: sim-workers}}
+"#
+        )
+    };
+    let base = manifests("{}");
+    let cluster_only: String = base
+        .split("---\napiVersion: cluster.x-k8s.io/v1beta1\nkind: MachineDeployment")
+        .next()
+        .unwrap()
+        .to_string();
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &format!(
+            "{cluster_only}{}{}",
+            pool("cp", 1, true),
+            pool("workers", 2, false)
+        ),
+    );
+    eventually("all three machines are Running", || {
+        let list = machines(&server);
+        list.len() == 3 && list.iter().all(|m| m["status"]["phase"] == "Running")
+    });
+    let secrets: Value =
+        serde_json::from_str(&server.kubectl_ok(&["get", "secrets", "-o", "json"])).unwrap();
+    let mut roles = vec![];
+    for secret in secrets["items"].as_array().unwrap() {
+        if secret["data"]["format"].is_string() {
+            let encoded = secret["data"]["value"].as_str().unwrap();
+            let output = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("echo {encoded} | base64 -d"))
+                .output()
+                .unwrap();
+            let cloud_init = String::from_utf8(output.stdout).unwrap();
+            assert!(cloud_init.starts_with("#cloud-config"), "{cloud_init}");
+            roles.push(if cloud_init.contains("kubeadm init") {
+                "init"
+            } else if cloud_init.contains("kubeadm join") {
+                "join"
+            } else {
+                "other"
+            });
+        }
+    }
+    roles.sort();
+    assert_eq!(roles, ["init", "join", "join"], "one init, then joins");
+    for name in ["sim-ca", "sim-etcd", "sim-sa", "sim-proxy"] {
+        assert!(
+            server.kubectl(&["get", "secret", name]).status.success(),
+            "cluster certificate {name}"
+        );
+    }
 }

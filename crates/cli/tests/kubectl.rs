@@ -274,7 +274,11 @@ fn patch_edit_and_generation() {
 #[test]
 fn status_subresource_and_wait_for_condition() {
     let server = TestServer::start();
-    server.apply_ok(&["apply", "-f", "-"], SEED_CLUSTER);
+    // Paused, so the Cluster controller leaves the status to this test.
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &SEED_CLUSTER.replace("spec:\n", "spec:\n  paused: true\n"),
+    );
     // A status written through the main resource is ignored, as for any CRD with a status subresource.
     server.kubectl_ok(&[
         "patch",

@@ -1,5 +1,5 @@
-//! Cluster API's core controllers for lariat: Cluster, MachineDeployment, MachineSet and
-//! Machine, as level-triggered kube-runtime reconcilers.
+//! Cluster API's core controllers for lariat: Cluster, MachineDeployment, MachineSet, Machine
+//! and MachineHealthCheck, as level-triggered kube-runtime reconcilers.
 //!
 //! Each reconciler gets the object and a [`Context`], never the reason it runs, so it must be
 //! idempotent. Core objects and provider objects alike are read as JSON (`DynamicObject`): a
@@ -21,6 +21,7 @@ pub mod conditions;
 pub mod external;
 pub mod machine;
 pub mod machine_deployment;
+pub mod machine_health_check;
 pub mod machine_set;
 pub mod object;
 
@@ -109,5 +110,17 @@ pub async fn run(client: Client, shutdown: impl std::future::Future<Output = ()>
         .graceful_shutdown_on(shutdown.clone())
         .run(machine::reconcile, error_policy, context.clone())
         .for_each(|_| async {});
-    tokio::join!(clusters, deployments, sets, machines);
+    let health_checks = Controller::new_with(
+        all("MachineHealthCheck"),
+        config(),
+        capi("MachineHealthCheck"),
+    )
+    .graceful_shutdown_on(shutdown.clone())
+    .run(
+        machine_health_check::reconcile,
+        error_policy,
+        context.clone(),
+    )
+    .for_each(|_| async {});
+    tokio::join!(clusters, deployments, sets, machines, health_checks);
 }

@@ -121,11 +121,11 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                 let infra_api = reference.api(&ctx.client, &namespace).await?;
                 ensure_owner(&infra_api, &infra, owner.clone()).await?;
                 object::ensure_labels(&infra_api, &infra, &labels).await?;
-                if let Some(id) = str_at(&infra.data, &["spec", "providerID"]) {
-                    if provider_id.as_deref() != Some(id) {
-                        patch(&api, &name, json!({"spec": {"providerID": id}})).await?;
-                        provider_id = Some(id.to_string());
-                    }
+                if let Some(id) = str_at(&infra.data, &["spec", "providerID"])
+                    && provider_id.as_deref() != Some(id)
+                {
+                    patch(&api, &name, json!({"spec": {"providerID": id}})).await?;
+                    provider_id = Some(id.to_string());
                 }
                 if let Some(addresses) = infra.data["status"]["addresses"].as_array() {
                     status["addresses"] = json!(addresses);

@@ -221,6 +221,13 @@ pub async fn delete_if_present(api: &Api<DynamicObject>, name: &str) -> Result<b
     }
 }
 
+/// A Go-style duration (`"1m30s"`, `"500ms"`), as Cluster API writes them; `None` if unset or
+/// malformed.
+pub fn duration(value: &Value) -> Option<std::time::Duration> {
+    let parsed: kube::core::Duration = value.as_str()?.parse().ok()?;
+    Some(std::time::Duration::from(parsed))
+}
+
 pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }

@@ -74,11 +74,3 @@ pub async fn run(
     .for_each(|_| async {});
     tokio::join!(clusters, machines);
 }
-
-/// A Go-style duration (`"1m30s"`, `"500ms"`), as Cluster API writes them; `None` if unset or
-/// malformed.
-pub fn duration(value: &serde_json::Value) -> Option<Duration> {
-    let text = value.as_str()?;
-    let parsed: kube::core::Duration = text.parse().ok()?;
-    Duration::try_from(parsed).ok()
-}

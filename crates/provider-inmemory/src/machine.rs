@@ -15,7 +15,9 @@ use lariat_controllers::object::{
 use lariat_controllers::{Error, conditions};
 use serde_json::json;
 
-use crate::{Context, cluster_key, duration, resource};
+use lariat_controllers::object::duration;
+
+use crate::{Context, cluster_key, resource};
 
 pub const FINALIZER: &str = "inmemorymachine.infrastructure.cluster.x-k8s.io";
 /// When the machine started booting (bootstrap data first seen), so a restart keeps the delay.
@@ -68,14 +70,13 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .get("cluster.x-k8s.io/cluster-name")
         .cloned();
     if object.metadata.deletion_timestamp.is_some() {
-        if let Some(cluster) = &cluster_name {
-            if let Some(key) = workload_key(&ctx, &namespace, cluster).await? {
-                if let Some(client) = ctx.clusters.client(&key) {
-                    let _ = Api::<Node>::all(client)
-                        .delete(&name, &Default::default())
-                        .await;
-                }
-            }
+        if let Some(cluster) = &cluster_name
+            && let Some(key) = workload_key(&ctx, &namespace, cluster).await?
+            && let Some(client) = ctx.clusters.client(&key)
+        {
+            let _ = Api::<Node>::all(client)
+                .delete(&name, &Default::default())
+                .await;
         }
         remove_finalizer(&api, &object, FINALIZER).await?;
         return Ok(Action::await_change());
@@ -166,7 +167,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         return Ok(Action::requeue(delay - booting_for));
     }
 
-    let provider_id = format!("inmemory://{namespace}/{cluster}/{name}");
+    let provider_id = lariat_api::infrastructure::in_memory::provider_id(&namespace, &name);
     if str_at(&object.data, &["spec", "providerID"]) != Some(provider_id.as_str()) {
         patch(&api, &name, json!({"spec": {"providerID": provider_id}})).await?;
     }

@@ -24,3 +24,6 @@ pub const TOPOLOGY_OWNED: &str = "topology.cluster.x-k8s.io/owned";
 pub const TOPOLOGY_MACHINE_DEPLOYMENT_NAME: &str = "topology.cluster.x-k8s.io/deployment-name";
 /// Labels under this domain on a Machine are kept in sync onto its Node.
 pub const MANAGED_NODE_LABEL_DOMAIN: &str = "node.cluster.x-k8s.io";
+/// On a provider's CRD: the Cluster API contract it implements (`v1beta1`), valued with the
+/// CRD versions that implement it, `_`-separated, oldest first (e.g. `v1alpha1`).
+pub const CONTRACT_V1BETA1: &str = "cluster.x-k8s.io/v1beta1";

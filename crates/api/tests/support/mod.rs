@@ -1,10 +1,14 @@
-//! Helpers the integration tests share: finding the upstream reference files and reading CRDs.
+//! Helpers the integration tests share: finding the upstream reference files, reading CRDs,
+//! round-tripping manifests through the typed kinds and checking them against the schemas.
 
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
 use std::path::PathBuf;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// The folder holding the upstream Cluster API CRDs.
@@ -52,6 +56,92 @@ pub fn version<'a>(crd: &'a Value, version: &str) -> &'a Value {
 /// A generated CRD as JSON, so it can be walked like the upstream YAML.
 pub fn to_json(crd: &CustomResourceDefinition) -> Value {
     serde_json::to_value(crd).expect("a CRD serializes")
+}
+
+/// The schema of the one version a generated CRD has.
+pub fn only_schema(crd: &Value) -> &Value {
+    let versions = crd["spec"]["versions"]
+        .as_array()
+        .expect("spec.versions is a list");
+    assert_eq!(versions.len(), 1, "lariat serves one version of each kind");
+    &versions[0]["schema"]["openAPIV3Schema"]
+}
+
+/// Reads `manifest` as `K`, writes it back, and returns the typed object; the written form must
+/// equal the input, so nothing was lost or invented on the way.
+pub fn round_trip<K: Serialize + DeserializeOwned>(manifest: &Value) -> K {
+    let typed: K = serde_json::from_value(manifest.clone())
+        .unwrap_or_else(|e| panic!("reading {}: {e}", manifest["kind"]));
+    let written = serde_json::to_value(&typed).expect("a typed object serializes");
+    assert_eq!(&written, manifest, "round trip of {}", manifest["kind"]);
+    typed
+}
+
+/// The problems lariat's API server would find with `manifest`, given the kind's CRD.
+pub fn schema_problems<K: CustomResourceExt>(manifest: &Value) -> Vec<String> {
+    let crd = to_json(&K::crd());
+    // apiVersion, kind and metadata are the API server's own business; see OMITTED in the
+    // compatibility test.
+    let mut body = manifest.clone();
+    for key in ["apiVersion", "kind", "metadata"] {
+        body.as_object_mut().unwrap().remove(key);
+    }
+    validate(&body, only_schema(&crd))
+}
+
+/// Collects the places where a schema breaks Kubernetes' structural-schema rules.
+pub fn structural_problems(path: &str, node: &Value, problems: &mut Vec<String>) {
+    let Some(map) = node.as_object() else {
+        problems.push(format!("{path}: schema is not an object"));
+        return;
+    };
+    let typed = map.contains_key("type")
+        || map.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
+        || map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    if !typed {
+        problems.push(format!("{path}: no type"));
+    }
+    for key in [
+        "$ref",
+        "$defs",
+        "definitions",
+        "oneOf",
+        "anyOf",
+        "allOf",
+        "not",
+        "uniqueItems",
+    ] {
+        if map.contains_key(key) {
+            problems.push(format!("{path}: uses {key}"));
+        }
+    }
+    if map.contains_key("properties") && map.contains_key("additionalProperties") {
+        problems.push(format!("{path}: both properties and additionalProperties"));
+    }
+    match map.get("type").and_then(Value::as_str) {
+        Some("array") if !map.get("items").is_some_and(Value::is_object) => {
+            problems.push(format!("{path}: array without an items schema"));
+        }
+        Some(t) if t != "object" && t != "array" => {
+            for key in ["properties", "additionalProperties", "items"] {
+                if map.contains_key(key) {
+                    problems.push(format!("{path}: {t} with {key}"));
+                }
+            }
+        }
+        _ => {}
+    }
+    if let Some(properties) = map.get("properties").and_then(Value::as_object) {
+        for (name, child) in properties {
+            structural_problems(&format!("{path}.{name}"), child, problems);
+        }
+    }
+    if let Some(items) = map.get("items") {
+        structural_problems(&format!("{path}[]"), items, problems);
+    }
+    if let Some(additional) = map.get("additionalProperties").filter(|v| v.is_object()) {
+        structural_problems(&format!("{path}{{}}"), additional, problems);
+    }
 }
 
 /// Checks `value` against a structural schema the way the API server would, and returns

@@ -1,0 +1,246 @@
+//! The MachineHealthCheck controller: finds the Machines it targets that are unhealthy (a Node
+//! that never joined within `nodeStartupTimeout`, or a Node condition matching an
+//! `unhealthyConditions` entry for longer than its timeout) and, while `maxUnhealthy` allows,
+//! remediates them by deleting them, so their MachineSet or control plane replaces them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+use kube::runtime::controller::Action;
+use serde_json::json;
+
+use crate::machine_deployment::resolve;
+use crate::object::{patch_status, str_at};
+use crate::{Context, Error, capi, conditions};
+
+/// Cluster API's default time for a Node to join.
+const DEFAULT_NODE_STARTUP: Duration = Duration::from_secs(600);
+
+fn age(rfc3339: Option<&str>) -> Option<Duration> {
+    let at = chrono::DateTime::parse_from_rfc3339(rfc3339?).ok()?;
+    (chrono::Utc::now() - at.with_timezone(&chrono::Utc))
+        .to_std()
+        .ok()
+        .or(Some(Duration::ZERO))
+}
+
+/// Why a machine is unhealthy, or how long until it might become so.
+enum Health {
+    Healthy,
+    Unhealthy(String),
+    /// Healthy for now; look again after this long.
+    RecheckIn(Duration),
+}
+
+fn machine_health(check: &DynamicObject, machine: &DynamicObject, node: Option<&Node>) -> Health {
+    let spec = &check.data["spec"];
+    let Some(node) = node else {
+        if machine.data["status"]["nodeRef"].is_object() {
+            return Health::Unhealthy("the Machine's Node is gone".into());
+        }
+        let timeout =
+            crate::object::duration(&spec["nodeStartupTimeout"]).unwrap_or(DEFAULT_NODE_STARTUP);
+        if timeout.is_zero() {
+            return Health::Healthy;
+        }
+        // The clock starts when the infrastructure is ready, as in Cluster API; until then,
+        // from the Machine's creation.
+        let started = machine.data["status"]["conditions"]
+            .as_array()
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c["type"] == "InfrastructureReady" && c["status"] == "True")
+            })
+            .and_then(|c| c["lastTransitionTime"].as_str().map(String::from))
+            .or_else(|| {
+                machine
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0.to_string())
+            });
+        let waited = age(started.as_deref()).unwrap_or_default();
+        return if waited >= timeout {
+            Health::Unhealthy(format!(
+                "the Node did not join within {}s",
+                timeout.as_secs()
+            ))
+        } else {
+            Health::RecheckIn(timeout - waited)
+        };
+    };
+    let node_conditions = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let mut recheck: Option<Duration> = None;
+    for rule in spec["unhealthyConditions"].as_array().into_iter().flatten() {
+        let timeout = crate::object::duration(&rule["timeout"]).unwrap_or_default();
+        for condition in node_conditions.iter().filter(|c| {
+            c.type_ == rule["type"].as_str().unwrap_or_default()
+                && c.status == rule["status"].as_str().unwrap_or_default()
+        }) {
+            let held = condition
+                .last_transition_time
+                .as_ref()
+                .map(|t| t.0.to_string());
+            let held = age(held.as_deref()).unwrap_or_default();
+            if held >= timeout {
+                return Health::Unhealthy(format!(
+                    "Node condition {} is {} for {}s",
+                    condition.type_,
+                    condition.status,
+                    held.as_secs()
+                ));
+            }
+            let left = timeout - held;
+            recheck = Some(recheck.map_or(left, |r| r.min(left)));
+        }
+    }
+    recheck.map_or(Health::Healthy, Health::RecheckIn)
+}
+
+pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if check.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let namespace = check.namespace().unwrap_or_default();
+    let name = check.name_any();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("MachineHealthCheck"));
+    let cluster = str_at(&check.data, &["spec", "clusterName"])
+        .unwrap_or_default()
+        .to_string();
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Cluster"));
+    let Some(cluster_object) = clusters.get_opt(&cluster).await? else {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    };
+    if crate::object::bool_at(&cluster_object.data, &["spec", "paused"]) {
+        return Ok(Action::await_change());
+    }
+    let mut selector: Vec<String> = check.data["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default();
+    selector.push(format!("{}={cluster}", crate::cluster::CLUSTER_NAME_LABEL));
+    let machines_api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+    let machines: Vec<DynamicObject> = machines_api
+        .list(&ListParams::default().labels(&selector.join(",")))
+        .await?
+        .items
+        .into_iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .collect();
+    let nodes: Vec<Node> =
+        match crate::machine::workload_client(&ctx.client, &namespace, &cluster).await {
+            Some(client) => Api::<Node>::all(client)
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default(),
+            None => vec![],
+        };
+
+    let mut unhealthy = vec![];
+    // Node conditions live in the workload cluster, which core does not watch: poll.
+    let mut recheck = Duration::from_secs(3);
+    for machine in &machines {
+        let provider_id = str_at(&machine.data, &["spec", "providerID"]);
+        let node = provider_id.and_then(|id| {
+            nodes
+                .iter()
+                .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
+        });
+        match machine_health(&check, machine, node) {
+            Health::Healthy => {}
+            Health::Unhealthy(why) => unhealthy.push((machine, why)),
+            Health::RecheckIn(after) => recheck = recheck.min(after + Duration::from_millis(100)),
+        }
+    }
+    let expected = machines.len() as i64;
+    let max_unhealthy = resolve(
+        &check.data["spec"]["maxUnhealthy"],
+        expected,
+        false,
+        expected,
+    )
+    .max(0);
+    let allowed = unhealthy.len() as i64 <= max_unhealthy;
+    let mut list = conditions::existing(&check.data["status"]);
+    if allowed {
+        for (machine, why) in &unhealthy {
+            tracing::info!(machinehealthcheck = %format!("{namespace}/{name}"), machine = %machine.name_any(), reason = %why, "remediating an unhealthy machine");
+            // Only machines someone will replace are deleted: those owned by a MachineSet or a
+            // control plane. A lone Machine is reported, not destroyed.
+            let replaceable = machine
+                .owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true));
+            if replaceable {
+                match machines_api
+                    .delete(&machine.name_any(), &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        conditions::set(&mut list, "RemediationAllowed", true, "", "");
+    } else {
+        let message = format!(
+            "{} of {} machines are unhealthy, more than maxUnhealthy ({max_unhealthy}); not remediating",
+            unhealthy.len(),
+            expected
+        );
+        tracing::warn!(machinehealthcheck = %format!("{namespace}/{name}"), "{message}");
+        conditions::set(
+            &mut list,
+            "RemediationAllowed",
+            false,
+            "TooManyUnhealthy",
+            &message,
+        );
+    }
+    let status = json!({
+        "expectedMachines": expected,
+        "currentHealthy": expected - unhealthy.len() as i64,
+        "remediationsAllowed": (max_unhealthy - unhealthy.len() as i64).max(0),
+        "targets": machines.iter().map(|m| m.name_any()).collect::<Vec<_>>(),
+        "conditions": list,
+        "observedGeneration": check.metadata.generation.unwrap_or(0),
+    });
+    let changed = [
+        "expectedMachines",
+        "currentHealthy",
+        "remediationsAllowed",
+        "targets",
+        "observedGeneration",
+    ]
+    .iter()
+    .any(|k| status[k] != check.data["status"][k])
+        || conditions::is_true(&list, "RemediationAllowed")
+            != conditions::is_true(
+                &conditions::existing(&check.data["status"]),
+                "RemediationAllowed",
+            );
+    if changed {
+        patch_status(&api, &name, status).await?;
+    }
+    Ok(Action::requeue(if unhealthy.is_empty() {
+        recheck
+    } else {
+        Duration::from_secs(1)
+    }))
+}

@@ -1,0 +1,585 @@
+//! The KubeadmConfig reconciler: finds the config's Machine and Cluster, decides whether the
+//! node inits or joins, and writes the bootstrap data Secret, then the status
+//! (docs/contracts/bootstrap.md, "Typical reconcile workflow").
+//!
+//! It is level-triggered and idempotent: every run recomputes the whole status from what it
+//! observes, writes it only when it differs, and leaves a ready config's data alone (a machine
+//! may already have booted with it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::runtime::controller::Action;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::certs::Purpose;
+use crate::cloudinit::{self, RenderError, RenderInput};
+use crate::conditions::{self as cond, Severity};
+use crate::kubeadm::{ClusterFacts, KubeadmError, Role};
+use crate::lock::{self, Lock};
+use crate::object::{bool_at, key, str_at, write_status};
+use crate::secrets::{self, Certificates, DataSecret};
+use crate::{Context, Error, capi, kubeadm_config_resource};
+
+/// Label on each data Secret recording which kubeadm role it was rendered for. The init
+/// election reads it: a cluster that already has another node's bootstrap data never gets a
+/// second `kubeadm init`, even if its lock ConfigMap disappears.
+pub const ROLE_LABEL: &str = "bootstrap.lariat.dev/kubeadm-role";
+
+/// How long a config waits before looking again at something no watch reports (the fallback
+/// when a watch event is missed).
+const WAIT: Duration = Duration::from_secs(5);
+
+/// `status.failureReason` for configurations that can never be rendered.
+const INVALID_CONFIGURATION_FAILURE: &str = "InvalidConfiguration";
+
+/// The object that owns the config: a Machine, or a MachinePool (whose Machines share one
+/// config; they are always workers).
+struct ConfigOwner {
+    kind: String,
+    object: DynamicObject,
+}
+
+impl ConfigOwner {
+    fn is_control_plane(&self) -> bool {
+        self.kind == "Machine"
+            && self
+                .object
+                .labels()
+                .contains_key(lariat_api::capi::labels::MACHINE_CONTROL_PLANE)
+    }
+
+    /// The path of the Machine spec fields: a MachinePool nests them in its template.
+    fn spec_path(&self, field: &[&'static str]) -> Vec<&'static str> {
+        let mut path = match self.kind.as_str() {
+            "MachinePool" => vec!["spec", "template", "spec"],
+            _ => vec!["spec"],
+        };
+        path.extend_from_slice(field);
+        path
+    }
+
+    fn version(&self) -> Option<&str> {
+        str_at(&self.object.data, &self.spec_path(&["version"]))
+    }
+
+    fn data_secret_name(&self) -> Option<&str> {
+        str_at(
+            &self.object.data,
+            &self.spec_path(&["bootstrap", "dataSecretName"]),
+        )
+    }
+
+    fn cluster_name(&self) -> Option<String> {
+        self.object
+            .labels()
+            .get(lariat_api::capi::labels::CLUSTER_NAME)
+            .cloned()
+            .or_else(|| str_at(&self.object.data, &["spec", "clusterName"]).map(String::from))
+    }
+}
+
+/// The owner reference that makes a Machine (or MachinePool) this config's owner.
+fn owner_reference(config: &DynamicObject) -> Option<(String, String, String, String)> {
+    config
+        .owner_references()
+        .iter()
+        .filter(|o| {
+            (o.kind == "Machine" || o.kind == "MachinePool")
+                && o.api_version.starts_with("cluster.x-k8s.io/")
+        })
+        // The controller reference first, as the contract names it.
+        .max_by_key(|o| o.controller == Some(true))
+        .map(|o| {
+            (
+                o.api_version.clone(),
+                o.kind.clone(),
+                o.name.clone(),
+                o.uid.clone(),
+            )
+        })
+}
+
+async fn get_owner(
+    client: &Client,
+    namespace: &str,
+    (api_version, kind, name, uid): (String, String, String, String),
+) -> Result<Option<ConfigOwner>, Error> {
+    let resource = if kind == "Machine" {
+        capi("Machine")
+    } else {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+        let gvk = kube::core::GroupVersionKind::gvk(group, version, &kind);
+        match kube::discovery::pinned_kind(client, &gvk).await {
+            Ok((resource, _)) => resource,
+            // MachinePool has no controller in lariat yet; a config it owns waits quietly.
+            Err(source) => {
+                return Err(Error::UnknownKind {
+                    kind: format!("{kind}.{api_version}"),
+                    source,
+                });
+            }
+        }
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    Ok(api
+        .get_opt(&name)
+        .await?
+        // A Machine recreated under the same name is not this config's owner.
+        .filter(|o| o.uid().as_deref() == Some(uid.as_str()))
+        .map(|object| ConfigOwner { kind, object }))
+}
+
+/// Reconciles one KubeadmConfig.
+#[tracing::instrument(skip_all, fields(kubeadmconfig = %key(&config)))]
+pub async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = config.namespace().unwrap_or_default();
+    // The data Secret is owned by the config and goes with it; nothing else to clean up.
+    if config.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    // Contract: find the Machine through the ownerReference and wait quietly without one. The
+    // Machine controller adopting the config triggers the next reconcile through the watch.
+    let Some(reference) = owner_reference(&config) else {
+        return Ok(Action::await_change());
+    };
+    let owner = match get_owner(&ctx.client, &namespace, reference).await {
+        Ok(Some(owner)) => owner,
+        Ok(None) => return Ok(Action::requeue(WAIT)),
+        Err(Error::UnknownKind { kind, .. }) => {
+            tracing::debug!(%kind, "owner kind is not served; waiting");
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
+        Err(e) => return Err(e),
+    };
+    let cluster_name = config
+        .labels()
+        .get(lariat_api::capi::labels::CLUSTER_NAME)
+        .cloned()
+        .or_else(|| owner.cluster_name());
+    let Some(cluster_name) = cluster_name else {
+        return Ok(Action::requeue(WAIT));
+    };
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Cluster"));
+    let Some(cluster) = clusters.get_opt(&cluster_name).await? else {
+        return Ok(Action::requeue(WAIT));
+    };
+    // Contract: no change to the config or anything else while paused.
+    if bool_at(&cluster.data, &["spec", "paused"])
+        || config
+            .annotations()
+            .contains_key(lariat_api::capi::annotations::PAUSED)
+    {
+        return Ok(Action::await_change());
+    }
+
+    let mut scope = Scope {
+        client: ctx.client.clone(),
+        config: &config,
+        owner: &owner,
+        cluster: &cluster,
+        cluster_name,
+        status: match &config.data["status"] {
+            Value::Object(status) => Value::Object(status.clone()),
+            _ => json!({}),
+        },
+        conditions: cond::existing(&config.data["status"]),
+    };
+    let action = scope.run().await?;
+    scope.finish().await?;
+    Ok(action)
+}
+
+/// What one reconcile works with, and the status it builds.
+struct Scope<'a> {
+    client: Client,
+    config: &'a DynamicObject,
+    owner: &'a ConfigOwner,
+    cluster: &'a DynamicObject,
+    cluster_name: String,
+    status: Value,
+    conditions: Vec<Value>,
+}
+
+impl Scope<'_> {
+    fn namespace(&self) -> String {
+        self.config.namespace().unwrap_or_default()
+    }
+
+    fn cluster_initialized(&self) -> bool {
+        cond::is_true(
+            &cond::existing(&self.cluster.data["status"]),
+            lariat_api::capi::conditions::CONTROL_PLANE_INITIALIZED,
+        ) || bool_at(
+            &self.cluster.data,
+            &["status", "initialization", "controlPlaneInitialized"],
+        )
+    }
+
+    fn wait(&mut self, reason: &str, message: &str) -> Action {
+        cond::mark_false(
+            &mut self.conditions,
+            cond::DATA_SECRET_AVAILABLE,
+            reason,
+            Severity::Info,
+            message,
+        );
+        Action::requeue(WAIT)
+    }
+
+    /// A problem only a change to the spec fixes: reported, not retried.
+    fn invalid(&mut self, reason: &str, message: &str, terminal: bool) -> Action {
+        cond::mark_false(
+            &mut self.conditions,
+            cond::DATA_SECRET_AVAILABLE,
+            reason,
+            Severity::Error,
+            message,
+        );
+        if terminal {
+            self.status["failureReason"] = json!(INVALID_CONFIGURATION_FAILURE);
+            self.status["failureMessage"] = json!(message);
+        }
+        Action::await_change()
+    }
+
+    /// The phases, in order; each returns early with the action to take while it waits.
+    async fn run(&mut self) -> Result<Action, Error> {
+        let name = self.config.name_any();
+        let initialized = self.cluster_initialized();
+
+        // Already done: the data must not change once ready, so only the side duty remains.
+        if bool_at(&self.status, &["ready"])
+            && let Some(secret) = str_at(&self.status, &["dataSecretName"]).map(String::from)
+        {
+            let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+                Api::namespaced(self.client.clone(), &self.namespace());
+            match secrets.get_opt(&secret).await? {
+                Some(data) => {
+                    cond::mark_true(&mut self.conditions, cond::DATA_SECRET_AVAILABLE);
+                    let init = data.labels().get(ROLE_LABEL).map(String::as_str)
+                        == Some(Role::Init.as_str());
+                    if initialized && init {
+                        lock::release(&self.client, &self.namespace(), &self.cluster_name).await?;
+                    }
+                }
+                // Not regenerated: the node may have booted with the old data, and a new
+                // render could differ (another role, another token). Replace the Machine.
+                None => {
+                    cond::mark_false(
+                        &mut self.conditions,
+                        cond::DATA_SECRET_AVAILABLE,
+                        cond::DATA_SECRET_GENERATION_FAILED_REASON,
+                        Severity::Error,
+                        &format!(
+                            "Secret {secret} was deleted after the Machine got it; replace the Machine"
+                        ),
+                    );
+                }
+            }
+            return Ok(Action::await_change());
+        }
+        // The Machine already has data (given by the user, or copied before a `lariat move`).
+        if let Some(secret) = self.owner.data_secret_name().map(String::from) {
+            self.status["ready"] = json!(true);
+            self.status["dataSecretName"] = json!(secret);
+            cond::mark_true(&mut self.conditions, cond::DATA_SECRET_AVAILABLE);
+            return Ok(Action::await_change());
+        }
+
+        let spec = &self.config.data["spec"];
+        if let Some(format) = str_at(spec, &["format"]).filter(|f| *f != "cloud-config") {
+            let message = format!(
+                "spec.format {format} is not supported: the kubeadm bootstrap provider produces cloud-config only"
+            );
+            return Ok(self.invalid(cond::UNSUPPORTED_FORMAT_REASON, &message, true));
+        }
+        if !bool_at(&self.cluster.data, &["status", "infrastructureReady"]) {
+            return Ok(self.wait(
+                cond::WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON,
+                &format!(
+                    "waiting for Cluster {}'s infrastructure to be ready",
+                    self.cluster_name
+                ),
+            ));
+        }
+
+        let Some(role) = self.elect(initialized).await? else {
+            return Ok(Action::requeue(WAIT));
+        };
+        if role != Role::Init {
+            // Initialized: nobody inits any more, so the lock has done its job.
+            lock::release(&self.client, &self.namespace(), &self.cluster_name).await?;
+        }
+
+        let purposes: &[Purpose] = if role.is_control_plane() {
+            &Purpose::ALL
+        } else {
+            &[Purpose::ClusterCa]
+        };
+        let certificates =
+            match secrets::certificates(&self.client, self.cluster, purposes, role == Role::Init)
+                .await
+            {
+                Ok(Certificates::Available(certificates)) => {
+                    cond::mark_true(&mut self.conditions, cond::CERTIFICATES_AVAILABLE);
+                    certificates
+                }
+                Ok(Certificates::Missing(names)) => {
+                    cond::mark_false(
+                        &mut self.conditions,
+                        cond::CERTIFICATES_AVAILABLE,
+                        cond::CERTIFICATES_CORRUPTED_REASON,
+                        Severity::Warning,
+                        &format!(
+                            "the cluster is initialized but Secret(s) {} do not exist",
+                            names.join(", ")
+                        ),
+                    );
+                    return Ok(Action::requeue(WAIT));
+                }
+                Ok(Certificates::Corrupted(message)) => {
+                    cond::mark_false(
+                        &mut self.conditions,
+                        cond::CERTIFICATES_AVAILABLE,
+                        cond::CERTIFICATES_CORRUPTED_REASON,
+                        Severity::Error,
+                        &message,
+                    );
+                    return Ok(Action::requeue(Duration::from_secs(30)));
+                }
+                Err(Error::Certificates(e)) => {
+                    cond::mark_false(
+                        &mut self.conditions,
+                        cond::CERTIFICATES_AVAILABLE,
+                        cond::CERTIFICATES_GENERATION_FAILED_REASON,
+                        Severity::Warning,
+                        &e.to_string(),
+                    );
+                    self.finish().await?;
+                    return Err(Error::Certificates(e));
+                }
+                Err(e) => return Err(e),
+            };
+
+        let token = match secrets::join_token(&self.client, self.cluster).await? {
+            Ok(token) => token,
+            Err(message) => {
+                cond::mark_false(
+                    &mut self.conditions,
+                    cond::DATA_SECRET_AVAILABLE,
+                    cond::DATA_SECRET_GENERATION_FAILED_REASON,
+                    Severity::Error,
+                    &message,
+                );
+                return Ok(Action::requeue(Duration::from_secs(30)));
+            }
+        };
+        let spec = match secrets::resolve_references(&self.client, &self.namespace(), spec).await? {
+            Ok(spec) => spec,
+            Err(message) => {
+                cond::mark_false(
+                    &mut self.conditions,
+                    cond::DATA_SECRET_AVAILABLE,
+                    cond::DATA_SECRET_GENERATION_FAILED_REASON,
+                    Severity::Warning,
+                    &message,
+                );
+                return Ok(Action::requeue(WAIT));
+            }
+        };
+        let facts = ClusterFacts::from_cluster(
+            &self.cluster_name,
+            &self.cluster.data,
+            self.owner.version(),
+        );
+        let rendered = cloudinit::render(&RenderInput {
+            role,
+            spec: &spec,
+            facts: &facts,
+            certificates: &certificates,
+            token: &token,
+        });
+        let value = match rendered {
+            Ok(value) => value,
+            Err(RenderError::Kubeadm(KubeadmError::NoEndpoint)) => {
+                return Ok(self.wait(
+                    cond::WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON,
+                    &format!(
+                        "waiting for Cluster {}'s spec.controlPlaneEndpoint",
+                        self.cluster_name
+                    ),
+                ));
+            }
+            Err(e) => {
+                return Ok(self.invalid(cond::INVALID_CONFIGURATION_REASON, &e.to_string(), false));
+            }
+        };
+
+        let mut labels = crate::object::cluster_labels(&self.cluster_name);
+        labels.insert(ROLE_LABEL.into(), role.as_str().into());
+        match secrets::write_data_secret(&self.client, self.config, labels, &value).await? {
+            DataSecret::Foreign => {
+                cond::mark_false(
+                    &mut self.conditions,
+                    cond::DATA_SECRET_AVAILABLE,
+                    cond::DATA_SECRET_GENERATION_FAILED_REASON,
+                    Severity::Error,
+                    &format!(
+                        "Secret {name} exists and is not controlled by this KubeadmConfig; delete or rename it"
+                    ),
+                );
+                return Ok(Action::requeue(Duration::from_secs(30)));
+            }
+            DataSecret::Unchanged => {}
+            written => {
+                tracing::info!(role = role.as_str(), ?written, "wrote bootstrap data");
+            }
+        }
+        // Contract: the Secret first, then ready.
+        self.status["ready"] = json!(true);
+        self.status["dataSecretName"] = json!(name);
+        cond::mark_true(&mut self.conditions, cond::DATA_SECRET_AVAILABLE);
+        Ok(Action::await_change())
+    }
+
+    /// Decides init or join; `None` while the node has to wait (the condition says why).
+    ///
+    /// Joins wait for the Cluster's `ControlPlaneInitialized`. Before that, one control-plane
+    /// Machine inits: it must be a control-plane Machine whose config is not join-only, no other
+    /// config of the cluster may have bootstrap data already, and it must hold the init lock.
+    async fn elect(&mut self, initialized: bool) -> Result<Option<Role>, Error> {
+        if initialized {
+            return Ok(Some(if self.owner.is_control_plane() {
+                Role::JoinControlPlane
+            } else {
+                Role::JoinWorker
+            }));
+        }
+        let waiting =
+            |who: &str| format!("waiting for the control plane to be initialized ({who})");
+        if !self.owner.is_control_plane() || join_only(&self.config.data["spec"]) {
+            self.wait(
+                cond::WAITING_FOR_CONTROL_PLANE_AVAILABLE_REASON,
+                &waiting("this node joins it"),
+            );
+            return Ok(None);
+        }
+        if let Some((other, role)) = self.other_bootstrap_data().await? {
+            let who = match role.as_str() {
+                "init" => format!("KubeadmConfig {other} has the init data"),
+                _ => format!("KubeadmConfig {other} already joined this cluster"),
+            };
+            self.wait(
+                cond::WAITING_FOR_CONTROL_PLANE_AVAILABLE_REASON,
+                &waiting(&who),
+            );
+            return Ok(None);
+        }
+        match lock::acquire(&self.client, self.cluster, &self.owner.object).await? {
+            Lock::Held => Ok(Some(Role::Init)),
+            Lock::HeldBy(holder) => {
+                self.wait(
+                    cond::WAITING_FOR_CONTROL_PLANE_AVAILABLE_REASON,
+                    &waiting(&format!("Machine {holder} holds the init lock")),
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// Another existing config of this cluster that already has bootstrap data, and its role.
+    async fn other_bootstrap_data(&self) -> Result<Option<(String, String)>, Error> {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.client.clone(), &self.namespace());
+        let selector = format!(
+            "{}={},{ROLE_LABEL}",
+            lariat_api::capi::labels::CLUSTER_NAME,
+            self.cluster_name
+        );
+        let configs: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace(),
+            &kubeadm_config_resource(),
+        );
+        for secret in secrets
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+        {
+            let name = secret.name_any();
+            if name == self.config.name_any() {
+                continue;
+            }
+            let Some(owner) = secret
+                .owner_references()
+                .iter()
+                .find(|o| o.controller == Some(true) && o.kind == "KubeadmConfig")
+            else {
+                continue;
+            };
+            // Data whose config is gone (or going) is garbage waiting for collection.
+            let live = configs.get_opt(&owner.name).await?.filter(|c| {
+                c.uid().as_deref() == Some(owner.uid.as_str())
+                    && c.metadata.deletion_timestamp.is_none()
+            });
+            if live.is_some() {
+                let role = secret.labels().get(ROLE_LABEL).cloned().unwrap_or_default();
+                return Ok(Some((owner.name.clone(), role)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Summarizes `Ready` and writes the status if it changed.
+    async fn finish(&mut self) -> Result<(), Error> {
+        if cond::is_true(&self.conditions, cond::DATA_SECRET_AVAILABLE)
+            && self.status["failureReason"].is_string()
+        {
+            let status = self.status.as_object_mut().expect("status is an object");
+            status.remove("failureReason");
+            status.remove("failureMessage");
+        }
+        cond::summarize(&mut self.conditions);
+        self.status["conditions"] = json!(self.conditions);
+        self.status["observedGeneration"] = json!(self.config.metadata.generation.unwrap_or(0));
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace(),
+            &kubeadm_config_resource(),
+        );
+        write_status(&api, self.config, &self.status).await?;
+        Ok(())
+    }
+}
+
+/// A config with only a join configuration (as KubeadmControlPlane writes for every Machine
+/// after the first) is meant to join, never to init.
+fn join_only(spec: &Value) -> bool {
+    let set = |key: &str| spec[key].is_object();
+    set("joinConfiguration") && !set("initConfiguration") && !set("clusterConfiguration")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_only_configs_never_init() {
+        let check = |spec: Value, expect: bool| assert_eq!(join_only(&spec), expect, "{spec}");
+        check(json!({}), false);
+        check(json!({"joinConfiguration": {}}), true);
+        check(
+            json!({"joinConfiguration": {}, "initConfiguration": {}}),
+            false,
+        );
+        check(
+            json!({"joinConfiguration": {}, "clusterConfiguration": {}}),
+            false,
+        );
+        check(json!({"initConfiguration": {}}), false);
+    }
+}
