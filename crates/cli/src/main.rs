@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use lariat_store::Store;
 
 mod bench;
+mod generate;
 
 #[derive(Parser)]
 #[command(
@@ -25,6 +26,11 @@ struct Cli {
 enum Command {
     /// Run the management server (Kubernetes-compatible API over HTTPS).
     Server(ServerArgs),
+    /// Print manifests, like clusterctl generate.
+    Generate {
+        #[command(subcommand)]
+        what: generate::GenerateCommand,
+    },
     /// Measure the server and print figures.
     Bench {
         #[command(subcommand)]
@@ -75,6 +81,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Server(args) => server(args).await,
             Command::Bench { what } => bench::run(what).await,
+            Command::Generate { what } => generate::run(what),
         }
     });
     match result {

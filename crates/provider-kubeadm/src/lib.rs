@@ -26,6 +26,7 @@ use kube::runtime::watcher;
 pub mod certs;
 pub mod cloudinit;
 pub mod conditions;
+pub mod control_plane;
 pub mod kubeadm;
 pub mod lock;
 pub mod object;
@@ -107,7 +108,7 @@ pub async fn run(client: Client, shutdown: impl std::future::Future<Output = ()>
     let store = controller.store();
     let cluster_config = config.clone();
     let machine_config = config.clone();
-    controller
+    let controller = controller
         .watches_with(
             all(&capi("Cluster")),
             capi("Cluster"),
@@ -148,8 +149,24 @@ pub async fn run(client: Client, shutdown: impl std::future::Future<Output = ()>
                     })
             },
         )
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile::reconcile, error_policy, context)
-        .for_each(|_| async {})
-        .await;
+        .for_each(|_| async {});
+    let control_planes = kube::runtime::Controller::new_with(
+        all(&control_plane::resource()),
+        watcher::Config::default(),
+        control_plane::resource(),
+    )
+    .owns_with(all(&capi("Machine")), capi("Machine"), watcher::Config::default())
+    .graceful_shutdown_on(shutdown)
+    .run(
+        control_plane::reconcile,
+        |object, error: &lariat_controllers::Error, _| {
+            tracing::warn!(kubeadmcontrolplane = %object::key(&object), %error, "control plane reconcile failed; retrying");
+            Action::requeue(Duration::from_secs(2))
+        },
+        Arc::new(control_plane::Context { client: client.clone() }),
+    )
+    .for_each(|_| async {});
+    futures::join!(controller, control_planes);
 }

@@ -1,0 +1,272 @@
+//! `lariat generate cluster`: prints the manifests of a whole cluster, as `clusterctl generate
+//! cluster` does, ready for `kubectl apply -f -`.
+
+use anyhow::bail;
+
+#[derive(clap::Subcommand)]
+pub enum GenerateCommand {
+    /// Manifests for a cluster: Cluster, infrastructure, control plane and one machine pool.
+    Cluster(ClusterArgs),
+}
+
+#[derive(clap::Args)]
+pub struct ClusterArgs {
+    /// The cluster's name (an RFC 1123 label).
+    name: String,
+    /// The infrastructure provider.
+    #[arg(long, default_value = "inmemory")]
+    infrastructure: String,
+    /// Kubernetes version of the control plane and the workers.
+    #[arg(long, default_value = "v1.30.2")]
+    kubernetes_version: String,
+    #[arg(long, default_value_t = 1)]
+    control_plane_machine_count: u32,
+    #[arg(long, default_value_t = 0)]
+    worker_machine_count: u32,
+    /// Namespace of the generated objects.
+    #[arg(short = 'n', long = "target-namespace", default_value = "default")]
+    namespace: String,
+    /// How long each simulated machine takes to boot (in-memory provider), e.g. `5s`.
+    #[arg(long, default_value = "0s")]
+    provisioning_delay: String,
+}
+
+/// Infrastructure providers `generate` knows templates for.
+pub const INFRASTRUCTURE_PROVIDERS: &[&str] = &["inmemory"];
+
+pub fn run(command: GenerateCommand) -> anyhow::Result<()> {
+    match command {
+        GenerateCommand::Cluster(args) => {
+            print!("{}", cluster(&args)?);
+            Ok(())
+        }
+    }
+}
+
+fn is_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+fn is_version(version: &str) -> bool {
+    let Some(rest) = version.strip_prefix('v') else {
+        return false;
+    };
+    let core = rest.split(['-', '+']).next().unwrap_or_default();
+    let parts: Vec<&str> = core.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+pub fn cluster(args: &ClusterArgs) -> anyhow::Result<String> {
+    if !INFRASTRUCTURE_PROVIDERS.contains(&args.infrastructure.as_str()) {
+        bail!(
+            "unknown infrastructure provider {:?}: lariat can generate clusters for {}",
+            args.infrastructure,
+            INFRASTRUCTURE_PROVIDERS.join(", ")
+        );
+    }
+    if !is_label(&args.name) {
+        bail!(
+            "cluster name {:?} is not valid: use lowercase letters, digits and '-' (at most 63)",
+            args.name
+        );
+    }
+    if !is_label(&args.namespace) {
+        bail!(
+            "namespace {:?} is not valid: use lowercase letters, digits and '-'",
+            args.namespace
+        );
+    }
+    if !is_version(&args.kubernetes_version) {
+        bail!(
+            "kubernetes version {:?} is not valid: use the form v1.30.2",
+            args.kubernetes_version
+        );
+    }
+    if args.control_plane_machine_count == 0 {
+        bail!("--control-plane-machine-count must be at least 1");
+    }
+    let ClusterArgs {
+        name,
+        kubernetes_version: version,
+        namespace,
+        provisioning_delay: delay,
+        ..
+    } = args;
+    let (cp, workers) = (args.control_plane_machine_count, args.worker_machine_count);
+    Ok(format!(
+        r#"apiVersion: cluster.x-k8s.io/v1beta1
+kind: Cluster
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  clusterNetwork:
+    pods:
+      cidrBlocks: ["192.168.0.0/16"]
+    services:
+      cidrBlocks: ["10.128.0.0/12"]
+    serviceDomain: cluster.local
+  controlPlaneRef:
+    apiVersion: controlplane.cluster.x-k8s.io/v1beta1
+    kind: KubeadmControlPlane
+    name: {name}-control-plane
+  infrastructureRef:
+    apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+    kind: InMemoryCluster
+    name: {name}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: InMemoryCluster
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec: {{}}
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1beta1
+kind: KubeadmControlPlane
+metadata:
+  name: {name}-control-plane
+  namespace: {namespace}
+spec:
+  replicas: {cp}
+  version: {version}
+  machineTemplate:
+    infrastructureRef:
+      apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+      kind: InMemoryMachineTemplate
+      name: {name}-control-plane
+  kubeadmConfigSpec:
+    clusterConfiguration:
+      apiServer:
+        certSANs: [localhost, 127.0.0.1]
+    initConfiguration:
+      nodeRegistration:
+        kubeletExtraArgs:
+          eviction-hard: nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%
+    joinConfiguration:
+      nodeRegistration:
+        kubeletExtraArgs:
+          eviction-hard: nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: InMemoryMachineTemplate
+metadata:
+  name: {name}-control-plane
+  namespace: {namespace}
+spec:
+  template:
+    spec:
+      behavior:
+        provisioningDelay: {delay}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: InMemoryMachineTemplate
+metadata:
+  name: {name}-md-0
+  namespace: {namespace}
+spec:
+  template:
+    spec:
+      behavior:
+        provisioningDelay: {delay}
+---
+apiVersion: bootstrap.cluster.x-k8s.io/v1beta1
+kind: KubeadmConfigTemplate
+metadata:
+  name: {name}-md-0
+  namespace: {namespace}
+spec:
+  template:
+    spec:
+      joinConfiguration:
+        nodeRegistration:
+          kubeletExtraArgs:
+            eviction-hard: nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineDeployment
+metadata:
+  name: {name}-md-0
+  namespace: {namespace}
+spec:
+  clusterName: {name}
+  replicas: {workers}
+  selector:
+    matchLabels: {{}}
+  template:
+    spec:
+      clusterName: {name}
+      version: {version}
+      bootstrap:
+        configRef:
+          apiVersion: bootstrap.cluster.x-k8s.io/v1beta1
+          kind: KubeadmConfigTemplate
+          name: {name}-md-0
+      infrastructureRef:
+        apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+        kind: InMemoryMachineTemplate
+        name: {name}-md-0
+"#
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(name: &str, infrastructure: &str, version: &str) -> ClusterArgs {
+        ClusterArgs {
+            name: name.into(),
+            infrastructure: infrastructure.into(),
+            kubernetes_version: version.into(),
+            control_plane_machine_count: 3,
+            worker_machine_count: 2,
+            namespace: "default".into(),
+            provisioning_delay: "0s".into(),
+        }
+    }
+
+    #[test]
+    fn refuses_bad_input_with_one_clear_line() {
+        for (a, expect) in [
+            (
+                args("dev", "aws", "v1.30.2"),
+                "unknown infrastructure provider \"aws\"",
+            ),
+            (
+                args("Dev_1", "inmemory", "v1.30.2"),
+                "cluster name \"Dev_1\" is not valid",
+            ),
+            (
+                args("dev", "inmemory", "1.30"),
+                "kubernetes version \"1.30\" is not valid",
+            ),
+        ] {
+            let error = cluster(&a).unwrap_err().to_string();
+            assert!(
+                error.starts_with(expect) && !error.contains('\n'),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn generates_seven_objects() {
+        let text = cluster(&args("dev", "inmemory", "v1.30.2")).unwrap();
+        assert_eq!(text.matches("\nkind: ").count() + 1, 7);
+        assert!(
+            text.contains("replicas: 3")
+                && text.contains("replicas: 2")
+                && text.contains("version: v1.30.2")
+        );
+    }
+}

@@ -1,0 +1,308 @@
+//! The KubeadmControlPlane controller: keeps `spec.replicas` control-plane Machines, one change
+//! at a time so etcd keeps quorum. It scales up one Machine after another, each waiting for the
+//! previous to run; it rolls a version or template change by adding one new Machine before
+//! removing one outdated one; and it reports `initialized` once a control-plane Node exists.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::core::ApiResource;
+use kube::runtime::controller::Action;
+use lariat_controllers::external::{Reference, clone_template};
+use lariat_controllers::object::{
+    self as obj, ensure_finalizer, i64_at, owner_reference, patch_status, remove_finalizer, str_at,
+};
+use lariat_controllers::{Error, conditions};
+use serde_json::{Value, json};
+
+use crate::capi;
+
+pub const FINALIZER: &str = "kubeadm.controlplane.cluster.x-k8s.io";
+pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+pub const CONTROL_PLANE_NAME_LABEL: &str = "cluster.x-k8s.io/control-plane-name";
+const API_VERSION: &str = "controlplane.cluster.x-k8s.io/v1beta1";
+
+pub struct Context {
+    pub client: kube::Client,
+}
+
+pub fn resource() -> ApiResource {
+    ApiResource {
+        group: "controlplane.cluster.x-k8s.io".into(),
+        version: "v1beta1".into(),
+        api_version: API_VERSION.into(),
+        kind: "KubeadmControlPlane".into(),
+        plural: "kubeadmcontrolplanes".into(),
+    }
+}
+
+/// A Machine is outdated when its version or infrastructure template no longer match.
+fn outdated(kcp: &DynamicObject, machine: &DynamicObject) -> bool {
+    let version = str_at(&kcp.data, &["spec", "version"]);
+    let template = str_at(
+        &kcp.data,
+        &["spec", "machineTemplate", "infrastructureRef", "name"],
+    );
+    str_at(&machine.data, &["spec", "version"]) != version
+        || machine
+            .annotations()
+            .get("cluster.x-k8s.io/cloned-from-name")
+            .map(String::as_str)
+            .is_some_and(|t| Some(t) != template)
+}
+
+pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = kcp.namespace().unwrap_or_default();
+    let name = kcp.name_any();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
+    let machines_api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+    let selector = format!("{CONTROL_PLANE_NAME_LABEL}={name}");
+    let uid = kcp.uid().unwrap_or_default();
+    let machines: Vec<DynamicObject> = machines_api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|m| m.owner_references().iter().any(|o| o.uid == uid))
+        .collect();
+
+    if kcp.metadata.deletion_timestamp.is_some() {
+        for machine in machines
+            .iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
+        {
+            let _ = machines_api
+                .delete(&machine.name_any(), &DeleteParams::default())
+                .await;
+        }
+        if machines.is_empty() {
+            remove_finalizer(&api, &kcp, FINALIZER).await?;
+            return Ok(Action::await_change());
+        }
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    if ensure_finalizer(&api, &kcp, FINALIZER).await? {
+        return Ok(Action::requeue(Duration::ZERO));
+    }
+    // Contract: core sets the Cluster as owner; until then, wait.
+    let Some(cluster) = kcp
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Cluster")
+        .map(|o| o.name.clone())
+    else {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    };
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Cluster"));
+    let Some(cluster_object) = clusters.get_opt(&cluster).await? else {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    };
+    if obj::bool_at(&cluster_object.data, &["spec", "paused"])
+        || kcp.annotations().contains_key("cluster.x-k8s.io/paused")
+    {
+        return Ok(Action::await_change());
+    }
+    if !obj::bool_at(&cluster_object.data, &["status", "infrastructureReady"]) {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+
+    let desired = i64_at(&kcp.data, &["spec", "replicas"]).unwrap_or(1).max(0) as usize;
+    let live: Vec<&DynamicObject> = machines
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .collect();
+    let deleting = machines.len() - live.len();
+    let running = |m: &DynamicObject| m.data["status"]["phase"] == "Running";
+    let settled = deleting == 0 && live.iter().all(|m| running(m));
+    let stale: Vec<&&DynamicObject> = live.iter().filter(|m| outdated(&kcp, m)).collect();
+    let initialized = obj::bool_at(&kcp.data, &["status", "initialized"])
+        || machines
+            .iter()
+            .any(|m| m.data["status"]["nodeRef"].is_object());
+
+    // One change at a time: act only when every Machine runs and none is being deleted.
+    if settled {
+        if live.len() < desired || (!stale.is_empty() && live.len() == desired) {
+            create_machine(&ctx, &kcp, &cluster, live.is_empty() && !initialized).await?;
+        } else if live.len() > desired {
+            let victim = stale.first().map(|m| **m).or_else(|| {
+                live.iter()
+                    .min_by_key(|m| m.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                    .copied()
+            });
+            if let Some(victim) = victim {
+                tracing::info!(kubeadmcontrolplane = %format!("{namespace}/{name}"), machine = %victim.name_any(), "removing a control-plane machine");
+                let _ = machines_api
+                    .delete(&victim.name_any(), &DeleteParams::default())
+                    .await;
+            }
+        }
+    }
+
+    let ready = live.iter().filter(|m| running(m)).count() as i64;
+    let updated = live.iter().filter(|m| !outdated(&kcp, m)).count() as i64;
+    let mut list = conditions::existing(&kcp.data["status"]);
+    conditions::set(
+        &mut list,
+        "Available",
+        initialized,
+        "WaitingForKubeadmInit",
+        "the first control-plane machine has not joined yet",
+    );
+    conditions::set(
+        &mut list,
+        "Resized",
+        live.len() == desired,
+        "ScalingUp",
+        &format!("{} of {desired} machines", live.len()),
+    );
+    conditions::set(
+        &mut list,
+        "MachinesSpecUpToDate",
+        stale.is_empty(),
+        "RollingUpdateInProgress",
+        &format!("{} machines need rollout", stale.len()),
+    );
+    conditions::set(
+        &mut list,
+        "MachinesReady",
+        ready as usize == live.len(),
+        "WaitingForMachines",
+        "not every control-plane machine runs",
+    );
+    let all_ready = initialized && ready as usize == desired && stale.is_empty();
+    conditions::set(
+        &mut list,
+        "Ready",
+        all_ready,
+        "WaitingForMachines",
+        "the control plane is not fully up",
+    );
+    let version = live
+        .iter()
+        .filter(|m| running(m))
+        .filter_map(|m| str_at(&m.data, &["spec", "version"]))
+        .min()
+        .map(String::from);
+    let status = json!({
+        "replicas": live.len(),
+        "updatedReplicas": updated,
+        "readyReplicas": ready,
+        "unavailableReplicas": (live.len() as i64 - ready).max(0),
+        "initialized": initialized,
+        "ready": ready > 0,
+        "version": version,
+        "selector": format!("{CONTROL_PLANE_NAME_LABEL}={name}"),
+        "conditions": list,
+        "observedGeneration": kcp.metadata.generation.unwrap_or(0),
+    });
+    let changed = status
+        .as_object()
+        .expect("object")
+        .iter()
+        .any(|(k, v)| k != "conditions" && kcp.data["status"][k] != *v)
+        || conditions::is_true(&list, "Ready")
+            != conditions::is_true(&conditions::existing(&kcp.data["status"]), "Ready");
+    if changed {
+        patch_status(&api, &name, status).await?;
+    }
+    Ok(if all_ready {
+        Action::requeue(Duration::from_secs(30))
+    } else {
+        Action::requeue(Duration::from_millis(500))
+    })
+}
+
+/// Adds one control-plane Machine with its own KubeadmConfig (init for the first, join for the
+/// rest) and infrastructure machine cloned from the template.
+async fn create_machine(
+    ctx: &Context,
+    kcp: &DynamicObject,
+    cluster: &str,
+    first: bool,
+) -> Result<(), Error> {
+    let namespace = kcp.namespace().unwrap_or_default();
+    let kcp_name = kcp.name_any();
+    let name = format!("{kcp_name}-{}", obj::random_suffix());
+    let labels = json!({
+        "cluster.x-k8s.io/cluster-name": cluster,
+        CONTROL_PLANE_LABEL: "",
+        CONTROL_PLANE_NAME_LABEL: kcp_name,
+    });
+    let owner = owner_reference(kcp, API_VERSION, "KubeadmControlPlane", true);
+
+    let mut config_spec = kcp.data["spec"]["kubeadmConfigSpec"].clone();
+    if !config_spec.is_object() {
+        config_spec = json!({});
+    }
+    if !first {
+        // Later machines join: their config carries only the join configuration.
+        let spec = config_spec.as_object_mut().expect("object");
+        spec.remove("initConfiguration");
+        spec.remove("clusterConfiguration");
+        spec.entry("joinConfiguration").or_insert(json!({}));
+    }
+    let config = json!({
+        "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1",
+        "kind": "KubeadmConfig",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]},
+        "spec": config_spec,
+    });
+    let configs: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &namespace,
+        &crate::kubeadm_config_resource(),
+    );
+    create(&configs, config).await?;
+
+    let template = Reference::from_json(&kcp.data["spec"]["machineTemplate"]["infrastructureRef"])
+        .ok_or_else(|| {
+            Error::Invalid("spec.machineTemplate.infrastructureRef is required".into())
+        })?;
+    let infra = clone_template(
+        &ctx.client,
+        &namespace,
+        &template,
+        &name,
+        &labels,
+        owner.clone(),
+    )
+    .await?;
+
+    let mut machine_labels = kcp.data["spec"]["machineTemplate"]["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    if let Some(extra) = labels.as_object() {
+        machine_labels.extend(extra.clone());
+    }
+    let machine = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "Machine",
+        "metadata": {"name": name, "namespace": namespace, "labels": machine_labels, "ownerReferences": [owner]},
+        "spec": {
+            "clusterName": cluster,
+            "version": kcp.data["spec"]["version"],
+            "bootstrap": {"configRef": {"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1", "kind": "KubeadmConfig", "name": name}},
+            "infrastructureRef": infra.to_json(),
+        },
+    });
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+    tracing::info!(kubeadmcontrolplane = %format!("{namespace}/{kcp_name}"), machine = %name, first, "adding a control-plane machine");
+    create(&machines, machine).await
+}
+
+async fn create(api: &Api<DynamicObject>, object: Value) -> Result<(), Error> {
+    let object: DynamicObject =
+        serde_json::from_value(object).map_err(|e| Error::Invalid(e.to_string()))?;
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
