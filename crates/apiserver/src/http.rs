@@ -439,6 +439,12 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
                     "metadata": metadata,
                     "items": listed.items,
                 }),
+                Format::Metadata => json!({
+                    "kind": "PartialObjectMetadataList",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": metadata,
+                    "items": listed.items.iter().map(table::partial).collect::<Vec<_>>(),
+                }),
             };
             Ok(json_response(StatusCode::OK, &body))
         }
@@ -603,7 +609,13 @@ async fn stream_list(
                 scope.rt.list_kind,
                 scope.rt.api_version(&scope.version)
             );
-            (head, None, IncludeObject::None)
+            (head, None, IncludeObject::Object)
+        }
+        Format::Metadata => {
+            let head = format!(
+                r#"{{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{metadata},"items":["#
+            );
+            (head, None, IncludeObject::Metadata)
         }
     };
     let body = items.enumerate().map(move |(i, item)| {
@@ -611,9 +623,10 @@ async fn stream_list(
             tracing::warn!(error = %e, "list stream failed midway; the client sees a cut response");
             std::io::Error::other(e.to_string())
         })?;
-        let rendered = match &columns {
-            Some(columns) => table::row(columns, &object, include),
-            None => object,
+        let rendered = match (&columns, include) {
+            (Some(columns), _) => table::row(columns, &object, include),
+            (None, IncludeObject::Metadata) => table::partial(&object),
+            (None, _) => object,
         };
         let mut bytes = if i == 0 { Vec::new() } else { vec![b','] };
         serde_json::to_writer(&mut bytes, &rendered).map_err(std::io::Error::other)?;
@@ -636,6 +649,8 @@ async fn stream_list(
 enum Format {
     Json,
     Table(IncludeObject),
+    /// `PartialObjectMetadata(List)`: metadata only, as kube-runtime's metadata watchers ask.
+    Metadata,
 }
 
 /// Picks the response format from `Accept`: a Table when asked for (`as=Table`), else JSON.
@@ -655,8 +670,12 @@ fn negotiate(headers: &HeaderMap, query: &HashMap<String, String>) -> ApiResult<
         let media = params.next().unwrap_or_default();
         let params: Vec<&str> = params.collect();
         let wants_table = params.contains(&"as=Table");
+        let wants_metadata = params
+            .iter()
+            .any(|p| *p == "as=PartialObjectMetadata" || *p == "as=PartialObjectMetadataList");
         match media {
             "application/json" if wants_table => return Ok(Format::Table(include)),
+            "application/json" if wants_metadata => return Ok(Format::Metadata),
             "application/json" | "*/*" | "application/*" | ""
                 if !params.iter().any(|p| p.starts_with("as=")) =>
             {
@@ -667,7 +686,7 @@ fn negotiate(headers: &HeaderMap, query: &HashMap<String, String>) -> ApiResult<
     }
     Err(ApiError::NotAcceptable {
         message: format!(
-            "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io (got {accept:?})"
+            "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadata(List);v=v1;g=meta.k8s.io (got {accept:?})"
         ),
     })
 }
@@ -689,6 +708,7 @@ fn render_object(
                 metadata,
             )
         }
+        Format::Metadata if object["kind"] != "Scale" => table::partial(&object),
         _ => object,
     };
     let mut response = json_response(code, &body);
@@ -776,6 +796,7 @@ async fn watch(
                     json!({"resourceVersion": event.object["metadata"]["resourceVersion"]});
                 table::table(&columns, &[event.object], include, metadata)
             }
+            Format::Metadata if event.kind != "ERROR" => table::partial(&event.object),
             _ => event.object,
         };
         let mut line =
@@ -940,6 +961,14 @@ mod tests {
             HeaderValue::from_static("application/vnd.kubernetes.protobuf, application/json"),
         );
         assert_eq!(negotiate(&headers, &query).unwrap(), Format::Json);
+        // kube-runtime's metadata watchers.
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static(
+                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+            ),
+        );
+        assert_eq!(negotiate(&headers, &query).unwrap(), Format::Metadata);
         headers.insert(
             header::ACCEPT,
             HeaderValue::from_static("application/vnd.kubernetes.protobuf"),

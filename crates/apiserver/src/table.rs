@@ -63,16 +63,16 @@ pub fn row(columns: &[PrinterColumn], object: &Value, include: IncludeObject) ->
     let mut row = json!({ "cells": cells });
     match include {
         IncludeObject::None => {}
-        IncludeObject::Metadata => {
-            row["object"] = json!({
-                "kind": "PartialObjectMetadata",
-                "apiVersion": "meta.k8s.io/v1",
-                "metadata": object["metadata"],
-            });
-        }
+        IncludeObject::Metadata => row["object"] = partial(object),
         IncludeObject::Object => row["object"] = object.clone(),
     }
     row
+}
+
+/// The object's metadata alone, as `PartialObjectMetadata` (what metadata-only clients and
+/// Table rows carry).
+pub fn partial(object: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object["metadata"]})
 }
 
 pub fn table(

@@ -20,6 +20,22 @@ use serde_json::json;
 pub enum BenchCommand {
     /// Create, get, list and watch Cluster objects through the API, on SQLite and on etcd.
     Api(ApiArgs),
+    /// Provision many in-memory clusters and time them until every machine runs; then roll a
+    /// large MachineDeployment to a new version.
+    Lifecycle(LifecycleArgs),
+}
+
+#[derive(clap::Args)]
+pub struct LifecycleArgs {
+    #[arg(long, default_value_t = 100)]
+    clusters: usize,
+    #[arg(long, default_value_t = 3)]
+    control_plane: u32,
+    #[arg(long, default_value_t = 10)]
+    workers: u32,
+    /// Workers of the MachineDeployment rolled to a new version.
+    #[arg(long, default_value_t = 100)]
+    upgrade_workers: u32,
 }
 
 #[derive(clap::Args)]
@@ -44,6 +60,7 @@ pub struct ApiArgs {
 pub async fn run(what: BenchCommand) -> anyhow::Result<()> {
     match what {
         BenchCommand::Api(args) => api(args).await,
+        BenchCommand::Lifecycle(args) => lifecycle(args).await,
     }
 }
 
@@ -414,5 +431,210 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
             drop(etcd);
         }
     }
+    Ok(())
+}
+
+/// Creates every object of a multi-document manifest.
+async fn apply_all(client: &kube::Client, manifests: &str) -> anyhow::Result<()> {
+    use serde::Deserialize;
+    let objects = serde_yaml_ng::Deserializer::from_str(manifests)
+        .map(DynamicObject::deserialize)
+        .collect::<Result<Vec<_>, _>>()?;
+    for object in objects {
+        let types = object
+            .types
+            .clone()
+            .context("every object has apiVersion and kind")?;
+        let (group, version) = types
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", &types.api_version));
+        let gvk = kube::core::GroupVersionKind::gvk(group, version, &types.kind);
+        let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await?;
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &resource);
+        api.create(&PostParams::default(), &object).await?;
+    }
+    Ok(())
+}
+
+fn machines_api(client: kube::Client) -> Api<DynamicObject> {
+    let resource = ApiResource {
+        group: "cluster.x-k8s.io".into(),
+        version: "v1beta1".into(),
+        api_version: "cluster.x-k8s.io/v1beta1".into(),
+        kind: "Machine".into(),
+        plural: "machines".into(),
+    };
+    Api::namespaced_with(client, "default", &resource)
+}
+
+/// Polls until `expected` machines run `version`; returns the time it took.
+async fn until_running(
+    api: &Api<DynamicObject>,
+    expected: usize,
+    version: &str,
+    started: Instant,
+) -> anyhow::Result<Duration> {
+    let deadline = started + Duration::from_secs(1800);
+    loop {
+        let list = api.list(&ListParams::default()).await?;
+        let running = list
+            .items
+            .iter()
+            .filter(|m| {
+                m.data["status"]["phase"] == "Running"
+                    && m.data["spec"]["version"] == version
+                    && m.metadata.deletion_timestamp.is_none()
+            })
+            .count();
+        if running >= expected && list.items.len() == expected {
+            return Ok(started.elapsed());
+        }
+        if Instant::now() > deadline {
+            bail!("only {running} of {expected} machines run {version} after 30 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "lariat bench lifecycle: {} clusters x ({} control plane + {} workers), in-memory provider, zero delay; load average {}",
+        args.clusters,
+        args.control_plane,
+        args.workers,
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let server = ServerProcess::start(None)?;
+    let client = server.client().await?;
+    let machines = machines_api(client.clone());
+    let expected = args.clusters * (args.control_plane + args.workers) as usize;
+    let cpu_before = server.cpu_seconds();
+    let started = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let creators: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, next) = (client.clone(), next.clone());
+            let (clusters, cp, workers) = (args.clusters, args.control_plane, args.workers);
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= clusters {
+                        return Ok::<_, anyhow::Error>(());
+                    }
+                    let manifests = crate::generate::cluster(&crate::generate::ClusterArgs {
+                        name: format!("bench-{i:04}"),
+                        infrastructure: "inmemory".into(),
+                        kubernetes_version: "v1.30.2".into(),
+                        control_plane_machine_count: cp,
+                        worker_machine_count: workers,
+                        namespace: "default".into(),
+                        provisioning_delay: "0s".into(),
+                    })?;
+                    apply_all(&client, &manifests).await?;
+                }
+            })
+        })
+        .collect();
+    for creator in creators {
+        creator.await??;
+    }
+    let applied = started.elapsed();
+    let took = until_running(&machines, expected, "v1.30.2", started).await?;
+    let cpu = server.cpu_seconds() - cpu_before;
+    let revision: i64 = machines
+        .list(&ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or(0);
+    let (rss, peak) = server.memory_mib();
+    println!(
+        "  applied {} clusters in {:.1} s",
+        args.clusters,
+        applied.as_secs_f64()
+    );
+    println!(
+        "  all {expected} machines Running after {:.1} s ({:.1} machines/s)",
+        took.as_secs_f64(),
+        expected as f64 / took.as_secs_f64()
+    );
+    println!(
+        "  store writes {revision} ({:.0}/s, the controllers' reconcile work), server CPU {:.1} s ({:.0}% of one core)",
+        revision as f64 / took.as_secs_f64(),
+        cpu,
+        cpu * 100.0 / took.as_secs_f64()
+    );
+    println!(
+        "  server memory now {rss:.0} MiB, peak {peak:.0} MiB ({:.0} KiB per machine)",
+        rss * 1024.0 / expected as f64
+    );
+
+    // A rolling upgrade of one large MachineDeployment.
+    let manifests = crate::generate::cluster(&crate::generate::ClusterArgs {
+        name: "upgrade".into(),
+        infrastructure: "inmemory".into(),
+        kubernetes_version: "v1.30.2".into(),
+        control_plane_machine_count: 1,
+        worker_machine_count: args.upgrade_workers,
+        namespace: "default".into(),
+        provisioning_delay: "0s".into(),
+    })?;
+    let started = Instant::now();
+    apply_all(&client, &manifests).await?;
+    let total = expected + 1 + args.upgrade_workers as usize;
+    until_running(&machines, total, "v1.30.2", started).await?;
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource {
+            group: "cluster.x-k8s.io".into(),
+            version: "v1beta1".into(),
+            api_version: "cluster.x-k8s.io/v1beta1".into(),
+            kind: "MachineDeployment".into(),
+            plural: "machinedeployments".into(),
+        },
+    );
+    let started = Instant::now();
+    deployments
+        .patch(
+            "upgrade-md-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"version": "v1.31.0"}}}})),
+        )
+        .await?;
+    let deadline = started + Duration::from_secs(1800);
+    loop {
+        let list = machines
+            .list(&ListParams::default().labels("cluster.x-k8s.io/deployment-name=upgrade-md-0"))
+            .await?;
+        let upgraded = list
+            .items
+            .iter()
+            .filter(|m| {
+                m.data["spec"]["version"] == "v1.31.0" && m.data["status"]["phase"] == "Running"
+            })
+            .count();
+        if upgraded == args.upgrade_workers as usize
+            && list.items.len() == args.upgrade_workers as usize
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the rolling upgrade did not finish in 30 minutes ({upgraded} upgraded)");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!(
+        "  rolling upgrade of a {}-machine MachineDeployment (maxSurge 1, maxUnavailable 0): {:.1} s",
+        args.upgrade_workers,
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }

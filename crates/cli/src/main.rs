@@ -154,6 +154,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     };
     let controllers = tokio::spawn(lariat_controllers::run(
         server.local_client(),
+        provider_kinds(),
         until_stopped(stopped.clone()),
     ));
     let inmemory = tokio::spawn(lariat_provider_inmemory::run(
@@ -174,6 +175,24 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let _ = tokio::join!(controllers, inmemory, kubeadm);
     eprintln!("lariat server stopped");
     Ok(())
+}
+
+/// The provider kinds lariat serves (everything built in outside `cluster.x-k8s.io`).
+fn provider_kinds() -> Vec<kube::core::ApiResource> {
+    lariat_api::builtin_crds()
+        .into_iter()
+        .filter(|crd| crd.spec.group != "cluster.x-k8s.io")
+        .filter_map(|crd| {
+            let version = crd.spec.versions.iter().find(|v| v.storage)?.name.clone();
+            Some(kube::core::ApiResource {
+                api_version: format!("{}/{version}", crd.spec.group),
+                group: crd.spec.group.clone(),
+                version,
+                kind: crd.spec.names.kind.clone(),
+                plural: crd.spec.names.plural.clone(),
+            })
+        })
+        .collect()
 }
 
 async fn shutdown_signal() {

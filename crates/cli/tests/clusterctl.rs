@@ -9,14 +9,26 @@ use common::TestServer;
 use serde_json::Value;
 
 fn generate(args: &[&str]) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lariat")).arg("generate").arg("cluster").args(args).output().unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lariat"))
+        .arg("generate")
+        .arg("cluster")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     String::from_utf8(output.stdout).unwrap()
 }
 
 fn machines(server: &TestServer) -> Vec<Value> {
     let out = server.kubectl_ok(&["get", "machines", "-o", "json"]);
-    serde_json::from_str::<Value>(&out).unwrap()["items"].as_array().unwrap().clone()
+    serde_json::from_str::<Value>(&out).unwrap()["items"]
+        .as_array()
+        .unwrap()
+        .clone()
 }
 
 fn wait(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
@@ -31,8 +43,17 @@ fn running(server: &TestServer, version: &str) -> (usize, usize) {
     let list = machines(server);
     let up = |cp: bool| {
         list.iter()
-            .filter(|m| m["metadata"]["labels"].get("cluster.x-k8s.io/control-plane").is_some() == cp)
-            .filter(|m| m["status"]["phase"] == "Running" && m["spec"]["version"] == version && m["metadata"]["deletionTimestamp"].is_null())
+            .filter(|m| {
+                m["metadata"]["labels"]
+                    .get("cluster.x-k8s.io/control-plane")
+                    .is_some()
+                    == cp
+            })
+            .filter(|m| {
+                m["status"]["phase"] == "Running"
+                    && m["spec"]["version"] == version
+                    && m["metadata"]["deletionTimestamp"].is_null()
+            })
             .count()
     };
     (up(true), up(false))
@@ -41,26 +62,84 @@ fn running(server: &TestServer, version: &str) -> (usize, usize) {
 #[test]
 fn generate_apply_scale_upgrade_delete() {
     let server = TestServer::start();
-    let manifests = generate(&["dev", "--infrastructure", "inmemory", "--kubernetes-version", "v1.30.2", "--control-plane-machine-count", "3", "--worker-machine-count", "3"]);
-    assert!(server.apply_ok(&["apply", "-f", "-"], &manifests).contains("kubeadmcontrolplane.controlplane.cluster.x-k8s.io/dev-control-plane created"));
+    let manifests = generate(&[
+        "dev",
+        "--infrastructure",
+        "inmemory",
+        "--kubernetes-version",
+        "v1.30.2",
+        "--control-plane-machine-count",
+        "3",
+        "--worker-machine-count",
+        "3",
+    ]);
+    assert!(
+        server.apply_ok(&["apply", "-f", "-"], &manifests).contains(
+            "kubeadmcontrolplane.controlplane.cluster.x-k8s.io/dev-control-plane created"
+        )
+    );
 
-    wait("3 control-plane and 3 worker machines run", Duration::from_secs(90), || running(&server, "v1.30.2") == (3, 3) && machines(&server).len() == 6);
+    wait(
+        "3 control-plane and 3 worker machines run",
+        Duration::from_secs(90),
+        || running(&server, "v1.30.2") == (3, 3) && machines(&server).len() == 6,
+    );
     let clusters = server.kubectl_ok(&["get", "clusters"]);
-    assert!(clusters.contains("dev") && clusters.contains("Provisioned"), "{clusters}");
+    assert!(
+        clusters.contains("dev") && clusters.contains("Provisioned"),
+        "{clusters}"
+    );
     let printed = server.kubectl_ok(&["get", "machines"]);
-    assert!(printed.contains("Running") && printed.contains("v1.30.2"), "{printed}");
-    let kcp = server.kubectl_ok(&["get", "kubeadmcontrolplane", "dev-control-plane", "-o", "jsonpath={.status.initialized}/{.status.readyReplicas}"]);
+    assert!(
+        printed.contains("Running") && printed.contains("v1.30.2"),
+        "{printed}"
+    );
+    let kcp = server.kubectl_ok(&[
+        "get",
+        "kubeadmcontrolplane",
+        "dev-control-plane",
+        "-o",
+        "jsonpath={.status.initialized}/{.status.readyReplicas}",
+    ]);
     assert_eq!(kcp, "true/3");
-    let ready = server.kubectl_ok(&["get", "cluster", "dev", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"]);
+    let ready = server.kubectl_ok(&[
+        "get",
+        "cluster",
+        "dev",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+    ]);
     assert_eq!(ready, "True");
 
     server.kubectl_ok(&["scale", "machinedeployment", "dev-md-0", "--replicas=5"]);
-    wait("5 workers run", Duration::from_secs(60), || running(&server, "v1.30.2") == (3, 5));
+    wait("5 workers run", Duration::from_secs(60), || {
+        running(&server, "v1.30.2") == (3, 5)
+    });
 
     // Upgrade: the control plane one machine at a time, then the workers.
-    server.kubectl_ok(&["patch", "kubeadmcontrolplane", "dev-control-plane", "--type", "merge", "-p", r#"{"spec":{"version":"v1.31.0"}}"#]);
-    server.kubectl_ok(&["patch", "machinedeployment", "dev-md-0", "--type", "merge", "-p", r#"{"spec":{"template":{"spec":{"version":"v1.31.0"}}}}"#]);
-    wait("every machine runs v1.31.0", Duration::from_secs(120), || running(&server, "v1.31.0") == (3, 5) && machines(&server).len() == 8);
+    server.kubectl_ok(&[
+        "patch",
+        "kubeadmcontrolplane",
+        "dev-control-plane",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"version":"v1.31.0"}}"#,
+    ]);
+    server.kubectl_ok(&[
+        "patch",
+        "machinedeployment",
+        "dev-md-0",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"version":"v1.31.0"}}}}"#,
+    ]);
+    wait(
+        "every machine runs v1.31.0",
+        Duration::from_secs(120),
+        || running(&server, "v1.31.0") == (3, 5) && machines(&server).len() == 8,
+    );
 
     server.kubectl_ok(&["delete", "cluster", "dev", "--timeout=90s"]);
     let left = server.kubectl_ok(&["get", "clusters,machines,machinesets,machinedeployments,kubeadmcontrolplanes,kubeadmconfigs,inmemorymachines,inmemoryclusters", "-o", "name"]);

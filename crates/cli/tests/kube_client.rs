@@ -218,3 +218,27 @@ async fn watch_resumes_from_a_resource_version_without_gaps() {
         "{names:?}"
     );
 }
+
+#[tokio::test]
+async fn metadata_only_lists_and_watches() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    maps.create(&PostParams::default(), &config_map("meta", "x"))
+        .await
+        .unwrap();
+    let listed = maps.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].metadata.name.as_deref(), Some("meta"));
+    let mut events = maps
+        .watch_metadata(&WatchParams::default().timeout(2), "0")
+        .await
+        .unwrap()
+        .boxed();
+    match events.try_next().await.unwrap() {
+        Some(WatchEvent::Added(object)) => {
+            assert_eq!(object.metadata.name.as_deref(), Some("meta"))
+        }
+        other => panic!("expected the object as metadata, got {other:?}"),
+    }
+}

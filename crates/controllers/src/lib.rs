@@ -67,8 +67,34 @@ fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -
     Action::requeue(Duration::from_secs(2))
 }
 
-/// Runs every core controller until `shutdown` resolves.
-pub async fn run(client: Client, shutdown: impl std::future::Future<Output = ()> + Send + 'static) {
+/// Maps a provider object to the core objects that own it (`kind`), so a provider's status
+/// change wakes its Cluster or Machine at once instead of at the next poll.
+fn owners_of(
+    kind: &'static str,
+) -> impl Fn(DynamicObject) -> Vec<kube::runtime::reflector::ObjectRef<DynamicObject>> + Clone {
+    move |object: DynamicObject| {
+        let namespace = object.metadata.namespace.clone().unwrap_or_default();
+        object
+            .metadata
+            .owner_references
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))
+            .map(|o| {
+                kube::runtime::reflector::ObjectRef::new_with(&o.name, capi(kind))
+                    .within(&namespace)
+            })
+            .collect()
+    }
+}
+
+/// Runs every core controller until `shutdown` resolves. `provider_kinds` are the provider
+/// kinds this server serves; core watches them to react to their status without polling.
+pub async fn run(
+    client: Client,
+    provider_kinds: Vec<ApiResource>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
     let context = Arc::new(Context {
         client: client.clone(),
     });
@@ -76,7 +102,19 @@ pub async fn run(client: Client, shutdown: impl std::future::Future<Output = ()>
     let config = watcher::Config::default;
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
 
-    let clusters = Controller::new_with(all("Cluster"), config(), capi("Cluster"))
+    let clusters = provider_kinds
+        .iter()
+        .fold(
+            Controller::new_with(all("Cluster"), config(), capi("Cluster")),
+            |controller, kind| {
+                controller.watches_with(
+                    Api::<DynamicObject>::all_with(client.clone(), kind),
+                    kind.clone(),
+                    config(),
+                    owners_of("Cluster"),
+                )
+            },
+        )
         .watches_with(
             all("Machine"),
             capi("Machine"),
@@ -106,7 +144,15 @@ pub async fn run(client: Client, shutdown: impl std::future::Future<Output = ()>
         .graceful_shutdown_on(shutdown.clone())
         .run(machine_set::reconcile, error_policy, context.clone())
         .for_each(|_| async {});
-    let machines = Controller::new_with(all("Machine"), config(), capi("Machine"))
+    let dynamic = |resource: &ApiResource| Api::<DynamicObject>::all_with(client.clone(), resource);
+    let machines = provider_kinds
+        .iter()
+        .fold(
+            Controller::new_with(all("Machine"), config(), capi("Machine")),
+            |controller, kind| {
+                controller.watches_with(dynamic(kind), kind.clone(), config(), owners_of("Machine"))
+            },
+        )
         .graceful_shutdown_on(shutdown.clone())
         .run(machine::reconcile, error_policy, context.clone())
         .for_each(|_| async {});
