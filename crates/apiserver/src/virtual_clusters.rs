@@ -122,6 +122,11 @@ impl VirtualClusters {
         Some(crate::local::client(state))
     }
 
+    /// The URL clients reach the simulated cluster at, on this server's current address.
+    pub fn server_url(&self, key: &str) -> String {
+        format!("https://{}/inmemory/{key}", self.server_address)
+    }
+
     /// A kubeconfig that reaches the simulated cluster over HTTPS with a new bearer token
     /// (stored hashed, like every token).
     pub async fn kubeconfig(&self, key: &str) -> ApiResult<String> {

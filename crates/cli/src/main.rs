@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use lariat_store::Store;
 
 mod bench;
+mod describe;
 mod generate;
 
 #[derive(Parser)]
@@ -26,6 +27,11 @@ struct Cli {
 enum Command {
     /// Run the management server (Kubernetes-compatible API over HTTPS).
     Server(ServerArgs),
+    /// Show a resource's status tree, like clusterctl describe.
+    Describe {
+        #[command(subcommand)]
+        what: describe::DescribeCommand,
+    },
     /// Print manifests, like clusterctl generate.
     Generate {
         #[command(subcommand)]
@@ -82,6 +88,7 @@ fn main() -> std::process::ExitCode {
             Command::Server(args) => server(args).await,
             Command::Bench { what } => bench::run(what).await,
             Command::Generate { what } => generate::run(what),
+            Command::Describe { what } => describe::run(what).await,
         }
     });
     match result {

@@ -111,6 +111,35 @@ fn generate_apply_scale_upgrade_delete() {
     ]);
     assert_eq!(ready, "True");
 
+    let described = std::process::Command::new(env!("CARGO_BIN_EXE_lariat"))
+        .args(["describe", "cluster", "dev", "--kubeconfig"])
+        .arg(server.kubeconfig())
+        .output()
+        .unwrap();
+    let tree = String::from_utf8_lossy(&described.stdout);
+    assert!(
+        described.status.success(),
+        "{}",
+        String::from_utf8_lossy(&described.stderr)
+    );
+    for expected in [
+        "Cluster/dev",
+        "ClusterInfrastructure - InMemoryCluster/dev",
+        "ControlPlane - KubeadmControlPlane/dev-control-plane",
+        "MachineDeployment/dev-md-0",
+    ] {
+        assert!(tree.contains(expected), "{expected} missing from:\n{tree}");
+    }
+    assert_eq!(tree.matches("Machine/dev-").count(), 6, "{tree}");
+    assert!(tree.lines().nth(1).unwrap().contains("True"), "{tree}");
+    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_lariat"))
+        .args(["describe", "cluster", "nope", "--kubeconfig"])
+        .arg(server.kubeconfig())
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cluster \"nope\" not found"));
+
     server.kubectl_ok(&["scale", "machinedeployment", "dev-md-0", "--replicas=5"]);
     wait("5 workers run", Duration::from_secs(60), || {
         running(&server, "v1.30.2") == (3, 5)
@@ -144,4 +173,52 @@ fn generate_apply_scale_upgrade_delete() {
     server.kubectl_ok(&["delete", "cluster", "dev", "--timeout=90s"]);
     let left = server.kubectl_ok(&["get", "clusters,machines,machinesets,machinedeployments,kubeadmcontrolplanes,kubeadmconfigs,inmemorymachines,inmemoryclusters", "-o", "name"]);
     assert!(left.trim().is_empty(), "left behind: {left}");
+}
+
+#[test]
+fn a_restart_in_the_middle_of_provisioning_resumes_without_duplicates() {
+    let mut server = TestServer::start();
+    let manifests = generate(&[
+        "slow",
+        "--control-plane-machine-count",
+        "1",
+        "--worker-machine-count",
+        "4",
+        "--provisioning-delay",
+        "3s",
+    ]);
+    server.apply_ok(&["apply", "-f", "-"], &manifests);
+    wait("provisioning is under way", Duration::from_secs(60), || {
+        machines(&server).len() >= 2
+    });
+    server.kill9();
+    server.launch();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let list = machines(&server);
+        if list.len() == 5 && list.iter().all(|m| m["status"]["phase"] == "Running") {
+            break;
+        }
+        if Instant::now() > deadline {
+            let state = server.kubectl_ok(&[
+                "get",
+                "clusters,kcp,machines,inmemorymachines,kubeadmconfigs,configmaps",
+                "-o",
+                "wide",
+            ]);
+            panic!(
+                "not all five machines run after the restart:\n{state}\n{}",
+                server.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        machines(&server).len(),
+        5,
+        "no duplicate machines after the restart"
+    );
+    let infra = server.kubectl_ok(&["get", "inmemorymachines", "-o", "name"]);
+    assert_eq!(infra.lines().count(), 5, "{infra}");
 }

@@ -57,6 +57,21 @@ pub fn failure(object: &DynamicObject) -> Option<(String, String)> {
     Some((reason.to_string(), message.to_string()))
 }
 
+/// The object a template is cloned into: the same apiVersion, the kind without `Template`.
+pub fn clone_target(template: &Reference, name: &str) -> Result<Reference, Error> {
+    let kind = template.kind.strip_suffix("Template").ok_or_else(|| {
+        Error::Invalid(format!(
+            "{} is not a template kind (it must end in Template)",
+            template.kind
+        ))
+    })?;
+    Ok(Reference {
+        api_version: template.api_version.clone(),
+        kind: kind.to_string(),
+        name: name.to_string(),
+    })
+}
+
 /// Creates a new object from a template (`spec.template.spec` of a `FooTemplate` becomes the
 /// `spec` of a `Foo`), named `name`, labelled and owned as given, recording where it came from.
 pub async fn clone_template(

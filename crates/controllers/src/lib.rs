@@ -43,6 +43,39 @@ pub enum Error {
 /// Shared by every reconcile.
 pub struct Context {
     pub client: Client,
+    /// Clients of workload clusters by `namespace/cluster`: connecting (TLS) on every
+    /// reconcile of every Machine would cost more than the reconcile itself.
+    workload: std::sync::Mutex<std::collections::HashMap<String, Client>>,
+}
+
+impl Context {
+    pub fn new(client: Client) -> Context {
+        Context {
+            client,
+            workload: Default::default(),
+        }
+    }
+
+    /// A client of the workload cluster, reused across reconciles.
+    pub async fn workload_client(&self, namespace: &str, cluster: &str) -> Option<Client> {
+        let key = format!("{namespace}/{cluster}");
+        if let Some(client) = self.workload.lock().expect("lock").get(&key) {
+            return Some(client.clone());
+        }
+        let client = machine::workload_client(&self.client, namespace, cluster).await?;
+        self.workload
+            .lock()
+            .expect("lock")
+            .insert(key, client.clone());
+        Some(client)
+    }
+
+    pub fn forget_workload_client(&self, namespace: &str, cluster: &str) {
+        self.workload
+            .lock()
+            .expect("lock")
+            .remove(&format!("{namespace}/{cluster}"));
+    }
 }
 
 pub(crate) fn capi(kind: &str) -> ApiResource {
@@ -95,9 +128,7 @@ pub async fn run(
     provider_kinds: Vec<ApiResource>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let context = Arc::new(Context {
-        client: client.clone(),
-    });
+    let context = Arc::new(Context::new(client.clone()));
     let all = |kind: &str| Api::<DynamicObject>::all_with(client.clone(), &capi(kind));
     let config = watcher::Config::default;
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));

@@ -220,15 +220,23 @@ async fn find_node(
     cluster: &str,
     provider_id: &str,
 ) -> Option<Node> {
-    let client = workload_client(&ctx.client, namespace, cluster).await?;
+    let client = ctx.workload_client(namespace, cluster).await?;
     let nodes: Api<Node> = Api::all(client);
-    let list = nodes.list(&ListParams::default()).await.ok()?;
+    let list = match nodes.list(&ListParams::default()).await {
+        Ok(list) => list,
+        Err(_) => {
+            // The cluster's API or credentials may have changed: connect afresh next time.
+            ctx.forget_workload_client(namespace, cluster);
+            return None;
+        }
+    };
     list.items
         .into_iter()
         .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
 }
 
-/// A client for a workload cluster, from the kubeconfig its provider wrote.
+/// A new client for a workload cluster, from the kubeconfig its provider wrote (see
+/// [`Context::workload_client`] for the cached one).
 pub async fn workload_client(
     management: &Client,
     namespace: &str,

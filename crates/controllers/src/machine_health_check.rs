@@ -141,15 +141,14 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
         .into_iter()
         .filter(|m| m.metadata.deletion_timestamp.is_none())
         .collect();
-    let nodes: Vec<Node> =
-        match crate::machine::workload_client(&ctx.client, &namespace, &cluster).await {
-            Some(client) => Api::<Node>::all(client)
-                .list(&ListParams::default())
-                .await
-                .map(|l| l.items)
-                .unwrap_or_default(),
-            None => vec![],
-        };
+    let nodes: Vec<Node> = match ctx.workload_client(&namespace, &cluster).await {
+        Some(client) => Api::<Node>::all(client)
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default(),
+        None => vec![],
+    };
 
     let mut unhealthy = vec![];
     // Node conditions live in the workload cluster, which core does not watch: poll.

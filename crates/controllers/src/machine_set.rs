@@ -12,7 +12,7 @@ use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
 use crate::cluster::CLUSTER_NAME_LABEL;
-use crate::external::{Reference, clone_template};
+use crate::external::{Reference, clone_target, clone_template};
 use crate::object::{self, i64_at, owner_reference, patch_status, str_at};
 use crate::{Context, Error, capi};
 
@@ -82,6 +82,12 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         .collect();
     let machines_api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+    for machine in machines
+        .iter()
+        .filter(|m| m.data["status"]["infrastructureReady"] != json!(true))
+    {
+        ensure_clones(&ctx, &set, machine).await?;
+    }
     if machines.len() < wanted {
         for _ in machines.len()..wanted {
             create_machine(&ctx, &set, &cluster_name).await?;
@@ -203,33 +209,16 @@ async fn create_machine(
         labels.insert("cluster.x-k8s.io/deployment-name".into(), json!(deployment));
     }
     let labels = Value::Object(labels);
-    let set_owner = owner_reference(set, "cluster.x-k8s.io/v1beta1", "MachineSet", false);
     let mut spec = template["spec"].clone();
     spec["clusterName"] = json!(cluster_name);
+    // The Machine is created first, naming the clones it will get; the clones follow. A crash in
+    // between leaves a Machine whose clones the next reconcile makes, never a clone nobody owns.
     if let Some(config_template) = Reference::from_json(&template["spec"]["bootstrap"]["configRef"])
     {
-        let config = clone_template(
-            &ctx.client,
-            &namespace,
-            &config_template,
-            &name,
-            &labels,
-            set_owner.clone(),
-        )
-        .await?;
-        spec["bootstrap"]["configRef"] = config.to_json();
+        spec["bootstrap"]["configRef"] = clone_target(&config_template, &name)?.to_json();
     }
     if let Some(infra_template) = Reference::from_json(&template["spec"]["infrastructureRef"]) {
-        let infra = clone_template(
-            &ctx.client,
-            &namespace,
-            &infra_template,
-            &name,
-            &labels,
-            set_owner.clone(),
-        )
-        .await?;
-        spec["infrastructureRef"] = infra.to_json();
+        spec["infrastructureRef"] = clone_target(&infra_template, &name)?.to_json();
     }
     let machine = json!({
         "apiVersion": "cluster.x-k8s.io/v1beta1",
@@ -247,6 +236,48 @@ async fn create_machine(
         serde_json::from_value(machine).map_err(|e| Error::Invalid(e.to_string()))?;
     let machines: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
-    machines.create(&PostParams::default(), &machine).await?;
+    let created = machines.create(&PostParams::default(), &machine).await?;
+    ensure_clones(ctx, set, &created).await
+}
+
+/// Makes the bootstrap config and infrastructure machine of `machine` from the set's templates
+/// if they do not exist yet, owned by the Machine.
+async fn ensure_clones(
+    ctx: &Context,
+    set: &DynamicObject,
+    machine: &DynamicObject,
+) -> Result<(), Error> {
+    let namespace = machine.namespace().unwrap_or_default();
+    let template = &set.data["spec"]["template"]["spec"];
+    let owner = owner_reference(machine, "cluster.x-k8s.io/v1beta1", "Machine", true);
+    let labels = json!(machine.labels());
+    for (template_ref, clone_ref) in [
+        (
+            &template["bootstrap"]["configRef"],
+            &machine.data["spec"]["bootstrap"]["configRef"],
+        ),
+        (
+            &template["infrastructureRef"],
+            &machine.data["spec"]["infrastructureRef"],
+        ),
+    ] {
+        let (Some(template_ref), Some(clone_ref)) = (
+            Reference::from_json(template_ref),
+            Reference::from_json(clone_ref),
+        ) else {
+            continue;
+        };
+        if clone_ref.get(&ctx.client, &namespace).await?.is_none() {
+            clone_template(
+                &ctx.client,
+                &namespace,
+                &template_ref,
+                &clone_ref.name,
+                &labels,
+                owner.clone(),
+            )
+            .await?;
+        }
+    }
     Ok(())
 }

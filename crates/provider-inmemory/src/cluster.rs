@@ -50,9 +50,20 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .map_err(|e| Error::Invalid(e.to_string()))?;
 
     // The kubeconfig Secret core and users reach the workload cluster with.
+    // The kubeconfig Secret core and users reach the workload cluster with. It is rewritten
+    // when it no longer points at this server (the server moved to another address).
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let secret_name = format!("{cluster}-kubeconfig");
-    if secrets.get_opt(&secret_name).await?.is_none() {
+    let url = ctx.clusters.server_url(&key);
+    let current = secrets.get_opt(&secret_name).await?;
+    let up_to_date = current.as_ref().is_some_and(|secret| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .is_some_and(|v| String::from_utf8_lossy(&v.0).contains(&format!("server: {url}\n")))
+    });
+    if !up_to_date {
         let kubeconfig = ctx
             .clusters
             .kubeconfig(&key)
@@ -70,8 +81,22 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             "data": {"value": ByteString(kubeconfig.into_bytes())},
         }))
         .map_err(|e| Error::Invalid(e.to_string()))?;
-        match secrets.create(&PostParams::default(), &secret).await {
-            Ok(_) => {}
+        let written = match current {
+            None => secrets
+                .create(&PostParams::default(), &secret)
+                .await
+                .map(|_| ()),
+            Some(_) => secrets
+                .patch(
+                    &secret_name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"data": secret.data})),
+                )
+                .await
+                .map(|_| ()),
+        };
+        match written {
+            Ok(()) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(e.into()),
         }

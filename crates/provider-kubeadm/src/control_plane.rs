@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::ApiResource;
 use kube::runtime::controller::Action;
-use lariat_controllers::external::{Reference, clone_template};
+use lariat_controllers::external::{Reference, clone_target, clone_template};
 use lariat_controllers::object::{
     self as obj, ensure_finalizer, i64_at, owner_reference, patch_status, remove_finalizer, str_at,
 };
@@ -124,6 +124,16 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             .iter()
             .any(|m| m.data["status"]["nodeRef"].is_object());
 
+    for machine in live
+        .iter()
+        .filter(|m| m.data["status"]["infrastructureReady"] != json!(true))
+    {
+        let first = machine
+            .annotations()
+            .get(INIT_ANNOTATION)
+            .is_some_and(|v| v == "true");
+        ensure_parts(&ctx, &kcp, &cluster, &machine.name_any(), first).await?;
+    }
     // One change at a time: act only when every Machine runs and none is being deleted.
     if settled {
         if live.len() < desired || (!stale.is_empty() && live.len() == desired) {
@@ -234,45 +244,7 @@ async fn create_machine(
         CONTROL_PLANE_NAME_LABEL: kcp_name,
     });
     let owner = owner_reference(kcp, API_VERSION, "KubeadmControlPlane", true);
-
-    let mut config_spec = kcp.data["spec"]["kubeadmConfigSpec"].clone();
-    if !config_spec.is_object() {
-        config_spec = json!({});
-    }
-    if !first {
-        // Later machines join: their config carries only the join configuration.
-        let spec = config_spec.as_object_mut().expect("object");
-        spec.remove("initConfiguration");
-        spec.remove("clusterConfiguration");
-        spec.entry("joinConfiguration").or_insert(json!({}));
-    }
-    let config = json!({
-        "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1",
-        "kind": "KubeadmConfig",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]},
-        "spec": config_spec,
-    });
-    let configs: Api<DynamicObject> = Api::namespaced_with(
-        ctx.client.clone(),
-        &namespace,
-        &crate::kubeadm_config_resource(),
-    );
-    create(&configs, config).await?;
-
-    let template = Reference::from_json(&kcp.data["spec"]["machineTemplate"]["infrastructureRef"])
-        .ok_or_else(|| {
-            Error::Invalid("spec.machineTemplate.infrastructureRef is required".into())
-        })?;
-    let infra = clone_template(
-        &ctx.client,
-        &namespace,
-        &template,
-        &name,
-        &labels,
-        owner.clone(),
-    )
-    .await?;
-
+    let template = infrastructure_template(kcp)?;
     let mut machine_labels = kcp.data["spec"]["machineTemplate"]["metadata"]["labels"]
         .as_object()
         .cloned()
@@ -280,21 +252,86 @@ async fn create_machine(
     if let Some(extra) = labels.as_object() {
         machine_labels.extend(extra.clone());
     }
+    // The first machine inits; the Machine records that in an annotation so its config can be
+    // made (again, after a crash) with the right role.
     let machine = json!({
         "apiVersion": "cluster.x-k8s.io/v1beta1",
         "kind": "Machine",
-        "metadata": {"name": name, "namespace": namespace, "labels": machine_labels, "ownerReferences": [owner]},
+        "metadata": {"name": name, "namespace": namespace, "labels": machine_labels, "ownerReferences": [owner],
+            "annotations": {INIT_ANNOTATION: first.to_string()}},
         "spec": {
             "clusterName": cluster,
             "version": kcp.data["spec"]["version"],
             "bootstrap": {"configRef": {"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1", "kind": "KubeadmConfig", "name": name}},
-            "infrastructureRef": infra.to_json(),
+            "infrastructureRef": clone_target(&template, &name)?.to_json(),
         },
     });
     let machines: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
     tracing::info!(kubeadmcontrolplane = %format!("{namespace}/{kcp_name}"), machine = %name, first, "adding a control-plane machine");
-    create(&machines, machine).await
+    // The Machine first, then what it references: a crash in between leaves a Machine whose
+    // parts the next reconcile makes, never parts that nobody owns.
+    create(&machines, machine).await?;
+    ensure_parts(ctx, kcp, cluster, &name, first).await
+}
+
+/// Marks the control-plane Machine that runs `kubeadm init`.
+const INIT_ANNOTATION: &str = "controlplane.cluster.x-k8s.io/kubeadm-init";
+
+fn infrastructure_template(kcp: &DynamicObject) -> Result<Reference, Error> {
+    Reference::from_json(&kcp.data["spec"]["machineTemplate"]["infrastructureRef"])
+        .ok_or_else(|| Error::Invalid("spec.machineTemplate.infrastructureRef is required".into()))
+}
+
+/// Creates a control-plane Machine's KubeadmConfig and infrastructure machine if missing.
+async fn ensure_parts(
+    ctx: &Context,
+    kcp: &DynamicObject,
+    cluster: &str,
+    name: &str,
+    first: bool,
+) -> Result<(), Error> {
+    let namespace = kcp.namespace().unwrap_or_default();
+    let labels = json!({
+        "cluster.x-k8s.io/cluster-name": cluster,
+        CONTROL_PLANE_LABEL: "",
+        CONTROL_PLANE_NAME_LABEL: kcp.name_any(),
+    });
+    let owner = owner_reference(kcp, API_VERSION, "KubeadmControlPlane", true);
+    let configs: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &namespace,
+        &crate::kubeadm_config_resource(),
+    );
+    if configs.get_opt(name).await?.is_none() {
+        let mut config_spec = kcp.data["spec"]["kubeadmConfigSpec"].clone();
+        if !config_spec.is_object() {
+            config_spec = json!({});
+        }
+        if !first {
+            // Later machines join: their config carries only the join configuration.
+            let spec = config_spec.as_object_mut().expect("object");
+            spec.remove("initConfiguration");
+            spec.remove("clusterConfiguration");
+            spec.entry("joinConfiguration").or_insert(json!({}));
+        }
+        let config = json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1",
+            "kind": "KubeadmConfig",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]},
+            "spec": config_spec,
+        });
+        create(&configs, config).await?;
+    }
+    let template = infrastructure_template(kcp)?;
+    if clone_target(&template, name)?
+        .get(&ctx.client, &namespace)
+        .await?
+        .is_none()
+    {
+        clone_template(&ctx.client, &namespace, &template, name, &labels, owner).await?;
+    }
+    Ok(())
 }
 
 async fn create(api: &Api<DynamicObject>, object: Value) -> Result<(), Error> {
