@@ -93,19 +93,7 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                 if let Some(domains) = infra.data["status"]["failureDomains"].as_object() {
                     status["failureDomains"] = Value::Object(domains.clone());
                 }
-                if let Some((reason, message)) = external::failure(&infra) {
-                    status["failureReason"] = json!(reason);
-                    status["failureMessage"] = json!(message);
-                }
-                let ready = external::ready(&infra);
-                conditions::set(
-                    &mut list,
-                    "InfrastructureReady",
-                    ready,
-                    "WaitingForInfrastructure",
-                    &format!("{} {} is not ready", reference.kind, reference.name),
-                );
-                ready
+                external::read_infrastructure(&infra, &reference, &mut status, &mut list)
             }
         },
     };

@@ -72,6 +72,29 @@ pub fn clone_target(template: &Reference, name: &str) -> Result<Reference, Error
     })
 }
 
+/// Reads an infrastructure object's readiness into the `InfrastructureReady` condition and its
+/// failure into `status.failureReason`/`failureMessage`, as core does for clusters and machines.
+pub fn read_infrastructure(
+    infra: &DynamicObject,
+    reference: &Reference,
+    status: &mut Value,
+    conditions: &mut Vec<Value>,
+) -> bool {
+    if let Some((reason, message)) = failure(infra) {
+        status["failureReason"] = json!(reason);
+        status["failureMessage"] = json!(message);
+    }
+    let ready = ready(infra);
+    crate::conditions::set(
+        conditions,
+        "InfrastructureReady",
+        ready,
+        "WaitingForInfrastructure",
+        &format!("{} {} is not ready", reference.kind, reference.name),
+    );
+    ready
+}
+
 /// Creates a new object from a template (`spec.template.spec` of a `FooTemplate` becomes the
 /// `spec` of a `Foo`), named `name`, labelled and owned as given, recording where it came from.
 pub async fn clone_template(

@@ -70,6 +70,17 @@ impl Context {
         Some(client)
     }
 
+    /// The Cluster an object belongs to (`spec.clusterName` in the object's namespace).
+    pub async fn cluster_of(&self, object: &DynamicObject) -> Result<Option<DynamicObject>, Error> {
+        let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
+        let Some(name) = object::str_at(&object.data, &["spec", "clusterName"]) else {
+            return Ok(None);
+        };
+        let clusters: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &capi("Cluster"));
+        Ok(clusters.get_opt(name).await?)
+    }
+
     pub fn forget_workload_client(&self, namespace: &str, cluster: &str) {
         self.workload
             .lock()

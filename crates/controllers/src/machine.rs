@@ -130,19 +130,7 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                 if let Some(addresses) = infra.data["status"]["addresses"].as_array() {
                     status["addresses"] = json!(addresses);
                 }
-                if let Some((reason, message)) = external::failure(&infra) {
-                    status["failureReason"] = json!(reason);
-                    status["failureMessage"] = json!(message);
-                }
-                let ready = external::ready(&infra);
-                conditions::set(
-                    &mut list,
-                    "InfrastructureReady",
-                    ready,
-                    "WaitingForInfrastructure",
-                    &format!("{} {} is not ready", reference.kind, reference.name),
-                );
-                ready
+                external::read_infrastructure(&infra, &reference, &mut status, &mut list)
             }
         },
     };

@@ -71,9 +71,7 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
     let cluster_name = str_at(&deployment.data, &["spec", "clusterName"])
         .unwrap_or_default()
         .to_string();
-    let clusters: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Cluster"));
-    let Some(cluster) = clusters.get_opt(&cluster_name).await? else {
+    let Some(cluster) = ctx.cluster_of(&deployment).await? else {
         return Ok(Action::requeue(Duration::from_secs(2)));
     };
     if object::bool_at(&deployment.data, &["spec", "paused"])

@@ -115,9 +115,7 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
     let cluster = str_at(&check.data, &["spec", "clusterName"])
         .unwrap_or_default()
         .to_string();
-    let clusters: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Cluster"));
-    let Some(cluster_object) = clusters.get_opt(&cluster).await? else {
+    let Some(cluster_object) = ctx.cluster_of(&check).await? else {
         return Ok(Action::requeue(Duration::from_secs(5)));
     };
     if crate::object::bool_at(&cluster_object.data, &["spec", "paused"]) {

@@ -54,9 +54,7 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let cluster_name = str_at(&set.data, &["spec", "clusterName"])
         .unwrap_or_default()
         .to_string();
-    let clusters: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Cluster"));
-    let Some(cluster) = clusters.get_opt(&cluster_name).await? else {
+    let Some(cluster) = ctx.cluster_of(&set).await? else {
         return Ok(Action::requeue(Duration::from_secs(2)));
     };
     if object::bool_at(&cluster.data, &["spec", "paused"]) {
