@@ -72,7 +72,7 @@ struct ServerProcess {
 }
 
 impl ServerProcess {
-    fn start(etcd: Option<&str>) -> anyhow::Result<ServerProcess> {
+    fn start(etcd: Option<&str>, controllers: bool) -> anyhow::Result<ServerProcess> {
         let dir = tempfile::tempdir()?;
         let log = dir.path().join("server.log");
         let mut command = Command::new(std::env::current_exe()?);
@@ -84,6 +84,9 @@ impl ServerProcess {
             .env("LARIAT_LOG", "warn,lariat=info,lariat_apiserver=info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?);
+        if !controllers {
+            command.arg("--no-controllers");
+        }
         if let Some(endpoint) = etcd {
             command.args([
                 "--datastore-endpoint",
@@ -296,7 +299,7 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
                 other => bail!("unknown backend {other:?}: use sqlite or etcd"),
             };
             let endpoint = etcd.as_ref().map(|e| e.endpoint());
-            let server = ServerProcess::start(endpoint.as_deref())?;
+            let server = ServerProcess::start(endpoint.as_deref(), false)?;
             let api = clusters(server.client().await?);
             println!("\n{backend}, {objects} Cluster objects");
             let (idle_rss, _) = server.memory_mib();
@@ -509,7 +512,7 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    let server = ServerProcess::start(None)?;
+    let server = ServerProcess::start(None, true)?;
     let client = server.client().await?;
     let machines = machines_api(client.clone());
     let expected = args.clusters * (args.control_plane + args.workers) as usize;

@@ -68,6 +68,9 @@ struct ServerArgs {
     /// created on first start]. Servers sharing one etcd need the same key.
     #[arg(long)]
     encryption_key_file: Option<PathBuf>,
+    /// Serve the API only: run no controllers or providers (for API benchmarks).
+    #[arg(long)]
+    no_controllers: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -159,27 +162,31 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
-    let controllers = tokio::spawn(lariat_controllers::run(
-        server.local_client(),
-        provider_kinds(),
-        until_stopped(stopped.clone()),
-    ));
-    let inmemory = tokio::spawn(lariat_provider_inmemory::run(
-        server.local_client(),
-        server.virtual_clusters(),
-        until_stopped(stopped.clone()),
-    ));
-    let kubeadm = tokio::spawn(lariat_provider_kubeadm::run(
-        server.local_client(),
-        until_stopped(stopped.clone()),
-    ));
+    let mut loops = Vec::new();
+    if !args.no_controllers {
+        let controllers = tokio::spawn(lariat_controllers::run(
+            server.local_client(),
+            provider_kinds(),
+            until_stopped(stopped.clone()),
+        ));
+        let inmemory = tokio::spawn(lariat_provider_inmemory::run(
+            server.local_client(),
+            server.virtual_clusters(),
+            until_stopped(stopped.clone()),
+        ));
+        let kubeadm = tokio::spawn(lariat_provider_kubeadm::run(
+            server.local_client(),
+            until_stopped(stopped.clone()),
+        ));
+        loops = vec![controllers, inmemory, kubeadm];
+    }
     server
         .serve(async move {
             shutdown_signal().await;
             let _ = stop.send(true);
         })
         .await?;
-    let _ = tokio::join!(controllers, inmemory, kubeadm);
+    futures::future::join_all(loops).await;
     eprintln!("lariat server stopped");
     Ok(())
 }
