@@ -12,7 +12,7 @@ use futures::{StreamExt, TryStreamExt};
 use kube::api::{
     Api, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
-use kube::discovery::ApiResource;
+use lariat_controllers::capi;
 use lariat_store::etcd_process::EtcdProcess;
 use serde_json::json;
 
@@ -169,14 +169,7 @@ async fn client_for(path: &Path) -> anyhow::Result<kube::Client> {
 }
 
 fn clusters(client: kube::Client) -> Api<DynamicObject> {
-    let resource = ApiResource {
-        group: "cluster.x-k8s.io".into(),
-        version: "v1beta1".into(),
-        api_version: "cluster.x-k8s.io/v1beta1".into(),
-        kind: "Cluster".into(),
-        plural: "clusters".into(),
-    };
-    Api::namespaced_with(client, "default", &resource)
+    Api::namespaced_with(client, "default", &capi("Cluster"))
 }
 
 fn cluster(name: &str) -> DynamicObject {
@@ -461,14 +454,7 @@ async fn apply_all(client: &kube::Client, manifests: &str) -> anyhow::Result<()>
 }
 
 fn machines_api(client: kube::Client) -> Api<DynamicObject> {
-    let resource = ApiResource {
-        group: "cluster.x-k8s.io".into(),
-        version: "v1beta1".into(),
-        api_version: "cluster.x-k8s.io/v1beta1".into(),
-        kind: "Machine".into(),
-        plural: "machines".into(),
-    };
-    Api::namespaced_with(client, "default", &resource)
+    Api::namespaced_with(client, "default", &capi("Machine"))
 }
 
 /// Polls until `expected` machines run `version`; returns the time it took.
@@ -593,17 +579,8 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
     apply_all(&client, &manifests).await?;
     let total = expected + 1 + args.upgrade_workers as usize;
     until_running(&machines, total, "v1.30.2", started).await?;
-    let deployments: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        "default",
-        &ApiResource {
-            group: "cluster.x-k8s.io".into(),
-            version: "v1beta1".into(),
-            api_version: "cluster.x-k8s.io/v1beta1".into(),
-            kind: "MachineDeployment".into(),
-            plural: "machinedeployments".into(),
-        },
-    );
+    let deployments: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &capi("MachineDeployment"));
     let started = Instant::now();
     deployments
         .patch(

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::GroupVersionKind;
+use lariat_controllers::capi;
 use serde_json::Value;
 
 #[derive(clap::Subcommand)]
@@ -50,13 +51,6 @@ pub async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client
 
 fn home_kubeconfig_exists() -> bool {
     std::env::var_os("HOME").is_some_and(|home| PathBuf::from(home).join(".kube/config").exists())
-}
-
-fn capi(kind: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", kind),
-        &format!("{}s", kind.to_lowercase()),
-    )
 }
 
 /// One line of the tree: readiness, and why not.

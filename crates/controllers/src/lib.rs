@@ -89,7 +89,8 @@ impl Context {
     }
 }
 
-pub(crate) fn capi(kind: &str) -> ApiResource {
+/// A Cluster API core kind (`cluster.x-k8s.io/v1beta1`), for dynamic APIs.
+pub fn capi(kind: &str) -> ApiResource {
     let plural = format!("{}s", kind.to_lowercase());
     ApiResource {
         group: "cluster.x-k8s.io".into(),

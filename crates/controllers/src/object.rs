@@ -13,11 +13,6 @@ use crate::Error;
 /// The field manager lariat's controllers write as.
 pub const MANAGER: &str = "lariat-controller-manager";
 
-/// The object's JSON without its metadata (spec, status, ...), as `DynamicObject` keeps it.
-pub fn data(object: &DynamicObject) -> &Value {
-    &object.data
-}
-
 pub fn str_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
     path.iter().try_fold(value, |v, k| v.get(k))?.as_str()
 }
@@ -197,11 +192,6 @@ pub async fn ensure_labels(
 /// Whether the error is the API's 404.
 pub fn is_not_found(error: &Error) -> bool {
     matches!(error, Error::Kube(kube::Error::Api(status)) if status.code == 404)
-}
-
-/// Gets an object, `None` when it does not exist.
-pub async fn get_opt(api: &Api<DynamicObject>, name: &str) -> Result<Option<DynamicObject>, Error> {
-    Ok(api.get_opt(name).await?)
 }
 
 /// Deletes an object if it exists; returns whether it is gone already.

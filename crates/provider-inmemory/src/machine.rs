@@ -12,7 +12,7 @@ use kube::runtime::controller::Action;
 use lariat_controllers::object::{
     bool_at, ensure_finalizer, patch, patch_status, remove_finalizer, str_at,
 };
-use lariat_controllers::{Error, conditions};
+use lariat_controllers::{Error, capi, conditions};
 use serde_json::json;
 
 use lariat_controllers::object::duration;
@@ -24,16 +24,6 @@ pub const FINALIZER: &str = "inmemorymachine.infrastructure.cluster.x-k8s.io";
 const BOOT_STARTED: &str = "infrastructure.lariat.dev/boot-started";
 /// When the machine's Node became Ready, for `nodeNotReadyAfter`.
 const BOOTED: &str = "infrastructure.lariat.dev/booted";
-
-fn capi(kind: &str) -> kube::core::ApiResource {
-    kube::core::ApiResource {
-        group: "cluster.x-k8s.io".into(),
-        version: "v1beta1".into(),
-        api_version: "cluster.x-k8s.io/v1beta1".into(),
-        kind: kind.into(),
-        plural: format!("{}s", kind.to_lowercase()),
-    }
-}
 
 fn since(annotation: Option<&String>) -> Option<Duration> {
     let at = chrono::DateTime::parse_from_rfc3339(annotation?).ok()?;

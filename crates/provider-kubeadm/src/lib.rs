@@ -70,16 +70,7 @@ pub fn kubeadm_config_resource() -> ApiResource {
     }
 }
 
-/// A Cluster API core kind (`cluster.x-k8s.io/v1beta1`).
-pub(crate) fn capi(kind: &str) -> ApiResource {
-    ApiResource {
-        group: "cluster.x-k8s.io".into(),
-        version: "v1beta1".into(),
-        api_version: "cluster.x-k8s.io/v1beta1".into(),
-        kind: kind.into(),
-        plural: format!("{}s", kind.to_lowercase()),
-    }
-}
+pub(crate) use lariat_controllers::capi;
 
 /// Retries failed reconciles with a short delay; the error is logged with the object's key.
 fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
