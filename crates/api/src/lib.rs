@@ -6,6 +6,7 @@
 
 pub mod bootstrap;
 pub mod capi;
+pub mod clusterctl;
 mod contract;
 pub mod controlplane;
 pub mod infrastructure;
@@ -20,11 +21,13 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 /// MachineHealthCheck); then KubeadmControlPlane and its template
 /// (`controlplane.cluster.x-k8s.io/v1beta1`), KubeadmConfig and its template
 /// (`bootstrap.cluster.x-k8s.io/v1beta1`), and the in-memory provider's InMemoryCluster,
-/// InMemoryMachine and InMemoryMachineTemplate (`infrastructure.cluster.x-k8s.io/v1alpha1`).
+/// InMemoryMachine and InMemoryMachineTemplate (`infrastructure.cluster.x-k8s.io/v1alpha1`);
+/// last the provider inventory (`clusterctl.cluster.x-k8s.io/v1alpha3` Provider).
 pub fn builtin_crds() -> Vec<CustomResourceDefinition> {
     let mut crds = capi::crds();
     crds.extend(controlplane::crds());
     crds.extend(bootstrap::crds());
     crds.extend(infrastructure::crds());
+    crds.push(clusterctl::crd());
     crds
 }

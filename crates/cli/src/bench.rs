@@ -109,9 +109,22 @@ impl ServerProcess {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        let kubeconfig = dir.path().join("kubeconfig.yaml");
+        if controllers {
+            let init = Command::new(std::env::current_exe()?)
+                .args(["init", "--infrastructure", "inmemory", "--kubeconfig"])
+                .arg(&kubeconfig)
+                .output()?;
+            if !init.status.success() {
+                bail!(
+                    "lariat init failed: {}",
+                    String::from_utf8_lossy(&init.stderr)
+                );
+            }
+        }
         Ok(ServerProcess {
             child,
-            kubeconfig: dir.path().join("kubeconfig.yaml"),
+            kubeconfig,
             _dir: dir,
         })
     }

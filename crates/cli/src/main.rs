@@ -11,6 +11,7 @@ use lariat_store::Store;
 mod bench;
 mod describe;
 mod generate;
+mod providers;
 
 #[derive(Parser)]
 #[command(
@@ -37,6 +38,8 @@ enum Command {
         #[command(subcommand)]
         what: generate::GenerateCommand,
     },
+    /// Enable providers on a server, like clusterctl init (core, kubeadm and an infrastructure).
+    Init(providers::InitArgs),
     /// Measure the server and print figures.
     Bench {
         #[command(subcommand)]
@@ -91,6 +94,7 @@ fn main() -> std::process::ExitCode {
             Command::Server(args) => server(args).await,
             Command::Bench { what } => bench::run(what).await,
             Command::Generate { what } => generate::run(what),
+            Command::Init(args) => providers::init(args).await,
             Command::Describe { what } => describe::run(what).await,
         }
     });
@@ -169,16 +173,12 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             provider_kinds(),
             until_stopped(stopped.clone()),
         ));
-        let inmemory = tokio::spawn(lariat_provider_inmemory::run(
+        let providers = tokio::spawn(providers::run_enabled(
             server.local_client(),
             server.virtual_clusters(),
-            until_stopped(stopped.clone()),
+            stopped.clone(),
         ));
-        let kubeadm = tokio::spawn(lariat_provider_kubeadm::run(
-            server.local_client(),
-            until_stopped(stopped.clone()),
-        ));
-        loops = vec![controllers, inmemory, kubeadm];
+        loops = vec![controllers, providers];
     }
     server
         .serve(async move {

@@ -62,6 +62,7 @@ fn running(server: &TestServer, version: &str) -> (usize, usize) {
 #[test]
 fn generate_apply_scale_upgrade_delete() {
     let server = TestServer::start();
+    server.init_inmemory();
     let manifests = generate(&[
         "dev",
         "--infrastructure",
@@ -178,6 +179,7 @@ fn generate_apply_scale_upgrade_delete() {
 #[test]
 fn a_restart_in_the_middle_of_provisioning_resumes_without_duplicates() {
     let mut server = TestServer::start();
+    server.init_inmemory();
     let manifests = generate(&[
         "slow",
         "--control-plane-machine-count",

@@ -65,6 +65,7 @@ fn machines(server: &TestServer) -> Vec<Value> {
 #[test]
 fn machines_boot_into_nodes_of_a_simulated_cluster() {
     let server = TestServer::start();
+    server.init_inmemory();
     server.apply_ok(
         &["apply", "-f", "-"],
         &manifests(r#"{provisioningDelay: "1s"}"#),
@@ -143,6 +144,7 @@ fn machines_boot_into_nodes_of_a_simulated_cluster() {
 #[test]
 fn failure_injection_never_boots_and_not_ready_later() {
     let server = TestServer::start();
+    server.init_inmemory();
     server.apply_ok(&["apply", "-f", "-"], &manifests(r#"{neverBoots: true}"#));
     eventually("machines are provisioning", || {
         let list = machines(&server);
@@ -211,6 +213,7 @@ fn machine_names(server: &TestServer) -> Vec<String> {
 #[test]
 fn machine_health_checks_remediate_within_max_unhealthy() {
     let server = TestServer::start();
+    server.init_inmemory();
     // Nodes that go NotReady are replaced by the MachineSet after the health check deletes them.
     server.apply_ok(
         &["apply", "-f", "-"],
@@ -273,6 +276,7 @@ fn machine_health_checks_remediate_within_max_unhealthy() {
 #[test]
 fn kubeadm_bootstrap_inits_one_control_plane_then_joins_workers() {
     let server = TestServer::start();
+    server.init_inmemory();
     let pool = |name: &str, replicas: u32, control_plane: bool| {
         let labels = if control_plane {
             format!("{{pool: {name}, cluster.x-k8s.io/control-plane: \"\"}}")

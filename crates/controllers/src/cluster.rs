@@ -93,7 +93,21 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                 if let Some(domains) = infra.data["status"]["failureDomains"].as_object() {
                     status["failureDomains"] = Value::Object(domains.clone());
                 }
-                external::read_infrastructure(&infra, &reference, &mut status, &mut list)
+                let ready =
+                    external::read_infrastructure(&infra, &reference, &mut status, &mut list);
+                if !ready
+                    && let Some(message) =
+                        external::provider_not_enabled(&ctx.client, &reference).await
+                {
+                    conditions::set(
+                        &mut list,
+                        "InfrastructureReady",
+                        false,
+                        "ProviderNotEnabled",
+                        &message,
+                    );
+                }
+                ready
             }
         },
     };

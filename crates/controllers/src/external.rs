@@ -95,6 +95,44 @@ pub fn read_infrastructure(
     ready
 }
 
+/// Says so when `reference` names a kind of a built-in provider that `lariat init` has not
+/// enabled: nothing would ever reconcile that object, and "not ready" alone would hide why.
+pub async fn provider_not_enabled(client: &Client, reference: &Reference) -> Option<String> {
+    static OWNERS: std::sync::LazyLock<Vec<(String, String, String)>> =
+        std::sync::LazyLock::new(|| {
+            lariat_api::builtin_crds()
+                .into_iter()
+                .filter_map(|crd| {
+                    let provider = crd
+                        .metadata
+                        .labels
+                        .as_ref()?
+                        .get(lariat_api::capi::labels::PROVIDER_NAME)?
+                        .clone();
+                    Some((crd.spec.group, crd.spec.names.kind, provider))
+                })
+                .collect()
+        });
+    let group = reference.api_version.split('/').next()?;
+    let (_, _, provider) = OWNERS
+        .iter()
+        .find(|(g, k, _)| g == group && *k == reference.kind)?;
+    let inventory: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        lariat_api::clusterctl::NAMESPACE,
+        &lariat_api::clusterctl::api_resource(),
+    );
+    match inventory.get_opt(provider).await {
+        Ok(None) => Some(format!(
+            "{} {} waits for provider {provider}, which is not enabled: run `{}`",
+            reference.kind,
+            reference.name,
+            lariat_api::clusterctl::init_command(provider)
+        )),
+        _ => None,
+    }
+}
+
 /// Creates a new object from a template (`spec.template.spec` of a `FooTemplate` becomes the
 /// `spec` of a `Foo`), named `name`, labelled and owned as given, recording where it came from.
 pub async fn clone_template(

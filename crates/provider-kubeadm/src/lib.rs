@@ -82,12 +82,15 @@ fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -
     Action::requeue(Duration::from_secs(2))
 }
 
-/// Runs the KubeadmConfig controller until `shutdown` resolves.
+/// Runs the KubeadmConfig controller (provider `bootstrap-kubeadm`) until `shutdown` resolves.
 ///
 /// Besides its own kind it watches Clusters (infrastructure readiness and initialization gate
 /// every config of the cluster) and Machines (a Machine adopting its config), so waiting configs
 /// move as soon as what they wait for changes; the periodic requeues are only a fallback.
-pub async fn run(client: Client, shutdown: impl std::future::Future<Output = ()> + Send + 'static) {
+pub async fn run_bootstrap(
+    client: Client,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
     let context = Arc::new(Context {
         client: client.clone(),
     });
@@ -99,7 +102,7 @@ pub async fn run(client: Client, shutdown: impl std::future::Future<Output = ()>
     let store = controller.store();
     let cluster_config = config.clone();
     let machine_config = config.clone();
-    let controller = controller
+    controller
         .watches_with(
             all(&capi("Cluster")),
             capi("Cluster"),
@@ -142,8 +145,19 @@ pub async fn run(client: Client, shutdown: impl std::future::Future<Output = ()>
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile::reconcile, error_policy, context)
-        .for_each(|_| async {});
-    let control_planes = kube::runtime::Controller::new_with(
+        .for_each(|_| async {})
+        .await;
+}
+
+/// Runs the KubeadmControlPlane controller (provider `control-plane-kubeadm`) until `shutdown`
+/// resolves.
+pub async fn run_control_plane(
+    client: Client,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let all = |resource: &ApiResource| Api::<DynamicObject>::all_with(client.clone(), resource);
+    let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    kube::runtime::Controller::new_with(
         all(&control_plane::resource()),
         watcher::Config::default(),
         control_plane::resource(),
@@ -158,6 +172,6 @@ pub async fn run(client: Client, shutdown: impl std::future::Future<Output = ()>
         },
         Arc::new(control_plane::Context { client: client.clone() }),
     )
-    .for_each(|_| async {});
-    futures::join!(controller, control_planes);
+    .for_each(|_| async {})
+    .await;
 }

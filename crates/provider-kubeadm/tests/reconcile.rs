@@ -318,9 +318,12 @@ async fn first_control_plane_inits_and_the_others_join_once_initialized() {
         .await;
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = tokio::spawn(lariat_provider_kubeadm::run(h.client.clone(), async move {
-        let _ = stopped.await;
-    }));
+    let controller = tokio::spawn(lariat_provider_kubeadm::run_bootstrap(
+        h.client.clone(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
 
     // Init.
     let config = eventually("cp-0 is ready", || async {

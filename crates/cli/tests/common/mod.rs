@@ -105,6 +105,27 @@ impl TestServer {
         child.wait().expect("wait")
     }
 
+    /// Runs `lariat ARGS --kubeconfig <this server>`.
+    pub fn lariat(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_lariat"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .output()
+            .expect("run lariat")
+    }
+
+    /// `lariat init --infrastructure inmemory`, as a user does before creating clusters.
+    pub fn init_inmemory(&self) {
+        let output = self.lariat(&["init", "--infrastructure", "inmemory"]);
+        assert!(
+            output.status.success(),
+            "lariat init failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
     pub fn kubectl_command(&self, args: &[&str]) -> Command {
         let mut command = Command::new("kubectl");
         command
