@@ -39,6 +39,8 @@ pub struct AppState {
     /// Simulated workload-cluster APIs served under `/inmemory/NAMESPACE/NAME/` (empty on the
     /// simulated clusters themselves).
     pub virtual_clusters: Arc<crate::virtual_clusters::VirtualClusters>,
+    /// What `/metrics` serves, when something in the process keeps metrics.
+    pub metrics: Option<fn() -> String>,
 }
 
 /// The identity the TLS layer verified for this connection, if the client sent a certificate.
@@ -52,6 +54,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi/v3", get(openapi_index))
         .route("/openapi/v2", get(openapi_v2))
         .route("/inmemory/{*rest}", axum::routing::any(virtual_cluster))
+        .route("/metrics", get(metrics))
         .fallback(dispatch)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
@@ -64,6 +67,18 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .merge(authenticated)
         .with_state(state)
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let text = state.metrics.map(|render| render()).unwrap_or_default();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {

@@ -54,6 +54,9 @@ pub struct Config {
     /// The 32-byte key Secrets are encrypted with (default `<data-dir>/encryption.key`,
     /// created on first start). Replicas sharing an etcd must share it.
     pub encryption_key_file: Option<PathBuf>,
+    /// Renders the process's metrics (Prometheus text) for `/metrics`; the controllers that
+    /// run next to the server own them.
+    pub metrics: Option<fn() -> String>,
 }
 
 impl Config {
@@ -64,6 +67,7 @@ impl Config {
             compaction_interval: Duration::from_secs(300),
             bookmark_interval: Duration::from_secs(60),
             encryption_key_file: None,
+            metrics: None,
         }
     }
 }
@@ -168,6 +172,7 @@ impl Server {
             server_address: server_address.to_string(),
             bookmark_interval: config.bookmark_interval,
             virtual_clusters,
+            metrics: config.metrics,
         });
         Ok(Server {
             state,

@@ -81,6 +81,7 @@ impl VirtualClusters {
             authorizer: Arc::new(AllowAuthenticated),
             server_address: self.server_address.clone(),
             bookmark_interval: Duration::from_secs(60),
+            metrics: None,
             virtual_clusters: VirtualClusters::none(),
         });
         let router = router(state.clone());

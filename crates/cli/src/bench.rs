@@ -499,6 +499,31 @@ async fn until_running(
     }
 }
 
+/// Reconciles so far per controller, from the server's `/metrics`.
+async fn reconciles(client: &kube::Client) -> anyhow::Result<Vec<(String, f64)>> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    let mut counts: std::collections::BTreeMap<String, f64> = Default::default();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("lariat_reconciles_total{"))
+    {
+        let controller = line
+            .split("controller=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or_default();
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *counts.entry(controller.to_string()).or_default() += value;
+    }
+    Ok(counts.into_iter().collect())
+}
+
 async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
@@ -557,6 +582,7 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
         .parse()
         .unwrap_or(0);
     let (rss, peak) = server.memory_mib();
+    let reconciles = reconciles(&client).await?;
     println!(
         "  applied {} clusters in {:.1} s",
         args.clusters,
@@ -567,8 +593,19 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
         took.as_secs_f64(),
         expected as f64 / took.as_secs_f64()
     );
+    let per_controller: Vec<String> = reconciles
+        .iter()
+        .map(|(controller, n)| format!("{controller} {n:.0}"))
+        .collect();
+    let total_reconciles: f64 = reconciles.iter().map(|(_, n)| n).sum();
     println!(
-        "  store writes {revision} ({:.0}/s, the controllers' reconcile work), server CPU {:.1} s ({:.0}% of one core)",
+        "  reconciles {total_reconciles:.0} ({:.0}/s: {}), {:.1} per machine",
+        total_reconciles / took.as_secs_f64(),
+        per_controller.join(", "),
+        total_reconciles / expected as f64
+    );
+    println!(
+        "  store writes {revision} ({:.0}/s), server CPU {:.1} s ({:.0}% of one core)",
         revision as f64 / took.as_secs_f64(),
         cpu,
         cpu * 100.0 / took.as_secs_f64()

@@ -156,6 +156,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     config.tls_sans = args.tls_san;
     config.compaction_interval = Duration::from_secs(args.compaction_interval);
     config.encryption_key_file = args.encryption_key_file;
+    config.metrics = Some(lariat_controllers::metrics::render);
     let server = lariat_apiserver::Server::start(config, store, listener).await?;
     eprintln!(
         "lariat server listening on https://{}; kubeconfig: {}",

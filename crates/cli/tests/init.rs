@@ -115,6 +115,12 @@ fn providers_run_only_once_enabled() {
         },
     );
 
+    let metrics = server.kubectl_ok(&["get", "--raw", "/metrics"]);
+    assert!(
+        metrics.contains(r#"lariat_reconciles_total{controller="inmemorycluster",result="success"}"#),
+        "{metrics}"
+    );
+
     let kubeconfig = server.data_dir().join("first.kubeconfig");
     let decoded = server.kubectl_ok(&[
         "get",

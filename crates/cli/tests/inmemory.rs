@@ -364,3 +364,266 @@ spec:
         );
     }
 }
+
+/// Writes the workload cluster's kubeconfig from `<cluster>-kubeconfig` to a file.
+fn workload_kubeconfig(server: &TestServer, cluster: &str) -> std::path::PathBuf {
+    let path = server.data_dir().join(format!("{cluster}.kubeconfig"));
+    let decoded = server.kubectl_ok(&[
+        "get",
+        "secret",
+        &format!("{cluster}-kubeconfig"),
+        "-o",
+        "go-template={{.data.value | base64decode}}",
+    ]);
+    std::fs::write(&path, decoded).unwrap();
+    path
+}
+
+fn set_node_ready(server: &TestServer, kubeconfig: &std::path::Path, node: &str, ready: bool) {
+    let patch = serde_json::json!({"status": {"conditions": [{
+        "type": "Ready", "status": if ready { "True" } else { "False" },
+        "reason": "Test", "message": "set by the test",
+        "lastHeartbeatTime": "2020-01-01T00:00:00Z", "lastTransitionTime": "2020-01-01T00:00:00Z",
+    }]}});
+    server.kubectl_ok(&[
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "patch",
+        "node",
+        node,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+}
+
+fn generate(args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lariat"))
+        .args(["generate", "cluster"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// The control plane spreads over the simulated zones, and remediates an unhealthy member only
+/// while etcd keeps quorum, as KubeadmControlPlane does.
+#[test]
+fn control_plane_spreads_over_zones_and_remediates_without_losing_quorum() {
+    let server = TestServer::start();
+    server.init_inmemory();
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &generate(&[
+            "ha",
+            "--control-plane-machine-count",
+            "3",
+            "--worker-machine-count",
+            "0",
+        ]),
+    );
+    let control_plane = |server: &TestServer| -> Vec<Value> {
+        machines(server)
+            .into_iter()
+            .filter(|m| m["metadata"]["labels"]["cluster.x-k8s.io/control-plane"].is_string())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while control_plane(&server)
+        .iter()
+        .filter(|m| m["status"]["phase"] == "Running")
+        .count()
+        < 3
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "3 control-plane machines run"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let mut zones: Vec<String> = control_plane(&server)
+        .iter()
+        .map(|m| {
+            m["spec"]["failureDomain"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    zones.sort();
+    assert_eq!(zones, ["zone-a", "zone-b", "zone-c"]);
+    let kubeconfig = workload_kubeconfig(&server, "ha");
+    let zone_labels = server.kubectl_ok(&[
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "get",
+        "nodes",
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.labels.topology\.kubernetes\.io/zone} {end}"#,
+    ]);
+    assert_eq!(zone_labels.split_whitespace().count(), 3, "{zone_labels}");
+
+    // Two of three members unhealthy: removing one would leave one healthy of two members.
+    let names: Vec<String> = control_plane(&server)
+        .iter()
+        .map(|m| m["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    set_node_ready(&server, &kubeconfig, &names[0], false);
+    set_node_ready(&server, &kubeconfig, &names[1], false);
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        r#"apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineHealthCheck
+metadata:
+  name: ha-control-plane
+spec:
+  clusterName: ha
+  maxUnhealthy: 100%
+  selector:
+    matchLabels: {cluster.x-k8s.io/control-plane: ""}
+  unhealthyConditions:
+  - {type: Ready, status: "False", timeout: 1s}
+"#,
+    );
+    let owner_remediated = |server: &TestServer, name: &str| {
+        server.kubectl_ok(&[
+            "get",
+            "machine",
+            name,
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="OwnerRemediated")].message}"#,
+        ])
+    };
+    eventually("the control plane refuses to lose quorum", || {
+        owner_remediated(&server, &names[0]).contains("below quorum")
+            || owner_remediated(&server, &names[1]).contains("below quorum")
+    });
+    let healthy = server.kubectl_ok(&[
+        "get",
+        "machine",
+        &names[2],
+        "-o",
+        r#"jsonpath={.status.conditions[?(@.type=="HealthCheckSucceeded")].status}"#,
+    ]);
+    assert_eq!(healthy, "True");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(control_plane(&server).len(), 3, "nothing was deleted");
+
+    // One member recovers: the other unhealthy one is replaced, in its zone.
+    set_node_ready(&server, &kubeconfig, &names[0], true);
+    let lost_zone = control_plane(&server)
+        .iter()
+        .find(|m| m["metadata"]["name"] == names[1].as_str())
+        .map(|m| m["spec"]["failureDomain"].clone())
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let now = control_plane(&server);
+        let replaced = !now
+            .iter()
+            .any(|m| m["metadata"]["name"] == names[1].as_str())
+            && now.len() == 3
+            && now.iter().all(|m| m["status"]["phase"] == "Running");
+        if replaced {
+            let newcomer = now
+                .iter()
+                .find(|m| !names.contains(&m["metadata"]["name"].as_str().unwrap().to_string()))
+                .expect("a new machine");
+            assert_eq!(newcomer["spec"]["failureDomain"], lost_zone);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the unhealthy member is replaced"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// With a remediationTemplate, the health check leaves the Machine alone and asks an external
+/// remediation controller, through an object made from the template, as Cluster API does.
+#[test]
+fn external_remediation_creates_a_request_from_the_template() {
+    let server = TestServer::start();
+    server.init_inmemory();
+    let crd = |kind: &str| {
+        format!(
+            r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: {plural}.remediation.test.lariat.dev
+spec:
+  group: remediation.test.lariat.dev
+  scope: Namespaced
+  names: {{kind: {kind}, plural: {plural}, singular: {singular}}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#,
+            plural = format!("{}s", kind.to_lowercase()),
+            singular = kind.to_lowercase()
+        )
+    };
+    server.apply_ok(&["apply", "-f", "-"], &crd("RebootRemediationTemplate"));
+    server.apply_ok(&["apply", "-f", "-"], &crd("RebootRemediation"));
+    server.apply_ok(&["apply", "-f", "-"], &manifests(r#"{neverBoots: true}"#));
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        r#"apiVersion: remediation.test.lariat.dev/v1
+kind: RebootRemediationTemplate
+metadata:
+  name: reboot
+spec:
+  template:
+    spec: {strategy: Reboot, retryLimit: 2}
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineHealthCheck
+metadata:
+  name: sim-workers
+spec:
+  clusterName: sim
+  nodeStartupTimeout: 2s
+  selector:
+    matchLabels: {pool: workers}
+  remediationTemplate: {apiVersion: remediation.test.lariat.dev/v1, kind: RebootRemediationTemplate, name: reboot}
+"#,
+    );
+    eventually("two machines wait to boot", || machines(&server).len() == 2);
+    let waiting = machine_names(&server);
+    eventually("a remediation request per unhealthy machine", || {
+        let out = server.kubectl_ok(&["get", "rebootremediations", "-o", "json"]);
+        serde_json::from_str::<Value>(&out).unwrap()["items"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 2
+    });
+    for name in &waiting {
+        let request: Value = serde_json::from_str(&server.kubectl_ok(&[
+            "get",
+            "rebootremediation",
+            name,
+            "-o",
+            "json",
+        ]))
+        .unwrap();
+        assert_eq!(request["spec"]["strategy"], "Reboot");
+        assert_eq!(request["metadata"]["ownerReferences"][0]["kind"], "Machine");
+        assert_eq!(
+            request["metadata"]["ownerReferences"][0]["name"],
+            name.as_str()
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert_eq!(
+        machine_names(&server),
+        waiting,
+        "the machines are left to the remediator"
+    );
+}

@@ -38,6 +38,26 @@ pub fn existing(status: &Value) -> Vec<Value> {
     status["conditions"].as_array().cloned().unwrap_or_default()
 }
 
+/// Whether an object's `status.conditions` holds `type_` with status `False`.
+pub fn is_false(object_status: &Value, type_: &str) -> bool {
+    object_status["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == type_ && c["status"] == "False")
+    })
+}
+
+/// Machine condition set by a MachineHealthCheck: the Machine passed (or failed) its checks.
+pub const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
+/// Machine condition set to False by a MachineHealthCheck to ask the Machine's owner (its
+/// MachineSet or control plane) to remediate it, as in Cluster API.
+pub const OWNER_REMEDIATED: &str = "OwnerRemediated";
+
+/// Whether a MachineHealthCheck asked the owner of a Machine (given its `status`) to
+/// remediate it: unhealthy, and not yet remediated by its owner (Cluster API's rule).
+pub fn needs_owner_remediation(machine_status: &Value) -> bool {
+    is_false(machine_status, HEALTH_CHECK_SUCCEEDED) && is_false(machine_status, OWNER_REMEDIATED)
+}
+
 pub fn is_true(conditions: &[Value], type_: &str) -> bool {
     conditions
         .iter()

@@ -23,6 +23,7 @@ pub mod machine;
 pub mod machine_deployment;
 pub mod machine_health_check;
 pub mod machine_set;
+pub mod metrics;
 pub mod object;
 
 /// What a reconcile failed with.
@@ -172,7 +173,7 @@ pub async fn run(
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(cluster::reconcile, error_policy, context.clone())
-        .for_each(|_| async {});
+        .for_each(metrics::counter("cluster"));
     let deployments = Controller::new_with(
         all("MachineDeployment"),
         config(),
@@ -181,12 +182,12 @@ pub async fn run(
     .owns_with(all("MachineSet"), capi("MachineSet"), config())
     .graceful_shutdown_on(shutdown.clone())
     .run(machine_deployment::reconcile, error_policy, context.clone())
-    .for_each(|_| async {});
+    .for_each(metrics::counter("machinedeployment"));
     let sets = Controller::new_with(all("MachineSet"), config(), capi("MachineSet"))
         .owns_with(all("Machine"), capi("Machine"), config())
         .graceful_shutdown_on(shutdown.clone())
         .run(machine_set::reconcile, error_policy, context.clone())
-        .for_each(|_| async {});
+        .for_each(metrics::counter("machineset"));
     let dynamic = |resource: &ApiResource| Api::<DynamicObject>::all_with(client.clone(), resource);
     let machines = provider_kinds
         .iter()
@@ -198,7 +199,7 @@ pub async fn run(
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(machine::reconcile, error_policy, context.clone())
-        .for_each(|_| async {});
+        .for_each(metrics::counter("machine"));
     let health_checks = Controller::new_with(
         all("MachineHealthCheck"),
         config(),
@@ -210,6 +211,6 @@ pub async fn run(
         error_policy,
         context.clone(),
     )
-    .for_each(|_| async {});
+    .for_each(metrics::counter("machinehealthcheck"));
     tokio::join!(clusters, deployments, sets, machines, health_checks);
 }

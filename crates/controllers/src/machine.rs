@@ -136,7 +136,10 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     };
 
     let node = match &provider_id {
-        Some(id) if infra_ready => find_node(&ctx, &namespace, &cluster_name, id).await,
+        Some(id) if infra_ready => {
+            let known = str_at(&machine.data, &["status", "nodeRef", "name"]);
+            find_node(&ctx, &namespace, &cluster_name, id, known).await
+        }
         _ => None,
     };
     match &node {
@@ -202,14 +205,29 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
 }
 
 /// The workload cluster's Node with this providerID, through the `<cluster>-kubeconfig` Secret.
+/// A Node already found (`known`, from `status.nodeRef`) is read by name; only a Machine whose
+/// Node has not been found yet lists them all, so a running cluster costs one read per Machine.
 async fn find_node(
     ctx: &Context,
     namespace: &str,
     cluster: &str,
     provider_id: &str,
+    known: Option<&str>,
 ) -> Option<Node> {
     let client = ctx.workload_client(namespace, cluster).await?;
     let nodes: Api<Node> = Api::all(client);
+    let matches =
+        |n: &Node| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id);
+    if let Some(name) = known {
+        match nodes.get_opt(name).await {
+            Ok(Some(node)) if matches(&node) => return Some(node),
+            Ok(_) => {}
+            Err(_) => {
+                ctx.forget_workload_client(namespace, cluster);
+                return None;
+            }
+        }
+    }
     let list = match nodes.list(&ListParams::default()).await {
         Ok(list) => list,
         Err(_) => {
@@ -218,9 +236,7 @@ async fn find_node(
             return None;
         }
     };
-    list.items
-        .into_iter()
-        .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
+    list.items.into_iter().find(matches)
 }
 
 /// A new client for a workload cluster, from the kubeconfig its provider wrote (see

@@ -1,17 +1,21 @@
 //! The MachineHealthCheck controller: finds the Machines it targets that are unhealthy (a Node
 //! that never joined within `nodeStartupTimeout`, or a Node condition matching an
 //! `unhealthyConditions` entry for longer than its timeout) and, while `maxUnhealthy` allows,
-//! remediates them by deleting them, so their MachineSet or control plane replaces them.
+//! remediates them as Cluster API does: it marks each unhealthy Machine `OwnerRemediated=False`
+//! so its owner (MachineSet, control plane) replaces it by its own rules, or, with a
+//! `remediationTemplate`, creates a remediation object for an external remediation controller.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
+use crate::conditions::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
+use crate::external::Reference;
 use crate::machine_deployment::resolve;
 use crate::object::{patch_status, str_at};
 use crate::{Context, Error, capi, conditions};
@@ -104,6 +108,64 @@ fn machine_health(check: &DynamicObject, machine: &DynamicObject, node: Option<&
     recheck.map_or(Health::Healthy, Health::RecheckIn)
 }
 
+/// Sets conditions on a Machine's status, writing only what changed. An `OwnerRemediated`
+/// condition the owner has already updated (its message says why it waits) is kept.
+async fn mark(
+    api: &Api<DynamicObject>,
+    machine: &DynamicObject,
+    marks: &[(&str, bool, &str, &str)],
+) -> Result<(), Error> {
+    let mut list = conditions::existing(&machine.data["status"]);
+    let before = list.clone();
+    // A machine that recovered before its owner acted no longer asks for remediation.
+    if marks
+        .iter()
+        .any(|(type_, status, ..)| *type_ == HEALTH_CHECK_SUCCEEDED && *status)
+    {
+        list.retain(|c| c["type"] != OWNER_REMEDIATED);
+    }
+    for (type_, status, reason, message) in marks {
+        if *type_ == OWNER_REMEDIATED
+            && conditions::is_false(&machine.data["status"], OWNER_REMEDIATED)
+        {
+            continue;
+        }
+        conditions::set(&mut list, type_, *status, reason, message);
+    }
+    if list != before {
+        patch_status(api, &machine.name_any(), json!({"conditions": list})).await?;
+    }
+    Ok(())
+}
+
+/// Creates the remediation object for `machine` from the MachineHealthCheck's
+/// `remediationTemplate` (a `FooRemediationTemplate` gives a `FooRemediation`), once.
+async fn external_remediation(
+    ctx: &Context,
+    namespace: &str,
+    template: &Reference,
+    machine: &DynamicObject,
+    cluster: &str,
+) -> Result<(), Error> {
+    let target = crate::external::clone_target(template, &machine.name_any())?;
+    if target.get(&ctx.client, namespace).await?.is_some() {
+        return Ok(());
+    }
+    tracing::info!(machine = %machine.name_any(), kind = %target.kind, "creating an external remediation request");
+    let owner =
+        crate::object::owner_reference(machine, "cluster.x-k8s.io/v1beta1", "Machine", false);
+    crate::external::clone_template(
+        &ctx.client,
+        namespace,
+        template,
+        &machine.name_any(),
+        &json!({crate::cluster::CLUSTER_NAME_LABEL: cluster}),
+        owner,
+    )
+    .await?;
+    Ok(())
+}
+
 pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     if check.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -149,6 +211,7 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
     };
 
     let mut unhealthy = vec![];
+    let mut healthy = vec![];
     // Node conditions live in the workload cluster, which core does not watch: poll.
     let mut recheck = Duration::from_secs(3);
     for machine in &machines {
@@ -159,9 +222,12 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
                 .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
         });
         match machine_health(&check, machine, node) {
-            Health::Healthy => {}
+            Health::Healthy => healthy.push(machine),
             Health::Unhealthy(why) => unhealthy.push((machine, why)),
-            Health::RecheckIn(after) => recheck = recheck.min(after + Duration::from_millis(100)),
+            Health::RecheckIn(after) => {
+                healthy.push(machine);
+                recheck = recheck.min(after + Duration::from_millis(100));
+            }
         }
     }
     let expected = machines.len() as i64;
@@ -174,26 +240,42 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
     .max(0);
     let allowed = unhealthy.len() as i64 <= max_unhealthy;
     let mut list = conditions::existing(&check.data["status"]);
-    if allowed {
-        for (machine, why) in &unhealthy {
-            tracing::info!(machinehealthcheck = %format!("{namespace}/{name}"), machine = %machine.name_any(), reason = %why, "remediating an unhealthy machine");
-            // Only machines someone will replace are deleted: those owned by a MachineSet or a
-            // control plane. A lone Machine is reported, not destroyed.
-            let replaceable = machine
-                .owner_references()
-                .iter()
-                .any(|o| o.controller == Some(true));
-            if replaceable {
-                match machines_api
-                    .delete(&machine.name_any(), &DeleteParams::default())
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 404 => {}
-                    Err(e) => return Err(e.into()),
+    for machine in healthy {
+        mark(
+            &machines_api,
+            machine,
+            &[(HEALTH_CHECK_SUCCEEDED, true, "", "")],
+        )
+        .await?;
+    }
+    let template = Reference::from_json(&check.data["spec"]["remediationTemplate"]);
+    for (machine, why) in &unhealthy {
+        let mut marks = vec![(HEALTH_CHECK_SUCCEEDED, false, "UnhealthyNode", why.as_str())];
+        // Only machines someone will replace are remediated: those owned by a MachineSet or a
+        // control plane. A lone Machine is reported, not destroyed.
+        let replaceable = machine
+            .owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true));
+        if allowed && replaceable {
+            match &template {
+                // External remediation: a remediation object named after the Machine, from the
+                // template, for another controller to act on (Cluster API's contract).
+                Some(template) => {
+                    external_remediation(&ctx, &namespace, template, machine, &cluster).await?
+                }
+                // The owner (MachineSet, control plane) remediates, by its own rules.
+                None => {
+                    if !conditions::is_false(&machine.data["status"], OWNER_REMEDIATED) {
+                        tracing::info!(machinehealthcheck = %format!("{namespace}/{name}"), machine = %machine.name_any(), reason = %why, "asking the owner to remediate an unhealthy machine");
+                    }
+                    marks.push((OWNER_REMEDIATED, false, "WaitingForRemediation", ""))
                 }
             }
         }
+        mark(&machines_api, machine, &marks).await?;
+    }
+    if allowed {
         conditions::set(&mut list, "RemediationAllowed", true, "", "");
     } else {
         let message = format!(

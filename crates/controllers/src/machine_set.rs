@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::cluster::CLUSTER_NAME_LABEL;
 use crate::external::{Reference, clone_target, clone_template};
 use crate::object::{self, i64_at, owner_reference, patch_status, str_at};
-use crate::{Context, Error, capi};
+use crate::{Context, Error, capi, conditions};
 
 pub const SET_NAME_LABEL: &str = "cluster.x-k8s.io/set-name";
 pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
@@ -73,7 +73,7 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     }
 
     let wanted = i64_at(&set.data, &["spec", "replicas"]).unwrap_or(1).max(0) as usize;
-    let mut machines: Vec<DynamicObject> = owned_machines(&ctx, &set)
+    let machines: Vec<DynamicObject> = owned_machines(&ctx, &set)
         .await?
         .into_iter()
         .filter(|m| m.metadata.deletion_timestamp.is_none())
@@ -86,6 +86,15 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     {
         ensure_clones(&ctx, &set, machine).await?;
     }
+    // Machines a MachineHealthCheck asked this set to remediate are deleted and replaced.
+    let (remediate, healthy): (Vec<DynamicObject>, Vec<DynamicObject>) = machines
+        .into_iter()
+        .partition(|m| conditions::needs_owner_remediation(&m.data["status"]));
+    for machine in &remediate {
+        tracing::info!(machineset = %format!("{namespace}/{name}"), machine = %machine.name_any(), "remediating an unhealthy machine: deleting it");
+        object::delete_if_present(&machines_api, &machine.name_any()).await?;
+    }
+    let mut machines = healthy;
     if machines.len() < wanted {
         for _ in machines.len()..wanted {
             create_machine(&ctx, &set, &cluster_name).await?;

@@ -106,10 +106,22 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     if endpoint["host"].as_str().is_none_or(str::is_empty) {
         patch(&api, &name, json!({"spec": {"controlPlaneEndpoint": {"host": format!("{name}.{namespace}.inmemory.lariat"), "port": 6443}}})).await?;
     }
+    let failure_domains = match &object.data["spec"]["failureDomains"] {
+        serde_json::Value::Object(domains) => serde_json::Value::Object(domains.clone()),
+        _ => json!({
+            "zone-a": {"controlPlane": true},
+            "zone-b": {"controlPlane": true},
+            "zone-c": {"controlPlane": true},
+        }),
+    };
     let mut list = conditions::existing(&object.data["status"]);
     conditions::set(&mut list, "Ready", true, "", "");
-    let status = json!({"ready": true, "conditions": list, "observedGeneration": object.metadata.generation.unwrap_or(0)});
-    if object.data["status"]["ready"] != json!(true) {
+    let generation = object.metadata.generation.unwrap_or(0);
+    if object.data["status"]["ready"] != json!(true)
+        || object.data["status"]["failureDomains"] != failure_domains
+        || object.data["status"]["observedGeneration"] != json!(generation)
+    {
+        let status = json!({"ready": true, "failureDomains": failure_domains, "conditions": list, "observedGeneration": generation});
         patch_status(&api, &name, status).await?;
     }
     Ok(Action::requeue(Duration::from_secs(60)))

@@ -63,14 +63,31 @@ pub async fn run(
     )
     .graceful_shutdown_on(shutdown.clone())
     .run(cluster::reconcile, error_policy, context.clone())
-    .for_each(|_| async {});
+    .for_each(lariat_controllers::metrics::counter("inmemorycluster"));
+    // A Machine getting its bootstrap data is what an InMemoryMachine waits for: watch
+    // Machines so that boot starts at once rather than at the next poll.
     let machines = Controller::new_with(
         all("InMemoryMachine"),
         watcher::Config::default(),
         resource("InMemoryMachine"),
     )
+    .watches_with(
+        Api::<DynamicObject>::all_with(client.clone(), &lariat_controllers::capi("Machine")),
+        lariat_controllers::capi("Machine"),
+        watcher::Config::default(),
+        |machine: DynamicObject| {
+            let reference = &machine.data["spec"]["infrastructureRef"];
+            let name = reference["name"]
+                .as_str()
+                .filter(|_| reference["kind"] == "InMemoryMachine")?;
+            Some(
+                kube::runtime::reflector::ObjectRef::new_with(name, resource("InMemoryMachine"))
+                    .within(machine.metadata.namespace.as_deref()?),
+            )
+        },
+    )
     .graceful_shutdown_on(shutdown.clone())
     .run(machine::reconcile, error_policy, context.clone())
-    .for_each(|_| async {});
+    .for_each(lariat_controllers::metrics::counter("inmemorymachine"));
     tokio::join!(clusters, machines);
 }

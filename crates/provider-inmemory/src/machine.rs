@@ -101,7 +101,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             "the Machine has no bootstrap data yet",
         );
         update_status(&api, &object, json!({"ready": false, "conditions": list})).await?;
-        return Ok(Action::requeue(Duration::from_millis(500)));
+        // The Machine watch wakes this machine when the data arrives; this is a fallback.
+        return Ok(Action::requeue(Duration::from_secs(10)));
     }
     let Some(key) = workload_key(&ctx, &namespace, &cluster).await? else {
         return Ok(Action::requeue(Duration::from_secs(1)));
@@ -170,6 +171,9 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         let mut labels = json!({"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "inmemory"});
         if control_plane {
             labels["node-role.kubernetes.io/control-plane"] = json!("");
+        }
+        if let Some(zone) = str_at(&machine.data, &["spec", "failureDomain"]) {
+            labels["topology.kubernetes.io/zone"] = json!(zone);
         }
         let node: Node = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": labels},

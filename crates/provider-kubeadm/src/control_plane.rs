@@ -134,13 +134,32 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             .is_some_and(|v| v == "true");
         ensure_parts(&ctx, &kcp, &cluster, &machine.name_any(), first).await?;
     }
-    // One change at a time: act only when every Machine runs and none is being deleted.
-    if settled {
+    let domains = control_plane_domains(&cluster_object);
+    // Remediation first, as a MachineHealthCheck asked, one machine at a time and never at
+    // the cost of etcd quorum; the scale-up below then replaces the machine.
+    if let Some(unhealthy) = live
+        .iter()
+        .find(|m| conditions::needs_owner_remediation(&m.data["status"]))
+    {
+        remediate(&ctx, &kcp, &live, unhealthy, deleting).await?;
+    } else if settled {
+        // One change at a time: act only when every Machine runs and none is being deleted.
         if live.len() < desired || (!stale.is_empty() && live.len() == desired) {
-            create_machine(&ctx, &kcp, &cluster, live.is_empty() && !initialized).await?;
+            let domain = least_used_domain(&domains, &live);
+            create_machine(
+                &ctx,
+                &kcp,
+                &cluster,
+                live.is_empty() && !initialized,
+                domain,
+            )
+            .await?;
         } else if live.len() > desired {
+            // Outdated machines go first; otherwise the oldest in the most crowded domain.
             let victim = stale.first().map(|m| **m).or_else(|| {
+                let crowded = most_used_domain(&live);
                 live.iter()
+                    .filter(|m| str_at(&m.data, &["spec", "failureDomain"]) == crowded.as_deref())
                     .min_by_key(|m| m.metadata.creation_timestamp.as_ref().map(|t| t.0))
                     .copied()
             });
@@ -227,13 +246,121 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     })
 }
 
+/// The failure domains the Cluster offers for control-plane machines, sorted by name.
+fn control_plane_domains(cluster: &DynamicObject) -> Vec<String> {
+    let mut domains: Vec<String> = cluster.data["status"]["failureDomains"]
+        .as_object()
+        .map(|d| {
+            d.iter()
+                .filter(|(_, spec)| spec["controlPlane"] == true)
+                .map(|(name, _)| name.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    domains.sort();
+    domains
+}
+
+fn domain_counts<'a>(live: &[&'a DynamicObject]) -> std::collections::BTreeMap<&'a str, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for machine in live {
+        if let Some(domain) = str_at(&machine.data, &["spec", "failureDomain"]) {
+            *counts.entry(domain).or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// Where the next control-plane machine goes: the domain with the fewest, first by name on a
+/// tie, so three machines land in three zones.
+fn least_used_domain(domains: &[String], live: &[&DynamicObject]) -> Option<String> {
+    let counts = domain_counts(live);
+    domains
+        .iter()
+        .min_by_key(|d| counts.get(d.as_str()).copied().unwrap_or(0))
+        .cloned()
+}
+
+fn most_used_domain(live: &[&DynamicObject]) -> Option<String> {
+    let counts = domain_counts(live);
+    let mut ordered: Vec<(&str, usize)> = counts.into_iter().collect();
+    ordered.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    ordered.first().map(|(d, _)| d.to_string())
+}
+
+/// Deletes a control-plane machine a MachineHealthCheck marked unhealthy, if that is safe:
+/// no other machine is being deleted, and the etcd members left after removing it (one per
+/// machine) keep a healthy quorum. Otherwise the machine's `OwnerRemediated` condition says
+/// why it waits.
+async fn remediate(
+    ctx: &Context,
+    kcp: &DynamicObject,
+    live: &[&DynamicObject],
+    unhealthy: &DynamicObject,
+    deleting: usize,
+) -> Result<(), Error> {
+    let namespace = kcp.namespace().unwrap_or_default();
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+    let healthy_others = live
+        .iter()
+        .filter(|m| m.name_any() != unhealthy.name_any())
+        .filter(|m| m.data["status"]["phase"] == "Running")
+        .filter(|m| !conditions::is_false(&m.data["status"], conditions::HEALTH_CHECK_SUCCEEDED))
+        .count();
+    let members_after = live.len().saturating_sub(1);
+    let quorum_after = members_after / 2 + 1;
+    let refusal = if deleting > 0 {
+        Some("waiting for another control-plane machine to be deleted first".to_string())
+    } else if members_after == 0 || healthy_others < quorum_after {
+        Some(format!(
+            "cannot remediate: removing this machine would leave {healthy_others} healthy of {members_after} etcd members, below quorum ({quorum_after})"
+        ))
+    } else {
+        None
+    };
+    match refusal {
+        Some(message) => {
+            let mut list = conditions::existing(&unhealthy.data["status"]);
+            let current = list
+                .iter()
+                .find(|c| c["type"] == conditions::OWNER_REMEDIATED)
+                .and_then(|c| c["message"].as_str())
+                .map(String::from);
+            if current.as_deref() != Some(message.as_str()) {
+                tracing::warn!(kubeadmcontrolplane = %format!("{namespace}/{}", kcp.name_any()), machine = %unhealthy.name_any(), "{message}");
+                conditions::set(
+                    &mut list,
+                    conditions::OWNER_REMEDIATED,
+                    false,
+                    "WaitingForRemediation",
+                    &message,
+                );
+                patch_status(
+                    &machines,
+                    &unhealthy.name_any(),
+                    json!({"conditions": list}),
+                )
+                .await?;
+            }
+        }
+        None => {
+            tracing::info!(kubeadmcontrolplane = %format!("{namespace}/{}", kcp.name_any()), machine = %unhealthy.name_any(), "remediating an unhealthy control-plane machine: deleting it");
+            obj::delete_if_present(&machines, &unhealthy.name_any()).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Adds one control-plane Machine with its own KubeadmConfig (init for the first, join for the
-/// rest) and infrastructure machine cloned from the template.
+/// rest) and infrastructure machine cloned from the template, in `failure_domain` if the
+/// Cluster offers domains.
 async fn create_machine(
     ctx: &Context,
     kcp: &DynamicObject,
     cluster: &str,
     first: bool,
+    failure_domain: Option<String>,
 ) -> Result<(), Error> {
     let namespace = kcp.namespace().unwrap_or_default();
     let kcp_name = kcp.name_any();
@@ -266,6 +393,10 @@ async fn create_machine(
             "infrastructureRef": clone_target(&template, &name)?.to_json(),
         },
     });
+    let mut machine = machine;
+    if let Some(domain) = failure_domain {
+        machine["spec"]["failureDomain"] = json!(domain);
+    }
     let machines: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
     tracing::info!(kubeadmcontrolplane = %format!("{namespace}/{kcp_name}"), machine = %name, first, "adding a control-plane machine");

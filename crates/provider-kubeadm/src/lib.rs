@@ -145,7 +145,7 @@ pub async fn run_bootstrap(
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile::reconcile, error_policy, context)
-        .for_each(|_| async {})
+        .for_each(lariat_controllers::metrics::counter("kubeadmconfig"))
         .await;
 }
 
@@ -172,6 +172,6 @@ pub async fn run_control_plane(
         },
         Arc::new(control_plane::Context { client: client.clone() }),
     )
-    .for_each(|_| async {})
+    .for_each(lariat_controllers::metrics::counter("kubeadmcontrolplane"))
     .await;
 }

@@ -90,6 +90,10 @@ pub struct InMemoryClusterSpec {
     /// and Cluster API copies it to the Cluster.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub control_plane_endpoint: Option<ApiEndpoint>,
+    /// The simulated failure domains to offer, by name; when unset, three zones (`zone-a`,
+    /// `zone-b`, `zone-c`) that may all host control-plane machines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_domains: Option<BTreeMap<String, FailureDomainSpec>>,
 }
 
 /// The observed state of an InMemoryCluster.
