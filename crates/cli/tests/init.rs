@@ -117,7 +117,8 @@ fn providers_run_only_once_enabled() {
 
     let metrics = server.kubectl_ok(&["get", "--raw", "/metrics"]);
     assert!(
-        metrics.contains(r#"lariat_reconciles_total{controller="inmemorycluster",result="success"}"#),
+        metrics
+            .contains(r#"lariat_reconciles_total{controller="inmemorycluster",result="success"}"#),
         "{metrics}"
     );
 

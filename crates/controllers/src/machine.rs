@@ -106,8 +106,19 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     let mut provider_id = str_at(&machine.data, &["spec", "providerID"]).map(String::from);
     let infra_ready = match Reference::from_json(&machine.data["spec"]["infrastructureRef"]) {
         None => false,
-        Some(reference) => match reference.get(&ctx.client, &namespace).await? {
-            None => {
+        Some(reference) => match reference.get(&ctx.client, &namespace).await {
+            Err(Error::UnknownKind { kind, .. }) => {
+                conditions::set(
+                    &mut list,
+                    "InfrastructureReady",
+                    false,
+                    "InfrastructureKindUnknown",
+                    &format!("{kind} is not served: install its provider with lariat init"),
+                );
+                false
+            }
+            Err(e) => return Err(e),
+            Ok(None) => {
                 conditions::set(
                     &mut list,
                     "InfrastructureReady",
@@ -117,7 +128,7 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                 );
                 false
             }
-            Some(infra) => {
+            Ok(Some(infra)) => {
                 let infra_api = reference.api(&ctx.client, &namespace).await?;
                 ensure_owner(&infra_api, &infra, owner.clone()).await?;
                 object::ensure_labels(&infra_api, &infra, &labels).await?;
