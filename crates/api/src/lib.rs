@@ -10,6 +10,7 @@ pub mod clusterctl;
 mod contract;
 pub mod controlplane;
 pub mod infrastructure;
+pub mod management;
 mod schema;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -22,12 +23,14 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 /// (`controlplane.cluster.x-k8s.io/v1beta1`), KubeadmConfig and its template
 /// (`bootstrap.cluster.x-k8s.io/v1beta1`), and the in-memory provider's InMemoryCluster,
 /// InMemoryMachine and InMemoryMachineTemplate (`infrastructure.cluster.x-k8s.io/v1alpha1`);
-/// last the provider inventory (`clusterctl.cluster.x-k8s.io/v1alpha3` Provider).
+/// then the provider inventory (`clusterctl.cluster.x-k8s.io/v1alpha3` Provider); last
+/// lariat's own ClusterRegistrationToken (`management.lariat.dev/v1`).
 pub fn builtin_crds() -> Vec<CustomResourceDefinition> {
     let mut crds = capi::crds();
     crds.extend(controlplane::crds());
     crds.extend(bootstrap::crds());
     crds.extend(infrastructure::crds());
     crds.push(clusterctl::crd());
+    crds.extend(management::crds());
     crds
 }

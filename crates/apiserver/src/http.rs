@@ -41,6 +41,10 @@ pub struct AppState {
     pub virtual_clusters: Arc<crate::virtual_clusters::VirtualClusters>,
     /// What `/metrics` serves, when something in the process keeps metrics.
     pub metrics: Option<fn() -> String>,
+    /// Agents' tunnels into downstream clusters.
+    pub tunnels: Arc<crate::tunnel::Tunnels>,
+    /// The CA certificate (PEM) agents check against their `--ca-checksum`.
+    pub ca_pem: String,
 }
 
 /// The identity the TLS layer verified for this connection, if the client sent a certificate.
@@ -55,6 +59,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi/v2", get(openapi_v2))
         .route("/inmemory/{*rest}", axum::routing::any(virtual_cluster))
         .route("/metrics", get(metrics))
+        .route("/k8s/clusters/{*rest}", axum::routing::any(cluster_proxy))
         .fallback(dispatch)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
@@ -65,6 +70,13 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        // Agents dial in before they have any lariat identity; the tunnel checks their token.
+        .route(
+            "/cacerts",
+            get(|State(state): State<Arc<AppState>>| async move { state.ca_pem.clone() }),
+        )
+        .route("/v3/connect", get(agent_connect))
+        .route("/v3/import/{file}", get(import_manifest))
         .merge(authenticated)
         .with_state(state)
 }
@@ -77,6 +89,46 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         text,
+    )
+        .into_response()
+}
+
+async fn agent_connect(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let client = crate::local::client(state.clone());
+    crate::tunnel::connect(state.tunnels.clone(), client, request).await
+}
+
+async fn cluster_proxy(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    crate::tunnel::proxy(&state.tunnels, request).await
+}
+
+/// `GET /v3/import/<token>.yaml`: the agent manifests for the Cluster the token registers.
+async fn import_manifest(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(file): axum::extract::Path<String>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let Some(token) = file.strip_suffix(".yaml") else {
+        return not_found_path(&format!("/v3/import/{file}")).into_response();
+    };
+    let client = crate::local::client(state.clone());
+    if let Err(e) = crate::tunnel::registration_cluster(&client, token).await {
+        return e.into_response();
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or(&state.server_address);
+    let checksum = {
+        use sha2::Digest;
+        sha2::Sha256::digest(state.ca_pem.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    (
+        [(header::CONTENT_TYPE, "application/yaml")],
+        crate::tunnel::import_manifest(&format!("https://{host}"), token, &checksum),
     )
         .into_response()
 }

@@ -34,6 +34,7 @@ pub mod schema;
 pub mod status;
 pub mod table;
 pub mod tls;
+pub mod tunnel;
 pub mod virtual_clusters;
 pub mod watch;
 
@@ -173,6 +174,8 @@ impl Server {
             bookmark_interval: config.bookmark_interval,
             virtual_clusters,
             metrics: config.metrics,
+            tunnels: Arc::new(tunnel::Tunnels::default()),
+            ca_pem: pki.ca_cert_pem.clone(),
         });
         Ok(Server {
             state,
@@ -201,6 +204,11 @@ impl Server {
         local::client(self.state.clone())
     }
 
+    /// The agents' tunnels (who is connected), for status reporting.
+    pub fn tunnels(&self) -> Arc<tunnel::Tunnels> {
+        self.state.tunnels.clone()
+    }
+
     pub fn ca_checksum(&self) -> String {
         self.pki.ca_checksum()
     }
@@ -223,6 +231,11 @@ impl Server {
             let stop = stop_rx.clone();
             tokio::spawn(async move { resources.follow_crds(stop).await })
         };
+        let reporter = tokio::spawn(tunnel::report(
+            self.state.tunnels.clone(),
+            local::client(self.state.clone()),
+            stop_rx.clone(),
+        ));
         let app = http::router(self.state.clone());
         tracing::info!(address = %self.local_addr(), "serving the Kubernetes API over HTTPS");
         tls::serve(self.listener, self.tls, app, async move {
@@ -230,7 +243,7 @@ impl Server {
             let _ = stop_tx.send(true);
         })
         .await?;
-        let _ = tokio::join!(collector, compactor, crd_follower);
+        let _ = tokio::join!(collector, compactor, crd_follower, reporter);
         Ok(())
     }
 }

@@ -82,6 +82,8 @@ impl VirtualClusters {
             server_address: self.server_address.clone(),
             bookmark_interval: Duration::from_secs(60),
             metrics: None,
+            tunnels: Default::default(),
+            ca_pem: String::new(),
             virtual_clusters: VirtualClusters::none(),
         });
         let router = router(state.clone());

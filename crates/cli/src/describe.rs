@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
@@ -25,32 +25,6 @@ pub struct ClusterArgs {
     /// Kubeconfig of the lariat server [default: $KUBECONFIG, ~/.kube/config, ./lariat-data/kubeconfig.yaml].
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-}
-
-/// A client from `--kubeconfig`, the usual places, or a local server's data directory.
-pub async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    let path = match kubeconfig {
-        Some(path) => Some(path.clone()),
-        None if std::env::var_os("KUBECONFIG").is_none() && !home_kubeconfig_exists() => {
-            Some(PathBuf::from("lariat-data/kubeconfig.yaml"))
-        }
-        None => None,
-    };
-    let config = match path {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(&path)
-                .with_context(|| format!("cannot read the kubeconfig {}: pass --kubeconfig or start `lariat server` here", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no kubeconfig found: pass --kubeconfig")?,
-    };
-    Ok(kube::Client::try_from(config)?)
-}
-
-fn home_kubeconfig_exists() -> bool {
-    std::env::var_os("HOME").is_some_and(|home| PathBuf::from(home).join(".kube/config").exists())
 }
 
 /// One line of the tree: readiness, and why not.
@@ -134,7 +108,7 @@ async fn referenced(
 
 pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
     let DescribeCommand::Cluster(args) = command;
-    let client = client(args.kubeconfig.as_ref()).await?;
+    let client = crate::connect::client(args.kubeconfig.as_ref()).await?;
     let ns = &args.namespace;
     let clusters: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &capi("Cluster"));
     let Some(cluster) = clusters.get_opt(&args.name).await? else {

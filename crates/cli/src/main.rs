@@ -9,8 +9,10 @@ use clap::{Parser, Subcommand};
 use lariat_store::Store;
 
 mod bench;
+mod connect;
 mod describe;
 mod generate;
+mod import;
 mod providers;
 
 #[derive(Parser)]
@@ -38,6 +40,15 @@ enum Command {
         #[command(subcommand)]
         what: generate::GenerateCommand,
     },
+    /// Manage clusters lariat did not create.
+    Cluster {
+        #[command(subcommand)]
+        what: import::ClusterCommand,
+    },
+    /// Run the agent that connects a cluster to a lariat server (dialling out).
+    Agent(import::AgentArgs),
+    /// Print a kubeconfig that reaches a connected cluster through the lariat server.
+    Kubeconfig(import::KubeconfigArgs),
     /// Enable providers on a server, like clusterctl init (core, kubeadm and an infrastructure).
     Init(providers::InitArgs),
     /// Measure the server and print figures.
@@ -95,6 +106,11 @@ fn main() -> std::process::ExitCode {
             Command::Bench { what } => bench::run(what).await,
             Command::Generate { what } => generate::run(what),
             Command::Init(args) => providers::init(args).await,
+            Command::Cluster {
+                what: import::ClusterCommand::Import(args),
+            } => import::import(args).await,
+            Command::Agent(args) => import::agent(args).await,
+            Command::Kubeconfig(args) => import::kubeconfig(args).await,
             Command::Describe { what } => describe::run(what).await,
         }
     });
@@ -174,9 +190,21 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             provider_kinds(),
             until_stopped(stopped.clone()),
         ));
+        // In-process agents dial the server's own address, as any agent would.
+        let address = server.local_addr();
+        let host = match address.ip() {
+            ip if ip.is_unspecified() => "127.0.0.1".to_string(),
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            ip => ip.to_string(),
+        };
+        let home = lariat_provider_inmemory::agents::Home {
+            server: format!("https://{host}:{}", address.port()),
+            ca_checksum: server.ca_checksum(),
+        };
         let providers = tokio::spawn(providers::run_enabled(
             server.local_client(),
             server.virtual_clusters(),
+            home,
             stopped.clone(),
         ));
         loops = vec![controllers, providers];
@@ -210,7 +238,7 @@ fn provider_kinds() -> Vec<kube::core::ApiResource> {
         .collect()
 }
 
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
     tokio::select! {

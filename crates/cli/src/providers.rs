@@ -141,7 +141,7 @@ pub async fn init(args: InitArgs) -> anyhow::Result<()> {
             wanted.push(resolve(provider_type, spec)?);
         }
     }
-    let client = crate::describe::client(args.kubeconfig.as_ref()).await?;
+    let client = crate::connect::client(args.kubeconfig.as_ref()).await?;
     for provider in &wanted {
         check_contract(&client, provider).await?;
     }
@@ -271,6 +271,7 @@ async fn check_contract(client: &Client, provider: &Builtin) -> anyhow::Result<(
 pub async fn run_enabled(
     client: Client,
     clusters: Arc<VirtualClusters>,
+    home: lariat_provider_inmemory::agents::Home,
     stopped: watch::Receiver<bool>,
 ) {
     let inventory: Api<DynamicObject> = Api::namespaced_with(
@@ -314,6 +315,7 @@ pub async fn run_enabled(
                                 provider,
                                 client.clone(),
                                 clusters.clone(),
+                                home.clone(),
                                 either_stops(stopped.clone(), stop_rx),
                             );
                             tracing::info!(provider = %name, "provider enabled; its controllers run");
@@ -369,6 +371,7 @@ fn start(
     provider: &Builtin,
     client: Client,
     clusters: Arc<VirtualClusters>,
+    home: lariat_provider_inmemory::agents::Home,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> JoinHandle<()> {
     match (provider.provider_type, provider.name) {
@@ -378,9 +381,12 @@ fn start(
         (CONTROL_PLANE, "kubeadm") => {
             tokio::spawn(lariat_provider_kubeadm::run_control_plane(client, shutdown))
         }
-        (INFRASTRUCTURE, "inmemory") => {
-            tokio::spawn(lariat_provider_inmemory::run(client, clusters, shutdown))
-        }
+        (INFRASTRUCTURE, "inmemory") => tokio::spawn(lariat_provider_inmemory::run(
+            client,
+            clusters,
+            Some(home),
+            shutdown,
+        )),
         // Core runs from the start, enabled or not.
         _ => tokio::spawn(shutdown),
     }

@@ -465,6 +465,31 @@ fn control_plane_spreads_over_zones_and_remediates_without_losing_quorum() {
     ]);
     assert_eq!(zone_labels.split_whitespace().count(), 3, "{zone_labels}");
 
+    // Its agent runs in the server, dials home, and the cluster is reached through the proxy.
+    eventually("the cluster's agent connects", || {
+        let output = server.kubectl(&[
+            "get",
+            "clusterconnection",
+            "ha",
+            "-o",
+            "jsonpath={.status.connected}/{.status.nodeCount}",
+        ]);
+        String::from_utf8_lossy(&output.stdout) == "true/3"
+    });
+    let proxied = server.lariat(&["kubeconfig", "ha"]);
+    assert!(proxied.status.success());
+    let proxied_path = server.data_dir().join("ha-proxied.kubeconfig");
+    std::fs::write(&proxied_path, proxied.stdout).unwrap();
+    let through_proxy = server.kubectl_ok(&[
+        "--kubeconfig",
+        proxied_path.to_str().unwrap(),
+        "get",
+        "nodes",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(through_proxy.lines().count(), 3, "{through_proxy}");
+
     // Two of three members unhealthy: removing one would leave one healthy of two members.
     let names: Vec<String> = control_plane(&server)
         .iter()

@@ -113,8 +113,17 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     };
 
     // Control plane: initialized (the API answers) and ready.
+    let imported = cluster
+        .annotations()
+        .contains_key(lariat_api::management::IMPORTED_ANNOTATION);
     let (cp_initialized, cp_ready) =
         match Reference::from_json(&cluster.data["spec"]["controlPlaneRef"]) {
+            // An imported cluster's control plane is whatever its agent reaches: up while the
+            // agent is connected.
+            None if imported => {
+                let connected = conditions::is_true(&list, "Connected");
+                (connected, connected)
+            }
             None => {
                 let running = control_plane_machines_running(&ctx, &namespace, &name).await?;
                 (running, running)

@@ -13,6 +13,7 @@ use kube::runtime::watcher;
 use lariat_apiserver::virtual_clusters::VirtualClusters;
 use lariat_controllers::Error;
 
+pub mod agents;
 pub mod cluster;
 pub mod machine;
 
@@ -22,6 +23,9 @@ pub const VERSION: &str = "v1alpha1";
 pub struct Context {
     pub client: Client,
     pub clusters: Arc<VirtualClusters>,
+    /// Where in-process agents dial (none: clusters get no agent).
+    pub home: Option<agents::Home>,
+    pub agents: agents::Agents,
 }
 
 pub(crate) fn resource(kind: &str) -> ApiResource {
@@ -48,11 +52,14 @@ fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -
 pub async fn run(
     client: Client,
     clusters: Arc<VirtualClusters>,
+    home: Option<agents::Home>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let context = Arc::new(Context {
         client: client.clone(),
         clusters,
+        home,
+        agents: Default::default(),
     });
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
     let all = |kind: &str| Api::<DynamicObject>::all_with(client.clone(), &resource(kind));
@@ -89,5 +96,13 @@ pub async fn run(
     .graceful_shutdown_on(shutdown.clone())
     .run(machine::reconcile, error_policy, context.clone())
     .for_each(lariat_controllers::metrics::counter("inmemorymachine"));
-    tokio::join!(clusters, machines);
+    let agents = Controller::new_with(
+        Api::<DynamicObject>::all_with(client.clone(), &lariat_controllers::capi("Cluster")),
+        watcher::Config::default(),
+        lariat_controllers::capi("Cluster"),
+    )
+    .graceful_shutdown_on(shutdown.clone())
+    .run(agents::reconcile, error_policy, context.clone())
+    .for_each(lariat_controllers::metrics::counter("inmemoryagent"));
+    tokio::join!(clusters, machines, agents);
 }

@@ -275,8 +275,12 @@ spec:
 "#;
 
 /// Waits until `check` holds, polling.
-pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+pub fn eventually(what: &str, check: impl FnMut() -> bool) {
+    eventually_within(Duration::from_secs(20), what, check)
+}
+
+pub fn eventually_within(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
     while !check() {
         assert!(Instant::now() < deadline, "timed out waiting until {what}");
         std::thread::sleep(Duration::from_millis(100));

@@ -1,0 +1,473 @@
+//! lariat's agent. It runs in a downstream cluster (or, for in-memory clusters, inside the
+//! server process) and dials OUT to the lariat server, so clusters behind NAT or firewalls can
+//! be managed. One long-lived HTTPS connection, upgraded to the tunnel protocol, carries every
+//! request the server proxies to the cluster's API: the agent serves HTTP/2 on it and forwards
+//! each stream to the Kubernetes API with plain kube-rs calls and its own identity.
+//!
+//! It trusts the server only after checking the server's CA against the checksum it was given
+//! (sha256 of the CA certificate PEM, as Rancher's `--ca-checksum`), registers once with a
+//! registration token, keeps the per-cluster credential the server then issues in a Secret of
+//! its own cluster, and reconnects forever with capped exponential backoff and full jitter.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
+use sha2::{Digest, Sha256};
+
+/// The `Upgrade` protocol the server speaks (`lariat_apiserver::tunnel::PROTOCOL`).
+pub const PROTOCOL: &str = "lariat-tunnel/1";
+const CREDENTIAL_HEADER: &str = "x-lariat-agent-credential";
+/// Where the agent keeps the credential the server issued, in its own cluster.
+pub const CREDENTIAL_NAMESPACE: &str = "lariat-system";
+pub const CREDENTIAL_SECRET: &str = "lariat-agent-credential";
+/// The largest request body the agent forwards (the API's own object limit).
+const MAX_REQUEST_BYTES: usize = 3 * 1024 * 1024;
+
+/// What an agent needs: where to dial, how to prove itself, and its cluster's API.
+#[derive(Clone)]
+pub struct Config {
+    /// `https://host:port` of the lariat server.
+    pub server: String,
+    /// A registration token (`<id>.<secret>`).
+    pub token: String,
+    /// sha256 (hex) of the server's CA certificate PEM.
+    pub ca_checksum: String,
+    /// The downstream cluster's API, with the agent's identity.
+    pub downstream: kube::Client,
+    /// Backoff bounds between attempts.
+    pub backoff: Backoff,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Backoff {
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            base: Duration::from_millis(500),
+            cap: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Backoff {
+    /// Full jitter: uniformly random in [0, min(cap, base * 2^attempt)], so a crowd of agents
+    /// that lost the server at the same moment does not come back at the same moment.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let ceiling = self
+            .base
+            .saturating_mul(2u32.saturating_pow(attempt.min(20)))
+            .min(self.cap);
+        ceiling.mul_f64(rand::random::<f64>())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot reach the server: {0}")]
+    Connect(#[from] std::io::Error),
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error(
+        "the server's CA does not match --ca-checksum (got {got}); check the checksum or the server URL"
+    )]
+    CaMismatch { got: String },
+    #[error("HTTP: {0}")]
+    Http(String),
+    #[error("the server refused the agent ({status}): {message}")]
+    Refused { status: u16, message: String },
+    #[error("the server is busy; retry in {0:?}")]
+    Busy(Duration),
+    #[error("the downstream API: {0}")]
+    Downstream(#[from] kube::Error),
+    #[error("invalid server URL {0:?}: expected https://host:port")]
+    Url(String),
+}
+
+/// Runs the agent until `shutdown` resolves: connect, serve the tunnel, and on any failure
+/// wait (backoff with full jitter, or the server's Retry-After) and connect again. It never
+/// gives up; each failure is one log line that says why.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) {
+    let mut attempt = 0u32;
+    let mut use_credential = true;
+    tokio::pin!(shutdown);
+    loop {
+        let started = Instant::now();
+        let outcome = tokio::select! {
+            _ = &mut shutdown => return,
+            outcome = connect_and_serve(&config, use_credential) => outcome,
+        };
+        let wait = match outcome {
+            Ok(()) => {
+                tracing::info!(server = %config.server, "tunnel closed; reconnecting");
+                attempt = 0;
+                config.backoff.delay(0)
+            }
+            Err(Error::Busy(after)) => {
+                tracing::info!(server = %config.server, "server busy; retrying in {after:?}");
+                after + config.backoff.delay(0)
+            }
+            Err(error) => {
+                if let Error::Refused { status: 403, .. } = &error {
+                    // A refused credential (the server forgot it): register afresh next time.
+                    use_credential = !use_credential;
+                }
+                if started.elapsed() > Duration::from_secs(60) {
+                    attempt = 0;
+                }
+                let wait = config.backoff.delay(attempt);
+                attempt = attempt.saturating_add(1);
+                tracing::warn!(server = %config.server, %error, "agent cannot connect; retrying in {wait:?}");
+                wait
+            }
+        };
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// host, port and TLS name of `https://host:port`.
+fn parse_server(server: &str) -> Result<(String, u16), Error> {
+    let uri: http::Uri = server.parse().map_err(|_| Error::Url(server.into()))?;
+    if uri.scheme_str() != Some("https") {
+        return Err(Error::Url(server.into()));
+    }
+    let host = uri.host().ok_or_else(|| Error::Url(server.into()))?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    Ok((host, uri.port_u16().unwrap_or(443)))
+}
+
+async fn tls_connect(
+    server: &str,
+    tls: rustls::ClientConfig,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, Error> {
+    let (host, port) = parse_server(server)?;
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+    tcp.set_nodelay(true)?;
+    let name = ServerName::try_from(host.clone()).map_err(|_| Error::Url(server.into()))?;
+    tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| Error::Tls(e.to_string()))
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Fetches the server's CA from `/cacerts` without trusting the connection, and trusts it only
+/// if its sha256 matches the checksum: the checksum is the trust anchor.
+pub async fn fetch_ca(server: &str, checksum: &str) -> Result<rustls::ClientConfig, Error> {
+    let insecure = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Tls(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider())))
+        .with_no_client_auth();
+    let stream = tls_connect(server, insecure).await?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| Error::Http(e.to_string()))?;
+    tokio::spawn(connection);
+    let (host, _) = parse_server(server)?;
+    let request = Request::get("/cacerts")
+        .header(header::HOST, host)
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| Error::Http(e.to_string()))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| Error::Http(e.to_string()))?;
+    let body = Limited::new(response.into_body(), 64 * 1024)
+        .collect()
+        .await
+        .map_err(|e| Error::Http(e.to_string()))?
+        .to_bytes();
+    let got: String = Sha256::digest(&body)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if !got.eq_ignore_ascii_case(checksum.trim()) {
+        return Err(Error::CaMismatch { got });
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&body) {
+        let cert = cert.map_err(|e| Error::Tls(e.to_string()))?;
+        roots.add(cert).map_err(|e| Error::Tls(e.to_string()))?;
+    }
+    Ok(rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Tls(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+/// Accepts any certificate: used only to download the CA whose checksum is then verified.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The credential kept in the downstream cluster, if any.
+async fn stored_credential(downstream: &kube::Client) -> Result<Option<String>, Error> {
+    let secrets: Api<Secret> = Api::namespaced(downstream.clone(), CREDENTIAL_NAMESPACE);
+    Ok(secrets.get_opt(CREDENTIAL_SECRET).await?.and_then(|s| {
+        s.data?
+            .get("credential")
+            .map(|v| String::from_utf8_lossy(&v.0).to_string())
+    }))
+}
+
+async fn store_credential(downstream: &kube::Client, credential: &str) -> Result<(), Error> {
+    let namespaces: Api<Namespace> = Api::all(downstream.clone());
+    if namespaces.get_opt(CREDENTIAL_NAMESPACE).await?.is_none() {
+        let namespace: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": CREDENTIAL_NAMESPACE}}))
+                .expect("a namespace");
+        match namespaces.create(&PostParams::default(), &namespace).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let secrets: Api<Secret> = Api::namespaced(downstream.clone(), CREDENTIAL_NAMESPACE);
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": CREDENTIAL_SECRET, "namespace": CREDENTIAL_NAMESPACE},
+        "stringData": {"credential": credential},
+    });
+    secrets
+        .patch(
+            CREDENTIAL_SECRET,
+            &PatchParams::apply("lariat-agent").force(),
+            &Patch::Apply(secret),
+        )
+        .await?;
+    Ok(())
+}
+
+/// One connection: check the CA, upgrade, then serve the tunnel until it closes.
+async fn connect_and_serve(config: &Config, use_credential: bool) -> Result<(), Error> {
+    let tls = fetch_ca(&config.server, &config.ca_checksum).await?;
+    let credential = if use_credential {
+        stored_credential(&config.downstream).await?
+    } else {
+        None
+    };
+    let bearer = credential.as_deref().unwrap_or(&config.token);
+    let stream = tls_connect(&config.server, tls).await?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| Error::Http(e.to_string()))?;
+    tokio::spawn(connection.with_upgrades());
+    let (host, port) = parse_server(&config.server)?;
+    let request = Request::get("/v3/connect")
+        .header(header::HOST, format!("{host}:{port}"))
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::UPGRADE, PROTOCOL)
+        .header(header::AUTHORIZATION, format!("Bearer {bearer}"))
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| Error::Http(e.to_string()))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| Error::Http(e.to_string()))?;
+    match response.status() {
+        StatusCode::SWITCHING_PROTOCOLS => {}
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+            let after = response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(5);
+            return Err(Error::Busy(Duration::from_secs(after)));
+        }
+        status => {
+            let body = Limited::new(response.into_body(), 64 * 1024)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let message = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["message"].as_str().map(String::from))
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).to_string());
+            return Err(Error::Refused {
+                status: status.as_u16(),
+                message,
+            });
+        }
+    }
+    if let Some(issued) = response
+        .headers()
+        .get(CREDENTIAL_HEADER)
+        .and_then(|v| v.to_str().ok())
+    {
+        store_credential(&config.downstream, issued).await?;
+    }
+    let upgraded = hyper::upgrade::on(response)
+        .await
+        .map_err(|e| Error::Http(e.to_string()))?;
+    tracing::info!(server = %config.server, "tunnel up");
+    let downstream = config.downstream.clone();
+    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256)
+        .keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .serve_connection(
+            upgraded,
+            hyper::service::service_fn(move |request| forward(downstream.clone(), request)),
+        )
+        .await
+        .map_err(|e| Error::Http(e.to_string()))
+}
+
+/// Forwards one proxied request to the downstream API with the agent's own identity.
+async fn forward(
+    downstream: kube::Client,
+    request: Request<Incoming>,
+) -> Result<Response<kube::client::Body>, Infallible> {
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, MAX_REQUEST_BYTES).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => {
+            return Ok(status(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large or cut",
+            ));
+        }
+    };
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let mut builder = Request::builder().method(parts.method).uri(path);
+    for (name, value) in &parts.headers {
+        if name != header::HOST && name != header::AUTHORIZATION && name != header::CONNECTION {
+            builder = builder.header(name, value);
+        }
+    }
+    let Ok(request) = builder.body(kube::client::Body::from(body.to_vec())) else {
+        return Ok(status(StatusCode::BAD_REQUEST, "malformed proxied request"));
+    };
+    match downstream.send(request).await {
+        Ok(response) => Ok(response),
+        Err(error) => Ok(status(
+            StatusCode::BAD_GATEWAY,
+            &format!("the agent cannot reach its cluster's API: {error}"),
+        )),
+    }
+}
+
+/// A Kubernetes `Status` response.
+fn status(code: StatusCode, message: &str) -> Response<kube::client::Body> {
+    let reason = match code {
+        StatusCode::PAYLOAD_TOO_LARGE => "RequestEntityTooLarge",
+        StatusCode::BAD_REQUEST => "BadRequest",
+        _ => "ServiceUnavailable",
+    };
+    let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": message, "reason": reason, "code": code.as_u16()});
+    let mut response = Response::new(kube::client::Body::from(body.to_string().into_bytes()));
+    *response.status_mut() = code;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_jittered_and_capped() {
+        let backoff = Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(30),
+        };
+        for attempt in 0..40 {
+            let ceiling = Duration::from_secs(1 << attempt.min(5)).min(Duration::from_secs(30));
+            assert!(backoff.delay(attempt) <= ceiling);
+        }
+        let samples: std::collections::HashSet<u128> =
+            (0..50).map(|_| backoff.delay(10).as_millis()).collect();
+        assert!(samples.len() > 10, "delays are spread, not one value");
+    }
+
+    #[test]
+    fn server_urls_must_be_https_with_a_host() {
+        assert_eq!(
+            parse_server("https://10.0.0.1:6443").unwrap(),
+            ("10.0.0.1".into(), 6443)
+        );
+        assert_eq!(parse_server("https://lariat.example").unwrap().1, 443);
+        assert!(parse_server("http://lariat.example").is_err());
+        assert!(parse_server("lariat").is_err());
+    }
+}

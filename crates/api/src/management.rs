@@ -1,0 +1,132 @@
+//! lariat's own management kinds (`management.lariat.dev`), outside Cluster API: how clusters
+//! that lariat did not create join it.
+//!
+//! A ClusterRegistrationToken lets one agent register one Cluster. The token handed to the
+//! agent is `<name>.<secret>`; the object, named `<name>` in `lariat-system`, keeps only the
+//! SHA-256 of the secret. Deleting the object revokes the token; it also stops working at
+//! `spec.expirationTimestamp`.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::json;
+
+pub const GROUP: &str = "management.lariat.dev";
+pub const VERSION: &str = "v1";
+pub const API_VERSION: &str = "management.lariat.dev/v1";
+/// Where registration tokens and agent credentials live.
+pub const NAMESPACE: &str = "lariat-system";
+/// Marks a Cluster that lariat imported rather than provisioned: its control plane is
+/// whatever the agent reaches, and it is ready once the agent is connected.
+pub const IMPORTED_ANNOTATION: &str = "management.lariat.dev/imported";
+/// The `type` of the Secret holding an agent credential's hash.
+pub const AGENT_CREDENTIAL_TYPE: &str = "management.lariat.dev/agent-credential";
+
+pub fn registration_token_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource {
+        group: GROUP.into(),
+        version: VERSION.into(),
+        api_version: API_VERSION.into(),
+        kind: "ClusterRegistrationToken".into(),
+        plural: "clusterregistrationtokens".into(),
+    }
+}
+
+pub fn cluster_connection_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource {
+        group: GROUP.into(),
+        version: VERSION.into(),
+        api_version: API_VERSION.into(),
+        kind: "ClusterConnection".into(),
+        plural: "clusterconnections".into(),
+    }
+}
+
+/// A ClusterConnection (same namespace and name as its Cluster, owned by it) is what the server
+/// knows of a Cluster's agent: connected or not, and what the last heartbeat saw downstream.
+/// The Cluster itself only gets `Connected` and `Ready` conditions, so its schema stays Cluster
+/// API's.
+fn cluster_connection_crd() -> CustomResourceDefinition {
+    let string = json!({"type": "string"});
+    let columns = json!([
+        {"name": "Connected", "type": "boolean", "jsonPath": ".status.connected"},
+        {"name": "Version", "type": "string", "jsonPath": ".status.kubernetesVersion"},
+        {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodeCount"},
+        {"name": "CPU", "type": "string", "jsonPath": ".status.capacity.cpu", "priority": 1},
+        {"name": "Memory", "type": "string", "jsonPath": ".status.capacity.memory", "priority": 1},
+        {"name": "Heartbeat", "type": "date", "jsonPath": ".status.lastHeartbeat"},
+    ]);
+    let status = json!({
+        "type": "object",
+        "properties": {
+            "connected": {"type": "boolean", "description": "Whether the agent's tunnel is up."},
+            "connectedSince": {"type": "string", "format": "date-time"},
+            "lastHeartbeat": {"type": "string", "format": "date-time", "description": "When the server last reached the cluster's API through the tunnel."},
+            "kubernetesVersion": string,
+            "nodeCount": {"type": "integer"},
+            "readyNodeCount": {"type": "integer"},
+            "capacity": {"type": "object", "properties": {"cpu": string, "memory": string, "pods": string}},
+            "message": string,
+        },
+    });
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("clusterconnections.{GROUP}")},
+        "spec": {
+            "group": GROUP,
+            "names": {"kind": "ClusterConnection", "listKind": "ClusterConnectionList",
+                      "plural": "clusterconnections", "singular": "clusterconnection"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": VERSION, "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": columns,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {"apiVersion": string, "kind": string, "metadata": {"type": "object"},
+                                   "spec": {"type": "object"}, "status": status},
+                }},
+            }],
+        },
+    }))
+    .expect("the ClusterConnection CRD is well-formed")
+}
+
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    let string = json!({"type": "string"});
+    let columns = json!([
+        {"name": "Cluster Namespace", "type": "string", "jsonPath": ".spec.clusterNamespace"},
+        {"name": "Cluster", "type": "string", "jsonPath": ".spec.clusterName"},
+        {"name": "Expires", "type": "string", "format": "date-time", "jsonPath": ".spec.expirationTimestamp"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]);
+    let spec = json!({
+        "type": "object",
+        "required": ["clusterNamespace", "clusterName", "tokenHash", "expirationTimestamp"],
+        "properties": {
+            "clusterNamespace": {"type": "string", "description": "Namespace of the Cluster the token registers."},
+            "clusterName": {"type": "string", "description": "Name of the Cluster the token registers."},
+            "tokenHash": {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "SHA-256 (hex) of the token's secret part; the token itself is never stored."},
+            "expirationTimestamp": {"type": "string", "format": "date-time", "description": "When the token stops working."},
+        },
+    });
+    vec![serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("clusterregistrationtokens.{GROUP}")},
+        "spec": {
+            "group": GROUP,
+            "names": {"kind": "ClusterRegistrationToken", "listKind": "ClusterRegistrationTokenList",
+                      "plural": "clusterregistrationtokens", "singular": "clusterregistrationtoken"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": VERSION, "served": true, "storage": true,
+                "additionalPrinterColumns": columns,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {"apiVersion": string, "kind": string, "metadata": {"type": "object"}, "spec": spec},
+                }},
+            }],
+        },
+    }))
+    .expect("the ClusterRegistrationToken CRD is well-formed"), cluster_connection_crd()]
+}

@@ -1,0 +1,955 @@
+//! The server's half of the agent tunnels. An agent in a downstream cluster dials OUT to
+//! `/v3/connect`, authenticates with a registration token or its cluster credential, and
+//! upgrades the HTTPS connection; over the upgraded connection the server speaks HTTP/2 as the
+//! client and the agent as the server. HTTP/2 gives the tunnel many concurrent streams, flow
+//! control per stream, pings and a bounded stream count, so a watch through the tunnel is just
+//! a long response. The server never opens a connection to a downstream cluster: it proxies
+//! `/k8s/clusters/<namespace>/<name>/...` into the tunnel of that Cluster.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use lariat_api::management::{self, AGENT_CREDENTIAL_TYPE, NAMESPACE};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::status::ApiError;
+
+/// The `Upgrade` protocol agents ask for.
+pub const PROTOCOL: &str = "lariat-tunnel/1";
+/// Response header carrying a newly issued cluster credential to the agent (once).
+pub const CREDENTIAL_HEADER: &str = "x-lariat-agent-credential";
+/// Response header naming the Cluster the agent now serves.
+pub const CLUSTER_HEADER: &str = "x-lariat-cluster";
+/// On agent credential Secrets: which Cluster the credential belongs to (see [`cluster_label`]).
+const CLUSTER_LABEL: &str = "management.lariat.dev/cluster";
+
+/// A label value for a Cluster (`namespace/name` may be longer than a label allows).
+fn cluster_label(cluster: &str) -> String {
+    sha256_hex(cluster)[..40].to_string()
+}
+/// Streams one tunnel may carry at once; more wait for HTTP/2 flow control, not memory.
+const MAX_STREAMS: u32 = 256;
+
+/// A connected agent's tunnel.
+#[derive(Clone)]
+struct Tunnel {
+    sender: SendRequest<Body>,
+    /// Tells connections apart, so an old one ending does not remove its successor.
+    id: u64,
+    since: Instant,
+}
+
+/// Connected tunnels by Cluster (`namespace/name`), and the handshake admission budget.
+pub struct Tunnels {
+    connected: Mutex<HashMap<String, Tunnel>>,
+    next_id: std::sync::atomic::AtomicU64,
+    admission: Mutex<Admission>,
+}
+
+/// Handshakes admitted per second: a token bucket, so a reconnection storm after a restart
+/// is spread out by telling agents when to come back instead of melting the server.
+struct Admission {
+    tokens: f64,
+    last: Instant,
+    per_second: f64,
+}
+
+impl Default for Tunnels {
+    fn default() -> Self {
+        Tunnels::with_rate(200.0)
+    }
+}
+
+impl Tunnels {
+    pub fn with_rate(per_second: f64) -> Tunnels {
+        Tunnels {
+            connected: Mutex::default(),
+            next_id: Default::default(),
+            admission: Mutex::new(Admission {
+                tokens: per_second,
+                last: Instant::now(),
+                per_second,
+            }),
+        }
+    }
+
+    /// Whether a handshake may proceed now; if not, how many seconds the agent should wait.
+    fn admit(&self) -> Result<(), u64> {
+        let mut bucket = self.admission.lock().expect("lock");
+        let now = Instant::now();
+        let refill = now.duration_since(bucket.last).as_secs_f64() * bucket.per_second;
+        bucket.tokens = (bucket.tokens + refill).min(bucket.per_second);
+        bucket.last = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            Ok(())
+        } else {
+            // Spread the retries over the time the backlog needs, at least a second.
+            let backlog = (1.0 - bucket.tokens) / bucket.per_second;
+            Err(backlog.ceil().max(1.0) as u64)
+        }
+    }
+
+    /// Whether `cluster` has a live tunnel.
+    pub fn is_connected(&self, cluster: &str) -> bool {
+        self.get(cluster).is_some()
+    }
+
+    fn get(&self, cluster: &str) -> Option<Tunnel> {
+        let mut connected = self.connected.lock().expect("lock");
+        match connected.get(cluster) {
+            Some(tunnel) if !tunnel.sender.is_closed() => Some(tunnel.clone()),
+            Some(_) => {
+                connected.remove(cluster);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Connected clusters and since when.
+    pub fn connected(&self) -> Vec<(String, Duration)> {
+        let connected = self.connected.lock().expect("lock");
+        connected
+            .iter()
+            .filter(|(_, t)| !t.sender.is_closed())
+            .map(|(k, t)| (k.clone(), t.since.elapsed()))
+            .collect()
+    }
+}
+
+fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A random lowercase alphanumeric string.
+fn random(len: usize) -> String {
+    use rand::Rng;
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..len)
+        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
+        .collect()
+}
+
+/// A new token `<id>.<secret>` and the hash of its secret.
+pub fn new_token() -> (String, String, String) {
+    let (id, secret) = (random(6), random(32));
+    let hash = sha256_hex(&secret);
+    (format!("{id}.{secret}"), id, hash)
+}
+
+/// Whom an agent's bearer token identifies.
+struct Identity {
+    /// `namespace/name` of the Cluster.
+    cluster: String,
+    /// Whether it was a registration token (so the agent needs a credential of its own).
+    registering: bool,
+}
+
+fn unauthorized(message: &str) -> ApiError {
+    tracing::warn!("agent refused: {message}");
+    ApiError::Forbidden {
+        message: message.to_string(),
+    }
+}
+
+/// The Cluster a still-valid registration token registers.
+pub async fn registration_cluster(client: &kube::Client, token: &str) -> Result<String, ApiError> {
+    match authenticate(client, token).await? {
+        Identity {
+            cluster,
+            registering: true,
+        } => Ok(cluster),
+        _ => Err(unauthorized("not a registration token")),
+    }
+}
+
+/// Checks a bearer token: first as an agent credential, then as a registration token. Every
+/// refusal says what was wrong, without echoing the secret.
+async fn authenticate(client: &kube::Client, token: &str) -> Result<Identity, ApiError> {
+    let Some((id, secret)) = token.split_once('.') else {
+        return Err(unauthorized(
+            "malformed agent token: expected <id>.<secret>",
+        ));
+    };
+    if id.is_empty()
+        || id.len() > 63
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+    {
+        return Err(unauthorized("malformed agent token id"));
+    }
+    let hash = sha256_hex(secret);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    if let Some(credential) = secrets
+        .get_opt(&format!("agent-{id}"))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .filter(|s| s.type_.as_deref() == Some(AGENT_CREDENTIAL_TYPE))
+    {
+        let data = credential.data.unwrap_or_default();
+        let field = |k: &str| {
+            data.get(k)
+                .map(|v| String::from_utf8_lossy(&v.0).to_string())
+                .unwrap_or_default()
+        };
+        if !constant_time_eq(&field("hash"), &hash) {
+            return Err(unauthorized("wrong agent credential"));
+        }
+        return Ok(Identity {
+            cluster: field("cluster"),
+            registering: false,
+        });
+    }
+    let tokens: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &management::registration_token_resource(),
+    );
+    let Some(registration) = tokens
+        .get_opt(id)
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+    else {
+        return Err(unauthorized(
+            "unknown or revoked registration token: create a new one with lariat cluster import",
+        ));
+    };
+    let spec = &registration.data["spec"];
+    if !constant_time_eq(spec["tokenHash"].as_str().unwrap_or_default(), &hash) {
+        return Err(unauthorized("wrong registration token"));
+    }
+    let expired = spec["expirationTimestamp"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .is_none_or(|t| t < chrono::Utc::now());
+    if expired {
+        return Err(unauthorized(
+            "expired registration token: create a new one with lariat cluster import",
+        ));
+    }
+    Ok(Identity {
+        cluster: format!(
+            "{}/{}",
+            spec["clusterNamespace"].as_str().unwrap_or_default(),
+            spec["clusterName"].as_str().unwrap_or_default()
+        ),
+        registering: true,
+    })
+}
+
+/// Issues the credential a registered agent uses from now on (so its registration token can
+/// expire), retiring the cluster's previous credentials.
+async fn issue_credential(client: &kube::Client, cluster: &str) -> Result<String, ApiError> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let (credential, credential_id, credential_hash) = new_token();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": format!("agent-{credential_id}"), "namespace": NAMESPACE,
+                     "labels": {CLUSTER_LABEL: cluster_label(cluster)}},
+        "type": AGENT_CREDENTIAL_TYPE,
+        "stringData": {"hash": credential_hash, "cluster": cluster},
+    }))
+    .expect("a well-formed Secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .map_err(|e| ApiError::internal(format!("cannot store the agent credential: {e}")))?;
+    let label = format!("{CLUSTER_LABEL}={}", cluster_label(cluster));
+    if let Ok(previous) = secrets.list(&ListParams::default().labels(&label)).await {
+        for old in previous
+            .items
+            .iter()
+            .filter(|s| s.metadata.name.as_deref() != Some(&format!("agent-{credential_id}")))
+        {
+            let _ = secrets
+                .delete(
+                    old.metadata.name.as_deref().unwrap_or_default(),
+                    &Default::default(),
+                )
+                .await;
+        }
+    }
+    Ok(credential)
+}
+
+fn constant_time_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// `GET /v3/connect` with `Upgrade: lariat-tunnel/1`: authenticates the agent, admits the
+/// handshake within the rate budget, and turns the connection into the Cluster's tunnel.
+pub async fn connect(
+    tunnels: Arc<Tunnels>,
+    client: kube::Client,
+    mut request: axum::extract::Request,
+) -> Response {
+    let wants_upgrade = request
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case(PROTOCOL));
+    if !wants_upgrade {
+        return ApiError::bad_request(format!(
+            "an agent connects with Connection: Upgrade and Upgrade: {PROTOCOL}"
+        ))
+        .into_response();
+    }
+    if let Err(retry_after) = tunnels.admit() {
+        let mut response = ApiError::TooManyRequests {
+            message: format!("too many agents connecting; retry in {retry_after}s"),
+            retry_after_seconds: retry_after,
+        }
+        .into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        return response;
+    }
+    let Some(token) = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string)
+    else {
+        return ApiError::Unauthorized.into_response();
+    };
+    let identity = match authenticate(&client, &token).await {
+        Ok(identity) => identity,
+        Err(e) => return e.into_response(),
+    };
+    let cluster = identity.cluster.clone();
+    if let Some(existing) = tunnels.get(&cluster) {
+        // A second agent for a connected cluster is refused while the first answers; a
+        // reconnecting agent whose old connection is dead replaces it.
+        let alive = existing.sender.clone().ready().await.is_ok();
+        if alive {
+            tracing::warn!(cluster = %cluster, "agent refused: the cluster already has a connected agent");
+            return ApiError::Conflict {
+                message: format!("cluster {cluster} already has a connected agent"),
+                target: None,
+                causes: vec![],
+            }
+            .into_response();
+        }
+    }
+    let issued = if identity.registering {
+        match issue_credential(&client, &cluster).await {
+            Ok(credential) => Some(credential),
+            Err(e) => return e.into_response(),
+        }
+    } else {
+        None
+    };
+    let upgrade = hyper::upgrade::on(&mut request);
+    let id = tunnels
+        .next_id
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let registry = tunnels.clone();
+    let key = cluster.clone();
+    tokio::spawn(async move {
+        let upgraded = match upgrade.await {
+            Ok(upgraded) => upgraded,
+            Err(error) => {
+                tracing::warn!(cluster = %key, %error, "agent upgrade failed");
+                return;
+            }
+        };
+        let handshake = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(10))
+            .keep_alive_while_idle(true)
+            .max_concurrent_reset_streams(MAX_STREAMS as usize)
+            .handshake::<_, Body>(upgraded)
+            .await;
+        let (sender, connection) = match handshake {
+            Ok(parts) => parts,
+            Err(error) => {
+                tracing::warn!(cluster = %key, %error, "agent tunnel handshake failed");
+                return;
+            }
+        };
+        registry.connected.lock().expect("lock").insert(
+            key.clone(),
+            Tunnel {
+                sender,
+                id,
+                since: Instant::now(),
+            },
+        );
+        tracing::info!(cluster = %key, "agent connected");
+        let result = connection.await;
+        let mut connected = registry.connected.lock().expect("lock");
+        if connected.get(&key).is_some_and(|t| t.id == id) {
+            connected.remove(&key);
+        }
+        drop(connected);
+        match result {
+            Ok(()) => tracing::info!(cluster = %key, "agent disconnected"),
+            Err(error) => tracing::info!(cluster = %key, %error, "agent disconnected"),
+        }
+    });
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_static(PROTOCOL));
+    if let Ok(value) = HeaderValue::from_str(&cluster) {
+        headers.insert(CLUSTER_HEADER, value);
+    }
+    if let Some(credential) = issued
+        && let Ok(value) = HeaderValue::from_str(&credential)
+    {
+        headers.insert(CREDENTIAL_HEADER, value);
+    }
+    response
+}
+
+/// Proxies a request for `/k8s/clusters/<namespace>/<name>/<rest>` into that Cluster's tunnel.
+/// The caller was authenticated by lariat; the agent talks to its API with its own identity.
+/// (Impersonating the caller downstream comes with RBAC.)
+pub async fn proxy(tunnels: &Tunnels, request: axum::extract::Request) -> Response {
+    let path = request.uri().path().to_string();
+    let mut parts = path.splitn(6, '/').skip(3);
+    let (Some(namespace), Some(name)) = (parts.next(), parts.next()) else {
+        return ApiError::NotFound {
+            message: "proxy paths are /k8s/clusters/<namespace>/<name>/...".into(),
+            target: None,
+        }
+        .into_response();
+    };
+    let cluster = format!("{namespace}/{name}");
+    let Some(tunnel) = tunnels.get(&cluster) else {
+        return ApiError::Unavailable {
+            message: format!(
+                "cluster {cluster} is not connected: its agent has not dialled in (see the Cluster's Connected condition)"
+            ),
+        }
+        .into_response();
+    };
+    let prefix = format!("/k8s/clusters/{namespace}/{name}");
+    let rest = &path[prefix.len()..];
+    let rest = if rest.is_empty() { "/" } else { rest };
+    let target = match request.uri().query() {
+        Some(query) => format!("http://agent{rest}?{query}"),
+        None => format!("http://agent{rest}"),
+    };
+    let (mut parts, body) = request.into_parts();
+    let Ok(uri) = target.parse() else {
+        return ApiError::bad_request("invalid proxy path").into_response();
+    };
+    parts.uri = uri;
+    parts.version = axum::http::Version::HTTP_2;
+    // The caller's credentials are for lariat, not for the downstream cluster.
+    for hop in [
+        header::AUTHORIZATION,
+        header::HOST,
+        header::CONNECTION,
+        header::UPGRADE,
+        header::TE,
+        header::TRANSFER_ENCODING,
+    ] {
+        parts.headers.remove(hop);
+    }
+    parts.headers.remove("keep-alive");
+    parts.headers.remove("proxy-connection");
+    let mut sender = tunnel.sender.clone();
+    if sender.ready().await.is_err() {
+        return ApiError::Unavailable {
+            message: format!("cluster {cluster}'s tunnel closed"),
+        }
+        .into_response();
+    }
+    match sender
+        .send_request(axum::http::Request::from_parts(parts, body))
+        .await
+    {
+        Ok(response) => response.map(Body::new),
+        Err(error) => ApiError::Unavailable {
+            message: format!("cluster {cluster}'s agent did not answer: {error}"),
+        }
+        .into_response(),
+    }
+}
+
+/// The manifests `kubectl apply -f` installs an agent with, into any cluster: its namespace,
+/// a service account bound to cluster-admin, a Secret with what it needs to dial home, and
+/// the agent Deployment, whose pod reads its in-cluster configuration.
+pub fn import_manifest(server: &str, token: &str, ca_checksum: &str) -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata:
+  name: {NAMESPACE}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: lariat-agent
+  namespace: {NAMESPACE}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: lariat-agent
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: cluster-admin
+subjects:
+- kind: ServiceAccount
+  name: lariat-agent
+  namespace: {NAMESPACE}
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: lariat-agent
+  namespace: {NAMESPACE}
+type: Opaque
+stringData:
+  server: "{server}"
+  token: "{token}"
+  ca-checksum: "{ca_checksum}"
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: lariat-agent
+  namespace: {NAMESPACE}
+  labels: {{app: lariat-agent}}
+spec:
+  replicas: 1
+  strategy: {{type: Recreate}}
+  selector:
+    matchLabels: {{app: lariat-agent}}
+  template:
+    metadata:
+      labels: {{app: lariat-agent}}
+    spec:
+      serviceAccountName: lariat-agent
+      containers:
+      - name: agent
+        image: ghcr.io/lariat-dev/lariat:v{version}
+        args: ["agent"]
+        env:
+        - {{name: LARIAT_SERVER, valueFrom: {{secretKeyRef: {{name: lariat-agent, key: server}}}}}}
+        - {{name: LARIAT_TOKEN, valueFrom: {{secretKeyRef: {{name: lariat-agent, key: token}}}}}}
+        - {{name: LARIAT_CA_CHECKSUM, valueFrom: {{secretKeyRef: {{name: lariat-agent, key: ca-checksum}}}}}}
+"#
+    )
+}
+
+/// How often the server looks at every Cluster's tunnel. A lost connection shows within this
+/// plus HTTP/2's keep-alive timeout (10 s pings, 10 s to answer): under 30 s.
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+/// A heartbeat that changed nothing is written at most this often, so idle clusters cost few
+/// writes.
+const HEARTBEAT_WRITE: Duration = Duration::from_secs(60);
+
+/// Reports every agent's connection: a ClusterConnection per Cluster with an agent (or
+/// imported), and the Cluster's `Connected` condition, until `stop`.
+pub async fn report(
+    tunnels: Arc<Tunnels>,
+    client: kube::Client,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(HEARTBEAT);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = ticker.tick() => {}
+        }
+        if let Err(error) = report_once(&tunnels, &client).await {
+            tracing::warn!(%error, "cannot report agent connections");
+        }
+    }
+}
+
+fn cluster_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource {
+        group: "cluster.x-k8s.io".into(),
+        version: "v1beta1".into(),
+        api_version: "cluster.x-k8s.io/v1beta1".into(),
+        kind: "Cluster".into(),
+        plural: "clusters".into(),
+    }
+}
+
+async fn report_once(tunnels: &Tunnels, client: &kube::Client) -> kube::Result<()> {
+    let clusters: Api<DynamicObject> = Api::all_with(client.clone(), &cluster_resource());
+    let connections: Api<DynamicObject> =
+        Api::all_with(client.clone(), &management::cluster_connection_resource());
+    let known: std::collections::HashSet<String> = connections
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .map(|c| {
+            format!(
+                "{}/{}",
+                c.metadata.namespace.as_deref().unwrap_or_default(),
+                c.metadata.name.as_deref().unwrap_or_default()
+            )
+        })
+        .collect();
+    let clusters = clusters.list(&Default::default()).await?.items;
+    collect_garbage(client, &clusters).await?;
+    for cluster in clusters {
+        if cluster.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
+        let name = cluster.metadata.name.clone().unwrap_or_default();
+        let key = format!("{namespace}/{name}");
+        let imported = cluster
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(management::IMPORTED_ANNOTATION));
+        let tunnel = tunnels.get(&key);
+        if tunnel.is_none() && !imported && !known.contains(&key) {
+            continue;
+        }
+        if let Err(error) = report_cluster(client, &cluster, tunnel).await {
+            tracing::warn!(cluster = %key, %error, "cannot report the agent connection");
+        }
+    }
+    Ok(())
+}
+
+/// Deletes registration tokens past their expiry and credentials of Clusters that are gone,
+/// so neither outlives its use.
+async fn collect_garbage(client: &kube::Client, clusters: &[DynamicObject]) -> kube::Result<()> {
+    let existing: std::collections::HashSet<String> = clusters
+        .iter()
+        .map(|c| {
+            format!(
+                "{}/{}",
+                c.metadata.namespace.as_deref().unwrap_or_default(),
+                c.metadata.name.as_deref().unwrap_or_default()
+            )
+        })
+        .collect();
+    let tokens: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &management::registration_token_resource(),
+    );
+    for token in tokens.list(&Default::default()).await?.items {
+        let expired = token.data["spec"]["expirationTimestamp"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .is_none_or(|t| t < chrono::Utc::now());
+        if expired {
+            let _ = tokens
+                .delete(
+                    token.metadata.name.as_deref().unwrap_or_default(),
+                    &Default::default(),
+                )
+                .await;
+        }
+    }
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    for secret in secrets
+        .list(&ListParams::default().labels(CLUSTER_LABEL))
+        .await?
+        .items
+    {
+        let owner = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get("cluster"))
+            .map(|v| String::from_utf8_lossy(&v.0).to_string())
+            .unwrap_or_default();
+        if !existing.contains(&owner) {
+            tracing::info!(cluster = %owner, "deleting the agent credential of a deleted cluster");
+            let _ = secrets
+                .delete(
+                    secret.metadata.name.as_deref().unwrap_or_default(),
+                    &Default::default(),
+                )
+                .await;
+        }
+    }
+    Ok(())
+}
+
+/// What one heartbeat through the tunnel saw.
+struct Heartbeat {
+    version: String,
+    nodes: i64,
+    ready: i64,
+    cpu: String,
+    memory: String,
+    pods: String,
+}
+
+async fn get_json(tunnel: &Tunnel, path: &str) -> Result<serde_json::Value, String> {
+    let mut sender = tunnel.sender.clone();
+    sender.ready().await.map_err(|e| e.to_string())?;
+    let request = axum::http::Request::get(format!("http://agent{path}"))
+        .header(header::ACCEPT, "application/json")
+        .body(Body::empty())
+        .map_err(|e| e.to_string())?;
+    let response = tokio::time::timeout(Duration::from_secs(5), sender.send_request(request))
+        .await
+        .map_err(|_| "no answer within 5s".to_string())?
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    if !status.is_success() {
+        return Err(format!("{path}: {status}"));
+    }
+    serde_json::from_slice(&body).map_err(|e| e.to_string())
+}
+
+async fn heartbeat(tunnel: &Tunnel) -> Result<Heartbeat, String> {
+    let version = get_json(tunnel, "/version").await?;
+    let nodes = get_json(tunnel, "/api/v1/nodes").await?;
+    let items = nodes["items"].as_array().cloned().unwrap_or_default();
+    let quantity = |node: &serde_json::Value, key: &str| {
+        node["status"]["capacity"][key]
+            .as_str()
+            .map(|q| k8s_openapi::apimachinery::pkg::api::resource::Quantity(q.to_string()))
+    };
+    let (mut cpu_millis, mut memory_bytes, mut pods) = (0f64, 0f64, 0f64);
+    for node in &items {
+        cpu_millis += quantity(node, "cpu").map_or(0.0, |q| parse_quantity(&q.0) * 1000.0);
+        memory_bytes += quantity(node, "memory").map_or(0.0, |q| parse_quantity(&q.0));
+        pods += quantity(node, "pods").map_or(0.0, |q| parse_quantity(&q.0));
+    }
+    let ready = items
+        .iter()
+        .filter(|n| {
+            n["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+        })
+        .count() as i64;
+    Ok(Heartbeat {
+        version: version["gitVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        nodes: items.len() as i64,
+        ready,
+        cpu: format!("{}m", cpu_millis.round() as i64),
+        memory: format!("{}Mi", (memory_bytes / (1024.0 * 1024.0)).round() as i64),
+        pods: format!("{}", pods.round() as i64),
+    })
+}
+
+/// A Kubernetes quantity (`2`, `500m`, `4Gi`, `1e3`) as a number of base units.
+fn parse_quantity(text: &str) -> f64 {
+    let suffixes: [(&str, f64); 13] = [
+        ("Ki", 1024.0),
+        ("Mi", 1024.0f64.powi(2)),
+        ("Gi", 1024.0f64.powi(3)),
+        ("Ti", 1024.0f64.powi(4)),
+        ("Pi", 1024.0f64.powi(5)),
+        ("Ei", 1024.0f64.powi(6)),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+    ];
+    for (suffix, factor) in suffixes {
+        if let Some(number) = text.strip_suffix(suffix) {
+            return number.parse::<f64>().unwrap_or(0.0) * factor;
+        }
+    }
+    text.parse().unwrap_or(0.0)
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+async fn report_cluster(
+    client: &kube::Client,
+    cluster: &DynamicObject,
+    tunnel: Option<Tunnel>,
+) -> kube::Result<()> {
+    let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let connections: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &namespace,
+        &management::cluster_connection_resource(),
+    );
+    let existing = connections.get_opt(&name).await?;
+    let old = existing
+        .as_ref()
+        .map(|c| c.data["status"].clone())
+        .unwrap_or(serde_json::Value::Null);
+    let beat = match &tunnel {
+        Some(tunnel) => Some(heartbeat(tunnel).await),
+        None => None,
+    };
+    let mut status = old.clone();
+    if !status.is_object() {
+        status = json!({});
+    }
+    match (&tunnel, beat) {
+        (Some(tunnel), Some(Ok(beat))) => {
+            if old["connected"] != true {
+                let since = chrono::Utc::now()
+                    - chrono::Duration::from_std(tunnel.since.elapsed()).unwrap_or_default();
+                status["connectedSince"] =
+                    json!(since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+            }
+            status["connected"] = json!(true);
+            status["kubernetesVersion"] = json!(beat.version);
+            status["nodeCount"] = json!(beat.nodes);
+            status["readyNodeCount"] = json!(beat.ready);
+            status["capacity"] = json!({"cpu": beat.cpu, "memory": beat.memory, "pods": beat.pods});
+            status["message"] = json!("");
+            status["lastHeartbeat"] = old["lastHeartbeat"].clone();
+            let stale = old["lastHeartbeat"]
+                .as_str()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .is_none_or(|t| {
+                    (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+                        .to_std()
+                        .unwrap_or_default()
+                        >= HEARTBEAT_WRITE
+                });
+            if stale || status != old {
+                status["lastHeartbeat"] = json!(now());
+            }
+        }
+        (Some(_), Some(Err(error))) => {
+            status["connected"] = json!(true);
+            status["message"] = json!(format!(
+                "the tunnel is up but the cluster's API did not answer: {error}"
+            ));
+        }
+        _ => {
+            status["connected"] = json!(false);
+            status["message"] = json!("no agent is connected");
+        }
+    }
+    if existing.is_none() {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": management::API_VERSION,
+            "kind": "ClusterConnection",
+            "metadata": {"name": name, "namespace": namespace,
+                "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+                    "name": name, "uid": cluster.metadata.uid.clone().unwrap_or_default()}]},
+            "spec": {},
+        }))
+        .expect("a well-formed ClusterConnection");
+        match connections.create(&PostParams::default(), &object).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if status != old {
+        connections
+            .patch_status(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"status": status})),
+            )
+            .await?;
+    }
+    // The Cluster's own view: a Connected condition, which its controller turns into Ready
+    // for an imported cluster.
+    let connected = status["connected"] == true && status["message"] == "";
+    let mut conditions = cluster.data["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let current = conditions
+        .iter()
+        .find(|c| c["type"] == "Connected")
+        .cloned();
+    let wanted_status = if connected { "True" } else { "False" };
+    if current.as_ref().map(|c| c["status"].clone()) != Some(json!(wanted_status)) {
+        conditions.retain(|c| c["type"] != "Connected");
+        let mut condition =
+            json!({"type": "Connected", "status": wanted_status, "lastTransitionTime": now()});
+        if !connected {
+            condition["severity"] = json!("Warning");
+            condition["reason"] = json!("AgentDisconnected");
+            condition["message"] = json!(
+                status["message"]
+                    .as_str()
+                    .unwrap_or("no agent is connected")
+            );
+        }
+        conditions.push(condition);
+        let clusters: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &namespace, &cluster_resource());
+        clusters
+            .patch_status(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"status": {"conditions": conditions}})),
+            )
+            .await?;
+        tracing::info!(cluster = %format!("{namespace}/{name}"), connected, "cluster connection changed");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities() {
+        assert_eq!(parse_quantity("2"), 2.0);
+        assert_eq!(parse_quantity("500m"), 0.5);
+        assert_eq!(parse_quantity("4Gi"), 4.0 * 1024.0 * 1024.0 * 1024.0);
+        assert_eq!(parse_quantity("1k"), 1000.0);
+    }
+
+    #[test]
+    fn admission_is_a_token_bucket() {
+        let tunnels = Tunnels::with_rate(5.0);
+        let admitted = (0..20).filter(|_| tunnels.admit().is_ok()).count();
+        assert_eq!(admitted, 5, "a burst is cut at the rate");
+        assert!(tunnels.admit().unwrap_err() >= 1);
+    }
+
+    #[test]
+    fn tokens_are_id_dot_secret_and_hashes_match() {
+        let (token, id, hash) = new_token();
+        let (token_id, secret) = token.split_once('.').unwrap();
+        assert_eq!(token_id, id);
+        assert_eq!(secret.len(), 32);
+        assert_eq!(sha256_hex(secret), hash);
+    }
+}

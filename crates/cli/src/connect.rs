@@ -1,0 +1,42 @@
+//! How CLI commands find the lariat server: `--kubeconfig`, then `$KUBECONFIG` and
+//! `~/.kube/config` as kubectl does, then the data directory of a server started here.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+/// The kubeconfig file to read, or `None` to let kube-rs infer (in-cluster configuration).
+pub fn kubeconfig_path(kubeconfig: Option<&PathBuf>) -> Option<PathBuf> {
+    if let Some(path) = kubeconfig {
+        return Some(path.clone());
+    }
+    if let Some(paths) = std::env::var_os("KUBECONFIG") {
+        return std::env::split_paths(&paths).find(|p| p.exists());
+    }
+    let home = std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".kube/config"));
+    match home {
+        Some(path) if path.exists() => Some(path),
+        _ => Some(PathBuf::from("lariat-data/kubeconfig.yaml")),
+    }
+}
+
+pub async fn config(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Config> {
+    match kubeconfig_path(kubeconfig) {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(&path).with_context(|| {
+                format!(
+                    "cannot read the kubeconfig {}: pass --kubeconfig or start `lariat server` here",
+                    path.display()
+                )
+            })?;
+            Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?)
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig found: pass --kubeconfig"),
+    }
+}
+
+pub async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+    Ok(kube::Client::try_from(config(kubeconfig).await?)?)
+}

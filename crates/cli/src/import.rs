@@ -1,0 +1,295 @@
+//! Bringing clusters lariat did not create under its management, as Rancher's import does:
+//! `lariat cluster import` records the Cluster and a registration token and prints how to
+//! install the agent; `lariat agent` is that agent; `lariat kubeconfig` prints a kubeconfig
+//! that reaches a connected cluster through the server's proxy.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use kube::api::{Api, DynamicObject, PostParams};
+use lariat_api::management::{self, IMPORTED_ANNOTATION, NAMESPACE};
+use serde_json::json;
+
+#[derive(clap::Subcommand)]
+pub enum ClusterCommand {
+    /// Create a Cluster for an existing Kubernetes cluster and print how to install its agent.
+    Import(ImportArgs),
+}
+
+#[derive(clap::Args)]
+pub struct ImportArgs {
+    /// Name of the Cluster to create (or reuse, if it was imported before).
+    name: String,
+    #[arg(short = 'n', long, default_value = "default")]
+    namespace: String,
+    /// How long the registration token works, e.g. 30m, 24h [default: 24h].
+    #[arg(long, default_value = "24h")]
+    ttl: String,
+    /// Kubeconfig of the lariat server [default: $KUBECONFIG, ~/.kube/config, ./lariat-data/kubeconfig.yaml].
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct AgentArgs {
+    /// The lariat server, https://HOST:PORT.
+    #[arg(long, env = "LARIAT_SERVER")]
+    server: String,
+    /// The registration token from `lariat cluster import`.
+    #[arg(long, env = "LARIAT_TOKEN", hide_env_values = true)]
+    token: String,
+    /// sha256 of the server's CA certificate (PEM), from `lariat cluster import`.
+    #[arg(long, env = "LARIAT_CA_CHECKSUM")]
+    ca_checksum: String,
+    /// Kubeconfig of the cluster the agent serves [default: in-cluster configuration, then
+    /// $KUBECONFIG and ~/.kube/config].
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct KubeconfigArgs {
+    /// The Cluster whose API to reach through lariat.
+    name: String,
+    #[arg(short = 'n', long, default_value = "default")]
+    namespace: String,
+    /// Kubeconfig of the lariat server [default: $KUBECONFIG, ~/.kube/config, ./lariat-data/kubeconfig.yaml].
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+}
+
+/// `30m`, `24h`, `7d`, `90s` as a duration.
+fn parse_ttl(text: &str) -> anyhow::Result<Duration> {
+    let (number, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let number: u64 = number.parse().ok().filter(|n| *n > 0).with_context(|| {
+        format!("invalid --ttl {text:?}: use a positive number with s, m, h or d, e.g. 24h")
+    })?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => bail!("invalid --ttl {text:?}: use a positive number with s, m, h or d, e.g. 24h"),
+    };
+    Ok(Duration::from_secs(number * seconds))
+}
+
+/// The server URL of the kubeconfig `lariat` talks to.
+async fn server_url(kubeconfig: Option<&PathBuf>) -> anyhow::Result<String> {
+    let config = crate::connect::config(kubeconfig).await?;
+    Ok(config
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_string())
+}
+
+pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
+    let ttl = parse_ttl(&args.ttl)?;
+    let client = crate::connect::client(args.kubeconfig.as_ref()).await?;
+    let server = server_url(args.kubeconfig.as_ref()).await?;
+    let clusters: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &args.namespace,
+        &lariat_controllers::capi("Cluster"),
+    );
+    match clusters.get_opt(&args.name).await? {
+        Some(existing) => {
+            if !existing
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(IMPORTED_ANNOTATION))
+            {
+                bail!(
+                    "cluster {}/{} exists and was provisioned by lariat, not imported: choose another name",
+                    args.namespace,
+                    args.name
+                );
+            }
+        }
+        None => {
+            let cluster: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta1",
+                "kind": "Cluster",
+                "metadata": {"name": args.name, "namespace": args.namespace,
+                             "annotations": {IMPORTED_ANNOTATION: "true"}},
+                "spec": {},
+            }))?;
+            clusters
+                .create(&PostParams::default(), &cluster)
+                .await
+                .with_context(|| {
+                    format!("cannot create cluster {}/{}", args.namespace, args.name)
+                })?;
+        }
+    }
+    let (token, id, hash) = lariat_apiserver::tunnel::new_token();
+    let expires = chrono::Utc::now() + chrono::Duration::from_std(ttl)?;
+    let expires = expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let tokens: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &management::registration_token_resource(),
+    );
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": management::API_VERSION,
+        "kind": "ClusterRegistrationToken",
+        "metadata": {"name": id, "namespace": NAMESPACE},
+        "spec": {"clusterNamespace": args.namespace, "clusterName": args.name,
+                 "tokenHash": hash, "expirationTimestamp": expires},
+    }))?;
+    tokens
+        .create(&PostParams::default(), &object)
+        .await
+        .context("cannot create the registration token")?;
+    let ca = client
+        .request_text(http::Request::get("/cacerts").body(Vec::new())?)
+        .await?;
+    let checksum: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(ca.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    println!(
+        "Cluster {}/{} is ready to import.",
+        args.namespace, args.name
+    );
+    println!("Registration token {id} expires {expires}; revoke it with:");
+    println!("  kubectl delete clusterregistrationtoken {id} -n {NAMESPACE}\n");
+    println!("Install the agent in the cluster (run with that cluster's kubeconfig):");
+    println!("  curl --insecure -sfL {server}/v3/import/{token}.yaml | kubectl apply -f -");
+    println!(
+        "(--insecure only fetches the manifest; the agent trusts the server only if its CA matches the checksum.)\n"
+    );
+    println!("Or run the agent anywhere that reaches both:");
+    println!(
+        "  lariat agent --server {server} --token {token} --ca-checksum {checksum} --kubeconfig CLUSTER_KUBECONFIG"
+    );
+    Ok(())
+}
+
+pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
+    let downstream = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+            kube::Client::try_from(
+                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?,
+            )?
+        }
+        None => kube::Client::try_default()
+            .await
+            .context("no cluster to serve: run in a pod, or pass --kubeconfig")?,
+    };
+    if !args.server.starts_with("https://") {
+        bail!(
+            "invalid --server {:?}: expected https://HOST:PORT",
+            args.server
+        );
+    }
+    eprintln!("lariat agent dialling {}", args.server);
+    lariat_agent::run(
+        lariat_agent::Config {
+            server: args.server,
+            token: args.token,
+            ca_checksum: args.ca_checksum,
+            downstream,
+            backoff: Default::default(),
+        },
+        crate::shutdown_signal(),
+    )
+    .await;
+    Ok(())
+}
+
+/// Prints a kubeconfig for a connected cluster: lariat's own credentials, with the server set
+/// to the cluster's proxy path.
+pub async fn kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
+    let client = crate::connect::client(args.kubeconfig.as_ref()).await?;
+    let clusters: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        &args.namespace,
+        &lariat_controllers::capi("Cluster"),
+    );
+    if clusters.get_opt(&args.name).await?.is_none() {
+        bail!(
+            "cluster {:?} not found in namespace {:?}",
+            args.name,
+            args.namespace
+        );
+    }
+    let path = crate::connect::kubeconfig_path(args.kubeconfig.as_ref())
+        .context("no kubeconfig found: pass --kubeconfig")?;
+    let mut config = kube::config::Kubeconfig::read_from(&path)
+        .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+    let current = config
+        .current_context
+        .clone()
+        .context("the kubeconfig has no current context")?;
+    let context = config
+        .contexts
+        .iter()
+        .find(|c| c.name == current)
+        .and_then(|c| c.context.clone())
+        .context("the kubeconfig's current context is missing")?;
+    let mut cluster = config
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .cloned()
+        .context("the kubeconfig's cluster is missing")?;
+    let name = format!("{}-{}", args.namespace, args.name);
+    if let Some(c) = cluster.cluster.as_mut() {
+        let base = c.server.clone().unwrap_or_default();
+        c.server = Some(format!(
+            "{}/k8s/clusters/{}/{}",
+            base.trim_end_matches('/'),
+            args.namespace,
+            args.name
+        ));
+    }
+    cluster.name = name.clone();
+    let user = config
+        .auth_infos
+        .iter()
+        .find(|a| Some(&a.name) == context.user.as_ref())
+        .cloned()
+        .context("the kubeconfig's user is missing")?;
+    config.clusters = vec![cluster];
+    config.auth_infos = vec![user.clone()];
+    let mut named = config
+        .contexts
+        .iter()
+        .find(|c| c.name == current)
+        .cloned()
+        .context("the kubeconfig's current context is missing")?;
+    named.name = name.clone();
+    if let Some(c) = named.context.as_mut() {
+        c.cluster = name.clone();
+        c.namespace = None;
+    }
+    config.contexts = vec![named];
+    config.current_context = Some(name);
+    print!("{}", serde_yaml_ng::to_string(&config)?);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ttls() {
+        assert_eq!(super::parse_ttl("90s").unwrap().as_secs(), 90);
+        assert_eq!(super::parse_ttl("24h").unwrap().as_secs(), 86400);
+        assert_eq!(super::parse_ttl("7d").unwrap().as_secs(), 7 * 86400);
+        assert!(super::parse_ttl("0h").is_err());
+        assert!(super::parse_ttl("soon").is_err());
+        assert!(super::parse_ttl("5w").is_err());
+    }
+}

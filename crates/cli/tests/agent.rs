@@ -1,0 +1,571 @@
+//! Agents and tunnels end to end: a cluster lariat did not create (a second lariat server,
+//! reached only by kube-rs in the agent) is imported, its agent dials out through a relay the
+//! test controls, and plain kubectl reaches it through the server's proxy, watch included. The
+//! connection survives a server restart and a cut; bad tokens, a CA mismatch, a second agent,
+//! garbage after the upgrade and a stream flood are refused or absorbed without harm.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{TestServer, eventually, eventually_within};
+
+/// A TCP relay from a fixed port to the server's current address, which the test can point
+/// elsewhere (a restarted server), cut (every open connection) or pause (refuse new ones).
+struct Relay {
+    port: u16,
+    target: Arc<Mutex<String>>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+    paused: Arc<AtomicBool>,
+}
+
+impl Relay {
+    fn start(target: &str) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let relay = Relay {
+            port: listener.local_addr().unwrap().port(),
+            target: Arc::new(Mutex::new(target.to_string())),
+            open: Default::default(),
+            paused: Default::default(),
+        };
+        let (target, open, paused) = (
+            relay.target.clone(),
+            relay.open.clone(),
+            relay.paused.clone(),
+        );
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if paused.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let address = target.lock().unwrap().clone();
+                let Ok(server) = TcpStream::connect(&address) else {
+                    continue;
+                };
+                open.lock()
+                    .unwrap()
+                    .extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(Shutdown::Both);
+                    });
+                }
+            }
+        });
+        relay
+    }
+
+    fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    fn retarget(&self, target: &str) {
+        *self.target.lock().unwrap() = target.to_string();
+    }
+
+    fn cut(&self) {
+        for stream in self.open.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// A `lariat agent` process; killed when dropped.
+struct Agent {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Agent {
+    fn start(
+        dir: &std::path::Path,
+        name: &str,
+        server: &str,
+        token: &str,
+        checksum: &str,
+        downstream: &TestServer,
+    ) -> Agent {
+        let log = dir.join(format!("agent-{name}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_lariat"))
+            .args([
+                "agent",
+                "--server",
+                server,
+                "--token",
+                token,
+                "--ca-checksum",
+                checksum,
+                "--kubeconfig",
+            ])
+            .arg(downstream.kubeconfig())
+            .env("LARIAT_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Agent { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `lariat cluster import NAME`'s token and CA checksum.
+fn import(server: &TestServer, name: &str, ttl: &str) -> (String, String) {
+    let output = server.lariat(&["cluster", "import", name, "--ttl", ttl]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let after = |flag: &str| {
+        stdout
+            .split(flag)
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{flag} in\n{stdout}"))
+            .to_string()
+    };
+    (after("--token "), after("--ca-checksum "))
+}
+
+fn condition(server: &TestServer, cluster: &str, type_: &str) -> String {
+    server.kubectl_ok(&[
+        "get",
+        "cluster",
+        cluster,
+        "-o",
+        &format!("jsonpath={{.status.conditions[?(@.type==\"{type_}\")].status}}"),
+    ])
+}
+
+fn proxied_kubeconfig(server: &TestServer, cluster: &str) -> std::path::PathBuf {
+    let output = server.lariat(&["kubeconfig", cluster]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let path = server
+        .data_dir()
+        .join(format!("{cluster}-proxied.kubeconfig"));
+    std::fs::write(&path, output.stdout).unwrap();
+    path
+}
+
+fn kubectl_via(
+    kubeconfig: &std::path::Path,
+    home: &std::path::Path,
+    args: &[&str],
+) -> std::process::Output {
+    Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("HOME", home)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn an_imported_cluster_is_reached_through_its_agent() {
+    let mut management = TestServer::start();
+    let downstream = TestServer::start();
+    let (token, checksum) = import(&management, "remote", "1h");
+    assert_eq!(checksum.len(), 64);
+    assert_eq!(
+        management.kubectl_ok(&[
+            "get",
+            "cluster",
+            "remote",
+            "-o",
+            "jsonpath={.metadata.annotations}"
+        ]),
+        r#"{"management.lariat.dev/imported":"true"}"#
+    );
+
+    // The import manifest installs the agent into any cluster with kubectl apply.
+    let manifest = Command::new("curl")
+        .args(["--insecure", "-sf"])
+        .arg(format!(
+            "https://{}/v3/import/{token}.yaml",
+            management.address
+        ))
+        .output()
+        .unwrap();
+    assert!(manifest.status.success());
+    let manifest = String::from_utf8(manifest.stdout).unwrap();
+    downstream.apply_ok(&["apply", "-f", "-"], &manifest);
+    assert_eq!(
+        downstream.kubectl_ok(&[
+            "get",
+            "deployment",
+            "lariat-agent",
+            "-n",
+            "lariat-system",
+            "-o",
+            "jsonpath={.spec.template.spec.serviceAccountName}"
+        ]),
+        "lariat-agent"
+    );
+    assert_eq!(
+        downstream.kubectl_ok(&[
+            "get",
+            "secret",
+            "lariat-agent",
+            "-n",
+            "lariat-system",
+            "-o",
+            "go-template={{.data.token | base64decode}}"
+        ]),
+        token
+    );
+    assert_eq!(
+        downstream.kubectl_ok(&[
+            "get",
+            "clusterrolebinding",
+            "lariat-agent",
+            "-o",
+            "jsonpath={.roleRef.name}"
+        ]),
+        "cluster-admin"
+    );
+    let (code, body) =
+        management.curl("GET", "/v3/import/abcdef.0123456789.yaml", None, None, None);
+    assert_eq!(code, 403, "{body}");
+
+    // No kubelet runs here, so the test runs what the Deployment would: lariat agent.
+    let relay = Relay::start(&management.address);
+    let _agent = Agent::start(
+        management.data_dir(),
+        "remote",
+        &relay.url(),
+        &token,
+        &checksum,
+        &downstream,
+    );
+    eventually("the imported cluster is connected", || {
+        condition(&management, "remote", "Connected") == "True"
+    });
+    eventually("the imported cluster is Provisioned and Ready", || {
+        management.kubectl_ok(&["get", "cluster", "remote", "-o", "jsonpath={.status.phase}"])
+            == "Provisioned"
+            && condition(&management, "remote", "Ready") == "True"
+    });
+    let connection = management.kubectl_ok(&[
+        "get",
+        "clusterconnection",
+        "remote",
+        "-o",
+        "jsonpath={.status.connected} {.status.kubernetesVersion} {.status.nodeCount}",
+    ]);
+    assert!(connection.starts_with("true v"), "{connection}");
+    assert!(
+        !downstream
+            .kubectl_ok(&[
+                "get",
+                "secret",
+                "lariat-agent-credential",
+                "-n",
+                "lariat-system",
+                "-o",
+                "name"
+            ])
+            .is_empty(),
+        "the agent keeps its credential in its own cluster"
+    );
+
+    // Plain kubectl through the proxy: read, write, watch.
+    let kubeconfig = proxied_kubeconfig(&management, "remote");
+    let home = management.home.path().to_path_buf();
+    let namespaces = kubectl_via(&kubeconfig, &home, &["get", "namespaces", "-o", "name"]);
+    assert!(
+        namespaces.status.success(),
+        "{}",
+        String::from_utf8_lossy(&namespaces.stderr)
+    );
+    assert!(String::from_utf8_lossy(&namespaces.stdout).contains("namespace/lariat-system"));
+    let mut apply = Command::new("kubectl")
+        .args(["apply", "-f", "-"])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("HOME", &home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    apply
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: via-proxy, namespace: default}\ndata: {hello: world}\n")
+        .unwrap();
+    let applied = apply.wait_with_output().unwrap();
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    assert_eq!(
+        downstream.kubectl_ok(&[
+            "get",
+            "configmap",
+            "via-proxy",
+            "-o",
+            "jsonpath={.data.hello}"
+        ]),
+        "world"
+    );
+    let mut watch = Command::new("kubectl")
+        .args(["get", "configmaps", "--watch-only", "-o", "name"])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("HOME", &home)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines, seen) = std::sync::mpsc::channel();
+    let stdout = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    downstream.kubectl_ok(&["create", "configmap", "watched", "--from-literal=a=b"]);
+    let line = seen
+        .recv_timeout(Duration::from_secs(15))
+        .expect("a watch event through the tunnel");
+    assert_eq!(line, "configmap/watched");
+    let _ = watch.kill();
+    let _ = watch.wait();
+
+    // A cut connection: the agent reconnects by itself.
+    relay.cut();
+    eventually("the agent reconnects after a cut", || {
+        management.log().matches("agent connected").count() >= 2
+    });
+
+    // The relay refuses connections: the server notices within 30 s.
+    relay.paused.store(true, Ordering::SeqCst);
+    relay.cut();
+    eventually_within(Duration::from_secs(35), "the lost connection shows", || {
+        condition(&management, "remote", "Connected") == "False"
+    });
+    let message = management.kubectl_ok(&[
+        "get",
+        "cluster",
+        "remote",
+        "-o",
+        r#"jsonpath={.status.conditions[?(@.type=="Connected")].reason}"#,
+    ]);
+    assert_eq!(message, "AgentDisconnected");
+    let refused = kubectl_via(&kubeconfig, &home, &["get", "namespaces"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("cluster default/remote is not connected"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    relay.paused.store(false, Ordering::SeqCst);
+
+    // A server restart (new address behind the same relay): the agent comes back with its
+    // credential, though the registration token is gone.
+    management.kubectl_ok(&[
+        "delete",
+        "clusterregistrationtokens",
+        "--all",
+        "-n",
+        "lariat-system",
+    ]);
+    management.kill9();
+    management.launch();
+    relay.retarget(&management.address);
+    eventually_within(
+        Duration::from_secs(40),
+        "the agent reconnects after a restart",
+        || management.log().contains("agent connected"),
+    );
+    let kubeconfig = proxied_kubeconfig(&management, "remote"); // the server's new address
+    eventually("the proxy works again", || {
+        kubectl_via(
+            &kubeconfig,
+            &home,
+            &["get", "configmap", "via-proxy", "-o", "name"],
+        )
+        .status
+        .success()
+    });
+    eventually("the cluster is connected again", || {
+        condition(&management, "remote", "Connected") == "True"
+    });
+}
+
+#[test]
+fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
+    let management = TestServer::start();
+    let downstream = TestServer::start();
+    let dir = management.data_dir();
+    let server = format!("https://{}", management.address);
+    let (token, checksum) = import(&management, "guarded", "1h");
+    let (id, _) = token.split_once('.').unwrap();
+
+    let wrong = Agent::start(
+        dir,
+        "wrong",
+        &server,
+        &format!("{id}.{}", "x".repeat(32)),
+        &checksum,
+        &downstream,
+    );
+    let unknown = Agent::start(
+        dir,
+        "unknown",
+        &server,
+        "zzzzzz.secret",
+        &checksum,
+        &downstream,
+    );
+    let mismatch = Agent::start(
+        dir,
+        "mismatch",
+        &server,
+        &token,
+        &"0".repeat(64),
+        &downstream,
+    );
+    let (short, _) = import(&management, "guarded", "1s");
+    std::thread::sleep(Duration::from_secs(2));
+    let expired = Agent::start(dir, "expired", &server, &short, &checksum, &downstream);
+    eventually("each bad agent logs why it is refused", || {
+        wrong.log().contains("wrong registration token")
+            && unknown
+                .log()
+                .contains("unknown or revoked registration token")
+            && mismatch.log().contains("does not match --ca-checksum")
+            && expired.log().contains("expired registration token")
+    });
+    drop((wrong, unknown, mismatch, expired));
+    assert!(
+        !management.log().contains(&token),
+        "no token in the server's log"
+    );
+
+    // The real agent connects; a second one for the same cluster is refused.
+    let first = Agent::start(dir, "first", &server, &token, &checksum, &downstream);
+    eventually("the first agent connects", || {
+        condition(&management, "guarded", "Connected") == "True"
+    });
+    let other_downstream = TestServer::start();
+    let (second_token, _) = import(&management, "guarded", "1h");
+    let second = Agent::start(
+        dir,
+        "second",
+        &server,
+        &second_token,
+        &checksum,
+        &other_downstream,
+    );
+    eventually("the second agent is refused", || {
+        second.log().contains("already has a connected agent")
+    });
+    assert!(first.log().contains("tunnel up"));
+
+    // Revoking a token: deleting it.
+    let (revoked, _) = import(&management, "guarded", "1h");
+    let (revoked_id, _) = revoked.split_once('.').unwrap();
+    management.kubectl_ok(&[
+        "delete",
+        "clusterregistrationtoken",
+        revoked_id,
+        "-n",
+        "lariat-system",
+    ]);
+    let late = Agent::start(dir, "late", &server, &revoked, &checksum, &other_downstream);
+    eventually("a revoked token is refused", || {
+        late.log().contains("unknown or revoked registration token")
+    });
+
+    // Garbage after the upgrade: the tunnel fails, the server does not.
+    let (garbage_token, _) = import(&management, "garbage", "1h");
+    let mut openssl = Command::new("openssl")
+        .args(["s_client", "-quiet", "-connect", &management.address])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = openssl.stdin.take().unwrap();
+    write!(
+        stdin,
+        "GET /v3/connect HTTP/1.1\r\nHost: lariat\r\nConnection: Upgrade\r\nUpgrade: lariat-tunnel/1\r\nAuthorization: Bearer {garbage_token}\r\n\r\n"
+    )
+    .unwrap();
+    let mut first_line = [0u8; 12];
+    openssl
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first_line)
+        .unwrap();
+    assert_eq!(&first_line, b"HTTP/1.1 101");
+    stdin.write_all(&[0xff; 4096]).unwrap();
+    drop(stdin);
+    let _ = openssl.wait();
+    eventually("the broken tunnel is logged", || {
+        let log = management.log();
+        log.contains("agent tunnel handshake failed")
+            || log.matches("agent disconnected").count() >= 1
+    });
+
+    // A stream flood through the proxy: every request is answered, in turn.
+    let token = management.admin_token();
+    let flood = Command::new("curl")
+        .args([
+            "--parallel",
+            "--parallel-max",
+            "300",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}\n",
+            "--cacert",
+        ])
+        .arg(management.data_dir().join("tls/ca.crt"))
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .arg(format!(
+            "https://{}/k8s/clusters/default/guarded/api/v1/namespaces?flood=[1-600]",
+            management.address
+        ))
+        .output()
+        .unwrap();
+    let codes = String::from_utf8_lossy(&flood.stdout);
+    assert_eq!(
+        codes.lines().filter(|c| *c == "200").count(),
+        600,
+        "{codes}"
+    );
+    let (code, _) = management.curl("GET", "/healthz", None, None, None);
+    assert_eq!(code, 200);
+    drop((first, second, late));
+}
