@@ -1,7 +1,8 @@
 //! The labels that mark a provider's CRDs as implementing the Cluster API `v1beta1` contract.
 //!
-//! Core finds out which API version of a referenced kind to read from these labels, and
-//! `lariat init` uses the provider label to tell whose CRD is whose. kube-derive's own `label`
+//! Upstream core picks the API version of a referenced kind from the contract label (lariat's
+//! core still reads the version the reference names); the provider label tells whose CRD is
+//! whose, for `lariat init` and the Cluster's `ProviderNotEnabled` condition. kube-derive's own `label`
 //! attribute would also stamp them on every object built with `new()`, so they are added to
 //! the generated CRDs here instead.
 

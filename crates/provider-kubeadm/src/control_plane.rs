@@ -186,7 +186,11 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         &mut list,
         "Resized",
         live.len() == desired,
-        "ScalingUp",
+        if live.len() > desired {
+            "ScalingDown"
+        } else {
+            "ScalingUp"
+        },
         &format!("{} of {desired} machines", live.len()),
     );
     conditions::set(
@@ -215,7 +219,7 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         .iter()
         .filter(|m| running(m))
         .filter_map(|m| str_at(&m.data, &["spec", "version"]))
-        .min()
+        .min_by_key(|v| version_key(v))
         .map(String::from);
     let status = json!({
         "replicas": live.len(),
@@ -244,6 +248,15 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     } else {
         Action::requeue(Duration::from_millis(500))
     })
+}
+
+/// `v1.30.2` as numbers, so that v1.9 sorts before v1.10.
+fn version_key(version: &str) -> Vec<u64> {
+    version
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .map(|part| part.parse().unwrap_or(0))
+        .collect()
 }
 
 /// The failure domains the Cluster offers for control-plane machines, sorted by name.
@@ -302,11 +315,39 @@ async fn remediate(
     let namespace = kcp.namespace().unwrap_or_default();
     let machines: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+    // Judge the members by the workload cluster itself, as upstream asks etcd: a Machine's
+    // conditions can lag behind its Node by a reconcile, and a wrong guess here loses quorum.
+    let cluster = str_at(&unhealthy.data, &["spec", "clusterName"]).unwrap_or_default();
+    let ready_nodes: std::collections::HashSet<String> =
+        match lariat_controllers::machine::workload_client(&ctx.client, &namespace, cluster).await {
+            Some(workload) => Api::<k8s_openapi::api::core::v1::Node>::all(workload)
+                .list(&ListParams::default())
+                .await
+                .map(|list| {
+                    list.items
+                        .into_iter()
+                        .filter(|n| {
+                            n.status
+                                .as_ref()
+                                .and_then(|s| s.conditions.as_ref())
+                                .is_some_and(|c| {
+                                    c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                                })
+                        })
+                        .filter_map(|n| n.spec.and_then(|s| s.provider_id))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            None => Default::default(),
+        };
     let healthy_others = live
         .iter()
         .filter(|m| m.name_any() != unhealthy.name_any())
         .filter(|m| m.data["status"]["phase"] == "Running")
         .filter(|m| !conditions::is_false(&m.data["status"], conditions::HEALTH_CHECK_SUCCEEDED))
+        .filter(|m| {
+            str_at(&m.data, &["spec", "providerID"]).is_some_and(|id| ready_nodes.contains(id))
+        })
         .count();
     let members_after = live.len().saturating_sub(1);
     let quorum_after = members_after / 2 + 1;
@@ -385,7 +426,8 @@ async fn create_machine(
         "apiVersion": "cluster.x-k8s.io/v1beta1",
         "kind": "Machine",
         "metadata": {"name": name, "namespace": namespace, "labels": machine_labels, "ownerReferences": [owner],
-            "annotations": {INIT_ANNOTATION: first.to_string()}},
+            // The template it was made from, so a template change marks it outdated.
+            "annotations": {INIT_ANNOTATION: first.to_string(), "cluster.x-k8s.io/cloned-from-name": template.name}},
         "spec": {
             "clusterName": cluster,
             "version": kcp.data["spec"]["version"],
@@ -428,7 +470,9 @@ async fn ensure_parts(
         CONTROL_PLANE_LABEL: "",
         CONTROL_PLANE_NAME_LABEL: kcp.name_any(),
     });
-    let owner = owner_reference(kcp, API_VERSION, "KubeadmControlPlane", true);
+    // The Machine becomes their controller when it adopts them; the control plane is only an
+    // owner, so that no object ever has two controllers.
+    let owner = owner_reference(kcp, API_VERSION, "KubeadmControlPlane", false);
     let configs: Api<DynamicObject> = Api::namespaced_with(
         ctx.client.clone(),
         &namespace,
@@ -472,5 +516,15 @@ async fn create(api: &Api<DynamicObject>, object: Value) -> Result<(), Error> {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn versions_sort_by_number() {
+        let mut versions = vec!["v1.10.0", "v1.9.3", "v1.30.2", "v1.9.10"];
+        versions.sort_by_key(|v| super::version_key(v));
+        assert_eq!(versions, ["v1.9.3", "v1.9.10", "v1.10.0", "v1.30.2"]);
     }
 }

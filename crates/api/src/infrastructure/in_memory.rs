@@ -184,7 +184,8 @@ pub struct InMemoryMachineSpec {
     #[serde(rename = "providerID", skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub provider_id: Option<String>,
-    /// The failure domain to place the machine in; copied from the Machine.
+    /// The failure domain to place the machine in. The in-memory provider places machines by
+    /// their Machine's `spec.failureDomain` and leaves this unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub failure_domain: Option<String>,
