@@ -46,6 +46,30 @@ pub struct Config {
     pub downstream: kube::Client,
     /// Backoff bounds between attempts.
     pub backoff: Backoff,
+    /// The Secret (in `lariat-system` of its cluster) where the agent keeps its credential;
+    /// [`CREDENTIAL_SECRET`] unless several agents share one cluster (benchmarks).
+    pub credential_secret: String,
+    /// Told whether the tunnel is up, for whoever runs the agent in-process.
+    pub connected: Option<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Config {
+    pub fn new(
+        server: String,
+        token: String,
+        ca_checksum: String,
+        downstream: kube::Client,
+    ) -> Config {
+        Config {
+            server,
+            token,
+            ca_checksum,
+            downstream,
+            backoff: Backoff::default(),
+            credential_secret: CREDENTIAL_SECRET.to_string(),
+            connected: None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -103,13 +127,21 @@ pub enum Error {
 pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) {
     let mut attempt = 0u32;
     let mut use_credential = true;
+    // The verified CA, kept across attempts: fetched again only when TLS fails with it.
+    let mut trusted: Option<rustls::ClientConfig> = None;
     tokio::pin!(shutdown);
     loop {
         let started = Instant::now();
         let outcome = tokio::select! {
             _ = &mut shutdown => return,
-            outcome = connect_and_serve(&config, use_credential) => outcome,
+            outcome = connect_and_serve(&config, &mut trusted, use_credential) => outcome,
         };
+        if let Some(connected) = &config.connected {
+            connected.send_replace(false);
+        }
+        if matches!(outcome, Err(Error::Tls(_)) | Err(Error::CaMismatch { .. })) {
+            trusted = None;
+        }
         let wait = match outcome {
             Ok(()) => {
                 tracing::info!(server = %config.server, "tunnel closed; reconnecting");
@@ -270,16 +302,20 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
 }
 
 /// The credential kept in the downstream cluster, if any.
-async fn stored_credential(downstream: &kube::Client) -> Result<Option<String>, Error> {
+async fn stored_credential(downstream: &kube::Client, name: &str) -> Result<Option<String>, Error> {
     let secrets: Api<Secret> = Api::namespaced(downstream.clone(), CREDENTIAL_NAMESPACE);
-    Ok(secrets.get_opt(CREDENTIAL_SECRET).await?.and_then(|s| {
+    Ok(secrets.get_opt(name).await?.and_then(|s| {
         s.data?
             .get("credential")
             .map(|v| String::from_utf8_lossy(&v.0).to_string())
     }))
 }
 
-async fn store_credential(downstream: &kube::Client, credential: &str) -> Result<(), Error> {
+async fn store_credential(
+    downstream: &kube::Client,
+    name: &str,
+    credential: &str,
+) -> Result<(), Error> {
     let namespaces: Api<Namespace> = Api::all(downstream.clone());
     if namespaces.get_opt(CREDENTIAL_NAMESPACE).await?.is_none() {
         let namespace: Namespace =
@@ -294,12 +330,12 @@ async fn store_credential(downstream: &kube::Client, credential: &str) -> Result
     let secrets: Api<Secret> = Api::namespaced(downstream.clone(), CREDENTIAL_NAMESPACE);
     let secret = serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": CREDENTIAL_SECRET, "namespace": CREDENTIAL_NAMESPACE},
+        "metadata": {"name": name, "namespace": CREDENTIAL_NAMESPACE},
         "stringData": {"credential": credential},
     });
     secrets
         .patch(
-            CREDENTIAL_SECRET,
+            name,
             &PatchParams::apply("lariat-agent").force(),
             &Patch::Apply(secret),
         )
@@ -308,10 +344,21 @@ async fn store_credential(downstream: &kube::Client, credential: &str) -> Result
 }
 
 /// One connection: check the CA, upgrade, then serve the tunnel until it closes.
-async fn connect_and_serve(config: &Config, use_credential: bool) -> Result<(), Error> {
-    let tls = fetch_ca(&config.server, &config.ca_checksum).await?;
+async fn connect_and_serve(
+    config: &Config,
+    trusted: &mut Option<rustls::ClientConfig>,
+    use_credential: bool,
+) -> Result<(), Error> {
+    let tls = match trusted {
+        Some(tls) => tls.clone(),
+        None => {
+            let tls = fetch_ca(&config.server, &config.ca_checksum).await?;
+            *trusted = Some(tls.clone());
+            tls
+        }
+    };
     let credential = if use_credential {
-        stored_credential(&config.downstream).await?
+        stored_credential(&config.downstream, &config.credential_secret).await?
     } else {
         None
     };
@@ -365,12 +412,15 @@ async fn connect_and_serve(config: &Config, use_credential: bool) -> Result<(), 
         .get(CREDENTIAL_HEADER)
         .and_then(|v| v.to_str().ok())
     {
-        store_credential(&config.downstream, issued).await?;
+        store_credential(&config.downstream, &config.credential_secret, issued).await?;
     }
     let upgraded = hyper::upgrade::on(response)
         .await
         .map_err(|e| Error::Http(e.to_string()))?;
     tracing::info!(server = %config.server, "tunnel up");
+    if let Some(connected) = &config.connected {
+        connected.send_replace(true);
+    }
     let downstream = config.downstream.clone();
     hyper::server::conn::http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())

@@ -58,6 +58,8 @@ pub struct Config {
     /// Renders the process's metrics (Prometheus text) for `/metrics`; the controllers that
     /// run next to the server own them.
     pub metrics: Option<fn() -> String>,
+    /// Agent handshakes admitted per second; the rest are told when to retry.
+    pub agent_handshakes_per_second: f64,
 }
 
 impl Config {
@@ -69,6 +71,7 @@ impl Config {
             bookmark_interval: Duration::from_secs(60),
             encryption_key_file: None,
             metrics: None,
+            agent_handshakes_per_second: tunnel::DEFAULT_HANDSHAKES_PER_SECOND,
         }
     }
 }
@@ -174,7 +177,9 @@ impl Server {
             bookmark_interval: config.bookmark_interval,
             virtual_clusters,
             metrics: config.metrics,
-            tunnels: Arc::new(tunnel::Tunnels::default()),
+            tunnels: Arc::new(tunnel::Tunnels::with_rate(
+                config.agent_handshakes_per_second,
+            )),
             ca_pem: pki.ca_cert_pem.clone(),
         });
         Ok(Server {

@@ -56,22 +56,30 @@ pub struct Tunnels {
     admission: Mutex<Admission>,
 }
 
-/// Handshakes admitted per second: a token bucket, so a reconnection storm after a restart
-/// is spread out by telling agents when to come back instead of melting the server.
+/// Handshakes admitted per second: a token bucket, so a reconnection storm after a restart is
+/// spread out by telling agents when to come back instead of melting the server.
 struct Admission {
     tokens: f64,
     last: Instant,
     per_second: f64,
+    /// Refusals in the current and the previous second: how many agents are waiting.
+    window: Instant,
+    refused_now: u64,
+    refused_before: u64,
 }
 
 impl Default for Tunnels {
     fn default() -> Self {
-        Tunnels::with_rate(200.0)
+        Tunnels::with_rate(DEFAULT_HANDSHAKES_PER_SECOND)
     }
 }
 
+/// Agent handshakes admitted per second unless configured otherwise.
+pub const DEFAULT_HANDSHAKES_PER_SECOND: f64 = 500.0;
+
 impl Tunnels {
     pub fn with_rate(per_second: f64) -> Tunnels {
+        let per_second = per_second.max(1.0);
         Tunnels {
             connected: Mutex::default(),
             next_id: Default::default(),
@@ -79,25 +87,41 @@ impl Tunnels {
                 tokens: per_second,
                 last: Instant::now(),
                 per_second,
+                window: Instant::now(),
+                refused_now: 0,
+                refused_before: 0,
             }),
         }
     }
 
-    /// Whether a handshake may proceed now; if not, how many seconds the agent should wait.
+    /// Whether a handshake may proceed now; if not, after how many seconds the agent should
+    /// come back. The wait is random over as many seconds as the waiting crowd needs at the
+    /// admitted rate, so the crowd returns spread out rather than all at once.
     fn admit(&self) -> Result<(), u64> {
         let mut bucket = self.admission.lock().expect("lock");
         let now = Instant::now();
         let refill = now.duration_since(bucket.last).as_secs_f64() * bucket.per_second;
         bucket.tokens = (bucket.tokens + refill).min(bucket.per_second);
         bucket.last = now;
+        let since_window = now.duration_since(bucket.window);
+        if since_window >= Duration::from_secs(1) {
+            bucket.refused_before = if since_window < Duration::from_secs(2) {
+                bucket.refused_now
+            } else {
+                0
+            };
+            bucket.refused_now = 0;
+            bucket.window = now;
+        }
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
-            Ok(())
-        } else {
-            // Spread the retries over the time the backlog needs, at least a second.
-            let backlog = (1.0 - bucket.tokens) / bucket.per_second;
-            Err(backlog.ceil().max(1.0) as u64)
+            return Ok(());
         }
+        bucket.refused_now += 1;
+        let waiting = bucket.refused_now.max(bucket.refused_before) as f64;
+        let spread = (waiting / bucket.per_second).ceil().max(1.0) as u64;
+        use rand::Rng;
+        Err(rand::rng().random_range(1..=spread))
     }
 
     /// Whether `cluster` has a live tunnel.
@@ -937,11 +961,20 @@ mod tests {
     }
 
     #[test]
-    fn admission_is_a_token_bucket() {
+    fn admission_is_a_token_bucket_that_spreads_the_rest() {
         let tunnels = Tunnels::with_rate(5.0);
-        let admitted = (0..20).filter(|_| tunnels.admit().is_ok()).count();
-        assert_eq!(admitted, 5, "a burst is cut at the rate");
-        assert!(tunnels.admit().unwrap_err() >= 1);
+        let outcomes: Vec<Result<(), u64>> = (0..100).map(|_| tunnels.admit()).collect();
+        assert_eq!(
+            outcomes.iter().filter(|o| o.is_ok()).count(),
+            5,
+            "a burst is cut at the rate"
+        );
+        let waits: Vec<u64> = outcomes.iter().filter_map(|o| o.err()).collect();
+        assert!(waits.iter().all(|w| (1..=19).contains(w)), "{waits:?}");
+        assert!(
+            *waits.iter().max().unwrap() > 5,
+            "95 waiting agents at 5/s are spread over many seconds: {waits:?}"
+        );
     }
 
     #[test]

@@ -196,13 +196,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
     }
     eprintln!("lariat agent dialling {}", args.server);
     lariat_agent::run(
-        lariat_agent::Config {
-            server: args.server,
-            token: args.token,
-            ca_checksum: args.ca_checksum,
-            downstream,
-            backoff: Default::default(),
-        },
+        lariat_agent::Config::new(args.server, args.token, args.ca_checksum, downstream),
         crate::shutdown_signal(),
     )
     .await;

@@ -82,6 +82,9 @@ struct ServerArgs {
     /// created on first start]. Servers sharing one etcd need the same key.
     #[arg(long)]
     encryption_key_file: Option<PathBuf>,
+    /// Agent handshakes admitted per second; agents beyond it are told when to come back.
+    #[arg(long, default_value_t = lariat_apiserver::tunnel::DEFAULT_HANDSHAKES_PER_SECOND)]
+    agent_handshake_rate: f64,
     /// Serve the API only: run no controllers or providers (for API benchmarks).
     #[arg(long)]
     no_controllers: bool,
@@ -173,6 +176,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     config.compaction_interval = Duration::from_secs(args.compaction_interval);
     config.encryption_key_file = args.encryption_key_file;
     config.metrics = Some(lariat_controllers::metrics::render);
+    config.agent_handshakes_per_second = args.agent_handshake_rate;
     let server = lariat_apiserver::Server::start(config, store, listener).await?;
     eprintln!(
         "lariat server listening on https://{}; kubeconfig: {}",

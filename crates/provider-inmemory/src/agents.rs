@@ -98,13 +98,7 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         .insert(key.clone(), stop);
     tracing::info!(cluster = %key, "starting the in-process agent of an in-memory cluster");
     tokio::spawn(lariat_agent::run(
-        lariat_agent::Config {
-            server: home.server,
-            token,
-            ca_checksum: home.ca_checksum,
-            downstream,
-            backoff: Default::default(),
-        },
+        lariat_agent::Config::new(home.server, token, home.ca_checksum, downstream),
         async move {
             let _ = stopped.wait_for(|s| *s).await;
         },

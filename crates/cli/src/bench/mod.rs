@@ -16,6 +16,8 @@ use lariat_controllers::capi;
 use lariat_store::etcd_process::EtcdProcess;
 use serde_json::json;
 
+mod agents;
+
 #[derive(clap::Subcommand)]
 pub enum BenchCommand {
     /// Create, get, list and watch Cluster objects through the API, on SQLite and on etcd.
@@ -23,6 +25,9 @@ pub enum BenchCommand {
     /// Provision many in-memory clusters and time them until every machine runs; then roll a
     /// large MachineDeployment to a new version.
     Lifecycle(LifecycleArgs),
+    /// Connect many simulated agents to one server, restart it, and time the reconnection
+    /// storm; measure memory per agent and the proxy's added latency.
+    Agents(agents::AgentsArgs),
 }
 
 #[derive(clap::Args)]
@@ -61,59 +66,42 @@ pub async fn run(what: BenchCommand) -> anyhow::Result<()> {
     match what {
         BenchCommand::Api(args) => api(args).await,
         BenchCommand::Lifecycle(args) => lifecycle(args).await,
+        BenchCommand::Agents(args) => agents::run(args).await,
     }
 }
 
 /// A server process of our own binary, on a fresh data directory.
 struct ServerProcess {
     child: Child,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     kubeconfig: std::path::PathBuf,
+    args: Vec<String>,
+    /// `127.0.0.1:PORT` it listens on.
+    address: String,
 }
 
 impl ServerProcess {
     fn start(etcd: Option<&str>, controllers: bool) -> anyhow::Result<ServerProcess> {
-        let dir = tempfile::tempdir()?;
-        let log = dir.path().join("server.log");
-        let mut command = Command::new(std::env::current_exe()?);
-        command
-            .arg("server")
-            .arg("--data-dir")
-            .arg(dir.path())
-            .args(["--listen", "127.0.0.1:0"])
-            .env("LARIAT_LOG", "warn,lariat=info,lariat_apiserver=info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?);
+        let mut args: Vec<String> = vec![];
         if !controllers {
-            command.arg("--no-controllers");
+            args.push("--no-controllers".into());
         }
         if let Some(endpoint) = etcd {
-            command.args([
-                "--datastore-endpoint",
-                endpoint,
-                "--datastore-prefix",
-                "/bench",
-            ]);
+            args.extend(
+                [
+                    "--datastore-endpoint",
+                    endpoint,
+                    "--datastore-prefix",
+                    "/bench",
+                ]
+                .map(String::from),
+            );
         }
-        let child = command.spawn().context("start the server")?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("listening on")
-        {
-            if Instant::now() > deadline {
-                bail!(
-                    "the server did not start: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let kubeconfig = dir.path().join("kubeconfig.yaml");
+        let server = ServerProcess::start_with(args)?;
         if controllers {
             let init = Command::new(std::env::current_exe()?)
                 .args(["init", "--infrastructure", "inmemory", "--kubeconfig"])
-                .arg(&kubeconfig)
+                .arg(&server.kubeconfig)
                 .output()?;
             if !init.status.success() {
                 bail!(
@@ -122,11 +110,62 @@ impl ServerProcess {
                 );
             }
         }
+        Ok(server)
+    }
+
+    fn start_with(args: Vec<String>) -> anyhow::Result<ServerProcess> {
+        let dir = tempfile::tempdir()?;
+        let (child, address) = ServerProcess::spawn(dir.path(), &args, "127.0.0.1:0")?;
         Ok(ServerProcess {
             child,
-            kubeconfig,
-            _dir: dir,
+            kubeconfig: dir.path().join("kubeconfig.yaml"),
+            dir,
+            args,
+            address,
         })
+    }
+
+    /// Starts `lariat server` and waits until it listens; returns its address.
+    fn spawn(dir: &Path, args: &[String], listen: &str) -> anyhow::Result<(Child, String)> {
+        let log = dir.join("server.log");
+        let child = Command::new(std::env::current_exe()?)
+            .arg("server")
+            .arg("--data-dir")
+            .arg(dir)
+            .args(["--listen", listen])
+            .args(args)
+            .env("LARIAT_LOG", "warn,lariat=info,lariat_apiserver=info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .context("start the server")?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(rest) = text.split("listening on https://").nth(1) {
+                return Ok((
+                    child,
+                    rest.split(';').next().unwrap_or_default().to_string(),
+                ));
+            }
+            if Instant::now() > deadline {
+                bail!("the server did not start: {text}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `kill -9`: no shutdown path runs.
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The same server again, on the same address and data.
+    fn relaunch(&mut self) -> anyhow::Result<()> {
+        let (child, _) = ServerProcess::spawn(self.dir.path(), &self.args, &self.address)?;
+        self.child = child;
+        Ok(())
     }
 
     /// Resident and peak resident memory of the server, in MiB.

@@ -1,0 +1,257 @@
+//! `lariat bench agents`: many agents in this process against one server process, as a fleet
+//! of downstream clusters would dial in. It times the first connection of all, the server's
+//! memory per connected agent, the reconnection storm after a `kill -9` and restart, and the
+//! latency the tunnel adds to a request compared with asking the cluster directly.
+//!
+//! The agents share one simulated downstream cluster (an in-process lariat API on an
+//! in-memory store), each keeping its credential in a Secret of its own.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, PostParams};
+use lariat_api::management::{self, IMPORTED_ANNOTATION, NAMESPACE};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::ServerProcess;
+
+#[derive(clap::Args)]
+pub struct AgentsArgs {
+    /// Simulated agents (one imported Cluster each).
+    #[arg(long, default_value_t = 1000)]
+    agents: usize,
+    /// The server's admitted agent handshakes per second.
+    #[arg(long, default_value_t = lariat_apiserver::tunnel::DEFAULT_HANDSHAKES_PER_SECOND)]
+    handshake_rate: f64,
+    /// Sequential requests timed through the proxy and directly.
+    #[arg(long, default_value_t = 1000)]
+    latency_requests: usize,
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Waits until `count` agents report a tunnel up; returns how long it took.
+async fn until_connected(
+    states: &[watch::Receiver<bool>],
+    count: usize,
+    started: Instant,
+    timeout: Duration,
+) -> anyhow::Result<Duration> {
+    loop {
+        let up = states.iter().filter(|s| *s.borrow()).count();
+        if up >= count {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > timeout {
+            bail!("only {up} of {count} agents connected after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
+    samples.sort();
+    let pick = |q: f64| {
+        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
+        samples.get(i).copied().unwrap_or_default().as_secs_f64() * 1000.0
+    };
+    (pick(0.5), pick(0.99))
+}
+
+async fn time_gets(
+    client: &kube::Client,
+    path: &str,
+    count: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut samples = Vec::with_capacity(count);
+    for _ in 0..count {
+        let started = Instant::now();
+        client
+            .request_text(http::Request::get(path).body(Vec::new())?)
+            .await
+            .with_context(|| format!("GET {path}"))?;
+        samples.push(started.elapsed());
+    }
+    Ok(samples)
+}
+
+pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
+    println!(
+        "lariat bench agents: {} agents in one process, handshake rate {}/s; load average {}",
+        args.agents,
+        args.handshake_rate,
+        load()
+    );
+    let mut server = ServerProcess::start_with(vec![
+        "--no-controllers".into(),
+        "--agent-handshake-rate".into(),
+        args.handshake_rate.to_string(),
+    ])?;
+    let management = server.client().await?;
+
+    // The downstream cluster every agent serves: a lariat API in this process.
+    let downstream_dir = tempfile::tempdir()?;
+    let downstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let downstream = lariat_apiserver::Server::start(
+        lariat_apiserver::Config::new(downstream_dir.path()),
+        Arc::new(lariat_store::memory::MemoryStore::new()),
+        downstream_listener,
+    )
+    .await?;
+    let downstream_client = downstream.local_client();
+    let (stop_downstream, downstream_stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(downstream.serve(async move {
+        let _ = downstream_stopped.await;
+    }));
+
+    // One imported Cluster and one registration token per agent.
+    let started = Instant::now();
+    let clusters: Api<DynamicObject> = Api::namespaced_with(
+        management.clone(),
+        "default",
+        &lariat_controllers::capi("Cluster"),
+    );
+    let tokens_api: Api<DynamicObject> = Api::namespaced_with(
+        management.clone(),
+        NAMESPACE,
+        &management::registration_token_resource(),
+    );
+    let expires = (chrono::Utc::now() + chrono::Duration::hours(2))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let tokens: Vec<String> = futures::stream::iter(0..args.agents)
+        .map(|i| {
+            let (clusters, tokens_api, expires) =
+                (clusters.clone(), tokens_api.clone(), expires.clone());
+            async move {
+                let name = format!("agent-{i:05}");
+                let cluster: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+                    "metadata": {"name": name, "annotations": {IMPORTED_ANNOTATION: "true"}},
+                    "spec": {},
+                }))?;
+                clusters.create(&PostParams::default(), &cluster).await?;
+                let (token, id, hash) = lariat_apiserver::tunnel::new_token();
+                let object: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": management::API_VERSION, "kind": "ClusterRegistrationToken",
+                    "metadata": {"name": id, "namespace": NAMESPACE},
+                    "spec": {"clusterNamespace": "default", "clusterName": name,
+                             "tokenHash": hash, "expirationTimestamp": expires},
+                }))?;
+                tokens_api.create(&PostParams::default(), &object).await?;
+                Ok::<_, anyhow::Error>(token)
+            }
+        })
+        .buffered(32)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    println!(
+        "  created {} imported clusters and tokens in {:.1} s",
+        args.agents,
+        started.elapsed().as_secs_f64()
+    );
+
+    let (idle_rss, _) = server.memory_mib();
+    let server_url = format!("https://{}", server.address);
+    let checksum = {
+        use sha2::Digest;
+        let pem = std::fs::read(server.dir.path().join("tls/ca.crt"))?;
+        sha2::Sha256::digest(&pem)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let (stop_agents, agents_stopped) = watch::channel(false);
+    let mut states = Vec::with_capacity(args.agents);
+    let cpu_before = server.cpu_seconds();
+    let started = Instant::now();
+    for (i, token) in tokens.into_iter().enumerate() {
+        let (connected, state) = watch::channel(false);
+        states.push(state);
+        let mut config = lariat_agent::Config::new(
+            server_url.clone(),
+            token,
+            checksum.clone(),
+            downstream_client.clone(),
+        );
+        config.credential_secret = format!("agent-credential-{i:05}");
+        config.connected = Some(connected);
+        let mut stopped = agents_stopped.clone();
+        tokio::spawn(lariat_agent::run(config, async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }));
+    }
+    let first = until_connected(&states, args.agents, started, Duration::from_secs(600)).await?;
+    let cpu = server.cpu_seconds() - cpu_before;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (rss, peak) = server.memory_mib();
+    println!(
+        "  all {} agents connected in {:.1} s ({:.0} handshakes/s, server CPU {:.1} s)",
+        args.agents,
+        first.as_secs_f64(),
+        args.agents as f64 / first.as_secs_f64(),
+        cpu
+    );
+    println!(
+        "  server memory {rss:.0} MiB (peak {peak:.0} MiB), idle before agents {idle_rss:.0} MiB: {:.1} KiB per connected agent",
+        (rss - idle_rss) * 1024.0 / args.agents as f64
+    );
+
+    // Latency: the same GET through the proxy and straight to the cluster.
+    let direct = super::client_for(&downstream_dir.path().join("kubeconfig.yaml")).await?;
+    let (direct_p50, direct_p99) =
+        percentiles(time_gets(&direct, "/api/v1/namespaces/default", args.latency_requests).await?);
+    let (proxy_p50, proxy_p99) = percentiles(
+        time_gets(
+            &management,
+            "/k8s/clusters/default/agent-00000/api/v1/namespaces/default",
+            args.latency_requests,
+        )
+        .await?,
+    );
+    println!(
+        "  GET namespace, {} sequential requests: direct p50 {direct_p50:.2} ms p99 {direct_p99:.2} ms; through the tunnel p50 {proxy_p50:.2} ms p99 {proxy_p99:.2} ms (+{:.2} ms at p50)",
+        args.latency_requests,
+        proxy_p50 - direct_p50
+    );
+
+    // The storm: kill -9, restart on the same address, time until every agent is back.
+    let load_before = load();
+    server.kill9();
+    let down = Instant::now();
+    while states.iter().any(|s| *s.borrow()) {
+        if down.elapsed() > Duration::from_secs(60) {
+            bail!("agents did not notice the server was gone within a minute");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let noticed = down.elapsed();
+    let started = Instant::now();
+    server.relaunch()?;
+    let restarted = started.elapsed();
+    let cpu_before = server.cpu_seconds();
+    let back = until_connected(&states, args.agents, started, Duration::from_secs(600)).await?;
+    println!(
+        "  after kill -9 (every agent noticed within {:.2} s) and restart (listening again after {:.1} s; load average before {load_before}): all {} agents back in {:.1} s from the restart ({:.0} handshakes/s, server CPU {:.1} s)",
+        noticed.as_secs_f64(),
+        restarted.as_secs_f64(),
+        args.agents,
+        back.as_secs_f64(),
+        args.agents as f64 / (back - restarted).as_secs_f64().max(0.001),
+        server.cpu_seconds() - cpu_before
+    );
+    let _ = stop_agents.send(true);
+    let _ = stop_downstream.send(());
+    Ok(())
+}
