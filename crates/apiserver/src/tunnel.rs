@@ -278,37 +278,33 @@ async fn authenticate(client: &kube::Client, token: &str) -> Result<Identity, Ap
 }
 
 /// Issues the credential a registered agent uses from now on (so its registration token can
-/// expire), retiring the cluster's previous credentials.
+/// expire). A Cluster has one credential Secret, named after it, so issuing a new one retires
+/// the previous one in the same write.
 async fn issue_credential(client: &kube::Client, cluster: &str) -> Result<String, ApiError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
-    let (credential, credential_id, credential_hash) = new_token();
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": format!("agent-{credential_id}"), "namespace": NAMESPACE,
-                     "labels": {CLUSTER_LABEL: cluster_label(cluster)}},
+    let id = cluster_label(cluster)[..20].to_string();
+    let secret = random(32);
+    let name = format!("agent-{id}");
+    let object: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {CLUSTER_LABEL: cluster_label(cluster)}},
         "type": AGENT_CREDENTIAL_TYPE,
-        "stringData": {"hash": credential_hash, "cluster": cluster},
+        "data": {
+            "hash": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, sha256_hex(&secret)),
+            "cluster": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, cluster),
+        },
     }))
     .expect("a well-formed Secret");
     secrets
-        .create(&PostParams::default(), &secret)
+        .patch(
+            &name,
+            &kube::api::PatchParams::apply("lariat-tunnel").force(),
+            &kube::api::Patch::Apply(&object),
+        )
         .await
         .map_err(|e| ApiError::internal(format!("cannot store the agent credential: {e}")))?;
-    let label = format!("{CLUSTER_LABEL}={}", cluster_label(cluster));
-    if let Ok(previous) = secrets.list(&ListParams::default().labels(&label)).await {
-        for old in previous
-            .items
-            .iter()
-            .filter(|s| s.metadata.name.as_deref() != Some(&format!("agent-{credential_id}")))
-        {
-            let _ = secrets
-                .delete(
-                    old.metadata.name.as_deref().unwrap_or_default(),
-                    &Default::default(),
-                )
-                .await;
-        }
-    }
-    Ok(credential)
+    Ok(format!("{id}.{secret}"))
 }
 
 fn constant_time_eq(a: &str, b: &str) -> bool {
@@ -601,12 +597,13 @@ pub async fn report(
 ) {
     let mut ticker = tokio::time::interval(HEARTBEAT);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
+    let mut probed: HashMap<String, Instant> = HashMap::new();
+    for tick in 0u64.. {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             _ = ticker.tick() => {}
         }
-        if let Err(error) = report_once(&tunnels, &client).await {
+        if let Err(error) = report_once(&tunnels, &client, &mut probed, tick % 6 == 0).await {
             tracing::warn!(%error, "cannot report agent connections");
         }
     }
@@ -622,45 +619,73 @@ fn cluster_resource() -> kube::core::ApiResource {
     }
 }
 
-async fn report_once(tunnels: &Tunnels, client: &kube::Client) -> kube::Result<()> {
+/// One pass over every Cluster: the connection state of each, a heartbeat through the tunnel
+/// for those due one (every [`HEARTBEAT_WRITE`], or on connecting), and, when `collect`, the
+/// garbage of expired tokens and orphaned credentials.
+async fn report_once(
+    tunnels: &Tunnels,
+    client: &kube::Client,
+    probed: &mut HashMap<String, Instant>,
+    collect: bool,
+) -> kube::Result<()> {
     let clusters: Api<DynamicObject> = Api::all_with(client.clone(), &cluster_resource());
     let connections: Api<DynamicObject> =
         Api::all_with(client.clone(), &management::cluster_connection_resource());
-    let known: std::collections::HashSet<String> = connections
+    let key = |o: &DynamicObject| {
+        format!(
+            "{}/{}",
+            o.metadata.namespace.as_deref().unwrap_or_default(),
+            o.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
+    let mut known: HashMap<String, DynamicObject> = connections
         .list(&Default::default())
         .await?
         .items
-        .iter()
-        .map(|c| {
-            format!(
-                "{}/{}",
-                c.metadata.namespace.as_deref().unwrap_or_default(),
-                c.metadata.name.as_deref().unwrap_or_default()
-            )
-        })
+        .into_iter()
+        .map(|c| (key(&c), c))
         .collect();
     let clusters = clusters.list(&Default::default()).await?.items;
-    collect_garbage(client, &clusters).await?;
+    if collect {
+        collect_garbage(client, &clusters).await?;
+    }
+    let mut work = vec![];
     for cluster in clusters {
         if cluster.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
-        let name = cluster.metadata.name.clone().unwrap_or_default();
-        let key = format!("{namespace}/{name}");
+        let key = key(&cluster);
         let imported = cluster
             .metadata
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(management::IMPORTED_ANNOTATION));
         let tunnel = tunnels.get(&key);
-        if tunnel.is_none() && !imported && !known.contains(&key) {
+        let existing = known.remove(&key);
+        if tunnel.is_none() && !imported && existing.is_none() {
             continue;
         }
-        if let Err(error) = report_cluster(client, &cluster, tunnel).await {
-            tracing::warn!(cluster = %key, %error, "cannot report the agent connection");
+        let due = tunnel.is_some()
+            && (existing
+                .as_ref()
+                .is_none_or(|c| c.data["status"]["connected"] != true)
+                || probed
+                    .get(&key)
+                    .is_none_or(|at| at.elapsed() >= HEARTBEAT_WRITE));
+        if due {
+            probed.insert(key.clone(), Instant::now());
         }
+        work.push((key, cluster, existing, tunnel, due));
     }
+    use futures::StreamExt;
+    futures::stream::iter(work)
+        .for_each_concurrent(64, |(key, cluster, existing, tunnel, due)| async move {
+            if let Err(error) = report_cluster(client, &cluster, existing, tunnel, due).await {
+                tracing::warn!(cluster = %key, %error, "cannot report the agent connection");
+            }
+        })
+        .await;
+    probed.retain(|k, _| tunnels.is_connected(k));
     Ok(())
 }
 
@@ -819,10 +844,14 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// Writes one Cluster's ClusterConnection and `Connected` condition; `probe` asks the cluster
+/// (version, Nodes) through the tunnel, otherwise the last heartbeat's figures stay.
 async fn report_cluster(
     client: &kube::Client,
     cluster: &DynamicObject,
+    existing: Option<DynamicObject>,
     tunnel: Option<Tunnel>,
+    probe: bool,
 ) -> kube::Result<()> {
     let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
     let name = cluster.metadata.name.clone().unwrap_or_default();
@@ -831,20 +860,21 @@ async fn report_cluster(
         &namespace,
         &management::cluster_connection_resource(),
     );
-    let existing = connections.get_opt(&name).await?;
     let old = existing
         .as_ref()
         .map(|c| c.data["status"].clone())
         .unwrap_or(serde_json::Value::Null);
     let beat = match &tunnel {
-        Some(tunnel) => Some(heartbeat(tunnel).await),
-        None => None,
+        Some(tunnel) if probe => Some(heartbeat(tunnel).await),
+        _ => None,
     };
     let mut status = old.clone();
     if !status.is_object() {
         status = json!({});
     }
     match (&tunnel, beat) {
+        // Connected, no heartbeat due: the last figures stand.
+        (Some(_), None) => {}
         (Some(tunnel), Some(Ok(beat))) => {
             if old["connected"] != true {
                 let since = chrono::Utc::now()

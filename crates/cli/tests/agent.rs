@@ -278,20 +278,37 @@ fn an_imported_cluster_is_reached_through_its_agent() {
         "jsonpath={.status.connected} {.status.kubernetesVersion} {.status.nodeCount}",
     ]);
     assert!(connection.starts_with("true v"), "{connection}");
+    let credential = downstream.kubectl_ok(&[
+        "get",
+        "secret",
+        "lariat-agent-credential",
+        "-n",
+        "lariat-system",
+        "-o",
+        "go-template={{.data.credential | base64decode}}",
+    ]);
     assert!(
-        !downstream
-            .kubectl_ok(&[
-                "get",
-                "secret",
-                "lariat-agent-credential",
-                "-n",
-                "lariat-system",
-                "-o",
-                "name"
-            ])
-            .is_empty(),
+        credential.contains('.'),
         "the agent keeps its credential in its own cluster"
     );
+    // A cluster's credential opens its tunnel and nothing else: not lariat's API, not another
+    // cluster's objects.
+    let (code, _) = management.curl(
+        "GET",
+        "/api/v1/namespaces/default/secrets",
+        Some(&credential),
+        None,
+        None,
+    );
+    assert_eq!(code, 401);
+    let (code, _) = management.curl(
+        "GET",
+        "/k8s/clusters/default/remote/api/v1/namespaces",
+        Some(&credential),
+        None,
+        None,
+    );
+    assert_eq!(code, 401);
 
     // Plain kubectl through the proxy: read, write, watch.
     let kubeconfig = proxied_kubeconfig(&management, "remote");
