@@ -51,6 +51,9 @@ pub struct Config {
     pub credential_secret: String,
     /// Told whether the tunnel is up, for whoever runs the agent in-process.
     pub connected: Option<tokio::sync::watch::Sender<bool>>,
+    /// Which HTTP proxy, if any, the server is reached through with CONNECT (from
+    /// `HTTPS_PROXY` and `NO_PROXY`, as curl and Go programs read them).
+    pub proxy: Arc<hyper_util::client::proxy::matcher::Matcher>,
 }
 
 impl Config {
@@ -68,6 +71,7 @@ impl Config {
             backoff: Backoff::default(),
             credential_secret: CREDENTIAL_SECRET.to_string(),
             connected: None,
+            proxy: Arc::new(hyper_util::client::proxy::matcher::Matcher::from_env()),
         }
     }
 }
@@ -119,6 +123,8 @@ pub enum Error {
     Downstream(#[from] kube::Error),
     #[error("invalid server URL {0:?}: expected https://host:port")]
     Url(String),
+    #[error("the HTTP proxy refused the tunnel: {0}")]
+    Proxy(String),
 }
 
 /// Runs the agent until `shutdown` resolves: connect, serve the tunnel, and on any failure
@@ -189,10 +195,28 @@ fn parse_server(server: &str) -> Result<(String, u16), Error> {
 
 async fn tls_connect(
     server: &str,
+    proxy: &hyper_util::client::proxy::matcher::Matcher,
     tls: rustls::ClientConfig,
 ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, Error> {
     let (host, port) = parse_server(server)?;
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+    let uri: http::Uri = server.parse().map_err(|_| Error::Url(server.into()))?;
+    let tcp = match proxy.intercept(&uri) {
+        // Behind an egress proxy: a CONNECT tunnel, with TLS to lariat inside it.
+        Some(intercept) => {
+            let mut tunnel = hyper_util::client::legacy::connect::proxy::Tunnel::new(
+                intercept.uri().clone(),
+                hyper_util::client::legacy::connect::HttpConnector::new(),
+            );
+            if let Some(auth) = intercept.basic_auth() {
+                tunnel = tunnel.with_auth(auth.clone());
+            }
+            tower::ServiceExt::oneshot(tunnel, uri)
+                .await
+                .map_err(|e| Error::Proxy(e.to_string()))?
+                .into_inner()
+        }
+        None => tokio::net::TcpStream::connect((host.as_str(), port)).await?,
+    };
     tcp.set_nodelay(true)?;
     let name = ServerName::try_from(host.clone()).map_err(|_| Error::Url(server.into()))?;
     tokio_rustls::TlsConnector::from(Arc::new(tls))
@@ -207,14 +231,18 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 /// Fetches the server's CA from `/cacerts` without trusting the connection, and trusts it only
 /// if its sha256 matches the checksum: the checksum is the trust anchor.
-pub async fn fetch_ca(server: &str, checksum: &str) -> Result<rustls::ClientConfig, Error> {
+pub async fn fetch_ca(
+    server: &str,
+    proxy: &hyper_util::client::proxy::matcher::Matcher,
+    checksum: &str,
+) -> Result<rustls::ClientConfig, Error> {
     let insecure = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::Tls(e.to_string()))?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider())))
         .with_no_client_auth();
-    let stream = tls_connect(server, insecure).await?;
+    let stream = tls_connect(server, proxy, insecure).await?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| Error::Http(e.to_string()))?;
@@ -352,7 +380,7 @@ async fn connect_and_serve(
     let tls = match trusted {
         Some(tls) => tls.clone(),
         None => {
-            let tls = fetch_ca(&config.server, &config.ca_checksum).await?;
+            let tls = fetch_ca(&config.server, &config.proxy, &config.ca_checksum).await?;
             *trusted = Some(tls.clone());
             tls
         }
@@ -363,7 +391,7 @@ async fn connect_and_serve(
         None
     };
     let bearer = credential.as_deref().unwrap_or(&config.token);
-    let stream = tls_connect(&config.server, tls).await?;
+    let stream = tls_connect(&config.server, &config.proxy, tls).await?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| Error::Http(e.to_string()))?;

@@ -98,7 +98,31 @@ async fn agent_connect(State(state): State<Arc<AppState>>, request: Request) -> 
     crate::tunnel::connect(state.tunnels.clone(), client, request).await
 }
 
+/// `/k8s/clusters/<namespace>/<name>/...`: authorized as the `proxy` subresource of that
+/// Cluster (the seam RBAC's cluster scope plugs into), then sent through its tunnel.
 async fn cluster_proxy(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let mut segments = request.uri().path().splitn(6, '/').skip(3);
+    let (namespace, name) = (segments.next(), segments.next());
+    if let Some(user) = request.extensions().get::<User>() {
+        let attributes = Attributes {
+            verb: request.method().as_str().to_lowercase(),
+            group: "cluster.x-k8s.io".into(),
+            resource: "clusters".into(),
+            subresource: Some("proxy".into()),
+            namespace: namespace.map(String::from),
+            name: name.map(String::from),
+        };
+        if let Err(reason) = state.authorizer.authorize(user, &attributes) {
+            return ApiError::Forbidden {
+                message: format!(
+                    "clusters.cluster.x-k8s.io \"{}\" is forbidden: User \"{}\" cannot proxy to it: {reason}",
+                    name.unwrap_or_default(),
+                    user.name
+                ),
+            }
+            .into_response();
+        }
+    }
     crate::tunnel::proxy(&state.tunnels, request).await
 }
 

@@ -75,7 +75,7 @@ impl Default for Tunnels {
 }
 
 /// Agent handshakes admitted per second unless configured otherwise.
-pub const DEFAULT_HANDSHAKES_PER_SECOND: f64 = 500.0;
+pub const DEFAULT_HANDSHAKES_PER_SECOND: f64 = 1000.0;
 
 impl Tunnels {
     pub fn with_rate(per_second: f64) -> Tunnels {
@@ -174,6 +174,34 @@ pub fn new_token() -> (String, String, String) {
     let (id, secret) = (random(6), random(32));
     let hash = sha256_hex(&secret);
     (format!("{id}.{secret}"), id, hash)
+}
+
+/// Creates a ClusterRegistrationToken for `namespace/name` valid for `ttl`, through any
+/// client, and returns the token (`<id>.<secret>`); only the secret's hash is stored.
+pub async fn create_registration_token(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    ttl: Duration,
+) -> kube::Result<String> {
+    let (token, id, hash) = new_token();
+    let expires =
+        chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::days(1));
+    let tokens: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &management::registration_token_resource(),
+    );
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": management::API_VERSION,
+        "kind": "ClusterRegistrationToken",
+        "metadata": {"name": id, "namespace": NAMESPACE},
+        "spec": {"clusterNamespace": namespace, "clusterName": name, "tokenHash": hash,
+                 "expirationTimestamp": expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)},
+    }))
+    .expect("a well-formed ClusterRegistrationToken");
+    tokens.create(&PostParams::default(), &object).await?;
+    Ok(token)
 }
 
 /// Whom an agent's bearer token identifies.

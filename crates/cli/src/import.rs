@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use kube::api::{Api, DynamicObject, PostParams};
-use lariat_api::management::{self, IMPORTED_ANNOTATION, NAMESPACE};
+use lariat_api::management::{IMPORTED_ANNOTATION, NAMESPACE};
 use serde_json::json;
 
 #[derive(clap::Subcommand)]
@@ -128,25 +128,17 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
                 })?;
         }
     }
-    let (token, id, hash) = lariat_apiserver::tunnel::new_token();
-    let expires = chrono::Utc::now() + chrono::Duration::from_std(ttl)?;
-    let expires = expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let tokens: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        NAMESPACE,
-        &management::registration_token_resource(),
-    );
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": management::API_VERSION,
-        "kind": "ClusterRegistrationToken",
-        "metadata": {"name": id, "namespace": NAMESPACE},
-        "spec": {"clusterNamespace": args.namespace, "clusterName": args.name,
-                 "tokenHash": hash, "expirationTimestamp": expires},
-    }))?;
-    tokens
-        .create(&PostParams::default(), &object)
-        .await
-        .context("cannot create the registration token")?;
+    let token = lariat_apiserver::tunnel::create_registration_token(
+        &client,
+        &args.namespace,
+        &args.name,
+        ttl,
+    )
+    .await
+    .context("cannot create the registration token")?;
+    let id = token.split('.').next().unwrap_or_default().to_string();
+    let expires = (chrono::Utc::now() + chrono::Duration::from_std(ttl)?)
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let ca = client
         .request_text(http::Request::get("/cacerts").body(Vec::new())?)
         .await?;

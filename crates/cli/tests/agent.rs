@@ -80,6 +80,52 @@ impl Relay {
     }
 }
 
+/// An HTTP proxy that only does CONNECT, counting the tunnels it opened.
+fn connect_proxy() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let tunnels = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = tunnels.clone();
+    std::thread::spawn(move || {
+        for mut client in listener.incoming().flatten() {
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && client.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_string();
+                let Some(target) = head
+                    .strip_prefix("CONNECT ")
+                    .and_then(|r| r.split(' ').next())
+                else {
+                    let _ = client.write_all(b"HTTP/1.1 405 Method Not Allowed\r\n\r\n");
+                    return;
+                };
+                let Ok(server) = TcpStream::connect(target) else {
+                    let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n");
+                    return;
+                };
+                count.fetch_add(1, Ordering::SeqCst);
+                client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .unwrap();
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(Shutdown::Both);
+                    });
+                }
+            });
+        }
+    });
+    (port, tunnels)
+}
+
 /// A `lariat agent` process; killed when dropped.
 struct Agent {
     child: Child,
@@ -87,6 +133,37 @@ struct Agent {
 }
 
 impl Agent {
+    fn start_with_env(
+        dir: &std::path::Path,
+        name: &str,
+        server: &str,
+        token: &str,
+        checksum: &str,
+        downstream: &TestServer,
+        env: &[(&str, &str)],
+    ) -> Agent {
+        let log = dir.join(format!("agent-{name}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_lariat"))
+            .args([
+                "agent",
+                "--server",
+                server,
+                "--token",
+                token,
+                "--ca-checksum",
+                checksum,
+                "--kubeconfig",
+            ])
+            .arg(downstream.kubeconfig())
+            .env("LARIAT_LOG", "info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Agent { child, log }
+    }
+
     fn start(
         dir: &std::path::Path,
         name: &str,
@@ -585,4 +662,38 @@ fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
     let (code, _) = management.curl("GET", "/healthz", None, None, None);
     assert_eq!(code, 200);
     drop((first, second, late));
+}
+
+/// Behind an egress proxy the agent tunnels through it with CONNECT (HTTPS_PROXY), and TLS to
+/// lariat still runs end to end.
+#[test]
+fn the_agent_dials_through_an_http_proxy() {
+    let management = TestServer::start();
+    let downstream = TestServer::start();
+    let (token, checksum) = import(&management, "behind-proxy", "1h");
+    let (port, tunnels) = connect_proxy();
+    let proxy = format!("http://127.0.0.1:{port}");
+    let agent = Agent::start_with_env(
+        management.data_dir(),
+        "proxied",
+        &format!("https://{}", management.address),
+        &token,
+        &checksum,
+        &downstream,
+        &[("HTTPS_PROXY", &proxy), ("NO_PROXY", "")],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while condition(&management, "behind-proxy", "Connected") != "True" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent did not connect through the proxy:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        tunnels.load(Ordering::SeqCst) >= 2,
+        "the CA download and the tunnel went through the proxy"
+    );
+    assert!(agent.log().contains("tunnel up"));
 }

@@ -53,13 +53,7 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         None => true,
         Some(reference) => match reference.get(&ctx.client, &namespace).await {
             Err(Error::UnknownKind { kind, .. }) => {
-                conditions::set(
-                    &mut list,
-                    "InfrastructureReady",
-                    false,
-                    "InfrastructureKindUnknown",
-                    &format!("{kind} is not served: install its provider with lariat init"),
-                );
+                external::kind_unknown(&mut list, &kind);
                 false
             }
             Err(e) => return Err(e),

@@ -95,6 +95,17 @@ pub fn read_infrastructure(
     ready
 }
 
+/// Marks `InfrastructureReady` False because the referenced kind is not served at all.
+pub fn kind_unknown(conditions: &mut Vec<Value>, kind: &str) {
+    crate::conditions::set(
+        conditions,
+        "InfrastructureReady",
+        false,
+        "InfrastructureKindUnknown",
+        &format!("{kind} is not served: install its provider with lariat init"),
+    );
+}
+
 /// Says so when `reference` names a kind of a built-in provider that `lariat init` has not
 /// enabled: nothing would ever reconcile that object, and "not ready" alone would hide why.
 pub async fn provider_not_enabled(client: &Client, reference: &Reference) -> Option<String> {

@@ -108,13 +108,7 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         None => false,
         Some(reference) => match reference.get(&ctx.client, &namespace).await {
             Err(Error::UnknownKind { kind, .. }) => {
-                conditions::set(
-                    &mut list,
-                    "InfrastructureReady",
-                    false,
-                    "InfrastructureKindUnknown",
-                    &format!("{kind} is not served: install its provider with lariat init"),
-                );
+                external::kind_unknown(&mut list, &kind);
                 false
             }
             Err(e) => return Err(e),

@@ -10,11 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
-use lariat_api::management::{self, NAMESPACE};
 use lariat_controllers::Error;
-use serde_json::json;
 use tokio::sync::watch;
 
 use crate::{Context, cluster_key};
@@ -40,7 +38,7 @@ impl Agents {
 }
 
 /// How long the token an in-process agent registers with lives: it is used within seconds.
-const TOKEN_TTL: chrono::Duration = chrono::Duration::minutes(10);
+const TOKEN_TTL: Duration = Duration::from_secs(600);
 
 /// Reconciles a Cluster: runs an agent for it while it is an in-memory cluster whose control
 /// plane is initialized, and stops the agent when the Cluster goes.
@@ -73,23 +71,13 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     let Some(downstream) = ctx.clusters.client(&simulated) else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
-    let (token, id, hash) = lariat_apiserver::tunnel::new_token();
-    let expires =
-        (chrono::Utc::now() + TOKEN_TTL).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let tokens: Api<DynamicObject> = Api::namespaced_with(
-        ctx.client.clone(),
-        NAMESPACE,
-        &management::registration_token_resource(),
-    );
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": management::API_VERSION,
-        "kind": "ClusterRegistrationToken",
-        "metadata": {"name": id, "namespace": NAMESPACE},
-        "spec": {"clusterNamespace": namespace, "clusterName": name,
-                 "tokenHash": hash, "expirationTimestamp": expires},
-    }))
-    .map_err(|e| Error::Invalid(e.to_string()))?;
-    tokens.create(&PostParams::default(), &object).await?;
+    let token = lariat_apiserver::tunnel::create_registration_token(
+        &ctx.client,
+        &namespace,
+        &name,
+        TOKEN_TTL,
+    )
+    .await?;
     let (stop, mut stopped) = watch::channel(false);
     ctx.agents
         .running

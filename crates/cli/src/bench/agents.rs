@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, PostParams};
-use lariat_api::management::{self, IMPORTED_ANNOTATION, NAMESPACE};
+use lariat_api::management::IMPORTED_ANNOTATION;
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -121,17 +121,9 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
         "default",
         &lariat_controllers::capi("Cluster"),
     );
-    let tokens_api: Api<DynamicObject> = Api::namespaced_with(
-        management.clone(),
-        NAMESPACE,
-        &management::registration_token_resource(),
-    );
-    let expires = (chrono::Utc::now() + chrono::Duration::hours(2))
-        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let tokens: Vec<String> = futures::stream::iter(0..args.agents)
         .map(|i| {
-            let (clusters, tokens_api, expires) =
-                (clusters.clone(), tokens_api.clone(), expires.clone());
+            let (clusters, client) = (clusters.clone(), management.clone());
             async move {
                 let name = format!("agent-{i:05}");
                 let cluster: DynamicObject = serde_json::from_value(json!({
@@ -140,14 +132,13 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
                     "spec": {},
                 }))?;
                 clusters.create(&PostParams::default(), &cluster).await?;
-                let (token, id, hash) = lariat_apiserver::tunnel::new_token();
-                let object: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": management::API_VERSION, "kind": "ClusterRegistrationToken",
-                    "metadata": {"name": id, "namespace": NAMESPACE},
-                    "spec": {"clusterNamespace": "default", "clusterName": name,
-                             "tokenHash": hash, "expirationTimestamp": expires},
-                }))?;
-                tokens_api.create(&PostParams::default(), &object).await?;
+                let token = lariat_apiserver::tunnel::create_registration_token(
+                    &client,
+                    "default",
+                    &name,
+                    Duration::from_secs(7200),
+                )
+                .await?;
                 Ok::<_, anyhow::Error>(token)
             }
         })
