@@ -174,15 +174,20 @@ fn failure_injection_never_boots_and_not_ready_later() {
         let list = machines(&server);
         list.len() == 2 && list.iter().all(|m| m["status"]["phase"] == "Running")
     });
-    eventually("nodes turn NotReady and machines report it", || {
-        machines(&server).iter().all(|m| {
-            m["status"]["conditions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|c| c["type"] == "NodeHealthy" && c["status"] == "False")
-        })
-    });
+    // Core looks at a running Machine's Node every 30 s.
+    common::eventually_within(
+        std::time::Duration::from_secs(45),
+        "nodes turn NotReady and machines report it",
+        || {
+            machines(&server).iter().all(|m| {
+                m["status"]["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|c| c["type"] == "NodeHealthy" && c["status"] == "False")
+            })
+        },
+    );
 }
 
 fn health_check(max_unhealthy: &str) -> String {

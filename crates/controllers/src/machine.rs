@@ -203,7 +203,9 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         patch_status(&api, &name, status).await?;
     }
     Ok(match phase {
-        "Running" => Action::requeue(Duration::from_secs(10)),
+        // A running Machine's Node is looked at again every 30 s (core does not watch workload
+        // clusters; MachineHealthChecks read Nodes themselves, every few seconds).
+        "Running" => Action::requeue(Duration::from_secs(30)),
         "Failed" => Action::requeue(Duration::from_secs(30)),
         _ => Action::requeue(Duration::from_millis(500)),
     })
