@@ -172,25 +172,7 @@ impl Agent {
         checksum: &str,
         downstream: &TestServer,
     ) -> Agent {
-        let log = dir.join(format!("agent-{name}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_lariat"))
-            .args([
-                "agent",
-                "--server",
-                server,
-                "--token",
-                token,
-                "--ca-checksum",
-                checksum,
-                "--kubeconfig",
-            ])
-            .arg(downstream.kubeconfig())
-            .env("LARIAT_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Agent { child, log }
+        Agent::start_with_env(dir, name, server, token, checksum, downstream, &[])
     }
 
     fn log(&self) -> String {
