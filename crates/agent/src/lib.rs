@@ -30,6 +30,11 @@ const CREDENTIAL_HEADER: &str = "x-lariat-agent-credential";
 /// Where the agent keeps the credential the server issued, in its own cluster.
 pub const CREDENTIAL_NAMESPACE: &str = "lariat-system";
 pub const CREDENTIAL_SECRET: &str = "lariat-agent-credential";
+/// The longest wait a Retry-After may impose.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+/// How long dialling, TLS, the CA download and the upgrade may take before the agent gives up
+/// on this attempt (a server or proxy that accepts and then stalls).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest request body the agent forwards (the API's own object limit).
 const MAX_REQUEST_BYTES: usize = 3 * 1024 * 1024;
 
@@ -152,9 +157,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) {
             Ok(()) => {
                 tracing::info!(server = %config.server, "tunnel closed; reconnecting");
                 attempt = 0;
+                use_credential = true;
                 config.backoff.delay(0)
             }
             Err(Error::Busy(after)) => {
+                // Trust the server's pacing, within reason: a middlebox's day-long Retry-After
+                // must not park the agent.
+                let after = after.min(MAX_RETRY_AFTER);
                 tracing::info!(server = %config.server, "server busy; retrying in {after:?}");
                 after + config.backoff.delay(0)
             }
@@ -194,6 +203,16 @@ fn parse_server(server: &str) -> Result<(String, u16), Error> {
 }
 
 async fn tls_connect(
+    server: &str,
+    proxy: &hyper_util::client::proxy::matcher::Matcher,
+    tls: rustls::ClientConfig,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, Error> {
+    tokio::time::timeout(CONNECT_TIMEOUT, tls_connect_unbounded(server, proxy, tls))
+        .await
+        .map_err(|_| Error::Http(format!("no TLS connection within {CONNECT_TIMEOUT:?}")))?
+}
+
+async fn tls_connect_unbounded(
     server: &str,
     proxy: &hyper_util::client::proxy::matcher::Matcher,
     tls: rustls::ClientConfig,
@@ -252,15 +271,21 @@ pub async fn fetch_ca(
         .header(header::HOST, host)
         .body(Empty::<Bytes>::new())
         .map_err(|e| Error::Http(e.to_string()))?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| Error::Http(e.to_string()))?;
-    let body = Limited::new(response.into_body(), 64 * 1024)
-        .collect()
-        .await
-        .map_err(|e| Error::Http(e.to_string()))?
-        .to_bytes();
+    let body = tokio::time::timeout(CONNECT_TIMEOUT, async {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| Error::Http(e.to_string()))?;
+        Ok::<_, Error>(
+            Limited::new(response.into_body(), 64 * 1024)
+                .collect()
+                .await
+                .map_err(|e| Error::Http(e.to_string()))?
+                .to_bytes(),
+        )
+    })
+    .await
+    .map_err(|_| Error::Http(format!("no CA from the server within {CONNECT_TIMEOUT:?}")))??;
     let got: String = Sha256::digest(&body)
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -404,9 +429,13 @@ async fn connect_and_serve(
         .header(header::AUTHORIZATION, format!("Bearer {bearer}"))
         .body(Empty::<Bytes>::new())
         .map_err(|e| Error::Http(e.to_string()))?;
-    let response = sender
-        .send_request(request)
+    let response = tokio::time::timeout(CONNECT_TIMEOUT, sender.send_request(request))
         .await
+        .map_err(|_| {
+            Error::Http(format!(
+                "no answer to the upgrade within {CONNECT_TIMEOUT:?}"
+            ))
+        })?
         .map_err(|e| Error::Http(e.to_string()))?;
     match response.status() {
         StatusCode::SWITCHING_PROTOCOLS => {}
@@ -485,7 +514,12 @@ async fn forward(
         .unwrap_or_else(|| "/".into());
     let mut builder = Request::builder().method(parts.method).uri(path);
     for (name, value) in &parts.headers {
-        if name != header::HOST && name != header::AUTHORIZATION && name != header::CONNECTION {
+        let hop_or_identity = name == header::HOST
+            || name == header::AUTHORIZATION
+            || name == header::CONNECTION
+            || name == header::PROXY_AUTHORIZATION
+            || name.as_str().starts_with("impersonate-");
+        if !hop_or_identity {
             builder = builder.header(name, value);
         }
     }

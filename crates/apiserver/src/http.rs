@@ -139,9 +139,14 @@ async fn import_manifest(
     if let Err(e) = crate::tunnel::registration_cluster(&client, token).await {
         return e.into_response();
     }
+    // The address the caller used (a load balancer's, say), if it is a plain host[:port].
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            h.chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
+        })
         .unwrap_or(&state.server_address);
     let checksum = {
         use sha2::Digest;

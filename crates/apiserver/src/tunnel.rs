@@ -37,7 +37,8 @@ const CLUSTER_LABEL: &str = "management.lariat.dev/cluster";
 fn cluster_label(cluster: &str) -> String {
     sha256_hex(cluster)[..40].to_string()
 }
-/// Streams one tunnel may carry at once; more wait for HTTP/2 flow control, not memory.
+/// Reset streams one tunnel tolerates before it is treated as abusive (the agent caps
+/// concurrent streams; requests beyond its cap queue in the HTTP/2 client).
 const MAX_STREAMS: u32 = 256;
 
 /// A connected agent's tunnel.
@@ -139,6 +140,28 @@ impl Tunnels {
             }
             None => None,
         }
+    }
+
+    /// Drops `cluster`'s tunnel (its Cluster is gone): dropping the last sender closes it.
+    fn disconnect(&self, cluster: &str) {
+        if self
+            .connected
+            .lock()
+            .expect("lock")
+            .remove(cluster)
+            .is_some()
+        {
+            tracing::info!(cluster = %cluster, "closing the tunnel of a deleted cluster");
+        }
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.connected
+            .lock()
+            .expect("lock")
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// Connected clusters and since when.
@@ -335,6 +358,18 @@ async fn issue_credential(client: &kube::Client, cluster: &str) -> Result<String
     Ok(format!("{id}.{secret}"))
 }
 
+async fn consume_registration_token(client: &kube::Client, token: &str) {
+    let id = token.split('.').next().unwrap_or_default();
+    let tokens: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &management::registration_token_resource(),
+    );
+    if let Err(error) = tokens.delete(id, &Default::default()).await {
+        tracing::warn!(%error, "cannot delete a used registration token");
+    }
+}
+
 fn constant_time_eq(a: &str, b: &str) -> bool {
     a.len() == b.len()
         && a.bytes()
@@ -387,8 +422,9 @@ pub async fn connect(
     };
     let cluster = identity.cluster.clone();
     if let Some(existing) = tunnels.get(&cluster) {
-        // A second agent for a connected cluster is refused while the first answers; a
-        // reconnecting agent whose old connection is dead replaces it.
+        // A second agent for a connected cluster is refused while the first's connection is
+        // open; a reconnecting agent whose old connection is half-open waits for HTTP/2's
+        // keep-alive (about 20 s) to close it.
         let alive = existing.sender.clone().ready().await.is_ok();
         if alive {
             tracing::warn!(cluster = %cluster, "agent refused: the cluster already has a connected agent");
@@ -402,7 +438,12 @@ pub async fn connect(
     }
     let issued = if identity.registering {
         match issue_credential(&client, &cluster).await {
-            Ok(credential) => Some(credential),
+            Ok(credential) => {
+                // A registration token registers once: whoever saw it later (shell history,
+                // the import URL) cannot take the cluster's place.
+                consume_registration_token(&client, &token).await;
+                Some(credential)
+            }
             Err(e) => return e.into_response(),
         }
     } else {
@@ -437,14 +478,22 @@ pub async fn connect(
                 return;
             }
         };
-        registry.connected.lock().expect("lock").insert(
-            key.clone(),
-            Tunnel {
-                sender,
-                id,
-                since: Instant::now(),
-            },
-        );
+        {
+            let mut connected = registry.connected.lock().expect("lock");
+            if connected.get(&key).is_some_and(|t| !t.sender.is_closed()) {
+                // Another agent of this cluster finished its handshake first.
+                tracing::warn!(cluster = %key, "agent refused: the cluster already has a connected agent");
+                return;
+            }
+            connected.insert(
+                key.clone(),
+                Tunnel {
+                    sender,
+                    id,
+                    since: Instant::now(),
+                },
+            );
+        }
         tracing::info!(cluster = %key, "agent connected");
         let result = connection.await;
         let mut connected = registry.connected.lock().expect("lock");
@@ -521,6 +570,17 @@ pub async fn proxy(tunnels: &Tunnels, request: axum::extract::Request) -> Respon
     }
     parts.headers.remove("keep-alive");
     parts.headers.remove("proxy-connection");
+    parts.headers.remove(header::PROXY_AUTHORIZATION);
+    // Impersonation is lariat's to grant (with RBAC), not the caller's to ask of the agent.
+    let impersonation: Vec<_> = parts
+        .headers
+        .keys()
+        .filter(|name| name.as_str().starts_with("impersonate-"))
+        .cloned()
+        .collect();
+    for name in impersonation {
+        parts.headers.remove(name);
+    }
     let mut sender = tunnel.sender.clone();
     if sender.ready().await.is_err() {
         return ApiError::Unavailable {
@@ -674,8 +734,15 @@ async fn report_once(
         .map(|c| (key(&c), c))
         .collect();
     let clusters = clusters.list(&Default::default()).await?.items;
-    if collect {
-        collect_garbage(client, &clusters).await?;
+    // A tunnel outlives neither its Cluster nor a re-import under the same name.
+    let existing: std::collections::HashSet<String> = clusters.iter().map(key).collect();
+    for connected in tunnels.keys() {
+        if !existing.contains(&connected) {
+            tunnels.disconnect(&connected);
+        }
+    }
+    if collect && let Err(error) = collect_garbage(client, &clusters).await {
+        tracing::warn!(%error, "cannot collect expired tokens and orphaned credentials");
     }
     let mut work = vec![];
     for cluster in clusters {
@@ -785,25 +852,34 @@ struct Heartbeat {
 }
 
 async fn get_json(tunnel: &Tunnel, path: &str) -> Result<serde_json::Value, String> {
-    let mut sender = tunnel.sender.clone();
-    sender.ready().await.map_err(|e| e.to_string())?;
-    let request = axum::http::Request::get(format!("http://agent{path}"))
-        .header(header::ACCEPT, "application/json")
-        .body(Body::empty())
-        .map_err(|e| e.to_string())?;
-    let response = tokio::time::timeout(Duration::from_secs(5), sender.send_request(request))
-        .await
-        .map_err(|_| "no answer within 5s".to_string())?
-        .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let body = http_body_util::BodyExt::collect(response.into_body())
+    // The whole exchange, body included, is bounded in time and size: one stalled or
+    // flooding agent must not hold up the reporter for every other cluster.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        let mut sender = tunnel.sender.clone();
+        sender.ready().await.map_err(|e| e.to_string())?;
+        let request = axum::http::Request::get(format!("http://agent{path}"))
+            .header(header::ACCEPT, "application/json")
+            .body(Body::empty())
+            .map_err(|e| e.to_string())?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(
+            response.into_body(),
+            16 * 1024 * 1024,
+        ))
         .await
         .map_err(|e| e.to_string())?
         .to_bytes();
-    if !status.is_success() {
-        return Err(format!("{path}: {status}"));
-    }
-    serde_json::from_slice(&body).map_err(|e| e.to_string())
+        if !status.is_success() {
+            return Err(format!("{path}: {status}"));
+        }
+        serde_json::from_slice(&body).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|_| format!("{path}: no answer within 5s"))?
 }
 
 async fn heartbeat(tunnel: &Tunnel) -> Result<Heartbeat, String> {
@@ -930,7 +1006,13 @@ async fn report_cluster(
                 status["lastHeartbeat"] = json!(now());
             }
         }
-        (Some(_), Some(Err(error))) => {
+        (Some(tunnel), Some(Err(error))) => {
+            if old["connected"] != true {
+                let since = chrono::Utc::now()
+                    - chrono::Duration::from_std(tunnel.since.elapsed()).unwrap_or_default();
+                status["connectedSince"] =
+                    json!(since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+            }
             status["connected"] = json!(true);
             status["message"] = json!(format!(
                 "the tunnel is up but the cluster's API did not answer: {error}"

@@ -75,7 +75,11 @@ fn parse_ttl(text: &str) -> anyhow::Result<Duration> {
         "d" => 86400,
         _ => bail!("invalid --ttl {text:?}: use a positive number with s, m, h or d, e.g. 24h"),
     };
-    Ok(Duration::from_secs(number * seconds))
+    let total = number
+        .checked_mul(seconds)
+        .filter(|s| *s <= 10 * 365 * 86400)
+        .with_context(|| format!("invalid --ttl {text:?}: at most 10 years"))?;
+    Ok(Duration::from_secs(total))
 }
 
 /// The server URL of the kubeconfig `lariat` talks to.
@@ -277,5 +281,6 @@ mod tests {
         assert!(super::parse_ttl("0h").is_err());
         assert!(super::parse_ttl("soon").is_err());
         assert!(super::parse_ttl("5w").is_err());
+        assert!(super::parse_ttl("99999999999999999d").is_err());
     }
 }

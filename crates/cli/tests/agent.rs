@@ -329,6 +329,14 @@ fn an_imported_cluster_is_reached_through_its_agent() {
             == "Provisioned"
             && condition(&management, "remote", "Ready") == "True"
     });
+    let (id, _) = token.split_once('.').unwrap();
+    assert!(
+        !management
+            .kubectl(&["get", "clusterregistrationtoken", id, "-n", "lariat-system"])
+            .status
+            .success(),
+        "a registration token registers once"
+    );
     let connection = management.kubectl_ok(&[
         "get",
         "clusterconnection",
@@ -643,6 +651,18 @@ fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
     );
     let (code, _) = management.curl("GET", "/healthz", None, None, None);
     assert_eq!(code, 200);
+
+    // Deleting the Cluster closes its tunnel: a re-import under the name starts afresh.
+    management.kubectl_ok(&["delete", "cluster", "guarded"]);
+    eventually_within(
+        Duration::from_secs(30),
+        "the deleted cluster's tunnel closes",
+        || {
+            management
+                .log()
+                .contains("closing the tunnel of a deleted cluster")
+        },
+    );
     drop((first, second, late));
 }
 
