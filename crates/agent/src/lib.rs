@@ -140,12 +140,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) {
     let mut use_credential = true;
     // The verified CA, kept across attempts: fetched again only when TLS fails with it.
     let mut trusted: Option<rustls::ClientConfig> = None;
+    // The credential last issued, held here too in case keeping it in the cluster failed.
+    let mut issued: Option<String> = None;
     tokio::pin!(shutdown);
     loop {
         let started = Instant::now();
         let outcome = tokio::select! {
             _ = &mut shutdown => return,
-            outcome = connect_and_serve(&config, &mut trusted, use_credential) => outcome,
+            outcome = connect_and_serve(&config, &mut trusted, &mut issued, use_credential) => outcome,
         };
         if let Some(connected) = &config.connected {
             connected.send_replace(false);
@@ -396,10 +398,21 @@ async fn store_credential(
     Ok(())
 }
 
+/// Stores the credential in the agent's cluster; a failure is logged, not fatal: the agent
+/// holds the credential in memory and tries again on its next connection.
+async fn keep_credential(config: &Config, credential: &str) {
+    if let Err(error) =
+        store_credential(&config.downstream, &config.credential_secret, credential).await
+    {
+        tracing::warn!(%error, "cannot keep the agent credential in the cluster; holding it in memory and retrying on the next connection");
+    }
+}
+
 /// One connection: check the CA, upgrade, then serve the tunnel until it closes.
 async fn connect_and_serve(
     config: &Config,
     trusted: &mut Option<rustls::ClientConfig>,
+    issued: &mut Option<String>,
     use_credential: bool,
 ) -> Result<(), Error> {
     let tls = match trusted {
@@ -411,7 +424,20 @@ async fn connect_and_serve(
         }
     };
     let credential = if use_credential {
-        stored_credential(&config.downstream, &config.credential_secret).await?
+        let stored = match stored_credential(&config.downstream, &config.credential_secret).await {
+            Ok(stored) => stored,
+            // The cluster's API is unreachable: a credential in memory still opens the tunnel.
+            Err(_) if issued.is_some() => None,
+            Err(error) => return Err(error),
+        };
+        match (stored, issued.as_deref()) {
+            // Keeping the issued credential failed last time: try again, use it regardless.
+            (stored, Some(held)) if stored.as_deref() != Some(held) => {
+                keep_credential(config, held).await;
+                Some(held.to_string())
+            }
+            (stored, _) => stored,
+        }
     } else {
         None
     };
@@ -464,12 +490,13 @@ async fn connect_and_serve(
             });
         }
     }
-    if let Some(issued) = response
+    if let Some(credential) = response
         .headers()
         .get(CREDENTIAL_HEADER)
         .and_then(|v| v.to_str().ok())
     {
-        store_credential(&config.downstream, &config.credential_secret, issued).await?;
+        *issued = Some(credential.to_string());
+        keep_credential(config, credential).await;
     }
     let upgraded = hyper::upgrade::on(response)
         .await
