@@ -20,8 +20,10 @@ pub struct User {
 /// Where token hashes live in the store; the API never serves this prefix.
 const TOKEN_PREFIX: &str = "/lariat/tokens/";
 
-fn hash(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
+/// SHA-256 as lowercase hex: how bearer tokens, agent tokens and credentials are stored, and
+/// the CA checksum agents pin.
+pub fn sha256_hex(data: impl AsRef<[u8]>) -> String {
+    Sha256::digest(data.as_ref())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
@@ -47,7 +49,7 @@ impl Authenticator {
             json!({"user": user, "groups": groups, "created": crate::objects::now_rfc3339()});
         self.store
             .create(
-                &format!("{TOKEN_PREFIX}{}", hash(&token)),
+                &format!("{TOKEN_PREFIX}{}", sha256_hex(&token)),
                 record.to_string().into_bytes(),
             )
             .await?;
@@ -58,7 +60,7 @@ impl Authenticator {
     pub async fn user_for_token(&self, token: &str) -> ApiResult<Option<User>> {
         let Some(kv) = self
             .store
-            .get(&format!("{TOKEN_PREFIX}{}", hash(token)))
+            .get(&format!("{TOKEN_PREFIX}{}", sha256_hex(token)))
             .await?
         else {
             return Ok(None);

@@ -148,13 +148,7 @@ async fn import_manifest(
                 .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
         })
         .unwrap_or(&state.server_address);
-    let checksum = {
-        use sha2::Digest;
-        sha2::Sha256::digest(state.ca_pem.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    };
+    let checksum = crate::auth::sha256_hex(&state.ca_pem);
     (
         [(header::CONTENT_TYPE, "application/yaml")],
         crate::tunnel::import_manifest(&format!("https://{host}"), token, &checksum),

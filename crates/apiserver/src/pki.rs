@@ -166,11 +166,7 @@ impl Pki {
 
     /// `sha256` of the CA certificate PEM, hex: what agents pin with `--ca-checksum`.
     pub fn ca_checksum(&self) -> String {
-        use sha2::{Digest, Sha256};
-        Sha256::digest(self.ca_cert_pem.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        crate::auth::sha256_hex(&self.ca_cert_pem)
     }
 }
 

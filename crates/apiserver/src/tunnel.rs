@@ -20,8 +20,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use lariat_api::management::{self, AGENT_CREDENTIAL_TYPE, NAMESPACE};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
+use crate::auth::sha256_hex;
 use crate::status::ApiError;
 
 /// The `Upgrade` protocol agents ask for.
@@ -173,13 +173,6 @@ impl Tunnels {
             .map(|(k, t)| (k.clone(), t.since.elapsed()))
             .collect()
     }
-}
-
-fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// A random lowercase alphanumeric string.
@@ -976,16 +969,17 @@ async fn report_cluster(
     if !status.is_object() {
         status = json!({});
     }
+    if let Some(tunnel) = &tunnel
+        && old["connected"] != true
+    {
+        let since = chrono::Utc::now()
+            - chrono::Duration::from_std(tunnel.since.elapsed()).unwrap_or_default();
+        status["connectedSince"] = json!(since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    }
     match (&tunnel, beat) {
         // Connected, no heartbeat due: the last figures stand.
         (Some(_), None) => {}
-        (Some(tunnel), Some(Ok(beat))) => {
-            if old["connected"] != true {
-                let since = chrono::Utc::now()
-                    - chrono::Duration::from_std(tunnel.since.elapsed()).unwrap_or_default();
-                status["connectedSince"] =
-                    json!(since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-            }
+        (Some(_), Some(Ok(beat))) => {
             status["connected"] = json!(true);
             status["kubernetesVersion"] = json!(beat.version);
             status["nodeCount"] = json!(beat.nodes);
@@ -1006,13 +1000,7 @@ async fn report_cluster(
                 status["lastHeartbeat"] = json!(now());
             }
         }
-        (Some(tunnel), Some(Err(error))) => {
-            if old["connected"] != true {
-                let since = chrono::Utc::now()
-                    - chrono::Duration::from_std(tunnel.since.elapsed()).unwrap_or_default();
-                status["connectedSince"] =
-                    json!(since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-            }
+        (Some(_), Some(Err(error))) => {
             status["connected"] = json!(true);
             status["message"] = json!(format!(
                 "the tunnel is up but the cluster's API did not answer: {error}"

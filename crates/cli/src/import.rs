@@ -146,13 +146,7 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     let ca = client
         .request_text(http::Request::get("/cacerts").body(Vec::new())?)
         .await?;
-    let checksum: String = {
-        use sha2::Digest;
-        sha2::Sha256::digest(ca.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    };
+    let checksum = lariat_apiserver::auth::sha256_hex(&ca);
     println!(
         "Cluster {}/{} is ready to import.",
         args.namespace, args.name

@@ -31,15 +31,6 @@ pub struct AgentsArgs {
     latency_requests: usize,
 }
 
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// Waits until `count` agents report a tunnel up; returns how long it took.
 async fn until_connected(
     states: &[watch::Receiver<bool>],
@@ -61,11 +52,10 @@ async fn until_connected(
 
 fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
     samples.sort();
-    let pick = |q: f64| {
-        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
-        samples.get(i).copied().unwrap_or_default().as_secs_f64() * 1000.0
-    };
-    (pick(0.5), pick(0.99))
+    (
+        super::percentile_ms(&samples, 0.5),
+        super::percentile_ms(&samples, 0.99),
+    )
 }
 
 async fn time_gets(
@@ -90,7 +80,7 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
         "lariat bench agents: {} agents in one process, handshake rate {}/s; load average {}",
         args.agents,
         args.handshake_rate,
-        load()
+        super::load_average()
     );
     let mut server = ServerProcess::start_with(vec![
         "--no-controllers".into(),
@@ -155,14 +145,8 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
 
     let (idle_rss, _) = server.memory_mib();
     let server_url = format!("https://{}", server.address);
-    let checksum = {
-        use sha2::Digest;
-        let pem = std::fs::read(server.dir.path().join("tls/ca.crt"))?;
-        sha2::Sha256::digest(&pem)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    };
+    let checksum =
+        lariat_apiserver::auth::sha256_hex(std::fs::read(server.dir.path().join("tls/ca.crt"))?);
     let (stop_agents, agents_stopped) = watch::channel(false);
     let mut states = Vec::with_capacity(args.agents);
     let cpu_before = server.cpu_seconds();
@@ -218,7 +202,7 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
     );
 
     // The storm: kill -9, restart on the same address, time until every agent is back.
-    let load_before = load();
+    let load_before = super::load_average();
     server.kill9();
     let down = Instant::now();
     while states.iter().any(|s| *s.borrow()) {

@@ -238,6 +238,22 @@ fn cluster(name: &str) -> DynamicObject {
     .expect("a valid object")
 }
 
+/// The machine's load average (1, 5 and 15 minutes), printed with every figure.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The `q` quantile of sorted latencies, in milliseconds.
+fn percentile_ms(sorted: &[Duration], q: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted.get(i).copied().unwrap_or_default().as_secs_f64() * 1000.0
+}
+
 /// Latency samples of one phase.
 struct Samples {
     latencies: Vec<Duration>,
@@ -247,15 +263,7 @@ struct Samples {
 impl Samples {
     fn line(&mut self, what: &str) -> String {
         self.latencies.sort();
-        let pick = |q: f64| {
-            let i = ((self.latencies.len() as f64 - 1.0) * q).round() as usize;
-            self.latencies
-                .get(i)
-                .copied()
-                .unwrap_or_default()
-                .as_secs_f64()
-                * 1000.0
-        };
+        let pick = |q: f64| percentile_ms(&self.latencies, q);
         format!(
             "  {what:<8} {:>8} ops  {:>9.0} ops/s  p50 {:>7.2} ms  p99 {:>7.2} ms",
             self.latencies.len(),
@@ -325,14 +333,10 @@ async fn list_seconds(
 }
 
 async fn api(args: ApiArgs) -> anyhow::Result<()> {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "lariat bench api: concurrency {}, load average {}",
         args.concurrency,
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
+        load_average()
     );
     for backend in &args.backends {
         for &objects in &args.objects {
@@ -564,16 +568,12 @@ async fn reconciles(client: &kube::Client) -> anyhow::Result<Vec<(String, f64)>>
 }
 
 async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "lariat bench lifecycle: {} clusters x ({} control plane + {} workers), in-memory provider, zero delay; load average {}",
         args.clusters,
         args.control_plane,
         args.workers,
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
+        load_average()
     );
     let server = ServerProcess::start(None, true)?;
     let client = server.client().await?;
