@@ -15,7 +15,7 @@ use axum::routing::get;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::auth::{Attributes, Authenticator, Authorizer, User};
+use crate::auth::{Attributes, Authenticator, Authorizer, Peer, User};
 use crate::objects::Selector;
 use crate::patch::PatchType;
 use crate::resources::{
@@ -47,17 +47,12 @@ pub struct AppState {
     pub ca_pem: String,
 }
 
-/// The identity the TLS layer verified for this connection, if the client sent a certificate.
-#[derive(Clone, Debug, Default)]
-pub struct PeerCertificate(pub Option<User>);
-
 pub fn router(state: Arc<AppState>) -> Router {
     let authenticated = Router::new()
         .route("/api", get(core_versions))
         .route("/apis", get(api_groups))
         .route("/openapi/v3", get(openapi_index))
         .route("/openapi/v2", get(openapi_v2))
-        .route("/inmemory/{*rest}", axum::routing::any(virtual_cluster))
         .route("/metrics", get(metrics))
         .route("/k8s/clusters/{*rest}", axum::routing::any(cluster_proxy))
         .fallback(dispatch)
@@ -77,12 +72,35 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v3/connect", get(agent_connect))
         .route("/v3/import/{file}", get(import_manifest))
+        // A simulated cluster is its own trust domain: its router authenticates with its own
+        // CA and credential records, never with the management plane's.
+        .route("/inmemory/{*rest}", axum::routing::any(virtual_cluster))
         .merge(authenticated)
+        .layer(middleware::from_fn(contain_panics))
         .with_state(state)
 }
 
+/// A request that panics gets a 500 `Status` and takes nothing else down: the worker thread,
+/// the connection's other streams and every other request go on.
+async fn contain_panics(request: Request, next: Next) -> Response {
+    use futures::FutureExt;
+    let path = request.uri().path().to_string();
+    match std::panic::AssertUnwindSafe(next.run(request))
+        .catch_unwind()
+        .await
+    {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::error!(%path, "a request panicked; it was answered with 500 and the server goes on");
+            ApiError::internal("the server hit an internal error serving this request")
+                .into_response()
+        }
+    }
+}
+
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let text = state.metrics.map(|render| render()).unwrap_or_default();
+    let mut text = crate::auth::metrics();
+    text.push_str(&state.metrics.map(|render| render()).unwrap_or_default());
     (
         [(
             header::CONTENT_TYPE,
@@ -173,14 +191,10 @@ async fn authenticate(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .map(String::from);
-    let peer = request
-        .extensions()
-        .get::<PeerCertificate>()
-        .cloned()
-        .unwrap_or_default();
+    let peer = request.extensions().get::<Peer>().cloned();
     match state
         .authenticator
-        .authenticate(authorization.as_deref(), peer.0.as_ref())
+        .authenticate(authorization.as_deref(), peer.as_ref())
         .await
     {
         Ok(user) => {
@@ -188,7 +202,13 @@ async fn authenticate(
             next.run(request).await
         }
         Err(e) => {
-            tracing::info!(path = %request.uri().path(), "request refused: no valid credential");
+            crate::auth::record_refusal(
+                request.uri().path(),
+                peer.as_ref().and_then(Peer::address),
+            );
+            // Read (a bounded amount of) the body first: an HTTP/2 client still sending it
+            // would otherwise see its stream reset instead of the 401.
+            let _ = read_bytes(request.into_body()).await;
             e.into_response()
         }
     }
@@ -205,7 +225,11 @@ async fn virtual_cluster(State(state): State<Arc<AppState>>, request: Request) -
         .virtual_clusters
         .router(&format!("{namespace}/{name}"))
     else {
-        return not_found_path(&path).into_response();
+        // No such cluster, so no credential can be valid there; saying 401 rather than 404
+        // tells an anonymous caller nothing about which clusters exist.
+        let peer = request.extensions().get::<Peer>();
+        crate::auth::record_refusal(&path, peer.and_then(Peer::address));
+        return ApiError::Unauthorized.into_response();
     };
     let prefix_len = "/inmemory/".len() + namespace.len() + 1 + name.len();
     let rest = &path[prefix_len..];
@@ -219,6 +243,12 @@ async fn virtual_cluster(State(state): State<Arc<AppState>>, request: Request) -
         Ok(uri) => parts.uri = uri,
         Err(_) => return not_found_path(&path).into_response(),
     }
+    // Only what the transport proved crosses into the simulated cluster: an identity this
+    // process vouches for on the management plane is no identity there.
+    if let Some(Peer::InProcess(_)) = parts.extensions.get::<Peer>() {
+        parts.extensions.remove::<Peer>();
+    }
+    parts.extensions.remove::<User>();
     use tower::ServiceExt;
     match cluster.oneshot(Request::from_parts(parts, body)).await {
         Ok(response) => response,

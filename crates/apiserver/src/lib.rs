@@ -60,6 +60,8 @@ pub struct Config {
     pub metrics: Option<fn() -> String>,
     /// Agent handshakes admitted per second; the rest are told when to retry.
     pub agent_handshakes_per_second: f64,
+    /// Connection limits and idle deadline of the HTTPS listener.
+    pub limits: tls::Limits,
 }
 
 impl Config {
@@ -72,6 +74,7 @@ impl Config {
             encryption_key_file: None,
             metrics: None,
             agent_handshakes_per_second: tunnel::DEFAULT_HANDSHAKES_PER_SECOND,
+            limits: tls::Limits::default(),
         }
     }
 }
@@ -145,7 +148,8 @@ impl Server {
         ensure_namespaces(&resources, &["default", "lariat-system"])
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;
-        let authenticator = Authenticator::new(store.clone());
+        let authenticator =
+            Authenticator::new(store.clone(), &pki.ca_cert_pem).map_err(StartError::Tls)?;
 
         let client_host = if address.ip().is_unspecified() {
             "127.0.0.1".to_string()
@@ -165,7 +169,6 @@ impl Server {
 
         let virtual_clusters = Arc::new(virtual_clusters::VirtualClusters::new(
             core,
-            authenticator.clone(),
             server_address.to_string(),
             pki.ca_cert_pem.clone(),
         ));
@@ -243,10 +246,16 @@ impl Server {
         ));
         let app = http::router(self.state.clone());
         tracing::info!(address = %self.local_addr(), "serving the Kubernetes API over HTTPS");
-        tls::serve(self.listener, self.tls, app, async move {
-            shutdown.await;
-            let _ = stop_tx.send(true);
-        })
+        tls::serve(
+            self.listener,
+            self.tls,
+            app,
+            self.config.limits.clone(),
+            async move {
+                shutdown.await;
+                let _ = stop_tx.send(true);
+            },
+        )
         .await?;
         let _ = tokio::join!(collector, compactor, crd_follower, reporter);
         Ok(())
@@ -296,9 +305,18 @@ async fn ensure_namespaces(resources: &Resources, names: &[&str]) -> Result<(), 
     Ok(())
 }
 
+/// Who the admin kubeconfigs belong to: rotating revokes every credential of this owner.
+pub const ADMIN_OWNER: &str = "admin";
+/// How long an admin credential lives (as k3s's client certificates).
+const ADMIN_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+/// An admin credential this close to its expiry is replaced at start.
+const ADMIN_RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// `<data-dir>/kubeconfig.yaml` authenticates with an admin client certificate (as k3s does);
-/// `<data-dir>/kubeconfig-token.yaml` with a bearer token whose hash alone is stored. Both are
-/// written once and readable by their owner only.
+/// `<data-dir>/kubeconfig-token.yaml` with a bearer token whose hash alone is stored. Both
+/// are readable by their owner only. A restart keeps credentials that are still valid (only
+/// the server address in the files follows the listener); new ones are issued only when the
+/// old ones were revoked (`lariat admin rotate`) or are within 30 days of expiry.
 async fn write_kubeconfigs(
     config: &Config,
     pki: &pki::Pki,
@@ -306,9 +324,45 @@ async fn write_kubeconfigs(
     server: &str,
 ) -> Result<(), String> {
     let cert_path = config.data_dir.join("kubeconfig.yaml");
-    let (cert_pem, key_pem) = pki
-        .issue_client("lariat-admin", &["system:masters"])
-        .map_err(|e| e.to_string())?;
+    let existing = std::fs::read_to_string(&cert_path).ok().and_then(|text| {
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix(name).map(str::trim))
+                .and_then(|b64| {
+                    use base64::Engine;
+                    base64::engine::general_purpose::STANDARD.decode(b64).ok()
+                })
+                .and_then(|pem| String::from_utf8(pem).ok())
+        };
+        Some((
+            field("client-certificate-data:")?,
+            field("client-key-data:")?,
+        ))
+    });
+    let (cert_pem, key_pem) = match existing {
+        Some((cert, key))
+            if authenticator
+                .certificate_remaining(&cert)
+                .await
+                .is_some_and(|left| left > ADMIN_RENEW_BEFORE) =>
+        {
+            (cert, key)
+        }
+        _ => {
+            let issued = authenticator
+                .issue_certificate(
+                    pki,
+                    "lariat-admin",
+                    &["system:masters"],
+                    ADMIN_OWNER,
+                    ADMIN_LIFETIME,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            tracing::info!(file = %cert_path.display(), "issued a new admin client certificate");
+            (issued.cert_pem, issued.key_pem)
+        }
+    };
     let contents = pki::kubeconfig(
         server,
         &pki.ca_cert_pem,
@@ -324,18 +378,24 @@ async fn write_kubeconfigs(
     let token = match existing {
         Some(token)
             if authenticator
-                .user_for_token(&token)
+                .token_remaining(&token)
                 .await
-                .ok()
-                .flatten()
-                .is_some() =>
+                .is_some_and(|left| left > ADMIN_RENEW_BEFORE) =>
         {
             token
         }
-        _ => authenticator
-            .create_token("lariat-admin", &["system:masters"])
-            .await
-            .map_err(|e| e.to_string())?,
+        _ => {
+            tracing::info!(file = %token_path.display(), "issued a new admin token");
+            authenticator
+                .create_token(
+                    "lariat-admin",
+                    &["system:masters"],
+                    ADMIN_OWNER,
+                    ADMIN_LIFETIME,
+                )
+                .await
+                .map_err(|e| e.to_string())?
+        }
     };
     let contents = pki::kubeconfig(
         server,
@@ -344,4 +404,56 @@ async fn write_kubeconfigs(
         pki::Credential::Token(token),
     );
     pki::write_file(&token_path, &contents, true).map_err(|e| e.to_string())
+}
+
+/// Revokes every admin credential in `store` (certificates and tokens), so the next start of
+/// a server on it issues new ones. Returns how many were revoked. The server must not be
+/// running on this data directory (see [`DataDirLock`]).
+pub async fn revoke_admin_credentials(store: Arc<dyn Store>) -> Result<usize, String> {
+    Authenticator::new(store, "")?
+        .revoke(ADMIN_OWNER)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// An exclusive lock on a data directory, held by the server for as long as it runs, so a
+/// second server or an offline command (`lariat admin rotate`) cannot work on it meanwhile.
+pub struct DataDirLock {
+    _file: std::fs::File,
+}
+
+impl DataDirLock {
+    /// Takes the lock on `dir` (created with mode 0700 if missing), or says who holds it.
+    pub fn acquire(dir: &std::path::Path) -> Result<DataDirLock, String> {
+        create_private_dir(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let path = dir.join("server.lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => Ok(DataDirLock { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(format!(
+                "a lariat server is running on {}: stop it first",
+                dir.display()
+            )),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(format!("cannot lock {}: {e}", path.display()))
+            }
+        }
+    }
+}
+
+/// Creates `dir` readable by its owner only (it holds keys and the store), and narrows an
+/// existing one to that.
+pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
 }

@@ -6,18 +6,18 @@ use std::sync::Arc;
 
 use tower::ServiceExt;
 
-use crate::auth::User;
-use crate::http::{AppState, PeerCertificate, router};
+use crate::auth::{Peer, User};
+use crate::http::{AppState, router};
 
 /// The user in-process controllers act as.
 pub const CONTROLLER_USER: &str = "system:lariat:controller-manager";
 
 pub fn client(state: Arc<AppState>) -> kube::Client {
     let app = router(state);
-    let identity = PeerCertificate(Some(User {
+    let identity = Peer::InProcess(User {
         name: CONTROLLER_USER.into(),
         groups: vec!["system:masters".into()],
-    }));
+    });
     let service = tower::service_fn(move |request: axum::http::Request<kube::client::Body>| {
         let mut request = request.map(axum::body::Body::new);
         request.extensions_mut().insert(identity.clone());

@@ -5,10 +5,13 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    KeyUsagePurpose, SerialNumber,
 };
+use time::OffsetDateTime;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
@@ -64,6 +67,38 @@ pub fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), PkiEr
     fs::rename(&tmp, path).map_err(io)
 }
 
+/// A client certificate just issued, and the serial that names it in the authenticator's
+/// records.
+pub struct IssuedCertificate {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub serial: String,
+    pub not_after: chrono::DateTime<chrono::Utc>,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A self-signed CA certificate and key (PEM).
+fn new_ca(common_name: &str) -> Result<(String, String), PkiError> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.not_before = rcgen::date_time_ymd(2025, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2035, 1, 1);
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
 impl Pki {
     /// Loads the PKI from `dir`, creating what is missing. The serving certificate is
     /// reissued when the requested names change.
@@ -73,23 +108,10 @@ impl Pki {
         let (ca_cert_pem, ca_key_pem) = match (read(&ca_cert_path)?, read(&ca_key_path)?) {
             (Some(cert), Some(key)) => (cert, key),
             _ => {
-                let key = KeyPair::generate()?;
-                let mut params = CertificateParams::new(Vec::<String>::new())?;
-                params
-                    .distinguished_name
-                    .push(DnType::CommonName, "lariat-ca");
-                params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-                params.key_usages = vec![
-                    KeyUsagePurpose::KeyCertSign,
-                    KeyUsagePurpose::CrlSign,
-                    KeyUsagePurpose::DigitalSignature,
-                ];
-                params.not_before = rcgen::date_time_ymd(2025, 1, 1);
-                params.not_after = rcgen::date_time_ymd(2035, 1, 1);
-                let cert = params.self_signed(&key)?;
-                write_file(&ca_key_path, &key.serialize_pem(), true)?;
-                write_file(&ca_cert_path, &cert.pem(), false)?;
-                (cert.pem(), key.serialize_pem())
+                let (cert, key) = new_ca("lariat-ca")?;
+                write_file(&ca_key_path, &key, true)?;
+                write_file(&ca_cert_path, &cert, false)?;
+                (cert, key)
             }
         };
         let mut pki = Pki {
@@ -117,6 +139,7 @@ impl Pki {
                     "lariat-server",
                     &[],
                     ExtendedKeyUsagePurpose::ServerAuth,
+                    None,
                 )?;
                 write_file(&server_key_path, &key, true)?;
                 write_file(&server_cert_path, &cert, false)?;
@@ -128,10 +151,51 @@ impl Pki {
         Ok(pki)
     }
 
+    /// A CA that lives only in memory, for a trust domain that lives only in memory (a
+    /// simulated workload cluster): it signs that domain's client certificates and nothing else.
+    pub fn in_memory_ca(common_name: &str) -> Result<Pki, PkiError> {
+        let (ca_cert_pem, ca_key_pem) = new_ca(common_name)?;
+        Ok(Pki {
+            ca_cert_pem,
+            ca_key_pem,
+            server_cert_pem: String::new(),
+            server_key_pem: String::new(),
+        })
+    }
+
     /// A client certificate for `user` in `groups` (the subject's CN and O, as Kubernetes
-    /// reads them). Returns (certificate PEM, key PEM).
-    pub fn issue_client(&self, user: &str, groups: &[&str]) -> Result<(String, String), PkiError> {
-        self.issue(&[], user, groups, ExtendedKeyUsagePurpose::ClientAuth)
+    /// reads them), valid from now for `lifetime`, with a random serial the authenticator
+    /// records so it can be revoked.
+    pub fn issue_client(
+        &self,
+        user: &str,
+        groups: &[&str],
+        lifetime: Duration,
+    ) -> Result<IssuedCertificate, PkiError> {
+        let now = OffsetDateTime::now_utc();
+        let serial: [u8; 16] = rand::random();
+        // A positive DER integer: the top bit clear.
+        let mut serial = serial.to_vec();
+        serial[0] &= 0x7f;
+        serial[0] |= 0x01;
+        let (cert_pem, key_pem) = self.issue(
+            &[],
+            user,
+            groups,
+            ExtendedKeyUsagePurpose::ClientAuth,
+            Some((
+                now - time::Duration::minutes(5),
+                now + lifetime,
+                serial.clone(),
+            )),
+        )?;
+        Ok(IssuedCertificate {
+            cert_pem,
+            key_pem,
+            serial: hex(&serial),
+            not_after: chrono::Utc::now()
+                + chrono::Duration::from_std(lifetime).unwrap_or(chrono::Duration::days(365)),
+        })
     }
 
     fn issue(
@@ -140,6 +204,7 @@ impl Pki {
         common_name: &str,
         organizations: &[&str],
         usage: ExtendedKeyUsagePurpose,
+        validity: Option<(OffsetDateTime, OffsetDateTime, Vec<u8>)>,
     ) -> Result<(String, String), PkiError> {
         let ca_key = KeyPair::from_pem(&self.ca_key_pem)?;
         let issuer = Issuer::from_ca_cert_pem(&self.ca_cert_pem, ca_key)?;
@@ -158,8 +223,17 @@ impl Pki {
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        params.not_before = rcgen::date_time_ymd(2025, 1, 1);
-        params.not_after = rcgen::date_time_ymd(2035, 1, 1);
+        match validity {
+            Some((not_before, not_after, serial)) => {
+                params.not_before = not_before;
+                params.not_after = not_after;
+                params.serial_number = Some(SerialNumber::from_slice(&serial));
+            }
+            None => {
+                params.not_before = rcgen::date_time_ymd(2025, 1, 1);
+                params.not_after = rcgen::date_time_ymd(2035, 1, 1);
+            }
+        }
         let cert = params.signed_by(&key, &issuer)?;
         Ok((cert.pem(), key.serialize_pem()))
     }

@@ -2,6 +2,10 @@
 //! store, served by this process under `/inmemory/NAMESPACE/NAME/`. The in-memory
 //! infrastructure provider creates one per cluster; kube-rs and kubectl reach it with the
 //! `<cluster>-kubeconfig` the provider writes, exactly as they would reach a real cluster.
+//!
+//! Each simulated cluster is its own trust domain, as a real cluster is: its own CA, and its
+//! credentials recorded in its own store. Its kubeconfig is refused by the management API and
+//! by every other simulated cluster, and theirs by it; it dies with the cluster.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -13,39 +17,42 @@ use lariat_store::memory::MemoryStore;
 use crate::auth::{AllowAuthenticated, Authenticator};
 use crate::encryption::Cipher;
 use crate::http::{AppState, router};
-use crate::pki::{Credential, kubeconfig};
+use crate::pki::{Credential, Pki, kubeconfig};
 use crate::registry::Registry;
 use crate::resources::Resources;
-use crate::status::ApiResult;
+use crate::status::{ApiError, ApiResult};
 
 struct VirtualCluster {
     state: Arc<AppState>,
     router: Router,
+    /// The cluster's own CA, which signs its client certificates.
+    pki: Arc<Pki>,
 }
+
+/// The owner of a simulated cluster's kubeconfig credential: issuing a new kubeconfig revokes
+/// the previous one.
+const KUBECONFIG_OWNER: &str = "kubeconfig";
+/// How long a simulated cluster's kubeconfig certificate lives (as kubeadm's admin.conf).
+const KUBECONFIG_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The simulated clusters of one server.
 pub struct VirtualClusters {
     clusters: RwLock<HashMap<String, VirtualCluster>>,
     /// The kinds every simulated cluster serves (core kinds, Nodes), shared, never rebuilt.
     kinds: Registry,
-    authenticator: Authenticator,
     server_address: String,
-    ca_pem: String,
+    /// The CA of the certificate every simulated cluster is served with (the management
+    /// server's listener), which their kubeconfigs trust.
+    serving_ca_pem: String,
 }
 
 impl VirtualClusters {
-    pub fn new(
-        kinds: Registry,
-        authenticator: Authenticator,
-        server_address: String,
-        ca_pem: String,
-    ) -> VirtualClusters {
+    pub fn new(kinds: Registry, server_address: String, serving_ca_pem: String) -> VirtualClusters {
         VirtualClusters {
             clusters: RwLock::new(HashMap::new()),
             kinds,
-            authenticator,
             server_address,
-            ca_pem,
+            serving_ca_pem,
         }
     }
 
@@ -53,22 +60,25 @@ impl VirtualClusters {
     pub fn none() -> Arc<VirtualClusters> {
         Arc::new(VirtualClusters::new(
             Registry::default(),
-            Authenticator::new(Arc::new(MemoryStore::new())),
             String::new(),
             String::new(),
         ))
     }
 
-    /// Creates the simulated cluster `key` (`namespace/name`) if it does not exist.
-    pub async fn ensure(&self, key: &str) -> ApiResult<()> {
+    /// Creates the simulated cluster `key` (`namespace/name`) if it does not exist; returns
+    /// whether it did not (a new cluster has a new CA, so earlier kubeconfigs are void).
+    pub async fn ensure(&self, key: &str) -> ApiResult<bool> {
         if self.clusters.read().expect("lock").contains_key(key) {
-            return Ok(());
+            return Ok(false);
         }
-        let store = Arc::new(MemoryStore::new());
+        let pki = Pki::in_memory_ca(&format!("{key}-ca"))
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let store: Arc<dyn lariat_store::Store> = Arc::new(MemoryStore::new());
+        let authenticator =
+            Authenticator::new(store.clone(), &pki.ca_cert_pem).map_err(ApiError::internal)?;
         // Secrets in a simulated cluster live only in memory; the key only has to be stable
         // for the cluster's lifetime.
-        let cipher = Cipher::from_key(&rand::random::<[u8; 32]>())
-            .map_err(crate::status::ApiError::internal)?;
+        let cipher = Cipher::from_key(&rand::random::<[u8; 32]>()).map_err(ApiError::internal)?;
         let resources = Resources::new(store, self.kinds.fork(), cipher);
         crate::ensure_namespaces(
             &resources,
@@ -77,7 +87,7 @@ impl VirtualClusters {
         .await?;
         let state = Arc::new(AppState {
             resources,
-            authenticator: self.authenticator.clone(),
+            authenticator,
             authorizer: Arc::new(AllowAuthenticated),
             server_address: self.server_address.clone(),
             bookmark_interval: Duration::from_secs(60),
@@ -87,12 +97,19 @@ impl VirtualClusters {
             virtual_clusters: VirtualClusters::none(),
         });
         let router = router(state.clone());
-        self.clusters
-            .write()
-            .expect("lock")
-            .entry(key.to_string())
-            .or_insert(VirtualCluster { state, router });
-        Ok(())
+        let mut clusters = self.clusters.write().expect("lock");
+        if clusters.contains_key(key) {
+            return Ok(false);
+        }
+        clusters.insert(
+            key.to_string(),
+            VirtualCluster {
+                state,
+                router,
+                pki: Arc::new(pki),
+            },
+        );
+        Ok(true)
     }
 
     pub fn remove(&self, key: &str) -> bool {
@@ -130,19 +147,36 @@ impl VirtualClusters {
         format!("https://{}/inmemory/{key}", self.server_address)
     }
 
-    /// A kubeconfig that reaches the simulated cluster over HTTPS with a new bearer token
-    /// (stored hashed, like every token).
+    /// A kubeconfig that reaches the simulated cluster over HTTPS as `kubernetes-admin`
+    /// (`system:masters`), with a client certificate from the cluster's own CA, as Cluster
+    /// API's `<cluster>-kubeconfig` has. The cluster's previous kubeconfig is revoked.
     pub async fn kubeconfig(&self, key: &str) -> ApiResult<String> {
-        let token = self
+        let (state, pki) = {
+            let clusters = self.clusters.read().expect("lock");
+            let cluster = clusters
+                .get(key)
+                .ok_or_else(|| ApiError::internal(format!("no simulated cluster {key}")))?;
+            (cluster.state.clone(), cluster.pki.clone())
+        };
+        state.authenticator.revoke(KUBECONFIG_OWNER).await?;
+        let issued = state
             .authenticator
-            .create_token(&format!("inmemory:{key}"), &["system:masters"])
+            .issue_certificate(
+                &pki,
+                "kubernetes-admin",
+                &["system:masters"],
+                KUBECONFIG_OWNER,
+                KUBECONFIG_LIFETIME,
+            )
             .await?;
-        let server = format!("https://{}/inmemory/{key}", self.server_address);
         Ok(kubeconfig(
-            &server,
-            &self.ca_pem,
-            "admin",
-            Credential::Token(token),
+            &self.server_url(key),
+            &self.serving_ca_pem,
+            "kubernetes-admin",
+            Credential::Certificate {
+                cert_pem: issued.cert_pem,
+                key_pem: issued.key_pem,
+            },
         ))
     }
 }

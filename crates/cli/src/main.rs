@@ -51,6 +51,11 @@ enum Command {
     Kubeconfig(import::KubeconfigArgs),
     /// Enable providers on a server, like clusterctl init (core, kubeadm and an infrastructure).
     Init(providers::InitArgs),
+    /// Administer a server's own credentials.
+    Admin {
+        #[command(subcommand)]
+        what: AdminCommand,
+    },
     /// Measure the server and print figures.
     Bench {
         #[command(subcommand)]
@@ -58,23 +63,37 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Revoke the admin kubeconfigs' certificate and token; the next server start issues new
+    /// ones. Run it with the server stopped.
+    Rotate(StoreArgs),
+}
+
+/// Where a server keeps its state.
 #[derive(clap::Args)]
-struct ServerArgs {
+struct StoreArgs {
     /// Where the store, certificates and kubeconfig live.
     #[arg(long, default_value = "./lariat-data", env = "LARIAT_DATA_DIR")]
     data_dir: PathBuf,
-    /// Address to serve HTTPS on.
-    #[arg(long, default_value = "127.0.0.1:6443", env = "LARIAT_LISTEN")]
-    listen: String,
-    /// Extra DNS names or IP addresses for the serving certificate (repeatable).
-    #[arg(long = "tls-san")]
-    tls_san: Vec<String>,
     /// Use etcd instead of the embedded SQLite store, e.g. http://127.0.0.1:2379.
     #[arg(long, env = "LARIAT_DATASTORE_ENDPOINT")]
     datastore_endpoint: Option<String>,
     /// Key prefix in etcd, so several deployments can share one etcd.
     #[arg(long, default_value = "/lariat")]
     datastore_prefix: String,
+}
+
+#[derive(clap::Args)]
+struct ServerArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Address to serve HTTPS on.
+    #[arg(long, default_value = "127.0.0.1:6443", env = "LARIAT_LISTEN")]
+    listen: String,
+    /// Extra DNS names or IP addresses for the serving certificate (repeatable).
+    #[arg(long = "tls-san")]
+    tls_san: Vec<String>,
     /// Seconds between store compactions (0 disables); one interval of history is kept.
     #[arg(long, default_value_t = 300)]
     compaction_interval: u64,
@@ -88,6 +107,15 @@ struct ServerArgs {
     /// Serve the API only: run no controllers or providers (for API benchmarks).
     #[arg(long)]
     no_controllers: bool,
+    /// Open connections allowed in total.
+    #[arg(long, default_value_t = lariat_apiserver::tls::Limits::default().max_connections)]
+    max_connections: usize,
+    /// Open connections allowed from one client address.
+    #[arg(long, default_value_t = lariat_apiserver::tls::Limits::default().max_connections_per_address)]
+    max_connections_per_client: usize,
+    /// Seconds a connection may stay open with no request in flight.
+    #[arg(long, default_value_t = lariat_apiserver::tls::Limits::default().idle_timeout.as_secs())]
+    idle_timeout: u64,
 }
 
 fn main() -> std::process::ExitCode {
@@ -115,6 +143,9 @@ fn main() -> std::process::ExitCode {
             Command::Agent(args) => import::agent(args).await,
             Command::Kubeconfig(args) => import::kubeconfig(args).await,
             Command::Describe { what } => describe::run(what).await,
+            Command::Admin {
+                what: AdminCommand::Rotate(args),
+            } => rotate_admin(args).await,
         }
     });
     match result {
@@ -144,7 +175,7 @@ pub async fn open_store(
             )
         }
         None => {
-            std::fs::create_dir_all(data_dir).with_context(|| {
+            lariat_apiserver::create_private_dir(data_dir).with_context(|| {
                 format!("cannot create the data directory {}", data_dir.display())
             })?;
             let path = data_dir.join("state.db");
@@ -156,11 +187,41 @@ pub async fn open_store(
     })
 }
 
-async fn server(args: ServerArgs) -> anyhow::Result<()> {
+/// `lariat admin rotate`: revokes the admin credentials offline, so no server is serving with
+/// them while they change; the next start writes new kubeconfigs.
+async fn rotate_admin(args: StoreArgs) -> anyhow::Result<()> {
+    let _lock = lariat_apiserver::DataDirLock::acquire(&args.data_dir)
+        .map_err(|e| anyhow::anyhow!("{e}: the rotation takes effect at its next start"))?;
     let store = open_store(
         &args.data_dir,
         args.datastore_endpoint.as_deref(),
         &args.datastore_prefix,
+    )
+    .await?;
+    let revoked = lariat_apiserver::revoke_admin_credentials(store)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot revoke the admin credentials: {e}"))?;
+    for file in ["kubeconfig.yaml", "kubeconfig-token.yaml"] {
+        match std::fs::remove_file(args.data_dir.join(file)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot remove {file}")),
+        }
+    }
+    println!(
+        "revoked {revoked} admin credential(s); start the server to write new kubeconfigs in {}",
+        args.data_dir.display()
+    );
+    Ok(())
+}
+
+async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    let _lock = lariat_apiserver::DataDirLock::acquire(&args.store.data_dir)
+        .map_err(|e| anyhow::anyhow!("{e} (or pass another --data-dir)"))?;
+    let store = open_store(
+        &args.store.data_dir,
+        args.store.datastore_endpoint.as_deref(),
+        &args.store.datastore_prefix,
     )
     .await?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
@@ -171,17 +232,22 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                 args.listen
             )
         })?;
-    let mut config = lariat_apiserver::Config::new(&args.data_dir);
+    let mut config = lariat_apiserver::Config::new(&args.store.data_dir);
     config.tls_sans = args.tls_san;
     config.compaction_interval = Duration::from_secs(args.compaction_interval);
     config.encryption_key_file = args.encryption_key_file;
     config.metrics = Some(lariat_controllers::metrics::render);
     config.agent_handshakes_per_second = args.agent_handshake_rate;
+    config.limits = lariat_apiserver::tls::Limits {
+        max_connections: args.max_connections,
+        max_connections_per_address: args.max_connections_per_client,
+        idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
+    };
     let server = lariat_apiserver::Server::start(config, store, listener).await?;
     eprintln!(
         "lariat server listening on https://{}; kubeconfig: {}",
         server.local_addr(),
-        args.data_dir.join("kubeconfig.yaml").display()
+        args.store.data_dir.join("kubeconfig.yaml").display()
     );
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {

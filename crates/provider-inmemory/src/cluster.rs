@@ -44,14 +44,15 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     let Some(cluster) = owning_cluster(&object) else {
         return Ok(Action::requeue(Duration::from_millis(500)));
     };
-    ctx.clusters
+    let created = ctx
+        .clusters
         .ensure(&key)
         .await
         .map_err(|e| Error::Invalid(e.to_string()))?;
 
-    // The kubeconfig Secret core and users reach the workload cluster with.
     // The kubeconfig Secret core and users reach the workload cluster with. It is rewritten
-    // when it no longer points at this server (the server moved to another address).
+    // when the simulated cluster is new (after a server restart it is a new cluster with a
+    // new CA, so the old credential is void) or no longer points at this server.
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let secret_name = format!("{cluster}-kubeconfig");
     let url = ctx.clusters.server_url(&key);
@@ -63,7 +64,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             .and_then(|d| d.get("value"))
             .is_some_and(|v| String::from_utf8_lossy(&v.0).contains(&format!("server: {url}\n")))
     });
-    if !up_to_date {
+    if created || !up_to_date {
         let kubeconfig = ctx
             .clusters
             .kubeconfig(&key)

@@ -103,6 +103,37 @@ CREATE TABLE IF NOT EXISTS meta (
 INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', 1), ('compact_revision', 0);
 ";
 
+/// The database holds every object (Secrets encrypted, the rest not): it is created, or
+/// narrowed, to mode 0600 before SQLite opens it, and SQLite gives its `-wal` and `-shm`
+/// files the database file's mode.
+fn restrict_to_owner(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let io = |e: std::io::Error| Error::Internal(format!("{}: {e}", path.display()));
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(io)?;
+        let with_suffix = |suffix: &str| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            std::path::PathBuf::from(name)
+        };
+        for file in [path.to_path_buf(), with_suffix("-wal"), with_suffix("-shm")] {
+            match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(e)),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Rows a watcher reads from the log per query while catching up.
 const REPLAY_PAGE: usize = 512;
 
@@ -113,6 +144,7 @@ impl SqliteStore {
     }
 
     pub fn open_with(path: &Path, options: SqliteOptions) -> Result<SqliteStore> {
+        restrict_to_owner(path)?;
         let mut conn = Connection::open(path).map_err(sql)?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
