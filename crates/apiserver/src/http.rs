@@ -19,9 +19,10 @@ use crate::auth::{Attributes, Authenticator, Authorizer, Peer, User};
 use crate::objects::Selector;
 use crate::patch::PatchType;
 use crate::resources::{
-    DeleteOptions, FieldValidation, ListParams, Propagation, Resources, Scope, WriteOptions,
+    DeleteOptions, FieldValidation, ListAt, ListParams, Propagation, Resources, Scope,
+    WriteOptions,
 };
-use crate::status::{ApiError, ApiResult};
+use crate::status::{ApiError, ApiResult, Cause};
 use crate::table::{self, IncludeObject};
 use crate::watch::WatchParams;
 use crate::{discovery, openapi};
@@ -487,6 +488,7 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
         })?;
 
     let format = negotiate(&parts.headers, &query)?;
+    let dry_run_values = query_values(parts.uri.query(), "dryRun");
     let resources = &state.resources;
     let user_agent = parts
         .headers
@@ -505,10 +507,15 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
             }
         };
         let field_manager = match query.get("fieldManager") {
-            Some(m) if m.len() > 128 => {
+            Some(m) if m.chars().count() > 128 => {
                 return Err(ApiError::bad_request(
                     "fieldManager may not be longer than 128 characters",
                 ));
+            }
+            Some(m) if !m.chars().all(|c| c == ' ' || !(c.is_control() || c.is_whitespace())) => {
+                return Err(ApiError::bad_request(format!(
+                    "invalid fieldManager {m:?}: it must consist of printable characters"
+                )));
             }
             Some(m) => m.clone(),
             None => user_agent
@@ -520,7 +527,7 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
         Ok(WriteOptions {
             field_manager,
             validation,
-            dry_run: query.get("dryRun").is_some_and(|d| d == "All"),
+            dry_run: dry_run(verb, &dry_run_values)?,
             force: query.get("force").is_some_and(|f| f == "true"),
         })
     };
@@ -537,7 +544,7 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
             Ok(render_object(StatusCode::OK, &scope, object, format, &[]))
         }
         "list" => {
-            let params = list_params(&scope, &query)?;
+            let params = list_params(&scope, &query, false)?;
             if params.limit == 0 && params.continue_token.is_none() {
                 return stream_list(resources, &scope, &params, format).await;
             }
@@ -654,7 +661,7 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
         }
         "delete" => {
             let name = target.name.as_deref().expect("named");
-            let options = delete_options(body, &query).await?;
+            let options = delete_options(body, &dry_run_values, &query).await?;
             let (object, gone) = resources.delete(&scope, name, &options).await?;
             let code = if gone {
                 StatusCode::OK
@@ -664,8 +671,8 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
             Ok(render_object(code, &scope, object, Format::Json, &[]))
         }
         "deletecollection" => {
-            let options = delete_options(body, &query).await?;
-            let params = list_params(&scope, &query)?;
+            let options = delete_options(body, &dry_run_values, &query).await?;
+            let params = list_params(&scope, &query, false)?;
             let listed = resources
                 .list(
                     &scope,
@@ -841,6 +848,43 @@ fn render_object(
     response
 }
 
+/// Every value of a query parameter that may repeat (`dryRun=All&dryRun=All`).
+fn query_values(query: Option<&str>, name: &str) -> Vec<String> {
+    serde_urlencoded::from_str::<Vec<(String, String)>>(query.unwrap_or_default())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| k == name)
+        .map(|(_, v)| v)
+        .collect()
+}
+
+/// Kubernetes's rule for `dryRun`: absent is a real write, `All` a dry run, and anything else
+/// is refused (422, naming the field) before anything is written.
+fn dry_run(verb: &str, values: &[String]) -> ApiResult<bool> {
+    if values.is_empty() {
+        return Ok(false);
+    }
+    if values.iter().all(|v| v == "All") {
+        return Ok(true);
+    }
+    let kind = match verb {
+        "create" => "CreateOptions",
+        "update" => "UpdateOptions",
+        "patch" => "PatchOptions",
+        _ => "DeleteOptions",
+    };
+    Err(ApiError::invalid(
+        kind,
+        "meta.k8s.io",
+        "",
+        vec![Cause::not_supported(
+            "dryRun",
+            &json!(values),
+            &[json!("All")],
+        )],
+    ))
+}
+
 fn parse_query(query: Option<&str>) -> ApiResult<HashMap<String, String>> {
     let Some(query) = query else {
         return Ok(HashMap::new());
@@ -850,7 +894,11 @@ fn parse_query(query: Option<&str>) -> ApiResult<HashMap<String, String>> {
     Ok(pairs.into_iter().collect())
 }
 
-fn list_params(scope: &Scope, query: &HashMap<String, String>) -> ApiResult<ListParams> {
+fn list_params(
+    scope: &Scope,
+    query: &HashMap<String, String>,
+    watching: bool,
+) -> ApiResult<ListParams> {
     let label_selector =
         Selector::parse_labels(query.get("labelSelector").map(String::as_str).unwrap_or(""))?;
     let rt = scope.rt.clone();
@@ -869,12 +917,71 @@ fn list_params(scope: &Scope, query: &HashMap<String, String>) -> ApiResult<List
             .max(0) as usize,
         None => 0,
     };
+    let continue_token = query.get("continue").filter(|c| !c.is_empty()).cloned();
     Ok(ListParams {
         label_selector,
         field_selector,
         limit,
-        continue_token: query.get("continue").filter(|c| !c.is_empty()).cloned(),
+        at: list_at(query, watching, continue_token.is_some())?,
+        continue_token,
     })
+}
+
+/// `resourceVersion` and `resourceVersionMatch` on a list, validated as kube-apiserver
+/// validates ListOptions (422 naming the field).
+fn list_at(query: &HashMap<String, String>, watching: bool, continuing: bool) -> ApiResult<ListAt> {
+    let version = query.get("resourceVersion").map(String::as_str).unwrap_or("");
+    let revision = match version {
+        "" | "0" => None,
+        rv => Some(rv.parse::<i64>().ok().filter(|r| *r > 0).ok_or_else(|| {
+            ApiError::bad_request(format!("invalid resourceVersion {rv:?}: a resourceVersion is a positive integer"))
+        })?),
+    };
+    let Some(matching) = query.get("resourceVersionMatch").filter(|m| !m.is_empty()) else {
+        return Ok(if watching { ListAt::Latest } else { revision.map_or(ListAt::Latest, ListAt::NotOlderThan) });
+    };
+    let forbidden = |why: &str| {
+        ApiError::invalid(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            vec![Cause {
+                reason: "FieldValueForbidden",
+                message: format!("Forbidden: {why}"),
+                field: "resourceVersionMatch".into(),
+            }],
+        )
+    };
+    if watching {
+        return Err(forbidden("resourceVersionMatch is forbidden for watch"));
+    }
+    if version.is_empty() {
+        return Err(forbidden(
+            "resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ));
+    }
+    if continuing {
+        return Err(forbidden(
+            "resourceVersionMatch is forbidden when continue is provided",
+        ));
+    }
+    match (matching.as_str(), revision) {
+        ("NotOlderThan", revision) => Ok(revision.map_or(ListAt::Latest, ListAt::NotOlderThan)),
+        ("Exact", Some(revision)) => Ok(ListAt::Exact(revision)),
+        ("Exact", None) => Err(forbidden(
+            "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+        )),
+        (other, _) => Err(ApiError::invalid(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            vec![Cause::not_supported(
+                "resourceVersionMatch",
+                &json!(other),
+                &[json!("Exact"), json!("NotOlderThan")],
+            )],
+        )),
+    }
 }
 
 async fn watch(
@@ -890,6 +997,12 @@ async fn watch(
                 .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?,
         ),
     };
+    if let Some(requested) = resource_version {
+        let current = state.resources.store.current_revision().await?;
+        if requested > current {
+            return Err(ApiError::TooLargeResourceVersion { requested, current });
+        }
+    }
     let timeout = match query.get("timeoutSeconds") {
         Some(t) => Duration::from_secs(
             t.parse()
@@ -899,7 +1012,7 @@ async fn watch(
     };
     let params = WatchParams {
         resource_version,
-        list: list_params(scope, query)?,
+        list: list_params(scope, query, true)?,
         bookmarks: query
             .get("allowWatchBookmarks")
             .is_some_and(|b| b == "true"),
@@ -977,23 +1090,41 @@ async fn read_body(body: Body, headers: &HeaderMap, allow_empty: bool) -> ApiRes
     if bytes.is_empty() && allow_empty {
         return Ok(Value::Null);
     }
-    match essence {
+    let value: Value = match essence {
         "application/json" | "" => serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}"))),
-        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(&bytes),
+            .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))?,
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(&bytes)?,
         "application/yaml" => serde_yaml_ng::from_slice(&bytes)
-            .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}"))),
-        other => Err(ApiError::UnsupportedMediaType {
-            message: format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {other:?})"
-            ),
-        }),
+            .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))?,
+        other => {
+            return Err(ApiError::UnsupportedMediaType {
+                message: format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {other:?})"
+                ),
+            });
+        }
+    };
+    if !value.is_object() && !(allow_empty && value.is_null()) {
+        return Err(ApiError::bad_request(format!(
+            "the request body must be a JSON object (a Kubernetes object), not {}",
+            crate::status::json_type(&value)
+        )));
     }
+    Ok(value)
 }
 
-async fn delete_options(body: Body, query: &HashMap<String, String>) -> ApiResult<DeleteOptions> {
+async fn delete_options(
+    body: Body,
+    query_dry_run: &[String],
+    query: &HashMap<String, String>,
+) -> ApiResult<DeleteOptions> {
     let headers = HeaderMap::new();
     let body = read_body(body, &headers, true).await?;
+    if !body.is_null() && !body.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of a delete must be a DeleteOptions object",
+        ));
+    }
     let propagation_text = body["propagationPolicy"]
         .as_str()
         .map(String::from)
@@ -1012,10 +1143,17 @@ async fn delete_options(body: Body, query: &HashMap<String, String>) -> ApiResul
             )));
         }
     };
-    let dry_run = body["dryRun"]
-        .as_array()
-        .is_some_and(|d| d.iter().any(|x| x == "All"))
-        || query.get("dryRun").is_some_and(|d| d == "All");
+    let mut values = query_dry_run.to_vec();
+    match &body["dryRun"] {
+        Value::Null => {}
+        Value::Array(items) => {
+            for item in items {
+                values.push(item.as_str().map_or_else(|| item.to_string(), String::from));
+            }
+        }
+        other => values.push(other.to_string()),
+    }
+    let dry_run = dry_run("delete", &values)?;
     Ok(DeleteOptions {
         propagation,
         precondition_uid: body["preconditions"]["uid"].as_str().map(String::from),

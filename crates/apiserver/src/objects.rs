@@ -59,32 +59,101 @@ pub fn label_causes(labels: &Value, field: &str) -> Vec<Cause> {
         return causes;
     };
     for (key, value) in map {
-        let (prefix, name) = key
-            .rsplit_once('/')
-            .map_or((None, key.as_str()), |(p, n)| (Some(p), n));
-        let name_ok = !name.is_empty()
-            && name.len() <= 63
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-            && name.as_bytes()[0].is_ascii_alphanumeric()
-            && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
-        if !name_ok || prefix.is_some_and(|p| !is_dns1123_subdomain(p)) {
+        if !is_qualified_name(key) {
             causes.push(Cause::invalid(field, &Value::from(key.as_str()), "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
         }
-        match value.as_str() {
-            Some("") => {}
-            Some(v)
-                if v.len() <= 63
-                    && v.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-                    && v.as_bytes()[0].is_ascii_alphanumeric()
-                    && v.as_bytes()[v.len() - 1].is_ascii_alphanumeric() => {}
-            _ => causes.push(Cause::invalid(
+        if !value.as_str().is_some_and(is_label_value) {
+            causes.push(Cause::invalid(
                 format!("{field}.{key}"),
                 value,
                 "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
-            )),
+            ));
         }
+    }
+    causes
+}
+
+/// The most data a ConfigMap or Secret may hold, as in Kubernetes (1 MiB).
+pub const MAX_DATA_BYTES: usize = 1024 * 1024;
+
+/// A ConfigMap or Secret key: `[-._a-zA-Z0-9]+`, at most 253 characters, not `.` or `..`
+/// and not starting with `..` (keys become file names in volumes).
+pub fn data_key_causes(field: &str, key: &str) -> Vec<Cause> {
+    let ok = !key.is_empty()
+        && key.len() <= 253
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && key != "."
+        && !key.starts_with("..");
+    if ok {
+        return vec![];
+    }
+    vec![Cause::invalid(
+        field,
+        &Value::from(key),
+        "a valid config key must consist of alphanumeric characters, '-', '_' or '.', be at most 253 characters, and not be '.' or start with '..' (e.g. 'key.name')",
+    )]
+}
+
+pub fn data_size_causes(field: &str, size: usize) -> Vec<Cause> {
+    if size <= MAX_DATA_BYTES {
+        return vec![];
+    }
+    vec![Cause {
+        reason: "FieldValueTooLong",
+        message: format!("Too long: must have at most {MAX_DATA_BYTES} bytes"),
+        field: field.into(),
+    }]
+}
+
+/// `metadata.ownerReferences`: objects naming apiVersion, kind, name and uid as strings, with
+/// at most one controller.
+pub fn owner_reference_causes(references: &Value) -> Vec<Cause> {
+    const FIELD: &str = "metadata.ownerReferences";
+    let Some(references) = references.as_array() else {
+        return if references.is_null() {
+            vec![]
+        } else {
+            vec![Cause::type_invalid(FIELD, references, "array")]
+        };
+    };
+    let mut causes = vec![];
+    for (i, reference) in references.iter().enumerate() {
+        if !reference.is_object() {
+            causes.push(Cause::type_invalid(format!("{FIELD}[{i}]"), reference, "object"));
+            continue;
+        }
+        for field in ["apiVersion", "kind", "name", "uid"] {
+            match &reference[field] {
+                Value::String(s) if !s.is_empty() => {}
+                Value::String(_) | Value::Null => {
+                    causes.push(Cause::required(format!("{FIELD}[{i}].{field}")))
+                }
+                other => causes.push(Cause::type_invalid(
+                    format!("{FIELD}[{i}].{field}"),
+                    other,
+                    "string",
+                )),
+            }
+        }
+        for field in ["controller", "blockOwnerDeletion"] {
+            let value = &reference[field];
+            if !value.is_null() && !value.is_boolean() {
+                causes.push(Cause::type_invalid(
+                    format!("{FIELD}[{i}].{field}"),
+                    value,
+                    "boolean",
+                ));
+            }
+        }
+    }
+    if references.iter().filter(|r| r["controller"] == true).count() > 1 {
+        causes.push(Cause::invalid(
+            FIELD,
+            &Value::from("..."),
+            "Only one reference can have Controller set to true",
+        ));
     }
     causes
 }
@@ -129,12 +198,263 @@ enum Requirement {
     NotIn(String, Vec<String>),
     Exists(String),
     DoesNotExist(String),
+    GreaterThan(String, i64),
+    LessThan(String, i64),
 }
 
-/// A parsed `labelSelector` (`a=b,c!=d,e in (x,y),!f`) or `fieldSelector` (`metadata.name=x`).
+/// A parsed `labelSelector` (`a=b,c!=d,e in (x,y),!f,g>3`) or `fieldSelector`
+/// (`metadata.name=x`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Selector {
     requirements: Vec<Requirement>,
+}
+
+/// The tokens of Kubernetes's label selector grammar (`k8s.io/apimachinery/pkg/labels`).
+#[derive(Clone, Debug, PartialEq)]
+enum Token {
+    Identifier(String),
+    Not,
+    Equals,
+    DoubleEquals,
+    NotEquals,
+    In,
+    NotIn,
+    GreaterThan,
+    LessThan,
+    Open,
+    Close,
+    Comma,
+}
+
+impl Token {
+    fn describe(token: Option<&Token>) -> String {
+        match token {
+            None => "end of string".into(),
+            Some(Token::Identifier(s)) => format!("'{s}'"),
+            Some(other) => format!("'{}'", other.symbol()),
+        }
+    }
+
+    fn symbol(&self) -> &'static str {
+        match self {
+            Token::Identifier(_) => "identifier",
+            Token::Not => "!",
+            Token::Equals => "=",
+            Token::DoubleEquals => "==",
+            Token::NotEquals => "!=",
+            Token::In => "in",
+            Token::NotIn => "notin",
+            Token::GreaterThan => ">",
+            Token::LessThan => "<",
+            Token::Open => "(",
+            Token::Close => ")",
+            Token::Comma => ",",
+        }
+    }
+}
+
+/// Splits a label selector into tokens: whitespace separates, the symbols `! = == != ( ) , > <`
+/// stand alone, and every other run of characters is an identifier (or `in`/`notin`).
+fn tokenize(text: &str) -> Vec<Token> {
+    const SPECIAL: &[char] = &['!', '=', '(', ')', ',', '>', '<'];
+    let mut tokens = vec![];
+    let mut chars = text.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+            continue;
+        }
+        if SPECIAL.contains(&c) {
+            chars.next();
+            let doubled = chars.peek() == Some(&'=');
+            tokens.push(match c {
+                '!' if doubled => {
+                    chars.next();
+                    Token::NotEquals
+                }
+                '=' if doubled => {
+                    chars.next();
+                    Token::DoubleEquals
+                }
+                '!' => Token::Not,
+                '=' => Token::Equals,
+                '(' => Token::Open,
+                ')' => Token::Close,
+                ',' => Token::Comma,
+                '>' => Token::GreaterThan,
+                _ => Token::LessThan,
+            });
+            continue;
+        }
+        let mut word = String::new();
+        while let Some(&c) = chars.peek() {
+            if c.is_whitespace() || SPECIAL.contains(&c) {
+                break;
+            }
+            word.push(c);
+            chars.next();
+        }
+        tokens.push(match word.as_str() {
+            "in" => Token::In,
+            "notin" => Token::NotIn,
+            _ => Token::Identifier(word),
+        });
+    }
+    tokens
+}
+
+/// A label key: an optional DNS subdomain prefix and `/`, then a name of at most 63
+/// alphanumerics, `-`, `_` or `.`, starting and ending alphanumeric.
+pub fn is_qualified_name(key: &str) -> bool {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    prefix.is_none_or(is_dns1123_subdomain) && is_label_value(name) && !name.is_empty()
+}
+
+/// A label value: empty, or at most 63 alphanumerics, `-`, `_` or `.`, starting and ending
+/// alphanumeric.
+pub fn is_label_value(value: &str) -> bool {
+    value.is_empty()
+        || (value.len() <= 63
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && value.as_bytes()[0].is_ascii_alphanumeric()
+            && value.as_bytes()[value.len() - 1].is_ascii_alphanumeric())
+}
+
+struct SelectorParser {
+    tokens: std::vec::IntoIter<Token>,
+    peeked: Option<Token>,
+}
+
+impl SelectorParser {
+    fn peek(&mut self) -> Option<&Token> {
+        if self.peeked.is_none() {
+            self.peeked = self.tokens.next();
+        }
+        self.peeked.as_ref()
+    }
+
+    fn next(&mut self) -> Option<Token> {
+        self.peek();
+        self.peeked.take()
+    }
+
+    fn key(&mut self) -> Result<String, String> {
+        match self.next() {
+            Some(Token::Identifier(key)) if is_qualified_name(&key) => Ok(key),
+            Some(Token::Identifier(key)) => Err(format!(
+                "invalid label key {key:?}: a key is an optional DNS subdomain prefix and '/', then a name of at most 63 alphanumeric characters, '-', '_' or '.' that starts and ends with an alphanumeric character"
+            )),
+            other => Err(format!(
+                "found {}, expected: identifier",
+                Token::describe(other.as_ref())
+            )),
+        }
+    }
+
+    fn value(&mut self) -> Result<String, String> {
+        let value = match self.peek() {
+            Some(Token::Identifier(_)) => match self.next() {
+                Some(Token::Identifier(v)) => v,
+                _ => unreachable!("peeked an identifier"),
+            },
+            // `a=` selects an empty value.
+            Some(Token::Comma) | None => String::new(),
+            other => {
+                return Err(format!(
+                    "found {}, expected: identifier",
+                    Token::describe(other)
+                ));
+            }
+        };
+        if !is_label_value(&value) {
+            return Err(format!(
+                "invalid label value {value:?}: at most 63 alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric character"
+            ));
+        }
+        Ok(value)
+    }
+
+    fn set(&mut self) -> Result<Vec<String>, String> {
+        match self.next() {
+            Some(Token::Open) => {}
+            other => {
+                return Err(format!(
+                    "found {}, expected: '('",
+                    Token::describe(other.as_ref())
+                ));
+            }
+        }
+        let mut values = vec![];
+        loop {
+            match self.peek() {
+                Some(Token::Close) if !values.is_empty() => {
+                    self.next();
+                    return Ok(values);
+                }
+                Some(Token::Close) => {
+                    return Err(
+                        "for 'in', 'notin' operators, values set can't be empty".into()
+                    );
+                }
+                _ => {}
+            }
+            let value = match self.peek() {
+                Some(Token::Comma | Token::Close) => String::new(),
+                _ => self.value()?,
+            };
+            values.push(value);
+            match self.next() {
+                Some(Token::Comma) => {}
+                Some(Token::Close) => return Ok(values),
+                other => {
+                    return Err(format!(
+                        "found {}, expected: ',' or ')'",
+                        Token::describe(other.as_ref())
+                    ));
+                }
+            }
+        }
+    }
+
+    fn requirement(&mut self) -> Result<Requirement, String> {
+        if self.peek() == Some(&Token::Not) {
+            self.next();
+            return Ok(Requirement::DoesNotExist(self.key()?));
+        }
+        let key = self.key()?;
+        let operator = match self.peek() {
+            Some(Token::Comma) | None => return Ok(Requirement::Exists(key)),
+            _ => self.next().expect("peeked"),
+        };
+        Ok(match operator {
+            Token::Equals | Token::DoubleEquals => Requirement::Equals(key, self.value()?),
+            Token::NotEquals => Requirement::NotEquals(key, self.value()?),
+            Token::In => Requirement::In(key, self.set()?),
+            Token::NotIn => Requirement::NotIn(key, self.set()?),
+            Token::GreaterThan | Token::LessThan => {
+                let value = self.value()?;
+                let number = value
+                    .parse::<i64>()
+                    .map_err(|_| format!("for 'Gt', 'Lt' operators, the value must be an integer, not {value:?}"))?;
+                if operator == Token::GreaterThan {
+                    Requirement::GreaterThan(key, number)
+                } else {
+                    Requirement::LessThan(key, number)
+                }
+            }
+            other => {
+                return Err(format!(
+                    "found '{}', expected: in, notin, =, ==, !=, gt, lt",
+                    other.symbol()
+                ));
+            }
+        })
+    }
 }
 
 impl Selector {
@@ -142,68 +462,76 @@ impl Selector {
         self.requirements.is_empty()
     }
 
+    /// Parses a label selector with Kubernetes's grammar and validation: anything else is a
+    /// 400, never a selector that matches more than was asked.
     pub fn parse_labels(text: &str) -> ApiResult<Selector> {
+        let mut parser = SelectorParser {
+            tokens: tokenize(text).into_iter(),
+            peeked: None,
+        };
         let mut requirements = vec![];
-        for term in split_terms(text) {
-            let term = term.trim();
-            if term.is_empty() {
-                continue;
+        let fail = |why: String| {
+            ApiError::bad_request(format!(
+                "unable to parse requirement: invalid label selector {text:?}: {why}"
+            ))
+        };
+        if parser.peek().is_none() {
+            return Ok(Selector { requirements });
+        }
+        loop {
+            requirements.push(parser.requirement().map_err(fail)?);
+            match parser.next() {
+                None => return Ok(Selector { requirements }),
+                Some(Token::Comma) if parser.peek().is_some() => {}
+                Some(Token::Comma) => return Err(fail("found end of string, expected: identifier".into())),
+                other => {
+                    return Err(fail(format!(
+                        "found {}, expected: ',' or 'end of string'",
+                        Token::describe(other.as_ref())
+                    )));
+                }
             }
+        }
+    }
+
+    /// Field selectors support `=`, `==` and `!=` on the fields the kind allows; `\`
+    /// escapes a `,`, `=` or `\` in a value, as in Kubernetes.
+    pub fn parse_fields(text: &str, allowed: &dyn Fn(&str) -> bool) -> ApiResult<Selector> {
+        let mut requirements = vec![];
+        if text.trim().is_empty() {
+            return Ok(Selector { requirements });
+        }
+        for term in split_unescaped(text, ',') {
+            let term = term.trim();
             let bad = || {
                 ApiError::bad_request(format!(
-                    "unable to parse requirement: invalid label selector term {term:?}"
+                    "invalid field selector {text:?}: the term {term:?} is not FIELD=VALUE, FIELD==VALUE or FIELD!=VALUE"
                 ))
             };
-            let requirement = if let Some(key) = term.strip_prefix('!') {
-                Requirement::DoesNotExist(key.trim().to_string())
-            } else if let Some((key, rest)) = split_word(term, " notin ") {
-                Requirement::NotIn(key, parse_set(&rest).ok_or_else(bad)?)
-            } else if let Some((key, rest)) = split_word(term, " in ") {
-                Requirement::In(key, parse_set(&rest).ok_or_else(bad)?)
-            } else if let Some((key, value)) = term.split_once("!=") {
-                Requirement::NotEquals(key.trim().into(), value.trim().into())
-            } else if let Some((key, value)) =
-                term.split_once("==").or_else(|| term.split_once('='))
+            let (key, value, negated) = if let Some((k, v)) = split_operator(term, "!=") {
+                (k, v, true)
+            } else if let Some((k, v)) =
+                split_operator(term, "==").or_else(|| split_operator(term, "="))
             {
-                Requirement::Equals(key.trim().into(), value.trim().into())
-            } else if term
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
-            {
-                Requirement::Exists(term.to_string())
+                (k, v, false)
             } else {
                 return Err(bad());
             };
-            requirements.push(requirement);
-        }
-        Ok(Selector { requirements })
-    }
-
-    /// Field selectors support `=`, `==` and `!=` on the fields the kind allows.
-    pub fn parse_fields(text: &str, allowed: &dyn Fn(&str) -> bool) -> ApiResult<Selector> {
-        let mut requirements = vec![];
-        for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-            let requirement = if let Some((key, value)) = term.split_once("!=") {
-                Requirement::NotEquals(key.trim().into(), value.trim().into())
-            } else if let Some((key, value)) =
-                term.split_once("==").or_else(|| term.split_once('='))
-            {
-                Requirement::Equals(key.trim().into(), value.trim().into())
-            } else {
-                return Err(ApiError::bad_request(format!(
-                    "invalid field selector term {term:?}: expected FIELD=VALUE or FIELD!=VALUE"
-                )));
-            };
-            let (Requirement::Equals(key, _) | Requirement::NotEquals(key, _)) = &requirement
-            else {
-                unreachable!()
-            };
+            let key = key.trim();
+            if key.is_empty() || key.contains(char::is_whitespace) {
+                return Err(bad());
+            }
             if !allowed(key) {
                 return Err(ApiError::bad_request(format!(
                     "field label not supported: {key}"
                 )));
             }
-            requirements.push(requirement);
+            let value = unescape(value);
+            requirements.push(if negated {
+                Requirement::NotEquals(key.into(), value)
+            } else {
+                Requirement::Equals(key.into(), value)
+            });
         }
         Ok(Selector { requirements })
     }
@@ -217,6 +545,12 @@ impl Selector {
             Requirement::NotIn(k, vs) => lookup(k).is_none_or(|x| !vs.contains(&x)),
             Requirement::Exists(k) => lookup(k).is_some(),
             Requirement::DoesNotExist(k) => lookup(k).is_none(),
+            Requirement::GreaterThan(k, n) => {
+                lookup(k).and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x > *n)
+            }
+            Requirement::LessThan(k, n) => {
+                lookup(k).and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x < *n)
+            }
         })
     }
 
@@ -241,39 +575,55 @@ impl Selector {
     }
 }
 
-/// Splits on commas that are not inside `( )`.
-fn split_terms(text: &str) -> Vec<String> {
-    let (mut terms, mut current, mut depth) = (vec![], String::new(), 0);
-    for c in text.chars() {
+/// Splits on `separator` where it is not escaped with `\\`.
+fn split_unescaped(text: &str, separator: char) -> Vec<&str> {
+    let mut parts = vec![];
+    let (mut start, mut escaped) = (0, false);
+    for (i, c) in text.char_indices() {
         match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                terms.push(std::mem::take(&mut current));
-                continue;
+            '\\' if !escaped => escaped = true,
+            c if c == separator && !escaped => {
+                parts.push(&text[start..i]);
+                start = i + c.len_utf8();
             }
-            _ => {}
+            _ => escaped = false,
         }
-        current.push(c);
     }
-    terms.push(current);
-    terms
+    parts.push(&text[start..]);
+    parts
 }
 
-fn split_word(term: &str, word: &str) -> Option<(String, String)> {
-    term.split_once(word)
-        .map(|(k, rest)| (k.trim().to_string(), rest.trim().to_string()))
+/// Splits a field selector term at its first unescaped `operator`.
+fn split_operator<'a>(term: &'a str, operator: &str) -> Option<(&'a str, &'a str)> {
+    let mut escaped = false;
+    for (i, c) in term.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        if c == '\\' {
+            escaped = true;
+            continue;
+        }
+        if term[i..].starts_with(operator) {
+            return Some((&term[..i], &term[i + operator.len()..]));
+        }
+    }
+    None
 }
 
-fn parse_set(text: &str) -> Option<Vec<String>> {
-    let inner = text.strip_prefix('(')?.strip_suffix(')')?;
-    Some(
-        inner
-            .split(',')
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty())
-            .collect(),
-    )
+fn unescape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut escaped = false;
+    for c in value.chars() {
+        if c == '\\' && !escaped {
+            escaped = true;
+            continue;
+        }
+        escaped = false;
+        out.push(c);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -318,6 +668,59 @@ mod tests {
         assert!(Selector::parse_labels("env in prod").is_err());
     }
 
+    /// Regression: `!!!app`, `!ap p`, `=====` and over-long keys were accepted, and some
+    /// matched every object (a deletecollection with one emptied a namespace).
+    #[test]
+    fn label_selector_grammar_is_kubernetes_s() {
+        let long_key = "a".repeat(64);
+        let long_prefix = format!("{}/x", "a".repeat(254));
+        for selector in [
+            "!!!app",
+            "!ap p",
+            "=====",
+            "=",
+            "a b",
+            "a,",
+            ",a",
+            "a in ()",
+            "a in (b",
+            "a in b",
+            "a notin",
+            "a==b==c",
+            "a=b c",
+            "a>b",
+            "a!",
+            "(a)",
+            "-a",
+            "a-",
+            "a=-b",
+            long_key.as_str(),
+            long_prefix.as_str(),
+            "bad key/..",
+        ] {
+            assert!(
+                Selector::parse_labels(selector).is_err(),
+                "{selector:?} must be refused"
+            );
+        }
+        let object = json!({"metadata": {"labels": {"app": "web", "n": "5", "example.com/x": ""}}});
+        for (selector, expect) in [
+            ("app=", false),
+            ("example.com/x=", true),
+            ("example.com/x", true),
+            ("n>4", true),
+            ("n<5", false),
+            ("app in (web,)", true),
+            ("  app  =  web  ", true),
+            ("app notin (db)", true),
+            ("!app", false),
+        ] {
+            let parsed = Selector::parse_labels(selector)
+                .unwrap_or_else(|e| panic!("{selector:?}: {e}"));
+            assert_eq!(parsed.matches_labels(&object), expect, "{selector}");
+        }
+    }
+
     #[test]
     fn field_selectors() {
         let object = json!({"metadata": {"name": "a", "namespace": "ns"}});
@@ -333,5 +736,10 @@ mod tests {
                 .matches_fields(&object)
         );
         assert!(Selector::parse_fields("spec.x=a", &allowed).is_err());
+        for bad in ["metadata.name", "=a", "metadata.name!a", "metadata name=a"] {
+            assert!(Selector::parse_fields(bad, &allowed).is_err(), "{bad}");
+        }
+        let escaped = Selector::parse_fields(r"metadata.name=a\,b", &allowed).unwrap();
+        assert!(escaped.matches_fields(&json!({"metadata": {"name": "a,b"}})));
     }
 }

@@ -55,6 +55,21 @@ pub struct ListParams {
     pub field_selector: Selector,
     pub limit: usize,
     pub continue_token: Option<String>,
+    /// Which revision to list at (`resourceVersion` with `resourceVersionMatch`).
+    pub at: ListAt,
+}
+
+/// The revision a list reads, as `resourceVersion` and `resourceVersionMatch` choose it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ListAt {
+    /// The latest state (no resourceVersion, or "0").
+    #[default]
+    Latest,
+    /// The latest state, which must be at least this revision (`NotOlderThan`, and a bare
+    /// resourceVersion).
+    NotOlderThan(i64),
+    /// Exactly this revision (`Exact`).
+    Exact(i64),
 }
 
 pub struct ListOutcome {
@@ -155,8 +170,15 @@ impl Resources {
         let prefix = scope.rt.list_prefix(scope.namespace.as_deref());
         let (mut revision, mut start_after) = match &params.continue_token {
             Some(token) => decode_continue(token)?,
-            None => (0, None),
+            None => (self.revision_to_list_at(params.at).await?, None),
         };
+        if params.continue_token.is_some()
+            && revision > self.store.current_revision().await?
+        {
+            return Err(ApiError::bad_request(
+                "invalid continue token: it names a revision this server has not reached; start a new list without the continue parameter",
+            ));
+        }
         let filtered = !params.label_selector.is_empty() || !params.field_selector.is_empty();
         let mut items = Vec::new();
         loop {
@@ -211,6 +233,19 @@ impl Resources {
         })
     }
 
+    /// The store revision a list starts at (0: the latest), refusing a revision the store has
+    /// not reached as kube-apiserver does.
+    async fn revision_to_list_at(&self, at: ListAt) -> ApiResult<i64> {
+        let (ListAt::NotOlderThan(requested) | ListAt::Exact(requested)) = at else {
+            return Ok(0);
+        };
+        let current = self.store.current_revision().await?;
+        if requested > current {
+            return Err(ApiError::TooLargeResourceVersion { requested, current });
+        }
+        Ok(if let ListAt::Exact(revision) = at { revision } else { 0 })
+    }
+
     /// A whole list (no `limit`), read page by page from the store at one revision, so memory
     /// stays bounded by a page however many objects there are. Returns the revision and the
     /// matching objects in key order.
@@ -221,6 +256,7 @@ impl Resources {
     ) -> ApiResult<(i64, BoxStream<'static, ApiResult<Value>>)> {
         const PAGE: usize = 1000;
         let prefix = scope.rt.list_prefix(scope.namespace.as_deref());
+        let at = self.revision_to_list_at(params.at).await?;
         let first = self
             .store
             .list(
@@ -228,7 +264,7 @@ impl Resources {
                 ListOptions {
                     start_after: None,
                     limit: PAGE,
-                    revision: 0,
+                    revision: at,
                 },
             )
             .await?;
@@ -355,12 +391,6 @@ impl Resources {
         subresource: Option<&str>,
         options: &WriteOptions,
     ) -> ApiResult<Written> {
-        if objects::name_of(&body) != name && !objects::name_of(&body).is_empty() {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({}) does not match the name on the URL ({name})",
-                objects::name_of(&body)
-            )));
-        }
         let requested_rv = body["metadata"]["resourceVersion"]
             .as_str()
             .map(String::from);
@@ -393,12 +423,22 @@ impl Resources {
         if patch_type == PatchType::Apply {
             return self.apply(scope, name, body, subresource, options).await;
         }
-        let mut requested_rv = None;
-        if let Ok(parsed) = serde_json::from_slice::<Value>(body) {
-            requested_rv = parsed["metadata"]["resourceVersion"]
-                .as_str()
-                .map(String::from);
-        }
+        // A resourceVersion the patch sets (a merge patch's metadata, or a JSON patch's
+        // add, replace or test of /metadata/resourceVersion) is a precondition, as in
+        // Kubernetes: a stale one is a 409, not a silent overwrite.
+        let requested_rv = serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|parsed| match parsed {
+                Value::Array(ops) => ops.into_iter().find_map(|op| {
+                    (op["path"] == "/metadata/resourceVersion"
+                        && matches!(op["op"].as_str(), Some("add" | "replace" | "test")))
+                    .then(|| op["value"].as_str().map(String::from))
+                    .flatten()
+                }),
+                parsed => parsed["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(String::from),
+            });
         self.write_loop(scope, name, subresource, options, requested_rv, |current| {
             let current = current.ok_or_else(|| scope.not_found(name))?;
             patch::patch(current, patch_type, body)
@@ -423,6 +463,13 @@ impl Resources {
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
         if !applied.is_object() {
             return Err(ApiError::bad_request("an apply patch must be an object"));
+        }
+        for field in ["apiVersion", "kind"] {
+            if applied[field].as_str().is_none_or(str::is_empty) {
+                return Err(ApiError::bad_request(format!(
+                    "error decoding YAML: Object '{field}' is missing: an apply patch names the object's apiVersion and kind"
+                )));
+            }
         }
         if objects::name_of(&applied) != name {
             return Err(ApiError::bad_request(format!(
@@ -480,6 +527,7 @@ impl Resources {
                     return Err(scope.not_found(name));
                 }
                 let mut body = change(None)?;
+                check_changed_object(&body, name)?;
                 meta_mut(&mut body).insert("name".into(), json!(name));
                 return self.create(scope, body, options).await;
             };
@@ -489,6 +537,7 @@ impl Resources {
                 return Err(ApiError::conflict(&scope.rt.plural, &scope.rt.group, name));
             }
             let mut desired = change(Some(&current))?;
+            check_changed_object(&desired, name)?;
             meta_mut(&mut desired)
                 .insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
             let (mut object, warnings) = self
@@ -740,6 +789,9 @@ impl Resources {
                 ));
             }
         }
+        causes.extend(objects::owner_reference_causes(
+            &object["metadata"]["ownerReferences"],
+        ));
         let finalizers = &object["metadata"]["finalizers"];
         if !finalizers.is_null()
             && !finalizers
@@ -815,23 +867,54 @@ impl Resources {
                         object["data"][key] = json!(encoded);
                     }
                 }
+                let mut size = 0;
                 if let Some(data) = object["data"].as_object() {
                     for (key, value) in data {
-                        let decodes = value.as_str().is_some_and(|v| {
-                            base64::engine::general_purpose::STANDARD.decode(v).is_ok()
-                        });
-                        if !decodes {
-                            causes.push(Cause::invalid(
+                        causes.extend(objects::data_key_causes("data", key));
+                        match value
+                            .as_str()
+                            .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
+                        {
+                            Some(decoded) => size += key.len() + decoded.len(),
+                            None => causes.push(Cause::invalid(
                                 format!("data[{key}]"),
                                 &json!("<secret value>"),
                                 "must be base64-encoded",
-                            ));
+                            )),
                         }
                     }
                 }
+                causes.extend(objects::data_size_causes("data", size));
                 if object["type"].is_null() {
                     object["type"] = json!("Opaque");
                 }
+            }
+            ("", "configmaps") => {
+                let mut size = 0;
+                if let Some(data) = object["data"].as_object() {
+                    for (key, value) in data {
+                        causes.extend(objects::data_key_causes("data", key));
+                        size += key.len() + value.as_str().map_or(0, str::len);
+                    }
+                }
+                if let Some(binary) = object["binaryData"].as_object() {
+                    for (key, value) in binary {
+                        causes.extend(objects::data_key_causes("binaryData", key));
+                        if object["data"].get(key).is_some() {
+                            causes.push(Cause::invalid(
+                                format!("data[{key}]"),
+                                &json!(key),
+                                "duplicate of key present in binaryData",
+                            ));
+                        }
+                        size += key.len()
+                            + value
+                                .as_str()
+                                .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
+                                .map_or(0, |d| d.len());
+                    }
+                }
+                causes.extend(objects::data_size_causes("data", size));
             }
             ("", "namespaces") if old.is_none() => {
                 object["spec"]["finalizers"] = json!([NAMESPACE_FINALIZER]);
@@ -1065,6 +1148,34 @@ impl Resources {
             }
         }
     }
+}
+
+/// What a PUT body, or a patch's result, must be before anything else looks at it: an object
+/// that keeps the name in the URL (Kubernetes refuses a rename rather than ignoring it).
+fn check_changed_object(object: &Value, name: &str) -> ApiResult<()> {
+    if !object.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "the object must be a JSON object, not {} {}",
+            match crate::status::json_type(object) {
+                "array" | "integer" => "an",
+                _ => "a",
+            },
+            crate::status::json_type(object)
+        )));
+    }
+    if !object["metadata"].is_null() && !object["metadata"].is_object() {
+        return Err(ApiError::bad_request("metadata must be an object"));
+    }
+    let given = objects::name_of(object);
+    if !given.is_empty() && given != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({given}) does not match the name on the URL ({name})"
+        )));
+    }
+    if !object["metadata"]["name"].is_null() && !object["metadata"]["name"].is_string() {
+        return Err(ApiError::bad_request("metadata.name must be a string"));
+    }
+    Ok(())
 }
 
 /// The object just written, as a read would return it, without decoding the stored bytes again.

@@ -138,6 +138,10 @@ pub enum ApiError {
     Internal { message: String },
     #[error("{message}")]
     Unavailable { message: String },
+    /// A read or watch from a revision the store has not reached, as kube-apiserver answers
+    /// it (504, `Timeout`, cause `ResourceVersionTooLarge`).
+    #[error("Too large resource version: {requested}, current: {current}")]
+    TooLargeResourceVersion { requested: i64, current: i64 },
 }
 
 /// The object a failure is about (`Status.details`).
@@ -234,6 +238,7 @@ impl ApiError {
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::TooLargeResourceVersion { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
     }
 
@@ -254,6 +259,7 @@ impl ApiError {
             ApiError::TooManyRequests { .. } => "TooManyRequests",
             ApiError::Internal { .. } => "InternalError",
             ApiError::Unavailable { .. } => "ServiceUnavailable",
+            ApiError::TooLargeResourceVersion { .. } => "Timeout",
         }
     }
 
@@ -278,6 +284,13 @@ impl ApiError {
                 ..
             } => {
                 status["details"] = json!({ "retryAfterSeconds": retry_after_seconds });
+                (None, vec![])
+            }
+            ApiError::TooLargeResourceVersion { .. } => {
+                status["details"] = json!({
+                    "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                    "retryAfterSeconds": 1,
+                });
                 (None, vec![])
             }
             _ => (None, vec![]),
@@ -328,7 +341,7 @@ impl From<lariat_store::Error> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = self.code();
-        if code.is_server_error() {
+        if code.is_server_error() && !matches!(self, ApiError::TooLargeResourceVersion { .. }) {
             tracing::error!(code = code.as_u16(), error = %self, "request failed");
         }
         let mut response = (code, axum::Json(self.to_status())).into_response();

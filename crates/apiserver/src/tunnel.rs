@@ -7,6 +7,7 @@
 //! `/k8s/clusters/<namespace>/<name>/...` into the tunnel of that Cluster.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -50,11 +51,35 @@ struct Tunnel {
     since: Instant,
 }
 
-/// Connected tunnels by Cluster (`namespace/name`), and the handshake admission budget.
+/// Connected tunnels by Cluster (`namespace/name`), the handshake admission budget, and the
+/// budget of failed attempts per client address.
 pub struct Tunnels {
     connected: Mutex<HashMap<String, Tunnel>>,
     next_id: std::sync::atomic::AtomicU64,
     admission: Mutex<Admission>,
+    failures: Mutex<HashMap<IpAddr, Bucket>>,
+}
+
+/// Failed handshakes one client address may make: a burst, then this many per second. An
+/// address past it is refused before its token is even looked at, so a flood of bad tokens
+/// costs the store nothing and never touches the budget valid agents are admitted from.
+const FAILURE_BURST: f64 = 20.0;
+const FAILURES_PER_SECOND: f64 = 2.0;
+/// Addresses whose failure budget is remembered at most; idle ones are forgotten first.
+const FAILURE_ADDRESSES: usize = 65_536;
+
+#[derive(Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    last: Instant,
+}
+
+impl Bucket {
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * FAILURES_PER_SECOND).min(FAILURE_BURST);
+        self.last = now;
+    }
 }
 
 /// Handshakes admitted per second: a token bucket, so a reconnection storm after a restart is
@@ -92,7 +117,46 @@ impl Tunnels {
                 refused_now: 0,
                 refused_before: 0,
             }),
+            failures: Mutex::default(),
         }
+    }
+
+    /// Whether `address` still has failed attempts left; if not, in how many seconds it has.
+    fn may_try(&self, address: IpAddr) -> Result<(), u64> {
+        let mut failures = self.failures.lock().expect("lock");
+        let Some(bucket) = failures.get_mut(&address) else {
+            return Ok(());
+        };
+        bucket.refill(Instant::now());
+        if bucket.tokens >= 1.0 {
+            Ok(())
+        } else {
+            Err(((1.0 - bucket.tokens) / FAILURES_PER_SECOND).ceil().max(1.0) as u64)
+        }
+    }
+
+    /// Counts a failed attempt against `address`.
+    fn failed(&self, address: IpAddr) {
+        let now = Instant::now();
+        let mut failures = self.failures.lock().expect("lock");
+        if failures.len() >= FAILURE_ADDRESSES && !failures.contains_key(&address) {
+            failures.retain(|_, b| {
+                b.refill(now);
+                b.tokens < FAILURE_BURST
+            });
+            if failures.len() >= FAILURE_ADDRESSES {
+                // Every remembered address is still failing: forget one rather than grow.
+                if let Some(any) = failures.keys().next().copied() {
+                    failures.remove(&any);
+                }
+            }
+        }
+        let bucket = failures.entry(address).or_insert(Bucket {
+            tokens: FAILURE_BURST,
+            last: now,
+        });
+        bucket.refill(now);
+        bucket.tokens = (bucket.tokens - 1.0).max(0.0);
     }
 
     /// Whether a handshake may proceed now; if not, after how many seconds the agent should
@@ -228,8 +292,11 @@ struct Identity {
     registering: bool,
 }
 
+/// A refused agent credential: counted and logged as every refused credential is (at most
+/// one line per interval), and answered with what was wrong.
 fn unauthorized(message: &str) -> ApiError {
-    tracing::warn!("agent refused: {message}");
+    crate::auth::record_refusal("/v3/connect", None);
+    tracing::debug!("agent refused: {message}");
     ApiError::Forbidden {
         message: message.to_string(),
     }
@@ -279,8 +346,20 @@ async fn authenticate(client: &kube::Client, token: &str) -> Result<Identity, Ap
         if !constant_time_eq(&field("hash"), &hash) {
             return Err(unauthorized("wrong agent credential"));
         }
+        // A credential dies with its Cluster: one deleted (or deleted and created again under
+        // the same name) no longer has an agent, whatever the garbage collector has not yet
+        // removed.
+        let cluster = field("cluster");
+        match cluster_uid(client, &cluster).await? {
+            Some(uid) if constant_time_eq(&uid, &field("uid")) => {}
+            _ => {
+                return Err(unauthorized(
+                    "the cluster this agent credential was issued for no longer exists: import the cluster again",
+                ));
+            }
+        }
         return Ok(Identity {
-            cluster: field("cluster"),
+            cluster,
             registering: false,
         });
     }
@@ -311,20 +390,45 @@ async fn authenticate(client: &kube::Client, token: &str) -> Result<Identity, Ap
             "expired registration token: create a new one with lariat cluster import",
         ));
     }
+    let cluster = format!(
+        "{}/{}",
+        spec["clusterNamespace"].as_str().unwrap_or_default(),
+        spec["clusterName"].as_str().unwrap_or_default()
+    );
+    if cluster_uid(client, &cluster).await?.is_none() {
+        return Err(unauthorized(
+            "the cluster this registration token is for no longer exists: import the cluster again",
+        ));
+    }
     Ok(Identity {
-        cluster: format!(
-            "{}/{}",
-            spec["clusterNamespace"].as_str().unwrap_or_default(),
-            spec["clusterName"].as_str().unwrap_or_default()
-        ),
+        cluster,
         registering: true,
     })
+}
+
+/// The uid of the Cluster `namespace/name`, if it exists and is not being deleted.
+async fn cluster_uid(client: &kube::Client, cluster: &str) -> Result<Option<String>, ApiError> {
+    let Some((namespace, name)) = cluster.split_once('/') else {
+        return Ok(None);
+    };
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &cluster_resource());
+    let found = clusters
+        .get_opt(name)
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(found
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .and_then(|c| c.metadata.uid))
 }
 
 /// Issues the credential a registered agent uses from now on (so its registration token can
 /// expire). A Cluster has one credential Secret, named after it, so issuing a new one retires
 /// the previous one in the same write.
 async fn issue_credential(client: &kube::Client, cluster: &str) -> Result<String, ApiError> {
+    let uid = cluster_uid(client, cluster)
+        .await?
+        .ok_or_else(|| unauthorized("the cluster to register no longer exists"))?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
     let id = cluster_label(cluster)[..20].to_string();
     let secret = random(32);
@@ -337,6 +441,7 @@ async fn issue_credential(client: &kube::Client, cluster: &str) -> Result<String
         "data": {
             "hash": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, sha256_hex(&secret)),
             "cluster": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, cluster),
+            "uid": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, uid),
         },
     }))
     .expect("a well-formed Secret");
@@ -389,17 +494,38 @@ pub async fn connect(
         ))
         .into_response();
     }
-    if let Err(retry_after) = tunnels.admit() {
+    let too_many = |message: String, retry_after: u64| {
         let mut response = ApiError::TooManyRequests {
-            message: format!("too many agents connecting; retry in {retry_after}s"),
+            message,
             retry_after_seconds: retry_after,
         }
         .into_response();
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
-        return response;
+        response
+    };
+    // Failed attempts are limited per client address before anything else, so they cost
+    // nothing and never draw on the budget valid agents are admitted from.
+    let address = request
+        .extensions()
+        .get::<crate::auth::Peer>()
+        .and_then(crate::auth::Peer::address)
+        .map(|a| a.ip());
+    if let Some(address) = address
+        && let Err(retry_after) = tunnels.may_try(address)
+    {
+        return too_many(
+            format!("too many failed agent handshakes from {address}; retry in {retry_after}s"),
+            retry_after,
+        );
     }
+    let failed = |error: ApiError| {
+        if let Some(address) = address {
+            tunnels.failed(address);
+        }
+        error.into_response()
+    };
     let Some(token) = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -407,12 +533,21 @@ pub async fn connect(
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_string)
     else {
-        return ApiError::Unauthorized.into_response();
+        crate::auth::record_refusal("/v3/connect", None);
+        return failed(ApiError::Unauthorized);
     };
     let identity = match authenticate(&client, &token).await {
         Ok(identity) => identity,
+        Err(e @ ApiError::Forbidden { .. }) => return failed(e),
         Err(e) => return e.into_response(),
     };
+    // Only an authenticated agent draws on the handshake budget.
+    if let Err(retry_after) = tunnels.admit() {
+        return too_many(
+            format!("too many agents connecting; retry in {retry_after}s"),
+            retry_after,
+        );
+    }
     let cluster = identity.cluster.clone();
     if let Some(existing) = tunnels.get(&cluster) {
         // A second agent for a connected cluster is refused while the first's connection is
