@@ -19,8 +19,7 @@ use crate::auth::{Attributes, Authenticator, Authorizer, Peer, User};
 use crate::objects::Selector;
 use crate::patch::PatchType;
 use crate::resources::{
-    DeleteOptions, FieldValidation, ListAt, ListParams, Propagation, Resources, Scope,
-    WriteOptions,
+    DeleteOptions, FieldValidation, ListAt, ListParams, Propagation, Resources, Scope, WriteOptions,
 };
 use crate::status::{ApiError, ApiResult, Cause};
 use crate::table::{self, IncludeObject};
@@ -512,7 +511,11 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
                     "fieldManager may not be longer than 128 characters",
                 ));
             }
-            Some(m) if !m.chars().all(|c| c == ' ' || !(c.is_control() || c.is_whitespace())) => {
+            Some(m)
+                if !m
+                    .chars()
+                    .all(|c| c == ' ' || !(c.is_control() || c.is_whitespace())) =>
+            {
                 return Err(ApiError::bad_request(format!(
                     "invalid fieldManager {m:?}: it must consist of printable characters"
                 )));
@@ -930,15 +933,24 @@ fn list_params(
 /// `resourceVersion` and `resourceVersionMatch` on a list, validated as kube-apiserver
 /// validates ListOptions (422 naming the field).
 fn list_at(query: &HashMap<String, String>, watching: bool, continuing: bool) -> ApiResult<ListAt> {
-    let version = query.get("resourceVersion").map(String::as_str).unwrap_or("");
+    let version = query
+        .get("resourceVersion")
+        .map(String::as_str)
+        .unwrap_or("");
     let revision = match version {
         "" | "0" => None,
         rv => Some(rv.parse::<i64>().ok().filter(|r| *r > 0).ok_or_else(|| {
-            ApiError::bad_request(format!("invalid resourceVersion {rv:?}: a resourceVersion is a positive integer"))
+            ApiError::bad_request(format!(
+                "invalid resourceVersion {rv:?}: a resourceVersion is a positive integer"
+            ))
         })?),
     };
     let Some(matching) = query.get("resourceVersionMatch").filter(|m| !m.is_empty()) else {
-        return Ok(if watching { ListAt::Latest } else { revision.map_or(ListAt::Latest, ListAt::NotOlderThan) });
+        return Ok(if watching {
+            ListAt::Latest
+        } else {
+            revision.map_or(ListAt::Latest, ListAt::NotOlderThan)
+        });
     };
     let forbidden = |why: &str| {
         ApiError::invalid(
@@ -1091,11 +1103,13 @@ async fn read_body(body: Body, headers: &HeaderMap, allow_empty: bool) -> ApiRes
         return Ok(Value::Null);
     }
     let value: Value = match essence {
-        "application/json" | "" => serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))?,
+        "application/json" | "" => serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::bad_request(format!("the request body is not valid JSON: {e}"))
+        })?,
         "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(&bytes)?,
-        "application/yaml" => serde_yaml_ng::from_slice(&bytes)
-            .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))?,
+        "application/yaml" => serde_yaml_ng::from_slice(&bytes).map_err(|e| {
+            ApiError::bad_request(format!("the request body is not valid YAML: {e}"))
+        })?,
         other => {
             return Err(ApiError::UnsupportedMediaType {
                 message: format!(

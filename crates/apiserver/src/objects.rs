@@ -121,7 +121,11 @@ pub fn owner_reference_causes(references: &Value) -> Vec<Cause> {
     let mut causes = vec![];
     for (i, reference) in references.iter().enumerate() {
         if !reference.is_object() {
-            causes.push(Cause::type_invalid(format!("{FIELD}[{i}]"), reference, "object"));
+            causes.push(Cause::type_invalid(
+                format!("{FIELD}[{i}]"),
+                reference,
+                "object",
+            ));
             continue;
         }
         for field in ["apiVersion", "kind", "name", "uid"] {
@@ -148,7 +152,12 @@ pub fn owner_reference_causes(references: &Value) -> Vec<Cause> {
             }
         }
     }
-    if references.iter().filter(|r| r["controller"] == true).count() > 1 {
+    if references
+        .iter()
+        .filter(|r| r["controller"] == true)
+        .count()
+        > 1
+    {
         causes.push(Cause::invalid(
             FIELD,
             &Value::from("..."),
@@ -397,9 +406,7 @@ impl SelectorParser {
                     return Ok(values);
                 }
                 Some(Token::Close) => {
-                    return Err(
-                        "for 'in', 'notin' operators, values set can't be empty".into()
-                    );
+                    return Err("for 'in', 'notin' operators, values set can't be empty".into());
                 }
                 _ => {}
             }
@@ -438,9 +445,9 @@ impl SelectorParser {
             Token::NotIn => Requirement::NotIn(key, self.set()?),
             Token::GreaterThan | Token::LessThan => {
                 let value = self.value()?;
-                let number = value
-                    .parse::<i64>()
-                    .map_err(|_| format!("for 'Gt', 'Lt' operators, the value must be an integer, not {value:?}"))?;
+                let number = value.parse::<i64>().map_err(|_| {
+                    format!("for 'Gt', 'Lt' operators, the value must be an integer, not {value:?}")
+                })?;
                 if operator == Token::GreaterThan {
                     Requirement::GreaterThan(key, number)
                 } else {
@@ -483,7 +490,9 @@ impl Selector {
             match parser.next() {
                 None => return Ok(Selector { requirements }),
                 Some(Token::Comma) if parser.peek().is_some() => {}
-                Some(Token::Comma) => return Err(fail("found end of string, expected: identifier".into())),
+                Some(Token::Comma) => {
+                    return Err(fail("found end of string, expected: identifier".into()));
+                }
                 other => {
                     return Err(fail(format!(
                         "found {}, expected: ',' or 'end of string'",
@@ -545,12 +554,12 @@ impl Selector {
             Requirement::NotIn(k, vs) => lookup(k).is_none_or(|x| !vs.contains(&x)),
             Requirement::Exists(k) => lookup(k).is_some(),
             Requirement::DoesNotExist(k) => lookup(k).is_none(),
-            Requirement::GreaterThan(k, n) => {
-                lookup(k).and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x > *n)
-            }
-            Requirement::LessThan(k, n) => {
-                lookup(k).and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x < *n)
-            }
+            Requirement::GreaterThan(k, n) => lookup(k)
+                .and_then(|x| x.parse::<i64>().ok())
+                .is_some_and(|x| x > *n),
+            Requirement::LessThan(k, n) => lookup(k)
+                .and_then(|x| x.parse::<i64>().ok())
+                .is_some_and(|x| x < *n),
         })
     }
 
@@ -715,8 +724,8 @@ mod tests {
             ("app notin (db)", true),
             ("!app", false),
         ] {
-            let parsed = Selector::parse_labels(selector)
-                .unwrap_or_else(|e| panic!("{selector:?}: {e}"));
+            let parsed =
+                Selector::parse_labels(selector).unwrap_or_else(|e| panic!("{selector:?}: {e}"));
             assert_eq!(parsed.matches_labels(&object), expect, "{selector}");
         }
     }

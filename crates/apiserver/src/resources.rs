@@ -172,9 +172,7 @@ impl Resources {
             Some(token) => decode_continue(token)?,
             None => (self.revision_to_list_at(params.at).await?, None),
         };
-        if params.continue_token.is_some()
-            && revision > self.store.current_revision().await?
-        {
+        if params.continue_token.is_some() && revision > self.store.current_revision().await? {
             return Err(ApiError::bad_request(
                 "invalid continue token: it names a revision this server has not reached; start a new list without the continue parameter",
             ));
@@ -243,7 +241,11 @@ impl Resources {
         if requested > current {
             return Err(ApiError::TooLargeResourceVersion { requested, current });
         }
-        Ok(if let ListAt::Exact(revision) = at { revision } else { 0 })
+        Ok(if let ListAt::Exact(revision) = at {
+            revision
+        } else {
+            0
+        })
     }
 
     /// A whole list (no `limit`), read page by page from the store at one revision, so memory
@@ -426,19 +428,20 @@ impl Resources {
         // A resourceVersion the patch sets (a merge patch's metadata, or a JSON patch's
         // add, replace or test of /metadata/resourceVersion) is a precondition, as in
         // Kubernetes: a stale one is a 409, not a silent overwrite.
-        let requested_rv = serde_json::from_slice::<Value>(body)
-            .ok()
-            .and_then(|parsed| match parsed {
-                Value::Array(ops) => ops.into_iter().find_map(|op| {
-                    (op["path"] == "/metadata/resourceVersion"
-                        && matches!(op["op"].as_str(), Some("add" | "replace" | "test")))
-                    .then(|| op["value"].as_str().map(String::from))
-                    .flatten()
-                }),
-                parsed => parsed["metadata"]["resourceVersion"]
-                    .as_str()
-                    .map(String::from),
-            });
+        let requested_rv =
+            serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|parsed| match parsed {
+                    Value::Array(ops) => ops.into_iter().find_map(|op| {
+                        (op["path"] == "/metadata/resourceVersion"
+                            && matches!(op["op"].as_str(), Some("add" | "replace" | "test")))
+                        .then(|| op["value"].as_str().map(String::from))
+                        .flatten()
+                    }),
+                    parsed => parsed["metadata"]["resourceVersion"]
+                        .as_str()
+                        .map(String::from),
+                });
         self.write_loop(scope, name, subresource, options, requested_rv, |current| {
             let current = current.ok_or_else(|| scope.not_found(name))?;
             patch::patch(current, patch_type, body)
@@ -910,7 +913,9 @@ impl Resources {
                         size += key.len()
                             + value
                                 .as_str()
-                                .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
+                                .and_then(|v| {
+                                    base64::engine::general_purpose::STANDARD.decode(v).ok()
+                                })
                                 .map_or(0, |d| d.len());
                     }
                 }

@@ -63,8 +63,8 @@ pub struct Tunnels {
 /// Failed handshakes one client address may make: a burst, then this many per second. An
 /// address past it is refused before its token is even looked at, so a flood of bad tokens
 /// costs the store nothing and never touches the budget valid agents are admitted from.
-const FAILURE_BURST: f64 = 20.0;
-const FAILURES_PER_SECOND: f64 = 2.0;
+const FAILURE_BURST: f64 = 60.0;
+const FAILURES_PER_SECOND: f64 = 5.0;
 /// Addresses whose failure budget is remembered at most; idle ones are forgotten first.
 const FAILURE_ADDRESSES: usize = 65_536;
 
@@ -131,7 +131,9 @@ impl Tunnels {
         if bucket.tokens >= 1.0 {
             Ok(())
         } else {
-            Err(((1.0 - bucket.tokens) / FAILURES_PER_SECOND).ceil().max(1.0) as u64)
+            Err(((1.0 - bucket.tokens) / FAILURES_PER_SECOND)
+                .ceil()
+                .max(1.0) as u64)
         }
     }
 

@@ -217,20 +217,6 @@ fn condition(server: &TestServer, cluster: &str, type_: &str) -> String {
     ])
 }
 
-fn proxied_kubeconfig(server: &TestServer, cluster: &str) -> std::path::PathBuf {
-    let output = server.lariat(&["kubeconfig", cluster]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let path = server
-        .data_dir()
-        .join(format!("{cluster}-proxied.kubeconfig"));
-    std::fs::write(&path, output.stdout).unwrap();
-    path
-}
-
 fn kubectl_via(
     kubeconfig: &std::path::Path,
     home: &std::path::Path,
@@ -378,7 +364,7 @@ fn an_imported_cluster_is_reached_through_its_agent() {
     assert_eq!(code, 401);
 
     // Plain kubectl through the proxy: read, write, watch.
-    let kubeconfig = proxied_kubeconfig(&management, "remote");
+    let kubeconfig = management.proxied_kubeconfig("remote");
     let home = management.home.path().to_path_buf();
     let namespaces = kubectl_via(&kubeconfig, &home, &["get", "namespaces", "-o", "name"]);
     assert!(
@@ -489,7 +475,7 @@ fn an_imported_cluster_is_reached_through_its_agent() {
         "the agent reconnects after a restart",
         || management.log().contains("agent connected"),
     );
-    let kubeconfig = proxied_kubeconfig(&management, "remote"); // the server's new address
+    let kubeconfig = management.proxied_kubeconfig("remote"); // the server's new address
     eventually("the proxy works again", || {
         kubectl_via(
             &kubeconfig,

@@ -373,20 +373,6 @@ spec:
     }
 }
 
-/// Writes the workload cluster's kubeconfig from `<cluster>-kubeconfig` to a file.
-fn workload_kubeconfig(server: &TestServer, cluster: &str) -> std::path::PathBuf {
-    let path = server.data_dir().join(format!("{cluster}.kubeconfig"));
-    let decoded = server.kubectl_ok(&[
-        "get",
-        "secret",
-        &format!("{cluster}-kubeconfig"),
-        "-o",
-        "go-template={{.data.value | base64decode}}",
-    ]);
-    std::fs::write(&path, decoded).unwrap();
-    path
-}
-
 fn set_node_ready(server: &TestServer, kubeconfig: &std::path::Path, node: &str, ready: bool) {
     let patch = serde_json::json!({"status": {"conditions": [{
         "type": "Ready", "status": if ready { "True" } else { "False" },
@@ -462,7 +448,7 @@ fn control_plane_spreads_over_zones_and_remediates_without_losing_quorum() {
         .collect();
     zones.sort();
     assert_eq!(zones, ["zone-a", "zone-b", "zone-c"]);
-    let kubeconfig = workload_kubeconfig(&server, "ha");
+    let kubeconfig = server.workload_kubeconfig("ha");
     let zone_labels = server.kubectl_ok(&[
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),

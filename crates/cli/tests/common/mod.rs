@@ -46,7 +46,6 @@ impl TestServer {
 
     /// Starts the server process and waits until it serves.
     pub fn launch(&mut self) {
-        let _ = std::fs::remove_file(self.kubeconfig());
         let log = std::fs::File::create(self.log_path()).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_lariat"))
             .arg("server")
@@ -216,21 +215,27 @@ impl TestServer {
         content_type: Option<&str>,
         body: Option<&[u8]>,
     ) -> (u16, String) {
+        let mut args = vec!["-X".to_string(), method.to_string()];
+        if let Some(token) = auth {
+            args.extend(["-H".into(), format!("Authorization: Bearer {token}")]);
+        }
+        if let Some(ct) = content_type {
+            args.extend(["-H".into(), format!("Content-Type: {ct}")]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.curl_with(&args, &format!("https://{}{path}", self.address), body)
+    }
+
+    /// curl with any extra arguments (a client certificate, a source address, HTTP/2), the
+    /// server's CA trusted; returns the status code and the body.
+    pub fn curl_with(&self, args: &[&str], url: &str, body: Option<&[u8]>) -> (u16, String) {
         let ca = self.dir.path().join("tls/ca.crt");
         let mut command = Command::new("curl");
         command
             .args(["-s", "-o", "-", "-w", "\n%{http_code}", "--cacert"])
             .arg(&ca)
-            .args(["-X", method])
-            .arg(format!("https://{}{path}", self.address));
-        if let Some(token) = auth {
-            command
-                .arg("-H")
-                .arg(format!("Authorization: Bearer {token}"));
-        }
-        if let Some(ct) = content_type {
-            command.arg("-H").arg(format!("Content-Type: {ct}"));
-        }
+            .args(args)
+            .arg(url);
         if body.is_some() {
             command.args(["--data-binary", "@-"]);
         }
@@ -250,6 +255,35 @@ impl TestServer {
         let text = String::from_utf8_lossy(&output.stdout).to_string();
         let (body, code) = text.rsplit_once('\n').expect("status line");
         (code.trim().parse().expect("status code"), body.to_string())
+    }
+
+    /// Writes a simulated workload cluster's kubeconfig from `<cluster>-kubeconfig` to a file.
+    pub fn workload_kubeconfig(&self, cluster: &str) -> PathBuf {
+        let path = self.data_dir().join(format!("{cluster}.kubeconfig"));
+        let decoded = self.kubectl_ok(&[
+            "get",
+            "secret",
+            &format!("{cluster}-kubeconfig"),
+            "-o",
+            "go-template={{.data.value | base64decode}}",
+        ]);
+        std::fs::write(&path, decoded).unwrap();
+        path
+    }
+
+    /// `lariat kubeconfig CLUSTER`: a kubeconfig that reaches the cluster through the proxy.
+    pub fn proxied_kubeconfig(&self, cluster: &str) -> PathBuf {
+        let output = self.lariat(&["kubeconfig", cluster]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let path = self
+            .data_dir()
+            .join(format!("{cluster}-proxied.kubeconfig"));
+        std::fs::write(&path, output.stdout).unwrap();
+        path
     }
 }
 
