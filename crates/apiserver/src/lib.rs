@@ -207,6 +207,12 @@ impl Server {
         self.state.virtual_clusters.clone()
     }
 
+    /// This server's whole HTTP surface as a tower service, with no socket: requests carry
+    /// their caller as an [`auth::Peer`] extension (what [`Server::local_client`] wraps).
+    pub fn router(&self) -> axum::Router {
+        http::router(self.state.clone())
+    }
+
     /// A kube-rs client served in-process by this server (see [`local`]).
     pub fn local_client(&self) -> kube::Client {
         local::client(self.state.clone())

@@ -39,7 +39,10 @@ pub fn patch(target: &Value, patch_type: PatchType, body: &[u8]) -> ApiResult<Va
         PatchType::Json => {
             let ops: json_patch::Patch = serde_json::from_value(parsed)
                 .map_err(|e| ApiError::bad_request(format!("the JSON patch is invalid: {e}")))?;
-            json_patch::patch(&mut result, &ops).map_err(|e| ApiError::Invalid {
+            // `patch_unsafe` leaves a half-patched document on failure instead of undoing:
+            // `result` is a copy thrown away on error, and json-patch's undo itself panics on
+            // some sequences (a move to the root, then a failing op), which the fuzz test found.
+            json_patch::patch_unsafe(&mut result, &ops).map_err(|e| ApiError::Invalid {
                 message: format!(
                     "the server rejected our request due to an error in our request: {e}"
                 ),
@@ -136,6 +139,19 @@ fn strategic_merge(target: &mut Value, patch: &Value) -> ApiResult<()> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Regression (found by the fuzz test): json-patch's undo of a failed patch panicked after
+    /// a move to the root.
+    #[test]
+    fn a_failing_json_patch_after_a_move_to_the_root_is_an_error() {
+        let target = json!({"metadata": {"name": "c"}, "data": {"a": "b"}});
+        let body = json!([
+            {"op": "move", "path": "", "from": "/data"},
+            {"op": "move", "path": "/metadata", "from": "/data"},
+        ]);
+        let error = patch(&target, PatchType::Json, body.to_string().as_bytes()).unwrap_err();
+        assert_eq!(error.code(), axum::http::StatusCode::UNPROCESSABLE_ENTITY);
+    }
 
     fn check(patch_type: PatchType, target: Value, body: Value, expect: Value) {
         let got = patch(&target, patch_type, body.to_string().as_bytes()).unwrap();

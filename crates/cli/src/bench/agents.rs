@@ -82,10 +82,17 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
         args.handshake_rate,
         super::load_average()
     );
+    // Every agent dials from this one address, which the per-client connection cap would
+    // otherwise (rightly) treat as one abusive client.
+    let room = (args.agents * 2).max(1024).to_string();
     let mut server = ServerProcess::start_with(vec![
         "--no-controllers".into(),
         "--agent-handshake-rate".into(),
         args.handshake_rate.to_string(),
+        "--max-connections".into(),
+        room.clone(),
+        "--max-connections-per-client".into(),
+        room,
     ])?;
     let management = server.client().await?;
 
