@@ -1118,7 +1118,8 @@ async fn read_body(body: Body, headers: &HeaderMap, allow_empty: bool) -> ApiRes
             });
         }
     };
-    if !value.is_object() && !(allow_empty && value.is_null()) {
+    let empty_allowed = allow_empty && value.is_null();
+    if !(value.is_object() || empty_allowed) {
         return Err(ApiError::bad_request(format!(
             "the request body must be a JSON object (a Kubernetes object), not {}",
             crate::status::json_type(&value)
