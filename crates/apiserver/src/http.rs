@@ -306,10 +306,24 @@ fn json_response(code: StatusCode, value: &Value) -> Response {
 
 /// Everything under `/api/v1/...`, `/apis/GROUP[/VERSION/...]` and `/openapi/v3/...`.
 async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    match serve(&state, request).await {
+    let (parts, body) = request.into_parts();
+    let mut body = Some(body);
+    match serve(&state, parts, &mut body).await {
         Ok(response) => response,
-        Err(e) => e.into_response(),
+        Err(e) => {
+            // Read what is left of the body before answering: an HTTP/2 client still sending
+            // it would otherwise see its stream reset instead of the error.
+            if let Some(unread) = body.take() {
+                let _ = read_bytes(unread).await;
+            }
+            e.into_response()
+        }
     }
+}
+
+/// The request body, for the one step that reads it.
+fn take_body(body: &mut Option<Body>) -> Body {
+    body.take().unwrap_or_else(Body::empty)
 }
 
 /// A parsed resource path.
@@ -371,8 +385,11 @@ fn not_found_path(path: &str) -> ApiError {
     }
 }
 
-async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
-    let (parts, body) = request.into_parts();
+async fn serve(
+    state: &AppState,
+    parts: axum::http::request::Parts,
+    body: &mut Option<Body>,
+) -> ApiResult<Response> {
     let path = parts.uri.path().to_string();
     let query = parse_query(parts.uri.query())?;
     let registry = &state.resources.registry;
@@ -580,7 +597,7 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
         }
         "watch" => watch(state, &scope, &query, format).await,
         "create" => {
-            let body = read_body(body, &parts.headers, false).await?;
+            let body = read_body(take_body(body), &parts.headers, false).await?;
             let written = resources.create(&scope, body, &write_options()?).await?;
             Ok(render_object(
                 StatusCode::CREATED,
@@ -592,7 +609,7 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
         }
         "update" => {
             let name = target.name.as_deref().expect("named");
-            let body = read_body(body, &parts.headers, false).await?;
+            let body = read_body(take_body(body), &parts.headers, false).await?;
             let options = write_options()?;
             let written = if target.subresource.as_deref() == Some("scale") {
                 resources
@@ -624,7 +641,7 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
             let patch_type = PatchType::from_content_type(content_type)?;
-            let bytes = read_bytes(body).await?;
+            let bytes = read_bytes(take_body(body)).await?;
             let options = write_options()?;
             let written = if target.subresource.as_deref() == Some("scale") {
                 if patch_type == PatchType::Apply {
@@ -664,7 +681,7 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
         }
         "delete" => {
             let name = target.name.as_deref().expect("named");
-            let options = delete_options(body, &dry_run_values, &query).await?;
+            let options = delete_options(take_body(body), &dry_run_values, &query).await?;
             let (object, gone) = resources.delete(&scope, name, &options).await?;
             let code = if gone {
                 StatusCode::OK
@@ -674,7 +691,7 @@ async fn serve(state: &AppState, request: Request) -> ApiResult<Response> {
             Ok(render_object(code, &scope, object, Format::Json, &[]))
         }
         "deletecollection" => {
-            let options = delete_options(body, &dry_run_values, &query).await?;
+            let options = delete_options(take_body(body), &dry_run_values, &query).await?;
             let params = list_params(&scope, &query, false)?;
             let listed = resources
                 .list(
@@ -945,13 +962,6 @@ fn list_at(query: &HashMap<String, String>, watching: bool, continuing: bool) ->
             ))
         })?),
     };
-    let Some(matching) = query.get("resourceVersionMatch").filter(|m| !m.is_empty()) else {
-        return Ok(if watching {
-            ListAt::Latest
-        } else {
-            revision.map_or(ListAt::Latest, ListAt::NotOlderThan)
-        });
-    };
     let forbidden = |why: &str| {
         ApiError::invalid(
             "ListOptions",
@@ -964,9 +974,40 @@ fn list_at(query: &HashMap<String, String>, watching: bool, continuing: bool) ->
             }],
         )
     };
+    let matching = query.get("resourceVersionMatch").filter(|m| !m.is_empty());
+    let initial_events = query.contains_key("sendInitialEvents");
     if watching {
-        return Err(forbidden("resourceVersionMatch is forbidden for watch"));
+        // A watch takes resourceVersionMatch only as part of a streaming list
+        // (sendInitialEvents), and then only NotOlderThan.
+        return match (matching.map(String::as_str), initial_events) {
+            (None, false) => Ok(ListAt::Latest),
+            (Some(_), _) if continuing => Err(forbidden(
+                "resourceVersionMatch is forbidden when continue is provided",
+            )),
+            (Some("NotOlderThan"), true) => Ok(ListAt::Latest),
+            (_, true) => Err(forbidden(
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            )),
+            (Some(_), false) => Err(forbidden(
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            )),
+        };
     }
+    if initial_events {
+        return Err(ApiError::invalid(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            vec![Cause {
+                reason: "FieldValueForbidden",
+                message: "Forbidden: sendInitialEvents is forbidden for list".into(),
+                field: "sendInitialEvents".into(),
+            }],
+        ));
+    }
+    let Some(matching) = matching else {
+        return Ok(revision.map_or(ListAt::Latest, ListAt::NotOlderThan));
+    };
     if version.is_empty() {
         return Err(forbidden(
             "resourceVersionMatch is forbidden unless resourceVersion is provided",

@@ -190,6 +190,12 @@ pub async fn open_store(
 /// `lariat admin rotate`: revokes the admin credentials offline, so no server is serving with
 /// them while they change; the next start writes new kubeconfigs.
 async fn rotate_admin(args: StoreArgs) -> anyhow::Result<()> {
+    if !args.data_dir.join("tls").is_dir() {
+        anyhow::bail!(
+            "{} is not a lariat data directory: pass the --data-dir the server runs with",
+            args.data_dir.display()
+        );
+    }
     let _lock = lariat_apiserver::DataDirLock::acquire(&args.data_dir)
         .map_err(|e| anyhow::anyhow!("{e}: the rotation takes effect at its next start"))?;
     let store = open_store(

@@ -99,7 +99,7 @@ spec: {}
 /// direction; a body that is not an object is refused on every API without a panic.
 #[test]
 fn each_simulated_cluster_is_its_own_trust_domain() {
-    let server = TestServer::start();
+    let mut server = TestServer::start();
     server.init_inmemory();
     server.apply_ok(
         &["apply", "-f", "-"],
@@ -314,6 +314,30 @@ fn each_simulated_cluster_is_its_own_trust_domain() {
     );
     assert_eq!(code, 403, "{body}");
     assert!(body.contains("no longer exists"), "{body}");
+
+    // A kubeconfig issued again (the simulated cluster is new after a restart) voids the
+    // previous one.
+    server.terminate();
+    server.launch();
+    let reissued = server.data_dir().join("other-before-restart.kubeconfig");
+    std::fs::rename(&other, &reissued).unwrap();
+    eventually_within(
+        Duration::from_secs(30),
+        "other's kubeconfig is issued again",
+        || {
+            let current = server.workload_kubeconfig("other");
+            std::fs::read(&current).unwrap() != std::fs::read(&reissued).unwrap()
+                && kubectl_with(&server, &current, &["get", "ns"])
+                    .status
+                    .success()
+        },
+    );
+    let stale = pointed_at(
+        &reissued,
+        &format!("https://{}/inmemory/default/other", server.address),
+        "other-stale.kubeconfig",
+    );
+    assert_refused(&server, &stale, "a kubeconfig issued before the last one");
 }
 
 fn admin_certificate(server: &TestServer) -> String {
