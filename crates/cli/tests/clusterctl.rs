@@ -5,23 +5,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::TestServer;
+use common::{TestServer, generate_cluster};
 use serde_json::Value;
-
-fn generate(args: &[&str]) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lariat"))
-        .arg("generate")
-        .arg("cluster")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
 
 fn machines(server: &TestServer) -> Vec<Value> {
     let out = server.kubectl_ok(&["get", "machines", "-o", "json"]);
@@ -63,7 +48,7 @@ fn running(server: &TestServer, version: &str) -> (usize, usize) {
 fn generate_apply_scale_upgrade_delete() {
     let server = TestServer::start();
     server.init_inmemory();
-    let manifests = generate(&[
+    let manifests = generate_cluster(&[
         "dev",
         "--infrastructure",
         "inmemory",
@@ -180,7 +165,7 @@ fn generate_apply_scale_upgrade_delete() {
 fn a_restart_in_the_middle_of_provisioning_resumes_without_duplicates() {
     let mut server = TestServer::start();
     server.init_inmemory();
-    let manifests = generate(&[
+    let manifests = generate_cluster(&[
         "slow",
         "--control-plane-machine-count",
         "1",

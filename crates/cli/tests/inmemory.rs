@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{TestServer, eventually};
+use common::{TestServer, eventually, generate_cluster};
 use serde_json::Value;
 
 fn manifests(behavior: &str) -> String {
@@ -392,16 +392,6 @@ fn set_node_ready(server: &TestServer, kubeconfig: &std::path::Path, node: &str,
     ]);
 }
 
-fn generate(args: &[&str]) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lariat"))
-        .args(["generate", "cluster"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(output.status.success());
-    String::from_utf8(output.stdout).unwrap()
-}
-
 /// The control plane spreads over the simulated zones, and remediates an unhealthy member only
 /// while etcd keeps quorum, as KubeadmControlPlane does.
 #[test]
@@ -410,7 +400,7 @@ fn control_plane_spreads_over_zones_and_remediates_without_losing_quorum() {
     server.init_inmemory();
     server.apply_ok(
         &["apply", "-f", "-"],
-        &generate(&[
+        &generate_cluster(&[
             "ha",
             "--control-plane-machine-count",
             "3",

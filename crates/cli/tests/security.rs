@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestServer, eventually, eventually_within};
+use common::{TestServer, eventually, eventually_within, generate_cluster};
 use serde_json::{Value, json};
 
 /// A copy of `kubeconfig` pointing at `server` instead, with the same credential.
@@ -69,16 +69,6 @@ fn certificate_files(kubeconfig: &Path) -> (PathBuf, PathBuf) {
     (cert, key)
 }
 
-fn generate(args: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_lariat"))
-        .args(["generate", "cluster"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(output.status.success());
-    String::from_utf8(output.stdout).unwrap()
-}
-
 /// A Cluster with only its InMemoryCluster: a simulated API and a kubeconfig, no machines.
 const BARE_CLUSTER: &str = r#"apiVersion: cluster.x-k8s.io/v1beta1
 kind: Cluster
@@ -103,7 +93,7 @@ fn each_simulated_cluster_is_its_own_trust_domain() {
     server.init_inmemory();
     server.apply_ok(
         &["apply", "-f", "-"],
-        &generate(&[
+        &generate_cluster(&[
             "dev",
             "--infrastructure",
             "inmemory",

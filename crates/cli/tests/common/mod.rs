@@ -308,6 +308,21 @@ spec:
     name: prod-us-east
 "#;
 
+/// `lariat generate cluster ARGS`: the manifests a user pipes into kubectl.
+pub fn generate_cluster(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_lariat"))
+        .args(["generate", "cluster"])
+        .args(args)
+        .output()
+        .expect("run lariat generate cluster");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("utf-8")
+}
+
 /// Waits until `check` holds, polling.
 pub fn eventually(what: &str, check: impl FnMut() -> bool) {
     eventually_within(Duration::from_secs(20), what, check)
