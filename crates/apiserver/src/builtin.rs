@@ -7,7 +7,7 @@
 use schemars::JsonSchema;
 use serde_json::{Value, json};
 
-use crate::registry::{Origin, ResourceType};
+use crate::registry::{Origin, Printer, ResourceType};
 
 /// A structural schema for `T`, generated the way kube-derive does for custom resources, with
 /// `metadata` left to the API server.
@@ -141,7 +141,7 @@ pub fn core_types() -> Vec<ResourceType> {
     )
     .expect("secret definition is valid");
     secrets.selectable_fields = vec!["type".into()];
-    let others = [
+    let mut others = [
         definition(
             "",
             "v1",
@@ -165,6 +165,7 @@ pub fn core_types() -> Vec<ResourceType> {
             schema_of::<Node>(),
             json!([
                 {"name": "Status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+                {"name": "Roles", "type": "string", "jsonPath": ".metadata.labels"},
                 age(),
                 {"name": "Version", "type": "string", "jsonPath": ".status.nodeInfo.kubeletVersion"},
             ]),
@@ -237,6 +238,17 @@ pub fn core_types() -> Vec<ResourceType> {
         ),
     ]
     .map(|d| ResourceType::from_crd(&d, Origin::Core).expect("core definitions are valid"));
+    for rt in others.iter_mut().filter(|rt| rt.kind == "Node") {
+        for version in &mut rt.versions {
+            for column in &mut version.printer_columns {
+                column.printer = match column.name.as_str() {
+                    "Status" => Some(Printer::NodeStatus),
+                    "Roles" => Some(Printer::NodeRoles),
+                    _ => None,
+                };
+            }
+        }
+    }
     let mut types = vec![events, secrets];
     types.extend(others);
     types

@@ -32,6 +32,19 @@ pub fn version() -> Value {
     })
 }
 
+/// The version document of a cluster running Kubernetes `version` (`v1.30.2`): what a
+/// simulated workload cluster reports.
+pub fn version_of(kubernetes: &str) -> Value {
+    let mut info = version();
+    let numbers: Vec<&str> = kubernetes.trim_start_matches('v').split('.').collect();
+    if let [major, minor, ..] = numbers.as_slice() {
+        info["major"] = json!(major);
+        info["minor"] = json!(minor);
+    }
+    info["gitVersion"] = json!(kubernetes);
+    info
+}
+
 pub fn core_versions(server_address: &str) -> Value {
     json!({
         "kind": "APIVersions",

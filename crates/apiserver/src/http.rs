@@ -35,6 +35,8 @@ pub struct AppState {
     pub authorizer: Arc<dyn Authorizer>,
     /// `host:port` clients use, for `/api`'s serverAddressByClientCIDRs.
     pub server_address: String,
+    /// `host:port` clusters and agents elsewhere reach the server at (`--advertise-url`).
+    pub advertised_address: Option<String>,
     pub bookmark_interval: Duration,
     /// Simulated workload-cluster APIs served under `/inmemory/NAMESPACE/NAME/` (empty on the
     /// simulated clusters themselves).
@@ -45,6 +47,9 @@ pub struct AppState {
     pub tunnels: Arc<crate::tunnel::Tunnels>,
     /// The CA certificate (PEM) agents check against their `--ca-checksum`.
     pub ca_pem: String,
+    /// A simulated workload cluster: `/version` reports the Kubernetes version its control
+    /// plane Nodes run, as a real cluster's API server reports its own.
+    pub simulated: bool,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -58,10 +63,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(dispatch)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
-        .route(
-            "/version",
-            get(|| async { axum::Json(discovery::version()) }),
-        )
+        .route("/version", get(version))
         .route("/healthz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -96,6 +98,58 @@ async fn contain_panics(request: Request, next: Next) -> Response {
                 .into_response()
         }
     }
+}
+
+async fn version(State(state): State<Arc<AppState>>) -> Response {
+    let mut info = discovery::version();
+    if state.simulated
+        && let Some(version) = simulated_version(&state.resources).await
+    {
+        info = discovery::version_of(&version);
+    }
+    axum::Json(info).into_response()
+}
+
+/// The newest kubelet version among a simulated cluster's control-plane Nodes (any Node if it
+/// has none labelled so), as `v1.30.2`.
+async fn simulated_version(resources: &Resources) -> Option<String> {
+    let rt = resources.registry.get("", "nodes")?;
+    let scope = Scope {
+        rt,
+        version: "v1".into(),
+        namespace: None,
+    };
+    let nodes = resources
+        .list(&scope, &Default::default())
+        .await
+        .ok()?
+        .items;
+    let version = |n: &Value| {
+        n["status"]["nodeInfo"]["kubeletVersion"]
+            .as_str()
+            .map(String::from)
+    };
+    let control_plane: Vec<String> = nodes
+        .iter()
+        .filter(|n| {
+            n["metadata"]["labels"]
+                .get("node-role.kubernetes.io/control-plane")
+                .is_some()
+        })
+        .filter_map(version)
+        .collect();
+    let candidates = if control_plane.is_empty() {
+        nodes.iter().filter_map(version).collect()
+    } else {
+        control_plane
+    };
+    candidates.into_iter().max_by_key(|v| {
+        v.trim_start_matches('v')
+            .split(['.', '-', '+'])
+            .take(3)
+            .map(|p| p.parse::<u64>().unwrap_or(0))
+            .collect::<Vec<_>>()
+    })
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
@@ -157,15 +211,18 @@ async fn import_manifest(
     if let Err(e) = crate::tunnel::registration_cluster(&client, token).await {
         return e.into_response();
     }
-    // The address the caller used (a load balancer's, say), if it is a plain host[:port].
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .filter(|h| {
-            h.chars()
-                .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
-        })
-        .unwrap_or(&state.server_address);
+    // The advertised address; else the address the caller used (a load balancer's, say), if
+    // it is a plain host[:port].
+    let host = state.advertised_address.as_deref().unwrap_or_else(|| {
+        headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| {
+                h.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
+            })
+            .unwrap_or(&state.server_address)
+    });
     let checksum = crate::auth::sha256_hex(&state.ca_pem);
     (
         [(header::CONTENT_TYPE, "application/yaml")],
@@ -259,7 +316,12 @@ async fn virtual_cluster(State(state): State<Arc<AppState>>, request: Request) -
 async fn core_versions(State(state): State<Arc<AppState>>) -> Response {
     json_response(
         StatusCode::OK,
-        &discovery::core_versions(&state.server_address),
+        &discovery::core_versions(
+            state
+                .advertised_address
+                .as_deref()
+                .unwrap_or(&state.server_address),
+        ),
     )
 }
 

@@ -62,6 +62,10 @@ pub struct Config {
     pub agent_handshakes_per_second: f64,
     /// Connection limits and idle deadline of the HTTPS listener.
     pub limits: tls::Limits,
+    /// The URL clusters and agents elsewhere reach this server at (`https://HOST[:PORT]`, a
+    /// load balancer's, say), as Rancher's `server-url`: import manifests and discovery name
+    /// it, and its host joins the serving certificate. Default: the listener's address.
+    pub advertise_url: Option<String>,
 }
 
 impl Config {
@@ -75,6 +79,7 @@ impl Config {
             metrics: None,
             agent_handshakes_per_second: tunnel::DEFAULT_HANDSHAKES_PER_SECOND,
             limits: tls::Limits::default(),
+            advertise_url: None,
         }
     }
 }
@@ -91,6 +96,33 @@ pub enum StartError {
     Tls(String),
     #[error("cannot serve: {0}")]
     Io(#[from] std::io::Error),
+    #[error(
+        "invalid --advertise-url {0:?}: expected https://HOST or https://HOST:PORT, with no path"
+    )]
+    AdvertiseUrl(String),
+}
+
+/// `https://HOST[:PORT]` as (host for the certificate, `host:port` for clients).
+fn parse_advertise_url(url: &str) -> Result<(String, String), StartError> {
+    let bad = || StartError::AdvertiseUrl(url.to_string());
+    let uri: axum::http::Uri = url.parse().map_err(|_| bad())?;
+    if uri.scheme_str() != Some("https")
+        || uri
+            .path_and_query()
+            .is_some_and(|p| p.as_str() != "/" && !p.as_str().is_empty())
+    {
+        return Err(bad());
+    }
+    let authority = uri.authority().ok_or_else(bad)?;
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    if host.is_empty() || authority.as_str().contains('@') {
+        return Err(bad());
+    }
+    let port = authority.port_u16().unwrap_or(443);
+    Ok((host.to_string(), format!("{}:{port}", authority.host())))
 }
 
 /// A prepared server, bound to its listener.
@@ -119,7 +151,13 @@ impl Server {
         if !address.ip().is_unspecified() && !sans.contains(&address.ip().to_string()) {
             sans.push(address.ip().to_string());
         }
-        for san in &config.tls_sans {
+        let advertised = config
+            .advertise_url
+            .as_deref()
+            .map(parse_advertise_url)
+            .transpose()?;
+        let advertised_host = advertised.as_ref().map(|(host, _)| host.clone());
+        for san in config.tls_sans.iter().chain(advertised_host.as_ref()) {
             if !sans.contains(san) {
                 sans.push(san.clone());
             }
@@ -177,6 +215,7 @@ impl Server {
             authenticator,
             authorizer: Arc::new(AllowAuthenticated),
             server_address: server_address.to_string(),
+            advertised_address: advertised.map(|(_, address)| address),
             bookmark_interval: config.bookmark_interval,
             virtual_clusters,
             metrics: config.metrics,
@@ -184,6 +223,7 @@ impl Server {
                 config.agent_handshakes_per_second,
             )),
             ca_pem: pki.ca_cert_pem.clone(),
+            simulated: false,
         });
         Ok(Server {
             state,
@@ -372,6 +412,7 @@ async fn write_kubeconfigs(
     let contents = pki::kubeconfig(
         server,
         &pki.ca_cert_pem,
+        "lariat",
         "admin",
         pki::Credential::Certificate { cert_pem, key_pem },
     );
@@ -406,6 +447,7 @@ async fn write_kubeconfigs(
     let contents = pki::kubeconfig(
         server,
         &pki.ca_cert_pem,
+        "lariat",
         "admin-token",
         pki::Credential::Token(token),
     );

@@ -244,8 +244,16 @@ impl Pki {
     }
 }
 
-/// A kubeconfig for `server` trusting the CA, with one user and one context.
-pub fn kubeconfig(server: &str, ca_pem: &str, user: &str, credential: Credential) -> String {
+/// A kubeconfig for `server` trusting the CA, with one cluster named `cluster`, one user and
+/// one context `<user>@<cluster>` (as Cluster API names them, so kubeconfigs merge without
+/// collisions).
+pub fn kubeconfig(
+    server: &str,
+    ca_pem: &str,
+    cluster: &str,
+    user: &str,
+    credential: Credential,
+) -> String {
     use base64::Engine;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let user_block = match credential {
@@ -257,7 +265,7 @@ pub fn kubeconfig(server: &str, ca_pem: &str, user: &str, credential: Credential
         Credential::Token(token) => format!("    token: {token}\n"),
     };
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: lariat\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\nusers:\n- name: {user}\n  user:\n{user_block}contexts:\n- name: lariat\n  context:\n    cluster: lariat\n    user: {user}\n    namespace: default\ncurrent-context: lariat\n",
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {cluster}\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\nusers:\n- name: {user}\n  user:\n{user_block}contexts:\n- name: {user}@{cluster}\n  context:\n    cluster: {cluster}\n    user: {user}\n    namespace: default\ncurrent-context: {user}@{cluster}\n",
         b64(ca_pem)
     )
 }

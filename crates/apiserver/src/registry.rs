@@ -29,6 +29,18 @@ pub struct PrinterColumn {
     pub description: String,
     pub priority: i64,
     pub json_path: String,
+    /// A cell no JSONPath can compute, printed as kube-apiserver's own printers do for the
+    /// core kinds (a Node's STATUS and ROLES). Never set from a CRD.
+    pub printer: Option<Printer>,
+}
+
+/// Cells of core kinds that kube-apiserver computes in code rather than by JSONPath.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Printer {
+    /// `Ready`, `NotReady` or `Unknown`, with `,SchedulingDisabled` when cordoned.
+    NodeStatus,
+    /// The `node-role.kubernetes.io/<role>` labels, or `<none>`.
+    NodeRoles,
 }
 
 #[derive(Clone, Debug)]
@@ -209,6 +221,7 @@ impl ResourceType {
                                     description: text(&c["description"]),
                                     priority: c["priority"].as_i64().unwrap_or(0),
                                     json_path: text(&c["jsonPath"]),
+                                    printer: None,
                                 })
                                 .collect()
                         })

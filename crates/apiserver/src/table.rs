@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::registry::{PrinterColumn, ResourceType};
+use crate::registry::{Printer, PrinterColumn, ResourceType};
 
 /// The printer columns of a version, with the `Name` column kubectl expects first. A kind that
 /// declares none gets `Age`, as Kubernetes does for custom resources.
@@ -14,6 +14,7 @@ pub fn columns(rt: &ResourceType, version: &str) -> Vec<PrinterColumn> {
         description: "Name must be unique within a namespace.".into(),
         priority: 0,
         json_path: ".metadata.name".into(),
+        printer: None,
     }];
     let declared = rt
         .version(version)
@@ -27,6 +28,7 @@ pub fn columns(rt: &ResourceType, version: &str) -> Vec<PrinterColumn> {
             description: "Time since the object was created.".into(),
             priority: 0,
             json_path: ".metadata.creationTimestamp".into(),
+            printer: None,
         });
     } else {
         columns.extend(declared);
@@ -91,6 +93,9 @@ pub fn table(
 }
 
 fn cell(column: &PrinterColumn, object: &Value) -> Value {
+    if let Some(printer) = column.printer {
+        return json!(print(printer, object));
+    }
     let found = evaluate(&column.json_path, object);
     let value = match found.len() {
         0 => return Value::Null,
@@ -112,6 +117,50 @@ fn cell(column: &PrinterColumn, object: &Value) -> Value {
         }
         ("string", other) => json!(render(other)),
         _ => value,
+    }
+}
+
+fn print(printer: Printer, object: &Value) -> String {
+    match printer {
+        Printer::NodeStatus => {
+            let ready = object["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+                .map(|c| c["status"].as_str().unwrap_or_default());
+            let mut status = match ready {
+                Some("True") => "Ready",
+                Some("False") => "NotReady",
+                _ => "Unknown",
+            }
+            .to_string();
+            if object["spec"]["unschedulable"] == true {
+                status.push_str(",SchedulingDisabled");
+            }
+            status
+        }
+        Printer::NodeRoles => {
+            let labels = object["metadata"]["labels"].as_object();
+            let mut roles: Vec<&str> = labels
+                .into_iter()
+                .flatten()
+                .filter_map(|(key, value)| {
+                    key.strip_prefix("node-role.kubernetes.io/")
+                        .filter(|role| !role.is_empty())
+                        .or_else(|| {
+                            (key == "kubernetes.io/role")
+                                .then(|| value.as_str())
+                                .flatten()
+                        })
+                })
+                .collect();
+            roles.sort();
+            roles.dedup();
+            if roles.is_empty() {
+                "<none>".into()
+            } else {
+                roles.join(",")
+            }
+        }
     }
 }
 
@@ -244,7 +293,9 @@ fn steps(path: &str) -> Vec<Step> {
                         ));
                     }
                 } else {
-                    steps.push(Step::Key(inner.trim_matches(['"', '\'']).to_string()));
+                    // `['cluster\.x-k8s\.io/cluster-name']`: a quoted key may escape its dots.
+                    let quoted = inner.trim_matches(['"', '\'']);
+                    steps.push(Step::Key(quoted.replace("\\.", ".")));
                 }
             }
             _ => key.push(c),
@@ -269,6 +320,10 @@ mod tests {
             (".status.phase", vec![json!("Running")]),
             (
                 ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name",
+                vec![json!("prod")],
+            ),
+            (
+                ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
                 vec![json!("prod")],
             ),
             (
@@ -299,6 +354,33 @@ mod tests {
     }
 
     #[test]
+    fn nodes_print_as_kubectl_shows_them() {
+        let status = |printer, object| print(printer, &object);
+        for (node, expect_status, expect_roles) in [
+            (
+                json!({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}},
+                       "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+                "Ready",
+                "control-plane",
+            ),
+            (
+                json!({"spec": {"unschedulable": true},
+                       "status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+                "NotReady,SchedulingDisabled",
+                "<none>",
+            ),
+            (
+                json!({"metadata": {"labels": {"kubernetes.io/role": "worker"}}}),
+                "Unknown",
+                "worker",
+            ),
+        ] {
+            assert_eq!(status(Printer::NodeStatus, node.clone()), expect_status);
+            assert_eq!(status(Printer::NodeRoles, node), expect_roles);
+        }
+    }
+
+    #[test]
     fn integer_columns_count_maps() {
         let column = PrinterColumn {
             name: "Data".into(),
@@ -307,6 +389,7 @@ mod tests {
             description: String::new(),
             priority: 0,
             json_path: ".data".into(),
+            printer: None,
         };
         assert_eq!(
             cell(&column, &json!({"data": {"a": "1", "b": "2"}})),

@@ -90,11 +90,13 @@ impl VirtualClusters {
             authenticator,
             authorizer: Arc::new(AllowAuthenticated),
             server_address: self.server_address.clone(),
+            advertised_address: None,
             bookmark_interval: Duration::from_secs(60),
             metrics: None,
             tunnels: Default::default(),
             ca_pem: String::new(),
             virtual_clusters: VirtualClusters::none(),
+            simulated: true,
         });
         let router = router(state.clone());
         let mut clusters = self.clusters.write().expect("lock");
@@ -169,10 +171,12 @@ impl VirtualClusters {
                 KUBECONFIG_LIFETIME,
             )
             .await?;
+        let name = key.rsplit('/').next().unwrap_or(key);
         Ok(kubeconfig(
             &self.server_url(key),
             &self.serving_ca_pem,
-            "kubernetes-admin",
+            name,
+            &format!("{name}-admin"),
             Credential::Certificate {
                 cert_pem: issued.cert_pem,
                 key_pem: issued.key_pem,

@@ -19,7 +19,9 @@ pub enum DescribeCommand {
 
 #[derive(clap::Args)]
 pub struct ClusterArgs {
+    /// The Cluster to describe.
     name: String,
+    /// Namespace of the Cluster.
     #[arg(short = 'n', long, default_value = "default")]
     namespace: String,
     /// Kubeconfig of the lariat server [default: $KUBECONFIG, ~/.kube/config, ./lariat-data/kubeconfig.yaml].

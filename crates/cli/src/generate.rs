@@ -13,14 +13,16 @@ pub enum GenerateCommand {
 pub struct ClusterArgs {
     /// The cluster's name (an RFC 1123 label).
     pub(crate) name: String,
-    /// The infrastructure provider.
+    /// The infrastructure provider (this build has: inmemory).
     #[arg(long, default_value = "inmemory")]
     pub(crate) infrastructure: String,
     /// Kubernetes version of the control plane and the workers.
     #[arg(long, default_value = "v1.30.2")]
     pub(crate) kubernetes_version: String,
+    /// Control-plane machines (an odd number keeps etcd's quorum).
     #[arg(long, default_value_t = 1)]
     pub(crate) control_plane_machine_count: u32,
+    /// Worker machines in the cluster's MachineDeployment.
     #[arg(long, default_value_t = 0)]
     pub(crate) worker_machine_count: u32,
     /// Namespace of the generated objects.

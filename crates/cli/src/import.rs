@@ -21,9 +21,10 @@ pub enum ClusterCommand {
 pub struct ImportArgs {
     /// Name of the Cluster to create (or reuse, if it was imported before).
     name: String,
+    /// Namespace of the Cluster.
     #[arg(short = 'n', long, default_value = "default")]
     namespace: String,
-    /// How long the registration token works, e.g. 30m, 24h [default: 24h].
+    /// How long the registration token works, e.g. 30m, 24h.
     #[arg(long, default_value = "24h")]
     ttl: String,
     /// Kubeconfig of the lariat server [default: $KUBECONFIG, ~/.kube/config, ./lariat-data/kubeconfig.yaml].
@@ -52,6 +53,7 @@ pub struct AgentArgs {
 pub struct KubeconfigArgs {
     /// The Cluster whose API to reach through lariat.
     name: String,
+    /// Namespace of the Cluster.
     #[arg(short = 'n', long, default_value = "default")]
     namespace: String,
     /// Kubeconfig of the lariat server [default: $KUBECONFIG, ~/.kube/config, ./lariat-data/kubeconfig.yaml].
@@ -83,19 +85,47 @@ fn parse_ttl(text: &str) -> anyhow::Result<Duration> {
 }
 
 /// The server URL of the kubeconfig `lariat` talks to.
-async fn server_url(kubeconfig: Option<&PathBuf>) -> anyhow::Result<String> {
-    let config = crate::connect::config(kubeconfig).await?;
-    Ok(config
-        .cluster_url
-        .to_string()
-        .trim_end_matches('/')
-        .to_string())
+/// The URL a remote cluster dials: the address the server advertises in discovery
+/// (`--advertise-url`), else the one this kubeconfig reaches it at.
+async fn server_url(client: &kube::Client, kubeconfig: Option<&PathBuf>) -> anyhow::Result<String> {
+    let advertised = client
+        .list_core_api_versions()
+        .await
+        .ok()
+        .and_then(|v| v.server_address_by_client_cidrs.into_iter().next())
+        .map(|a| format!("https://{}", a.server_address));
+    let url = match advertised {
+        Some(url) => url,
+        None => crate::connect::config(kubeconfig)
+            .await?
+            .cluster_url
+            .to_string()
+            .trim_end_matches('/')
+            .to_string(),
+    };
+    let host = url
+        .trim_start_matches("https://")
+        .rsplit_once(':')
+        .map_or(url.as_str(), |(host, _)| host)
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified());
+    if loopback {
+        eprintln!(
+            "warning: the server's address {url} is a loopback address, which a cluster on another machine cannot dial: start the server with --advertise-url https://HOST:PORT (and --listen on an address others reach)"
+        );
+    }
+    Ok(url)
 }
 
 pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     let ttl = parse_ttl(&args.ttl)?;
     let client = crate::connect::client(args.kubeconfig.as_ref()).await?;
-    let server = server_url(args.kubeconfig.as_ref()).await?;
+    let server = server_url(&client, args.kubeconfig.as_ref()).await?;
     let clusters: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &args.namespace,
@@ -202,11 +232,28 @@ pub async fn kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
         &args.namespace,
         &lariat_controllers::capi("Cluster"),
     );
-    if clusters.get_opt(&args.name).await?.is_none() {
+    let Some(found) = clusters.get_opt(&args.name).await? else {
         bail!(
             "cluster {:?} not found in namespace {:?}",
             args.name,
             args.namespace
+        );
+    };
+    // A kubeconfig for a cluster with no agent would only earn the user kubectl's discovery
+    // errors; say why instead.
+    let connected = found.data["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Connected"));
+    if connected.is_none_or(|c| c["status"] != "True") {
+        let why = connected
+            .and_then(|c| c["message"].as_str())
+            .filter(|m| !m.is_empty())
+            .unwrap_or("its agent has never connected");
+        bail!(
+            "cluster {}/{} is not connected ({why}): lariat reaches it only through its agent; run `lariat cluster import {}` and apply the manifest it prints in that cluster",
+            args.namespace,
+            args.name,
+            args.name
         );
     }
     let path = crate::connect::kubeconfig_path(args.kubeconfig.as_ref())

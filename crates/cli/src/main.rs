@@ -51,6 +51,15 @@ enum Command {
     Kubeconfig(import::KubeconfigArgs),
     /// Enable providers on a server, like clusterctl init (core, kubeadm and an infrastructure).
     Init(providers::InitArgs),
+    /// Print the client's version and, unless --client, the server's (like kubectl version).
+    Version {
+        /// Print only the client's version.
+        #[arg(long)]
+        client: bool,
+        /// Kubeconfig of the lariat server [default: $KUBECONFIG, ~/.kube/config, ./lariat-data/kubeconfig.yaml].
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
     /// Administer a server's own credentials.
     Admin {
         #[command(subcommand)]
@@ -94,6 +103,10 @@ struct ServerArgs {
     /// Extra DNS names or IP addresses for the serving certificate (repeatable).
     #[arg(long = "tls-san")]
     tls_san: Vec<String>,
+    /// The URL clusters and agents elsewhere reach this server at, e.g. https://lariat.example.com
+    /// (a load balancer's): import manifests name it and its host joins the certificate.
+    #[arg(long, env = "LARIAT_ADVERTISE_URL")]
+    advertise_url: Option<String>,
     /// Seconds between store compactions (0 disables); one interval of history is kept.
     #[arg(long, default_value_t = 300)]
     compaction_interval: u64,
@@ -125,6 +138,8 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: log files stay plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -146,6 +161,7 @@ fn main() -> std::process::ExitCode {
             Command::Admin {
                 what: AdminCommand::Rotate(args),
             } => rotate_admin(args).await,
+            Command::Version { client, kubeconfig } => version(client, kubeconfig).await,
         }
     });
     match result {
@@ -185,6 +201,30 @@ pub async fn open_store(
             )
         }
     })
+}
+
+/// `lariat version`: this binary's version and commit, then the server's, as kubectl prints
+/// client and server versions.
+async fn version(client_only: bool, kubeconfig: Option<PathBuf>) -> anyhow::Result<()> {
+    println!(
+        "Client Version: lariat {} (commit {})",
+        env!("CARGO_PKG_VERSION"),
+        option_env!("LARIAT_COMMIT").unwrap_or("unknown: not a release build")
+    );
+    if client_only {
+        return Ok(());
+    }
+    let client = connect::client(kubeconfig.as_ref()).await?;
+    let info = client.apiserver_version().await.context(
+        "cannot reach the server: is `lariat server` running, and is --kubeconfig right?",
+    )?;
+    match info.git_version.split_once("-lariat.") {
+        Some((kubernetes, lariat)) => {
+            println!("Server Version: lariat {lariat} (Kubernetes API {kubernetes})")
+        }
+        None => println!("Server Version: {} (not a lariat server)", info.git_version),
+    }
+    Ok(())
 }
 
 /// `lariat admin rotate`: revokes the admin credentials offline, so no server is serving with
@@ -240,6 +280,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         })?;
     let mut config = lariat_apiserver::Config::new(&args.store.data_dir);
     config.tls_sans = args.tls_san;
+    config.advertise_url = args.advertise_url;
     config.compaction_interval = Duration::from_secs(args.compaction_interval);
     config.encryption_key_file = args.encryption_key_file;
     config.metrics = Some(lariat_controllers::metrics::render);

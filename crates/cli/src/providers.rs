@@ -112,8 +112,23 @@ pub fn resolve(provider_type: &'static str, spec: &str) -> anyhow::Result<Builti
             .filter(|b| b.provider_type == provider_type)
             .map(|b| b.name)
             .collect();
+        // Providers users know from Cluster API, which this build does not carry yet.
+        const UPSTREAM: &[&str] = &[
+            "aws",
+            "azure",
+            "gcp",
+            "vsphere",
+            "docker",
+            "openstack",
+            "metal3",
+        ];
+        let upstream = if UPSTREAM.contains(&name) {
+            " (it is a Cluster API provider this build does not include yet)"
+        } else {
+            ""
+        };
         bail!(
-            "unknown {kind} provider {name:?}: this lariat has {}",
+            "unknown {kind} provider {name:?}{upstream}: this lariat has {}",
             known.join(", ")
         );
     };
@@ -205,6 +220,18 @@ pub async fn init(args: InitArgs) -> anyhow::Result<()> {
         }
     }
     println!("\nYour management cluster has been initialized successfully!\n");
+    if !wanted.iter().any(|p| p.provider_type == INFRASTRUCTURE) {
+        let available: Vec<&str> = BUILTIN
+            .iter()
+            .filter(|b| b.provider_type == INFRASTRUCTURE)
+            .map(|b| b.name)
+            .collect();
+        println!(
+            "No infrastructure provider is enabled yet, and a cluster needs one. This lariat has: {}.\nEnable one with:\n\n  lariat init --infrastructure {}",
+            available.join(", "),
+            available.first().copied().unwrap_or("NAME")
+        );
+    }
     if let Some(infrastructure) = wanted.iter().find(|p| p.provider_type == INFRASTRUCTURE) {
         println!("You can now create your first workload cluster by running the following:\n");
         println!(

@@ -57,11 +57,17 @@ fn providers_run_only_once_enabled() {
     );
 
     // Refusals: one line that says what is wrong and how to fix it; nothing recorded.
-    let unknown = server.lariat(&["init", "--infrastructure", "docker"]);
+    let unknown = server.lariat(&["init", "--infrastructure", "nosuch"]);
     assert!(!unknown.status.success());
     assert_eq!(
         stderr(&unknown),
-        "error: unknown infrastructure provider \"docker\": this lariat has inmemory"
+        "error: unknown infrastructure provider \"nosuch\": this lariat has inmemory"
+    );
+    // A provider users know from Cluster API is not a dead end: the refusal says so.
+    let aws = server.lariat(&["init", "--infrastructure", "aws"]);
+    assert_eq!(
+        stderr(&aws),
+        "error: unknown infrastructure provider \"aws\" (it is a Cluster API provider this build does not include yet): this lariat has inmemory"
     );
     let pinned = server.lariat(&["init", "--infrastructure", "inmemory:v9.9.9"]);
     assert!(!pinned.status.success());

@@ -102,7 +102,9 @@ pub fn kind_unknown(conditions: &mut Vec<Value>, kind: &str) {
         "InfrastructureReady",
         false,
         "InfrastructureKindUnknown",
-        &format!("{kind} is not served: install its provider with lariat init"),
+        &format!(
+            "{kind} is not served by this lariat, and no provider it can enable serves it: create the provider's CRD and run its controllers, or use an infrastructure this build has (see `lariat init --help`)"
+        ),
     );
 }
 

@@ -1,0 +1,193 @@
+//! What a newcomer meets in the first hour, each fault they tripped over pinned: versions,
+//! kubeconfigs for clusters that never connected, the address remote clusters dial, the
+//! CLUSTER column, simulated clusters that look like real ones to kubectl, plain log files.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{TestServer, eventually_within, generate_cluster};
+
+fn stdout(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).trim().to_string()
+}
+
+#[test]
+fn versions_kubeconfigs_and_the_address_remote_clusters_dial() {
+    let server = TestServer::start();
+
+    let version = server.lariat(&["version"]);
+    assert!(version.status.success(), "{}", stderr(&version));
+    let text = stdout(&version);
+    assert!(text.contains("Client Version: lariat 0.1.0"), "{text}");
+    assert!(
+        text.contains("Server Version: lariat 0.1.0 (Kubernetes API v1."),
+        "{text}"
+    );
+
+    // Import on a loopback address warns, and says how to fix it.
+    let import = server.lariat(&["cluster", "import", "edge"]);
+    assert!(import.status.success());
+    assert!(
+        stderr(&import).contains("loopback address") && stderr(&import).contains("--advertise-url"),
+        "{}",
+        stderr(&import)
+    );
+    // A kubeconfig for a cluster whose agent never connected: one line that says why.
+    let kubeconfig = server.lariat(&["kubeconfig", "edge"]);
+    assert!(!kubeconfig.status.success());
+    assert!(
+        stderr(&kubeconfig).starts_with("error: cluster default/edge is not connected")
+            && stderr(&kubeconfig).lines().count() == 1,
+        "{}",
+        stderr(&kubeconfig)
+    );
+    let log = server.log();
+    assert!(
+        !log.contains('\u{1b}'),
+        "no colour escape codes in a log file"
+    );
+}
+
+#[test]
+fn an_advertised_url_is_what_remote_clusters_are_told() {
+    let bad = Command::new(env!("CARGO_BIN_EXE_lariat"))
+        .args([
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--advertise-url",
+            "http://x/path",
+        ])
+        .arg("--data-dir")
+        .arg(tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("invalid --advertise-url"),
+        "{}",
+        stderr(&bad)
+    );
+
+    let server = TestServer::start_with(&["--advertise-url", "https://lariat.example.com:7443"]);
+    let import = server.lariat(&["cluster", "import", "edge"]);
+    assert!(import.status.success());
+    let printed = stdout(&import);
+    assert!(
+        printed.contains("https://lariat.example.com:7443/v3/import/")
+            && printed.contains("--server https://lariat.example.com:7443 "),
+        "{printed}"
+    );
+    assert!(!stderr(&import).contains("loopback"), "{}", stderr(&import));
+    let token = printed
+        .split("/v3/import/")
+        .nth(1)
+        .and_then(|rest| rest.split(".yaml").next())
+        .unwrap();
+    let (code, manifest) =
+        server.curl("GET", &format!("/v3/import/{token}.yaml"), None, None, None);
+    assert_eq!(code, 200);
+    assert!(
+        manifest.contains(r#"server: "https://lariat.example.com:7443""#),
+        "{manifest}"
+    );
+    // The advertised host is in the serving certificate.
+    let port = server.address.rsplit(':').next().unwrap();
+    let (code, body) = server.curl_with(
+        &["--resolve", &format!("lariat.example.com:{port}:127.0.0.1")],
+        &format!("https://lariat.example.com:{port}/version"),
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+}
+
+/// A simulated cluster looks like a real one to kubectl, and every kind shows its CLUSTER.
+#[test]
+fn simulated_clusters_look_real_and_columns_are_filled() {
+    let server = TestServer::start();
+    server.init_inmemory();
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &generate_cluster(&[
+            "dev",
+            "--infrastructure",
+            "inmemory",
+            "--kubernetes-version",
+            "v1.30.2",
+            "--control-plane-machine-count",
+            "1",
+            "--worker-machine-count",
+            "1",
+        ]),
+    );
+    eventually_within(Duration::from_secs(60), "both machines are Running", || {
+        server.kubectl_ok(&["get", "machines", "-o", "jsonpath={.items[*].status.phase}"])
+            == "Running Running"
+    });
+    for kind in [
+        "kubeadmcontrolplanes",
+        "kubeadmconfigs",
+        "inmemoryclusters",
+        "inmemorymachines",
+    ] {
+        let table = server.kubectl_ok(&["get", kind]);
+        let mut lines = table.lines();
+        let header = lines.next().unwrap();
+        let at = header
+            .find("CLUSTER")
+            .unwrap_or_else(|| panic!("{kind}: {table}"));
+        for row in lines {
+            assert!(
+                row[at..].starts_with("dev"),
+                "{kind}: CLUSTER is filled in\n{table}"
+            );
+        }
+    }
+
+    let kubeconfig = server.workload_kubeconfig("dev");
+    let text = std::fs::read_to_string(&kubeconfig).unwrap();
+    assert!(
+        text.contains("current-context: dev-admin@dev") && text.contains("- name: dev\n"),
+        "names that merge with other kubeconfigs: {text}"
+    );
+    let kubectl = |args: &[&str]| {
+        let output = Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("HOME", server.home.path())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        stdout(&output)
+    };
+    let nodes = kubectl(&["get", "nodes"]);
+    let header: Vec<&str> = nodes.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "STATUS", "ROLES", "AGE", "VERSION"],
+        "{nodes}"
+    );
+    let rows: Vec<Vec<&str>> = nodes
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{nodes}");
+    assert!(
+        rows.iter().all(|r| r[1] == "Ready" && r[4] == "v1.30.2"),
+        "{nodes}"
+    );
+    let mut roles: Vec<&str> = rows.iter().map(|r| r[2]).collect();
+    roles.sort();
+    assert_eq!(roles, ["<none>", "control-plane"], "{nodes}");
+    let version = kubectl(&["version", "-o", "json"]);
+    let version: serde_json::Value = serde_json::from_str(&version).unwrap();
+    assert_eq!(version["serverVersion"]["gitVersion"], "v1.30.2");
+    assert_eq!(version["serverVersion"]["minor"], "30");
+}
