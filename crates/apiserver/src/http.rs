@@ -60,6 +60,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi/v2", get(openapi_v2))
         .route("/metrics", get(metrics))
         .route("/k8s/clusters/{*rest}", axum::routing::any(cluster_proxy))
+        .route(
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            axum::routing::post(self_subject_access_review),
+        )
+        .route(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            axum::routing::post(self_subject_review),
+        )
         .fallback(dispatch)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
@@ -196,6 +204,77 @@ async fn cluster_proxy(State(state): State<Arc<AppState>>, request: Request) -> 
         }
     }
     crate::tunnel::proxy(&state.tunnels, request).await
+}
+
+/// `kubectl auth can-i`: asks the authorizer about the caller, as kube-apiserver answers a
+/// SelfSubjectAccessReview (created nowhere, answered at once).
+async fn self_subject_access_review(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+) -> Response {
+    let Some(user) = request.extensions().get::<User>().cloned() else {
+        return ApiError::Unauthorized.into_response();
+    };
+    let headers = request.headers().clone();
+    let mut review = match read_body(request.into_body(), &headers, false).await {
+        Ok(review) => review,
+        Err(e) => return e.into_response(),
+    };
+    let resource = &review["spec"]["resourceAttributes"];
+    let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(String::from);
+    let attributes = if resource.is_object() {
+        Attributes {
+            verb: text(&resource["verb"]).unwrap_or_default(),
+            group: text(&resource["group"]).unwrap_or_default(),
+            resource: text(&resource["resource"]).unwrap_or_default(),
+            subresource: text(&resource["subresource"]),
+            namespace: text(&resource["namespace"]),
+            name: text(&resource["name"]),
+        }
+    } else {
+        let non_resource = &review["spec"]["nonResourceAttributes"];
+        Attributes {
+            verb: text(&non_resource["verb"]).unwrap_or_default(),
+            group: String::new(),
+            resource: text(&non_resource["path"]).unwrap_or_default(),
+            subresource: None,
+            namespace: None,
+            name: None,
+        }
+    };
+    if attributes.verb.is_empty() {
+        return ApiError::invalid(
+            "SelfSubjectAccessReview",
+            "authorization.k8s.io",
+            "",
+            vec![Cause::required("spec.resourceAttributes.verb")],
+        )
+        .into_response();
+    }
+    let decision = state.authorizer.authorize(&user, &attributes);
+    review["apiVersion"] = json!("authorization.k8s.io/v1");
+    review["kind"] = json!("SelfSubjectAccessReview");
+    review["status"] = match decision {
+        Ok(()) => json!({"allowed": true}),
+        Err(reason) => json!({"allowed": false, "reason": reason}),
+    };
+    json_response(StatusCode::CREATED, &review)
+}
+
+/// `kubectl auth whoami`: who the server takes the caller for (a SelfSubjectReview).
+async fn self_subject_review(request: Request) -> Response {
+    let Some(user) = request.extensions().get::<User>().cloned() else {
+        return ApiError::Unauthorized.into_response();
+    };
+    json_response(
+        StatusCode::CREATED,
+        &json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "SelfSubjectReview",
+            "metadata": {"creationTimestamp": null},
+            "status": {"userInfo": {"username": user.name, "groups": user.groups}},
+        }),
+    )
 }
 
 /// `GET /v3/import/<token>.yaml`: the agent manifests for the Cluster the token registers.
@@ -1029,11 +1108,7 @@ fn list_at(query: &HashMap<String, String>, watching: bool, continuing: bool) ->
             "ListOptions",
             "meta.k8s.io",
             "",
-            vec![Cause {
-                reason: "FieldValueForbidden",
-                message: format!("Forbidden: {why}"),
-                field: "resourceVersionMatch".into(),
-            }],
+            vec![Cause::forbidden("resourceVersionMatch", why)],
         )
     };
     let matching = query.get("resourceVersionMatch").filter(|m| !m.is_empty());
@@ -1060,11 +1135,10 @@ fn list_at(query: &HashMap<String, String>, watching: bool, continuing: bool) ->
             "ListOptions",
             "meta.k8s.io",
             "",
-            vec![Cause {
-                reason: "FieldValueForbidden",
-                message: "Forbidden: sendInitialEvents is forbidden for list".into(),
-                field: "sendInitialEvents".into(),
-            }],
+            vec![Cause::forbidden(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list",
+            )],
         ));
     }
     let Some(matching) = matching else {

@@ -32,6 +32,7 @@ pub mod resources;
 pub mod scale;
 pub mod schema;
 pub mod status;
+pub mod strategy;
 pub mod table;
 pub mod tls;
 pub mod tunnel;

@@ -839,7 +839,9 @@ impl Resources {
                 }
             }
         }
-        self.kind_rules(scope, &mut object, old, &mut causes).await;
+        if let Some(strategy) = crate::strategy::for_kind(&rt.group, &rt.plural) {
+            causes.extend(strategy.admit(&self.registry, &mut object, old));
+        }
         if !causes.is_empty() {
             return Err(ApiError::invalid(
                 &rt.kind,
@@ -849,118 +851,6 @@ impl Resources {
             ));
         }
         Ok((object, warnings))
-    }
-
-    /// Rules particular to a few core kinds.
-    async fn kind_rules(
-        &self,
-        scope: &Scope,
-        object: &mut Value,
-        old: Option<&Value>,
-        causes: &mut Vec<Cause>,
-    ) {
-        match (scope.rt.group.as_str(), scope.rt.plural.as_str()) {
-            ("", "secrets") => {
-                if let Some(Value::Object(string_data)) =
-                    object.as_object_mut().and_then(|o| o.remove("stringData"))
-                {
-                    for (key, value) in string_data {
-                        let encoded = base64::engine::general_purpose::STANDARD
-                            .encode(value.as_str().unwrap_or_default());
-                        object["data"][key] = json!(encoded);
-                    }
-                }
-                let mut size = 0;
-                if let Some(data) = object["data"].as_object() {
-                    for (key, value) in data {
-                        causes.extend(objects::data_key_causes("data", key));
-                        match value
-                            .as_str()
-                            .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
-                        {
-                            Some(decoded) => size += key.len() + decoded.len(),
-                            None => causes.push(Cause::invalid(
-                                format!("data[{key}]"),
-                                &json!("<secret value>"),
-                                "must be base64-encoded",
-                            )),
-                        }
-                    }
-                }
-                causes.extend(objects::data_size_causes("data", size));
-                if object["type"].is_null() {
-                    object["type"] = json!("Opaque");
-                }
-            }
-            ("", "configmaps") => {
-                let mut size = 0;
-                if let Some(data) = object["data"].as_object() {
-                    for (key, value) in data {
-                        causes.extend(objects::data_key_causes("data", key));
-                        size += key.len() + value.as_str().map_or(0, str::len);
-                    }
-                }
-                if let Some(binary) = object["binaryData"].as_object() {
-                    for (key, value) in binary {
-                        causes.extend(objects::data_key_causes("binaryData", key));
-                        if object["data"].get(key).is_some() {
-                            causes.push(Cause::invalid(
-                                format!("data[{key}]"),
-                                &json!(key),
-                                "duplicate of key present in binaryData",
-                            ));
-                        }
-                        size += key.len()
-                            + value
-                                .as_str()
-                                .and_then(|v| {
-                                    base64::engine::general_purpose::STANDARD.decode(v).ok()
-                                })
-                                .map_or(0, |d| d.len());
-                    }
-                }
-                causes.extend(objects::data_size_causes("data", size));
-            }
-            ("", "namespaces") if old.is_none() => {
-                object["spec"]["finalizers"] = json!([NAMESPACE_FINALIZER]);
-                object["status"] = json!({"phase": "Active"});
-            }
-            ("apiextensions.k8s.io", "customresourcedefinitions") => {
-                match ResourceType::from_crd(object, Origin::Custom) {
-                    Ok(rt) => {
-                        if let Some(existing) = self.registry.get(&rt.group, &rt.plural)
-                            && existing.origin != Origin::Custom
-                        {
-                            causes.push(Cause::invalid(
-                                "spec.names.plural",
-                                &json!(rt.plural),
-                                "is served by lariat itself and cannot be redefined",
-                            ));
-                        }
-                        if let Some(old) = old
-                            && old["spec"]["scope"] != object["spec"]["scope"]
-                        {
-                            causes.push(Cause::invalid(
-                                "spec.scope",
-                                &object["spec"]["scope"],
-                                "field is immutable",
-                            ));
-                        }
-                        let names = object["spec"]["names"].clone();
-                        object["status"] = json!({
-                            "acceptedNames": names,
-                            "storedVersions": rt.versions.iter().filter(|v| v.storage).map(|v| v.name.clone()).collect::<Vec<_>>(),
-                            "conditions": [
-                                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now_rfc3339()},
-                                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now_rfc3339()},
-                            ],
-                        });
-                    }
-                    Err(crd_causes) => causes.extend(crd_causes),
-                }
-            }
-            _ => {}
-        }
     }
 
     /// Keeps in-memory state that mirrors stored objects (served CRDs) in step with writes.

@@ -23,6 +23,14 @@ impl Cause {
         }
     }
 
+    pub fn forbidden(field: impl Into<String>, why: &str) -> Cause {
+        Cause {
+            reason: "FieldValueForbidden",
+            message: format!("Forbidden: {why}"),
+            field: field.into(),
+        }
+    }
+
     pub fn required(field: impl Into<String>) -> Cause {
         Cause {
             reason: "FieldValueRequired",

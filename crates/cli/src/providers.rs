@@ -437,10 +437,10 @@ mod tests {
                 .name,
             "inmemory"
         );
-        let unknown = resolve(INFRASTRUCTURE, "docker").unwrap_err().to_string();
+        let unknown = resolve(INFRASTRUCTURE, "nosuch").unwrap_err().to_string();
         assert_eq!(
             unknown,
-            "unknown infrastructure provider \"docker\": this lariat has inmemory"
+            "unknown infrastructure provider \"nosuch\": this lariat has inmemory"
         );
         let pinned = resolve(INFRASTRUCTURE, "inmemory:v9.9.9")
             .unwrap_err()

@@ -190,4 +190,41 @@ fn simulated_clusters_look_real_and_columns_are_filled() {
     let version: serde_json::Value = serde_json::from_str(&version).unwrap();
     assert_eq!(version["serverVersion"]["gitVersion"], "v1.30.2");
     assert_eq!(version["serverVersion"]["minor"], "30");
+
+    // Cluster API's admission: an even stacked-etcd control plane and a skipped minor
+    // version are refused, each naming its field.
+    let even = server.kubectl_err(&["scale", "kcp", "dev-control-plane", "--replicas=2"]);
+    assert!(
+        even.contains("spec.replicas") && even.contains("cannot be an even number"),
+        "{even}"
+    );
+    let skip = server.kubectl_err(&[
+        "patch",
+        "kcp",
+        "dev-control-plane",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"version":"v1.32.0"}}"#,
+    ]);
+    assert!(
+        skip.contains("spec.version") && skip.contains("one minor version at a time"),
+        "{skip}"
+    );
+    let bad_version = server.kubectl_err(&[
+        "patch",
+        "machinedeployment",
+        "dev-md-0",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"version":"1.30"}}}}"#,
+    ]);
+    assert!(bad_version.contains("must be a valid semantic version"), "{bad_version}");
+
+    // Deleting the cluster deletes the templates it was made from, as in Cluster API.
+    let templates = "inmemorymachinetemplates,kubeadmconfigtemplates";
+    assert!(!server.kubectl_ok(&["get", templates, "-o", "name"]).is_empty());
+    server.kubectl_ok(&["delete", "cluster", "dev", "--timeout=90s"]);
+    eventually_within(Duration::from_secs(30), "the cluster's templates are gone", || {
+        server.kubectl_ok(&["get", templates, "-o", "name"]).is_empty()
+    });
 }

@@ -116,7 +116,7 @@ fn machines_boot_into_nodes_of_a_simulated_cluster() {
     let nodes = server.kubectl_ok(&["--kubeconfig", path.to_str().unwrap(), "get", "nodes"]);
     assert_eq!(nodes.lines().count(), 3, "{nodes}");
     assert!(
-        nodes.contains("True") && nodes.contains("v1.30.2"),
+        nodes.contains(" Ready ") && nodes.contains("v1.30.2"),
         "{nodes}"
     );
 

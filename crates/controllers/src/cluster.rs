@@ -115,8 +115,13 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
             // An imported cluster's control plane is whatever its agent reaches: up while the
             // agent is connected.
             None if imported => {
+                // Initialized once its agent first connected, for good (as Cluster API's
+                // condition is), so a reconnecting agent does not send the cluster back to
+                // Pending; Ready follows the connection.
                 let connected = conditions::is_true(&list, "Connected");
-                (connected, connected)
+                let initialized =
+                    connected || conditions::is_true(&list, "ControlPlaneInitialized");
+                (initialized, connected)
             }
             None => {
                 let running = control_plane_machines_running(&ctx, &namespace, &name).await?;
@@ -161,12 +166,25 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         "the control plane is not ready yet",
     );
     let ready = infra_ready && cp_ready;
-    let why = if !infra_ready {
-        ("WaitingForInfrastructure", "infrastructure is not ready")
+    // Ready summarizes, as Cluster API's does: when not ready it repeats the reason and
+    // message of the first condition that is not, so the most useful words (a provider to
+    // enable, say) show on the Cluster itself.
+    let blocking = if !infra_ready {
+        "InfrastructureReady"
     } else {
-        ("WaitingForControlPlane", "the control plane is not ready")
+        "ControlPlaneReady"
     };
-    conditions::set(&mut list, "Ready", ready, why.0, why.1);
+    let (reason, message) = list
+        .iter()
+        .find(|c| c["type"] == blocking)
+        .map(|c| {
+            (
+                c["reason"].as_str().unwrap_or_default().to_string(),
+                c["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .unwrap_or_default();
+    conditions::set(&mut list, "Ready", ready, &reason, &message);
 
     let has_endpoint = cluster.data["spec"]["controlPlaneEndpoint"]["host"]
         .as_str()

@@ -46,6 +46,32 @@ impl Reference {
     }
 }
 
+/// Makes `cluster` an owner of the template `reference` names (if it exists), as Cluster
+/// API's MachineDeployment and KubeadmControlPlane controllers do: a template outlives no
+/// cluster that uses it, and deleting the last such cluster deletes it.
+pub async fn adopt_template(
+    client: &Client,
+    namespace: &str,
+    reference: &Value,
+    cluster: &DynamicObject,
+) -> Result<(), Error> {
+    let Some(reference) = Reference::from_json(reference) else {
+        return Ok(());
+    };
+    let template = match reference.get(client, namespace).await {
+        Ok(Some(template)) => template,
+        Ok(None) | Err(Error::UnknownKind { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let api = reference.api(client, namespace).await?;
+    crate::object::ensure_owner(
+        &api,
+        &template,
+        crate::object::owner_reference(cluster, "cluster.x-k8s.io/v1beta1", "Cluster", false),
+    )
+    .await
+}
+
 /// The contract fields core reads from a provider object.
 pub fn ready(object: &DynamicObject) -> bool {
     crate::object::bool_at(&object.data, &["status", "ready"])

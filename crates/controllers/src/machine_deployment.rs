@@ -91,6 +91,13 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
         .await?;
     }
 
+    for reference in [
+        &deployment.data["spec"]["template"]["spec"]["infrastructureRef"],
+        &deployment.data["spec"]["template"]["spec"]["bootstrap"]["configRef"],
+    ] {
+        crate::external::adopt_template(&ctx.client, &namespace, reference, &cluster).await?;
+    }
+
     let replicas = i64_at(&deployment.data, &["spec", "replicas"])
         .unwrap_or(1)
         .max(0);

@@ -109,6 +109,13 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if !obj::bool_at(&cluster_object.data, &["status", "infrastructureReady"]) {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
+    lariat_controllers::external::adopt_template(
+        &ctx.client,
+        &namespace,
+        &kcp.data["spec"]["machineTemplate"]["infrastructureRef"],
+        &cluster_object,
+    )
+    .await?;
 
     let desired = i64_at(&kcp.data, &["spec", "replicas"]).unwrap_or(1).max(0) as usize;
     let live: Vec<&DynamicObject> = machines

@@ -1,0 +1,259 @@
+//! Cluster API's webhooks for the kinds lariat serves: what `cluster.x-k8s.io` and
+//! `controlplane.cluster.x-k8s.io` refuse that a schema cannot say (immutable references and
+//! cluster names, version formats and minor-version skips, selectors that do not select
+//! their template, and an even number of stacked-etcd control-plane members).
+
+use serde_json::Value;
+
+use super::Strategy;
+use crate::registry::Registry;
+use crate::status::Cause;
+
+/// A Kubernetes version as Cluster API accepts it (`v1.30.2`, `v1.30.2-rc.1+build`), as
+/// (major, minor, patch).
+fn kubernetes_version(text: &str) -> Option<(u64, u64, u64)> {
+    let rest = text.strip_prefix('v')?;
+    let core_end = rest.find(['-', '+']).unwrap_or(rest.len());
+    let (core, suffix) = rest.split_at(core_end);
+    if !suffix
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.+".contains(c))
+    {
+        return None;
+    }
+    let numbers: Vec<u64> = core
+        .split('.')
+        .map(|n| {
+            (!n.is_empty() && (n == "0" || !n.starts_with('0')))
+                .then(|| n.parse().ok())
+                .flatten()
+        })
+        .collect::<Option<_>>()?;
+    match numbers.as_slice() {
+        [major, minor, patch] => Some((*major, *minor, *patch)),
+        _ => None,
+    }
+}
+
+/// `field` must hold a Kubernetes version, if it holds anything.
+fn version_causes(object: &Value, path: &[&str], field: &str) -> Vec<Cause> {
+    let mut node = object;
+    for key in path {
+        node = &node[key];
+    }
+    match node {
+        Value::Null => vec![],
+        Value::String(v) if kubernetes_version(v).is_some() => vec![],
+        other => vec![Cause::invalid(
+            field,
+            other,
+            "must be a valid semantic version, such as v1.30.2",
+        )],
+    }
+}
+
+/// `field` may not change once set.
+fn immutable(object: &Value, old: Option<&Value>, path: &[&str], field: &str) -> Vec<Cause> {
+    let pick = |o: &Value| {
+        let mut node = o.clone();
+        for key in path {
+            node = node[key].take();
+        }
+        node
+    };
+    match old.map(pick) {
+        Some(before) if !before.is_null() && before != pick(object) => {
+            vec![Cause::invalid(field, &pick(object), "field is immutable")]
+        }
+        _ => vec![],
+    }
+}
+
+pub struct Clusters;
+
+impl Strategy for Clusters {
+    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+        let mut causes = vec![];
+        let namespace = object["metadata"]["namespace"].clone();
+        for reference in ["infrastructureRef", "controlPlaneRef"] {
+            let field = format!("spec.{reference}");
+            let given = &object["spec"][reference]["namespace"];
+            if !given.is_null() && given != &namespace {
+                causes.push(Cause::invalid(
+                    format!("{field}.namespace"),
+                    given,
+                    "must match metadata.namespace",
+                ));
+            }
+            // Which object a Cluster is made of cannot change under it (its apiVersion may,
+            // as a provider moves to a newer contract).
+            for key in ["kind", "name"] {
+                causes.extend(immutable(
+                    object,
+                    old,
+                    &["spec", reference, key],
+                    &format!("{field}.{key}"),
+                ));
+            }
+        }
+        causes
+    }
+}
+
+/// MachineDeployments, MachineSets and Machines: they belong to one cluster for life, run a
+/// valid version, and (for the first two) select the Machines their template makes.
+pub struct MachineOwners;
+
+impl Strategy for MachineOwners {
+    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+        let mut causes = immutable(object, old, &["spec", "clusterName"], "spec.clusterName");
+        if object["kind"] == "Machine" {
+            causes.extend(version_causes(object, &["spec", "version"], "spec.version"));
+            return causes;
+        }
+        causes.extend(version_causes(
+            object,
+            &["spec", "template", "spec", "version"],
+            "spec.template.spec.version",
+        ));
+        let template_labels = &object["spec"]["template"]["metadata"]["labels"];
+        if let Some(wanted) = object["spec"]["selector"]["matchLabels"].as_object() {
+            let selects = wanted
+                .iter()
+                .all(|(key, value)| template_labels.get(key) == Some(value));
+            if !selects {
+                causes.push(Cause::invalid(
+                    "spec.template.metadata.labels",
+                    template_labels,
+                    "must match spec.selector",
+                ));
+            }
+        }
+        causes
+    }
+}
+
+pub struct KubeadmControlPlanes;
+
+impl Strategy for KubeadmControlPlanes {
+    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+        let mut causes = version_causes(object, &["spec", "version"], "spec.version");
+        let replicas = &object["spec"]["replicas"];
+        let stacked_etcd = object["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["etcd"]
+            ["external"]
+            .is_null();
+        match replicas.as_i64() {
+            Some(n) if n <= 0 => causes.push(Cause::forbidden(
+                "spec.replicas",
+                "replicas cannot be less than or equal to 0",
+            )),
+            Some(n) if n % 2 == 0 && stacked_etcd => causes.push(Cause::forbidden(
+                "spec.replicas",
+                "cannot be an even number when etcd is stacked: an even count keeps quorum no better than one fewer",
+            )),
+            _ => {}
+        }
+        // An upgrade goes one minor version at a time, as kubeadm requires.
+        if let Some(old) = old
+            && let (Some(from), Some(to)) = (
+                old["spec"]["version"].as_str(),
+                object["spec"]["version"].as_str(),
+            )
+            && let (Some((_, from_minor, _)), Some((_, to_minor, _))) =
+                (kubernetes_version(from), kubernetes_version(to))
+            && to_minor > from_minor + 1
+        {
+            causes.push(Cause::forbidden(
+                "spec.version",
+                &format!(
+                    "cannot update Kubernetes version from {from} to {to}: upgrade one minor version at a time"
+                ),
+            ));
+        }
+        causes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn versions() {
+        for (text, expect) in [
+            ("v1.30.2", Some((1, 30, 2))),
+            ("v1.30.2-rc.1+build.5", Some((1, 30, 2))),
+            ("1.30.2", None),
+            ("v1.30", None),
+            ("v1.030.2", None),
+            ("v1.30.2 ", None),
+            ("latest", None),
+        ] {
+            assert_eq!(kubernetes_version(text), expect, "{text}");
+        }
+    }
+
+    fn fields(causes: &[Cause]) -> Vec<&str> {
+        causes.iter().map(|c| c.field.as_str()).collect()
+    }
+
+    #[test]
+    fn control_planes_as_cluster_api_admits_them() {
+        let registry = Registry::default();
+        let kcp = |replicas: i64, version: &str| {
+            json!({"kind": "KubeadmControlPlane", "spec": {"replicas": replicas, "version": version}})
+        };
+        for (mut object, old, expect) in [
+            (kcp(3, "v1.30.2"), None, vec![]),
+            (kcp(2, "v1.30.2"), None, vec!["spec.replicas"]),
+            (kcp(0, "v1.30.2"), None, vec!["spec.replicas"]),
+            (kcp(1, "1.30"), None, vec!["spec.version"]),
+            (kcp(3, "v1.31.0"), Some(kcp(3, "v1.30.2")), vec![]),
+            (kcp(3, "v1.32.0"), Some(kcp(3, "v1.30.2")), vec!["spec.version"]),
+        ] {
+            let causes = KubeadmControlPlanes.admit(&registry, &mut object, old.as_ref());
+            assert_eq!(fields(&causes), expect, "{object}");
+        }
+        let mut external = json!({"spec": {"replicas": 2, "kubeadmConfigSpec": {"clusterConfiguration": {"etcd": {"external": {"endpoints": ["https://etcd:2379"]}}}}}});
+        assert!(KubeadmControlPlanes.admit(&registry, &mut external, None).is_empty());
+    }
+
+    #[test]
+    fn machine_owners_keep_their_cluster_and_select_their_template() {
+        let registry = Registry::default();
+        let md = |cluster: &str, selector: &str| {
+            json!({"kind": "MachineDeployment", "spec": {"clusterName": cluster,
+                "selector": {"matchLabels": {"pool": selector}},
+                "template": {"metadata": {"labels": {"pool": "a"}}, "spec": {"version": "v1.30.2"}}}})
+        };
+        for (mut object, old, expect) in [
+            (md("dev", "a"), None, vec![]),
+            (md("dev", "b"), None, vec!["spec.template.metadata.labels"]),
+            (md("prod", "a"), Some(md("dev", "a")), vec!["spec.clusterName"]),
+        ] {
+            let causes = MachineOwners.admit(&registry, &mut object, old.as_ref());
+            assert_eq!(fields(&causes), expect, "{object}");
+        }
+    }
+
+    #[test]
+    fn a_cluster_keeps_what_it_is_made_of() {
+        let registry = Registry::default();
+        let cluster = |kind: &str, namespace: &str| {
+            json!({"metadata": {"namespace": "default"}, "spec": {"infrastructureRef": {"kind": kind, "name": "x", "namespace": namespace}}})
+        };
+        for (mut object, old, expect) in [
+            (cluster("InMemoryCluster", "default"), None, vec![]),
+            (cluster("InMemoryCluster", "other"), None, vec!["spec.infrastructureRef.namespace"]),
+            (
+                cluster("AWSCluster", "default"),
+                Some(cluster("InMemoryCluster", "default")),
+                vec!["spec.infrastructureRef.kind"],
+            ),
+        ] {
+            let causes = Clusters.admit(&registry, &mut object, old.as_ref());
+            assert_eq!(fields(&causes), expect, "{object}");
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! What is particular to one kind when it is written, one strategy per kind, as
+//! kube-apiserver's registry keeps one per resource (`pkg/registry/.../strategy.go`) and
+//! Cluster API one webhook per kind: defaulting, canonicalisation and the validation a schema
+//! cannot say. The generic verbs (`resources.rs`) name no kind; they ask [`for_kind`].
+
+use serde_json::Value;
+
+use crate::registry::Registry;
+use crate::status::Cause;
+
+mod capi;
+mod core;
+mod crd;
+
+/// One kind's write rules.
+pub trait Strategy: Send + Sync {
+    /// Completes `object` (a create when `old` is `None`, else an update of `old`) after the
+    /// schema has run, and returns what refuses it; each cause names its field.
+    fn admit(&self, registry: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause>;
+}
+
+/// The strategy of the kind served at `group`/`plural`, if it has one.
+pub fn for_kind(group: &str, plural: &str) -> Option<&'static dyn Strategy> {
+    Some(match (group, plural) {
+        ("", "secrets") => &core::Secrets,
+        ("", "configmaps") => &core::ConfigMaps,
+        ("", "namespaces") => &core::Namespaces,
+        ("apiextensions.k8s.io", "customresourcedefinitions") => &crd::CustomResourceDefinitions,
+        ("cluster.x-k8s.io", "clusters") => &capi::Clusters,
+        ("cluster.x-k8s.io", "machinedeployments" | "machinesets" | "machines") => {
+            &capi::MachineOwners
+        }
+        ("controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes") => {
+            &capi::KubeadmControlPlanes
+        }
+        _ => return None,
+    })
+}
