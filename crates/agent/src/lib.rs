@@ -541,11 +541,15 @@ async fn forward(
         .unwrap_or_else(|| "/".into());
     let mut builder = Request::builder().method(parts.method).uri(path);
     for (name, value) in &parts.headers {
+        // Identity is the agent's own downstream; nothing the caller sends may claim another
+        // (impersonation, front-proxy `X-Remote-*` headers) or carry lariat's cookies along.
         let hop_or_identity = name == header::HOST
             || name == header::AUTHORIZATION
             || name == header::CONNECTION
             || name == header::PROXY_AUTHORIZATION
-            || name.as_str().starts_with("impersonate-");
+            || name == header::COOKIE
+            || name.as_str().starts_with("impersonate-")
+            || name.as_str().starts_with("x-remote-");
         if !hop_or_identity {
             builder = builder.header(name, value);
         }

@@ -160,7 +160,11 @@ async fn simulated_version(resources: &Resources) -> Option<String> {
     })
 }
 
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+async fn metrics(State(state): State<Arc<AppState>>, uri: axum::http::Uri) -> Response {
+    if state.simulated {
+        // The process's counters belong to the management plane, not to a simulated cluster.
+        return not_found_path(uri.path()).into_response();
+    }
     let mut text = crate::auth::metrics();
     text.push_str(&state.metrics.map(|render| render()).unwrap_or_default());
     (
@@ -203,7 +207,32 @@ async fn cluster_proxy(State(state): State<Arc<AppState>>, request: Request) -> 
             .into_response();
         }
     }
+    // A tunnel serves its Cluster while the Cluster lives: the moment it is deleted (or being
+    // deleted) the proxy stops, without waiting for the next heartbeat to close the tunnel.
+    let (namespace, name) = (namespace.unwrap_or_default(), name.unwrap_or_default());
+    if let Some(rt) = state.resources.registry.get("cluster.x-k8s.io", "clusters") {
+        let scope = Scope {
+            version: rt.storage_version().name.clone(),
+            rt,
+            namespace: Some(namespace.to_string()),
+        };
+        let live = match state.resources.get(&scope, name).await {
+            Ok(cluster) => cluster["metadata"]["deletionTimestamp"].is_null(),
+            Err(ApiError::NotFound { .. }) => false,
+            Err(e) => return e.into_response(),
+        };
+        if !live {
+            state.tunnels.disconnect(&format!("{namespace}/{name}"));
+            return ApiError::not_found("clusters", "cluster.x-k8s.io", name).into_response();
+        }
+    }
     crate::tunnel::proxy(&state.tunnels, request).await
+}
+
+fn request_peer_address(peer: &Option<axum::Extension<Peer>>) -> Option<std::net::IpAddr> {
+    peer.as_ref()
+        .and_then(|axum::Extension(peer)| peer.address())
+        .map(|a| a.ip())
 }
 
 /// `kubectl auth can-i`: asks the authorizer about the caller, as kube-apiserver answers a
@@ -281,13 +310,28 @@ async fn self_subject_review(request: Request) -> Response {
 async fn import_manifest(
     State(state): State<Arc<AppState>>,
     axum::extract::Path(file): axum::extract::Path<String>,
+    peer: Option<axum::Extension<Peer>>,
     headers: axum::http::HeaderMap,
 ) -> Response {
     let Some(token) = file.strip_suffix(".yaml") else {
         return not_found_path(&format!("/v3/import/{file}")).into_response();
     };
+    // Guessing tokens here is limited per address as at /v3/connect.
+    let address = request_peer_address(&peer);
+    if let Some(address) = address
+        && let Err(retry_after) = state.tunnels.may_try(address)
+    {
+        return ApiError::TooManyRequests {
+            message: format!("too many failed attempts from {address}; retry in {retry_after}s"),
+            retry_after_seconds: retry_after,
+        }
+        .into_response();
+    }
     let client = crate::local::client(state.clone());
     if let Err(e) = crate::tunnel::registration_cluster(&client, token).await {
+        if let (Some(address), ApiError::Forbidden { .. }) = (address, &e) {
+            state.tunnels.failed(address);
+        }
         return e.into_response();
     }
     // The advertised address; else the address the caller used (a load balancer's, say), if
@@ -344,7 +388,7 @@ async fn authenticate(
             );
             // Read (a bounded amount of) the body first: an HTTP/2 client still sending it
             // would otherwise see its stream reset instead of the 401.
-            let _ = read_bytes(request.into_body()).await;
+            discard(request.into_body()).await;
             e.into_response()
         }
     }
@@ -455,7 +499,7 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
             // Read what is left of the body before answering: an HTTP/2 client still sending
             // it would otherwise see its stream reset instead of the error.
             if let Some(unread) = body.take() {
-                let _ = read_bytes(unread).await;
+                discard(unread).await;
             }
             e.into_response()
         }
@@ -782,6 +826,18 @@ async fn serve(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
             let patch_type = PatchType::from_content_type(content_type)?;
+            if patch_type == PatchType::Apply && !query.contains_key("fieldManager") {
+                return Err(ApiError::invalid(
+                    "PatchOptions",
+                    "meta.k8s.io",
+                    "",
+                    vec![Cause {
+                        reason: "FieldValueRequired",
+                        message: "Required value: is required for apply patch".into(),
+                        field: "fieldManager".into(),
+                    }],
+                ));
+            }
             let bytes = read_bytes(take_body(body)).await?;
             let options = write_options()?;
             let written = if target.subresource.as_deref() == Some("scale") {
@@ -1238,12 +1294,47 @@ async fn watch(
     Ok(response)
 }
 
-/// Reads a request body of at most [`MAX_BODY_BYTES`]. A larger body is read on (and
-/// dropped) up to a bound before the 413 goes out, so HTTP/2 clients still see the answer
-/// instead of a reset stream.
-async fn read_bytes(body: Body) -> ApiResult<Bytes> {
+/// A request body must have arrived this long after the request did (kube-apiserver's
+/// request timeout): a client trickling its body holds a connection no longer.
+const BODY_DEADLINE: Duration = Duration::from_secs(60);
+/// What is read of a body nobody will use (after a refusal) before the answer goes out, so
+/// an HTTP/2 client still sending sees the answer rather than a reset stream; a client
+/// slower than this gets the reset.
+const DISCARD_DEADLINE: Duration = Duration::from_secs(2);
+const DRAIN_LIMIT: usize = 4 * MAX_BODY_BYTES;
+
+/// Reads and drops what is left of a refused request's body, within bounds of time and size.
+async fn discard(body: Body) {
     use http_body_util::BodyExt;
-    const DRAIN_LIMIT: usize = 4 * MAX_BODY_BYTES;
+    let mut body = body;
+    let _ = tokio::time::timeout(DISCARD_DEADLINE, async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |d| d.len());
+            if seen > DRAIN_LIMIT {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// Reads a request body of at most [`MAX_BODY_BYTES`] within [`BODY_DEADLINE`]. A larger
+/// body is read on (and dropped) up to a bound before the 413 goes out, so HTTP/2 clients
+/// still see the answer instead of a reset stream.
+async fn read_bytes(body: Body) -> ApiResult<Bytes> {
+    tokio::time::timeout(BODY_DEADLINE, read_bytes_unbounded(body))
+        .await
+        .map_err(|_| {
+            ApiError::bad_request(format!(
+                "the request body did not arrive within {}s",
+                BODY_DEADLINE.as_secs()
+            ))
+        })?
+}
+
+async fn read_bytes_unbounded(body: Body) -> ApiResult<Bytes> {
+    use http_body_util::BodyExt;
     let too_large = || ApiError::TooLarge {
         message: format!("the request body is larger than the {MAX_BODY_BYTES} byte limit"),
     };

@@ -444,7 +444,18 @@ impl Resources {
                 });
         self.write_loop(scope, name, subresource, options, requested_rv, |current| {
             let current = current.ok_or_else(|| scope.not_found(name))?;
-            patch::patch(current, patch_type, body)
+            let patched = patch::patch(current, patch_type, body)?;
+            // A patch edits an object; one that removes what makes it an object of its kind
+            // (or replaces it whole with something else) is refused, as kube-apiserver cannot
+            // decode the result.
+            for field in ["apiVersion", "kind"] {
+                if patched.is_object() && patched[field].as_str().is_none_or(str::is_empty) {
+                    return Err(ApiError::bad_request(format!(
+                        "Object '{field}' is missing in the patched object: a patch may not remove it"
+                    )));
+                }
+            }
+            Ok(patched)
         })
         .await
     }
@@ -556,6 +567,15 @@ impl Resources {
             if options.dry_run {
                 return Ok(Written {
                     object,
+                    created: false,
+                    warnings,
+                });
+            }
+            // A write that changes nothing is not written, as in Kubernetes: the
+            // resourceVersion stays and watchers see no event.
+            if unchanged(&current, &object) {
+                return Ok(Written {
+                    object: current,
                     created: false,
                     warnings,
                 });
@@ -1077,6 +1097,24 @@ fn check_changed_object(object: &Value, name: &str) -> ApiResult<()> {
 fn with_revision(mut object: Value, revision: i64) -> Value {
     meta_mut(&mut object).insert("resourceVersion".into(), json!(revision.to_string()));
     object
+}
+
+/// Whether `new` is `old` again, but for the bookkeeping a write itself adds (the times in
+/// managedFields, the resourceVersion). Who manages which fields is not bookkeeping.
+fn unchanged(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(meta) = v["metadata"].as_object_mut() {
+            meta.remove("resourceVersion");
+            if let Some(entries) = meta.get_mut("managedFields").and_then(Value::as_array_mut) {
+                for entry in entries.iter_mut().filter_map(Value::as_object_mut) {
+                    entry.remove("time");
+                }
+            }
+        }
+        v
+    };
+    strip(old) == strip(new)
 }
 
 /// An object marked for deletion whose finalizers are all gone is deleted by the write that

@@ -122,7 +122,7 @@ impl Tunnels {
     }
 
     /// Whether `address` still has failed attempts left; if not, in how many seconds it has.
-    fn may_try(&self, address: IpAddr) -> Result<(), u64> {
+    pub(crate) fn may_try(&self, address: IpAddr) -> Result<(), u64> {
         let mut failures = self.failures.lock().expect("lock");
         let Some(bucket) = failures.get_mut(&address) else {
             return Ok(());
@@ -138,7 +138,7 @@ impl Tunnels {
     }
 
     /// Counts a failed attempt against `address`.
-    fn failed(&self, address: IpAddr) {
+    pub(crate) fn failed(&self, address: IpAddr) {
         let now = Instant::now();
         let mut failures = self.failures.lock().expect("lock");
         if failures.len() >= FAILURE_ADDRESSES && !failures.contains_key(&address) {
@@ -209,7 +209,7 @@ impl Tunnels {
     }
 
     /// Drops `cluster`'s tunnel (its Cluster is gone): dropping the last sender closes it.
-    fn disconnect(&self, cluster: &str) {
+    pub(crate) fn disconnect(&self, cluster: &str) {
         if self
             .connected
             .lock()
@@ -294,6 +294,12 @@ struct Identity {
     registering: bool,
 }
 
+/// What any token that is not a live one gets, whichever way it is wrong: telling a wrong
+/// secret from an unknown id would let anyone find out which clusters exist (a credential's
+/// id is derived from its cluster's name).
+const UNKNOWN_TOKEN: &str =
+    "unknown, revoked or wrong agent token: create a new one with lariat cluster import";
+
 /// A refused agent credential: counted and logged as every refused credential is (at most
 /// one line per interval), and answered with what was wrong.
 fn unauthorized(message: &str) -> ApiError {
@@ -346,7 +352,7 @@ async fn authenticate(client: &kube::Client, token: &str) -> Result<Identity, Ap
                 .unwrap_or_default()
         };
         if !constant_time_eq(&field("hash"), &hash) {
-            return Err(unauthorized("wrong agent credential"));
+            return Err(unauthorized(UNKNOWN_TOKEN));
         }
         // A credential dies with its Cluster: one deleted (or deleted and created again under
         // the same name) no longer has an agent, whatever the garbage collector has not yet
@@ -375,13 +381,11 @@ async fn authenticate(client: &kube::Client, token: &str) -> Result<Identity, Ap
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
     else {
-        return Err(unauthorized(
-            "unknown or revoked registration token: create a new one with lariat cluster import",
-        ));
+        return Err(unauthorized(UNKNOWN_TOKEN));
     };
     let spec = &registration.data["spec"];
     if !constant_time_eq(spec["tokenHash"].as_str().unwrap_or_default(), &hash) {
-        return Err(unauthorized("wrong registration token"));
+        return Err(unauthorized(UNKNOWN_TOKEN));
     }
     let expired = spec["expirationTimestamp"]
         .as_str()
@@ -701,11 +705,15 @@ pub async fn proxy(tunnels: &Tunnels, request: axum::extract::Request) -> Respon
     parts.headers.remove("keep-alive");
     parts.headers.remove("proxy-connection");
     parts.headers.remove(header::PROXY_AUTHORIZATION);
-    // Impersonation is lariat's to grant (with RBAC), not the caller's to ask of the agent.
+    parts.headers.remove(header::COOKIE);
+    // Impersonation is lariat's to grant (with RBAC), not the caller's to ask of the agent;
+    // nor may a caller claim an identity with front-proxy headers (`X-Remote-User`).
     let impersonation: Vec<_> = parts
         .headers
         .keys()
-        .filter(|name| name.as_str().starts_with("impersonate-"))
+        .filter(|name| {
+            name.as_str().starts_with("impersonate-") || name.as_str().starts_with("x-remote-")
+        })
         .cloned()
         .collect();
     for name in impersonation {

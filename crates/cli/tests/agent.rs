@@ -527,10 +527,12 @@ fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
     std::thread::sleep(Duration::from_secs(2));
     let expired = Agent::start(dir, "expired", &server, &short, &checksum, &downstream);
     eventually("each bad agent logs why it is refused", || {
-        wrong.log().contains("wrong registration token")
+        wrong
+            .log()
+            .contains("unknown, revoked or wrong agent token")
             && unknown
                 .log()
-                .contains("unknown or revoked registration token")
+                .contains("unknown, revoked or wrong agent token")
             && mismatch.log().contains("does not match --ca-checksum")
             && expired.log().contains("expired registration token")
     });
@@ -572,7 +574,7 @@ fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
     ]);
     let late = Agent::start(dir, "late", &server, &revoked, &checksum, &other_downstream);
     eventually("a revoked token is refused", || {
-        late.log().contains("unknown or revoked registration token")
+        late.log().contains("unknown, revoked or wrong agent token")
     });
 
     // Garbage after the upgrade: the tunnel fails, the server does not.

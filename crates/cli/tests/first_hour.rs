@@ -218,13 +218,26 @@ fn simulated_clusters_look_real_and_columns_are_filled() {
         "-p",
         r#"{"spec":{"template":{"spec":{"version":"1.30"}}}}"#,
     ]);
-    assert!(bad_version.contains("must be a valid semantic version"), "{bad_version}");
+    assert!(
+        bad_version.contains("must be a valid semantic version"),
+        "{bad_version}"
+    );
 
     // Deleting the cluster deletes the templates it was made from, as in Cluster API.
     let templates = "inmemorymachinetemplates,kubeadmconfigtemplates";
-    assert!(!server.kubectl_ok(&["get", templates, "-o", "name"]).is_empty());
+    assert!(
+        !server
+            .kubectl_ok(&["get", templates, "-o", "name"])
+            .is_empty()
+    );
     server.kubectl_ok(&["delete", "cluster", "dev", "--timeout=90s"]);
-    eventually_within(Duration::from_secs(30), "the cluster's templates are gone", || {
-        server.kubectl_ok(&["get", templates, "-o", "name"]).is_empty()
-    });
+    eventually_within(
+        Duration::from_secs(30),
+        "the cluster's templates are gone",
+        || {
+            server
+                .kubectl_ok(&["get", templates, "-o", "name"])
+                .is_empty()
+        },
+    );
 }

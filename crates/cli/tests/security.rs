@@ -199,6 +199,18 @@ fn each_simulated_cluster_is_its_own_trust_domain() {
         Some(token.to_string().as_bytes()),
     );
     assert_eq!(code, 401, "{body}");
+    // A simulated cluster sees nothing of the management plane's counters.
+    let (code, _) = server.curl_with(
+        &[
+            "--cert",
+            cert.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+        ],
+        &format!("{dev_url}/metrics"),
+        None,
+    );
+    assert_eq!(code, 404);
     // An unknown simulated cluster answers as an unauthenticated request does.
     let (code, _) = server.curl_with(&[], &format!("{base}/inmemory/default/nope/api"), None);
     assert_eq!(code, 401);
@@ -289,6 +301,13 @@ fn each_simulated_cluster_is_its_own_trust_domain() {
     assert!(credential.contains('.'), "credential {credential:?}");
     server.kubectl_ok(&["delete", "cluster", "dev", "--timeout=60s"]);
     assert_refused(&server, &dev, "a deleted cluster's kubeconfig");
+    // The proxy stops with the Cluster, not at the next heartbeat.
+    let through = kubectl_with(&server, &proxied, &["get", "nodes"]);
+    assert!(
+        !through.status.success() && String::from_utf8_lossy(&through.stderr).contains("not found"),
+        "{}",
+        String::from_utf8_lossy(&through.stderr)
+    );
     let (code, body) = server.curl_with(
         &[
             "-H",
@@ -479,6 +498,36 @@ fn abusive_connections_are_shed_and_other_clients_served() {
     assert!(
         started.elapsed() < Duration::from_secs(request.len() as u64 * 3 / 10),
         "before it finished its headers"
+    );
+    // An unauthenticated request trickling its body is answered, and let go, at once.
+    let started = Instant::now();
+    let body = server.data_dir().join("slow-body");
+    std::fs::write(&body, vec![b' '; 100_000]).unwrap();
+    let (code, _) = server.curl_with(
+        &[
+            "--http1.1",
+            "-X",
+            "POST",
+            "--limit-rate",
+            "1000",
+            "--max-time",
+            "20",
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            &format!("@{}", body.display()),
+        ],
+        &format!(
+            "https://{}/api/v1/namespaces/default/configmaps",
+            server.address
+        ),
+        None,
+    );
+    assert_eq!(code, 401);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "answered in {:?}, not after the 100 s the body would take",
+        started.elapsed()
     );
     // And the server still serves.
     server.kubectl_ok(&["get", "ns"]);
@@ -695,6 +744,42 @@ fn requests_kubernetes_refuses_are_refused_without_writing() {
     assert_eq!(code, 400, "apply without apiVersion: {body}");
     assert!(!exists("big"));
 
+    // Apply names its field manager; a patch may not turn an object into something else;
+    // a patch that changes nothing writes nothing.
+    let (code, body) = server.curl(
+        "PATCH",
+        &format!("{path}/keep"),
+        auth,
+        Some("application/apply-patch+yaml"),
+        Some(b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: keep}\n"),
+    );
+    assert_eq!(code, 422, "apply without fieldManager: {body}");
+    let (code, body) = server.curl(
+        "PATCH",
+        &format!("{path}/keep"),
+        auth,
+        Some("application/json-patch+json"),
+        Some(br#"[{"op":"replace","path":"","value":{"x":1}}]"#),
+    );
+    assert_eq!(code, 400, "{body}");
+    let version = |body: &str| {
+        serde_json::from_str::<Value>(body).unwrap()["metadata"]["resourceVersion"].clone()
+    };
+    let (_, before) = server.curl("GET", &format!("{path}/keep"), auth, None, None);
+    let (code, after) = server.curl(
+        "PATCH",
+        &format!("{path}/keep"),
+        auth,
+        Some("application/strategic-merge-patch+json"),
+        Some(br#"{"metadata":{"labels":{"app":"web"}}}"#),
+    );
+    assert_eq!(code, 200, "{after}");
+    assert_eq!(
+        version(&before),
+        version(&after),
+        "a no-op patch keeps the resourceVersion"
+    );
+
     // A JSON patch's resourceVersion is a precondition, as a PUT's and a merge patch's are.
     let stale = r#"[{"op":"replace","path":"/metadata/resourceVersion","value":"1"},{"op":"add","path":"/data","value":{"x":"y"}}]"#;
     let (code, body) = server.curl(
@@ -809,4 +894,25 @@ fn failed_agent_handshakes_never_starve_a_valid_agent() {
         headers.starts_with("HTTP/1.1 101"),
         "the valid agent is admitted: {headers}"
     );
+
+    // Whether a cluster exists cannot be learnt from the refusal: a wrong secret for the
+    // credential of a real cluster (its id derives from the cluster's name) and an id that
+    // exists nowhere get the same answer.
+    let real = &lariat_apiserver::auth::sha256_hex("default/edge")[..20];
+    let answers: Vec<String> = [format!("{real}.guess"), "zzzzzzzz.guess".to_string()]
+        .iter()
+        .map(|token| {
+            let bearer = format!("Authorization: Bearer {token}");
+            let mut args = upgrade.to_vec();
+            args.extend(["-H", &bearer]);
+            let (code, body) = server.curl_with(
+                &args,
+                &format!("https://{}/v3/connect", server.address),
+                None,
+            );
+            assert_eq!(code, 403, "{body}");
+            status(&body)["message"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(answers[0], answers[1]);
 }

@@ -139,9 +139,9 @@ impl Strategy for KubeadmControlPlanes {
     fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = version_causes(object, &["spec", "version"], "spec.version");
         let replicas = &object["spec"]["replicas"];
-        let stacked_etcd = object["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["etcd"]
-            ["external"]
-            .is_null();
+        let stacked_etcd =
+            object["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["etcd"]["external"]
+                .is_null();
         match replicas.as_i64() {
             Some(n) if n <= 0 => causes.push(Cause::forbidden(
                 "spec.replicas",
@@ -201,22 +201,28 @@ mod tests {
     #[test]
     fn control_planes_as_cluster_api_admits_them() {
         let registry = Registry::default();
-        let kcp = |replicas: i64, version: &str| {
-            json!({"kind": "KubeadmControlPlane", "spec": {"replicas": replicas, "version": version}})
-        };
+        let kcp = |replicas: i64, version: &str| json!({"kind": "KubeadmControlPlane", "spec": {"replicas": replicas, "version": version}});
         for (mut object, old, expect) in [
             (kcp(3, "v1.30.2"), None, vec![]),
             (kcp(2, "v1.30.2"), None, vec!["spec.replicas"]),
             (kcp(0, "v1.30.2"), None, vec!["spec.replicas"]),
             (kcp(1, "1.30"), None, vec!["spec.version"]),
             (kcp(3, "v1.31.0"), Some(kcp(3, "v1.30.2")), vec![]),
-            (kcp(3, "v1.32.0"), Some(kcp(3, "v1.30.2")), vec!["spec.version"]),
+            (
+                kcp(3, "v1.32.0"),
+                Some(kcp(3, "v1.30.2")),
+                vec!["spec.version"],
+            ),
         ] {
             let causes = KubeadmControlPlanes.admit(&registry, &mut object, old.as_ref());
             assert_eq!(fields(&causes), expect, "{object}");
         }
         let mut external = json!({"spec": {"replicas": 2, "kubeadmConfigSpec": {"clusterConfiguration": {"etcd": {"external": {"endpoints": ["https://etcd:2379"]}}}}}});
-        assert!(KubeadmControlPlanes.admit(&registry, &mut external, None).is_empty());
+        assert!(
+            KubeadmControlPlanes
+                .admit(&registry, &mut external, None)
+                .is_empty()
+        );
     }
 
     #[test]
@@ -230,7 +236,11 @@ mod tests {
         for (mut object, old, expect) in [
             (md("dev", "a"), None, vec![]),
             (md("dev", "b"), None, vec!["spec.template.metadata.labels"]),
-            (md("prod", "a"), Some(md("dev", "a")), vec!["spec.clusterName"]),
+            (
+                md("prod", "a"),
+                Some(md("dev", "a")),
+                vec!["spec.clusterName"],
+            ),
         ] {
             let causes = MachineOwners.admit(&registry, &mut object, old.as_ref());
             assert_eq!(fields(&causes), expect, "{object}");
@@ -240,12 +250,14 @@ mod tests {
     #[test]
     fn a_cluster_keeps_what_it_is_made_of() {
         let registry = Registry::default();
-        let cluster = |kind: &str, namespace: &str| {
-            json!({"metadata": {"namespace": "default"}, "spec": {"infrastructureRef": {"kind": kind, "name": "x", "namespace": namespace}}})
-        };
+        let cluster = |kind: &str, namespace: &str| json!({"metadata": {"namespace": "default"}, "spec": {"infrastructureRef": {"kind": kind, "name": "x", "namespace": namespace}}});
         for (mut object, old, expect) in [
             (cluster("InMemoryCluster", "default"), None, vec![]),
-            (cluster("InMemoryCluster", "other"), None, vec!["spec.infrastructureRef.namespace"]),
+            (
+                cluster("InMemoryCluster", "other"),
+                None,
+                vec!["spec.infrastructureRef.namespace"],
+            ),
             (
                 cluster("AWSCluster", "default"),
                 Some(cluster("InMemoryCluster", "default")),

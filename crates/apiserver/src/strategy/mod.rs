@@ -30,9 +30,7 @@ pub fn for_kind(group: &str, plural: &str) -> Option<&'static dyn Strategy> {
         ("cluster.x-k8s.io", "machinedeployments" | "machinesets" | "machines") => {
             &capi::MachineOwners
         }
-        ("controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes") => {
-            &capi::KubeadmControlPlanes
-        }
+        ("controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes") => &capi::KubeadmControlPlanes,
         _ => return None,
     })
 }
