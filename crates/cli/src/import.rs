@@ -239,21 +239,35 @@ pub async fn kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
             args.namespace
         );
     };
-    // A kubeconfig for a cluster with no agent would only earn the user kubectl's discovery
-    // errors; say why instead.
-    let connected = found.data["status"]["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == "Connected"));
-    if connected.is_none_or(|c| c["status"] != "True") {
-        let why = connected
-            .and_then(|c| c["message"].as_str())
-            .filter(|m| !m.is_empty())
-            .unwrap_or("its agent has never connected");
+    // A kubeconfig for a cluster whose agent never connected would only earn the user
+    // kubectl's discovery errors; say why instead. One that is reconnecting gets its
+    // kubeconfig, and a word of warning.
+    let condition = |type_: &str| {
+        found.data["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == type_))
+            .cloned()
+    };
+    let connected = condition("Connected");
+    let is_true = |c: &Option<serde_json::Value>| c.as_ref().is_some_and(|c| c["status"] == "True");
+    let why = connected
+        .as_ref()
+        .and_then(|c| c["message"].as_str())
+        .filter(|m| !m.is_empty())
+        .unwrap_or("no agent is connected")
+        .to_string();
+    if !is_true(&connected) && !is_true(&condition("ControlPlaneInitialized")) {
         bail!(
-            "cluster {}/{} is not connected ({why}): lariat reaches it only through its agent; run `lariat cluster import {}` and apply the manifest it prints in that cluster",
+            "cluster {}/{} has never connected ({why}): lariat reaches it only through its agent; run `lariat cluster import {}` and apply the manifest it prints in that cluster",
             args.namespace,
             args.name,
             args.name
+        );
+    }
+    if !is_true(&connected) {
+        eprintln!(
+            "warning: cluster {}/{} is not connected right now ({why}); this kubeconfig works once its agent is back",
+            args.namespace, args.name
         );
     }
     let path = crate::connect::kubeconfig_path(args.kubeconfig.as_ref())

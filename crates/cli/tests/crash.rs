@@ -15,10 +15,12 @@ async fn acknowledged_writes_survive_kill_9() {
     let mut server = TestServer::start();
     let client = server.client().await;
     let acknowledged = Arc::new(Mutex::new(Vec::<String>::new()));
+    let first_error = Arc::new(Mutex::new(None::<String>));
     let mut writers = vec![];
     for writer in 0..16 {
         let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
         let acknowledged = acknowledged.clone();
+        let first_error = first_error.clone();
         writers.push(tokio::spawn(async move {
             for i in 0.. {
                 let name = format!("w{writer}-{i}");
@@ -32,12 +34,20 @@ async fn acknowledged_writes_survive_kill_9() {
                 };
                 match maps.create(&PostParams::default(), &cm).await {
                     Ok(_) => acknowledged.lock().unwrap().push(name),
-                    Err(_) => return,
+                    Err(e) => {
+                        first_error.lock().unwrap().get_or_insert(e.to_string());
+                        return;
+                    }
                 }
             }
         }));
     }
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    // Kill in the middle of the burst: once a good number of writes were answered (on a
+    // loaded machine the first ones can take a while), not after a fixed time.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while acknowledged.lock().unwrap().len() < 100 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     server.kill9();
     for writer in writers {
         writer.await.unwrap();
@@ -45,8 +55,9 @@ async fn acknowledged_writes_survive_kill_9() {
     let acknowledged = acknowledged.lock().unwrap().clone();
     assert!(
         acknowledged.len() > 50,
-        "the burst was too small to mean anything: {}",
-        acknowledged.len()
+        "the burst was too small to mean anything: {} (first refused write: {:?})",
+        acknowledged.len(),
+        first_error.lock().unwrap()
     );
 
     server.launch();

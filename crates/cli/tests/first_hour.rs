@@ -42,7 +42,7 @@ fn versions_kubeconfigs_and_the_address_remote_clusters_dial() {
     let kubeconfig = server.lariat(&["kubeconfig", "edge"]);
     assert!(!kubeconfig.status.success());
     assert!(
-        stderr(&kubeconfig).starts_with("error: cluster default/edge is not connected")
+        stderr(&kubeconfig).starts_with("error: cluster default/edge has never connected")
             && stderr(&kubeconfig).lines().count() == 1,
         "{}",
         stderr(&kubeconfig)
