@@ -106,6 +106,13 @@ pub fn core_types() -> Vec<ResourceType> {
         Origin::Core,
     )
     .expect("event definition is valid");
+    for version in &mut events.versions {
+        for column in &mut version.printer_columns {
+            if column.name == "Object" {
+                column.printer = Some(Printer::EventObject);
+            }
+        }
+    }
     events.selectable_fields = [
         "involvedObject.kind",
         "involvedObject.namespace",

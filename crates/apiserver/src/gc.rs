@@ -471,3 +471,53 @@ pub async fn compact_periodically(
         }
     }
 }
+
+/// Deletes Events last seen more than `ttl` ago, every minute (kube-apiserver's
+/// `--event-ttl`, one hour by default): they say what happened lately, not forever.
+pub async fn expire_events(resources: Resources, ttl: Duration, mut stop: watch::Receiver<bool>) {
+    let Some(rt) = resources.registry.get("", "events") else {
+        return;
+    };
+    let scope = Scope {
+        rt,
+        version: "v1".into(),
+        namespace: None,
+    };
+    let period = ttl.min(Duration::from_secs(60)).max(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+        let cutoff = chrono::Utc::now()
+            - chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::hours(1));
+        let events = match resources.list(&scope, &Default::default()).await {
+            Ok(listed) => listed.items,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list events to expire them");
+                continue;
+            }
+        };
+        for event in events {
+            let seen = ["lastTimestamp", "eventTime", "firstTimestamp"]
+                .iter()
+                .find_map(|field| event[field].as_str())
+                .or(event["metadata"]["creationTimestamp"].as_str())
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+            if seen.is_some_and(|t| t < cutoff) {
+                let event_scope = Scope {
+                    namespace: event["metadata"]["namespace"].as_str().map(String::from),
+                    ..scope.clone()
+                };
+                let name = event["metadata"]["name"].as_str().unwrap_or_default();
+                match resources
+                    .delete(&event_scope, name, &Default::default())
+                    .await
+                {
+                    Ok(_) | Err(crate::status::ApiError::NotFound { .. }) => {}
+                    Err(e) => tracing::warn!(error = %e, event = name, "cannot expire an event"),
+                }
+            }
+        }
+    }
+}

@@ -61,6 +61,8 @@ pub struct Config {
     pub metrics: Option<fn() -> String>,
     /// Agent handshakes admitted per second; the rest are told when to retry.
     pub agent_handshakes_per_second: f64,
+    /// How long an Event is kept after it was last seen.
+    pub event_ttl: Duration,
     /// Connection limits and idle deadline of the HTTPS listener.
     pub limits: tls::Limits,
     /// The URL clusters and agents elsewhere reach this server at (`https://HOST[:PORT]`, a
@@ -79,6 +81,7 @@ impl Config {
             encryption_key_file: None,
             metrics: None,
             agent_handshakes_per_second: tunnel::DEFAULT_HANDSHAKES_PER_SECOND,
+            event_ttl: Duration::from_secs(3600),
             limits: tls::Limits::default(),
             advertise_url: None,
         }
@@ -281,6 +284,11 @@ impl Server {
             self.config.compaction_interval,
             stop_rx.clone(),
         ));
+        let event_expiry = tokio::spawn(gc::expire_events(
+            self.state.resources.clone(),
+            self.config.event_ttl,
+            stop_rx.clone(),
+        ));
         let crd_follower = {
             let resources = self.state.resources.clone();
             let stop = stop_rx.clone();
@@ -304,7 +312,7 @@ impl Server {
             },
         )
         .await?;
-        let _ = tokio::join!(collector, compactor, crd_follower, reporter);
+        let _ = tokio::join!(collector, compactor, event_expiry, crd_follower, reporter);
         Ok(())
     }
 }

@@ -41,6 +41,8 @@ pub enum Printer {
     NodeStatus,
     /// The `node-role.kubernetes.io/<role>` labels, or `<none>`.
     NodeRoles,
+    /// An Event's object as `kind/name` (`machineset/dev-md-0-x7k2q`).
+    EventObject,
 }
 
 #[derive(Clone, Debug)]

@@ -138,6 +138,14 @@ fn print(printer: Printer, object: &Value) -> String {
             }
             status
         }
+        Printer::EventObject => {
+            let involved = &object["involvedObject"];
+            format!(
+                "{}/{}",
+                involved["kind"].as_str().unwrap_or_default().to_lowercase(),
+                involved["name"].as_str().unwrap_or_default()
+            )
+        }
         Printer::NodeRoles => {
             let labels = object["metadata"]["labels"].as_object();
             let mut roles: Vec<&str> = labels

@@ -62,7 +62,7 @@ pub struct KubeconfigArgs {
 }
 
 /// `30m`, `24h`, `7d`, `90s` as a duration.
-fn parse_ttl(text: &str) -> anyhow::Result<Duration> {
+pub(crate) fn parse_ttl(text: &str) -> anyhow::Result<Duration> {
     let (number, unit) = text.split_at(
         text.find(|c: char| !c.is_ascii_digit())
             .unwrap_or(text.len()),

@@ -120,6 +120,9 @@ struct ServerArgs {
     /// Serve the API only: run no controllers or providers (for API benchmarks).
     #[arg(long)]
     no_controllers: bool,
+    /// How long an Event is kept after it was last seen, e.g. 1h, 30m.
+    #[arg(long, default_value = "1h")]
+    event_ttl: String,
     /// Open connections allowed in total.
     #[arg(long, default_value_t = lariat_apiserver::tls::Limits::default().max_connections)]
     max_connections: usize,
@@ -285,6 +288,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     config.encryption_key_file = args.encryption_key_file;
     config.metrics = Some(lariat_controllers::metrics::render);
     config.agent_handshakes_per_second = args.agent_handshake_rate;
+    config.event_ttl = import::parse_ttl(&args.event_ttl)
+        .map_err(|e| anyhow::anyhow!("{}", e.to_string().replace("--ttl", "--event-ttl")))?;
     config.limits = lariat_apiserver::tls::Limits {
         max_connections: args.max_connections,
         max_connections_per_address: args.max_connections_per_client,

@@ -54,6 +54,23 @@ fn versions_kubeconfigs_and_the_address_remote_clusters_dial() {
     );
 }
 
+/// Events expire after `--event-ttl`, as kube-apiserver's do.
+#[test]
+fn events_expire() {
+    let server = TestServer::start_with(&["--event-ttl", "2s"]);
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    server.apply_ok(
+        &["create", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: Event\nmetadata: {{name: old.1}}\ninvolvedObject: {{kind: ConfigMap, name: x, namespace: default}}\nreason: Test\nmessage: seen once\ntype: Normal\nlastTimestamp: \"{now}\"\n"
+        ),
+    );
+    assert!(server.kubectl_ok(&["get", "events"]).contains("seen once"));
+    eventually_within(Duration::from_secs(15), "the event expires", || {
+        !server.kubectl_ok(&["get", "events"]).contains("seen once")
+    });
+}
+
 #[test]
 fn an_advertised_url_is_what_remote_clusters_are_told() {
     let bad = Command::new(env!("CARGO_BIN_EXE_lariat"))
@@ -130,6 +147,26 @@ fn simulated_clusters_look_real_and_columns_are_filled() {
         server.kubectl_ok(&["get", "machines", "-o", "jsonpath={.items[*].status.phase}"])
             == "Running Running"
     });
+    // Every object explains itself: what the controllers did is in its Events.
+    let events = server.kubectl_ok(&["get", "events"]);
+    for (reason, about) in [
+        ("Provisioned", "cluster/dev"),
+        ("SuccessfulCreate", "machinedeployment/dev-md-0"),
+        ("SuccessfulCreate", "machineset/"),
+        ("SuccessfulSetNodeRef", "machine/"),
+    ] {
+        assert!(
+            events
+                .lines()
+                .any(|l| l.contains(reason) && l.contains(about)),
+            "an event {reason} about {about}:\n{events}"
+        );
+    }
+    let describe = server.kubectl_ok(&["describe", "machinedeployment", "dev-md-0"]);
+    assert!(
+        describe.contains("Events:") && describe.contains("Created MachineSet"),
+        "{describe}"
+    );
     for kind in [
         "kubeadmcontrolplanes",
         "kubeadmconfigs",

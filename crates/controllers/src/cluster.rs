@@ -11,12 +11,16 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
+use crate::events::EventType;
 use crate::external::{self, Reference};
 use crate::object::{
     self, bool_at, ensure_finalizer, ensure_owner, owner_reference, patch, patch_status,
     remove_finalizer,
 };
 use crate::{Context, Error, capi, conditions};
+
+/// Who this controller's Events say saw them.
+const COMPONENT: &str = "cluster-controller";
 
 pub const FINALIZER: &str = "cluster.cluster.x-k8s.io";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
@@ -206,7 +210,39 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     status["conditions"] = json!(list);
     status["observedGeneration"] = json!(cluster.metadata.generation.unwrap_or(0));
     if status != cluster.data["status"] {
-        patch_status(&api, &name, status).await?;
+        patch_status(&api, &name, status.clone()).await?;
+        let before = cluster.data["status"]["phase"].as_str().unwrap_or_default();
+        if phase != before && matches!(phase, "Provisioned" | "Failed") {
+            let (type_, message) = if phase == "Failed" {
+                let text = |key: &str| status[key].as_str().unwrap_or_default().to_string();
+                (
+                    EventType::Warning,
+                    format!(
+                        "Cluster {name} failed: {}: {}",
+                        text("failureReason"),
+                        text("failureMessage")
+                    ),
+                )
+            } else {
+                (EventType::Normal, format!("Cluster {name} is Provisioned"))
+            };
+            ctx.events
+                .publish(COMPONENT, &cluster, "Cluster", type_, phase, &message)
+                .await;
+        }
+        // Why it waits, when the reason is something a user must do.
+        if !ready && reason == "ProviderNotEnabled" {
+            ctx.events
+                .publish(
+                    COMPONENT,
+                    &cluster,
+                    "Cluster",
+                    EventType::Warning,
+                    &reason,
+                    &message,
+                )
+                .await;
+        }
     }
     Ok(if ready {
         Action::requeue(Duration::from_secs(60))
@@ -242,6 +278,16 @@ async fn reconcile_delete(
     let name = cluster.name_any();
     if cluster.data["status"]["phase"] != "Deleting" {
         patch_status(api, &name, json!({"phase": "Deleting"})).await?;
+        ctx.events
+            .publish(
+                COMPONENT,
+                cluster,
+                "Cluster",
+                EventType::Normal,
+                "Deleting",
+                "Deleting the cluster: workers first, then the control plane, then its infrastructure",
+            )
+            .await;
     }
     let selector = format!("{CLUSTER_NAME_LABEL}={name}");
     let owned = |kind: &str| {

@@ -18,6 +18,7 @@ use kube::runtime::watcher;
 
 pub mod cluster;
 pub mod conditions;
+pub mod events;
 pub mod external;
 pub mod machine;
 pub mod machine_deployment;
@@ -44,6 +45,8 @@ pub enum Error {
 /// Shared by every reconcile.
 pub struct Context {
     pub client: Client,
+    /// Events for `kubectl describe`.
+    pub events: events::Recorder,
     /// Clients of workload clusters by `namespace/cluster`: connecting (TLS) on every
     /// reconcile of every Machine would cost more than the reconcile itself.
     workload: std::sync::Mutex<std::collections::HashMap<String, Client>>,
@@ -52,6 +55,7 @@ pub struct Context {
 impl Context {
     pub fn new(client: Client) -> Context {
         Context {
+            events: events::Recorder::new(client.clone()),
             client,
             workload: Default::default(),
         }
@@ -102,15 +106,60 @@ pub fn capi(kind: &str) -> ApiResource {
     }
 }
 
-/// Retries failed reconciles with a short delay; the error is logged with the object's key.
+/// The error last logged for each object (`kind/namespace/name`): each distinct reconcile
+/// error is logged once, not at every retry (`/metrics` counts those), and again when it
+/// changes or comes back after a success.
+static LOGGED_ERRORS: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<String, String>>,
+> = std::sync::LazyLock::new(Default::default);
+
+fn error_key(kind: &str, namespace: Option<&str>, name: &str) -> String {
+    format!("{kind}/{}/{name}", namespace.unwrap_or_default())
+}
+
+/// Retries failed reconciles with a short delay; a new error is logged with the object.
 fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
-    let key = format!(
-        "{}/{}",
-        object.metadata.namespace.as_deref().unwrap_or_default(),
-        object.metadata.name.as_deref().unwrap_or_default()
+    let kind = object
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default();
+    let key = error_key(
+        &kind,
+        object.metadata.namespace.as_deref(),
+        object.metadata.name.as_deref().unwrap_or_default(),
     );
-    tracing::warn!(object = %key, kind = object.types.as_ref().map(|t| t.kind.as_str()).unwrap_or_default(), %error, "reconcile failed; retrying");
+    let text = error.to_string();
+    let mut logged = LOGGED_ERRORS.lock().expect("lock");
+    if logged.get(&key) != Some(&text) {
+        tracing::warn!(object = %key, %error, "reconcile failed; retrying (logged once until it changes)");
+        if logged.len() > 10_000 {
+            logged.clear();
+        }
+        logged.insert(key, text);
+    }
     Action::requeue(Duration::from_secs(2))
+}
+
+/// A `for_each` body for a controller's output stream: counts the reconcile, and forgets the
+/// object's logged error once a reconcile succeeds.
+fn finished<E>(
+    controller: &'static str,
+) -> impl FnMut(
+    Result<(kube::runtime::reflector::ObjectRef<DynamicObject>, Action), E>,
+) -> std::future::Ready<()> {
+    move |result| {
+        metrics::record(controller, &result);
+        if let Ok((object, _)) = &result {
+            let key = error_key(
+                &object.dyntype.kind,
+                object.namespace.as_deref(),
+                &object.name,
+            );
+            LOGGED_ERRORS.lock().expect("lock").remove(&key);
+        }
+        std::future::ready(())
+    }
 }
 
 /// Maps a provider object to the core objects that own it (`kind`), so a provider's status
@@ -173,7 +222,7 @@ pub async fn run(
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(cluster::reconcile, error_policy, context.clone())
-        .for_each(metrics::counter("cluster"));
+        .for_each(finished("cluster"));
     let deployments = Controller::new_with(
         all("MachineDeployment"),
         config(),
@@ -182,12 +231,12 @@ pub async fn run(
     .owns_with(all("MachineSet"), capi("MachineSet"), config())
     .graceful_shutdown_on(shutdown.clone())
     .run(machine_deployment::reconcile, error_policy, context.clone())
-    .for_each(metrics::counter("machinedeployment"));
+    .for_each(finished("machinedeployment"));
     let sets = Controller::new_with(all("MachineSet"), config(), capi("MachineSet"))
         .owns_with(all("Machine"), capi("Machine"), config())
         .graceful_shutdown_on(shutdown.clone())
         .run(machine_set::reconcile, error_policy, context.clone())
-        .for_each(metrics::counter("machineset"));
+        .for_each(finished("machineset"));
     let dynamic = |resource: &ApiResource| Api::<DynamicObject>::all_with(client.clone(), resource);
     let machines = provider_kinds
         .iter()
@@ -199,7 +248,7 @@ pub async fn run(
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(machine::reconcile, error_policy, context.clone())
-        .for_each(metrics::counter("machine"));
+        .for_each(finished("machine"));
     let health_checks = Controller::new_with(
         all("MachineHealthCheck"),
         config(),
@@ -211,6 +260,6 @@ pub async fn run(
         error_policy,
         context.clone(),
     )
-    .for_each(metrics::counter("machinehealthcheck"));
+    .for_each(finished("machinehealthcheck"));
     tokio::join!(clusters, deployments, sets, machines, health_checks);
 }

@@ -149,6 +149,23 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     };
     match &node {
         Some(node) => {
+            if str_at(&machine.data, &["status", "nodeRef", "name"]).is_none() {
+                let message = format!(
+                    "Machine {} has Node {}",
+                    machine.name_any(),
+                    node.name_any()
+                );
+                ctx.events
+                    .publish(
+                        "machine-controller",
+                        &machine,
+                        "Machine",
+                        crate::events::EventType::Normal,
+                        "SuccessfulSetNodeRef",
+                        &message,
+                    )
+                    .await;
+            }
             status["nodeRef"] = json!({"apiVersion": "v1", "kind": "Node", "name": node.name_any(), "uid": node.uid()});
             if let Some(info) = node.status.as_ref().and_then(|s| s.node_info.as_ref()) {
                 status["nodeInfo"] = serde_json::to_value(info).unwrap_or_default();

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::cluster::CLUSTER_NAME_LABEL;
+use crate::events::EventType;
 use crate::object::{self, i64_at, owner_reference, patch, patch_status, str_at};
 use crate::{Context, Error, capi};
 
@@ -151,24 +152,14 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
 
     if old.is_empty() || on_delete {
         if replicas_of(&current) != replicas {
-            patch(
-                &sets_api,
-                &current.name_any(),
-                json!({"spec": {"replicas": replicas}}),
-            )
-            .await?;
+            scale(&ctx, &deployment, &sets_api, &current, replicas).await?;
         }
     } else {
         // Scale the new set up as far as the surge allows.
         let room = replicas + max_surge - total;
         let target_new = (replicas_of(&current) + room.max(0)).min(replicas);
         if target_new > replicas_of(&current) {
-            patch(
-                &sets_api,
-                &current.name_any(),
-                json!({"spec": {"replicas": target_new}}),
-            )
-            .await?;
+            scale(&ctx, &deployment, &sets_api, &current, target_new).await?;
         }
         // Scale old sets down as far as availability allows.
         let available: i64 = available_of(&current) + old.iter().map(available_of).sum::<i64>();
@@ -191,12 +182,7 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
             }
             let down = to_remove.min(replicas_of(set));
             if down > 0 {
-                patch(
-                    &sets_api,
-                    &set.name_any(),
-                    json!({"spec": {"replicas": replicas_of(set) - down}}),
-                )
-                .await?;
+                scale(&ctx, &deployment, &sets_api, set, replicas_of(set) - down).await?;
                 to_remove -= down;
             }
         }
@@ -255,6 +241,42 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
     })
 }
 
+/// Who this controller's Events say saw them.
+const COMPONENT: &str = "machinedeployment-controller";
+
+/// Sets one MachineSet's replicas, and says so in an Event on the deployment.
+async fn scale(
+    ctx: &Context,
+    deployment: &DynamicObject,
+    sets_api: &Api<DynamicObject>,
+    set: &DynamicObject,
+    replicas: i64,
+) -> Result<(), Error> {
+    let from = replicas_of(set);
+    patch(
+        sets_api,
+        &set.name_any(),
+        json!({"spec": {"replicas": replicas}}),
+    )
+    .await?;
+    let direction = if replicas > from { "up" } else { "down" };
+    let message = format!(
+        "Scaled {direction} MachineSet {:?} from {from} to {replicas} replicas",
+        set.name_any()
+    );
+    ctx.events
+        .publish(
+            COMPONENT,
+            deployment,
+            "MachineDeployment",
+            EventType::Normal,
+            "SuccessfulScale",
+            &message,
+        )
+        .await;
+    Ok(())
+}
+
 async fn create_set(
     ctx: &Context,
     deployment: &DynamicObject,
@@ -301,7 +323,23 @@ async fn create_set(
     let sets_api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &namespace, &capi("MachineSet"));
     match sets_api.create(&PostParams::default(), &set).await {
-        Ok(created) => Ok(created),
+        Ok(created) => {
+            let message = format!(
+                "Created MachineSet {:?} with {replicas} replicas",
+                created.name_any()
+            );
+            ctx.events
+                .publish(
+                    COMPONENT,
+                    deployment,
+                    "MachineDeployment",
+                    EventType::Normal,
+                    "SuccessfulCreate",
+                    &message,
+                )
+                .await;
+            Ok(created)
+        }
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(sets_api.get(&set.name_any()).await?),
         Err(e) => Err(e.into()),
     }

@@ -15,6 +15,7 @@ use kube::runtime::controller::Action;
 use serde_json::json;
 
 use crate::conditions::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
+use crate::events::EventType;
 use crate::external::Reference;
 use crate::machine_deployment::resolve;
 use crate::object::{patch_status, str_at};
@@ -250,6 +251,19 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
     }
     let template = Reference::from_json(&check.data["spec"]["remediationTemplate"]);
     for (machine, why) in &unhealthy {
+        if !conditions::is_false(&machine.data["status"], HEALTH_CHECK_SUCCEEDED) {
+            let message = format!("Machine {:?} is unhealthy: {why}", machine.name_any());
+            ctx.events
+                .publish(
+                    "machinehealthcheck-controller",
+                    &check,
+                    "MachineHealthCheck",
+                    EventType::Warning,
+                    "MachineMarkedUnhealthy",
+                    &message,
+                )
+                .await;
+        }
         let mut marks = vec![(HEALTH_CHECK_SUCCEEDED, false, "UnhealthyNode", why.as_str())];
         // Only machines someone will replace are remediated: those owned by a MachineSet or a
         // control plane. A lone Machine is reported, not destroyed.

@@ -12,11 +12,15 @@ use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
 use crate::cluster::CLUSTER_NAME_LABEL;
+use crate::events::EventType;
 use crate::external::{Reference, clone_target, clone_template};
 use crate::object::{self, i64_at, owner_reference, patch_status, str_at};
 use crate::{Context, Error, capi, conditions};
 
 pub const SET_NAME_LABEL: &str = "cluster.x-k8s.io/set-name";
+/// Who this controller's Events say saw them.
+const COMPONENT: &str = "machineset-controller";
+
 pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
 
 /// The machines this set controls (it is their controller owner).
@@ -92,7 +96,22 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         .partition(|m| conditions::needs_owner_remediation(&m.data["status"]));
     for machine in &remediate {
         tracing::info!(machineset = %format!("{namespace}/{name}"), machine = %machine.name_any(), "remediating an unhealthy machine: deleting it");
-        object::delete_if_present(&machines_api, &machine.name_any()).await?;
+        if object::delete_if_present(&machines_api, &machine.name_any()).await? {
+            let message = format!(
+                "Deleted unhealthy machine {:?} to replace it",
+                machine.name_any()
+            );
+            ctx.events
+                .publish(
+                    COMPONENT,
+                    &set,
+                    "MachineSet",
+                    EventType::Normal,
+                    "SuccessfulDelete",
+                    &message,
+                )
+                .await;
+        }
     }
     let mut machines = healthy;
     if machines.len() < wanted {
@@ -108,7 +127,19 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
                 .delete(&machine.name_any(), &DeleteParams::default())
                 .await
             {
-                Ok(_) => {}
+                Ok(_) => {
+                    let message = format!("Deleted machine {:?}", machine.name_any());
+                    ctx.events
+                        .publish(
+                            COMPONENT,
+                            &set,
+                            "MachineSet",
+                            EventType::Normal,
+                            "SuccessfulDelete",
+                            &message,
+                        )
+                        .await;
+                }
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => return Err(e.into()),
             }
@@ -244,6 +275,17 @@ async fn create_machine(
     let machines: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
     let created = machines.create(&PostParams::default(), &machine).await?;
+    let message = format!("Created machine {:?}", created.name_any());
+    ctx.events
+        .publish(
+            COMPONENT,
+            set,
+            "MachineSet",
+            EventType::Normal,
+            "SuccessfulCreate",
+            &message,
+        )
+        .await;
     ensure_clones(ctx, set, &created).await
 }
 

@@ -26,6 +26,30 @@ const API_VERSION: &str = "controlplane.cluster.x-k8s.io/v1beta1";
 
 pub struct Context {
     pub client: kube::Client,
+    /// Events for `kubectl describe kcp`.
+    pub events: lariat_controllers::events::Recorder,
+}
+
+impl Context {
+    pub fn new(client: kube::Client) -> Context {
+        Context {
+            events: lariat_controllers::events::Recorder::new(client.clone()),
+            client,
+        }
+    }
+
+    async fn event(&self, kcp: &DynamicObject, reason: &str, message: &str) {
+        self.events
+            .publish(
+                "kubeadmcontrolplane-controller",
+                kcp,
+                "KubeadmControlPlane",
+                lariat_controllers::events::EventType::Normal,
+                reason,
+                message,
+            )
+            .await;
+    }
 }
 
 pub fn resource() -> ApiResource {
@@ -172,9 +196,14 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             });
             if let Some(victim) = victim {
                 tracing::info!(kubeadmcontrolplane = %format!("{namespace}/{name}"), machine = %victim.name_any(), "removing a control-plane machine");
-                let _ = machines_api
+                if machines_api
                     .delete(&victim.name_any(), &DeleteParams::default())
-                    .await;
+                    .await
+                    .is_ok()
+                {
+                    let message = format!("Deleted control-plane machine {:?}", victim.name_any());
+                    ctx.event(&kcp, "SuccessfulDelete", &message).await;
+                }
             }
         }
     }
@@ -394,7 +423,13 @@ async fn remediate(
         }
         None => {
             tracing::info!(kubeadmcontrolplane = %format!("{namespace}/{}", kcp.name_any()), machine = %unhealthy.name_any(), "remediating an unhealthy control-plane machine: deleting it");
-            obj::delete_if_present(&machines, &unhealthy.name_any()).await?;
+            if obj::delete_if_present(&machines, &unhealthy.name_any()).await? {
+                let message = format!(
+                    "Deleted unhealthy control-plane machine {:?} to replace it",
+                    unhealthy.name_any()
+                );
+                ctx.event(kcp, "SuccessfulDelete", &message).await;
+            }
         }
     }
     Ok(())
@@ -452,6 +487,12 @@ async fn create_machine(
     // The Machine first, then what it references: a crash in between leaves a Machine whose
     // parts the next reconcile makes, never parts that nobody owns.
     create(&machines, machine).await?;
+    let message = if first {
+        format!("Created control-plane machine {name:?}, which runs kubeadm init")
+    } else {
+        format!("Created control-plane machine {name:?}")
+    };
+    ctx.event(kcp, "SuccessfulCreate", &message).await;
     ensure_parts(ctx, kcp, cluster, &name, first).await
 }
 

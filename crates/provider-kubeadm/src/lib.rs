@@ -170,7 +170,7 @@ pub async fn run_control_plane(
             tracing::warn!(kubeadmcontrolplane = %object::key(&object), %error, "control plane reconcile failed; retrying");
             Action::requeue(Duration::from_secs(2))
         },
-        Arc::new(control_plane::Context { client: client.clone() }),
+        Arc::new(control_plane::Context::new(client.clone())),
     )
     .for_each(lariat_controllers::metrics::counter("kubeadmcontrolplane"))
     .await;
