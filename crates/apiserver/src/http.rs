@@ -467,16 +467,18 @@ async fn openapi_v2(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if accept.contains("protobuf") && !accept.contains("json") && !accept.contains("*/*") {
-        return ApiError::NotAcceptable {
-            message: "only application/json is served for /openapi/v2".into(),
-        }
-        .into_response();
+    let document = openapi::v2_document(&state.resources.registry);
+    if accept.contains("com.github.proto-openapi.spec.v2") {
+        return (
+            [(
+                header::CONTENT_TYPE,
+                "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+            )],
+            openapi::v2_protobuf(&document),
+        )
+            .into_response();
     }
-    json_response(
-        StatusCode::OK,
-        &openapi::v2_document(&state.resources.registry),
-    )
+    json_response(StatusCode::OK, &document)
 }
 
 fn json_response(code: StatusCode, value: &Value) -> Response {

@@ -174,3 +174,204 @@ pub fn v2_document(registry: &Registry) -> Value {
         "definitions": definitions,
     })
 }
+
+/// The v2 document in the protobuf encoding kubectl asks for
+/// (`application/com.github.proto-openapi.spec.v2@v1.0+protobuf`): gnostic's `openapi.v2`
+/// messages, written field by field. kubectl reads it for client-side validation and for
+/// `kubectl apply`'s patch; a server that answers 406 turns a typo in `kind:` into
+/// "failed to download openapi" instead of "no matches for kind".
+pub fn v2_protobuf(document: &Value) -> Vec<u8> {
+    let mut out = vec![];
+    proto::string(&mut out, 1, document["swagger"].as_str().unwrap_or("2.0"));
+    let mut info = vec![];
+    proto::string(
+        &mut info,
+        1,
+        document["info"]["title"].as_str().unwrap_or_default(),
+    );
+    proto::string(
+        &mut info,
+        2,
+        document["info"]["version"].as_str().unwrap_or_default(),
+    );
+    proto::message(&mut out, 2, &info);
+    let mut definitions = vec![];
+    for (name, schema) in document["definitions"].as_object().into_iter().flatten() {
+        proto::message(&mut definitions, 1, &named(name, &proto_schema(schema)));
+    }
+    proto::message(&mut out, 9, &definitions);
+    out
+}
+
+/// A `Named*` pair: name (1) and value (2).
+fn named(name: &str, value: &[u8]) -> Vec<u8> {
+    let mut pair = vec![];
+    proto::string(&mut pair, 1, name);
+    proto::message(&mut pair, 2, value);
+    pair
+}
+
+/// gnostic's `Any`: a JSON value carried as YAML text (field 2), as kube-openapi reads it.
+fn proto_any(value: &Value) -> Vec<u8> {
+    let mut any = vec![];
+    proto::string(
+        &mut any,
+        2,
+        &serde_yaml_ng::to_string(value).unwrap_or_default(),
+    );
+    any
+}
+
+/// gnostic's `Schema` message from a JSON schema; keywords Swagger 2.0 does not have (such
+/// as `nullable` or `oneOf`) are left out, as kube-openapi does when it writes v2.
+fn proto_schema(schema: &Value) -> Vec<u8> {
+    let mut out = vec![];
+    let Some(fields) = schema.as_object() else {
+        return out;
+    };
+    for (key, value) in fields {
+        match (key.as_str(), value) {
+            ("$ref", Value::String(s)) => proto::string(&mut out, 1, s),
+            ("format", Value::String(s)) => proto::string(&mut out, 2, s),
+            ("title", Value::String(s)) => proto::string(&mut out, 3, s),
+            ("description", Value::String(s)) => proto::string(&mut out, 4, s),
+            ("default", v) => proto::message(&mut out, 5, &proto_any(v)),
+            ("multipleOf", Value::Number(n)) => {
+                proto::double(&mut out, 6, n.as_f64().unwrap_or(0.0))
+            }
+            ("maximum", Value::Number(n)) => proto::double(&mut out, 7, n.as_f64().unwrap_or(0.0)),
+            ("exclusiveMaximum", Value::Bool(b)) => proto::boolean(&mut out, 8, *b),
+            ("minimum", Value::Number(n)) => proto::double(&mut out, 9, n.as_f64().unwrap_or(0.0)),
+            ("exclusiveMinimum", Value::Bool(b)) => proto::boolean(&mut out, 10, *b),
+            ("maxLength", Value::Number(n)) => proto::int64(&mut out, 11, n.as_i64().unwrap_or(0)),
+            ("minLength", Value::Number(n)) => proto::int64(&mut out, 12, n.as_i64().unwrap_or(0)),
+            ("pattern", Value::String(s)) => proto::string(&mut out, 13, s),
+            ("maxItems", Value::Number(n)) => proto::int64(&mut out, 14, n.as_i64().unwrap_or(0)),
+            ("minItems", Value::Number(n)) => proto::int64(&mut out, 15, n.as_i64().unwrap_or(0)),
+            ("uniqueItems", Value::Bool(b)) => proto::boolean(&mut out, 16, *b),
+            ("maxProperties", Value::Number(n)) => {
+                proto::int64(&mut out, 17, n.as_i64().unwrap_or(0))
+            }
+            ("minProperties", Value::Number(n)) => {
+                proto::int64(&mut out, 18, n.as_i64().unwrap_or(0))
+            }
+            ("required", Value::Array(names)) => {
+                for name in names.iter().filter_map(Value::as_str) {
+                    proto::string(&mut out, 19, name);
+                }
+            }
+            ("enum", Value::Array(values)) => {
+                for v in values {
+                    proto::message(&mut out, 20, &proto_any(v));
+                }
+            }
+            ("additionalProperties", v) => {
+                let mut item = vec![];
+                match v {
+                    Value::Bool(b) => proto::boolean(&mut item, 2, *b),
+                    other => proto::message(&mut item, 1, &proto_schema(other)),
+                }
+                proto::message(&mut out, 21, &item);
+            }
+            ("type", v) => {
+                let mut item = vec![];
+                let types: Vec<&str> = match v {
+                    Value::String(s) => vec![s.as_str()],
+                    Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+                    _ => vec![],
+                };
+                for t in types {
+                    proto::string(&mut item, 1, t);
+                }
+                proto::message(&mut out, 22, &item);
+            }
+            ("items", v) => {
+                let mut item = vec![];
+                let schemas: Vec<&Value> = match v {
+                    Value::Array(a) => a.iter().collect(),
+                    other => vec![other],
+                };
+                for s in schemas {
+                    proto::message(&mut item, 1, &proto_schema(s));
+                }
+                proto::message(&mut out, 23, &item);
+            }
+            ("allOf", Value::Array(parts)) => {
+                for part in parts {
+                    proto::message(&mut out, 24, &proto_schema(part));
+                }
+            }
+            ("properties", Value::Object(properties)) => {
+                let mut item = vec![];
+                for (name, property) in properties {
+                    proto::message(&mut item, 1, &named(name, &proto_schema(property)));
+                }
+                proto::message(&mut out, 25, &item);
+            }
+            ("discriminator", Value::String(s)) => proto::string(&mut out, 26, s),
+            ("readOnly", Value::Bool(b)) => proto::boolean(&mut out, 27, *b),
+            ("example", v) => proto::message(&mut out, 30, &proto_any(v)),
+            (extension, v) if extension.starts_with("x-") => {
+                proto::message(&mut out, 31, &named(extension, &proto_any(v)));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The protobuf wire format, as much of it as the v2 document needs.
+mod proto {
+    fn varint(out: &mut Vec<u8>, mut value: u64) {
+        while value >= 0x80 {
+            out.push((value as u8) | 0x80);
+            value >>= 7;
+        }
+        out.push(value as u8);
+    }
+
+    fn key(out: &mut Vec<u8>, field: u32, wire_type: u8) {
+        varint(out, (u64::from(field) << 3) | u64::from(wire_type));
+    }
+
+    pub fn bytes(out: &mut Vec<u8>, field: u32, data: &[u8]) {
+        key(out, field, 2);
+        varint(out, data.len() as u64);
+        out.extend_from_slice(data);
+    }
+
+    pub fn string(out: &mut Vec<u8>, field: u32, text: &str) {
+        bytes(out, field, text.as_bytes());
+    }
+
+    pub fn message(out: &mut Vec<u8>, field: u32, encoded: &[u8]) {
+        bytes(out, field, encoded);
+    }
+
+    pub fn boolean(out: &mut Vec<u8>, field: u32, value: bool) {
+        key(out, field, 0);
+        varint(out, u64::from(value));
+    }
+
+    pub fn int64(out: &mut Vec<u8>, field: u32, value: i64) {
+        key(out, field, 0);
+        varint(out, value as u64);
+    }
+
+    pub fn double(out: &mut Vec<u8>, field: u32, value: f64) {
+        key(out, field, 1);
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn wire_format() {
+            let mut out = vec![];
+            super::string(&mut out, 1, "2.0");
+            super::int64(&mut out, 11, 300);
+            super::boolean(&mut out, 8, true);
+            assert_eq!(out, [0x0a, 3, b'2', b'.', b'0', 0x58, 0xac, 0x02, 0x40, 1]);
+        }
+    }
+}

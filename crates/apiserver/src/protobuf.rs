@@ -109,6 +109,49 @@ struct NamespaceSpec {
     finalizers: Vec<String>,
 }
 
+/// authorization.k8s.io/v1 SelfSubjectAccessReview, which `kubectl auth can-i` sends.
+#[derive(Clone, PartialEq, Message)]
+struct SelfSubjectAccessReview {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(message, optional, tag = "2")]
+    spec: Option<SelfSubjectAccessReviewSpec>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct SelfSubjectAccessReviewSpec {
+    #[prost(message, optional, tag = "1")]
+    resource_attributes: Option<ResourceAttributes>,
+    #[prost(message, optional, tag = "2")]
+    non_resource_attributes: Option<NonResourceAttributes>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct ResourceAttributes {
+    #[prost(string, optional, tag = "1")]
+    namespace: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    verb: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    group: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    version: Option<String>,
+    #[prost(string, optional, tag = "5")]
+    resource: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    subresource: Option<String>,
+    #[prost(string, optional, tag = "7")]
+    name: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct NonResourceAttributes {
+    #[prost(string, optional, tag = "1")]
+    path: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    verb: Option<String>,
+}
+
 fn b64(bytes: &[u8]) -> Value {
     json!(base64::engine::general_purpose::STANDARD.encode(bytes))
 }
@@ -231,10 +274,27 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
             }
             o
         }
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => {
+            let review =
+                SelfSubjectAccessReview::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
+            let spec = review.spec.unwrap_or_default();
+            let mut spec_json = json!({});
+            if let Some(r) = spec.resource_attributes {
+                spec_json["resourceAttributes"] = json!({
+                    "namespace": r.namespace, "verb": r.verb, "group": r.group,
+                    "version": r.version, "resource": r.resource,
+                    "subresource": r.subresource, "name": r.name,
+                });
+            }
+            if let Some(n) = spec.non_resource_attributes {
+                spec_json["nonResourceAttributes"] = json!({"path": n.path, "verb": n.verb});
+            }
+            json!({"metadata": metadata(review.metadata), "spec": spec_json})
+        }
         _ => {
             return Err(ApiError::UnsupportedMediaType {
                 message: format!(
-                    "protobuf bodies are accepted for v1 ConfigMap, Secret and Namespace only, not {api_version} {kind}; send application/json"
+                    "protobuf bodies are accepted for v1 ConfigMap, Secret and Namespace and authorization.k8s.io/v1 SelfSubjectAccessReview only, not {api_version} {kind}; send application/json"
                 ),
             });
         }

@@ -47,6 +47,47 @@ fn versions_kubeconfigs_and_the_address_remote_clusters_dial() {
         "{}",
         stderr(&kubeconfig)
     );
+    // A typo in `kind:` says so, as against any Kubernetes API server (kubectl reads the
+    // OpenAPI v2 document in protobuf for its client-side validation).
+    let typo = server.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &common::SEED_CLUSTER.replace("kind: Cluster\n", "kind: Clustr\n"),
+    );
+    let said = stderr(&typo);
+    assert!(
+        !typo.status.success() && said.contains(r#"no matches for kind "Clustr""#),
+        "{said}"
+    );
+    // A second client-side apply (kubectl fetches the v2 document to build its patch).
+    server.apply_ok(&["apply", "-f", "-"], common::SEED_CLUSTER);
+    let changed = common::SEED_CLUSTER.replace("192.168.0.0/16", "10.0.0.0/16");
+    server.apply_ok(&["apply", "-f", "-"], &changed);
+    let bearer = format!("Authorization: Bearer {}", server.admin_token());
+    let (code, body) = server.curl_with(
+        &[
+            "-H",
+            "Accept: application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+            "-H",
+            &bearer,
+        ],
+        &format!("https://{}/openapi/v2", server.address),
+        None,
+    );
+    assert_eq!(code, 200);
+    assert!(body.contains("io.x-k8s.cluster.v1beta1.Cluster"));
+
+    // kubectl's own questions about the caller.
+    assert_eq!(
+        server
+            .kubectl_ok(&["auth", "can-i", "create", "clusters"])
+            .trim(),
+        "yes"
+    );
+    let whoami = server.kubectl_ok(&["auth", "whoami"]);
+    assert!(
+        whoami.contains("lariat-admin") && whoami.contains("system:masters"),
+        "{whoami}"
+    );
     let log = server.log();
     assert!(
         !log.contains('\u{1b}'),
