@@ -27,6 +27,14 @@ pub struct ClusterArgs {
     /// Kubeconfig of the lariat server [default: $KUBECONFIG, ~/.kube/config, ./lariat-data/kubeconfig.yaml].
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// List every condition of these kinds under their rows: a comma-separated list of kinds
+    /// (Cluster, KubeadmControlPlane, MachineDeployment, Machine, ...) or `all`.
+    #[arg(long, value_delimiter = ',')]
+    show_conditions: Vec<String>,
+    /// Group machines in the same state into one row, as clusterctl does (`--grouping=false`
+    /// lists each).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    grouping: bool,
 }
 
 /// One line of the tree: readiness, and why not.
@@ -54,6 +62,127 @@ fn since(time: Option<&str>) -> String {
     }
 }
 
+impl Row {
+    fn heading(label: &str) -> Row {
+        Row {
+            label: label.into(),
+            ready: String::new(),
+            severity: String::new(),
+            reason: String::new(),
+            since: String::new(),
+            message: String::new(),
+        }
+    }
+}
+
+fn has_ready(object: &DynamicObject) -> bool {
+    object.data["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready"))
+}
+
+/// A row from one condition's status, severity, reason, time and message.
+fn from_condition(label: String, c: &Value) -> Row {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    Row {
+        label,
+        ready: text(&c["status"]),
+        severity: text(&c["severity"]),
+        reason: text(&c["reason"]),
+        since: since(c["lastTransitionTime"].as_str()),
+        message: text(&c["message"]),
+    }
+}
+
+/// One row for `object` (`Kind/name`) under `rail` + `branch`, and its conditions if asked.
+fn push(
+    rows: &mut Vec<Row>,
+    rail: &str,
+    branch: &str,
+    kind: &str,
+    object: &DynamicObject,
+    conditions: bool,
+) {
+    rows.push(row(
+        format!("{rail}{branch}{kind}/{}", object.name_any()),
+        object,
+    ));
+    if conditions {
+        let below = if branch == "└─" { "  " } else { "│ " };
+        rows.extend(condition_rows(&format!("{rail}{below}"), object));
+    }
+}
+
+/// Every condition but Ready, one row each, under `rail`.
+fn condition_rows(rail: &str, object: &DynamicObject) -> Vec<Row> {
+    let conditions: Vec<&Value> = object.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["type"] != "Ready")
+        .collect();
+    conditions
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let branch = if i + 1 == conditions.len() {
+                "└─"
+            } else {
+                "├─"
+            };
+            let type_ = c["type"].as_str().unwrap_or_default();
+            from_condition(format!("{rail}{branch}{type_}"), c)
+        })
+        .collect()
+}
+
+/// Machines under `rail`: one row each, or, when grouping, one row per group of two or more
+/// in the same state (`3 Machines...`, naming them), as clusterctl describe prints them.
+fn machine_rows(
+    rail: &str,
+    machines: &[&DynamicObject],
+    grouping: bool,
+    conditions: bool,
+) -> Vec<Row> {
+    let mut groups: Vec<(Row, Vec<&DynamicObject>)> = vec![];
+    for machine in machines {
+        let line = row(String::new(), machine);
+        let same = |r: &Row| {
+            r.ready == line.ready
+                && r.severity == line.severity
+                && r.reason == line.reason
+                && r.message == line.message
+        };
+        match groups
+            .iter_mut()
+            .find(|(r, _)| grouping && !conditions && same(r))
+        {
+            Some((_, members)) => members.push(machine),
+            None => groups.push((line, vec![machine])),
+        }
+    }
+    let mut rows = vec![];
+    let count = groups.len();
+    for (i, (mut line, members)) in groups.into_iter().enumerate() {
+        let branch = if i + 1 == count { "└─" } else { "├─" };
+        if members.len() == 1 {
+            let mut single = vec![];
+            push(&mut single, rail, branch, "Machine", members[0], conditions);
+            rows.extend(single);
+            continue;
+        }
+        let names: Vec<String> = members.iter().map(|m| m.name_any()).collect();
+        line.label = format!("{rail}{branch}{} Machines...", members.len());
+        line.message = if line.message.is_empty() {
+            format!("See {}", names.join(", "))
+        } else {
+            format!("{} (see {})", line.message, names.join(", "))
+        };
+        rows.push(line);
+    }
+    rows
+}
+
 fn row(label: String, object: &DynamicObject) -> Row {
     let ready_condition = object.data["status"]["conditions"]
         .as_array()
@@ -61,14 +190,7 @@ fn row(label: String, object: &DynamicObject) -> Row {
         .cloned();
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
     match ready_condition {
-        Some(c) => Row {
-            label,
-            ready: text(&c["status"]),
-            severity: text(&c["severity"]),
-            reason: text(&c["reason"]),
-            since: since(c["lastTransitionTime"].as_str()),
-            message: text(&c["message"]),
-        },
+        Some(c) => from_condition(label, &c),
         None => {
             let phase = text(&object.data["status"]["phase"]);
             let ready = object.data["status"]["ready"]
@@ -131,94 +253,129 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
             .await?
             .items;
 
-    let mut rows = vec![row(format!("Cluster/{}", cluster.name_any()), &cluster)];
-    if let Some(infra) = referenced(&client, ns, &cluster.data["spec"]["infrastructureRef"]).await {
-        rows.push(row(
-            format!(
-                "├─ClusterInfrastructure - {}/{}",
-                infra
-                    .types
-                    .as_ref()
-                    .map(|t| t.kind.as_str())
-                    .unwrap_or_default(),
-                infra.name_any()
-            ),
-            &infra,
-        ));
+    let show = |kind: &str| {
+        args.show_conditions
+            .iter()
+            .any(|k| k.eq_ignore_ascii_case("all") || k.eq_ignore_ascii_case(kind))
+    };
+    let mut rows = vec![];
+    push(&mut rows, "", "", "Cluster", &cluster, show("Cluster"));
+    let cluster_condition = |type_: &str| {
+        cluster.data["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == type_))
+            .cloned()
+    };
+    // Infrastructure and control plane: the object's own Ready, else what the Cluster says of
+    // it (an object nothing reconciles has no status of its own).
+    for (reference, title, condition) in [
+        (
+            "infrastructureRef",
+            "ClusterInfrastructure",
+            "InfrastructureReady",
+        ),
+        ("controlPlaneRef", "ControlPlane", "ControlPlaneReady"),
+    ] {
+        let wanted = &cluster.data["spec"][reference];
+        if !wanted.is_object() {
+            continue;
+        }
+        let kind = wanted["kind"].as_str().unwrap_or_default();
+        let name = wanted["name"].as_str().unwrap_or_default();
+        let label = format!("├─{title} - {kind}/{name}");
+        match referenced(&client, ns, wanted).await {
+            Some(object) => {
+                let mut line = row(label, &object);
+                if !has_ready(&object)
+                    && let Some(c) = cluster_condition(condition)
+                {
+                    line = from_condition(line.label, &c);
+                }
+                rows.push(line);
+                if show(kind) {
+                    rows.extend(condition_rows("│ ", &object));
+                }
+            }
+            None => rows.push(Row {
+                label,
+                ready: "False".into(),
+                severity: "Warning".into(),
+                reason: "NotFound".into(),
+                since: String::new(),
+                message: format!("{kind} {name} does not exist"),
+            }),
+        }
+    }
+    // An imported cluster: its agent's connection.
+    if cluster
+        .annotations()
+        .contains_key(lariat_api::management::IMPORTED_ANNOTATION)
+    {
+        let connections: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            ns,
+            &lariat_api::management::cluster_connection_resource(),
+        );
+        let connection = connections.get_opt(&args.name).await?;
+        let status = connection
+            .as_ref()
+            .map(|c| c.data["status"].clone())
+            .unwrap_or_default();
+        let connected = status["connected"] == true;
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        rows.push(Row {
+            label: format!("├─Connection - ClusterConnection/{}", args.name),
+            ready: if connected { "True" } else { "False" }.into(),
+            severity: if connected { "" } else { "Warning" }.into(),
+            reason: if connected { "" } else { "AgentDisconnected" }.into(),
+            since: since(status["lastHeartbeat"].as_str()),
+            message: if connected {
+                format!(
+                    "Kubernetes {}, {} nodes ({} ready)",
+                    text(&status["kubernetesVersion"]),
+                    status["nodeCount"].as_i64().unwrap_or(0),
+                    status["readyNodeCount"].as_i64().unwrap_or(0)
+                )
+            } else {
+                status["message"]
+                    .as_str()
+                    .unwrap_or("its agent has never connected")
+                    .to_string()
+            },
+        });
     }
     let control_plane_machines: Vec<&DynamicObject> = machines
         .iter()
         .filter(|m| m.labels().contains_key("cluster.x-k8s.io/control-plane"))
         .collect();
-    if let Some(cp) = referenced(&client, ns, &cluster.data["spec"]["controlPlaneRef"]).await {
-        rows.push(row(
-            format!(
-                "├─ControlPlane - {}/{}",
-                cp.types
-                    .as_ref()
-                    .map(|t| t.kind.as_str())
-                    .unwrap_or_default(),
-                cp.name_any()
-            ),
-            &cp,
-        ));
-    } else if !control_plane_machines.is_empty() {
-        rows.push(Row {
-            label: "├─ControlPlane".into(),
-            ready: String::new(),
-            severity: String::new(),
-            reason: String::new(),
-            since: String::new(),
-            message: String::new(),
-        });
+    if !control_plane_machines.is_empty() && !cluster.data["spec"]["controlPlaneRef"].is_object() {
+        rows.push(Row::heading("├─ControlPlane"));
     }
-    for (i, machine) in control_plane_machines.iter().enumerate() {
-        let branch = if i + 1 == control_plane_machines.len() {
-            "└─"
-        } else {
-            "├─"
-        };
-        rows.push(row(
-            format!("│ {branch}Machine/{}", machine.name_any()),
-            machine,
-        ));
-    }
-    rows.push(Row {
-        label: "└─Workers".into(),
-        ready: String::new(),
-        severity: String::new(),
-        reason: String::new(),
-        since: String::new(),
-        message: String::new(),
-    });
+    rows.extend(machine_rows(
+        "│ ",
+        &control_plane_machines,
+        args.grouping,
+        show("Machine"),
+    ));
+    rows.push(Row::heading("└─Workers"));
     for (d, deployment) in deployments.iter().enumerate() {
         let last_deployment = d + 1 == deployments.len();
-        rows.push(row(
-            format!(
-                "  {}MachineDeployment/{}",
-                if last_deployment { "└─" } else { "├─" },
-                deployment.name_any()
-            ),
+        push(
+            &mut rows,
+            "  ",
+            if last_deployment { "└─" } else { "├─" },
+            "MachineDeployment",
             deployment,
-        ));
+            show("MachineDeployment"),
+        );
         let owned: Vec<&DynamicObject> = machines
             .iter()
             .filter(|m| {
                 m.labels().get("cluster.x-k8s.io/deployment-name") == Some(&deployment.name_any())
             })
             .collect();
-        for (i, machine) in owned.iter().enumerate() {
-            let branch = if i + 1 == owned.len() {
-                "└─"
-            } else {
-                "├─"
-            };
-            let rail = if last_deployment { " " } else { "│" };
-            rows.push(row(
-                format!("  {rail} {branch}Machine/{}", machine.name_any()),
-                machine,
-            ));
-        }
+        let rail = if last_deployment { "    " } else { "  │ " };
+        rows.extend(machine_rows(rail, &owned, args.grouping, show("Machine")));
     }
     let width = rows
         .iter()

@@ -116,8 +116,32 @@ fn generate_apply_scale_upgrade_delete() {
     ] {
         assert!(tree.contains(expected), "{expected} missing from:\n{tree}");
     }
-    assert_eq!(tree.matches("Machine/dev-").count(), 6, "{tree}");
+    // Machines in the same state are grouped, as clusterctl groups them.
+    assert_eq!(tree.matches("3 Machines...").count(), 2, "{tree}");
     assert!(tree.lines().nth(1).unwrap().contains("True"), "{tree}");
+    let describe = |extra: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_lariat"))
+            .args(["describe", "cluster", "dev", "--kubeconfig"])
+            .arg(server.kubeconfig())
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let each = describe(&["--grouping=false"]);
+    assert_eq!(each.matches("Machine/dev-").count(), 6, "{each}");
+    let conditions = describe(&["--show-conditions", "Cluster,KubeadmControlPlane"]);
+    for condition in [
+        "InfrastructureReady",
+        "ControlPlaneInitialized",
+        "MachinesReady",
+    ] {
+        assert!(
+            conditions.contains(condition),
+            "{condition} in\n{conditions}"
+        );
+    }
     let missing = std::process::Command::new(env!("CARGO_BIN_EXE_lariat"))
         .args(["describe", "cluster", "nope", "--kubeconfig"])
         .arg(server.kubeconfig())

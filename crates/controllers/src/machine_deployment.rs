@@ -244,6 +244,20 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
 /// Who this controller's Events say saw them.
 const COMPONENT: &str = "machinedeployment-controller";
 
+/// Records a Normal Event on the MachineDeployment.
+async fn event(ctx: &Context, object: &DynamicObject, reason: &str, message: &str) {
+    ctx.events
+        .publish(
+            COMPONENT,
+            object,
+            "MachineDeployment",
+            EventType::Normal,
+            reason,
+            message,
+        )
+        .await;
+}
+
 /// Sets one MachineSet's replicas, and says so in an Event on the deployment.
 async fn scale(
     ctx: &Context,
@@ -264,16 +278,7 @@ async fn scale(
         "Scaled {direction} MachineSet {:?} from {from} to {replicas} replicas",
         set.name_any()
     );
-    ctx.events
-        .publish(
-            COMPONENT,
-            deployment,
-            "MachineDeployment",
-            EventType::Normal,
-            "SuccessfulScale",
-            &message,
-        )
-        .await;
+    event(ctx, deployment, "SuccessfulScale", &message).await;
     Ok(())
 }
 
@@ -328,16 +333,7 @@ async fn create_set(
                 "Created MachineSet {:?} with {replicas} replicas",
                 created.name_any()
             );
-            ctx.events
-                .publish(
-                    COMPONENT,
-                    deployment,
-                    "MachineDeployment",
-                    EventType::Normal,
-                    "SuccessfulCreate",
-                    &message,
-                )
-                .await;
+            event(ctx, deployment, "SuccessfulCreate", &message).await;
             Ok(created)
         }
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(sets_api.get(&set.name_any()).await?),

@@ -21,6 +21,20 @@ pub const SET_NAME_LABEL: &str = "cluster.x-k8s.io/set-name";
 /// Who this controller's Events say saw them.
 const COMPONENT: &str = "machineset-controller";
 
+/// Records a Normal Event on the MachineSet.
+async fn event(ctx: &Context, object: &DynamicObject, reason: &str, message: &str) {
+    ctx.events
+        .publish(
+            COMPONENT,
+            object,
+            "MachineSet",
+            EventType::Normal,
+            reason,
+            message,
+        )
+        .await;
+}
+
 pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
 
 /// The machines this set controls (it is their controller owner).
@@ -101,16 +115,7 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
                 "Deleted unhealthy machine {:?} to replace it",
                 machine.name_any()
             );
-            ctx.events
-                .publish(
-                    COMPONENT,
-                    &set,
-                    "MachineSet",
-                    EventType::Normal,
-                    "SuccessfulDelete",
-                    &message,
-                )
-                .await;
+            event(&ctx, &set, "SuccessfulDelete", &message).await;
         }
     }
     let mut machines = healthy;
@@ -129,16 +134,7 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             {
                 Ok(_) => {
                     let message = format!("Deleted machine {:?}", machine.name_any());
-                    ctx.events
-                        .publish(
-                            COMPONENT,
-                            &set,
-                            "MachineSet",
-                            EventType::Normal,
-                            "SuccessfulDelete",
-                            &message,
-                        )
-                        .await;
+                    event(&ctx, &set, "SuccessfulDelete", &message).await;
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => return Err(e.into()),
@@ -276,16 +272,7 @@ async fn create_machine(
         Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
     let created = machines.create(&PostParams::default(), &machine).await?;
     let message = format!("Created machine {:?}", created.name_any());
-    ctx.events
-        .publish(
-            COMPONENT,
-            set,
-            "MachineSet",
-            EventType::Normal,
-            "SuccessfulCreate",
-            &message,
-        )
-        .await;
+    event(ctx, set, "SuccessfulCreate", &message).await;
     ensure_clones(ctx, set, &created).await
 }
 
