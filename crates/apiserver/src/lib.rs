@@ -187,6 +187,14 @@ impl Server {
         load_stored_crds(&resources)
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;
+        let builtin: Vec<serde_json::Value> = lariat_api::builtin_crds()
+            .iter()
+            .map(|crd| serde_json::to_value(crd).expect("CRDs serialize"))
+            .collect();
+        resources
+            .publish_builtin_crds(builtin)
+            .await
+            .map_err(|e| StartError::Store(e.to_string()))?;
         ensure_namespaces(&resources, &["default", "lariat-system"])
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;

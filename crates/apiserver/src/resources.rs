@@ -963,6 +963,74 @@ impl Resources {
         }
     }
 
+    /// Writes a CustomResourceDefinition for each kind lariat serves itself (Cluster API's,
+    /// the providers', lariat's own), so `kubectl get crds` lists them as a Cluster API
+    /// management cluster would. These are the server's own objects: written here, bypassing
+    /// the CRD strategy (which refuses any user write to them), rewritten when a new build
+    /// serves them differently, and never deletable (see [`Resources::delete`]).
+    pub async fn publish_builtin_crds(&self, crds: Vec<Value>) -> ApiResult<()> {
+        let rt = self
+            .registry
+            .get("apiextensions.k8s.io", "customresourcedefinitions")
+            .expect("CRDs are built in");
+        let scope = Scope {
+            version: "v1".into(),
+            rt,
+            namespace: None,
+        };
+        for mut crd in crds {
+            let name = objects::name_of(&crd).to_string();
+            let key = scope.key(&name);
+            let existing = self.store.get(&key).await?;
+            let current = existing
+                .as_ref()
+                .map(|kv| self.decode(&scope, kv))
+                .transpose()?;
+            if current.as_ref().is_some_and(|c| c["spec"] == crd["spec"]) {
+                continue;
+            }
+            crd["apiVersion"] = json!("apiextensions.k8s.io/v1");
+            crd["kind"] = json!("CustomResourceDefinition");
+            let meta = meta_mut(&mut crd);
+            let (uid, created) = match &current {
+                Some(c) => (
+                    c["metadata"]["uid"].clone(),
+                    c["metadata"]["creationTimestamp"].clone(),
+                ),
+                None => (
+                    json!(uuid::Uuid::new_v4().to_string()),
+                    json!(now_rfc3339()),
+                ),
+            };
+            meta.insert("uid".into(), uid);
+            meta.insert("creationTimestamp".into(), created);
+            meta.insert("generation".into(), json!(1));
+            crate::strategy::accept_crd(&mut crd);
+            let bytes = self.encode(&scope, &crd)?;
+            let written = match existing {
+                Some(kv) => self.store.update(&key, bytes, kv.mod_revision).await,
+                None => self.store.create(&key, bytes).await,
+            };
+            match written {
+                // Another replica published it meanwhile.
+                Ok(_)
+                | Err(lariat_store::Error::AlreadyExists(_))
+                | Err(lariat_store::Error::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `crd` defines a kind lariat serves itself.
+    fn is_builtin_crd(&self, crd: &Value) -> bool {
+        let group = crd["spec"]["group"].as_str().unwrap_or_default();
+        let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or_default();
+        self.registry
+            .get(group, plural)
+            .is_some_and(|rt| rt.origin != Origin::Custom)
+    }
+
     /// Serves (or re-serves) a stored CRD's kind.
     pub fn register_crd(&self, crd: &Value) {
         if let Ok(rt) = ResourceType::from_crd(crd, Origin::Custom) {
@@ -990,6 +1058,13 @@ impl Resources {
                 .await?
                 .ok_or_else(|| scope.not_found(name))?;
             let mut object = self.decode(scope, &kv)?;
+            if scope.rt.group == "apiextensions.k8s.io" && self.is_builtin_crd(&object) {
+                return Err(ApiError::Forbidden {
+                    message: format!(
+                        "customresourcedefinitions.apiextensions.k8s.io \"{name}\" is forbidden: lariat serves this kind itself; deleting its definition would delete every object of it"
+                    ),
+                });
+            }
             if let Some(uid) = &options.precondition_uid
                 && object["metadata"]["uid"].as_str() != Some(uid.as_str())
             {

@@ -76,6 +76,32 @@ fn versions_kubeconfigs_and_the_address_remote_clusters_dial() {
     assert_eq!(code, 200);
     assert!(body.contains("io.x-k8s.cluster.v1beta1.Cluster"));
 
+    // The kinds lariat serves are listed as CRDs, as on a Cluster API management cluster,
+    // and cannot be deleted or redefined.
+    let crds = server.kubectl_ok(&["get", "crds", "-o", "name"]);
+    for crd in [
+        "clusters.cluster.x-k8s.io",
+        "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io",
+        "inmemoryclusters.infrastructure.cluster.x-k8s.io",
+        "clusterregistrationtokens.management.lariat.dev",
+    ] {
+        assert!(crds.contains(crd), "{crd} in\n{crds}");
+    }
+    let established = server.kubectl_ok(&[
+        "get",
+        "crd",
+        "clusters.cluster.x-k8s.io",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
+    ]);
+    assert_eq!(established, "True");
+    let refused = server.kubectl_err(&["delete", "crd", "clusters.cluster.x-k8s.io"]);
+    assert!(
+        refused.contains("lariat serves this kind itself"),
+        "{refused}"
+    );
+    assert!(server.kubectl(&["get", "clusters"]).status.success());
+
     // kubectl's own questions about the caller.
     assert_eq!(
         server

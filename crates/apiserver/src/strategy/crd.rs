@@ -35,15 +35,27 @@ impl Strategy for CustomResourceDefinitions {
                 "field is immutable",
             ));
         }
-        let names = object["spec"]["names"].clone();
-        object["status"] = json!({
-            "acceptedNames": names,
-            "storedVersions": rt.versions.iter().filter(|v| v.storage).map(|v| v.name.clone()).collect::<Vec<_>>(),
-            "conditions": [
-                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now_rfc3339()},
-                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now_rfc3339()},
-            ],
-        });
+        accept(object, &rt);
         causes
+    }
+}
+
+/// The status kube-apiserver reports once a CRD's names are accepted.
+fn accept(object: &mut Value, rt: &ResourceType) {
+    let names = object["spec"]["names"].clone();
+    object["status"] = json!({
+        "acceptedNames": names,
+        "storedVersions": rt.versions.iter().filter(|v| v.storage).map(|v| v.name.clone()).collect::<Vec<_>>(),
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now_rfc3339()},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now_rfc3339()},
+        ],
+    });
+}
+
+/// Completes a built-in kind's CRD as the strategy completes a user's (its status).
+pub fn accept_builtin(object: &mut Value) {
+    if let Ok(rt) = ResourceType::from_crd(object, Origin::Lariat) {
+        accept(object, &rt);
     }
 }

@@ -19,6 +19,8 @@ pub trait Strategy: Send + Sync {
     fn admit(&self, registry: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause>;
 }
 
+pub use crd::accept_builtin as accept_crd;
+
 /// The strategy of the kind served at `group`/`plural`, if it has one.
 pub fn for_kind(group: &str, plural: &str) -> Option<&'static dyn Strategy> {
     Some(match (group, plural) {
