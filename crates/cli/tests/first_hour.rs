@@ -261,12 +261,7 @@ fn simulated_clusters_look_real_and_columns_are_filled() {
         "names that merge with other kubeconfigs: {text}"
     );
     let kubectl = |args: &[&str]| {
-        let output = Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &kubeconfig)
-            .env("HOME", server.home.path())
-            .output()
-            .unwrap();
+        let output = server.kubectl_as(&kubeconfig, args);
         assert!(output.status.success(), "{}", stderr(&output));
         stdout(&output)
     };

@@ -28,17 +28,8 @@ fn pointed_at(kubeconfig: &Path, server: &str, name: &str) -> PathBuf {
     path
 }
 
-fn kubectl_with(server: &TestServer, kubeconfig: &Path, args: &[&str]) -> std::process::Output {
-    Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("HOME", server.home.path())
-        .output()
-        .unwrap()
-}
-
 fn assert_refused(server: &TestServer, kubeconfig: &Path, what: &str) {
-    let output = kubectl_with(server, kubeconfig, &["get", "secrets", "-A"]);
+    let output = server.kubectl_as(kubeconfig, &["get", "secrets", "-A"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         !output.status.success()
@@ -128,19 +119,12 @@ fn each_simulated_cluster_is_its_own_trust_domain() {
     let other_url = format!("{base}/inmemory/default/other");
 
     // Each credential works where it belongs.
-    assert!(
-        kubectl_with(&server, &dev, &["get", "nodes"])
-            .status
-            .success()
-    );
-    assert!(
-        kubectl_with(&server, &other, &["get", "ns"])
-            .status
-            .success()
-    );
+    assert!(server.kubectl_as(&dev, &["get", "nodes"]).status.success());
+    assert!(server.kubectl_as(&other, &["get", "ns"]).status.success());
     let proxied = server.proxied_kubeconfig("dev");
     assert!(
-        kubectl_with(&server, &proxied, &["get", "nodes"])
+        server
+            .kubectl_as(&proxied, &["get", "nodes"])
             .status
             .success()
     );
@@ -223,8 +207,7 @@ fn each_simulated_cluster_is_its_own_trust_domain() {
         (&dev, "/inmemory/default/dev", "shape"),
         (&proxied, "/k8s/clusters/default/dev", "tunnelled"),
     ] {
-        let created = kubectl_with(
-            &server,
+        let created = server.kubectl_as(
             kubeconfig,
             &["create", "configmap", name, "--from-literal=a=b"],
         );
@@ -248,7 +231,7 @@ fn each_simulated_cluster_is_its_own_trust_domain() {
                     &patch,
                 ],
             ] {
-                let output = kubectl_with(&server, kubeconfig, &target);
+                let output = server.kubectl_as(kubeconfig, &target);
                 let stderr = String::from_utf8_lossy(&output.stderr);
                 assert!(
                     !output.status.success() && stderr.contains("must be a JSON object"),
@@ -259,8 +242,7 @@ fn each_simulated_cluster_is_its_own_trust_domain() {
         }
         let body = server.data_dir().join("string.json");
         std::fs::write(&body, r#""x""#).unwrap();
-        let output = kubectl_with(
-            &server,
+        let output = server.kubectl_as(
             kubeconfig,
             &[
                 "replace",
@@ -282,27 +264,27 @@ fn each_simulated_cluster_is_its_own_trust_domain() {
     // Credentials die with their owner: the agent's credential and the workload kubeconfig
     // are refused as soon as the Cluster is gone, garbage collection or not.
     let credential = String::from_utf8(
-        kubectl_with(
-            &server,
-            &dev,
-            &[
-                "get",
-                "secret",
-                "lariat-agent-credential",
-                "-n",
-                "lariat-system",
-                "-o",
-                "go-template={{.data.credential | base64decode}}",
-            ],
-        )
-        .stdout,
+        server
+            .kubectl_as(
+                &dev,
+                &[
+                    "get",
+                    "secret",
+                    "lariat-agent-credential",
+                    "-n",
+                    "lariat-system",
+                    "-o",
+                    "go-template={{.data.credential | base64decode}}",
+                ],
+            )
+            .stdout,
     )
     .unwrap();
     assert!(credential.contains('.'), "credential {credential:?}");
     server.kubectl_ok(&["delete", "cluster", "dev", "--timeout=60s"]);
     assert_refused(&server, &dev, "a deleted cluster's kubeconfig");
     // The proxy stops with the Cluster, not at the next heartbeat.
-    let through = kubectl_with(&server, &proxied, &["get", "nodes"]);
+    let through = server.kubectl_as(&proxied, &["get", "nodes"]);
     assert!(
         !through.status.success() && String::from_utf8_lossy(&through.stderr).contains("not found"),
         "{}",
@@ -336,9 +318,7 @@ fn each_simulated_cluster_is_its_own_trust_domain() {
         || {
             let current = server.workload_kubeconfig("other");
             std::fs::read(&current).unwrap() != std::fs::read(&reissued).unwrap()
-                && kubectl_with(&server, &current, &["get", "ns"])
-                    .status
-                    .success()
+                && server.kubectl_as(&current, &["get", "ns"]).status.success()
         },
     );
     let stale = pointed_at(

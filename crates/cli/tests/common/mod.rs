@@ -135,6 +135,16 @@ impl TestServer {
         command
     }
 
+    /// kubectl with another kubeconfig (a workload cluster's, a proxied one).
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("HOME", self.home.path())
+            .output()
+            .expect("run kubectl (is it on PATH?)")
+    }
+
     pub fn kubectl(&self, args: &[&str]) -> Output {
         self.kubectl_command(args)
             .output()
