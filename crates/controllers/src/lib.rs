@@ -117,8 +117,13 @@ fn error_key(kind: &str, namespace: Option<&str>, name: &str) -> String {
     format!("{kind}/{}/{name}", namespace.unwrap_or_default())
 }
 
-/// Retries failed reconciles with a short delay; a new error is logged with the object.
-fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
+/// Every lariat controller's error policy (providers' too): retries a failed reconcile
+/// after 2 s, and logs an error with its object only when it is new for that object.
+pub fn error_policy<E: std::fmt::Display, C>(
+    object: Arc<DynamicObject>,
+    error: &E,
+    _ctx: Arc<C>,
+) -> Action {
     let kind = object
         .types
         .as_ref()
@@ -143,7 +148,7 @@ fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -
 
 /// A `for_each` body for a controller's output stream: counts the reconcile, and forgets the
 /// object's logged error once a reconcile succeeds.
-fn finished<E>(
+pub fn finished<E>(
     controller: &'static str,
 ) -> impl FnMut(
     Result<(kube::runtime::reflector::ObjectRef<DynamicObject>, Action), E>,

@@ -27,16 +27,6 @@ pub fn record<T, E>(controller: &str, result: &Result<T, E>) {
         .inc();
 }
 
-/// A `for_each` body for a controller's output stream that counts its reconciles.
-pub fn counter<T, E>(
-    controller: &'static str,
-) -> impl FnMut(Result<T, E>) -> std::future::Ready<()> {
-    move |result| {
-        record(controller, &result);
-        std::future::ready(())
-    }
-}
-
 /// Every counter, in Prometheus' text exposition format.
 pub fn render() -> String {
     let mut registry = Registry::default();

@@ -2,16 +2,14 @@
 //! process, for demos, tests and scale runs, behind the same contract as a cloud provider.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Controller;
 use kube::runtime::watcher;
 use lariat_apiserver::virtual_clusters::VirtualClusters;
-use lariat_controllers::Error;
 
 pub mod agents;
 pub mod cluster;
@@ -43,11 +41,6 @@ pub fn cluster_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
-fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(object = %format!("{}/{}", object.metadata.namespace.as_deref().unwrap_or_default(), object.metadata.name.as_deref().unwrap_or_default()), %error, "in-memory provider reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(2))
-}
-
 /// Runs the InMemoryCluster and InMemoryMachine controllers until `shutdown` resolves.
 pub async fn run(
     client: Client,
@@ -69,8 +62,12 @@ pub async fn run(
         resource("InMemoryCluster"),
     )
     .graceful_shutdown_on(shutdown.clone())
-    .run(cluster::reconcile, error_policy, context.clone())
-    .for_each(lariat_controllers::metrics::counter("inmemorycluster"));
+    .run(
+        cluster::reconcile,
+        lariat_controllers::error_policy,
+        context.clone(),
+    )
+    .for_each(lariat_controllers::finished("inmemorycluster"));
     // A Machine getting its bootstrap data is what an InMemoryMachine waits for: watch
     // Machines so that boot starts at once rather than at the next poll.
     let machines = Controller::new_with(
@@ -94,15 +91,23 @@ pub async fn run(
         },
     )
     .graceful_shutdown_on(shutdown.clone())
-    .run(machine::reconcile, error_policy, context.clone())
-    .for_each(lariat_controllers::metrics::counter("inmemorymachine"));
+    .run(
+        machine::reconcile,
+        lariat_controllers::error_policy,
+        context.clone(),
+    )
+    .for_each(lariat_controllers::finished("inmemorymachine"));
     let agents = Controller::new_with(
         Api::<DynamicObject>::all_with(client.clone(), &lariat_controllers::capi("Cluster")),
         watcher::Config::default(),
         lariat_controllers::capi("Cluster"),
     )
     .graceful_shutdown_on(shutdown.clone())
-    .run(agents::reconcile, error_policy, context.clone())
-    .for_each(lariat_controllers::metrics::counter("inmemoryagent"));
+    .run(
+        agents::reconcile,
+        lariat_controllers::error_policy,
+        context.clone(),
+    )
+    .for_each(lariat_controllers::finished("inmemoryagent"));
     tokio::join!(clusters, machines, agents);
 }

@@ -13,13 +13,12 @@
 //! the I/O.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
@@ -73,15 +72,6 @@ pub fn kubeadm_config_resource() -> ApiResource {
 pub(crate) use lariat_controllers::capi;
 
 /// Retries failed reconciles with a short delay; the error is logged with the object's key.
-fn error_policy(object: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(
-        kubeadmconfig = %object::key(&object),
-        %error,
-        "kubeadm bootstrap reconcile failed; retrying"
-    );
-    Action::requeue(Duration::from_secs(2))
-}
-
 /// Runs the KubeadmConfig controller (provider `bootstrap-kubeadm`) until `shutdown` resolves.
 ///
 /// Besides its own kind it watches Clusters (infrastructure readiness and initialization gate
@@ -144,8 +134,12 @@ pub async fn run_bootstrap(
             },
         )
         .graceful_shutdown_on(shutdown.clone())
-        .run(reconcile::reconcile, error_policy, context)
-        .for_each(lariat_controllers::metrics::counter("kubeadmconfig"))
+        .run(
+            reconcile::reconcile,
+            lariat_controllers::error_policy,
+            context,
+        )
+        .for_each(lariat_controllers::finished("kubeadmconfig"))
         .await;
 }
 
@@ -162,16 +156,17 @@ pub async fn run_control_plane(
         watcher::Config::default(),
         control_plane::resource(),
     )
-    .owns_with(all(&capi("Machine")), capi("Machine"), watcher::Config::default())
+    .owns_with(
+        all(&capi("Machine")),
+        capi("Machine"),
+        watcher::Config::default(),
+    )
     .graceful_shutdown_on(shutdown)
     .run(
         control_plane::reconcile,
-        |object, error: &lariat_controllers::Error, _| {
-            tracing::warn!(kubeadmcontrolplane = %object::key(&object), %error, "control plane reconcile failed; retrying");
-            Action::requeue(Duration::from_secs(2))
-        },
+        lariat_controllers::error_policy,
         Arc::new(control_plane::Context::new(client.clone())),
     )
-    .for_each(lariat_controllers::metrics::counter("kubeadmcontrolplane"))
+    .for_each(lariat_controllers::finished("kubeadmcontrolplane"))
     .await;
 }
