@@ -235,21 +235,13 @@ fn scope_of(resources: &Resources, key: &str) -> Option<(Scope, String)> {
         if parts[0] == "core" { "" } else { parts[0] },
         *parts.get(1)?,
     );
-    let rt = resources.registry.get(group, plural)?;
-    let version = rt.storage_version().name.clone();
-    let (namespace, name) = match (rt.namespaced, &parts[2..]) {
-        (true, [ns, name]) => (Some(ns.to_string()), name.to_string()),
+    let namespaced = resources.registry.get(group, plural)?.namespaced;
+    let (namespace, name) = match (namespaced, &parts[2..]) {
+        (true, [ns, name]) => (Some(*ns), name.to_string()),
         (false, [name]) => (None, name.to_string()),
         _ => return None,
     };
-    Some((
-        Scope {
-            rt,
-            version,
-            namespace,
-        },
-        name,
-    ))
+    Some((resources.scope(group, plural, namespace)?, name))
 }
 
 fn options() -> WriteOptions {
@@ -475,13 +467,8 @@ pub async fn compact_periodically(
 /// Deletes Events last seen more than `ttl` ago, every minute (kube-apiserver's
 /// `--event-ttl`, one hour by default): they say what happened lately, not forever.
 pub async fn expire_events(resources: Resources, ttl: Duration, mut stop: watch::Receiver<bool>) {
-    let Some(rt) = resources.registry.get("", "events") else {
+    let Some(scope) = resources.scope("", "events", None) else {
         return;
-    };
-    let scope = Scope {
-        rt,
-        version: "v1".into(),
-        namespace: None,
     };
     let period = ttl.min(Duration::from_secs(60)).max(Duration::from_secs(1));
     loop {

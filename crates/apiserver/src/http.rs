@@ -121,12 +121,7 @@ async fn version(State(state): State<Arc<AppState>>) -> Response {
 /// The newest kubelet version among a simulated cluster's control-plane Nodes (any Node if it
 /// has none labelled so), as `v1.30.2`.
 async fn simulated_version(resources: &Resources) -> Option<String> {
-    let rt = resources.registry.get("", "nodes")?;
-    let scope = Scope {
-        rt,
-        version: "v1".into(),
-        namespace: None,
-    };
+    let scope = resources.scope("", "nodes", None)?;
     let nodes = resources
         .list(&scope, &Default::default())
         .await
@@ -210,12 +205,10 @@ async fn cluster_proxy(State(state): State<Arc<AppState>>, request: Request) -> 
     // A tunnel serves its Cluster while the Cluster lives: the moment it is deleted (or being
     // deleted) the proxy stops, without waiting for the next heartbeat to close the tunnel.
     let (namespace, name) = (namespace.unwrap_or_default(), name.unwrap_or_default());
-    if let Some(rt) = state.resources.registry.get("cluster.x-k8s.io", "clusters") {
-        let scope = Scope {
-            version: rt.storage_version().name.clone(),
-            rt,
-            namespace: Some(namespace.to_string()),
-        };
+    if let Some(scope) = state
+        .resources
+        .scope("cluster.x-k8s.io", "clusters", Some(namespace))
+    {
         let live = match state.resources.get(&scope, name).await {
             Ok(cluster) => cluster["metadata"]["deletionTimestamp"].is_null(),
             Err(ApiError::NotFound { .. }) => false,

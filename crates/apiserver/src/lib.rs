@@ -41,7 +41,7 @@ pub mod watch;
 
 use crate::auth::{AllowAuthenticated, Authenticator};
 use crate::registry::Registry;
-use crate::resources::{Resources, Scope, WriteOptions};
+use crate::resources::{Resources, WriteOptions};
 
 /// Everything `lariat server` can be told.
 #[derive(Clone, Debug)]
@@ -326,15 +326,9 @@ impl Server {
 }
 
 async fn load_stored_crds(resources: &Resources) -> Result<(), status::ApiError> {
-    let rt = resources
-        .registry
-        .get("apiextensions.k8s.io", "customresourcedefinitions")
+    let scope = resources
+        .scope("apiextensions.k8s.io", "customresourcedefinitions", None)
         .expect("CRD kind is built in");
-    let scope = Scope {
-        rt,
-        version: "v1".into(),
-        namespace: None,
-    };
     for crd in resources.list(&scope, &Default::default()).await?.items {
         resources.register_crd(&crd);
     }
@@ -343,15 +337,9 @@ async fn load_stored_crds(resources: &Resources) -> Result<(), status::ApiError>
 
 /// `default` (and `lariat-system` for lariat's own objects) exist from the first start.
 async fn ensure_namespaces(resources: &Resources, names: &[&str]) -> Result<(), status::ApiError> {
-    let rt = resources
-        .registry
-        .get("", "namespaces")
+    let scope = resources
+        .scope("", "namespaces", None)
         .expect("namespaces are built in");
-    let scope = Scope {
-        rt,
-        version: "v1".into(),
-        namespace: None,
-    };
     let options = WriteOptions {
         field_manager: "lariat".into(),
         ..Default::default()

@@ -131,6 +131,17 @@ impl Resources {
         }
     }
 
+    /// Where requests for `group`/`plural` in `namespace` point, at the kind's storage
+    /// version; `None` when the kind is not served.
+    pub fn scope(&self, group: &str, plural: &str, namespace: Option<&str>) -> Option<Scope> {
+        let rt = self.registry.get(group, plural)?;
+        Some(Scope {
+            version: rt.storage_version().name.clone(),
+            rt,
+            namespace: namespace.map(String::from),
+        })
+    }
+
     /// The stored JSON of any value, decrypted when it was stored encrypted.
     pub fn plaintext(&self, kv: &KeyValue) -> ApiResult<Value> {
         let bytes = self.cipher.decrypt(&kv.value)?;
@@ -969,15 +980,9 @@ impl Resources {
     /// the CRD strategy (which refuses any user write to them), rewritten when a new build
     /// serves them differently, and never deletable (see [`Resources::delete`]).
     pub async fn publish_builtin_crds(&self, crds: Vec<Value>) -> ApiResult<()> {
-        let rt = self
-            .registry
-            .get("apiextensions.k8s.io", "customresourcedefinitions")
+        let scope = self
+            .scope("apiextensions.k8s.io", "customresourcedefinitions", None)
             .expect("CRDs are built in");
-        let scope = Scope {
-            version: "v1".into(),
-            rt,
-            namespace: None,
-        };
         for mut crd in crds {
             let name = objects::name_of(&crd).to_string();
             let key = scope.key(&name);
