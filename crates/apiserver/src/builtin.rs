@@ -7,7 +7,7 @@
 use schemars::JsonSchema;
 use serde_json::{Value, json};
 
-use crate::registry::{Origin, Printer, ResourceType};
+use crate::registry::{Origin, Printer, ResourceType, StoredAs};
 
 /// A structural schema for `T`, generated the way kube-derive does for custom resources, with
 /// `metadata` left to the API server.
@@ -106,13 +106,7 @@ pub fn core_types() -> Vec<ResourceType> {
         Origin::Core,
     )
     .expect("event definition is valid");
-    for version in &mut events.versions {
-        for column in &mut version.printer_columns {
-            if column.name == "Object" {
-                column.printer = Some(Printer::EventObject);
-            }
-        }
-    }
+    print_events(&mut events);
     events.selectable_fields = [
         "involvedObject.kind",
         "involvedObject.namespace",
@@ -256,9 +250,106 @@ pub fn core_types() -> Vec<ResourceType> {
             }
         }
     }
-    let mut types = vec![events, secrets];
+    let mut types = vec![events, events_k8s_io(), secrets];
     types.extend(others);
     types
+}
+
+fn print_events(events: &mut ResourceType) {
+    for version in &mut events.versions {
+        for column in &mut version.printer_columns {
+            column.printer = match column.name.as_str() {
+                "Object" => Some(Printer::EventObject),
+                "Last Seen" => Some(Printer::EventLastSeen),
+                _ => None,
+            };
+        }
+    }
+}
+
+/// Core v1 Event fields and their events.k8s.io/v1 names; the others are named alike.
+const EVENT_FIELDS: [(&str, &str); 7] = [
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+    ("reportingComponent", "reportingController"),
+];
+
+fn rename_fields(mut event: Value, to_events_k8s_io: bool) -> Value {
+    if let Some(fields) = event.as_object_mut() {
+        for (core, events) in EVENT_FIELDS {
+            let (from, to) = if to_events_k8s_io {
+                (core, events)
+            } else {
+                (events, core)
+            };
+            match fields.remove(from) {
+                Some(value) => {
+                    fields.insert(to.to_string(), value);
+                }
+                None => {
+                    fields.remove(to);
+                }
+            }
+        }
+        fields.insert("kind".into(), json!("Event"));
+        if !to_events_k8s_io {
+            fields.insert("apiVersion".into(), json!("v1"));
+        }
+    }
+    event
+}
+
+/// events.k8s.io/v1 Event: the newer shape of the same Events, served from the core v1
+/// objects as Kubernetes serves it (kube-rs's and client-go's new event recorders write it;
+/// `kubectl describe` reads core v1).
+fn events_k8s_io() -> ResourceType {
+    let mut events = ResourceType::from_crd(
+        &definition(
+            "events.k8s.io",
+            "v1",
+            "Event",
+            "events",
+            true,
+            &["ev"],
+            schema_of::<k8s_openapi::api::events::v1::Event>(),
+            json!([
+                {"name": "Last Seen", "type": "date", "jsonPath": ".deprecatedLastTimestamp"},
+                {"name": "Type", "type": "string", "jsonPath": ".type"},
+                {"name": "Reason", "type": "string", "jsonPath": ".reason"},
+                {"name": "Object", "type": "string", "jsonPath": ".regarding.name"},
+                {"name": "Message", "type": "string", "jsonPath": ".note"},
+            ]),
+            false,
+        ),
+        Origin::Core,
+    )
+    .expect("events.k8s.io definition is valid");
+    print_events(&mut events);
+    events.selectable_fields = [
+        "regarding.kind",
+        "regarding.namespace",
+        "regarding.name",
+        "regarding.uid",
+        "regarding.apiVersion",
+        "regarding.resourceVersion",
+        "regarding.fieldPath",
+        "reason",
+        "reportingController",
+        "type",
+    ]
+    .map(String::from)
+    .to_vec();
+    events.stored_as = Some(StoredAs {
+        group: "",
+        plural: "events",
+        from_storage: |event| rename_fields(event, true),
+        to_storage: |event| rename_fields(event, false),
+    });
+    events
 }
 
 /// Resource types for lariat's own kinds (Cluster API, ...), from their generated CRDs.
@@ -280,6 +371,26 @@ pub fn lariat_types() -> Vec<ResourceType> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_convert_both_ways_without_loss() {
+        let core = json!({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": "dev.1", "namespace": "default"},
+            "involvedObject": {"kind": "Cluster", "name": "dev"},
+            "message": "Provisioned", "reason": "Provisioned", "type": "Normal",
+            "source": {"component": "cluster-controller"}, "count": 3,
+            "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:01:00Z",
+            "reportingComponent": "cluster-controller", "reportingInstance": "lariat",
+        });
+        let new = rename_fields(core.clone(), true);
+        assert_eq!(new["regarding"]["name"], "dev");
+        assert_eq!(new["note"], "Provisioned");
+        assert_eq!(new["deprecatedCount"], 3);
+        assert_eq!(new["reportingController"], "cluster-controller");
+        assert!(new.get("involvedObject").is_none() && new.get("message").is_none());
+        assert_eq!(rename_fields(new, false), core);
+    }
 
     #[test]
     fn core_schemas_are_structural_and_typed() {

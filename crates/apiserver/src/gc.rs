@@ -378,7 +378,7 @@ async fn empty_namespace(resources: &Resources, scope: &Scope, namespace: &str) 
         .registry
         .all()
         .into_iter()
-        .filter(|rt| rt.namespaced)
+        .filter(|rt| rt.namespaced && rt.stored_as.is_none())
     {
         let version = rt.storage_version().name.clone();
         let inner = Scope {

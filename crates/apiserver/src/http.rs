@@ -65,7 +65,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             axum::routing::post(self_subject_access_review),
         )
         .route(
-            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            "/apis/authentication.k8s.io/{version}/selfsubjectreviews",
             axum::routing::post(self_subject_review),
         )
         .fallback(dispatch)
@@ -283,15 +283,22 @@ async fn self_subject_access_review(
     json_response(StatusCode::CREATED, &review)
 }
 
-/// `kubectl auth whoami`: who the server takes the caller for (a SelfSubjectReview).
-async fn self_subject_review(request: Request) -> Response {
+/// `kubectl auth whoami`: who the server takes the caller for (a SelfSubjectReview). kubectl
+/// 1.27 asks at v1beta1 or v1alpha1, later ones at v1; all three are answered.
+async fn self_subject_review(
+    axum::extract::Path(version): axum::extract::Path<String>,
+    request: Request,
+) -> Response {
     let Some(user) = request.extensions().get::<User>().cloned() else {
         return ApiError::Unauthorized.into_response();
     };
+    if !["v1", "v1beta1", "v1alpha1"].contains(&version.as_str()) {
+        return not_found_path(request.uri().path()).into_response();
+    }
     json_response(
         StatusCode::CREATED,
         &json!({
-            "apiVersion": "authentication.k8s.io/v1",
+            "apiVersion": format!("authentication.k8s.io/{version}"),
             "kind": "SelfSubjectReview",
             "metadata": {"creationTimestamp": null},
             "status": {"userInfo": {"username": user.name, "groups": user.groups}},

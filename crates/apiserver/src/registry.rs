@@ -41,8 +41,25 @@ pub enum Printer {
     NodeStatus,
     /// The `node-role.kubernetes.io/<role>` labels, or `<none>`.
     NodeRoles,
-    /// An Event's object as `kind/name` (`machineset/dev-md-0-x7k2q`).
+    /// An Event's object as `kind/name` (`machineset/dev-md-0-x7k2q`), core v1 or
+    /// events.k8s.io/v1.
     EventObject,
+    /// When an Event was last seen: its series' last observation, its last timestamp, or
+    /// else when it first happened, as kube-apiserver's event printer picks.
+    EventLastSeen,
+}
+
+/// A kind served from another kind's objects, as Kubernetes serves events.k8s.io/v1 Events
+/// from the core v1 Events it stores: one object, two shapes, converted on every read and
+/// write.
+#[derive(Clone, Debug)]
+pub struct StoredAs {
+    pub group: &'static str,
+    pub plural: &'static str,
+    /// The stored shape to this kind's.
+    pub from_storage: fn(Value) -> Value,
+    /// This kind's shape to the stored one.
+    pub to_storage: fn(Value) -> Value,
 }
 
 #[derive(Clone, Debug)]
@@ -79,6 +96,8 @@ pub struct ResourceType {
     /// Field paths (without the leading dot) usable in `fieldSelector`, besides
     /// `metadata.name` and `metadata.namespace`.
     pub selectable_fields: Vec<String>,
+    /// Set when this kind's objects are another kind's, converted (events.k8s.io/v1 Event).
+    pub stored_as: Option<StoredAs>,
 }
 
 impl ResourceType {
@@ -112,12 +131,12 @@ impl ResourceType {
 
     /// Store key prefix of all objects of this type (all namespaces).
     pub fn key_prefix(&self) -> String {
-        let group = if self.group.is_empty() {
-            "core"
-        } else {
-            &self.group
+        let (group, plural) = match &self.stored_as {
+            Some(stored) => (stored.group, stored.plural),
+            None => (self.group.as_str(), self.plural.as_str()),
         };
-        format!("/registry/{group}/{}/", self.plural)
+        let group = if group.is_empty() { "core" } else { group };
+        format!("/registry/{group}/{plural}/")
     }
 
     /// Store key prefix of one namespace (or of all, for `None`).
@@ -298,6 +317,7 @@ impl ResourceType {
             versions,
             origin,
             selectable_fields,
+            stored_as: None,
         })
     }
 }

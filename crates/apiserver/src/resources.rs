@@ -153,6 +153,9 @@ impl Resources {
     /// store's revision as `resourceVersion`.
     pub fn decode(&self, scope: &Scope, kv: &KeyValue) -> ApiResult<Value> {
         let mut object = self.plaintext(kv)?;
+        if let Some(stored) = &scope.rt.stored_as {
+            object = (stored.from_storage)(object);
+        }
         object["apiVersion"] = json!(scope.api_version());
         meta_mut(&mut object).insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
         Ok(object)
@@ -160,7 +163,10 @@ impl Resources {
 
     /// The bytes to store: JSON without `resourceVersion`, encrypted for Secrets.
     fn encode(&self, scope: &Scope, object: &Value) -> ApiResult<Vec<u8>> {
-        let mut stored = object.clone();
+        let mut stored = match &scope.rt.stored_as {
+            Some(alias) => (alias.to_storage)(object.clone()),
+            None => object.clone(),
+        };
         meta_mut(&mut stored).remove("resourceVersion");
         let bytes = serde_json::to_vec(&stored)
             .map_err(|e| ApiError::internal(format!("cannot encode object: {e}")))?;

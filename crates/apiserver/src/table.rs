@@ -138,8 +138,29 @@ fn print(printer: Printer, object: &Value) -> String {
             }
             status
         }
+        Printer::EventLastSeen => {
+            let first = |core: &str, events: &str| {
+                [&object[core], &object[events]]
+                    .into_iter()
+                    .find_map(|t| t.as_str())
+                    .map(String::from)
+            };
+            let last_seen = object["series"]["lastObservedTime"]
+                .as_str()
+                .map(String::from)
+                .or_else(|| first("lastTimestamp", "deprecatedLastTimestamp"))
+                .or_else(|| first("firstTimestamp", "deprecatedFirstTimestamp"))
+                .or_else(|| object["eventTime"].as_str().map(String::from));
+            match last_seen.and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok()) {
+                Some(at) => human_duration(chrono::Utc::now().signed_duration_since(at)),
+                None => "<unknown>".into(),
+            }
+        }
         Printer::EventObject => {
-            let involved = &object["involvedObject"];
+            let involved = match &object["involvedObject"] {
+                Value::Null => &object["regarding"],
+                core => core,
+            };
             format!(
                 "{}/{}",
                 involved["kind"].as_str().unwrap_or_default().to_lowercase(),

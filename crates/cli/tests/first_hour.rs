@@ -340,3 +340,145 @@ fn simulated_clusters_look_real_and_columns_are_filled() {
         },
     );
 }
+
+/// Events are one set of objects in two shapes, as in Kubernetes: kube-rs's recorder writes
+/// events.k8s.io/v1, `kubectl get events` and `kubectl describe` read core v1, and the
+/// controllers' own core v1 Events read back as events.k8s.io/v1.
+#[test]
+fn events_are_served_as_core_v1_and_events_k8s_io_v1() {
+    let server = TestServer::start();
+    server.apply_ok(
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: noted}\n",
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+        let client = server.client().await;
+        let configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+            kube::Api::default_namespaced(client.clone());
+        let configmap = configmaps.get("noted").await.unwrap();
+        let recorder = Recorder::new(client, Reporter::from("example.com/operator"));
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "Checked".into(),
+            note: Some("recorded by kube-rs".into()),
+            action: "Check".into(),
+            secondary: None,
+        };
+        recorder
+            .publish(&event, &kube::Resource::object_ref(&configmap, &()))
+            .await
+            .expect("kube-rs publishes an events.k8s.io/v1 Event");
+        recorder
+            .publish(&event, &kube::Resource::object_ref(&configmap, &()))
+            .await
+            .expect("and a second time, as a series");
+    });
+    let core = server.kubectl_ok(&["get", "events", "--field-selector", "reason=Checked"]);
+    assert!(core.contains("configmap/noted"), "{core}");
+    assert!(core.contains("recorded by kube-rs"), "{core}");
+    let described = server.kubectl_ok(&["describe", "configmap", "noted"]);
+    assert!(described.contains("Warning  Checked"), "{described}");
+    let new = server.kubectl_ok(&[
+        "get",
+        "events.v1.events.k8s.io",
+        "--field-selector",
+        "regarding.name=noted",
+        "-o",
+        "jsonpath={.items[*].note} {.items[*].reportingController} {.items[*].series.count}",
+    ]);
+    assert_eq!(new, "recorded by kube-rs example.com/operator 2");
+    // The core v1 shape of the same object names its fields the core way.
+    let as_core = server.kubectl_ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=noted",
+        "-o",
+        "jsonpath={.items[*].message} {.items[*].reportingComponent}",
+    ]);
+    assert_eq!(as_core, "recorded by kube-rs example.com/operator");
+    // An events.k8s.io Event without its required eventTime is refused, as Kubernetes does.
+    let refused = server.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata: {name: bad.1}\nreason: X\n",
+    );
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("eventTime"),
+        "{}",
+        stderr(&refused)
+    );
+}
+
+/// Every kubectl a platform engineer may have, 1.27 to 1.33, gets the same answers.
+#[test]
+fn every_kubectl_from_1_27_to_1_33_works_unchanged() {
+    let dir = std::path::Path::new("/usr/lib/google-cloud-sdk/bin");
+    let server = TestServer::start();
+    let typo = "apiVersion: cluster.x-k8s.io/v1beta1\nkind: Clustr\nmetadata: {name: x}\n";
+    let cluster = "apiVersion: cluster.x-k8s.io/v1beta1\nkind: Cluster\nmetadata: {name: c}\nspec: {bogus: 1}\n";
+    for minor in 27..=33 {
+        let binary = dir.join(format!("kubectl.1.{minor}"));
+        assert!(
+            binary.exists(),
+            "{} is missing: these tests need the kubectl versions Google's Cloud SDK installs",
+            binary.display()
+        );
+        let run = |args: &[&str], input: Option<&str>| {
+            let mut command = Command::new(&binary);
+            command
+                .args(args)
+                .env("KUBECONFIG", server.kubeconfig())
+                .env("HOME", server.home.path())
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            let mut child = command.spawn().expect("run kubectl");
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.unwrap_or_default().as_bytes())
+                .unwrap();
+            child.wait_with_output().unwrap()
+        };
+        let version = format!("kubectl 1.{minor}");
+        let output = run(&["create", "-f", "-"], Some(typo));
+        assert!(
+            stderr(&output).contains(r#"no matches for kind "Clustr""#),
+            "{version}: {}",
+            stderr(&output)
+        );
+        let output = run(&["apply", "-f", "-"], Some(cluster));
+        assert!(
+            stderr(&output).contains(r#"unknown field "spec.bogus""#),
+            "{version}: {}",
+            stderr(&output)
+        );
+        let output = run(&["auth", "whoami"], None);
+        assert!(
+            stdout(&output).contains("lariat-admin"),
+            "{version}: {}",
+            stderr(&output)
+        );
+        let output = run(&["auth", "can-i", "create", "clusters"], None);
+        assert_eq!(stdout(&output).trim(), "yes", "{version}");
+        let output = run(&["get", "crds"], None);
+        assert!(
+            stdout(&output).contains("clusters.cluster.x-k8s.io"),
+            "{version}: {}",
+            stderr(&output)
+        );
+        let output = run(&["explain", "clusters.spec.clusterNetwork"], None);
+        assert!(
+            stdout(&output).contains("KIND:") && stdout(&output).contains("Cluster"),
+            "{version}: {}",
+            stderr(&output)
+        );
+        let output = run(&["get", "events.events.k8s.io", "-A"], None);
+        assert!(output.status.success(), "{version}: {}", stderr(&output));
+    }
+}

@@ -94,3 +94,45 @@ impl Strategy for Namespaces {
         vec![]
     }
 }
+
+/// events.k8s.io/v1 Events: what Kubernetes requires of an Event written in the new shape
+/// (the core v1 shape stays as lenient as Kubernetes keeps it for old recorders).
+pub struct EventsV1;
+
+impl Strategy for EventsV1 {
+    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+        let mut causes = vec![];
+        if old.is_none() {
+            for field in [
+                "eventTime",
+                "reportingController",
+                "reportingInstance",
+                "action",
+                "reason",
+            ] {
+                if object[field].as_str().is_none_or(str::is_empty) {
+                    causes.push(Cause::required(field));
+                }
+            }
+        }
+        let type_ = &object["type"];
+        if !type_.is_null() && type_ != "Normal" && type_ != "Warning" {
+            causes.push(Cause::not_supported(
+                "type",
+                type_,
+                &[json!("Normal"), json!("Warning")],
+            ));
+        }
+        if object["note"]
+            .as_str()
+            .is_some_and(|note| note.len() > 1024)
+        {
+            causes.push(Cause::invalid(
+                "note",
+                &json!("<note>"),
+                "must have at most 1024 bytes",
+            ));
+        }
+        causes
+    }
+}

@@ -27,6 +27,7 @@ pub fn for_kind(group: &str, plural: &str) -> Option<&'static dyn Strategy> {
         ("", "secrets") => &core::Secrets,
         ("", "configmaps") => &core::ConfigMaps,
         ("", "namespaces") => &core::Namespaces,
+        ("events.k8s.io", "events") => &core::EventsV1,
         ("apiextensions.k8s.io", "customresourcedefinitions") => &crd::CustomResourceDefinitions,
         ("cluster.x-k8s.io", "clusters") => &capi::Clusters,
         ("cluster.x-k8s.io", "machinedeployments" | "machinesets" | "machines") => {
