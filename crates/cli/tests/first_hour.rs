@@ -221,6 +221,10 @@ fn simulated_clusters_look_real_and_columns_are_filled() {
         ("SuccessfulCreate", "machinedeployment/dev-md-0"),
         ("SuccessfulCreate", "machineset/"),
         ("SuccessfulSetNodeRef", "machine/"),
+        ("SuccessfulCreate", "kubeadmcontrolplane/dev-control-plane"),
+        ("BootstrapDataWritten", "kubeadmconfig/"),
+        ("Provisioned", "inmemorycluster/dev"),
+        ("Booted", "inmemorymachine/"),
     ] {
         assert!(
             events

@@ -164,6 +164,19 @@ fn failure_injection_never_boots_and_not_ready_later() {
         "jsonpath={.items[0].status.conditions[?(@.type==\"Ready\")].reason}",
     ]);
     assert_eq!(reason, "NeverBoots");
+    // Said once per machine as a Warning Event, not at every look.
+    let warnings = server.kubectl_ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "reason=NeverBoots,type=Warning",
+        "-o",
+        "jsonpath={.items[*].count}",
+    ]);
+    assert!(
+        !warnings.is_empty() && warnings.split(' ').all(|count| count == "1"),
+        "{warnings:?}"
+    );
 
     server.kubectl_ok(&["delete", "cluster", "sim"]);
     server.apply_ok(

@@ -101,7 +101,10 @@ fn the_cluster_api_seed_walkthrough_runs_as_written() {
             script.push('\n');
         }
     }
-    assert!(script.contains("timeout 5 kubectl get clusters -w"), "{script}");
+    assert!(
+        script.contains("timeout 5 kubectl get clusters -w"),
+        "{script}"
+    );
     let output = Command::new("bash")
         .args(["-c", &script])
         .current_dir(work.path())
@@ -116,8 +119,14 @@ fn the_cluster_api_seed_walkthrough_runs_as_written() {
         "the walkthrough failed:\n{stdout}{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(stdout.contains("clusters "), "api-resources lists clusters: {stdout}");
-    assert!(stdout.contains("cluster.cluster.x-k8s.io/prod-us-east created"), "{stdout}");
+    assert!(
+        stdout.contains("clusters "),
+        "api-resources lists clusters: {stdout}"
+    );
+    assert!(
+        stdout.contains("cluster.cluster.x-k8s.io/prod-us-east created"),
+        "{stdout}"
+    );
     assert!(stdout.contains("CLUSTERCLASS"), "{stdout}");
     assert!(stdout.contains("FIELD: clusterNetwork"), "{stdout}");
     assert!(stdout.contains("serverside-applied"), "{stdout}");

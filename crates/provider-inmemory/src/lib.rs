@@ -24,6 +24,24 @@ pub struct Context {
     /// Where in-process agents dial (none: clusters get no agent).
     pub home: Option<agents::Home>,
     pub agents: agents::Agents,
+    /// Events for `kubectl describe inmemorymachine|inmemorycluster`.
+    pub events: lariat_controllers::events::Recorder,
+}
+
+impl Context {
+    async fn event(
+        &self,
+        object: &kube::api::DynamicObject,
+        kind: &str,
+        type_: lariat_controllers::events::EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        let component = format!("{}-controller", kind.to_lowercase());
+        self.events
+            .publish(&component, object, kind, type_, reason, message)
+            .await;
+    }
 }
 
 pub(crate) fn resource(kind: &str) -> ApiResource {
@@ -53,6 +71,7 @@ pub async fn run(
         clusters,
         home,
         agents: Default::default(),
+        events: lariat_controllers::events::Recorder::new(client.clone()),
     });
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
     let all = |kind: &str| Api::<DynamicObject>::all_with(client.clone(), &resource(kind));

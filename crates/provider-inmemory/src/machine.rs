@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
+use lariat_controllers::events::EventType;
 use lariat_controllers::object::{
     bool_at, ensure_finalizer, patch, patch_status, remove_finalizer, str_at,
 };
@@ -131,6 +132,20 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         return Ok(Action::requeue(Duration::ZERO));
     };
     if bool_at(behavior, &["neverBoots"]) {
+        // Once, not at every 30 s look: the condition remembers it was said.
+        if !list
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["reason"] == "NeverBoots")
+        {
+            ctx.event(
+                &object,
+                "InMemoryMachine",
+                EventType::Warning,
+                "NeverBoots",
+                "failure injection: this machine never boots (spec.behavior.neverBoots)",
+            )
+            .await;
+        }
         conditions::set(
             &mut list,
             "Ready",
@@ -191,7 +206,18 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         }))
         .map_err(|e| Error::Invalid(e.to_string()))?;
         match nodes.create(&PostParams::default(), &node).await {
-            Ok(_) => {}
+            Ok(_) => {
+                ctx.event(
+                    &object,
+                    "InMemoryMachine",
+                    EventType::Normal,
+                    "Booted",
+                    &format!(
+                        "Simulated machine booted; Node {name} joined with providerID {provider_id}"
+                    ),
+                )
+                .await;
+            }
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
@@ -225,6 +251,16 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         nodes
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(not_ready))
             .await?;
+        ctx.event(
+            &object,
+            "InMemoryMachine",
+            EventType::Warning,
+            "NodeNotReady",
+            &format!(
+                "failure injection: Node {name} turned NotReady (spec.behavior.nodeNotReadyAfter)"
+            ),
+        )
+        .await;
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(Duration::from_secs(60)))

@@ -56,6 +56,8 @@ pub enum Error {
 /// Shared by every reconcile.
 pub struct Context {
     pub client: Client,
+    /// Events for `kubectl describe kubeadmconfig`.
+    pub events: lariat_controllers::events::Recorder,
 }
 
 /// The KubeadmConfig kind, as served from `lariat_api::builtin_crds()`.
@@ -83,6 +85,7 @@ pub async fn run_bootstrap(
 ) {
     let context = Arc::new(Context {
         client: client.clone(),
+        events: lariat_controllers::events::Recorder::new(client.clone()),
     });
     let config = kubeadm_config_resource();
     let all = |resource: &ApiResource| Api::<DynamicObject>::all_with(client.clone(), resource);

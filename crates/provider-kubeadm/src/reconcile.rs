@@ -22,6 +22,7 @@ use crate::lock::{self, Lock};
 use crate::object::{bool_at, key, str_at, write_status};
 use crate::secrets::{self, Certificates, DataSecret};
 use crate::{Context, Error, capi, kubeadm_config_resource};
+use lariat_controllers::events::EventType;
 
 /// Label on each data Secret recording which kubeadm role it was rendered for. The init
 /// election reads it: a cluster that already has another node's bootstrap data never gets a
@@ -178,6 +179,7 @@ pub async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
 
     let mut scope = Scope {
         client: ctx.client.clone(),
+        events: &ctx.events,
         config: &config,
         owner: &owner,
         cluster: &cluster,
@@ -196,6 +198,7 @@ pub async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
 /// What one reconcile works with, and the status it builds.
 struct Scope<'a> {
     client: Client,
+    events: &'a lariat_controllers::events::Recorder,
     config: &'a DynamicObject,
     owner: &'a ConfigOwner,
     cluster: &'a DynamicObject,
@@ -205,6 +208,19 @@ struct Scope<'a> {
 }
 
 impl Scope<'_> {
+    async fn event(&self, type_: EventType, reason: &str, message: &str) {
+        self.events
+            .publish(
+                "kubeadmconfig-controller",
+                self.config,
+                "KubeadmConfig",
+                type_,
+                reason,
+                message,
+            )
+            .await;
+    }
+
     fn namespace(&self) -> String {
         self.config.namespace().unwrap_or_default()
     }
@@ -423,6 +439,12 @@ impl Scope<'_> {
         labels.insert(ROLE_LABEL.into(), role.as_str().into());
         match secrets::write_data_secret(&self.client, self.config, labels, &value).await? {
             DataSecret::Foreign => {
+                self.event(
+                    EventType::Warning,
+                    cond::DATA_SECRET_GENERATION_FAILED_REASON,
+                    &format!("Secret {name} exists and is not controlled by this KubeadmConfig"),
+                )
+                .await;
                 cond::mark_false(
                     &mut self.conditions,
                     cond::DATA_SECRET_AVAILABLE,
@@ -437,6 +459,15 @@ impl Scope<'_> {
             DataSecret::Unchanged => {}
             written => {
                 tracing::info!(role = role.as_str(), ?written, "wrote bootstrap data");
+                self.event(
+                    EventType::Normal,
+                    "BootstrapDataWritten",
+                    &format!(
+                        "Wrote bootstrap data Secret {name}: cloud-init that runs kubeadm {}",
+                        role.as_str()
+                    ),
+                )
+                .await;
             }
         }
         // Contract: the Secret first, then ready.
