@@ -60,6 +60,15 @@ pub struct Context {
     pub events: lariat_controllers::events::Recorder,
 }
 
+impl Context {
+    pub fn new(client: Client) -> Context {
+        Context {
+            events: lariat_controllers::events::Recorder::new(client.clone()),
+            client,
+        }
+    }
+}
+
 /// The KubeadmConfig kind, as served from `lariat_api::builtin_crds()`.
 pub fn kubeadm_config_resource() -> ApiResource {
     ApiResource {
@@ -83,10 +92,7 @@ pub async fn run_bootstrap(
     client: Client,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let context = Arc::new(Context {
-        client: client.clone(),
-        events: lariat_controllers::events::Recorder::new(client.clone()),
-    });
+    let context = Arc::new(Context::new(client.clone()));
     let config = kubeadm_config_resource();
     let all = |resource: &ApiResource| Api::<DynamicObject>::all_with(client.clone(), resource);
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));

@@ -181,9 +181,7 @@ impl Harness {
 
     /// Reconciles configs directly, as the controller would, concurrently.
     async fn reconcile_all(&self, names: &[&str]) {
-        let context = Arc::new(Context {
-            client: self.client.clone(),
-        });
+        let context = Arc::new(Context::new(self.client.clone()));
         let mut configs = vec![];
         for name in names {
             configs.push(Arc::new(self.config(name).await));
