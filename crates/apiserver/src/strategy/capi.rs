@@ -133,6 +133,39 @@ impl Strategy for MachineOwners {
     }
 }
 
+/// MachineHealthChecks watch one cluster's machines for life, as Cluster API's webhook has it:
+/// the cluster and the selector are fixed at creation, and an empty selector (every machine)
+/// is refused.
+pub struct MachineHealthChecks;
+
+impl Strategy for MachineHealthChecks {
+    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+        let mut causes = immutable(object, old, &["spec", "clusterName"], "spec.clusterName");
+        causes.extend(immutable(
+            object,
+            old,
+            &["spec", "selector"],
+            "spec.selector",
+        ));
+        let selector = &object["spec"]["selector"];
+        let empty = |field: &str| {
+            selector[field]
+                .as_object()
+                .map(|o| o.is_empty())
+                .or_else(|| selector[field].as_array().map(|a| a.is_empty()))
+                .unwrap_or(true)
+        };
+        if empty("matchLabels") && empty("matchExpressions") {
+            causes.push(Cause::invalid(
+                "spec.selector",
+                selector,
+                "selector must not be empty",
+            ));
+        }
+        causes
+    }
+}
+
 pub struct KubeadmControlPlanes;
 
 impl Strategy for KubeadmControlPlanes {
@@ -243,6 +276,38 @@ mod tests {
             ),
         ] {
             let causes = MachineOwners.admit(&registry, &mut object, old.as_ref());
+            assert_eq!(fields(&causes), expect, "{object}");
+        }
+    }
+
+    #[test]
+    fn health_checks_keep_their_cluster_and_selector() {
+        let registry = Registry::default();
+        let mhc = |cluster: &str, selector: Value| json!({"kind": "MachineHealthCheck", "spec": {"clusterName": cluster, "selector": selector}});
+        let pool = |name: &str| json!({"matchLabels": {"pool": name}});
+        for (mut object, old, expect) in [
+            (mhc("dev", pool("a")), None, vec![]),
+            (mhc("dev", json!({})), None, vec!["spec.selector"]),
+            (
+                mhc(
+                    "dev",
+                    json!({"matchExpressions": [{"key": "pool", "operator": "Exists"}]}),
+                ),
+                None,
+                vec![],
+            ),
+            (
+                mhc("prod", pool("a")),
+                Some(mhc("dev", pool("a"))),
+                vec!["spec.clusterName"],
+            ),
+            (
+                mhc("dev", pool("b")),
+                Some(mhc("dev", pool("a"))),
+                vec!["spec.selector"],
+            ),
+        ] {
+            let causes = MachineHealthChecks.admit(&registry, &mut object, old.as_ref());
             assert_eq!(fields(&causes), expect, "{object}");
         }
     }

@@ -33,6 +33,7 @@ pub fn for_kind(group: &str, plural: &str) -> Option<&'static dyn Strategy> {
         ("cluster.x-k8s.io", "machinedeployments" | "machinesets" | "machines") => {
             &capi::MachineOwners
         }
+        ("cluster.x-k8s.io", "machinehealthchecks") => &capi::MachineHealthChecks,
         ("controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes") => &capi::KubeadmControlPlanes,
         _ => return None,
     })
