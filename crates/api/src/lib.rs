@@ -11,6 +11,8 @@ mod contract;
 pub mod controlplane;
 pub mod infrastructure;
 pub mod management;
+mod version;
+pub use version::KubernetesVersion;
 mod schema;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

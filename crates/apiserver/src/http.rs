@@ -146,13 +146,9 @@ async fn simulated_version(resources: &Resources) -> Option<String> {
     } else {
         control_plane
     };
-    candidates.into_iter().max_by_key(|v| {
-        v.trim_start_matches('v')
-            .split(['.', '-', '+'])
-            .take(3)
-            .map(|p| p.parse::<u64>().unwrap_or(0))
-            .collect::<Vec<_>>()
-    })
+    candidates
+        .into_iter()
+        .max_by_key(|v| lariat_api::KubernetesVersion::parse(v))
 }
 
 async fn metrics(State(state): State<Arc<AppState>>, uri: axum::http::Uri) -> Response {

@@ -255,7 +255,8 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         .iter()
         .filter(|m| running(m))
         .filter_map(|m| str_at(&m.data, &["spec", "version"]))
-        .min_by_key(|v| version_key(v))
+        // By number, so that v1.9 comes before v1.10.
+        .min_by_key(|v| lariat_api::KubernetesVersion::parse(v))
         .map(String::from);
     let status = json!({
         "replicas": live.len(),
@@ -284,15 +285,6 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     } else {
         Action::requeue(Duration::from_millis(500))
     })
-}
-
-/// `v1.30.2` as numbers, so that v1.9 sorts before v1.10.
-fn version_key(version: &str) -> Vec<u64> {
-    version
-        .trim_start_matches('v')
-        .split(['.', '-', '+'])
-        .map(|part| part.parse().unwrap_or(0))
-        .collect()
 }
 
 /// The failure domains the Cluster offers for control-plane machines, sorted by name.
@@ -572,7 +564,7 @@ mod tests {
     #[test]
     fn versions_sort_by_number() {
         let mut versions = vec!["v1.10.0", "v1.9.3", "v1.30.2", "v1.9.10"];
-        versions.sort_by_key(|v| super::version_key(v));
+        versions.sort_by_key(|v| lariat_api::KubernetesVersion::parse(v));
         assert_eq!(versions, ["v1.9.3", "v1.9.10", "v1.10.0", "v1.30.2"]);
     }
 }
