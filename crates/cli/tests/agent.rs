@@ -331,6 +331,17 @@ fn an_imported_cluster_is_reached_through_its_agent() {
         "jsonpath={.status.connected} {.status.kubernetesVersion} {.status.nodeCount}",
     ]);
     assert!(connection.starts_with("true v"), "{connection}");
+    // `lariat describe cluster` shows an imported cluster's connection on its own row.
+    let described = management.lariat(&["describe", "cluster", "remote"]);
+    let described = String::from_utf8_lossy(&described.stdout).to_string();
+    let row = described
+        .lines()
+        .find(|l| l.contains("Connection - ClusterConnection/remote"))
+        .unwrap_or_else(|| panic!("a connection row:\n{described}"));
+    assert!(
+        row.contains("True") && row.contains("Kubernetes v") && row.contains("nodes"),
+        "{described}"
+    );
     let credential = downstream.kubectl_ok(&[
         "get",
         "secret",
