@@ -19,9 +19,6 @@ use crate::object::{
 };
 use crate::{Context, Error, capi, conditions};
 
-/// Who this controller's Events say saw them.
-const COMPONENT: &str = "cluster-controller";
-
 pub const FINALIZER: &str = "cluster.cluster.x-k8s.io";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
@@ -227,20 +224,13 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                 (EventType::Normal, format!("Cluster {name} is Provisioned"))
             };
             ctx.events
-                .publish(COMPONENT, &cluster, "Cluster", type_, phase, &message)
+                .publish(&cluster, "Cluster", type_, phase, &message)
                 .await;
         }
         // Why it waits, when the reason is something a user must do.
         if !ready && reason == "ProviderNotEnabled" {
             ctx.events
-                .publish(
-                    COMPONENT,
-                    &cluster,
-                    "Cluster",
-                    EventType::Warning,
-                    &reason,
-                    &message,
-                )
+                .publish(&cluster, "Cluster", EventType::Warning, &reason, &message)
                 .await;
         }
     }
@@ -279,9 +269,7 @@ async fn reconcile_delete(
     if cluster.data["status"]["phase"] != "Deleting" {
         patch_status(api, &name, json!({"phase": "Deleting"})).await?;
         ctx.events
-            .publish(
-                COMPONENT,
-                cluster,
+            .publish(cluster,
                 "Cluster",
                 EventType::Normal,
                 "Deleting",

@@ -44,19 +44,20 @@ impl Recorder {
     }
 
     /// Records that `reason` happened to `object` (`kind` as Kubernetes names it), seen by
-    /// `component`. A failure to record is logged at debug level and never fails the caller:
+    /// `<kind>-controller`. A failure to record is logged at debug level and never fails the caller:
     /// an Event is a courtesy to the user, not part of the reconcile.
     pub async fn publish(
         &self,
-        component: &str,
         object: &DynamicObject,
         kind: &str,
         type_: EventType,
         reason: &str,
         message: &str,
     ) {
+        // The component Kubernetes' own controllers name: `machineset-controller`.
+        let component = format!("{}-controller", kind.to_lowercase());
         let event = Occurrence {
-            component,
+            component: &component,
             kind,
             type_,
             reason,

@@ -157,7 +157,6 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                 );
                 ctx.events
                     .publish(
-                        "machine-controller",
                         &machine,
                         "Machine",
                         crate::events::EventType::Normal,

@@ -241,14 +241,10 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
     })
 }
 
-/// Who this controller's Events say saw them.
-const COMPONENT: &str = "machinedeployment-controller";
-
 /// Records a Normal Event on the MachineDeployment.
 async fn event(ctx: &Context, object: &DynamicObject, reason: &str, message: &str) {
     ctx.events
         .publish(
-            COMPONENT,
             object,
             "MachineDeployment",
             EventType::Normal,

@@ -255,7 +255,6 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
             let message = format!("Machine {:?} is unhealthy: {why}", machine.name_any());
             ctx.events
                 .publish(
-                    "machinehealthcheck-controller",
                     &check,
                     "MachineHealthCheck",
                     EventType::Warning,

@@ -18,20 +18,10 @@ use crate::object::{self, i64_at, owner_reference, patch_status, str_at};
 use crate::{Context, Error, capi, conditions};
 
 pub const SET_NAME_LABEL: &str = "cluster.x-k8s.io/set-name";
-/// Who this controller's Events say saw them.
-const COMPONENT: &str = "machineset-controller";
-
 /// Records a Normal Event on the MachineSet.
 async fn event(ctx: &Context, object: &DynamicObject, reason: &str, message: &str) {
     ctx.events
-        .publish(
-            COMPONENT,
-            object,
-            "MachineSet",
-            EventType::Normal,
-            reason,
-            message,
-        )
+        .publish(object, "MachineSet", EventType::Normal, reason, message)
         .await;
 }
 

@@ -50,17 +50,18 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .await
         .map_err(|e| Error::Invalid(e.to_string()))?;
     if created {
-        ctx.event(
-            &object,
-            "InMemoryCluster",
-            lariat_controllers::events::EventType::Normal,
-            "Provisioned",
-            &format!(
-                "Simulated API server up at {}",
-                ctx.clusters.server_url(&key)
-            ),
-        )
-        .await;
+        ctx.events
+            .publish(
+                &object,
+                "InMemoryCluster",
+                lariat_controllers::events::EventType::Normal,
+                "Provisioned",
+                &format!(
+                    "Simulated API server up at {}",
+                    ctx.clusters.server_url(&key)
+                ),
+            )
+            .await;
     }
 
     // The kubeconfig Secret core and users reach the workload cluster with. It is rewritten

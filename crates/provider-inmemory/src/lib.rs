@@ -28,22 +28,6 @@ pub struct Context {
     pub events: lariat_controllers::events::Recorder,
 }
 
-impl Context {
-    async fn event(
-        &self,
-        object: &kube::api::DynamicObject,
-        kind: &str,
-        type_: lariat_controllers::events::EventType,
-        reason: &str,
-        message: &str,
-    ) {
-        let component = format!("{}-controller", kind.to_lowercase());
-        self.events
-            .publish(&component, object, kind, type_, reason, message)
-            .await;
-    }
-}
-
 pub(crate) fn resource(kind: &str) -> ApiResource {
     ApiResource {
         group: GROUP.into(),

@@ -137,14 +137,15 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             .iter()
             .any(|c| c["type"] == "Ready" && c["reason"] == "NeverBoots")
         {
-            ctx.event(
-                &object,
-                "InMemoryMachine",
-                EventType::Warning,
-                "NeverBoots",
-                "failure injection: this machine never boots (spec.behavior.neverBoots)",
-            )
-            .await;
+            ctx.events
+                .publish(
+                    &object,
+                    "InMemoryMachine",
+                    EventType::Warning,
+                    "NeverBoots",
+                    "failure injection: this machine never boots (spec.behavior.neverBoots)",
+                )
+                .await;
         }
         conditions::set(
             &mut list,
@@ -207,8 +208,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .map_err(|e| Error::Invalid(e.to_string()))?;
         match nodes.create(&PostParams::default(), &node).await {
             Ok(_) => {
-                ctx.event(
-                    &object,
+                ctx.events.publish(
+                &object,
                     "InMemoryMachine",
                     EventType::Normal,
                     "Booted",
@@ -251,8 +252,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         nodes
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(not_ready))
             .await?;
-        ctx.event(
-            &object,
+        ctx.events.publish(
+                &object,
             "InMemoryMachine",
             EventType::Warning,
             "NodeNotReady",

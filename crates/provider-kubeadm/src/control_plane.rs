@@ -41,7 +41,6 @@ impl Context {
     async fn event(&self, kcp: &DynamicObject, reason: &str, message: &str) {
         self.events
             .publish(
-                "kubeadmcontrolplane-controller",
                 kcp,
                 "KubeadmControlPlane",
                 lariat_controllers::events::EventType::Normal,

@@ -210,14 +210,7 @@ struct Scope<'a> {
 impl Scope<'_> {
     async fn event(&self, type_: EventType, reason: &str, message: &str) {
         self.events
-            .publish(
-                "kubeadmconfig-controller",
-                self.config,
-                "KubeadmConfig",
-                type_,
-                reason,
-                message,
-            )
+            .publish(self.config, "KubeadmConfig", type_, reason, message)
             .await;
     }
 
