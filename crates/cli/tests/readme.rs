@@ -136,3 +136,109 @@ fn the_cluster_api_seed_walkthrough_runs_as_written() {
     let described = server.kubectl_ok(&["describe", "cluster", "prod-us-east"]);
     assert!(described.contains("InfrastructureReady"), "{described}");
 }
+
+/// The import walkthrough, run as written, with a second lariat server standing in for the
+/// cluster to import (its kubeconfig renamed `edge`, one Node in it). SERVER, TOKEN and SHA256
+/// are what `lariat cluster import edge` printed; the closing watch is stopped after 5 s.
+#[test]
+fn the_import_walkthrough_runs_as_written() {
+    let server = TestServer::start();
+    let downstream = TestServer::start();
+    downstream.apply_ok(
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: Node\nmetadata: {name: edge-node-1}\n",
+    );
+    let work = tempfile::tempdir().unwrap();
+    let edge = work.path().join("edge.kubeconfig");
+    let renamed: String = std::fs::read_to_string(downstream.kubeconfig())
+        .unwrap()
+        .lines()
+        .map(|line| match line.trim() {
+            "- name: lariat" => "- name: edge".to_string(),
+            "cluster: lariat" => line.replace("lariat", "edge"),
+            "- name: admin" => "- name: edge-admin".to_string(),
+            "user: admin" => line.replace("admin", "edge-admin"),
+            "- name: admin@lariat" => "- name: edge".to_string(),
+            "current-context: admin@lariat" => "current-context: edge".to_string(),
+            _ => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&edge, renamed).unwrap();
+    let kubeconfig = format!("{}:{}", server.kubeconfig().display(), edge.display());
+    let bash = |script: &str| {
+        Command::new("bash")
+            .args(["-c", script])
+            .current_dir(work.path())
+            .env("PATH", path_with_lariat())
+            .env("HOME", server.home.path())
+            .env("KUBECONFIG", &kubeconfig)
+            .output()
+            .unwrap()
+    };
+
+    let mut lines = block("## Walkthrough: import a cluster lariat did not create")
+        .lines()
+        .map(String::from)
+        .collect::<Vec<_>>()
+        .into_iter();
+    let import = lines.next().unwrap();
+    assert!(import.starts_with("lariat cluster import edge"), "{import}");
+    let output = bash(&import);
+    let printed = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "{printed}{output:?}");
+    let after = |flag: &str| {
+        printed
+            .split(flag)
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{flag} in {printed}"))
+            .to_string()
+    };
+    let (token, checksum) = (after("--token "), after("--ca-checksum "));
+
+    let mut script = String::from("set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null' EXIT\n");
+    for line in lines {
+        let line = line
+            .replace("SERVER", &server.address)
+            .replace("TOKEN", &token)
+            .replace("SHA256", &checksum);
+        let command = line.split("  #").next().unwrap_or_default().trim_end();
+        if command.ends_with(" -w") {
+            script.push_str(&format!("timeout 5 {command} || [ $? = 124 ]\n"));
+        } else {
+            script.push_str(&line);
+            script.push('\n');
+        }
+    }
+    let output = bash(&script);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the walkthrough failed:\n{script}\n{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("deployment.apps/lariat-agent created"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("cluster.cluster.x-k8s.io/edge condition met"),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("edge") && l.contains("Provisioned")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l.starts_with("edge-node-1")),
+        "the imported cluster's nodes, through the tunnel: {stdout}"
+    );
+    assert!(
+        std::fs::read_to_string(work.path().join("edge-via-lariat.yaml"))
+            .unwrap()
+            .contains("/k8s/clusters/default/edge")
+    );
+}
