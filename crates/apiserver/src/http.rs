@@ -37,6 +37,8 @@ pub struct AppState {
     pub server_address: String,
     /// `host:port` clusters and agents elsewhere reach the server at (`--advertise-url`).
     pub advertised_address: Option<String>,
+    /// The image import manifests run the agent from.
+    pub agent_image: crate::tunnel::AgentImage,
     pub bookmark_interval: Duration,
     /// Simulated workload-cluster APIs served under `/inmemory/NAMESPACE/NAME/` (empty on the
     /// simulated clusters themselves).
@@ -345,7 +347,12 @@ async fn import_manifest(
     let checksum = crate::auth::sha256_hex(&state.ca_pem);
     (
         [(header::CONTENT_TYPE, "application/yaml")],
-        crate::tunnel::import_manifest(&format!("https://{host}"), token, &checksum),
+        crate::tunnel::import_manifest(
+            &format!("https://{host}"),
+            token,
+            &checksum,
+            &state.agent_image,
+        ),
     )
         .into_response()
 }

@@ -69,6 +69,8 @@ pub struct Config {
     /// load balancer's, say), as Rancher's `server-url`: import manifests and discovery name
     /// it, and its host joins the serving certificate. Default: the listener's address.
     pub advertise_url: Option<String>,
+    /// The image import manifests run the agent from.
+    pub agent_image: tunnel::AgentImage,
 }
 
 impl Config {
@@ -84,6 +86,7 @@ impl Config {
             event_ttl: Duration::from_secs(3600),
             limits: tls::Limits::default(),
             advertise_url: None,
+            agent_image: tunnel::AgentImage::default(),
         }
     }
 }
@@ -104,6 +107,8 @@ pub enum StartError {
         "invalid --advertise-url {0:?}: expected https://HOST or https://HOST:PORT, with no path"
     )]
     AdvertiseUrl(String),
+    #[error("{0}")]
+    AgentImage(String),
 }
 
 /// `https://HOST[:PORT]` as (host for the certificate, `host:port` for clients).
@@ -160,6 +165,7 @@ impl Server {
             .as_deref()
             .map(parse_advertise_url)
             .transpose()?;
+        config.agent_image.check().map_err(StartError::AgentImage)?;
         let advertised_host = advertised.as_ref().map(|(host, _)| host.clone());
         for san in config.tls_sans.iter().chain(advertised_host.as_ref()) {
             if !sans.contains(san) {
@@ -228,6 +234,7 @@ impl Server {
             authorizer: Arc::new(AllowAuthenticated),
             server_address: server_address.to_string(),
             advertised_address: advertised.map(|(_, address)| address),
+            agent_image: config.agent_image.clone(),
             bookmark_interval: config.bookmark_interval,
             virtual_clusters,
             metrics: config.metrics,

@@ -738,11 +738,66 @@ pub async fn proxy(tunnels: &Tunnels, request: axum::extract::Request) -> Respon
     }
 }
 
+/// Where agents' pods pull lariat from: the project's published image by default, or a
+/// private registry's or an air-gapped mirror's copy, with the pull Secret that registry needs
+/// (which must exist in the agent's namespace, `lariat-system`, of the imported cluster).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentImage {
+    pub reference: String,
+    pub pull_secret: Option<String>,
+}
+
+impl Default for AgentImage {
+    fn default() -> AgentImage {
+        AgentImage {
+            reference: format!("ghcr.io/lariat-dev/lariat:v{}", env!("CARGO_PKG_VERSION")),
+            pull_secret: None,
+        }
+    }
+}
+
+impl AgentImage {
+    /// Refuses what no container runtime would pull, in one line that says how to write it.
+    pub fn check(&self) -> Result<(), String> {
+        let reference = &self.reference;
+        let (name, _digest) = reference
+            .split_once('@')
+            .map_or((reference.as_str(), None), |(n, d)| (n, Some(d)));
+        // A tag follows the last colon that comes after the last slash (not a port's).
+        let path = match name.rfind(':') {
+            Some(colon) if colon > name.rfind('/').unwrap_or(0) => &name[..colon],
+            _ => name,
+        };
+        let path_ok = !path.is_empty()
+            && !path.contains("//")
+            && path
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "./_-:".contains(c));
+        if !path_ok || reference.chars().any(|c| !c.is_ascii_graphic()) {
+            return Err(format!(
+                "invalid --agent-image {reference:?}: expected an image reference such as registry.example.com/lariat:v1.2.3 (lowercase repository, optional :tag or @sha256:digest)"
+            ));
+        }
+        if let Some(secret) = &self.pull_secret
+            && !crate::objects::is_dns1123_subdomain(secret)
+        {
+            return Err(format!(
+                "invalid --agent-image-pull-secret {secret:?}: expected a Secret name (lowercase letters, digits, '-' and '.')"
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The manifests `kubectl apply -f` installs an agent with, into any cluster: its namespace,
 /// a service account bound to cluster-admin, a Secret with what it needs to dial home, and
 /// the agent Deployment, whose pod reads its in-cluster configuration.
-pub fn import_manifest(server: &str, token: &str, ca_checksum: &str) -> String {
-    let version = env!("CARGO_PKG_VERSION");
+pub fn import_manifest(server: &str, token: &str, ca_checksum: &str, image: &AgentImage) -> String {
+    let reference = &image.reference;
+    let pull_secrets = match &image.pull_secret {
+        Some(secret) => format!("\n      imagePullSecrets: [{{name: {secret}}}]"),
+        None => String::new(),
+    };
     format!(
         r#"apiVersion: v1
 kind: Namespace
@@ -794,10 +849,10 @@ spec:
     metadata:
       labels: {{app: lariat-agent}}
     spec:
-      serviceAccountName: lariat-agent
+      serviceAccountName: lariat-agent{pull_secrets}
       containers:
       - name: agent
-        image: ghcr.io/lariat-dev/lariat:v{version}
+        image: {reference}
         args: ["agent"]
         env:
         - {{name: LARIAT_SERVER, valueFrom: {{secretKeyRef: {{name: lariat-agent, key: server}}}}}}
@@ -1224,6 +1279,53 @@ async fn report_cluster(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn agent_images_are_references_a_runtime_pulls() {
+        let image = |reference: &str, secret: Option<&str>| AgentImage {
+            reference: reference.into(),
+            pull_secret: secret.map(String::from),
+        };
+        for ok in [
+            "ghcr.io/lariat-dev/lariat:v0.1.0",
+            "registry.internal:5000/mirror/lariat:v0.1.0",
+            "lariat",
+            "registry.internal/lariat@sha256:0123456789abcdef",
+        ] {
+            assert_eq!(image(ok, Some("regcred")).check(), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "Registry/Lariat:v1",
+            "lariat:v1 --privileged",
+            "https://registry/lariat",
+        ] {
+            assert!(image(bad, None).check().is_err(), "{bad}");
+        }
+        assert!(image("lariat", Some("Reg_Cred")).check().is_err());
+        let manifest = import_manifest(
+            "https://lariat.example.com",
+            "abcdef.0123456789abcdef",
+            "00",
+            &image("registry.internal:5000/lariat:v0.1.0", Some("regcred")),
+        );
+        let documents: Vec<serde_json::Value> = manifest
+            .split("\n---\n")
+            .map(|d| serde_yaml_ng::from_str(d).expect("each document is YAML"))
+            .collect();
+        let pod = &documents.last().unwrap()["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["containers"][0]["image"],
+            "registry.internal:5000/lariat:v0.1.0"
+        );
+        assert_eq!(pod["imagePullSecrets"][0]["name"], "regcred");
+        let default = import_manifest("https://x", "t", "c", &AgentImage::default());
+        assert!(default.contains(&format!(
+            "image: ghcr.io/lariat-dev/lariat:v{}",
+            env!("CARGO_PKG_VERSION")
+        )));
+        assert!(!default.contains("imagePullSecrets"));
+    }
 
     #[test]
     fn quantities() {

@@ -91,6 +91,7 @@ impl VirtualClusters {
             authorizer: Arc::new(AllowAuthenticated),
             server_address: self.server_address.clone(),
             advertised_address: None,
+            agent_image: Default::default(),
             bookmark_interval: Duration::from_secs(60),
             metrics: None,
             tunnels: Default::default(),

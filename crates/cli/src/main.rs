@@ -107,6 +107,14 @@ struct ServerArgs {
     /// (a load balancer's): import manifests name it and its host joins the certificate.
     #[arg(long, env = "LARIAT_ADVERTISE_URL")]
     advertise_url: Option<String>,
+    /// The image import manifests run the agent from: a private registry's or an air-gapped
+    /// mirror's copy of lariat's image [default: ghcr.io/lariat-dev/lariat:v<this version>].
+    #[arg(long, env = "LARIAT_AGENT_IMAGE")]
+    agent_image: Option<String>,
+    /// A Secret in the imported cluster's lariat-system namespace that the agent's pod pulls
+    /// its image with (a private registry's credentials).
+    #[arg(long, env = "LARIAT_AGENT_IMAGE_PULL_SECRET")]
+    agent_image_pull_secret: Option<String>,
     /// Seconds between store compactions (0 disables); one interval of history is kept.
     #[arg(long, default_value_t = 300)]
     compaction_interval: u64,
@@ -284,6 +292,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let mut config = lariat_apiserver::Config::new(&args.store.data_dir);
     config.tls_sans = args.tls_san;
     config.advertise_url = args.advertise_url;
+    if let Some(reference) = args.agent_image {
+        config.agent_image.reference = reference;
+    }
+    config.agent_image.pull_secret = args.agent_image_pull_secret;
     config.compaction_interval = Duration::from_secs(args.compaction_interval);
     config.encryption_key_file = args.encryption_key_file;
     config.metrics = Some(lariat_controllers::metrics::render);

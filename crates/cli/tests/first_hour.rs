@@ -191,6 +191,63 @@ fn an_advertised_url_is_what_remote_clusters_are_told() {
     assert_eq!(code, 200, "{body}");
 }
 
+/// A private registry or an air-gapped mirror: `--agent-image` and its pull Secret are what
+/// import manifests run the agent from; a reference no runtime could pull stops the server
+/// at start with one line.
+#[test]
+fn the_agent_image_is_configurable() {
+    let bad = Command::new(env!("CARGO_BIN_EXE_lariat"))
+        .args([
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--agent-image",
+            "Mirror/Lariat:v1",
+        ])
+        .arg("--data-dir")
+        .arg(tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("invalid --agent-image \"Mirror/Lariat:v1\"")
+            && stderr(&bad).trim().lines().count() == 1,
+        "{}",
+        stderr(&bad)
+    );
+
+    let mirror = "registry.internal:5000/mirror/lariat:v0.1.0";
+    let server = TestServer::start_with(&[
+        "--agent-image",
+        mirror,
+        "--agent-image-pull-secret",
+        "regcred",
+    ]);
+    let import = server.lariat(&["cluster", "import", "edge"]);
+    let printed = stdout(&import);
+    let token = printed
+        .split("/v3/import/")
+        .nth(1)
+        .and_then(|rest| rest.split(".yaml").next())
+        .unwrap();
+    let (code, manifest) =
+        server.curl("GET", &format!("/v3/import/{token}.yaml"), None, None, None);
+    assert_eq!(code, 200);
+    // What a cluster would run, as kubectl reads it.
+    let downstream = TestServer::start();
+    downstream.apply_ok(&["apply", "-f", "-"], &manifest);
+    let pod = downstream.kubectl_ok(&[
+        "get",
+        "deployment",
+        "lariat-agent",
+        "-n",
+        "lariat-system",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image} {.spec.template.spec.imagePullSecrets[0].name}",
+    ]);
+    assert_eq!(pod, format!("{mirror} regcred"));
+}
+
 /// A simulated cluster looks like a real one to kubectl, and every kind shows its CLUSTER.
 #[test]
 fn simulated_clusters_look_real_and_columns_are_filled() {
