@@ -460,6 +460,18 @@ fn events_are_served_as_core_v1_and_events_k8s_io_v1() {
         "jsonpath={.items[*].message} {.items[*].reportingComponent}",
     ]);
     assert_eq!(as_core, "recorded by kube-rs example.com/operator");
+    // A time written without microseconds is stored as Go clients parse it: `kubectl events`
+    // reads the namespace, instead of failing on it.
+    server.apply_ok(
+        &["create", "-f", "-"],
+        "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata: {name: plain.1}\neventTime: \"2026-12-01T04:00:00+02:00\"\nreportingController: example.com/c\nreportingInstance: c-1\naction: Check\nreason: PlainTime\ntype: Normal\nregarding: {kind: ConfigMap, name: noted, namespace: default}\n",
+    );
+    let listed = server.kubectl_ok(&["events"]);
+    assert!(listed.contains("PlainTime"), "{listed}");
+    assert_eq!(
+        server.kubectl_ok(&["get", "events", "plain.1", "-o", "jsonpath={.eventTime}"]),
+        "2026-12-01T02:00:00.000000Z"
+    );
     // An events.k8s.io Event without its required eventTime is refused, as Kubernetes does.
     let refused = server.kubectl_stdin(
         &["create", "-f", "-"],

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::Strategy;
+use super::{Strategy, immutable};
 use crate::registry::Registry;
 use crate::status::Cause;
 use lariat_api::KubernetesVersion;
@@ -24,23 +24,6 @@ fn version_causes(object: &Value, path: &[&str], field: &str) -> Vec<Cause> {
             other,
             "must be a valid semantic version, such as v1.30.2",
         )],
-    }
-}
-
-/// `field` may not change once set.
-fn immutable(object: &Value, old: Option<&Value>, path: &[&str], field: &str) -> Vec<Cause> {
-    let pick = |o: &Value| {
-        let mut node = o.clone();
-        for key in path {
-            node = node[key].take();
-        }
-        node
-    };
-    match old.map(pick) {
-        Some(before) if !before.is_null() && before != pick(object) => {
-            vec![Cause::invalid(field, &pick(object), "field is immutable")]
-        }
-        _ => vec![],
     }
 }
 

@@ -11,6 +11,7 @@ use crate::status::Cause;
 mod capi;
 mod core;
 mod crd;
+mod events;
 
 /// One kind's write rules.
 pub trait Strategy: Send + Sync {
@@ -27,7 +28,8 @@ pub fn for_kind(group: &str, plural: &str) -> Option<&'static dyn Strategy> {
         ("", "secrets") => &core::Secrets,
         ("", "configmaps") => &core::ConfigMaps,
         ("", "namespaces") => &core::Namespaces,
-        ("events.k8s.io", "events") => &core::EventsV1,
+        ("", "events") => &events::Events,
+        ("events.k8s.io", "events") => &events::EventsV1,
         ("apiextensions.k8s.io", "customresourcedefinitions") => &crd::CustomResourceDefinitions,
         ("cluster.x-k8s.io", "clusters") => &capi::Clusters,
         ("cluster.x-k8s.io", "machinedeployments" | "machinesets" | "machines") => {
@@ -37,4 +39,26 @@ pub fn for_kind(group: &str, plural: &str) -> Option<&'static dyn Strategy> {
         ("controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes") => &capi::KubeadmControlPlanes,
         _ => return None,
     })
+}
+
+/// `field` may not change once set.
+pub(crate) fn immutable(
+    object: &Value,
+    old: Option<&Value>,
+    path: &[&str],
+    field: &str,
+) -> Vec<Cause> {
+    let pick = |o: &Value| {
+        let mut node = o.clone();
+        for key in path {
+            node = node[key].take();
+        }
+        node
+    };
+    match old.map(pick) {
+        Some(before) if !before.is_null() && before != pick(object) => {
+            vec![Cause::invalid(field, &pick(object), "field is immutable")]
+        }
+        _ => vec![],
+    }
 }
