@@ -760,22 +760,10 @@ impl AgentImage {
     /// Refuses what no container runtime would pull, in one line that says how to write it.
     pub fn check(&self) -> Result<(), String> {
         let reference = &self.reference;
-        let (name, _digest) = reference
-            .split_once('@')
-            .map_or((reference.as_str(), None), |(n, d)| (n, Some(d)));
-        // A tag follows the last colon that comes after the last slash (not a port's).
-        let path = match name.rfind(':') {
-            Some(colon) if colon > name.rfind('/').unwrap_or(0) => &name[..colon],
-            _ => name,
-        };
-        let path_ok = !path.is_empty()
-            && !path.contains("//")
-            && path
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "./_-:".contains(c));
-        if !path_ok || reference.chars().any(|c| !c.is_ascii_graphic()) {
+        // The grammar container runtimes parse references with (distribution/reference).
+        if let Err(error) = oci_spec::distribution::Reference::try_from(reference.as_str()) {
             return Err(format!(
-                "invalid --agent-image {reference:?}: expected an image reference such as registry.example.com/lariat:v1.2.3 (lowercase repository, optional :tag or @sha256:digest)"
+                "invalid --agent-image {reference:?}: {error}; expected an image reference such as registry.example.com/lariat:v1.2.3 (lowercase repository, optional :tag or @sha256:digest)"
             ));
         }
         if let Some(secret) = &self.pull_secret
@@ -852,7 +840,7 @@ spec:
       serviceAccountName: lariat-agent{pull_secrets}
       containers:
       - name: agent
-        image: {reference}
+        image: "{reference}"
         args: ["agent"]
         env:
         - {{name: LARIAT_SERVER, valueFrom: {{secretKeyRef: {{name: lariat-agent, key: server}}}}}}
@@ -1290,7 +1278,8 @@ mod tests {
             "ghcr.io/lariat-dev/lariat:v0.1.0",
             "registry.internal:5000/mirror/lariat:v0.1.0",
             "lariat",
-            "registry.internal/lariat@sha256:0123456789abcdef",
+            "registry.internal/lariat@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "Registry.Example.com/lariat:V1",
         ] {
             assert_eq!(image(ok, Some("regcred")).check(), Ok(()), "{ok}");
         }
@@ -1299,6 +1288,11 @@ mod tests {
             "Registry/Lariat:v1",
             "lariat:v1 --privileged",
             "https://registry/lariat",
+            "lariat:",
+            "lariat@sha256:abc",
+            "lariat:v1:evil",
+            "lariat:v1\"",
+            "lariat:-v1",
         ] {
             assert!(image(bad, None).check().is_err(), "{bad}");
         }
@@ -1321,7 +1315,7 @@ mod tests {
         assert_eq!(pod["imagePullSecrets"][0]["name"], "regcred");
         let default = import_manifest("https://x", "t", "c", &AgentImage::default());
         assert!(default.contains(&format!(
-            "image: ghcr.io/lariat-dev/lariat:v{}",
+            "image: \"ghcr.io/lariat-dev/lariat:v{}\"",
             env!("CARGO_PKG_VERSION")
         )));
         assert!(!default.contains("imagePullSecrets"));
