@@ -37,6 +37,23 @@ fn path_with_lariat() -> String {
     )
 }
 
+/// A README block as one bash script that stops at the first failure and stops what it put
+/// in the background: a line ending in a `-w` watch runs for five seconds.
+fn as_script(lines: impl IntoIterator<Item = impl AsRef<str>>) -> String {
+    let mut script = String::from("set -euo pipefail\ntrap 'jobs -p | xargs -r kill' EXIT\n");
+    for line in lines {
+        let line = line.as_ref();
+        let command = line.split("  #").next().unwrap_or_default().trim_end();
+        if command.ends_with(" -w") {
+            script.push_str(&format!("timeout 5 {command} || [ $? = 124 ]\n"));
+        } else {
+            script.push_str(line);
+            script.push('\n');
+        }
+    }
+    script
+}
+
 /// The commands of the walkthrough under `heading`, with continuation lines joined.
 fn walkthrough(heading: &str) -> Vec<String> {
     let block = block(heading);
@@ -91,16 +108,7 @@ fn the_cluster_api_seed_walkthrough_runs_as_written() {
     let server = TestServer::start();
     let work = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(server.data_dir(), work.path().join("lariat-data")).unwrap();
-    let mut script = String::from("set -euo pipefail\n");
-    for line in block("## Walkthrough: the Cluster API seed, with kubectl").lines() {
-        let command = line.split("  #").next().unwrap_or_default().trim_end();
-        if command.ends_with(" -w") {
-            script.push_str(&format!("timeout 5 {command} || [ $? = 124 ]\n"));
-        } else {
-            script.push_str(line);
-            script.push('\n');
-        }
-    }
+    let script = as_script(block("## Walkthrough: the Cluster API seed, with kubectl").lines());
     assert!(
         script.contains("timeout 5 kubectl get clusters -w"),
         "{script}"
@@ -197,20 +205,12 @@ fn the_import_walkthrough_runs_as_written() {
     };
     let (token, checksum) = (after("--token "), after("--ca-checksum "));
 
-    let mut script = String::from("set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null' EXIT\n");
-    for line in lines {
-        let line = line
-            .replace("SERVER", &server.address)
+    let lines = lines.map(|line| {
+        line.replace("SERVER", &server.address)
             .replace("TOKEN", &token)
-            .replace("SHA256", &checksum);
-        let command = line.split("  #").next().unwrap_or_default().trim_end();
-        if command.ends_with(" -w") {
-            script.push_str(&format!("timeout 5 {command} || [ $? = 124 ]\n"));
-        } else {
-            script.push_str(&line);
-            script.push('\n');
-        }
-    }
+            .replace("SHA256", &checksum)
+    });
+    let script = as_script(lines);
     let output = bash(&script);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(

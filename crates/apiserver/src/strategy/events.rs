@@ -52,25 +52,31 @@ fn int32_counts(object: &Value, paths: &[&[&str]], causes: &mut Vec<Cause>) {
     }
 }
 
+/// Canonical times and int32 counts, given the shape's names for its two timestamps and
+/// its count (the MicroTimes and the series are named alike in both shapes).
+fn times_and_counts(object: &mut Value, timestamps: [&str; 2], count: &str) -> Vec<Cause> {
+    let mut causes = vec![];
+    canonical_times(
+        object,
+        &[&["eventTime"], &["series", "lastObservedTime"]],
+        true,
+        &mut causes,
+    );
+    canonical_times(
+        object,
+        &[&[timestamps[0]], &[timestamps[1]]],
+        false,
+        &mut causes,
+    );
+    int32_counts(object, &[&[count], &["series", "count"]], &mut causes);
+    causes
+}
+
 pub struct Events;
 
 impl Strategy for Events {
     fn admit(&self, _: &Registry, object: &mut Value, _old: Option<&Value>) -> Vec<Cause> {
-        let mut causes = vec![];
-        canonical_times(
-            object,
-            &[&["eventTime"], &["series", "lastObservedTime"]],
-            true,
-            &mut causes,
-        );
-        canonical_times(
-            object,
-            &[&["firstTimestamp"], &["lastTimestamp"]],
-            false,
-            &mut causes,
-        );
-        int32_counts(object, &[&["count"], &["series", "count"]], &mut causes);
-        causes
+        times_and_counts(object, ["firstTimestamp", "lastTimestamp"], "count")
     }
 }
 
@@ -95,23 +101,10 @@ pub struct EventsV1;
 
 impl Strategy for EventsV1 {
     fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
-        let mut causes = vec![];
-        canonical_times(
+        let mut causes = times_and_counts(
             object,
-            &[&["eventTime"], &["series", "lastObservedTime"]],
-            true,
-            &mut causes,
-        );
-        canonical_times(
-            object,
-            &[&["deprecatedFirstTimestamp"], &["deprecatedLastTimestamp"]],
-            false,
-            &mut causes,
-        );
-        int32_counts(
-            object,
-            &[&["deprecatedCount"], &["series", "count"]],
-            &mut causes,
+            ["deprecatedFirstTimestamp", "deprecatedLastTimestamp"],
+            "deprecatedCount",
         );
         // Kubernetes runs the create rules on every update too.
         for field in [
