@@ -107,6 +107,7 @@ pub fn core_types() -> Vec<ResourceType> {
     )
     .expect("event definition is valid");
     print_events(&mut events);
+    events.field_label_paths = vec![("source".into(), "source.component".into())];
     events.selectable_fields = [
         "involvedObject.kind",
         "involvedObject.namespace",

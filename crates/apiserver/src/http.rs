@@ -1124,13 +1124,19 @@ fn list_params(
     let label_selector =
         Selector::parse_labels(query.get("labelSelector").map(String::as_str).unwrap_or(""))?;
     let rt = scope.rt.clone();
-    let allowed = move |field: &str| {
-        matches!(field, "metadata.name" | "metadata.namespace")
-            || rt.selectable_fields.iter().any(|f| f == field)
+    let resolve = move |field: &str| {
+        (matches!(field, "metadata.name" | "metadata.namespace")
+            || rt.selectable_fields.iter().any(|f| f == field))
+        .then(|| {
+            rt.field_label_paths
+                .iter()
+                .find(|(label, _)| label == field)
+                .map_or(field.to_string(), |(_, path)| path.clone())
+        })
     };
     let field_selector = Selector::parse_fields(
         query.get("fieldSelector").map(String::as_str).unwrap_or(""),
-        &allowed,
+        &resolve,
     )?;
     let limit = match query.get("limit") {
         Some(l) => l

@@ -505,7 +505,12 @@ impl Selector {
 
     /// Field selectors support `=`, `==` and `!=` on the fields the kind allows; `\`
     /// escapes a `,`, `=` or `\` in a value, as in Kubernetes.
-    pub fn parse_fields(text: &str, allowed: &dyn Fn(&str) -> bool) -> ApiResult<Selector> {
+    /// `resolve` gives the path a field label reads (`source` reads `source.component` on
+    /// core Events), or `None` for a label the kind does not support.
+    pub fn parse_fields(
+        text: &str,
+        resolve: &dyn Fn(&str) -> Option<String>,
+    ) -> ApiResult<Selector> {
         let mut requirements = vec![];
         if text.trim().is_empty() {
             return Ok(Selector { requirements });
@@ -530,16 +535,16 @@ impl Selector {
             if key.is_empty() || key.contains(char::is_whitespace) {
                 return Err(bad());
             }
-            if !allowed(key) {
+            let Some(path) = resolve(key) else {
                 return Err(ApiError::bad_request(format!(
                     "field label not supported: {key}"
                 )));
-            }
+            };
             let value = unescape(value);
             requirements.push(if negated {
-                Requirement::NotEquals(key.into(), value)
+                Requirement::NotEquals(path, value)
             } else {
-                Requirement::Equals(key.into(), value)
+                Requirement::Equals(path, value)
             });
         }
         Ok(Selector { requirements })
@@ -733,7 +738,7 @@ mod tests {
     #[test]
     fn field_selectors() {
         let object = json!({"metadata": {"name": "a", "namespace": "ns"}});
-        let allowed = |f: &str| f.starts_with("metadata.");
+        let allowed = |f: &str| f.starts_with("metadata.").then(|| f.to_string());
         assert!(
             Selector::parse_fields("metadata.name=a", &allowed)
                 .unwrap()

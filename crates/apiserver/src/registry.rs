@@ -96,6 +96,9 @@ pub struct ResourceType {
     /// Field paths (without the leading dot) usable in `fieldSelector`, besides
     /// `metadata.name` and `metadata.namespace`.
     pub selectable_fields: Vec<String>,
+    /// Field labels that read another path, as Kubernetes' field label conversions
+    /// (core Events' `source` is `source.component`).
+    pub field_label_paths: Vec<(String, String)>,
     /// Set when this kind's objects are another kind's, converted (events.k8s.io/v1 Event).
     pub stored_as: Option<StoredAs>,
 }
@@ -317,6 +320,7 @@ impl ResourceType {
             versions,
             origin,
             selectable_fields,
+            field_label_paths: vec![],
             stored_as: None,
         })
     }

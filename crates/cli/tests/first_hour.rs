@@ -450,6 +450,20 @@ fn events_are_served_as_core_v1_and_events_k8s_io_v1() {
         "jsonpath={.items[*].note} {.items[*].reportingController} {.items[*].series.count}",
     ]);
     assert_eq!(new, "recorded by kube-rs example.com/operator 2");
+    // The core field label `source` is the source's component, as in Kubernetes.
+    server.apply_ok(
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: Event\nmetadata: {name: legacy.1}\ninvolvedObject: {kind: ConfigMap, name: other, namespace: default}\nreason: Legacy\nmessage: an old recorder\ntype: Normal\nsource: {component: legacy-recorder}\n",
+    );
+    let by_source = server.kubectl_ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "source=legacy-recorder",
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ]);
+    assert_eq!(by_source, "Legacy");
     // The core v1 shape of the same object names its fields the core way.
     let as_core = server.kubectl_ok(&[
         "get",
