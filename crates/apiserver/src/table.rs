@@ -139,7 +139,8 @@ fn print(printer: Printer, object: &Value) -> String {
             status
         }
         Printer::EventLastSeen => {
-            let first = |core: &str, events: &str| {
+            // The field in whichever shape this Event is in.
+            let either = |core: &str, events: &str| {
                 [&object[core], &object[events]]
                     .into_iter()
                     .find_map(|t| t.as_str())
@@ -148,8 +149,8 @@ fn print(printer: Printer, object: &Value) -> String {
             let last_seen = object["series"]["lastObservedTime"]
                 .as_str()
                 .map(String::from)
-                .or_else(|| first("lastTimestamp", "deprecatedLastTimestamp"))
-                .or_else(|| first("firstTimestamp", "deprecatedFirstTimestamp"))
+                .or_else(|| either("lastTimestamp", "deprecatedLastTimestamp"))
+                .or_else(|| either("firstTimestamp", "deprecatedFirstTimestamp"))
                 .or_else(|| object["eventTime"].as_str().map(String::from));
             match last_seen.and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok()) {
                 Some(at) => human_duration(chrono::Utc::now().signed_duration_since(at)),

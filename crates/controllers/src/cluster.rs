@@ -268,13 +268,10 @@ async fn reconcile_delete(
     let name = cluster.name_any();
     if cluster.data["status"]["phase"] != "Deleting" {
         patch_status(api, &name, json!({"phase": "Deleting"})).await?;
+        let message =
+            "Deleting the cluster: workers first, then the control plane, then its infrastructure";
         ctx.events
-            .publish(cluster,
-                "Cluster",
-                EventType::Normal,
-                "Deleting",
-                "Deleting the cluster: workers first, then the control plane, then its infrastructure",
-            )
+            .publish(cluster, "Cluster", EventType::Normal, "Deleting", message)
             .await;
     }
     let selector = format!("{CLUSTER_NAME_LABEL}={name}");

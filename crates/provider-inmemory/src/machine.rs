@@ -208,16 +208,18 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .map_err(|e| Error::Invalid(e.to_string()))?;
         match nodes.create(&PostParams::default(), &node).await {
             Ok(_) => {
-                ctx.events.publish(
-                &object,
-                    "InMemoryMachine",
-                    EventType::Normal,
-                    "Booted",
-                    &format!(
-                        "Simulated machine booted; Node {name} joined with providerID {provider_id}"
-                    ),
-                )
-                .await;
+                let message = format!(
+                    "Simulated machine booted; Node {name} joined with providerID {provider_id}"
+                );
+                ctx.events
+                    .publish(
+                        &object,
+                        "InMemoryMachine",
+                        EventType::Normal,
+                        "Booted",
+                        &message,
+                    )
+                    .await;
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(e.into()),
@@ -252,16 +254,18 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         nodes
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(not_ready))
             .await?;
-        ctx.events.publish(
+        let message = format!(
+            "failure injection: Node {name} turned NotReady (spec.behavior.nodeNotReadyAfter)"
+        );
+        ctx.events
+            .publish(
                 &object,
-            "InMemoryMachine",
-            EventType::Warning,
-            "NodeNotReady",
-            &format!(
-                "failure injection: Node {name} turned NotReady (spec.behavior.nodeNotReadyAfter)"
-            ),
-        )
-        .await;
+                "InMemoryMachine",
+                EventType::Warning,
+                "NodeNotReady",
+                &message,
+            )
+            .await;
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(Duration::from_secs(60)))

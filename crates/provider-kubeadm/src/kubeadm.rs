@@ -64,13 +64,17 @@ impl KubeadmApi {
     /// `v1beta4` from Kubernetes v1.31 (where kubeadm introduced it), `v1beta3` before, and
     /// `v1beta3` when the version is unknown, since every kubeadm from v1.22 on reads it.
     pub fn for_kubernetes_version(version: Option<&str>) -> KubeadmApi {
-        // kubeadm's own configs may omit the `v`.
-        let parse = |v: &str| {
-            lariat_api::KubernetesVersion::parse(v)
-                .or_else(|| lariat_api::KubernetesVersion::parse(&format!("v{v}")))
-        };
-        match version.and_then(parse) {
-            Some(v) if v.major > 1 || v.minor >= 31 => KubeadmApi::V1Beta4,
+        // Only major and minor decide, so a version kubeadm's own configs write loosely
+        // (`1.31`, no `v`, no patch) decides as well as a Cluster API one: not the strict
+        // `lariat_api::KubernetesVersion`.
+        let minor = version.and_then(|v| {
+            let mut parts = v.trim_start_matches('v').split('.');
+            let major: u32 = parts.next()?.parse().ok()?;
+            let minor: u32 = parts.next()?.parse().ok()?;
+            Some((major, minor))
+        });
+        match minor {
+            Some((major, minor)) if major > 1 || minor >= 31 => KubeadmApi::V1Beta4,
             _ => KubeadmApi::V1Beta3,
         }
     }
@@ -440,6 +444,7 @@ mod tests {
         check(Some("v1.30.2"), KubeadmApi::V1Beta3);
         check(Some("v1.31.0"), KubeadmApi::V1Beta4);
         check(Some("1.32.1"), KubeadmApi::V1Beta4);
+        check(Some("v1.31"), KubeadmApi::V1Beta4);
         check(Some("v2.0.0"), KubeadmApi::V1Beta4);
         check(Some("latest"), KubeadmApi::V1Beta3);
         check(None, KubeadmApi::V1Beta3);

@@ -44,9 +44,8 @@ fn canonical_times(object: &mut Value, paths: &[&[&str]], micro: bool, causes: &
 fn int32_counts(object: &Value, paths: &[&[&str]], causes: &mut Vec<Cause>) {
     for path in paths {
         let node = path.iter().fold(object, |node, key| &node[*key]);
-        if let Some(n) = node.as_i64()
-            && i32::try_from(n).is_err()
-        {
+        // Beyond i64 (a u64 or a float) is out of range too.
+        if node.is_number() && node.as_i64().and_then(|n| i32::try_from(n).ok()).is_none() {
             causes.push(Cause::invalid(path.join("."), node, "must fit in 32 bits"));
         }
     }
@@ -216,6 +215,8 @@ mod tests {
             core["series"]["lastObservedTime"],
             "2026-12-01T02:00:00.000000Z"
         );
+        let mut huge = json!({"count": u64::MAX});
+        assert_eq!(fields(&Events.admit(&registry, &mut huge, None)), ["count"]);
         let mut bad = json!({"eventTime": "yesterday", "count": 99_999_999_999i64});
         assert_eq!(
             fields(&Events.admit(&registry, &mut bad, None)),
