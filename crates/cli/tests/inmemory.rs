@@ -533,13 +533,14 @@ spec:
     std::thread::sleep(std::time::Duration::from_secs(2));
     assert_eq!(control_plane(&server).len(), 3, "nothing was deleted");
 
-    // One member recovers: the other unhealthy one is replaced, in its zone.
-    set_node_ready(&server, &kubeconfig, &names[0], true);
+    // One member recovers: the other unhealthy one is replaced, in its zone. Its zone is read
+    // first: once quorum allows it, remediation may delete it before the next read.
     let lost_zone = control_plane(&server)
         .iter()
         .find(|m| m["metadata"]["name"] == names[1].as_str())
         .map(|m| m["spec"]["failureDomain"].clone())
         .unwrap();
+    set_node_ready(&server, &kubeconfig, &names[0], true);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let now = control_plane(&server);
