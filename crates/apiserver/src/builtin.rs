@@ -1,5 +1,7 @@
 //! The kinds every lariat server serves from its first start: core v1 Namespace, ConfigMap,
-//! Secret and Event, apiextensions' CustomResourceDefinition, and lariat's own kinds.
+//! Secret, Event and the workload kinds imports and `deploy/` apply (ServiceAccount,
+//! Deployment, StatefulSet, Service, NetworkPolicy, ClusterRoleBinding), apiextensions'
+//! CustomResourceDefinition, and lariat's own kinds.
 //!
 //! Each is described as a CustomResourceDefinition, so built-in and user kinds share one
 //! code path. Core schemas are generated from k8s-openapi's Rust types.
@@ -226,6 +228,48 @@ pub fn core_types() -> Vec<ResourceType> {
                 age(),
             ]),
             true,
+        ),
+        // What `deploy/` runs lariat itself with, so its manifests can be checked against a
+        // lariat server (`kubectl apply --dry-run=server`) and applied to simulated clusters.
+        definition(
+            "apps",
+            "v1",
+            "StatefulSet",
+            "statefulsets",
+            true,
+            &["sts"],
+            schema_of::<k8s_openapi::api::apps::v1::StatefulSet>(),
+            json!([
+                {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+                age(),
+            ]),
+            true,
+        ),
+        definition(
+            "",
+            "v1",
+            "Service",
+            "services",
+            true,
+            &["svc"],
+            schema_of::<k8s_openapi::api::core::v1::Service>(),
+            json!([
+                {"name": "Type", "type": "string", "jsonPath": ".spec.type"},
+                {"name": "Cluster-IP", "type": "string", "jsonPath": ".spec.clusterIP"},
+                age(),
+            ]),
+            true,
+        ),
+        definition(
+            "networking.k8s.io",
+            "v1",
+            "NetworkPolicy",
+            "networkpolicies",
+            true,
+            &["netpol"],
+            schema_of::<k8s_openapi::api::networking::v1::NetworkPolicy>(),
+            json!([age()]),
+            false,
         ),
         definition(
             "apiextensions.k8s.io",

@@ -838,10 +838,20 @@ spec:
       labels: {{app: lariat-agent}}
     spec:
       serviceAccountName: lariat-agent{pull_secrets}
+      securityContext:
+        runAsNonRoot: true
+        seccompProfile: {{type: RuntimeDefault}}
       containers:
       - name: agent
         image: "{reference}"
         args: ["agent"]
+        resources:
+          requests: {{cpu: 10m, memory: 32Mi}}
+          limits: {{memory: 256Mi}}
+        securityContext:
+          allowPrivilegeEscalation: false
+          readOnlyRootFilesystem: true
+          capabilities: {{drop: [ALL]}}
         env:
         - {{name: LARIAT_SERVER, valueFrom: {{secretKeyRef: {{name: lariat-agent, key: server}}}}}}
         - {{name: LARIAT_TOKEN, valueFrom: {{secretKeyRef: {{name: lariat-agent, key: token}}}}}}

@@ -77,6 +77,24 @@ enum AdminCommand {
     /// Revoke the admin kubeconfigs' certificate and token; the next server start issues new
     /// ones. Run it with the server stopped.
     Rotate(StoreArgs),
+    /// Print the admin kubeconfig the server wrote in its data directory: for a server whose
+    /// files are out of reach, e.g. `kubectl exec -n lariat-system lariat-0 -- lariat admin
+    /// kubeconfig`.
+    Kubeconfig(AdminKubeconfigArgs),
+}
+
+#[derive(clap::Args)]
+struct AdminKubeconfigArgs {
+    /// Where the server keeps its state.
+    #[arg(long, default_value = "./lariat-data", env = "LARIAT_DATA_DIR")]
+    data_dir: PathBuf,
+    /// The URL to reach the server at, replacing the listener's address the file names
+    /// (e.g. https://lariat.example.com, or https://127.0.0.1:6443 through kubectl port-forward).
+    #[arg(long)]
+    server: Option<String>,
+    /// The bearer-token kubeconfig instead of the client-certificate one.
+    #[arg(long)]
+    token: bool,
 }
 
 /// Where a server keeps its state.
@@ -100,8 +118,9 @@ struct ServerArgs {
     /// Address to serve HTTPS on.
     #[arg(long, default_value = "127.0.0.1:6443", env = "LARIAT_LISTEN")]
     listen: String,
-    /// Extra DNS names or IP addresses for the serving certificate (repeatable).
-    #[arg(long = "tls-san")]
+    /// Extra DNS names or IP addresses for the serving certificate (repeatable, or
+    /// comma-separated).
+    #[arg(long = "tls-san", env = "LARIAT_TLS_SAN", value_delimiter = ',')]
     tls_san: Vec<String>,
     /// The URL clusters and agents elsewhere reach this server at, e.g. https://lariat.example.com
     /// (a load balancer's): import manifests name it and its host joins the certificate.
@@ -172,6 +191,9 @@ fn main() -> std::process::ExitCode {
             Command::Admin {
                 what: AdminCommand::Rotate(args),
             } => rotate_admin(args).await,
+            Command::Admin {
+                what: AdminCommand::Kubeconfig(args),
+            } => print_admin_kubeconfig(args),
             Command::Version { client, kubeconfig } => version(client, kubeconfig).await,
         }
     });
@@ -240,6 +262,41 @@ async fn version(client_only: bool, kubeconfig: Option<PathBuf>) -> anyhow::Resu
 
 /// `lariat admin rotate`: revokes the admin credentials offline, so no server is serving with
 /// them while they change; the next start writes new kubeconfigs.
+fn print_admin_kubeconfig(args: AdminKubeconfigArgs) -> anyhow::Result<()> {
+    let file = if args.token {
+        "kubeconfig-token.yaml"
+    } else {
+        "kubeconfig.yaml"
+    };
+    let path = args.data_dir.join(file);
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "cannot read {}: pass the --data-dir the server runs with, after its first start",
+            path.display()
+        )
+    })?;
+    let mut kubeconfig: kube::config::Kubeconfig = serde_yaml_ng::from_str(&text)
+        .with_context(|| format!("{} is not a kubeconfig", path.display()))?;
+    if let Some(server) = args.server {
+        let url: http::Uri = server
+            .parse()
+            .ok()
+            .filter(|u: &http::Uri| u.scheme_str() == Some("https") && u.host().is_some())
+            .with_context(|| {
+                format!("invalid --server {server:?}: expected https://HOST[:PORT]")
+            })?;
+        for cluster in kubeconfig
+            .clusters
+            .iter_mut()
+            .filter_map(|c| c.cluster.as_mut())
+        {
+            cluster.server = Some(url.to_string().trim_end_matches('/').to_string());
+        }
+    }
+    print!("{}", serde_yaml_ng::to_string(&kubeconfig)?);
+    Ok(())
+}
+
 async fn rotate_admin(args: StoreArgs) -> anyhow::Result<()> {
     if !args.data_dir.join("tls").is_dir() {
         anyhow::bail!(

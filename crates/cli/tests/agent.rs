@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{TestServer, eventually, eventually_within};
+use common::{TestServer, cluster_condition, eventually, eventually_within, import_cluster};
 
 /// A TCP relay from a fixed port to the server's current address, which the test can point
 /// elsewhere (a restarted server), cut (every open connection) or pause (refuse new ones).
@@ -187,36 +187,6 @@ impl Drop for Agent {
     }
 }
 
-/// `lariat cluster import NAME`'s token and CA checksum.
-fn import(server: &TestServer, name: &str, ttl: &str) -> (String, String) {
-    let output = server.lariat(&["cluster", "import", name, "--ttl", ttl]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let after = |flag: &str| {
-        stdout
-            .split(flag)
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("{flag} in\n{stdout}"))
-            .to_string()
-    };
-    (after("--token "), after("--ca-checksum "))
-}
-
-fn condition(server: &TestServer, cluster: &str, type_: &str) -> String {
-    server.kubectl_ok(&[
-        "get",
-        "cluster",
-        cluster,
-        "-o",
-        &format!("jsonpath={{.status.conditions[?(@.type==\"{type_}\")].status}}"),
-    ])
-}
-
 fn kubectl_via(
     kubeconfig: &std::path::Path,
     home: &std::path::Path,
@@ -234,7 +204,7 @@ fn kubectl_via(
 fn an_imported_cluster_is_reached_through_its_agent() {
     let mut management = TestServer::start();
     let downstream = TestServer::start();
-    let (token, checksum) = import(&management, "remote", "1h");
+    let (token, checksum) = import_cluster(&management, "remote", "1h");
     assert_eq!(checksum.len(), 64);
     assert_eq!(
         management.kubectl_ok(&[
@@ -308,12 +278,12 @@ fn an_imported_cluster_is_reached_through_its_agent() {
         &downstream,
     );
     eventually("the imported cluster is connected", || {
-        condition(&management, "remote", "Connected") == "True"
+        cluster_condition(&management, "remote", "Connected") == "True"
     });
     eventually("the imported cluster is Provisioned and Ready", || {
         management.kubectl_ok(&["get", "cluster", "remote", "-o", "jsonpath={.status.phase}"])
             == "Provisioned"
-            && condition(&management, "remote", "Ready") == "True"
+            && cluster_condition(&management, "remote", "Ready") == "True"
     });
     let (id, _) = token.split_once('.').unwrap();
     assert!(
@@ -449,7 +419,7 @@ fn an_imported_cluster_is_reached_through_its_agent() {
     relay.paused.store(true, Ordering::SeqCst);
     relay.cut();
     eventually_within(Duration::from_secs(35), "the lost connection shows", || {
-        condition(&management, "remote", "Connected") == "False"
+        cluster_condition(&management, "remote", "Connected") == "False"
     });
     let message = management.kubectl_ok(&[
         "get",
@@ -497,7 +467,7 @@ fn an_imported_cluster_is_reached_through_its_agent() {
         .success()
     });
     eventually("the cluster is connected again", || {
-        condition(&management, "remote", "Connected") == "True"
+        cluster_condition(&management, "remote", "Connected") == "True"
     });
 }
 
@@ -507,7 +477,7 @@ fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
     let downstream = TestServer::start();
     let dir = management.data_dir();
     let server = format!("https://{}", management.address);
-    let (token, checksum) = import(&management, "guarded", "1h");
+    let (token, checksum) = import_cluster(&management, "guarded", "1h");
     let (id, _) = token.split_once('.').unwrap();
 
     let wrong = Agent::start(
@@ -534,7 +504,7 @@ fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
         &"0".repeat(64),
         &downstream,
     );
-    let (short, _) = import(&management, "guarded", "1s");
+    let (short, _) = import_cluster(&management, "guarded", "1s");
     std::thread::sleep(Duration::from_secs(2));
     let expired = Agent::start(dir, "expired", &server, &short, &checksum, &downstream);
     eventually("each bad agent logs why it is refused", || {
@@ -556,10 +526,10 @@ fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
     // The real agent connects; a second one for the same cluster is refused.
     let first = Agent::start(dir, "first", &server, &token, &checksum, &downstream);
     eventually("the first agent connects", || {
-        condition(&management, "guarded", "Connected") == "True"
+        cluster_condition(&management, "guarded", "Connected") == "True"
     });
     let other_downstream = TestServer::start();
-    let (second_token, _) = import(&management, "guarded", "1h");
+    let (second_token, _) = import_cluster(&management, "guarded", "1h");
     let second = Agent::start(
         dir,
         "second",
@@ -574,7 +544,7 @@ fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
     assert!(first.log().contains("tunnel up"));
 
     // Revoking a token: deleting it.
-    let (revoked, _) = import(&management, "guarded", "1h");
+    let (revoked, _) = import_cluster(&management, "guarded", "1h");
     let (revoked_id, _) = revoked.split_once('.').unwrap();
     management.kubectl_ok(&[
         "delete",
@@ -589,7 +559,7 @@ fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
     });
 
     // Garbage after the upgrade: the tunnel fails, the server does not.
-    let (garbage_token, _) = import(&management, "garbage", "1h");
+    let (garbage_token, _) = import_cluster(&management, "garbage", "1h");
     let mut openssl = Command::new("openssl")
         .args(["s_client", "-quiet", "-connect", &management.address])
         .stdin(Stdio::piped())
@@ -671,7 +641,7 @@ fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
 fn the_agent_dials_through_an_http_proxy() {
     let management = TestServer::start();
     let downstream = TestServer::start();
-    let (token, checksum) = import(&management, "behind-proxy", "1h");
+    let (token, checksum) = import_cluster(&management, "behind-proxy", "1h");
     let (port, tunnels) = connect_proxy();
     let proxy = format!("http://127.0.0.1:{port}");
     let agent = Agent::start_with_env(
@@ -684,7 +654,7 @@ fn the_agent_dials_through_an_http_proxy() {
         &[("HTTPS_PROXY", &proxy), ("NO_PROXY", "")],
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while condition(&management, "behind-proxy", "Connected") != "True" {
+    while cluster_condition(&management, "behind-proxy", "Connected") != "True" {
         assert!(
             std::time::Instant::now() < deadline,
             "the agent did not connect through the proxy:\n{}",

@@ -2,6 +2,8 @@
 //! by kube-rs, as users drive it.
 #![allow(dead_code)]
 
+pub mod container;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -319,6 +321,37 @@ spec:
 "#;
 
 /// `lariat generate cluster ARGS`: the manifests a user pipes into kubectl.
+/// `lariat cluster import NAME`'s token and CA checksum.
+pub fn import_cluster(server: &TestServer, name: &str, ttl: &str) -> (String, String) {
+    let output = server.lariat(&["cluster", "import", name, "--ttl", ttl]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let after = |flag: &str| {
+        stdout
+            .split(flag)
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{flag} in\n{stdout}"))
+            .to_string()
+    };
+    (after("--token "), after("--ca-checksum "))
+}
+
+/// The status of a Cluster's condition of this type ("" when it has none).
+pub fn cluster_condition(server: &TestServer, cluster: &str, type_: &str) -> String {
+    server.kubectl_ok(&[
+        "get",
+        "cluster",
+        cluster,
+        "-o",
+        &format!("jsonpath={{.status.conditions[?(@.type==\"{type_}\")].status}}"),
+    ])
+}
+
 pub fn generate_cluster(args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_lariat"))
         .args(["generate", "cluster"])
