@@ -91,7 +91,6 @@ fn main() {
     )
     .unwrap();
     std::fs::write(service_account.join("namespace"), "lariat-system").unwrap();
-    downstream.kubectl_ok(&["create", "namespace", "lariat-system"]);
     let (host, port) = downstream.address.rsplit_once(':').unwrap();
     let logs = tempfile::tempdir().unwrap();
     let mut to_tunnel = Vec::new();
