@@ -159,6 +159,8 @@ async fn metrics(State(state): State<Arc<AppState>>, uri: axum::http::Uri) -> Re
         return not_found_path(uri.path()).into_response();
     }
     let mut text = crate::auth::metrics();
+    text.push_str(&crate::metrics::render());
+    text.push('\n');
     text.push_str(&state.metrics.map(|render| render()).unwrap_or_default());
     (
         [(
@@ -497,8 +499,14 @@ fn json_response(code: StatusCode, value: &Value) -> Response {
 /// Everything under `/api/v1/...`, `/apis/GROUP[/VERSION/...]` and `/openapi/v3/...`.
 async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
+    let (method, uri) = (parts.method.clone(), parts.uri.clone());
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or_default().trim().to_string());
     let mut body = Some(body);
-    match serve(&state, parts, &mut body).await {
+    let response = match serve(&state, parts, &mut body).await {
         Ok(response) => response,
         Err(e) => {
             // Read what is left of the body before answering: an HTTP/2 client still sending
@@ -508,7 +516,24 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
             }
             e.into_response()
         }
+    };
+    let target = parse_path(uri.path());
+    crate::metrics::Served {
+        simulated: state.simulated,
+        method: &method,
+        content_type: content_type.as_deref(),
+        query: uri.query(),
+        resource: target.as_ref().map(|t| {
+            (
+                t.group.as_str(),
+                t.plural.as_str(),
+                t.name.as_deref(),
+                t.subresource.as_deref(),
+            )
+        }),
     }
+    .record(response.status().as_u16());
+    response
 }
 
 /// The request body, for the one step that reads it.

@@ -22,6 +22,7 @@ pub mod gc;
 pub mod http;
 pub mod local;
 pub mod managed;
+pub mod metrics;
 pub mod objects;
 pub mod openapi;
 pub mod patch;

@@ -41,6 +41,9 @@ pub struct LifecycleArgs {
     /// Workers of the MachineDeployment rolled to a new version.
     #[arg(long, default_value_t = 100)]
     upgrade_workers: u32,
+    /// Seconds the idle fleet (every machine Running, nothing changing) is measured for.
+    #[arg(long, default_value_t = 60)]
+    idle_seconds: u64,
 }
 
 #[derive(clap::Args)]
@@ -567,6 +570,58 @@ async fn reconciles(client: &kube::Client) -> anyhow::Result<Vec<(String, f64)>>
     Ok(counts.into_iter().collect())
 }
 
+/// Requests served so far by `(api, verb)`, from the server's `/metrics`
+/// (`apiserver_request_total`; `api` is `management` or `workload`).
+async fn requests(
+    client: &kube::Client,
+) -> anyhow::Result<std::collections::BTreeMap<(String, String), f64>> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    let mut counts = std::collections::BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let label = |name: &str| {
+            line.split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *counts.entry((label("api"), label("verb"))).or_default() += value;
+    }
+    Ok(counts)
+}
+
+/// `after - before`, per key, as "VERB n" pairs divided by `per` (and the total).
+fn requests_per(
+    before: &std::collections::BTreeMap<(String, String), f64>,
+    after: &std::collections::BTreeMap<(String, String), f64>,
+    api: &str,
+    per: f64,
+) -> (f64, String) {
+    let mut total = 0.0;
+    let mut parts = Vec::new();
+    for ((which, verb), n) in after.iter().filter(|((which, _), _)| which == api) {
+        let delta = n - before
+            .get(&(which.clone(), verb.clone()))
+            .copied()
+            .unwrap_or(0.0);
+        if delta > 0.0 {
+            total += delta;
+            parts.push(format!("{verb} {:.1}", delta / per));
+        }
+    }
+    (total / per, parts.join(", "))
+}
+
 async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
     println!(
         "lariat bench lifecycle: {} clusters x ({} control plane + {} workers), in-memory provider, zero delay; load average {}",
@@ -580,6 +635,7 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
     let machines = machines_api(client.clone());
     let expected = args.clusters * (args.control_plane + args.workers) as usize;
     let cpu_before = server.cpu_seconds();
+    let requests_before = requests(&client).await?;
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
     let creators: Vec<_> = (0..8)
@@ -622,6 +678,7 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
         .unwrap_or(0);
     let (rss, peak) = server.memory_mib();
     let reconciles = reconciles(&client).await?;
+    let requests_after = requests(&client).await?;
     println!(
         "  applied {} clusters in {:.1} s",
         args.clusters,
@@ -644,15 +701,39 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
         total_reconciles / expected as f64
     );
     println!(
-        "  store writes {revision} ({:.0}/s), server CPU {:.1} s ({:.0}% of one core)",
+        "  store writes {revision} ({:.0}/s, {:.1} per machine), server CPU {:.1} s ({:.0}% of one core, {:.0} ms per machine)",
         revision as f64 / took.as_secs_f64(),
+        revision as f64 / expected as f64,
         cpu,
-        cpu * 100.0 / took.as_secs_f64()
+        cpu * 100.0 / took.as_secs_f64(),
+        cpu * 1000.0 / expected as f64
     );
+    for api in ["management", "workload"] {
+        let (total, by_verb) =
+            requests_per(&requests_before, &requests_after, api, expected as f64);
+        println!("  {api} API requests per machine {total:.1} ({by_verb})");
+    }
     println!(
         "  server memory now {rss:.0} MiB, peak {peak:.0} MiB ({:.0} KiB per machine)",
         rss * 1024.0 / expected as f64
     );
+
+    // The idle fleet: every machine Running, nothing changing.
+    let cpu_before = server.cpu_seconds();
+    let requests_before = requests(&client).await?;
+    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
+    let cpu = server.cpu_seconds() - cpu_before;
+    let requests_after = requests(&client).await?;
+    let seconds = args.idle_seconds as f64;
+    println!(
+        "  idle, {expected} machines Running, over {} s: server CPU {:.1}% of one core",
+        args.idle_seconds,
+        cpu * 100.0 / seconds
+    );
+    for api in ["management", "workload"] {
+        let (total, by_verb) = requests_per(&requests_before, &requests_after, api, seconds);
+        println!("  idle {api} API requests per second {total:.1} ({by_verb})");
+    }
 
     // A rolling upgrade of one large MachineDeployment.
     let manifests = crate::generate::cluster(&crate::generate::ClusterArgs {
