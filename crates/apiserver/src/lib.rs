@@ -104,35 +104,12 @@ pub enum StartError {
     Tls(String),
     #[error("cannot serve: {0}")]
     Io(#[from] std::io::Error),
-    #[error(
-        "invalid --advertise-url {0:?}: expected https://HOST or https://HOST:PORT, with no path"
-    )]
+    #[error("invalid --advertise-url {0}")]
     AdvertiseUrl(String),
+    #[error("invalid --tls-san {0}")]
+    TlsSan(String),
     #[error("{0}")]
     AgentImage(String),
-}
-
-/// `https://HOST[:PORT]` as (host for the certificate, `host:port` for clients).
-fn parse_advertise_url(url: &str) -> Result<(String, String), StartError> {
-    let bad = || StartError::AdvertiseUrl(url.to_string());
-    let uri: axum::http::Uri = url.parse().map_err(|_| bad())?;
-    if uri.scheme_str() != Some("https")
-        || uri
-            .path_and_query()
-            .is_some_and(|p| p.as_str() != "/" && !p.as_str().is_empty())
-    {
-        return Err(bad());
-    }
-    let authority = uri.authority().ok_or_else(bad)?;
-    let host = authority
-        .host()
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    if host.is_empty() || authority.as_str().contains('@') {
-        return Err(bad());
-    }
-    let port = authority.port_u16().unwrap_or(443);
-    Ok((host.to_string(), format!("{}:{port}", authority.host())))
 }
 
 /// A prepared server, bound to its listener.
@@ -164,13 +141,18 @@ impl Server {
         let advertised = config
             .advertise_url
             .as_deref()
-            .map(parse_advertise_url)
+            .map(|url| pki::server_url(url).map_err(StartError::AdvertiseUrl))
             .transpose()?;
         config.agent_image.check().map_err(StartError::AgentImage)?;
         let advertised_host = advertised.as_ref().map(|(host, _)| host.clone());
-        for san in config.tls_sans.iter().chain(advertised_host.as_ref()) {
-            if !sans.contains(san) {
-                sans.push(san.clone());
+        let mut wanted = Vec::new();
+        // `--tls-san a, b` and a trailing comma in LARIAT_TLS_SAN mean what they look like.
+        for san in config.tls_sans.iter().filter(|s| !s.trim().is_empty()) {
+            wanted.push(pki::subject_alt_name(san).map_err(StartError::TlsSan)?);
+        }
+        for san in wanted.into_iter().chain(advertised_host) {
+            if !sans.contains(&san) {
+                sans.push(san);
             }
         }
         let pki = pki::Pki::load_or_create(&config.data_dir.join("tls"), &sans)?;
@@ -190,6 +172,10 @@ impl Server {
             .unwrap_or_else(|| config.data_dir.join("encryption.key"));
         let cipher =
             encryption::Cipher::load_or_create(&key_path).map_err(StartError::Encryption)?;
+        if config.encryption_key_file.is_none() {
+            pki::keep_private(&key_path)
+                .map_err(|e| StartError::Encryption(format!("{}: {e}", key_path.display())))?;
+        }
         let resources = Resources::new(store.clone(), registry, cipher);
         load_stored_crds(&resources)
             .await
@@ -513,8 +499,22 @@ pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     #[cfg(unix)]
     {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        if let Err(e) = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)) {
+            if e.kind() != std::io::ErrorKind::PermissionDenied {
+                return Err(e);
+            }
+            // A volume's root that a kubelet made group-writable for the pod's fsGroup is
+            // still owned by root: the data directory must be one of the server's own.
+            let owner = std::fs::metadata(dir)?.uid();
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!(
+                    "it is owned by uid {owner}, so it cannot be made private to this user: give the server a directory of its own, such as a subdirectory ({})",
+                    dir.join("data").display()
+                ),
+            ));
+        }
     }
     Ok(())
 }

@@ -44,6 +44,106 @@ fn read(path: &Path) -> Result<Option<String>, PkiError> {
     }
 }
 
+/// Reads a key file, narrowing its mode back to its owner's if something widened it (a
+/// kubelet applying a pod's fsGroup makes every file on the volume group-readable).
+fn read_secret(path: &Path) -> Result<Option<String>, PkiError> {
+    let text = read(path)?;
+    if text.is_some() {
+        keep_private(path).map_err(|source| PkiError::Io {
+            path: path.into(),
+            source,
+        })?;
+    }
+    Ok(text)
+}
+
+/// Narrows a file that holds a secret to mode 0600 if it is wider.
+pub fn keep_private(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(path)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a name for the serving certificate (`--tls-san`): an IP address, or a DNS name
+/// whose first label may be the wildcard `*`. Returns it as the certificate will hold it.
+pub fn subject_alt_name(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    let bracketed = name.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bracketed.parse::<std::net::IpAddr>() {
+        return Ok(ip.to_string());
+    }
+    let lower = name.to_ascii_lowercase();
+    let labels: Vec<&str> = lower.split('.').collect();
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label.len() <= 63
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    let wildcard = labels.len() > 2 && labels[0] == "*";
+    let valid = lower.len() <= 253
+        && labels
+            .iter()
+            .skip(usize::from(wildcard))
+            .all(|label| label_ok(label));
+    if valid {
+        Ok(lower)
+    } else {
+        Err(format!(
+            "{text:?} is neither an IP address nor a DNS name (letters, digits and hyphens in dot-separated labels; only a first label may be *)"
+        ))
+    }
+}
+
+/// `https://HOST[:PORT]`, as clients and agents are told to reach a server: `(host for the
+/// certificate, host:port)`. No user, path, query or fragment; a port from 1 to 65535.
+pub fn server_url(url: &str) -> Result<(String, String), String> {
+    let bad = |why: &str| format!("{url:?}: {why}; expected https://HOST or https://HOST:PORT");
+    if url.contains(['#', '?', '@']) || url.chars().any(char::is_whitespace) {
+        return Err(bad("no user, query, fragment or spaces"));
+    }
+    let uri: axum::http::Uri = url.parse().map_err(|_| bad("not a URL"))?;
+    if uri.scheme_str() != Some("https") {
+        return Err(bad("the scheme must be https"));
+    }
+    if uri.path() != "/" && !uri.path().is_empty() {
+        return Err(bad("no path"));
+    }
+    let authority = uri.authority().ok_or_else(|| bad("no host"))?;
+    // The text after the host: `Authority::port` reads an out-of-range port as none at all.
+    let after_host = authority
+        .as_str()
+        .rsplit_once(']')
+        .map_or(authority.as_str(), |(_, rest)| rest);
+    let port = match after_host.rsplit_once(':') {
+        None => 443,
+        Some((_, port)) => port
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| bad("the port must be from 1 to 65535"))?,
+    };
+    let host = subject_alt_name(authority.host()).map_err(|e| bad(&e))?;
+    if host.starts_with('*') {
+        return Err(bad("a wildcard names no one host"));
+    }
+    let client_host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.clone()
+    };
+    Ok((host, format!("{client_host}:{port}")))
+}
+
 /// Writes a file readable by its owner only when it holds a secret.
 pub fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), PkiError> {
     let io = |source| PkiError::Io {
@@ -105,7 +205,7 @@ impl Pki {
     pub fn load_or_create(dir: &Path, sans: &[String]) -> Result<Pki, PkiError> {
         let ca_cert_path = dir.join("ca.crt");
         let ca_key_path = dir.join("ca.key");
-        let (ca_cert_pem, ca_key_pem) = match (read(&ca_cert_path)?, read(&ca_key_path)?) {
+        let (ca_cert_pem, ca_key_pem) = match (read(&ca_cert_path)?, read_secret(&ca_key_path)?) {
             (Some(cert), Some(key)) => (cert, key),
             _ => {
                 let (cert, key) = new_ca("lariat-ca")?;
@@ -126,7 +226,7 @@ impl Pki {
         let server_key_path = dir.join("server.key");
         match (
             read(&server_cert_path)?,
-            read(&server_key_path)?,
+            read_secret(&server_key_path)?,
             read(&sans_path)?,
         ) {
             (Some(cert), Some(key), Some(recorded)) if recorded == wanted => {
@@ -273,4 +373,59 @@ pub fn kubeconfig(
 pub enum Credential {
     Certificate { cert_pem: String, key_pem: String },
     Token(String),
+}
+
+#[cfg(test)]
+mod name_tests {
+    #[test]
+    fn certificate_names_and_server_urls_are_checked() {
+        use super::{server_url, subject_alt_name};
+        for (text, want) in [
+            ("lariat.example.com", Some("lariat.example.com")),
+            (" Lariat.Example.com ", Some("lariat.example.com")),
+            ("*.example.com", Some("*.example.com")),
+            ("10.0.0.1", Some("10.0.0.1")),
+            ("[::1]", Some("::1")),
+            ("*", None),
+            ("foo.*.com", None),
+            ("*.com", None),
+            ("a b", None),
+            ("a;b", None),
+            ("1.2.3.4/24", None),
+            ("http://x.com", None),
+            ("x.com:6443", None),
+            ("-bad-.com", None),
+            ("a..b", None),
+            ("émoji.example", None),
+        ] {
+            assert_eq!(subject_alt_name(text).ok().as_deref(), want, "{text:?}");
+        }
+        for (url, want) in [
+            (
+                "https://lariat.example.com",
+                Some(("lariat.example.com", "lariat.example.com:443")),
+            ),
+            (
+                "https://lariat.example.com:7443/",
+                Some(("lariat.example.com", "lariat.example.com:7443")),
+            ),
+            ("https://10.0.0.1:6443", Some(("10.0.0.1", "10.0.0.1:6443"))),
+            ("https://[::1]:6443", Some(("::1", "[::1]:6443"))),
+            ("https://host:99999", None),
+            ("https://host:0", None),
+            ("https://host/path", None),
+            ("https://u:p@host", None),
+            ("https://host?x=1", None),
+            ("https://host#frag", None),
+            ("https://*.example.com", None),
+            ("https://a'b", None),
+            ("http://host", None),
+            ("host:6443", None),
+            ("", None),
+        ] {
+            let got = server_url(url).ok();
+            let got = got.as_ref().map(|(h, a)| (h.as_str(), a.as_str()));
+            assert_eq!(got, want, "{url:?}");
+        }
+    }
 }

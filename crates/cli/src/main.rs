@@ -276,21 +276,25 @@ fn print_admin_kubeconfig(args: AdminKubeconfigArgs) -> anyhow::Result<()> {
         )
     })?;
     let mut kubeconfig: kube::config::Kubeconfig = serde_yaml_ng::from_str(&text)
-        .with_context(|| format!("{} is not a kubeconfig", path.display()))?;
+        .ok()
+        .filter(|k: &kube::config::Kubeconfig| {
+            k.clusters.iter().any(|c| c.cluster.is_some()) && !k.auth_infos.is_empty()
+        })
+        .with_context(|| {
+            format!(
+                "{} is not a whole kubeconfig: restart the server to write it again",
+                path.display()
+            )
+        })?;
     if let Some(server) = args.server {
-        let url: http::Uri = server
-            .parse()
-            .ok()
-            .filter(|u: &http::Uri| u.scheme_str() == Some("https") && u.host().is_some())
-            .with_context(|| {
-                format!("invalid --server {server:?}: expected https://HOST[:PORT]")
-            })?;
+        lariat_apiserver::pki::server_url(&server)
+            .map_err(|e| anyhow::anyhow!("invalid --server {e}"))?;
         for cluster in kubeconfig
             .clusters
             .iter_mut()
             .filter_map(|c| c.cluster.as_mut())
         {
-            cluster.server = Some(url.to_string().trim_end_matches('/').to_string());
+            cluster.server = Some(server.trim_end_matches('/').to_string());
         }
     }
     print!("{}", serde_yaml_ng::to_string(&kubeconfig)?);
@@ -400,13 +404,47 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         ));
         loops = vec![controllers, providers];
     }
-    server
-        .serve(async move {
+    // Whatever has not stopped within the grace period is cut short, as controller-runtime's
+    // gracefulShutdownTimeout does (a connection that never drains, say). Acknowledged writes
+    // are durable, so nothing is lost.
+    let mut stopping = stopped.clone();
+    tokio::spawn(async move {
+        if stopping.wait_for(|s| *s).await.is_ok() {
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+            eprintln!(
+                "lariat server stopped: what was still running after {} s was cut short",
+                SHUTDOWN_GRACE.as_secs()
+            );
+            std::process::exit(0);
+        }
+    });
+    // Controllers finish the reconciles in flight, within a bound, and while the server still
+    // serves them: kube-runtime's wait forever for a cache that was still filling when they
+    // were stopped, keeping that first list's store reads (and their permits) for good.
+    let controllers_stopped = async move {
+        let _ = stopped.clone().wait_for(|s| *s).await;
+        let finished = tokio::time::timeout(
+            CONTROLLER_GRACE,
+            futures::future::join_all(loops.iter_mut()),
+        )
+        .await
+        .is_ok();
+        if !finished {
+            tracing::info!(
+                "controllers still busy {} s after the stop were cancelled",
+                CONTROLLER_GRACE.as_secs()
+            );
+            loops.iter().for_each(tokio::task::JoinHandle::abort);
+        }
+    };
+    let (served, ()) = tokio::join!(
+        server.serve(async move {
             shutdown_signal().await;
             let _ = stop.send(true);
-        })
-        .await?;
-    futures::future::join_all(loops).await;
+        }),
+        controllers_stopped
+    );
+    served?;
     eprintln!("lariat server stopped");
     Ok(())
 }
@@ -428,6 +466,11 @@ fn provider_kinds() -> Vec<kube::core::ApiResource> {
         })
         .collect()
 }
+
+/// How long a stopping server waits for its controllers' reconciles in flight.
+const CONTROLLER_GRACE: Duration = Duration::from_secs(3);
+/// How long a stopping server waits for everything (connections draining included).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 pub async fn shutdown_signal() {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -157,7 +157,16 @@ fn the_image_is_what_the_containerfile_builds() {
         .as_str()
         .expect("revision label")
         .to_string();
-    let build_args = BTreeMap::from([("VERSION", version()), ("REVISION", revision)]);
+    let created = config["config"]["Labels"]["org.opencontainers.image.created"]
+        .as_str()
+        .expect("created label")
+        .to_string();
+    assert_eq!(config["created"], created.as_str());
+    let build_args = BTreeMap::from([
+        ("VERSION", version()),
+        ("REVISION", revision),
+        ("CREATED", created),
+    ]);
     let substitute = |text: &str| {
         build_args
             .iter()
@@ -197,6 +206,13 @@ fn the_image_is_what_the_containerfile_builds() {
                     Some(owner.unwrap_or((0, 0))),
                     &mut expected_files,
                 );
+                // The directories above a destination are created, owned by root.
+                let mut parent = Path::new(destination).parent();
+                while let Some(dir) = parent.filter(|d| *d != Path::new("/")) {
+                    let dir_name = dir.to_str().expect("utf-8 path").to_string();
+                    expected_files.entry(dir_name).or_insert((0, 0, None));
+                    parent = dir.parent();
+                }
             }
             "ENV" => env.extend(pairs(&rest)),
             "LABEL" => labels.extend(pairs(&substitute(&rest))),
@@ -562,8 +578,9 @@ fn the_deploy_manifests_pass_a_servers_strict_validation() {
 
 /// The server from the image, as deploy/'s StatefulSet runs it: its arguments (the listener on
 /// a free port instead of 6443, which other servers here may hold), the settings ConfigMap as
-/// environment, its volume at /var/lib/lariat owned by the fsGroup, a read-only root; probed on
-/// /readyz and /livez as the kubelet probes, without credentials.
+/// environment, its volume at /var/lib/lariat as a kubelet prepares a fresh volume for the
+/// pod's fsGroup (owned by root, group-writable for the fsGroup, setgid), a read-only root;
+/// probed on /readyz and /livez as the kubelet probes, without credentials.
 #[test]
 fn the_server_runs_from_the_image_as_the_statefulset_runs_it() {
     let statefulset = rendered("StatefulSet");
@@ -606,10 +623,35 @@ fn the_server_runs_from_the_image_as_the_statefulset_runs_it() {
         .unwrap();
     output_of(
         Command::new("chown")
-            .arg(format!("{fs_group}:{fs_group}"))
+            .arg(format!("0:{fs_group}"))
             .arg(volume.path()),
     );
+    output_of(Command::new("chmod").arg("2775").arg(volume.path()));
+    let data = |path: &str| {
+        let dir = env.iter().find(|(k, _)| k == "LARIAT_DATA_DIR").unwrap();
+        let inside = dir
+            .1
+            .strip_prefix(volume_path)
+            .expect("the data directory is on the volume");
+        volume
+            .path()
+            .join(inside.trim_start_matches('/'))
+            .join(path)
+    };
     let logs = tempfile::tempdir().unwrap();
+    // The volume's root itself cannot be the data directory (it is root's): said in one line.
+    let mut at_root = env.clone();
+    at_root.retain(|(k, _)| k != "LARIAT_DATA_DIR");
+    at_root.push(("LARIAT_DATA_DIR".into(), volume_path.into()));
+    let refused = container
+        .command(&args, &at_root, &[(volume.path(), volume_path)])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("a directory of its own"),
+        "{stderr}"
+    );
     let log_path = logs.path().join("server.log");
     let _server = Running(
         container
@@ -643,17 +685,18 @@ fn the_server_runs_from_the_image_as_the_statefulset_runs_it() {
     let certificate = output_of(
         Command::new("openssl")
             .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
-            .arg(volume.path().join("tls/server.crt")),
+            .arg(data("tls/server.crt")),
     );
     for name in [
-        "lariat.lariat-system.svc",
-        "lariat.lariat-system",
+        "DNS:lariat.lariat-system.svc.cluster.local",
+        "DNS:lariat.lariat-system.svc,",
+        "DNS:lariat.lariat-system,",
         "DNS:lariat,",
     ] {
         assert!(certificate.contains(name), "{name} in {certificate}");
     }
     eventually("the server writes its kubeconfig on its volume", || {
-        volume.path().join("kubeconfig.yaml").is_file()
+        data("kubeconfig.yaml").is_file()
     });
     // `kubectl exec lariat-0 -- lariat admin kubeconfig`: the container's environment, no flags
     // but the address to reach it at.

@@ -87,6 +87,18 @@ impl TestServer {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Whether the process has exited (and is reaped).
+    pub fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_none_or(|child| child.try_wait().ok().flatten().is_some())
+    }
+
     /// `kill -9`: no shutdown path runs.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
