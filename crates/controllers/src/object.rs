@@ -28,12 +28,31 @@ pub fn i64_at(value: &Value, path: &[&str]) -> Option<i64> {
     path.iter().try_fold(value, |v, k| v.get(k))?.as_i64()
 }
 
-/// The `ApiResource` of an `apiVersion` + `kind`, as served by this API (discovery).
+/// How long a kind found through discovery is trusted before discovery is asked again (a CRD
+/// may be replaced), as Cluster API's deferred REST mapper caches its answers.
+const DISCOVERY_TTL: std::time::Duration = std::time::Duration::from_secs(30);
+
+type DiscoveryCache = std::sync::Mutex<
+    std::collections::HashMap<(String, String), (ApiResource, std::time::Instant)>,
+>;
+
+/// Kinds found, by `(apiVersion, kind)`: every reference a reconcile follows would otherwise
+/// cost a discovery request.
+static DISCOVERED: std::sync::LazyLock<DiscoveryCache> = std::sync::LazyLock::new(Default::default);
+
+/// The `ApiResource` of an `apiVersion` + `kind`, as served by this API (discovery, cached for
+/// [`DISCOVERY_TTL`]; a kind not served is asked about again every time).
 pub async fn resource_for(
     client: &Client,
     api_version: &str,
     kind: &str,
 ) -> Result<ApiResource, Error> {
+    let key = (api_version.to_string(), kind.to_string());
+    if let Some((resource, found)) = DISCOVERED.lock().expect("lock").get(&key)
+        && found.elapsed() < DISCOVERY_TTL
+    {
+        return Ok(resource.clone());
+    }
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, kind);
     let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
@@ -42,6 +61,10 @@ pub async fn resource_for(
             kind: format!("{kind}.{api_version}"),
             source: e,
         })?;
+    DISCOVERED
+        .lock()
+        .expect("lock")
+        .insert(key, (resource.clone(), std::time::Instant::now()));
     Ok(resource)
 }
 

@@ -570,15 +570,16 @@ async fn reconciles(client: &kube::Client) -> anyhow::Result<Vec<(String, f64)>>
     Ok(counts.into_iter().collect())
 }
 
-/// Requests served so far by `(api, verb)`, from the server's `/metrics`
-/// (`apiserver_request_total`; `api` is `management` or `workload`).
-async fn requests(
-    client: &kube::Client,
-) -> anyhow::Result<std::collections::BTreeMap<(String, String), f64>> {
+/// Requests served so far, counted by `(api, verb, resource)`, from the server's `/metrics`
+/// (`apiserver_request_total`; `api` is `management` or `workload`; discovery documents have
+/// no resource).
+type RequestCounts = std::collections::BTreeMap<(String, String, String), f64>;
+
+async fn requests(client: &kube::Client) -> anyhow::Result<RequestCounts> {
     let text = client
         .request_text(http::Request::get("/metrics").body(Vec::new())?)
         .await?;
-    let mut counts = std::collections::BTreeMap::new();
+    let mut counts = RequestCounts::new();
     for line in text
         .lines()
         .filter(|l| l.starts_with("apiserver_request_total{"))
@@ -595,31 +596,51 @@ async fn requests(
             .next()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0);
-        *counts.entry((label("api"), label("verb"))).or_default() += value;
+        let resource = match label("resource") {
+            resource if resource.is_empty() => "discovery".to_string(),
+            resource => resource,
+        };
+        *counts
+            .entry((label("api"), label("verb"), resource))
+            .or_default() += value;
     }
     Ok(counts)
 }
 
-/// `after - before`, per key, as "VERB n" pairs divided by `per` (and the total).
-fn requests_per(
-    before: &std::collections::BTreeMap<(String, String), f64>,
-    after: &std::collections::BTreeMap<(String, String), f64>,
-    api: &str,
-    per: f64,
-) -> (f64, String) {
-    let mut total = 0.0;
-    let mut parts = Vec::new();
-    for ((which, verb), n) in after.iter().filter(|((which, _), _)| which == api) {
+/// Requests of `api` between two counts, divided by `per`: the total, then "VERB n" for each
+/// verb, then the resources most asked with GET.
+fn requests_per(before: &RequestCounts, after: &RequestCounts, api: &str, per: f64) -> String {
+    let mut by_verb = std::collections::BTreeMap::<&str, f64>::new();
+    let mut gets = Vec::new();
+    for ((which, verb, resource), n) in after.iter().filter(|((which, ..), _)| which == api) {
         let delta = n - before
-            .get(&(which.clone(), verb.clone()))
+            .get(&(which.clone(), verb.clone(), resource.clone()))
             .copied()
             .unwrap_or(0.0);
         if delta > 0.0 {
-            total += delta;
-            parts.push(format!("{verb} {:.1}", delta / per));
+            *by_verb.entry(verb).or_default() += delta / per;
+            if verb == "GET" {
+                gets.push((delta / per, resource.as_str()));
+            }
         }
     }
-    (total / per, parts.join(", "))
+    gets.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let total: f64 = by_verb.values().sum();
+    let verbs: Vec<String> = by_verb.iter().map(|(v, n)| format!("{v} {n:.1}")).collect();
+    let top: Vec<String> = gets
+        .iter()
+        .take(6)
+        .map(|(n, resource)| format!("{resource} {n:.1}"))
+        .collect();
+    format!(
+        "{total:.1} ({}; GET of {})",
+        verbs.join(", "),
+        if top.is_empty() {
+            "nothing".into()
+        } else {
+            top.join(", ")
+        }
+    )
 }
 
 async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
@@ -709,9 +730,8 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
         cpu * 1000.0 / expected as f64
     );
     for api in ["management", "workload"] {
-        let (total, by_verb) =
-            requests_per(&requests_before, &requests_after, api, expected as f64);
-        println!("  {api} API requests per machine {total:.1} ({by_verb})");
+        let per_machine = requests_per(&requests_before, &requests_after, api, expected as f64);
+        println!("  {api} API requests per machine {per_machine}");
     }
     println!(
         "  server memory now {rss:.0} MiB, peak {peak:.0} MiB ({:.0} KiB per machine)",
@@ -731,8 +751,8 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
         cpu * 100.0 / seconds
     );
     for api in ["management", "workload"] {
-        let (total, by_verb) = requests_per(&requests_before, &requests_after, api, seconds);
-        println!("  idle {api} API requests per second {total:.1} ({by_verb})");
+        let per_second = requests_per(&requests_before, &requests_after, api, seconds);
+        println!("  idle {api} API requests per second {per_second}");
     }
 
     // A rolling upgrade of one large MachineDeployment.
