@@ -23,9 +23,14 @@ pub fn kubeconfig_path(kubeconfig: Option<&PathBuf>) -> Option<PathBuf> {
 pub async fn config(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Config> {
     match kubeconfig_path(kubeconfig) {
         Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(&path).with_context(|| {
-                format!(
-                    "cannot read the kubeconfig {}: pass --kubeconfig or start `lariat server` here",
+            let kubeconfig = kube::config::Kubeconfig::read_from(&path).map_err(|e| {
+                // kube's error repeats its cause in its own text: name the cause once.
+                let mut cause: &dyn std::error::Error = &e;
+                while let Some(source) = cause.source() {
+                    cause = source;
+                }
+                anyhow::anyhow!(
+                    "cannot read the kubeconfig {}: {cause}: pass --kubeconfig or start `lariat server` here",
                     path.display()
                 )
             })?;

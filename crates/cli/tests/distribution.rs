@@ -23,7 +23,7 @@ fn release_binary() -> PathBuf {
     dist().join(format!("lariat-{}-linux-amd64", version()))
 }
 
-/// The commit `scripts/release` embedded: the image's revision label.
+/// The packed image's configuration, as `skopeo inspect --config` prints it.
 fn image_config() -> Value {
     let text = output_of(Command::new("skopeo").args(["inspect", "--config", &image_reference()]));
     serde_json::from_str(&text).expect("image config is JSON")

@@ -569,3 +569,53 @@ fn every_kubectl_from_1_27_to_1_33_works_unchanged() {
         assert!(output.status.success(), "{version}: {}", stderr(&output));
     }
 }
+
+/// Mistakes in names and paths stop a command with one line that names the mistake:
+/// certificate names that are not names, a kubeconfig that is not there.
+#[test]
+fn bad_names_and_missing_kubeconfigs_are_one_line_each() {
+    for (flag, value, says) in [
+        (
+            "--tls-san",
+            "lariat example",
+            "invalid --tls-san \"lariat example\"",
+        ),
+        ("--tls-san", "*", "invalid --tls-san \"*\""),
+        (
+            "--advertise-url",
+            "https://lariat.example.com:99999",
+            "the port must be from 1 to 65535",
+        ),
+    ] {
+        let bad = Command::new(env!("CARGO_BIN_EXE_lariat"))
+            .args(["server", "--listen", "127.0.0.1:0", flag, value])
+            .arg("--data-dir")
+            .arg(tempfile::tempdir().unwrap().path())
+            .output()
+            .unwrap();
+        assert!(!bad.status.success(), "{flag} {value}");
+        assert!(
+            stderr(&bad).contains(says) && stderr(&bad).trim().lines().count() == 1,
+            "{flag} {value}: {}",
+            stderr(&bad)
+        );
+    }
+    // A trimmed, comma-separated list is fine, as a ConfigMap would carry it.
+    let listed = TestServer::start_with(&["--tls-san", "Lariat.Example.com, 10.1.2.3,"]);
+    let sans = std::fs::read_to_string(listed.data_dir().join("tls/server.sans")).unwrap();
+    assert!(
+        sans.lines().any(|l| l == "lariat.example.com") && sans.lines().any(|l| l == "10.1.2.3"),
+        "{sans}"
+    );
+
+    let missing = Command::new(env!("CARGO_BIN_EXE_lariat"))
+        .args(["version", "--kubeconfig", "/nonexistent/kubeconfig"])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    let said = stderr(&missing);
+    assert_eq!(
+        said.trim(),
+        "error: cannot read the kubeconfig /nonexistent/kubeconfig: No such file or directory (os error 2): pass --kubeconfig or start `lariat server` here"
+    );
+}
