@@ -216,6 +216,9 @@ impl Resources {
             let mut last_key = None;
             for kv in &result.items {
                 last_key = Some(kv.key.clone());
+                if !labels_may_match(&params.label_selector, kv) {
+                    continue;
+                }
                 let object = self.decode(scope, kv)?;
                 if params.label_selector.matches_labels(&object)
                     && params.field_selector.matches_fields(&object)
@@ -1243,6 +1246,33 @@ fn encode_continue(revision: i64, start_after: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
 }
 
+/// Whether a stored object's labels may match `selector`, read without building the whole
+/// object: a LIST by label of 1,300 Machines used to decode every one of them, and the
+/// controllers' LISTs by label were most of an idle fleet's CPU. What this cannot read
+/// (encrypted values, labels that are not strings) is left to the full decode and check.
+fn labels_may_match(selector: &crate::objects::Selector, kv: &KeyValue) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        #[serde(default)]
+        metadata: Metadata,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Metadata {
+        #[serde(default)]
+        labels: Option<std::collections::BTreeMap<String, String>>,
+    }
+    if selector.is_empty() {
+        return true;
+    }
+    match serde_json::from_slice::<Stored>(&kv.value) {
+        Ok(stored) => {
+            let labels = stored.metadata.labels.unwrap_or_default();
+            selector.matches(&|key| labels.get(key).cloned())
+        }
+        Err(_) => true,
+    }
+}
+
 fn decode_continue(token: &str) -> ApiResult<(i64, Option<String>)> {
     let bad = || {
         ApiError::bad_request(
@@ -1256,4 +1286,63 @@ fn decode_continue(token: &str) -> ApiResult<(i64, Option<String>)> {
     let revision = value["rv"].as_i64().ok_or_else(bad)?;
     let start = value["start"].as_str().ok_or_else(bad)?;
     Ok((revision, Some(start.to_string())))
+}
+
+#[cfg(test)]
+mod label_prefilter_tests {
+    use super::labels_may_match;
+    use crate::objects::Selector;
+    use lariat_store::KeyValue;
+
+    fn stored(value: &[u8]) -> KeyValue {
+        KeyValue {
+            key: "k".into(),
+            value: value.to_vec(),
+            create_revision: 1,
+            mod_revision: 1,
+        }
+    }
+
+    #[test]
+    fn labels_are_read_without_the_whole_object() {
+        let selector = Selector::parse_labels("cluster.x-k8s.io/cluster-name=a,!gone").unwrap();
+        let object = |labels: &str| {
+            stored(
+                format!(
+                    r#"{{"spec":{{"big":[1,2,3]}},"metadata":{{"name":"m","labels":{labels}}}}}"#
+                )
+                .as_bytes(),
+            )
+        };
+        assert!(labels_may_match(
+            &selector,
+            &object(r#"{"cluster.x-k8s.io/cluster-name":"a"}"#)
+        ));
+        assert!(!labels_may_match(
+            &selector,
+            &object(r#"{"cluster.x-k8s.io/cluster-name":"b"}"#)
+        ));
+        assert!(!labels_may_match(
+            &selector,
+            &object(r#"{"cluster.x-k8s.io/cluster-name":"a","gone":"x"}"#)
+        ));
+        assert!(!labels_may_match(&selector, &object("null")));
+        assert!(!labels_may_match(
+            &selector,
+            &stored(br#"{"metadata":{"name":"m"}}"#)
+        ));
+        // What it cannot read is left to the full decode: encrypted bytes, odd label values.
+        assert!(labels_may_match(
+            &selector,
+            &stored(b"k8s:enc:aescbc:v1:...")
+        ));
+        assert!(labels_may_match(
+            &selector,
+            &object(r#"{"cluster.x-k8s.io/cluster-name":1}"#)
+        ));
+        assert!(labels_may_match(
+            &Selector::parse_labels("").unwrap(),
+            &stored(b"not json")
+        ));
+    }
 }
