@@ -505,8 +505,10 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(|v| v.split(';').next().unwrap_or_default().trim().to_string());
+    // Parsed once: `serve` routes by it, and the request is counted by it.
+    let target = parse_path(uri.path());
     let mut body = Some(body);
-    let response = match serve(&state, parts, &mut body).await {
+    let response = match serve(&state, parts, target.as_ref(), &mut body).await {
         Ok(response) => response,
         Err(e) => {
             // Read what is left of the body before answering: an HTTP/2 client still sending
@@ -517,7 +519,6 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
             e.into_response()
         }
     };
-    let target = parse_path(uri.path());
     crate::metrics::Served {
         simulated: state.simulated,
         method: &method,
@@ -603,6 +604,7 @@ fn not_found_path(path: &str) -> ApiError {
 async fn serve(
     state: &AppState,
     parts: axum::http::request::Parts,
+    target: Option<&Target>,
     body: &mut Option<Body>,
 ) -> ApiResult<Response> {
     let path = parts.uri.path().to_string();
@@ -648,7 +650,7 @@ async fn serve(
         _ => {}
     }
 
-    let target = parse_path(&path).ok_or_else(|| not_found_path(&path))?;
+    let target = target.ok_or_else(|| not_found_path(&path))?;
     let rt = registry.resolve(&target.group, &target.version, &target.plural)?;
     if target.namespace.is_some() && !rt.namespaced {
         return Err(not_found_path(&path));

@@ -80,18 +80,7 @@ fn main() {
 
     let management = TestServer::start();
     let downstream = TestServer::start();
-    let service_account = container
-        .rootfs()
-        .join("var/run/secrets/kubernetes.io/serviceaccount");
-    std::fs::create_dir_all(&service_account).unwrap();
-    std::fs::write(service_account.join("token"), downstream.admin_token()).unwrap();
-    std::fs::copy(
-        downstream.data_dir().join("tls/ca.crt"),
-        service_account.join("ca.crt"),
-    )
-    .unwrap();
-    std::fs::write(service_account.join("namespace"), "lariat-system").unwrap();
-    let (host, port) = downstream.address.rsplit_once(':').unwrap();
+    let service_account = container.give_service_account(&downstream, "lariat-system");
     let logs = tempfile::tempdir().unwrap();
     let mut to_tunnel = Vec::new();
     let mut connected_rss = Vec::new();
@@ -111,11 +100,10 @@ fn main() {
             ("LARIAT_SERVER", format!("https://{}", management.address)),
             ("LARIAT_TOKEN", token),
             ("LARIAT_CA_CHECKSUM", checksum),
-            ("KUBERNETES_SERVICE_HOST", host.to_string()),
-            ("KUBERNETES_SERVICE_PORT", port.to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
+        .chain(service_account.iter().cloned())
         .collect();
         let log_path = logs.path().join(format!("{name}.log"));
         let started = Instant::now();

@@ -260,8 +260,8 @@ async fn version(client_only: bool, kubeconfig: Option<PathBuf>) -> anyhow::Resu
     Ok(())
 }
 
-/// `lariat admin rotate`: revokes the admin credentials offline, so no server is serving with
-/// them while they change; the next start writes new kubeconfigs.
+/// `lariat admin kubeconfig`: the admin kubeconfig the server wrote, optionally pointed at
+/// another address.
 fn print_admin_kubeconfig(args: AdminKubeconfigArgs) -> anyhow::Result<()> {
     let file = if args.token {
         "kubeconfig-token.yaml"
@@ -301,6 +301,8 @@ fn print_admin_kubeconfig(args: AdminKubeconfigArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `lariat admin rotate`: revokes the admin credentials offline, so no server is serving with
+/// them while they change; the next start writes new kubeconfigs.
 async fn rotate_admin(args: StoreArgs) -> anyhow::Result<()> {
     if !args.data_dir.join("tls").is_dir() {
         anyhow::bail!(
@@ -421,8 +423,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // Controllers finish the reconciles in flight, within a bound, and while the server still
     // serves them: kube-runtime's wait forever for a cache that was still filling when they
     // were stopped, keeping that first list's store reads (and their permits) for good.
+    let mut stopped = stopped;
     let controllers_stopped = async move {
-        let _ = stopped.clone().wait_for(|s| *s).await;
+        let _ = stopped.wait_for(|s| *s).await;
         let finished = tokio::time::timeout(
             CONTROLLER_GRACE,
             futures::future::join_all(loops.iter_mut()),

@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::container::{Container, dist, image_reference, output_of, repository, uid_of, version};
+use common::container::{
+    Container, dist, env_pairs, image_reference, output_of, repository, uid_of, version,
+};
 use common::{TestServer, cluster_condition, eventually, import_cluster};
 use serde_json::Value;
 
@@ -226,14 +228,7 @@ fn the_image_is_what_the_containerfile_builds() {
             other => panic!("the comparison does not know Containerfile's {other}: teach it"),
         }
     }
-    let image_env: Vec<(String, String)> = config["config"]["Env"]
-        .as_array()
-        .expect("Env")
-        .iter()
-        .filter_map(|e| e.as_str()?.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    assert_eq!(image_env, env, "ENV");
+    assert_eq!(env_pairs(&config["config"]["Env"]), env, "ENV");
     let image_labels: BTreeMap<String, String> =
         serde_json::from_value(config["config"]["Labels"].clone()).expect("labels");
     assert_eq!(image_labels, labels, "LABEL");
@@ -366,14 +361,9 @@ fn the_agent_runs_from_the_image_with_a_pods_in_cluster_configuration() {
         TestServer::start_with(&["--agent-image", "registry.example/mirror/lariat:ci"]);
     let downstream = TestServer::start();
     let (token, _) = import_cluster(&management, "shipped", "1h");
-    let manifest = output_of(
-        Command::new("curl")
-            .args(["--insecure", "-sf"])
-            .arg(format!(
-                "https://{}/v3/import/{token}.yaml",
-                management.address
-            )),
-    );
+    let (code, manifest) =
+        management.curl("GET", &format!("/v3/import/{token}.yaml"), None, None, None);
+    assert_eq!(code, 200, "{manifest}");
     downstream.apply_ok(&["apply", "-f", "-"], &manifest);
     // The server's name, as a pod resolves it: /etc/hosts here, cluster DNS on a real cluster.
     let port = management.address.rsplit(':').next().unwrap();
@@ -418,30 +408,16 @@ fn the_agent_runs_from_the_image_with_a_pods_in_cluster_configuration() {
         .collect();
 
     let container = Container::unpack();
-    let rootfs = container.rootfs();
-    let service_account = rootfs.join("var/run/secrets/kubernetes.io/serviceaccount");
-    std::fs::create_dir_all(&service_account).unwrap();
-    std::fs::write(service_account.join("token"), downstream.admin_token()).unwrap();
-    std::fs::copy(
-        downstream.data_dir().join("tls/ca.crt"),
-        service_account.join("ca.crt"),
-    )
-    .unwrap();
-    std::fs::write(service_account.join("namespace"), "lariat-system").unwrap();
+    env.extend(container.give_service_account(&downstream, "lariat-system"));
+    env.push((
+        "HOSTNAME".to_string(),
+        "lariat-agent-7d9f8c6b5-x2x4q".to_string(),
+    ));
     std::fs::write(
-        rootfs.join("etc/hosts"),
+        container.rootfs().join("etc/hosts"),
         "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n",
     )
     .unwrap();
-    let (host, api_port) = downstream.address.rsplit_once(':').unwrap();
-    env.extend([
-        ("KUBERNETES_SERVICE_HOST".to_string(), host.to_string()),
-        ("KUBERNETES_SERVICE_PORT".to_string(), api_port.to_string()),
-        (
-            "HOSTNAME".to_string(),
-            "lariat-agent-7d9f8c6b5-x2x4q".to_string(),
-        ),
-    ]);
     let log_path = management.data_dir().join("shipped-agent.log");
     let mut command = container.command(&args, &env, &[]);
     let agent = Running(

@@ -555,19 +555,26 @@ async fn reconciles(client: &kube::Client) -> anyhow::Result<Vec<(String, f64)>>
         .lines()
         .filter(|l| l.starts_with("lariat_reconciles_total{"))
     {
-        let controller = line
-            .split("controller=\"")
-            .nth(1)
-            .and_then(|rest| rest.split('"').next())
-            .unwrap_or_default();
-        let value: f64 = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        *counts.entry(controller.to_string()).or_default() += value;
+        *counts.entry(metric_label(line, "controller")).or_default() += metric_value(line);
     }
     Ok(counts.into_iter().collect())
+}
+
+/// A label's value in a Prometheus text sample line ("" when the line has no such label).
+fn metric_label(line: &str, name: &str) -> String {
+    line.split(&format!("{name}=\""))
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The value of a Prometheus text sample line.
+fn metric_value(line: &str) -> f64 {
+    line.rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// Requests served so far, counted by `(api, verb, resource)`, from the server's `/metrics`
@@ -584,25 +591,16 @@ async fn requests(client: &kube::Client) -> anyhow::Result<RequestCounts> {
         .lines()
         .filter(|l| l.starts_with("apiserver_request_total{"))
     {
-        let label = |name: &str| {
-            line.split(&format!("{name}=\""))
-                .nth(1)
-                .and_then(|rest| rest.split('"').next())
-                .unwrap_or_default()
-                .to_string()
-        };
-        let value: f64 = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        let resource = match label("resource") {
+        let resource = match metric_label(line, "resource") {
             resource if resource.is_empty() => "discovery".to_string(),
             resource => resource,
         };
-        *counts
-            .entry((label("api"), label("verb"), resource))
-            .or_default() += value;
+        let key = (
+            metric_label(line, "api"),
+            metric_label(line, "verb"),
+            resource,
+        );
+        *counts.entry(key).or_default() += metric_value(line);
     }
     Ok(counts)
 }

@@ -10,6 +10,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use super::TestServer;
+
 /// The repository's root.
 pub fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -86,13 +88,25 @@ impl Container {
 
     /// The image's environment, `NAME=value` pairs.
     pub fn env(&self) -> Vec<(String, String)> {
-        self.spec["process"]["env"]
-            .as_array()
-            .expect("env")
-            .iter()
-            .filter_map(|e| e.as_str()?.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        env_pairs(&self.spec["process"]["env"])
+    }
+
+    /// What a pod's service account gives its containers, for the API server `api`: the
+    /// token, CA and namespace files, and the environment naming the server
+    /// (`KUBERNETES_SERVICE_HOST`/`PORT`), returned to add to the container's.
+    pub fn give_service_account(&self, api: &TestServer, namespace: &str) -> Vec<(String, String)> {
+        let files = self
+            .rootfs()
+            .join("var/run/secrets/kubernetes.io/serviceaccount");
+        std::fs::create_dir_all(&files).expect("service account directory");
+        std::fs::write(files.join("token"), api.admin_token()).expect("token");
+        std::fs::copy(api.data_dir().join("tls/ca.crt"), files.join("ca.crt")).expect("ca.crt");
+        std::fs::write(files.join("namespace"), namespace).expect("namespace");
+        let (host, port) = api.address.rsplit_once(':').expect("host:port");
+        vec![
+            ("KUBERNETES_SERVICE_HOST".to_string(), host.to_string()),
+            ("KUBERNETES_SERVICE_PORT".to_string(), port.to_string()),
+        ]
     }
 
     /// `uid:gid` the image runs as.
@@ -144,6 +158,16 @@ impl Container {
             .envs(env.iter().map(|(k, v)| (k, v)));
         command
     }
+}
+
+/// `["NAME=value", ...]`, as image and runtime configurations list an environment.
+pub fn env_pairs(list: &Value) -> Vec<(String, String)> {
+    list.as_array()
+        .expect("an environment list")
+        .iter()
+        .filter_map(|e| e.as_str()?.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// The effective user id, from /proc (no libc call needed).
