@@ -382,9 +382,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     };
     let mut loops = Vec::new();
     if !args.no_controllers {
+        // One set of caches for core and providers alike: each kind is watched once.
+        let caches = lariat_controllers::cache::Caches::new(server.local_client());
         let controllers = tokio::spawn(lariat_controllers::run(
-            server.local_client(),
-            provider_kinds(),
+            caches.clone(),
             until_stopped(stopped.clone()),
         ));
         // In-process agents dial the server's own address, as any agent would.
@@ -399,7 +400,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             ca_checksum: server.ca_checksum(),
         };
         let providers = tokio::spawn(providers::run_enabled(
-            server.local_client(),
+            caches,
             server.virtual_clusters(),
             home,
             stopped.clone(),
@@ -450,24 +451,6 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     served?;
     eprintln!("lariat server stopped");
     Ok(())
-}
-
-/// The provider kinds lariat serves (everything built in outside `cluster.x-k8s.io`).
-fn provider_kinds() -> Vec<kube::core::ApiResource> {
-    lariat_api::builtin_crds()
-        .into_iter()
-        .filter(|crd| crd.spec.group != "cluster.x-k8s.io")
-        .filter_map(|crd| {
-            let version = crd.spec.versions.iter().find(|v| v.storage)?.name.clone();
-            Some(kube::core::ApiResource {
-                api_version: format!("{}/{version}", crd.spec.group),
-                group: crd.spec.group.clone(),
-                version,
-                kind: crd.spec.names.kind.clone(),
-                plural: crd.spec.names.plural.clone(),
-            })
-        })
-        .collect()
 }
 
 /// How long a stopping server waits for its controllers' reconciles in flight.

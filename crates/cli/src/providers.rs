@@ -21,6 +21,7 @@ use kube::{Client, ResourceExt};
 use lariat_api::capi::labels::PROVIDER_NAME;
 use lariat_api::clusterctl::{self, BOOTSTRAP, CONTROL_PLANE, CORE, INFRASTRUCTURE};
 use lariat_apiserver::virtual_clusters::VirtualClusters;
+use lariat_controllers::cache::Caches;
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -296,11 +297,12 @@ async fn check_contract(client: &Client, provider: &Builtin) -> anyhow::Result<(
 /// exists, and marks the entry Ready, or not Ready with the reason. Core's controllers run
 /// regardless; the `cluster-api` entry is recorded for clusterctl compatibility.
 pub async fn run_enabled(
-    client: Client,
+    caches: Arc<Caches>,
     clusters: Arc<VirtualClusters>,
     home: lariat_provider_inmemory::agents::Home,
     stopped: watch::Receiver<bool>,
 ) {
+    let client = caches.client().clone();
     let inventory: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         clusterctl::NAMESPACE,
@@ -340,7 +342,7 @@ pub async fn run_enabled(
                             let (stop, stop_rx) = watch::channel(false);
                             let handle = start(
                                 provider,
-                                client.clone(),
+                                caches.clone(),
                                 clusters.clone(),
                                 home.clone(),
                                 either_stops(stopped.clone(), stop_rx),
@@ -396,20 +398,20 @@ async fn either_stops(mut a: watch::Receiver<bool>, mut b: watch::Receiver<bool>
 
 fn start(
     provider: &Builtin,
-    client: Client,
+    caches: Arc<Caches>,
     clusters: Arc<VirtualClusters>,
     home: lariat_provider_inmemory::agents::Home,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> JoinHandle<()> {
     match (provider.provider_type, provider.name) {
         (BOOTSTRAP, "kubeadm") => {
-            tokio::spawn(lariat_provider_kubeadm::run_bootstrap(client, shutdown))
+            tokio::spawn(lariat_provider_kubeadm::run_bootstrap(caches, shutdown))
         }
         (CONTROL_PLANE, "kubeadm") => {
-            tokio::spawn(lariat_provider_kubeadm::run_control_plane(client, shutdown))
+            tokio::spawn(lariat_provider_kubeadm::run_control_plane(caches, shutdown))
         }
         (INFRASTRUCTURE, "inmemory") => tokio::spawn(lariat_provider_inmemory::run(
-            client,
+            caches,
             clusters,
             Some(home),
             shutdown,

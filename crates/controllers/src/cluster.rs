@@ -11,6 +11,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
+use crate::cache::IndexKey;
 use crate::events::EventType;
 use crate::external::{self, Reference};
 use crate::object::{
@@ -38,7 +39,8 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         return reconcile_delete(&cluster, &ctx, &api).await;
     }
     if ensure_finalizer(&api, &cluster, FINALIZER).await? {
-        return Ok(Action::requeue(Duration::ZERO));
+        // The write's own watch event brings the Cluster back.
+        return Ok(Action::await_change());
     }
     if paused(&cluster) {
         return Ok(Action::await_change());
@@ -52,7 +54,7 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     // Infrastructure: ready, and the endpoint it publishes.
     let infra_ready = match Reference::from_json(&cluster.data["spec"]["infrastructureRef"]) {
         None => true,
-        Some(reference) => match reference.get(&ctx.client, &namespace).await {
+        Some(reference) => match reference.get(&ctx.caches, &namespace).await {
             Err(Error::UnknownKind { kind, .. }) => {
                 external::kind_unknown(&mut list, &kind);
                 false
@@ -92,7 +94,7 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                     external::read_infrastructure(&infra, &reference, &mut status, &mut list);
                 if !ready
                     && let Some(message) =
-                        external::provider_not_enabled(&ctx.client, &reference).await
+                        external::provider_not_enabled(&ctx.caches, &reference).await
                 {
                     conditions::set(
                         &mut list,
@@ -128,7 +130,7 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                 let running = control_plane_machines_running(&ctx, &namespace, &name).await?;
                 (running, running)
             }
-            Some(reference) => match reference.get(&ctx.client, &namespace).await {
+            Some(reference) => match reference.get(&ctx.caches, &namespace).await {
                 Err(Error::UnknownKind { kind, .. }) => {
                     conditions::set(
                         &mut list,
@@ -234,10 +236,12 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                 .await;
         }
     }
-    Ok(if ready {
-        Action::requeue(Duration::from_secs(60))
+    Ok(if reason == "ProviderNotEnabled" {
+        // Enabling a provider is not among what wakes a Cluster: look again shortly.
+        Action::requeue(Duration::from_secs(5))
     } else {
-        Action::requeue(Duration::from_secs(1))
+        // Its infrastructure, control plane and Machines wake it.
+        crate::resync()
     })
 }
 
@@ -246,16 +250,18 @@ async fn control_plane_machines_running(
     namespace: &str,
     cluster: &str,
 ) -> Result<bool, Error> {
-    let machines: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), namespace, &capi("Machine"));
-    let selector = format!("{CLUSTER_NAME_LABEL}={cluster},cluster.x-k8s.io/control-plane");
-    let list = machines
-        .list(&ListParams::default().labels(&selector))
+    let machines = ctx
+        .caches
+        .of(&capi("Machine"))
+        .indexed(IndexKey::Cluster {
+            namespace,
+            name: cluster,
+        })
         .await?;
-    Ok(list
-        .items
-        .iter()
-        .any(|m| object::str_at(&m.data, &["status", "phase"]) == Some("Running")))
+    Ok(machines.iter().any(|m| {
+        m.labels().contains_key("cluster.x-k8s.io/control-plane")
+            && object::str_at(&m.data, &["status", "phase"]) == Some("Running")
+    }))
 }
 
 /// Deletes what the cluster is made of, in order, and removes the finalizer once all is gone.
@@ -353,5 +359,6 @@ async fn reconcile_delete(
         }
     }
     remove_finalizer(api, cluster, FINALIZER).await?;
+    ctx.caches.forget_workload(&namespace, &name);
     Ok(Action::await_change())
 }

@@ -5,7 +5,10 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
+use std::sync::Arc;
+
 use crate::Error;
+use crate::cache::Caches;
 use crate::object::{api_for, str_at};
 
 /// A reference as Cluster API objects write it (`apiVersion`, `kind`, `name`).
@@ -33,16 +36,17 @@ impl Reference {
         api_for(client, namespace, &self.api_version, &self.kind).await
     }
 
+    /// The object, from the shared cache of its kind.
     pub async fn get(
         &self,
-        client: &Client,
+        caches: &Caches,
         namespace: &str,
-    ) -> Result<Option<DynamicObject>, Error> {
-        Ok(self
-            .api(client, namespace)
+    ) -> Result<Option<Arc<DynamicObject>>, Error> {
+        caches
+            .of_kind(&self.api_version, &self.kind)
             .await?
-            .get_opt(&self.name)
-            .await?)
+            .get(namespace, &self.name)
+            .await
     }
 }
 
@@ -50,7 +54,7 @@ impl Reference {
 /// API's MachineDeployment and KubeadmControlPlane controllers do: a template outlives no
 /// cluster that uses it, and deleting the last such cluster deletes it.
 pub async fn adopt_template(
-    client: &Client,
+    caches: &Caches,
     namespace: &str,
     reference: &Value,
     cluster: &DynamicObject,
@@ -58,7 +62,8 @@ pub async fn adopt_template(
     let Some(reference) = Reference::from_json(reference) else {
         return Ok(());
     };
-    let template = match reference.get(client, namespace).await {
+    let client = caches.client();
+    let template = match reference.get(caches, namespace).await {
         Ok(Some(template)) => template,
         Ok(None) | Err(Error::UnknownKind { .. }) => return Ok(()),
         Err(e) => return Err(e),
@@ -136,7 +141,7 @@ pub fn kind_unknown(conditions: &mut Vec<Value>, kind: &str) {
 
 /// Says so when `reference` names a kind of a built-in provider that `lariat init` has not
 /// enabled: nothing would ever reconcile that object, and "not ready" alone would hide why.
-pub async fn provider_not_enabled(client: &Client, reference: &Reference) -> Option<String> {
+pub async fn provider_not_enabled(caches: &Caches, reference: &Reference) -> Option<String> {
     static OWNERS: std::sync::LazyLock<Vec<(String, String, String)>> =
         std::sync::LazyLock::new(|| {
             lariat_api::builtin_crds()
@@ -156,12 +161,11 @@ pub async fn provider_not_enabled(client: &Client, reference: &Reference) -> Opt
     let (_, _, provider) = OWNERS
         .iter()
         .find(|(g, k, _)| g == group && *k == reference.kind)?;
-    let inventory: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        lariat_api::clusterctl::NAMESPACE,
-        &lariat_api::clusterctl::api_resource(),
-    );
-    match inventory.get_opt(provider).await {
+    let inventory = caches.of(&lariat_api::clusterctl::api_resource());
+    match inventory
+        .get(lariat_api::clusterctl::NAMESPACE, provider)
+        .await
+    {
         Ok(None) => Some(format!(
             "{} {} waits for provider {provider}, which is not enabled: run `{}`",
             reference.kind,
@@ -175,14 +179,15 @@ pub async fn provider_not_enabled(client: &Client, reference: &Reference) -> Opt
 /// Creates a new object from a template (`spec.template.spec` of a `FooTemplate` becomes the
 /// `spec` of a `Foo`), named `name`, labelled and owned as given, recording where it came from.
 pub async fn clone_template(
-    client: &Client,
+    caches: &Caches,
     namespace: &str,
     template: &Reference,
     name: &str,
     labels: &Value,
     owner: Value,
 ) -> Result<Reference, Error> {
-    let source = template.get(client, namespace).await?.ok_or_else(|| {
+    let client = caches.client();
+    let source = template.get(caches, namespace).await?.ok_or_else(|| {
         Error::Invalid(format!(
             "template {} {} not found",
             template.kind, template.name

@@ -10,12 +10,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::Client;
-use kube::api::{Api, DynamicObject};
+use kube::api::DynamicObject;
 use kube::core::ApiResource;
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, ResourceExt};
 
+use crate::cache::{Cache, Caches, IndexKey};
+
+pub mod cache;
 pub mod cluster;
 pub mod conditions;
 pub mod events;
@@ -44,54 +47,48 @@ pub enum Error {
 
 /// Shared by every reconcile.
 pub struct Context {
+    /// The management API, for writes (reads come from `caches`).
     pub client: Client,
+    pub caches: Arc<Caches>,
     /// Events for `kubectl describe`.
     pub events: events::Recorder,
-    /// Clients of workload clusters by `namespace/cluster`: connecting (TLS) on every
-    /// reconcile of every Machine would cost more than the reconcile itself.
-    workload: std::sync::Mutex<std::collections::HashMap<String, Client>>,
 }
 
 impl Context {
+    /// A context with caches of its own (tests that call reconcilers directly).
     pub fn new(client: Client) -> Context {
+        Context::with_caches(Caches::new(client))
+    }
+
+    pub fn with_caches(caches: Arc<Caches>) -> Context {
+        let client = caches.client().clone();
         Context {
             events: events::Recorder::new(client.clone()),
             client,
-            workload: Default::default(),
+            caches,
         }
-    }
-
-    /// A client of the workload cluster, reused across reconciles.
-    pub async fn workload_client(&self, namespace: &str, cluster: &str) -> Option<Client> {
-        let key = format!("{namespace}/{cluster}");
-        if let Some(client) = self.workload.lock().expect("lock").get(&key) {
-            return Some(client.clone());
-        }
-        let client = machine::workload_client(&self.client, namespace, cluster).await?;
-        self.workload
-            .lock()
-            .expect("lock")
-            .insert(key, client.clone());
-        Some(client)
     }
 
     /// The Cluster an object belongs to (`spec.clusterName` in the object's namespace).
-    pub async fn cluster_of(&self, object: &DynamicObject) -> Result<Option<DynamicObject>, Error> {
+    pub async fn cluster_of(
+        &self,
+        object: &DynamicObject,
+    ) -> Result<Option<Arc<DynamicObject>>, Error> {
         let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
         let Some(name) = object::str_at(&object.data, &["spec", "clusterName"]) else {
             return Ok(None);
         };
-        let clusters: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &capi("Cluster"));
-        Ok(clusters.get_opt(name).await?)
+        self.caches.of(&capi("Cluster")).get(namespace, name).await
     }
+}
 
-    pub fn forget_workload_client(&self, namespace: &str, cluster: &str) {
-        self.workload
-            .lock()
-            .expect("lock")
-            .remove(&format!("{namespace}/{cluster}"));
-    }
+/// What a reconcile returns when nothing is left to wait for: watches wake it for every
+/// change, and it runs again after Cluster API's sync period (10 minutes, with jitter so a
+/// fleet created at once does not resync at once) in case something was missed.
+pub fn resync() -> Action {
+    use rand::Rng;
+    let seconds = rand::rng().random_range(540..660);
+    Action::requeue(Duration::from_secs(seconds))
 }
 
 /// A Cluster API core kind (`cluster.x-k8s.io/v1beta1`), for dynamic APIs.
@@ -169,102 +166,217 @@ pub fn finished<E>(
 
 /// Maps a provider object to the core objects that own it (`kind`), so a provider's status
 /// change wakes its Cluster or Machine at once instead of at the next poll.
-fn owners_of(
+pub fn owners_of(
     kind: &'static str,
-) -> impl Fn(DynamicObject) -> Vec<kube::runtime::reflector::ObjectRef<DynamicObject>> + Clone {
-    move |object: DynamicObject| {
+) -> impl Fn(Arc<DynamicObject>) -> Vec<ObjectRef<DynamicObject>> + Clone + Send + Sync + 'static {
+    move |object: Arc<DynamicObject>| {
         let namespace = object.metadata.namespace.clone().unwrap_or_default();
         object
-            .metadata
-            .owner_references
-            .unwrap_or_default()
-            .into_iter()
+            .owner_references()
+            .iter()
             .filter(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))
-            .map(|o| {
-                kube::runtime::reflector::ObjectRef::new_with(&o.name, capi(kind))
-                    .within(&namespace)
-            })
+            .map(|o| ObjectRef::new_with(&o.name, capi(kind)).within(&namespace))
             .collect()
     }
 }
 
-/// Runs every core controller until `shutdown` resolves. `provider_kinds` are the provider
-/// kinds this server serves; core watches them to react to their status without polling.
+/// Maps a provider object to the core objects of `kind` that own it or refer to it (a Machine
+/// names its InMemoryMachine before it owns it), from `referrers`, the cache of `kind`.
+pub fn owners_and_referrers(
+    kind: &'static str,
+    referrers: Arc<Cache>,
+) -> impl Fn(Arc<DynamicObject>) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static {
+    let owners = owners_of(kind);
+    move |object: Arc<DynamicObject>| {
+        let namespace = object.metadata.namespace.clone().unwrap_or_default();
+        let mut found = owners(object.clone());
+        let object_kind = object
+            .types
+            .as_ref()
+            .map(|t| t.kind.as_str())
+            .unwrap_or_default();
+        found.extend(
+            referrers
+                .indexed_now(IndexKey::ReferredBy {
+                    kind: object_kind,
+                    namespace: &namespace,
+                    name: object.metadata.name.as_deref().unwrap_or_default(),
+                })
+                .iter()
+                .map(|r| ObjectRef::from_obj_with(r.as_ref(), capi(kind))),
+        );
+        found
+    }
+}
+
+/// A controller on the shared cache of `kind`, woken by its changes.
+pub fn controller_on(cache: &Cache) -> Controller<DynamicObject> {
+    Controller::for_shared_stream_with(cache.changes(), cache.store(), cache.resource().clone())
+        .with_config(controller::Config::default().concurrency(CONCURRENCY))
+}
+
+/// Reconciles of one kind running at once: enough to keep both cores busy on in-process
+/// requests, few enough that one busy kind cannot queue thousands of requests ahead of the
+/// others (kube-runtime's queue already runs each object at most once at a time).
+pub const CONCURRENCY: u16 = 16;
+
+/// The objects whose controller (`kind`) owns the object that changed.
+fn controller_owner(
+    kind: &'static str,
+) -> impl Fn(Arc<DynamicObject>) -> Option<ObjectRef<DynamicObject>> + Send + Sync + 'static {
+    move |object: Arc<DynamicObject>| {
+        let owner = object
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true) && o.kind == kind)?;
+        Some(
+            ObjectRef::new_with(&owner.name, capi(kind))
+                .within(object.metadata.namespace.as_deref()?),
+        )
+    }
+}
+
+/// Runs every core controller until `shutdown` resolves, on `caches`. Clusters and Machines
+/// are woken by the objects they reference, of whatever kind (provider kinds are known only
+/// once referenced, as Cluster API's controllers add watches for them).
 pub async fn run(
-    client: Client,
-    provider_kinds: Vec<ApiResource>,
+    caches: Arc<Caches>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let context = Arc::new(Context::new(client.clone()));
-    let all = |kind: &str| Api::<DynamicObject>::all_with(client.clone(), &capi(kind));
-    let config = watcher::Config::default;
+    let context = Arc::new(Context::with_caches(caches.clone()));
+    let cache = |kind: &str| caches.of(&capi(kind));
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    let machines_cache = cache("Machine");
 
-    let clusters = provider_kinds
-        .iter()
-        .fold(
-            Controller::new_with(all("Cluster"), config(), capi("Cluster")),
-            |controller, kind| {
-                controller.watches_with(
-                    Api::<DynamicObject>::all_with(client.clone(), kind),
-                    kind.clone(),
-                    config(),
-                    owners_of("Cluster"),
-                )
-            },
-        )
-        .watches_with(
-            all("Machine"),
-            capi("Machine"),
-            config(),
-            |machine: DynamicObject| {
-                let cluster = object::str_at(&machine.data, &["spec", "clusterName"])?.to_string();
+    let clusters = controller_on(&cache("Cluster"))
+        .reconcile_on(referenced_changes(
+            &caches,
+            owners_and_referrers("Cluster", cache("Cluster")),
+        ))
+        .watches_shared_stream_with(
+            machines_cache.changes(),
+            |machine: Arc<DynamicObject>| {
+                let cluster = object::str_at(&machine.data, &["spec", "clusterName"])?;
                 Some(
-                    kube::runtime::reflector::ObjectRef::new_with(&cluster, capi("Cluster"))
+                    ObjectRef::new_with(cluster, capi("Cluster"))
                         .within(machine.metadata.namespace.as_deref()?),
                 )
             },
+            capi("Machine"),
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(cluster::reconcile, error_policy, context.clone())
         .for_each(finished("cluster"));
-    let deployments = Controller::new_with(
-        all("MachineDeployment"),
-        config(),
-        capi("MachineDeployment"),
-    )
-    .owns_with(all("MachineSet"), capi("MachineSet"), config())
-    .graceful_shutdown_on(shutdown.clone())
-    .run(machine_deployment::reconcile, error_policy, context.clone())
-    .for_each(finished("machinedeployment"));
-    let sets = Controller::new_with(all("MachineSet"), config(), capi("MachineSet"))
-        .owns_with(all("Machine"), capi("Machine"), config())
+    let deployments = controller_on(&cache("MachineDeployment"))
+        .watches_shared_stream_with(
+            cache("MachineSet").changes(),
+            controller_owner("MachineDeployment"),
+            capi("MachineSet"),
+        )
+        .graceful_shutdown_on(shutdown.clone())
+        .run(machine_deployment::reconcile, error_policy, context.clone())
+        .for_each(finished("machinedeployment"));
+    let sets = controller_on(&cache("MachineSet"))
+        .watches_shared_stream_with(
+            machines_cache.changes(),
+            controller_owner("MachineSet"),
+            capi("Machine"),
+        )
         .graceful_shutdown_on(shutdown.clone())
         .run(machine_set::reconcile, error_policy, context.clone())
         .for_each(finished("machineset"));
-    let dynamic = |resource: &ApiResource| Api::<DynamicObject>::all_with(client.clone(), resource);
-    let machines = provider_kinds
-        .iter()
-        .fold(
-            Controller::new_with(all("Machine"), config(), capi("Machine")),
-            |controller, kind| {
-                controller.watches_with(dynamic(kind), kind.clone(), config(), owners_of("Machine"))
-            },
-        )
+    let machines = controller_on(&machines_cache)
+        .reconcile_on(referenced_changes(
+            &caches,
+            owners_and_referrers("Machine", machines_cache.clone()),
+        ))
+        .reconcile_on(machines_woken_by_nodes(&caches, machines_cache.clone()))
         .graceful_shutdown_on(shutdown.clone())
         .run(machine::reconcile, error_policy, context.clone())
         .for_each(finished("machine"));
-    let health_checks = Controller::new_with(
-        all("MachineHealthCheck"),
-        config(),
-        capi("MachineHealthCheck"),
-    )
-    .graceful_shutdown_on(shutdown.clone())
-    .run(
-        machine_health_check::reconcile,
-        error_policy,
-        context.clone(),
-    )
-    .for_each(finished("machinehealthcheck"));
+    let checks_cache = cache("MachineHealthCheck");
+    let checks_of_cluster = {
+        let checks = checks_cache.clone();
+        move |namespace: &str, cluster: &str| {
+            checks
+                .indexed_now(IndexKey::Cluster {
+                    namespace,
+                    name: cluster,
+                })
+                .iter()
+                .map(|c| ObjectRef::from_obj_with(c.as_ref(), capi("MachineHealthCheck")))
+                .collect::<Vec<_>>()
+        }
+    };
+    let node_checks = {
+        let checks_of_cluster = checks_of_cluster.clone();
+        caches.node_changes().flat_map(move |change| {
+            futures::stream::iter(checks_of_cluster(&change.namespace, &change.cluster))
+        })
+    };
+    let health_checks = controller_on(&checks_cache)
+        .watches_shared_stream_with(
+            machines_cache.changes(),
+            move |machine: Arc<DynamicObject>| {
+                let namespace = machine.metadata.namespace.as_deref().unwrap_or_default();
+                match object::str_at(&machine.data, &["spec", "clusterName"]) {
+                    Some(cluster) => checks_of_cluster(namespace, cluster),
+                    None => vec![],
+                }
+            },
+            capi("Machine"),
+        )
+        .reconcile_on(node_checks)
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            machine_health_check::reconcile,
+            error_policy,
+            context.clone(),
+        )
+        .for_each(finished("machinehealthcheck"));
     tokio::join!(clusters, deployments, sets, machines, health_checks);
+}
+
+/// The objects `mapper` relates to changes of provider objects: anything cached outside
+/// Cluster API's core group and the core API group.
+fn referenced_changes(
+    caches: &Caches,
+    mapper: impl Fn(Arc<DynamicObject>) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static,
+) -> impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
+    caches
+        .every_change()
+        .filter(|object| {
+            let api_version = object.types.as_ref().map(|t| t.api_version.as_str());
+            std::future::ready(
+                api_version.is_some_and(|v| v.contains('/') && !v.starts_with("cluster.x-k8s.io/")),
+            )
+        })
+        .flat_map(move |object| futures::stream::iter(mapper(object)))
+}
+
+/// The Machines a change in a workload cluster concerns: the one with the Node's providerID,
+/// and those of the cluster still waiting for their Node (a Node can join before its
+/// Machine has learnt its providerID from the infrastructure). A failing watch wakes them all.
+fn machines_woken_by_nodes(
+    caches: &Caches,
+    machines: Arc<Cache>,
+) -> impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
+    caches.node_changes().flat_map(move |change| {
+        let in_cluster = machines.indexed_now(IndexKey::Cluster {
+            namespace: &change.namespace,
+            name: &change.cluster,
+        });
+        let woken: Vec<ObjectRef<DynamicObject>> = in_cluster
+            .iter()
+            .filter(|m| match &change.provider_id {
+                None => true,
+                Some(id) => {
+                    object::str_at(&m.data, &["spec", "providerID"]) == Some(id)
+                        || m.data["status"]["nodeRef"].is_null()
+                }
+            })
+            .map(|m| ObjectRef::from_obj_with(m.as_ref(), capi("Machine")))
+            .collect();
+        futures::stream::iter(woken)
+    })
 }

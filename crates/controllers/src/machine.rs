@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::api::{Api, DynamicObject, ListParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+use crate::cache::IndexKey;
 use crate::cluster::CLUSTER_NAME_LABEL;
 use crate::external::{self, Reference};
 use crate::object::{
@@ -34,11 +35,10 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         return reconcile_delete(&machine, &ctx, &api).await;
     }
     if ensure_finalizer(&api, &machine, FINALIZER).await? {
-        return Ok(Action::requeue(Duration::ZERO));
+        // The write's own watch event brings the Machine back.
+        return Ok(Action::await_change());
     }
-    let clusters: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Cluster"));
-    let Some(cluster) = clusters.get_opt(&cluster_name).await? else {
+    let Some(cluster) = ctx.cluster_of(&machine).await? else {
         return Ok(Action::requeue(Duration::from_secs(2)));
     };
     let mut labels = BTreeMap::new();
@@ -70,7 +70,7 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         Some(_) => true,
         None => match Reference::from_json(&machine.data["spec"]["bootstrap"]["configRef"]) {
             None => false,
-            Some(reference) => match reference.get(&ctx.client, &namespace).await? {
+            Some(reference) => match reference.get(&ctx.caches, &namespace).await? {
                 None => false,
                 Some(config) => {
                     let config_api = reference.api(&ctx.client, &namespace).await?;
@@ -106,7 +106,7 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     let mut provider_id = str_at(&machine.data, &["spec", "providerID"]).map(String::from);
     let infra_ready = match Reference::from_json(&machine.data["spec"]["infrastructureRef"]) {
         None => false,
-        Some(reference) => match reference.get(&ctx.client, &namespace).await {
+        Some(reference) => match reference.get(&ctx.caches, &namespace).await {
             Err(Error::UnknownKind { kind, .. }) => {
                 external::kind_unknown(&mut list, &kind);
                 false
@@ -140,11 +140,16 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         },
     };
 
-    let node = match &provider_id {
-        Some(id) if infra_ready => {
-            let known = str_at(&machine.data, &["status", "nodeRef", "name"]);
-            find_node(&ctx, &namespace, &cluster_name, id, known).await
-        }
+    let nodes = match &provider_id {
+        Some(_) if infra_ready => ctx.caches.nodes(&namespace, &cluster_name).await?,
+        _ => None,
+    };
+    let reachable = nodes.as_ref().is_some_and(|n| n.is_healthy());
+    let node = match (&provider_id, &nodes) {
+        (Some(id), Some(nodes)) if reachable => nodes
+            .indexed_now(IndexKey::ProviderId(id))
+            .into_iter()
+            .next(),
         _ => None,
     };
     match &node {
@@ -166,14 +171,15 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                     .await;
             }
             status["nodeRef"] = json!({"apiVersion": "v1", "kind": "Node", "name": node.name_any(), "uid": node.uid()});
-            if let Some(info) = node.status.as_ref().and_then(|s| s.node_info.as_ref()) {
-                status["nodeInfo"] = serde_json::to_value(info).unwrap_or_default();
+            if node.data["status"]["nodeInfo"].is_object() {
+                status["nodeInfo"] = node.data["status"]["nodeInfo"].clone();
             }
-            let node_ready = node
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let node_ready = node.data["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                });
             conditions::set(
                 &mut list,
                 "NodeHealthy",
@@ -182,6 +188,13 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                 "the node is not Ready",
             );
         }
+        None if infra_ready && nodes.is_some() && !reachable => conditions::set(
+            &mut list,
+            "NodeHealthy",
+            false,
+            "NodeInspectionFailed",
+            "the workload cluster's API cannot be watched",
+        ),
         None => conditions::set(
             &mut list,
             "NodeHealthy",
@@ -218,68 +231,33 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         status["lastUpdated"] = json!(object::now());
         patch_status(&api, &name, status).await?;
     }
-    Ok(match phase {
-        // A running Machine's Node is looked at again every 30 s (core does not watch workload
-        // clusters; MachineHealthChecks read Nodes themselves, every few seconds).
-        "Running" => Action::requeue(Duration::from_secs(30)),
-        "Failed" => Action::requeue(Duration::from_secs(30)),
-        _ => Action::requeue(Duration::from_millis(500)),
+    Ok(if infra_ready && node.is_none() && !reachable {
+        // The workload cluster's API is not up, or not reachable, yet: nothing will say when
+        // it is, so look again.
+        Action::requeue(Duration::from_secs(2))
+    } else {
+        // Its bootstrap config, infrastructure machine and Node wake it.
+        crate::resync()
     })
 }
 
-/// The workload cluster's Node with this providerID, through the `<cluster>-kubeconfig` Secret.
-/// A Node already found (`known`, from `status.nodeRef`) is read by name; only a Machine whose
-/// Node has not been found yet lists them all, so a running cluster costs one read per Machine.
-async fn find_node(
-    ctx: &Context,
-    namespace: &str,
-    cluster: &str,
-    provider_id: &str,
-    known: Option<&str>,
-) -> Option<Node> {
-    let client = ctx.workload_client(namespace, cluster).await?;
-    let nodes: Api<Node> = Api::all(client);
-    let matches =
-        |n: &Node| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id);
-    if let Some(name) = known {
-        match nodes.get_opt(name).await {
-            Ok(Some(node)) if matches(&node) => return Some(node),
-            Ok(_) => {}
-            Err(_) => {
-                ctx.forget_workload_client(namespace, cluster);
-                return None;
-            }
-        }
-    }
-    let list = match nodes.list(&ListParams::default()).await {
-        Ok(list) => list,
-        Err(_) => {
-            // The cluster's API or credentials may have changed: connect afresh next time.
-            ctx.forget_workload_client(namespace, cluster);
-            return None;
-        }
-    };
-    list.items.into_iter().find(matches)
-}
-
-/// A new client for a workload cluster, from the kubeconfig its provider wrote (see
-/// [`Context::workload_client`] for the cached one).
+/// A new client for a workload cluster, from the kubeconfig its provider wrote, for what must
+/// ask the cluster itself rather than a cache (KubeadmControlPlane before it removes a member).
 pub async fn workload_client(
     management: &Client,
     namespace: &str,
     cluster: &str,
 ) -> Option<Client> {
-    let secrets: Api<Secret> = Api::namespaced(management.clone(), namespace);
+    let secrets: Api<DynamicObject> = Api::namespaced_with(
+        management.clone(),
+        namespace,
+        &kube::core::ApiResource::erase::<Secret>(&()),
+    );
     let secret = secrets
         .get_opt(&format!("{cluster}-kubeconfig"))
         .await
         .ok()??;
-    let bytes = secret.data?.get("value")?.0.clone();
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&bytes).ok()?).ok()?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .ok()?;
-    Client::try_from(config).ok()
+    crate::cache::workload_client(&secret).await
 }
 
 async fn reconcile_delete(

@@ -96,7 +96,7 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
         &deployment.data["spec"]["template"]["spec"]["infrastructureRef"],
         &deployment.data["spec"]["template"]["spec"]["bootstrap"]["configRef"],
     ] {
-        crate::external::adopt_template(&ctx.client, &namespace, reference, &cluster).await?;
+        crate::external::adopt_template(&ctx.caches, &namespace, reference, &cluster).await?;
     }
 
     let replicas = i64_at(&deployment.data, &["spec", "replicas"])
@@ -105,21 +105,20 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
     let template = &deployment.data["spec"]["template"];
     let hash = template_hash(template);
     let uid = deployment.uid().unwrap_or_default();
-    let selector = format!("{DEPLOYMENT_NAME_LABEL}={name}");
-    let sets: Vec<DynamicObject> = sets_api
-        .list(&kube::api::ListParams::default().labels(&selector))
+    let sets: Vec<Arc<DynamicObject>> = ctx
+        .caches
+        .of(&capi("MachineSet"))
+        .indexed(crate::cache::IndexKey::Owner(&uid))
         .await?
-        .items
         .into_iter()
-        .filter(|s| s.owner_references().iter().any(|o| o.uid == uid))
         .filter(|s| s.metadata.deletion_timestamp.is_none())
         .collect();
-    let (current, old): (Vec<DynamicObject>, Vec<DynamicObject>) = sets
+    let (current, old): (Vec<Arc<DynamicObject>>, Vec<Arc<DynamicObject>>) = sets
         .into_iter()
         .partition(|s| s.labels().get(TEMPLATE_HASH_LABEL) == Some(&hash));
     let current = match current.into_iter().next() {
         Some(set) => set,
-        None => {
+        None => Arc::new(
             create_set(
                 &ctx,
                 &deployment,
@@ -127,8 +126,8 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
                 &hash,
                 if old.is_empty() { replicas } else { 0 },
             )
-            .await?
-        }
+            .await?,
+        ),
     };
 
     // Rolling update (the only strategy lariat implements; OnDelete leaves old sets alone).
@@ -147,7 +146,7 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
     } else {
         max_surge
     };
-    let old_replicas: i64 = old.iter().map(replicas_of).sum();
+    let old_replicas: i64 = old.iter().map(|s| replicas_of(s)).sum();
     let total = replicas_of(&current) + old_replicas;
 
     if old.is_empty() || on_delete {
@@ -162,7 +161,8 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
             scale(&ctx, &deployment, &sets_api, &current, target_new).await?;
         }
         // Scale old sets down as far as availability allows.
-        let available: i64 = available_of(&current) + old.iter().map(available_of).sum::<i64>();
+        let available: i64 =
+            available_of(&current) + old.iter().map(|s| available_of(s)).sum::<i64>();
         let min_available = replicas - max_unavailable;
         let mut can_remove = (available - min_available).max(0);
         // Machines of old sets that are not available can always go.
@@ -195,7 +195,10 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
         }
     }
 
-    let all: Vec<&DynamicObject> = std::iter::once(&current).chain(old.iter()).collect();
+    let all: Vec<&DynamicObject> = std::iter::once(&current)
+        .chain(old.iter())
+        .map(|s| s.as_ref())
+        .collect();
     let sum = |path: &str| {
         all.iter()
             .map(|s| i64_at(&s.data, &["status", path]).unwrap_or(0))
@@ -234,11 +237,8 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
     if changed {
         patch_status(&api, &name, status).await?;
     }
-    Ok(if phase == "Running" && old.is_empty() {
-        Action::requeue(Duration::from_secs(30))
-    } else {
-        Action::requeue(Duration::from_secs(1))
-    })
+    // Its MachineSets' changes wake it.
+    Ok(crate::resync())
 }
 
 /// Records a Normal Event on the MachineDeployment.

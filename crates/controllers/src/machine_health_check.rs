@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
+use crate::cache::IndexKey;
 use crate::conditions::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use crate::events::EventType;
 use crate::external::Reference;
@@ -149,14 +150,14 @@ async fn external_remediation(
     cluster: &str,
 ) -> Result<(), Error> {
     let target = crate::external::clone_target(template, &machine.name_any())?;
-    if target.get(&ctx.client, namespace).await?.is_some() {
+    if target.get(&ctx.caches, namespace).await?.is_some() {
         return Ok(());
     }
     tracing::info!(machine = %machine.name_any(), kind = %target.kind, "creating an external remediation request");
     let owner =
         crate::object::owner_reference(machine, "cluster.x-k8s.io/v1beta1", "Machine", false);
     crate::external::clone_template(
-        &ctx.client,
+        &ctx.caches,
         namespace,
         template,
         &machine.name_any(),
@@ -184,50 +185,58 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
     if crate::object::bool_at(&cluster_object.data, &["spec", "paused"]) {
         return Ok(Action::await_change());
     }
-    let mut selector: Vec<String> = check.data["spec"]["selector"]["matchLabels"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                .collect()
-        })
-        .unwrap_or_default();
-    selector.push(format!("{}={cluster}", crate::cluster::CLUSTER_NAME_LABEL));
     let machines_api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
-    let machines: Vec<DynamicObject> = machines_api
-        .list(&ListParams::default().labels(&selector.join(",")))
+    let selector = check.data["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let machines: Vec<Arc<DynamicObject>> = ctx
+        .caches
+        .of(&capi("Machine"))
+        .indexed(IndexKey::Cluster {
+            namespace: &namespace,
+            name: &cluster,
+        })
         .await?
-        .items
         .into_iter()
         .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .filter(|m| {
+            let labels = m.labels();
+            selector
+                .iter()
+                .all(|(k, v)| labels.get(k).map(String::as_str) == v.as_str())
+        })
         .collect();
-    let nodes: Vec<Node> = match ctx.workload_client(&namespace, &cluster).await {
-        Some(client) => Api::<Node>::all(client)
-            .list(&ListParams::default())
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default(),
-        None => vec![],
+    // Judged only on what the workload cluster says now: while its Nodes cannot be watched,
+    // no Machine is called unhealthy (as Cluster API skips a cluster its cache cannot reach).
+    let nodes = match ctx.caches.nodes(&namespace, &cluster).await? {
+        Some(nodes) if nodes.is_healthy() => nodes,
+        _ => return Ok(Action::requeue(Duration::from_secs(5))),
+    };
+    let node_of = |id: &str| -> Option<Node> {
+        let node = nodes
+            .indexed_now(IndexKey::ProviderId(id))
+            .into_iter()
+            .next()?;
+        serde_json::to_value(node.as_ref())
+            .ok()
+            .and_then(|v| serde_json::from_value(v).ok())
     };
 
     let mut unhealthy = vec![];
     let mut healthy = vec![];
-    // Node conditions live in the workload cluster, which core does not watch: poll.
-    let mut recheck = Duration::from_secs(3);
+    // Machine and Node changes wake the check; only its timeouts need a timer.
+    let mut recheck: Option<Duration> = None;
     for machine in &machines {
-        let provider_id = str_at(&machine.data, &["spec", "providerID"]);
-        let node = provider_id.and_then(|id| {
-            nodes
-                .iter()
-                .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
-        });
-        match machine_health(&check, machine, node) {
+        let node = str_at(&machine.data, &["spec", "providerID"]).and_then(node_of);
+        match machine_health(&check, machine, node.as_ref()) {
             Health::Healthy => healthy.push(machine),
             Health::Unhealthy(why) => unhealthy.push((machine, why)),
             Health::RecheckIn(after) => {
                 healthy.push(machine);
-                recheck = recheck.min(after + Duration::from_millis(100));
+                let at = after + Duration::from_millis(100);
+                recheck = Some(recheck.map_or(at, |r| r.min(at)));
             }
         }
     }
@@ -330,9 +339,5 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
     if changed {
         patch_status(&api, &name, status).await?;
     }
-    Ok(Action::requeue(if unhealthy.is_empty() {
-        recheck
-    } else {
-        Duration::from_secs(1)
-    }))
+    Ok(recheck.map_or_else(crate::resync, Action::requeue))
 }

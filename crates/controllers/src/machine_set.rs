@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
+use crate::cache::IndexKey;
 use crate::cluster::CLUSTER_NAME_LABEL;
 use crate::events::EventType;
 use crate::external::{Reference, clone_target, clone_template};
@@ -31,17 +32,13 @@ pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
 pub async fn owned_machines(
     ctx: &Context,
     set: &DynamicObject,
-) -> Result<Vec<DynamicObject>, Error> {
-    let namespace = set.namespace().unwrap_or_default();
-    let machines: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+) -> Result<Vec<Arc<DynamicObject>>, Error> {
     let uid = set.uid().unwrap_or_default();
-    let selector = format!("{SET_NAME_LABEL}={}", set.name_any());
-    let list = machines
-        .list(&ListParams::default().labels(&selector))
-        .await?;
-    Ok(list
-        .items
+    Ok(ctx
+        .caches
+        .of(&capi("Machine"))
+        .indexed(IndexKey::Owner(&uid))
+        .await?
         .into_iter()
         .filter(|m| {
             m.owner_references()
@@ -81,7 +78,7 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     }
 
     let wanted = i64_at(&set.data, &["spec", "replicas"]).unwrap_or(1).max(0) as usize;
-    let machines: Vec<DynamicObject> = owned_machines(&ctx, &set)
+    let machines: Vec<Arc<DynamicObject>> = owned_machines(&ctx, &set)
         .await?
         .into_iter()
         .filter(|m| m.metadata.deletion_timestamp.is_none())
@@ -95,7 +92,7 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         ensure_clones(&ctx, &set, machine).await?;
     }
     // Machines a MachineHealthCheck asked this set to remediate are deleted and replaced.
-    let (remediate, healthy): (Vec<DynamicObject>, Vec<DynamicObject>) = machines
+    let (remediate, healthy): (Vec<Arc<DynamicObject>>, Vec<Arc<DynamicObject>>) = machines
         .into_iter()
         .partition(|m| conditions::needs_owner_remediation(&m.data["status"]));
     for machine in &remediate {
@@ -109,9 +106,13 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         }
     }
     let mut machines = healthy;
+    // Names created or deleted here: the next reconcile must find them so in the cache, or it
+    // would count the same Machines again (Cluster API's expectations).
+    let mut created = Vec::new();
+    let mut deleted: Vec<String> = remediate.iter().map(|m| m.name_any()).collect();
     if machines.len() < wanted {
         for _ in machines.len()..wanted {
-            create_machine(&ctx, &set, &cluster_name).await?;
+            created.push(create_machine(&ctx, &set, &cluster_name).await?);
         }
     } else if machines.len() > wanted {
         let policy = str_at(&set.data, &["spec", "deletePolicy"]).unwrap_or("Random");
@@ -123,6 +124,7 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
                 .await
             {
                 Ok(_) => {
+                    deleted.push(machine.name_any());
                     let message = format!("Deleted machine {:?}", machine.name_any());
                     event(&ctx, &set, "SuccessfulDelete", &message).await;
                 }
@@ -132,6 +134,10 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         }
     }
 
+    ctx.caches
+        .of(&capi("Machine"))
+        .observed(&namespace, &created, &deleted)
+        .await?;
     let current = owned_machines(&ctx, &set).await?;
     let ready = current
         .iter()
@@ -166,16 +172,13 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if changed {
         patch_status(&api, &name, status).await?;
     }
-    Ok(if ready == wanted && current.len() == wanted {
-        Action::requeue(Duration::from_secs(30))
-    } else {
-        Action::requeue(Duration::from_secs(1))
-    })
+    // Its Machines' changes wake it.
+    Ok(crate::resync())
 }
 
 /// Orders machines so the first ones are deleted first: machines marked for deletion or failed
 /// always go first, then the policy decides.
-pub fn order_for_deletion(machines: &mut [DynamicObject], policy: &str) {
+pub fn order_for_deletion(machines: &mut [Arc<DynamicObject>], policy: &str) {
     let priority = |m: &DynamicObject| -> u8 {
         if m.annotations().contains_key(DELETE_MACHINE_ANNOTATION) {
             0
@@ -210,16 +213,17 @@ pub fn order_for_deletion(machines: &mut [DynamicObject], policy: &str) {
         _ => {
             use rand::seq::SliceRandom;
             machines.shuffle(&mut rand::rng());
-            machines.sort_by_key(priority);
+            machines.sort_by_key(|m| priority(m));
         }
     }
 }
 
+/// Creates a Machine and its clones; returns its name.
 async fn create_machine(
     ctx: &Context,
     set: &DynamicObject,
     cluster_name: &str,
-) -> Result<(), Error> {
+) -> Result<String, Error> {
     let namespace = set.namespace().unwrap_or_default();
     let name = format!("{}-{}", set.name_any(), object::random_suffix());
     let template = &set.data["spec"]["template"];
@@ -263,7 +267,8 @@ async fn create_machine(
     let created = machines.create(&PostParams::default(), &machine).await?;
     let message = format!("Created machine {:?}", created.name_any());
     event(ctx, set, "SuccessfulCreate", &message).await;
-    ensure_clones(ctx, set, &created).await
+    ensure_clones(ctx, set, &created).await?;
+    Ok(created.name_any())
 }
 
 /// Makes the bootstrap config and infrastructure machine of `machine` from the set's templates
@@ -293,9 +298,9 @@ async fn ensure_clones(
         ) else {
             continue;
         };
-        if clone_ref.get(&ctx.client, &namespace).await?.is_none() {
+        if clone_ref.get(&ctx.caches, &namespace).await?.is_none() {
             clone_template(
-                &ctx.client,
+                &ctx.caches,
                 &namespace,
                 &template_ref,
                 &clone_ref.name,

@@ -20,6 +20,9 @@
 //!
 //! In a subset match an object must have every field given, and a list must hold, for each
 //! element given, some element matching it.
+//!
+//! Each given Cluster gets a workload cluster: a second lariat API, served over HTTPS, with no
+//! Nodes, reached through the `<cluster>-kubeconfig` Secret as a provider would write it.
 
 use std::sync::Arc;
 
@@ -92,6 +95,46 @@ fn api(client: &Client, resource: &ApiResource, cluster_scoped: bool) -> Api<Dyn
         Api::all_with(client.clone(), resource)
     } else {
         Api::namespaced_with(client.clone(), NS, resource)
+    }
+}
+
+/// A workload cluster for the scenario's Clusters: a lariat API served on loopback, empty.
+/// Returns the kubeconfig that reaches it.
+async fn workload_cluster() -> (String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(lariat_store::memory::MemoryStore::new());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server =
+        lariat_apiserver::Server::start(lariat_apiserver::Config::new(dir.path()), store, listener)
+            .await
+            .unwrap();
+    tokio::spawn(server.serve(std::future::pending()));
+    let kubeconfig = std::fs::read_to_string(dir.path().join("kubeconfig.yaml")).unwrap();
+    (kubeconfig, dir)
+}
+
+/// Writes `<cluster>-kubeconfig` for every given Cluster, reaching `kubeconfig`.
+async fn connect_workload_clusters(client: &Client, given: &[Value], kubeconfig: &str) {
+    use base64::Engine;
+    let secrets: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NS,
+        &ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
+    );
+    for cluster in given.iter().filter(|o| o["kind"] == "Cluster") {
+        let name = cluster["metadata"]["name"].as_str().unwrap();
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{name}-kubeconfig")},
+            "data": {"value": base64::engine::general_purpose::STANDARD.encode(kubeconfig)},
+        });
+        secrets
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(secret).unwrap(),
+            )
+            .await
+            .unwrap();
     }
 }
 
@@ -229,11 +272,15 @@ async fn run(file: &str) {
     assert!(!scenarios.is_empty(), "{path} holds no scenario");
     for scenario in scenarios {
         let (client, _dir) = server().await;
+        let (kubeconfig, _workload_dir) = workload_cluster().await;
         create_given(&client, &scenario.given).await;
+        connect_workload_clusters(&client, &scenario.given, &kubeconfig).await;
         let ctx = Arc::new(Context::new(client.clone()));
         let kind = &scenario.reconcile.kind;
         let objects: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &capi(kind));
         for _ in 0..scenario.times {
+            // A reconcile reads from the caches: let them hold the last one's writes first.
+            ctx.caches.catch_up().await.unwrap();
             let object = objects.get(&scenario.reconcile.name).await.unwrap();
             reconcile(kind, Arc::new(object), ctx.clone())
                 .await

@@ -2,7 +2,6 @@
 //! publishes the control plane endpoint, and reports ready.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -38,11 +37,13 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         return Ok(Action::await_change());
     }
     if ensure_finalizer(&api, &object, FINALIZER).await? {
-        return Ok(Action::requeue(Duration::ZERO));
+        // The write's own watch event brings the object back.
+        return Ok(Action::await_change());
     }
-    // Contract: wait until core has set the owner reference to the Cluster.
+    // Contract: wait until core has set the owner reference to the Cluster (that write
+    // wakes this object).
     let Some(cluster) = owning_cluster(&object) else {
-        return Ok(Action::requeue(Duration::from_millis(500)));
+        return Ok(Action::await_change());
     };
     let created = ctx
         .clusters
@@ -70,13 +71,12 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let secret_name = format!("{cluster}-kubeconfig");
     let url = ctx.clusters.server_url(&key);
-    let current = secrets.get_opt(&secret_name).await?;
+    let current = ctx.caches.secrets().get(&namespace, &secret_name).await?;
     let up_to_date = current.as_ref().is_some_and(|secret| {
-        secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get("value"))
-            .is_some_and(|v| String::from_utf8_lossy(&v.0).contains(&format!("server: {url}\n")))
+        use base64::Engine;
+        lariat_controllers::object::str_at(&secret.data, &["data", "value"])
+            .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
+            .is_some_and(|v| String::from_utf8_lossy(&v).contains(&format!("server: {url}\n")))
     });
     if created || !up_to_date {
         let kubeconfig = ctx
@@ -139,5 +139,6 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         let status = json!({"ready": true, "failureDomains": failure_domains, "conditions": list, "observedGeneration": generation});
         patch_status(&api, &name, status).await?;
     }
-    Ok(Action::requeue(Duration::from_secs(60)))
+    // Its own changes and its Cluster's wake it.
+    Ok(lariat_controllers::resync())
 }

@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::Client;
-use kube::api::{Api, DynamicObject};
+use kube::api::DynamicObject;
 use kube::core::ApiResource;
-use kube::runtime::controller::Controller;
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
 use lariat_apiserver::virtual_clusters::VirtualClusters;
+use lariat_controllers::cache::Caches;
+use lariat_controllers::{capi, controller_on};
 
 pub mod agents;
 pub mod cluster;
@@ -20,6 +21,7 @@ pub const VERSION: &str = "v1alpha1";
 
 pub struct Context {
     pub client: Client,
+    pub caches: Arc<Caches>,
     pub clusters: Arc<VirtualClusters>,
     /// Where in-process agents dial (none: clusters get no agent).
     pub home: Option<agents::Home>,
@@ -43,74 +45,77 @@ pub fn cluster_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
-/// Runs the InMemoryCluster and InMemoryMachine controllers until `shutdown` resolves.
+/// Runs the InMemoryCluster and InMemoryMachine controllers until `shutdown` resolves, on
+/// the process's shared caches.
 pub async fn run(
-    client: Client,
+    caches: Arc<Caches>,
     clusters: Arc<VirtualClusters>,
     home: Option<agents::Home>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
+    let client = caches.client().clone();
     let context = Arc::new(Context {
         client: client.clone(),
+        caches: caches.clone(),
         clusters,
         home,
         agents: Default::default(),
-        events: lariat_controllers::events::Recorder::new(client.clone()),
+        events: lariat_controllers::events::Recorder::new(client),
     });
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
-    let all = |kind: &str| Api::<DynamicObject>::all_with(client.clone(), &resource(kind));
-    let clusters = Controller::new_with(
-        all("InMemoryCluster"),
-        watcher::Config::default(),
-        resource("InMemoryCluster"),
-    )
-    .graceful_shutdown_on(shutdown.clone())
-    .run(
-        cluster::reconcile,
-        lariat_controllers::error_policy,
-        context.clone(),
-    )
-    .for_each(lariat_controllers::finished("inmemorycluster"));
+    let clusters = controller_on(&caches.of(&resource("InMemoryCluster")))
+        .watches_shared_stream_with(
+            caches.of(&capi("Cluster")).changes(),
+            |cluster: Arc<DynamicObject>| {
+                let reference = &cluster.data["spec"]["infrastructureRef"];
+                let name = reference["name"]
+                    .as_str()
+                    .filter(|_| reference["kind"] == "InMemoryCluster")?;
+                Some(
+                    ObjectRef::new_with(name, resource("InMemoryCluster"))
+                        .within(cluster.metadata.namespace.as_deref()?),
+                )
+            },
+            capi("Cluster"),
+        )
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            cluster::reconcile,
+            lariat_controllers::error_policy,
+            context.clone(),
+        )
+        .for_each(lariat_controllers::finished("inmemorycluster"));
     // A Machine getting its bootstrap data is what an InMemoryMachine waits for: watch
     // Machines so that boot starts at once rather than at the next poll.
-    let machines = Controller::new_with(
-        all("InMemoryMachine"),
-        watcher::Config::default(),
-        resource("InMemoryMachine"),
-    )
-    .watches_with(
-        Api::<DynamicObject>::all_with(client.clone(), &lariat_controllers::capi("Machine")),
-        lariat_controllers::capi("Machine"),
-        watcher::Config::default(),
-        |machine: DynamicObject| {
-            let reference = &machine.data["spec"]["infrastructureRef"];
-            let name = reference["name"]
-                .as_str()
-                .filter(|_| reference["kind"] == "InMemoryMachine")?;
-            Some(
-                kube::runtime::reflector::ObjectRef::new_with(name, resource("InMemoryMachine"))
-                    .within(machine.metadata.namespace.as_deref()?),
-            )
-        },
-    )
-    .graceful_shutdown_on(shutdown.clone())
-    .run(
-        machine::reconcile,
-        lariat_controllers::error_policy,
-        context.clone(),
-    )
-    .for_each(lariat_controllers::finished("inmemorymachine"));
-    let agents = Controller::new_with(
-        Api::<DynamicObject>::all_with(client.clone(), &lariat_controllers::capi("Cluster")),
-        watcher::Config::default(),
-        lariat_controllers::capi("Cluster"),
-    )
-    .graceful_shutdown_on(shutdown.clone())
-    .run(
-        agents::reconcile,
-        lariat_controllers::error_policy,
-        context.clone(),
-    )
-    .for_each(lariat_controllers::finished("inmemoryagent"));
+    let machines = controller_on(&caches.of(&resource("InMemoryMachine")))
+        .watches_shared_stream_with(
+            caches.of(&capi("Machine")).changes(),
+            |machine: Arc<DynamicObject>| {
+                let reference = &machine.data["spec"]["infrastructureRef"];
+                let name = reference["name"]
+                    .as_str()
+                    .filter(|_| reference["kind"] == "InMemoryMachine")?;
+                Some(
+                    ObjectRef::new_with(name, resource("InMemoryMachine"))
+                        .within(machine.metadata.namespace.as_deref()?),
+                )
+            },
+            capi("Machine"),
+        )
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            machine::reconcile,
+            lariat_controllers::error_policy,
+            context.clone(),
+        )
+        .for_each(lariat_controllers::finished("inmemorymachine"));
+    let agents = controller_on(&caches.of(&capi("Cluster")))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            agents::reconcile,
+            lariat_controllers::error_policy,
+            context.clone(),
+        )
+        .for_each(lariat_controllers::finished("inmemoryagent"));
     tokio::join!(clusters, machines, agents);
 }

@@ -40,9 +40,12 @@ async fn workload_key(
     namespace: &str,
     cluster: &str,
 ) -> Result<Option<String>, Error> {
-    let clusters: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), namespace, &capi("Cluster"));
-    let Some(cluster) = clusters.get_opt(cluster).await? else {
+    let Some(cluster) = ctx
+        .caches
+        .of(&capi("Cluster"))
+        .get(namespace, cluster)
+        .await?
+    else {
         return Ok(None);
     };
     Ok(
@@ -73,21 +76,26 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         return Ok(Action::await_change());
     }
     if ensure_finalizer(&api, &object, FINALIZER).await? {
-        return Ok(Action::requeue(Duration::ZERO));
+        // The write's own watch event brings the object back.
+        return Ok(Action::await_change());
     }
-    // Contract: wait for the owning Machine, and for its bootstrap data.
+    // Contract: wait for the owning Machine (its ownerReference is a write that wakes this
+    // object), and for its bootstrap data (the Machine's change wakes it).
     let Some(owner) = object
         .owner_references()
         .iter()
         .find(|o| o.kind == "Machine")
         .cloned()
     else {
-        return Ok(Action::requeue(Duration::from_millis(500)));
+        return Ok(Action::await_change());
     };
-    let machines: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
-    let Some(machine) = machines.get_opt(&owner.name).await? else {
-        return Ok(Action::requeue(Duration::from_secs(1)));
+    let Some(machine) = ctx
+        .caches
+        .of(&capi("Machine"))
+        .get(&namespace, &owner.name)
+        .await?
+    else {
+        return Ok(Action::await_change());
     };
     let cluster = str_at(&machine.data, &["spec", "clusterName"])
         .unwrap_or_default()
@@ -102,8 +110,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             "the Machine has no bootstrap data yet",
         );
         update_status(&api, &object, json!({"ready": false, "conditions": list})).await?;
-        // The Machine watch wakes this machine when the data arrives; this is a fallback.
-        return Ok(Action::requeue(Duration::from_secs(10)));
+        // The Machine watch wakes this machine when the data arrives.
+        return Ok(lariat_controllers::resync());
     }
     let Some(key) = workload_key(&ctx, &namespace, &cluster).await? else {
         return Ok(Action::requeue(Duration::from_secs(1)));
@@ -117,7 +125,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             "the simulated cluster is not up yet",
         );
         update_status(&api, &object, json!({"ready": false, "conditions": list})).await?;
-        return Ok(Action::requeue(Duration::from_millis(500)));
+        // Nothing says when it is: look again.
+        return Ok(Action::requeue(Duration::from_secs(1)));
     };
 
     let behavior = &object.data["spec"]["behavior"];
@@ -129,7 +138,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             json!({"metadata": {"annotations": {BOOT_STARTED: lariat_controllers::object::now()}}}),
         )
         .await?;
-        return Ok(Action::requeue(Duration::ZERO));
+        // The write's own watch event brings the object back.
+        return Ok(Action::await_change());
     };
     if bool_at(behavior, &["neverBoots"]) {
         // Once, not at every 30 s look: the condition remembers it was said.
@@ -155,7 +165,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             "failure injection: this machine never boots (spec.behavior.neverBoots)",
         );
         update_status(&api, &object, json!({"ready": false, "conditions": list})).await?;
-        return Ok(Action::requeue(Duration::from_secs(30)));
+        return Ok(lariat_controllers::resync());
     }
     let delay = duration(&behavior["provisioningDelay"]).unwrap_or_default();
     if booting_for < delay {
@@ -180,7 +190,13 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     }
     let address = simulated_address(&name);
     let nodes: Api<Node> = Api::all(workload);
-    if nodes.get_opt(&name).await?.is_none() {
+    // Whether the Node has joined, from core's cache of the cluster's Nodes when it has one (a
+    // booted machine costs no request), else from the cluster itself.
+    let joined = match ctx.caches.nodes(&namespace, &cluster).await? {
+        Some(cache) if cache.is_healthy() => cache.get_now("", &name).is_some(),
+        _ => nodes.get_opt(&name).await?.is_some(),
+    };
+    if !joined {
         let control_plane = machine
             .labels()
             .contains_key("cluster.x-k8s.io/control-plane");
@@ -224,6 +240,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
+    }
+    if !annotations.contains_key(BOOTED) {
         patch(
             &api,
             &name,
@@ -268,7 +286,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             .await;
         return Ok(Action::await_change());
     }
-    Ok(Action::requeue(Duration::from_secs(60)))
+    // Its own changes and its Machine's wake it.
+    Ok(lariat_controllers::resync())
 }
 
 /// Writes status only when it changed, so a settled machine costs no writes.

@@ -18,6 +18,7 @@ use lariat_controllers::{Error, conditions};
 use serde_json::{Value, json};
 
 use crate::capi;
+use lariat_controllers::cache::{Caches, IndexKey};
 
 pub const FINALIZER: &str = "kubeadm.controlplane.cluster.x-k8s.io";
 pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
@@ -26,15 +27,23 @@ const API_VERSION: &str = "controlplane.cluster.x-k8s.io/v1beta1";
 
 pub struct Context {
     pub client: kube::Client,
+    pub caches: Arc<Caches>,
     /// Events for `kubectl describe kcp`.
     pub events: lariat_controllers::events::Recorder,
 }
 
 impl Context {
+    /// A context with caches of its own (tests that call the reconciler directly).
     pub fn new(client: kube::Client) -> Context {
+        Context::with_caches(Caches::new(client))
+    }
+
+    pub fn with_caches(caches: Arc<Caches>) -> Context {
+        let client = caches.client().clone();
         Context {
             events: lariat_controllers::events::Recorder::new(client.clone()),
             client,
+            caches,
         }
     }
 
@@ -82,15 +91,9 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
     let machines_api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
-    let selector = format!("{CONTROL_PLANE_NAME_LABEL}={name}");
     let uid = kcp.uid().unwrap_or_default();
-    let machines: Vec<DynamicObject> = machines_api
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .into_iter()
-        .filter(|m| m.owner_references().iter().any(|o| o.uid == uid))
-        .collect();
+    let machines_cache = ctx.caches.of(&capi("Machine"));
+    let machines: Vec<Arc<DynamicObject>> = machines_cache.indexed(IndexKey::Owner(&uid)).await?;
 
     if kcp.metadata.deletion_timestamp.is_some() {
         for machine in machines
@@ -108,20 +111,25 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     if ensure_finalizer(&api, &kcp, FINALIZER).await? {
-        return Ok(Action::requeue(Duration::ZERO));
+        // The write's own watch event brings the object back.
+        return Ok(Action::await_change());
     }
-    // Contract: core sets the Cluster as owner; until then, wait.
+    // Contract: core sets the Cluster as owner (a write that wakes this object); until then,
+    // wait.
     let Some(cluster) = kcp
         .owner_references()
         .iter()
         .find(|o| o.kind == "Cluster")
         .map(|o| o.name.clone())
     else {
-        return Ok(Action::requeue(Duration::from_millis(500)));
+        return Ok(Action::await_change());
     };
-    let clusters: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Cluster"));
-    let Some(cluster_object) = clusters.get_opt(&cluster).await? else {
+    let Some(cluster_object) = ctx
+        .caches
+        .of(&capi("Cluster"))
+        .get(&namespace, &cluster)
+        .await?
+    else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
     if obj::bool_at(&cluster_object.data, &["spec", "paused"])
@@ -130,10 +138,11 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::await_change());
     }
     if !obj::bool_at(&cluster_object.data, &["status", "infrastructureReady"]) {
-        return Ok(Action::requeue(Duration::from_millis(500)));
+        // The Cluster's change wakes it.
+        return Ok(lariat_controllers::resync());
     }
     lariat_controllers::external::adopt_template(
-        &ctx.client,
+        &ctx.caches,
         &namespace,
         &kcp.data["spec"]["machineTemplate"]["infrastructureRef"],
         &cluster_object,
@@ -143,6 +152,7 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let desired = i64_at(&kcp.data, &["spec", "replicas"]).unwrap_or(1).max(0) as usize;
     let live: Vec<&DynamicObject> = machines
         .iter()
+        .map(|m| m.as_ref())
         .filter(|m| m.metadata.deletion_timestamp.is_none())
         .collect();
     let deleting = machines.len() - live.len();
@@ -176,7 +186,7 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         // One change at a time: act only when every Machine runs and none is being deleted.
         if live.len() < desired || (!stale.is_empty() && live.len() == desired) {
             let domain = least_used_domain(&domains, &live);
-            create_machine(
+            let created = create_machine(
                 &ctx,
                 &kcp,
                 &cluster,
@@ -184,6 +194,8 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
                 domain,
             )
             .await?;
+            // The next reconcile must count it (Cluster API's expectations).
+            machines_cache.observed(&namespace, &[created], &[]).await?;
         } else if live.len() > desired {
             // Outdated machines go first; otherwise the oldest in the most crowded domain.
             let victim = stale.first().map(|m| **m).or_else(|| {
@@ -202,6 +214,9 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
                 {
                     let message = format!("Deleted control-plane machine {:?}", victim.name_any());
                     ctx.event(&kcp, "SuccessfulDelete", &message).await;
+                    machines_cache
+                        .observed(&namespace, &[], &[victim.name_any()])
+                        .await?;
                 }
             }
         }
@@ -279,11 +294,8 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if changed {
         patch_status(&api, &name, status).await?;
     }
-    Ok(if all_ready {
-        Action::requeue(Duration::from_secs(30))
-    } else {
-        Action::requeue(Duration::from_millis(500))
-    })
+    // Its Machines' and its Cluster's changes wake it.
+    Ok(lariat_controllers::resync())
 }
 
 /// The failure domains the Cluster offers for control-plane machines, sorted by name.
@@ -435,7 +447,7 @@ async fn create_machine(
     cluster: &str,
     first: bool,
     failure_domain: Option<String>,
-) -> Result<(), Error> {
+) -> Result<String, Error> {
     let namespace = kcp.namespace().unwrap_or_default();
     let kcp_name = kcp.name_any();
     let name = format!("{kcp_name}-{}", obj::random_suffix());
@@ -484,7 +496,8 @@ async fn create_machine(
         format!("Created control-plane machine {name:?}")
     };
     ctx.event(kcp, "SuccessfulCreate", &message).await;
-    ensure_parts(ctx, kcp, cluster, &name, first).await
+    ensure_parts(ctx, kcp, cluster, &name, first).await?;
+    Ok(name)
 }
 
 /// Marks the control-plane Machine that runs `kubeadm init`.
@@ -517,7 +530,13 @@ async fn ensure_parts(
         &namespace,
         &crate::kubeadm_config_resource(),
     );
-    if configs.get_opt(name).await?.is_none() {
+    if ctx
+        .caches
+        .of(&crate::kubeadm_config_resource())
+        .get(&namespace, name)
+        .await?
+        .is_none()
+    {
         let mut config_spec = kcp.data["spec"]["kubeadmConfigSpec"].clone();
         if !config_spec.is_object() {
             config_spec = json!({});
@@ -539,11 +558,11 @@ async fn ensure_parts(
     }
     let template = infrastructure_template(kcp)?;
     if clone_target(&template, name)?
-        .get(&ctx.client, &namespace)
+        .get(&ctx.caches, &namespace)
         .await?
         .is_none()
     {
-        clone_template(&ctx.client, &namespace, &template, name, &labels, owner).await?;
+        clone_template(&ctx.caches, &namespace, &template, name, &labels, owner).await?;
     }
     Ok(())
 }

@@ -16,11 +16,11 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::Client;
-use kube::api::{Api, DynamicObject};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
 use kube::core::ApiResource;
-use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use lariat_controllers::cache::{Caches, IndexKey};
 
 pub mod certs;
 pub mod cloudinit;
@@ -51,20 +51,43 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// A shared cache could not answer (its watch fails).
+    #[error(transparent)]
+    Cache(lariat_controllers::Error),
+}
+
+impl From<lariat_controllers::Error> for Error {
+    fn from(error: lariat_controllers::Error) -> Error {
+        match error {
+            lariat_controllers::Error::Kube(e) => Error::Kube(e),
+            lariat_controllers::Error::UnknownKind { kind, source } => {
+                Error::UnknownKind { kind, source }
+            }
+            other => Error::Cache(other),
+        }
+    }
 }
 
 /// Shared by every reconcile.
 pub struct Context {
     pub client: Client,
+    pub caches: Arc<Caches>,
     /// Events for `kubectl describe kubeadmconfig`.
     pub events: lariat_controllers::events::Recorder,
 }
 
 impl Context {
+    /// A context with caches of its own (tests that call the reconciler directly).
     pub fn new(client: Client) -> Context {
+        Context::with_caches(Caches::new(client))
+    }
+
+    pub fn with_caches(caches: Arc<Caches>) -> Context {
+        let client = caches.client().clone();
         Context {
             events: lariat_controllers::events::Recorder::new(client.clone()),
             client,
+            caches,
         }
     }
 }
@@ -83,53 +106,40 @@ pub fn kubeadm_config_resource() -> ApiResource {
 pub(crate) use lariat_controllers::capi;
 
 /// Retries failed reconciles with a short delay; the error is logged with the object's key.
-/// Runs the KubeadmConfig controller (provider `bootstrap-kubeadm`) until `shutdown` resolves.
+/// Runs the KubeadmConfig controller (provider `bootstrap-kubeadm`) until `shutdown` resolves,
+/// on the process's shared caches.
 ///
 /// Besides its own kind it watches Clusters (infrastructure readiness and initialization gate
 /// every config of the cluster) and Machines (a Machine adopting its config), so waiting configs
 /// move as soon as what they wait for changes; the periodic requeues are only a fallback.
 pub async fn run_bootstrap(
-    client: Client,
+    caches: Arc<Caches>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let context = Arc::new(Context::new(client.clone()));
+    let context = Arc::new(Context::with_caches(caches.clone()));
     let config = kubeadm_config_resource();
-    let all = |resource: &ApiResource| Api::<DynamicObject>::all_with(client.clone(), resource);
+    let configs = caches.of(&config);
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
-
-    let controller = Controller::new_with(all(&config), watcher::Config::default(), config.clone());
-    let store = controller.store();
-    let cluster_config = config.clone();
+    let cluster_configs = configs.clone();
     let machine_config = config.clone();
-    controller
-        .watches_with(
-            all(&capi("Cluster")),
-            capi("Cluster"),
-            watcher::Config::default(),
-            move |cluster: DynamicObject| {
-                let namespace = cluster.metadata.namespace.clone();
-                let name = cluster.metadata.name.clone();
-                let resource = cluster_config.clone();
-                store
-                    .state()
-                    .into_iter()
-                    .filter(|c| {
-                        c.metadata.namespace == namespace
-                            && c.metadata
-                                .labels
-                                .as_ref()
-                                .and_then(|l| l.get(lariat_api::capi::labels::CLUSTER_NAME))
-                                == name.as_ref()
+    lariat_controllers::controller_on(&configs)
+        .watches_shared_stream_with(
+            caches.of(&capi("Cluster")).changes(),
+            move |cluster: Arc<DynamicObject>| {
+                cluster_configs
+                    .indexed_now(IndexKey::Cluster {
+                        namespace: cluster.metadata.namespace.as_deref().unwrap_or_default(),
+                        name: cluster.metadata.name.as_deref().unwrap_or_default(),
                     })
-                    .map(|c| ObjectRef::from_obj_with(c.as_ref(), resource.clone()))
+                    .iter()
+                    .map(|c| ObjectRef::from_obj_with(c.as_ref(), config.clone()))
                     .collect::<Vec<_>>()
             },
+            capi("Cluster"),
         )
-        .watches_with(
-            all(&capi("Machine")),
-            capi("Machine"),
-            watcher::Config::default(),
-            move |machine: DynamicObject| {
+        .watches_shared_stream_with(
+            caches.of(&capi("Machine")).changes(),
+            move |machine: Arc<DynamicObject>| {
                 let reference = &machine.data["spec"]["bootstrap"]["configRef"];
                 let ours = reference["kind"] == "KubeadmConfig"
                     && reference["apiVersion"]
@@ -141,6 +151,7 @@ pub async fn run_bootstrap(
                         ObjectRef::new_with(name, machine_config.clone()).within(namespace)
                     })
             },
+            capi("Machine"),
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(
@@ -153,29 +164,48 @@ pub async fn run_bootstrap(
 }
 
 /// Runs the KubeadmControlPlane controller (provider `control-plane-kubeadm`) until `shutdown`
-/// resolves.
+/// resolves, on the process's shared caches.
 pub async fn run_control_plane(
-    client: Client,
+    caches: Arc<Caches>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let all = |resource: &ApiResource| Api::<DynamicObject>::all_with(client.clone(), resource);
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
-    kube::runtime::Controller::new_with(
-        all(&control_plane::resource()),
-        watcher::Config::default(),
-        control_plane::resource(),
-    )
-    .owns_with(
-        all(&capi("Machine")),
-        capi("Machine"),
-        watcher::Config::default(),
-    )
-    .graceful_shutdown_on(shutdown)
-    .run(
-        control_plane::reconcile,
-        lariat_controllers::error_policy,
-        Arc::new(control_plane::Context::new(client.clone())),
-    )
-    .for_each(lariat_controllers::finished("kubeadmcontrolplane"))
-    .await;
+    let owner = control_plane::resource();
+    let referred = control_plane::resource();
+    lariat_controllers::controller_on(&caches.of(&control_plane::resource()))
+        // Its Cluster's infrastructure becoming ready is what a new control plane waits for.
+        .watches_shared_stream_with(
+            caches.of(&capi("Cluster")).changes(),
+            move |cluster: Arc<DynamicObject>| {
+                let reference = &cluster.data["spec"]["controlPlaneRef"];
+                let name = reference["name"]
+                    .as_str()
+                    .filter(|_| reference["kind"] == referred.kind.as_str())?;
+                Some(
+                    ObjectRef::new_with(name, referred.clone())
+                        .within(cluster.metadata.namespace.as_deref()?),
+                )
+            },
+            capi("Cluster"),
+        )
+        .watches_shared_stream_with(
+            caches.of(&capi("Machine")).changes(),
+            move |machine: Arc<DynamicObject>| {
+                let namespace = machine.metadata.namespace.as_deref()?;
+                let reference = machine
+                    .owner_references()
+                    .iter()
+                    .find(|o| o.controller == Some(true) && o.kind == owner.kind)?;
+                Some(ObjectRef::new_with(&reference.name, owner.clone()).within(namespace))
+            },
+            capi("Machine"),
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(
+            control_plane::reconcile,
+            lariat_controllers::error_policy,
+            Arc::new(control_plane::Context::with_caches(caches)),
+        )
+        .for_each(lariat_controllers::finished("kubeadmcontrolplane"))
+        .await;
 }

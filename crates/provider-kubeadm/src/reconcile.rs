@@ -22,6 +22,7 @@ use crate::lock::{self, Lock};
 use crate::object::{bool_at, key, str_at, write_status};
 use crate::secrets::{self, Certificates, DataSecret};
 use crate::{Context, Error, capi, kubeadm_config_resource};
+use lariat_controllers::cache::Caches;
 use lariat_controllers::events::EventType;
 
 /// Label on each data Secret recording which kubeadm role it was rendered for. The init
@@ -40,7 +41,7 @@ const INVALID_CONFIGURATION_FAILURE: &str = "InvalidConfiguration";
 /// config; they are always workers).
 struct ConfigOwner {
     kind: String,
-    object: DynamicObject,
+    object: Arc<DynamicObject>,
 }
 
 impl ConfigOwner {
@@ -104,29 +105,14 @@ fn owner_reference(config: &DynamicObject) -> Option<(String, String, String, St
 }
 
 async fn get_owner(
-    client: &Client,
+    caches: &Caches,
     namespace: &str,
     (api_version, kind, name, uid): (String, String, String, String),
 ) -> Result<Option<ConfigOwner>, Error> {
-    let resource = if kind == "Machine" {
-        capi("Machine")
-    } else {
-        let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
-        let gvk = kube::core::GroupVersionKind::gvk(group, version, &kind);
-        match kube::discovery::pinned_kind(client, &gvk).await {
-            Ok((resource, _)) => resource,
-            // MachinePool has no controller in lariat yet; a config it owns waits quietly.
-            Err(source) => {
-                return Err(Error::UnknownKind {
-                    kind: format!("{kind}.{api_version}"),
-                    source,
-                });
-            }
-        }
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-    Ok(api
-        .get_opt(&name)
+    // MachinePool has no controller in lariat yet; a config it owns waits quietly.
+    let cache = caches.of_kind(&api_version, &kind).await?;
+    Ok(cache
+        .get(namespace, &name)
         .await?
         // A Machine recreated under the same name is not this config's owner.
         .filter(|o| o.uid().as_deref() == Some(uid.as_str()))
@@ -146,7 +132,7 @@ pub async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     let Some(reference) = owner_reference(&config) else {
         return Ok(Action::await_change());
     };
-    let owner = match get_owner(&ctx.client, &namespace, reference).await {
+    let owner = match get_owner(&ctx.caches, &namespace, reference).await {
         Ok(Some(owner)) => owner,
         Ok(None) => return Ok(Action::requeue(WAIT)),
         Err(Error::UnknownKind { kind, .. }) => {
@@ -163,9 +149,12 @@ pub async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     let Some(cluster_name) = cluster_name else {
         return Ok(Action::requeue(WAIT));
     };
-    let clusters: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Cluster"));
-    let Some(cluster) = clusters.get_opt(&cluster_name).await? else {
+    let Some(cluster) = ctx
+        .caches
+        .of(&capi("Cluster"))
+        .get(&namespace, &cluster_name)
+        .await?
+    else {
         return Ok(Action::requeue(WAIT));
     };
     // Contract: no change to the config or anything else while paused.
@@ -179,6 +168,7 @@ pub async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
 
     let mut scope = Scope {
         client: ctx.client.clone(),
+        caches: &ctx.caches,
         events: &ctx.events,
         config: &config,
         owner: &owner,
@@ -198,6 +188,7 @@ pub async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
 /// What one reconcile works with, and the status it builds.
 struct Scope<'a> {
     client: Client,
+    caches: &'a Caches,
     events: &'a lariat_controllers::events::Recorder,
     config: &'a DynamicObject,
     owner: &'a ConfigOwner,
@@ -264,9 +255,12 @@ impl Scope<'_> {
         if bool_at(&self.status, &["ready"])
             && let Some(secret) = str_at(&self.status, &["dataSecretName"]).map(String::from)
         {
-            let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-                Api::namespaced(self.client.clone(), &self.namespace());
-            match secrets.get_opt(&secret).await? {
+            let cached = self
+                .caches
+                .secrets()
+                .get(&self.namespace(), &secret)
+                .await?;
+            match cached {
                 Some(data) => {
                     cond::mark_true(&mut self.conditions, cond::DATA_SECRET_AVAILABLE);
                     let init = data.labels().get(ROLE_LABEL).map(String::as_str)

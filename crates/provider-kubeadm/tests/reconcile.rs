@@ -317,7 +317,7 @@ async fn first_control_plane_inits_and_the_others_join_once_initialized() {
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(lariat_provider_kubeadm::run_bootstrap(
-        h.client.clone(),
+        lariat_controllers::cache::Caches::new(h.client.clone()),
         async move {
             let _ = stopped.await;
         },
