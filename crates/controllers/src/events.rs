@@ -89,13 +89,10 @@ impl Recorder {
         let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let known = self.published.lock().expect("lock").get(&key).copied();
-        let so_far = match known {
-            Some(count) => Some(count),
-            None => events.get_opt(&name).await?.map(|e| e.count.unwrap_or(1)),
-        };
-        let count = match so_far {
+        let count = match known {
             Some(count) if self.bump(&events, &name, count + 1, &now).await? => count + 1,
-            // Never published, or expired since: a new Event.
+            // Not published by this process yet, or expired since: a new Event, created
+            // without asking first (most are new; one that exists answers 409).
             _ => {
                 let event: Event = serde_json::from_value(json!({
                     "metadata": {"name": name, "namespace": namespace},
@@ -118,10 +115,15 @@ impl Recorder {
                 .expect("a well-formed Event");
                 match events.create(&PostParams::default(), &event).await {
                     Ok(_) => 1,
-                    // Another writer created it meanwhile.
+                    // Published before a restart, or by another writer: counted once more.
                     Err(kube::Error::Api(e)) if e.code == 409 => {
-                        self.bump(&events, &name, 2, &now).await?;
-                        2
+                        let so_far = events
+                            .get_opt(&name)
+                            .await?
+                            .and_then(|e| e.count)
+                            .unwrap_or(1);
+                        self.bump(&events, &name, so_far + 1, &now).await?;
+                        so_far + 1
                     }
                     Err(e) => return Err(e),
                 }

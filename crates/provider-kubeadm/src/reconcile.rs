@@ -324,7 +324,7 @@ impl Scope<'_> {
             &[Purpose::ClusterCa]
         };
         let certificates =
-            match secrets::certificates(&self.client, self.cluster, purposes, role == Role::Init)
+            match secrets::certificates(self.caches, self.cluster, purposes, role == Role::Init)
                 .await
             {
                 Ok(Certificates::Available(certificates)) => {
@@ -368,7 +368,7 @@ impl Scope<'_> {
                 Err(e) => return Err(e),
             };
 
-        let token = match secrets::join_token(&self.client, self.cluster).await? {
+        let token = match secrets::join_token(self.caches, self.cluster).await? {
             Ok(token) => token,
             Err(message) => {
                 cond::mark_false(

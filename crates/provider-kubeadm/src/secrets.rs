@@ -13,6 +13,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, ObjectMeta};
 use kube::{Client, ResourceExt};
+use lariat_controllers::cache::Caches;
 
 use crate::Error;
 use crate::certs::{self, ClusterCertificates, KeyPairPem, Purpose};
@@ -57,6 +58,18 @@ fn cluster_secret(
 }
 
 /// Creates `secret` unless one of that name exists; returns the one that exists afterwards.
+/// A Secret from the shared cache. One not there yet (created a moment ago by another
+/// reconcile) is created again, answered 409, and then read from the API.
+async fn cached(caches: &Caches, namespace: &str, name: &str) -> Result<Option<Secret>, Error> {
+    let Some(object) = caches.secrets().get(namespace, name).await? else {
+        return Ok(None);
+    };
+    let secret = serde_json::to_value(object.as_ref())
+        .and_then(serde_json::from_value)
+        .map_err(|e| lariat_controllers::Error::Invalid(format!("Secret {name}: {e}")))?;
+    Ok(Some(secret))
+}
+
 async fn create_if_absent(api: &Api<Secret>, secret: Secret) -> Result<Secret, Error> {
     match api.create(&post_params(), &secret).await {
         Ok(created) => Ok(created),
@@ -78,18 +91,18 @@ fn text(secret: &Secret, key: &str) -> String {
 /// The key pairs `purposes` names, generating missing ones when `generate` (init only:
 /// generating a CA for a join would make a node that trusts nothing the cluster runs).
 pub async fn certificates(
-    client: &Client,
+    caches: &Caches,
     cluster: &DynamicObject,
     purposes: &[Purpose],
     generate: bool,
 ) -> Result<Certificates, Error> {
-    let api: Api<Secret> =
-        Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default());
+    let namespace = cluster.namespace().unwrap_or_default();
+    let api: Api<Secret> = Api::namespaced(caches.client().clone(), &namespace);
     let mut pairs = vec![];
     let mut missing = vec![];
     for &purpose in purposes {
         let name = purpose.secret_name(&cluster.name_any());
-        let secret = match api.get_opt(&name).await? {
+        let secret = match cached(caches, &namespace, &name).await? {
             Some(secret) => secret,
             None if generate => {
                 let pair = certs::generate(purpose)?;
@@ -131,13 +144,13 @@ pub fn token_secret_name(cluster: &str) -> String {
 /// (so it can be copied there as it is), but Cluster API's type: it is not a token of the
 /// management cluster. `Err` carries a message when a stored token is unreadable.
 pub async fn join_token(
-    client: &Client,
+    caches: &Caches,
     cluster: &DynamicObject,
 ) -> Result<Result<BootstrapToken, String>, Error> {
-    let api: Api<Secret> =
-        Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default());
+    let namespace = cluster.namespace().unwrap_or_default();
+    let api: Api<Secret> = Api::namespaced(caches.client().clone(), &namespace);
     let name = token_secret_name(&cluster.name_any());
-    let secret = match api.get_opt(&name).await? {
+    let secret = match cached(caches, &namespace, &name).await? {
         Some(secret) => secret,
         None => {
             let token = BootstrapToken::generate();
