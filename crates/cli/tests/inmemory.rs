@@ -187,10 +187,26 @@ fn failure_injection_never_boots_and_not_ready_later() {
         let list = machines(&server);
         list.len() == 2 && list.iter().all(|m| m["status"]["phase"] == "Running")
     });
-    // Core looks at a running Machine's Node every 30 s.
+    // The simulated kubelets say NotReady 2 s after they booted ...
+    eventually("both nodes turn NotReady", || {
+        server
+            .kubectl_ok(&[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=NodeNotReady",
+                "-o",
+                "name",
+            ])
+            .lines()
+            .count()
+            == 2
+    });
+    // ... and the watch of the cluster's Nodes brings that to the Machines at once (it took up
+    // to 30 s when core looked at Nodes on a timer).
     common::eventually_within(
-        std::time::Duration::from_secs(45),
-        "nodes turn NotReady and machines report it",
+        std::time::Duration::from_secs(5),
+        "machines report their NotReady nodes",
         || {
             machines(&server).iter().all(|m| {
                 m["status"]["conditions"]

@@ -1,0 +1,261 @@
+//! The shared caches against a real lariat API (in-process for the management plane, served
+//! over HTTPS for a workload cluster): what they hold, how they relate objects, what they wake.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use kube::{Client, ResourceExt};
+use lariat_controllers::cache::{Caches, IndexKey};
+use serde_json::json;
+
+const NS: &str = "default";
+
+async fn server(serve: bool) -> (Client, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(lariat_store::memory::MemoryStore::new());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server =
+        lariat_apiserver::Server::start(lariat_apiserver::Config::new(dir.path()), store, listener)
+            .await
+            .unwrap();
+    let client = server.local_client();
+    if serve {
+        tokio::spawn(server.serve(std::future::pending()));
+    }
+    let kubeconfig = std::fs::read_to_string(dir.path().join("kubeconfig.yaml")).unwrap();
+    (client, kubeconfig, dir)
+}
+
+fn config_maps() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
+}
+
+async fn create(
+    client: &Client,
+    resource: &ApiResource,
+    object: serde_json::Value,
+) -> DynamicObject {
+    Api::<DynamicObject>::namespaced_with(client.clone(), NS, resource)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(object).unwrap(),
+        )
+        .await
+        .unwrap()
+}
+
+fn names(objects: &[Arc<DynamicObject>]) -> Vec<String> {
+    objects.iter().map(|o| o.name_any()).collect()
+}
+
+/// Polls the cache (it follows a watch) until `check` holds, for at most 10 s.
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn indexes_relate_objects_and_follow_their_changes() {
+    let (client, _, _dir) = server(false).await;
+    let owner = create(
+        &client,
+        &config_maps(),
+        json!({"metadata": {"name": "owner"}}),
+    )
+    .await;
+    let owner_uid = owner.uid().unwrap();
+    create(
+        &client,
+        &config_maps(),
+        json!({"metadata": {"name": "a-1", "labels": {"cluster.x-k8s.io/cluster-name": "a"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner_uid}]}}),
+    )
+    .await;
+    create(
+        &client,
+        &config_maps(),
+        json!({"metadata": {"name": "b-1", "labels": {"cluster.x-k8s.io/cluster-name": "b"}}}),
+    )
+    .await;
+    let caches = Caches::new(client.clone());
+    let cache = caches.of(&config_maps());
+    let in_a = IndexKey::Cluster {
+        namespace: NS,
+        name: "a",
+    };
+    assert_eq!(names(&cache.indexed(in_a).await.unwrap()), ["a-1"]);
+    assert_eq!(
+        names(&cache.indexed(IndexKey::Owner(&owner_uid)).await.unwrap()),
+        ["a-1"]
+    );
+
+    // A relabelled object moves to its new cluster; a deleted one leaves every index.
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &config_maps());
+    api.patch(
+        "b-1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "a"}}})),
+    )
+    .await
+    .unwrap();
+    until("b-1 joins cluster a", || cache.indexed_now(in_a).len() == 2).await;
+    assert!(
+        cache
+            .indexed_now(IndexKey::Cluster {
+                namespace: NS,
+                name: "b"
+            })
+            .is_empty()
+    );
+    api.delete("a-1", &DeleteParams::default()).await.unwrap();
+    until("a-1 is gone", || names(&cache.indexed_now(in_a)) == ["b-1"]).await;
+    assert!(cache.indexed_now(IndexKey::Owner(&owner_uid)).is_empty());
+    assert!(cache.get(NS, "a-1").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_subscriber_gets_every_object_then_each_change_and_sees_its_own_creations() {
+    let (client, _, _dir) = server(false).await;
+    create(
+        &client,
+        &config_maps(),
+        json!({"metadata": {"name": "before"}}),
+    )
+    .await;
+    let caches = Caches::new(client.clone());
+    let cache = caches.of(&config_maps());
+    cache.synced().await.unwrap();
+    let mut changes = Box::pin(cache.changes());
+    let first = tokio::time::timeout(Duration::from_secs(10), changes.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.name_any(), "before", "the objects present come first");
+
+    // What a reconcile just created is in the cache once `observed` returns, so the next
+    // reconcile counts it (a MachineSet would otherwise create its Machines twice).
+    create(
+        &client,
+        &config_maps(),
+        json!({"metadata": {"name": "after"}}),
+    )
+    .await;
+    cache
+        .observed(NS, &["after".to_string()], &[])
+        .await
+        .unwrap();
+    assert!(cache.get_now(NS, "after").is_some());
+    let next = tokio::time::timeout(Duration::from_secs(10), changes.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.name_any(), "after");
+}
+
+#[tokio::test]
+async fn a_kind_is_watched_from_its_first_reference_and_its_changes_reach_every_subscriber() {
+    let (client, _, _dir) = server(false).await;
+    let caches = Caches::new(client.clone());
+    let mut every = Box::pin(caches.every_change());
+    // Referenced by apiVersion and kind, as a Cluster names its infrastructure.
+    let cache = caches.of_kind("v1", "ConfigMap").await.unwrap();
+    create(
+        &client,
+        &config_maps(),
+        json!({"metadata": {"name": "infra"}}),
+    )
+    .await;
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let object = every.next().await.unwrap();
+            if object.name_any() == "infra" {
+                return object;
+            }
+        }
+    })
+    .await
+    .expect("the new kind's change reaches every_change");
+    assert_eq!(seen.types.as_ref().unwrap().kind, "ConfigMap");
+    assert!(cache.get(NS, "infra").await.unwrap().is_some());
+    assert!(matches!(
+        caches.of_kind("example.com/v1", "Nothing").await,
+        Err(lariat_controllers::Error::UnknownKind { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_workload_clusters_nodes_are_watched_through_its_kubeconfig_secret() {
+    let (management, _, _dir) = server(false).await;
+    let (workload, kubeconfig, _workload_dir) = server(true).await;
+    let caches = Caches::new(management.clone());
+    assert!(
+        caches.nodes(NS, "work").await.unwrap().is_none(),
+        "no kubeconfig Secret, no cache"
+    );
+    use base64::Engine;
+    create(
+        &management,
+        &ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
+        json!({"metadata": {"name": "work-kubeconfig"},
+            "data": {"value": base64::engine::general_purpose::STANDARD.encode(&kubeconfig)}}),
+    )
+    .await;
+    until("the Secret cache holds the kubeconfig", || {
+        caches.secrets().get_now(NS, "work-kubeconfig").is_some()
+    })
+    .await;
+    let mut woken = Box::pin(caches.node_changes());
+    let nodes = caches
+        .nodes(NS, "work")
+        .await
+        .unwrap()
+        .expect("a Node cache");
+    assert!(nodes.is_healthy(), "a reachable cluster is listed at once");
+
+    let node: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1"}, "spec": {"providerID": "test:///n1"},
+    }))
+    .unwrap();
+    Api::<DynamicObject>::all_with(
+        workload.clone(),
+        &ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&()),
+    )
+    .create(&PostParams::default(), &node)
+    .await
+    .unwrap();
+    let change = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let change = woken.next().await.unwrap();
+            if change.provider_id.as_deref() == Some("test:///n1") {
+                return change;
+            }
+        }
+    })
+    .await
+    .expect("the new Node wakes whoever has its providerID");
+    assert_eq!(
+        (change.namespace.as_str(), change.cluster.as_str()),
+        (NS, "work")
+    );
+    assert_eq!(
+        names(&nodes.indexed_now(IndexKey::ProviderId("test:///n1"))),
+        ["n1"]
+    );
+    // The same Secret, the same cache; no Secret, no cache.
+    assert!(Arc::ptr_eq(
+        &nodes,
+        &caches.nodes(NS, "work").await.unwrap().unwrap()
+    ));
+    caches.forget_workload(NS, "work");
+    assert!(!Arc::ptr_eq(
+        &nodes,
+        &caches.nodes(NS, "work").await.unwrap().unwrap()
+    ));
+}
