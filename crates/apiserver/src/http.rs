@@ -1306,18 +1306,31 @@ async fn watch(
     let events = state.resources.watch(scope, params).await?;
     let columns = table::columns(&scope.rt, &scope.version);
     let lines = events.map(move |event| {
-        let object = match format {
+        let rendered = match format {
             Format::Table(include) if matches!(event.kind, "ADDED" | "MODIFIED" | "DELETED") => {
                 let metadata =
-                    json!({"resourceVersion": event.object["metadata"]["resourceVersion"]});
-                table::table(&columns, &[event.object], include, metadata)
+                    json!({"resourceVersion": event.object.value["metadata"]["resourceVersion"]});
+                let row = table::table(
+                    &columns,
+                    std::slice::from_ref(&event.object.value),
+                    include,
+                    metadata,
+                );
+                Some(serde_json::to_vec(&row).unwrap_or_default())
             }
-            Format::Metadata if event.kind != "ERROR" => table::partial(&event.object),
-            _ => event.object,
+            Format::Metadata if event.kind != "ERROR" => {
+                Some(serde_json::to_vec(&table::partial(&event.object.value)).unwrap_or_default())
+            }
+            _ => None,
         };
-        let mut line =
-            serde_json::to_vec(&json!({"type": event.kind, "object": object})).unwrap_or_default();
-        line.push(b'\n');
+        // The object's JSON is shared by every watcher the change goes to (watch::Fanout).
+        let object = rendered.as_deref().unwrap_or_else(|| event.object.json());
+        let mut line = Vec::with_capacity(object.len() + 32);
+        line.extend_from_slice(b"{\"type\":\"");
+        line.extend_from_slice(event.kind.as_bytes());
+        line.extend_from_slice(b"\",\"object\":");
+        line.extend_from_slice(object);
+        line.extend_from_slice(b"}\n");
         Ok::<_, std::convert::Infallible>(Bytes::from(line))
     });
     let mut response = Response::new(Body::from_stream(lines));

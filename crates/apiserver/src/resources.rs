@@ -98,7 +98,7 @@ impl Scope {
         self.rt.key(self.namespace.as_deref(), name)
     }
 
-    fn api_version(&self) -> String {
+    pub(crate) fn api_version(&self) -> String {
         self.rt.api_version(&self.version)
     }
 
@@ -120,6 +120,8 @@ pub struct Resources {
     pub registry: Registry,
     /// Encrypts Secrets at rest.
     cipher: Arc<Cipher>,
+    /// Recent changes as watchers see them, decoded and encoded once for all of them.
+    pub(crate) fanout: Arc<crate::watch::Fanout>,
 }
 
 impl Resources {
@@ -128,6 +130,7 @@ impl Resources {
             store,
             registry,
             cipher: Arc::new(cipher),
+            fanout: Default::default(),
         }
     }
 

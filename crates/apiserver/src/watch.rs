@@ -1,6 +1,8 @@
 //! Watch: a stream of ADDED / MODIFIED / DELETED / BOOKMARK / ERROR events, resumable from a
 //! resourceVersion, with selectors applied to both the old and the new state of each object.
 
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::stream::{self, BoxStream, StreamExt};
@@ -26,7 +28,70 @@ pub struct WatchParams {
 #[derive(Clone, Debug)]
 pub struct WatchEvent {
     pub kind: &'static str,
-    pub object: Value,
+    pub object: Arc<WatchedObject>,
+}
+
+/// An object as watchers see it: decoded once, and rendered as JSON once, however many
+/// watchers it goes to.
+#[derive(Debug)]
+pub struct WatchedObject {
+    pub value: Value,
+    json: OnceLock<Vec<u8>>,
+}
+
+impl WatchedObject {
+    pub fn new(value: Value) -> Arc<WatchedObject> {
+        Arc::new(WatchedObject {
+            value,
+            json: OnceLock::new(),
+        })
+    }
+
+    /// The object's JSON, rendered by the first watcher that needs it.
+    pub fn json(&self) -> &[u8] {
+        self.json
+            .get_or_init(|| serde_json::to_vec(&self.value).unwrap_or_default())
+    }
+}
+
+/// How many recent object versions [`Fanout`] keeps.
+const FANOUT_ENTRIES: usize = 4096;
+
+/// The objects of recent changes, by storage key, revision and the apiVersion they are served
+/// at: every watcher of a kind decodes each change (its new and its previous state, for
+/// selectors), so without this N watchers cost N decodes and N encodings of every change.
+#[derive(Default)]
+pub struct Fanout {
+    recent: Mutex<FanoutEntries>,
+}
+
+type FanoutKey = (String, i64, String);
+
+#[derive(Default)]
+struct FanoutEntries {
+    objects: HashMap<FanoutKey, Arc<WatchedObject>>,
+    order: VecDeque<FanoutKey>,
+}
+
+impl Fanout {
+    fn get_or_decode(
+        &self,
+        key: FanoutKey,
+        decode: impl FnOnce() -> Option<Value>,
+    ) -> Option<Arc<WatchedObject>> {
+        if let Some(object) = self.recent.lock().expect("lock").objects.get(&key) {
+            return Some(object.clone());
+        }
+        let object = WatchedObject::new(decode()?);
+        let mut recent = self.recent.lock().expect("lock");
+        if recent.order.len() >= FANOUT_ENTRIES
+            && let Some(oldest) = recent.order.pop_front()
+        {
+            recent.objects.remove(&oldest);
+        }
+        recent.order.push_back(key.clone());
+        Some(recent.objects.entry(key).or_insert(object).clone())
+    }
 }
 
 impl Resources {
@@ -55,7 +120,7 @@ impl Resources {
                     .into_iter()
                     .map(|object| WatchEvent {
                         kind: "ADDED",
-                        object,
+                        object: WatchedObject::new(object),
                     })
                     .collect();
                 if params.send_initial_events {
@@ -75,7 +140,7 @@ impl Resources {
                 };
                 return Ok(stream::iter(vec![WatchEvent {
                     kind: "ERROR",
-                    object: error.to_status(),
+                    object: WatchedObject::new(error.to_status()),
                 }])
                 .boxed());
             }
@@ -92,18 +157,24 @@ impl Resources {
                         let error: ApiError = e.into();
                         return Some(WatchEvent {
                             kind: "ERROR",
-                            object: error.to_status(),
+                            object: WatchedObject::new(error.to_status()),
                         });
                     }
                 };
-                let decode = |kv| resources.decode(&scope_for_events, kv).ok();
-                let matches = |o: &Value| {
-                    selectors.label_selector.matches_labels(o)
-                        && selectors.field_selector.matches_fields(o)
+                let api_version = scope_for_events.api_version();
+                let decode = |kv: &lariat_store::KeyValue| {
+                    resources.fanout.get_or_decode(
+                        (kv.key.clone(), kv.mod_revision, api_version.clone()),
+                        || resources.decode(&scope_for_events, kv).ok(),
+                    )
+                };
+                let matches = |o: &WatchedObject| {
+                    selectors.label_selector.matches_labels(&o.value)
+                        && selectors.field_selector.matches_fields(&o.value)
                 };
                 let new = decode(&change.kv)?;
                 let old = change.prev.as_ref().and_then(decode);
-                let was = old.as_ref().is_some_and(matches);
+                let was = old.as_deref().is_some_and(matches);
                 let is = matches(&new);
                 let kind = match (change.kind, was, is) {
                     (EventKind::Delete, true, _) | (EventKind::Delete, false, true) => "DELETED",
@@ -134,7 +205,7 @@ impl Resources {
                             let event = event?;
                             // A stream ends after its first error, as kube-apiserver's do.
                             let is_error = event.kind == "ERROR";
-                            if let Some(rv) = event.object["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()) {
+                            if let Some(rv) = event.object.value["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()) {
                                 last = rv;
                             }
                             Some((event, (events, timeout, last, is_error)))
@@ -157,6 +228,8 @@ fn bookmark(scope: &Scope, revision: i64, initial_events_end: bool) -> WatchEven
     }
     WatchEvent {
         kind: "BOOKMARK",
-        object: json!({"kind": scope.rt.kind, "apiVersion": scope.rt.api_version(&scope.version), "metadata": metadata}),
+        object: WatchedObject::new(
+            json!({"kind": scope.rt.kind, "apiVersion": scope.rt.api_version(&scope.version), "metadata": metadata}),
+        ),
     }
 }

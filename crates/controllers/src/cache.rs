@@ -390,6 +390,8 @@ struct Workload {
     secret_version: String,
 }
 
+type WorkloadSlot = Arc<tokio::sync::Mutex<Option<Workload>>>;
+
 /// A change seen in a workload cluster: a Node (by providerID), or, when the cluster's watch
 /// fails, every Machine of the cluster.
 #[derive(Clone, Debug)]
@@ -406,7 +408,9 @@ pub struct Caches {
     /// Every change of every management cache, for controllers woken by whatever kind their
     /// objects reference (Cluster API's dynamic watches on referenced provider kinds).
     every_change: broadcast::Sender<Arc<DynamicObject>>,
-    workloads: Mutex<HashMap<(String, String), Workload>>,
+    /// Each workload cluster's Node cache, behind a lock of its own: the Machines of a new
+    /// cluster asking at once wait for one cache rather than each making one.
+    workloads: Mutex<HashMap<(String, String), WorkloadSlot>>,
     node_changes: broadcast::Sender<NodeChange>,
 }
 
@@ -492,7 +496,15 @@ impl Caches {
         };
         let version = secret.resource_version().unwrap_or_default();
         let key = (namespace.to_string(), cluster.to_string());
-        if let Some(workload) = self.workloads.lock().expect("lock").get(&key)
+        let slot = self
+            .workloads
+            .lock()
+            .expect("lock")
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let mut slot = slot.lock().await;
+        if let Some(workload) = slot.as_ref()
             && workload.secret_version == version
         {
             return Ok(Some(workload.cache.clone()));
@@ -529,13 +541,10 @@ impl Caches {
         });
         // The forwarder ends with the cache (its feed closes when the cache is dropped).
         drop(forward);
-        self.workloads.lock().expect("lock").insert(
-            key,
-            Workload {
-                cache: cache.clone(),
-                secret_version: version,
-            },
-        );
+        *slot = Some(Workload {
+            cache: cache.clone(),
+            secret_version: version,
+        });
         // A first answer, as Cluster API's ClusterCache connects with a timeout: a reachable
         // cluster is judged at once, an unreachable one reported as such.
         let mut healthy = cache.healthy.clone();

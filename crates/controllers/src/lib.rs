@@ -143,14 +143,24 @@ pub fn error_policy<E: std::fmt::Display, C>(
     Action::requeue(Duration::from_secs(2))
 }
 
+/// What a kube-runtime controller's stream yields for each reconcile.
+pub type ReconcileResult<R, Q> =
+    Result<(ObjectRef<DynamicObject>, Action), controller::Error<R, Q>>;
+
 /// A `for_each` body for a controller's output stream: counts the reconcile, and forgets the
-/// object's logged error once a reconcile succeeds.
-pub fn finished<E>(
+/// object's logged error once a reconcile succeeds. The last change of a deleted object
+/// schedules a reconcile that finds nothing: not counted.
+pub fn finished<R, Q>(
     controller: &'static str,
-) -> impl FnMut(
-    Result<(kube::runtime::reflector::ObjectRef<DynamicObject>, Action), E>,
-) -> std::future::Ready<()> {
+) -> impl FnMut(ReconcileResult<R, Q>) -> std::future::Ready<()>
+where
+    R: std::error::Error + 'static,
+    Q: std::error::Error + 'static,
+{
     move |result| {
+        if matches!(result, Err(controller::Error::ObjectNotFound(_))) {
+            return std::future::ready(());
+        }
         metrics::record(controller, &result);
         if let Ok((object, _)) = &result {
             let key = error_key(

@@ -145,6 +145,12 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         _ => None,
     };
     let reachable = nodes.as_ref().is_some_and(|n| n.is_healthy());
+    if nodes.is_some() && !reachable && machine.data["status"]["nodeRef"].is_object() {
+        // A running Machine's cluster cannot be watched right now: what is known of its Node
+        // stands (a blip must not send it back to Provisioned); look again shortly. A
+        // MachineHealthCheck judges nothing meanwhile either.
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    }
     let node = match (&provider_id, &nodes) {
         (Some(id), Some(nodes)) if reachable => nodes
             .indexed_now(IndexKey::ProviderId(id))

@@ -606,10 +606,12 @@ async fn requests(client: &kube::Client) -> anyhow::Result<RequestCounts> {
 }
 
 /// Requests of `api` between two counts, divided by `per`: the total, then "VERB n" for each
-/// verb, then the resources most asked with GET.
+/// verb, then the resources most read with GET and most written (POST, PUT, PATCH, APPLY,
+/// DELETE).
 fn requests_per(before: &RequestCounts, after: &RequestCounts, api: &str, per: f64) -> String {
     let mut by_verb = std::collections::BTreeMap::<&str, f64>::new();
-    let mut gets = Vec::new();
+    let mut reads = std::collections::BTreeMap::<&str, f64>::new();
+    let mut writes = std::collections::BTreeMap::<&str, f64>::new();
     for ((which, verb, resource), n) in after.iter().filter(|((which, ..), _)| which == api) {
         let delta = n - before
             .get(&(which.clone(), verb.clone(), resource.clone()))
@@ -617,27 +619,39 @@ fn requests_per(before: &RequestCounts, after: &RequestCounts, api: &str, per: f
             .unwrap_or(0.0);
         if delta > 0.0 {
             *by_verb.entry(verb).or_default() += delta / per;
-            if verb == "GET" {
-                gets.push((delta / per, resource.as_str()));
+            match verb.as_str() {
+                "GET" => *reads.entry(resource).or_default() += delta / per,
+                "LIST" | "WATCH" => {}
+                _ => *writes.entry(resource).or_default() += delta / per,
             }
         }
     }
-    gets.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let total: f64 = by_verb.values().sum();
-    let verbs: Vec<String> = by_verb.iter().map(|(v, n)| format!("{v} {n:.1}")).collect();
-    let top: Vec<String> = gets
-        .iter()
-        .take(6)
-        .map(|(n, resource)| format!("{resource} {n:.1}"))
-        .collect();
-    format!(
-        "{total:.1} ({}; GET of {})",
-        verbs.join(", "),
+    let top = |counts: std::collections::BTreeMap<&str, f64>| -> String {
+        let mut counts: Vec<(&str, f64)> = counts.into_iter().collect();
+        counts.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let top: Vec<String> = counts
+            .iter()
+            .take(6)
+            .map(|(resource, n)| format!("{resource} {n:.1}"))
+            .collect();
         if top.is_empty() {
             "nothing".into()
         } else {
             top.join(", ")
         }
+    };
+    // `+ 0.0`: an empty sum of f64 is -0.0.
+    let total: f64 = by_verb.values().sum::<f64>() + 0.0;
+    let verbs: Vec<String> = by_verb.iter().map(|(v, n)| format!("{v} {n:.1}")).collect();
+    format!(
+        "{total:.1} ({}; GET of {}; writes to {})",
+        if verbs.is_empty() {
+            "none".to_string()
+        } else {
+            verbs.join(", ")
+        },
+        top(reads),
+        top(writes)
     )
 }
 
