@@ -163,11 +163,16 @@ impl Cache {
     fn start(
         api: Api<DynamicObject>,
         resource: ApiResource,
+        selector: &str,
         every_change: Option<broadcast::Sender<Arc<DynamicObject>>>,
         on_error: impl Fn(&watcher::Error) + Send + 'static,
     ) -> Cache {
         let mut writer = Writer::new(resource.clone());
         let store = writer.as_reader();
+        let mut config = watcher::Config::default();
+        if !selector.is_empty() {
+            config = config.labels(selector);
+        }
         let index: Arc<RwLock<Index>> = Default::default();
         let (changes, _) = broadcast::channel(CHANGES_BUFFER);
         let (set_healthy, healthy) = watch::channel(false);
@@ -183,7 +188,7 @@ impl Cache {
         let task = {
             let (store, index, resource) = (store.clone(), index.clone(), resource.clone());
             tokio::spawn(async move {
-                let events = watcher(api, watcher::Config::default()).default_backoff();
+                let events = watcher(api, config).default_backoff();
                 futures::pin_mut!(events);
                 let mut last_error = String::new();
                 while let Some(event) = events.next().await {
@@ -404,7 +409,8 @@ pub struct NodeChange {
 /// Every cache of this process.
 pub struct Caches {
     client: Client,
-    kinds: Mutex<HashMap<(String, String), Arc<Cache>>>,
+    /// By apiVersion, kind and label selector (empty: every object of the kind).
+    kinds: Mutex<HashMap<(String, String, String), Arc<Cache>>>,
     /// Every change of every management cache, for controllers woken by whatever kind their
     /// objects reference (Cluster API's dynamic watches on referenced provider kinds).
     every_change: broadcast::Sender<Arc<DynamicObject>>,
@@ -432,7 +438,16 @@ impl Caches {
 
     /// The cache of a kind, started on first use.
     pub fn of(&self, resource: &ApiResource) -> Arc<Cache> {
-        let key = (resource.api_version.clone(), resource.kind.clone());
+        self.of_selected(resource, "")
+    }
+
+    /// The cache of the objects of a kind that match a label selector, started on first use.
+    fn of_selected(&self, resource: &ApiResource, selector: &str) -> Arc<Cache> {
+        let key = (
+            resource.api_version.clone(),
+            resource.kind.clone(),
+            selector.to_string(),
+        );
         let mut kinds = self.kinds.lock().expect("lock");
         kinds
             .entry(key)
@@ -441,6 +456,7 @@ impl Caches {
                 Arc::new(Cache::start(
                     api,
                     resource.clone(),
+                    selector,
                     Some(self.every_change.clone()),
                     |_| {},
                 ))
@@ -450,23 +466,25 @@ impl Caches {
 
     /// The cache of the kind a reference names (found through discovery).
     pub async fn of_kind(&self, api_version: &str, kind: &str) -> Result<Arc<Cache>, Error> {
-        if let Some(cache) = self
-            .kinds
-            .lock()
-            .expect("lock")
-            .get(&(api_version.to_string(), kind.to_string()))
-        {
+        if let Some(cache) = self.kinds.lock().expect("lock").get(&(
+            api_version.to_string(),
+            kind.to_string(),
+            String::new(),
+        )) {
             return Ok(cache.clone());
         }
         let resource = crate::object::resource_for(&self.client, api_version, kind).await?;
         Ok(self.of(&resource))
     }
 
-    /// The management plane's Secrets.
+    /// The management plane's Secrets of Cluster API clusters: those labelled
+    /// `cluster.x-k8s.io/cluster-name` (kubeconfigs, certificates, bootstrap data), as Cluster
+    /// API's controllers cache them. Every other Secret stays out of this process's memory.
     pub fn secrets(&self) -> Arc<Cache> {
-        self.of(&ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(
-            &(),
-        ))
+        self.of_selected(
+            &ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
+            lariat_api::capi::labels::CLUSTER_NAME,
+        )
     }
 
     /// Every change of every kind cached, now and from now on (a cache started later joins
@@ -517,6 +535,7 @@ impl Caches {
         let cache = Arc::new(Cache::start(
             Api::all_with(client, &node_resource()),
             node_resource(),
+            "",
             None,
             move |_| {
                 let _ = notify.send(NodeChange {
@@ -563,11 +582,19 @@ impl Caches {
     /// Waits until every management cache holds what the API holds now: for tests and
     /// benchmarks that call reconcilers directly and must see their own writes.
     pub async fn catch_up(&self) -> Result<(), Error> {
-        let caches: Vec<Arc<Cache>> = self.kinds.lock().expect("lock").values().cloned().collect();
-        for cache in caches {
+        let caches: Vec<(String, Arc<Cache>)> = self
+            .kinds
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|((_, _, selector), cache)| (selector.clone(), cache.clone()))
+            .collect();
+        for (selector, cache) in caches {
             cache.synced().await?;
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), cache.resource());
-            let listed = api.list(&Default::default()).await?;
+            let listed = api
+                .list(&kube::api::ListParams::default().labels(&selector))
+                .await?;
             let want: HashMap<(String, String), String> = listed
                 .items
                 .iter()

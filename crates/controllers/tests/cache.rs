@@ -202,7 +202,15 @@ async fn a_workload_clusters_nodes_are_watched_through_its_kubeconfig_secret() {
     create(
         &management,
         &ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
-        json!({"metadata": {"name": "work-kubeconfig"},
+        json!({"metadata": {"name": "work-kubeconfig", "labels": {"cluster.x-k8s.io/cluster-name": "work"}},
+            "data": {"value": base64::engine::general_purpose::STANDARD.encode(&kubeconfig)}}),
+    )
+    .await;
+    // Without the cluster-name label a Secret is not Cluster API's: not cached, not used.
+    create(
+        &management,
+        &ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
+        json!({"metadata": {"name": "stray-kubeconfig"},
             "data": {"value": base64::engine::general_purpose::STANDARD.encode(&kubeconfig)}}),
     )
     .await;
@@ -210,6 +218,9 @@ async fn a_workload_clusters_nodes_are_watched_through_its_kubeconfig_secret() {
         caches.secrets().get_now(NS, "work-kubeconfig").is_some()
     })
     .await;
+    caches.catch_up().await.unwrap();
+    assert!(caches.secrets().get_now(NS, "stray-kubeconfig").is_none());
+    assert!(caches.nodes(NS, "stray").await.unwrap().is_none());
     let mut woken = Box::pin(caches.node_changes());
     let nodes = caches
         .nodes(NS, "work")

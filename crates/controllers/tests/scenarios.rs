@@ -125,7 +125,7 @@ async fn connect_workload_clusters(client: &Client, given: &[Value], kubeconfig:
         let name = cluster["metadata"]["name"].as_str().unwrap();
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": format!("{name}-kubeconfig")},
+            "metadata": {"name": format!("{name}-kubeconfig"), "labels": {"cluster.x-k8s.io/cluster-name": name}},
             "data": {"value": base64::engine::general_purpose::STANDARD.encode(kubeconfig)},
         });
         secrets
