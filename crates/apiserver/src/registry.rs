@@ -115,6 +115,12 @@ impl ResourceType {
             .unwrap_or(&self.versions[0])
     }
 
+    /// Whether this is the core Secret kind: encrypted at rest, never kept decrypted longer
+    /// than a request needs.
+    pub fn is_secret(&self) -> bool {
+        self.origin == Origin::Core && self.plural == "secrets"
+    }
+
     pub fn api_version(&self, version: &str) -> String {
         if self.group.is_empty() {
             version.to_string()

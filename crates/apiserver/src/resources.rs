@@ -173,7 +173,7 @@ impl Resources {
         meta_mut(&mut stored).remove("resourceVersion");
         let bytes = serde_json::to_vec(&stored)
             .map_err(|e| ApiError::internal(format!("cannot encode object: {e}")))?;
-        if scope.rt.origin == Origin::Core && scope.rt.plural == "secrets" {
+        if scope.rt.is_secret() {
             return self.cipher.encrypt(&bytes);
         }
         Ok(bytes)

@@ -55,7 +55,7 @@ impl WatchedObject {
 }
 
 /// How many recent object versions [`Fanout`] keeps.
-const FANOUT_ENTRIES: usize = 4096;
+const FANOUT_ENTRIES: usize = 2048;
 
 /// The objects of recent changes, by storage key, revision and the apiVersion they are served
 /// at: every watcher of a kind decodes each change (its new and its previous state, for
@@ -163,9 +163,14 @@ impl Resources {
                 };
                 let api_version = scope_for_events.api_version();
                 let decode = |kv: &lariat_store::KeyValue| {
+                    let decode = || resources.decode(&scope_for_events, kv).ok();
+                    if scope_for_events.rt.is_secret() {
+                        // Decrypted Secrets are not kept beyond the watcher that asked.
+                        return decode().map(WatchedObject::new);
+                    }
                     resources.fanout.get_or_decode(
                         (kv.key.clone(), kv.mod_revision, api_version.clone()),
-                        || resources.decode(&scope_for_events, kv).ok(),
+                        decode,
                     )
                 };
                 let matches = |o: &WatchedObject| {

@@ -15,7 +15,7 @@ use futures::{Stream, StreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tokio::sync::{broadcast, watch};
 
@@ -27,6 +27,13 @@ const CHANGES_BUFFER: usize = 16_384;
 
 /// How many changes of all kinds together a subscriber may fall behind.
 const EVERY_CHANGE_BUFFER: usize = 65_536;
+
+/// The first wait before a failed watch lists again, doubled up to the second.
+const WATCH_RETRY_FIRST: Duration = Duration::from_millis(500);
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// A workload cluster's Node cache feeds one forwarder: a short buffer is enough.
+const NODE_CHANGES_BUFFER: usize = 1024;
 
 /// How long a read waits for a cache's first list before it fails (the reconcile is retried).
 const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
@@ -146,7 +153,10 @@ pub struct Cache {
     store: Store<DynamicObject>,
     index: Arc<RwLock<Index>>,
     changes: broadcast::Sender<Arc<DynamicObject>>,
-    /// True once the first list is in, false again while the watch fails.
+    /// True once the first list is in, for good: reads then answer from what is held, as an
+    /// informer's do, rather than wait.
+    synced: watch::Receiver<bool>,
+    /// True while the watch runs: false from a failure until the next complete list.
     healthy: watch::Receiver<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -158,12 +168,13 @@ impl Drop for Cache {
 }
 
 impl Cache {
-    /// Starts watching `api` (of `resource`) into a new cache. `on_error` hears each failure of
-    /// the watch (it is retried with backoff).
+    /// Starts watching `api` (of `resource`, objects matching `selector`) into a new cache
+    /// whose change feed holds `buffer` changes. `on_error` hears each failure of the watch.
     fn start(
         api: Api<DynamicObject>,
         resource: ApiResource,
         selector: &str,
+        buffer: usize,
         every_change: Option<broadcast::Sender<Arc<DynamicObject>>>,
         on_error: impl Fn(&watcher::Error) + Send + 'static,
     ) -> Cache {
@@ -174,7 +185,8 @@ impl Cache {
             config = config.labels(selector);
         }
         let index: Arc<RwLock<Index>> = Default::default();
-        let (changes, _) = broadcast::channel(CHANGES_BUFFER);
+        let (changes, _) = broadcast::channel(buffer);
+        let (set_synced, synced) = watch::channel(false);
         let (set_healthy, healthy) = watch::channel(false);
         let publish = {
             let changes = changes.clone();
@@ -188,55 +200,65 @@ impl Cache {
         let task = {
             let (store, index, resource) = (store.clone(), index.clone(), resource.clone());
             tokio::spawn(async move {
-                let events = watcher(api, config).default_backoff();
-                futures::pin_mut!(events);
                 let mut last_error = String::new();
-                while let Some(event) = events.next().await {
-                    let event = match event {
-                        Ok(event) => event,
-                        Err(error) => {
-                            set_healthy.send_replace(false);
-                            // Logged once until it changes; the watcher retries with backoff.
-                            if error.to_string() != last_error {
-                                last_error = error.to_string();
-                                tracing::warn!(kind = %resource.kind, %error, "watch failed; retrying");
+                let mut backoff = WATCH_RETRY_FIRST;
+                // One watch (list, then watch) per turn. A failure ends the turn: the next one
+                // lists afresh, so the cache is known complete again when its list is in
+                // (kube-runtime's watcher would resume without saying when it has).
+                loop {
+                    let events = watcher(api.clone(), config.clone());
+                    futures::pin_mut!(events);
+                    while let Some(event) = events.next().await {
+                        let event = match event {
+                            Ok(event) => event,
+                            Err(error) => {
+                                set_healthy.send_replace(false);
+                                // Logged once until it changes or the watch recovers.
+                                if error.to_string() != last_error {
+                                    last_error = error.to_string();
+                                    tracing::warn!(kind = %resource.kind, %error, "watch failed; listing again");
+                                }
+                                on_error(&error);
+                                break;
                             }
-                            on_error(&error);
-                            continue;
-                        }
-                    };
-                    writer.apply_watcher_event(&event);
-                    match event {
-                        watcher::Event::Apply(object) => {
-                            let reference = ObjectRef::from_obj_with(&object, resource.clone());
-                            if let Some(stored) = store.get(&reference) {
-                                index.write().expect("lock").insert(reference, &stored);
-                                publish(stored);
+                        };
+                        writer.apply_watcher_event(&event);
+                        match event {
+                            watcher::Event::Apply(object) => {
+                                let reference = ObjectRef::from_obj_with(&object, resource.clone());
+                                if let Some(stored) = store.get(&reference) {
+                                    index.write().expect("lock").insert(reference, &stored);
+                                    publish(stored);
+                                }
                             }
-                        }
-                        watcher::Event::Delete(object) => {
-                            let reference = ObjectRef::from_obj_with(&object, resource.clone());
-                            index.write().expect("lock").remove(&reference);
-                            publish(Arc::new(object));
-                        }
-                        watcher::Event::InitDone => {
-                            let all = store.state();
-                            let mut rebuilt = Index::default();
-                            for object in &all {
-                                rebuilt.insert(
-                                    ObjectRef::from_obj_with(object.as_ref(), resource.clone()),
-                                    object,
-                                );
+                            watcher::Event::Delete(object) => {
+                                let reference = ObjectRef::from_obj_with(&object, resource.clone());
+                                index.write().expect("lock").remove(&reference);
+                                publish(Arc::new(object));
                             }
-                            *index.write().expect("lock") = rebuilt;
-                            last_error.clear();
-                            set_healthy.send_replace(true);
-                            for object in all {
-                                publish(object);
+                            watcher::Event::InitDone => {
+                                let all = store.state();
+                                let mut rebuilt = Index::default();
+                                for object in &all {
+                                    rebuilt.insert(
+                                        ObjectRef::from_obj_with(object.as_ref(), resource.clone()),
+                                        object,
+                                    );
+                                }
+                                *index.write().expect("lock") = rebuilt;
+                                last_error.clear();
+                                backoff = WATCH_RETRY_FIRST;
+                                set_synced.send_replace(true);
+                                set_healthy.send_replace(true);
+                                for object in all {
+                                    publish(object);
+                                }
                             }
+                            watcher::Event::Init | watcher::Event::InitApply(_) => {}
                         }
-                        watcher::Event::Init | watcher::Event::InitApply(_) => {}
                     }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(WATCH_RETRY_MAX);
                 }
             })
         };
@@ -245,6 +267,7 @@ impl Cache {
             store,
             index,
             changes,
+            synced,
             healthy,
             task,
         }
@@ -267,8 +290,8 @@ impl Cache {
 
     /// Waits until the first list is in.
     pub async fn synced(&self) -> Result<(), Error> {
-        let mut healthy = self.healthy.clone();
-        match tokio::time::timeout(SYNC_TIMEOUT, healthy.wait_for(|h| *h)).await {
+        let mut synced = self.synced.clone();
+        match tokio::time::timeout(SYNC_TIMEOUT, synced.wait_for(|s| *s)).await {
             Ok(Ok(_)) => Ok(()),
             _ => Err(Error::Invalid(format!(
                 "the cache of {} did not fill within {} s: its watch fails",
@@ -359,7 +382,7 @@ impl Cache {
     pub fn changes(&self) -> impl Stream<Item = Arc<DynamicObject>> + Send + 'static {
         let receiver = self.changes.subscribe();
         let store = self.store.clone();
-        let healthy = self.healthy.clone();
+        let healthy = self.synced.clone();
         futures::stream::unfold(
             (
                 receiver,
@@ -453,11 +476,15 @@ impl Caches {
             .entry(key)
             .or_insert_with(|| {
                 let api = Api::all_with(self.client.clone(), resource);
+                // Only what Clusters and Machines may reference goes to every_change: not the
+                // core API group's kinds (Secrets), nor Cluster API's own.
+                let referable = !resource.group.is_empty() && resource.group != "cluster.x-k8s.io";
                 Arc::new(Cache::start(
                     api,
                     resource.clone(),
                     selector,
-                    Some(self.every_change.clone()),
+                    CHANGES_BUFFER,
+                    referable.then(|| self.every_change.clone()),
                     |_| {},
                 ))
             })
@@ -487,8 +514,8 @@ impl Caches {
         )
     }
 
-    /// Every change of every kind cached, now and from now on (a cache started later joins
-    /// in). A subscriber that falls behind misses changes; the periodic resync covers them.
+    /// Every change of every kind cached outside the core API group and Cluster API's own
+    /// group, now and from now on (a cache started later joins in). A subscriber that falls behind misses changes; the periodic resync covers them.
     pub fn every_change(&self) -> impl Stream<Item = Arc<DynamicObject>> + Send + 'static {
         tokio_stream::wrappers::BroadcastStream::new(self.every_change.subscribe())
             .filter_map(|change| std::future::ready(change.ok()))
@@ -502,8 +529,18 @@ impl Caches {
 
     /// The Node cache of a workload cluster, made from its `<cluster>-kubeconfig` Secret and
     /// made again when that Secret changes; `None` while there is no such Secret or it holds
-    /// no usable kubeconfig.
+    /// no usable kubeconfig, and for a Cluster that does not exist or is being deleted.
     pub async fn nodes(&self, namespace: &str, cluster: &str) -> Result<Option<Arc<Cache>>, Error> {
+        // A Cluster that is gone or going gets no new watch (one made now would outlive it).
+        let alive = self
+            .of(&crate::capi("Cluster"))
+            .get(namespace, cluster)
+            .await?
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_none());
+        if !alive {
+            self.forget_workload(namespace, cluster);
+            return Ok(None);
+        }
         let Some(secret) = self
             .secrets()
             .get(namespace, &format!("{cluster}-kubeconfig"))
@@ -536,6 +573,7 @@ impl Caches {
             Api::all_with(client, &node_resource()),
             node_resource(),
             "",
+            NODE_CHANGES_BUFFER,
             None,
             move |_| {
                 let _ = notify.send(NodeChange {

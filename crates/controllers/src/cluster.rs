@@ -236,8 +236,15 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                 .await;
         }
     }
-    Ok(if reason == "ProviderNotEnabled" {
-        // Enabling a provider is not among what wakes a Cluster: look again shortly.
+    let waits_for_a_kind = list.iter().any(|c| {
+        matches!(
+            c["reason"].as_str(),
+            Some("ProviderNotEnabled" | "InfrastructureKindUnknown" | "ControlPlaneKindUnknown")
+        )
+    });
+    Ok(if waits_for_a_kind {
+        // Enabling a provider or creating a CRD is not among what wakes a Cluster (a kind not
+        // served has no cache to watch): look again shortly.
         Action::requeue(Duration::from_secs(5))
     } else {
         // Its infrastructure, control plane and Machines wake it.

@@ -62,6 +62,37 @@ impl Recorder {
             type_,
             reason,
             message,
+            once: false,
+        };
+        if let Err(error) = self.try_publish(object, &event).await {
+            tracing::debug!(object = %object.name_any(), reason, %error, "cannot record an event");
+        }
+    }
+
+    /// Like [`publish`](Self::publish), for what happens once in an object's life ("never
+    /// boots", "has Node X"): published at most once by this process and never counted up,
+    /// however often a reconcile reading a cache that lags behind the object's own status
+    /// concludes it again.
+    pub async fn publish_once(
+        &self,
+        object: &DynamicObject,
+        kind: &str,
+        type_: EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        let key = dedup_key(object, type_, reason, message);
+        if self.published.lock().expect("lock").contains_key(&key) {
+            return;
+        }
+        let component = format!("{}-controller", kind.to_lowercase());
+        let event = Occurrence {
+            component: &component,
+            kind,
+            type_,
+            reason,
+            message,
+            once: true,
         };
         if let Err(error) = self.try_publish(object, &event).await {
             tracing::debug!(object = %object.name_any(), reason, %error, "cannot record an event");
@@ -79,10 +110,11 @@ impl Recorder {
             type_,
             reason,
             message,
+            once,
         } = *event;
         let namespace = object.namespace().unwrap_or_else(|| "default".into());
         let uid = object.uid().unwrap_or_default();
-        let key = format!("{uid}\n{}\n{reason}\n{message}", type_.as_str());
+        let key = dedup_key(object, type_, reason, message);
         // A stable name per (object, type, reason, message), so the same event found again,
         // by this process or after a restart, is counted on the same object.
         let name = format!("{}.{}", object.name_any(), &stable_hash(&key)[..16]);
@@ -115,6 +147,8 @@ impl Recorder {
                 .expect("a well-formed Event");
                 match events.create(&PostParams::default(), &event).await {
                     Ok(_) => 1,
+                    // Published before a restart: a once-only event stays as it is.
+                    Err(kube::Error::Api(e)) if e.code == 409 && once => 1,
                     // Published before a restart, or by another writer: counted once more.
                     Err(kube::Error::Api(e)) if e.code == 409 => {
                         let so_far = events
@@ -167,6 +201,15 @@ struct Occurrence<'a> {
     type_: EventType,
     reason: &'a str,
     message: &'a str,
+    /// Happens once in the object's life: never counted up.
+    once: bool,
+}
+
+/// What makes two occurrences the same Event: the object, the type, the reason and the
+/// message.
+fn dedup_key(object: &DynamicObject, type_: EventType, reason: &str, message: &str) -> String {
+    let uid = object.uid().unwrap_or_default();
+    format!("{uid}\n{}\n{reason}\n{message}", type_.as_str())
 }
 
 fn stable_hash(text: &str) -> String {

@@ -167,7 +167,7 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                     node.name_any()
                 );
                 ctx.events
-                    .publish(
+                    .publish_once(
                         &machine,
                         "Machine",
                         crate::events::EventType::Normal,
@@ -241,6 +241,12 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         // The workload cluster's API is not up, or not reachable, yet: nothing will say when
         // it is, so look again.
         Action::requeue(Duration::from_secs(2))
+    } else if list
+        .iter()
+        .any(|c| c["reason"] == "InfrastructureKindUnknown")
+    {
+        // A kind not served has no cache whose changes could wake it: look again shortly.
+        Action::requeue(Duration::from_secs(5))
     } else {
         // Its bootstrap config, infrastructure machine and Node wake it.
         crate::resync()

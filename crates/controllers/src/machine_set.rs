@@ -110,34 +110,41 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     // would count the same Machines again (Cluster API's expectations).
     let mut created = Vec::new();
     let mut deleted: Vec<String> = remediate.iter().map(|m| m.name_any()).collect();
-    if machines.len() < wanted {
-        for _ in machines.len()..wanted {
-            created.push(create_machine(&ctx, &set, &cluster_name).await?);
-        }
-    } else if machines.len() > wanted {
-        let policy = str_at(&set.data, &["spec", "deletePolicy"]).unwrap_or("Random");
-        order_for_deletion(&mut machines, policy);
-        for machine in machines.iter().take(machines.len() - wanted) {
-            tracing::info!(machineset = %format!("{namespace}/{name}"), machine = %machine.name_any(), policy, "scaling down");
-            match machines_api
-                .delete(&machine.name_any(), &DeleteParams::default())
-                .await
-            {
-                Ok(_) => {
-                    deleted.push(machine.name_any());
-                    let message = format!("Deleted machine {:?}", machine.name_any());
-                    event(&ctx, &set, "SuccessfulDelete", &message).await;
+    let changed: Result<(), Error> = async {
+        if machines.len() < wanted {
+            for _ in machines.len()..wanted {
+                let machine = create_machine(&ctx, &set, &cluster_name).await?;
+                created.push(machine.name_any());
+                ensure_clones(&ctx, &set, &machine).await?;
+            }
+        } else if machines.len() > wanted {
+            let policy = str_at(&set.data, &["spec", "deletePolicy"]).unwrap_or("Random");
+            order_for_deletion(&mut machines, policy);
+            for machine in machines.iter().take(machines.len() - wanted) {
+                tracing::info!(machineset = %format!("{namespace}/{name}"), machine = %machine.name_any(), policy, "scaling down");
+                match machines_api
+                    .delete(&machine.name_any(), &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => {
+                        deleted.push(machine.name_any());
+                        let message = format!("Deleted machine {:?}", machine.name_any());
+                        event(&ctx, &set, "SuccessfulDelete", &message).await;
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(e.into()),
                 }
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e.into()),
             }
         }
+        Ok(())
     }
-
+    .await;
+    // Even when a step failed: what was created or deleted must be seen before the retry.
     ctx.caches
         .of(&capi("Machine"))
         .observed(&namespace, &created, &deleted)
         .await?;
+    changed?;
     let current = owned_machines(&ctx, &set).await?;
     let ready = current
         .iter()
@@ -218,12 +225,12 @@ pub fn order_for_deletion(machines: &mut [Arc<DynamicObject>], policy: &str) {
     }
 }
 
-/// Creates a Machine and its clones; returns its name.
+/// Creates a Machine naming the clones it will get (made by [`ensure_clones`]).
 async fn create_machine(
     ctx: &Context,
     set: &DynamicObject,
     cluster_name: &str,
-) -> Result<String, Error> {
+) -> Result<DynamicObject, Error> {
     let namespace = set.namespace().unwrap_or_default();
     let name = format!("{}-{}", set.name_any(), object::random_suffix());
     let template = &set.data["spec"]["template"];
@@ -267,8 +274,7 @@ async fn create_machine(
     let created = machines.create(&PostParams::default(), &machine).await?;
     let message = format!("Created machine {:?}", created.name_any());
     event(ctx, set, "SuccessfulCreate", &message).await;
-    ensure_clones(ctx, set, &created).await?;
-    Ok(created.name_any())
+    Ok(created)
 }
 
 /// Makes the bootstrap config and infrastructure machine of `machine` from the set's templates

@@ -168,29 +168,41 @@ pub fn owner_reference(
     })
 }
 
-/// Makes `owner` an owner of `object` if it is not yet, keeping other owners.
+/// Makes `owner` an owner of `object` if it is not yet, keeping other owners. The whole list
+/// is written, guarded by the version it was read at, so an owner added meanwhile is not lost
+/// (the object may come from a cache, or have been written since): on a conflict the object is
+/// read again and the owner added to what it holds then.
 pub async fn ensure_owner(
     api: &Api<DynamicObject>,
     object: &DynamicObject,
     reference: Value,
 ) -> Result<(), Error> {
     let uid = reference["uid"].as_str().unwrap_or_default();
-    if object.owner_references().iter().any(|o| o.uid == uid) {
-        return Ok(());
+    let mut fresh: Option<DynamicObject> = None;
+    loop {
+        let current = fresh.as_ref().unwrap_or(object);
+        if current.owner_references().iter().any(|o| o.uid == uid) {
+            return Ok(());
+        }
+        let mut owners: Vec<Value> = current
+            .owner_references()
+            .iter()
+            .map(|o| serde_json::to_value(o).unwrap_or_default())
+            .collect();
+        owners.push(reference.clone());
+        let written = patch(
+            api,
+            &current.name_any(),
+            json!({"metadata": {"ownerReferences": owners, "resourceVersion": current.resource_version()}}),
+        )
+        .await;
+        match written {
+            Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 && fresh.is_none() => {
+                fresh = Some(api.get(&object.name_any()).await?);
+            }
+            other => return other.map(drop),
+        }
     }
-    let mut owners: Vec<Value> = object
-        .owner_references()
-        .iter()
-        .map(|o| serde_json::to_value(o).unwrap_or_default())
-        .collect();
-    owners.push(reference);
-    patch(
-        api,
-        &object.name_any(),
-        json!({"metadata": {"ownerReferences": owners}}),
-    )
-    .await?;
-    Ok(())
 }
 
 /// Adds labels if any is missing or different.

@@ -164,11 +164,16 @@ async fn a_kind_is_watched_from_its_first_reference_and_its_changes_reach_every_
     let caches = Caches::new(client.clone());
     let mut every = Box::pin(caches.every_change());
     // Referenced by apiVersion and kind, as a Cluster names its infrastructure.
-    let cache = caches.of_kind("v1", "ConfigMap").await.unwrap();
+    let cache = caches
+        .of_kind("networking.k8s.io/v1", "NetworkPolicy")
+        .await
+        .unwrap();
+    let policies = ApiResource::erase::<k8s_openapi::api::networking::v1::NetworkPolicy>(&());
     create(
         &client,
-        &config_maps(),
-        json!({"metadata": {"name": "infra"}}),
+        &policies,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "infra"}, "spec": {"podSelector": {}}}),
     )
     .await;
     let seen = tokio::time::timeout(Duration::from_secs(10), async {
@@ -181,7 +186,7 @@ async fn a_kind_is_watched_from_its_first_reference_and_its_changes_reach_every_
     })
     .await
     .expect("the new kind's change reaches every_change");
-    assert_eq!(seen.types.as_ref().unwrap().kind, "ConfigMap");
+    assert_eq!(seen.types.as_ref().unwrap().kind, "NetworkPolicy");
     assert!(cache.get(NS, "infra").await.unwrap().is_some());
     assert!(matches!(
         caches.of_kind("example.com/v1", "Nothing").await,
@@ -194,6 +199,19 @@ async fn a_workload_clusters_nodes_are_watched_through_its_kubeconfig_secret() {
     let (management, _, _dir) = server(false).await;
     let (workload, kubeconfig, _workload_dir) = server(true).await;
     let caches = Caches::new(management.clone());
+    assert!(
+        caches.nodes(NS, "work").await.unwrap().is_none(),
+        "no Cluster, no cache"
+    );
+    for name in ["work", "stray"] {
+        create(
+            &management,
+            &lariat_controllers::capi("Cluster"),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+                "metadata": {"name": name}, "spec": {}}),
+        )
+        .await;
+    }
     assert!(
         caches.nodes(NS, "work").await.unwrap().is_none(),
         "no kubeconfig Secret, no cache"

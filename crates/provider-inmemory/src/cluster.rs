@@ -71,13 +71,28 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let secret_name = format!("{cluster}-kubeconfig");
     let url = ctx.clusters.server_url(&key);
-    let current = ctx.caches.secrets().get(&namespace, &secret_name).await?;
-    let up_to_date = current.as_ref().is_some_and(|secret| {
+    let points_here = |kubeconfig: Option<&[u8]>| {
+        kubeconfig.is_some_and(|v| String::from_utf8_lossy(v).contains(&format!("server: {url}\n")))
+    };
+    let cached = ctx.caches.secrets().get(&namespace, &secret_name).await?;
+    let cached_value = cached.as_ref().and_then(|secret| {
         use base64::Engine;
         lariat_controllers::object::str_at(&secret.data, &["data", "value"])
             .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
-            .is_some_and(|v| String::from_utf8_lossy(&v).contains(&format!("server: {url}\n")))
     });
+    let mut exists = cached.is_some();
+    let mut up_to_date = points_here(cached_value.as_deref());
+    if !created && !up_to_date {
+        // The cache may not show yet a Secret written a moment ago, and a new kubeconfig
+        // revokes the one before it: ask the API itself before making one.
+        let live = secrets.get_opt(&secret_name).await?;
+        exists = live.is_some();
+        up_to_date = points_here(
+            live.as_ref()
+                .and_then(|s| s.data.as_ref()?.get("value"))
+                .map(|v| v.0.as_slice()),
+        );
+    }
     if created || !up_to_date {
         let kubeconfig = ctx
             .clusters
@@ -96,25 +111,27 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             "data": {"value": ByteString(kubeconfig.into_bytes())},
         }))
         .map_err(|e| Error::Invalid(e.to_string()))?;
-        let written = match current {
-            None => secrets
-                .create(&PostParams::default(), &secret)
-                .await
-                .map(|_| ()),
-            Some(_) => secrets
+        // The kubeconfig just made is the only valid one (making it revoked the one before):
+        // it must be what the Secret holds, created or not.
+        let update = || async {
+            secrets
                 .patch(
                     &secret_name,
                     &kube::api::PatchParams::default(),
                     &kube::api::Patch::Merge(json!({"data": secret.data})),
                 )
                 .await
-                .map(|_| ()),
+                .map(|_| ())
         };
-        match written {
-            Ok(()) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+        let written = if exists {
+            update().await
+        } else {
+            match secrets.create(&PostParams::default(), &secret).await {
+                Err(kube::Error::Api(e)) if e.code == 409 => update().await,
+                other => other.map(|_| ()),
+            }
+        };
+        written?;
     }
 
     let endpoint = &object.data["spec"]["controlPlaneEndpoint"];

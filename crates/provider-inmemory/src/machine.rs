@@ -142,13 +142,14 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         return Ok(Action::await_change());
     };
     if bool_at(behavior, &["neverBoots"]) {
-        // Once, not at every 30 s look: the condition remembers it was said.
+        // Once, not at every look: the condition remembers it was said (and the recorder,
+        // while the cached object lags behind its own status).
         if !list
             .iter()
             .any(|c| c["type"] == "Ready" && c["reason"] == "NeverBoots")
         {
             ctx.events
-                .publish(
+                .publish_once(
                     &object,
                     "InMemoryMachine",
                     EventType::Warning,

@@ -186,16 +186,13 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         // One change at a time: act only when every Machine runs and none is being deleted.
         if live.len() < desired || (!stale.is_empty() && live.len() == desired) {
             let domain = least_used_domain(&domains, &live);
-            let created = create_machine(
-                &ctx,
-                &kcp,
-                &cluster,
-                live.is_empty() && !initialized,
-                domain,
-            )
-            .await?;
-            // The next reconcile must count it (Cluster API's expectations).
+            let first = live.is_empty() && !initialized;
+            let created = create_machine(&ctx, &kcp, &cluster, first, domain).await?;
+            let parts = ensure_parts(&ctx, &kcp, &cluster, &created, first).await;
+            // The next reconcile must count it, even when its parts failed (Cluster API's
+            // expectations): a second init machine would be a second cluster.
             machines_cache.observed(&namespace, &[created], &[]).await?;
+            parts?;
         } else if live.len() > desired {
             // Outdated machines go first; otherwise the oldest in the most crowded domain.
             let victim = stale.first().map(|m| **m).or_else(|| {
@@ -438,9 +435,9 @@ async fn remediate(
     Ok(())
 }
 
-/// Adds one control-plane Machine with its own KubeadmConfig (init for the first, join for the
-/// rest) and infrastructure machine cloned from the template, in `failure_domain` if the
-/// Cluster offers domains.
+/// Adds one control-plane Machine, in `failure_domain` if the Cluster offers domains, naming
+/// its own KubeadmConfig (init for the first, join for the rest) and infrastructure machine
+/// cloned from the template, which [`ensure_parts`] makes. Returns its name.
 async fn create_machine(
     ctx: &Context,
     kcp: &DynamicObject,
@@ -496,7 +493,6 @@ async fn create_machine(
         format!("Created control-plane machine {name:?}")
     };
     ctx.event(kcp, "SuccessfulCreate", &message).await;
-    ensure_parts(ctx, kcp, cluster, &name, first).await?;
     Ok(name)
 }
 

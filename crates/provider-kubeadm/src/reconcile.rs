@@ -255,16 +255,26 @@ impl Scope<'_> {
         if bool_at(&self.status, &["ready"])
             && let Some(secret) = str_at(&self.status, &["dataSecretName"]).map(String::from)
         {
-            let cached = self
+            let mut role = self
                 .caches
                 .secrets()
                 .get(&self.namespace(), &secret)
-                .await?;
-            match cached {
-                Some(data) => {
+                .await?
+                .map(|data| data.labels().get(ROLE_LABEL).cloned().unwrap_or_default());
+            if role.is_none() {
+                // The cache may not show yet the Secret this config wrote a moment ago: only
+                // the API itself can say it was deleted.
+                let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+                    Api::namespaced(self.client.clone(), &self.namespace());
+                role = secrets
+                    .get_opt(&secret)
+                    .await?
+                    .map(|data| data.labels().get(ROLE_LABEL).cloned().unwrap_or_default());
+            }
+            match role {
+                Some(role) => {
                     cond::mark_true(&mut self.conditions, cond::DATA_SECRET_AVAILABLE);
-                    let init = data.labels().get(ROLE_LABEL).map(String::as_str)
-                        == Some(Role::Init.as_str());
+                    let init = role == Role::Init.as_str();
                     if initialized && init {
                         lock::release(&self.client, &self.namespace(), &self.cluster_name).await?;
                     }
