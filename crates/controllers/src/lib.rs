@@ -116,11 +116,17 @@ fn error_key(kind: &str, namespace: Option<&str>, name: &str) -> String {
 
 /// Every lariat controller's error policy (providers' too): retries a failed reconcile
 /// after 2 s, and logs an error with its object only when it is new for that object.
-pub fn error_policy<E: std::fmt::Display, C>(
+pub fn error_policy<E: std::error::Error + 'static, C>(
     object: Arc<DynamicObject>,
     error: &E,
     _ctx: Arc<C>,
 ) -> Action {
+    if is_conflict(error) {
+        // A write based on an object a cache held a moment too long: expected with caches
+        // (Cluster API requeues these quietly too); the fresh object is a moment away.
+        tracing::debug!(%error, "conflict; retrying");
+        return Action::requeue(Duration::from_millis(200));
+    }
     let kind = object
         .types
         .as_ref()
@@ -141,6 +147,20 @@ pub fn error_policy<E: std::fmt::Display, C>(
         logged.insert(key, text);
     }
     Action::requeue(Duration::from_secs(2))
+}
+
+/// Whether an error is, or was caused by, the API's 409 Conflict.
+fn is_conflict(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(kube::Error::Api(status)) = error.downcast_ref::<kube::Error>()
+            && status.code == 409
+        {
+            return true;
+        }
+        current = error.source();
+    }
+    false
 }
 
 /// What a kube-runtime controller's stream yields for each reconcile.

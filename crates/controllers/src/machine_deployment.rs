@@ -55,8 +55,13 @@ fn replicas_of(set: &DynamicObject) -> i64 {
     i64_at(&set.data, &["spec", "replicas"]).unwrap_or(0)
 }
 
+/// A set's available Machines, never more than it is asked to keep: right after a scale-down
+/// its status still counts the Machines it is about to delete, and counting them would let the
+/// next reconcile take the same room again (below `maxUnavailable`).
 fn available_of(set: &DynamicObject) -> i64 {
-    i64_at(&set.data, &["status", "availableReplicas"]).unwrap_or(0)
+    i64_at(&set.data, &["status", "availableReplicas"])
+        .unwrap_or(0)
+        .min(replicas_of(set))
 }
 
 pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -356,6 +361,21 @@ mod tests {
                 "{value} of {replicas}"
             );
         }
+    }
+
+    #[test]
+    fn a_set_just_scaled_down_counts_no_more_available_machines_than_it_keeps() {
+        // Scaled from 3 to 2 a moment ago: its status still counts the Machine it is about to
+        // delete. Counting it would let the next reconcile scale down again, below
+        // maxUnavailable.
+        let set: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineSet",
+            "metadata": {"name": "old"},
+            "spec": {"replicas": 2},
+            "status": {"availableReplicas": 3},
+        }))
+        .unwrap();
+        assert_eq!(available_of(&set), 2);
     }
 
     #[test]

@@ -185,6 +185,18 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
     if crate::object::bool_at(&cluster_object.data, &["spec", "paused"]) {
         return Ok(Action::await_change());
     }
+    // Owned by its Cluster, as in Cluster API: deleted with it, not left checking nothing.
+    crate::object::ensure_owner(
+        &api,
+        &check,
+        crate::object::owner_reference(
+            &cluster_object,
+            "cluster.x-k8s.io/v1beta1",
+            "Cluster",
+            false,
+        ),
+    )
+    .await?;
     let machines_api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
     let selector = check.data["spec"]["selector"]["matchLabels"]

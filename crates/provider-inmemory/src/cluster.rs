@@ -65,6 +65,10 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             .await;
     }
 
+    if created && let Some(workload) = ctx.clusters.client(&key) {
+        crate::machine::rejoin_booted(&ctx, &namespace, &cluster, workload).await?;
+    }
+
     // The kubeconfig Secret core and users reach the workload cluster with. It is rewritten
     // when the simulated cluster is new (after a server restart it is a new cluster with a
     // new CA, so the old credential is void) or no longer points at this server.

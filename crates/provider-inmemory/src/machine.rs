@@ -197,34 +197,12 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         Some(cache) if cache.is_healthy() => cache.get_now("", &name).is_some(),
         _ => nodes.get_opt(&name).await?.is_some(),
     };
+    let mut booted_now = false;
     if !joined {
-        let control_plane = machine
-            .labels()
-            .contains_key("cluster.x-k8s.io/control-plane");
-        let mut labels = json!({"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "inmemory"});
-        if control_plane {
-            labels["node-role.kubernetes.io/control-plane"] = json!("");
-        }
-        if let Some(zone) = str_at(&machine.data, &["spec", "failureDomain"]) {
-            labels["topology.kubernetes.io/zone"] = json!(zone);
-        }
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"providerID": provider_id},
-            "status": {
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status (simulated)",
-                    "lastHeartbeatTime": lariat_controllers::object::now(), "lastTransitionTime": lariat_controllers::object::now()}],
-                "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
-                "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
-                "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
-                "nodeInfo": {"kubeletVersion": str_at(&machine.data, &["spec", "version"]).unwrap_or("v1.30.0"), "architecture": "amd64",
-                    "operatingSystem": "linux", "osImage": "lariat in-memory", "containerRuntimeVersion": "inmemory://1", "kernelVersion": "",
-                    "kubeProxyVersion": "", "machineID": name, "systemUUID": name, "bootID": name},
-            },
-        }))
-        .map_err(|e| Error::Invalid(e.to_string()))?;
+        let node = simulated_node(&name, &provider_id, &machine)?;
         match nodes.create(&PostParams::default(), &node).await {
             Ok(_) => {
+                booted_now = true;
                 let message = format!(
                     "Simulated machine booted; Node {name} joined with providerID {provider_id}"
                 );
@@ -242,7 +220,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             Err(e) => return Err(e.into()),
         }
     }
-    if !annotations.contains_key(BOOTED) {
+    if booted_now || !annotations.contains_key(BOOTED) {
         patch(
             &api,
             &name,
@@ -267,6 +245,16 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         if up_for < after {
             return Ok(Action::requeue(after - up_for));
         }
+        // Once: a Node already NotReady keeps the time it turned so (a MachineHealthCheck's
+        // timeout counts from it), however often this machine is reconciled after.
+        let current = nodes.get_opt(&name).await?;
+        let ready = current
+            .as_ref()
+            .and_then(|n| n.status.as_ref()?.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        if !ready {
+            return Ok(lariat_controllers::resync());
+        }
         let not_ready = json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
             "message": "failure injection: spec.behavior.nodeNotReadyAfter", "lastHeartbeatTime": lariat_controllers::object::now(),
             "lastTransitionTime": lariat_controllers::object::now()}]}});
@@ -289,6 +277,96 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     }
     // Its own changes and its Machine's wake it.
     Ok(lariat_controllers::resync())
+}
+
+/// The Node a booted machine registers in its simulated cluster, Ready.
+fn simulated_node(name: &str, provider_id: &str, machine: &DynamicObject) -> Result<Node, Error> {
+    let control_plane = machine
+        .labels()
+        .contains_key("cluster.x-k8s.io/control-plane");
+    let mut labels = json!({"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "inmemory"});
+    if control_plane {
+        labels["node-role.kubernetes.io/control-plane"] = json!("");
+    }
+    if let Some(zone) = str_at(&machine.data, &["spec", "failureDomain"]) {
+        labels["topology.kubernetes.io/zone"] = json!(zone);
+    }
+    let address = simulated_address(name);
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"providerID": provider_id},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status (simulated)",
+                "lastHeartbeatTime": lariat_controllers::object::now(), "lastTransitionTime": lariat_controllers::object::now()}],
+            "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
+            "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+            "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+            "nodeInfo": {"kubeletVersion": str_at(&machine.data, &["spec", "version"]).unwrap_or("v1.30.0"), "architecture": "amd64",
+                "operatingSystem": "linux", "osImage": "lariat in-memory", "containerRuntimeVersion": "inmemory://1", "kernelVersion": "",
+                "kubeProxyVersion": "", "machineID": name, "systemUUID": name, "bootID": name},
+        },
+    }))
+    .map_err(|e| Error::Invalid(e.to_string()))
+}
+
+/// After a restart the simulated cluster `key` is new and empty: the machines of `cluster`
+/// that had booted join it again (with a new `booted` time, so `nodeNotReadyAfter` counts
+/// again), before the new kubeconfig sends core to it, so no Node looks gone meanwhile and no
+/// MachineHealthCheck remediates a healthy machine.
+pub(crate) async fn rejoin_booted(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &str,
+    workload: kube::Client,
+) -> Result<(), Error> {
+    let nodes: Api<Node> = Api::all(workload);
+    let machines = ctx.caches.of(&capi("Machine"));
+    let booted = ctx
+        .caches
+        .of(&resource("InMemoryMachine"))
+        .indexed(lariat_controllers::cache::IndexKey::Cluster {
+            namespace,
+            name: cluster,
+        })
+        .await?;
+    for object in booted
+        .iter()
+        .filter(|o| o.metadata.deletion_timestamp.is_none() && o.annotations().contains_key(BOOTED))
+    {
+        let (Some(provider_id), Some(owner)) = (
+            str_at(&object.data, &["spec", "providerID"]),
+            object
+                .owner_references()
+                .iter()
+                .find(|o| o.kind == "Machine"),
+        ) else {
+            continue;
+        };
+        let Some(machine) = machines.get(namespace, &owner.name).await? else {
+            continue;
+        };
+        let name = object.name_any();
+        match nodes
+            .create(
+                &PostParams::default(),
+                &simulated_node(&name, provider_id, &machine)?,
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), namespace, &resource("InMemoryMachine"));
+        patch(
+            &api,
+            &name,
+            json!({"metadata": {"annotations": {BOOTED: lariat_controllers::object::now()}}}),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Writes status only when it changed, so a settled machine costs no writes.
