@@ -110,6 +110,39 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     // would count the same Machines again (Cluster API's expectations).
     let mut created = Vec::new();
     let mut deleted: Vec<String> = remediate.iter().map(|m| m.name_any()).collect();
+    // A Machine whose templates do not exist could never boot: none is made, and the set says
+    // why (Cluster API's MachinesCreated condition).
+    let mut list = conditions::existing(&set.data["status"]);
+    let missing = if machines.len() < wanted {
+        missing_template(&ctx, &set).await?
+    } else {
+        None
+    };
+    conditions::set(
+        &mut list,
+        "MachinesCreated",
+        missing.is_none(),
+        "TemplateNotFound",
+        missing.as_deref().unwrap_or_default(),
+    );
+    if let Some(missing) = &missing {
+        if !conditions::is_false(&set.data["status"], "MachinesCreated") {
+            ctx.events
+                .publish(
+                    &set,
+                    "MachineSet",
+                    EventType::Warning,
+                    "TemplateNotFound",
+                    missing,
+                )
+                .await;
+        }
+        if json!(list) != set.data["status"]["conditions"] {
+            patch_status(&api, &name, json!({"conditions": list})).await?;
+        }
+        // Creating a template is not among what wakes a MachineSet: look again shortly.
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     let changed: Result<(), Error> = async {
         if machines.len() < wanted {
             for _ in machines.len()..wanted {
@@ -166,6 +199,7 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         "availableReplicas": ready,
         "selector": selector,
         "observedGeneration": set.metadata.generation.unwrap_or(0),
+        "conditions": list,
     });
     let changed = [
         "replicas",
@@ -175,12 +209,43 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         "observedGeneration",
     ]
     .iter()
-    .any(|k| status[k] != set.data["status"][k]);
+    .any(|k| status[k] != set.data["status"][k])
+        || conditions::is_true(&list, "MachinesCreated")
+            != conditions::is_true(
+                &conditions::existing(&set.data["status"]),
+                "MachinesCreated",
+            );
     if changed {
         patch_status(&api, &name, status).await?;
     }
     // Its Machines' changes wake it.
     Ok(crate::resync())
+}
+
+/// The first of the set's machine templates that does not exist, said as a user should read it.
+async fn missing_template(ctx: &Context, set: &DynamicObject) -> Result<Option<String>, Error> {
+    let namespace = set.namespace().unwrap_or_default();
+    let spec = &set.data["spec"]["template"]["spec"];
+    for (field, reference) in [
+        ("bootstrap.configRef", &spec["bootstrap"]["configRef"]),
+        ("infrastructureRef", &spec["infrastructureRef"]),
+    ] {
+        let Some(reference) = Reference::from_json(reference) else {
+            continue;
+        };
+        let found = match reference.get(&ctx.caches, &namespace).await {
+            Ok(found) => found.is_some(),
+            Err(Error::UnknownKind { .. }) => false,
+            Err(e) => return Err(e),
+        };
+        if !found {
+            return Ok(Some(format!(
+                "spec.template.spec.{field}: {} {} does not exist; no Machine is created until it does",
+                reference.kind, reference.name
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// Orders machines so the first ones are deleted first: machines marked for deletion or failed
