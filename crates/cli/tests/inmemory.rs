@@ -706,3 +706,36 @@ fn a_restart_remediates_no_healthy_machine() {
         server.log()
     );
 }
+
+#[test]
+fn a_paused_cluster_changes_nothing_until_it_is_unpaused() {
+    let server = TestServer::start();
+    server.init_inmemory();
+    server.apply_ok(&["apply", "-f", "-"], &manifests("{}"));
+    eventually("machines run", || {
+        let list = machines(&server);
+        list.len() == 2 && list.iter().all(|m| m["status"]["phase"] == "Running")
+    });
+    let set_paused = |paused: bool| {
+        server.kubectl_ok(&[
+            "patch",
+            "cluster",
+            "sim",
+            "--type",
+            "merge",
+            "-p",
+            &format!(r#"{{"spec":{{"paused":{paused}}}}}"#),
+        ])
+    };
+    set_paused(true);
+    server.kubectl_ok(&["scale", "machinedeployment", "sim-workers", "--replicas=3"]);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(machines(&server).len(), 2, "a paused cluster is left alone");
+    // Unpausing wakes what returned without waiting while it was paused (as `clusterctl move`
+    // relies on), not at the next periodic resync minutes later.
+    set_paused(false);
+    eventually("the scale-up goes ahead once unpaused", || {
+        let list = machines(&server);
+        list.len() == 3 && list.iter().all(|m| m["status"]["phase"] == "Running")
+    });
+}

@@ -379,7 +379,7 @@ impl Cache {
 
     /// Every object, then every change (an object as it is now, or as it was when deleted).
     /// A subscriber that falls behind is handed every object again, as an informer's resync.
-    pub fn changes(&self) -> impl Stream<Item = Arc<DynamicObject>> + Send + 'static {
+    pub fn changes(&self) -> impl Stream<Item = Arc<DynamicObject>> + Send + use<> {
         let receiver = self.changes.subscribe();
         let store = self.store.clone();
         let healthy = self.synced.clone();

@@ -23,7 +23,9 @@ use crate::{Context, Error, capi, conditions};
 pub const FINALIZER: &str = "cluster.cluster.x-k8s.io";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
-fn paused(cluster: &DynamicObject) -> bool {
+/// Whether a Cluster is paused (`spec.paused`, or the paused annotation): nothing of it is
+/// reconciled meanwhile.
+pub fn paused(cluster: &DynamicObject) -> bool {
     bool_at(&cluster.data, &["spec", "paused"])
         || cluster
             .annotations()

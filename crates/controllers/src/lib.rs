@@ -303,6 +303,7 @@ pub async fn run(
             controller_owner("MachineDeployment"),
             capi("MachineSet"),
         )
+        .reconcile_on(woken_by_unpause(&caches, "MachineDeployment"))
         .graceful_shutdown_on(shutdown.clone())
         .run(machine_deployment::reconcile, error_policy, context.clone())
         .for_each(finished("machinedeployment"));
@@ -312,6 +313,7 @@ pub async fn run(
             controller_owner("MachineSet"),
             capi("Machine"),
         )
+        .reconcile_on(woken_by_unpause(&caches, "MachineSet"))
         .graceful_shutdown_on(shutdown.clone())
         .run(machine_set::reconcile, error_policy, context.clone())
         .for_each(finished("machineset"));
@@ -321,6 +323,7 @@ pub async fn run(
             owners_and_referrers("Machine", machines_cache.clone()),
         ))
         .reconcile_on(machines_woken_by_nodes(&caches, machines_cache.clone()))
+        .reconcile_on(woken_by_unpause(&caches, "Machine"))
         .graceful_shutdown_on(shutdown.clone())
         .run(machine::reconcile, error_policy, context.clone())
         .for_each(finished("machine"));
@@ -357,6 +360,7 @@ pub async fn run(
             capi("Machine"),
         )
         .reconcile_on(node_checks)
+        .reconcile_on(woken_by_unpause(&caches, "MachineHealthCheck"))
         .graceful_shutdown_on(shutdown.clone())
         .run(
             machine_health_check::reconcile,
@@ -365,6 +369,41 @@ pub async fn run(
         )
         .for_each(finished("machinehealthcheck"));
     tokio::join!(clusters, deployments, sets, machines, health_checks);
+}
+
+/// The objects of `kind` in each Cluster that stops being paused: they returned without
+/// waiting for anything while it was (Cluster API's paused contract), so nothing else would
+/// wake them. A Cluster's other changes (heartbeats, conditions) wake none of them.
+fn woken_by_unpause(
+    caches: &Caches,
+    kind: &'static str,
+) -> impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
+    let objects = caches.of(&capi(kind));
+    let mut paused = std::collections::HashMap::<(String, String), bool>::new();
+    caches
+        .of(&capi("Cluster"))
+        .changes()
+        .flat_map(move |cluster| {
+            let key = (
+                cluster.metadata.namespace.clone().unwrap_or_default(),
+                cluster.name_any(),
+            );
+            let now = cluster::paused(&cluster) && cluster.metadata.deletion_timestamp.is_none();
+            let was = paused.insert(key.clone(), now).unwrap_or(false);
+            let woken: Vec<ObjectRef<DynamicObject>> = if was && !now {
+                objects
+                    .indexed_now(IndexKey::Cluster {
+                        namespace: &key.0,
+                        name: &key.1,
+                    })
+                    .iter()
+                    .map(|o| ObjectRef::from_obj_with(o.as_ref(), capi(kind)))
+                    .collect()
+            } else {
+                vec![]
+            };
+            futures::stream::iter(woken)
+        })
 }
 
 /// The objects `mapper` relates to changes of provider objects: anything cached outside
