@@ -124,7 +124,7 @@ pub async fn run_bootstrap(
     let machine_config = config.clone();
     lariat_controllers::controller_on(&configs)
         .watches_shared_stream_with(
-            caches.of(&capi("Cluster")).changes(),
+            what_configs_read_changed(caches.of(&capi("Cluster")).changes()),
             move |cluster: Arc<DynamicObject>| {
                 cluster_configs
                     .indexed_now(IndexKey::Cluster {
@@ -161,6 +161,39 @@ pub async fn run_bootstrap(
         )
         .for_each(lariat_controllers::finished("kubeadmconfig"))
         .await;
+}
+
+/// The Cluster changes a KubeadmConfig can act on: its spec, annotations (paused), deletion,
+/// infrastructure readiness and control plane initialization. The rest (the agent's heartbeat,
+/// other conditions) would wake every config of the cluster for nothing.
+fn what_configs_read_changed(
+    clusters: impl futures::Stream<Item = Arc<DynamicObject>> + Send + 'static,
+) -> impl futures::Stream<Item = Arc<DynamicObject>> + Send + 'static {
+    let mut seen = std::collections::HashMap::<(String, String), u64>::new();
+    clusters.filter(move |cluster| {
+        use std::hash::{Hash, Hasher};
+        let initialized = conditions::is_true(
+            &conditions::existing(&cluster.data["status"]),
+            lariat_api::capi::conditions::CONTROL_PLANE_INITIALIZED,
+        );
+        let read = serde_json::json!([
+            cluster.data["spec"],
+            cluster.metadata.annotations,
+            cluster.metadata.deletion_timestamp,
+            cluster.data["status"]["infrastructureReady"],
+            cluster.data["status"]["initialization"],
+            initialized,
+        ]);
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        read.to_string().hash(&mut hasher);
+        let key = (
+            cluster.metadata.namespace.clone().unwrap_or_default(),
+            cluster.name_any(),
+        );
+        let fingerprint = hasher.finish();
+        let changed = seen.insert(key, fingerprint) != Some(fingerprint);
+        std::future::ready(changed)
+    })
 }
 
 /// Runs the KubeadmControlPlane controller (provider `control-plane-kubeadm`) until `shutdown`
