@@ -346,6 +346,14 @@ impl Cache {
         objects
     }
 
+    /// References to the objects under an index key, to wake their controller with.
+    pub fn indexed_refs(&self, key: IndexKey<'_>) -> Vec<ObjectRef<DynamicObject>> {
+        self.indexed_now(key)
+            .iter()
+            .map(|o| ObjectRef::from_obj_with(o.as_ref(), self.resource.clone()))
+            .collect()
+    }
+
     /// Waits until the cache shows the writes a reconcile just made: each of `created` present,
     /// each of `deleted` gone or being deleted. Without this, the reconcile that the first
     /// creation wakes would count the Machines before the rest arrive and create them again
@@ -356,25 +364,18 @@ impl Cache {
         created: &[String],
         deleted: &[String],
     ) -> Result<(), Error> {
-        let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
-        loop {
-            let seen = created.iter().all(|n| self.get_now(namespace, n).is_some())
+        let what = format!(
+            "the cache of {} to show this reconcile's writes",
+            self.resource.plural
+        );
+        until(&what, || {
+            created.iter().all(|n| self.get_now(namespace, n).is_some())
                 && deleted.iter().all(|n| {
                     self.get_now(namespace, n)
                         .is_none_or(|o| o.metadata.deletion_timestamp.is_some())
-                });
-            if seen {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(Error::Invalid(format!(
-                    "the cache of {} did not show this reconcile's writes within {} s",
-                    self.resource.plural,
-                    SYNC_TIMEOUT.as_secs()
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+                })
+        })
+        .await
     }
 
     /// Every object, then every change (an object as it is now, or as it was when deleted).
@@ -382,18 +383,18 @@ impl Cache {
     pub fn changes(&self) -> impl Stream<Item = Arc<DynamicObject>> + Send + use<> {
         let receiver = self.changes.subscribe();
         let store = self.store.clone();
-        let healthy = self.synced.clone();
+        let synced = self.synced.clone();
         futures::stream::unfold(
             (
                 receiver,
                 store,
-                Some(healthy),
+                Some(synced),
                 Vec::<Arc<DynamicObject>>::new(),
             ),
             |(mut receiver, store, mut first, mut pending)| async move {
-                if let Some(mut healthy) = first.take() {
+                if let Some(synced) = first.take() {
                     // Not synced yet: the first list arrives as changes anyway.
-                    if *healthy.borrow_and_update() {
+                    if *synced.borrow() {
                         pending = store.state();
                     }
                 }
@@ -515,7 +516,8 @@ impl Caches {
     }
 
     /// Every change of every kind cached outside the core API group and Cluster API's own
-    /// group, now and from now on (a cache started later joins in). A subscriber that falls behind misses changes; the periodic resync covers them.
+    /// group, now and from now on (a cache started later joins in). A subscriber that falls
+    /// behind misses changes; the periodic resync covers them.
     pub fn every_change(&self) -> impl Stream<Item = Arc<DynamicObject>> + Send + 'static {
         tokio_stream::wrappers::BroadcastStream::new(self.every_change.subscribe())
             .filter_map(|change| std::future::ready(change.ok()))
@@ -587,7 +589,8 @@ impl Caches {
         let mut changes = Box::pin(cache.changes());
         let notify = self.node_changes.clone();
         let (ns, name) = key.clone();
-        let forward = tokio::spawn(async move {
+        // The forwarder ends with the cache (its feed closes when the cache is dropped).
+        tokio::spawn(async move {
             while let Some(node) = changes.next().await {
                 let _ = notify.send(NodeChange {
                     namespace: ns.clone(),
@@ -596,8 +599,6 @@ impl Caches {
                 });
             }
         });
-        // The forwarder ends with the cache (its feed closes when the cache is dropped).
-        drop(forward);
         *slot = Some(Workload {
             cache: cache.clone(),
             secret_version: version,
@@ -633,43 +634,44 @@ impl Caches {
             let listed = api
                 .list(&kube::api::ListParams::default().labels(&selector))
                 .await?;
-            let want: HashMap<(String, String), String> = listed
-                .items
-                .iter()
-                .map(|o| {
-                    (
-                        (o.namespace().unwrap_or_default(), o.name_any()),
-                        o.resource_version().unwrap_or_default(),
-                    )
-                })
-                .collect();
-            let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
-            loop {
-                let have: HashMap<(String, String), String> = cache
-                    .store()
-                    .state()
-                    .iter()
-                    .map(|o| {
-                        (
-                            (o.namespace().unwrap_or_default(), o.name_any()),
-                            o.resource_version().unwrap_or_default(),
-                        )
-                    })
-                    .collect();
-                if have == want {
-                    break;
-                }
-                if tokio::time::Instant::now() > deadline {
-                    return Err(Error::Invalid(format!(
-                        "the cache of {} did not catch up",
-                        cache.resource().plural
-                    )));
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+            let want = versions(&listed.items);
+            let what = format!("the cache of {} to catch up", cache.resource().plural);
+            until(&what, || versions(&cache.store().state()) == want).await?;
         }
         Ok(())
     }
+}
+
+/// Each object's resourceVersion by namespace and name.
+fn versions<O: std::borrow::Borrow<DynamicObject>>(
+    objects: &[O],
+) -> HashMap<(String, String), String> {
+    objects
+        .iter()
+        .map(|o| {
+            let o: &DynamicObject = o.borrow();
+            (
+                (o.namespace().unwrap_or_default(), o.name_any()),
+                o.resource_version().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Waits until `done` holds of what a cache holds now (it follows a watch), for at most
+/// [`SYNC_TIMEOUT`]; `what` names the wait in the error.
+async fn until(what: &str, mut done: impl FnMut() -> bool) -> Result<(), Error> {
+    let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
+    while !done() {
+        if tokio::time::Instant::now() > deadline {
+            return Err(Error::Invalid(format!(
+                "timed out after {} s waiting for {what}",
+                SYNC_TIMEOUT.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
 }
 
 fn node_resource() -> ApiResource {

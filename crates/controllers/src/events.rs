@@ -54,19 +54,8 @@ impl Recorder {
         reason: &str,
         message: &str,
     ) {
-        // The component Kubernetes' own controllers name: `machineset-controller`.
-        let component = format!("{}-controller", kind.to_lowercase());
-        let event = Occurrence {
-            component: &component,
-            kind,
-            type_,
-            reason,
-            message,
-            once: false,
-        };
-        if let Err(error) = self.try_publish(object, &event).await {
-            tracing::debug!(object = %object.name_any(), reason, %error, "cannot record an event");
-        }
+        self.record(object, kind, type_, reason, message, false)
+            .await;
     }
 
     /// Like [`publish`](Self::publish), for what happens once in an object's life ("never
@@ -85,6 +74,20 @@ impl Recorder {
         if self.published.lock().expect("lock").contains_key(&key) {
             return;
         }
+        self.record(object, kind, type_, reason, message, true)
+            .await;
+    }
+
+    async fn record(
+        &self,
+        object: &DynamicObject,
+        kind: &str,
+        type_: EventType,
+        reason: &str,
+        message: &str,
+        once: bool,
+    ) {
+        // The component Kubernetes' own controllers name: `machineset-controller`.
         let component = format!("{}-controller", kind.to_lowercase());
         let event = Occurrence {
             component: &component,
@@ -92,7 +95,7 @@ impl Recorder {
             type_,
             reason,
             message,
-            once: true,
+            once,
         };
         if let Err(error) = self.try_publish(object, &event).await {
             tracing::debug!(object = %object.name_any(), reason, %error, "cannot record an event");

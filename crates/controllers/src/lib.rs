@@ -196,7 +196,7 @@ where
 
 /// Maps a provider object to the core objects that own it (`kind`), so a provider's status
 /// change wakes its Cluster or Machine at once instead of at the next poll.
-pub fn owners_of(
+fn owners_of(
     kind: &'static str,
 ) -> impl Fn(Arc<DynamicObject>) -> Vec<ObjectRef<DynamicObject>> + Clone + Send + Sync + 'static {
     move |object: Arc<DynamicObject>| {
@@ -225,16 +225,11 @@ pub fn owners_and_referrers(
             .as_ref()
             .map(|t| t.kind.as_str())
             .unwrap_or_default();
-        found.extend(
-            referrers
-                .indexed_now(IndexKey::ReferredBy {
-                    kind: object_kind,
-                    namespace: &namespace,
-                    name: object.metadata.name.as_deref().unwrap_or_default(),
-                })
-                .iter()
-                .map(|r| ObjectRef::from_obj_with(r.as_ref(), capi(kind))),
-        );
+        found.extend(referrers.indexed_refs(IndexKey::ReferredBy {
+            kind: object_kind,
+            namespace: &namespace,
+            name: object.metadata.name.as_deref().unwrap_or_default(),
+        }));
         found
     }
 }
@@ -250,17 +245,17 @@ pub fn controller_on(cache: &Cache) -> Controller<DynamicObject> {
 /// others (kube-runtime's queue already runs each object at most once at a time).
 pub const CONCURRENCY: u16 = 16;
 
-/// The objects whose controller (`kind`) owns the object that changed.
-fn controller_owner(
-    kind: &'static str,
+/// The object of `owner`'s kind that is the controller of the object that changed.
+pub fn controller_owner(
+    owner: ApiResource,
 ) -> impl Fn(Arc<DynamicObject>) -> Option<ObjectRef<DynamicObject>> + Send + Sync + 'static {
     move |object: Arc<DynamicObject>| {
-        let owner = object
+        let reference = object
             .owner_references()
             .iter()
-            .find(|o| o.controller == Some(true) && o.kind == kind)?;
+            .find(|o| o.controller == Some(true) && o.kind == owner.kind)?;
         Some(
-            ObjectRef::new_with(&owner.name, capi(kind))
+            ObjectRef::new_with(&reference.name, owner.clone())
                 .within(object.metadata.namespace.as_deref()?),
         )
     }
@@ -300,7 +295,7 @@ pub async fn run(
     let deployments = controller_on(&cache("MachineDeployment"))
         .watches_shared_stream_with(
             cache("MachineSet").changes(),
-            controller_owner("MachineDeployment"),
+            controller_owner(capi("MachineDeployment")),
             capi("MachineSet"),
         )
         .reconcile_on(woken_by_unpause(&caches, "MachineDeployment"))
@@ -310,7 +305,7 @@ pub async fn run(
     let sets = controller_on(&cache("MachineSet"))
         .watches_shared_stream_with(
             machines_cache.changes(),
-            controller_owner("MachineSet"),
+            controller_owner(capi("MachineSet")),
             capi("Machine"),
         )
         .reconcile_on(woken_by_unpause(&caches, "MachineSet"))
@@ -331,14 +326,10 @@ pub async fn run(
     let checks_of_cluster = {
         let checks = checks_cache.clone();
         move |namespace: &str, cluster: &str| {
-            checks
-                .indexed_now(IndexKey::Cluster {
-                    namespace,
-                    name: cluster,
-                })
-                .iter()
-                .map(|c| ObjectRef::from_obj_with(c.as_ref(), capi("MachineHealthCheck")))
-                .collect::<Vec<_>>()
+            checks.indexed_refs(IndexKey::Cluster {
+                namespace,
+                name: cluster,
+            })
         }
     };
     let node_checks = {
@@ -390,15 +381,11 @@ fn woken_by_unpause(
             );
             let now = cluster::paused(&cluster) && cluster.metadata.deletion_timestamp.is_none();
             let was = paused.insert(key.clone(), now).unwrap_or(false);
-            let woken: Vec<ObjectRef<DynamicObject>> = if was && !now {
-                objects
-                    .indexed_now(IndexKey::Cluster {
-                        namespace: &key.0,
-                        name: &key.1,
-                    })
-                    .iter()
-                    .map(|o| ObjectRef::from_obj_with(o.as_ref(), capi(kind)))
-                    .collect()
+            let woken = if was && !now {
+                objects.indexed_refs(IndexKey::Cluster {
+                    namespace: &key.0,
+                    name: &key.1,
+                })
             } else {
                 vec![]
             };
@@ -406,20 +393,14 @@ fn woken_by_unpause(
         })
 }
 
-/// The objects `mapper` relates to changes of provider objects: anything cached outside
-/// Cluster API's core group and the core API group.
+/// The objects `mapper` relates to changes of provider objects: every_change carries only
+/// the kinds outside the core API group and Cluster API's own.
 fn referenced_changes(
     caches: &Caches,
     mapper: impl Fn(Arc<DynamicObject>) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static,
 ) -> impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
     caches
         .every_change()
-        .filter(|object| {
-            let api_version = object.types.as_ref().map(|t| t.api_version.as_str());
-            std::future::ready(
-                api_version.is_some_and(|v| v.contains('/') && !v.starts_with("cluster.x-k8s.io/")),
-            )
-        })
         .flat_map(move |object| futures::stream::iter(mapper(object)))
 }
 

@@ -11,23 +11,11 @@ use kube::{Client, ResourceExt};
 use lariat_controllers::cache::{Caches, IndexKey};
 use serde_json::json;
 
-const NS: &str = "default";
+mod common;
 
-async fn server(serve: bool) -> (Client, String, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(lariat_store::memory::MemoryStore::new());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server =
-        lariat_apiserver::Server::start(lariat_apiserver::Config::new(dir.path()), store, listener)
-            .await
-            .unwrap();
-    let client = server.local_client();
-    if serve {
-        tokio::spawn(server.serve(std::future::pending()));
-    }
-    let kubeconfig = std::fs::read_to_string(dir.path().join("kubeconfig.yaml")).unwrap();
-    (client, kubeconfig, dir)
-}
+use common::server;
+
+const NS: &str = "default";
 
 fn config_maps() -> ApiResource {
     ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())

@@ -31,6 +31,10 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use lariat_controllers::{Context, Error, capi};
 use serde::Deserialize;
+
+mod common;
+
+use common::server;
 use serde_json::{Value, json};
 
 #[derive(Deserialize)]
@@ -71,17 +75,6 @@ struct Expectation {
 
 const NS: &str = "default";
 
-async fn server() -> (Client, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(lariat_store::memory::MemoryStore::new());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server =
-        lariat_apiserver::Server::start(lariat_apiserver::Config::new(dir.path()), store, listener)
-            .await
-            .unwrap();
-    (server.local_client(), dir)
-}
-
 async fn resource(client: &Client, api_version: &str, kind: &str) -> ApiResource {
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind))
@@ -96,21 +89,6 @@ fn api(client: &Client, resource: &ApiResource, cluster_scoped: bool) -> Api<Dyn
     } else {
         Api::namespaced_with(client.clone(), NS, resource)
     }
-}
-
-/// A workload cluster for the scenario's Clusters: a lariat API served on loopback, empty.
-/// Returns the kubeconfig that reaches it.
-async fn workload_cluster() -> (String, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(lariat_store::memory::MemoryStore::new());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server =
-        lariat_apiserver::Server::start(lariat_apiserver::Config::new(dir.path()), store, listener)
-            .await
-            .unwrap();
-    tokio::spawn(server.serve(std::future::pending()));
-    let kubeconfig = std::fs::read_to_string(dir.path().join("kubeconfig.yaml")).unwrap();
-    (kubeconfig, dir)
 }
 
 /// Writes `<cluster>-kubeconfig` for every given Cluster, reaching `kubeconfig`.
@@ -271,8 +249,8 @@ async fn run(file: &str) {
         serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
     assert!(!scenarios.is_empty(), "{path} holds no scenario");
     for scenario in scenarios {
-        let (client, _dir) = server().await;
-        let (kubeconfig, _workload_dir) = workload_cluster().await;
+        let (client, _, _dir) = server(false).await;
+        let (_, kubeconfig, _workload_dir) = server(true).await;
         create_given(&client, &scenario.given).await;
         connect_workload_clusters(&client, &scenario.given, &kubeconfig).await;
         let ctx = Arc::new(Context::new(client.clone()));

@@ -126,14 +126,10 @@ pub async fn run_bootstrap(
         .watches_shared_stream_with(
             what_configs_read_changed(caches.of(&capi("Cluster")).changes()),
             move |cluster: Arc<DynamicObject>| {
-                cluster_configs
-                    .indexed_now(IndexKey::Cluster {
-                        namespace: cluster.metadata.namespace.as_deref().unwrap_or_default(),
-                        name: cluster.metadata.name.as_deref().unwrap_or_default(),
-                    })
-                    .iter()
-                    .map(|c| ObjectRef::from_obj_with(c.as_ref(), config.clone()))
-                    .collect::<Vec<_>>()
+                cluster_configs.indexed_refs(IndexKey::Cluster {
+                    namespace: cluster.metadata.namespace.as_deref().unwrap_or_default(),
+                    name: cluster.metadata.name.as_deref().unwrap_or_default(),
+                })
             },
             capi("Cluster"),
         )
@@ -203,7 +199,6 @@ pub async fn run_control_plane(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
-    let owner = control_plane::resource();
     let referred = control_plane::resource();
     lariat_controllers::controller_on(&caches.of(&control_plane::resource()))
         // Its Cluster's infrastructure becoming ready is what a new control plane waits for.
@@ -223,14 +218,7 @@ pub async fn run_control_plane(
         )
         .watches_shared_stream_with(
             caches.of(&capi("Machine")).changes(),
-            move |machine: Arc<DynamicObject>| {
-                let namespace = machine.metadata.namespace.as_deref()?;
-                let reference = machine
-                    .owner_references()
-                    .iter()
-                    .find(|o| o.controller == Some(true) && o.kind == owner.kind)?;
-                Some(ObjectRef::new_with(&reference.name, owner.clone()).within(namespace))
-            },
+            lariat_controllers::controller_owner(control_plane::resource()),
             capi("Machine"),
         )
         .graceful_shutdown_on(shutdown)
