@@ -205,8 +205,8 @@ pub async fn init(args: InitArgs) -> anyhow::Result<()> {
         let name = provider.inventory_name();
         loop {
             let entry = inventory.get(&name).await?;
-            if lariat_controllers::conditions::is_true(
-                &lariat_controllers::conditions::existing(&entry.data["status"]),
+            if lariat_controllers::conditions::json::is_true(
+                &lariat_controllers::conditions::json::existing(&entry.data["status"]),
                 "Ready",
             ) {
                 break;
@@ -354,8 +354,8 @@ pub async fn run_enabled(
                     }
                 };
                 let mut conditions =
-                    lariat_controllers::conditions::existing(&entry.data["status"]);
-                lariat_controllers::conditions::set(
+                    lariat_controllers::conditions::json::existing(&entry.data["status"]);
+                lariat_controllers::conditions::json::set(
                     &mut conditions,
                     "Ready",
                     ready,

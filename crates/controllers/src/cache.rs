@@ -6,17 +6,30 @@
 //! and a read waits until the cache holds the whole first list, so "not in the cache" always
 //! means "does not exist", never "not listed yet". Workload clusters' Nodes get a cache per
 //! cluster, through the `<cluster>-kubeconfig` Secret (itself read from the Secret cache).
+//!
+//! Each kind is held in one representation ([`Cached`]): Cluster API's own kinds as the typed
+//! structs of `lariat_api`, Nodes as k8s-openapi's, and every other kind (provider objects
+//! behind references, Secrets) as JSON, as Cluster API reads unstructured objects. The watch
+//! itself reads JSON and each object is converted once as it arrives: an object the schema
+//! allows but the struct cannot hold is set aside and named, rather than stopping the watch
+//! of every object of its kind.
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
+use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
+use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
 use crate::Error;
@@ -40,6 +53,82 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long making a workload cluster's Node cache waits for its first list.
 const WORKLOAD_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A kind a cache can hold, in the one representation this process reads it in.
+pub trait Cached:
+    Resource<DynamicType: Clone + Eq + Hash + Debug + Send + Sync + Unpin + 'static>
+    + Clone
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// The object, from the JSON the watch delivered.
+    fn from_json(object: DynamicObject) -> Result<Self, serde_json::Error>;
+    /// What kube-runtime needs to know of the kind beyond the Rust type.
+    fn dynamic_type(resource: &ApiResource) -> Self::DynamicType;
+    /// The object's `apiVersion` and `kind`.
+    fn type_names(&self) -> (String, String);
+}
+
+impl Cached for DynamicObject {
+    fn from_json(object: DynamicObject) -> Result<Self, serde_json::Error> {
+        Ok(object)
+    }
+
+    fn dynamic_type(resource: &ApiResource) -> ApiResource {
+        resource.clone()
+    }
+
+    fn type_names(&self) -> (String, String) {
+        self.types
+            .as_ref()
+            .map(|t| (t.api_version.clone(), t.kind.clone()))
+            .unwrap_or_default()
+    }
+}
+
+macro_rules! cached_as_struct {
+    ($($kind:ty),* $(,)?) => {$(
+        impl Cached for $kind {
+            fn from_json(object: DynamicObject) -> Result<Self, serde_json::Error> {
+                typed(object)
+            }
+
+            fn dynamic_type(_: &ApiResource) {}
+
+            fn type_names(&self) -> (String, String) {
+                (
+                    <$kind as Resource>::api_version(&()).into_owned(),
+                    <$kind as Resource>::kind(&()).into_owned(),
+                )
+            }
+        }
+    )*};
+}
+
+cached_as_struct!(
+    Cluster,
+    Machine,
+    MachineSet,
+    MachineDeployment,
+    MachineHealthCheck,
+    Node
+);
+
+/// Moves a JSON object's fields into its typed struct (no copy of spec or status).
+fn typed<K: serde::de::DeserializeOwned>(object: DynamicObject) -> Result<K, serde_json::Error> {
+    let mut fields = match object.data {
+        Value::Object(fields) => fields,
+        _ => serde_json::Map::new(),
+    };
+    fields.insert("metadata".into(), serde_json::to_value(object.metadata)?);
+    if let Some(types) = object.types {
+        fields.insert("apiVersion".into(), Value::String(types.api_version));
+        fields.insert("kind".into(), Value::String(types.kind));
+    }
+    serde_json::from_value(Value::Object(fields))
+}
 
 /// What an index groups objects by.
 #[derive(Clone, Copy, Debug)]
@@ -76,6 +165,8 @@ impl IndexKey<'_> {
     }
 }
 
+/// An object's index keys, from its JSON: one reading of the same fields for every kind,
+/// whatever its representation.
 fn index_keys(object: &DynamicObject) -> Vec<String> {
     let mut keys: Vec<String> = object
         .owner_references()
@@ -114,16 +205,36 @@ fn index_keys(object: &DynamicObject) -> Vec<String> {
     keys
 }
 
-#[derive(Default)]
-struct Index {
-    /// Index key to the objects under it.
-    members: HashMap<String, HashSet<ObjectRef<DynamicObject>>>,
-    /// Each object's keys, to take it out again when it changes or goes.
-    keys: HashMap<ObjectRef<DynamicObject>, Vec<String>>,
+/// An object the watch delivered that its struct cannot hold.
+#[derive(Clone, Debug)]
+struct Unreadable {
+    error: String,
+    resource_version: String,
 }
 
-impl Index {
-    fn remove(&mut self, object: &ObjectRef<DynamicObject>) {
+/// The indexes of one cache, and the objects set aside as unreadable (they stay indexed, so a
+/// read that would count them fails instead of counting without them).
+struct Index<K: Cached> {
+    /// Index key to the objects under it.
+    members: HashMap<String, HashSet<ObjectRef<K>>>,
+    /// Each object's keys, to take it out again when it changes or goes.
+    keys: HashMap<ObjectRef<K>, Vec<String>>,
+    unreadable: HashMap<ObjectRef<K>, Unreadable>,
+}
+
+impl<K: Cached> Default for Index<K> {
+    fn default() -> Self {
+        Index {
+            members: HashMap::new(),
+            keys: HashMap::new(),
+            unreadable: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Cached> Index<K> {
+    fn remove(&mut self, object: &ObjectRef<K>) {
+        self.unreadable.remove(object);
         for key in self.keys.remove(object).unwrap_or_default() {
             if let Some(members) = self.members.get_mut(&key) {
                 members.remove(object);
@@ -134,9 +245,8 @@ impl Index {
         }
     }
 
-    fn insert(&mut self, reference: ObjectRef<DynamicObject>, object: &DynamicObject) {
+    fn insert(&mut self, reference: ObjectRef<K>, keys: Vec<String>) {
         self.remove(&reference);
-        let keys = index_keys(object);
         for key in &keys {
             self.members
                 .entry(key.clone())
@@ -148,11 +258,13 @@ impl Index {
 }
 
 /// One kind's cache: the objects, their indexes, and a feed of what changed.
-pub struct Cache {
+pub struct Cache<K: Cached = DynamicObject> {
     resource: ApiResource,
-    store: Store<DynamicObject>,
-    index: Arc<RwLock<Index>>,
-    changes: broadcast::Sender<Arc<DynamicObject>>,
+    selector: String,
+    dynamic_type: K::DynamicType,
+    store: Store<K>,
+    index: Arc<RwLock<Index<K>>>,
+    changes: broadcast::Sender<Arc<K>>,
     /// True once the first list is in, for good: reads then answer from what is held, as an
     /// informer's do, rather than wait.
     synced: watch::Receiver<bool>,
@@ -161,47 +273,91 @@ pub struct Cache {
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Drop for Cache {
+impl<K: Cached> Drop for Cache<K> {
     fn drop(&mut self) {
         self.task.abort();
     }
 }
 
-impl Cache {
-    /// Starts watching `api` (of `resource`, objects matching `selector`) into a new cache
-    /// whose change feed holds `buffer` changes. `on_error` hears each failure of the watch.
+/// Told of each change a cache sees.
+type OnChange<K> = Box<dyn Fn(&Arc<K>) + Send + Sync>;
+
+/// What a cache hears of its watch besides the objects.
+struct Hooks<K> {
+    /// Each change, besides the cache's own feed.
+    on_change: Option<OnChange<K>>,
+    /// Each failure of the watch.
+    on_error: Box<dyn Fn(&watcher::Error) + Send + Sync>,
+}
+
+impl<K> Default for Hooks<K> {
+    fn default() -> Self {
+        Hooks {
+            on_change: None,
+            on_error: Box::new(|_| {}),
+        }
+    }
+}
+
+impl<K: Cached> Cache<K> {
+    /// Starts watching the objects of `resource` that match `selector`, through `client`, into
+    /// a new cache whose change feed holds `buffer` changes.
     fn start(
-        api: Api<DynamicObject>,
+        client: Client,
         resource: ApiResource,
         selector: &str,
         buffer: usize,
-        every_change: Option<broadcast::Sender<Arc<DynamicObject>>>,
-        on_error: impl Fn(&watcher::Error) + Send + 'static,
-    ) -> Cache {
-        let mut writer = Writer::new(resource.clone());
+        hooks: Hooks<K>,
+    ) -> Cache<K> {
+        let dynamic_type = K::dynamic_type(&resource);
+        let api: Api<DynamicObject> = Api::all_with(client, &resource);
+        let mut writer = Writer::new(dynamic_type.clone());
         let store = writer.as_reader();
         let mut config = watcher::Config::default();
         if !selector.is_empty() {
             config = config.labels(selector);
         }
-        let index: Arc<RwLock<Index>> = Default::default();
+        let index: Arc<RwLock<Index<K>>> = Default::default();
         let (changes, _) = broadcast::channel(buffer);
         let (set_synced, synced) = watch::channel(false);
         let (set_healthy, healthy) = watch::channel(false);
         let publish = {
             let changes = changes.clone();
-            move |object: Arc<DynamicObject>| {
-                if let Some(every_change) = &every_change {
-                    let _ = every_change.send(object.clone());
+            let on_change = hooks.on_change;
+            move |object: Arc<K>| {
+                if let Some(on_change) = &on_change {
+                    on_change(&object);
                 }
                 let _ = changes.send(object);
             }
         };
+        let on_error = hooks.on_error;
         let task = {
-            let (store, index, resource) = (store.clone(), index.clone(), resource.clone());
+            let (store, index, resource, dynamic_type) = (
+                store.clone(),
+                index.clone(),
+                resource.clone(),
+                dynamic_type.clone(),
+            );
             tokio::spawn(async move {
+                let reference_of = |object: &DynamicObject| {
+                    let reference = ObjectRef::<K>::new_with(
+                        object.metadata.name.as_deref().unwrap_or_default(),
+                        dynamic_type.clone(),
+                    );
+                    match object.metadata.namespace.as_deref() {
+                        Some(namespace) => reference.within(namespace),
+                        None => reference,
+                    }
+                };
+                // Set aside, logged once each.
+                let set_aside = |reference: &ObjectRef<K>, error: &serde_json::Error| {
+                    tracing::warn!(kind = %resource.kind, object = %reference, %error, "cannot read the object; reconcilers that need it fail until it is fixed");
+                };
                 let mut last_error = String::new();
                 let mut backoff = WATCH_RETRY_FIRST;
+                // The list being received, until it is complete.
+                let mut listing: Option<Index<K>> = None;
                 // One watch (list, then watch) per turn. A failure ends the turn: the next one
                 // lists afresh, so the cache is known complete again when its list is in
                 // (kube-runtime's watcher would resume without saying when it has).
@@ -222,39 +378,88 @@ impl Cache {
                                 break;
                             }
                         };
-                        writer.apply_watcher_event(&event);
                         match event {
-                            watcher::Event::Apply(object) => {
-                                let reference = ObjectRef::from_obj_with(&object, resource.clone());
-                                if let Some(stored) = store.get(&reference) {
-                                    index.write().expect("lock").insert(reference, &stored);
-                                    publish(stored);
-                                }
+                            watcher::Event::Init => {
+                                listing = Some(Index::default());
+                                writer.apply_watcher_event(&watcher::Event::Init);
                             }
-                            watcher::Event::Delete(object) => {
-                                let reference = ObjectRef::from_obj_with(&object, resource.clone());
-                                index.write().expect("lock").remove(&reference);
-                                publish(Arc::new(object));
+                            watcher::Event::InitApply(object) => {
+                                let reference = reference_of(&object);
+                                let listed = listing.get_or_insert_default();
+                                listed.insert(reference.clone(), index_keys(&object));
+                                let version = object.resource_version().unwrap_or_default();
+                                match K::from_json(object) {
+                                    Ok(object) => writer
+                                        .apply_watcher_event(&watcher::Event::InitApply(object)),
+                                    Err(error) => {
+                                        set_aside(&reference, &error);
+                                        listed.unreadable.insert(
+                                            reference,
+                                            Unreadable {
+                                                error: error.to_string(),
+                                                resource_version: version,
+                                            },
+                                        );
+                                    }
+                                }
                             }
                             watcher::Event::InitDone => {
-                                let all = store.state();
-                                let mut rebuilt = Index::default();
-                                for object in &all {
-                                    rebuilt.insert(
-                                        ObjectRef::from_obj_with(object.as_ref(), resource.clone()),
-                                        object,
-                                    );
-                                }
-                                *index.write().expect("lock") = rebuilt;
+                                writer.apply_watcher_event(&watcher::Event::InitDone);
+                                *index.write().expect("lock") = listing.take().unwrap_or_default();
                                 last_error.clear();
                                 backoff = WATCH_RETRY_FIRST;
                                 set_synced.send_replace(true);
                                 set_healthy.send_replace(true);
-                                for object in all {
+                                for object in store.state() {
                                     publish(object);
                                 }
                             }
-                            watcher::Event::Init | watcher::Event::InitApply(_) => {}
+                            watcher::Event::Apply(object) => {
+                                let reference = reference_of(&object);
+                                let keys = index_keys(&object);
+                                let version = object.resource_version().unwrap_or_default();
+                                let readable = K::from_json(object);
+                                let mut index = index.write().expect("lock");
+                                index.insert(reference.clone(), keys);
+                                match readable {
+                                    Ok(object) => {
+                                        writer.apply_watcher_event(&watcher::Event::Apply(object));
+                                        drop(index);
+                                        if let Some(stored) = store.get(&reference) {
+                                            publish(stored);
+                                        }
+                                    }
+                                    Err(error) => {
+                                        set_aside(&reference, &error);
+                                        index.unreadable.insert(
+                                            reference.clone(),
+                                            Unreadable {
+                                                error: error.to_string(),
+                                                resource_version: version,
+                                            },
+                                        );
+                                        if let Some(stored) = store.get(&reference) {
+                                            writer.apply_watcher_event(&watcher::Event::Delete(
+                                                (*stored).clone(),
+                                            ));
+                                        }
+                                    }
+                                }
+                            }
+                            watcher::Event::Delete(object) => {
+                                let reference = reference_of(&object);
+                                index.write().expect("lock").remove(&reference);
+                                let gone = K::from_json(object)
+                                    .ok()
+                                    .map(Arc::new)
+                                    .or_else(|| store.get(&reference));
+                                if let Some(gone) = gone {
+                                    writer.apply_watcher_event(&watcher::Event::Delete(
+                                        (*gone).clone(),
+                                    ));
+                                    publish(gone);
+                                }
+                            }
                         }
                     }
                     tokio::time::sleep(backoff).await;
@@ -264,6 +469,8 @@ impl Cache {
         };
         Cache {
             resource,
+            selector: selector.to_string(),
+            dynamic_type,
             store,
             index,
             changes,
@@ -277,8 +484,13 @@ impl Cache {
         &self.resource
     }
 
+    /// What kube-runtime needs to know of the kind, for references to its objects.
+    pub fn dynamic_type(&self) -> K::DynamicType {
+        self.dynamic_type.clone()
+    }
+
     /// The store, for a kube-runtime `Controller` built on this cache.
-    pub fn store(&self) -> Store<DynamicObject> {
+    pub fn store(&self) -> Store<K> {
         self.store.clone()
     }
 
@@ -301,57 +513,81 @@ impl Cache {
         }
     }
 
-    /// An object by namespace and name.
-    pub async fn get(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<Arc<DynamicObject>>, Error> {
+    fn reference(&self, namespace: &str, name: &str) -> ObjectRef<K> {
+        let reference = ObjectRef::new_with(name, self.dynamic_type.clone());
+        if namespace.is_empty() {
+            reference
+        } else {
+            reference.within(namespace)
+        }
+    }
+
+    /// The error a read of an object set aside as unreadable fails with.
+    fn unreadable(&self, reference: &ObjectRef<K>) -> Option<Error> {
+        let index = self.index.read().expect("lock");
+        let unreadable = index.unreadable.get(reference)?;
+        Some(Error::Invalid(format!(
+            "{} {reference} cannot be read: {}",
+            self.resource.kind, unreadable.error
+        )))
+    }
+
+    /// An object by namespace and name; an error if it exists but cannot be read.
+    pub async fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<K>>, Error> {
         self.synced().await?;
-        Ok(self.get_now(namespace, name))
+        let reference = self.reference(namespace, name);
+        match self.unreadable(&reference) {
+            Some(error) => Err(error),
+            None => Ok(self.store.get(&reference)),
+        }
     }
 
     /// An object, from what the cache holds now, synced or not.
-    pub fn get_now(&self, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
-        let mut reference = ObjectRef::new_with(name, self.resource.clone());
-        if !namespace.is_empty() {
-            reference = reference.within(namespace);
-        }
-        self.store.get(&reference)
+    pub fn get_now(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        self.store.get(&self.reference(namespace, name))
     }
 
-    /// The objects under an index key, sorted by namespace and name.
-    pub async fn indexed(&self, key: IndexKey<'_>) -> Result<Vec<Arc<DynamicObject>>, Error> {
+    /// The objects under an index key, sorted by namespace and name; an error if one of them
+    /// cannot be read (a count without it would be wrong).
+    pub async fn indexed(&self, key: IndexKey<'_>) -> Result<Vec<Arc<K>>, Error> {
         self.synced().await?;
-        Ok(self.indexed_now(key))
+        let references = self.members(key);
+        if let Some(error) = references.iter().find_map(|r| self.unreadable(r)) {
+            return Err(error);
+        }
+        Ok(self.objects(references))
     }
 
-    pub fn indexed_now(&self, key: IndexKey<'_>) -> Vec<Arc<DynamicObject>> {
-        let references: Vec<ObjectRef<DynamicObject>> = self
-            .index
+    /// The readable objects under an index key now.
+    pub fn indexed_now(&self, key: IndexKey<'_>) -> Vec<Arc<K>> {
+        self.objects(self.members(key))
+    }
+
+    fn members(&self, key: IndexKey<'_>) -> Vec<ObjectRef<K>> {
+        self.index
             .read()
             .expect("lock")
             .members
             .get(&key.render())
             .map(|members| members.iter().cloned().collect())
-            .unwrap_or_default();
-        let mut objects: Vec<Arc<DynamicObject>> = references
+            .unwrap_or_default()
+    }
+
+    fn objects(&self, references: Vec<ObjectRef<K>>) -> Vec<Arc<K>> {
+        let mut objects: Vec<Arc<K>> = references
             .iter()
             .filter_map(|reference| self.store.get(reference))
             .collect();
         objects.sort_by(|a, b| {
-            (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
-                .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
+            (a.meta().namespace.as_deref(), a.meta().name.as_deref())
+                .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
         });
         objects
     }
 
     /// References to the objects under an index key, to wake their controller with.
-    pub fn indexed_refs(&self, key: IndexKey<'_>) -> Vec<ObjectRef<DynamicObject>> {
-        self.indexed_now(key)
-            .iter()
-            .map(|o| ObjectRef::from_obj_with(o.as_ref(), self.resource.clone()))
-            .collect()
+    pub fn indexed_refs(&self, key: IndexKey<'_>) -> Vec<ObjectRef<K>> {
+        self.members(key)
     }
 
     /// Waits until the cache shows the writes a reconcile just made: each of `created` present,
@@ -372,7 +608,7 @@ impl Cache {
             created.iter().all(|n| self.get_now(namespace, n).is_some())
                 && deleted.iter().all(|n| {
                     self.get_now(namespace, n)
-                        .is_none_or(|o| o.metadata.deletion_timestamp.is_some())
+                        .is_none_or(|o| o.meta().deletion_timestamp.is_some())
                 })
         })
         .await
@@ -380,17 +616,12 @@ impl Cache {
 
     /// Every object, then every change (an object as it is now, or as it was when deleted).
     /// A subscriber that falls behind is handed every object again, as an informer's resync.
-    pub fn changes(&self) -> impl Stream<Item = Arc<DynamicObject>> + Send + use<> {
+    pub fn changes(&self) -> impl Stream<Item = Arc<K>> + Send + use<K> {
         let receiver = self.changes.subscribe();
         let store = self.store.clone();
         let synced = self.synced.clone();
         futures::stream::unfold(
-            (
-                receiver,
-                store,
-                Some(synced),
-                Vec::<Arc<DynamicObject>>::new(),
-            ),
+            (receiver, store, Some(synced), Vec::<Arc<K>>::new()),
             |(mut receiver, store, mut first, mut pending)| async move {
                 if let Some(synced) = first.take() {
                     // Not synced yet: the first list arrives as changes anyway.
@@ -411,11 +642,52 @@ impl Cache {
             },
         )
     }
+
+    /// Each object's resourceVersion by namespace and name, unreadable ones included.
+    fn versions(&self) -> HashMap<(String, String), String> {
+        let mut versions = versions::<K, _>(&self.store.state());
+        for (reference, unreadable) in &self.index.read().expect("lock").unreadable {
+            versions.insert(
+                (
+                    reference.namespace.clone().unwrap_or_default(),
+                    reference.name.clone(),
+                ),
+                unreadable.resource_version.clone(),
+            );
+        }
+        versions
+    }
+}
+
+/// What [`Caches::catch_up`] needs of a cache, whatever its kind.
+trait Watched: Any + Send + Sync {
+    fn resource(&self) -> &ApiResource;
+    fn selector(&self) -> &str;
+    fn synced(&self) -> watch::Receiver<bool>;
+    fn versions(&self) -> HashMap<(String, String), String>;
+}
+
+impl<K: Cached> Watched for Cache<K> {
+    fn resource(&self) -> &ApiResource {
+        &self.resource
+    }
+
+    fn selector(&self) -> &str {
+        &self.selector
+    }
+
+    fn synced(&self) -> watch::Receiver<bool> {
+        self.synced.clone()
+    }
+
+    fn versions(&self) -> HashMap<(String, String), String> {
+        Cache::versions(self)
+    }
 }
 
 /// A workload cluster's Node cache, with the kubeconfig Secret it was made from.
 struct Workload {
-    cache: Arc<Cache>,
+    cache: Arc<Cache<Node>>,
     secret_version: String,
 }
 
@@ -430,11 +702,13 @@ pub struct NodeChange {
     pub provider_id: Option<String>,
 }
 
+/// A cache's place among [`Caches`]: its representation, kind and label selector.
+type CacheKey = (std::any::TypeId, String, String, String);
+
 /// Every cache of this process.
 pub struct Caches {
     client: Client,
-    /// By apiVersion, kind and label selector (empty: every object of the kind).
-    kinds: Mutex<HashMap<(String, String, String), Arc<Cache>>>,
+    kinds: Mutex<HashMap<CacheKey, Arc<dyn Watched>>>,
     /// Every change of every management cache, for controllers woken by whatever kind their
     /// objects reference (Cluster API's dynamic watches on referenced provider kinds).
     every_change: broadcast::Sender<Arc<DynamicObject>>,
@@ -460,47 +734,57 @@ impl Caches {
         &self.client
     }
 
-    /// The cache of a kind, started on first use.
-    pub fn of(&self, resource: &ApiResource) -> Arc<Cache> {
-        self.of_selected(resource, "")
+    /// The cache of a kind held as its struct (Cluster API's own kinds), started on first use.
+    pub fn typed<K: Cached<DynamicType = ()>>(&self) -> Arc<Cache<K>> {
+        self.cache_of::<K>(&ApiResource::erase::<K>(&()), "", Hooks::default())
     }
 
-    /// The cache of the objects of a kind that match a label selector, started on first use.
-    fn of_selected(&self, resource: &ApiResource, selector: &str) -> Arc<Cache> {
+    /// The cache of a kind held as JSON (provider kinds), started on first use.
+    pub fn of(&self, resource: &ApiResource) -> Arc<Cache> {
+        // Only what Clusters and Machines may reference goes to every_change: not the core API
+        // group's kinds (Secrets), nor Cluster API's own.
+        let referable = !resource.group.is_empty() && resource.group != lariat_api::capi::GROUP;
+        let every_change = self.every_change.clone();
+        let hooks = Hooks {
+            on_change: referable.then(|| -> OnChange<DynamicObject> {
+                Box::new(move |object| {
+                    let _ = every_change.send(object.clone());
+                })
+            }),
+            ..Hooks::default()
+        };
+        self.cache_of::<DynamicObject>(resource, "", hooks)
+    }
+
+    fn cache_of<K: Cached>(
+        &self,
+        resource: &ApiResource,
+        selector: &str,
+        hooks: Hooks<K>,
+    ) -> Arc<Cache<K>> {
         let key = (
+            std::any::TypeId::of::<K>(),
             resource.api_version.clone(),
             resource.kind.clone(),
             selector.to_string(),
         );
         let mut kinds = self.kinds.lock().expect("lock");
-        kinds
-            .entry(key)
-            .or_insert_with(|| {
-                let api = Api::all_with(self.client.clone(), resource);
-                // Only what Clusters and Machines may reference goes to every_change: not the
-                // core API group's kinds (Secrets), nor Cluster API's own.
-                let referable = !resource.group.is_empty() && resource.group != "cluster.x-k8s.io";
-                Arc::new(Cache::start(
-                    api,
-                    resource.clone(),
-                    selector,
-                    CHANGES_BUFFER,
-                    referable.then(|| self.every_change.clone()),
-                    |_| {},
-                ))
-            })
-            .clone()
+        let cache = kinds.entry(key).or_insert_with(|| {
+            Arc::new(Cache::<K>::start(
+                self.client.clone(),
+                resource.clone(),
+                selector,
+                CHANGES_BUFFER,
+                hooks,
+            ))
+        });
+        let any: Arc<dyn Any + Send + Sync> = cache.clone();
+        any.downcast::<Cache<K>>()
+            .expect("a cache is keyed by its representation")
     }
 
     /// The cache of the kind a reference names (found through discovery).
     pub async fn of_kind(&self, api_version: &str, kind: &str) -> Result<Arc<Cache>, Error> {
-        if let Some(cache) = self.kinds.lock().expect("lock").get(&(
-            api_version.to_string(),
-            kind.to_string(),
-            String::new(),
-        )) {
-            return Ok(cache.clone());
-        }
         let resource = crate::object::resource_for(&self.client, api_version, kind).await?;
         Ok(self.of(&resource))
     }
@@ -509,15 +793,16 @@ impl Caches {
     /// `cluster.x-k8s.io/cluster-name` (kubeconfigs, certificates, bootstrap data), as Cluster
     /// API's controllers cache them. Every other Secret stays out of this process's memory.
     pub fn secrets(&self) -> Arc<Cache> {
-        self.of_selected(
+        self.cache_of::<DynamicObject>(
             &ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
             lariat_api::capi::labels::CLUSTER_NAME,
+            Hooks::default(),
         )
     }
 
-    /// Every change of every kind cached outside the core API group and Cluster API's own
-    /// group, now and from now on (a cache started later joins in). A subscriber that falls
-    /// behind misses changes; the periodic resync covers them.
+    /// Every change of every kind cached as JSON outside the core API group and Cluster
+    /// API's own group, now and from now on (a cache started later joins in). A subscriber
+    /// that falls behind misses changes; the periodic resync covers them.
     pub fn every_change(&self) -> impl Stream<Item = Arc<DynamicObject>> + Send + 'static {
         tokio_stream::wrappers::BroadcastStream::new(self.every_change.subscribe())
             .filter_map(|change| std::future::ready(change.ok()))
@@ -532,10 +817,14 @@ impl Caches {
     /// The Node cache of a workload cluster, made from its `<cluster>-kubeconfig` Secret and
     /// made again when that Secret changes; `None` while there is no such Secret or it holds
     /// no usable kubeconfig, and for a Cluster that does not exist or is being deleted.
-    pub async fn nodes(&self, namespace: &str, cluster: &str) -> Result<Option<Arc<Cache>>, Error> {
+    pub async fn nodes(
+        &self,
+        namespace: &str,
+        cluster: &str,
+    ) -> Result<Option<Arc<Cache<Node>>>, Error> {
         // A Cluster that is gone or going gets no new watch (one made now would outlive it).
         let alive = self
-            .of(&crate::capi("Cluster"))
+            .typed::<Cluster>()
             .get(namespace, cluster)
             .await?
             .is_some_and(|c| c.metadata.deletion_timestamp.is_none());
@@ -569,36 +858,32 @@ impl Caches {
         let Some(client) = workload_client(&secret).await else {
             return Ok(None);
         };
-        let notify = self.node_changes.clone();
         let (ns, name) = key.clone();
+        // Every Node change wakes the Machine with the Node's providerID; a failing watch
+        // wakes every Machine of the cluster.
+        let change_of = move |provider_id: Option<String>| NodeChange {
+            namespace: ns.clone(),
+            cluster: name.clone(),
+            provider_id,
+        };
+        let (notify_change, notify_error) = (self.node_changes.clone(), self.node_changes.clone());
+        let change_of_error = change_of.clone();
+        let hooks = Hooks {
+            on_change: Some(Box::new(move |node: &Arc<Node>| {
+                let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.clone());
+                let _ = notify_change.send(change_of(provider_id));
+            })),
+            on_error: Box::new(move |_| {
+                let _ = notify_error.send(change_of_error(None));
+            }),
+        };
         let cache = Arc::new(Cache::start(
-            Api::all_with(client, &node_resource()),
-            node_resource(),
+            client,
+            ApiResource::erase::<Node>(&()),
             "",
             NODE_CHANGES_BUFFER,
-            None,
-            move |_| {
-                let _ = notify.send(NodeChange {
-                    namespace: ns.clone(),
-                    cluster: name.clone(),
-                    provider_id: None,
-                });
-            },
+            hooks,
         ));
-        // Every Node change wakes the Machine with the Node's providerID.
-        let mut changes = Box::pin(cache.changes());
-        let notify = self.node_changes.clone();
-        let (ns, name) = key.clone();
-        // The forwarder ends with the cache (its feed closes when the cache is dropped).
-        tokio::spawn(async move {
-            while let Some(node) = changes.next().await {
-                let _ = notify.send(NodeChange {
-                    namespace: ns.clone(),
-                    cluster: name.clone(),
-                    provider_id: str_at(&node.data, &["spec", "providerID"]).map(String::from),
-                });
-            }
-        });
         *slot = Some(Workload {
             cache: cache.clone(),
             secret_version: version,
@@ -621,38 +906,36 @@ impl Caches {
     /// Waits until every management cache holds what the API holds now: for tests and
     /// benchmarks that call reconcilers directly and must see their own writes.
     pub async fn catch_up(&self) -> Result<(), Error> {
-        let caches: Vec<(String, Arc<Cache>)> = self
-            .kinds
-            .lock()
-            .expect("lock")
-            .iter()
-            .map(|((_, _, selector), cache)| (selector.clone(), cache.clone()))
-            .collect();
-        for (selector, cache) in caches {
-            cache.synced().await?;
+        let caches: Vec<Arc<dyn Watched>> =
+            self.kinds.lock().expect("lock").values().cloned().collect();
+        for cache in caches {
+            let what = format!("the cache of {} to catch up", cache.resource().plural);
+            until(&what, || *cache.synced().borrow()).await?;
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), cache.resource());
             let listed = api
-                .list(&kube::api::ListParams::default().labels(&selector))
+                .list(&kube::api::ListParams::default().labels(cache.selector()))
                 .await?;
-            let want = versions(&listed.items);
-            let what = format!("the cache of {} to catch up", cache.resource().plural);
-            until(&what, || versions(&cache.store().state()) == want).await?;
+            let want = versions::<DynamicObject, _>(&listed.items);
+            until(&what, || cache.versions() == want).await?;
         }
         Ok(())
     }
 }
 
 /// Each object's resourceVersion by namespace and name.
-fn versions<O: std::borrow::Borrow<DynamicObject>>(
+fn versions<K: Resource, O: std::borrow::Borrow<K>>(
     objects: &[O],
 ) -> HashMap<(String, String), String> {
     objects
         .iter()
         .map(|o| {
-            let o: &DynamicObject = o.borrow();
+            let meta = o.borrow().meta();
             (
-                (o.namespace().unwrap_or_default(), o.name_any()),
-                o.resource_version().unwrap_or_default(),
+                (
+                    meta.namespace.clone().unwrap_or_default(),
+                    meta.name.clone().unwrap_or_default(),
+                ),
+                meta.resource_version.clone().unwrap_or_default(),
             )
         })
         .collect()
@@ -672,10 +955,6 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) -> Result<(), Error> 
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     Ok(())
-}
-
-fn node_resource() -> ApiResource {
-    ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&())
 }
 
 /// A client of a workload cluster, from the `<cluster>-kubeconfig` Secret its provider wrote.

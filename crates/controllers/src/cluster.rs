@@ -6,37 +6,38 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::Action;
-use serde_json::{Value, json};
+use kube::{Resource, ResourceExt};
+use lariat_api::capi::cluster::ClusterPhase;
+use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachineSet};
+use serde_json::json;
 
 use crate::cache::IndexKey;
 use crate::events::EventType;
 use crate::external::{self, Reference};
 use crate::object::{
-    self, bool_at, ensure_finalizer, ensure_owner, owner_reference, patch, patch_status,
+    self, Object, bool_at, ensure_finalizer, ensure_owner, owner_reference, patch, patch_status,
     remove_finalizer,
 };
-use crate::{Context, Error, capi, conditions};
+use crate::{Context, Error, conditions};
 
 pub const FINALIZER: &str = "cluster.cluster.x-k8s.io";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
 /// Whether a Cluster is paused (`spec.paused`, or the paused annotation): nothing of it is
 /// reconciled meanwhile.
-pub fn paused(cluster: &DynamicObject) -> bool {
-    bool_at(&cluster.data, &["spec", "paused"])
+pub fn paused(cluster: &Cluster) -> bool {
+    cluster.spec.paused == Some(true)
         || cluster
             .annotations()
-            .contains_key("cluster.x-k8s.io/paused")
+            .contains_key(lariat_api::capi::annotations::PAUSED)
 }
 
-pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Cluster"));
+    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &namespace);
     if cluster.metadata.deletion_timestamp.is_some() {
         return reconcile_delete(&cluster, &ctx, &api).await;
     }
@@ -47,14 +48,20 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     if paused(&cluster) {
         return Ok(Action::await_change());
     }
-    let owner = owner_reference(&cluster, "cluster.x-k8s.io/v1beta1", "Cluster", false);
-    let mut status = cluster.data["status"].clone();
-    let mut list = conditions::existing(&status);
+    let owner = owner_reference(cluster.as_ref(), false);
+    let before = cluster.status.clone().unwrap_or_default();
+    let mut status = before.clone();
+    let mut list = status.conditions.take().unwrap_or_default();
     let mut labels = BTreeMap::new();
     labels.insert(CLUSTER_NAME_LABEL.to_string(), name.clone());
 
     // Infrastructure: ready, and the endpoint it publishes.
-    let infra_ready = match Reference::from_json(&cluster.data["spec"]["infrastructureRef"]) {
+    let infra_reference = cluster
+        .spec
+        .infrastructure_ref
+        .as_ref()
+        .and_then(Reference::from_object_reference);
+    let infra_ready = match infra_reference {
         None => true,
         Some(reference) => match reference.get(&ctx.caches, &namespace).await {
             Err(Error::UnknownKind { kind, .. }) => {
@@ -78,9 +85,7 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                 object::ensure_labels(&infra_api, &infra, &labels).await?;
                 let endpoint = &infra.data["spec"]["controlPlaneEndpoint"];
                 if endpoint["host"].as_str().is_some_and(|h| !h.is_empty())
-                    && cluster.data["spec"]["controlPlaneEndpoint"]["host"]
-                        .as_str()
-                        .is_none_or(str::is_empty)
+                    && !has_endpoint(&cluster)
                 {
                     patch(
                         &api,
@@ -89,11 +94,14 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                     )
                     .await?;
                 }
-                if let Some(domains) = infra.data["status"]["failureDomains"].as_object() {
-                    status["failureDomains"] = Value::Object(domains.clone());
+                if let Some(domains) = infra.data["status"].get("failureDomains") {
+                    status.failure_domains = serde_json::from_value(domains.clone()).ok();
                 }
-                let ready =
-                    external::read_infrastructure(&infra, &reference, &mut status, &mut list);
+                let (ready, failure) = external::read_infrastructure(&infra, &reference, &mut list);
+                if let Some((reason, message)) = failure {
+                    status.failure_reason = Some(reason);
+                    status.failure_message = Some(message);
+                }
                 if !ready
                     && let Some(message) =
                         external::provider_not_enabled(&ctx.caches, &reference).await
@@ -115,47 +123,50 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     let imported = cluster
         .annotations()
         .contains_key(lariat_api::management::IMPORTED_ANNOTATION);
-    let (cp_initialized, cp_ready) =
-        match Reference::from_json(&cluster.data["spec"]["controlPlaneRef"]) {
-            // An imported cluster's control plane is whatever its agent reaches: up while the
-            // agent is connected.
-            None if imported => {
-                // Initialized once its agent first connected, for good (as Cluster API's
-                // condition is), so a reconnecting agent does not send the cluster back to
-                // Pending; Ready follows the connection.
-                let connected = conditions::is_true(&list, "Connected");
-                let initialized =
-                    connected || conditions::is_true(&list, "ControlPlaneInitialized");
-                (initialized, connected)
+    let control_plane_reference = cluster
+        .spec
+        .control_plane_ref
+        .as_ref()
+        .and_then(Reference::from_object_reference);
+    let (cp_initialized, cp_ready) = match control_plane_reference {
+        // An imported cluster's control plane is whatever its agent reaches: up while the
+        // agent is connected.
+        None if imported => {
+            // Initialized once its agent first connected, for good (as Cluster API's
+            // condition is), so a reconnecting agent does not send the cluster back to
+            // Pending; Ready follows the connection.
+            let connected = conditions::is_true(&list, "Connected");
+            let initialized = connected || conditions::is_true(&list, "ControlPlaneInitialized");
+            (initialized, connected)
+        }
+        None => {
+            let running = control_plane_machines_running(&ctx, &namespace, &name).await?;
+            (running, running)
+        }
+        Some(reference) => match reference.get(&ctx.caches, &namespace).await {
+            Err(Error::UnknownKind { kind, .. }) => {
+                conditions::set(
+                    &mut list,
+                    "ControlPlaneReady",
+                    false,
+                    "ControlPlaneKindUnknown",
+                    &format!("{kind} is not served"),
+                );
+                (false, false)
             }
-            None => {
-                let running = control_plane_machines_running(&ctx, &namespace, &name).await?;
-                (running, running)
+            Err(e) => return Err(e),
+            Ok(None) => (false, false),
+            Ok(Some(cp)) => {
+                let cp_api = reference.api(&ctx.client, &namespace).await?;
+                ensure_owner(&cp_api, &cp, owner.clone()).await?;
+                object::ensure_labels(&cp_api, &cp, &labels).await?;
+                (
+                    bool_at(&cp.data, &["status", "initialized"]),
+                    external::ready(&cp),
+                )
             }
-            Some(reference) => match reference.get(&ctx.caches, &namespace).await {
-                Err(Error::UnknownKind { kind, .. }) => {
-                    conditions::set(
-                        &mut list,
-                        "ControlPlaneReady",
-                        false,
-                        "ControlPlaneKindUnknown",
-                        &format!("{kind} is not served"),
-                    );
-                    (false, false)
-                }
-                Err(e) => return Err(e),
-                Ok(None) => (false, false),
-                Ok(Some(cp)) => {
-                    let cp_api = reference.api(&ctx.client, &namespace).await?;
-                    ensure_owner(&cp_api, &cp, owner.clone()).await?;
-                    object::ensure_labels(&cp_api, &cp, &labels).await?;
-                    (
-                        bool_at(&cp.data, &["status", "initialized"]),
-                        external::ready(&cp),
-                    )
-                }
-            },
-        };
+        },
+    };
     conditions::set(
         &mut list,
         "ControlPlaneInitialized",
@@ -181,69 +192,81 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     };
     let (reason, message) = list
         .iter()
-        .find(|c| c["type"] == blocking)
+        .find(|c| c.type_ == blocking)
         .map(|c| {
             (
-                c["reason"].as_str().unwrap_or_default().to_string(),
-                c["message"].as_str().unwrap_or_default().to_string(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
             )
         })
         .unwrap_or_default();
     conditions::set(&mut list, "Ready", ready, &reason, &message);
 
-    let has_endpoint = cluster.data["spec"]["controlPlaneEndpoint"]["host"]
-        .as_str()
-        .is_some_and(|h| !h.is_empty());
-    let phase = if status["failureReason"].is_string() {
-        "Failed"
-    } else if infra_ready && (has_endpoint || cp_initialized) {
-        "Provisioned"
-    } else if cluster.data["spec"]["infrastructureRef"].is_object()
-        || cluster.data["spec"]["controlPlaneRef"].is_object()
+    let phase = if status.failure_reason.is_some() {
+        ClusterPhase::Failed
+    } else if infra_ready && (has_endpoint(&cluster) || cp_initialized) {
+        ClusterPhase::Provisioned
+    } else if cluster.spec.infrastructure_ref.is_some() || cluster.spec.control_plane_ref.is_some()
     {
-        "Provisioning"
+        ClusterPhase::Provisioning
     } else {
-        "Pending"
+        ClusterPhase::Pending
     };
-    status["phase"] = json!(phase);
-    status["infrastructureReady"] = json!(infra_ready);
-    status["controlPlaneReady"] = json!(cp_ready);
-    status["conditions"] = json!(list);
-    status["observedGeneration"] = json!(cluster.metadata.generation.unwrap_or(0));
-    if status != cluster.data["status"] {
-        patch_status(&api, &name, status.clone()).await?;
-        let before = cluster.data["status"]["phase"].as_str().unwrap_or_default();
-        if phase != before && matches!(phase, "Provisioned" | "Failed") {
-            let (type_, message) = if phase == "Failed" {
-                let text = |key: &str| status[key].as_str().unwrap_or_default().to_string();
+    status.phase = Some(phase);
+    status.infrastructure_ready = Some(infra_ready);
+    status.control_plane_ready = Some(cp_ready);
+    status.observed_generation = Some(cluster.metadata.generation.unwrap_or(0));
+    let waits_for_a_kind = list.iter().any(|c| {
+        matches!(
+            c.reason.as_deref(),
+            Some("ProviderNotEnabled" | "InfrastructureKindUnknown" | "ControlPlaneKindUnknown")
+        )
+    });
+    status.conditions = Some(list);
+    if status != before {
+        patch_status(
+            &api,
+            &name,
+            serde_json::to_value(&status).unwrap_or_default(),
+        )
+        .await?;
+        if before.phase != Some(phase)
+            && matches!(phase, ClusterPhase::Provisioned | ClusterPhase::Failed)
+        {
+            let (type_, reason, message) = if phase == ClusterPhase::Failed {
                 (
                     EventType::Warning,
+                    "Failed",
                     format!(
                         "Cluster {name} failed: {}: {}",
-                        text("failureReason"),
-                        text("failureMessage")
+                        status.failure_reason.as_deref().unwrap_or_default(),
+                        status.failure_message.as_deref().unwrap_or_default()
                     ),
                 )
             } else {
-                (EventType::Normal, format!("Cluster {name} is Provisioned"))
+                (
+                    EventType::Normal,
+                    "Provisioned",
+                    format!("Cluster {name} is Provisioned"),
+                )
             };
             ctx.events
-                .publish(&cluster, "Cluster", type_, phase, &message)
+                .publish(cluster.as_ref(), "Cluster", type_, reason, &message)
                 .await;
         }
         // Why it waits, when the reason is something a user must do.
         if !ready && reason == "ProviderNotEnabled" {
             ctx.events
-                .publish(&cluster, "Cluster", EventType::Warning, &reason, &message)
+                .publish(
+                    cluster.as_ref(),
+                    "Cluster",
+                    EventType::Warning,
+                    &reason,
+                    &message,
+                )
                 .await;
         }
     }
-    let waits_for_a_kind = list.iter().any(|c| {
-        matches!(
-            c["reason"].as_str(),
-            Some("ProviderNotEnabled" | "InfrastructureKindUnknown" | "ControlPlaneKindUnknown")
-        )
-    });
     Ok(if waits_for_a_kind {
         // Enabling a provider or creating a CRD is not among what wakes a Cluster (a kind not
         // served has no cache to watch): look again shortly.
@@ -254,6 +277,16 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     })
 }
 
+/// Whether the Cluster has a control plane endpoint host.
+fn has_endpoint(cluster: &Cluster) -> bool {
+    cluster
+        .spec
+        .control_plane_endpoint
+        .as_ref()
+        .and_then(|e| e.host.as_deref())
+        .is_some_and(|h| !h.is_empty())
+}
+
 async fn control_plane_machines_running(
     ctx: &Context,
     namespace: &str,
@@ -261,27 +294,58 @@ async fn control_plane_machines_running(
 ) -> Result<bool, Error> {
     let machines = ctx
         .caches
-        .of(&capi("Machine"))
+        .typed::<Machine>()
         .indexed(IndexKey::Cluster {
             namespace,
             name: cluster,
         })
         .await?;
     Ok(machines.iter().any(|m| {
-        m.labels().contains_key("cluster.x-k8s.io/control-plane")
-            && object::str_at(&m.data, &["status", "phase"]) == Some("Running")
+        m.labels()
+            .contains_key(lariat_api::capi::labels::MACHINE_CONTROL_PLANE)
+            && crate::machine::phase(m) == Some(lariat_api::capi::machine::MachinePhase::Running)
     }))
+}
+
+/// The objects of kind `K` labelled as the cluster's, listed from the API: deletion must see
+/// what exists now, not what a cache held a moment ago.
+async fn listed<
+    K: Object + Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+>(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &str,
+) -> Result<(Api<K>, Vec<K>), Error> {
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = format!("{CLUSTER_NAME_LABEL}={cluster}");
+    let items = api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items;
+    Ok((api, items))
+}
+
+/// Deletes each of `objects` not being deleted yet; returns whether there were any.
+async fn delete_all<K: Object>(api: &Api<K>, objects: &[K]) -> bool {
+    for object in objects {
+        if object.meta().deletion_timestamp.is_none() {
+            let _ = api
+                .delete(&object.name_any(), &DeleteParams::default())
+                .await;
+        }
+    }
+    !objects.is_empty()
 }
 
 /// Deletes what the cluster is made of, in order, and removes the finalizer once all is gone.
 async fn reconcile_delete(
-    cluster: &DynamicObject,
+    cluster: &Cluster,
     ctx: &Context,
-    api: &Api<DynamicObject>,
+    api: &Api<Cluster>,
 ) -> Result<Action, Error> {
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
-    if cluster.data["status"]["phase"] != "Deleting" {
+    if cluster.status.as_ref().and_then(|s| s.phase) != Some(ClusterPhase::Deleting) {
         patch_status(api, &name, json!({"phase": "Deleting"})).await?;
         let message =
             "Deleting the cluster: workers first, then the control plane, then its infrastructure";
@@ -289,85 +353,54 @@ async fn reconcile_delete(
             .publish(cluster, "Cluster", EventType::Normal, "Deleting", message)
             .await;
     }
-    let selector = format!("{CLUSTER_NAME_LABEL}={name}");
-    let owned = |kind: &str| {
-        Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &capi(kind))
-    };
     // Workers first: deployments, their sets, and machines that are not control plane.
-    let mut waiting = false;
-    for kind in ["MachineDeployment", "MachineSet"] {
-        let kind_api = owned(kind);
-        for item in kind_api
-            .list(&ListParams::default().labels(&selector))
-            .await?
-            .items
-        {
-            waiting = true;
-            if item.metadata.deletion_timestamp.is_none() {
-                let _ = kind_api
-                    .delete(&item.name_any(), &DeleteParams::default())
-                    .await;
-            }
-        }
-    }
-    let machines = owned("Machine");
-    let all_machines = machines
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items;
-    for machine in all_machines
-        .iter()
-        .filter(|m| !m.labels().contains_key("cluster.x-k8s.io/control-plane"))
-    {
-        waiting = true;
-        if machine.metadata.deletion_timestamp.is_none() {
-            let _ = machines
-                .delete(&machine.name_any(), &DeleteParams::default())
-                .await;
-        }
-    }
+    let (deployments_api, deployments) =
+        listed::<MachineDeployment>(ctx, &namespace, &name).await?;
+    let (sets_api, sets) = listed::<MachineSet>(ctx, &namespace, &name).await?;
+    let (machines, all_machines) = listed::<Machine>(ctx, &namespace, &name).await?;
+    let workers: Vec<Machine> = all_machines
+        .into_iter()
+        .filter(|m| {
+            !m.labels()
+                .contains_key(lariat_api::capi::labels::MACHINE_CONTROL_PLANE)
+        })
+        .collect();
+    let waiting = delete_all(&deployments_api, &deployments).await
+        | delete_all(&sets_api, &sets).await
+        | delete_all(&machines, &workers).await;
     if waiting {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     // Then the control plane, which deletes its own machines.
-    if let Some(reference) = Reference::from_json(&cluster.data["spec"]["controlPlaneRef"]) {
-        match reference.api(&ctx.client, &namespace).await {
-            Ok(cp_api) => {
-                if !object::delete_if_present(&cp_api, &reference.name).await? {
-                    return Ok(Action::requeue(Duration::from_millis(500)));
-                }
-            }
-            Err(Error::UnknownKind { .. }) => {}
-            Err(e) => return Err(e),
-        }
+    if !delete_referenced(ctx, &namespace, cluster.spec.control_plane_ref.as_ref()).await? {
+        return Ok(Action::requeue(Duration::from_millis(500)));
     }
-    let remaining = machines
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items;
-    for machine in &remaining {
-        if machine.metadata.deletion_timestamp.is_none() {
-            let _ = machines
-                .delete(&machine.name_any(), &DeleteParams::default())
-                .await;
-        }
-    }
-    if !remaining.is_empty() {
+    let (_, remaining) = listed::<Machine>(ctx, &namespace, &name).await?;
+    if delete_all(&machines, &remaining).await {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     // Last the infrastructure.
-    if let Some(reference) = Reference::from_json(&cluster.data["spec"]["infrastructureRef"]) {
-        match reference.api(&ctx.client, &namespace).await {
-            Ok(infra_api) => {
-                if !object::delete_if_present(&infra_api, &reference.name).await? {
-                    return Ok(Action::requeue(Duration::from_millis(500)));
-                }
-            }
-            Err(Error::UnknownKind { .. }) => {}
-            Err(e) => return Err(e),
-        }
+    if !delete_referenced(ctx, &namespace, cluster.spec.infrastructure_ref.as_ref()).await? {
+        return Ok(Action::requeue(Duration::from_millis(500)));
     }
     remove_finalizer(api, cluster, FINALIZER).await?;
     ctx.caches.forget_workload(&namespace, &name);
     Ok(Action::await_change())
+}
+
+/// Deletes the provider object a reference names; returns whether it is gone (a kind no longer
+/// served has nothing left to delete).
+pub(crate) async fn delete_referenced(
+    ctx: &Context,
+    namespace: &str,
+    reference: Option<&lariat_api::capi::ObjectReference>,
+) -> Result<bool, Error> {
+    let Some(reference) = reference.and_then(Reference::from_object_reference) else {
+        return Ok(true);
+    };
+    match reference.api(&ctx.client, namespace).await {
+        Ok(api) => object::delete_if_present(&api, &reference.name).await,
+        Err(Error::UnknownKind { .. }) => Ok(true),
+        Err(e) => Err(e),
+    }
 }

@@ -8,9 +8,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+use crate::cache::Cached;
 
 /// `Normal` for what went as planned, `Warning` for what a user should look into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,7 +50,7 @@ impl Recorder {
     /// an Event is a courtesy to the user, not part of the reconcile.
     pub async fn publish(
         &self,
-        object: &DynamicObject,
+        object: &impl Cached,
         kind: &str,
         type_: EventType,
         reason: &str,
@@ -64,7 +66,7 @@ impl Recorder {
     /// concludes it again.
     pub async fn publish_once(
         &self,
-        object: &DynamicObject,
+        object: &impl Cached,
         kind: &str,
         type_: EventType,
         reason: &str,
@@ -80,7 +82,7 @@ impl Recorder {
 
     async fn record(
         &self,
-        object: &DynamicObject,
+        object: &impl Cached,
         kind: &str,
         type_: EventType,
         reason: &str,
@@ -102,11 +104,7 @@ impl Recorder {
         }
     }
 
-    async fn try_publish(
-        &self,
-        object: &DynamicObject,
-        event: &Occurrence<'_>,
-    ) -> kube::Result<()> {
+    async fn try_publish(&self, object: &impl Cached, event: &Occurrence<'_>) -> kube::Result<()> {
         let Occurrence {
             component,
             kind,
@@ -132,7 +130,7 @@ impl Recorder {
                 let event: Event = serde_json::from_value(json!({
                     "metadata": {"name": name, "namespace": namespace},
                     "involvedObject": {
-                        "apiVersion": object.types.as_ref().map(|t| t.api_version.clone()),
+                        "apiVersion": object.type_names().0,
                         "kind": kind, "name": object.name_any(),
                         "namespace": object.namespace(), "uid": uid,
                         "resourceVersion": object.resource_version(),
@@ -210,7 +208,7 @@ struct Occurrence<'a> {
 
 /// What makes two occurrences the same Event: the object, the type, the reason and the
 /// message.
-fn dedup_key(object: &DynamicObject, type_: EventType, reason: &str, message: &str) -> String {
+fn dedup_key(object: &impl Cached, type_: EventType, reason: &str, message: &str) -> String {
     let uid = object.uid().unwrap_or_default();
     format!("{uid}\n{}\n{reason}\n{message}", type_.as_str())
 }

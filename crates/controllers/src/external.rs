@@ -7,6 +7,8 @@ use serde_json::{Value, json};
 
 use std::sync::Arc;
 
+use lariat_api::capi::{Cluster, Condition, ObjectReference};
+
 use crate::Error;
 use crate::cache::Caches;
 use crate::object::{api_for, str_at};
@@ -28,8 +30,26 @@ impl Reference {
         })
     }
 
+    /// A typed reference of a Cluster API object; `None` unless it names all three.
+    pub fn from_object_reference(reference: &ObjectReference) -> Option<Reference> {
+        Some(Reference {
+            api_version: reference.api_version.clone()?,
+            kind: reference.kind.clone()?,
+            name: reference.name.clone()?,
+        })
+    }
+
     pub fn to_json(&self) -> Value {
         json!({"apiVersion": self.api_version, "kind": self.kind, "name": self.name})
+    }
+
+    pub fn to_object_reference(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(self.api_version.clone()),
+            kind: Some(self.kind.clone()),
+            name: Some(self.name.clone()),
+            ..Default::default()
+        }
     }
 
     pub async fn api(&self, client: &Client, namespace: &str) -> Result<Api<DynamicObject>, Error> {
@@ -56,10 +76,10 @@ impl Reference {
 pub async fn adopt_template(
     caches: &Caches,
     namespace: &str,
-    reference: &Value,
-    cluster: &DynamicObject,
+    reference: Option<Reference>,
+    cluster: &Cluster,
 ) -> Result<(), Error> {
-    let Some(reference) = Reference::from_json(reference) else {
+    let Some(reference) = reference else {
         return Ok(());
     };
     let client = caches.client();
@@ -72,7 +92,7 @@ pub async fn adopt_template(
     crate::object::ensure_owner(
         &api,
         &template,
-        crate::object::owner_reference(cluster, "cluster.x-k8s.io/v1beta1", "Cluster", false),
+        crate::object::owner_reference(cluster, false),
     )
     .await
 }
@@ -103,18 +123,13 @@ pub fn clone_target(template: &Reference, name: &str) -> Result<Reference, Error
     })
 }
 
-/// Reads an infrastructure object's readiness into the `InfrastructureReady` condition and its
-/// failure into `status.failureReason`/`failureMessage`, as core does for clusters and machines.
+/// Reads an infrastructure object's readiness into the `InfrastructureReady` condition, as
+/// core does for clusters and machines; returns it, and the failure the object reports.
 pub fn read_infrastructure(
     infra: &DynamicObject,
     reference: &Reference,
-    status: &mut Value,
-    conditions: &mut Vec<Value>,
-) -> bool {
-    if let Some((reason, message)) = failure(infra) {
-        status["failureReason"] = json!(reason);
-        status["failureMessage"] = json!(message);
-    }
+    conditions: &mut Vec<Condition>,
+) -> (bool, Option<(String, String)>) {
     let ready = ready(infra);
     crate::conditions::set(
         conditions,
@@ -123,11 +138,11 @@ pub fn read_infrastructure(
         "WaitingForInfrastructure",
         &format!("{} {} is not ready", reference.kind, reference.name),
     );
-    ready
+    (ready, failure(infra))
 }
 
 /// Marks `InfrastructureReady` False because the referenced kind is not served at all.
-pub fn kind_unknown(conditions: &mut Vec<Value>, kind: &str) {
+pub fn kind_unknown(conditions: &mut Vec<Condition>, kind: &str) {
     crate::conditions::set(
         conditions,
         "InfrastructureReady",

@@ -2,9 +2,10 @@
 //! and MachineHealthCheck, as level-triggered kube-runtime reconcilers.
 //!
 //! Each reconciler gets the object and a [`Context`], never the reason it runs, so it must be
-//! idempotent. Core objects and provider objects alike are read as JSON (`DynamicObject`): a
-//! value the schema allows but a Rust enum would not can never stall a controller. Conditions
-//! are the truth; each kind's `phase` is derived from them.
+//! idempotent. Cluster API's own kinds are read as the typed structs of `lariat_api`; provider
+//! objects behind references are read as JSON (`DynamicObject`), as Cluster API reads them
+//! unstructured (see [`cache`]). Conditions are the truth; each kind's `phase` is derived from
+//! them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,9 +15,10 @@ use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
+use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
 
-use crate::cache::{Cache, Caches, IndexKey};
+use crate::cache::{Cache, Cached, Caches, IndexKey};
 
 pub mod cache;
 pub mod cluster;
@@ -69,16 +71,13 @@ impl Context {
         }
     }
 
-    /// The Cluster an object belongs to (`spec.clusterName` in the object's namespace).
-    pub async fn cluster_of(
+    /// A Cluster, from the cache.
+    pub async fn cluster(
         &self,
-        object: &DynamicObject,
-    ) -> Result<Option<Arc<DynamicObject>>, Error> {
-        let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
-        let Some(name) = object::str_at(&object.data, &["spec", "clusterName"]) else {
-            return Ok(None);
-        };
-        self.caches.of(&capi("Cluster")).get(namespace, name).await
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<Cluster>>, Error> {
+        self.caches.typed::<Cluster>().get(namespace, name).await
     }
 }
 
@@ -116,8 +115,8 @@ fn error_key(kind: &str, namespace: Option<&str>, name: &str) -> String {
 
 /// Every lariat controller's error policy (providers' too): retries a failed reconcile
 /// after 2 s, and logs an error with its object only when it is new for that object.
-pub fn error_policy<E: std::error::Error + 'static, C>(
-    object: Arc<DynamicObject>,
+pub fn error_policy<K: Cached, E: std::error::Error + 'static, C>(
+    object: Arc<K>,
     error: &E,
     _ctx: Arc<C>,
 ) -> Action {
@@ -127,15 +126,11 @@ pub fn error_policy<E: std::error::Error + 'static, C>(
         tracing::debug!(%error, "conflict; retrying");
         return Action::requeue(Duration::from_millis(200));
     }
-    let kind = object
-        .types
-        .as_ref()
-        .map(|t| t.kind.clone())
-        .unwrap_or_default();
+    let (_, kind) = object.type_names();
     let key = error_key(
         &kind,
-        object.metadata.namespace.as_deref(),
-        object.metadata.name.as_deref().unwrap_or_default(),
+        object.meta().namespace.as_deref(),
+        object.meta().name.as_deref().unwrap_or_default(),
     );
     let text = error.to_string();
     let mut logged = LOGGED_ERRORS.lock().expect("lock");
@@ -164,16 +159,16 @@ fn is_conflict(error: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// What a kube-runtime controller's stream yields for each reconcile.
-pub type ReconcileResult<R, Q> =
-    Result<(ObjectRef<DynamicObject>, Action), controller::Error<R, Q>>;
+pub type ReconcileResult<K, R, Q> = Result<(ObjectRef<K>, Action), controller::Error<R, Q>>;
 
 /// A `for_each` body for a controller's output stream: counts the reconcile, and forgets the
 /// object's logged error once a reconcile succeeds. The last change of a deleted object
 /// schedules a reconcile that finds nothing: not counted.
-pub fn finished<R, Q>(
+pub fn finished<K, R, Q>(
     controller: &'static str,
-) -> impl FnMut(ReconcileResult<R, Q>) -> std::future::Ready<()>
+) -> impl FnMut(ReconcileResult<K, R, Q>) -> std::future::Ready<()>
 where
+    K: Cached,
     R: std::error::Error + 'static,
     Q: std::error::Error + 'static,
 {
@@ -184,7 +179,7 @@ where
         metrics::record(controller, &result);
         if let Ok((object, _)) = &result {
             let key = error_key(
-                &object.dyntype.kind,
+                &K::kind(&object.dyntype),
                 object.namespace.as_deref(),
                 &object.name,
             );
@@ -194,39 +189,29 @@ where
     }
 }
 
-/// Maps a provider object to the core objects that own it (`kind`), so a provider's status
+/// Maps a provider object to the core objects of kind `O` that own it, so a provider's status
 /// change wakes its Cluster or Machine at once instead of at the next poll.
-fn owners_of(
-    kind: &'static str,
-) -> impl Fn(Arc<DynamicObject>) -> Vec<ObjectRef<DynamicObject>> + Clone + Send + Sync + 'static {
-    move |object: Arc<DynamicObject>| {
-        let namespace = object.metadata.namespace.clone().unwrap_or_default();
-        object
-            .owner_references()
-            .iter()
-            .filter(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))
-            .map(|o| ObjectRef::new_with(&o.name, capi(kind)).within(&namespace))
-            .collect()
-    }
+fn owners_of<O: Cached<DynamicType = ()>>(object: &DynamicObject) -> Vec<ObjectRef<O>> {
+    let namespace = object.metadata.namespace.clone().unwrap_or_default();
+    object
+        .owner_references()
+        .iter()
+        .filter(|o| o.kind == O::kind(&()) && o.api_version == O::api_version(&()))
+        .map(|o| ObjectRef::new(&o.name).within(&namespace))
+        .collect()
 }
 
-/// Maps a provider object to the core objects of `kind` that own it or refer to it (a Machine
-/// names its InMemoryMachine before it owns it), from `referrers`, the cache of `kind`.
-pub fn owners_and_referrers(
-    kind: &'static str,
-    referrers: Arc<Cache>,
-) -> impl Fn(Arc<DynamicObject>) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static {
-    let owners = owners_of(kind);
+/// Maps a provider object to the core objects of kind `O` that own it or refer to it (a
+/// Machine names its InMemoryMachine before it owns it), from `referrers`, the cache of `O`.
+pub fn owners_and_referrers<O: Cached<DynamicType = ()>>(
+    referrers: Arc<Cache<O>>,
+) -> impl Fn(Arc<DynamicObject>) -> Vec<ObjectRef<O>> + Send + Sync + 'static {
     move |object: Arc<DynamicObject>| {
         let namespace = object.metadata.namespace.clone().unwrap_or_default();
-        let mut found = owners(object.clone());
-        let object_kind = object
-            .types
-            .as_ref()
-            .map(|t| t.kind.as_str())
-            .unwrap_or_default();
+        let mut found = owners_of::<O>(&object);
+        let (_, object_kind) = object.type_names();
         found.extend(referrers.indexed_refs(IndexKey::ReferredBy {
-            kind: object_kind,
+            kind: &object_kind,
             namespace: &namespace,
             name: object.metadata.name.as_deref().unwrap_or_default(),
         }));
@@ -235,8 +220,8 @@ pub fn owners_and_referrers(
 }
 
 /// A controller on the shared cache of `kind`, woken by its changes.
-pub fn controller_on(cache: &Cache) -> Controller<DynamicObject> {
-    Controller::for_shared_stream_with(cache.changes(), cache.store(), cache.resource().clone())
+pub fn controller_on<K: Cached + serde::de::DeserializeOwned>(cache: &Cache<K>) -> Controller<K> {
+    Controller::for_shared_stream_with(cache.changes(), cache.store(), cache.dynamic_type())
         .with_config(controller::Config::default().concurrency(CONCURRENCY))
 }
 
@@ -245,20 +230,30 @@ pub fn controller_on(cache: &Cache) -> Controller<DynamicObject> {
 /// others (kube-runtime's queue already runs each object at most once at a time).
 pub const CONCURRENCY: u16 = 16;
 
-/// The object of `owner`'s kind that is the controller of the object that changed.
-pub fn controller_owner(
-    owner: ApiResource,
-) -> impl Fn(Arc<DynamicObject>) -> Option<ObjectRef<DynamicObject>> + Send + Sync + 'static {
-    move |object: Arc<DynamicObject>| {
+/// The object of kind `O` (described by `owner`) that is the controller of the object that
+/// changed.
+pub fn controller_owner<O: Cached, S: Resource>(
+    owner: O::DynamicType,
+) -> impl Fn(Arc<S>) -> Option<ObjectRef<O>> + Send + Sync + 'static {
+    move |object: Arc<S>| {
+        let kind = O::kind(&owner);
         let reference = object
             .owner_references()
             .iter()
-            .find(|o| o.controller == Some(true) && o.kind == owner.kind)?;
+            .find(|o| o.controller == Some(true) && o.kind == kind)?;
         Some(
             ObjectRef::new_with(&reference.name, owner.clone())
-                .within(object.metadata.namespace.as_deref()?),
+                .within(object.meta().namespace.as_deref()?),
         )
     }
+}
+
+/// The Cluster API object of kind `O` named `name` in the namespace of `object`.
+fn in_namespace_of<O: Cached<DynamicType = ()>>(
+    object: &impl Resource,
+    name: &str,
+) -> Option<ObjectRef<O>> {
+    Some(ObjectRef::new(name).within(object.meta().namespace.as_deref()?))
 }
 
 /// Runs every core controller until `shutdown` resolves, on `caches`. Clusters and Machines
@@ -269,60 +264,57 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let context = Arc::new(Context::with_caches(caches.clone()));
-    let cache = |kind: &str| caches.of(&capi(kind));
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
-    let machines_cache = cache("Machine");
+    let clusters_cache = caches.typed::<Cluster>();
+    let machines_cache = caches.typed::<Machine>();
+    let sets_cache = caches.typed::<MachineSet>();
 
-    let clusters = controller_on(&cache("Cluster"))
+    let clusters = controller_on(&clusters_cache)
         .reconcile_on(referenced_changes(
             &caches,
-            owners_and_referrers("Cluster", cache("Cluster")),
+            owners_and_referrers(clusters_cache.clone()),
         ))
         .watches_shared_stream_with(
             machines_cache.changes(),
-            |machine: Arc<DynamicObject>| {
-                let cluster = object::str_at(&machine.data, &["spec", "clusterName"])?;
-                Some(
-                    ObjectRef::new_with(cluster, capi("Cluster"))
-                        .within(machine.metadata.namespace.as_deref()?),
-                )
+            |machine: Arc<Machine>| {
+                in_namespace_of::<Cluster>(machine.as_ref(), &machine.spec.cluster_name)
             },
-            capi("Machine"),
+            (),
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(cluster::reconcile, error_policy, context.clone())
         .for_each(finished("cluster"));
-    let deployments = controller_on(&cache("MachineDeployment"))
+    let deployments = controller_on(&caches.typed::<MachineDeployment>())
         .watches_shared_stream_with(
-            cache("MachineSet").changes(),
-            controller_owner(capi("MachineDeployment")),
-            capi("MachineSet"),
+            sets_cache.changes(),
+            controller_owner::<MachineDeployment, MachineSet>(()),
+            (),
         )
-        .reconcile_on(woken_by_unpause(&caches, "MachineDeployment"))
+        .reconcile_on(woken_by_unpause::<MachineDeployment>(&caches))
         .graceful_shutdown_on(shutdown.clone())
         .run(machine_deployment::reconcile, error_policy, context.clone())
         .for_each(finished("machinedeployment"));
-    let sets = controller_on(&cache("MachineSet"))
+    let sets = controller_on(&sets_cache)
         .watches_shared_stream_with(
             machines_cache.changes(),
-            controller_owner(capi("MachineSet")),
-            capi("Machine"),
+            controller_owner::<MachineSet, Machine>(()),
+            (),
         )
-        .reconcile_on(woken_by_unpause(&caches, "MachineSet"))
+        .reconcile_on(woken_by_unpause::<MachineSet>(&caches))
         .graceful_shutdown_on(shutdown.clone())
         .run(machine_set::reconcile, error_policy, context.clone())
         .for_each(finished("machineset"));
     let machines = controller_on(&machines_cache)
         .reconcile_on(referenced_changes(
             &caches,
-            owners_and_referrers("Machine", machines_cache.clone()),
+            owners_and_referrers(machines_cache.clone()),
         ))
         .reconcile_on(machines_woken_by_nodes(&caches, machines_cache.clone()))
-        .reconcile_on(woken_by_unpause(&caches, "Machine"))
+        .reconcile_on(woken_by_unpause::<Machine>(&caches))
         .graceful_shutdown_on(shutdown.clone())
         .run(machine::reconcile, error_policy, context.clone())
         .for_each(finished("machine"));
-    let checks_cache = cache("MachineHealthCheck");
+    let checks_cache = caches.typed::<MachineHealthCheck>();
     let checks_of_cluster = {
         let checks = checks_cache.clone();
         move |namespace: &str, cluster: &str| {
@@ -341,17 +333,14 @@ pub async fn run(
     let health_checks = controller_on(&checks_cache)
         .watches_shared_stream_with(
             machines_cache.changes(),
-            move |machine: Arc<DynamicObject>| {
+            move |machine: Arc<Machine>| {
                 let namespace = machine.metadata.namespace.as_deref().unwrap_or_default();
-                match object::str_at(&machine.data, &["spec", "clusterName"]) {
-                    Some(cluster) => checks_of_cluster(namespace, cluster),
-                    None => vec![],
-                }
+                checks_of_cluster(namespace, &machine.spec.cluster_name)
             },
-            capi("Machine"),
+            (),
         )
         .reconcile_on(node_checks)
-        .reconcile_on(woken_by_unpause(&caches, "MachineHealthCheck"))
+        .reconcile_on(woken_by_unpause::<MachineHealthCheck>(&caches))
         .graceful_shutdown_on(shutdown.clone())
         .run(
             machine_health_check::reconcile,
@@ -362,17 +351,16 @@ pub async fn run(
     tokio::join!(clusters, deployments, sets, machines, health_checks);
 }
 
-/// The objects of `kind` in each Cluster that stops being paused: they returned without
+/// The objects of kind `K` in each Cluster that stops being paused: they returned without
 /// waiting for anything while it was (Cluster API's paused contract), so nothing else would
 /// wake them. A Cluster's other changes (heartbeats, conditions) wake none of them.
-fn woken_by_unpause(
+pub fn woken_by_unpause<K: Cached<DynamicType = ()>>(
     caches: &Caches,
-    kind: &'static str,
-) -> impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
-    let objects = caches.of(&capi(kind));
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
+    let objects = caches.typed::<K>();
     let mut paused = std::collections::HashMap::<(String, String), bool>::new();
     caches
-        .of(&capi("Cluster"))
+        .typed::<Cluster>()
         .changes()
         .flat_map(move |cluster| {
             let key = (
@@ -395,10 +383,10 @@ fn woken_by_unpause(
 
 /// The objects `mapper` relates to changes of provider objects: every_change carries only
 /// the kinds outside the core API group and Cluster API's own.
-fn referenced_changes(
+fn referenced_changes<K: Cached>(
     caches: &Caches,
-    mapper: impl Fn(Arc<DynamicObject>) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static,
-) -> impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
+    mapper: impl Fn(Arc<DynamicObject>) -> Vec<ObjectRef<K>> + Send + Sync + 'static,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
     caches
         .every_change()
         .flat_map(move |object| futures::stream::iter(mapper(object)))
@@ -409,23 +397,23 @@ fn referenced_changes(
 /// Machine has learnt its providerID from the infrastructure). A failing watch wakes them all.
 fn machines_woken_by_nodes(
     caches: &Caches,
-    machines: Arc<Cache>,
-) -> impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
+    machines: Arc<Cache<Machine>>,
+) -> impl futures::Stream<Item = ObjectRef<Machine>> + Send + 'static {
     caches.node_changes().flat_map(move |change| {
         let in_cluster = machines.indexed_now(IndexKey::Cluster {
             namespace: &change.namespace,
             name: &change.cluster,
         });
-        let woken: Vec<ObjectRef<DynamicObject>> = in_cluster
+        let woken: Vec<ObjectRef<Machine>> = in_cluster
             .iter()
             .filter(|m| match &change.provider_id {
                 None => true,
                 Some(id) => {
-                    object::str_at(&m.data, &["spec", "providerID"]) == Some(id)
-                        || m.data["status"]["nodeRef"].is_null()
+                    m.spec.provider_id.as_ref() == Some(id)
+                        || m.status.as_ref().is_none_or(|s| s.node_ref.is_none())
                 }
             })
-            .map(|m| ObjectRef::from_obj_with(m.as_ref(), capi("Machine")))
+            .map(|m| ObjectRef::from_obj(m.as_ref()))
             .collect();
         futures::stream::iter(woken)
     })

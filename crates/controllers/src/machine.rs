@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
+use lariat_api::capi::machine::{MachinePhase, MachineStatus};
+use lariat_api::capi::{Machine, ObjectReference};
 use serde_json::json;
 
 use crate::cache::IndexKey;
@@ -19,18 +21,28 @@ use crate::object::{
     self, ensure_finalizer, ensure_owner, owner_reference, patch, patch_status, remove_finalizer,
     str_at,
 };
-use crate::{Context, Error, capi, conditions};
+use crate::{Context, Error, conditions};
 
-pub const FINALIZER: &str = "machine.cluster.x-k8s.io";
+pub use lariat_api::capi::machine::MACHINE_FINALIZER as FINALIZER;
 
-pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// A Machine's phase, if it has one yet.
+pub fn phase(machine: &Machine) -> Option<MachinePhase> {
+    machine.status.as_ref()?.phase
+}
+
+/// Whether a Machine knows its Node.
+pub fn has_node(machine: &Machine) -> bool {
+    machine
+        .status
+        .as_ref()
+        .is_some_and(|s| s.node_ref.is_some())
+}
+
+pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = machine.namespace().unwrap_or_default();
     let name = machine.name_any();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
-    let cluster_name = str_at(&machine.data, &["spec", "clusterName"])
-        .unwrap_or_default()
-        .to_string();
+    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
+    let cluster_name = machine.spec.cluster_name.clone();
     if machine.metadata.deletion_timestamp.is_some() {
         return reconcile_delete(&machine, &ctx, &api).await;
     }
@@ -38,37 +50,34 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         // The write's own watch event brings the Machine back.
         return Ok(Action::await_change());
     }
-    let Some(cluster) = ctx.cluster_of(&machine).await? else {
+    let Some(cluster) = ctx.cluster(&namespace, &cluster_name).await? else {
         return Ok(Action::requeue(Duration::from_secs(2)));
     };
     let mut labels = BTreeMap::new();
     labels.insert(CLUSTER_NAME_LABEL.to_string(), cluster_name.clone());
     object::ensure_labels(&api, &machine, &labels).await?;
     if machine.owner_references().is_empty() {
-        ensure_owner(
-            &api,
-            &machine,
-            owner_reference(&cluster, "cluster.x-k8s.io/v1beta1", "Cluster", false),
-        )
-        .await?;
+        ensure_owner(&api, &machine, owner_reference(cluster.as_ref(), false)).await?;
     }
-    if object::bool_at(&cluster.data, &["spec", "paused"])
+    if crate::cluster::paused(&cluster)
         || machine
             .annotations()
-            .contains_key("cluster.x-k8s.io/paused")
+            .contains_key(lariat_api::capi::annotations::PAUSED)
     {
         return Ok(Action::await_change());
     }
-    let owner = owner_reference(&machine, "cluster.x-k8s.io/v1beta1", "Machine", true);
-    let mut status = machine.data["status"].clone();
-    if !status.is_object() {
-        status = json!({});
-    }
-    let mut list = conditions::existing(&status);
+    let owner = owner_reference(machine.as_ref(), true);
+    let before = machine.status.clone().unwrap_or_default();
+    let mut status = before.clone();
+    let mut list = status.conditions.take().unwrap_or_default();
 
-    let bootstrap_ready = match str_at(&machine.data, &["spec", "bootstrap", "dataSecretName"]) {
-        Some(_) => true,
-        None => match Reference::from_json(&machine.data["spec"]["bootstrap"]["configRef"]) {
+    let bootstrap = &machine.spec.bootstrap;
+    let bootstrap_ready = match (&bootstrap.data_secret_name, &bootstrap.config_ref) {
+        (Some(_), _) => true,
+        (None, reference) => match reference
+            .as_ref()
+            .and_then(Reference::from_object_reference)
+        {
             None => false,
             Some(reference) => match reference.get(&ctx.caches, &namespace).await? {
                 None => false,
@@ -103,8 +112,8 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         "waiting for the bootstrap provider to write the bootstrap data",
     );
 
-    let mut provider_id = str_at(&machine.data, &["spec", "providerID"]).map(String::from);
-    let infra_ready = match Reference::from_json(&machine.data["spec"]["infrastructureRef"]) {
+    let mut provider_id = machine.spec.provider_id.clone();
+    let infra_ready = match Reference::from_object_reference(&machine.spec.infrastructure_ref) {
         None => false,
         Some(reference) => match reference.get(&ctx.caches, &namespace).await {
             Err(Error::UnknownKind { kind, .. }) => {
@@ -132,10 +141,15 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                     patch(&api, &name, json!({"spec": {"providerID": id}})).await?;
                     provider_id = Some(id.to_string());
                 }
-                if let Some(addresses) = infra.data["status"]["addresses"].as_array() {
-                    status["addresses"] = json!(addresses);
+                if let Some(addresses) = infra.data["status"].get("addresses") {
+                    status.addresses = serde_json::from_value(addresses.clone()).ok();
                 }
-                external::read_infrastructure(&infra, &reference, &mut status, &mut list)
+                let (ready, failure) = external::read_infrastructure(&infra, &reference, &mut list);
+                if let Some((reason, message)) = failure {
+                    status.failure_reason = Some(reason);
+                    status.failure_message = Some(message);
+                }
+                ready
             }
         },
     };
@@ -145,7 +159,7 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         _ => None,
     };
     let reachable = nodes.as_ref().is_some_and(|n| n.is_healthy());
-    if nodes.is_some() && !reachable && machine.data["status"]["nodeRef"].is_object() {
+    if nodes.is_some() && !reachable && has_node(&machine) {
         // A running Machine's cluster cannot be watched right now: what is known of its Node
         // stands (a blip must not send it back to Provisioned); look again shortly. A
         // MachineHealthCheck judges nothing meanwhile either.
@@ -160,7 +174,7 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     };
     match &node {
         Some(node) => {
-            if str_at(&machine.data, &["status", "nodeRef", "name"]).is_none() {
+            if !has_node(&machine) {
                 let message = format!(
                     "Machine {} has Node {}",
                     machine.name_any(),
@@ -168,7 +182,7 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                 );
                 ctx.events
                     .publish_once(
-                        &machine,
+                        machine.as_ref(),
                         "Machine",
                         crate::events::EventType::Normal,
                         "SuccessfulSetNodeRef",
@@ -176,20 +190,22 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                     )
                     .await;
             }
-            status["nodeRef"] = json!({"apiVersion": "v1", "kind": "Node", "name": node.name_any(), "uid": node.uid()});
-            if node.data["status"]["nodeInfo"].is_object() {
-                status["nodeInfo"] = node.data["status"]["nodeInfo"].clone();
+            status.node_ref = Some(ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.name_any()),
+                uid: node.uid(),
+                ..Default::default()
+            });
+            if let Some(info) = node.status.as_ref().and_then(|s| s.node_info.as_ref()) {
+                status.node_info = serde_json::to_value(info)
+                    .and_then(serde_json::from_value)
+                    .ok();
             }
-            let node_ready = node.data["status"]["conditions"]
-                .as_array()
-                .is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                });
             conditions::set(
                 &mut list,
                 "NodeHealthy",
-                node_ready,
+                node_ready(node),
                 "NodeConditionsFailed",
                 "the node is not Ready",
             );
@@ -217,40 +233,58 @@ pub async fn reconcile(machine: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
         "WaitingForNode",
         "the machine is not running yet",
     );
-    let phase = if status["failureReason"].is_string() {
-        "Failed"
+    status.phase = Some(if status.failure_reason.is_some() {
+        MachinePhase::Failed
     } else if node.is_some() {
-        "Running"
+        MachinePhase::Running
     } else if infra_ready {
-        "Provisioned"
-    } else if bootstrap_ready || machine.data["spec"]["infrastructureRef"].is_object() {
-        "Provisioning"
+        MachinePhase::Provisioned
+    } else if bootstrap_ready || machine.spec.infrastructure_ref.name.is_some() {
+        MachinePhase::Provisioning
     } else {
-        "Pending"
-    };
-    status["phase"] = json!(phase);
-    status["bootstrapReady"] = json!(bootstrap_ready);
-    status["infrastructureReady"] = json!(infra_ready);
-    status["conditions"] = json!(list);
-    status["observedGeneration"] = json!(machine.metadata.generation.unwrap_or(0));
-    if status != machine.data["status"] {
-        status["lastUpdated"] = json!(object::now());
-        patch_status(&api, &name, status).await?;
+        MachinePhase::Pending
+    });
+    status.bootstrap_ready = Some(bootstrap_ready);
+    status.infrastructure_ready = Some(infra_ready);
+    status.observed_generation = Some(machine.metadata.generation.unwrap_or(0));
+    let kind_unknown = list
+        .iter()
+        .any(|c| c.reason.as_deref() == Some("InfrastructureKindUnknown"));
+    status.conditions = Some(list);
+    if status != before {
+        status.last_updated = Some(object::now_time());
+        write_status(&api, &name, &status).await?;
     }
     Ok(if infra_ready && node.is_none() && !reachable {
         // The workload cluster's API is not up, or not reachable, yet: nothing will say when
         // it is, so look again.
         Action::requeue(Duration::from_secs(2))
-    } else if list
-        .iter()
-        .any(|c| c["reason"] == "InfrastructureKindUnknown")
-    {
+    } else if kind_unknown {
         // A kind not served has no cache whose changes could wake it: look again shortly.
         Action::requeue(Duration::from_secs(5))
     } else {
         // Its bootstrap config, infrastructure machine and Node wake it.
         crate::resync()
     })
+}
+
+/// Whether a Node's Ready condition is True.
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Writes a Machine's whole status (a merge patch: fields it no longer has stay).
+pub async fn write_status(
+    api: &Api<Machine>,
+    name: &str,
+    status: &MachineStatus,
+) -> Result<(), Error> {
+    let status = serde_json::to_value(status).map_err(|e| Error::Invalid(e.to_string()))?;
+    patch_status(api, name, status).await?;
+    Ok(())
 }
 
 /// A new client for a workload cluster, from the kubeconfig its provider wrote, for what must
@@ -273,29 +307,20 @@ pub async fn workload_client(
 }
 
 async fn reconcile_delete(
-    machine: &DynamicObject,
+    machine: &Machine,
     ctx: &Context,
-    api: &Api<DynamicObject>,
+    api: &Api<Machine>,
 ) -> Result<Action, Error> {
     let namespace = machine.namespace().unwrap_or_default();
-    if machine.data["status"]["phase"] != "Deleting" {
+    if phase(machine) != Some(MachinePhase::Deleting) {
         patch_status(api, &machine.name_any(), json!({"phase": "Deleting"})).await?;
     }
     for reference in [
-        &machine.data["spec"]["infrastructureRef"],
-        &machine.data["spec"]["bootstrap"]["configRef"],
+        Some(&machine.spec.infrastructure_ref),
+        machine.spec.bootstrap.config_ref.as_ref(),
     ] {
-        let Some(reference) = Reference::from_json(reference) else {
-            continue;
-        };
-        match reference.api(&ctx.client, &namespace).await {
-            Ok(ref_api) => {
-                if !object::delete_if_present(&ref_api, &reference.name).await? {
-                    return Ok(Action::requeue(Duration::from_millis(500)));
-                }
-            }
-            Err(Error::UnknownKind { .. }) => {}
-            Err(e) => return Err(e),
+        if !crate::cluster::delete_referenced(ctx, &namespace, reference).await? {
+            return Ok(Action::requeue(Duration::from_millis(500)));
         }
     }
     remove_finalizer(api, machine, FINALIZER).await?;

@@ -6,23 +6,31 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
-use serde_json::{Value, json};
+use lariat_api::capi::machine_deployment::{MachineDeploymentPhase, MachineDeploymentStrategyType};
+use lariat_api::capi::machine_set::MachineSetDeletePolicy;
+use lariat_api::capi::{MachineDeployment, MachineSet, MachineSetSpec, MachineTemplateSpec};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::cluster::CLUSTER_NAME_LABEL;
 use crate::events::EventType;
-use crate::object::{self, i64_at, owner_reference, patch, patch_status, str_at};
-use crate::{Context, Error, capi};
+use crate::external::Reference;
+use crate::object::{self, owner_reference, patch, patch_status};
+use crate::{Context, Error};
 
-pub const DEPLOYMENT_NAME_LABEL: &str = "cluster.x-k8s.io/deployment-name";
+pub use lariat_api::capi::labels::MACHINE_DEPLOYMENT_NAME as DEPLOYMENT_NAME_LABEL;
 pub const TEMPLATE_HASH_LABEL: &str = "machine-template-hash";
 
-/// A short, stable hash of the machine template: equal templates share a MachineSet.
-pub fn template_hash(template: &Value) -> String {
-    let digest = Sha256::digest(template.to_string().as_bytes());
+/// A short, stable hash of the machine template: equal templates share a MachineSet. The
+/// template is hashed as JSON with sorted keys, so the hash does not depend on field order.
+pub fn template_hash(template: &MachineTemplateSpec) -> String {
+    let json = serde_json::to_value(template).unwrap_or_default();
+    let digest = Sha256::digest(json.to_string().as_bytes());
     digest
         .iter()
         .take(5)
@@ -31,94 +39,95 @@ pub fn template_hash(template: &Value) -> String {
         .to_string()
 }
 
-/// `maxSurge`/`maxUnavailable` as absolute counts: integers, or percentages of `replicas`
-/// (surge rounds up, unavailability down, as in Kubernetes).
-pub fn resolve(value: &Value, replicas: i64, round_up: bool, default: i64) -> i64 {
+/// `maxSurge`/`maxUnavailable` (and `maxUnhealthy`) as absolute counts: integers, or
+/// percentages of `replicas` (surge rounds up, unavailability down, as in Kubernetes).
+pub fn resolve(value: Option<&IntOrString>, replicas: i64, round_up: bool, default: i64) -> i64 {
     match value {
-        Value::Number(n) => n.as_i64().unwrap_or(default),
-        Value::String(s) => match s.strip_suffix('%').and_then(|p| p.parse::<f64>().ok()) {
-            Some(percent) => {
-                let exact = percent * replicas as f64 / 100.0;
-                (if round_up {
-                    exact.ceil()
-                } else {
-                    exact.floor()
-                }) as i64
+        Some(IntOrString::Int(n)) => i64::from(*n),
+        Some(IntOrString::String(s)) => {
+            match s.strip_suffix('%').and_then(|p| p.parse::<f64>().ok()) {
+                Some(percent) => {
+                    let exact = percent * replicas as f64 / 100.0;
+                    (if round_up {
+                        exact.ceil()
+                    } else {
+                        exact.floor()
+                    }) as i64
+                }
+                None => s.parse().unwrap_or(default),
             }
-            None => s.parse().unwrap_or(default),
-        },
-        _ => default,
+        }
+        None => default,
     }
 }
 
-fn replicas_of(set: &DynamicObject) -> i64 {
-    i64_at(&set.data, &["spec", "replicas"]).unwrap_or(0)
+fn replicas_of(set: &MachineSet) -> i64 {
+    i64::from(set.spec.replicas.unwrap_or(0))
+}
+
+/// A set's Machines as its status counts them.
+fn counted(
+    set: &MachineSet,
+    count: impl Fn(&lariat_api::capi::MachineSetStatus) -> Option<i32>,
+) -> i64 {
+    i64::from(set.status.as_ref().and_then(count).unwrap_or(0))
 }
 
 /// A set's available Machines, never more than it is asked to keep: right after a scale-down
 /// its status still counts the Machines it is about to delete, and counting them would let the
 /// next reconcile take the same room again (below `maxUnavailable`).
-fn available_of(set: &DynamicObject) -> i64 {
-    i64_at(&set.data, &["status", "availableReplicas"])
-        .unwrap_or(0)
-        .min(replicas_of(set))
+fn available_of(set: &MachineSet) -> i64 {
+    counted(set, |s| s.available_replicas).min(replicas_of(set))
 }
 
-pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(
+    deployment: Arc<MachineDeployment>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
     if deployment.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     let namespace = deployment.namespace().unwrap_or_default();
     let name = deployment.name_any();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("MachineDeployment"));
-    let sets_api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("MachineSet"));
-    let cluster_name = str_at(&deployment.data, &["spec", "clusterName"])
-        .unwrap_or_default()
-        .to_string();
-    let Some(cluster) = ctx.cluster_of(&deployment).await? else {
+    let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &namespace);
+    let sets_api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &namespace);
+    let cluster_name = deployment.spec.cluster_name.clone();
+    let Some(cluster) = ctx.cluster(&namespace, &cluster_name).await? else {
         return Ok(Action::requeue(Duration::from_secs(2)));
     };
-    if object::bool_at(&deployment.data, &["spec", "paused"])
-        || object::bool_at(&cluster.data, &["spec", "paused"])
-    {
+    if deployment.spec.paused == Some(true) || cluster.spec.paused == Some(true) {
         return Ok(Action::await_change());
     }
     let mut labels = BTreeMap::new();
     labels.insert(CLUSTER_NAME_LABEL.to_string(), cluster_name.clone());
     object::ensure_labels(&api, &deployment, &labels).await?;
     if deployment.owner_references().is_empty() {
-        object::ensure_owner(
-            &api,
-            &deployment,
-            owner_reference(&cluster, "cluster.x-k8s.io/v1beta1", "Cluster", false),
-        )
-        .await?;
+        object::ensure_owner(&api, &deployment, owner_reference(cluster.as_ref(), false)).await?;
     }
 
-    for reference in [
-        &deployment.data["spec"]["template"]["spec"]["infrastructureRef"],
-        &deployment.data["spec"]["template"]["spec"]["bootstrap"]["configRef"],
-    ] {
-        crate::external::adopt_template(&ctx.caches, &namespace, reference, &cluster).await?;
+    let template = &deployment.spec.template;
+    if let Some(spec) = &template.spec {
+        for reference in [
+            Some(&spec.infrastructure_ref),
+            spec.bootstrap.config_ref.as_ref(),
+        ] {
+            let reference = reference.and_then(Reference::from_object_reference);
+            crate::external::adopt_template(&ctx.caches, &namespace, reference, &cluster).await?;
+        }
     }
 
-    let replicas = i64_at(&deployment.data, &["spec", "replicas"])
-        .unwrap_or(1)
-        .max(0);
-    let template = &deployment.data["spec"]["template"];
+    let replicas = i64::from(deployment.spec.replicas.unwrap_or(1).max(0));
     let hash = template_hash(template);
     let uid = deployment.uid().unwrap_or_default();
-    let sets: Vec<Arc<DynamicObject>> = ctx
+    let sets: Vec<Arc<MachineSet>> = ctx
         .caches
-        .of(&capi("MachineSet"))
+        .typed::<MachineSet>()
         .indexed(crate::cache::IndexKey::Owner(&uid))
         .await?
         .into_iter()
         .filter(|s| s.metadata.deletion_timestamp.is_none())
         .collect();
-    let (current, old): (Vec<Arc<DynamicObject>>, Vec<Arc<DynamicObject>>) = sets
+    let (current, old): (Vec<Arc<MachineSet>>, Vec<Arc<MachineSet>>) = sets
         .into_iter()
         .partition(|s| s.labels().get(TEMPLATE_HASH_LABEL) == Some(&hash));
     let current = match current.into_iter().next() {
@@ -127,7 +136,6 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
             create_set(
                 &ctx,
                 &deployment,
-                &cluster_name,
                 &hash,
                 if old.is_empty() { replicas } else { 0 },
             )
@@ -136,11 +144,18 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
     };
 
     // Rolling update (the only strategy lariat implements; OnDelete leaves old sets alone).
-    let strategy = &deployment.data["spec"]["strategy"];
-    let on_delete = strategy["type"] == "OnDelete";
-    let max_surge = resolve(&strategy["rollingUpdate"]["maxSurge"], replicas, true, 1).max(0);
+    let strategy = deployment.spec.strategy.as_ref();
+    let on_delete = strategy.and_then(|s| s.type_) == Some(MachineDeploymentStrategyType::OnDelete);
+    let rolling = strategy.and_then(|s| s.rolling_update.as_ref());
+    let max_surge = resolve(
+        rolling.and_then(|r| r.max_surge.as_ref()),
+        replicas,
+        true,
+        1,
+    )
+    .max(0);
     let max_unavailable = resolve(
-        &strategy["rollingUpdate"]["maxUnavailable"],
+        rolling.and_then(|r| r.max_unavailable.as_ref()),
         replicas,
         false,
         0,
@@ -191,55 +206,50 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
                 to_remove -= down;
             }
         }
-        for set in old.iter().filter(|s| {
-            replicas_of(s) == 0 && i64_at(&s.data, &["status", "replicas"]).unwrap_or(0) == 0
-        }) {
+        for set in old
+            .iter()
+            .filter(|s| replicas_of(s) == 0 && counted(s, |s| s.replicas) == 0)
+        {
             let _ = sets_api
                 .delete(&set.name_any(), &DeleteParams::default())
                 .await;
         }
     }
 
-    let all: Vec<&DynamicObject> = std::iter::once(&current)
+    let all: Vec<&MachineSet> = std::iter::once(&current)
         .chain(old.iter())
         .map(|s| s.as_ref())
         .collect();
-    let sum = |path: &str| {
-        all.iter()
-            .map(|s| i64_at(&s.data, &["status", path]).unwrap_or(0))
-            .sum::<i64>()
+    let sum = |count: fn(&lariat_api::capi::MachineSetStatus) -> Option<i32>| {
+        all.iter().map(|s| counted(s, count)).sum::<i64>()
     };
     let (actual, ready, available) = (
-        sum("replicas"),
-        sum("readyReplicas"),
-        sum("availableReplicas"),
+        sum(|s| s.replicas),
+        sum(|s| s.ready_replicas),
+        sum(|s| s.available_replicas),
     );
-    let updated = i64_at(&current.data, &["status", "replicas"]).unwrap_or(0);
+    let updated = counted(&current, |s| s.replicas);
     let phase = if actual < replicas {
-        "ScalingUp"
+        MachineDeploymentPhase::ScalingUp
     } else if actual > replicas {
-        "ScalingDown"
+        MachineDeploymentPhase::ScalingDown
     } else if available == replicas && updated == replicas {
-        "Running"
+        MachineDeploymentPhase::Running
     } else {
-        "ScalingUp"
+        MachineDeploymentPhase::ScalingUp
     };
-    let status = json!({
-        "replicas": actual,
-        "updatedReplicas": updated,
-        "readyReplicas": ready,
-        "availableReplicas": available,
-        "unavailableReplicas": (replicas - available).max(0),
-        "selector": format!("{DEPLOYMENT_NAME_LABEL}={name}"),
-        "phase": phase,
-        "observedGeneration": deployment.metadata.generation.unwrap_or(0),
-    });
-    let changed = status
-        .as_object()
-        .expect("object")
-        .iter()
-        .any(|(k, v)| deployment.data["status"][k] != *v);
-    if changed {
+    let before = deployment.status.clone().unwrap_or_default();
+    let mut status = before.clone();
+    status.replicas = Some(actual as i32);
+    status.updated_replicas = Some(updated as i32);
+    status.ready_replicas = Some(ready as i32);
+    status.available_replicas = Some(available as i32);
+    status.unavailable_replicas = Some((replicas - available).max(0) as i32);
+    status.selector = Some(format!("{DEPLOYMENT_NAME_LABEL}={name}"));
+    status.phase = Some(phase);
+    status.observed_generation = Some(deployment.metadata.generation.unwrap_or(0));
+    if status != before {
+        let status = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
         patch_status(&api, &name, status).await?;
     }
     // Its MachineSets' changes wake it.
@@ -247,10 +257,10 @@ pub async fn reconcile(deployment: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
 }
 
 /// Records a Normal Event on the MachineDeployment.
-async fn event(ctx: &Context, object: &DynamicObject, reason: &str, message: &str) {
+async fn event(ctx: &Context, deployment: &MachineDeployment, reason: &str, message: &str) {
     ctx.events
         .publish(
-            object,
+            deployment,
             "MachineDeployment",
             EventType::Normal,
             reason,
@@ -262,9 +272,9 @@ async fn event(ctx: &Context, object: &DynamicObject, reason: &str, message: &st
 /// Sets one MachineSet's replicas, and says so in an Event on the deployment.
 async fn scale(
     ctx: &Context,
-    deployment: &DynamicObject,
-    sets_api: &Api<DynamicObject>,
-    set: &DynamicObject,
+    deployment: &MachineDeployment,
+    sets_api: &Api<MachineSet>,
+    set: &MachineSet,
     replicas: i64,
 ) -> Result<(), Error> {
     let from = replicas_of(set);
@@ -285,49 +295,62 @@ async fn scale(
 
 async fn create_set(
     ctx: &Context,
-    deployment: &DynamicObject,
-    cluster: &str,
+    deployment: &MachineDeployment,
     hash: &str,
     replicas: i64,
-) -> Result<DynamicObject, Error> {
+) -> Result<MachineSet, Error> {
     let namespace = deployment.namespace().unwrap_or_default();
     let name = deployment.name_any();
-    let mut template = deployment.data["spec"]["template"].clone();
-    let mut labels = template["metadata"]["labels"]
-        .as_object()
-        .cloned()
+    let mut template = deployment.spec.template.clone();
+    let mut metadata = template.metadata.take().unwrap_or_default();
+    let mut labels = metadata.labels.take().unwrap_or_default();
+    labels.insert(DEPLOYMENT_NAME_LABEL.into(), name.clone());
+    labels.insert(TEMPLATE_HASH_LABEL.into(), hash.to_string());
+    labels.insert(
+        CLUSTER_NAME_LABEL.into(),
+        deployment.spec.cluster_name.clone(),
+    );
+    metadata.labels = Some(labels.clone());
+    template.metadata = Some(metadata);
+    let mut match_labels = deployment
+        .spec
+        .selector
+        .match_labels
+        .clone()
         .unwrap_or_default();
-    labels.insert(DEPLOYMENT_NAME_LABEL.into(), json!(name));
-    labels.insert(TEMPLATE_HASH_LABEL.into(), json!(hash));
-    labels.insert(CLUSTER_NAME_LABEL.into(), json!(cluster));
-    template["metadata"]["labels"] = Value::Object(labels.clone());
-    let mut match_labels = deployment.data["spec"]["selector"]["matchLabels"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    match_labels.insert(TEMPLATE_HASH_LABEL.into(), json!(hash));
-    match_labels.insert(DEPLOYMENT_NAME_LABEL.into(), json!(name));
-    let set = json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta1",
-        "kind": "MachineSet",
-        "metadata": {
-            "name": format!("{name}-{}", &hash[..5]),
-            "namespace": namespace,
-            "labels": labels,
-            "ownerReferences": [owner_reference(deployment, "cluster.x-k8s.io/v1beta1", "MachineDeployment", true)],
+    match_labels.insert(TEMPLATE_HASH_LABEL.into(), hash.to_string());
+    match_labels.insert(DEPLOYMENT_NAME_LABEL.into(), name.clone());
+    let owner = serde_json::from_value(owner_reference(deployment, true))
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    let delete_policy = deployment
+        .spec
+        .strategy
+        .as_ref()
+        .and_then(|s| s.rolling_update.as_ref())
+        .and_then(|r| r.delete_policy)
+        .unwrap_or(MachineSetDeletePolicy::Random);
+    let set = MachineSet {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}-{}", &hash[..5])),
+            namespace: Some(namespace.clone()),
+            labels: Some(labels),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
         },
-        "spec": {
-            "clusterName": cluster,
-            "replicas": replicas,
-            "deletePolicy": deployment.data["spec"]["strategy"]["rollingUpdate"]["deletePolicy"].as_str().unwrap_or("Random"),
-            "selector": {"matchLabels": match_labels},
-            "template": template,
-        }
-    });
-    let set: DynamicObject =
-        serde_json::from_value(set).map_err(|e| Error::Invalid(e.to_string()))?;
-    let sets_api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("MachineSet"));
+        spec: MachineSetSpec {
+            cluster_name: deployment.spec.cluster_name.clone(),
+            replicas: Some(replicas as i32),
+            delete_policy: Some(delete_policy),
+            selector: LabelSelector {
+                match_labels: Some(match_labels),
+                ..Default::default()
+            },
+            template: Some(template),
+            ..Default::default()
+        },
+        status: None,
+    };
+    let sets_api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &namespace);
     match sets_api.create(&PostParams::default(), &set).await {
         Ok(created) => {
             let message = format!(
@@ -348,17 +371,18 @@ mod tests {
 
     #[test]
     fn surge_and_unavailability_resolve_like_kubernetes() {
+        let percent = |p: &str| IntOrString::String(p.to_string());
         for (value, replicas, round_up, expect) in [
-            (json!(2), 10, true, 2),
-            (json!("25%"), 10, true, 3),
-            (json!("25%"), 10, false, 2),
-            (json!("0%"), 3, true, 0),
-            (Value::Null, 3, true, 1),
+            (Some(IntOrString::Int(2)), 10, true, 2),
+            (Some(percent("25%")), 10, true, 3),
+            (Some(percent("25%")), 10, false, 2),
+            (Some(percent("0%")), 3, true, 0),
+            (None, 3, true, 1),
         ] {
             assert_eq!(
-                resolve(&value, replicas, round_up, 1),
+                resolve(value.as_ref(), replicas, round_up, 1),
                 expect,
-                "{value} of {replicas}"
+                "{value:?} of {replicas}"
             );
         }
     }
@@ -368,10 +392,10 @@ mod tests {
         // Scaled from 3 to 2 a moment ago: its status still counts the Machine it is about to
         // delete. Counting it would let the next reconcile scale down again, below
         // maxUnavailable.
-        let set: DynamicObject = serde_json::from_value(json!({
+        let set: MachineSet = serde_json::from_value(json!({
             "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineSet",
             "metadata": {"name": "old"},
-            "spec": {"replicas": 2},
+            "spec": {"clusterName": "c", "replicas": 2, "selector": {}},
             "status": {"availableReplicas": 3},
         }))
         .unwrap();
@@ -380,11 +404,20 @@ mod tests {
 
     #[test]
     fn equal_templates_hash_equal() {
-        let a = json!({"spec": {"version": "v1.30.0"}});
-        assert_eq!(template_hash(&a), template_hash(&a.clone()));
+        let template = |version: &str| -> MachineTemplateSpec {
+            serde_json::from_value(json!({"spec": {
+                "clusterName": "c", "version": version, "bootstrap": {},
+                "infrastructureRef": {"kind": "InMemoryMachineTemplate", "name": "t"},
+            }}))
+            .unwrap()
+        };
+        assert_eq!(
+            template_hash(&template("v1.30.0")),
+            template_hash(&template("v1.30.0"))
+        );
         assert_ne!(
-            template_hash(&a),
-            template_hash(&json!({"spec": {"version": "v1.31.0"}}))
+            template_hash(&template("v1.30.0")),
+            template_hash(&template("v1.31.0"))
         );
     }
 }

@@ -9,28 +9,38 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::runtime::controller::Action;
+use lariat_api::capi::{ConditionStatus, Machine, MachineHealthCheck};
 use serde_json::json;
 
 use crate::cache::IndexKey;
-use crate::conditions::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
+use crate::conditions::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED, of_machine};
 use crate::events::EventType;
 use crate::external::Reference;
+use crate::machine::has_node;
 use crate::machine_deployment::resolve;
-use crate::object::{patch_status, str_at};
-use crate::{Context, Error, capi, conditions};
+use crate::object::patch_status;
+use crate::{Context, Error, conditions};
 
 /// Cluster API's default time for a Node to join.
 const DEFAULT_NODE_STARTUP: Duration = Duration::from_secs(600);
 
-fn age(rfc3339: Option<&str>) -> Option<Duration> {
-    let at = chrono::DateTime::parse_from_rfc3339(rfc3339?).ok()?;
-    (chrono::Utc::now() - at.with_timezone(&chrono::Utc))
-        .to_std()
-        .ok()
-        .or(Some(Duration::ZERO))
+/// How long ago `time` was (zero if it is in the future).
+fn age(time: &Time) -> Duration {
+    let elapsed = k8s_openapi::jiff::Timestamp::now().duration_since(time.0);
+    Duration::try_from(elapsed).unwrap_or(Duration::ZERO)
+}
+
+/// A condition status as Node conditions spell it.
+fn spelled(status: ConditionStatus) -> &'static str {
+    match status {
+        ConditionStatus::True => "True",
+        ConditionStatus::False => "False",
+        ConditionStatus::Unknown => "Unknown",
+    }
 }
 
 /// Why a machine is unhealthy, or how long until it might become so.
@@ -41,34 +51,27 @@ enum Health {
     RecheckIn(Duration),
 }
 
-fn machine_health(check: &DynamicObject, machine: &DynamicObject, node: Option<&Node>) -> Health {
-    let spec = &check.data["spec"];
+fn machine_health(check: &MachineHealthCheck, machine: &Machine, node: Option<&Node>) -> Health {
+    let spec = &check.spec;
     let Some(node) = node else {
-        if machine.data["status"]["nodeRef"].is_object() {
+        if has_node(machine) {
             return Health::Unhealthy("the Machine's Node is gone".into());
         }
-        let timeout =
-            crate::object::duration(&spec["nodeStartupTimeout"]).unwrap_or(DEFAULT_NODE_STARTUP);
+        let timeout = spec
+            .node_startup_timeout
+            .map(Duration::from)
+            .unwrap_or(DEFAULT_NODE_STARTUP);
         if timeout.is_zero() {
             return Health::Healthy;
         }
         // The clock starts when the infrastructure is ready, as in Cluster API; until then,
         // from the Machine's creation.
-        let started = machine.data["status"]["conditions"]
-            .as_array()
-            .and_then(|c| {
-                c.iter()
-                    .find(|c| c["type"] == "InfrastructureReady" && c["status"] == "True")
-            })
-            .and_then(|c| c["lastTransitionTime"].as_str().map(String::from))
-            .or_else(|| {
-                machine
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| t.0.to_string())
-            });
-        let waited = age(started.as_deref()).unwrap_or_default();
+        let started = of_machine(machine)
+            .iter()
+            .find(|c| c.is_true("InfrastructureReady"))
+            .map(|c| &c.last_transition_time)
+            .or(machine.metadata.creation_timestamp.as_ref());
+        let waited = started.map(age).unwrap_or_default();
         return if waited >= timeout {
             Health::Unhealthy(format!(
                 "the Node did not join within {}s",
@@ -81,20 +84,20 @@ fn machine_health(check: &DynamicObject, machine: &DynamicObject, node: Option<&
     let node_conditions = node
         .status
         .as_ref()
-        .and_then(|s| s.conditions.clone())
+        .and_then(|s| s.conditions.as_deref())
         .unwrap_or_default();
     let mut recheck: Option<Duration> = None;
-    for rule in spec["unhealthyConditions"].as_array().into_iter().flatten() {
-        let timeout = crate::object::duration(&rule["timeout"]).unwrap_or_default();
-        for condition in node_conditions.iter().filter(|c| {
-            c.type_ == rule["type"].as_str().unwrap_or_default()
-                && c.status == rule["status"].as_str().unwrap_or_default()
-        }) {
+    for rule in spec.unhealthy_conditions.iter().flatten() {
+        let timeout = Duration::from(rule.timeout);
+        for condition in node_conditions
+            .iter()
+            .filter(|c| c.type_ == rule.type_ && c.status == spelled(rule.status))
+        {
             let held = condition
                 .last_transition_time
                 .as_ref()
-                .map(|t| t.0.to_string());
-            let held = age(held.as_deref()).unwrap_or_default();
+                .map(age)
+                .unwrap_or_default();
             if held >= timeout {
                 return Health::Unhealthy(format!(
                     "Node condition {} is {} for {}s",
@@ -113,23 +116,21 @@ fn machine_health(check: &DynamicObject, machine: &DynamicObject, node: Option<&
 /// Sets conditions on a Machine's status, writing only what changed. An `OwnerRemediated`
 /// condition the owner has already updated (its message says why it waits) is kept.
 async fn mark(
-    api: &Api<DynamicObject>,
-    machine: &DynamicObject,
+    api: &Api<Machine>,
+    machine: &Machine,
     marks: &[(&str, bool, &str, &str)],
 ) -> Result<(), Error> {
-    let mut list = conditions::existing(&machine.data["status"]);
-    let before = list.clone();
+    let before = of_machine(machine);
+    let mut list = before.to_vec();
     // A machine that recovered before its owner acted no longer asks for remediation.
     if marks
         .iter()
         .any(|(type_, status, ..)| *type_ == HEALTH_CHECK_SUCCEEDED && *status)
     {
-        list.retain(|c| c["type"] != OWNER_REMEDIATED);
+        list.retain(|c| c.type_ != OWNER_REMEDIATED);
     }
     for (type_, status, reason, message) in marks {
-        if *type_ == OWNER_REMEDIATED
-            && conditions::is_false(&machine.data["status"], OWNER_REMEDIATED)
-        {
+        if *type_ == OWNER_REMEDIATED && conditions::is_false(before, OWNER_REMEDIATED) {
             continue;
         }
         conditions::set(&mut list, type_, *status, reason, message);
@@ -146,7 +147,7 @@ async fn external_remediation(
     ctx: &Context,
     namespace: &str,
     template: &Reference,
-    machine: &DynamicObject,
+    machine: &Machine,
     cluster: &str,
 ) -> Result<(), Error> {
     let target = crate::external::clone_target(template, &machine.name_any())?;
@@ -154,8 +155,7 @@ async fn external_remediation(
         return Ok(());
     }
     tracing::info!(machine = %machine.name_any(), kind = %target.kind, "creating an external remediation request");
-    let owner =
-        crate::object::owner_reference(machine, "cluster.x-k8s.io/v1beta1", "Machine", false);
+    let owner = crate::object::owner_reference(machine, false);
     crate::external::clone_template(
         &ctx.caches,
         namespace,
@@ -168,44 +168,32 @@ async fn external_remediation(
     Ok(())
 }
 
-pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(check: Arc<MachineHealthCheck>, ctx: Arc<Context>) -> Result<Action, Error> {
     if check.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     let namespace = check.namespace().unwrap_or_default();
     let name = check.name_any();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("MachineHealthCheck"));
-    let cluster = str_at(&check.data, &["spec", "clusterName"])
-        .unwrap_or_default()
-        .to_string();
-    let Some(cluster_object) = ctx.cluster_of(&check).await? else {
+    let api: Api<MachineHealthCheck> = Api::namespaced(ctx.client.clone(), &namespace);
+    let cluster = check.spec.cluster_name.clone();
+    let Some(cluster_object) = ctx.cluster(&namespace, &cluster).await? else {
         return Ok(Action::requeue(Duration::from_secs(5)));
     };
-    if crate::object::bool_at(&cluster_object.data, &["spec", "paused"]) {
+    if cluster_object.spec.paused == Some(true) {
         return Ok(Action::await_change());
     }
     // Owned by its Cluster, as in Cluster API: deleted with it, not left checking nothing.
     crate::object::ensure_owner(
         &api,
         &check,
-        crate::object::owner_reference(
-            &cluster_object,
-            "cluster.x-k8s.io/v1beta1",
-            "Cluster",
-            false,
-        ),
+        crate::object::owner_reference(cluster_object.as_ref(), false),
     )
     .await?;
-    let machines_api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
-    let selector = check.data["spec"]["selector"]["matchLabels"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    let machines: Vec<Arc<DynamicObject>> = ctx
+    let machines_api: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
+    let selector = check.spec.selector.match_labels.clone().unwrap_or_default();
+    let machines: Vec<Arc<Machine>> = ctx
         .caches
-        .of(&capi("Machine"))
+        .typed::<Machine>()
         .indexed(IndexKey::Cluster {
             namespace: &namespace,
             name: &cluster,
@@ -215,9 +203,7 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
         .filter(|m| m.metadata.deletion_timestamp.is_none())
         .filter(|m| {
             let labels = m.labels();
-            selector
-                .iter()
-                .all(|(k, v)| labels.get(k).map(String::as_str) == v.as_str())
+            selector.iter().all(|(k, v)| labels.get(k) == Some(v))
         })
         .collect();
     // Judged only on what the workload cluster says now: while its Nodes cannot be watched,
@@ -226,14 +212,11 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
         Some(nodes) if nodes.is_healthy() => nodes,
         _ => return Ok(Action::requeue(Duration::from_secs(5))),
     };
-    let node_of = |id: &str| -> Option<Node> {
-        let node = nodes
+    let node_of = |id: &str| {
+        nodes
             .indexed_now(IndexKey::ProviderId(id))
             .into_iter()
-            .next()?;
-        serde_json::to_value(node.as_ref())
-            .ok()
-            .and_then(|v| serde_json::from_value(v).ok())
+            .next()
     };
 
     let mut unhealthy = vec![];
@@ -241,8 +224,8 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
     // Machine and Node changes wake the check; only its timeouts need a timer.
     let mut recheck: Option<Duration> = None;
     for machine in &machines {
-        let node = str_at(&machine.data, &["spec", "providerID"]).and_then(node_of);
-        match machine_health(&check, machine, node.as_ref()) {
+        let node = machine.spec.provider_id.as_deref().and_then(node_of);
+        match machine_health(&check, machine, node.as_deref()) {
             Health::Healthy => healthy.push(machine),
             Health::Unhealthy(why) => unhealthy.push((machine, why)),
             Health::RecheckIn(after) => {
@@ -253,15 +236,12 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
         }
     }
     let expected = machines.len() as i64;
-    let max_unhealthy = resolve(
-        &check.data["spec"]["maxUnhealthy"],
-        expected,
-        false,
-        expected,
-    )
-    .max(0);
+    let max_unhealthy =
+        resolve(check.spec.max_unhealthy.as_ref(), expected, false, expected).max(0);
     let allowed = unhealthy.len() as i64 <= max_unhealthy;
-    let mut list = conditions::existing(&check.data["status"]);
+    let before = check.status.clone().unwrap_or_default();
+    let mut status = before.clone();
+    let mut list = status.conditions.take().unwrap_or_default();
     for machine in healthy {
         mark(
             &machines_api,
@@ -270,13 +250,17 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
         )
         .await?;
     }
-    let template = Reference::from_json(&check.data["spec"]["remediationTemplate"]);
+    let template = check
+        .spec
+        .remediation_template
+        .as_ref()
+        .and_then(Reference::from_object_reference);
     for (machine, why) in &unhealthy {
-        if !conditions::is_false(&machine.data["status"], HEALTH_CHECK_SUCCEEDED) {
+        if !conditions::is_false(of_machine(machine), HEALTH_CHECK_SUCCEEDED) {
             let message = format!("Machine {:?} is unhealthy: {why}", machine.name_any());
             ctx.events
                 .publish(
-                    &check,
+                    check.as_ref(),
                     "MachineHealthCheck",
                     EventType::Warning,
                     "MachineMarkedUnhealthy",
@@ -300,7 +284,7 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
                 }
                 // The owner (MachineSet, control plane) remediates, by its own rules.
                 None => {
-                    if !conditions::is_false(&machine.data["status"], OWNER_REMEDIATED) {
+                    if !conditions::is_false(of_machine(machine), OWNER_REMEDIATED) {
                         tracing::info!(machinehealthcheck = %format!("{namespace}/{name}"), machine = %machine.name_any(), reason = %why, "asking the owner to remediate an unhealthy machine");
                     }
                     marks.push((OWNER_REMEDIATED, false, "WaitingForRemediation", ""))
@@ -326,29 +310,14 @@ pub async fn reconcile(check: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
             &message,
         );
     }
-    let status = json!({
-        "expectedMachines": expected,
-        "currentHealthy": expected - unhealthy.len() as i64,
-        "remediationsAllowed": (max_unhealthy - unhealthy.len() as i64).max(0),
-        "targets": machines.iter().map(|m| m.name_any()).collect::<Vec<_>>(),
-        "conditions": list,
-        "observedGeneration": check.metadata.generation.unwrap_or(0),
-    });
-    let changed = [
-        "expectedMachines",
-        "currentHealthy",
-        "remediationsAllowed",
-        "targets",
-        "observedGeneration",
-    ]
-    .iter()
-    .any(|k| status[k] != check.data["status"][k])
-        || conditions::is_true(&list, "RemediationAllowed")
-            != conditions::is_true(
-                &conditions::existing(&check.data["status"]),
-                "RemediationAllowed",
-            );
-    if changed {
+    status.expected_machines = Some(expected as i32);
+    status.current_healthy = Some((expected - unhealthy.len() as i64) as i32);
+    status.remediations_allowed = Some((max_unhealthy - unhealthy.len() as i64).max(0) as i32);
+    status.targets = Some(machines.iter().map(|m| m.name_any()).collect());
+    status.observed_generation = Some(check.metadata.generation.unwrap_or(0));
+    status.conditions = Some(list);
+    if status != before {
+        let status = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
         patch_status(&api, &name, status).await?;
     }
     Ok(recheck.map_or_else(crate::resync, Action::requeue))

@@ -7,36 +7,37 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
-use serde_json::{Value, json};
+use lariat_api::capi::machine::MachinePhase;
+use lariat_api::capi::machine_set::MachineSetDeletePolicy;
+use lariat_api::capi::{Machine, MachineSet, MachineSpec};
+use serde_json::json;
 
 use crate::cache::IndexKey;
 use crate::cluster::CLUSTER_NAME_LABEL;
 use crate::events::EventType;
 use crate::external::{Reference, clone_target, clone_template};
-use crate::object::{self, i64_at, owner_reference, patch_status, str_at};
-use crate::{Context, Error, capi, conditions};
+use crate::machine::phase;
+use crate::object::{self, owner_reference, patch_status};
+use crate::{Context, Error, conditions};
 
-pub const SET_NAME_LABEL: &str = "cluster.x-k8s.io/set-name";
+pub use lariat_api::capi::annotations::DELETE_MACHINE as DELETE_MACHINE_ANNOTATION;
+pub use lariat_api::capi::labels::MACHINE_SET_NAME as SET_NAME_LABEL;
+
 /// Records a Normal Event on the MachineSet.
-async fn event(ctx: &Context, object: &DynamicObject, reason: &str, message: &str) {
+async fn event(ctx: &Context, set: &MachineSet, reason: &str, message: &str) {
     ctx.events
-        .publish(object, "MachineSet", EventType::Normal, reason, message)
+        .publish(set, "MachineSet", EventType::Normal, reason, message)
         .await;
 }
 
-pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
-
 /// The machines this set controls (it is their controller owner).
-pub async fn owned_machines(
-    ctx: &Context,
-    set: &DynamicObject,
-) -> Result<Vec<Arc<DynamicObject>>, Error> {
+pub async fn owned_machines(ctx: &Context, set: &MachineSet) -> Result<Vec<Arc<Machine>>, Error> {
     let uid = set.uid().unwrap_or_default();
     Ok(ctx
         .caches
-        .of(&capi("Machine"))
+        .typed::<Machine>()
         .indexed(IndexKey::Owner(&uid))
         .await?
         .into_iter()
@@ -48,53 +49,44 @@ pub async fn owned_machines(
         .collect())
 }
 
-pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(set: Arc<MachineSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     if set.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     let namespace = set.namespace().unwrap_or_default();
     let name = set.name_any();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("MachineSet"));
-    let cluster_name = str_at(&set.data, &["spec", "clusterName"])
-        .unwrap_or_default()
-        .to_string();
-    let Some(cluster) = ctx.cluster_of(&set).await? else {
+    let api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &namespace);
+    let cluster_name = set.spec.cluster_name.clone();
+    let Some(cluster) = ctx.cluster(&namespace, &cluster_name).await? else {
         return Ok(Action::requeue(Duration::from_secs(2)));
     };
-    if object::bool_at(&cluster.data, &["spec", "paused"]) {
+    if cluster.spec.paused == Some(true) {
         return Ok(Action::await_change());
     }
     let mut labels = BTreeMap::new();
     labels.insert(CLUSTER_NAME_LABEL.to_string(), cluster_name.clone());
     object::ensure_labels(&api, &set, &labels).await?;
     if set.owner_references().is_empty() {
-        object::ensure_owner(
-            &api,
-            &set,
-            owner_reference(&cluster, "cluster.x-k8s.io/v1beta1", "Cluster", false),
-        )
-        .await?;
+        object::ensure_owner(&api, &set, owner_reference(cluster.as_ref(), false)).await?;
     }
 
-    let wanted = i64_at(&set.data, &["spec", "replicas"]).unwrap_or(1).max(0) as usize;
-    let machines: Vec<Arc<DynamicObject>> = owned_machines(&ctx, &set)
+    let wanted = set.spec.replicas.unwrap_or(1).max(0) as usize;
+    let machines: Vec<Arc<Machine>> = owned_machines(&ctx, &set)
         .await?
         .into_iter()
         .filter(|m| m.metadata.deletion_timestamp.is_none())
         .collect();
-    let machines_api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+    let machines_api: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
     for machine in machines
         .iter()
-        .filter(|m| m.data["status"]["infrastructureReady"] != json!(true))
+        .filter(|m| m.status.as_ref().and_then(|s| s.infrastructure_ready) != Some(true))
     {
         ensure_clones(&ctx, &set, machine).await?;
     }
     // Machines a MachineHealthCheck asked this set to remediate are deleted and replaced.
-    let (remediate, healthy): (Vec<Arc<DynamicObject>>, Vec<Arc<DynamicObject>>) = machines
+    let (remediate, healthy): (Vec<Arc<Machine>>, Vec<Arc<Machine>>) = machines
         .into_iter()
-        .partition(|m| conditions::needs_owner_remediation(&m.data["status"]));
+        .partition(|m| conditions::needs_owner_remediation(conditions::of_machine(m)));
     for machine in &remediate {
         tracing::info!(machineset = %format!("{namespace}/{name}"), machine = %machine.name_any(), "remediating an unhealthy machine: deleting it");
         if object::delete_if_present(&machines_api, &machine.name_any()).await? {
@@ -112,12 +104,15 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let mut deleted: Vec<String> = remediate.iter().map(|m| m.name_any()).collect();
     // A Machine whose templates do not exist could never boot: none is made, and the set says
     // why (Cluster API's MachinesCreated condition).
-    let mut list = conditions::existing(&set.data["status"]);
+    let before = set.status.clone().unwrap_or_default();
+    let mut status = before.clone();
+    let mut list = status.conditions.take().unwrap_or_default();
     let missing = if machines.len() < wanted {
         missing_template(&ctx, &set).await?
     } else {
         None
     };
+    let was_missing = conditions::is_false(&list, "MachinesCreated");
     conditions::set(
         &mut list,
         "MachinesCreated",
@@ -126,10 +121,10 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         missing.as_deref().unwrap_or_default(),
     );
     if let Some(missing) = &missing {
-        if !conditions::is_false(&set.data["status"], "MachinesCreated") {
+        if !was_missing {
             ctx.events
                 .publish(
-                    &set,
+                    set.as_ref(),
                     "MachineSet",
                     EventType::Warning,
                     "TemplateNotFound",
@@ -137,7 +132,7 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
                 )
                 .await;
         }
-        if json!(list) != set.data["status"]["conditions"] {
+        if Some(&list) != before.conditions.as_ref() {
             patch_status(&api, &name, json!({"conditions": list})).await?;
         }
         // Creating a template is not among what wakes a MachineSet: look again shortly.
@@ -146,15 +141,15 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let changed: Result<(), Error> = async {
         if machines.len() < wanted {
             for _ in machines.len()..wanted {
-                let machine = create_machine(&ctx, &set, &cluster_name).await?;
+                let machine = create_machine(&ctx, &set).await?;
                 created.push(machine.name_any());
                 ensure_clones(&ctx, &set, &machine).await?;
             }
         } else if machines.len() > wanted {
-            let policy = str_at(&set.data, &["spec", "deletePolicy"]).unwrap_or("Random");
+            let policy = set.spec.delete_policy.unwrap_or(MachineSetDeletePolicy::Random);
             order_for_deletion(&mut machines, policy);
             for machine in machines.iter().take(machines.len() - wanted) {
-                tracing::info!(machineset = %format!("{namespace}/{name}"), machine = %machine.name_any(), policy, "scaling down");
+                tracing::info!(machineset = %format!("{namespace}/{name}"), machine = %machine.name_any(), ?policy, "scaling down");
                 match machines_api
                     .delete(&machine.name_any(), &DeleteParams::default())
                     .await
@@ -174,63 +169,62 @@ pub async fn reconcile(set: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     .await;
     // Even when a step failed: what was created or deleted must be seen before the retry.
     ctx.caches
-        .of(&capi("Machine"))
+        .typed::<Machine>()
         .observed(&namespace, &created, &deleted)
         .await?;
     changed?;
     let current = owned_machines(&ctx, &set).await?;
     let ready = current
         .iter()
-        .filter(|m| object::str_at(&m.data, &["status", "phase"]) == Some("Running"))
-        .count();
-    let selector = set.data["spec"]["selector"]["matchLabels"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default();
-    let status = json!({
-        "replicas": current.len(),
-        "fullyLabeledReplicas": current.len(),
-        "readyReplicas": ready,
-        "availableReplicas": ready,
-        "selector": selector,
-        "observedGeneration": set.metadata.generation.unwrap_or(0),
-        "conditions": list,
-    });
-    let changed = [
-        "replicas",
-        "readyReplicas",
-        "availableReplicas",
-        "selector",
-        "observedGeneration",
-    ]
-    .iter()
-    .any(|k| status[k] != set.data["status"][k])
-        || conditions::is_true(&list, "MachinesCreated")
-            != conditions::is_true(
-                &conditions::existing(&set.data["status"]),
-                "MachinesCreated",
-            );
-    if changed {
+        .filter(|m| phase(m) == Some(MachinePhase::Running))
+        .count() as i32;
+    let selector = set
+        .spec
+        .selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    status.replicas = Some(current.len() as i32);
+    status.fully_labeled_replicas = Some(current.len() as i32);
+    status.ready_replicas = Some(ready);
+    status.available_replicas = Some(ready);
+    status.selector = Some(selector);
+    status.observed_generation = Some(set.metadata.generation.unwrap_or(0));
+    status.conditions = Some(list);
+    if status != before {
+        let status = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
         patch_status(&api, &name, status).await?;
     }
     // Its Machines' changes wake it.
     Ok(crate::resync())
 }
 
+/// The machine template's spec; a MachineSet without one cannot make Machines.
+fn template_spec(set: &MachineSet) -> Result<&MachineSpec, Error> {
+    set.spec
+        .template
+        .as_ref()
+        .and_then(|t| t.spec.as_ref())
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "MachineSet {} has no spec.template.spec to make Machines from",
+                set.name_any()
+            ))
+        })
+}
+
 /// The first of the set's machine templates that does not exist, said as a user should read it.
-async fn missing_template(ctx: &Context, set: &DynamicObject) -> Result<Option<String>, Error> {
+async fn missing_template(ctx: &Context, set: &MachineSet) -> Result<Option<String>, Error> {
     let namespace = set.namespace().unwrap_or_default();
-    let spec = &set.data["spec"]["template"]["spec"];
+    let spec = template_spec(set)?;
     for (field, reference) in [
-        ("bootstrap.configRef", &spec["bootstrap"]["configRef"]),
-        ("infrastructureRef", &spec["infrastructureRef"]),
+        ("bootstrap.configRef", spec.bootstrap.config_ref.as_ref()),
+        ("infrastructureRef", Some(&spec.infrastructure_ref)),
     ] {
-        let Some(reference) = Reference::from_json(reference) else {
+        let Some(reference) = reference.and_then(Reference::from_object_reference) else {
             continue;
         };
         let found = match reference.get(&ctx.caches, &namespace).await {
@@ -250,21 +244,24 @@ async fn missing_template(ctx: &Context, set: &DynamicObject) -> Result<Option<S
 
 /// Orders machines so the first ones are deleted first: machines marked for deletion or failed
 /// always go first, then the policy decides.
-pub fn order_for_deletion(machines: &mut [Arc<DynamicObject>], policy: &str) {
-    let priority = |m: &DynamicObject| -> u8 {
+pub fn order_for_deletion(machines: &mut [Arc<Machine>], policy: MachineSetDeletePolicy) {
+    let priority = |m: &Machine| -> u8 {
         if m.annotations().contains_key(DELETE_MACHINE_ANNOTATION) {
             0
-        } else if m.data["status"]["failureReason"].is_string()
-            || m.data["status"]["phase"] == "Failed"
+        } else if m
+            .status
+            .as_ref()
+            .is_some_and(|s| s.failure_reason.is_some())
+            || phase(m) == Some(MachinePhase::Failed)
         {
             1
-        } else if m.data["status"]["phase"] != "Running" {
+        } else if phase(m) != Some(MachinePhase::Running) {
             2
         } else {
             3
         }
     };
-    let created = |m: &DynamicObject| {
+    let created = |m: &Machine| {
         m.metadata
             .creation_timestamp
             .as_ref()
@@ -272,17 +269,17 @@ pub fn order_for_deletion(machines: &mut [Arc<DynamicObject>], policy: &str) {
             .unwrap_or_default()
     };
     match policy {
-        "Newest" => machines.sort_by(|a, b| {
+        MachineSetDeletePolicy::Newest => machines.sort_by(|a, b| {
             priority(a)
                 .cmp(&priority(b))
                 .then(created(b).cmp(&created(a)))
         }),
-        "Oldest" => machines.sort_by(|a, b| {
+        MachineSetDeletePolicy::Oldest => machines.sort_by(|a, b| {
             priority(a)
                 .cmp(&priority(b))
                 .then(created(a).cmp(&created(b)))
         }),
-        _ => {
+        MachineSetDeletePolicy::Random => {
             use rand::seq::SliceRandom;
             machines.shuffle(&mut rand::rng());
             machines.sort_by_key(|m| priority(m));
@@ -291,51 +288,58 @@ pub fn order_for_deletion(machines: &mut [Arc<DynamicObject>], policy: &str) {
 }
 
 /// Creates a Machine naming the clones it will get (made by [`ensure_clones`]).
-async fn create_machine(
-    ctx: &Context,
-    set: &DynamicObject,
-    cluster_name: &str,
-) -> Result<DynamicObject, Error> {
+async fn create_machine(ctx: &Context, set: &MachineSet) -> Result<Machine, Error> {
     let namespace = set.namespace().unwrap_or_default();
     let name = format!("{}-{}", set.name_any(), object::random_suffix());
-    let template = &set.data["spec"]["template"];
-    let mut labels = template["metadata"]["labels"]
-        .as_object()
-        .cloned()
+    let template_metadata = set
+        .spec
+        .template
+        .as_ref()
+        .and_then(|t| t.metadata.clone())
         .unwrap_or_default();
-    labels.insert(CLUSTER_NAME_LABEL.into(), json!(cluster_name));
-    labels.insert(SET_NAME_LABEL.into(), json!(set.name_any()));
-    if let Some(deployment) = set.labels().get("cluster.x-k8s.io/deployment-name") {
-        labels.insert("cluster.x-k8s.io/deployment-name".into(), json!(deployment));
+    let mut labels = template_metadata.labels.unwrap_or_default();
+    labels.insert(CLUSTER_NAME_LABEL.into(), set.spec.cluster_name.clone());
+    labels.insert(SET_NAME_LABEL.into(), set.name_any());
+    if let Some(deployment) = set
+        .labels()
+        .get(lariat_api::capi::labels::MACHINE_DEPLOYMENT_NAME)
+    {
+        labels.insert(
+            lariat_api::capi::labels::MACHINE_DEPLOYMENT_NAME.into(),
+            deployment.clone(),
+        );
     }
-    let labels = Value::Object(labels);
-    let mut spec = template["spec"].clone();
-    spec["clusterName"] = json!(cluster_name);
+    let mut spec = template_spec(set)?.clone();
+    spec.cluster_name = set.spec.cluster_name.clone();
     // The Machine is created first, naming the clones it will get; the clones follow. A crash in
     // between leaves a Machine whose clones the next reconcile makes, never a clone nobody owns.
-    if let Some(config_template) = Reference::from_json(&template["spec"]["bootstrap"]["configRef"])
+    if let Some(config_template) = spec
+        .bootstrap
+        .config_ref
+        .as_ref()
+        .and_then(Reference::from_object_reference)
     {
-        spec["bootstrap"]["configRef"] = clone_target(&config_template, &name)?.to_json();
+        spec.bootstrap.config_ref =
+            Some(clone_target(&config_template, &name)?.to_object_reference());
     }
-    if let Some(infra_template) = Reference::from_json(&template["spec"]["infrastructureRef"]) {
-        spec["infrastructureRef"] = clone_target(&infra_template, &name)?.to_json();
+    if let Some(infra_template) = Reference::from_object_reference(&spec.infrastructure_ref) {
+        spec.infrastructure_ref = clone_target(&infra_template, &name)?.to_object_reference();
     }
-    let machine = json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta1",
-        "kind": "Machine",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": template["metadata"]["annotations"].clone(),
-            "ownerReferences": [owner_reference(set, "cluster.x-k8s.io/v1beta1", "MachineSet", true)],
+    let owner = serde_json::from_value(owner_reference(set, true))
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    let machine = Machine {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(namespace.clone()),
+            labels: Some(labels),
+            annotations: template_metadata.annotations,
+            owner_references: Some(vec![owner]),
+            ..Default::default()
         },
-        "spec": spec,
-    });
-    let machine: DynamicObject =
-        serde_json::from_value(machine).map_err(|e| Error::Invalid(e.to_string()))?;
-    let machines: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+        spec,
+        status: None,
+    };
+    let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
     let created = machines.create(&PostParams::default(), &machine).await?;
     let message = format!("Created machine {:?}", created.name_any());
     event(ctx, set, "SuccessfulCreate", &message).await;
@@ -344,28 +348,24 @@ async fn create_machine(
 
 /// Makes the bootstrap config and infrastructure machine of `machine` from the set's templates
 /// if they do not exist yet, owned by the Machine.
-async fn ensure_clones(
-    ctx: &Context,
-    set: &DynamicObject,
-    machine: &DynamicObject,
-) -> Result<(), Error> {
+async fn ensure_clones(ctx: &Context, set: &MachineSet, machine: &Machine) -> Result<(), Error> {
     let namespace = machine.namespace().unwrap_or_default();
-    let template = &set.data["spec"]["template"]["spec"];
-    let owner = owner_reference(machine, "cluster.x-k8s.io/v1beta1", "Machine", true);
+    let template = template_spec(set)?;
+    let owner = owner_reference(machine, true);
     let labels = json!(machine.labels());
     for (template_ref, clone_ref) in [
         (
-            &template["bootstrap"]["configRef"],
-            &machine.data["spec"]["bootstrap"]["configRef"],
+            template.bootstrap.config_ref.as_ref(),
+            machine.spec.bootstrap.config_ref.as_ref(),
         ),
         (
-            &template["infrastructureRef"],
-            &machine.data["spec"]["infrastructureRef"],
+            Some(&template.infrastructure_ref),
+            Some(&machine.spec.infrastructure_ref),
         ),
     ] {
         let (Some(template_ref), Some(clone_ref)) = (
-            Reference::from_json(template_ref),
-            Reference::from_json(clone_ref),
+            template_ref.and_then(Reference::from_object_reference),
+            clone_ref.and_then(Reference::from_object_reference),
         ) else {
             continue;
         };

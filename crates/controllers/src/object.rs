@@ -9,6 +9,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::Error;
+use crate::cache::Cached;
 
 /// The field manager lariat's controllers write as.
 pub const MANAGER: &str = "lariat-controller-manager";
@@ -79,23 +80,20 @@ pub async fn api_for(
     Ok(Api::namespaced_with(client.clone(), namespace, &resource))
 }
 
+/// What the API reads and writes of a kind: any cached kind that deserializes.
+pub trait Object: Cached + serde::de::DeserializeOwned + serde::Serialize {}
+
+impl<K: Cached + serde::de::DeserializeOwned + serde::Serialize> Object for K {}
+
 /// A merge patch of the object's main resource.
-pub async fn patch(
-    api: &Api<DynamicObject>,
-    name: &str,
-    patch: Value,
-) -> Result<DynamicObject, Error> {
+pub async fn patch<K: Object>(api: &Api<K>, name: &str, patch: Value) -> Result<K, Error> {
     Ok(api
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await?)
 }
 
 /// A merge patch of the status subresource.
-pub async fn patch_status(
-    api: &Api<DynamicObject>,
-    name: &str,
-    status: Value,
-) -> Result<DynamicObject, Error> {
+pub async fn patch_status<K: Object>(api: &Api<K>, name: &str, status: Value) -> Result<K, Error> {
     Ok(api
         .patch_status(
             name,
@@ -106,9 +104,9 @@ pub async fn patch_status(
 }
 
 /// Adds `finalizer` if missing; returns whether it had to.
-pub async fn ensure_finalizer(
-    api: &Api<DynamicObject>,
-    object: &DynamicObject,
+pub async fn ensure_finalizer<K: Object>(
+    api: &Api<K>,
+    object: &K,
     finalizer: &str,
 ) -> Result<bool, Error> {
     if object.finalizers().iter().any(|f| f == finalizer) {
@@ -127,9 +125,9 @@ pub async fn ensure_finalizer(
 }
 
 /// Removes only `finalizer`, guarded by the resourceVersion it was read at.
-pub async fn remove_finalizer(
-    api: &Api<DynamicObject>,
-    object: &DynamicObject,
+pub async fn remove_finalizer<K: Object>(
+    api: &Api<K>,
+    object: &K,
     finalizer: &str,
 ) -> Result<(), Error> {
     let finalizers: Vec<&String> = object
@@ -152,12 +150,8 @@ pub async fn remove_finalizer(
 }
 
 /// An ownerReference to `owner`, optionally as its controller.
-pub fn owner_reference(
-    owner: &DynamicObject,
-    api_version: &str,
-    kind: &str,
-    controller: bool,
-) -> Value {
+pub fn owner_reference(owner: &impl Cached, controller: bool) -> Value {
+    let (api_version, kind) = owner.type_names();
     json!({
         "apiVersion": api_version,
         "kind": kind,
@@ -172,13 +166,13 @@ pub fn owner_reference(
 /// is written, guarded by the version it was read at, so an owner added meanwhile is not lost
 /// (the object may come from a cache, or have been written since): on a conflict the object is
 /// read again and the owner added to what it holds then.
-pub async fn ensure_owner(
-    api: &Api<DynamicObject>,
-    object: &DynamicObject,
+pub async fn ensure_owner<K: Object>(
+    api: &Api<K>,
+    object: &K,
     reference: Value,
 ) -> Result<(), Error> {
     let uid = reference["uid"].as_str().unwrap_or_default();
-    let mut fresh: Option<DynamicObject> = None;
+    let mut fresh: Option<K> = None;
     loop {
         let current = fresh.as_ref().unwrap_or(object);
         if current.owner_references().iter().any(|o| o.uid == uid) {
@@ -206,9 +200,9 @@ pub async fn ensure_owner(
 }
 
 /// Adds labels if any is missing or different.
-pub async fn ensure_labels(
-    api: &Api<DynamicObject>,
-    object: &DynamicObject,
+pub async fn ensure_labels<K: Object>(
+    api: &Api<K>,
+    object: &K,
     labels: &BTreeMap<String, String>,
 ) -> Result<(), Error> {
     let current = object.labels();
@@ -230,11 +224,11 @@ pub fn is_not_found(error: &Error) -> bool {
 }
 
 /// Deletes an object if it exists; returns whether it is gone already.
-pub async fn delete_if_present(api: &Api<DynamicObject>, name: &str) -> Result<bool, Error> {
+pub async fn delete_if_present<K: Object>(api: &Api<K>, name: &str) -> Result<bool, Error> {
     match api.get_opt(name).await? {
         None => Ok(true),
         Some(object) => {
-            if object.metadata.deletion_timestamp.is_none() {
+            if object.meta().deletion_timestamp.is_none() {
                 match api.delete(name, &Default::default()).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(e)) if e.code == 404 => return Ok(true),
@@ -255,6 +249,14 @@ pub fn duration(value: &Value) -> Option<std::time::Duration> {
 
 pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Now, to the second, as Kubernetes writes times.
+pub fn now_time() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    use k8s_openapi::jiff::Timestamp;
+    let now = Timestamp::now();
+    let seconds = Timestamp::from_second(now.as_second()).unwrap_or(now);
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(seconds)
 }
 
 /// A short random suffix for generated names, from the alphabet Kubernetes uses.

@@ -35,7 +35,7 @@ async fn create(
         .unwrap()
 }
 
-fn names(objects: &[Arc<DynamicObject>]) -> Vec<String> {
+fn names<K: kube::Resource>(objects: &[Arc<K>]) -> Vec<String> {
     objects.iter().map(|o| o.name_any()).collect()
 }
 
@@ -275,4 +275,75 @@ async fn a_workload_clusters_nodes_are_watched_through_its_kubeconfig_secret() {
         &nodes,
         &caches.nodes(NS, "work").await.unwrap().unwrap()
     ));
+}
+
+#[tokio::test]
+async fn a_typed_cache_sets_aside_an_object_its_struct_cannot_hold_and_names_it() {
+    use lariat_api::capi::Machine;
+    let (client, _, _dir) = server(false).await;
+    let machine = |name: &str| {
+        json!({"metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": "a"}},
+            "spec": {"clusterName": "a", "bootstrap": {"dataSecretName": "d"},
+                "infrastructureRef": {"kind": "InMemoryMachine", "name": name}}})
+    };
+    let machines_resource = ApiResource::erase::<Machine>(&());
+    create(&client, &machines_resource, machine("good")).await;
+    create(&client, &machines_resource, machine("odd")).await;
+    // The schema leaves a v1beta1 condition's status a free string (as upstream's does); the
+    // struct knows True, False and Unknown.
+    // As JSON: the typed client could not read the answer either.
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &machines_resource);
+    let odd_status = |status: &str| {
+        json!({"status": {"conditions": [{"type": "Ready", "status": status,
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+    };
+    api.patch_status(
+        "odd",
+        &PatchParams::default(),
+        &Patch::Merge(odd_status("Maybe")),
+    )
+    .await
+    .unwrap();
+
+    let caches = Caches::new(client.clone());
+    let cache = caches.typed::<Machine>();
+    let good = cache
+        .get(NS, "good")
+        .await
+        .unwrap()
+        .expect("the readable one is held");
+    assert_eq!(good.spec.cluster_name, "a");
+    let error = cache
+        .get(NS, "odd")
+        .await
+        .expect_err("not read as absent")
+        .to_string();
+    assert!(error.contains("odd") && error.contains("Maybe"), "{error}");
+    let in_a = IndexKey::Cluster {
+        namespace: NS,
+        name: "a",
+    };
+    // A count without it would be wrong (a MachineSet would replace it): the read fails.
+    let error = cache
+        .indexed(in_a)
+        .await
+        .expect_err("no partial count")
+        .to_string();
+    assert!(error.contains("odd"), "{error}");
+    assert_eq!(names(&cache.indexed_now(in_a)), ["good"]);
+
+    // Fixed, it is read again.
+    api.patch_status(
+        "odd",
+        &PatchParams::default(),
+        &Patch::Merge(odd_status("True")),
+    )
+    .await
+    .unwrap();
+    until("the fixed Machine is readable", || {
+        cache.get_now(NS, "odd").is_some()
+    })
+    .await;
+    assert_eq!(names(&cache.indexed(in_a).await.unwrap()), ["good", "odd"]);
+    caches.catch_up().await.unwrap();
 }

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, ResourceExt};
-use lariat_controllers::{Context, Error, capi};
+use lariat_controllers::{Context, Error};
 use serde::Deserialize;
 
 mod common;
@@ -160,14 +160,35 @@ async fn create_given(client: &Client, given: &[Value]) {
     }
 }
 
-async fn reconcile(kind: &str, object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<(), Error> {
+/// Reconciles the object of `kind` named `name`, read from the API as its typed struct.
+async fn reconcile(kind: &str, name: &str, ctx: Arc<Context>) -> Result<(), Error> {
     use lariat_controllers::*;
+    async fn get<K>(ctx: &Context, name: &str) -> Arc<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(ctx.client.clone(), NS);
+        Arc::new(api.get(name).await.unwrap())
+    }
     match kind {
-        "Cluster" => cluster::reconcile(object, ctx).await.map(drop),
-        "MachineDeployment" => machine_deployment::reconcile(object, ctx).await.map(drop),
-        "MachineSet" => machine_set::reconcile(object, ctx).await.map(drop),
-        "Machine" => machine::reconcile(object, ctx).await.map(drop),
-        "MachineHealthCheck" => machine_health_check::reconcile(object, ctx).await.map(drop),
+        "Cluster" => cluster::reconcile(get(&ctx, name).await, ctx)
+            .await
+            .map(drop),
+        "MachineDeployment" => machine_deployment::reconcile(get(&ctx, name).await, ctx)
+            .await
+            .map(drop),
+        "MachineSet" => machine_set::reconcile(get(&ctx, name).await, ctx)
+            .await
+            .map(drop),
+        "Machine" => machine::reconcile(get(&ctx, name).await, ctx)
+            .await
+            .map(drop),
+        "MachineHealthCheck" => machine_health_check::reconcile(get(&ctx, name).await, ctx)
+            .await
+            .map(drop),
         other => panic!("no reconciler for {other}"),
     }
 }
@@ -255,12 +276,10 @@ async fn run(file: &str) {
         connect_workload_clusters(&client, &scenario.given, &kubeconfig).await;
         let ctx = Arc::new(Context::new(client.clone()));
         let kind = &scenario.reconcile.kind;
-        let objects: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &capi(kind));
         for _ in 0..scenario.times {
             // A reconcile reads from the caches: let them hold the last one's writes first.
             ctx.caches.catch_up().await.unwrap();
-            let object = objects.get(&scenario.reconcile.name).await.unwrap();
-            reconcile(kind, Arc::new(object), ctx.clone())
+            reconcile(kind, &scenario.reconcile.name, ctx.clone())
                 .await
                 .unwrap_or_else(|e| panic!("{}: reconcile failed: {e}", scenario.name));
         }

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
+use lariat_api::capi::Cluster;
 use lariat_controllers::Error;
 use tokio::sync::watch;
 
@@ -42,21 +42,20 @@ const TOKEN_TTL: Duration = Duration::from_secs(600);
 
 /// Reconciles a Cluster: runs an agent for it while it is an in-memory cluster whose control
 /// plane is initialized, and stops the agent when the Cluster goes.
-pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let Some(home) = ctx.home.clone() else {
         return Ok(Action::await_change());
     };
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let key = format!("{namespace}/{name}");
-    let infrastructure = &cluster.data["spec"]["infrastructureRef"];
-    let in_memory = infrastructure["kind"] == "InMemoryCluster";
-    let initialized = cluster.data["status"]["conditions"]
-        .as_array()
-        .is_some_and(|c| {
-            c.iter()
-                .any(|c| c["type"] == "ControlPlaneInitialized" && c["status"] == "True")
-        });
+    let infrastructure = cluster.spec.infrastructure_ref.clone().unwrap_or_default();
+    let in_memory = infrastructure.kind.as_deref() == Some("InMemoryCluster");
+    let initialized = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.is_true("ControlPlaneInitialized")));
     if !in_memory || cluster.metadata.deletion_timestamp.is_some() {
         ctx.agents.stop(&key);
         return Ok(Action::await_change());
@@ -66,7 +65,7 @@ pub async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     }
     let simulated = cluster_key(
         &namespace,
-        infrastructure["name"].as_str().unwrap_or_default(),
+        infrastructure.name.as_deref().unwrap_or_default(),
     );
     let Some(downstream) = ctx.clusters.client(&simulated) else {
         return Ok(Action::requeue(Duration::from_secs(1)));

@@ -53,7 +53,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     if created {
         ctx.events
             .publish(
-                &object,
+                object.as_ref(),
                 "InMemoryCluster",
                 lariat_controllers::events::EventType::Normal,
                 "Provisioned",
@@ -150,8 +150,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             "zone-c": {"controlPlane": true},
         }),
     };
-    let mut list = conditions::existing(&object.data["status"]);
-    conditions::set(&mut list, "Ready", true, "", "");
+    let mut list = conditions::json::existing(&object.data["status"]);
+    conditions::json::set(&mut list, "Ready", true, "", "");
     let generation = object.metadata.generation.unwrap_or(0);
     if object.data["status"]["ready"] != json!(true)
         || object.data["status"]["failureDomains"] != failure_domains

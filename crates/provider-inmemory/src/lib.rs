@@ -8,9 +8,10 @@ use kube::Client;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::reflector::ObjectRef;
+use lariat_api::capi::{Cluster, Machine, ObjectReference};
 use lariat_apiserver::virtual_clusters::VirtualClusters;
 use lariat_controllers::cache::Caches;
-use lariat_controllers::{capi, controller_on};
+use lariat_controllers::controller_on;
 
 pub mod agents;
 pub mod cluster;
@@ -45,6 +46,17 @@ pub fn cluster_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
+/// The in-memory object of `kind` a core object's reference names.
+fn refers_to(
+    reference: &ObjectReference,
+    kind: &str,
+    namespace: &str,
+) -> Option<ObjectRef<DynamicObject>> {
+    let name = reference.name.as_deref()?;
+    (reference.kind.as_deref() == Some(kind))
+        .then(|| ObjectRef::new_with(name, resource(kind)).within(namespace))
+}
+
 /// Runs the InMemoryCluster and InMemoryMachine controllers until `shutdown` resolves, on
 /// the process's shared caches.
 pub async fn run(
@@ -65,18 +77,16 @@ pub async fn run(
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
     let clusters = controller_on(&caches.of(&resource("InMemoryCluster")))
         .watches_shared_stream_with(
-            caches.of(&capi("Cluster")).changes(),
-            |cluster: Arc<DynamicObject>| {
-                let reference = &cluster.data["spec"]["infrastructureRef"];
-                let name = reference["name"]
-                    .as_str()
-                    .filter(|_| reference["kind"] == "InMemoryCluster")?;
-                Some(
-                    ObjectRef::new_with(name, resource("InMemoryCluster"))
-                        .within(cluster.metadata.namespace.as_deref()?),
+            caches.typed::<Cluster>().changes(),
+            |cluster: Arc<Cluster>| {
+                let reference = cluster.spec.infrastructure_ref.as_ref()?;
+                refers_to(
+                    reference,
+                    "InMemoryCluster",
+                    cluster.metadata.namespace.as_deref()?,
                 )
             },
-            capi("Cluster"),
+            (),
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(
@@ -89,18 +99,15 @@ pub async fn run(
     // Machines so that boot starts at once rather than at the next poll.
     let machines = controller_on(&caches.of(&resource("InMemoryMachine")))
         .watches_shared_stream_with(
-            caches.of(&capi("Machine")).changes(),
-            |machine: Arc<DynamicObject>| {
-                let reference = &machine.data["spec"]["infrastructureRef"];
-                let name = reference["name"]
-                    .as_str()
-                    .filter(|_| reference["kind"] == "InMemoryMachine")?;
-                Some(
-                    ObjectRef::new_with(name, resource("InMemoryMachine"))
-                        .within(machine.metadata.namespace.as_deref()?),
+            caches.typed::<Machine>().changes(),
+            |machine: Arc<Machine>| {
+                refers_to(
+                    &machine.spec.infrastructure_ref,
+                    "InMemoryMachine",
+                    machine.metadata.namespace.as_deref()?,
                 )
             },
-            capi("Machine"),
+            (),
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(
@@ -109,7 +116,7 @@ pub async fn run(
             context.clone(),
         )
         .for_each(lariat_controllers::finished("inmemorymachine"));
-    let agents = controller_on(&caches.of(&capi("Cluster")))
+    let agents = controller_on(&caches.typed::<Cluster>())
         .graceful_shutdown_on(shutdown.clone())
         .run(
             agents::reconcile,

@@ -9,11 +9,12 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
+use lariat_api::capi::{Cluster, Machine};
 use lariat_controllers::events::EventType;
 use lariat_controllers::object::{
     bool_at, ensure_finalizer, patch, patch_status, remove_finalizer, str_at,
 };
-use lariat_controllers::{Error, capi, conditions};
+use lariat_controllers::{Error, conditions};
 use serde_json::json;
 
 use lariat_controllers::object::duration;
@@ -42,16 +43,18 @@ async fn workload_key(
 ) -> Result<Option<String>, Error> {
     let Some(cluster) = ctx
         .caches
-        .of(&capi("Cluster"))
+        .typed::<Cluster>()
         .get(namespace, cluster)
         .await?
     else {
         return Ok(None);
     };
-    Ok(
-        str_at(&cluster.data, &["spec", "infrastructureRef", "name"])
-            .map(|infra| cluster_key(namespace, infra)),
-    )
+    Ok(cluster
+        .spec
+        .infrastructure_ref
+        .as_ref()
+        .and_then(|r| r.name.as_deref())
+        .map(|infra| cluster_key(namespace, infra)))
 }
 
 pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -91,18 +94,16 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     };
     let Some(machine) = ctx
         .caches
-        .of(&capi("Machine"))
+        .typed::<Machine>()
         .get(&namespace, &owner.name)
         .await?
     else {
         return Ok(Action::await_change());
     };
-    let cluster = str_at(&machine.data, &["spec", "clusterName"])
-        .unwrap_or_default()
-        .to_string();
-    let mut list = conditions::existing(&object.data["status"]);
-    if str_at(&machine.data, &["spec", "bootstrap", "dataSecretName"]).is_none() {
-        conditions::set(
+    let cluster = machine.spec.cluster_name.clone();
+    let mut list = conditions::json::existing(&object.data["status"]);
+    if machine.spec.bootstrap.data_secret_name.is_none() {
+        conditions::json::set(
             &mut list,
             "Ready",
             false,
@@ -117,7 +118,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
     let Some(workload) = ctx.clusters.client(&key) else {
-        conditions::set(
+        conditions::json::set(
             &mut list,
             "Ready",
             false,
@@ -150,7 +151,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         {
             ctx.events
                 .publish_once(
-                    &object,
+                    object.as_ref(),
                     "InMemoryMachine",
                     EventType::Warning,
                     "NeverBoots",
@@ -158,7 +159,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 )
                 .await;
         }
-        conditions::set(
+        conditions::json::set(
             &mut list,
             "Ready",
             false,
@@ -170,7 +171,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     }
     let delay = duration(&behavior["provisioningDelay"]).unwrap_or_default();
     if booting_for < delay {
-        conditions::set(
+        conditions::json::set(
             &mut list,
             "Ready",
             false,
@@ -208,7 +209,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 );
                 ctx.events
                     .publish(
-                        &object,
+                        object.as_ref(),
                         "InMemoryMachine",
                         EventType::Normal,
                         "Booted",
@@ -228,7 +229,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         )
         .await?;
     }
-    conditions::set(&mut list, "Ready", true, "", "");
+    conditions::json::set(&mut list, "Ready", true, "", "");
     update_status(
         &api,
         &object,
@@ -266,7 +267,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         );
         ctx.events
             .publish(
-                &object,
+                object.as_ref(),
                 "InMemoryMachine",
                 EventType::Warning,
                 "NodeNotReady",
@@ -280,7 +281,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
 }
 
 /// The Node a booted machine registers in its simulated cluster, Ready.
-fn simulated_node(name: &str, provider_id: &str, machine: &DynamicObject) -> Result<Node, Error> {
+fn simulated_node(name: &str, provider_id: &str, machine: &Machine) -> Result<Node, Error> {
     let control_plane = machine
         .labels()
         .contains_key("cluster.x-k8s.io/control-plane");
@@ -288,7 +289,7 @@ fn simulated_node(name: &str, provider_id: &str, machine: &DynamicObject) -> Res
     if control_plane {
         labels["node-role.kubernetes.io/control-plane"] = json!("");
     }
-    if let Some(zone) = str_at(&machine.data, &["spec", "failureDomain"]) {
+    if let Some(zone) = &machine.spec.failure_domain {
         labels["topology.kubernetes.io/zone"] = json!(zone);
     }
     let address = simulated_address(name);
@@ -301,7 +302,7 @@ fn simulated_node(name: &str, provider_id: &str, machine: &DynamicObject) -> Res
             "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
             "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
             "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
-            "nodeInfo": {"kubeletVersion": str_at(&machine.data, &["spec", "version"]).unwrap_or("v1.30.0"), "architecture": "amd64",
+            "nodeInfo": {"kubeletVersion": machine.spec.version.as_deref().unwrap_or("v1.30.0"), "architecture": "amd64",
                 "operatingSystem": "linux", "osImage": "lariat in-memory", "containerRuntimeVersion": "inmemory://1", "kernelVersion": "",
                 "kubeProxyVersion": "", "machineID": name, "systemUUID": name, "bootID": name},
         },
@@ -320,7 +321,7 @@ pub(crate) async fn rejoin_booted(
     workload: kube::Client,
 ) -> Result<(), Error> {
     let nodes: Api<Node> = Api::all(workload);
-    let machines = ctx.caches.of(&capi("Machine"));
+    let machines = ctx.caches.typed::<Machine>();
     let booted = ctx
         .caches
         .of(&resource("InMemoryMachine"))

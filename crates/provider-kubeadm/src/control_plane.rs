@@ -10,14 +10,17 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::ApiResource;
 use kube::runtime::controller::Action;
+use lariat_api::capi::machine::MachinePhase;
+use lariat_api::capi::{Cluster, Machine};
 use lariat_controllers::external::{Reference, clone_target, clone_template};
+use lariat_controllers::machine::{has_node, phase};
+use lariat_controllers::object::Object;
 use lariat_controllers::object::{
     self as obj, ensure_finalizer, i64_at, owner_reference, patch_status, remove_finalizer, str_at,
 };
 use lariat_controllers::{Error, conditions};
 use serde_json::{Value, json};
 
-use crate::capi;
 use lariat_controllers::cache::{Caches, IndexKey};
 
 pub const FINALIZER: &str = "kubeadm.controlplane.cluster.x-k8s.io";
@@ -71,13 +74,13 @@ pub fn resource() -> ApiResource {
 }
 
 /// A Machine is outdated when its version or infrastructure template no longer match.
-fn outdated(kcp: &DynamicObject, machine: &DynamicObject) -> bool {
+fn outdated(kcp: &DynamicObject, machine: &Machine) -> bool {
     let version = str_at(&kcp.data, &["spec", "version"]);
     let template = str_at(
         &kcp.data,
         &["spec", "machineTemplate", "infrastructureRef", "name"],
     );
-    str_at(&machine.data, &["spec", "version"]) != version
+    machine.spec.version.as_deref() != version
         || machine
             .annotations()
             .get("cluster.x-k8s.io/cloned-from-name")
@@ -89,11 +92,10 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let namespace = kcp.namespace().unwrap_or_default();
     let name = kcp.name_any();
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
-    let machines_api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+    let machines_api: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
     let uid = kcp.uid().unwrap_or_default();
-    let machines_cache = ctx.caches.of(&capi("Machine"));
-    let machines: Vec<Arc<DynamicObject>> = machines_cache.indexed(IndexKey::Owner(&uid)).await?;
+    let machines_cache = ctx.caches.typed::<Machine>();
+    let machines: Vec<Arc<Machine>> = machines_cache.indexed(IndexKey::Owner(&uid)).await?;
 
     if kcp.metadata.deletion_timestamp.is_some() {
         for machine in machines
@@ -126,47 +128,52 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     };
     let Some(cluster_object) = ctx
         .caches
-        .of(&capi("Cluster"))
+        .typed::<Cluster>()
         .get(&namespace, &cluster)
         .await?
     else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
-    if obj::bool_at(&cluster_object.data, &["spec", "paused"])
-        || kcp.annotations().contains_key("cluster.x-k8s.io/paused")
+    if cluster_object.spec.paused == Some(true)
+        || kcp
+            .annotations()
+            .contains_key(lariat_api::capi::annotations::PAUSED)
     {
         return Ok(Action::await_change());
     }
-    if !obj::bool_at(&cluster_object.data, &["status", "infrastructureReady"]) {
+    if cluster_object
+        .status
+        .as_ref()
+        .and_then(|s| s.infrastructure_ready)
+        != Some(true)
+    {
         // The Cluster's change wakes it.
         return Ok(lariat_controllers::resync());
     }
     lariat_controllers::external::adopt_template(
         &ctx.caches,
         &namespace,
-        &kcp.data["spec"]["machineTemplate"]["infrastructureRef"],
+        Reference::from_json(&kcp.data["spec"]["machineTemplate"]["infrastructureRef"]),
         &cluster_object,
     )
     .await?;
 
     let desired = i64_at(&kcp.data, &["spec", "replicas"]).unwrap_or(1).max(0) as usize;
-    let live: Vec<&DynamicObject> = machines
+    let live: Vec<&Machine> = machines
         .iter()
         .map(|m| m.as_ref())
         .filter(|m| m.metadata.deletion_timestamp.is_none())
         .collect();
     let deleting = machines.len() - live.len();
-    let running = |m: &DynamicObject| m.data["status"]["phase"] == "Running";
+    let running = |m: &Machine| phase(m) == Some(MachinePhase::Running);
     let settled = deleting == 0 && live.iter().all(|m| running(m));
-    let stale: Vec<&&DynamicObject> = live.iter().filter(|m| outdated(&kcp, m)).collect();
-    let initialized = obj::bool_at(&kcp.data, &["status", "initialized"])
-        || machines
-            .iter()
-            .any(|m| m.data["status"]["nodeRef"].is_object());
+    let stale: Vec<&&Machine> = live.iter().filter(|m| outdated(&kcp, m)).collect();
+    let initialized =
+        obj::bool_at(&kcp.data, &["status", "initialized"]) || machines.iter().any(|m| has_node(m));
 
     for machine in live
         .iter()
-        .filter(|m| m.data["status"]["infrastructureReady"] != json!(true))
+        .filter(|m| m.status.as_ref().and_then(|s| s.infrastructure_ready) != Some(true))
     {
         let first = machine
             .annotations()
@@ -179,7 +186,7 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     // the cost of etcd quorum; the scale-up below then replaces the machine.
     if let Some(unhealthy) = live
         .iter()
-        .find(|m| conditions::needs_owner_remediation(&m.data["status"]))
+        .find(|m| conditions::needs_owner_remediation(conditions::of_machine(m)))
     {
         remediate(&ctx, &kcp, &live, unhealthy, deleting).await?;
     } else if settled {
@@ -198,7 +205,7 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             let victim = stale.first().map(|m| **m).or_else(|| {
                 let crowded = most_used_domain(&live);
                 live.iter()
-                    .filter(|m| str_at(&m.data, &["spec", "failureDomain"]) == crowded.as_deref())
+                    .filter(|m| m.spec.failure_domain.as_deref() == crowded.as_deref())
                     .min_by_key(|m| m.metadata.creation_timestamp.as_ref().map(|t| t.0))
                     .copied()
             });
@@ -221,15 +228,15 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
 
     let ready = live.iter().filter(|m| running(m)).count() as i64;
     let updated = live.iter().filter(|m| !outdated(&kcp, m)).count() as i64;
-    let mut list = conditions::existing(&kcp.data["status"]);
-    conditions::set(
+    let mut list = conditions::json::existing(&kcp.data["status"]);
+    conditions::json::set(
         &mut list,
         "Available",
         initialized,
         "WaitingForKubeadmInit",
         "the first control-plane machine has not joined yet",
     );
-    conditions::set(
+    conditions::json::set(
         &mut list,
         "Resized",
         live.len() == desired,
@@ -240,14 +247,14 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         },
         &format!("{} of {desired} machines", live.len()),
     );
-    conditions::set(
+    conditions::json::set(
         &mut list,
         "MachinesSpecUpToDate",
         stale.is_empty(),
         "RollingUpdateInProgress",
         &format!("{} machines need rollout", stale.len()),
     );
-    conditions::set(
+    conditions::json::set(
         &mut list,
         "MachinesReady",
         ready as usize == live.len(),
@@ -255,7 +262,7 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         "not every control-plane machine runs",
     );
     let all_ready = initialized && ready as usize == desired && stale.is_empty();
-    conditions::set(
+    conditions::json::set(
         &mut list,
         "Ready",
         all_ready,
@@ -265,7 +272,7 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let version = live
         .iter()
         .filter(|m| running(m))
-        .filter_map(|m| str_at(&m.data, &["spec", "version"]))
+        .filter_map(|m| m.spec.version.as_deref())
         // By number, so that v1.9 comes before v1.10.
         .min_by_key(|v| lariat_api::KubernetesVersion::parse(v))
         .map(String::from);
@@ -286,8 +293,8 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         .expect("object")
         .iter()
         .any(|(k, v)| k != "conditions" && kcp.data["status"][k] != *v)
-        || conditions::is_true(&list, "Ready")
-            != conditions::is_true(&conditions::existing(&kcp.data["status"]), "Ready");
+        || conditions::json::is_true(&list, "Ready")
+            != conditions::json::is_true(&conditions::json::existing(&kcp.data["status"]), "Ready");
     if changed {
         patch_status(&api, &name, status).await?;
     }
@@ -296,24 +303,25 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
 }
 
 /// The failure domains the Cluster offers for control-plane machines, sorted by name.
-fn control_plane_domains(cluster: &DynamicObject) -> Vec<String> {
-    let mut domains: Vec<String> = cluster.data["status"]["failureDomains"]
-        .as_object()
+fn control_plane_domains(cluster: &Cluster) -> Vec<String> {
+    // A BTreeMap: sorted by name already.
+    cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.failure_domains.as_ref())
         .map(|d| {
             d.iter()
-                .filter(|(_, spec)| spec["controlPlane"] == true)
+                .filter(|(_, spec)| spec.control_plane == Some(true))
                 .map(|(name, _)| name.clone())
                 .collect()
         })
-        .unwrap_or_default();
-    domains.sort();
-    domains
+        .unwrap_or_default()
 }
 
-fn domain_counts<'a>(live: &[&'a DynamicObject]) -> std::collections::BTreeMap<&'a str, usize> {
+fn domain_counts<'a>(live: &[&'a Machine]) -> std::collections::BTreeMap<&'a str, usize> {
     let mut counts = std::collections::BTreeMap::new();
     for machine in live {
-        if let Some(domain) = str_at(&machine.data, &["spec", "failureDomain"]) {
+        if let Some(domain) = machine.spec.failure_domain.as_deref() {
             *counts.entry(domain).or_default() += 1;
         }
     }
@@ -322,7 +330,7 @@ fn domain_counts<'a>(live: &[&'a DynamicObject]) -> std::collections::BTreeMap<&
 
 /// Where the next control-plane machine goes: the domain with the fewest, first by name on a
 /// tie, so three machines land in three zones.
-fn least_used_domain(domains: &[String], live: &[&DynamicObject]) -> Option<String> {
+fn least_used_domain(domains: &[String], live: &[&Machine]) -> Option<String> {
     let counts = domain_counts(live);
     domains
         .iter()
@@ -330,7 +338,7 @@ fn least_used_domain(domains: &[String], live: &[&DynamicObject]) -> Option<Stri
         .cloned()
 }
 
-fn most_used_domain(live: &[&DynamicObject]) -> Option<String> {
+fn most_used_domain(live: &[&Machine]) -> Option<String> {
     let counts = domain_counts(live);
     let mut ordered: Vec<(&str, usize)> = counts.into_iter().collect();
     ordered.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
@@ -344,16 +352,15 @@ fn most_used_domain(live: &[&DynamicObject]) -> Option<String> {
 async fn remediate(
     ctx: &Context,
     kcp: &DynamicObject,
-    live: &[&DynamicObject],
-    unhealthy: &DynamicObject,
+    live: &[&Machine],
+    unhealthy: &Machine,
     deleting: usize,
 ) -> Result<(), Error> {
     let namespace = kcp.namespace().unwrap_or_default();
-    let machines: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+    let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
     // Judge the members by the workload cluster itself, as upstream asks etcd: a Machine's
     // conditions can lag behind its Node by a reconcile, and a wrong guess here loses quorum.
-    let cluster = str_at(&unhealthy.data, &["spec", "clusterName"]).unwrap_or_default();
+    let cluster = &unhealthy.spec.cluster_name;
     let ready_nodes: std::collections::HashSet<String> =
         match lariat_controllers::machine::workload_client(&ctx.client, &namespace, cluster).await {
             Some(workload) => Api::<k8s_openapi::api::core::v1::Node>::all(workload)
@@ -379,10 +386,18 @@ async fn remediate(
     let healthy_others = live
         .iter()
         .filter(|m| m.name_any() != unhealthy.name_any())
-        .filter(|m| m.data["status"]["phase"] == "Running")
-        .filter(|m| !conditions::is_false(&m.data["status"], conditions::HEALTH_CHECK_SUCCEEDED))
+        .filter(|m| phase(m) == Some(MachinePhase::Running))
         .filter(|m| {
-            str_at(&m.data, &["spec", "providerID"]).is_some_and(|id| ready_nodes.contains(id))
+            !conditions::is_false(
+                conditions::of_machine(m),
+                conditions::HEALTH_CHECK_SUCCEEDED,
+            )
+        })
+        .filter(|m| {
+            m.spec
+                .provider_id
+                .as_ref()
+                .is_some_and(|id| ready_nodes.contains(id))
         })
         .count();
     let members_after = live.len().saturating_sub(1);
@@ -398,12 +413,11 @@ async fn remediate(
     };
     match refusal {
         Some(message) => {
-            let mut list = conditions::existing(&unhealthy.data["status"]);
+            let mut list = conditions::of_machine(unhealthy).to_vec();
             let current = list
                 .iter()
-                .find(|c| c["type"] == conditions::OWNER_REMEDIATED)
-                .and_then(|c| c["message"].as_str())
-                .map(String::from);
+                .find(|c| c.type_ == conditions::OWNER_REMEDIATED)
+                .and_then(|c| c.message.clone());
             if current.as_deref() != Some(message.as_str()) {
                 tracing::warn!(kubeadmcontrolplane = %format!("{namespace}/{}", kcp.name_any()), machine = %unhealthy.name_any(), "{message}");
                 conditions::set(
@@ -453,7 +467,7 @@ async fn create_machine(
         CONTROL_PLANE_LABEL: "",
         CONTROL_PLANE_NAME_LABEL: kcp_name,
     });
-    let owner = owner_reference(kcp, API_VERSION, "KubeadmControlPlane", true);
+    let owner = owner_reference(kcp, true);
     let template = infrastructure_template(kcp)?;
     let mut machine_labels = kcp.data["spec"]["machineTemplate"]["metadata"]["labels"]
         .as_object()
@@ -481,8 +495,7 @@ async fn create_machine(
     if let Some(domain) = failure_domain {
         machine["spec"]["failureDomain"] = json!(domain);
     }
-    let machines: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &capi("Machine"));
+    let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
     tracing::info!(kubeadmcontrolplane = %format!("{namespace}/{kcp_name}"), machine = %name, first, "adding a control-plane machine");
     // The Machine first, then what it references: a crash in between leaves a Machine whose
     // parts the next reconcile makes, never parts that nobody owns.
@@ -520,7 +533,7 @@ async fn ensure_parts(
     });
     // The Machine becomes their controller when it adopts them; the control plane is only an
     // owner, so that no object ever has two controllers.
-    let owner = owner_reference(kcp, API_VERSION, "KubeadmControlPlane", false);
+    let owner = owner_reference(kcp, false);
     let configs: Api<DynamicObject> = Api::namespaced_with(
         ctx.client.clone(),
         &namespace,
@@ -563,9 +576,8 @@ async fn ensure_parts(
     Ok(())
 }
 
-async fn create(api: &Api<DynamicObject>, object: Value) -> Result<(), Error> {
-    let object: DynamicObject =
-        serde_json::from_value(object).map_err(|e| Error::Invalid(e.to_string()))?;
+async fn create<K: Object>(api: &Api<K>, object: Value) -> Result<(), Error> {
+    let object: K = serde_json::from_value(object).map_err(|e| Error::Invalid(e.to_string()))?;
     match api.create(&PostParams::default(), &object).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
