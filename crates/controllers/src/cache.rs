@@ -116,6 +116,16 @@ cached_as_struct!(
     Node
 );
 
+/// Whether this process holds the kind as its struct (so it has no JSON cache: one
+/// representation, one watch per kind).
+fn held_as_struct(api_version: &str, kind: &str) -> bool {
+    api_version == lariat_api::capi::API_VERSION
+        && matches!(
+            kind,
+            "Cluster" | "Machine" | "MachineSet" | "MachineDeployment" | "MachineHealthCheck"
+        )
+}
+
 /// Moves a JSON object's fields into its typed struct (no copy of spec or status).
 fn typed<K: serde::de::DeserializeOwned>(object: DynamicObject) -> Result<K, serde_json::Error> {
     let mut fields = match object.data {
@@ -741,6 +751,11 @@ impl Caches {
 
     /// The cache of a kind held as JSON (provider kinds), started on first use.
     pub fn of(&self, resource: &ApiResource) -> Arc<Cache> {
+        debug_assert!(
+            !held_as_struct(&resource.api_version, &resource.kind),
+            "{} is held as its struct: use Caches::typed",
+            resource.kind
+        );
         // Only what Clusters and Machines may reference goes to every_change: not the core API
         // group's kinds (Secrets), nor Cluster API's own.
         let referable = !resource.group.is_empty() && resource.group != lariat_api::capi::GROUP;
@@ -785,6 +800,11 @@ impl Caches {
 
     /// The cache of the kind a reference names (found through discovery).
     pub async fn of_kind(&self, api_version: &str, kind: &str) -> Result<Arc<Cache>, Error> {
+        if held_as_struct(api_version, kind) {
+            return Err(Error::Invalid(format!(
+                "the reference names a {kind} ({api_version}), a Cluster API object, where a provider's object belongs"
+            )));
+        }
         let resource = crate::object::resource_for(&self.client, api_version, kind).await?;
         Ok(self.of(&resource))
     }

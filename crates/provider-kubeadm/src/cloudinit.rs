@@ -309,7 +309,9 @@ mod tests {
     fn facts() -> ClusterFacts {
         ClusterFacts::from_cluster(
             "demo",
-            &json!({"spec": {"controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443}}}),
+            &crate::kubeadm::tests::spec_of(
+                json!({"spec": {"controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443}}}),
+            ),
             Some("v1.30.2"),
         )
     }

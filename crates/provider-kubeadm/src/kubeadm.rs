@@ -9,7 +9,10 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::object::{at, str_at};
+use lariat_api::capi::ClusterSpec;
+use lariat_api::capi::cluster::NetworkRanges;
+
+use crate::object::str_at;
 use crate::token::{BootstrapToken, NODE_BOOTSTRAP_GROUP};
 
 /// Where kubeadm keeps certificates unless `clusterConfiguration.certificatesDir` says otherwise.
@@ -105,29 +108,34 @@ pub struct ClusterFacts {
 
 impl ClusterFacts {
     /// Reads the facts from a Cluster's JSON and its Machine's Kubernetes version.
-    pub fn from_cluster(cluster_name: &str, cluster: &Value, version: Option<&str>) -> Self {
-        let endpoint = at(cluster, &["spec", "controlPlaneEndpoint"]);
-        let control_plane_endpoint = str_at(endpoint, &["host"]).map(|host| {
-            let port = endpoint["port"].as_i64().filter(|p| *p > 0).unwrap_or(6443);
+    pub fn from_cluster(cluster_name: &str, cluster: &ClusterSpec, version: Option<&str>) -> Self {
+        let endpoint = cluster.control_plane_endpoint.as_ref();
+        let host = endpoint
+            .and_then(|e| e.host.as_deref())
+            .filter(|h| !h.is_empty());
+        let control_plane_endpoint = host.map(|host| {
+            let port = endpoint
+                .and_then(|e| e.port)
+                .filter(|p| *p > 0)
+                .unwrap_or(6443);
             if host.contains(':') && !host.starts_with('[') {
                 format!("[{host}]:{port}")
             } else {
                 format!("{host}:{port}")
             }
         });
-        let blocks = |kind: &str| {
-            let list =
-                crate::object::strings_at(cluster, &["spec", "clusterNetwork", kind, "cidrBlocks"]);
+        let network = cluster.cluster_network.as_ref();
+        let blocks = |ranges: Option<&NetworkRanges>| {
+            let list = ranges.map(|r| r.cidr_blocks.as_slice()).unwrap_or_default();
             (!list.is_empty()).then(|| list.join(","))
         };
         ClusterFacts {
             cluster_name: cluster_name.into(),
             control_plane_endpoint,
             kubernetes_version: version.map(String::from),
-            pod_subnet: blocks("pods"),
-            service_subnet: blocks("services"),
-            dns_domain: str_at(cluster, &["spec", "clusterNetwork", "serviceDomain"])
-                .map(String::from),
+            pod_subnet: blocks(network.and_then(|n| n.pods.as_ref())),
+            service_subnet: blocks(network.and_then(|n| n.services.as_ref())),
+            dns_domain: network.and_then(|n| n.service_domain.clone()),
         }
     }
 }
@@ -410,20 +418,26 @@ fn args_to_list(component: &mut Map<String, Value>, key: &str) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::object::at;
+
+    /// The spec of a Cluster written as JSON.
+    pub(crate) fn spec_of(cluster: Value) -> ClusterSpec {
+        serde_json::from_value(cluster["spec"].clone()).unwrap()
+    }
 
     fn facts(version: &str) -> ClusterFacts {
         ClusterFacts::from_cluster(
             "demo",
-            &json!({"spec": {
+            &spec_of(json!({"spec": {
                 "controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443},
                 "clusterNetwork": {
                     "pods": {"cidrBlocks": ["192.168.0.0/16", "fd00::/64"]},
                     "services": {"cidrBlocks": ["10.96.0.0/12"]},
                     "serviceDomain": "cluster.example",
                 },
-            }}),
+            }})),
             Some(version),
         )
     }
@@ -455,7 +469,7 @@ mod tests {
         let check = |endpoint: Value, expect: Option<&str>| {
             let facts = ClusterFacts::from_cluster(
                 "c",
-                &json!({"spec": {"controlPlaneEndpoint": endpoint}}),
+                &spec_of(json!({"spec": {"controlPlaneEndpoint": endpoint}})),
                 None,
             );
             assert_eq!(facts.control_plane_endpoint.as_deref(), expect);

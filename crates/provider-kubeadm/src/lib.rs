@@ -20,6 +20,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::reflector::ObjectRef;
+use lariat_api::capi::{Cluster, Machine};
 use lariat_controllers::cache::{Caches, IndexKey};
 
 pub mod certs;
@@ -103,8 +104,6 @@ pub fn kubeadm_config_resource() -> ApiResource {
     }
 }
 
-pub(crate) use lariat_controllers::capi;
-
 /// Retries failed reconciles with a short delay; the error is logged with the object's key.
 /// Runs the KubeadmConfig controller (provider `bootstrap-kubeadm`) until `shutdown` resolves,
 /// on the process's shared caches.
@@ -124,30 +123,31 @@ pub async fn run_bootstrap(
     let machine_config = config.clone();
     lariat_controllers::controller_on(&configs)
         .watches_shared_stream_with(
-            what_configs_read_changed(caches.of(&capi("Cluster")).changes()),
-            move |cluster: Arc<DynamicObject>| {
+            what_configs_read_changed(caches.typed::<Cluster>().changes()),
+            move |cluster: Arc<Cluster>| {
                 cluster_configs.indexed_refs(IndexKey::Cluster {
                     namespace: cluster.metadata.namespace.as_deref().unwrap_or_default(),
                     name: cluster.metadata.name.as_deref().unwrap_or_default(),
                 })
             },
-            capi("Cluster"),
+            (),
         )
         .watches_shared_stream_with(
-            caches.of(&capi("Machine")).changes(),
-            move |machine: Arc<DynamicObject>| {
-                let reference = &machine.data["spec"]["bootstrap"]["configRef"];
-                let ours = reference["kind"] == "KubeadmConfig"
-                    && reference["apiVersion"]
-                        .as_str()
+            caches.typed::<Machine>().changes(),
+            move |machine: Arc<Machine>| {
+                let reference = machine.spec.bootstrap.config_ref.as_ref()?;
+                let ours = reference.kind.as_deref() == Some("KubeadmConfig")
+                    && reference
+                        .api_version
+                        .as_deref()
                         .is_some_and(|v| v.starts_with(lariat_api::bootstrap::GROUP));
-                let name = reference["name"].as_str().filter(|_| ours);
-                name.zip(machine.metadata.namespace.as_deref())
-                    .map(|(name, namespace)| {
-                        ObjectRef::new_with(name, machine_config.clone()).within(namespace)
-                    })
+                let name = reference.name.as_deref().filter(|_| ours)?;
+                Some(
+                    ObjectRef::new_with(name, machine_config.clone())
+                        .within(machine.metadata.namespace.as_deref()?),
+                )
             },
-            capi("Machine"),
+            (),
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(
@@ -163,21 +163,21 @@ pub async fn run_bootstrap(
 /// infrastructure readiness and control plane initialization. The rest (the agent's heartbeat,
 /// other conditions) would wake every config of the cluster for nothing.
 fn what_configs_read_changed(
-    clusters: impl futures::Stream<Item = Arc<DynamicObject>> + Send + 'static,
-) -> impl futures::Stream<Item = Arc<DynamicObject>> + Send + 'static {
+    clusters: impl futures::Stream<Item = Arc<Cluster>> + Send + 'static,
+) -> impl futures::Stream<Item = Arc<Cluster>> + Send + 'static {
     let mut seen = std::collections::HashMap::<(String, String), u64>::new();
     clusters.filter(move |cluster| {
         use std::hash::{Hash, Hasher};
-        let initialized = conditions::is_true(
-            &conditions::existing(&cluster.data["status"]),
-            lariat_api::capi::conditions::CONTROL_PLANE_INITIALIZED,
-        );
+        let status = cluster.status.as_ref();
+        let initialized = status.and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
+            c.iter()
+                .any(|c| c.is_true(lariat_api::capi::conditions::CONTROL_PLANE_INITIALIZED))
+        });
         let read = serde_json::json!([
-            cluster.data["spec"],
+            cluster.spec,
             cluster.metadata.annotations,
             cluster.metadata.deletion_timestamp,
-            cluster.data["status"]["infrastructureReady"],
-            cluster.data["status"]["initialization"],
+            status.and_then(|s| s.infrastructure_ready),
             initialized,
         ]);
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -203,23 +203,26 @@ pub async fn run_control_plane(
     lariat_controllers::controller_on(&caches.of(&control_plane::resource()))
         // Its Cluster's infrastructure becoming ready is what a new control plane waits for.
         .watches_shared_stream_with(
-            caches.of(&capi("Cluster")).changes(),
-            move |cluster: Arc<DynamicObject>| {
-                let reference = &cluster.data["spec"]["controlPlaneRef"];
-                let name = reference["name"]
-                    .as_str()
-                    .filter(|_| reference["kind"] == referred.kind.as_str())?;
+            caches.typed::<Cluster>().changes(),
+            move |cluster: Arc<Cluster>| {
+                let reference = cluster.spec.control_plane_ref.as_ref()?;
+                let name = reference
+                    .name
+                    .as_deref()
+                    .filter(|_| reference.kind.as_deref() == Some(referred.kind.as_str()))?;
                 Some(
                     ObjectRef::new_with(name, referred.clone())
                         .within(cluster.metadata.namespace.as_deref()?),
                 )
             },
-            capi("Cluster"),
+            (),
         )
         .watches_shared_stream_with(
-            caches.of(&capi("Machine")).changes(),
-            lariat_controllers::controller_owner(control_plane::resource()),
-            capi("Machine"),
+            caches.typed::<Machine>().changes(),
+            lariat_controllers::controller_owner::<DynamicObject, Machine>(
+                control_plane::resource(),
+            ),
+            (),
         )
         .graceful_shutdown_on(shutdown)
         .run(

@@ -12,12 +12,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Preconditions};
+use kube::api::{Api, DeleteParams, ObjectMeta, Preconditions};
 use kube::{Client, ResourceExt};
+use lariat_api::capi::{Cluster, Machine};
 use serde_json::json;
 
+use crate::Error;
 use crate::object::{cluster_labels, is_status, owner_reference, post_params};
-use crate::{Error, capi};
 
 /// The ConfigMap key, as Cluster API names it.
 pub const LOCK_KEY: &str = "lock-information";
@@ -38,8 +39,8 @@ pub enum Lock {
 /// Takes the init lock for `machine`, or says who has it.
 pub async fn acquire(
     client: &Client,
-    cluster: &DynamicObject,
-    machine: &DynamicObject,
+    cluster: &Cluster,
+    machine: &impl kube::Resource,
 ) -> Result<Lock, Error> {
     let namespace = cluster.namespace().unwrap_or_default();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
@@ -58,8 +59,7 @@ pub async fn acquire(
         {
             return Ok(Lock::Held);
         }
-        let machines: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &namespace, &capi("Machine"));
+        let machines: Api<Machine> = Api::namespaced(client.clone(), &namespace);
         let alive = match holder.as_str() {
             "" => None,
             holder => machines.get_opt(holder).await?,

@@ -11,11 +11,11 @@ use serde_json::{Map, Value, json};
 use crate::PROVIDER_NAME;
 
 /// `namespace/name`, the key every log line names an object by.
-pub fn key(object: &DynamicObject) -> String {
+pub fn key(object: &impl kube::Resource) -> String {
     format!(
         "{}/{}",
-        object.metadata.namespace.as_deref().unwrap_or_default(),
-        object.metadata.name.as_deref().unwrap_or_default()
+        object.meta().namespace.as_deref().unwrap_or_default(),
+        object.meta().name.as_deref().unwrap_or_default()
     )
 }
 
@@ -48,7 +48,7 @@ pub fn strings_at(value: &Value, path: &[&str]) -> Vec<String> {
 
 /// An ownerReference to `owner` as a typed value, for objects built with k8s-openapi types.
 pub fn owner_reference(
-    owner: &DynamicObject,
+    owner: &impl kube::Resource,
     api_version: &str,
     kind: &str,
     controller: bool,

@@ -21,7 +21,8 @@ use crate::kubeadm::{ClusterFacts, KubeadmError, Role};
 use crate::lock::{self, Lock};
 use crate::object::{bool_at, key, str_at, write_status};
 use crate::secrets::{self, Certificates, DataSecret};
-use crate::{Context, Error, capi, kubeadm_config_resource};
+use crate::{Context, Error, kubeadm_config_resource};
+use lariat_api::capi::{Cluster, Machine};
 use lariat_controllers::cache::Caches;
 use lariat_controllers::events::EventType;
 
@@ -39,47 +40,53 @@ const INVALID_CONFIGURATION_FAILURE: &str = "InvalidConfiguration";
 
 /// The object that owns the config: a Machine, or a MachinePool (whose Machines share one
 /// config; they are always workers).
-struct ConfigOwner {
-    kind: String,
-    object: Arc<DynamicObject>,
+enum ConfigOwner {
+    Machine(Arc<Machine>),
+    /// A MachinePool, read as JSON: lariat has no MachinePool type yet.
+    Pool(Arc<DynamicObject>),
 }
 
 impl ConfigOwner {
-    fn is_control_plane(&self) -> bool {
-        self.kind == "Machine"
-            && self
-                .object
-                .labels()
-                .contains_key(lariat_api::capi::labels::MACHINE_CONTROL_PLANE)
+    fn machine(&self) -> Option<&Machine> {
+        match self {
+            ConfigOwner::Machine(machine) => Some(machine),
+            ConfigOwner::Pool(_) => None,
+        }
     }
 
-    /// The path of the Machine spec fields: a MachinePool nests them in its template.
-    fn spec_path(&self, field: &[&'static str]) -> Vec<&'static str> {
-        let mut path = match self.kind.as_str() {
-            "MachinePool" => vec!["spec", "template", "spec"],
-            _ => vec!["spec"],
-        };
-        path.extend_from_slice(field);
-        path
+    fn is_control_plane(&self) -> bool {
+        self.machine().is_some_and(|m| {
+            m.labels()
+                .contains_key(lariat_api::capi::labels::MACHINE_CONTROL_PLANE)
+        })
     }
 
     fn version(&self) -> Option<&str> {
-        str_at(&self.object.data, &self.spec_path(&["version"]))
+        match self {
+            ConfigOwner::Machine(machine) => machine.spec.version.as_deref(),
+            ConfigOwner::Pool(pool) => str_at(&pool.data, &["spec", "template", "spec", "version"]),
+        }
     }
 
     fn data_secret_name(&self) -> Option<&str> {
-        str_at(
-            &self.object.data,
-            &self.spec_path(&["bootstrap", "dataSecretName"]),
-        )
+        match self {
+            ConfigOwner::Machine(machine) => machine.spec.bootstrap.data_secret_name.as_deref(),
+            ConfigOwner::Pool(pool) => str_at(
+                &pool.data,
+                &["spec", "template", "spec", "bootstrap", "dataSecretName"],
+            ),
+        }
     }
 
     fn cluster_name(&self) -> Option<String> {
-        self.object
-            .labels()
-            .get(lariat_api::capi::labels::CLUSTER_NAME)
-            .cloned()
-            .or_else(|| str_at(&self.object.data, &["spec", "clusterName"]).map(String::from))
+        match self {
+            ConfigOwner::Machine(machine) => Some(machine.spec.cluster_name.clone()),
+            ConfigOwner::Pool(pool) => pool
+                .labels()
+                .get(lariat_api::capi::labels::CLUSTER_NAME)
+                .cloned()
+                .or_else(|| str_at(&pool.data, &["spec", "clusterName"]).map(String::from)),
+        }
     }
 }
 
@@ -109,18 +116,25 @@ async fn get_owner(
     namespace: &str,
     (api_version, kind, name, uid): (String, String, String, String),
 ) -> Result<Option<ConfigOwner>, Error> {
+    // A Machine recreated under the same name is not this config's owner.
+    let same = |meta: &kube::api::ObjectMeta| meta.uid.as_deref() == Some(uid.as_str());
+    if kind == "Machine" {
+        let machine = caches.typed::<Machine>().get(namespace, &name).await?;
+        return Ok(machine
+            .filter(|m| same(&m.metadata))
+            .map(ConfigOwner::Machine));
+    }
     // MachinePool has no controller in lariat yet; a config it owns waits quietly.
     let cache = caches.of_kind(&api_version, &kind).await?;
     Ok(cache
         .get(namespace, &name)
         .await?
-        // A Machine recreated under the same name is not this config's owner.
-        .filter(|o| o.uid().as_deref() == Some(uid.as_str()))
-        .map(|object| ConfigOwner { kind, object }))
+        .filter(|o| same(&o.metadata))
+        .map(ConfigOwner::Pool))
 }
 
 /// Reconciles one KubeadmConfig.
-#[tracing::instrument(skip_all, fields(kubeadmconfig = %key(&config)))]
+#[tracing::instrument(skip_all, fields(kubeadmconfig = %key(config.as_ref())))]
 pub async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = config.namespace().unwrap_or_default();
     // The data Secret is owned by the config and goes with it; nothing else to clean up.
@@ -151,14 +165,14 @@ pub async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     };
     let Some(cluster) = ctx
         .caches
-        .of(&capi("Cluster"))
+        .typed::<Cluster>()
         .get(&namespace, &cluster_name)
         .await?
     else {
         return Ok(Action::requeue(WAIT));
     };
     // Contract: no change to the config or anything else while paused.
-    if bool_at(&cluster.data, &["spec", "paused"])
+    if cluster.spec.paused == Some(true)
         || config
             .annotations()
             .contains_key(lariat_api::capi::annotations::PAUSED)
@@ -192,7 +206,7 @@ struct Scope<'a> {
     events: &'a lariat_controllers::events::Recorder,
     config: &'a DynamicObject,
     owner: &'a ConfigOwner,
-    cluster: &'a DynamicObject,
+    cluster: &'a Cluster,
     cluster_name: String,
     status: Value,
     conditions: Vec<Value>,
@@ -210,13 +224,11 @@ impl Scope<'_> {
     }
 
     fn cluster_initialized(&self) -> bool {
-        cond::is_true(
-            &cond::existing(&self.cluster.data["status"]),
-            lariat_api::capi::conditions::CONTROL_PLANE_INITIALIZED,
-        ) || bool_at(
-            &self.cluster.data,
-            &["status", "initialization", "controlPlaneInitialized"],
-        )
+        let status = self.cluster.status.as_ref();
+        status.and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
+            c.iter()
+                .any(|c| c.is_true(lariat_api::capi::conditions::CONTROL_PLANE_INITIALIZED))
+        })
     }
 
     fn wait(&mut self, reason: &str, message: &str) -> Action {
@@ -310,7 +322,13 @@ impl Scope<'_> {
             );
             return Ok(self.invalid(cond::UNSUPPORTED_FORMAT_REASON, &message, true));
         }
-        if !bool_at(&self.cluster.data, &["status", "infrastructureReady"]) {
+        if self
+            .cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.infrastructure_ready)
+            != Some(true)
+        {
             return Ok(self.wait(
                 cond::WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON,
                 &format!(
@@ -406,7 +424,7 @@ impl Scope<'_> {
         };
         let facts = ClusterFacts::from_cluster(
             &self.cluster_name,
-            &self.cluster.data,
+            &self.cluster.spec,
             self.owner.version(),
         );
         let rendered = cloudinit::render(&RenderInput {
@@ -507,7 +525,10 @@ impl Scope<'_> {
             );
             return Ok(None);
         }
-        match lock::acquire(&self.client, self.cluster, &self.owner.object).await? {
+        let Some(machine) = self.owner.machine() else {
+            return Ok(None);
+        };
+        match lock::acquire(&self.client, self.cluster, machine).await? {
             Lock::Held => Ok(Some(Role::Init)),
             Lock::HeldBy(holder) => {
                 self.wait(

@@ -13,6 +13,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, ObjectMeta};
 use kube::{Client, ResourceExt};
+use lariat_api::capi::Cluster;
 use lariat_controllers::cache::Caches;
 
 use crate::Error;
@@ -33,11 +34,7 @@ pub enum Certificates {
     Corrupted(String),
 }
 
-fn cluster_secret(
-    cluster: &DynamicObject,
-    name: String,
-    data: BTreeMap<String, ByteString>,
-) -> Secret {
+fn cluster_secret(cluster: &Cluster, name: String, data: BTreeMap<String, ByteString>) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: Some(name),
@@ -92,7 +89,7 @@ fn text(secret: &Secret, key: &str) -> String {
 /// generating a CA for a join would make a node that trusts nothing the cluster runs).
 pub async fn certificates(
     caches: &Caches,
-    cluster: &DynamicObject,
+    cluster: &Cluster,
     purposes: &[Purpose],
     generate: bool,
 ) -> Result<Certificates, Error> {
@@ -145,7 +142,7 @@ pub fn token_secret_name(cluster: &str) -> String {
 /// management cluster. `Err` carries a message when a stored token is unreadable.
 pub async fn join_token(
     caches: &Caches,
-    cluster: &DynamicObject,
+    cluster: &Cluster,
 ) -> Result<Result<BootstrapToken, String>, Error> {
     let namespace = cluster.namespace().unwrap_or_default();
     let api: Api<Secret> = Api::namespaced(caches.client().clone(), &namespace);
