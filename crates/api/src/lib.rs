@@ -9,6 +9,7 @@ pub mod capi;
 pub mod clusterctl;
 mod contract;
 pub mod controlplane;
+pub mod fleet;
 pub mod infrastructure;
 pub mod management;
 mod version;
@@ -25,8 +26,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 /// (`controlplane.cluster.x-k8s.io/v1beta1`), KubeadmConfig and its template
 /// (`bootstrap.cluster.x-k8s.io/v1beta1`), and the in-memory provider's InMemoryCluster,
 /// InMemoryMachine and InMemoryMachineTemplate (`infrastructure.cluster.x-k8s.io/v1alpha1`);
-/// then the provider inventory (`clusterctl.cluster.x-k8s.io/v1alpha3` Provider); last
-/// lariat's own ClusterRegistrationToken (`management.lariat.dev/v1`).
+/// then the provider inventory (`clusterctl.cluster.x-k8s.io/v1alpha3` Provider); then
+/// lariat's own ClusterRegistrationToken (`management.lariat.dev/v1`); last Fleet's kinds
+/// (`fleet.cattle.io/v1alpha1`).
 pub fn builtin_crds() -> Vec<CustomResourceDefinition> {
     let mut crds = capi::crds();
     crds.extend(controlplane::crds());
@@ -34,5 +36,6 @@ pub fn builtin_crds() -> Vec<CustomResourceDefinition> {
     crds.extend(infrastructure::crds());
     crds.push(clusterctl::crd());
     crds.extend(management::crds());
+    crds.extend(fleet::crds());
     crds
 }

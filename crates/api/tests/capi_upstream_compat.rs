@@ -369,6 +369,11 @@ fn builtin_crds_are_the_served_kinds_in_order() {
             "providers.clusterctl.cluster.x-k8s.io",
             "clusterregistrationtokens.management.lariat.dev",
             "clusterconnections.management.lariat.dev",
+            "gitrepos.fleet.cattle.io",
+            "bundles.fleet.cattle.io",
+            "bundledeployments.fleet.cattle.io",
+            "clusters.fleet.cattle.io",
+            "clustergroups.fleet.cattle.io",
         ]
     );
 }
@@ -380,9 +385,10 @@ fn provider_crds_carry_contract_labels() {
     for crd in lariat_api::builtin_crds() {
         let crd = support::to_json(&crd);
         let expect = match crd["spec"]["group"].as_str().unwrap() {
-            "cluster.x-k8s.io" | "clusterctl.cluster.x-k8s.io" | "management.lariat.dev" => {
-                Value::Null
-            }
+            "cluster.x-k8s.io"
+            | "clusterctl.cluster.x-k8s.io"
+            | "management.lariat.dev"
+            | "fleet.cattle.io" => Value::Null,
             "controlplane.cluster.x-k8s.io" => json!({
                 "cluster.x-k8s.io/provider": "control-plane-kubeadm",
                 "cluster.x-k8s.io/v1beta1": "v1beta1",

@@ -188,9 +188,19 @@ impl Server {
             .publish_builtin_crds(builtin)
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;
-        ensure_namespaces(&resources, &["default", "lariat-system"])
-            .await
-            .map_err(|e| StartError::Store(e.to_string()))?;
+        // Rancher's Fleet workspaces exist from the first start: `fleet-default` for the
+        // clusters lariat provisions or imports, `fleet-local` for the management cluster.
+        ensure_namespaces(
+            &resources,
+            &[
+                "default",
+                "lariat-system",
+                lariat_api::fleet::DEFAULT_WORKSPACE,
+                lariat_api::fleet::LOCAL_WORKSPACE,
+            ],
+        )
+        .await
+        .map_err(|e| StartError::Store(e.to_string()))?;
         let authenticator =
             Authenticator::new(store.clone(), &pki.ca_cert_pem).map_err(StartError::Tls)?;
 

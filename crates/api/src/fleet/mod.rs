@@ -1,0 +1,56 @@
+//! Fleet's kinds (`fleet.cattle.io/v1alpha1`), field-compatible with Fleet for the fields lariat
+//! implements: a user's GitRepo applies unchanged, and a field lariat does not implement is
+//! refused by the API server (strict field validation) rather than silently ignored.
+//!
+//! - [`GitRepo`]: a git repository, the paths in it that hold manifests, and which clusters
+//!   they go to.
+//! - [`Bundle`]: the manifests of one path at one commit, and their targets.
+//! - [`BundleDeployment`]: one Bundle for one cluster, what that cluster's agent applies.
+//! - [`FleetCluster`] (kind `Cluster`): Fleet's view of one lariat Cluster, same namespace and
+//!   name, its labels following it.
+//! - [`ClusterGroup`]: clusters chosen by label, to target together.
+//!
+//! Beyond Fleet, GitRepo and Bundle status carry [`FailureGroup`]s: which clusters fail for
+//! the same reason.
+
+mod bundle;
+mod bundle_deployment;
+mod cluster;
+mod cluster_group;
+mod common;
+mod git_repo;
+
+pub use bundle::{Bundle, BundleResource, BundleSpec, BundleStatus, BundleTarget, RolloutStrategy};
+pub use bundle_deployment::{
+    BundleDeployment, BundleDeploymentDisplay, BundleDeploymentOptions, BundleDeploymentSpec,
+    BundleDeploymentStatus, ModifiedStatus, NonReadyStatus,
+};
+pub use cluster::{FleetCluster, FleetClusterSpec, FleetClusterStatus};
+pub use cluster_group::{ClusterGroup, ClusterGroupSpec, ClusterGroupStatus};
+pub use common::{
+    BundleSummary, CorrectDrift, FailureGroup, FleetCondition, ResourceCounts, Target, YamlOptions,
+};
+pub use git_repo::{GitRepo, GitRepoDisplay, GitRepoSpec, GitRepoStatus};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+pub const GROUP: &str = "fleet.cattle.io";
+pub const VERSION: &str = "v1alpha1";
+pub const API_VERSION: &str = "fleet.cattle.io/v1alpha1";
+
+/// The workspace (namespace) of clusters lariat provisions or imports, as Rancher's.
+pub const DEFAULT_WORKSPACE: &str = "fleet-default";
+/// The workspace of the management cluster itself, as Rancher's.
+pub const LOCAL_WORKSPACE: &str = "fleet-local";
+
+/// Fleet's CRDs, GitRepo first (what users write), then what lariat derives from it.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        GitRepo::crd(),
+        Bundle::crd(),
+        BundleDeployment::crd(),
+        FleetCluster::crd(),
+        ClusterGroup::crd(),
+    ]
+}
