@@ -27,7 +27,7 @@ pub use lariat_api::capi::labels::MACHINE_DEPLOYMENT_NAME as DEPLOYMENT_NAME_LAB
 pub const TEMPLATE_HASH_LABEL: &str = "machine-template-hash";
 
 /// A short, stable hash of the machine template: equal templates share a MachineSet. The
-/// template is hashed as JSON with sorted keys, so the hash does not depend on field order.
+/// template is hashed as its JSON, fields in the struct's order.
 pub fn template_hash(template: &MachineTemplateSpec) -> String {
     let json = serde_json::to_value(template).unwrap_or_default();
     let digest = Sha256::digest(json.to_string().as_bytes());

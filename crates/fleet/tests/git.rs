@@ -1,0 +1,306 @@
+//! Fetching real git repositories made by the tests (with the `git` program, as a user would
+//! make them): over `file://`, and over http through git's own smart-http backend behind a
+//! small server that asks for a password.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use lariat_fleet::git::{self, BasicAuth, GitError, Source};
+
+/// Runs `git` in `dir`, failing the test if it fails.
+fn run_git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "test")
+        .env("GIT_AUTHOR_EMAIL", "test@example.com")
+        .env("GIT_COMMITTER_NAME", "test")
+        .env("GIT_COMMITTER_EMAIL", "test@example.com")
+        .output()
+        .expect("run git (is it installed?)");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap().trim().to_string()
+}
+
+/// A repository on branch `main` holding `files`; returns its path and the commit.
+fn repository(root: &Path, files: &[(&str, &str)]) -> (PathBuf, String) {
+    let dir = root.join("upstream");
+    std::fs::create_dir_all(&dir).unwrap();
+    run_git(&dir, &["init", "-q", "-b", "main"]);
+    let commit = commit(&dir, files, "first");
+    (dir, commit)
+}
+
+fn commit(dir: &Path, files: &[(&str, &str)], message: &str) -> String {
+    for (path, content) in files {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+    run_git(dir, &["add", "-A"]);
+    run_git(dir, &["commit", "-q", "-m", message]);
+    run_git(dir, &["rev-parse", "HEAD"])
+}
+
+fn source(url: String) -> Source {
+    Source {
+        url,
+        branch: "main".into(),
+        auth: None,
+    }
+}
+
+#[test]
+fn a_file_repository_is_fetched_and_its_files_read_from_the_commit() {
+    let root = tempfile::tempdir().unwrap();
+    let (upstream, first) = repository(
+        root.path(),
+        &[
+            ("apps/web/deployment.yaml", "kind: Deployment\n"),
+            ("apps/web/fleet.yaml", "defaultNamespace: web\n"),
+            ("README.md", "hello\n"),
+        ],
+    );
+    let clone = root.path().join("clone");
+    let url = format!("file://{}", upstream.display());
+    let fetched = git::fetch(&clone, &source(url.clone())).unwrap();
+    assert_eq!(fetched.commit, first);
+    let files = git::files(&clone, &fetched.commit, "apps").unwrap();
+    let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(names, ["apps/web/deployment.yaml", "apps/web/fleet.yaml"]);
+    assert_eq!(files[0].1, b"kind: Deployment\n");
+    assert_eq!(git::files(&clone, &first, "").unwrap().len(), 3);
+
+    // A new commit is seen by the next fetch; the clone is reused.
+    let second = commit(
+        &upstream,
+        &[("apps/web/deployment.yaml", "kind: Deployment\n# v2\n")],
+        "second",
+    );
+    let fetched = git::fetch(&clone, &source(url.clone())).unwrap();
+    assert_eq!(fetched.commit, second);
+    assert_eq!(
+        git::files(&clone, &second, "apps/web").unwrap()[0].1,
+        b"kind: Deployment\n# v2\n"
+    );
+    // Shallow: a new clone gets the last commit only.
+    let fresh = root.path().join("fresh");
+    assert_eq!(
+        git::fetch(&fresh, &source(url.clone())).unwrap().commit,
+        second
+    );
+    assert!(
+        git::files(&fresh, &first, "apps").is_err(),
+        "the first commit came too"
+    );
+
+    // What does not exist is said precisely.
+    assert_eq!(
+        git::files(&clone, &second, "nope"),
+        Err(GitError::NoSuchPath {
+            path: "nope".into(),
+            commit: second.clone()
+        })
+    );
+    let mut other = source(url.clone());
+    other.branch = "release".into();
+    assert_eq!(
+        git::fetch(&clone, &other),
+        Err(GitError::NoSuchBranch {
+            url,
+            branch: "release".into()
+        })
+    );
+}
+
+#[test]
+fn unreachable_and_unsupported_repositories_are_named() {
+    let root = tempfile::tempdir().unwrap();
+    let clone = root.path().join("clone");
+    let missing = format!("file://{}/nothing-here", root.path().display());
+    assert!(matches!(
+        git::fetch(&clone, &source(missing)),
+        Err(GitError::Unreachable { .. })
+    ));
+    assert!(matches!(
+        git::fetch(&clone, &source("ftp://example.com/repo".into())),
+        Err(GitError::UnsupportedUrl(_))
+    ));
+    let refused = git::fetch(&clone, &source("http://127.0.0.1:1/repo.git".into()));
+    assert!(
+        matches!(refused, Err(GitError::Unreachable { .. })),
+        "{refused:?}"
+    );
+}
+
+mod http {
+    //! git's smart-http backend (`git http-backend`, CGI) behind a server that wants a password.
+
+    use super::*;
+    use axum::body::Body;
+    use axum::http::{Request, Response, StatusCode};
+    use base64::Engine;
+
+    pub const USER: &str = "deploy";
+    pub const PASSWORD: &str = "s3cret-token";
+
+    /// Serves the repositories under `root` on loopback; returns the base URL.
+    pub async fn serve(root: PathBuf) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let app = axum::Router::new().fallback(move |request: Request<Body>| {
+            let root = root.clone();
+            async move { backend(root, request).await }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{address}")
+    }
+
+    async fn backend(root: PathBuf, request: Request<Body>) -> Response<Body> {
+        let expected = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"))
+        );
+        let authorized = request
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            == Some(expected.as_str());
+        // `/private/...` wants the password; the rest is public.
+        let path = request.uri().path().to_string();
+        let (private, path) = match path.strip_prefix("/private") {
+            Some(rest) => (true, rest.to_string()),
+            None => (false, path),
+        };
+        if private && !authorized {
+            return Response::builder()
+                .status(StatusCode::UNAUTHORIZED)
+                .header("www-authenticate", "Basic realm=\"git\"")
+                .body(Body::empty())
+                .unwrap();
+        }
+        let (parts, body) = request.into_parts();
+        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        let mut child = tokio::process::Command::new("git")
+            .arg("http-backend")
+            .env("GIT_PROJECT_ROOT", &root)
+            .env("GIT_HTTP_EXPORT_ALL", "1")
+            .env("REQUEST_METHOD", parts.method.as_str())
+            .env("PATH_INFO", &path)
+            .env("QUERY_STRING", parts.uri.query().unwrap_or_default())
+            .env(
+                "CONTENT_TYPE",
+                parts
+                    .headers
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default(),
+            )
+            .env(
+                "GIT_PROTOCOL",
+                parts
+                    .headers
+                    .get("git-protocol")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default(),
+            )
+            .env("REMOTE_USER", USER)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&body).await.unwrap();
+        drop(stdin);
+        let output = child.wait_with_output().await.unwrap();
+        // A CGI response: headers, a blank line, the body.
+        let split = output
+            .stdout
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map(|i| (i, 4))
+            .or_else(|| {
+                output
+                    .stdout
+                    .windows(2)
+                    .position(|w| w == b"\n\n")
+                    .map(|i| (i, 2))
+            })
+            .expect("CGI headers");
+        let head = String::from_utf8_lossy(&output.stdout[..split.0]).to_string();
+        let mut response = Response::builder();
+        for line in head.lines() {
+            let Some((name, value)) = line.split_once(':') else {
+                continue;
+            };
+            let value = value.trim();
+            if name.eq_ignore_ascii_case("status") {
+                let code: u16 = value.split_whitespace().next().unwrap().parse().unwrap();
+                response = response.status(code);
+            } else {
+                response = response.header(name, value);
+            }
+        }
+        response
+            .body(Body::from(output.stdout[split.0 + split.1..].to_vec()))
+            .unwrap()
+    }
+}
+
+#[tokio::test]
+async fn an_http_repository_is_fetched_and_a_password_is_never_sent_in_clear_text() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, first) = repository(root.path(), &[("manifests/cm.yaml", "kind: ConfigMap\n")]);
+    let base = http::serve(root.path().to_path_buf()).await;
+    let fetch = |url: String, auth: Option<BasicAuth>| {
+        let clone = root.path().join("clone");
+        async move {
+            tokio::task::spawn_blocking(move || {
+                git::fetch(
+                    &clone,
+                    &Source {
+                        url,
+                        branch: "main".into(),
+                        auth,
+                    },
+                )
+            })
+            .await
+            .unwrap()
+        }
+    };
+    // A public repository over git's smart http.
+    let fetched = fetch(format!("{base}/upstream"), None).await.unwrap();
+    assert_eq!(fetched.commit, first);
+    let clone = root.path().join("clone");
+    assert_eq!(
+        git::files(&clone, &first, "manifests").unwrap()[0].0,
+        "manifests/cm.yaml"
+    );
+    // A private one: without a credential it is refused; with one, over plain http, lariat
+    // refuses to send it (https only), and says so.
+    let private = format!("{base}/private/upstream");
+    let none = fetch(private.clone(), None).await;
+    assert!(
+        matches!(none, Err(GitError::Unauthorized { .. })),
+        "{none:?}"
+    );
+    let clear = fetch(
+        private,
+        Some(BasicAuth {
+            username: http::USER.into(),
+            password: http::PASSWORD.into(),
+        }),
+    )
+    .await;
+    let Err(GitError::Unauthorized { reason, .. }) = &clear else {
+        panic!("{clear:?}")
+    };
+    assert!(reason.contains("clear text"), "{reason}");
+    assert!(!reason.contains(http::PASSWORD));
+}
