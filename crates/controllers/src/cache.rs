@@ -29,6 +29,7 @@ use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
+use lariat_api::fleet::{Bundle, BundleDeployment, ClusterGroup, FleetCluster, GitRepo};
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
@@ -113,17 +114,25 @@ cached_as_struct!(
     MachineSet,
     MachineDeployment,
     MachineHealthCheck,
-    Node
+    Node,
+    GitRepo,
+    Bundle,
+    BundleDeployment,
+    FleetCluster,
+    ClusterGroup,
 );
 
 /// Whether this process holds the kind as its struct (so it has no JSON cache: one
 /// representation, one watch per kind).
 fn held_as_struct(api_version: &str, kind: &str) -> bool {
-    api_version == lariat_api::capi::API_VERSION
-        && matches!(
+    match api_version {
+        lariat_api::capi::API_VERSION => matches!(
             kind,
             "Cluster" | "Machine" | "MachineSet" | "MachineDeployment" | "MachineHealthCheck"
-        )
+        ),
+        lariat_api::fleet::API_VERSION => true,
+        _ => false,
+    }
 }
 
 /// Moves a JSON object's fields into its typed struct (no copy of spec or status).
@@ -801,8 +810,8 @@ impl Caches {
     /// The cache of the kind a reference names (found through discovery).
     pub async fn of_kind(&self, api_version: &str, kind: &str) -> Result<Arc<Cache>, Error> {
         if held_as_struct(api_version, kind) {
-            return Err(Error::Invalid(format!(
-                "the reference names a {kind} ({api_version}), a Cluster API object, where a provider's object belongs"
+            return Err(Error::InvalidReference(format!(
+                "the reference names a {kind} ({api_version}), one of lariat's own kinds, where a provider's object belongs"
             )));
         }
         let resource = crate::object::resource_for(&self.client, api_version, kind).await?;

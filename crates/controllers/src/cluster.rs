@@ -13,7 +13,7 @@ use lariat_api::capi::cluster::ClusterPhase;
 use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachineSet};
 use serde_json::json;
 
-use crate::cache::IndexKey;
+use crate::cache::{Cached, IndexKey};
 use crate::events::EventType;
 use crate::external::{self, Reference};
 use crate::object::{
@@ -49,6 +49,7 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         return Ok(Action::await_change());
     }
     let owner = owner_reference(cluster.as_ref(), false);
+    let uid = cluster.uid().unwrap_or_default();
     let before = cluster.status.clone().unwrap_or_default();
     let mut status = before.clone();
     let mut list = status.conditions.take().unwrap_or_default();
@@ -68,6 +69,17 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
                 external::kind_unknown(&mut list, &kind);
                 false
             }
+            Err(Error::InvalidReference(message)) => {
+                let message = format!("spec.infrastructureRef: {message}");
+                conditions::set(
+                    &mut list,
+                    "InfrastructureReady",
+                    false,
+                    "InvalidReference",
+                    &message,
+                );
+                false
+            }
             Err(e) => return Err(e),
             Ok(None) => {
                 conditions::set(
@@ -76,6 +88,22 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
                     false,
                     "WaitingForInfrastructure",
                     &format!("{} {} does not exist yet", reference.kind, reference.name),
+                );
+                false
+            }
+            Ok(Some(infra))
+                if let Some(other) = external::claimed_by_another(&infra, "Cluster", &uid) =>
+            {
+                let message = format!(
+                    "spec.infrastructureRef: {} {} belongs to Cluster {other}",
+                    reference.kind, reference.name
+                );
+                conditions::set(
+                    &mut list,
+                    "InfrastructureReady",
+                    false,
+                    "InfrastructureClaimed",
+                    &message,
                 );
                 false
             }
@@ -154,8 +182,35 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
                 );
                 (false, false)
             }
+            Err(Error::InvalidReference(message)) => {
+                let message = format!("spec.controlPlaneRef: {message}");
+                conditions::set(
+                    &mut list,
+                    "ControlPlaneReady",
+                    false,
+                    "InvalidReference",
+                    &message,
+                );
+                (false, false)
+            }
             Err(e) => return Err(e),
             Ok(None) => (false, false),
+            Ok(Some(cp))
+                if let Some(other) = external::claimed_by_another(&cp, "Cluster", &uid) =>
+            {
+                let message = format!(
+                    "spec.controlPlaneRef: {} {} belongs to Cluster {other}",
+                    reference.kind, reference.name
+                );
+                conditions::set(
+                    &mut list,
+                    "ControlPlaneReady",
+                    false,
+                    "ControlPlaneClaimed",
+                    &message,
+                );
+                (false, false)
+            }
             Ok(Some(cp)) => {
                 let cp_api = reference.api(&ctx.client, &namespace).await?;
                 ensure_owner(&cp_api, &cp, owner.clone()).await?;
@@ -372,7 +427,7 @@ async fn reconcile_delete(
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     // Then the control plane, which deletes its own machines.
-    if !delete_referenced(ctx, &namespace, cluster.spec.control_plane_ref.as_ref()).await? {
+    if !delete_referenced(ctx, cluster, cluster.spec.control_plane_ref.as_ref()).await? {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     let (_, remaining) = listed::<Machine>(ctx, &namespace, &name).await?;
@@ -380,7 +435,7 @@ async fn reconcile_delete(
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     // Last the infrastructure.
-    if !delete_referenced(ctx, &namespace, cluster.spec.infrastructure_ref.as_ref()).await? {
+    if !delete_referenced(ctx, cluster, cluster.spec.infrastructure_ref.as_ref()).await? {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     remove_finalizer(api, cluster, FINALIZER).await?;
@@ -388,19 +443,33 @@ async fn reconcile_delete(
     Ok(Action::await_change())
 }
 
-/// Deletes the provider object a reference names; returns whether it is gone (a kind no longer
-/// served has nothing left to delete).
+/// Deletes the provider object a reference of `owner` (a Cluster or Machine) names, if it is
+/// `owner`'s: an object it does not own, or that another Cluster or Machine claims, is left
+/// alone (a reference alone gives no right to delete). Returns whether nothing is left to wait
+/// for (a kind no longer served has nothing left to delete).
 pub(crate) async fn delete_referenced(
     ctx: &Context,
-    namespace: &str,
+    owner: &impl Cached,
     reference: Option<&lariat_api::capi::ObjectReference>,
 ) -> Result<bool, Error> {
     let Some(reference) = reference.and_then(Reference::from_object_reference) else {
         return Ok(true);
     };
-    match reference.api(&ctx.client, namespace).await {
-        Ok(api) => object::delete_if_present(&api, &reference.name).await,
-        Err(Error::UnknownKind { .. }) => Ok(true),
-        Err(e) => Err(e),
+    let namespace = owner.namespace().unwrap_or_default();
+    let api = match reference.api(&ctx.client, &namespace).await {
+        Ok(api) => api,
+        Err(Error::UnknownKind { .. }) => return Ok(true),
+        Err(e) => return Err(e),
+    };
+    let Some(object) = api.get_opt(&reference.name).await? else {
+        return Ok(true);
+    };
+    let (_, kind) = owner.type_names();
+    let uid = owner.uid().unwrap_or_default();
+    let ours = object.owner_references().iter().any(|o| o.uid == uid);
+    if !ours || external::claimed_by_another(&object, &kind, &uid).is_some() {
+        tracing::info!(object = %format!("{namespace}/{}", owner.name_any()), kind = %reference.kind, name = %reference.name, "not deleting a referenced object that is not this {kind}'s");
+        return Ok(true);
     }
+    object::delete_if_present(&api, &reference.name).await
 }

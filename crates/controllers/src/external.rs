@@ -97,6 +97,25 @@ pub async fn adopt_template(
     .await
 }
 
+/// The other object of `owner_kind` (a Cluster, a Machine) that already claims `object`, if
+/// any: a provider object another Cluster or Machine owns is not this one's to adopt, nor
+/// to delete with it.
+pub fn claimed_by_another(
+    object: &DynamicObject,
+    owner_kind: &str,
+    owner_uid: &str,
+) -> Option<String> {
+    object
+        .owner_references()
+        .iter()
+        .find(|o| {
+            o.kind == owner_kind
+                && o.api_version.starts_with("cluster.x-k8s.io/")
+                && o.uid != owner_uid
+        })
+        .map(|o| o.name.clone())
+}
+
 /// The contract fields core reads from a provider object.
 pub fn ready(object: &DynamicObject) -> bool {
     crate::object::bool_at(&object.data, &["status", "ready"])

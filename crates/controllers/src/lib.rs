@@ -43,6 +43,9 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// A reference names an object that is not a provider's (one of lariat's own kinds).
+    #[error("{0}")]
+    InvalidReference(String),
     #[error("{0}")]
     Invalid(String),
 }

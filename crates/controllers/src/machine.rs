@@ -67,6 +67,7 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
         return Ok(Action::await_change());
     }
     let owner = owner_reference(machine.as_ref(), true);
+    let uid = machine.uid().unwrap_or_default();
     let before = machine.status.clone().unwrap_or_default();
     let mut status = before.clone();
     let mut list = status.conditions.take().unwrap_or_default();
@@ -79,9 +80,37 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
             .and_then(Reference::from_object_reference)
         {
             None => false,
-            Some(reference) => match reference.get(&ctx.caches, &namespace).await? {
-                None => false,
-                Some(config) => {
+            Some(reference) => match reference.get(&ctx.caches, &namespace).await {
+                Err(Error::InvalidReference(message)) => {
+                    let message = format!("spec.bootstrap.configRef: {message}");
+                    conditions::set(
+                        &mut list,
+                        "BootstrapReady",
+                        false,
+                        "InvalidReference",
+                        &message,
+                    );
+                    false
+                }
+                Err(e) => return Err(e),
+                Ok(None) => false,
+                Ok(Some(config))
+                    if let Some(other) = external::claimed_by_another(&config, "Machine", &uid) =>
+                {
+                    let message = format!(
+                        "spec.bootstrap.configRef: {} {} belongs to Machine {other}",
+                        reference.kind, reference.name
+                    );
+                    conditions::set(
+                        &mut list,
+                        "BootstrapReady",
+                        false,
+                        "BootstrapConfigClaimed",
+                        &message,
+                    );
+                    false
+                }
+                Ok(Some(config)) => {
                     let config_api = reference.api(&ctx.client, &namespace).await?;
                     ensure_owner(&config_api, &config, owner.clone()).await?;
                     object::ensure_labels(&config_api, &config, &labels).await?;
@@ -120,7 +149,34 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
                 external::kind_unknown(&mut list, &kind);
                 false
             }
+            Err(Error::InvalidReference(message)) => {
+                let message = format!("spec.infrastructureRef: {message}");
+                conditions::set(
+                    &mut list,
+                    "InfrastructureReady",
+                    false,
+                    "InvalidReference",
+                    &message,
+                );
+                false
+            }
             Err(e) => return Err(e),
+            Ok(Some(infra))
+                if let Some(other) = external::claimed_by_another(&infra, "Machine", &uid) =>
+            {
+                let message = format!(
+                    "spec.infrastructureRef: {} {} belongs to Machine {other}",
+                    reference.kind, reference.name
+                );
+                conditions::set(
+                    &mut list,
+                    "InfrastructureReady",
+                    false,
+                    "InfrastructureClaimed",
+                    &message,
+                );
+                false
+            }
             Ok(None) => {
                 conditions::set(
                     &mut list,
@@ -311,7 +367,6 @@ async fn reconcile_delete(
     ctx: &Context,
     api: &Api<Machine>,
 ) -> Result<Action, Error> {
-    let namespace = machine.namespace().unwrap_or_default();
     if phase(machine) != Some(MachinePhase::Deleting) {
         patch_status(api, &machine.name_any(), json!({"phase": "Deleting"})).await?;
     }
@@ -319,7 +374,7 @@ async fn reconcile_delete(
         Some(&machine.spec.infrastructure_ref),
         machine.spec.bootstrap.config_ref.as_ref(),
     ] {
-        if !crate::cluster::delete_referenced(ctx, &namespace, reference).await? {
+        if !crate::cluster::delete_referenced(ctx, machine, reference).await? {
             return Ok(Action::requeue(Duration::from_millis(500)));
         }
     }

@@ -279,34 +279,22 @@ async fn a_workload_clusters_nodes_are_watched_through_its_kubeconfig_secret() {
 
 #[tokio::test]
 async fn a_typed_cache_sets_aside_an_object_its_struct_cannot_hold_and_names_it() {
-    use lariat_api::capi::Machine;
+    use lariat_api::capi::MachineHealthCheck;
     let (client, _, _dir) = server(false).await;
-    let machine = |name: &str| {
+    // The schema leaves an unhealthy condition's status a free string (as upstream's does);
+    // the struct knows True, False and Unknown, and reading "Maybe" as one of them would
+    // judge Nodes by a rule nobody wrote.
+    let check = |name: &str, status: &str| {
         json!({"metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": "a"}},
-            "spec": {"clusterName": "a", "bootstrap": {"dataSecretName": "d"},
-                "infrastructureRef": {"kind": "InMemoryMachine", "name": name}}})
+            "spec": {"clusterName": "a", "selector": {"matchLabels": {"pool": "w"}},
+                "unhealthyConditions": [{"type": "Ready", "status": status, "timeout": "5m"}]}})
     };
-    let machines_resource = ApiResource::erase::<Machine>(&());
-    create(&client, &machines_resource, machine("good")).await;
-    create(&client, &machines_resource, machine("odd")).await;
-    // The schema leaves a v1beta1 condition's status a free string (as upstream's does); the
-    // struct knows True, False and Unknown.
-    // As JSON: the typed client could not read the answer either.
-    let api = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &machines_resource);
-    let odd_status = |status: &str| {
-        json!({"status": {"conditions": [{"type": "Ready", "status": status,
-            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
-    };
-    api.patch_status(
-        "odd",
-        &PatchParams::default(),
-        &Patch::Merge(odd_status("Maybe")),
-    )
-    .await
-    .unwrap();
+    let resource = ApiResource::erase::<MachineHealthCheck>(&());
+    create(&client, &resource, check("good", "False")).await;
+    create(&client, &resource, check("odd", "Maybe")).await;
 
     let caches = Caches::new(client.clone());
-    let cache = caches.typed::<Machine>();
+    let cache = caches.typed::<MachineHealthCheck>();
     let good = cache
         .get(NS, "good")
         .await
@@ -323,7 +311,7 @@ async fn a_typed_cache_sets_aside_an_object_its_struct_cannot_hold_and_names_it(
         namespace: NS,
         name: "a",
     };
-    // A count without it would be wrong (a MachineSet would replace it): the read fails.
+    // A count without it would be wrong: the read fails.
     let error = cache
         .indexed(in_a)
         .await
@@ -333,14 +321,15 @@ async fn a_typed_cache_sets_aside_an_object_its_struct_cannot_hold_and_names_it(
     assert_eq!(names(&cache.indexed_now(in_a)), ["good"]);
 
     // Fixed, it is read again.
-    api.patch_status(
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &resource);
+    api.patch(
         "odd",
         &PatchParams::default(),
-        &Patch::Merge(odd_status("True")),
+        &Patch::Merge(json!({"spec": {"unhealthyConditions": [{"type": "Ready", "status": "Unknown", "timeout": "5m"}]}})),
     )
     .await
     .unwrap();
-    until("the fixed Machine is readable", || {
+    until("the fixed check is readable", || {
         cache.get_now(NS, "odd").is_some()
     })
     .await;

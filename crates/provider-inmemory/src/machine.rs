@@ -343,8 +343,15 @@ pub(crate) async fn rejoin_booted(
         ) else {
             continue;
         };
-        let Some(machine) = machines.get(namespace, &owner.name).await? else {
-            continue;
+        // One Machine that cannot be read (or is gone) holds back no other: its own
+        // InMemoryMachine makes its Node once it can.
+        let machine = match machines.get(namespace, &owner.name).await {
+            Ok(Some(machine)) => machine,
+            Ok(None) => continue,
+            Err(error) => {
+                tracing::warn!(machine = %owner.name, %error, "not rejoining a machine whose Machine cannot be read");
+                continue;
+            }
         };
         let name = object.name_any();
         match nodes

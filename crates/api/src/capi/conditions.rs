@@ -28,8 +28,11 @@ pub struct Condition {
     pub type_: String,
     /// Whether the condition holds: `True`, `False` or `Unknown`.
     // Upstream v1beta1 does not restrict this string in its schema; lariat keeps the same
-    // schema so the API server accepts what Cluster API accepts.
+    // schema so the API server accepts what Cluster API accepts, and reads a value it cannot
+    // name as Unknown (as Cluster API's Go string type takes anything), so a condition some
+    // other tool wrote never makes the whole object unreadable.
     #[schemars(with = "String")]
+    #[serde(deserialize_with = "status_or_unknown")]
     pub status: ConditionStatus,
     /// How serious a `False` condition is; unset when the condition is `True`.
     #[serde(
@@ -105,27 +108,33 @@ pub enum ConditionSeverity {
     Info,
 }
 
-/// Go writes "no severity" as an empty string when a struct is not pointer-typed; read it as
-/// `None` rather than failing the whole object.
+/// A condition's status; one the schema allows but lariat cannot name reads as `Unknown`.
+fn status_or_unknown<'de, D>(deserializer: D) -> Result<ConditionStatus, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    Ok(match String::deserialize(deserializer)?.as_str() {
+        "True" => ConditionStatus::True,
+        "False" => ConditionStatus::False,
+        _ => ConditionStatus::Unknown,
+    })
+}
+
+/// Go writes "no severity" as an empty string when a struct is not pointer-typed; read it, and
+/// a severity the schema allows but lariat cannot name, as `None` rather than failing the
+/// whole object.
 fn severity_or_none<'de, D>(deserializer: D) -> Result<Option<ConditionSeverity>, D::Error>
 where
     D: Deserializer<'de>,
 {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Known(ConditionSeverity),
-        Empty(String),
-    }
-    match Option::<Raw>::deserialize(deserializer)? {
-        Some(Raw::Known(severity)) => Ok(Some(severity)),
-        Some(Raw::Empty(s)) if s.is_empty() => Ok(None),
-        Some(Raw::Empty(s)) => Err(serde::de::Error::unknown_variant(
-            &s,
-            &["Error", "Warning", "Info"],
-        )),
-        None => Ok(None),
-    }
+    Ok(
+        match Option::<String>::deserialize(deserializer)?.as_deref() {
+            Some("Error") => Some(ConditionSeverity::Error),
+            Some("Warning") => Some(ConditionSeverity::Warning),
+            Some("Info") => Some(ConditionSeverity::Info),
+            _ => None,
+        },
+    )
 }
 
 // Condition types shared by several kinds.
@@ -251,8 +260,12 @@ mod tests {
     }
 
     #[test]
-    fn severity_rejects_unknown_values() {
-        let json = r#"{"type":"Ready","status":"False","severity":"Bad","lastTransitionTime":"2024-01-02T03:04:05Z"}"#;
-        assert!(serde_json::from_str::<Condition>(json).is_err());
+    fn values_the_schema_allows_but_lariat_cannot_name_still_read() {
+        // Another tool's condition must not make the whole object unreadable.
+        check(r#","severity":"Critical""#, None);
+        let json =
+            r#"{"type":"Ready","status":"Maybe","lastTransitionTime":"2024-01-02T03:04:05Z"}"#;
+        let condition: Condition = serde_json::from_str(json).unwrap();
+        assert_eq!(condition.status, ConditionStatus::Unknown);
     }
 }

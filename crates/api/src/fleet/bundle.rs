@@ -69,6 +69,10 @@ pub struct BundleSpec {
     /// cluster applies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub targets: Option<Vec<BundleTarget>>,
+    /// A cluster must also match one of these (a GitRepo's own targets, so that a
+    /// customization in `fleet.yaml` cannot reach clusters the GitRepo does not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_restrictions: Option<Vec<Target>>,
 }
 
 /// One file of a bundle.

@@ -20,7 +20,10 @@ mod cluster_group;
 mod common;
 mod git_repo;
 
-pub use bundle::{Bundle, BundleResource, BundleSpec, BundleStatus, BundleTarget, RolloutStrategy};
+pub use bundle::{
+    Bundle, BundleDisplay, BundleRef, BundleResource, BundleSpec, BundleStatus, BundleTarget,
+    Partition, RolloutStrategy,
+};
 pub use bundle_deployment::{
     BundleDeployment, BundleDeploymentDisplay, BundleDeploymentOptions, BundleDeploymentSpec,
     BundleDeploymentStatus, ModifiedStatus, NonReadyStatus,

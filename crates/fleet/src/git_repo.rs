@@ -1,0 +1,418 @@
+//! The GitRepo controller: fetches each repository every `pollingInterval`, turns the paths
+//! of a new commit into Bundles (owned by the GitRepo), and rolls its Bundles' status up.
+//!
+//! A commit that cannot be deployed (a file that is not YAML, an unknown `fleet.yaml` field,
+//! a path that is gone) changes no Bundle: the last good commit stays deployed, and the
+//! GitRepo's `Accepted` condition names the file and the reason. A fetch that fails is retried
+//! at the next interval, never sooner.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use lariat_api::fleet::{Bundle, BundleSummary, GitRepo, GitRepoDisplay, GitRepoStatus};
+use lariat_controllers::Error;
+use lariat_controllers::cache::IndexKey;
+use lariat_controllers::events::EventType;
+use lariat_controllers::object::{
+    ensure_finalizer, owner_reference, patch_status, remove_finalizer,
+};
+
+use crate::git::{self, BasicAuth, GitError, Source};
+use crate::scan::{self, RepoOptions};
+use crate::{Context, conditions};
+
+/// Kept on a GitRepo until its local clone is removed.
+pub const FINALIZER: &str = "fleet.cattle.io/gitrepo-finalizer";
+/// On every Bundle: the GitRepo it came from, and the commit.
+pub const REPO_NAME_LABEL: &str = "fleet.cattle.io/repo-name";
+pub const COMMIT_LABEL: &str = "fleet.cattle.io/commit";
+/// Fleet's default polling interval.
+const DEFAULT_POLLING_INTERVAL: Duration = Duration::from_secs(15);
+/// Fleet's default branch.
+const DEFAULT_BRANCH: &str = "master";
+/// The field manager Bundles are written as.
+const MANAGER: &str = "lariat-fleet";
+
+/// How often the repository is fetched.
+fn polling_interval(repo: &GitRepo) -> Result<Duration, String> {
+    match repo.spec.polling_interval.as_deref() {
+        None | Some("") => Ok(DEFAULT_POLLING_INTERVAL),
+        Some(text) => {
+            let parsed: kube::core::Duration = text.parse().map_err(|_| {
+                format!("spec.pollingInterval {text:?} is not a duration such as 15s or 1m")
+            })?;
+            if parsed.is_negative() {
+                return Err(format!("spec.pollingInterval {text:?} is negative"));
+            }
+            let interval = Duration::from(parsed);
+            // Fleet's floor: anything shorter would hammer the repository.
+            Ok(interval.max(Duration::from_secs(1)))
+        }
+    }
+}
+
+/// The credential `spec.clientSecretName` names: `username` and `password` (a token is a
+/// password), as a `kubernetes.io/basic-auth` Secret holds them.
+async fn credential(ctx: &Context, repo: &GitRepo) -> Result<Option<BasicAuth>, String> {
+    let Some(name) = repo.spec.client_secret_name.as_deref() else {
+        return Ok(None);
+    };
+    let namespace = repo.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let secret = match secrets.get_opt(name).await {
+        Ok(Some(secret)) => secret,
+        Ok(None) => {
+            return Err(format!(
+                "spec.clientSecretName: Secret {namespace}/{name} does not exist"
+            ));
+        }
+        Err(e) => return Err(format!("cannot read Secret {namespace}/{name}: {e}")),
+    };
+    let data = secret.data.unwrap_or_default();
+    let value = |key: &str| {
+        data.get(key)
+            .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+    };
+    match (value("username"), value("password")) {
+        (Some(username), Some(password)) => Ok(Some(BasicAuth { username, password })),
+        _ => Err(format!(
+            "Secret {namespace}/{name} has no username and password (ssh keys come later)"
+        )),
+    }
+}
+
+/// The reason word of a fetch failure, for the condition.
+fn reason(error: &GitError) -> &'static str {
+    match error {
+        GitError::UnsupportedUrl(_) => "UnsupportedURL",
+        GitError::Unreachable { .. } => "Unreachable",
+        GitError::Unauthorized { .. } => "Unauthorized",
+        GitError::NoSuchBranch { .. } => "BranchNotFound",
+        GitError::NoSuchPath { .. } => "PathNotFound",
+        GitError::Local { .. } => "LocalCloneFailed",
+    }
+}
+
+pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = repo.namespace().unwrap_or_default();
+    let uid = repo.uid().unwrap_or_default();
+    let api: Api<GitRepo> = Api::namespaced(ctx.client.clone(), &namespace);
+    let clone = ctx.dir.join("git").join(&uid);
+    if repo.metadata.deletion_timestamp.is_some() {
+        ctx.fetched.lock().expect("lock").remove(&uid);
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(clone)).await;
+        // Its Bundles are owned by it: the garbage collector deletes them.
+        remove_finalizer(&api, &repo, FINALIZER).await?;
+        return Ok(Action::await_change());
+    }
+    if ensure_finalizer(&api, &repo, FINALIZER).await? {
+        return Ok(Action::await_change());
+    }
+    let before = repo.status.clone().unwrap_or_default();
+    let mut status = before.clone();
+    let mut list = status.conditions.take().unwrap_or_default();
+    let generation = repo.metadata.generation.unwrap_or(0);
+    let interval = match polling_interval(&repo) {
+        Ok(interval) => interval,
+        Err(message) => {
+            conditions::set(&mut list, "Accepted", false, "InvalidSpec", &message);
+            conditions::set(&mut list, "Ready", false, "InvalidSpec", &message);
+            status.conditions = Some(list);
+            status.observed_generation = Some(generation);
+            write(&ctx, &repo, &api, &before, status).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    // Due when the spec changed, when the interval passed, or on the first look since start.
+    let last = ctx.fetched.lock().expect("lock").get(&uid).copied();
+    let spec_changed = before.observed_generation != Some(generation);
+    let due = spec_changed
+        || match last {
+            None => true,
+            Some(_) if repo.spec.disable_polling => false,
+            Some(at) => at.elapsed() >= interval,
+        };
+    if !due {
+        let left = last.map(|at| interval.saturating_sub(at.elapsed()));
+        return Ok(match left {
+            Some(left) if !repo.spec.disable_polling => Action::requeue(left),
+            _ => Action::await_change(),
+        });
+    }
+    ctx.fetched
+        .lock()
+        .expect("lock")
+        .insert(uid.clone(), Instant::now());
+    status.last_polling_triggered = Some(lariat_controllers::object::now());
+    let fetched = match credential(&ctx, &repo).await {
+        Err(message) => Err(("CredentialNotFound", message)),
+        Ok(auth) => {
+            let source = Source {
+                url: repo.spec.repo.clone(),
+                branch: repo
+                    .spec
+                    .branch
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_BRANCH.into()),
+                auth,
+            };
+            let dir = clone.clone();
+            match tokio::task::spawn_blocking(move || git::fetch(&dir, &source)).await {
+                Ok(Ok(fetched)) => Ok(fetched.commit),
+                Ok(Err(error)) => Err((reason(&error), error.to_string())),
+                Err(panicked) => Err(("FetchFailed", panicked.to_string())),
+            }
+        }
+    };
+    match fetched {
+        Err((reason, message)) => {
+            let message = format!("{message}; the last good commit stays deployed");
+            if conditions::set(&mut list, "Accepted", false, reason, &message) {
+                ctx.events
+                    .publish(
+                        repo.as_ref(),
+                        "GitRepo",
+                        EventType::Warning,
+                        reason,
+                        &message,
+                    )
+                    .await;
+            }
+        }
+        Ok(commit) => {
+            status.polling_commit = Some(commit.clone());
+            let deployed = status.commit.as_deref() == Some(commit.as_str());
+            if repo.spec.paused {
+                conditions::set(&mut list, "Accepted", true, "", "");
+            } else if !deployed || spec_changed {
+                match deploy(&ctx, &repo, &clone, &commit).await {
+                    Ok(()) => {
+                        status.commit = Some(commit);
+                        conditions::set(&mut list, "Accepted", true, "", "");
+                    }
+                    Err((reason, message)) => {
+                        let message = format!(
+                            "commit {}: {message}; the last good commit stays deployed",
+                            &commit[..commit.len().min(12)]
+                        );
+                        if conditions::set(&mut list, "Accepted", false, reason, &message) {
+                            ctx.events
+                                .publish(
+                                    repo.as_ref(),
+                                    "GitRepo",
+                                    EventType::Warning,
+                                    reason,
+                                    &message,
+                                )
+                                .await;
+                        }
+                    }
+                }
+            } else {
+                conditions::set(&mut list, "Accepted", true, "", "");
+            }
+        }
+    }
+    roll_up(&ctx, &repo, &mut status, &mut list).await?;
+    status.conditions = Some(list);
+    status.observed_generation = Some(generation);
+    write(&ctx, &repo, &api, &before, status).await?;
+    Ok(if repo.spec.disable_polling {
+        Action::await_change()
+    } else {
+        Action::requeue(interval)
+    })
+}
+
+/// Writes the status if it changed beyond the time of the last fetch (which alone would be a
+/// write every interval for nothing).
+async fn write(
+    _ctx: &Context,
+    repo: &GitRepo,
+    api: &Api<GitRepo>,
+    before: &GitRepoStatus,
+    status: GitRepoStatus,
+) -> Result<(), Error> {
+    let mut compared = status.clone();
+    compared.last_polling_triggered = before.last_polling_triggered.clone();
+    if compared == *before {
+        return Ok(());
+    }
+    let status = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
+    patch_status(api, &repo.name_any(), status).await?;
+    Ok(())
+}
+
+/// Turns the paths of `commit` into the GitRepo's Bundles: each written if it differs, and
+/// those of paths no longer there deleted.
+async fn deploy(
+    ctx: &Context,
+    repo: &GitRepo,
+    clone: &std::path::Path,
+    commit: &str,
+) -> Result<(), (&'static str, String)> {
+    let (dir, at) = (clone.to_path_buf(), commit.to_string());
+    let files = tokio::task::spawn_blocking(move || git::files(&dir, &at, ""))
+        .await
+        .map_err(|e| ("FetchFailed", e.to_string()))?
+        .map_err(|e| (reason(&e), e.to_string()))?;
+    let options = RepoOptions {
+        target_namespace: repo.spec.target_namespace.clone(),
+        keep_resources: repo.spec.keep_resources,
+        correct_drift: repo.spec.correct_drift.clone(),
+    };
+    let scanned = scan::bundles(
+        &files,
+        repo.spec.paths.as_deref().unwrap_or_default(),
+        repo.spec.targets.as_deref().unwrap_or_default(),
+        &options,
+    )
+    .map_err(|e| ("InvalidBundle", e.to_string()))?;
+    let namespace = repo.namespace().unwrap_or_default();
+    let bundles_api: Api<Bundle> = Api::namespaced(ctx.client.clone(), &namespace);
+    let existing = owned_bundles(ctx, repo)
+        .await
+        .map_err(|e| ("BundleWriteFailed", e.to_string()))?;
+    let owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference =
+        serde_json::from_value(owner_reference(repo, true))
+            .map_err(|e| ("BundleWriteFailed", e.to_string()))?;
+    let mut wanted = Vec::new();
+    for bundle in scanned {
+        let name = scan::bundle_name(&repo.name_any(), &bundle.root);
+        let mut labels = bundle.labels;
+        labels.insert(REPO_NAME_LABEL.into(), repo.name_any());
+        labels.insert(COMMIT_LABEL.into(), commit.to_string());
+        let unchanged = existing.iter().any(|b| {
+            b.name_any() == name
+                && b.spec == bundle.spec
+                && labels.iter().all(|(k, v)| b.labels().get(k) == Some(v))
+        });
+        wanted.push(name.clone());
+        if unchanged {
+            continue;
+        }
+        let object = Bundle {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.clone()),
+                labels: Some(labels),
+                owner_references: Some(vec![owner.clone()]),
+                ..Default::default()
+            },
+            spec: bundle.spec,
+            status: None,
+        };
+        let mut body =
+            serde_json::to_value(&object).map_err(|e| ("BundleWriteFailed", e.to_string()))?;
+        body["apiVersion"] = lariat_api::fleet::API_VERSION.into();
+        body["kind"] = "Bundle".into();
+        bundles_api
+            .patch(
+                &name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(body),
+            )
+            .await
+            .map_err(|e| ("BundleWriteFailed", format!("Bundle {name}: {e}")))?;
+    }
+    for stale in existing.iter().filter(|b| !wanted.contains(&b.name_any())) {
+        match bundles_api
+            .delete(&stale.name_any(), &DeleteParams::default())
+            .await
+        {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => return Err(("BundleWriteFailed", e.to_string())),
+        }
+    }
+    Ok(())
+}
+
+/// The Bundles this GitRepo controls.
+async fn owned_bundles(ctx: &Context, repo: &GitRepo) -> Result<Vec<Arc<Bundle>>, Error> {
+    let uid = repo.uid().unwrap_or_default();
+    Ok(ctx
+        .caches
+        .typed::<Bundle>()
+        .indexed(IndexKey::Owner(&uid))
+        .await?
+        .into_iter()
+        .filter(|b| b.metadata.deletion_timestamp.is_none())
+        .collect())
+}
+
+/// The GitRepo's summary, display and `Ready` from its Bundles'.
+async fn roll_up(
+    ctx: &Context,
+    repo: &GitRepo,
+    status: &mut GitRepoStatus,
+    list: &mut Vec<lariat_api::fleet::FleetCondition>,
+) -> Result<(), Error> {
+    let bundles = owned_bundles(ctx, repo).await?;
+    let mut summary = BundleSummary::default();
+    let mut not_ready: BTreeMap<String, String> = BTreeMap::new();
+    for bundle in &bundles {
+        let Some(part) = bundle.status.as_ref().and_then(|s| s.summary.as_ref()) else {
+            continue;
+        };
+        summary.desired_ready += part.desired_ready;
+        summary.ready += part.ready;
+        summary.not_ready += part.not_ready;
+        summary.wait_applied += part.wait_applied;
+        summary.err_applied += part.err_applied;
+        summary.out_of_sync += part.out_of_sync;
+        summary.modified += part.modified;
+        summary.pending += part.pending;
+        if part.ready < part.desired_ready {
+            let message = bundle
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                .and_then(|c| c.message.clone())
+                .unwrap_or_default();
+            not_ready.insert(bundle.name_any(), message);
+        }
+    }
+    let accepted = conditions::is_true(list, "Accepted");
+    let ready = accepted && not_ready.is_empty();
+    let message = if !accepted {
+        list.iter()
+            .find(|c| c.type_ == "Accepted")
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default()
+    } else {
+        not_ready
+            .iter()
+            .take(3)
+            .map(|(bundle, message)| format!("Bundle {bundle}: {message}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let reason = if !accepted {
+        "NotAccepted"
+    } else {
+        "BundlesNotReady"
+    };
+    conditions::set(
+        list,
+        "Ready",
+        ready,
+        if ready { "" } else { reason },
+        &message,
+    );
+    status.display = Some(GitRepoDisplay {
+        ready_bundle_deployments: Some(format!("{}/{}", summary.ready, summary.desired_ready)),
+        state: (!ready).then(|| if accepted { "NotReady" } else { "Error" }.to_string()),
+        message: (!message.is_empty()).then_some(message),
+        error: !accepted,
+    });
+    status.desired_ready_clusters = Some(summary.desired_ready);
+    status.ready_clusters = Some(summary.ready);
+    status.summary = Some(summary);
+    Ok(())
+}

@@ -1,0 +1,330 @@
+//! What a GitRepo's paths become: bundles. Within each path, the path itself and every
+//! directory below it holding a `fleet.yaml` are bundle roots; each manifest file (`*.yaml`,
+//! `*.yml`, `*.json`) belongs to the deepest root above it, as in Fleet. A root's `fleet.yaml`
+//! sets its bundle's options.
+//!
+//! Everything is checked here, before anything is deployed: a file that is not YAML, or a
+//! `fleet.yaml` with a field lariat does not know, fails the whole commit with the file and
+//! the reason, and the last good commit stays deployed.
+
+use std::collections::BTreeMap;
+
+use lariat_api::fleet::{
+    BundleRef, BundleResource, BundleSpec, BundleTarget, CorrectDrift, RolloutStrategy, Target,
+    YamlOptions,
+};
+use serde::Deserialize;
+
+/// The options file of a bundle root.
+pub const FLEET_YAML: &str = "fleet.yaml";
+
+/// A bundle made from one root of a repository.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScannedBundle {
+    /// The root, relative to the repository (`""` for the repository's root).
+    pub root: String,
+    /// Labels from `fleet.yaml`, for the Bundle object.
+    pub labels: BTreeMap<String, String>,
+    pub spec: BundleSpec,
+}
+
+/// Why a commit cannot be deployed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{file}: {reason}")]
+pub struct ScanError {
+    /// The file at fault, relative to the repository.
+    pub file: String,
+    pub reason: String,
+}
+
+/// `fleet.yaml`, the fields lariat implements; any other is refused by name.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FleetYaml {
+    default_namespace: Option<String>,
+    namespace: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    depends_on: Option<Vec<BundleRef>>,
+    rollout_strategy: Option<RolloutStrategy>,
+    target_customizations: Option<Vec<BundleTarget>>,
+    keep_resources: Option<bool>,
+    correct_drift: Option<CorrectDrift>,
+    paused: Option<bool>,
+    yaml: Option<YamlOptions>,
+}
+
+fn is_manifest(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name != FLEET_YAML
+        && [".yaml", ".yml", ".json"]
+            .iter()
+            .any(|suffix| name.ends_with(suffix))
+}
+
+/// The directory of a path (`""` for a file at the root).
+fn parent(path: &str) -> &str {
+    path.rsplit_once('/').map(|(dir, _)| dir).unwrap_or("")
+}
+
+/// Whether `path` is `root` or below it.
+fn within(path: &str, root: &str) -> bool {
+    root.is_empty() || path == root || path.starts_with(&format!("{root}/"))
+}
+
+/// Checks that a manifest file is YAML (or JSON), every document of it a mapping with
+/// `apiVersion` and `kind`.
+fn check_manifest(path: &str, content: &[u8]) -> Result<(), ScanError> {
+    let fail = |reason: String| ScanError {
+        file: path.to_string(),
+        reason,
+    };
+    let text = std::str::from_utf8(content).map_err(|_| fail("is not UTF-8 text".into()))?;
+    for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let value = serde_yaml_ng::Value::deserialize(document)
+            .map_err(|e| fail(format!("is not YAML: {e}")))?;
+        if value.is_null() {
+            continue;
+        }
+        let Some(map) = value.as_mapping() else {
+            return Err(fail(format!(
+                "document {} is not a Kubernetes object (a mapping with apiVersion and kind)",
+                index + 1
+            )));
+        };
+        for key in ["apiVersion", "kind"] {
+            if !map.get(key).is_some_and(|v| v.is_string()) {
+                return Err(fail(format!("document {} has no {key}", index + 1)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The bundles of `paths` (relative to the repository; none means the root), from `files`
+/// (every file of the repository at one commit, as [`crate::git::files`] reads them), with
+/// the GitRepo's targets and options applied.
+pub fn bundles(
+    files: &[(String, Vec<u8>)],
+    paths: &[String],
+    targets: &[Target],
+    repo_options: &RepoOptions,
+) -> Result<Vec<ScannedBundle>, ScanError> {
+    let paths: Vec<String> = if paths.is_empty() {
+        vec![String::new()]
+    } else {
+        paths
+            .iter()
+            .map(|p| p.trim_matches('/').trim_start_matches("./").to_string())
+            .map(|p| if p == "." { String::new() } else { p })
+            .collect()
+    };
+    let mut roots: Vec<String> = Vec::new();
+    for path in &paths {
+        if !files.iter().any(|(file, _)| within(file, path)) {
+            return Err(ScanError {
+                file: if path.is_empty() {
+                    ".".into()
+                } else {
+                    path.clone()
+                },
+                reason: "no such path in the repository at this commit".into(),
+            });
+        }
+        roots.push(path.clone());
+        for (file, _) in files.iter().filter(|(f, _)| within(f, path)) {
+            if file.rsplit('/').next() == Some(FLEET_YAML) {
+                roots.push(parent(file).to_string());
+            }
+        }
+    }
+    roots.sort();
+    roots.dedup();
+    let mut bundles = Vec::new();
+    for root in &roots {
+        let options = match files.iter().find(|(f, _)| *f == join(root, FLEET_YAML)) {
+            Some((file, content)) => {
+                serde_yaml_ng::from_slice::<FleetYaml>(content).map_err(|e| ScanError {
+                    file: file.clone(),
+                    reason: e.to_string(),
+                })?
+            }
+            None => FleetYaml::default(),
+        };
+        let mut resources = Vec::new();
+        for (file, content) in files.iter().filter(|(f, _)| is_manifest(f)) {
+            // The deepest root above the file owns it.
+            let owner = roots
+                .iter()
+                .filter(|r| within(file, r) && paths.iter().any(|p| within(r, p)))
+                .max_by_key(|r| r.len());
+            if owner != Some(root) {
+                continue;
+            }
+            check_manifest(file, content)?;
+            let name = if root.is_empty() {
+                file.clone()
+            } else {
+                file[root.len() + 1..].to_string()
+            };
+            resources.push(BundleResource {
+                name: Some(name),
+                content: Some(String::from_utf8_lossy(content).into_owned()),
+                encoding: None,
+            });
+        }
+        if resources.is_empty() {
+            continue;
+        }
+        // A fleet.yaml customization comes first; the GitRepo's own targets follow, and also
+        // restrict where any of them may reach.
+        let mut bundle_targets = options.target_customizations.unwrap_or_default();
+        bundle_targets.extend(targets.iter().cloned().map(|target| BundleTarget {
+            target,
+            ..Default::default()
+        }));
+        let spec = BundleSpec {
+            resources: Some(resources),
+            default_namespace: options.default_namespace,
+            namespace: repo_options.target_namespace.clone().or(options.namespace),
+            keep_resources: repo_options.keep_resources || options.keep_resources.unwrap_or(false),
+            correct_drift: repo_options.correct_drift.clone().or(options.correct_drift),
+            yaml: options.yaml,
+            paused: options.paused.unwrap_or(false),
+            depends_on: options.depends_on,
+            rollout_strategy: options.rollout_strategy,
+            targets: Some(bundle_targets),
+            target_restrictions: Some(targets.to_vec()),
+        };
+        bundles.push(ScannedBundle {
+            root: root.clone(),
+            labels: options.labels.unwrap_or_default(),
+            spec,
+        });
+    }
+    Ok(bundles)
+}
+
+/// The options a GitRepo sets for all its bundles.
+#[derive(Clone, Debug, Default)]
+pub struct RepoOptions {
+    pub target_namespace: Option<String>,
+    pub keep_resources: bool,
+    pub correct_drift: Option<CorrectDrift>,
+}
+
+fn join(root: &str, name: &str) -> String {
+    if root.is_empty() {
+        name.to_string()
+    } else {
+        format!("{root}/{name}")
+    }
+}
+
+/// A bundle's name: the GitRepo's name, then its root with `/` as `-`, lower case, within
+/// Kubernetes' 63 characters (a hash of the whole keeps long ones apart).
+pub fn bundle_name(repo: &str, root: &str) -> String {
+    let mut name = repo.to_string();
+    for part in root.split('/').filter(|p| !p.is_empty()) {
+        name.push('-');
+        name.push_str(part);
+    }
+    let mut name: String = name
+        .to_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if name.len() > 63 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        name.hash(&mut hasher);
+        let hash = format!("{:08x}", hasher.finish() as u32);
+        name.truncate(63 - 9);
+        name = format!("{}-{hash}", name.trim_end_matches('-'));
+    }
+    name.trim_matches('-').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(path: &str, content: &str) -> (String, Vec<u8>) {
+        (path.to_string(), content.as_bytes().to_vec())
+    }
+
+    const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n";
+
+    #[test]
+    fn each_root_with_a_fleet_yaml_is_its_own_bundle() {
+        let files = [
+            file("README.md", "hi"),
+            file("apps/base.yaml", CM),
+            file(
+                "apps/web/fleet.yaml",
+                "defaultNamespace: web\nlabels:\n  team: web\n",
+            ),
+            file("apps/web/deploy.yaml", &format!("{CM}---\n{CM}")),
+            file("apps/web/sub/more.yml", CM),
+            file("other/x.yaml", CM),
+        ];
+        let target = Target {
+            cluster_name: Some("c1".into()),
+            ..Default::default()
+        };
+        let bundles = bundles(
+            &files,
+            &["apps".into()],
+            std::slice::from_ref(&target),
+            &RepoOptions::default(),
+        )
+        .unwrap();
+        let roots: Vec<&str> = bundles.iter().map(|b| b.root.as_str()).collect();
+        assert_eq!(roots, ["apps", "apps/web"]);
+        let names = |b: &ScannedBundle| -> Vec<String> {
+            b.spec
+                .resources
+                .iter()
+                .flatten()
+                .map(|r| r.name.clone().unwrap())
+                .collect()
+        };
+        assert_eq!(names(&bundles[0]), ["base.yaml"]);
+        assert_eq!(names(&bundles[1]), ["deploy.yaml", "sub/more.yml"]);
+        assert_eq!(bundles[1].spec.default_namespace.as_deref(), Some("web"));
+        assert_eq!(bundles[1].labels["team"], "web");
+        assert_eq!(bundles[1].spec.target_restrictions, Some(vec![target]));
+        assert_eq!(bundle_name("platform", "apps/web"), "platform-apps-web");
+        assert_eq!(bundle_name("platform", ""), "platform");
+        assert!(bundle_name("p", &"x/".repeat(60)).len() <= 63);
+    }
+
+    #[test]
+    fn bad_files_fail_the_commit_with_the_file_and_the_reason() {
+        let options = RepoOptions::default();
+        let error = bundles(&[file("a.yaml", "key: [unclosed")], &[], &[], &options).unwrap_err();
+        assert_eq!(error.file, "a.yaml");
+        assert!(error.reason.contains("is not YAML"), "{error}");
+        let error = bundles(&[file("a.yaml", "just: data\n")], &[], &[], &options).unwrap_err();
+        assert!(error.reason.contains("no apiVersion"), "{error}");
+        let error = bundles(
+            &[
+                file("fleet.yaml", "helm:\n  chart: x\n"),
+                file("a.yaml", CM),
+            ],
+            &[],
+            &[],
+            &options,
+        )
+        .unwrap_err();
+        assert_eq!(error.file, "fleet.yaml");
+        assert!(error.reason.contains("unknown field `helm`"), "{error}");
+        let error = bundles(&[file("a.yaml", CM)], &["missing".into()], &[], &options).unwrap_err();
+        assert_eq!(error.file, "missing");
+    }
+}
