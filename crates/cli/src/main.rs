@@ -404,13 +404,18 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             server: format!("https://{host}:{}", address.port()),
             ca_checksum: server.ca_checksum(),
         };
+        let fleet = tokio::spawn(lariat_fleet::run(
+            caches.clone(),
+            args.store.data_dir.join("fleet"),
+            until_stopped(stopped.clone()),
+        ));
         let providers = tokio::spawn(providers::run_enabled(
             caches,
             server.virtual_clusters(),
             home,
             stopped.clone(),
         ));
-        loops = vec![controllers, providers];
+        loops = vec![controllers, fleet, providers];
     }
     // Whatever has not stopped within the grace period is cut short, as controller-runtime's
     // gracefulShutdownTimeout does (a connection that never drains, say). Acknowledged writes

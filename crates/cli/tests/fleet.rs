@@ -3,7 +3,11 @@
 
 mod common;
 
-use common::{SEED_CLUSTER, TestServer};
+use std::path::Path;
+use std::process::Command;
+
+use common::{SEED_CLUSTER, TestServer, eventually};
+use serde_json::Value;
 
 /// The seed's GitRepo, as a Fleet user writes it.
 const SEED_GIT_REPO: &str = r#"apiVersion: fleet.cattle.io/v1alpha1
@@ -105,4 +109,236 @@ fn clusters_still_means_cluster_api_beside_fleets_clusters() {
                 .is_some_and(|row| row.starts_with("fleet-default")),
         "{fleet}"
     );
+}
+
+/// Runs `git` in `dir` (the tests make real repositories; lariat fetches them with gix).
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "test")
+        .env("GIT_AUTHOR_EMAIL", "test@example.com")
+        .env("GIT_COMMITTER_NAME", "test")
+        .env("GIT_COMMITTER_EMAIL", "test@example.com")
+        .output()
+        .expect("run git");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap().trim().to_string()
+}
+
+/// Writes `files` into the repository at `dir` and commits them; returns the commit.
+fn commit(dir: &Path, files: &[(&str, &str)]) -> String {
+    for (path, content) in files {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "change"]);
+    git(dir, &["rev-parse", "HEAD"])
+}
+
+const CONFIG_MAP: &str =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: blue\n";
+
+fn git_repo(server: &TestServer, name: &str) -> Value {
+    serde_json::from_str(&server.kubectl_ok(&[
+        "get",
+        "gitrepo",
+        name,
+        "-n",
+        "fleet-default",
+        "-o",
+        "json",
+    ]))
+    .unwrap()
+}
+
+fn condition(repo: &Value, type_: &str) -> Value {
+    repo["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+fn bundle(server: &TestServer, name: &str) -> Option<Value> {
+    let output = server.kubectl(&["get", "bundle", name, "-n", "fleet-default", "-o", "json"]);
+    output
+        .status
+        .success()
+        .then(|| serde_json::from_slice(&output.stdout).unwrap())
+}
+
+#[test]
+fn a_git_repo_becomes_bundles_follows_new_commits_and_keeps_the_last_good_one() {
+    let server = TestServer::start();
+    let work = tempfile::tempdir().unwrap();
+    let upstream = work.path().join("platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    let first = commit(
+        &upstream,
+        &[
+            ("apps/base.yaml", CONFIG_MAP),
+            ("apps/web/fleet.yaml", "defaultNamespace: web\n"),
+            ("apps/web/app.yaml", CONFIG_MAP),
+            ("docs/README.md", "not a manifest"),
+        ],
+    );
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: platform\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n  paths: [apps]\n  pollingInterval: 1s\n  targets:\n  - clusterSelector: {{matchLabels: {{env: prod}}}}\n",
+            upstream.display()
+        ),
+    );
+    eventually("the first commit is deployed as two bundles", || {
+        git_repo(&server, "platform")["status"]["commit"] == first.as_str()
+            && bundle(&server, "platform-apps").is_some()
+            && bundle(&server, "platform-apps-web").is_some()
+    });
+    let repo = git_repo(&server, "platform");
+    assert_eq!(condition(&repo, "Accepted")["status"], "True", "{repo}");
+    let web = bundle(&server, "platform-apps-web").unwrap();
+    assert_eq!(web["spec"]["defaultNamespace"], "web");
+    assert_eq!(web["spec"]["resources"][0]["name"], "app.yaml");
+    assert_eq!(
+        web["metadata"]["labels"]["fleet.cattle.io/commit"],
+        first.as_str()
+    );
+    assert_eq!(
+        web["spec"]["targets"][0]["clusterSelector"]["matchLabels"]["env"],
+        "prod"
+    );
+    let table = server.kubectl_ok(&["get", "gitrepo", "-n", "fleet-default"]);
+    assert!(table.contains(&first), "{table}");
+
+    // A new commit is seen within the polling interval.
+    let second = commit(
+        &upstream,
+        &[("apps/web/app.yaml", &CONFIG_MAP.replace("blue", "green"))],
+    );
+    eventually("the second commit is deployed", || {
+        bundle(&server, "platform-apps-web").is_some_and(|b| {
+            b["spec"]["resources"][0]["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("green"))
+        }) && git_repo(&server, "platform")["status"]["commit"] == second.as_str()
+    });
+
+    // A commit that cannot be deployed changes nothing, and says which file and why.
+    let broken = commit(&upstream, &[("apps/web/broken.yaml", "kind: [unclosed")]);
+    eventually("the broken commit is refused", || {
+        let repo = git_repo(&server, "platform");
+        repo["status"]["pollingCommit"] == broken.as_str()
+            && condition(&repo, "Accepted")["status"] == "False"
+    });
+    let repo = git_repo(&server, "platform");
+    let refused = condition(&repo, "Accepted");
+    assert_eq!(refused["reason"], "InvalidBundle", "{refused}");
+    let message = refused["message"].as_str().unwrap();
+    assert!(
+        message.contains("apps/web/broken.yaml") && message.contains("last good commit"),
+        "{message}"
+    );
+    assert_eq!(
+        repo["status"]["commit"],
+        second.as_str(),
+        "the last good commit stays"
+    );
+    assert_eq!(condition(&repo, "Ready")["status"], "False");
+
+    // Fixed, and a path removed: its bundle goes.
+    git(&upstream, &["rm", "-q", "-r", "apps/web"]);
+    let fixed = commit(&upstream, &[]);
+    eventually(
+        "the fix is deployed and the removed path's bundle deleted",
+        || {
+            git_repo(&server, "platform")["status"]["commit"] == fixed.as_str()
+                && bundle(&server, "platform-apps-web").is_none()
+        },
+    );
+
+    // Deleting the GitRepo deletes its bundles and its clone.
+    let uid = git_repo(&server, "platform")["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let clone = server.data_dir().join("fleet/git").join(&uid);
+    assert!(clone.is_dir(), "the clone lives under the data dir");
+    server.kubectl_ok(&[
+        "delete",
+        "gitrepo",
+        "platform",
+        "-n",
+        "fleet-default",
+        "--timeout=30s",
+    ]);
+    eventually("its bundles are gone", || {
+        bundle(&server, "platform-apps").is_none()
+    });
+    assert!(!clone.exists(), "the clone is removed");
+}
+
+#[test]
+fn unreachable_repositories_and_missing_branches_are_conditions_not_crashes() {
+    let server = TestServer::start();
+    let work = tempfile::tempdir().unwrap();
+    let upstream = work.path().join("repo");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    commit(&upstream, &[("cm.yaml", CONFIG_MAP)]);
+    let apply = |name: &str, url: &str, branch: &str| {
+        server.apply_ok(
+            &["apply", "-f", "-"],
+            &format!(
+                "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: {name}\n  namespace: fleet-default\nspec:\n  repo: {url}\n  branch: {branch}\n"
+            ),
+        )
+    };
+    apply(
+        "no-branch",
+        &format!("file://{}", upstream.display()),
+        "release",
+    );
+    apply(
+        "nowhere",
+        &format!("file://{}/missing", work.path().display()),
+        "main",
+    );
+    apply("bad-credential", "https://example.invalid/repo.git", "main");
+    server.kubectl_ok(&[
+        "patch",
+        "gitrepo",
+        "bad-credential",
+        "-n",
+        "fleet-default",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"clientSecretName":"missing"}}"#,
+    ]);
+    let reason = |name: &str| condition(&git_repo(&server, name), "Accepted")["reason"].clone();
+    eventually("each says what is wrong", || {
+        reason("no-branch") == "BranchNotFound"
+            && reason("nowhere") == "Unreachable"
+            && reason("bad-credential") == "CredentialNotFound"
+    });
+    let message = condition(&git_repo(&server, "no-branch"), "Accepted")["message"].clone();
+    assert!(
+        message.as_str().unwrap().contains("\"release\""),
+        "{message}"
+    );
+    let events = server.kubectl_ok(&["get", "events", "-n", "fleet-default", "-o", "json"]);
+    assert!(
+        events.contains("BranchNotFound"),
+        "a Warning Event says so too"
+    );
+    assert!(!server.log().contains("panicked"), "{}", server.log());
 }
