@@ -374,6 +374,7 @@ fn builtin_crds_are_the_served_kinds_in_order() {
             "bundledeployments.fleet.cattle.io",
             "clusters.fleet.cattle.io",
             "clustergroups.fleet.cattle.io",
+            "contents.fleet.cattle.io",
         ]
     );
 }

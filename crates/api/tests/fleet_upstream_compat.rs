@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
-use lariat_api::fleet::{Bundle, BundleDeployment, ClusterGroup, FleetCluster, GitRepo};
+use lariat_api::fleet::{Bundle, BundleDeployment, ClusterGroup, Content, FleetCluster, GitRepo};
 use serde_json::Value;
 
 /// lariat's additions to Fleet's schemas, by kind and path.
@@ -47,6 +47,7 @@ fn ours() -> Vec<CustomResourceDefinition> {
         BundleDeployment::crd(),
         FleetCluster::crd(),
         ClusterGroup::crd(),
+        Content::crd(),
     ]
 }
 
@@ -122,14 +123,14 @@ fn every_field_is_fleets_with_fleets_type() {
         let theirs = upstream_kind(&kind);
         let theirs = &support::version(&theirs, "v1alpha1")["schema"]["openAPIV3Schema"];
         let schema = support::only_schema(&ours);
-        for part in ["spec", "status"] {
-            compare(
-                &kind,
-                &format!(".{part}"),
-                &schema["properties"][part],
-                &theirs["properties"][part],
-                &mut problems,
-            );
+        for (part, ours) in schema["properties"].as_object().unwrap() {
+            if ["apiVersion", "kind", "metadata"].contains(&part.as_str()) {
+                continue;
+            }
+            match theirs["properties"].get(part) {
+                Some(theirs) => compare(&kind, &format!(".{part}"), ours, theirs, &mut problems),
+                None => problems.push(format!(".{part}: not a field of Fleet's {kind}")),
+            }
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
@@ -164,8 +165,8 @@ fn kubectl_get_shows_what_fleet_users_read() {
         let crd = support::to_json(crd);
         support::version(&crd, "v1alpha1")["additionalPrinterColumns"]
             .as_array()
-            .unwrap()
-            .iter()
+            .into_iter()
+            .flatten()
             .map(|c| {
                 (
                     c["name"].as_str().unwrap().to_string(),

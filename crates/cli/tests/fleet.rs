@@ -100,13 +100,17 @@ fn clusters_still_means_cluster_api_beside_fleets_clusters() {
     let table = server.kubectl_ok(&["get", "clusters", "-A"]);
     assert!(header(&table).contains(&"PHASE".to_string()), "{table}");
     assert!(!table.contains("fleet-default"), "{table}");
+    // Fleet's, by its full name: the one applied, and the one lariat keeps for the Cluster.
     let fleet = server.kubectl_ok(&["get", "clusters.fleet.cattle.io", "-A"]);
+    let rows: Vec<Vec<&str>> = fleet
+        .lines()
+        .skip(1)
+        .map(|row| row.split_whitespace().take(2).collect())
+        .collect();
     assert!(
         header(&fleet).contains(&"BUNDLES-READY".to_string())
-            && fleet
-                .lines()
-                .nth(1)
-                .is_some_and(|row| row.starts_with("fleet-default")),
+            && rows.contains(&vec!["fleet-default", "prod-us-east"])
+            && rows.contains(&vec!["default", "prod-us-east"]),
         "{fleet}"
     );
 }
@@ -341,4 +345,166 @@ fn unreachable_repositories_and_missing_branches_are_conditions_not_crashes() {
         "a Warning Event says so too"
     );
     assert!(!server.log().contains("panicked"), "{}", server.log());
+}
+
+fn bundle_deployments(server: &TestServer, bundle: &str) -> Vec<Value> {
+    let list: Value = serde_json::from_str(&server.kubectl_ok(&[
+        "get",
+        "bundledeployments",
+        "-A",
+        "-l",
+        &format!("fleet.cattle.io/bundle-name={bundle}"),
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+fn clusters_of(deployments: &[Value]) -> Vec<String> {
+    let mut names: Vec<String> = deployments
+        .iter()
+        .map(|bd| {
+            bd["metadata"]["labels"]["fleet.cattle.io/cluster"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn bundles_go_to_the_clusters_their_labels_choose_and_follow_relabelling() {
+    let server = TestServer::start();
+    let work = tempfile::tempdir().unwrap();
+    let upstream = work.path().join("platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    commit(&upstream, &[("cm.yaml", CONFIG_MAP)]);
+    for (name, env) in [("a", "prod"), ("b", "prod"), ("c", "dev")] {
+        server.apply_ok(
+            &["apply", "-f", "-"],
+            &format!("apiVersion: cluster.x-k8s.io/v1beta1\nkind: Cluster\nmetadata:\n  name: {name}\n  namespace: fleet-default\n  labels: {{env: {env}}}\nspec: {{}}\n"),
+        );
+    }
+    eventually(
+        "each Cluster has its Fleet Cluster, labels and namespace",
+        || {
+            let list: Value = serde_json::from_str(&server.kubectl_ok(&[
+                "get",
+                "clusters.fleet.cattle.io",
+                "-n",
+                "fleet-default",
+                "-o",
+                "json",
+            ]))
+            .unwrap();
+            let items = list["items"].as_array().cloned().unwrap_or_default();
+            items.len() == 3
+                && items.iter().all(|c| c["status"]["namespace"].is_string())
+                && items.iter().any(|c| {
+                    c["metadata"]["name"] == "c" && c["metadata"]["labels"]["env"] == "dev"
+                })
+        },
+    );
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: platform\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n  targets:\n  - clusterSelector: {{matchLabels: {{env: prod}}}}\n",
+            upstream.display()
+        ),
+    );
+    eventually("a BundleDeployment for each prod cluster", || {
+        clusters_of(&bundle_deployments(&server, "platform")) == ["a", "b"]
+    });
+    let deployment = &bundle_deployments(&server, "platform")[0];
+    let id = deployment["spec"]["deploymentID"].as_str().unwrap();
+    let content = id.split(':').next().unwrap();
+    let stored: Value =
+        serde_json::from_str(&server.kubectl_ok(&["get", "content", content, "-o", "json"]))
+            .unwrap();
+    use base64::Engine;
+    let manifests: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(stored["content"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifests[0]["kind"], "ConfigMap", "{manifests}");
+
+    // Nothing has applied them yet: the GitRepo says 0 of 2, and the Bundle names who waits.
+    eventually("the rollup counts the clusters", || {
+        git_repo(&server, "platform")["status"]["display"]["readyBundleDeployments"] == "0/2"
+    });
+    let bundle = bundle(&server, "platform").unwrap();
+    let group = &bundle["status"]["failureGroups"][0];
+    assert_eq!(group["state"], "WaitApplied", "{bundle}");
+    assert_eq!(group["clusters"], serde_json::json!(["a", "b"]), "{bundle}");
+    let table = server.kubectl_ok(&["get", "gitrepo", "-n", "fleet-default"]);
+    assert!(table.contains("0/2"), "{table}");
+
+    // Relabelling retargets: c gains one, a loses its.
+    server.kubectl_ok(&[
+        "label",
+        "cluster.cluster.x-k8s.io",
+        "c",
+        "-n",
+        "fleet-default",
+        "env=prod",
+        "--overwrite",
+    ]);
+    server.kubectl_ok(&[
+        "label",
+        "cluster.cluster.x-k8s.io",
+        "a",
+        "-n",
+        "fleet-default",
+        "env=dev",
+        "--overwrite",
+    ]);
+    eventually("the BundleDeployments follow the labels", || {
+        clusters_of(&bundle_deployments(&server, "platform")) == ["b", "c"]
+    });
+
+    // A deleted cluster takes its Fleet Cluster, namespace and BundleDeployment with it.
+    let namespace = serde_json::from_str::<Value>(&server.kubectl_ok(&[
+        "get",
+        "clusters.fleet.cattle.io",
+        "b",
+        "-n",
+        "fleet-default",
+        "-o",
+        "json",
+    ]))
+    .unwrap()["status"]["namespace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    server.kubectl_ok(&[
+        "delete",
+        "cluster.cluster.x-k8s.io",
+        "b",
+        "-n",
+        "fleet-default",
+        "--timeout=30s",
+    ]);
+    eventually("b's Fleet side is gone", || {
+        clusters_of(&bundle_deployments(&server, "platform")) == ["c"]
+            && !server
+                .kubectl(&["get", "namespace", &namespace])
+                .status
+                .success()
+            && !server
+                .kubectl(&[
+                    "get",
+                    "clusters.fleet.cattle.io",
+                    "b",
+                    "-n",
+                    "fleet-default",
+                ])
+                .status
+                .success()
+    });
 }

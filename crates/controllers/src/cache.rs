@@ -29,7 +29,7 @@ use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
-use lariat_api::fleet::{Bundle, BundleDeployment, ClusterGroup, FleetCluster, GitRepo};
+use lariat_api::fleet::{Bundle, BundleDeployment, ClusterGroup, Content, FleetCluster, GitRepo};
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
@@ -120,6 +120,7 @@ cached_as_struct!(
     BundleDeployment,
     FleetCluster,
     ClusterGroup,
+    Content,
 );
 
 /// Whether this process holds the kind as its struct (so it has no JSON cache: one

@@ -8,14 +8,20 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use kube::Client;
-use lariat_api::fleet::{Bundle, GitRepo};
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use lariat_api::capi::Cluster;
+use lariat_api::fleet::{Bundle, BundleDeployment, ClusterGroup, FleetCluster, GitRepo};
 use lariat_controllers::cache::Caches;
 use lariat_controllers::{controller_on, controller_owner, error_policy, finished};
 
+pub mod bundle;
+pub mod cluster;
 pub mod conditions;
 pub mod git;
 pub mod git_repo;
 pub mod scan;
+pub mod target;
 
 /// Shared by every Fleet reconcile.
 pub struct Context {
@@ -50,15 +56,64 @@ pub async fn run(
 ) {
     let context = Arc::new(Context::new(caches.clone(), dir));
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
-    controller_on(&caches.typed::<GitRepo>())
+    let bundles = caches.typed::<Bundle>();
+    let git_repos = controller_on(&caches.typed::<GitRepo>())
         // A Bundle's status change rolls up into its GitRepo.
         .watches_shared_stream_with(
-            caches.typed::<Bundle>().changes(),
+            bundles.changes(),
             controller_owner::<GitRepo, Bundle>(()),
             (),
         )
+        .graceful_shutdown_on(shutdown.clone())
+        .run(git_repo::reconcile, error_policy, context.clone())
+        .for_each(finished("gitrepo"));
+    let mirror = controller_on(&caches.typed::<Cluster>())
+        .graceful_shutdown_on(shutdown.clone())
+        .run(cluster::mirror, error_policy, context.clone())
+        .for_each(finished("fleetcluster-mirror"));
+    let fleet_clusters = controller_on(&caches.typed::<FleetCluster>())
+        .graceful_shutdown_on(shutdown.clone())
+        .run(cluster::reconcile, error_policy, context.clone())
+        .for_each(finished("fleetcluster"));
+    // Bundles are woken by their BundleDeployments, and by every change of a cluster or a
+    // ClusterGroup of their namespace (a label change may retarget them).
+    let of_namespace = {
+        let bundles = bundles.clone();
+        move |namespace: Option<&str>| -> Vec<ObjectRef<Bundle>> {
+            bundles
+                .store()
+                .state()
+                .iter()
+                .filter(|b| b.metadata.namespace.as_deref() == namespace)
+                .map(|b| ObjectRef::from_obj(b.as_ref()))
+                .collect()
+        }
+    };
+    let (by_cluster, by_group) = (of_namespace.clone(), of_namespace);
+    let bundle_controller = controller_on(&bundles)
+        .watches_shared_stream_with(
+            caches.typed::<BundleDeployment>().changes(),
+            |bd: Arc<BundleDeployment>| {
+                let labels = bd.labels();
+                Some(
+                    ObjectRef::new(labels.get(bundle::BUNDLE_NAME_LABEL)?)
+                        .within(labels.get(bundle::BUNDLE_NAMESPACE_LABEL)?),
+                )
+            },
+            (),
+        )
+        .watches_shared_stream_with(
+            caches.typed::<FleetCluster>().changes(),
+            move |cluster: Arc<FleetCluster>| by_cluster(cluster.metadata.namespace.as_deref()),
+            (),
+        )
+        .watches_shared_stream_with(
+            caches.typed::<ClusterGroup>().changes(),
+            move |group: Arc<ClusterGroup>| by_group(group.metadata.namespace.as_deref()),
+            (),
+        )
         .graceful_shutdown_on(shutdown)
-        .run(git_repo::reconcile, error_policy, context)
-        .for_each(finished("gitrepo"))
-        .await;
+        .run(bundle::reconcile, error_policy, context)
+        .for_each(finished("bundle"));
+    tokio::join!(git_repos, mirror, fleet_clusters, bundle_controller);
 }

@@ -9,6 +9,7 @@
 //! - [`FleetCluster`] (kind `Cluster`): Fleet's view of one lariat Cluster, same namespace and
 //!   name, its labels following it.
 //! - [`ClusterGroup`]: clusters chosen by label, to target together.
+//! - [`Content`]: the resolved manifests of a BundleDeployment, stored once per distinct set.
 //!
 //! Beyond Fleet, GitRepo and Bundle status carry [`FailureGroup`]s: which clusters fail for
 //! the same reason.
@@ -18,6 +19,7 @@ mod bundle_deployment;
 mod cluster;
 mod cluster_group;
 mod common;
+mod content;
 mod git_repo;
 
 pub use bundle::{
@@ -33,6 +35,7 @@ pub use cluster_group::{ClusterGroup, ClusterGroupSpec, ClusterGroupStatus};
 pub use common::{
     BundleSummary, CorrectDrift, FailureGroup, FleetCondition, ResourceCounts, Target, YamlOptions,
 };
+pub use content::{Content, ContentFields, ContentStatus};
 pub use git_repo::{GitRepo, GitRepoDisplay, GitRepoSpec, GitRepoStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -55,5 +58,6 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         BundleDeployment::crd(),
         FleetCluster::crd(),
         ClusterGroup::crd(),
+        Content::crd(),
     ]
 }

@@ -1,0 +1,567 @@
+//! The Bundle controller: one BundleDeployment per cluster a Bundle targets, in that
+//! cluster's namespace, naming the Content (the manifests resolved for it, stored once per
+//! distinct set) and the options to apply it with; BundleDeployments of clusters no longer
+//! targeted are deleted. The Bundle's status counts them by state and groups the clusters
+//! that are not ready by cause.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::ByteString;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use lariat_api::fleet::{
+    Bundle, BundleDeployment, BundleDeploymentOptions, BundleDeploymentSpec, BundleDisplay,
+    BundleSpec, BundleStatus, BundleSummary, BundleTarget, ClusterGroup, Content, ContentFields,
+    FailureGroup, FleetCluster,
+};
+use lariat_controllers::Error;
+use lariat_controllers::object::{ensure_finalizer, patch_status, remove_finalizer};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::target::{Candidate, target_for};
+use crate::{Context, conditions};
+
+/// Kept on a Bundle until its BundleDeployments (in other namespaces) are deleted.
+pub const FINALIZER: &str = "fleet.cattle.io/bundle-finalizer";
+/// On every BundleDeployment: its Bundle, and its cluster.
+pub const BUNDLE_NAME_LABEL: &str = "fleet.cattle.io/bundle-name";
+pub const BUNDLE_NAMESPACE_LABEL: &str = "fleet.cattle.io/bundle-namespace";
+pub const CLUSTER_LABEL: &str = "fleet.cattle.io/cluster";
+/// The field manager BundleDeployments are written as.
+const MANAGER: &str = "lariat-fleet";
+/// Directory of a bundle whose files customize it per target (`yaml.overlays`).
+const OVERLAYS: &str = "overlays/";
+
+/// The manifests of a bundle for one target: every document of its files (overlays aside),
+/// with the target's overlays applied (a file of the overlay replaces or adds the file of the
+/// same name; `<name>_patch.yaml` merge-patches each document of `<name>.yaml`).
+pub fn resolve(spec: &BundleSpec, target: &BundleTarget) -> Result<Vec<Value>, String> {
+    let resources = spec.resources.as_deref().unwrap_or_default();
+    let content = |name: &str| -> Option<&str> {
+        resources
+            .iter()
+            .find(|r| r.name.as_deref() == Some(name))
+            .and_then(|r| r.content.as_deref())
+    };
+    let mut files: BTreeMap<String, String> = resources
+        .iter()
+        .filter_map(|r| Some((r.name.clone()?, r.content.clone().unwrap_or_default())))
+        .filter(|(name, _)| !name.starts_with(OVERLAYS))
+        .collect();
+    let mut patches: Vec<(String, String)> = Vec::new();
+    let overlays = spec
+        .yaml
+        .iter()
+        .chain(target.yaml.iter())
+        .flat_map(|y| y.overlays.iter().flatten());
+    for overlay in overlays {
+        let prefix = format!("{OVERLAYS}{overlay}/");
+        let mut found = false;
+        for resource in resources {
+            let Some(name) = resource.name.as_deref() else {
+                continue;
+            };
+            let Some(relative) = name.strip_prefix(&prefix) else {
+                continue;
+            };
+            found = true;
+            let text = content(name).unwrap_or_default().to_string();
+            match ["_patch.yaml", "_patch.yml", "_patch.json"]
+                .iter()
+                .find_map(|suffix| relative.strip_suffix(suffix))
+            {
+                Some(base) => patches.push((base.to_string(), text)),
+                None => {
+                    files.insert(relative.to_string(), text);
+                }
+            }
+        }
+        if !found {
+            return Err(format!("overlay {overlay:?} has no files under {prefix}"));
+        }
+    }
+    let mut documents: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for (name, text) in &files {
+        documents.insert(name.clone(), parse(name, text)?);
+    }
+    for (base, patch) in patches {
+        let target_file = ["yaml", "yml", "json"]
+            .iter()
+            .map(|ext| format!("{base}.{ext}"))
+            .find(|f| documents.contains_key(f))
+            .ok_or_else(|| format!("the patch {base}_patch has no file {base}.yaml to patch"))?;
+        for patch in parse(&format!("{base}_patch"), &patch)? {
+            for document in documents.get_mut(&target_file).into_iter().flatten() {
+                json_patch::merge(document, &patch);
+            }
+        }
+    }
+    Ok(documents.into_values().flatten().collect())
+}
+
+/// The documents of a YAML (or JSON) file, empty ones left out.
+fn parse(name: &str, text: &str) -> Result<Vec<Value>, String> {
+    use serde::Deserialize;
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|document| Value::deserialize(document).map_err(|e| format!("{name}: {e}")))
+        .filter(|d| !matches!(d, Ok(Value::Null)))
+        .collect()
+}
+
+/// The SHA-256 of some bytes, in hex.
+fn sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The BundleDeployments of a Bundle, wherever they are.
+fn deployments_of(ctx: &Context, namespace: &str, name: &str) -> Vec<Arc<BundleDeployment>> {
+    ctx.caches
+        .typed::<BundleDeployment>()
+        .store()
+        .state()
+        .into_iter()
+        .filter(|bd| {
+            bd.labels().get(BUNDLE_NAMESPACE_LABEL).map(String::as_str) == Some(namespace)
+                && bd.labels().get(BUNDLE_NAME_LABEL).map(String::as_str) == Some(name)
+        })
+        .collect()
+}
+
+/// Where one targeted cluster stands.
+struct Standing {
+    cluster: String,
+    state: &'static str,
+    message: String,
+}
+
+pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = bundle.namespace().unwrap_or_default();
+    let name = bundle.name_any();
+    let api: Api<Bundle> = Api::namespaced(ctx.client.clone(), &namespace);
+    ctx.caches.typed::<BundleDeployment>().synced().await?;
+    if bundle.metadata.deletion_timestamp.is_some() {
+        for bd in deployments_of(&ctx, &namespace, &name) {
+            let bds: Api<BundleDeployment> =
+                Api::namespaced(ctx.client.clone(), &bd.namespace().unwrap_or_default());
+            match bds.delete(&bd.name_any(), &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        remove_finalizer(&api, &bundle, FINALIZER).await?;
+        return Ok(Action::await_change());
+    }
+    if ensure_finalizer(&api, &bundle, FINALIZER).await? {
+        return Ok(Action::await_change());
+    }
+    let clusters_cache = ctx.caches.typed::<FleetCluster>();
+    clusters_cache.synced().await?;
+    let groups_cache = ctx.caches.typed::<ClusterGroup>();
+    groups_cache.synced().await?;
+    let in_namespace = |ns: Option<&str>| ns == Some(namespace.as_str());
+    let mut clusters: Vec<Arc<FleetCluster>> = clusters_cache
+        .store()
+        .state()
+        .into_iter()
+        .filter(|c| in_namespace(c.metadata.namespace.as_deref()))
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .collect();
+    clusters.sort_by(|a, b| a.name_any().cmp(&b.name_any()));
+    let groups: Vec<Arc<ClusterGroup>> = groups_cache
+        .store()
+        .state()
+        .into_iter()
+        .filter(|g| in_namespace(g.metadata.namespace.as_deref()))
+        .collect();
+    let groups: Vec<&ClusterGroup> = groups.iter().map(|g| g.as_ref()).collect();
+
+    let existing = deployments_of(&ctx, &namespace, &name);
+    let mut wanted: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut standings: Vec<Standing> = Vec::new();
+    for cluster in &clusters {
+        let Some(target) = target_for(&bundle.spec, &Candidate::of(cluster), &groups) else {
+            continue;
+        };
+        let cluster_name = cluster.name_any();
+        let Some(cluster_namespace) = cluster.status.as_ref().and_then(|s| s.namespace.clone())
+        else {
+            standings.push(Standing {
+                cluster: cluster_name,
+                state: "Pending",
+                message: "the cluster's namespace does not exist yet".into(),
+            });
+            continue;
+        };
+        let manifests = match resolve(&bundle.spec, target) {
+            Ok(manifests) => manifests,
+            Err(message) => {
+                standings.push(Standing {
+                    cluster: cluster_name,
+                    state: "InvalidCustomization",
+                    message,
+                });
+                continue;
+            }
+        };
+        let content = serde_json::to_vec(&manifests).map_err(|e| Error::Invalid(e.to_string()))?;
+        let sha = sha256(&content);
+        let content_name = format!("s-{sha}");
+        ensure_content(&ctx, &content_name, content, &sha).await?;
+        let options = BundleDeploymentOptions {
+            default_namespace: target
+                .default_namespace
+                .clone()
+                .or(bundle.spec.default_namespace.clone()),
+            namespace: target.namespace.clone().or(bundle.spec.namespace.clone()),
+            keep_resources: bundle.spec.keep_resources,
+            correct_drift: bundle.spec.correct_drift.clone(),
+        };
+        let options_hash = sha256(&serde_json::to_vec(&options).unwrap_or_default());
+        let spec = BundleDeploymentSpec {
+            deployment_id: Some(format!("{content_name}:{}", &options_hash[..16])),
+            options: Some(options),
+            correct_drift: bundle.spec.correct_drift.clone(),
+            paused: bundle.spec.paused || cluster.spec.paused,
+            ..Default::default()
+        };
+        wanted.insert((cluster_namespace.clone(), name.clone()));
+        let current = existing
+            .iter()
+            .find(|bd| bd.namespace().as_deref() == Some(cluster_namespace.as_str()));
+        if current.is_none_or(|bd| bd.spec != spec) {
+            write_deployment(
+                &ctx,
+                &bundle,
+                &cluster_name,
+                &cluster_namespace,
+                spec.clone(),
+            )
+            .await?;
+        }
+        standings.push(standing(
+            &cluster_name,
+            current.map(|bd| bd.as_ref()),
+            &spec,
+        ));
+    }
+    for stale in existing
+        .iter()
+        .filter(|bd| !wanted.contains(&(bd.namespace().unwrap_or_default(), bd.name_any())))
+    {
+        let bds: Api<BundleDeployment> =
+            Api::namespaced(ctx.client.clone(), &stale.namespace().unwrap_or_default());
+        match bds
+            .delete(&stale.name_any(), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let before = bundle.status.clone().unwrap_or_default();
+    let status = summarize(&bundle, &before, &standings);
+    if status != before {
+        let value = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
+        patch_status(&api, &name, value).await?;
+    }
+    // Its BundleDeployments', clusters' and groups' changes wake it.
+    Ok(lariat_controllers::resync())
+}
+
+/// Creates the Content if it does not exist yet (it never changes: its name is its hash).
+async fn ensure_content(
+    ctx: &Context,
+    name: &str,
+    content: Vec<u8>,
+    sha: &str,
+) -> Result<(), Error> {
+    if ctx.caches.typed::<Content>().get("", name).await?.is_some() {
+        return Ok(());
+    }
+    let contents: Api<Content> = Api::all(ctx.client.clone());
+    let object = Content {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        spec: ContentFields {
+            content: Some(ByteString(content)),
+            sha256sum: Some(sha.to_string()),
+        },
+        status: None,
+    };
+    match contents.create(&PostParams::default(), &object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn write_deployment(
+    ctx: &Context,
+    bundle: &Bundle,
+    cluster: &str,
+    namespace: &str,
+    spec: BundleDeploymentSpec,
+) -> Result<(), Error> {
+    let name = bundle.name_any();
+    let object = BundleDeployment {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(namespace.to_string()),
+            labels: Some(BTreeMap::from([
+                (BUNDLE_NAME_LABEL.to_string(), name.clone()),
+                (
+                    BUNDLE_NAMESPACE_LABEL.to_string(),
+                    bundle.namespace().unwrap_or_default(),
+                ),
+                (CLUSTER_LABEL.to_string(), cluster.to_string()),
+            ])),
+            ..Default::default()
+        },
+        spec,
+        status: None,
+    };
+    let mut body = serde_json::to_value(&object).map_err(|e| Error::Invalid(e.to_string()))?;
+    body["apiVersion"] = lariat_api::fleet::API_VERSION.into();
+    body["kind"] = "BundleDeployment".into();
+    let api: Api<BundleDeployment> = Api::namespaced(ctx.client.clone(), namespace);
+    api.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Where a cluster stands with its BundleDeployment (as it was before this reconcile wrote
+/// a new version, if it did).
+fn standing(
+    cluster: &str,
+    current: Option<&BundleDeployment>,
+    spec: &BundleDeploymentSpec,
+) -> Standing {
+    let status = current.and_then(|bd| bd.status.as_ref());
+    let condition = |type_: &str| {
+        status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == type_))
+    };
+    let message = |type_: &str| {
+        condition(type_)
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default()
+    };
+    let (state, message) = match status {
+        None => (
+            "WaitApplied",
+            "waiting for the cluster's agent to apply it".to_string(),
+        ),
+        Some(_) if condition("Deployed").is_some_and(|c| c.status == "False") => {
+            ("ErrApplied", message("Deployed"))
+        }
+        Some(s) if s.applied_deployment_id != spec.deployment_id => (
+            "WaitApplied",
+            "waiting for the cluster's agent to apply the new version".to_string(),
+        ),
+        Some(s) if !s.ready => ("NotReady", message("Ready")),
+        Some(s) if !s.non_modified => ("Modified", message("Monitored")),
+        Some(_) => ("Ready", String::new()),
+    };
+    Standing {
+        cluster: cluster.to_string(),
+        state,
+        message,
+    }
+}
+
+/// A message with what differs between clusters taken out (cluster names, hashes, numbers,
+/// times), so clusters failing for the same reason share one group.
+pub fn normalize(message: &str, cluster: &str) -> String {
+    static PATTERNS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"\d{4}-\d\d-\d\dT[\d:.]+Z?|\b[0-9a-f]{5,}\b|-[a-z0-9]{5}\b|\b\d+(\.\d+)?\b",
+        )
+        .expect("a valid pattern")
+    });
+    // The cluster's name as a word of its own (a cluster called "a" is not every letter a).
+    let without_cluster = match regex::Regex::new(&format!(r"\b{}\b", regex::escape(cluster))) {
+        Ok(name) if !cluster.is_empty() => name.replace_all(message, "<cluster>").into_owned(),
+        _ => message.to_string(),
+    };
+    PATTERNS.replace_all(&without_cluster, "<n>").into_owned()
+}
+
+/// The Bundle's status from where its clusters stand.
+fn summarize(bundle: &Bundle, before: &BundleStatus, standings: &[Standing]) -> BundleStatus {
+    let mut summary = BundleSummary {
+        desired_ready: standings.len() as i32,
+        ..Default::default()
+    };
+    let mut groups: BTreeMap<(&str, String), Vec<&Standing>> = BTreeMap::new();
+    for standing in standings {
+        match standing.state {
+            "Ready" => summary.ready += 1,
+            "NotReady" => summary.not_ready += 1,
+            "Modified" => summary.modified += 1,
+            "ErrApplied" | "InvalidCustomization" => summary.err_applied += 1,
+            "WaitApplied" => summary.wait_applied += 1,
+            _ => summary.pending += 1,
+        }
+        if standing.state != "Ready" {
+            groups
+                .entry((
+                    standing.state,
+                    normalize(&standing.message, &standing.cluster),
+                ))
+                .or_default()
+                .push(standing);
+        }
+    }
+    let mut failure_groups: Vec<FailureGroup> = groups
+        .into_iter()
+        .map(|((state, _), members)| FailureGroup {
+            state: state.to_string(),
+            message: members[0].message.clone(),
+            count: members.len() as i32,
+            clusters: members.iter().take(50).map(|m| m.cluster.clone()).collect(),
+        })
+        .collect();
+    failure_groups.sort_by(|a, b| b.count.cmp(&a.count).then(a.state.cmp(&b.state)));
+    let ready = summary.ready == summary.desired_ready;
+    let message = failure_groups
+        .iter()
+        .take(3)
+        .map(|g| {
+            let who = g
+                .clusters
+                .iter()
+                .take(3)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
+            let more = if g.count > 3 {
+                format!(" and {} more", g.count - 3)
+            } else {
+                String::new()
+            };
+            if g.message.is_empty() {
+                format!("{} on {who}{more}", g.state)
+            } else {
+                format!("{} on {who}{more}: {}", g.state, g.message)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut list = before.conditions.clone().unwrap_or_default();
+    conditions::set(
+        &mut list,
+        "Ready",
+        ready,
+        if ready { "" } else { "NotReady" },
+        &message,
+    );
+    BundleStatus {
+        observed_generation: bundle.metadata.generation,
+        display: Some(BundleDisplay {
+            ready_clusters: Some(format!("{}/{}", summary.ready, summary.desired_ready)),
+            state: failure_groups.first().map(|g| g.state.clone()),
+        }),
+        summary: Some(summary),
+        conditions: Some(list),
+        failure_groups: (!failure_groups.is_empty()).then_some(failure_groups),
+        ..before.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lariat_api::fleet::{BundleResource, YamlOptions};
+
+    fn resource(name: &str, content: &str) -> BundleResource {
+        BundleResource {
+            name: Some(name.into()),
+            content: Some(content.into()),
+            encoding: None,
+        }
+    }
+
+    #[test]
+    fn overlays_replace_and_patch_per_target() {
+        let spec = BundleSpec {
+            resources: Some(vec![
+                resource(
+                    "cm.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {color: blue, size: m}\n",
+                ),
+                resource(
+                    "more.yaml",
+                    "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n---\n",
+                ),
+                resource(
+                    "overlays/eu/cm_patch.yaml",
+                    "data: {color: green, size: null}\n",
+                ),
+                resource(
+                    "overlays/eu/extra.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: extra}\n",
+                ),
+            ]),
+            ..Default::default()
+        };
+        let plain = resolve(&spec, &BundleTarget::default()).unwrap();
+        assert_eq!(plain.len(), 2, "overlays are not manifests by themselves");
+        assert_eq!(plain[0]["data"]["color"], "blue");
+        let eu = BundleTarget {
+            yaml: Some(YamlOptions {
+                overlays: Some(vec!["eu".into()]),
+            }),
+            ..Default::default()
+        };
+        let customized = resolve(&spec, &eu).unwrap();
+        assert_eq!(customized.len(), 3);
+        assert_eq!(customized[0]["data"], serde_json::json!({"color": "green"}));
+        assert_eq!(customized[1]["metadata"]["name"], "extra");
+        let missing = BundleTarget {
+            yaml: Some(YamlOptions {
+                overlays: Some(vec!["us".into()]),
+            }),
+            ..Default::default()
+        };
+        assert!(
+            resolve(&spec, &missing)
+                .unwrap_err()
+                .contains("overlay \"us\"")
+        );
+    }
+
+    #[test]
+    fn messages_that_differ_only_by_cluster_hash_or_count_group_together() {
+        let a = normalize(
+            "Deployment web-7d9f8c6b5-x2k4p on prod-1: 0/3 replicas available",
+            "prod-1",
+        );
+        let b = normalize(
+            "Deployment web-84c6d5f9b-qq7zt on prod-22: 1/3 replicas available",
+            "prod-22",
+        );
+        assert_eq!(a, b);
+        assert_ne!(a, normalize("image pull failed on prod-1", "prod-1"));
+        let short = |cluster| normalize("waiting for the cluster's agent to apply it", cluster);
+        assert_eq!(
+            short("a"),
+            short("b"),
+            "a one-letter cluster name is not every letter"
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! Fleet's Clusters: one for every lariat Cluster (cluster.x-k8s.io), same namespace and
+//! name, owned by it and carrying its labels, so targets choose clusters by the labels users
+//! put on the Clusters they manage. Each gets a namespace of its own for its
+//! BundleDeployments (`cluster-<namespace>-<name>-<hash>`, as Fleet's), which its agent reads
+//! and nothing else does.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::ResourceExt;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use lariat_api::capi::Cluster;
+use lariat_api::fleet::{FleetCluster, FleetClusterSpec};
+use lariat_controllers::Error;
+use lariat_controllers::object::{owner_reference, patch_status, remove_finalizer};
+use serde_json::{Value, json};
+
+use crate::Context;
+
+/// Kept on a Fleet Cluster until its BundleDeployments' namespace is deleted.
+pub const FINALIZER: &str = "fleet.cattle.io/cluster-finalizer";
+/// On a cluster's namespace: whose it is.
+pub const CLUSTER_NAMESPACE_LABEL: &str = "fleet.cattle.io/cluster-namespace";
+pub const CLUSTER_NAME_LABEL: &str = "fleet.cattle.io/cluster";
+
+/// The namespace of a cluster's BundleDeployments: readable, unique (a hash of the whole keeps
+/// long names apart), within Kubernetes' 63 characters.
+pub fn cluster_namespace(namespace: &str, name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let hash = Sha256::digest(format!("{namespace}/{name}").as_bytes());
+    let hash: String = hash.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    let mut readable = format!("cluster-{namespace}-{name}");
+    readable.truncate(63 - 9);
+    format!("{}-{hash}", readable.trim_end_matches('-'))
+}
+
+/// Keeps the Fleet Cluster of a lariat Cluster, and its namespace.
+pub async fn mirror(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if cluster.metadata.deletion_timestamp.is_some() {
+        // The garbage collector deletes its Fleet Cluster; that one's finalizer the namespace.
+        return Ok(Action::await_change());
+    }
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let own_namespace = cluster_namespace(&namespace, &name);
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    if namespaces.get_opt(&own_namespace).await?.is_none() {
+        let object = Namespace {
+            metadata: ObjectMeta {
+                name: Some(own_namespace.clone()),
+                labels: Some(BTreeMap::from([
+                    (CLUSTER_NAMESPACE_LABEL.to_string(), namespace.clone()),
+                    (CLUSTER_NAME_LABEL.to_string(), name.clone()),
+                ])),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match namespaces.create(&PostParams::default(), &object).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let api: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    let labels = cluster.labels().clone();
+    let existing = ctx
+        .caches
+        .typed::<FleetCluster>()
+        .get(&namespace, &name)
+        .await?;
+    let fleet = match existing {
+        None => {
+            let owner = serde_json::from_value(owner_reference(cluster.as_ref(), true))
+                .map_err(|e| Error::Invalid(e.to_string()))?;
+            let object = FleetCluster {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(namespace.clone()),
+                    labels: Some(labels.clone()),
+                    owner_references: Some(vec![owner]),
+                    finalizers: Some(vec![FINALIZER.to_string()]),
+                    ..Default::default()
+                },
+                spec: FleetClusterSpec::default(),
+                status: None,
+            };
+            match api.create(&PostParams::default(), &object).await {
+                Ok(created) => created,
+                // Made meanwhile (the cache lags): the next change brings it back.
+                Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Action::await_change()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Some(fleet) => {
+            if fleet.labels() != &labels {
+                // A merge patch: labels the Cluster lost are removed (null).
+                let mut patch: serde_json::Map<String, Value> = fleet
+                    .labels()
+                    .keys()
+                    .filter(|k| !labels.contains_key(*k))
+                    .map(|k| (k.clone(), Value::Null))
+                    .collect();
+                patch.extend(labels.iter().map(|(k, v)| (k.clone(), json!(v))));
+                api.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": patch}})),
+                )
+                .await?;
+            }
+            (*fleet).clone()
+        }
+    };
+    if fleet.status.as_ref().and_then(|s| s.namespace.as_deref()) != Some(own_namespace.as_str()) {
+        patch_status(&api, &name, json!({"namespace": own_namespace})).await?;
+    }
+    Ok(lariat_controllers::resync())
+}
+
+/// A Fleet Cluster going: its BundleDeployments' namespace goes with it.
+pub async fn reconcile(fleet: Arc<FleetCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if fleet.metadata.deletion_timestamp.is_none() {
+        return Ok(Action::await_change());
+    }
+    let namespace = fleet.namespace().unwrap_or_default();
+    let own = cluster_namespace(&namespace, &fleet.name_any());
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    match namespaces.delete(&own, &Default::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let api: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    remove_finalizer(&api, &fleet, FINALIZER).await?;
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_namespaces_are_unique_and_short_enough() {
+        let a = cluster_namespace("fleet-default", "prod-us-east");
+        assert!(a.starts_with("cluster-fleet-default-prod-us-east-"), "{a}");
+        assert_ne!(a, cluster_namespace("fleet-default", "prod-us-west"));
+        let long = cluster_namespace("fleet-default", &"x".repeat(80));
+        assert!(long.len() <= 63, "{long}");
+        assert_ne!(long, cluster_namespace("fleet-default", &"x".repeat(81)));
+    }
+}
