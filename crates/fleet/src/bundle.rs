@@ -173,7 +173,7 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
         .filter(|c| in_namespace(c.metadata.namespace.as_deref()))
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .collect();
-    clusters.sort_by(|a, b| a.name_any().cmp(&b.name_any()));
+    clusters.sort_by_key(|c| c.name_any());
     let groups: Vec<Arc<ClusterGroup>> = groups_cache
         .store()
         .state()
