@@ -152,6 +152,11 @@ struct ServerArgs {
     /// Serve the API only: run no controllers or providers (for API benchmarks).
     #[arg(long)]
     no_controllers: bool,
+    /// A directory on this machine whose git repositories GitRepos may name with `file://`
+    /// (repeat for several). None by default: a `file://` GitRepo could otherwise read any
+    /// repository the server can.
+    #[arg(long = "fleet-file-repos", value_name = "DIR")]
+    fleet_file_repos: Vec<PathBuf>,
     /// How long an Event is kept after it was last seen, e.g. 1h, 30m.
     #[arg(long, default_value = "1h")]
     event_ttl: String,
@@ -406,7 +411,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         };
         let fleet = tokio::spawn(lariat_fleet::run(
             caches.clone(),
-            args.store.data_dir.join("fleet"),
+            lariat_fleet::Settings {
+                dir: args.store.data_dir.join("fleet"),
+                file_roots: args.fleet_file_repos.clone(),
+            },
             until_stopped(stopped.clone()),
         ));
         let providers = tokio::spawn(providers::run_enabled(

@@ -115,6 +115,12 @@ fn clusters_still_means_cluster_api_beside_fleets_clusters() {
     );
 }
 
+/// A server that lets GitRepos name `file://` repositories under `dir` (and nowhere else).
+fn serving_repositories_in(dir: &Path) -> TestServer {
+    std::fs::create_dir_all(dir).unwrap();
+    TestServer::start_with(&["--fleet-file-repos", dir.to_str().unwrap()])
+}
+
 /// Runs `git` in `dir` (the tests make real repositories; lariat fetches them with gix).
 fn git(dir: &Path, args: &[&str]) -> String {
     let output = Command::new("git")
@@ -182,8 +188,8 @@ fn bundle(server: &TestServer, name: &str) -> Option<Value> {
 
 #[test]
 fn a_git_repo_becomes_bundles_follows_new_commits_and_keeps_the_last_good_one() {
-    let server = TestServer::start();
     let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(work.path());
     let upstream = work.path().join("platform");
     std::fs::create_dir_all(&upstream).unwrap();
     git(&upstream, &["init", "-q", "-b", "main"]);
@@ -293,12 +299,17 @@ fn a_git_repo_becomes_bundles_follows_new_commits_and_keeps_the_last_good_one() 
 
 #[test]
 fn unreachable_repositories_and_missing_branches_are_conditions_not_crashes() {
-    let server = TestServer::start();
     let work = tempfile::tempdir().unwrap();
-    let upstream = work.path().join("repo");
+    let server = serving_repositories_in(&work.path().join("allowed"));
+    let upstream = work.path().join("allowed/repo");
     std::fs::create_dir_all(&upstream).unwrap();
     git(&upstream, &["init", "-q", "-b", "main"]);
     commit(&upstream, &[("cm.yaml", CONFIG_MAP)]);
+    // A repository on the server's disk outside what it allows, also through `..`.
+    let outside = work.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    git(&outside, &["init", "-q", "-b", "main"]);
+    commit(&outside, &[("cm.yaml", CONFIG_MAP)]);
     let apply = |name: &str, url: &str, branch: &str| {
         server.apply_ok(
             &["apply", "-f", "-"],
@@ -314,7 +325,13 @@ fn unreachable_repositories_and_missing_branches_are_conditions_not_crashes() {
     );
     apply(
         "nowhere",
-        &format!("file://{}/missing", work.path().display()),
+        &format!("file://{}/allowed/missing", work.path().display()),
+        "main",
+    );
+    apply("outside", &format!("file://{}", outside.display()), "main");
+    apply(
+        "sneaky",
+        &format!("file://{}/allowed/../outside", work.path().display()),
         "main",
     );
     apply("bad-credential", "https://example.invalid/repo.git", "main");
@@ -333,7 +350,13 @@ fn unreachable_repositories_and_missing_branches_are_conditions_not_crashes() {
         reason("no-branch") == "BranchNotFound"
             && reason("nowhere") == "Unreachable"
             && reason("bad-credential") == "CredentialNotFound"
+            && reason("outside") == "FileRepositoryNotAllowed"
+            && reason("sneaky") == "FileRepositoryNotAllowed"
     });
+    assert!(
+        bundle(&server, "outside").is_none() && bundle(&server, "sneaky").is_none(),
+        "nothing was read from outside"
+    );
     let message = condition(&git_repo(&server, "no-branch"), "Accepted")["message"].clone();
     assert!(
         message.as_str().unwrap().contains("\"release\""),
@@ -377,8 +400,8 @@ fn clusters_of(deployments: &[Value]) -> Vec<String> {
 
 #[test]
 fn bundles_go_to_the_clusters_their_labels_choose_and_follow_relabelling() {
-    let server = TestServer::start();
     let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(work.path());
     let upstream = work.path().join("platform");
     std::fs::create_dir_all(&upstream).unwrap();
     git(&upstream, &["init", "-q", "-b", "main"]);

@@ -86,6 +86,26 @@ async fn credential(ctx: &Context, repo: &GitRepo) -> Result<Option<BasicAuth>, 
     }
 }
 
+/// Whether a repository URL may be fetched: any remote one, and a `file://` one only inside
+/// a directory the server allows (after resolving `..` and symlinks).
+fn file_allowed(ctx: &Context, url: &str) -> bool {
+    let Some(path) = url.strip_prefix("file://") else {
+        return true;
+    };
+    let Ok(path) = std::fs::canonicalize(path) else {
+        // Nothing there: the fetch says it is unreachable, without reading anything.
+        return ctx.settings.file_roots.iter().any(|root| {
+            std::fs::canonicalize(root)
+                .is_ok_and(|root| std::path::Path::new(path).starts_with(root))
+        });
+    };
+    ctx.settings
+        .file_roots
+        .iter()
+        .filter_map(|root| std::fs::canonicalize(root).ok())
+        .any(|root| path.starts_with(root))
+}
+
 /// The reason word of a fetch failure, for the condition.
 fn reason(error: &GitError) -> &'static str {
     match error {
@@ -102,7 +122,7 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
     let namespace = repo.namespace().unwrap_or_default();
     let uid = repo.uid().unwrap_or_default();
     let api: Api<GitRepo> = Api::namespaced(ctx.client.clone(), &namespace);
-    let clone = ctx.dir.join("git").join(&uid);
+    let clone = ctx.settings.dir.join("git").join(&uid);
     if repo.metadata.deletion_timestamp.is_some() {
         ctx.fetched.lock().expect("lock").remove(&uid);
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(clone)).await;
@@ -150,6 +170,13 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
         .insert(uid.clone(), Instant::now());
     status.last_polling_triggered = Some(lariat_controllers::object::now());
     let fetched = match credential(&ctx, &repo).await {
+        _ if !file_allowed(&ctx, &repo.spec.repo) => Err((
+            "FileRepositoryNotAllowed",
+            format!(
+                "{} is on the server's own disk, outside the directories it allows (lariat server --fleet-file-repos DIR)",
+                repo.spec.repo
+            ),
+        )),
         Err(message) => Err(("CredentialNotFound", message)),
         Ok(auth) => {
             let source = Source {

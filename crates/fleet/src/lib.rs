@@ -23,38 +23,45 @@ pub mod git_repo;
 pub mod scan;
 pub mod target;
 
+/// How the server runs Fleet.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    /// Where clones live (`git/<GitRepo uid>`), under the server's data directory.
+    pub dir: PathBuf,
+    /// Directories whose repositories `file://` GitRepos may name; none by default.
+    pub file_roots: Vec<PathBuf>,
+}
+
 /// Shared by every Fleet reconcile.
 pub struct Context {
     pub client: Client,
     pub caches: Arc<Caches>,
     pub events: lariat_controllers::events::Recorder,
-    /// Where clones live (`git/<GitRepo uid>`), under the server's data directory.
-    pub dir: PathBuf,
+    pub settings: Settings,
     /// When each GitRepo (by uid) was last fetched by this process.
     fetched: Mutex<HashMap<String, Instant>>,
 }
 
 impl Context {
-    pub fn new(caches: Arc<Caches>, dir: PathBuf) -> Context {
+    pub fn new(caches: Arc<Caches>, settings: Settings) -> Context {
         let client = caches.client().clone();
         Context {
             events: lariat_controllers::events::Recorder::new(client.clone()),
             client,
             caches,
-            dir,
+            settings,
             fetched: Mutex::default(),
         }
     }
 }
 
-/// Runs the Fleet controllers until `shutdown` resolves, on the process's shared caches;
-/// clones are kept under `dir`.
+/// Runs the Fleet controllers until `shutdown` resolves, on the process's shared caches.
 pub async fn run(
     caches: Arc<Caches>,
-    dir: PathBuf,
+    settings: Settings,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let context = Arc::new(Context::new(caches.clone(), dir));
+    let context = Arc::new(Context::new(caches.clone(), settings));
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
     let bundles = caches.typed::<Bundle>();
     let git_repos = controller_on(&caches.typed::<GitRepo>())
