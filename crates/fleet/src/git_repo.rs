@@ -92,18 +92,24 @@ fn file_allowed(ctx: &Context, url: &str) -> bool {
     let Some(path) = url.strip_prefix("file://") else {
         return true;
     };
-    let Ok(path) = std::fs::canonicalize(path) else {
-        // Nothing there: the fetch says it is unreachable, without reading anything.
-        return ctx.settings.file_roots.iter().any(|root| {
-            std::fs::canonicalize(root)
-                .is_ok_and(|root| std::path::Path::new(path).starts_with(root))
-        });
+    let raw = std::path::Path::new(path);
+    if raw
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return false;
+    }
+    let roots = || {
+        ctx.settings
+            .file_roots
+            .iter()
+            .filter_map(|root| std::fs::canonicalize(root).ok())
     };
-    ctx.settings
-        .file_roots
-        .iter()
-        .filter_map(|root| std::fs::canonicalize(root).ok())
-        .any(|root| path.starts_with(root))
+    match std::fs::canonicalize(raw) {
+        Ok(path) => roots().any(|root| path.starts_with(root)),
+        // Nothing there: the fetch says it is unreachable, without reading anything.
+        Err(_) => roots().any(|root| raw.starts_with(root)),
+    }
 }
 
 /// The reason word of a fetch failure, for the condition.
