@@ -45,25 +45,6 @@ pub async fn mirror(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, 
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let own_namespace = cluster_namespace(&namespace, &name);
-    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-    if namespaces.get_opt(&own_namespace).await?.is_none() {
-        let object = Namespace {
-            metadata: ObjectMeta {
-                name: Some(own_namespace.clone()),
-                labels: Some(BTreeMap::from([
-                    (CLUSTER_NAMESPACE_LABEL.to_string(), namespace.clone()),
-                    (CLUSTER_NAME_LABEL.to_string(), name.clone()),
-                ])),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        match namespaces.create(&PostParams::default(), &object).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
     let api: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), &namespace);
     let labels = cluster.labels().clone();
     let existing = ctx
@@ -114,7 +95,28 @@ pub async fn mirror(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, 
             (*fleet).clone()
         }
     };
+    // The namespace is made once; the status says it exists (a Cluster's every heartbeat
+    // wakes this, and should cost nothing).
     if fleet.status.as_ref().and_then(|s| s.namespace.as_deref()) != Some(own_namespace.as_str()) {
+        let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+        if namespaces.get_opt(&own_namespace).await?.is_none() {
+            let object = Namespace {
+                metadata: ObjectMeta {
+                    name: Some(own_namespace.clone()),
+                    labels: Some(BTreeMap::from([
+                        (CLUSTER_NAMESPACE_LABEL.to_string(), namespace.clone()),
+                        (CLUSTER_NAME_LABEL.to_string(), name.clone()),
+                    ])),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            match namespaces.create(&PostParams::default(), &object).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         patch_status(&api, &name, json!({"namespace": own_namespace})).await?;
     }
     Ok(lariat_controllers::resync())
