@@ -517,6 +517,29 @@ fn machines_api(client: kube::Client) -> Api<DynamicObject> {
 }
 
 /// Polls until `expected` machines run `version`; returns the time it took.
+/// Waits (at most a minute) until `clusters` ClusterConnections say their agent is connected.
+async fn until_connected(client: &kube::Client, clusters: usize) -> anyhow::Result<()> {
+    let connections: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &lariat_api::management::cluster_connection_resource(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = connections.list(&ListParams::default()).await?.items;
+        let connected = list
+            .iter()
+            .filter(|c| c.data["status"]["connected"] == true)
+            .count();
+        if connected >= clusters {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("only {connected} of {clusters} agents connected within a minute");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 async fn until_running(
     api: &Api<DynamicObject>,
     expected: usize,
@@ -750,7 +773,9 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
         rss * 1024.0 / expected as f64
     );
 
-    // The idle fleet: every machine Running, nothing changing.
+    // The idle fleet: every machine Running, every agent connected, nothing changing (an
+    // agent's first heartbeat within the window would be counted as idle cost).
+    until_connected(&client, args.clusters).await?;
     let cpu_before = server.cpu_seconds();
     let requests_before = requests(&client).await?;
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
