@@ -11,6 +11,7 @@ use lariat_store::Store;
 mod bench;
 mod connect;
 mod describe;
+mod fleet;
 mod generate;
 mod import;
 mod providers;
@@ -44,6 +45,11 @@ enum Command {
     Generate {
         #[command(subcommand)]
         what: generate::GenerateCommand,
+    },
+    /// Fleet (GitOps): which clusters have not converged, and why.
+    Fleet {
+        #[command(subcommand)]
+        what: fleet::FleetCommand,
     },
     /// Manage clusters lariat did not create.
     Cluster {
@@ -198,6 +204,7 @@ fn main() -> std::process::ExitCode {
             Command::Agent(args) => import::agent(args).await,
             Command::Kubeconfig(args) => import::kubeconfig(args).await,
             Command::Describe { what } => describe::run(what).await,
+            Command::Fleet { what } => fleet::run(what).await,
             Command::Admin {
                 what: AdminCommand::Rotate(args),
             } => rotate_admin(args).await,

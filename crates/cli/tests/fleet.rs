@@ -467,6 +467,31 @@ fn bundles_go_to_the_clusters_their_labels_choose_and_follow_relabelling() {
     assert_eq!(group["clusters"], serde_json::json!(["a", "b"]), "{bundle}");
     let table = server.kubectl_ok(&["get", "gitrepo", "-n", "fleet-default"]);
     assert!(table.contains("0/2"), "{table}");
+    // `lariat fleet diagnose` says which clusters, why, and where to look.
+    let output = server.lariat(&["fleet", "diagnose", "platform"]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        text.starts_with("2 clusters  WaitApplied")
+            && text.contains("clusters: a, b")
+            && text.contains(
+                "kubectl get bundledeployments -A -l fleet.cattle.io/bundle-name=platform"
+            ),
+        "{text}"
+    );
+    let output = server.lariat(&["fleet", "diagnose", "-o", "json"]);
+    let groups: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(groups[0]["clusters"], serde_json::json!(["a", "b"]));
+    let missing = server.lariat(&["fleet", "diagnose", "nope"]);
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .contains("not found in namespace \"fleet-default\"")
+    );
 
     // Relabelling retargets: c gains one, a loses its.
     server.kubectl_ok(&[
