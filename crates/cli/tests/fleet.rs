@@ -230,6 +230,33 @@ fn a_git_repo_becomes_bundles_follows_new_commits_and_keeps_the_last_good_one() 
     let table = server.kubectl_ok(&["get", "gitrepo", "-n", "fleet-default"]);
     assert!(table.contains(&first), "{table}");
 
+    // A Bundle deleted by hand is put back at the next fetch.
+    server.kubectl_ok(&[
+        "delete",
+        "bundle",
+        "platform-apps",
+        "-n",
+        "fleet-default",
+        "--timeout=30s",
+    ]);
+    eventually("the deleted bundle is back", || {
+        bundle(&server, "platform-apps").is_some()
+    });
+
+    // Another GitRepo whose bundle would take the same name is told so; the first keeps it.
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: platform-apps\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n",
+            upstream.display()
+        ),
+    );
+    eventually("the second GitRepo is refused its bundle's name", || {
+        condition(&git_repo(&server, "platform-apps"), "Accepted")["reason"] == "BundleNameTaken"
+            || condition(&git_repo(&server, "platform-apps"), "Accepted")["reason"]
+                == "InvalidBundle"
+    });
+
     // A new commit is seen within the polling interval.
     let second = commit(
         &upstream,
@@ -255,7 +282,8 @@ fn a_git_repo_becomes_bundles_follows_new_commits_and_keeps_the_last_good_one() 
     assert_eq!(refused["reason"], "InvalidBundle", "{refused}");
     let message = refused["message"].as_str().unwrap();
     assert!(
-        message.contains("apps/web/broken.yaml") && message.contains("last good commit"),
+        message.contains("apps/web/broken.yaml")
+            && message.contains(&format!("commit {} stays deployed", &second[..12])),
         "{message}"
     );
     assert_eq!(
@@ -513,6 +541,19 @@ fn bundles_go_to_the_clusters_their_labels_choose_and_follow_relabelling() {
         "--overwrite",
     ]);
     eventually("the BundleDeployments follow the labels", || {
+        clusters_of(&bundle_deployments(&server, "platform")) == ["b", "c"]
+    });
+
+    // A Fleet Cluster deleted by hand comes back, namespace and BundleDeployment too.
+    server.kubectl_ok(&[
+        "delete",
+        "clusters.fleet.cattle.io",
+        "c",
+        "-n",
+        "fleet-default",
+        "--wait=false",
+    ]);
+    eventually("c's Fleet side is put back", || {
         clusters_of(&bundle_deployments(&server, "platform")) == ["b", "c"]
     });
 

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
@@ -115,6 +115,7 @@ cached_as_struct!(
     MachineDeployment,
     MachineHealthCheck,
     Node,
+    Namespace,
     GitRepo,
     Bundle,
     BundleDeployment,

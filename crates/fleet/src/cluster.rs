@@ -95,28 +95,35 @@ pub async fn mirror(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, 
             (*fleet).clone()
         }
     };
-    // The namespace is made once; the status says it exists (a Cluster's every heartbeat
-    // wakes this, and should cost nothing).
-    if fleet.status.as_ref().and_then(|s| s.namespace.as_deref()) != Some(own_namespace.as_str()) {
+    // Its namespace, from the cache: made again if someone deleted it (its deletion wakes
+    // this).
+    if ctx
+        .caches
+        .typed::<Namespace>()
+        .get("", &own_namespace)
+        .await?
+        .is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+    {
         let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-        if namespaces.get_opt(&own_namespace).await?.is_none() {
-            let object = Namespace {
-                metadata: ObjectMeta {
-                    name: Some(own_namespace.clone()),
-                    labels: Some(BTreeMap::from([
-                        (CLUSTER_NAMESPACE_LABEL.to_string(), namespace.clone()),
-                        (CLUSTER_NAME_LABEL.to_string(), name.clone()),
-                    ])),
-                    ..Default::default()
-                },
+        let object = Namespace {
+            metadata: ObjectMeta {
+                name: Some(own_namespace.clone()),
+                labels: Some(BTreeMap::from([
+                    (CLUSTER_NAMESPACE_LABEL.to_string(), namespace.clone()),
+                    (CLUSTER_NAME_LABEL.to_string(), name.clone()),
+                ])),
                 ..Default::default()
-            };
-            match namespaces.create(&PostParams::default(), &object).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
+            },
+            ..Default::default()
+        };
+        match namespaces.create(&PostParams::default(), &object).await {
+            Ok(_) => {}
+            // Exists, or still being deleted: the next change of it brings this back.
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
         }
+    }
+    if fleet.status.as_ref().and_then(|s| s.namespace.as_deref()) != Some(own_namespace.as_str()) {
         patch_status(&api, &name, json!({"namespace": own_namespace})).await?;
     }
     Ok(lariat_controllers::resync())

@@ -33,6 +33,8 @@ pub const REPO_NAME_LABEL: &str = "fleet.cattle.io/repo-name";
 pub const COMMIT_LABEL: &str = "fleet.cattle.io/commit";
 /// Fleet's default polling interval.
 const DEFAULT_POLLING_INTERVAL: Duration = Duration::from_secs(15);
+/// The shortest polling interval a GitRepo gets.
+const MIN_POLLING_INTERVAL: Duration = Duration::from_secs(5);
 /// Fleet's default branch.
 const DEFAULT_BRANCH: &str = "master";
 /// The field manager Bundles are written as.
@@ -50,8 +52,13 @@ fn polling_interval(repo: &GitRepo) -> Result<Duration, String> {
                 return Err(format!("spec.pollingInterval {text:?} is negative"));
             }
             let interval = Duration::from(parsed);
-            // Fleet's floor: anything shorter would hammer the repository.
-            Ok(interval.max(Duration::from_secs(1)))
+            // Zero means the default, as in Fleet; anything else has a floor, so no GitRepo
+            // makes the server hit a host more than every few seconds.
+            Ok(if interval.is_zero() {
+                DEFAULT_POLLING_INTERVAL
+            } else {
+                interval.max(MIN_POLLING_INTERVAL)
+            })
         }
     }
 }
@@ -164,6 +171,10 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
             Some(at) => at.elapsed() >= interval,
         };
     if !due {
+        // Woken by a Bundle's change: its status rolls up now, not at the next fetch.
+        roll_up(&ctx, &repo, &mut status, &mut list).await?;
+        status.conditions = Some(list);
+        write(&ctx, &repo, &api, &before, status).await?;
         let left = last.map(|at| interval.saturating_sub(at.elapsed()));
         return Ok(match left {
             Some(left) if !repo.spec.disable_polling => Action::requeue(left),
@@ -202,10 +213,43 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
             }
         }
     };
-    match fetched {
-        Err((reason, message)) => {
-            let message = format!("{message}; the last good commit stays deployed");
+    // What stays when a commit cannot be deployed.
+    let kept = match &status.commit {
+        Some(commit) => format!("commit {} stays deployed", &commit[..commit.len().min(12)]),
+        None => "nothing is deployed yet".to_string(),
+    };
+    let refused = match fetched {
+        Err((reason, message)) => Some((reason, format!("{message}; {kept}"))),
+        Ok(commit) => {
+            status.polling_commit = Some(commit.clone());
+            if repo.spec.paused {
+                None
+            } else {
+                // Every fetch: a Bundle deleted or changed by hand is put back (only what
+                // differs is written).
+                match deploy(&ctx, &repo, &clone, &commit).await {
+                    Ok(()) => {
+                        status.commit = Some(commit);
+                        None
+                    }
+                    Err((reason, message)) => Some((
+                        reason,
+                        format!(
+                            "commit {}: {message}; {kept}",
+                            &commit[..commit.len().min(12)]
+                        ),
+                    )),
+                }
+            }
+        }
+    };
+    match refused {
+        None => {
+            conditions::set(&mut list, "Accepted", true, "", "");
+        }
+        Some((reason, message)) => {
             if conditions::set(&mut list, "Accepted", false, reason, &message) {
+                tracing::warn!(gitrepo = %format!("{namespace}/{}", repo.name_any()), reason, %message, "GitRepo not accepted");
                 ctx.events
                     .publish(
                         repo.as_ref(),
@@ -215,39 +259,6 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
                         &message,
                     )
                     .await;
-            }
-        }
-        Ok(commit) => {
-            status.polling_commit = Some(commit.clone());
-            let deployed = status.commit.as_deref() == Some(commit.as_str());
-            if repo.spec.paused {
-                conditions::set(&mut list, "Accepted", true, "", "");
-            } else if !deployed || spec_changed {
-                match deploy(&ctx, &repo, &clone, &commit).await {
-                    Ok(()) => {
-                        status.commit = Some(commit);
-                        conditions::set(&mut list, "Accepted", true, "", "");
-                    }
-                    Err((reason, message)) => {
-                        let message = format!(
-                            "commit {}: {message}; the last good commit stays deployed",
-                            &commit[..commit.len().min(12)]
-                        );
-                        if conditions::set(&mut list, "Accepted", false, reason, &message) {
-                            ctx.events
-                                .publish(
-                                    repo.as_ref(),
-                                    "GitRepo",
-                                    EventType::Warning,
-                                    reason,
-                                    &message,
-                                )
-                                .await;
-                        }
-                    }
-                }
-            } else {
-                conditions::set(&mut list, "Accepted", true, "", "");
             }
         }
     }
@@ -314,7 +325,37 @@ async fn deploy(
     let owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference =
         serde_json::from_value(owner_reference(repo, true))
             .map_err(|e| ("BundleWriteFailed", e.to_string()))?;
-    let mut wanted = Vec::new();
+    let mut wanted: Vec<String> = Vec::new();
+    let mut roots: Vec<&str> = Vec::new();
+    let taken = ctx.caches.typed::<Bundle>();
+    for bundle in &scanned {
+        let name = scan::bundle_name(&repo.name_any(), &bundle.root);
+        if let Some(index) = wanted.iter().position(|w| *w == name) {
+            return Err((
+                "BundleNameTaken",
+                format!(
+                    "paths {:?} and {:?} both make Bundle {name}: rename one",
+                    roots[index], bundle.root
+                ),
+            ));
+        }
+        if let Some(other) = taken.get_now(&namespace, &name).and_then(|b| {
+            b.owner_references()
+                .iter()
+                .find(|o| o.controller == Some(true) && o.uid != repo.uid().unwrap_or_default())
+                .map(|o| o.name.clone())
+        }) {
+            return Err((
+                "BundleNameTaken",
+                format!(
+                    "path {:?} makes Bundle {name}, which GitRepo {other} already makes: rename the path or the GitRepo",
+                    bundle.root
+                ),
+            ));
+        }
+        wanted.push(name);
+        roots.push(&bundle.root);
+    }
     for bundle in scanned {
         let name = scan::bundle_name(&repo.name_any(), &bundle.root);
         let mut labels = bundle.labels;
@@ -325,7 +366,7 @@ async fn deploy(
                 && b.spec == bundle.spec
                 && labels.iter().all(|(k, v)| b.labels().get(k) == Some(v))
         });
-        wanted.push(name.clone());
+
         if unchanged {
             continue;
         }
@@ -351,7 +392,16 @@ async fn deploy(
                 &Patch::Apply(body),
             )
             .await
-            .map_err(|e| ("BundleWriteFailed", format!("Bundle {name}: {e}")))?;
+            .map_err(|e| match e {
+                kube::Error::Api(status) if status.code == 413 => (
+                    "BundleTooLarge",
+                    format!(
+                        "Bundle {name} is larger than the API takes in one object ({}): split its path",
+                        status.message
+                    ),
+                ),
+                e => ("BundleWriteFailed", format!("Bundle {name}: {e}")),
+            })?;
     }
     for stale in existing.iter().filter(|b| !wanted.contains(&b.name_any())) {
         match bundles_api

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
@@ -18,6 +19,7 @@ use lariat_controllers::{controller_on, controller_owner, error_policy, finished
 pub mod bundle;
 pub mod cluster;
 pub mod conditions;
+pub mod content;
 pub mod git;
 pub mod git_repo;
 pub mod scan;
@@ -63,6 +65,7 @@ pub async fn run(
 ) {
     let context = Arc::new(Context::new(caches.clone(), settings));
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    let (context_for_sweeper, shutdown_for_sweeper) = (context.clone(), shutdown.clone());
     let bundles = caches.typed::<Bundle>();
     let git_repos = controller_on(&caches.typed::<GitRepo>())
         // A Bundle's status change rolls up into its GitRepo.
@@ -74,7 +77,27 @@ pub async fn run(
         .graceful_shutdown_on(shutdown.clone())
         .run(git_repo::reconcile, error_policy, context.clone())
         .for_each(finished("gitrepo"));
+    // A lariat Cluster's Fleet side is put back when someone deletes its Fleet Cluster or its
+    // namespace.
     let mirror = controller_on(&caches.typed::<Cluster>())
+        .watches_shared_stream_with(
+            caches.typed::<FleetCluster>().changes(),
+            |fleet: Arc<FleetCluster>| {
+                Some(ObjectRef::new(&fleet.name_any()).within(fleet.metadata.namespace.as_deref()?))
+            },
+            (),
+        )
+        .watches_shared_stream_with(
+            caches.typed::<Namespace>().changes(),
+            |namespace: Arc<Namespace>| {
+                let labels = namespace.labels();
+                Some(
+                    ObjectRef::new(labels.get(cluster::CLUSTER_NAME_LABEL)?)
+                        .within(labels.get(cluster::CLUSTER_NAMESPACE_LABEL)?),
+                )
+            },
+            (),
+        )
         .graceful_shutdown_on(shutdown.clone())
         .run(cluster::mirror, error_policy, context.clone())
         .for_each(finished("fleetcluster-mirror"));
@@ -122,5 +145,29 @@ pub async fn run(
         .graceful_shutdown_on(shutdown)
         .run(bundle::reconcile, error_policy, context)
         .for_each(finished("bundle"));
-    tokio::join!(git_repos, mirror, fleet_clusters, bundle_controller);
+    let sweeper = {
+        let (context, mut shutdown) = (context_for_sweeper, shutdown_for_sweeper);
+        async move {
+            loop {
+                tokio::select! {
+                    _ = &mut shutdown => break,
+                    _ = tokio::time::sleep(content::SWEEP_INTERVAL) => {}
+                }
+                match content::sweep(&context).await {
+                    Ok(0) => {}
+                    Ok(deleted) => {
+                        tracing::info!(deleted, "deleted Contents no BundleDeployment names")
+                    }
+                    Err(error) => tracing::warn!(%error, "cannot sweep unused Contents"),
+                }
+            }
+        }
+    };
+    tokio::join!(
+        git_repos,
+        mirror,
+        fleet_clusters,
+        bundle_controller,
+        sweeper
+    );
 }

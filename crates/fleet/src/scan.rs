@@ -53,6 +53,28 @@ struct FleetYaml {
     yaml: Option<YamlOptions>,
 }
 
+/// Reads a `fleet.yaml`; Fleet's Helm and Kustomize options are named as what lariat does
+/// not do yet, rather than as unknown fields.
+fn fleet_yaml(file: &str, content: &[u8]) -> Result<FleetYaml, ScanError> {
+    let fail = |reason: String| ScanError {
+        file: file.to_string(),
+        reason,
+    };
+    let raw: serde_yaml_ng::Value =
+        serde_yaml_ng::from_slice(content).map_err(|e| fail(format!("is not YAML: {e}")))?;
+    for unsupported in ["helm", "kustomize"] {
+        if raw.get(unsupported).is_some() {
+            return Err(fail(format!(
+                "{unsupported} is not supported by lariat yet (plain manifests, fleet.yaml options and overlays are)"
+            )));
+        }
+    }
+    if raw.is_null() {
+        return Ok(FleetYaml::default());
+    }
+    serde_yaml_ng::from_value(raw).map_err(|e| fail(e.to_string()))
+}
+
 fn is_manifest(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     name != FLEET_YAML
@@ -146,12 +168,7 @@ pub fn bundles(
     let mut bundles = Vec::new();
     for root in &roots {
         let options = match files.iter().find(|(f, _)| *f == join(root, FLEET_YAML)) {
-            Some((file, content)) => {
-                serde_yaml_ng::from_slice::<FleetYaml>(content).map_err(|e| ScanError {
-                    file: file.clone(),
-                    reason: e.to_string(),
-                })?
-            }
+            Some((file, content)) => fleet_yaml(file, content)?,
             None => FleetYaml::default(),
         };
         let mut resources = Vec::new();
@@ -327,7 +344,15 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(error.file, "fleet.yaml");
-        assert!(error.reason.contains("unknown field `helm`"), "{error}");
+        assert!(error.reason.contains("helm is not supported"), "{error}");
+        let error = bundles(
+            &[file("fleet.yaml", "bogus: 1\n"), file("a.yaml", CM)],
+            &[],
+            &[],
+            &options,
+        )
+        .unwrap_err();
+        assert!(error.reason.contains("unknown field `bogus`"), "{error}");
         let error = bundles(&[file("a.yaml", CM)], &["missing".into()], &[], &options).unwrap_err();
         assert_eq!(error.file, "missing");
     }
