@@ -245,10 +245,12 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
             )
             .await?;
         }
+        let offline = offline_since(&ctx, &namespace, &cluster_name);
         standings.push(standing(
             &cluster_name,
             current.map(|bd| bd.as_ref()),
             &spec,
+            offline.as_deref(),
         ));
     }
     for stale in existing
@@ -343,12 +345,30 @@ async fn write_deployment(
     Ok(())
 }
 
+/// When the cluster's agent was last heard from, if its tunnel is down now (from its
+/// ClusterConnection); `None` while it is up, or for a cluster that has no agent yet.
+fn offline_since(ctx: &Context, namespace: &str, cluster: &str) -> Option<String> {
+    let connection = ctx
+        .caches
+        .of(&lariat_api::management::cluster_connection_resource())
+        .get_now(namespace, cluster)?;
+    let status = &connection.data["status"];
+    (status["connected"] == false).then(|| {
+        status["lastHeartbeat"]
+            .as_str()
+            .unwrap_or("before the server last started")
+            .to_string()
+    })
+}
+
 /// Where a cluster stands with its BundleDeployment (as it was before this reconcile wrote
-/// a new version, if it did).
+/// a new version, if it did). A cluster whose agent is gone is `Offline`, one cause for all
+/// such clusters, rather than each showing whatever its last report said.
 fn standing(
     cluster: &str,
     current: Option<&BundleDeployment>,
     spec: &BundleDeploymentSpec,
+    offline_since: Option<&str>,
 ) -> Standing {
     let status = current.and_then(|bd| bd.status.as_ref());
     let condition = |type_: &str| {
@@ -361,7 +381,17 @@ fn standing(
             .and_then(|c| c.message.clone())
             .unwrap_or_default()
     };
+    let ready = status.is_some_and(|s| {
+        s.ready && s.non_modified && s.applied_deployment_id == spec.deployment_id
+    });
     let (state, message) = match status {
+        _ if !ready && offline_since.is_some() => (
+            "Offline",
+            format!(
+                "the cluster's agent is disconnected (last heard from {})",
+                offline_since.unwrap_or_default()
+            ),
+        ),
         None => (
             "WaitApplied",
             "waiting for the cluster's agent to apply it".to_string(),
@@ -414,7 +444,7 @@ fn summarize(bundle: &Bundle, before: &BundleStatus, standings: &[Standing]) -> 
             "NotReady" => summary.not_ready += 1,
             "Modified" => summary.modified += 1,
             "ErrApplied" | "InvalidCustomization" => summary.err_applied += 1,
-            "WaitApplied" => summary.wait_applied += 1,
+            "WaitApplied" | "Offline" => summary.wait_applied += 1,
             _ => summary.pending += 1,
         }
         if standing.state != "Ready" {
@@ -543,6 +573,19 @@ mod tests {
                 .unwrap_err()
                 .contains("overlay \"us\"")
         );
+    }
+
+    #[test]
+    fn clusters_whose_agent_is_gone_are_one_group() {
+        let spec = BundleDeploymentSpec {
+            deployment_id: Some("s-1:2".into()),
+            ..Default::default()
+        };
+        let a = standing("a", None, &spec, Some("2026-12-01T10:00:00Z"));
+        let b = standing("b", None, &spec, Some("2026-12-01T11:30:00Z"));
+        assert_eq!((a.state, b.state), ("Offline", "Offline"));
+        assert_eq!(normalize(&a.message, "a"), normalize(&b.message, "b"));
+        assert_eq!(standing("c", None, &spec, None).state, "WaitApplied");
     }
 
     #[test]

@@ -57,6 +57,25 @@ impl Context {
     }
 }
 
+/// The namespace of each cluster whose agent connects or disconnects.
+fn connections_flipping(caches: &Caches) -> impl futures::Stream<Item = String> + Send + 'static {
+    let mut connected = HashMap::<(String, String), bool>::new();
+    caches
+        .of(&lariat_api::management::cluster_connection_resource())
+        .changes()
+        .filter_map(move |connection| {
+            let key = (
+                connection.metadata.namespace.clone().unwrap_or_default(),
+                connection.name_any(),
+            );
+            let now = connection.data["status"]["connected"] == true;
+            let flipped = connected
+                .insert(key.clone(), now)
+                .is_some_and(|was| was != now);
+            std::future::ready(flipped.then_some(key.0))
+        })
+}
+
 /// Runs the Fleet controllers until `shutdown` resolves, on the process's shared caches.
 pub async fn run(
     caches: Arc<Caches>,
@@ -119,7 +138,8 @@ pub async fn run(
                 .collect()
         }
     };
-    let (by_cluster, by_group) = (of_namespace.clone(), of_namespace);
+    let (by_cluster, by_group, by_connection) =
+        (of_namespace.clone(), of_namespace.clone(), of_namespace);
     let bundle_controller = controller_on(&bundles)
         .watches_shared_stream_with(
             caches.typed::<BundleDeployment>().changes(),
@@ -141,6 +161,12 @@ pub async fn run(
             caches.typed::<ClusterGroup>().changes(),
             move |group: Arc<ClusterGroup>| by_group(group.metadata.namespace.as_deref()),
             (),
+        )
+        // An agent going or coming back (not its every heartbeat) changes where its cluster
+        // stands in every bundle of the namespace.
+        .reconcile_on(
+            connections_flipping(&caches)
+                .flat_map(move |namespace| futures::stream::iter(by_connection(Some(&namespace)))),
         )
         .graceful_shutdown_on(shutdown)
         .run(bundle::reconcile, error_policy, context)
