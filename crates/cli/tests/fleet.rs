@@ -521,6 +521,19 @@ fn bundles_go_to_the_clusters_their_labels_choose_and_follow_relabelling() {
             .contains("not found in namespace \"fleet-default\"")
     );
 
+    // Each Fleet Cluster counts its own: `kubectl get clusters.fleet.cattle.io` shows it.
+    eventually("a's Fleet Cluster counts its bundle", || {
+        server.kubectl_ok(&[
+            "get",
+            "clusters.fleet.cattle.io",
+            "a",
+            "-n",
+            "fleet-default",
+            "-o",
+            "jsonpath={.status.display.readyBundles}",
+        ]) == "0/1"
+    });
+
     // Relabelling retargets: c gains one, a loses its.
     server.kubectl_ok(&[
         "label",

@@ -12,7 +12,9 @@ use kube::ResourceExt;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use lariat_api::capi::Cluster;
-use lariat_api::fleet::{FleetCluster, FleetClusterSpec};
+use lariat_api::fleet::{
+    BundleDeployment, BundleSummary, FleetCluster, FleetClusterDisplay, FleetClusterSpec,
+};
 use lariat_controllers::Error;
 use lariat_controllers::object::{owner_reference, patch_status, remove_finalizer};
 use serde_json::{Value, json};
@@ -129,10 +131,63 @@ pub async fn mirror(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, 
     Ok(lariat_controllers::resync())
 }
 
-/// A Fleet Cluster going: its BundleDeployments' namespace goes with it.
+/// A Fleet Cluster's status: how many of its BundleDeployments are ready (`kubectl get
+/// clusters.fleet.cattle.io` shows it). Going: its BundleDeployments' namespace goes with it.
 pub async fn reconcile(fleet: Arc<FleetCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     if fleet.metadata.deletion_timestamp.is_none() {
-        return Ok(Action::await_change());
+        let Some(own) = fleet.status.as_ref().and_then(|s| s.namespace.clone()) else {
+            return Ok(Action::await_change());
+        };
+        let deployments = ctx.caches.typed::<BundleDeployment>();
+        deployments.synced().await?;
+        let mine: Vec<_> = deployments
+            .store()
+            .state()
+            .into_iter()
+            .filter(|bd| bd.metadata.namespace.as_deref() == Some(own.as_str()))
+            .collect();
+        let ready = mine
+            .iter()
+            .filter(|bd| {
+                bd.status.as_ref().is_some_and(|s| {
+                    s.ready && s.non_modified && s.applied_deployment_id == bd.spec.deployment_id
+                })
+            })
+            .count() as i32;
+        let desired = mine.len() as i32;
+        let before = fleet.status.clone().unwrap_or_default();
+        let mut status = before.clone();
+        status.summary = Some(BundleSummary {
+            desired_ready: desired,
+            ready,
+            ..before.summary.clone().unwrap_or_default()
+        });
+        status.display = Some(FleetClusterDisplay {
+            ready_bundles: Some(format!("{ready}/{desired}")),
+            state: (ready < desired).then(|| "NotReady".to_string()),
+        });
+        let mut list = status.conditions.take().unwrap_or_default();
+        let message = if ready < desired {
+            format!("{} of {desired} bundles are not ready", desired - ready)
+        } else {
+            String::new()
+        };
+        crate::conditions::set(
+            &mut list,
+            "Ready",
+            ready == desired,
+            if ready < desired { "NotReady" } else { "" },
+            &message,
+        );
+        status.conditions = Some(list);
+        if status != before {
+            let namespace = fleet.namespace().unwrap_or_default();
+            let api: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+            let value = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
+            patch_status(&api, &fleet.name_any(), value).await?;
+        }
+        // Its BundleDeployments' changes wake it.
+        return Ok(lariat_controllers::resync());
     }
     let namespace = fleet.namespace().unwrap_or_default();
     let own = cluster_namespace(&namespace, &fleet.name_any());

@@ -120,7 +120,19 @@ pub async fn run(
         .graceful_shutdown_on(shutdown.clone())
         .run(cluster::mirror, error_policy, context.clone())
         .for_each(finished("fleetcluster-mirror"));
+    // A Fleet Cluster counts its BundleDeployments (labelled with its name and workspace).
     let fleet_clusters = controller_on(&caches.typed::<FleetCluster>())
+        .watches_shared_stream_with(
+            caches.typed::<BundleDeployment>().changes(),
+            |bd: Arc<BundleDeployment>| {
+                let labels = bd.labels();
+                Some(
+                    ObjectRef::new(labels.get(bundle::CLUSTER_LABEL)?)
+                        .within(labels.get(bundle::BUNDLE_NAMESPACE_LABEL)?),
+                )
+            },
+            (),
+        )
         .graceful_shutdown_on(shutdown.clone())
         .run(cluster::reconcile, error_policy, context.clone())
         .for_each(finished("fleetcluster"));

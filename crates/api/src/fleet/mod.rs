@@ -30,7 +30,9 @@ pub use bundle_deployment::{
     BundleDeployment, BundleDeploymentDisplay, BundleDeploymentOptions, BundleDeploymentSpec,
     BundleDeploymentStatus, ModifiedStatus, NonReadyStatus,
 };
-pub use cluster::{FleetCluster, FleetClusterSpec, FleetClusterStatus};
+pub use cluster::{
+    AgentStatus, FleetCluster, FleetClusterDisplay, FleetClusterSpec, FleetClusterStatus,
+};
 pub use cluster_group::{ClusterGroup, ClusterGroupSpec, ClusterGroupStatus};
 pub use common::{
     BundleSummary, CorrectDrift, FailureGroup, FleetCondition, ResourceCounts, Target, YamlOptions,
