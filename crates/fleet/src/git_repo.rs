@@ -157,7 +157,7 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
             conditions::set(&mut list, "Ready", false, "InvalidSpec", &message);
             status.conditions = Some(list);
             status.observed_generation = Some(generation);
-            write(&ctx, &repo, &api, &before, status).await?;
+            write(&repo, &api, &before, status).await?;
             return Ok(Action::await_change());
         }
     };
@@ -174,7 +174,7 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
         // Woken by a Bundle's change: its status rolls up now, not at the next fetch.
         roll_up(&ctx, &repo, &mut status, &mut list).await?;
         status.conditions = Some(list);
-        write(&ctx, &repo, &api, &before, status).await?;
+        write(&repo, &api, &before, status).await?;
         let left = last.map(|at| interval.saturating_sub(at.elapsed()));
         return Ok(match left {
             Some(left) if !repo.spec.disable_polling => Action::requeue(left),
@@ -265,7 +265,7 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
     roll_up(&ctx, &repo, &mut status, &mut list).await?;
     status.conditions = Some(list);
     status.observed_generation = Some(generation);
-    write(&ctx, &repo, &api, &before, status).await?;
+    write(&repo, &api, &before, status).await?;
     Ok(if repo.spec.disable_polling {
         Action::await_change()
     } else {
@@ -276,7 +276,6 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
 /// Writes the status if it changed beyond the time of the last fetch (which alone would be a
 /// write every interval for nothing).
 async fn write(
-    _ctx: &Context,
     repo: &GitRepo,
     api: &Api<GitRepo>,
     before: &GitRepoStatus,
