@@ -24,9 +24,14 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
 use sha2::{Digest, Sha256};
 
+mod bundles;
+pub use bundles::{BUNDLE_DEPLOYMENT_LABEL, FIELD_MANAGER, Session};
+
 /// The `Upgrade` protocol the server speaks (`lariat_apiserver::tunnel::PROTOCOL`).
 pub const PROTOCOL: &str = "lariat-tunnel/1";
 const CREDENTIAL_HEADER: &str = "x-lariat-agent-credential";
+/// The upgrade response header naming the Cluster the agent serves (`namespace/name`).
+const CLUSTER_HEADER: &str = "x-lariat-cluster";
 /// Where the agent keeps the credential the server issued, in its own cluster.
 pub const CREDENTIAL_NAMESPACE: &str = "lariat-system";
 pub const CREDENTIAL_SECRET: &str = "lariat-agent-credential";
@@ -59,6 +64,9 @@ pub struct Config {
     /// Which HTTP proxy, if any, the server is reached through with CONNECT (from
     /// `HTTPS_PROXY` and `NO_PROXY`, as curl and Go programs read them).
     pub proxy: Arc<hyper_util::client::proxy::matcher::Matcher>,
+    /// Pull this cluster's BundleDeployments and apply them (Fleet's agent); off only where
+    /// many agents share one cluster (benchmarks of the tunnels alone).
+    pub bundles: bool,
 }
 
 impl Config {
@@ -77,6 +85,7 @@ impl Config {
             credential_secret: CREDENTIAL_SECRET.to_string(),
             connected: None,
             proxy: Arc::new(hyper_util::client::proxy::matcher::Matcher::from_env()),
+            bundles: true,
         }
     }
 }
@@ -139,7 +148,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) {
     let mut attempt = 0u32;
     let mut use_credential = true;
     // The verified CA, kept across attempts: fetched again only when TLS fails with it.
-    let mut trusted: Option<rustls::ClientConfig> = None;
+    let mut trusted: Option<Trusted> = None;
+    // What the Fleet half reaches the server with, once the tunnel holds a credential.
+    let (sessions, sessions_seen) = tokio::sync::watch::channel(None);
+    let _bundles = config.bundles.then(|| {
+        AbortOnDrop(tokio::spawn(bundles::run(
+            config.downstream.clone(),
+            sessions_seen,
+        )))
+    });
     // The credential last issued, held here too in case keeping it in the cluster failed.
     let mut issued: Option<String> = None;
     tokio::pin!(shutdown);
@@ -147,7 +164,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) {
         let started = Instant::now();
         let outcome = tokio::select! {
             _ = &mut shutdown => return,
-            outcome = connect_and_serve(&config, &mut trusted, &mut issued, use_credential) => outcome,
+            outcome = connect_and_serve(&config, &mut trusted, &mut issued, use_credential, &sessions) => outcome,
         };
         if let Some(connected) = &config.connected {
             connected.send_replace(false);
@@ -256,7 +273,7 @@ pub async fn fetch_ca(
     server: &str,
     proxy: &hyper_util::client::proxy::matcher::Matcher,
     checksum: &str,
-) -> Result<rustls::ClientConfig, Error> {
+) -> Result<Trusted, Error> {
     let insecure = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::Tls(e.to_string()))?
@@ -296,15 +313,36 @@ pub async fn fetch_ca(
         return Err(Error::CaMismatch { got });
     }
     let mut roots = rustls::RootCertStore::empty();
+    let mut ca = Vec::new();
     for cert in CertificateDer::pem_slice_iter(&body) {
         let cert = cert.map_err(|e| Error::Tls(e.to_string()))?;
+        ca.push(cert.to_vec());
         roots.add(cert).map_err(|e| Error::Tls(e.to_string()))?;
     }
-    Ok(rustls::ClientConfig::builder_with_provider(provider())
+    let tls = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::Tls(e.to_string()))?
         .with_root_certificates(roots)
-        .with_no_client_auth())
+        .with_no_client_auth();
+    Ok(Trusted { tls, ca })
+}
+
+/// The server's CA once its checksum matched: as TLS configuration, and as certificates for
+/// the Fleet half's API client.
+#[derive(Clone)]
+pub struct Trusted {
+    pub tls: rustls::ClientConfig,
+    /// The CA certificates (DER).
+    pub ca: Vec<Vec<u8>>,
+}
+
+/// Aborts a task when dropped, so a background task ends with whatever owns it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Accepts any certificate: used only to download the CA whose checksum is then verified.
@@ -366,22 +404,28 @@ async fn stored_credential(downstream: &kube::Client, name: &str) -> Result<Opti
     }))
 }
 
+/// Creates namespace `name` in the agent's cluster if it does not exist.
+pub(crate) async fn ensure_namespace(downstream: &kube::Client, name: &str) -> kube::Result<()> {
+    let namespaces: Api<Namespace> = Api::all(downstream.clone());
+    if namespaces.get_opt(name).await?.is_none() {
+        let namespace: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+                .expect("a namespace");
+        match namespaces.create(&PostParams::default(), &namespace).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 async fn store_credential(
     downstream: &kube::Client,
     name: &str,
     credential: &str,
 ) -> Result<(), Error> {
-    let namespaces: Api<Namespace> = Api::all(downstream.clone());
-    if namespaces.get_opt(CREDENTIAL_NAMESPACE).await?.is_none() {
-        let namespace: Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": CREDENTIAL_NAMESPACE}}))
-                .expect("a namespace");
-        match namespaces.create(&PostParams::default(), &namespace).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    ensure_namespace(downstream, CREDENTIAL_NAMESPACE).await?;
     let secrets: Api<Secret> = Api::namespaced(downstream.clone(), CREDENTIAL_NAMESPACE);
     let secret = serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
@@ -411,18 +455,20 @@ async fn keep_credential(config: &Config, credential: &str) {
 /// One connection: check the CA, upgrade, then serve the tunnel until it closes.
 async fn connect_and_serve(
     config: &Config,
-    trusted: &mut Option<rustls::ClientConfig>,
+    trusted: &mut Option<Trusted>,
     issued: &mut Option<String>,
     use_credential: bool,
+    sessions: &tokio::sync::watch::Sender<Option<Session>>,
 ) -> Result<(), Error> {
-    let tls = match trusted {
-        Some(tls) => tls.clone(),
+    let verified = match trusted {
+        Some(verified) => verified.clone(),
         None => {
-            let tls = fetch_ca(&config.server, &config.proxy, &config.ca_checksum).await?;
-            *trusted = Some(tls.clone());
-            tls
+            let verified = fetch_ca(&config.server, &config.proxy, &config.ca_checksum).await?;
+            *trusted = Some(verified.clone());
+            verified
         }
     };
+    let tls = verified.tls.clone();
     let credential = if use_credential {
         let stored = match stored_credential(&config.downstream, &config.credential_secret).await {
             Ok(stored) => stored,
@@ -490,13 +536,39 @@ async fn connect_and_serve(
             });
         }
     }
-    if let Some(credential) = response
+    let newly_issued = response
         .headers()
         .get(CREDENTIAL_HEADER)
         .and_then(|v| v.to_str().ok())
-    {
-        *issued = Some(credential.to_string());
+        .map(String::from);
+    if let Some(credential) = &newly_issued {
+        *issued = Some(credential.clone());
         keep_credential(config, credential).await;
+    }
+    let cluster = response
+        .headers()
+        .get(CLUSTER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    if let (Some(credential), Some(cluster)) = (newly_issued.or(credential), cluster) {
+        let server: http::Uri = config
+            .server
+            .parse()
+            .map_err(|_| Error::Url(config.server.clone()))?;
+        let session = Session {
+            server: config.server.clone(),
+            ca: verified.ca.clone(),
+            credential,
+            cluster,
+            proxy: config.proxy.intercept(&server).map(|i| i.uri().clone()),
+        };
+        sessions.send_if_modified(|current| {
+            let changed = current.as_ref() != Some(&session);
+            if changed {
+                *current = Some(session);
+            }
+            changed
+        });
     }
     let upgraded = hyper::upgrade::on(response)
         .await

@@ -377,11 +377,38 @@ async fn authenticate(
         .and_then(|v| v.to_str().ok())
         .map(String::from);
     let peer = request.extensions().get::<Peer>().cloned();
-    match state
+    let mut outcome = state
         .authenticator
         .authenticate(authorization.as_deref(), peer.as_ref())
-        .await
+        .await;
+    // An agent's cluster credential is an identity of the management plane too, with the
+    // fixed scope of `agents.rs`; the credential lives with the tunnel's records.
+    if matches!(outcome, Err(ApiError::Unauthorized))
+        && !state.simulated
+        && let Some(token) = authorization
+            .as_deref()
+            .and_then(|a| a.strip_prefix("Bearer "))
+        && let Some(cluster) =
+            crate::tunnel::credential_cluster(&crate::local::client(state.clone()), token.trim())
+                .await
     {
+        outcome = Ok(crate::agents::user(&cluster));
+    }
+    match outcome {
+        Ok(user)
+            if crate::agents::bundle_namespace(&user).is_some()
+                && !request.uri().path().starts_with(crate::agents::PATH_PREFIX) =>
+        {
+            let path = request.uri().path().to_string();
+            discard(request.into_body()).await;
+            ApiError::Forbidden {
+                message: format!(
+                    "User \"{}\" cannot reach {path}: an agent's credential reaches only its own cluster's BundleDeployments",
+                    user.name
+                ),
+            }
+            .into_response()
+        }
         Ok(user) => {
             request.extensions_mut().insert(user);
             next.run(request).await
@@ -719,6 +746,12 @@ async fn serve(
                 user.name
             ),
         })?;
+    if rt.group == lariat_api::fleet::GROUP
+        && rt.plural == "contents"
+        && let Some(name) = &target.name
+    {
+        crate::agents::may_read_content(&state.resources, &user, name).await?;
+    }
 
     let format = negotiate(&parts.headers, &query)?;
     let dry_run_values = query_values(parts.uri.query(), "dryRun");

@@ -14,6 +14,7 @@ use std::time::Duration;
 use lariat_store::Store;
 use serde_json::json;
 
+pub mod agents;
 pub mod auth;
 pub mod builtin;
 pub mod discovery;
@@ -228,7 +229,7 @@ impl Server {
         let state = Arc::new(http::AppState {
             resources,
             authenticator,
-            authorizer: Arc::new(AllowAuthenticated),
+            authorizer: Arc::new(agents::AgentScope::around(Arc::new(AllowAuthenticated))),
             server_address: server_address.to_string(),
             advertised_address: advertised.map(|(_, address)| address),
             agent_image: config.agent_image.clone(),

@@ -412,6 +412,18 @@ async fn authenticate(client: &kube::Client, token: &str) -> Result<Identity, Ap
     })
 }
 
+/// The Cluster (`namespace/name`) whose agent credential `token` is, if it is a live one; a
+/// registration token, or anything else, is `None`.
+pub async fn credential_cluster(client: &kube::Client, token: &str) -> Option<String> {
+    match authenticate(client, token).await {
+        Ok(Identity {
+            cluster,
+            registering: false,
+        }) => Some(cluster),
+        _ => None,
+    }
+}
+
 /// The uid of the Cluster `namespace/name`, if it exists and is not being deleted.
 async fn cluster_uid(client: &kube::Client, cluster: &str) -> Result<Option<String>, ApiError> {
     let Some((namespace, name)) = cluster.split_once('/') else {

@@ -8,12 +8,12 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{TestServer, cluster_condition, eventually, eventually_within, import_cluster};
+use common::{Agent, TestServer, cluster_condition, eventually, eventually_within, import_cluster};
 
 /// A TCP relay from a fixed port to the server's current address, which the test can point
 /// elsewhere (a restarted server), cut (every open connection) or pause (refuse new ones).
@@ -124,67 +124,6 @@ fn connect_proxy() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
         }
     });
     (port, tunnels)
-}
-
-/// A `lariat agent` process; killed when dropped.
-struct Agent {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Agent {
-    fn start_with_env(
-        dir: &std::path::Path,
-        name: &str,
-        server: &str,
-        token: &str,
-        checksum: &str,
-        downstream: &TestServer,
-        env: &[(&str, &str)],
-    ) -> Agent {
-        let log = dir.join(format!("agent-{name}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_lariat"))
-            .args([
-                "agent",
-                "--server",
-                server,
-                "--token",
-                token,
-                "--ca-checksum",
-                checksum,
-                "--kubeconfig",
-            ])
-            .arg(downstream.kubeconfig())
-            .env("LARIAT_LOG", "info")
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Agent { child, log }
-    }
-
-    fn start(
-        dir: &std::path::Path,
-        name: &str,
-        server: &str,
-        token: &str,
-        checksum: &str,
-        downstream: &TestServer,
-    ) -> Agent {
-        Agent::start_with_env(dir, name, server, token, checksum, downstream, &[])
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn kubectl_via(

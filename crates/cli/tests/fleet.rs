@@ -6,7 +6,9 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{SEED_CLUSTER, TestServer, eventually};
+use std::time::Duration;
+
+use common::{SEED_CLUSTER, TestServer, eventually, eventually_within};
 use serde_json::Value;
 
 /// The seed's GitRepo, as a Fleet user writes it.
@@ -609,4 +611,415 @@ fn bundles_go_to_the_clusters_their_labels_choose_and_follow_relabelling() {
                 .status
                 .success()
     });
+}
+
+/// `lariat cluster import NAME -n fleet-default`: its token and CA checksum.
+fn import_into_fleet_default(server: &TestServer, name: &str) -> (String, String) {
+    let output = server.lariat(&["cluster", "import", name, "-n", "fleet-default"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let after = |flag: &str| {
+        stdout
+            .split(flag)
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{flag} in\n{stdout}"))
+            .to_string()
+    };
+    (after("--token "), after("--ca-checksum "))
+}
+
+fn the_bundle_deployment(server: &TestServer, bundle: &str) -> Value {
+    bundle_deployments(server, bundle)
+        .into_iter()
+        .next()
+        .unwrap_or(Value::Null)
+}
+
+fn fleet_condition(object: &Value, type_: &str) -> (String, String) {
+    let c = condition(object, type_);
+    (
+        c["status"].as_str().unwrap_or_default().to_string(),
+        c["message"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+fn first_group(server: &TestServer, name: &str) -> Value {
+    bundle(server, name)
+        .map(|b| b["status"]["failureGroups"][0].clone())
+        .unwrap_or(Value::Null)
+}
+
+const WEB: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: team-a
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: nginx}]
+";
+
+#[test]
+fn an_imported_clusters_agent_applies_its_bundles_and_says_what_became_of_them() {
+    let work = tempfile::tempdir().unwrap();
+    let management = serving_repositories_in(&work.path().join("repos"));
+    let downstream = TestServer::start();
+    let (token, checksum) = import_into_fleet_default(&management, "edge");
+    management.kubectl_ok(&[
+        "label",
+        "cluster.cluster.x-k8s.io",
+        "edge",
+        "-n",
+        "fleet-default",
+        "env=prod",
+    ]);
+    let server_url = format!("https://{}", management.address);
+    let start_agent = || {
+        common::Agent::start(
+            management.data_dir(),
+            "edge",
+            &server_url,
+            &token,
+            &checksum,
+            &downstream,
+        )
+    };
+    let agent = start_agent();
+    let upstream = work.path().join("repos/platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    commit(&upstream, &[("cm.yaml", CONFIG_MAP), ("web.yaml", WEB)]);
+    management.apply_ok(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: platform\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n  pollingInterval: 5s\n  targets:\n  - clusterSelector: {{matchLabels: {{env: prod}}}}\n",
+            upstream.display()
+        ),
+    );
+
+    // The agent applies the manifests with server-side apply, creating the namespace they need.
+    eventually_within(
+        Duration::from_secs(60),
+        "the manifests are in the cluster",
+        || {
+            downstream
+                .kubectl(&["get", "deployment", "web", "-n", "team-a"])
+                .status
+                .success()
+        },
+    );
+    assert_eq!(
+        downstream.kubectl_ok(&[
+            "get",
+            "configmap",
+            "settings",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.metadata.labels.fleet\\.lariat\\.dev/bundle-deployment} {.metadata.managedFields[0].manager} {.metadata.managedFields[0].operation}"
+        ]),
+        "platform lariat Apply"
+    );
+    // No Deployment controller runs in this cluster: the Deployment is not ready, and says why.
+    eventually("the Deployment is reported not ready", || {
+        let bd = the_bundle_deployment(&management, "platform");
+        fleet_condition(&bd, "Deployed").0 == "True"
+            && fleet_condition(&bd, "Ready")
+                .1
+                .contains("Deployment team-a/web: waiting for the Deployment controller")
+    });
+    eventually("the Bundle groups the cluster as NotReady", || {
+        let group = first_group(&management, "platform");
+        group["state"] == "NotReady" && group["clusters"] == serde_json::json!(["edge"])
+    });
+    // The test plays the Deployment controller: one replica short, then all there.
+    let deployment_status = |available: u32| {
+        downstream.kubectl_ok(&[
+            "patch", "deployment", "web", "-n", "team-a", "--subresource=status", "--type=merge", "-p",
+            &format!(r#"{{"status":{{"observedGeneration":1,"replicas":2,"updatedReplicas":2,"availableReplicas":{available},"conditions":[{{"type":"Available","status":"False","reason":"MinimumReplicasUnavailable","message":"Deployment does not have minimum availability."}}]}}}}"#),
+        ]);
+    };
+    deployment_status(1);
+    eventually("the Deployment's own words reach the Bundle", || {
+        first_group(&management, "platform")["message"]
+            .as_str()
+            .is_some_and(|m| {
+                m.contains("replicas available: Deployment does not have minimum availability")
+            })
+    });
+    deployment_status(2);
+    eventually("the GitRepo is ready", || {
+        git_repo(&management, "platform")["status"]["display"]["readyBundleDeployments"] == "1/1"
+    });
+
+    // Drift: a change downstream is Modified, with the fields and the patch that restores them.
+    downstream.kubectl_ok(&[
+        "patch",
+        "configmap",
+        "settings",
+        "-n",
+        "default",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"color":"red"}}"#,
+    ]);
+    eventually("the change is reported as drift", || {
+        let bd = the_bundle_deployment(&management, "platform");
+        bd["status"]["modifiedStatus"][0]["patch"] == r#"{"data":{"color":"blue"}}"#
+            && first_group(&management, "platform")["message"]
+                == "ConfigMap default/settings changed: data.color"
+    });
+    assert_eq!(first_group(&management, "platform")["state"], "Modified");
+    // correctDrift puts it back, and puts back what is deleted.
+    management.kubectl_ok(&[
+        "patch",
+        "gitrepo",
+        "platform",
+        "-n",
+        "fleet-default",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"correctDrift":{"enabled":true}}}"#,
+    ]);
+    let color = || {
+        downstream
+            .kubectl(&[
+                "get",
+                "configmap",
+                "settings",
+                "-n",
+                "default",
+                "-o",
+                "jsonpath={.data.color}",
+            ])
+            .stdout
+    };
+    eventually("correctDrift restores the change", || color() == b"blue");
+    downstream.kubectl_ok(&["delete", "configmap", "settings", "-n", "default"]);
+    eventually("correctDrift restores the deleted object", || {
+        color() == b"blue"
+    });
+    eventually("the GitRepo is ready again", || {
+        git_repo(&management, "platform")["status"]["display"]["readyBundleDeployments"] == "1/1"
+    });
+
+    // A manifest the cluster's API refuses: ErrApplied with the API's own words; what was
+    // applied before stays.
+    commit(
+        &upstream,
+        &[("web.yaml", &WEB.replace("replicas: 2", "replicas: two"))],
+    );
+    eventually_within(Duration::from_secs(40), "the refusal is reported", || {
+        let bd = the_bundle_deployment(&management, "platform");
+        let (status, message) = fleet_condition(&bd, "Deployed");
+        status == "False"
+            && message.starts_with("Deployment team-a/web: ")
+            && message.contains("replicas")
+    });
+    eventually("the Bundle groups it as ErrApplied", || {
+        first_group(&management, "platform")["state"] == "ErrApplied"
+    });
+    assert_eq!(color(), b"blue");
+
+    // The agent's credential reaches its own BundleDeployments and nothing else.
+    let credential = downstream.kubectl_ok(&[
+        "get",
+        "secret",
+        "lariat-agent-credential",
+        "-n",
+        "lariat-system",
+        "-o",
+        "go-template={{.data.credential | base64decode}}",
+    ]);
+    let own = the_bundle_deployment(&management, "platform")["metadata"]["namespace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    management.apply_ok(
+        &["apply", "-f", "-"],
+        "apiVersion: cluster.x-k8s.io/v1beta1\nkind: Cluster\nmetadata:\n  name: other\n  namespace: fleet-default\n  labels: {env: prod}\nspec: {}\n",
+    );
+    eventually("the other cluster has its BundleDeployment", || {
+        bundle_deployments(&management, "platform").len() == 2
+    });
+    let others = lariat_api_namespace("fleet-default", "other");
+    let content = the_bundle_deployment(&management, "platform")["spec"]["deploymentID"]
+        .as_str()
+        .unwrap()
+        .split(':')
+        .next()
+        .unwrap()
+        .to_string();
+    let as_agent = |method: &str, path: &str, body: Option<&str>| {
+        management.curl(
+            method,
+            path,
+            Some(&credential),
+            body.map(|_| "application/merge-patch+json"),
+            body.map(str::as_bytes),
+        )
+    };
+    let fleet = "/apis/fleet.cattle.io/v1alpha1";
+    for allowed in [
+        format!("{fleet}/namespaces/{own}/bundledeployments"),
+        format!("{fleet}/namespaces/{own}/bundledeployments/platform"),
+        format!("{fleet}/contents/{content}"),
+    ] {
+        let (code, body) = as_agent("GET", &allowed, None);
+        assert_eq!(code, 200, "{allowed}: {body}");
+    }
+    for refused in [
+        format!("{fleet}/namespaces/{others}/bundledeployments"),
+        format!("{fleet}/bundledeployments"),
+        format!("{fleet}/namespaces/fleet-default/bundles"),
+        format!("{fleet}/namespaces/fleet-default/gitrepos"),
+        format!("{fleet}/contents"),
+        format!(
+            "{fleet}/contents/s-0000000000000000000000000000000000000000000000000000000000000000"
+        ),
+        "/api/v1/namespaces/lariat-system/secrets".to_string(),
+        "/apis/cluster.x-k8s.io/v1beta1/clusters".to_string(),
+        "/apis".to_string(),
+        "/k8s/clusters/fleet-default/edge/api/v1/namespaces".to_string(),
+        "/metrics".to_string(),
+    ] {
+        let (code, body) = as_agent("GET", &refused, None);
+        assert_eq!(code, 403, "{refused}: {body}");
+    }
+    let (code, _) = as_agent(
+        "DELETE",
+        &format!("{fleet}/namespaces/{own}/bundledeployments/platform"),
+        None,
+    );
+    assert_eq!(code, 403);
+    let (code, body) = as_agent(
+        "PATCH",
+        &format!("{fleet}/namespaces/{others}/bundledeployments/platform/status"),
+        Some(r#"{"status":{"ready":true}}"#),
+    );
+    assert_eq!(code, 403, "{body}");
+    // Through the status subresource, only status changes: not labels, finalizers or spec.
+    let (code, body) = as_agent(
+        "PATCH",
+        &format!("{fleet}/namespaces/{own}/bundledeployments/platform/status"),
+        Some(r#"{"metadata":{"labels":{"stolen":"yes"}},"spec":{"paused":true}}"#),
+    );
+    assert_eq!(code, 200, "{body}");
+    let bd = the_bundle_deployment(&management, "platform");
+    assert!(bd["metadata"]["labels"]["stolen"].is_null(), "{bd}");
+    assert!(bd["spec"]["paused"].is_null(), "{bd}");
+    // A registration token is no identity on the API, and the admin is not an agent.
+    let (code, _) = management.curl(
+        "GET",
+        &format!("{fleet}/namespaces/{own}/bundledeployments"),
+        Some(&token),
+        None,
+        None,
+    );
+    assert_eq!(code, 401);
+    let (code, _) = management.curl("GET", "/apis", Some(&management.admin_token()), None, None);
+    assert_eq!(code, 200);
+    management.kubectl_ok(&[
+        "delete",
+        "cluster.cluster.x-k8s.io",
+        "other",
+        "-n",
+        "fleet-default",
+    ]);
+
+    // Fixed in git, while the agent is away: the cluster is Offline, one group; when the
+    // agent returns it catches up.
+    drop(agent);
+    commit(
+        &upstream,
+        &[
+            ("web.yaml", WEB),
+            ("cm.yaml", &CONFIG_MAP.replace("blue", "green")),
+        ],
+    );
+    eventually_within(
+        Duration::from_secs(60),
+        "the cluster shows as offline",
+        || first_group(&management, "platform")["state"] == "Offline",
+    );
+    let agent = start_agent();
+    eventually_within(
+        Duration::from_secs(60),
+        "the returning agent applies the fix",
+        || {
+            color() == b"green"
+                && fleet_condition(&the_bundle_deployment(&management, "platform"), "Deployed").0
+                    == "True"
+        },
+    );
+
+    // What leaves git is deleted from the cluster.
+    git(&upstream, &["rm", "-q", "cm.yaml"]);
+    git(&upstream, &["commit", "-q", "-m", "drop the settings"]);
+    eventually_within(
+        Duration::from_secs(40),
+        "the removed manifest is pruned",
+        || {
+            !downstream
+                .kubectl(&["get", "configmap", "settings", "-n", "default"])
+                .status
+                .success()
+        },
+    );
+    assert!(
+        downstream
+            .kubectl(&["get", "deployment", "web", "-n", "team-a"])
+            .status
+            .success()
+    );
+
+    // Relabelled out of the target: its BundleDeployment goes, and the agent removes what it applied.
+    management.kubectl_ok(&[
+        "label",
+        "cluster.cluster.x-k8s.io",
+        "edge",
+        "-n",
+        "fleet-default",
+        "env=dev",
+        "--overwrite",
+    ]);
+    eventually_within(
+        Duration::from_secs(40),
+        "the bundle's objects leave the cluster",
+        || {
+            !downstream
+                .kubectl(&["get", "deployment", "web", "-n", "team-a"])
+                .status
+                .success()
+                && !downstream
+                    .kubectl(&[
+                        "get",
+                        "configmap",
+                        "fleet-bundle-platform",
+                        "-n",
+                        "lariat-system",
+                    ])
+                    .status
+                    .success()
+        },
+    );
+    assert!(!agent.log().contains("panicked"), "{}", agent.log());
+    assert!(
+        !management.log().contains(&credential),
+        "the credential is never logged"
+    );
+}
+
+/// The namespace of a cluster's BundleDeployments, as the server names it.
+fn lariat_api_namespace(namespace: &str, name: &str) -> String {
+    lariat_api::fleet::cluster_namespace(namespace, name)
 }

@@ -27,16 +27,7 @@ pub const FINALIZER: &str = "fleet.cattle.io/cluster-finalizer";
 pub const CLUSTER_NAMESPACE_LABEL: &str = "fleet.cattle.io/cluster-namespace";
 pub const CLUSTER_NAME_LABEL: &str = "fleet.cattle.io/cluster";
 
-/// The namespace of a cluster's BundleDeployments: readable, unique (a hash of the whole keeps
-/// long names apart), within Kubernetes' 63 characters.
-pub fn cluster_namespace(namespace: &str, name: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let hash = Sha256::digest(format!("{namespace}/{name}").as_bytes());
-    let hash: String = hash.iter().take(4).map(|b| format!("{b:02x}")).collect();
-    let mut readable = format!("cluster-{namespace}-{name}");
-    readable.truncate(63 - 9);
-    format!("{}-{hash}", readable.trim_end_matches('-'))
-}
+pub use lariat_api::fleet::cluster_namespace;
 
 /// Keeps the Fleet Cluster of a lariat Cluster, and its namespace.
 pub async fn mirror(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {

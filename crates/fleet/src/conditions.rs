@@ -3,7 +3,7 @@
 
 use lariat_api::fleet::FleetCondition;
 
-/// Sets a condition; returns whether anything but `lastUpdateTime` changed.
+/// Sets a condition as of now; returns whether anything but `lastUpdateTime` changed.
 pub fn set(
     conditions: &mut Vec<FleetCondition>,
     type_: &str,
@@ -11,33 +11,8 @@ pub fn set(
     reason: &str,
     message: &str,
 ) -> bool {
-    let status = if status { "True" } else { "False" };
     let now = lariat_controllers::object::now();
-    let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
-    let previous = conditions.iter().find(|c| c.type_ == type_);
-    let unchanged = previous.is_some_and(|c| {
-        c.status == status && c.reason == text(reason) && c.message == text(message)
-    });
-    if unchanged {
-        return false;
-    }
-    let last_transition_time = match previous {
-        Some(c) if c.status == status => c.last_transition_time.clone(),
-        _ => Some(now.clone()),
-    };
-    let condition = FleetCondition {
-        type_: type_.to_string(),
-        status: status.to_string(),
-        last_update_time: Some(now),
-        last_transition_time,
-        reason: text(reason),
-        message: text(message),
-    };
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(existing) => *existing = condition,
-        None => conditions.push(condition),
-    }
-    true
+    FleetCondition::set(conditions, type_, status, reason, message, &now)
 }
 
 pub fn is_true(conditions: &[FleetCondition], type_: &str) -> bool {

@@ -28,6 +28,47 @@ pub struct FleetCondition {
     pub message: Option<String>,
 }
 
+impl FleetCondition {
+    /// Sets condition `type_` in `conditions` as of `now` (RFC 3339): `lastTransitionTime`
+    /// moves only when the status does, and an unchanged condition is left as it is. Returns
+    /// whether anything changed.
+    pub fn set(
+        conditions: &mut Vec<FleetCondition>,
+        type_: &str,
+        status: bool,
+        reason: &str,
+        message: &str,
+        now: &str,
+    ) -> bool {
+        let status = if status { "True" } else { "False" };
+        let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        let previous = conditions.iter().find(|c| c.type_ == type_);
+        let unchanged = previous.is_some_and(|c| {
+            c.status == status && c.reason == text(reason) && c.message == text(message)
+        });
+        if unchanged {
+            return false;
+        }
+        let last_transition_time = match previous {
+            Some(c) if c.status == status => c.last_transition_time.clone(),
+            _ => Some(now.to_string()),
+        };
+        let condition = FleetCondition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            last_update_time: Some(now.to_string()),
+            last_transition_time,
+            reason: text(reason),
+            message: text(message),
+        };
+        match conditions.iter_mut().find(|c| c.type_ == type_) {
+            Some(existing) => *existing = condition,
+            None => conditions.push(condition),
+        }
+        true
+    }
+}
+
 /// Which clusters a GitRepo or Bundle goes to. A target matches a cluster when every selector
 /// it sets matches; `clusterName` names one cluster.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

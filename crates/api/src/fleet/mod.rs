@@ -28,7 +28,7 @@ pub use bundle::{
 };
 pub use bundle_deployment::{
     BundleDeployment, BundleDeploymentDisplay, BundleDeploymentOptions, BundleDeploymentSpec,
-    BundleDeploymentStatus, ModifiedStatus, NonReadyStatus,
+    BundleDeploymentStatus, DeployedResource, ModifiedStatus, NonReadyStatus, ObjectSummary,
 };
 pub use cluster::{
     AgentStatus, FleetCluster, FleetClusterDisplay, FleetClusterSpec, FleetClusterStatus,
@@ -51,6 +51,17 @@ pub const API_VERSION: &str = "fleet.cattle.io/v1alpha1";
 pub const DEFAULT_WORKSPACE: &str = "fleet-default";
 /// The workspace of the management cluster itself, as Rancher's.
 pub const LOCAL_WORKSPACE: &str = "fleet-local";
+
+/// The namespace of a cluster's BundleDeployments, where its agent reads them: readable,
+/// unique (a hash of the whole keeps long names apart), within Kubernetes' 63 characters.
+pub fn cluster_namespace(namespace: &str, name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let hash = Sha256::digest(format!("{namespace}/{name}").as_bytes());
+    let hash: String = hash.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    let mut readable = format!("cluster-{namespace}-{name}");
+    readable.truncate(63 - 9);
+    format!("{}-{hash}", readable.trim_end_matches('-'))
+}
 
 /// Fleet's CRDs, GitRepo first (what users write), then what lariat derives from it.
 pub fn crds() -> Vec<CustomResourceDefinition> {

@@ -169,6 +169,8 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
         );
         config.credential_secret = format!("agent-credential-{i:05}");
         config.connected = Some(connected);
+        // Ten thousand agents share one cluster here: this measures the tunnels alone.
+        config.bundles = false;
         let mut stopped = agents_stopped.clone();
         tokio::spawn(lariat_agent::run(config, async move {
             let _ = stopped.wait_for(|s| *s).await;

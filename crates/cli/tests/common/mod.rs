@@ -390,3 +390,64 @@ pub fn eventually_within(timeout: Duration, what: &str, mut check: impl FnMut() 
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A `lariat agent` process; killed when dropped.
+pub struct Agent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Agent {
+    pub fn start_with_env(
+        dir: &std::path::Path,
+        name: &str,
+        server: &str,
+        token: &str,
+        checksum: &str,
+        downstream: &TestServer,
+        env: &[(&str, &str)],
+    ) -> Agent {
+        let log = dir.join(format!("agent-{name}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_lariat"))
+            .args([
+                "agent",
+                "--server",
+                server,
+                "--token",
+                token,
+                "--ca-checksum",
+                checksum,
+                "--kubeconfig",
+            ])
+            .arg(downstream.kubeconfig())
+            .env("LARIAT_LOG", "info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Agent { child, log }
+    }
+
+    pub fn start(
+        dir: &std::path::Path,
+        name: &str,
+        server: &str,
+        token: &str,
+        checksum: &str,
+        downstream: &TestServer,
+    ) -> Agent {
+        Agent::start_with_env(dir, name, server, token, checksum, downstream, &[])
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,478 @@
+//! The agent's Fleet half: it pulls its cluster's BundleDeployments from the server and applies
+//! them, as Fleet's agent does. With the credential the tunnel issued it, the agent watches the
+//! BundleDeployments of its cluster's namespace on the management API (the only thing that
+//! credential reaches there, besides their status and the Contents they name), applies each one
+//! to its own cluster with server-side apply (field manager `lariat`), deletes what left the
+//! manifests, and reports per object whether it is ready, changed downstream or missing.
+//!
+//! - `deploy.rs`: the manifests of a version as objects for this cluster, applying them, and
+//!   the record in the cluster of what each BundleDeployment applied (so what leaves git, or a
+//!   whole BundleDeployment that goes, is deleted even after a restart);
+//! - `monitor.rs`: readiness in each object's own terms, and drift (the fields that differ);
+//! - here: the controller, woken by its BundleDeployments' changes and by the changes of the
+//!   objects they applied (watched by label, one watch per kind), and the clean-up of
+//!   BundleDeployments that were deleted.
+
+mod deploy;
+mod monitor;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
+use kube::{Resource, ResourceExt};
+use lariat_api::fleet::{BundleDeployment, BundleDeploymentStatus, Content, FleetCondition};
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc, watch};
+
+pub use deploy::{BUNDLE_DEPLOYMENT_LABEL, FIELD_MANAGER};
+
+/// What the agent needs to reach the management API as itself: handed over by the tunnel once
+/// it holds a credential the server accepted.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Session {
+    /// `https://host:port` of the lariat server.
+    pub server: String,
+    /// The server's CA, verified against the checksum (DER).
+    pub ca: Vec<Vec<u8>>,
+    /// The cluster credential the server issued.
+    pub credential: String,
+    /// `namespace/name` of this agent's Cluster.
+    pub cluster: String,
+    /// The HTTP proxy the server is reached through, if any.
+    pub proxy: Option<http::Uri>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("server", &self.server)
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What outlives one session with the server: the cluster's side (what was applied, the
+/// watches of applied objects, discovery) and the Contents already read.
+struct Agent {
+    downstream: kube::Client,
+    /// What each BundleDeployment applied, as recorded in the cluster (loaded once, then
+    /// written through).
+    records: tokio::sync::Mutex<HashMap<String, Option<deploy::Record>>>,
+    /// The kinds seen, by `apiVersion/kind`.
+    kinds: Mutex<HashMap<String, deploy::Kind>>,
+    /// One watch per kind applied, of the objects carrying [`BUNDLE_DEPLOYMENT_LABEL`].
+    watches: Mutex<HashMap<String, AppliedWatch>>,
+    /// Names of BundleDeployments whose objects changed.
+    changed: broadcast::Sender<String>,
+    /// Contents by name (they never change), those of current BundleDeployments only.
+    contents: Mutex<HashMap<String, Arc<Vec<Value>>>>,
+}
+
+struct AppliedWatch {
+    applied: Applied,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The applied objects of one kind, as its watch sees them.
+#[derive(Clone)]
+struct Applied {
+    store: Store<DynamicObject>,
+    /// The resource the store is keyed with.
+    resource: ApiResource,
+}
+
+impl Applied {
+    fn get(&self, namespace: Option<&str>, name: &str) -> Option<DynamicObject> {
+        let mut reference = ObjectRef::new_with(name, self.resource.clone());
+        if let Some(namespace) = namespace {
+            reference = reference.within(namespace);
+        }
+        self.store.get(&reference).map(|o| o.as_ref().clone())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        for watch in self.watches.lock().expect("lock").values() {
+            watch.task.abort();
+        }
+    }
+}
+
+impl Agent {
+    /// The applied objects of a kind, starting its watch on first use.
+    async fn applied(&self, kind: &deploy::Kind) -> Applied {
+        let applied = {
+            let mut watches = self.watches.lock().expect("lock");
+            match watches.get(&kind.key()) {
+                Some(watch) => watch.applied.clone(),
+                None => {
+                    let writer = reflector::store::Writer::new(kind.resource.clone());
+                    let applied = Applied {
+                        store: writer.as_reader(),
+                        resource: kind.resource.clone(),
+                    };
+                    let api: Api<DynamicObject> =
+                        Api::all_with(self.downstream.clone(), &kind.resource);
+                    let changed = self.changed.clone();
+                    let config = watcher::Config::default().labels(BUNDLE_DEPLOYMENT_LABEL);
+                    let task = tokio::spawn(
+                        watcher(api, config)
+                            .default_backoff()
+                            .reflect(writer)
+                            .for_each(move |event| {
+                                if let Ok(
+                                    watcher::Event::Apply(object) | watcher::Event::Delete(object),
+                                ) = event
+                                    && let Some(owner) =
+                                        object.labels().get(BUNDLE_DEPLOYMENT_LABEL)
+                                {
+                                    let _ = changed.send(owner.clone());
+                                }
+                                std::future::ready(())
+                            }),
+                    );
+                    watches.insert(
+                        kind.key(),
+                        AppliedWatch {
+                            applied: applied.clone(),
+                            task,
+                        },
+                    );
+                    applied
+                }
+            }
+        };
+        // The first list, so a missing object is missing rather than not yet seen.
+        let _ =
+            tokio::time::timeout(Duration::from_secs(10), applied.store.wait_until_ready()).await;
+        applied
+    }
+
+    /// Every kind's applied objects watched so far.
+    fn all_applied(&self) -> Vec<Applied> {
+        self.watches
+            .lock()
+            .expect("lock")
+            .values()
+            .map(|w| w.applied.clone())
+            .collect()
+    }
+}
+
+/// Runs the agent's Fleet half until the task is dropped: each session (credential) the tunnel
+/// hands over replaces the previous one; the cluster's side carries over.
+pub(crate) async fn run(downstream: kube::Client, mut sessions: watch::Receiver<Option<Session>>) {
+    let agent = Arc::new(Agent {
+        downstream,
+        records: Default::default(),
+        kinds: Default::default(),
+        watches: Default::default(),
+        changed: broadcast::channel(4096).0,
+        contents: Default::default(),
+    });
+    loop {
+        let session = sessions.borrow_and_update().clone();
+        let Some(session) = session else {
+            if sessions.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
+        tokio::select! {
+            outcome = serve(agent.clone(), &session) => {
+                if let Err(error) = outcome {
+                    tracing::warn!(%error, "cannot pull bundles from the server; retrying in 10s");
+                }
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
+            changed = sessions.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// The management API as this agent.
+fn upstream_client(session: &Session, namespace: &str) -> Result<kube::Client, Error> {
+    let url: http::Uri = session
+        .server
+        .parse()
+        .map_err(|_| Error::Invalid(format!("invalid server URL {:?}", session.server)))?;
+    let mut config = kube::Config::new(url);
+    config.root_cert = Some(session.ca.clone());
+    config.auth_info.token = Some(session.credential.clone().into());
+    config.proxy_url = session.proxy.clone();
+    config.default_namespace = namespace.to_string();
+    Ok(kube::Client::try_from(config)?)
+}
+
+struct Context {
+    agent: Arc<Agent>,
+    api: Api<BundleDeployment>,
+    contents: Api<Content>,
+    deployments: Store<BundleDeployment>,
+}
+
+async fn serve(agent: Arc<Agent>, session: &Session) -> Result<(), Error> {
+    let (cluster_namespace, cluster_name) = session
+        .cluster
+        .split_once('/')
+        .ok_or_else(|| Error::Invalid(format!("malformed cluster {:?}", session.cluster)))?;
+    let namespace = lariat_api::fleet::cluster_namespace(cluster_namespace, cluster_name);
+    let client = upstream_client(session, &namespace)?;
+    let api: Api<BundleDeployment> = Api::namespaced(client.clone(), &namespace);
+    let (reader, writer) = reflector::store();
+    let (cleanups, cleanup_requests) = mpsc::unbounded_channel::<Cleanup>();
+    let deployments = watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .inspect(move |event| {
+            let request = match event {
+                Ok(watcher::Event::Delete(bd)) => Cleanup::Deleted(bd.name_any()),
+                Ok(watcher::Event::InitDone) => Cleanup::Sweep,
+                _ => return,
+            };
+            let _ = cleanups.send(request);
+        })
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    let ctx = Arc::new(Context {
+        agent: agent.clone(),
+        api,
+        contents: Api::all(client),
+        deployments: reader.clone(),
+    });
+    let objects_changed = {
+        let namespace = namespace.clone();
+        let store = reader.clone();
+        tokio_stream_of(agent.changed.subscribe()).flat_map(move |change| {
+            let refs: Vec<ObjectRef<BundleDeployment>> = match change {
+                Some(name) => vec![ObjectRef::new(&name).within(&namespace)],
+                // Changes were missed: look at every BundleDeployment again.
+                None => store
+                    .state()
+                    .iter()
+                    .map(|bd| ObjectRef::from_obj(bd.as_ref()))
+                    .collect(),
+            };
+            futures::stream::iter(refs)
+        })
+    };
+    let cleaner = tokio::spawn(clean_up(ctx.clone(), cleanup_requests));
+    tracing::info!(%namespace, "pulling bundles");
+    Controller::for_stream(deployments, reader)
+        .reconcile_on(objects_changed)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| std::future::ready(()))
+        .await;
+    cleaner.abort();
+    Ok(())
+}
+
+/// A broadcast receiver as a stream; `None` when it lagged behind and lost changes.
+fn tokio_stream_of(
+    receiver: broadcast::Receiver<String>,
+) -> impl futures::Stream<Item = Option<String>> + Send {
+    futures::stream::unfold(receiver, |mut receiver| async move {
+        match receiver.recv().await {
+            Ok(name) => Some((Some(name), receiver)),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some((None, receiver)),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    })
+}
+
+enum Cleanup {
+    /// This BundleDeployment was deleted.
+    Deleted(String),
+    /// The BundleDeployments were listed afresh: any recorded one not among them was deleted.
+    Sweep,
+}
+
+/// Deletes what BundleDeployments that are gone applied (unless they kept their resources),
+/// as Fleet's agent removes releases whose BundleDeployment is gone.
+async fn clean_up(ctx: Arc<Context>, mut requests: mpsc::UnboundedReceiver<Cleanup>) {
+    while let Some(request) = requests.recv().await {
+        let names = match request {
+            Cleanup::Deleted(name) => vec![name],
+            Cleanup::Sweep => match deploy::recorded(&ctx.agent).await {
+                Ok(names) => names,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot list what bundles applied");
+                    continue;
+                }
+            },
+        };
+        for name in names {
+            let live = ctx
+                .deployments
+                .get(&ObjectRef::new(&name).within(ctx.api.namespace().unwrap_or_default()));
+            if live.is_some() {
+                continue;
+            }
+            if let Err(error) = deploy::uninstall(&ctx.agent, &name).await {
+                tracing::warn!(bundle = %name, %error, "cannot delete what a removed bundle applied");
+            }
+        }
+    }
+}
+
+/// How long after an apply that failed the agent tries again: the API's refusal will not
+/// change by itself, so this paces retries rather than racing them.
+const RETRY_FAILED_APPLY: Duration = Duration::from_secs(30);
+/// A BundleDeployment is looked at again this often even if nothing changed.
+const RESYNC: Duration = Duration::from_secs(600);
+
+async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = bd.name_any();
+    let Some(deployment_id) = bd.spec.deployment_id.clone() else {
+        return Ok(Action::await_change());
+    };
+    if bd.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let options = bd.spec.options.clone().unwrap_or_default();
+    let record = deploy::record(&ctx.agent, &name).await?;
+    let applied = record
+        .as_ref()
+        .is_some_and(|r| r.deployment_id == deployment_id);
+    if bd.spec.paused && !applied {
+        return Ok(Action::await_change());
+    }
+    let content_name = deployment_id
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let manifests = content(&ctx, &content_name).await?;
+    let mut status = bd.status.clone().unwrap_or_default();
+    let now = now();
+    let desired = match deploy::desired(&ctx.agent, &name, &manifests, &options).await {
+        Ok(desired) => desired,
+        Err(message) => {
+            failed(&mut status, &message, &now);
+            write_status(&ctx, &bd, status).await?;
+            return Ok(Action::requeue(RETRY_FAILED_APPLY));
+        }
+    };
+    let mut fresh = monitor::Fresh::default();
+    if !applied {
+        match deploy::apply(&ctx.agent, &name, &deployment_id, &options, &desired).await {
+            Ok(written) => fresh = written,
+            Err(message) => {
+                failed(&mut status, &message, &now);
+                write_status(&ctx, &bd, status).await?;
+                return Ok(Action::requeue(RETRY_FAILED_APPLY));
+            }
+        }
+    }
+    let mut seen = monitor::observe(&ctx.agent, &name, &desired, &fresh).await;
+    let correct = bd
+        .spec
+        .correct_drift
+        .as_ref()
+        .or(options.correct_drift.as_ref())
+        .filter(|c| c.enabled);
+    if let Some(correct) = correct
+        && seen.drifted()
+    {
+        let restored = deploy::correct(&ctx.agent, &desired, &seen, correct.force).await;
+        if let Err(message) = &restored {
+            tracing::info!(bundle = %name, %message, "cannot correct drift");
+        }
+        let restored = restored.unwrap_or_default();
+        seen = monitor::observe(&ctx.agent, &name, &desired, &restored).await;
+    }
+    monitor::report(&mut status, &deployment_id, &desired, &seen, &now);
+    write_status(&ctx, &bd, status).await?;
+    Ok(Action::requeue(RESYNC))
+}
+
+fn error_policy(bd: Arc<BundleDeployment>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(bundle = %bd.name_any(), %error, "cannot deploy a bundle; retrying");
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// The manifests of a Content (read once: a Content never changes, its name is its hash).
+async fn content(ctx: &Context, name: &str) -> Result<Arc<Vec<Value>>, Error> {
+    if let Some(found) = ctx.agent.contents.lock().expect("lock").get(name) {
+        return Ok(found.clone());
+    }
+    let content = ctx.contents.get(name).await?;
+    let bytes = content.spec.content.map(|b| b.0).unwrap_or_default();
+    let manifests: Vec<Value> = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::Invalid(format!("Content {name} is not a JSON list: {e}")))?;
+    let manifests = Arc::new(manifests);
+    let mut contents = ctx.agent.contents.lock().expect("lock");
+    // Keep only what the BundleDeployments name now.
+    let wanted: std::collections::HashSet<String> = ctx
+        .deployments
+        .state()
+        .iter()
+        .flat_map(|bd| {
+            [&bd.spec.deployment_id, &bd.spec.staged_deployment_id]
+                .into_iter()
+                .flatten()
+                .filter_map(|id| id.split(':').next().map(String::from))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    contents.retain(|name, _| wanted.contains(name));
+    contents.insert(name.to_string(), manifests.clone());
+    Ok(manifests)
+}
+
+/// The version could not be applied: `Deployed` is False with the API's words.
+fn failed(status: &mut BundleDeploymentStatus, message: &str, now: &str) {
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    FleetCondition::set(conditions, "Deployed", false, "ErrApplied", message, now);
+    FleetCondition::set(conditions, "Ready", false, "ErrApplied", message, now);
+    let display = status.display.get_or_insert_with(Default::default);
+    display.deployed = Some(format!("Error: {message}"));
+    display.state = Some("ErrApplied".into());
+    status.ready = false;
+}
+
+/// Writes the status if it changed: a JSON merge patch that also removes what is gone.
+async fn write_status(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    status: BundleDeploymentStatus,
+) -> Result<(), Error> {
+    let before = bd.status.clone().unwrap_or_default();
+    if before == status {
+        return Ok(());
+    }
+    let mut new = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
+    let old = serde_json::to_value(&before).map_err(|e| Error::Invalid(e.to_string()))?;
+    if let (Some(new), Some(old)) = (new.as_object_mut(), old.as_object()) {
+        for key in old.keys() {
+            new.entry(key.clone()).or_insert(Value::Null);
+        }
+    }
+    ctx.api
+        .patch_status(
+            &bd.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": new })),
+        )
+        .await?;
+    Ok(())
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}

@@ -1,0 +1,623 @@
+//! What became of the applied objects: each one's readiness in its own terms (a Deployment
+//! short of replicas, a failed Job, a custom resource whose Ready condition is False), and
+//! drift: an object changed downstream (the fields that differ from the manifests), deleted
+//! (missing), or carrying the BundleDeployment's label without being in its manifests
+//! (orphaned). Read from the watches of applied objects, never by polling.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use lariat_api::fleet::{
+    BundleDeploymentDisplay, BundleDeploymentStatus, DeployedResource, FleetCondition,
+    ModifiedStatus, NonReadyStatus, ObjectSummary, ResourceCounts,
+};
+use serde_json::{Map, Value};
+
+use super::Agent;
+use super::deploy::{BUNDLE_DEPLOYMENT_LABEL, Desired, ObjectKey};
+
+/// An object that differs from the manifests.
+#[derive(Debug)]
+pub struct Modified {
+    pub key: ObjectKey,
+    /// The paths that differ, e.g. `data.color`.
+    pub fields: Vec<String>,
+    /// The JSON merge patch that would restore them.
+    pub patch: Value,
+}
+
+/// What the agent sees of a BundleDeployment's objects.
+#[derive(Debug, Default)]
+pub struct Seen {
+    pub not_ready: Vec<(ObjectKey, ObjectSummary)>,
+    pub modified: Vec<Modified>,
+    pub missing: Vec<ObjectKey>,
+    pub orphaned: Vec<ObjectKey>,
+}
+
+impl Seen {
+    pub fn drifted(&self) -> bool {
+        !(self.modified.is_empty() && self.missing.is_empty() && self.orphaned.is_empty())
+    }
+}
+
+/// Objects just written, newer than the watches may show yet, and objects just deleted.
+#[derive(Debug, Default)]
+pub struct Fresh {
+    pub written: BTreeMap<ObjectKey, DynamicObject>,
+    pub deleted: BTreeSet<ObjectKey>,
+}
+
+/// Looks at every object of the manifests and every object labelled as this
+/// BundleDeployment's.
+pub(super) async fn observe(
+    agent: &Agent,
+    bundle_deployment: &str,
+    desired: &[Desired],
+    fresh: &Fresh,
+) -> Seen {
+    let mut seen = Seen::default();
+    for wanted in desired {
+        let applied = agent.applied(&wanted.kind).await;
+        let live = match fresh.written.get(&wanted.key) {
+            Some(written) => Some(written.clone()),
+            None => applied.get(wanted.key.namespace.as_deref(), &wanted.key.name),
+        };
+        let Some(live) = live else {
+            seen.missing.push(wanted.key.clone());
+            continue;
+        };
+        let live = serde_json::to_value(&live).unwrap_or_default();
+        let mut fields = Vec::new();
+        if let Some(patch) = differences(&comparable(&wanted.object), &live, "", &mut fields) {
+            seen.modified.push(Modified {
+                key: wanted.key.clone(),
+                fields,
+                patch,
+            });
+        }
+        if let Some(summary) = readiness(&wanted.key.kind, &live) {
+            seen.not_ready.push((wanted.key.clone(), summary));
+        }
+    }
+    let wanted: HashSet<&ObjectKey> = desired.iter().map(|d| &d.key).collect();
+    for applied in agent.all_applied() {
+        for object in applied.store.state() {
+            if object
+                .labels()
+                .get(BUNDLE_DEPLOYMENT_LABEL)
+                .map(String::as_str)
+                != Some(bundle_deployment)
+            {
+                continue;
+            }
+            let key = ObjectKey {
+                api_version: applied.resource.api_version.clone(),
+                kind: applied.resource.kind.clone(),
+                namespace: object.namespace(),
+                name: object.name_any(),
+            };
+            if !wanted.contains(&key) && !fresh.deleted.contains(&key) {
+                seen.orphaned.push(key);
+            }
+        }
+    }
+    seen.orphaned.sort();
+    seen
+}
+
+/// The manifest as the API stores it: a Secret's `stringData` is kept as `data`.
+fn comparable(object: &Value) -> Value {
+    let mut object = object.clone();
+    if object["kind"] == "Secret"
+        && object["apiVersion"] == "v1"
+        && let Some(Value::Object(strings)) =
+            object.as_object_mut().and_then(|o| o.remove("stringData"))
+    {
+        use base64::Engine;
+        let data = object.as_object_mut().and_then(|o| {
+            o.entry("data")
+                .or_insert_with(|| Value::Object(Map::new()))
+                .as_object_mut()
+        });
+        if let Some(data) = data {
+            for (key, value) in strings {
+                let text = value.as_str().unwrap_or_default();
+                data.insert(
+                    key,
+                    base64::engine::general_purpose::STANDARD
+                        .encode(text)
+                        .into(),
+                );
+            }
+        }
+    }
+    object
+}
+
+/// Where `live` differs from `desired` in the fields `desired` sets (the API adds defaults
+/// and other managers add fields; those are not drift). Returns the merge patch that restores
+/// them and pushes their paths onto `fields`. Of `metadata` only labels and annotations count.
+pub fn differences(
+    desired: &Value,
+    live: &Value,
+    path: &str,
+    fields: &mut Vec<String>,
+) -> Option<Value> {
+    match desired {
+        Value::Null => None,
+        Value::Object(wanted) => {
+            let mut patch = Map::new();
+            for (key, value) in wanted {
+                let skipped = match path {
+                    "" => matches!(key.as_str(), "apiVersion" | "kind" | "status"),
+                    "metadata" => !matches!(key.as_str(), "labels" | "annotations"),
+                    _ => false,
+                };
+                if skipped {
+                    continue;
+                }
+                let child = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                let there = live.get(key).unwrap_or(&Value::Null);
+                if let Some(p) = differences(value, there, &child, fields) {
+                    patch.insert(key.clone(), p);
+                }
+            }
+            (!patch.is_empty()).then_some(Value::Object(patch))
+        }
+        Value::Array(wanted) => {
+            let same = match live {
+                Value::Array(there) => {
+                    there.len() == wanted.len()
+                        && wanted
+                            .iter()
+                            .zip(there)
+                            .all(|(w, t)| differences(w, t, path, &mut Vec::new()).is_none())
+                }
+                Value::Null => wanted.is_empty(),
+                _ => false,
+            };
+            if same {
+                None
+            } else {
+                fields.push(path.to_string());
+                Some(desired.clone())
+            }
+        }
+        Value::Number(wanted) => {
+            let same = live
+                .as_number()
+                .is_some_and(|there| there.as_f64() == wanted.as_f64());
+            (!same).then(|| {
+                fields.push(path.to_string());
+                desired.clone()
+            })
+        }
+        scalar => (scalar != live).then(|| {
+            fields.push(path.to_string());
+            desired.clone()
+        }),
+    }
+}
+
+fn int(value: &Value) -> i64 {
+    value.as_i64().unwrap_or(0)
+}
+
+/// The condition `type_` of an object's status: (status, reason, message).
+fn condition<'a>(live: &'a Value, type_: &str) -> Option<(&'a str, &'a str, &'a str)> {
+    live["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default(),
+                c["reason"].as_str().unwrap_or_default(),
+                c["message"].as_str().unwrap_or_default(),
+            )
+        })
+}
+
+fn waiting(message: String) -> Option<ObjectSummary> {
+    Some(ObjectSummary {
+        state: Some("in-progress".into()),
+        transitioning: true,
+        error: false,
+        message: Some(vec![message]),
+    })
+}
+
+fn failing(message: String) -> Option<ObjectSummary> {
+    Some(ObjectSummary {
+        state: Some("error".into()),
+        transitioning: false,
+        error: true,
+        message: Some(vec![message]),
+    })
+}
+
+/// Why an object is not ready, in its own terms; `None` when it is ready (or is a kind that
+/// has no readiness, as a ConfigMap).
+pub fn readiness(kind: &str, live: &Value) -> Option<ObjectSummary> {
+    let status = &live["status"];
+    let generation = int(&live["metadata"]["generation"]);
+    let observed = int(&status["observedGeneration"]);
+    let stale = || generation > 0 && observed < generation;
+    let wanted = |field: &str| live["spec"][field].as_i64().unwrap_or(1);
+    match kind {
+        "Deployment" => {
+            if let Some(("False", "ProgressDeadlineExceeded", message)) =
+                condition(live, "Progressing")
+            {
+                return failing(format!("ProgressDeadlineExceeded: {message}"));
+            }
+            if stale() {
+                return waiting("waiting for the Deployment controller to see the change".into());
+            }
+            let replicas = wanted("replicas");
+            let (updated, available) = (
+                int(&status["updatedReplicas"]),
+                int(&status["availableReplicas"]),
+            );
+            if updated < replicas {
+                return waiting(format!("{updated}/{replicas} replicas updated"));
+            }
+            if available < replicas {
+                let why = match condition(live, "Available") {
+                    Some(("False", _, message)) if !message.is_empty() => format!(": {message}"),
+                    _ => String::new(),
+                };
+                return waiting(format!("{available}/{replicas} replicas available{why}"));
+            }
+            None
+        }
+        "StatefulSet" => {
+            if stale() {
+                return waiting("waiting for the StatefulSet controller to see the change".into());
+            }
+            let replicas = wanted("replicas");
+            let ready = int(&status["readyReplicas"]);
+            if ready < replicas {
+                return waiting(format!("{ready}/{replicas} replicas ready"));
+            }
+            if status["updateRevision"] != status["currentRevision"]
+                && !status["updateRevision"].is_null()
+            {
+                return waiting(format!(
+                    "{}/{replicas} replicas updated",
+                    int(&status["updatedReplicas"])
+                ));
+            }
+            None
+        }
+        "DaemonSet" => {
+            if stale() {
+                return waiting("waiting for the DaemonSet controller to see the change".into());
+            }
+            let desired = int(&status["desiredNumberScheduled"]);
+            let ready = int(&status["numberReady"]);
+            let updated = int(&status["updatedNumberScheduled"]);
+            if ready < desired || updated < desired {
+                return waiting(format!(
+                    "{ready}/{desired} pods ready, {updated}/{desired} updated"
+                ));
+            }
+            None
+        }
+        "Job" => {
+            if let Some(("True", reason, message)) = condition(live, "Failed") {
+                return failing(format!("{reason}: {message}"));
+            }
+            if let Some(("True", ..)) = condition(live, "Complete") {
+                return None;
+            }
+            waiting("the Job has not completed".into())
+        }
+        "Pod" => match status["phase"].as_str() {
+            Some("Succeeded") => None,
+            Some("Failed") => failing(format!(
+                "the Pod failed: {}",
+                status["message"].as_str().unwrap_or("no message")
+            )),
+            _ if matches!(condition(live, "Ready"), Some(("True", ..))) => None,
+            phase => waiting(format!("the Pod is {}", phase.unwrap_or("Pending"))),
+        },
+        "PersistentVolumeClaim" => match status["phase"].as_str() {
+            Some("Bound") => None,
+            phase => waiting(format!("the claim is {}", phase.unwrap_or("Pending"))),
+        },
+        "Service"
+            if live["spec"]["type"] == "LoadBalancer"
+                && status["loadBalancer"]["ingress"]
+                    .as_array()
+                    .is_none_or(|i| i.is_empty()) =>
+        {
+            waiting("waiting for a load balancer address".into())
+        }
+        "CustomResourceDefinition" => match condition(live, "Established") {
+            Some(("True", ..)) => None,
+            _ => waiting("the definition is not established yet".into()),
+        },
+        _ => {
+            // Any other kind that speaks in conditions: Ready False, or a failure condition.
+            for failure in ["Failed", "Stalled"] {
+                if let Some(("True", reason, message)) = condition(live, failure) {
+                    return failing(format!("{failure}: {reason}: {message}"));
+                }
+            }
+            match condition(live, "Ready") {
+                Some(("False", reason, message)) => {
+                    let why = [reason, message]
+                        .into_iter()
+                        .filter(|s| !s.is_empty())
+                        .collect::<Vec<_>>()
+                        .join(": ");
+                    if why.is_empty() {
+                        waiting("Ready is False".into())
+                    } else {
+                        waiting(why)
+                    }
+                }
+                _ => None,
+            }
+        }
+    }
+}
+
+/// How many objects a status lists by name, as Fleet caps them; the counts cover all.
+const LISTED: usize = 10;
+
+/// A list of what is wrong for a condition message: the first few, and how many more.
+fn summary(items: Vec<String>) -> String {
+    let more = items.len().saturating_sub(3);
+    let mut text = items.into_iter().take(3).collect::<Vec<_>>().join("; ");
+    if more > 0 {
+        text.push_str(&format!("; and {more} more"));
+    }
+    text
+}
+
+/// Writes what was seen into the status: the version is applied; which objects are not
+/// ready and why, which drifted and how; the counts; and the conditions the Bundle rolls up.
+pub(super) fn report(
+    status: &mut BundleDeploymentStatus,
+    deployment_id: &str,
+    desired: &[Desired],
+    seen: &Seen,
+    now: &str,
+) {
+    let not_ready: Vec<String> = seen
+        .not_ready
+        .iter()
+        .map(|(key, summary)| {
+            format!(
+                "{key}: {}",
+                summary.message.clone().unwrap_or_default().join(", ")
+            )
+        })
+        .collect();
+    let drifted: Vec<String> = seen
+        .modified
+        .iter()
+        .map(|m| format!("{} changed: {}", m.key, m.fields.join(", ")))
+        .chain(seen.missing.iter().map(|key| format!("{key} is missing")))
+        .chain(
+            seen.orphaned
+                .iter()
+                .map(|key| format!("{key} is orphaned (not in the manifests)")),
+        )
+        .collect();
+    let ready = not_ready.is_empty();
+    let unmodified = drifted.is_empty();
+    status.applied_deployment_id = Some(deployment_id.to_string());
+    status.ready = ready;
+    status.non_modified = unmodified;
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    FleetCondition::set(conditions, "Deployed", true, "", "", now);
+    FleetCondition::set(
+        conditions,
+        "Ready",
+        ready,
+        if ready { "" } else { "NotReady" },
+        &summary(not_ready),
+        now,
+    );
+    FleetCondition::set(
+        conditions,
+        "Monitored",
+        unmodified,
+        if unmodified { "" } else { "Modified" },
+        &summary(drifted),
+        now,
+    );
+    let state = match (ready, unmodified) {
+        (true, true) => "Ready",
+        (false, _) => "NotReady",
+        (true, false) => "Modified",
+    };
+    status.display = Some(BundleDeploymentDisplay {
+        deployed: Some("True".into()),
+        monitored: Some(if unmodified { "True" } else { "False" }.into()),
+        state: Some(state.into()),
+    });
+    let reference = |key: &ObjectKey| {
+        (
+            Some(key.api_version.clone()),
+            Some(key.kind.clone()),
+            Some(key.name.clone()),
+            key.namespace.clone(),
+        )
+    };
+    let non_ready: Vec<NonReadyStatus> = seen
+        .not_ready
+        .iter()
+        .take(LISTED)
+        .map(|(key, summary)| {
+            let (api_version, kind, name, namespace) = reference(key);
+            NonReadyStatus {
+                api_version,
+                kind,
+                name,
+                namespace,
+                uid: None,
+                summary: Some(summary.clone()),
+            }
+        })
+        .collect();
+    status.non_ready_status = (!non_ready.is_empty()).then_some(non_ready);
+    let modified: Vec<ModifiedStatus> = seen
+        .modified
+        .iter()
+        .map(|m| (&m.key, false, false, Some(m.patch.to_string())))
+        .chain(seen.missing.iter().map(|key| (key, true, false, None)))
+        .chain(seen.orphaned.iter().map(|key| (key, false, true, None)))
+        .take(LISTED)
+        .map(|(key, missing, delete, patch)| {
+            let (api_version, kind, name, namespace) = reference(key);
+            ModifiedStatus {
+                api_version,
+                kind,
+                name,
+                namespace,
+                missing,
+                delete,
+                patch,
+            }
+        })
+        .collect();
+    status.modified_status = (!modified.is_empty()).then_some(modified);
+    status.resources = Some(
+        desired
+            .iter()
+            .map(|d| {
+                let (api_version, kind, name, namespace) = reference(&d.key);
+                DeployedResource {
+                    api_version,
+                    kind,
+                    name,
+                    namespace,
+                }
+            })
+            .collect(),
+    );
+    let changed: HashSet<&ObjectKey> = seen.modified.iter().map(|m| &m.key).collect();
+    let missing: HashSet<&ObjectKey> = seen.missing.iter().collect();
+    let unready: HashSet<&ObjectKey> = seen.not_ready.iter().map(|(k, _)| k).collect();
+    let mut counts = ResourceCounts {
+        desired_ready: desired.len() as i32,
+        orphaned: seen.orphaned.len() as i32,
+        ..Default::default()
+    };
+    for d in desired {
+        if missing.contains(&d.key) {
+            counts.missing += 1;
+        } else if changed.contains(&d.key) {
+            counts.modified += 1;
+        } else if unready.contains(&d.key) {
+            counts.not_ready += 1;
+        } else {
+            counts.ready += 1;
+        }
+    }
+    status.resource_counts = Some(counts);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn drift_is_what_the_manifest_sets_and_the_object_no_longer_has() {
+        let desired = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "x", "labels": {"app": "web"}},
+            "data": {"color": "blue", "size": "2"}});
+        // Defaults, other managers' fields and server metadata are not drift.
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "x", "uid": "u", "resourceVersion": "9",
+                         "labels": {"app": "web", "other": "x"}},
+            "data": {"color": "blue", "size": "2", "added": "by someone"}});
+        let mut fields = Vec::new();
+        assert_eq!(differences(&desired, &live, "", &mut fields), None);
+        let mut changed = live.clone();
+        changed["data"]["color"] = json!("red");
+        changed["metadata"]["labels"]["app"] = json!("api");
+        let patch = differences(&desired, &changed, "", &mut fields).expect("drift");
+        assert_eq!(fields, ["metadata.labels.app", "data.color"]);
+        assert_eq!(
+            patch,
+            json!({"metadata": {"labels": {"app": "web"}}, "data": {"color": "blue"}})
+        );
+    }
+
+    #[test]
+    fn lists_compare_item_by_item_with_defaults_allowed() {
+        let desired = json!({"spec": {"containers": [{"name": "web", "image": "nginx:1"}]}});
+        let live = json!({"spec": {"containers": [{"name": "web", "image": "nginx:1",
+            "imagePullPolicy": "IfNotPresent"}], "replicas": 1}});
+        assert_eq!(differences(&desired, &live, "", &mut Vec::new()), None);
+        let mut changed = live.clone();
+        changed["spec"]["containers"][0]["image"] = json!("nginx:2");
+        let mut fields = Vec::new();
+        assert!(differences(&desired, &changed, "", &mut fields).is_some());
+        assert_eq!(fields, ["spec.containers"]);
+        // Numbers compare by value.
+        assert_eq!(
+            differences(&json!({"a": 1}), &json!({"a": 1.0}), "", &mut Vec::new()),
+            None
+        );
+    }
+
+    #[test]
+    fn a_secret_written_as_string_data_is_compared_as_data() {
+        let desired = comparable(&json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s"}, "stringData": {"password": "hunter2"}}));
+        let live = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "data": {"password": "aHVudGVyMg=="}});
+        assert_eq!(differences(&desired, &live, "", &mut Vec::new()), None);
+    }
+
+    #[test]
+    fn readiness_in_each_kinds_own_terms() {
+        let deployment = |status: Value| json!({"metadata": {"generation": 2}, "spec": {"replicas": 3}, "status": status});
+        let short = deployment(json!({"observedGeneration": 2, "updatedReplicas": 3,
+            "availableReplicas": 1, "conditions": [{"type": "Available", "status": "False",
+            "message": "Deployment does not have minimum availability."}]}));
+        let summary = readiness("Deployment", &short).expect("not ready");
+        assert!(summary.transitioning && !summary.error);
+        assert_eq!(
+            summary.message.unwrap()[0],
+            "1/3 replicas available: Deployment does not have minimum availability."
+        );
+        let unseen = deployment(json!({"observedGeneration": 1}));
+        assert!(readiness("Deployment", &unseen).is_some());
+        let ready = deployment(json!({"observedGeneration": 2, "updatedReplicas": 3,
+            "availableReplicas": 3}));
+        assert!(readiness("Deployment", &ready).is_none());
+        let stuck = deployment(json!({"conditions": [{"type": "Progressing",
+            "status": "False", "reason": "ProgressDeadlineExceeded", "message": "timed out"}]}));
+        assert!(readiness("Deployment", &stuck).unwrap().error);
+
+        let failed = json!({"status": {"conditions": [{"type": "Failed", "status": "True",
+            "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]}});
+        let summary = readiness("Job", &failed).expect("failed");
+        assert!(summary.error);
+        assert!(summary.message.unwrap()[0].starts_with("BackoffLimitExceeded"));
+        let complete = json!({"status": {"conditions": [{"type": "Complete", "status": "True"}]}});
+        assert!(readiness("Job", &complete).is_none());
+
+        let custom = json!({"status": {"conditions": [{"type": "Ready", "status": "False",
+            "reason": "DatabaseUnreachable", "message": "cannot reach db:5432"}]}});
+        assert_eq!(
+            readiness("Database", &custom).unwrap().message.unwrap()[0],
+            "DatabaseUnreachable: cannot reach db:5432"
+        );
+        assert!(readiness("ConfigMap", &json!({"data": {}})).is_none());
+    }
+}

@@ -1,0 +1,224 @@
+//! What an agent's credential may do on the management API. An agent pulls its cluster's
+//! BundleDeployments and reports on them, as Fleet's agent does, with the credential the tunnel
+//! issued it (see `tunnel.rs`): that credential is the identity `system:lariat:agent:NS:NAME`
+//! here, and its scope is fixed by the server, not granted by RBAC, so no binding can widen it:
+//!
+//! - get, list and watch the BundleDeployments in its cluster's namespace
+//!   ([`lariat_api::fleet::cluster_namespace`]), and get, patch and update their status;
+//! - get a Content by name, when one of those BundleDeployments names it.
+//!
+//! Everything else (other namespaces, other kinds, discovery, the cluster proxy, metrics) is
+//! refused with 403. A registration token is no identity at all on the API.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::auth::{Attributes, Authorizer, User};
+use crate::resources::{ListParams, Resources};
+use crate::status::{ApiError, ApiResult};
+
+/// The group of every agent identity.
+pub const GROUP: &str = "system:lariat:agents";
+const USER_PREFIX: &str = "system:lariat:agent:";
+const FLEET_GROUP: &str = lariat_api::fleet::GROUP;
+/// The only API paths an agent reaches; the rest of the authenticated API refuses it before
+/// routing (discovery and OpenAPI included: the agent's typed client needs neither).
+pub const PATH_PREFIX: &str = "/apis/fleet.cattle.io/v1alpha1/";
+
+/// The identity of the agent of Cluster `namespace/name`.
+pub fn user(cluster: &str) -> User {
+    let (namespace, name) = cluster.split_once('/').unwrap_or(("", cluster));
+    User {
+        name: format!("{USER_PREFIX}{namespace}:{name}"),
+        groups: vec![GROUP.to_string()],
+    }
+}
+
+/// The namespace of the BundleDeployments the agent `user` may read, if `user` is an agent.
+pub fn bundle_namespace(user: &User) -> Option<String> {
+    if !user.groups.iter().any(|g| g == GROUP) {
+        return None;
+    }
+    let (namespace, name) = user.name.strip_prefix(USER_PREFIX)?.split_once(':')?;
+    Some(lariat_api::fleet::cluster_namespace(namespace, name))
+}
+
+/// Agents get their fixed scope; everyone else is decided by the authorizer inside.
+pub struct AgentScope {
+    inner: Arc<dyn Authorizer>,
+}
+
+impl AgentScope {
+    pub fn around(inner: Arc<dyn Authorizer>) -> AgentScope {
+        AgentScope { inner }
+    }
+}
+
+impl Authorizer for AgentScope {
+    fn authorize(&self, user: &User, attributes: &Attributes) -> Result<(), String> {
+        let Some(own) = bundle_namespace(user) else {
+            if user.groups.iter().any(|g| g == GROUP) {
+                return Err("a malformed agent identity reaches nothing".into());
+            }
+            return self.inner.authorize(user, attributes);
+        };
+        let in_own = attributes.namespace.as_deref() == Some(own.as_str());
+        let verb = attributes.verb.as_str();
+        let allowed = attributes.group == FLEET_GROUP
+            && match (
+                attributes.resource.as_str(),
+                attributes.subresource.as_deref(),
+            ) {
+                ("bundledeployments", None) => in_own && matches!(verb, "get" | "list" | "watch"),
+                ("bundledeployments", Some("status")) => {
+                    in_own
+                        && attributes.name.is_some()
+                        && matches!(verb, "get" | "patch" | "update")
+                }
+                // Whether one of its BundleDeployments names it is checked by
+                // [`may_read_content`], which reads them.
+                ("contents", None) => verb == "get" && attributes.name.is_some(),
+                _ => false,
+            };
+        if allowed {
+            Ok(())
+        } else {
+            Err(format!(
+                "an agent's credential reaches only its own cluster's BundleDeployments (namespace {own}), their status and the Contents they name"
+            ))
+        }
+    }
+}
+
+/// Whether the agent `user` may read Content `name`: one of the BundleDeployments of its
+/// cluster names it (as `deploymentID` or `stagedDeploymentID`, `<content>:<options>`). A
+/// Content no BundleDeployment of its names is refused whether or not it exists, so an agent
+/// learns nothing about other clusters' manifests.
+pub async fn may_read_content(resources: &Resources, user: &User, name: &str) -> ApiResult<()> {
+    let Some(own) = bundle_namespace(user) else {
+        return Ok(());
+    };
+    let refused = || ApiError::Forbidden {
+        message: format!(
+            "contents.fleet.cattle.io \"{name}\" is forbidden: User \"{}\" may read only the Contents its cluster's BundleDeployments name",
+            user.name
+        ),
+    };
+    let Some(scope) = resources.scope(FLEET_GROUP, "bundledeployments", Some(&own)) else {
+        return Err(refused());
+    };
+    let deployments = resources.list(&scope, &ListParams::default()).await?.items;
+    let names = |bd: &Value| {
+        ["deploymentID", "stagedDeploymentID"]
+            .into_iter()
+            .filter_map(|field| bd["spec"][field].as_str())
+            .any(|id| id.split(':').next() == Some(name))
+    };
+    if deployments.iter().any(names) {
+        Ok(())
+    } else {
+        Err(refused())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::AllowAuthenticated;
+
+    fn attributes(
+        verb: &str,
+        resource: &str,
+        subresource: Option<&str>,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> Attributes {
+        Attributes {
+            verb: verb.into(),
+            group: FLEET_GROUP.into(),
+            resource: resource.into(),
+            subresource: subresource.map(String::from),
+            namespace: namespace.map(String::from),
+            name: name.map(String::from),
+        }
+    }
+
+    #[test]
+    fn an_agent_reaches_its_own_bundle_deployments_and_nothing_else() {
+        let scope = AgentScope::around(Arc::new(AllowAuthenticated));
+        let agent = user("fleet-default/prod");
+        let own = lariat_api::fleet::cluster_namespace("fleet-default", "prod");
+        let other = lariat_api::fleet::cluster_namespace("fleet-default", "dev");
+        let ns = Some(own.as_str());
+        let allowed = [
+            attributes("list", "bundledeployments", None, ns, None),
+            attributes("watch", "bundledeployments", None, ns, None),
+            attributes("get", "bundledeployments", None, ns, Some("app")),
+            attributes(
+                "patch",
+                "bundledeployments",
+                Some("status"),
+                ns,
+                Some("app"),
+            ),
+            attributes(
+                "update",
+                "bundledeployments",
+                Some("status"),
+                ns,
+                Some("app"),
+            ),
+            attributes("get", "contents", None, None, Some("s-1")),
+        ];
+        for a in &allowed {
+            assert!(scope.authorize(&agent, a).is_ok(), "{a:?}");
+        }
+        let mut refused = vec![
+            attributes("list", "bundledeployments", None, Some(&other), None),
+            attributes("watch", "bundledeployments", None, None, None),
+            attributes("patch", "bundledeployments", None, ns, Some("app")),
+            attributes("delete", "bundledeployments", None, ns, Some("app")),
+            attributes("create", "bundledeployments", None, ns, None),
+            attributes(
+                "patch",
+                "bundledeployments",
+                Some("status"),
+                Some(&other),
+                Some("app"),
+            ),
+            attributes("list", "contents", None, None, None),
+            attributes("watch", "contents", None, None, None),
+            attributes("delete", "contents", None, None, Some("s-1")),
+            attributes("get", "bundles", None, Some("fleet-default"), Some("app")),
+            attributes("list", "gitrepos", None, Some("fleet-default"), None),
+            attributes("list", "clusters", None, Some("fleet-default"), None),
+        ];
+        let mut secrets = attributes("get", "secrets", None, Some("lariat-system"), Some("x"));
+        secrets.group = String::new();
+        refused.push(secrets);
+        let mut proxy = attributes(
+            "get",
+            "clusters",
+            Some("proxy"),
+            Some("fleet-default"),
+            Some("prod"),
+        );
+        proxy.group = "cluster.x-k8s.io".into();
+        refused.push(proxy);
+        for a in &refused {
+            assert!(scope.authorize(&agent, a).is_err(), "{a:?}");
+        }
+        // A user who merely names itself like an agent, outside the group, is not one.
+        let lookalike = User {
+            name: agent.name.clone(),
+            groups: vec![],
+        };
+        assert!(bundle_namespace(&lookalike).is_none());
+        let malformed = User {
+            name: "system:lariat:agent:nocolon".into(),
+            groups: vec![GROUP.into()],
+        };
+        assert!(scope.authorize(&malformed, &allowed[0]).is_err());
+    }
+}
