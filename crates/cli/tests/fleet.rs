@@ -1023,3 +1023,142 @@ fn an_imported_clusters_agent_applies_its_bundles_and_says_what_became_of_them()
 fn lariat_api_namespace(namespace: &str, name: &str) -> String {
     lariat_api::fleet::cluster_namespace(namespace, name)
 }
+
+#[test]
+fn in_memory_clusters_converge_and_a_customisation_that_breaks_one_names_only_it() {
+    let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(&work.path().join("repos"));
+    server.init_inmemory();
+    for (name, region) in [("eu-1", "eu"), ("eu-2", "eu"), ("us-1", "us")] {
+        let manifests = common::generate_cluster(&[
+            name,
+            "--infrastructure",
+            "inmemory",
+            "--control-plane-machine-count",
+            "1",
+            "--worker-machine-count",
+            "0",
+            "--kubernetes-version",
+            "v1.30.2",
+            "-n",
+            "fleet-default",
+        ]);
+        server.apply_ok(&["apply", "-f", "-"], &manifests);
+        server.kubectl_ok(&[
+            "label",
+            "cluster.cluster.x-k8s.io",
+            name,
+            "-n",
+            "fleet-default",
+            &format!("region={region}"),
+        ]);
+    }
+    let upstream = work.path().join("repos/platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    // The us clusters get a customisation their API refuses (a ConfigMap value that is not a
+    // string); the eu clusters get the manifests as they are.
+    commit(
+        &upstream,
+        &[
+            ("app/settings.yaml", CONFIG_MAP),
+            (
+                "app/fleet.yaml",
+                "defaultNamespace: app\ntargetCustomizations:\n- name: us\n  clusterSelector: {matchLabels: {region: us}}\n  yaml:\n    overlays: [us]\n",
+            ),
+            (
+                "app/overlays/us/settings_patch.yaml",
+                "data:\n  replicas: 3\n",
+            ),
+        ],
+    );
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: platform\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n  pollingInterval: 5s\n  targets:\n  - clusterSelector: {{}}\n",
+            upstream.display()
+        ),
+    );
+    eventually_within(
+        Duration::from_secs(120),
+        "the eu clusters are ready and the us one failed",
+        || {
+            let repo = git_repo(&server, "platform");
+            let group = first_group(&server, "platform-app");
+            repo["status"]["display"]["readyBundleDeployments"] == "2/3"
+                && group["state"] == "ErrApplied"
+                && group["clusters"] == serde_json::json!(["us-1"])
+        },
+    );
+    let group = first_group(&server, "platform-app");
+    assert!(
+        group["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("ConfigMap app/settings: ") && m.contains("replicas")),
+        "{group}"
+    );
+    let output = server.lariat(&["fleet", "diagnose", "platform"]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.starts_with("1 cluster  ErrApplied") && text.contains("clusters: us-1"),
+        "{text}"
+    );
+    // In the eu clusters' own APIs the ConfigMap is there, in the namespace fleet.yaml names.
+    for name in ["eu-1", "eu-2"] {
+        let kubeconfig = workload_kubeconfig(&server, name);
+        let output = server.kubectl_as(
+            &kubeconfig,
+            &[
+                "get",
+                "configmap",
+                "settings",
+                "-n",
+                "app",
+                "-o",
+                "jsonpath={.data.color}",
+            ],
+        );
+        assert_eq!(output.stdout, b"blue", "{name}");
+    }
+    // The fix reaches the one that failed.
+    commit(
+        &upstream,
+        &[(
+            "app/overlays/us/settings_patch.yaml",
+            "data:\n  replicas: \"3\"\n",
+        )],
+    );
+    eventually_within(Duration::from_secs(60), "every cluster is ready", || {
+        git_repo(&server, "platform")["status"]["display"]["readyBundleDeployments"] == "3/3"
+    });
+    let kubeconfig = workload_kubeconfig(&server, "us-1");
+    let output = server.kubectl_as(
+        &kubeconfig,
+        &[
+            "get",
+            "configmap",
+            "settings",
+            "-n",
+            "app",
+            "-o",
+            "jsonpath={.data.replicas}",
+        ],
+    );
+    assert_eq!(output.stdout, b"3");
+}
+
+/// A simulated cluster's kubeconfig (from `<cluster>-kubeconfig` in fleet-default), as a file.
+fn workload_kubeconfig(server: &TestServer, cluster: &str) -> std::path::PathBuf {
+    let path = server.data_dir().join(format!("{cluster}.kubeconfig"));
+    let decoded = server.kubectl_ok(&[
+        "get",
+        "secret",
+        &format!("{cluster}-kubeconfig"),
+        "-n",
+        "fleet-default",
+        "-o",
+        "go-template={{.data.value | base64decode}}",
+    ]);
+    std::fs::write(&path, decoded).unwrap();
+    path
+}
