@@ -388,9 +388,10 @@ async fn authenticate(
         && let Some(token) = authorization
             .as_deref()
             .and_then(|a| a.strip_prefix("Bearer "))
-        && let Some(cluster) =
-            crate::tunnel::credential_cluster(&crate::local::client(state.clone()), token.trim())
-                .await
+        && let Some(cluster) = state
+            .tunnels
+            .api_credential(&crate::local::client(state.clone()), token.trim())
+            .await
     {
         outcome = Ok(crate::agents::user(&cluster));
     }

@@ -58,7 +58,16 @@ pub struct Tunnels {
     next_id: std::sync::atomic::AtomicU64,
     admission: Mutex<Admission>,
     failures: Mutex<HashMap<IpAddr, Bucket>>,
+    /// Agent credentials recently accepted on the API, by the hash of the token: an agent's
+    /// every request would otherwise read its credential and its Cluster again.
+    api_credentials: Mutex<HashMap<String, (String, Instant)>>,
 }
+
+/// How long an agent credential accepted on the API is trusted without looking again: a
+/// revoked credential (its Cluster deleted, or a new one issued) is refused after at most this.
+const API_CREDENTIAL_TTL: Duration = Duration::from_secs(10);
+/// Accepted credentials remembered at most (the cache is emptied past it).
+const API_CREDENTIALS: usize = 65_536;
 
 /// Failed handshakes one client address may make: a burst, then this many per second. An
 /// address past it is refused before its token is even looked at, so a flood of bad tokens
@@ -118,7 +127,33 @@ impl Tunnels {
                 refused_before: 0,
             }),
             failures: Mutex::default(),
+            api_credentials: Mutex::default(),
         }
+    }
+
+    /// The Cluster whose live agent credential `token` is, for the API (see
+    /// [`credential_cluster`]), remembered for [`API_CREDENTIAL_TTL`].
+    pub async fn api_credential(&self, client: &kube::Client, token: &str) -> Option<String> {
+        let hash = sha256_hex(token);
+        if let Some((cluster, at)) = self.api_credentials.lock().expect("lock").get(&hash)
+            && at.elapsed() < API_CREDENTIAL_TTL
+        {
+            return Some(cluster.clone());
+        }
+        let cluster = credential_cluster(client, token).await;
+        let mut cache = self.api_credentials.lock().expect("lock");
+        match &cluster {
+            Some(cluster) => {
+                if cache.len() >= API_CREDENTIALS {
+                    cache.clear();
+                }
+                cache.insert(hash, (cluster.clone(), Instant::now()));
+            }
+            None => {
+                cache.remove(&hash);
+            }
+        }
+        cluster
     }
 
     /// Whether `address` still has failed attempts left; if not, in how many seconds it has.
@@ -414,7 +449,7 @@ async fn authenticate(client: &kube::Client, token: &str) -> Result<Identity, Ap
 
 /// The Cluster (`namespace/name`) whose agent credential `token` is, if it is a live one; a
 /// registration token, or anything else, is `None`.
-pub async fn credential_cluster(client: &kube::Client, token: &str) -> Option<String> {
+async fn credential_cluster(client: &kube::Client, token: &str) -> Option<String> {
     match authenticate(client, token).await {
         Ok(Identity {
             cluster,

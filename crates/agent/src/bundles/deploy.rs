@@ -368,6 +368,9 @@ async fn ensure_namespaces(agent: &Agent, desired: &[Desired]) -> Result<(), Str
         .collect();
     let namespaces: Api<Namespace> = Api::all(agent.downstream.clone());
     for namespace in needed {
+        if agent.namespaces.lock().expect("lock").contains(namespace) {
+            continue;
+        }
         let exists = namespaces
             .get_opt(namespace)
             .await
@@ -389,6 +392,11 @@ async fn ensure_namespaces(agent: &Agent, desired: &[Desired]) -> Result<(), Str
                 Err(e) => return Err(format!("cannot create namespace {namespace}: {e}")),
             }
         }
+        agent
+            .namespaces
+            .lock()
+            .expect("lock")
+            .insert(namespace.to_string());
     }
     Ok(())
 }
@@ -431,6 +439,7 @@ pub(super) async fn apply(
         }
     }
     if let Some(first) = refused.first() {
+        agent.namespaces.lock().expect("lock").clear();
         return Err(match refused.len() {
             1 => first.clone(),
             n => format!("{first} (and {} more)", n - 1),

@@ -80,6 +80,8 @@ struct Agent {
     changed: broadcast::Sender<String>,
     /// Contents by name (they never change), those of current BundleDeployments only.
     contents: Mutex<HashMap<String, Arc<Vec<Value>>>>,
+    /// Namespaces seen to exist (forgotten when an apply fails: one may have been deleted).
+    namespaces: Mutex<std::collections::HashSet<String>>,
 }
 
 struct AppliedWatch {
@@ -184,6 +186,7 @@ pub(crate) async fn run(downstream: kube::Client, mut sessions: watch::Receiver<
         watches: Default::default(),
         changed: broadcast::channel(4096).0,
         contents: Default::default(),
+        namespaces: Default::default(),
     });
     loop {
         let session = sessions.borrow_and_update().clone();

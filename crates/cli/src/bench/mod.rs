@@ -17,6 +17,7 @@ use lariat_store::etcd_process::EtcdProcess;
 use serde_json::json;
 
 mod agents;
+mod fleet;
 
 #[derive(clap::Subcommand)]
 pub enum BenchCommand {
@@ -28,6 +29,9 @@ pub enum BenchCommand {
     /// Connect many simulated agents to one server, restart it, and time the reconnection
     /// storm; measure memory per agent and the proxy's added latency.
     Agents(agents::AgentsArgs),
+    /// Roll a commit out to many in-memory clusters through their agents, relabel one
+    /// cluster among many GitRepos, and measure the idle fleet.
+    Fleet(fleet::FleetArgs),
 }
 
 #[derive(clap::Args)]
@@ -70,6 +74,7 @@ pub async fn run(what: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Api(args) => api(args).await,
         BenchCommand::Lifecycle(args) => lifecycle(args).await,
         BenchCommand::Agents(args) => agents::run(args).await,
+        BenchCommand::Fleet(args) => fleet::run(args).await,
     }
 }
 
@@ -102,18 +107,24 @@ impl ServerProcess {
         }
         let server = ServerProcess::start_with(args)?;
         if controllers {
-            let init = Command::new(std::env::current_exe()?)
-                .args(["init", "--infrastructure", "inmemory", "--kubeconfig"])
-                .arg(&server.kubeconfig)
-                .output()?;
-            if !init.status.success() {
-                bail!(
-                    "lariat init failed: {}",
-                    String::from_utf8_lossy(&init.stderr)
-                );
-            }
+            server.init_inmemory()?;
         }
         Ok(server)
+    }
+
+    /// `lariat init --infrastructure inmemory` against it.
+    fn init_inmemory(&self) -> anyhow::Result<()> {
+        let init = Command::new(std::env::current_exe()?)
+            .args(["init", "--infrastructure", "inmemory", "--kubeconfig"])
+            .arg(&self.kubeconfig)
+            .output()?;
+        if !init.status.success() {
+            bail!(
+                "lariat init failed: {}",
+                String::from_utf8_lossy(&init.stderr)
+            );
+        }
+        Ok(())
     }
 
     fn start_with(args: Vec<String>) -> anyhow::Result<ServerProcess> {
@@ -506,7 +517,8 @@ async fn apply_all(client: &kube::Client, manifests: &str) -> anyhow::Result<()>
             .unwrap_or(("", &types.api_version));
         let gvk = kube::core::GroupVersionKind::gvk(group, version, &types.kind);
         let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await?;
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &resource);
+        let namespace = object.metadata.namespace.as_deref().unwrap_or("default");
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
         api.create(&PostParams::default(), &object).await?;
     }
     Ok(())

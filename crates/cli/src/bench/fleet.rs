@@ -1,0 +1,341 @@
+//! `lariat bench fleet`: Fleet at scale in one process. Many in-memory clusters, each with its
+//! in-process agent; a real git repository (made with `git`, fetched by the server with gix)
+//! whose commit rolls out to every cluster; then many GitRepos and one cluster relabelled
+//! into one of them; then the idle fleet.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use lariat_api::fleet::{BundleDeployment, GitRepo};
+use serde_json::json;
+
+use super::{ServerProcess, apply_all, load_average, requests, requests_per, until_connected};
+
+#[derive(clap::Args)]
+pub struct FleetArgs {
+    /// In-memory clusters (each with one control-plane machine and its agent).
+    #[arg(long, default_value_t = 1000)]
+    clusters: usize,
+    /// Bundles in the repository every cluster gets (one ConfigMap each).
+    #[arg(long, default_value_t = 10)]
+    bundles: usize,
+    /// GitRepos present when one cluster is relabelled into one of them.
+    #[arg(long, default_value_t = 300)]
+    git_repos: usize,
+    /// Seconds the idle fleet is measured for.
+    #[arg(long, default_value_t = 60)]
+    idle_seconds: u64,
+}
+
+const WORKSPACE: &str = lariat_api::fleet::DEFAULT_WORKSPACE;
+
+fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let output = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
+        .env("GIT_COMMITTER_NAME", "bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@example.com")
+        .output()
+        .context("run git (the benchmark makes its repository with it)")?;
+    if !output.status.success() {
+        bail!("git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// Writes `bundles` directories (bundles) of one ConfigMap each, `version` in their data, and commits.
+fn commit(repo: &Path, bundles: usize, version: &str) -> anyhow::Result<String> {
+    for i in 0..bundles {
+        let dir = repo.join(format!("bundle-{i:02}"));
+        std::fs::create_dir_all(&dir)?;
+        // A fleet.yaml makes the directory a bundle of its own.
+        std::fs::write(dir.join("fleet.yaml"), "defaultNamespace: bench\n")?;
+        std::fs::write(
+            dir.join("settings.yaml"),
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings-{i:02}\n  namespace: bench\ndata:\n  version: \"{version}\"\n"
+            ),
+        )?;
+    }
+    git(repo, &["add", "-A"])?;
+    git(repo, &["commit", "-q", "-m", version])?;
+    git(repo, &["rev-parse", "HEAD"])
+}
+
+fn git_repo(name: &str, repo: &Path, selector: serde_json::Value) -> anyhow::Result<GitRepo> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": lariat_api::fleet::API_VERSION, "kind": "GitRepo",
+        "metadata": {"name": name, "namespace": WORKSPACE},
+        "spec": {"repo": format!("file://{}", repo.display()), "branch": "main",
+                 "pollingInterval": "5s", "targets": [{"clusterSelector": selector}]},
+    }))?)
+}
+
+/// Waits until GitRepo `name` is at `commit` with every BundleDeployment ready.
+async fn until_ready(
+    repos: &Api<GitRepo>,
+    name: &str,
+    commit: &str,
+    desired: usize,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    let want = format!("{desired}/{desired}");
+    let mut last = String::new();
+    loop {
+        let repo = repos.get(name).await?;
+        let status = repo.status.unwrap_or_default();
+        let ready = status
+            .display
+            .as_ref()
+            .and_then(|d| d.ready_bundle_deployments.clone())
+            .unwrap_or_default();
+        if status.commit.as_deref() == Some(commit) && ready == want {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("GitRepo {name} not ready at {commit} after 30 minutes ({ready})");
+        }
+        if ready != last {
+            last = ready;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Store writes so far (the store's revision).
+async fn revision(client: &kube::Client) -> anyhow::Result<i64> {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    Ok(namespaces
+        .list(&ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or(0))
+}
+
+pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
+    println!(
+        "lariat bench fleet: {} in-memory clusters x {} bundles, {} GitRepos; load average {}",
+        args.clusters,
+        args.bundles,
+        args.git_repos,
+        load_average()
+    );
+    let repos_dir = tempfile::tempdir()?;
+    let repo = repos_dir.path().join("platform");
+    std::fs::create_dir_all(&repo)?;
+    git(&repo, &["init", "-q", "-b", "main"])?;
+    let first = commit(&repo, args.bundles, "1")?;
+    let server = ServerProcess::start_with(vec![
+        "--fleet-file-repos".into(),
+        repos_dir.path().display().to_string(),
+    ])?;
+    server.init_inmemory()?;
+    let client = server.client().await?;
+
+    // The clusters, created by eight writers, each labelled for the GitRepo.
+    let started = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let creators: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, next, clusters) = (client.clone(), next.clone(), args.clusters);
+            tokio::spawn(async move {
+                let api: Api<DynamicObject> = Api::namespaced_with(
+                    client.clone(),
+                    WORKSPACE,
+                    &lariat_controllers::capi("Cluster"),
+                );
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= clusters {
+                        return Ok::<_, anyhow::Error>(());
+                    }
+                    let name = format!("fleet-{i:04}");
+                    let manifests = crate::generate::cluster(&crate::generate::ClusterArgs {
+                        name: name.clone(),
+                        infrastructure: "inmemory".into(),
+                        kubernetes_version: "v1.30.2".into(),
+                        control_plane_machine_count: 1,
+                        worker_machine_count: 0,
+                        namespace: WORKSPACE.into(),
+                        provisioning_delay: "0s".into(),
+                    })?;
+                    apply_all(&client, &manifests).await?;
+                    api.patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"labels": {"env": "bench"}}})),
+                    )
+                    .await?;
+                }
+            })
+        })
+        .collect();
+    for creator in creators {
+        creator.await??;
+    }
+    until_connected(&client, args.clusters).await?;
+    println!(
+        "  {} clusters provisioned and their agents connected in {:.1} s",
+        args.clusters,
+        started.elapsed().as_secs_f64()
+    );
+
+    // 1. One GitRepo, every cluster, every bundle: from the GitRepo to all Ready, then a
+    // commit changing every bundle, to all Ready again.
+    let repos: Api<GitRepo> = Api::namespaced(client.clone(), WORKSPACE);
+    let desired = args.clusters * args.bundles;
+    for (what, commit_of) in [("first rollout", None), ("a new commit", Some("2"))] {
+        let cpu_before = server.cpu_seconds();
+        let writes_before = revision(&client).await?;
+        let requests_before = requests(&client).await?;
+        let started = Instant::now();
+        let head = match commit_of {
+            None => {
+                repos
+                    .create(
+                        &PostParams::default(),
+                        &git_repo("platform", &repo, json!({"matchLabels": {"env": "bench"}}))?,
+                    )
+                    .await?;
+                first.clone()
+            }
+            Some(version) => commit(&repo, args.bundles, version)?,
+        };
+        until_ready(&repos, "platform", &head, desired).await?;
+        let took = started.elapsed().as_secs_f64();
+        let cpu = server.cpu_seconds() - cpu_before;
+        let writes = revision(&client).await? - writes_before;
+        let (rss, peak) = server.memory_mib();
+        let requests_after = requests(&client).await?;
+        println!(
+            "  {what}: {desired} BundleDeployments Ready {took:.1} s after the {} (polling every 5 s); server CPU {cpu:.1} s ({:.0}% of one core), store writes {writes} ({:.1} per BundleDeployment), memory {rss:.0} MiB (peak {peak:.0})",
+            if commit_of.is_some() {
+                "commit"
+            } else {
+                "GitRepo"
+            },
+            cpu * 100.0 / took,
+            writes as f64 / desired as f64
+        );
+        for api in ["management", "workload"] {
+            let per = requests_per(&requests_before, &requests_after, api, desired as f64);
+            println!("    {api} API requests per BundleDeployment {per}");
+        }
+    }
+
+    // 2. Many GitRepos, each for a label no cluster has; one cluster relabelled into one.
+    let started = Instant::now();
+    for i in 0..args.git_repos {
+        repos
+            .create(
+                &PostParams::default(),
+                &git_repo(
+                    &format!("team-{i:03}"),
+                    &repo,
+                    json!({"matchLabels": {"team": format!("t{i:03}")}}),
+                )?,
+            )
+            .await?;
+    }
+    // Every one fetched and its bundles written (with nowhere to go yet).
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    loop {
+        let fetched = repos
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|r| r.status.as_ref().and_then(|s| s.commit.as_ref()).is_some())
+            .count();
+        if fetched > args.git_repos {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("only {fetched} GitRepos fetched after 30 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!(
+        "  {} more GitRepos created and fetched in {:.1} s",
+        args.git_repos,
+        started.elapsed().as_secs_f64()
+    );
+    let chosen = args.git_repos / 2;
+    let cluster = "fleet-0007";
+    let namespace = lariat_api::fleet::cluster_namespace(WORKSPACE, cluster);
+    let deployments: Api<BundleDeployment> = Api::namespaced(client.clone(), &namespace);
+    let theirs = ListParams::default().labels(&format!(
+        "fleet.cattle.io/bundle-name=team-{chosen:03}-bundle-00"
+    ));
+    let clusters: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        WORKSPACE,
+        &lariat_controllers::capi("Cluster"),
+    );
+    let started = Instant::now();
+    clusters
+        .patch(
+            cluster,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": format!("t{chosen:03}")}}})),
+        )
+        .await?;
+    let mut exists = None;
+    let deadline = started + Duration::from_secs(300);
+    let ready = loop {
+        let found = deployments.list(&theirs).await?.items;
+        if !found.is_empty() && exists.is_none() {
+            exists = Some(started.elapsed());
+        }
+        let done = found.iter().any(|bd| {
+            bd.status
+                .as_ref()
+                .is_some_and(|s| s.ready && s.applied_deployment_id == bd.spec.deployment_id)
+        });
+        if done {
+            break started.elapsed();
+        }
+        if Instant::now() > deadline {
+            bail!("the relabelled cluster's BundleDeployment was not Ready within 5 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    println!(
+        "  relabel one cluster into 1 of {} GitRepos: BundleDeployment exists after {:.0} ms, Ready after {:.0} ms",
+        args.git_repos + 1,
+        exists.unwrap_or(ready).as_secs_f64() * 1000.0,
+        ready.as_secs_f64() * 1000.0
+    );
+
+    // 3. Nothing changing.
+    let cpu_before = server.cpu_seconds();
+    let requests_before = requests(&client).await?;
+    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
+    let cpu = server.cpu_seconds() - cpu_before;
+    let requests_after = requests(&client).await?;
+    let seconds = args.idle_seconds as f64;
+    let (rss, peak) = server.memory_mib();
+    println!(
+        "  idle over {} s ({} clusters, {} GitRepos, {} BundleDeployments): server CPU {:.1}% of one core, memory {rss:.0} MiB (peak {peak:.0})",
+        args.idle_seconds,
+        args.clusters,
+        args.git_repos + 1,
+        desired,
+        cpu * 100.0 / seconds
+    );
+    for api in ["management", "workload"] {
+        let per_second = requests_per(&requests_before, &requests_after, api, seconds);
+        println!("  idle {api} API requests per second {per_second}");
+    }
+    Ok(())
+}
