@@ -529,13 +529,15 @@ fn machines_api(client: kube::Client) -> Api<DynamicObject> {
 }
 
 /// Polls until `expected` machines run `version`; returns the time it took.
-/// Waits (at most a minute) until `clusters` ClusterConnections say their agent is connected.
+/// Waits (at most a minute, or 200 ms per cluster if that is longer) until `clusters`
+/// ClusterConnections say their agent is connected.
 async fn until_connected(client: &kube::Client, clusters: usize) -> anyhow::Result<()> {
     let connections: Api<DynamicObject> = Api::all_with(
         client.clone(),
         &lariat_api::management::cluster_connection_resource(),
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let patience = Duration::from_millis(200 * clusters as u64).max(Duration::from_secs(60));
+    let deadline = Instant::now() + patience;
     loop {
         let list = connections.list(&ListParams::default()).await?.items;
         let connected = list
@@ -546,7 +548,7 @@ async fn until_connected(client: &kube::Client, clusters: usize) -> anyhow::Resu
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("only {connected} of {clusters} agents connected within a minute");
+            bail!("only {connected} of {clusters} agents connected within {patience:?}");
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
