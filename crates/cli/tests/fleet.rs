@@ -1162,3 +1162,110 @@ fn workload_kubeconfig(server: &TestServer, cluster: &str) -> std::path::PathBuf
     std::fs::write(&path, decoded).unwrap();
     path
 }
+
+#[test]
+fn depends_on_holds_a_bundle_back_until_its_dependency_is_ready_and_a_cycle_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(&work.path().join("repos"));
+    server.init_inmemory();
+    let manifests = common::generate_cluster(&[
+        "solo",
+        "--infrastructure",
+        "inmemory",
+        "--kubernetes-version",
+        "v1.30.2",
+        "-n",
+        "fleet-default",
+    ]);
+    server.apply_ok(&["apply", "-f", "-"], &manifests);
+    let upstream = work.path().join("repos/platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    let good = commit(
+        &upstream,
+        &[
+            ("db/fleet.yaml", "labels: {tier: data}\n"),
+            ("db/db.yaml", &WEB.replace("name: web", "name: db")),
+            (
+                "app/fleet.yaml",
+                "dependsOn:\n- selector: {matchLabels: {tier: data}}\n",
+            ),
+            ("app/settings.yaml", CONFIG_MAP),
+        ],
+    );
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: platform\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n  pollingInterval: 5s\n  targets:\n  - clusterName: solo\n",
+            upstream.display()
+        ),
+    );
+    // The database is applied but not ready (no Deployment controller runs there), so the
+    // app waits, and says for what.
+    eventually_within(
+        Duration::from_secs(60),
+        "the app waits for the database",
+        || {
+            let group = first_group(&server, "platform-app");
+            group["state"] == "WaitApplied"
+                && group["message"].as_str().is_some_and(|m| {
+                    m == "waiting for the bundles labelled tier=data to be Ready on this cluster"
+                })
+        },
+    );
+    let kubeconfig = workload_kubeconfig(&server, "solo");
+    let in_cluster = |args: &[&str]| server.kubectl_as(&kubeconfig, args);
+    assert!(
+        in_cluster(&["get", "deployment", "db", "-n", "team-a"])
+            .status
+            .success()
+    );
+    assert!(
+        !in_cluster(&["get", "configmap", "settings", "-n", "default"])
+            .status
+            .success()
+    );
+    // The database becomes ready: the app follows.
+    in_cluster(&[
+        "patch",
+        "deployment",
+        "db",
+        "-n",
+        "team-a",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"observedGeneration":1,"replicas":2,"updatedReplicas":2,"availableReplicas":2}}"#,
+    ]);
+    eventually_within(
+        Duration::from_secs(30),
+        "the app is applied once the database is ready",
+        || {
+            in_cluster(&["get", "configmap", "settings", "-n", "default"])
+                .status
+                .success()
+        },
+    );
+    eventually("every bundle is ready", || {
+        git_repo(&server, "platform")["status"]["display"]["readyBundleDeployments"] == "2/2"
+    });
+
+    // A commit whose dependsOn makes a cycle is refused, saying which; the last good one stays.
+    commit(
+        &upstream,
+        &[(
+            "db/fleet.yaml",
+            "labels: {tier: data}\ndependsOn:\n- name: platform-app\n",
+        )],
+    );
+    eventually_within(Duration::from_secs(30), "the cycle is refused", || {
+        let repo = git_repo(&server, "platform");
+        let accepted = condition(&repo, "Accepted");
+        accepted["reason"] == "DependsOnCycle"
+            && accepted["message"].as_str().is_some_and(|m| {
+                m.contains("platform-app -> platform-db -> platform-app")
+                    || m.contains("platform-db -> platform-app -> platform-db")
+            })
+            && repo["status"]["commit"] == good.as_str()
+    });
+}

@@ -229,13 +229,18 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
             options: Some(options),
             correct_drift: bundle.spec.correct_drift.clone(),
             paused: bundle.spec.paused || cluster.spec.paused,
+            depends_on: bundle.spec.depends_on.clone(),
             ..Default::default()
         };
         wanted.insert((cluster_namespace.clone(), name.clone()));
         let current = existing
             .iter()
             .find(|bd| bd.namespace().as_deref() == Some(cluster_namespace.as_str()));
-        if current.is_none_or(|bd| bd.spec != spec) {
+        let labels = deployment_labels(&bundle, &cluster_name);
+        let stale = |bd: &BundleDeployment| {
+            bd.spec != spec || labels.iter().any(|(k, v)| bd.labels().get(k) != Some(v))
+        };
+        if current.is_none_or(|bd| stale(bd)) {
             write_deployment(
                 &ctx,
                 &bundle,
@@ -307,6 +312,27 @@ async fn ensure_content(
     }
 }
 
+/// A BundleDeployment's labels: the Bundle's (which `dependsOn` selectors match on the
+/// agent's side; not its commit, which would rewrite every BundleDeployment at every commit),
+/// and which bundle and cluster it is.
+fn deployment_labels(bundle: &Bundle, cluster: &str) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = bundle
+        .labels()
+        .iter()
+        .filter(|(k, _)| k.as_str() != crate::git_repo::COMMIT_LABEL)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    labels.extend([
+        (BUNDLE_NAME_LABEL.to_string(), bundle.name_any()),
+        (
+            BUNDLE_NAMESPACE_LABEL.to_string(),
+            bundle.namespace().unwrap_or_default(),
+        ),
+        (CLUSTER_LABEL.to_string(), cluster.to_string()),
+    ]);
+    labels
+}
+
 async fn write_deployment(
     ctx: &Context,
     bundle: &Bundle,
@@ -319,14 +345,7 @@ async fn write_deployment(
         metadata: ObjectMeta {
             name: Some(name.clone()),
             namespace: Some(namespace.to_string()),
-            labels: Some(BTreeMap::from([
-                (BUNDLE_NAME_LABEL.to_string(), name.clone()),
-                (
-                    BUNDLE_NAMESPACE_LABEL.to_string(),
-                    bundle.namespace().unwrap_or_default(),
-                ),
-                (CLUSTER_LABEL.to_string(), cluster.to_string()),
-            ])),
+            labels: Some(deployment_labels(bundle, cluster)),
             ..Default::default()
         },
         spec,
@@ -360,6 +379,9 @@ fn offline_since(ctx: &Context, namespace: &str, cluster: &str) -> Option<String
             .to_string()
     })
 }
+
+/// The reason an agent gives a BundleDeployment it holds back for its `dependsOn`.
+const DEPENDENCY_NOT_READY: &str = "DependencyNotReady";
 
 /// Where a cluster stands with its BundleDeployment (as it was before this reconcile wrote
 /// a new version, if it did). A cluster whose agent is gone is `Offline`, one cause for all
@@ -396,6 +418,14 @@ fn standing(
             "WaitApplied",
             "waiting for the cluster's agent to apply it".to_string(),
         ),
+        // Its agent holds it back until what it depends on is Ready there (`dependsOn`).
+        Some(_)
+            if condition("Deployed").is_some_and(|c| {
+                c.status == "False" && c.reason.as_deref() == Some(DEPENDENCY_NOT_READY)
+            }) =>
+        {
+            ("WaitApplied", message("Deployed"))
+        }
         Some(_) if condition("Deployed").is_some_and(|c| c.status == "False") => {
             ("ErrApplied", message("Deployed"))
         }

@@ -355,6 +355,25 @@ async fn deploy(
         wanted.push(name);
         roots.push(&bundle.root);
     }
+    let graph: Vec<_> = scanned
+        .iter()
+        .zip(&wanted)
+        .map(|(bundle, name)| {
+            let mut labels = bundle.labels.clone();
+            labels.insert(REPO_NAME_LABEL.into(), repo.name_any());
+            let depends_on = bundle.spec.depends_on.clone().unwrap_or_default();
+            (name.clone(), labels, depends_on)
+        })
+        .collect();
+    if let Some(cycle) = scan::dependency_cycle(&graph) {
+        return Err((
+            "DependsOnCycle",
+            format!(
+                "dependsOn makes a cycle, {}: none of them could ever be deployed",
+                cycle.join(" -> ")
+            ),
+        ));
+    }
     for bundle in scanned {
         let name = scan::bundle_name(&repo.name_any(), &bundle.root);
         let mut labels = bundle.labels;

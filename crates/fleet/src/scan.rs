@@ -271,8 +271,106 @@ pub fn bundle_name(repo: &str, root: &str) -> String {
     name.trim_matches('-').to_string()
 }
 
+/// A cycle among bundles' `dependsOn` (by name, or by a selector on their labels), as the
+/// names along it back to the first (`a, b, a`): none of them could ever be deployed.
+pub fn dependency_cycle(
+    bundles: &[(String, BTreeMap<String, String>, Vec<BundleRef>)],
+) -> Option<Vec<String>> {
+    let edges: Vec<Vec<usize>> = bundles
+        .iter()
+        .map(|(_, _, depends_on)| {
+            (0..bundles.len())
+                .filter(|&j| {
+                    let (name, labels, _) = &bundles[j];
+                    depends_on.iter().any(|d| match (&d.name, &d.selector) {
+                        (Some(wanted), _) => wanted == name,
+                        (None, Some(selector)) => lariat_api::fleet::selects(selector, labels),
+                        (None, None) => false,
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    // Depth-first, colouring nodes: 1 on the current path, 2 finished.
+    fn visit(
+        node: usize,
+        edges: &[Vec<usize>],
+        colour: &mut [u8],
+        path: &mut Vec<usize>,
+    ) -> Option<Vec<usize>> {
+        colour[node] = 1;
+        path.push(node);
+        for &next in &edges[node] {
+            if colour[next] == 1 {
+                let start = path.iter().position(|&n| n == next).unwrap_or(0);
+                let mut cycle = path[start..].to_vec();
+                cycle.push(next);
+                return Some(cycle);
+            }
+            if colour[next] == 0
+                && let Some(cycle) = visit(next, edges, colour, path)
+            {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        colour[node] = 2;
+        None
+    }
+    let mut colour = vec![0u8; bundles.len()];
+    for start in 0..bundles.len() {
+        if colour[start] == 0
+            && let Some(cycle) = visit(start, &edges, &mut colour, &mut Vec::new())
+        {
+            return Some(cycle.into_iter().map(|i| bundles[i].0.clone()).collect());
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn depends_on_cycles_are_found_by_name_and_by_selector() {
+        let by_name = |name: &str| BundleRef {
+            name: Some(name.into()),
+            selector: None,
+        };
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let chain = vec![
+            ("app".to_string(), labels(&[]), vec![by_name("db")]),
+            (
+                "db".to_string(),
+                labels(&[("tier", "data")]),
+                vec![by_name("crds")],
+            ),
+            ("crds".to_string(), labels(&[]), vec![]),
+        ];
+        assert_eq!(dependency_cycle(&chain), None);
+        let mut cycle = chain.clone();
+        cycle[2].2 = vec![BundleRef {
+            name: None,
+            selector: Some(
+                serde_json::from_value(serde_json::json!({"matchLabels": {"tier": "data"}}))
+                    .unwrap(),
+            ),
+        }];
+        assert_eq!(
+            dependency_cycle(&cycle),
+            Some(vec!["db".to_string(), "crds".to_string(), "db".to_string()])
+        );
+        let selfish = vec![("a".to_string(), labels(&[]), vec![by_name("a")])];
+        assert_eq!(
+            dependency_cycle(&selfish),
+            Some(vec!["a".to_string(), "a".to_string()])
+        );
+    }
+
     use super::*;
 
     fn file(path: &str, content: &str) -> (String, Vec<u8>) {

@@ -239,6 +239,7 @@ async fn serve(agent: Arc<Agent>, session: &Session) -> Result<(), Error> {
     let api: Api<BundleDeployment> = Api::namespaced(client.clone(), &namespace);
     let (reader, writer) = reflector::store();
     let (cleanups, cleanup_requests) = mpsc::unbounded_channel::<Cleanup>();
+    let (dependents, wake) = (reader.clone(), agent.changed.clone());
     let deployments = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .reflect(writer)
@@ -246,6 +247,21 @@ async fn serve(agent: Arc<Agent>, session: &Session) -> Result<(), Error> {
             let request = match event {
                 Ok(watcher::Event::Delete(bd)) => Cleanup::Deleted(bd.name_any()),
                 Ok(watcher::Event::InitDone) => Cleanup::Sweep,
+                // Any change here, its status included, may be what a dependent waits for.
+                Ok(watcher::Event::Apply(changed)) => {
+                    for waiting in dependents.state() {
+                        if waiting
+                            .spec
+                            .depends_on
+                            .as_ref()
+                            .is_some_and(|d| !d.is_empty())
+                            && waiting.name_any() != changed.name_any()
+                        {
+                            let _ = wake.send(waiting.name_any());
+                        }
+                    }
+                    return;
+                }
                 _ => return,
             };
             let _ = cleanups.send(request);
@@ -372,6 +388,22 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
         }
     };
     let mut fresh = monitor::Fresh::default();
+    if !applied && let Some(waiting) = unmet_dependencies(&ctx, &bd) {
+        // Woken again when any BundleDeployment here changes (see `serve`).
+        let message = format!("waiting for {waiting} to be Ready on this cluster");
+        let conditions = status.conditions.get_or_insert_with(Vec::new);
+        FleetCondition::set(
+            conditions,
+            "Deployed",
+            false,
+            DEPENDENCY_NOT_READY,
+            &message,
+            &now,
+        );
+        status.display.get_or_insert_with(Default::default).state = Some("WaitApplied".into());
+        write_status(&ctx, &bd, status).await?;
+        return Ok(Action::await_change());
+    }
     if !applied {
         match deploy::apply(&ctx.agent, &name, &deployment_id, &options, &desired).await {
             Ok(written) => fresh = written,
@@ -402,6 +434,65 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
     monitor::report(&mut status, &deployment_id, &desired, &seen, &now);
     write_status(&ctx, &bd, status).await?;
     Ok(Action::requeue(RESYNC))
+}
+
+/// Why a BundleDeployment waits for others (Fleet's `dependsOn`).
+pub const DEPENDENCY_NOT_READY: &str = "DependencyNotReady";
+
+/// The bundles `bd` depends on that are not Ready on this cluster yet (by name, or every
+/// bundle whose labels a selector matches), as `bundle a, the bundles labelled x=y`; `None`
+/// when all are. A
+/// dependency not deployed to this cluster at all is not ready.
+fn unmet_dependencies(ctx: &Context, bd: &BundleDeployment) -> Option<String> {
+    let here = ctx.deployments.state();
+    let ready = |other: &BundleDeployment| {
+        other.status.as_ref().is_some_and(|s| {
+            s.ready && s.non_modified && s.applied_deployment_id == other.spec.deployment_id
+        })
+    };
+    let mut unmet = Vec::new();
+    for dependency in bd.spec.depends_on.iter().flatten() {
+        let matching: Vec<&Arc<BundleDeployment>> = here
+            .iter()
+            .filter(|other| other.name_any() != bd.name_any())
+            .filter(|other| match (&dependency.name, &dependency.selector) {
+                (Some(name), _) => &other.name_any() == name,
+                (None, Some(selector)) => lariat_api::fleet::selects(selector, other.labels()),
+                (None, None) => false,
+            })
+            .collect();
+        let what = match (&dependency.name, &dependency.selector) {
+            (Some(name), _) => format!("bundle {name}"),
+            (None, Some(selector)) => format!("the bundles labelled {}", describe(selector)),
+            (None, None) => continue,
+        };
+        if matching.is_empty() {
+            unmet.push(format!("{what} (not deployed to this cluster)"));
+        } else if !matching.iter().all(|other| ready(other)) {
+            unmet.push(what);
+        }
+    }
+    (!unmet.is_empty()).then(|| unmet.join(", "))
+}
+
+/// A label selector as `kubectl get -l` writes one: `tier=data,zone in (a,b)`.
+fn describe(selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> String {
+    let labels = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v}"));
+    let expressions = selector.match_expressions.iter().flatten().map(|e| {
+        let values = e.values.clone().unwrap_or_default().join(",");
+        match e.operator.as_str() {
+            "In" => format!("{} in ({values})", e.key),
+            "NotIn" => format!("{} notin ({values})", e.key),
+            "Exists" => e.key.clone(),
+            "DoesNotExist" => format!("!{}", e.key),
+            other => format!("{} {other} ({values})", e.key),
+        }
+    });
+    labels.chain(expressions).collect::<Vec<_>>().join(",")
 }
 
 fn error_policy(bd: Arc<BundleDeployment>, error: &Error, _ctx: Arc<Context>) -> Action {

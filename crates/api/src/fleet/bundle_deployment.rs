@@ -60,6 +60,9 @@ pub struct BundleDeploymentSpec {
     /// Apply nothing new meanwhile.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// Bundles whose BundleDeployments on this cluster must be ready first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<Vec<super::BundleRef>>,
 }
 
 /// How a BundleDeployment's manifests are applied downstream.
