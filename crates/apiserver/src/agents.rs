@@ -22,9 +22,18 @@ use crate::status::{ApiError, ApiResult};
 pub const GROUP: &str = "system:lariat:agents";
 const USER_PREFIX: &str = "system:lariat:agent:";
 const FLEET_GROUP: &str = lariat_api::fleet::GROUP;
-/// The only API paths an agent reaches; the rest of the authenticated API refuses it before
-/// routing (discovery and OpenAPI included: the agent's typed client needs neither).
+/// The only API paths an agent reaches (with a resource after it); the rest of the
+/// authenticated API refuses it before routing (discovery and OpenAPI included: the agent's
+/// typed client needs neither).
 pub const PATH_PREFIX: &str = "/apis/fleet.cattle.io/v1alpha1/";
+
+/// The longest an agent's watch lasts before it is made (and authenticated) again.
+pub const MAX_WATCH_SECONDS: u64 = 300;
+
+/// Whether `user` is an agent identity (well-formed or not).
+pub fn is_agent(user: &User) -> bool {
+    user.groups.iter().any(|g| g == GROUP)
+}
 
 /// The identity of the agent of Cluster `namespace/name`.
 pub fn user(cluster: &str) -> User {

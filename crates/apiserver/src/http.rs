@@ -84,6 +84,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v3/connect", get(agent_connect))
         .route("/v3/import/{file}", get(import_manifest))
+        // Git pushes from GitHub and GitLab, proven by the GitRepos' webhook secrets.
+        .route("/v3/fleet/webhook", axum::routing::post(fleet_webhook))
         // A simulated cluster is its own trust domain: its router authenticates with its own
         // CA and credential records, never with the management plane's.
         .route("/inmemory/{*rest}", axum::routing::any(virtual_cluster))
@@ -175,6 +177,68 @@ async fn metrics(State(state): State<Arc<AppState>>, uri: axum::http::Uri) -> Re
 async fn agent_connect(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let client = crate::local::client(state.clone());
     crate::tunnel::connect(state.tunnels.clone(), client, request).await
+}
+
+/// `POST /v3/fleet/webhook`: a git push from GitHub or GitLab makes the GitRepos following it
+/// fetch now (`webhook.rs`). Deliveries that prove no secret draw on the same per-address
+/// budget of failures as agent handshakes.
+async fn fleet_webhook(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    use crate::webhook::{Delivery, Outcome, Provider};
+    if state.simulated {
+        return not_found_path(request.uri().path()).into_response();
+    }
+    let address = request
+        .extensions()
+        .get::<Peer>()
+        .and_then(Peer::address)
+        .map(|a| a.ip());
+    if let Some(address) = address
+        && let Err(retry_after) = state.tunnels.may_try(address)
+    {
+        let mut response = ApiError::TooManyRequests {
+            message: format!("too many refused webhooks from {address}; retry in {retry_after}s"),
+            retry_after_seconds: retry_after,
+        }
+        .into_response();
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            axum::http::HeaderValue::from(retry_after),
+        );
+        return response;
+    }
+    let headers = request.headers().clone();
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let (provider, event) = match (header("x-github-event"), header("x-gitlab-event")) {
+        (Some(event), _) => (Provider::GitHub, event),
+        (None, Some(event)) => (Provider::GitLab, event),
+        _ => {
+            return ApiError::bad_request(
+                "not a webhook lariat knows: GitHub sends X-GitHub-Event, GitLab X-Gitlab-Event",
+            )
+            .into_response();
+        }
+    };
+    let body = match read_bytes(request.into_body()).await {
+        Ok(body) => body,
+        Err(e) => return e.into_response(),
+    };
+    let delivery = Delivery {
+        provider,
+        event,
+        signature: header("x-hub-signature-256"),
+        token: header("x-gitlab-token"),
+        body: &body,
+    };
+    match crate::webhook::deliver(&crate::local::client(state.clone()), delivery).await {
+        Ok(Outcome::Ignored(message)) => axum::Json(json!({"message": message})).into_response(),
+        Ok(Outcome::Triggered(repos)) => axum::Json(json!({"triggered": repos})).into_response(),
+        Err(error) => {
+            if let (ApiError::Unauthorized, Some(address)) = (&error, address) {
+                state.tunnels.failed(address);
+            }
+            error.into_response()
+        }
+    }
 }
 
 /// `/k8s/clusters/<namespace>/<name>/...`: authorized as the `proxy` subresource of that
@@ -397,8 +461,12 @@ async fn authenticate(
     }
     match outcome {
         Ok(user)
-            if crate::agents::bundle_namespace(&user).is_some()
-                && !request.uri().path().starts_with(crate::agents::PATH_PREFIX) =>
+            if crate::agents::is_agent(&user)
+                && request
+                    .uri()
+                    .path()
+                    .strip_prefix(crate::agents::PATH_PREFIX)
+                    .is_none_or(str::is_empty) =>
         {
             let path = request.uri().path().to_string();
             discard(request.into_body()).await;
@@ -752,6 +820,17 @@ async fn serve(
         && let Some(name) = &target.name
     {
         crate::agents::may_read_content(&state.resources, &user, name).await?;
+    }
+    // An agent's watch ends within minutes, so a revoked credential's watch does not
+    // outlive it: the watch is made again, and authenticated again.
+    let mut query = query;
+    if watching && crate::agents::is_agent(&user) {
+        let asked = query
+            .get("timeoutSeconds")
+            .and_then(|t| t.parse::<u64>().ok())
+            .unwrap_or(u64::MAX);
+        let capped = asked.min(crate::agents::MAX_WATCH_SECONDS);
+        query.insert("timeoutSeconds".into(), capped.to_string());
     }
 
     let format = negotiate(&parts.headers, &query)?;

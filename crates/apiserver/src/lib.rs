@@ -40,6 +40,7 @@ pub mod tls;
 pub mod tunnel;
 pub mod virtual_clusters;
 pub mod watch;
+pub mod webhook;
 
 use crate::auth::{AllowAuthenticated, Authenticator};
 use crate::registry::Registry;

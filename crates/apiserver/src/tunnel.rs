@@ -140,6 +140,8 @@ impl Tunnels {
         {
             return Some(cluster.clone());
         }
+        // Timed from before the lookup, so a slow one does not stretch the window.
+        let looked_at = Instant::now();
         let cluster = credential_cluster(client, token).await;
         let mut cache = self.api_credentials.lock().expect("lock");
         match &cluster {
@@ -147,7 +149,7 @@ impl Tunnels {
                 if cache.len() >= API_CREDENTIALS {
                     cache.clear();
                 }
-                cache.insert(hash, (cluster.clone(), Instant::now()));
+                cache.insert(hash, (cluster.clone(), looked_at));
             }
             None => {
                 cache.remove(&hash);

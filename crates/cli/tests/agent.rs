@@ -264,8 +264,8 @@ fn an_imported_cluster_is_reached_through_its_agent() {
         credential.contains('.'),
         "the agent keeps its credential in its own cluster"
     );
-    // A cluster's credential opens its tunnel and nothing else: not lariat's API, not another
-    // cluster's objects.
+    // A cluster's credential opens its tunnel and, on lariat's API, only its own cluster's
+    // BundleDeployments (tests/fleet.rs): not Secrets, not another cluster's objects.
     let (code, _) = management.curl(
         "GET",
         "/api/v1/namespaces/default/secrets",
@@ -273,7 +273,7 @@ fn an_imported_cluster_is_reached_through_its_agent() {
         None,
         None,
     );
-    assert_eq!(code, 401);
+    assert_eq!(code, 403);
     let (code, _) = management.curl(
         "GET",
         "/k8s/clusters/default/remote/api/v1/namespaces",
@@ -281,7 +281,7 @@ fn an_imported_cluster_is_reached_through_its_agent() {
         None,
         None,
     );
-    assert_eq!(code, 401);
+    assert_eq!(code, 403);
 
     // Plain kubectl through the proxy: read, write, watch.
     let kubeconfig = management.proxied_kubeconfig("remote");

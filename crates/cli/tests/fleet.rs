@@ -1269,3 +1269,143 @@ fn depends_on_holds_a_bundle_back_until_its_dependency_is_ready_and_a_cycle_is_r
             && repo["status"]["commit"] == good.as_str()
     });
 }
+
+/// GitHub's signature of a delivery: `sha256=` and the HMAC-SHA256 of the body, in hex.
+fn github_signature(secret: &str, body: &str) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(body.as_bytes());
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256={hex}")
+}
+
+#[test]
+fn a_signed_push_webhook_fetches_at_once_and_a_forged_one_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(&work.path().join("repos"));
+    let upstream = work.path().join("repos/platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    let first = commit(&upstream, &[("cm.yaml", CONFIG_MAP)]);
+    server.kubectl_ok(&[
+        "create",
+        "secret",
+        "generic",
+        "hooks",
+        "-n",
+        "fleet-default",
+        "--from-literal=github=s3cret",
+        "--from-literal=gitlab=t0ken",
+    ]);
+    // Polling off: only a webhook makes it fetch again.
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: platform\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n  disablePolling: true\n  webhookSecret: hooks\n",
+            upstream.display()
+        ),
+    );
+    eventually("the first commit is fetched", || {
+        git_repo(&server, "platform")["status"]["commit"] == first.as_str()
+    });
+    let second = commit(
+        &upstream,
+        &[("cm.yaml", &CONFIG_MAP.replace("blue", "red"))],
+    );
+    let payload = |commit: &str| {
+        format!(
+            r#"{{"ref":"refs/heads/main","after":"{commit}","repository":{{"clone_url":"file://{}"}}}}"#,
+            upstream.display()
+        )
+    };
+    let deliver = |headers: &[String], body: &str| {
+        let mut args = vec!["-X".to_string(), "POST".to_string()];
+        for header in headers {
+            args.extend(["-H".to_string(), header.clone()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        server.curl_with(
+            &args,
+            &format!("https://{}/v3/fleet/webhook", server.address),
+            Some(body.as_bytes()),
+        )
+    };
+    // Forged: a wrong signature, no signature, a GitLab token that is wrong.
+    let body = payload(&second);
+    for headers in [
+        vec![
+            "X-GitHub-Event: push".to_string(),
+            format!("X-Hub-Signature-256: {}", github_signature("guess", &body)),
+        ],
+        vec!["X-GitHub-Event: push".to_string()],
+    ] {
+        let (code, answer) = deliver(&headers, &body);
+        assert_eq!(code, 401, "{headers:?}: {answer}");
+    }
+    let gitlab = |commit: &str| {
+        format!(
+            r#"{{"ref":"refs/heads/main","checkout_sha":"{commit}","project":{{"git_http_url":"file://{}"}}}}"#,
+            upstream.display()
+        )
+    };
+    let (code, answer) = deliver(
+        &[
+            "X-Gitlab-Event: Push Hook".to_string(),
+            "X-Gitlab-Token: guess".to_string(),
+        ],
+        &gitlab(&second),
+    );
+    assert_eq!(code, 401, "{answer}");
+    // Not a webhook at all, or not JSON.
+    let (code, _) = deliver(&[], &body);
+    assert_eq!(code, 400);
+    let (code, _) = deliver(&["X-GitHub-Event: push".to_string()], "not json");
+    assert_eq!(code, 400);
+    // GitHub's ping is answered and does nothing.
+    let (code, answer) = deliver(&["X-GitHub-Event: ping".to_string()], "{}");
+    assert_eq!(code, 200, "{answer}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        git_repo(&server, "platform")["status"]["commit"],
+        first.as_str()
+    );
+
+    // Signed: fetched at once, though polling is off.
+    let (code, answer) = deliver(
+        &[
+            "X-GitHub-Event: push".to_string(),
+            format!("X-Hub-Signature-256: {}", github_signature("s3cret", &body)),
+        ],
+        &body,
+    );
+    assert_eq!(code, 200, "{answer}");
+    assert!(answer.contains("fleet-default/platform"), "{answer}");
+    eventually("the pushed commit is fetched", || {
+        let repo = git_repo(&server, "platform");
+        repo["status"]["commit"] == second.as_str()
+            && repo["status"]["webhookCommit"] == second.as_str()
+    });
+    // And GitLab's, with its token.
+    let third = commit(
+        &upstream,
+        &[("cm.yaml", &CONFIG_MAP.replace("blue", "green"))],
+    );
+
+    let (code, answer) = deliver(
+        &[
+            "X-Gitlab-Event: Push Hook".to_string(),
+            "X-Gitlab-Token: t0ken".to_string(),
+        ],
+        &gitlab(&third),
+    );
+    assert_eq!(code, 200, "{answer}");
+    eventually("GitLab's push is fetched", || {
+        git_repo(&server, "platform")["status"]["commit"] == third.as_str()
+    });
+    assert!(!server.log().contains("s3cret") && !server.log().contains("t0ken"));
+}

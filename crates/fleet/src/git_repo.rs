@@ -138,6 +138,7 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
     let clone = ctx.settings.dir.join("git").join(&uid);
     if repo.metadata.deletion_timestamp.is_some() {
         ctx.fetched.lock().expect("lock").remove(&uid);
+        ctx.webhooks.lock().expect("lock").remove(&uid);
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(clone)).await;
         // Its Bundles are owned by it: the garbage collector deletes them.
         remove_finalizer(&api, &repo, FINALIZER).await?;
@@ -164,7 +165,12 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
     // Due when the spec changed, when the interval passed, or on the first look since start.
     let last = ctx.fetched.lock().expect("lock").get(&uid).copied();
     let spec_changed = before.observed_generation != Some(generation);
+    // A webhook announced a push this process has not fetched for (`webhook.rs` in the API).
+    let announced = before.webhook_commit.clone();
+    let webhook =
+        announced.is_some() && ctx.webhooks.lock().expect("lock").get(&uid) != announced.as_ref();
     let due = spec_changed
+        || webhook
         || match last {
             None => true,
             Some(_) if repo.spec.disable_polling => false,
@@ -185,6 +191,12 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
         .lock()
         .expect("lock")
         .insert(uid.clone(), Instant::now());
+    if let Some(announced) = announced {
+        ctx.webhooks
+            .lock()
+            .expect("lock")
+            .insert(uid.clone(), announced);
+    }
     status.last_polling_triggered = Some(lariat_controllers::object::now());
     let fetched = match credential(&ctx, &repo).await {
         _ if !file_allowed(&ctx, &repo.spec.repo) => Err((
@@ -286,6 +298,11 @@ async fn write(
     if compared == *before {
         return Ok(());
     }
+    // The webhook's fields are the webhook's to write: leaving them out of the merge patch
+    // keeps one that arrived meanwhile.
+    let mut status = status;
+    status.webhook_commit = None;
+    status.last_webhook_time = None;
     let status = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
     patch_status(api, &repo.name_any(), status).await?;
     Ok(())

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::ResourceExt;
@@ -42,6 +42,8 @@ pub struct Context {
     pub settings: Settings,
     /// When each GitRepo (by uid) was last fetched by this process.
     fetched: Mutex<HashMap<String, Instant>>,
+    /// The webhook commit each GitRepo (by uid) last fetched for.
+    webhooks: Mutex<HashMap<String, String>>,
 }
 
 impl Context {
@@ -53,8 +55,39 @@ impl Context {
             caches,
             settings,
             fetched: Mutex::default(),
+            webhooks: Mutex::default(),
         }
     }
+}
+
+/// The changes of Fleet Clusters that can change where bundles go: their labels, spec,
+/// namespace or deletion; not their status counts, which change with every BundleDeployment.
+fn targeting_changes(
+    changes: impl Stream<Item = Arc<FleetCluster>> + Send + 'static,
+) -> impl Stream<Item = Arc<FleetCluster>> + Send + 'static {
+    let seen: Mutex<HashMap<String, u64>> = Mutex::default();
+    changes.filter(move |cluster| {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        cluster.labels().hash(&mut hasher);
+        serde_json::to_string(&cluster.spec)
+            .unwrap_or_default()
+            .hash(&mut hasher);
+        cluster
+            .metadata
+            .deletion_timestamp
+            .is_some()
+            .hash(&mut hasher);
+        cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.namespace.as_ref())
+            .hash(&mut hasher);
+        let fingerprint = hasher.finish();
+        let uid = cluster.uid().unwrap_or_default();
+        let changed = seen.lock().expect("lock").insert(uid, fingerprint) != Some(fingerprint);
+        std::future::ready(changed)
+    })
 }
 
 /// The namespace of each cluster whose agent connects or disconnects.
@@ -122,6 +155,12 @@ pub async fn run(
         .for_each(finished("fleetcluster-mirror"));
     // A Fleet Cluster counts its BundleDeployments (labelled with its name and workspace).
     let fleet_clusters = controller_on(&caches.typed::<FleetCluster>())
+        // Its ten bundles turn Ready within moments of each other: one count, not ten.
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .concurrency(lariat_controllers::CONCURRENCY)
+                .debounce(std::time::Duration::from_secs(1)),
+        )
         .watches_shared_stream_with(
             caches.typed::<BundleDeployment>().changes(),
             |bd: Arc<BundleDeployment>| {
@@ -150,9 +189,60 @@ pub async fn run(
                 .collect()
         }
     };
-    let (by_cluster, by_group, by_connection) =
-        (of_namespace.clone(), of_namespace.clone(), of_namespace);
+    let (by_group, by_connection) = (of_namespace.clone(), of_namespace);
+    // A cluster's change retargets only the bundles that target it now or have a
+    // BundleDeployment on it, never every bundle of its namespace.
+    let by_cluster = {
+        let (bundles, groups, deployments) = (
+            bundles.clone(),
+            caches.typed::<ClusterGroup>(),
+            caches.typed::<BundleDeployment>(),
+        );
+        move |cluster: &FleetCluster| -> Vec<ObjectRef<Bundle>> {
+            let namespace = cluster.metadata.namespace.as_deref();
+            let name = cluster.name_any();
+            let groups: Vec<Arc<ClusterGroup>> = groups
+                .store()
+                .state()
+                .into_iter()
+                .filter(|g| g.metadata.namespace.as_deref() == namespace)
+                .collect();
+            let groups: Vec<&ClusterGroup> = groups.iter().map(|g| g.as_ref()).collect();
+            let candidate = target::Candidate::of(cluster);
+            let deployed: std::collections::HashSet<String> = deployments
+                .store()
+                .state()
+                .iter()
+                .filter(|bd| {
+                    let labels = bd.labels();
+                    labels.get(bundle::CLUSTER_LABEL) == Some(&name)
+                        && labels
+                            .get(bundle::BUNDLE_NAMESPACE_LABEL)
+                            .map(String::as_str)
+                            == namespace
+                })
+                .filter_map(|bd| bd.labels().get(bundle::BUNDLE_NAME_LABEL).cloned())
+                .collect();
+            bundles
+                .store()
+                .state()
+                .iter()
+                .filter(|b| b.metadata.namespace.as_deref() == namespace)
+                .filter(|b| {
+                    deployed.contains(&b.name_any())
+                        || target::target_for(&b.spec, &candidate, &groups).is_some()
+                })
+                .map(|b| ObjectRef::from_obj(b.as_ref()))
+                .collect()
+        }
+    };
     let bundle_controller = controller_on(&bundles)
+        // A thousand clusters' BundleDeployments change within moments: summed up once.
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .concurrency(lariat_controllers::CONCURRENCY)
+                .debounce(std::time::Duration::from_millis(200)),
+        )
         .watches_shared_stream_with(
             caches.typed::<BundleDeployment>().changes(),
             |bd: Arc<BundleDeployment>| {
@@ -165,8 +255,8 @@ pub async fn run(
             (),
         )
         .watches_shared_stream_with(
-            caches.typed::<FleetCluster>().changes(),
-            move |cluster: Arc<FleetCluster>| by_cluster(cluster.metadata.namespace.as_deref()),
+            targeting_changes(caches.typed::<FleetCluster>().changes()),
+            move |cluster: Arc<FleetCluster>| by_cluster(&cluster),
             (),
         )
         .watches_shared_stream_with(

@@ -1,18 +1,21 @@
 //! Applying a BundleDeployment's manifests to this cluster, and the record of what it applied.
 //!
 //! The record is a ConfigMap per BundleDeployment in `lariat-system` (as Helm keeps a release
-//! Secret): which version was applied and every object it applied. It is written before an
-//! apply that adds objects (so an object is never applied without being recorded, even if the
-//! agent dies mid-way) and after the apply and prune succeed, so what leaves the manifests,
-//! or a whole BundleDeployment that goes, is deleted even after a restart.
+//! Secret): every object the BundleDeployment applied, and which of them it found already
+//! there (adopted: never deleted, only released). It is written before an apply that adds
+//! objects, so an object is never applied without being recorded even if the agent dies
+//! mid-way, and after a prune. Only what the record names, and what still carries the
+//! BundleDeployment's label, is ever deleted, so objects lariat did not create (a namespace
+//! that was there before, another bundle's object) survive a prune or an uninstall.
 
 use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::ResourceExt;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams,
+    PatchParams, PostParams, Preconditions,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -34,16 +37,21 @@ const RECORD_PREFIX: &str = "fleet-bundle-";
 pub struct Kind {
     pub resource: ApiResource,
     pub namespaced: bool,
+    /// Known from a CustomResourceDefinition among the manifests, not (yet) from discovery:
+    /// it may take a moment to be served once the definition is applied.
+    pub defined_by_manifests: bool,
 }
 
 impl Kind {
+    /// One watch per group and kind, whichever version the manifests use.
     pub fn key(&self) -> String {
-        format!("{}/{}", self.resource.api_version, self.resource.kind)
+        format!("{}/{}", self.resource.group, self.resource.kind)
     }
 }
 
-/// Which object: what the record keeps and the status names.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// Which object: what the record keeps and the status names. Two keys are the same object
+/// whatever API version they name it in (`policy/v1beta1` and `policy/v1`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectKey {
     pub api_version: String,
@@ -51,6 +59,49 @@ pub struct ObjectKey {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     pub name: String,
+}
+
+impl ObjectKey {
+    pub fn group(&self) -> &str {
+        self.api_version
+            .split_once('/')
+            .map_or("", |(group, _)| group)
+    }
+
+    fn identity(&self) -> (&str, &str, Option<&str>, &str) {
+        (
+            self.group(),
+            &self.kind,
+            self.namespace.as_deref(),
+            &self.name,
+        )
+    }
+}
+
+impl PartialEq for ObjectKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.identity() == other.identity()
+    }
+}
+
+impl Eq for ObjectKey {}
+
+impl std::hash::Hash for ObjectKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.identity().hash(state);
+    }
+}
+
+impl PartialOrd for ObjectKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ObjectKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.identity().cmp(&other.identity())
+    }
 }
 
 impl std::fmt::Display for ObjectKey {
@@ -73,10 +124,14 @@ pub struct Desired {
 /// What a BundleDeployment applied.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Record {
-    /// The version last applied in full (empty while the first is on its way).
-    pub deployment_id: String,
+    /// The namespace of the BundleDeployment (its cluster's), so a sweep only ever looks at
+    /// the records of the cluster this agent serves now.
+    pub namespace: String,
     pub keep_resources: bool,
+    /// Every object applied.
     pub resources: BTreeSet<ObjectKey>,
+    /// Those that were there before it: released, never deleted.
+    pub adopted: BTreeSet<ObjectKey>,
 }
 
 fn record_name(bundle_deployment: &str) -> String {
@@ -101,23 +156,34 @@ pub(super) async fn record(agent: &Agent, name: &str) -> Result<Option<Record>, 
 
 fn parse_record(cm: &ConfigMap) -> Option<Record> {
     let data = cm.data.as_ref()?;
+    let set = |key: &str| -> Option<BTreeSet<ObjectKey>> {
+        match data.get(key) {
+            Some(text) => serde_json::from_str(text).ok(),
+            None => Some(BTreeSet::new()),
+        }
+    };
     Some(Record {
-        deployment_id: data.get("deploymentID").cloned().unwrap_or_default(),
+        namespace: data.get("namespace").cloned().unwrap_or_default(),
         keep_resources: data.get("keepResources").is_some_and(|v| v == "true"),
-        resources: serde_json::from_str(data.get("resources")?).ok()?,
+        resources: set("resources")?,
+        adopted: set("adopted")?,
     })
 }
 
 async fn write_record(agent: &Agent, name: &str, record: &Record) -> Result<(), Error> {
-    crate::ensure_namespace(&agent.downstream, CREDENTIAL_NAMESPACE).await?;
-    let resources =
-        serde_json::to_string(&record.resources).map_err(|e| Error::Invalid(e.to_string()))?;
+    ensure_namespace(agent, CREDENTIAL_NAMESPACE)
+        .await
+        .map_err(Error::Invalid)?;
+    let json = |set: &BTreeSet<ObjectKey>| {
+        serde_json::to_string(set).map_err(|e| Error::Invalid(e.to_string()))
+    };
     let body = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": record_name(name), "namespace": CREDENTIAL_NAMESPACE,
                      "labels": {RECORD_LABEL: "bundle-deployment"}},
-        "data": {"bundleDeployment": name, "deploymentID": record.deployment_id,
-                 "keepResources": record.keep_resources.to_string(), "resources": resources},
+        "data": {"bundleDeployment": name, "namespace": record.namespace,
+                 "keepResources": record.keep_resources.to_string(),
+                 "resources": json(&record.resources)?, "adopted": json(&record.adopted)?},
     });
     records(agent)
         .patch(
@@ -134,8 +200,8 @@ async fn write_record(agent: &Agent, name: &str, record: &Record) -> Result<(), 
     Ok(())
 }
 
-/// The BundleDeployments that have a record here.
-pub(super) async fn recorded(agent: &Agent) -> Result<Vec<String>, Error> {
+/// The BundleDeployments of namespace `namespace` that have a record here.
+pub(super) async fn recorded(agent: &Agent, namespace: &str) -> Result<Vec<String>, Error> {
     let list = records(agent)
         .list(&ListParams::default().labels(RECORD_LABEL))
         .await?;
@@ -145,21 +211,47 @@ pub(super) async fn recorded(agent: &Agent) -> Result<Vec<String>, Error> {
         let Some(name) = cm.data.as_ref().and_then(|d| d.get("bundleDeployment")) else {
             continue;
         };
-        cache.insert(name.clone(), parse_record(&cm));
+        let Some(record) = parse_record(&cm) else {
+            continue;
+        };
+        if record.namespace != namespace {
+            continue;
+        }
+        // What a reconcile wrote meanwhile is newer than this list.
+        cache.entry(name.clone()).or_insert(Some(record));
         names.push(name.clone());
     }
     Ok(names)
 }
 
-/// Deletes what BundleDeployment `name` applied (unless it kept its resources), then its record.
+/// Removes what BundleDeployment `name` applied: deletes what it created (unless it kept its
+/// resources), releases what it adopted or keeps, then drops its record. What cannot be
+/// removed stays in the record for the next try.
 pub(super) async fn uninstall(agent: &Agent, name: &str) -> Result<(), Error> {
     let Some(record) = record(agent, name).await? else {
         return Ok(());
     };
-    if !record.keep_resources {
-        for key in record.resources.iter().rev() {
-            delete(agent, key).await.map_err(Error::Invalid)?;
+    let mut left = BTreeSet::new();
+    let mut first_error = None;
+    for key in record.resources.iter().rev() {
+        let outcome = if record.keep_resources || record.adopted.contains(key) {
+            release(agent, key).await
+        } else {
+            delete_owned(agent, key, name).await
+        };
+        if let Err(message) = outcome {
+            first_error.get_or_insert(message);
+            left.insert(key.clone());
         }
+    }
+    if let Some(message) = first_error {
+        let remaining = Record {
+            adopted: record.adopted.intersection(&left).cloned().collect(),
+            resources: left,
+            ..record
+        };
+        write_record(agent, name, &remaining).await?;
+        return Err(Error::Invalid(message));
     }
     match records(agent)
         .delete(&record_name(name), &DeleteParams::default())
@@ -170,7 +262,7 @@ pub(super) async fn uninstall(agent: &Agent, name: &str) -> Result<(), Error> {
         Err(e) => return Err(e.into()),
     }
     agent.records.lock().await.remove(name);
-    tracing::info!(bundle = %name, "deleted what a removed bundle applied");
+    tracing::info!(bundle = %name, "removed what a deleted bundle applied");
     Ok(())
 }
 
@@ -196,6 +288,7 @@ async fn kind_of(
             let found = Kind {
                 resource,
                 namespaced: capabilities.scope == kube::discovery::Scope::Namespaced,
+                defined_by_manifests: false,
             };
             agent
                 .kinds
@@ -213,6 +306,26 @@ async fn kind_of(
     }
 }
 
+/// The kind of an object recorded earlier, in whichever version of its group this cluster
+/// serves now (the recorded version may be gone); `None` when the cluster serves no such
+/// kind any more (so no such object can exist).
+async fn served_kind(agent: &Agent, key: &ObjectKey) -> Result<Option<Kind>, String> {
+    if let Ok(kind) = kind_of(agent, &key.api_version, &key.kind, &[]).await {
+        return Ok(Some(kind));
+    }
+    match kube::discovery::group(&agent.downstream, key.group()).await {
+        Ok(group) => Ok(group
+            .recommended_kind(&key.kind)
+            .map(|(resource, capabilities)| Kind {
+                resource,
+                namespaced: capabilities.scope == kube::discovery::Scope::Namespaced,
+                defined_by_manifests: false,
+            })),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+        Err(e) => Err(format!("cannot look up {}: {e}", key.kind)),
+    }
+}
+
 /// The kind a CustomResourceDefinition among `manifests` defines, if one defines `gvk`.
 fn defined_in(manifests: &[Value], gvk: &GroupVersionKind) -> Option<Kind> {
     manifests.iter().find_map(|m| {
@@ -227,6 +340,7 @@ fn defined_in(manifests: &[Value], gvk: &GroupVersionKind) -> Option<Kind> {
                 spec["names"]["plural"].as_str().unwrap_or_default(),
             ),
             namespaced: spec["scope"] != "Cluster",
+            defined_by_manifests: true,
         })
     })
 }
@@ -317,9 +431,10 @@ fn api_for(agent: &Agent, kind: &Kind, namespace: Option<&str>) -> Api<DynamicOb
     }
 }
 
-/// Server-side apply of one object, owning every field it sets. A kind whose definition was
-/// applied moments ago may not be served yet: that is retried for a few seconds.
-async fn apply_one(agent: &Agent, desired: &Desired) -> Result<DynamicObject, String> {
+/// Server-side apply of one object, owning every field it sets. A kind whose definition is
+/// among the manifests may not be served for a moment after it is applied: that is retried
+/// for a few seconds.
+async fn apply_one(agent: &Agent, desired: &Desired) -> Result<DynamicObject, kube::Error> {
     let api = api_for(agent, &desired.kind, desired.key.namespace.as_deref());
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let mut attempts = 0;
@@ -328,37 +443,99 @@ async fn apply_one(agent: &Agent, desired: &Desired) -> Result<DynamicObject, St
             .patch(&desired.key.name, &params, &Patch::Apply(&desired.object))
             .await
         {
-            Ok(object) => return Ok(object),
-            Err(kube::Error::Api(e)) if e.code == 404 && attempts < 20 => {
+            Err(kube::Error::Api(e))
+                if e.code == 404 && desired.kind.defined_by_manifests && attempts < 20 =>
+            {
                 attempts += 1;
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
-            Err(kube::Error::Api(e)) => return Err(format!("{}: {}", desired.key, e.message)),
-            Err(e) => return Err(format!("{}: {e}", desired.key)),
+            outcome => return outcome,
         }
     }
 }
 
-/// Deletes one object; one already gone is fine.
-async fn delete(agent: &Agent, key: &ObjectKey) -> Result<(), String> {
-    let kind = kind_of(agent, &key.api_version, &key.kind, &[]).await?;
-    match api_for(agent, &kind, key.namespace.as_deref())
-        .delete(&key.name, &DeleteParams::background())
-        .await
+/// An apply's error as the status says it: the object, and the API's own words.
+fn refusal(key: &ObjectKey, error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(e) => format!("{key}: {}", e.message),
+        other => format!("{key}: {other}"),
+    }
+}
+
+/// Deletes an object if it is still this BundleDeployment's (carries its label; the uid
+/// checked so a new object of the same name is never the one deleted). One already gone, or
+/// of a kind no longer served, is fine.
+async fn delete_owned(
+    agent: &Agent,
+    key: &ObjectKey,
+    bundle_deployment: &str,
+) -> Result<(), String> {
+    let Some(kind) = served_kind(agent, key).await? else {
+        return Ok(());
+    };
+    let api = api_for(agent, &kind, key.namespace.as_deref());
+    let live = match api.get_opt(&key.name).await {
+        Ok(Some(live)) => live,
+        Ok(None) => return Ok(()),
+        Err(e) => return Err(format!("cannot read {key}: {e}")),
+    };
+    if live
+        .labels()
+        .get(BUNDLE_DEPLOYMENT_LABEL)
+        .map(String::as_str)
+        != Some(bundle_deployment)
     {
+        return Ok(());
+    }
+    let params = DeleteParams::background().preconditions(Preconditions {
+        uid: live.uid(),
+        resource_version: None,
+    });
+    match api.delete(&key.name, &params).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
         Err(kube::Error::Api(e)) => Err(format!("cannot delete {key}: {}", e.message)),
         Err(e) => Err(format!("cannot delete {key}: {e}")),
     }
 }
 
-/// Creates the namespaces the objects go to that neither exist nor are among them. They are
-/// left in place when the bundle goes, as `helm install --create-namespace` leaves them.
+/// Creates namespace `name` if this agent has not seen it exist yet.
+async fn ensure_namespace(agent: &Agent, name: &str) -> Result<(), String> {
+    if agent.namespaces.lock().expect("lock").contains(name) {
+        return Ok(());
+    }
+    let namespaces: Api<Namespace> = Api::all(agent.downstream.clone());
+    let exists = namespaces
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("cannot read namespace {name}: {e}"))?
+        .is_some();
+    if !exists {
+        let object: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))
+            .map_err(|e| e.to_string())?;
+        match namespaces.create(&PostParams::default(), &object).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(kube::Error::Api(e)) => {
+                return Err(format!("cannot create namespace {name}: {}", e.message));
+            }
+            Err(e) => return Err(format!("cannot create namespace {name}: {e}")),
+        }
+    }
+    agent
+        .namespaces
+        .lock()
+        .expect("lock")
+        .insert(name.to_string());
+    Ok(())
+}
+
+/// Creates the namespaces the objects go to that are not among them. They are left in place
+/// when the bundle goes, as `helm install --create-namespace` leaves them.
 async fn ensure_namespaces(agent: &Agent, desired: &[Desired]) -> Result<(), String> {
     let declared: HashSet<&str> = desired
         .iter()
-        .filter(|d| d.key.kind == "Namespace" && d.key.api_version == "v1")
+        .filter(|d| d.key.kind == "Namespace" && d.key.group().is_empty())
         .map(|d| d.key.name.as_str())
         .collect();
     let needed: BTreeSet<&str> = desired
@@ -366,49 +543,50 @@ async fn ensure_namespaces(agent: &Agent, desired: &[Desired]) -> Result<(), Str
         .filter_map(|d| d.key.namespace.as_deref())
         .filter(|ns| !declared.contains(ns))
         .collect();
-    let namespaces: Api<Namespace> = Api::all(agent.downstream.clone());
     for namespace in needed {
-        if agent.namespaces.lock().expect("lock").contains(namespace) {
-            continue;
-        }
-        let exists = namespaces
-            .get_opt(namespace)
-            .await
-            .map_err(|e| format!("cannot read namespace {namespace}: {e}"))?
-            .is_some();
-        if !exists {
-            let object: Namespace =
-                serde_json::from_value(json!({"metadata": {"name": namespace}}))
-                    .map_err(|e| e.to_string())?;
-            match namespaces.create(&PostParams::default(), &object).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(kube::Error::Api(e)) => {
-                    return Err(format!(
-                        "cannot create namespace {namespace}: {}",
-                        e.message
-                    ));
-                }
-                Err(e) => return Err(format!("cannot create namespace {namespace}: {e}")),
-            }
-        }
-        agent
-            .namespaces
-            .lock()
-            .expect("lock")
-            .insert(namespace.to_string());
+        ensure_namespace(agent, namespace).await?;
     }
     Ok(())
 }
 
-/// Applies a version: records the objects it adds, creates missing namespaces, applies every
-/// object, deletes what the previous version had and this one does not (unless
-/// `keepResources`), and records the version as applied. Returns the objects as applied, or
-/// what the API refused (the first refusal, and how many more).
+/// The objects among `keys` that exist already without this BundleDeployment's label: they
+/// are adopted (applied over, never deleted). The agent's own namespace always is.
+async fn found_already(
+    agent: &Agent,
+    keys: &[&Desired],
+    bundle_deployment: &str,
+) -> Result<BTreeSet<ObjectKey>, String> {
+    let mut adopted = BTreeSet::new();
+    for desired in keys {
+        let own_namespace = desired.key.kind == "Namespace"
+            && desired.key.group().is_empty()
+            && desired.key.name == CREDENTIAL_NAMESPACE;
+        let api = api_for(agent, &desired.kind, desired.key.namespace.as_deref());
+        let existing = match api.get_opt(&desired.key.name).await {
+            Ok(existing) => existing,
+            // Not served yet (defined by the manifests): nothing of it exists.
+            Err(kube::Error::Api(e)) if e.code == 404 => None,
+            Err(e) => return Err(format!("cannot read {}: {e}", desired.key)),
+        };
+        let foreign = existing.is_some_and(|o| {
+            o.labels().get(BUNDLE_DEPLOYMENT_LABEL).map(String::as_str) != Some(bundle_deployment)
+        });
+        if own_namespace || foreign {
+            adopted.insert(desired.key.clone());
+        }
+    }
+    Ok(adopted)
+}
+
+/// Applies a version: records the objects it adds (noting those that were there already),
+/// creates missing namespaces, applies every object, and removes what the previous version
+/// had and this one does not (deleted if it created them, released if it adopted them or
+/// `keepResources`; a namespace still holding objects of this version stays). Returns the
+/// objects as applied, or what the API refused (the first refusal, and how many more).
 pub(super) async fn apply(
     agent: &Agent,
     name: &str,
-    deployment_id: &str,
+    namespace: &str,
     options: &lariat_api::fleet::BundleDeploymentOptions,
     desired: &[Desired],
 ) -> Result<Fresh, String> {
@@ -417,11 +595,18 @@ pub(super) async fn apply(
         .map_err(|e| format!("cannot read what was applied before: {e}"))?
         .unwrap_or_default();
     let wanted: BTreeSet<ObjectKey> = desired.iter().map(|d| d.key.clone()).collect();
-    if !wanted.is_subset(&previous.resources) {
+    let new: Vec<&Desired> = desired
+        .iter()
+        .filter(|d| !previous.resources.contains(&d.key))
+        .collect();
+    let mut adopted = previous.adopted.clone();
+    if !new.is_empty() {
+        adopted.extend(found_already(agent, &new, name).await?);
         let intent = Record {
-            deployment_id: previous.deployment_id.clone(),
+            namespace: namespace.to_string(),
             keep_resources: options.keep_resources,
             resources: previous.resources.union(&wanted).cloned().collect(),
+            adopted: adopted.clone(),
         };
         write_record(agent, name, &intent)
             .await
@@ -435,40 +620,68 @@ pub(super) async fn apply(
             Ok(live) => {
                 fresh.written.insert(object.key.clone(), live);
             }
-            Err(message) => refused.push(message),
+            Err(error) => refused.push(refusal(&object.key, &error)),
         }
     }
     if let Some(first) = refused.first() {
+        // A namespace may have gone: look again next time.
         agent.namespaces.lock().expect("lock").clear();
         return Err(match refused.len() {
             1 => first.clone(),
             n => format!("{first} (and {} more)", n - 1),
         });
     }
+    let still_used: HashSet<&str> = wanted
+        .iter()
+        .filter_map(|k| k.namespace.as_deref())
+        .collect();
+    let mut left = BTreeSet::new();
+    let mut failed = None;
     for gone in previous.resources.difference(&wanted) {
-        if options.keep_resources {
-            release(agent, gone).await?;
+        let holds_wanted = gone.kind == "Namespace"
+            && gone.group().is_empty()
+            && still_used.contains(gone.name.as_str());
+        let outcome = if options.keep_resources || adopted.contains(gone) || holds_wanted {
+            release(agent, gone).await
         } else {
-            delete(agent, gone).await?;
+            delete_owned(agent, gone, name).await
+        };
+        match outcome {
+            Ok(()) => {
+                fresh.deleted.insert(gone.clone());
+            }
+            Err(message) => {
+                failed.get_or_insert(message);
+                left.insert(gone.clone());
+            }
         }
-        fresh.deleted.insert(gone.clone());
     }
+    let resources: BTreeSet<ObjectKey> = wanted.union(&left).cloned().collect();
     let done = Record {
-        deployment_id: deployment_id.to_string(),
+        namespace: namespace.to_string(),
         keep_resources: options.keep_resources,
-        resources: wanted,
+        adopted: adopted.intersection(&resources).cloned().collect(),
+        resources,
     };
-    write_record(agent, name, &done)
-        .await
-        .map_err(|e| format!("cannot record what was applied: {e}"))?;
-    tracing::info!(bundle = %name, %deployment_id, objects = desired.len(), "applied");
+    if record(agent, name).await.ok().flatten().as_ref() != Some(&done) {
+        write_record(agent, name, &done)
+            .await
+            .map_err(|e| format!("cannot record what was applied: {e}"))?;
+    }
+    if let Some(message) = failed {
+        return Err(message);
+    }
+    tracing::debug!(bundle = %name, objects = desired.len(), "applied");
     Ok(fresh)
 }
 
-/// An object kept when it left the manifests (`keepResources`) no longer belongs to the
-/// BundleDeployment: its label goes, so it is neither watched nor reported as orphaned.
+/// An object that stays when it leaves the manifests (adopted, or `keepResources`) no longer
+/// belongs to the BundleDeployment: its label goes, so it is neither watched nor reported as
+/// orphaned.
 async fn release(agent: &Agent, key: &ObjectKey) -> Result<(), String> {
-    let kind = kind_of(agent, &key.api_version, &key.kind, &[]).await?;
+    let Some(kind) = served_kind(agent, key).await? else {
+        return Ok(());
+    };
     let patch = json!({"metadata": {"labels": {BUNDLE_DEPLOYMENT_LABEL: null}}});
     match api_for(agent, &kind, key.namespace.as_deref())
         .patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))
@@ -482,9 +695,10 @@ async fn release(agent: &Agent, key: &ObjectKey) -> Result<(), String> {
 
 /// Puts back what drifted (`correctDrift`): applies changed and missing objects again and
 /// deletes orphans. With `force`, an object the API will not change in place (an immutable
-/// field) is deleted and created again.
+/// field: 422 Invalid) is deleted and created again; no other error deletes anything.
 pub(super) async fn correct(
     agent: &Agent,
+    name: &str,
     desired: &[Desired],
     seen: &super::monitor::Seen,
     force: bool,
@@ -496,11 +710,17 @@ pub(super) async fn correct(
         .map(|m| &m.key)
         .chain(seen.missing.iter())
         .collect();
+    let drifted: Vec<Desired> = desired
+        .iter()
+        .filter(|d| drifted.contains(&d.key))
+        .cloned()
+        .collect();
+    ensure_namespaces(agent, &drifted).await?;
     let mut refused = None;
-    for object in desired.iter().filter(|d| drifted.contains(&d.key)) {
+    for object in &drifted {
         let outcome = match apply_one(agent, object).await {
-            Err(_) if force => {
-                delete(agent, &object.key).await?;
+            Err(kube::Error::Api(e)) if force && e.code == 422 => {
+                delete_owned(agent, &object.key, name).await?;
                 apply_one(agent, object).await
             }
             outcome => outcome,
@@ -509,17 +729,40 @@ pub(super) async fn correct(
             Ok(live) => {
                 restored.written.insert(object.key.clone(), live);
             }
-            Err(message) => {
-                refused.get_or_insert(message);
+            Err(error) => {
+                refused.get_or_insert(refusal(&object.key, &error));
             }
         }
     }
     for orphan in &seen.orphaned {
-        delete(agent, orphan).await?;
+        delete_owned(agent, orphan, name).await?;
         restored.deleted.insert(orphan.clone());
     }
     match refused {
         Some(message) => Err(message),
         None => Ok(restored),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_is_the_same_in_any_version_of_its_group() {
+        let key = |api_version: &str, kind: &str| ObjectKey {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: Some("web".into()),
+            name: "budget".into(),
+        };
+        assert_eq!(
+            key("policy/v1beta1", "PodDisruptionBudget"),
+            key("policy/v1", "PodDisruptionBudget")
+        );
+        let set: BTreeSet<ObjectKey> = [key("policy/v1beta1", "PodDisruptionBudget")].into();
+        assert!(set.contains(&key("policy/v1", "PodDisruptionBudget")));
+        assert_ne!(key("v1", "ConfigMap"), key("v1", "Secret"));
+        assert_ne!(key("a.example/v1", "Thing"), key("b.example/v1", "Thing"));
     }
 }

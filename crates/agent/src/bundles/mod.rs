@@ -82,6 +82,11 @@ struct Agent {
     contents: Mutex<HashMap<String, Arc<Vec<Value>>>>,
     /// Namespaces seen to exist (forgotten when an apply fails: one may have been deleted).
     namespaces: Mutex<std::collections::HashSet<String>>,
+    /// The version of each BundleDeployment applied by this process (its status says the
+    /// same once written; this is what the agent knows before it reads its own write back).
+    applied_versions: Mutex<HashMap<String, String>>,
+    /// One lock per BundleDeployment, so its clean-up and its reconcile never interleave.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 struct AppliedWatch {
@@ -165,6 +170,18 @@ impl Agent {
         applied
     }
 
+    /// Held while BundleDeployment `name`'s objects are applied or removed.
+    async fn lock(&self, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = self
+            .locks
+            .lock()
+            .expect("lock")
+            .entry(name.to_string())
+            .or_default()
+            .clone();
+        lock.lock_owned().await
+    }
+
     /// Every kind's applied objects watched so far.
     fn all_applied(&self) -> Vec<Applied> {
         self.watches
@@ -187,6 +204,8 @@ pub(crate) async fn run(downstream: kube::Client, mut sessions: watch::Receiver<
         changed: broadcast::channel(4096).0,
         contents: Default::default(),
         namespaces: Default::default(),
+        applied_versions: Default::default(),
+        locks: Default::default(),
     });
     loop {
         let session = sessions.borrow_and_update().clone();
@@ -224,6 +243,8 @@ fn upstream_client(session: &Session, namespace: &str) -> Result<kube::Client, E
 
 struct Context {
     agent: Arc<Agent>,
+    /// The namespace of this cluster's BundleDeployments.
+    namespace: String,
     api: Api<BundleDeployment>,
     contents: Api<Content>,
     deployments: Store<BundleDeployment>,
@@ -246,20 +267,14 @@ async fn serve(agent: Arc<Agent>, session: &Session) -> Result<(), Error> {
         .inspect(move |event| {
             let request = match event {
                 Ok(watcher::Event::Delete(bd)) => Cleanup::Deleted(bd.name_any()),
-                Ok(watcher::Event::InitDone) => Cleanup::Sweep,
+                Ok(watcher::Event::InitDone) => {
+                    // Listed afresh: what changed while the watch was down is unknown.
+                    wake_waiting(&dependents, None, &wake);
+                    Cleanup::Sweep
+                }
                 // Any change here, its status included, may be what a dependent waits for.
                 Ok(watcher::Event::Apply(changed)) => {
-                    for waiting in dependents.state() {
-                        if waiting
-                            .spec
-                            .depends_on
-                            .as_ref()
-                            .is_some_and(|d| !d.is_empty())
-                            && waiting.name_any() != changed.name_any()
-                        {
-                            let _ = wake.send(waiting.name_any());
-                        }
-                    }
+                    wake_waiting(&dependents, Some(changed), &wake);
                     return;
                 }
                 _ => return,
@@ -270,6 +285,7 @@ async fn serve(agent: Arc<Agent>, session: &Session) -> Result<(), Error> {
         .predicate_filter(predicates::generation, Default::default());
     let ctx = Arc::new(Context {
         agent: agent.clone(),
+        namespace: namespace.clone(),
         api,
         contents: Api::all(client),
         deployments: reader.clone(),
@@ -301,6 +317,31 @@ async fn serve(agent: Arc<Agent>, session: &Session) -> Result<(), Error> {
     Ok(())
 }
 
+/// Wakes the BundleDeployments held back for their `dependsOn` (other than `changed`).
+fn wake_waiting(
+    deployments: &Store<BundleDeployment>,
+    changed: Option<&BundleDeployment>,
+    wake: &broadcast::Sender<String>,
+) {
+    for bd in deployments.state() {
+        if changed.is_some_and(|c| c.name_any() == bd.name_any()) {
+            continue;
+        }
+        let waiting = bd
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter().any(|c| {
+                    c.type_ == "Deployed" && c.reason.as_deref() == Some(DEPENDENCY_NOT_READY)
+                })
+            });
+        if waiting {
+            let _ = wake.send(bd.name_any());
+        }
+    }
+}
+
 /// A broadcast receiver as a stream; `None` when it lagged behind and lost changes.
 fn tokio_stream_of(
     receiver: broadcast::Receiver<String>,
@@ -327,7 +368,7 @@ async fn clean_up(ctx: Arc<Context>, mut requests: mpsc::UnboundedReceiver<Clean
     while let Some(request) = requests.recv().await {
         let names = match request {
             Cleanup::Deleted(name) => vec![name],
-            Cleanup::Sweep => match deploy::recorded(&ctx.agent).await {
+            Cleanup::Sweep => match deploy::recorded(&ctx.agent, &ctx.namespace).await {
                 Ok(names) => names,
                 Err(error) => {
                     tracing::warn!(%error, "cannot list what bundles applied");
@@ -336,12 +377,19 @@ async fn clean_up(ctx: Arc<Context>, mut requests: mpsc::UnboundedReceiver<Clean
             },
         };
         for name in names {
+            let _held = ctx.agent.lock(&name).await;
+            // Looked at again under the lock: it may have come back meanwhile.
             let live = ctx
                 .deployments
-                .get(&ObjectRef::new(&name).within(ctx.api.namespace().unwrap_or_default()));
+                .get(&ObjectRef::new(&name).within(&ctx.namespace));
             if live.is_some() {
                 continue;
             }
+            ctx.agent
+                .applied_versions
+                .lock()
+                .expect("lock")
+                .remove(&name);
             if let Err(error) = deploy::uninstall(&ctx.agent, &name).await {
                 tracing::warn!(bundle = %name, %error, "cannot delete what a removed bundle applied");
             }
@@ -363,33 +411,35 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
     if bd.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    let _held = ctx.agent.lock(&name).await;
     let options = bd.spec.options.clone().unwrap_or_default();
     let record = deploy::record(&ctx.agent, &name).await?;
-    let applied = record
-        .as_ref()
-        .is_some_and(|r| r.deployment_id == deployment_id);
+    let applied_here = ctx
+        .agent
+        .applied_versions
+        .lock()
+        .expect("lock")
+        .get(&name)
+        .cloned();
+    let applied = record.is_some()
+        && match applied_here {
+            Some(version) => version == deployment_id,
+            // Since this process started: what the agent last reported.
+            None => {
+                bd.status
+                    .as_ref()
+                    .and_then(|s| s.applied_deployment_id.as_deref())
+                    == Some(deployment_id.as_str())
+            }
+        };
     if bd.spec.paused && !applied {
         return Ok(Action::await_change());
     }
-    let content_name = deployment_id
-        .split(':')
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    let manifests = content(&ctx, &content_name).await?;
     let mut status = bd.status.clone().unwrap_or_default();
     let now = now();
-    let desired = match deploy::desired(&ctx.agent, &name, &manifests, &options).await {
-        Ok(desired) => desired,
-        Err(message) => {
-            failed(&mut status, &message, &now);
-            write_status(&ctx, &bd, status).await?;
-            return Ok(Action::requeue(RETRY_FAILED_APPLY));
-        }
-    };
-    let mut fresh = monitor::Fresh::default();
     if !applied && let Some(waiting) = unmet_dependencies(&ctx, &bd) {
-        // Woken again when any BundleDeployment here changes (see `serve`).
+        // Woken when what it waits for changes (see `serve`); looked at again now and then
+        // in case that was missed.
         let message = format!("waiting for {waiting} to be Ready on this cluster");
         let conditions = status.conditions.get_or_insert_with(Vec::new);
         FleetCondition::set(
@@ -402,11 +452,33 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
         );
         status.display.get_or_insert_with(Default::default).state = Some("WaitApplied".into());
         write_status(&ctx, &bd, status).await?;
-        return Ok(Action::await_change());
+        return Ok(Action::requeue(RETRY_FAILED_APPLY));
     }
+    let content_name = deployment_id
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let manifests = content(&ctx, &content_name).await?;
+    let desired = match deploy::desired(&ctx.agent, &name, &manifests, &options).await {
+        Ok(desired) => desired,
+        Err(message) => {
+            failed(&mut status, &message, &now);
+            write_status(&ctx, &bd, status).await?;
+            return Ok(Action::requeue(RETRY_FAILED_APPLY));
+        }
+    };
+    let mut fresh = monitor::Fresh::default();
     if !applied {
-        match deploy::apply(&ctx.agent, &name, &deployment_id, &options, &desired).await {
-            Ok(written) => fresh = written,
+        match deploy::apply(&ctx.agent, &name, &ctx.namespace, &options, &desired).await {
+            Ok(written) => {
+                fresh = written;
+                ctx.agent
+                    .applied_versions
+                    .lock()
+                    .expect("lock")
+                    .insert(name.clone(), deployment_id.clone());
+            }
             Err(message) => {
                 failed(&mut status, &message, &now);
                 write_status(&ctx, &bd, status).await?;
@@ -424,7 +496,7 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
     if let Some(correct) = correct
         && seen.drifted()
     {
-        let restored = deploy::correct(&ctx.agent, &desired, &seen, correct.force).await;
+        let restored = deploy::correct(&ctx.agent, &name, &desired, &seen, correct.force).await;
         if let Err(message) = &restored {
             tracing::info!(bundle = %name, %message, "cannot correct drift");
         }

@@ -145,6 +145,20 @@ pub fn differences(
     path: &str,
     fields: &mut Vec<String>,
 ) -> Option<Value> {
+    // The API leaves out fields set to their zero value (`false`, `0`, `""`, `{}`, `[]`).
+    if live.is_null() && is_zero(desired) {
+        return None;
+    }
+    if quantity_field(path)
+        && let (Some(wanted), Some(there)) = (quantity(desired), quantity(live))
+    {
+        // `cpu: 1` comes back as "1", `0.5` as "500m", `1024Mi` as "1Gi".
+        let same = (wanted - there).abs() <= 1e-9 * wanted.abs().max(there.abs()).max(1.0);
+        return (!same).then(|| {
+            fields.push(path.to_string());
+            desired.clone()
+        });
+    }
     match desired {
         Value::Null => None,
         Value::Object(wanted) => {
@@ -203,6 +217,63 @@ pub fn differences(
             desired.clone()
         }),
     }
+}
+
+fn is_zero(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.values().all(is_zero),
+    }
+}
+
+/// Whether a field holds resource quantities (requests, limits, quotas, capacities), whose
+/// values the API writes back in canonical form.
+fn quantity_field(path: &str) -> bool {
+    [
+        "resources.",
+        "hard.",
+        "capacity.",
+        "allocatable.",
+        "limits.",
+        "requests.",
+    ]
+    .iter()
+    .any(|segment| path.contains(segment))
+}
+
+/// A Kubernetes quantity (`500m`, `1Gi`, `2`, `1e3`) as a number.
+fn quantity(value: &Value) -> Option<f64> {
+    let text = match value {
+        Value::Number(n) => return n.as_f64(),
+        Value::String(s) => s.trim(),
+        _ => return None,
+    };
+    const SUFFIXES: [(&str, f64); 15] = [
+        ("Ki", 1024.0),
+        ("Mi", 1024.0 * 1024.0),
+        ("Gi", 1024.0 * 1024.0 * 1024.0),
+        ("Ti", 1024.0 * 1024.0 * 1024.0 * 1024.0),
+        ("Pi", 1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0),
+        ("Ei", 1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0),
+        ("n", 1e-9),
+        ("u", 1e-6),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+    ];
+    let (number, scale) = SUFFIXES
+        .iter()
+        .find_map(|(suffix, scale)| text.strip_suffix(suffix).map(|n| (n, *scale)))
+        .unwrap_or((text, 1.0));
+    number.parse::<f64>().ok().map(|n| n * scale)
 }
 
 fn int(value: &Value) -> i64 {
@@ -571,6 +642,31 @@ mod tests {
         assert_eq!(
             differences(&json!({"a": 1}), &json!({"a": 1.0}), "", &mut Vec::new()),
             None
+        );
+    }
+
+    #[test]
+    fn zero_values_the_api_leaves_out_and_canonical_quantities_are_not_drift() {
+        let desired = json!({"spec": {"template": {"spec": {"containers": [{"name": "web",
+            "readinessProbe": {"initialDelaySeconds": 0}, "stdin": false, "env": [],
+            "resources": {"requests": {"cpu": 0.5, "memory": "1024Mi"}, "limits": {"cpu": 1}}}]}}}});
+        let live = json!({"spec": {"template": {"spec": {"containers": [{"name": "web",
+            "readinessProbe": {"periodSeconds": 10},
+            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1"}}}]}}}});
+        assert_eq!(differences(&desired, &live, "", &mut Vec::new()), None);
+        let mut more = live.clone();
+        more["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] =
+            json!("2");
+        assert!(differences(&desired, &more, "", &mut Vec::new()).is_some());
+        // Outside quantities, a string is not a number: ConfigMap data "1e3" is not "1000".
+        assert!(
+            differences(
+                &json!({"data": {"n": "1e3"}}),
+                &json!({"data": {"n": "1000"}}),
+                "",
+                &mut Vec::new()
+            )
+            .is_some()
         );
     }
 

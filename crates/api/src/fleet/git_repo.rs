@@ -69,7 +69,8 @@ pub struct GitRepoSpec {
     /// (a token is a password), or `ssh-privatekey` and `known_hosts` for ssh.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_secret_name: Option<String>,
-    /// The Secret (same namespace) whose `token` value webhooks must be signed with.
+    /// The Secret (same namespace) holding the webhook secrets deliveries must prove: its
+    /// `github` and `gitlab` keys (else `gitjob-webhook` in `lariat-system` is used).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub webhook_secret: Option<String>,
     /// Put every namespaced object in this namespace downstream.

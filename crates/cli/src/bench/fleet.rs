@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use lariat_api::fleet::{BundleDeployment, GitRepo};
+use lariat_api::fleet::{Bundle, BundleDeployment, GitRepo};
 use serde_json::json;
 
 use super::{ServerProcess, apply_all, load_average, requests, requests_per, until_connected};
@@ -69,41 +70,57 @@ fn commit(repo: &Path, bundles: usize, version: &str) -> anyhow::Result<String> 
     git(repo, &["rev-parse", "HEAD"])
 }
 
-fn git_repo(name: &str, repo: &Path, selector: serde_json::Value) -> anyhow::Result<GitRepo> {
+/// A GitRepo of `repo` for the clusters `selector` chooses, polled every `polling` (Fleet's
+/// default, 15 s, when `None`).
+fn git_repo(
+    name: &str,
+    repo: &Path,
+    selector: serde_json::Value,
+    polling: Option<&str>,
+) -> anyhow::Result<GitRepo> {
+    let mut spec = json!({"repo": format!("file://{}", repo.display()), "branch": "main",
+                          "targets": [{"clusterSelector": selector}]});
+    if let Some(polling) = polling {
+        spec["pollingInterval"] = polling.into();
+    }
     Ok(serde_json::from_value(json!({
         "apiVersion": lariat_api::fleet::API_VERSION, "kind": "GitRepo",
         "metadata": {"name": name, "namespace": WORKSPACE},
-        "spec": {"repo": format!("file://{}", repo.display()), "branch": "main",
-                 "pollingInterval": "5s", "targets": [{"clusterSelector": selector}]},
+        "spec": spec,
     }))?)
 }
 
-/// Waits until GitRepo `name` is at `commit` with every BundleDeployment ready.
+/// Waits until every Bundle of GitRepo `name` is at `commit` and each of its
+/// `clusters` BundleDeployments is Ready at that version (the Bundles' own counts, written
+/// once they have seen their BundleDeployments at the new version).
 async fn until_ready(
-    repos: &Api<GitRepo>,
+    client: &kube::Client,
     name: &str,
     commit: &str,
-    desired: usize,
+    bundles: usize,
+    clusters: usize,
 ) -> anyhow::Result<()> {
+    let api: Api<Bundle> = Api::namespaced(client.clone(), WORKSPACE);
+    let of_repo = ListParams::default().labels(&format!("fleet.cattle.io/repo-name={name}"));
     let deadline = Instant::now() + Duration::from_secs(1800);
-    let want = format!("{desired}/{desired}");
-    let mut last = String::new();
     loop {
-        let repo = repos.get(name).await?;
-        let status = repo.status.unwrap_or_default();
-        let ready = status
-            .display
-            .as_ref()
-            .and_then(|d| d.ready_bundle_deployments.clone())
-            .unwrap_or_default();
-        if status.commit.as_deref() == Some(commit) && ready == want {
+        let list = api.list(&of_repo).await?.items;
+        let done = list
+            .iter()
+            .filter(|b| {
+                let status = b.status.clone().unwrap_or_default();
+                let summary = status.summary.unwrap_or_default();
+                b.labels().get("fleet.cattle.io/commit").map(String::as_str) == Some(commit)
+                    && status.observed_generation == b.metadata.generation
+                    && summary.ready as usize == clusters
+                    && summary.desired_ready as usize == clusters
+            })
+            .count();
+        if done == bundles && list.len() == bundles {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("GitRepo {name} not ready at {commit} after 30 minutes ({ready})");
-        }
-        if ready != last {
-            last = ready;
+            bail!("only {done} of {bundles} bundles of {name} Ready at {commit} after 30 minutes");
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -212,14 +229,19 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
                 repos
                     .create(
                         &PostParams::default(),
-                        &git_repo("platform", &repo, json!({"matchLabels": {"env": "bench"}}))?,
+                        &git_repo(
+                            "platform",
+                            &repo,
+                            json!({"matchLabels": {"env": "bench"}}),
+                            Some("5s"),
+                        )?,
                     )
                     .await?;
                 first.clone()
             }
             Some(version) => commit(&repo, args.bundles, version)?,
         };
-        until_ready(&repos, "platform", &head, desired).await?;
+        until_ready(&client, "platform", &head, args.bundles, args.clusters).await?;
         let took = started.elapsed().as_secs_f64();
         let cpu = server.cpu_seconds() - cpu_before;
         let writes = revision(&client).await? - writes_before;
@@ -251,6 +273,7 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
                     &format!("team-{i:03}"),
                     &repo,
                     json!({"matchLabels": {"team": format!("t{i:03}")}}),
+                    None,
                 )?,
             )
             .await?;
