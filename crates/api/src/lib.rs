@@ -14,6 +14,47 @@ pub mod infrastructure;
 pub mod management;
 mod version;
 pub use version::KubernetesVersion;
+
+/// A JSON merge patch (RFC 7386) that turns `old` into `new`: `new` itself, with `null` for
+/// every field `old` has and `new` does not, at any depth. Writing a status as a plain merge
+/// patch would otherwise leave behind what it no longer says (a failure group that is gone).
+pub fn merge_patch_from(old: &serde_json::Value, new: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (old, new) {
+        (Value::Object(old), Value::Object(mut new)) => {
+            for (key, was) in old {
+                match new.remove(key) {
+                    None => {
+                        new.insert(key.clone(), Value::Null);
+                    }
+                    Some(now) => {
+                        new.insert(key.clone(), merge_patch_from(was, now));
+                    }
+                }
+            }
+            Value::Object(new)
+        }
+        (_, new) => new,
+    }
+}
+
+#[cfg(test)]
+mod merge_patch_tests {
+    use super::merge_patch_from;
+    use serde_json::json;
+
+    #[test]
+    fn fields_that_are_gone_become_null_at_any_depth() {
+        let old = json!({"display": {"state": "WaitApplied", "readyClusters": "0/1"},
+                         "failureGroups": [{"state": "WaitApplied"}], "summary": {"ready": 0}});
+        let new = json!({"display": {"readyClusters": "1/1"}, "summary": {"ready": 1}});
+        assert_eq!(
+            merge_patch_from(&old, new),
+            json!({"display": {"state": null, "readyClusters": "1/1"}, "failureGroups": null,
+                   "summary": {"ready": 1}})
+        );
+    }
+}
 mod schema;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -233,8 +233,11 @@ async fn fleet_webhook(State(state): State<Arc<AppState>>, request: Request) -> 
         Ok(Outcome::Ignored(message)) => axum::Json(json!({"message": message})).into_response(),
         Ok(Outcome::Triggered(repos)) => axum::Json(json!({"triggered": repos})).into_response(),
         Err(error) => {
-            if let (ApiError::Unauthorized, Some(address)) = (&error, address) {
-                state.tunnels.failed(address);
+            if let ApiError::Unauthorized = &error {
+                crate::auth::record_refusal("/v3/fleet/webhook", address.map(|ip| (ip, 0).into()));
+                if let Some(address) = address {
+                    state.tunnels.failed(address);
+                }
             }
             error.into_response()
         }
@@ -393,8 +396,11 @@ async fn import_manifest(
     }
     let client = crate::local::client(state.clone());
     if let Err(e) = crate::tunnel::registration_cluster(&client, token).await {
-        if let (Some(address), ApiError::Forbidden { .. }) = (address, &e) {
-            state.tunnels.failed(address);
+        if let ApiError::Forbidden { .. } = &e {
+            crate::auth::record_refusal("/v3/import", address.map(|ip| (ip, 0).into()));
+            if let Some(address) = address {
+                state.tunnels.failed(address);
+            }
         }
         return e.into_response();
     }

@@ -337,10 +337,9 @@ struct Identity {
 const UNKNOWN_TOKEN: &str =
     "unknown, revoked or wrong agent token: create a new one with lariat cluster import";
 
-/// A refused agent credential: counted and logged as every refused credential is (at most
-/// one line per interval), and answered with what was wrong.
+/// A refused agent credential, answered with what was wrong (whoever asked counts and logs
+/// the refusal, with the path and address it came to).
 fn unauthorized(message: &str) -> ApiError {
-    crate::auth::record_refusal("/v3/connect", None);
     tracing::debug!("agent refused: {message}");
     ApiError::Forbidden {
         message: message.to_string(),
@@ -593,7 +592,10 @@ pub async fn connect(
     };
     let identity = match authenticate(&client, &token).await {
         Ok(identity) => identity,
-        Err(e @ ApiError::Forbidden { .. }) => return failed(e),
+        Err(e @ ApiError::Forbidden { .. }) => {
+            crate::auth::record_refusal("/v3/connect", address.map(|ip| (ip, 0).into()));
+            return failed(e);
+        }
         Err(e) => return e.into_response(),
     };
     // Only an authenticated agent draws on the handshake budget.

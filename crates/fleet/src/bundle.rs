@@ -276,11 +276,20 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
     let before = bundle.status.clone().unwrap_or_default();
     let status = summarize(&bundle, &before, &standings);
     if status != before {
-        let value = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
+        let value = status_patch(&before, &status)?;
         patch_status(&api, &name, value).await?;
     }
     // Its BundleDeployments', clusters' and groups' changes wake it.
     Ok(lariat_controllers::resync())
+}
+
+/// The merge patch from one status to another, removing what the new one no longer says.
+pub fn status_patch<S: serde::Serialize>(
+    before: &S,
+    after: &S,
+) -> Result<serde_json::Value, Error> {
+    let json = |s: &S| serde_json::to_value(s).map_err(|e| Error::Invalid(e.to_string()));
+    Ok(lariat_api::merge_patch_from(&json(before)?, json(after)?))
 }
 
 /// Creates the Content if it does not exist yet (it never changes: its name is its hash).

@@ -174,7 +174,7 @@ pub async fn reconcile(fleet: Arc<FleetCluster>, ctx: Arc<Context>) -> Result<Ac
         if status != before {
             let namespace = fleet.namespace().unwrap_or_default();
             let api: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), &namespace);
-            let value = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
+            let value = crate::bundle::status_patch(&before, &status)?;
             patch_status(&api, &fleet.name_any(), value).await?;
         }
         // Its BundleDeployments' changes wake it.

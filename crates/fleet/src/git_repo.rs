@@ -300,10 +300,12 @@ async fn write(
     }
     // The webhook's fields are the webhook's to write: leaving them out of the merge patch
     // keeps one that arrived meanwhile.
-    let mut status = status;
-    status.webhook_commit = None;
-    status.last_webhook_time = None;
-    let status = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
+    let (mut before, mut status) = (before.clone(), status);
+    for status in [&mut before, &mut status] {
+        status.webhook_commit = None;
+        status.last_webhook_time = None;
+    }
+    let status = crate::bundle::status_patch(&before, &status)?;
     patch_status(api, &repo.name_any(), status).await?;
     Ok(())
 }

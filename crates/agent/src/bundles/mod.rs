@@ -309,6 +309,9 @@ async fn serve(agent: Arc<Agent>, session: &Session) -> Result<(), Error> {
     let cleaner = tokio::spawn(clean_up(ctx.clone(), cleanup_requests));
     tracing::info!(%namespace, "pulling bundles");
     Controller::for_stream(deployments, reader)
+        // A few at a time: each holds a connection to the server (HTTP/1.1), and a cluster's
+        // hundred bundles arriving at once should not open a hundred.
+        .with_config(kube::runtime::controller::Config::default().concurrency(UPSTREAM_CONCURRENCY))
         .reconcile_on(objects_changed)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| std::future::ready(()))
@@ -396,6 +399,9 @@ async fn clean_up(ctx: Arc<Context>, mut requests: mpsc::UnboundedReceiver<Clean
         }
     }
 }
+
+/// BundleDeployments an agent works on at once.
+const UPSTREAM_CONCURRENCY: u16 = 4;
 
 /// How long after an apply that failed the agent tries again: the API's refusal will not
 /// change by itself, so this paces retries rather than racing them.
@@ -622,13 +628,9 @@ async fn write_status(
     if before == status {
         return Ok(());
     }
-    let mut new = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
+    let new = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
     let old = serde_json::to_value(&before).map_err(|e| Error::Invalid(e.to_string()))?;
-    if let (Some(new), Some(old)) = (new.as_object_mut(), old.as_object()) {
-        for key in old.keys() {
-            new.entry(key.clone()).or_insert(Value::Null);
-        }
-    }
+    let new = lariat_api::merge_patch_from(&old, new);
     ctx.api
         .patch_status(
             &bd.name_any(),

@@ -155,12 +155,12 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
     // Every in-process agent dials the server from this one address (its tunnel, and its
     // watch and requests on the API), which the per-client connection cap would otherwise
     // (rightly) treat as one abusive client.
-    let room = (args.clusters * 4).max(1024).to_string();
+    let room = (args.clusters * 8).max(1024).to_string();
     let server = ServerProcess::start_with(vec![
         "--fleet-file-repos".into(),
         repos_dir.path().display().to_string(),
         "--max-connections".into(),
-        (args.clusters * 4 + 16_384).to_string(),
+        (args.clusters * 8 + 16_384).to_string(),
         "--max-connections-per-client".into(),
         room,
     ])?;
