@@ -760,6 +760,12 @@ fn an_imported_clusters_agent_applies_its_bundles_and_says_what_became_of_them()
     eventually("the GitRepo is ready", || {
         git_repo(&management, "platform")["status"]["display"]["readyBundleDeployments"] == "1/1"
     });
+    // Converged: no failure group, no state left behind from before.
+    eventually("the Bundle has no failure group left", || {
+        bundle(&management, "platform").is_some_and(|b| {
+            b["status"]["failureGroups"].is_null() && b["status"]["display"]["state"].is_null()
+        })
+    });
 
     // Drift: a change downstream is Modified, with the fields and the patch that restores them.
     downstream.kubectl_ok(&[
