@@ -206,8 +206,14 @@ async fn fleet_webhook(State(state): State<Arc<AppState>>, request: Request) -> 
         );
         return response;
     }
-    let headers = request.headers().clone();
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    // Read (a bounded amount of) the body before any answer: a client still sending it would
+    // otherwise see its connection reset instead of the refusal.
+    let (parts, body) = request.into_parts();
+    let body = match read_bytes(body).await {
+        Ok(body) => body,
+        Err(e) => return e.into_response(),
+    };
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
     let (provider, event) = match (header("x-github-event"), header("x-gitlab-event")) {
         (Some(event), _) => (Provider::GitHub, event),
         (None, Some(event)) => (Provider::GitLab, event),
@@ -217,10 +223,6 @@ async fn fleet_webhook(State(state): State<Arc<AppState>>, request: Request) -> 
             )
             .into_response();
         }
-    };
-    let body = match read_bytes(request.into_body()).await {
-        Ok(body) => body,
-        Err(e) => return e.into_response(),
     };
     let delivery = Delivery {
         provider,
