@@ -15,6 +15,34 @@ pub mod management;
 mod version;
 pub use version::KubernetesVersion;
 
+/// A Kubernetes quantity (`2`, `500m`, `4Gi`, `1e3`, `100n`) as a number of base units;
+/// `None` when it is not one.
+pub fn parse_quantity(text: &str) -> Option<f64> {
+    const SUFFIXES: [(&str, f64); 15] = [
+        ("Ki", 1024.0),
+        ("Mi", 1024.0 * 1024.0),
+        ("Gi", 1024.0 * 1024.0 * 1024.0),
+        ("Ti", 1024.0 * 1024.0 * 1024.0 * 1024.0),
+        ("Pi", 1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0),
+        ("Ei", 1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0),
+        ("n", 1e-9),
+        ("u", 1e-6),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+    ];
+    let text = text.trim();
+    let (number, scale) = SUFFIXES
+        .iter()
+        .find_map(|(suffix, scale)| text.strip_suffix(suffix).map(|n| (n, *scale)))
+        .unwrap_or((text, 1.0));
+    number.parse::<f64>().ok().map(|n| n * scale)
+}
+
 /// A JSON merge patch (RFC 7386) that turns `old` into `new`: `new` itself, with `null` for
 /// every field `old` has and `new` does not, at any depth. Writing a status as a plain merge
 /// patch would otherwise leave behind what it no longer says (a failure group that is gone).

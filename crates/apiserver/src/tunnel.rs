@@ -1161,29 +1161,9 @@ async fn heartbeat(tunnel: &Tunnel) -> Result<Heartbeat, String> {
     })
 }
 
-/// A Kubernetes quantity (`2`, `500m`, `4Gi`, `1e3`) as a number of base units.
+/// A Kubernetes quantity as a number of base units (0 when it is not one).
 fn parse_quantity(text: &str) -> f64 {
-    let suffixes: [(&str, f64); 13] = [
-        ("Ki", 1024.0),
-        ("Mi", 1024.0f64.powi(2)),
-        ("Gi", 1024.0f64.powi(3)),
-        ("Ti", 1024.0f64.powi(4)),
-        ("Pi", 1024.0f64.powi(5)),
-        ("Ei", 1024.0f64.powi(6)),
-        ("m", 1e-3),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-        ("P", 1e15),
-        ("E", 1e18),
-    ];
-    for (suffix, factor) in suffixes {
-        if let Some(number) = text.strip_suffix(suffix) {
-            return number.parse::<f64>().unwrap_or(0.0) * factor;
-        }
-    }
-    text.parse().unwrap_or(0.0)
+    lariat_api::parse_quantity(text).unwrap_or(0.0)
 }
 
 fn now() -> String {

@@ -251,15 +251,7 @@ fn an_imported_cluster_is_reached_through_its_agent() {
         row.contains("True") && row.contains("Kubernetes v") && row.contains("nodes"),
         "{described}"
     );
-    let credential = downstream.kubectl_ok(&[
-        "get",
-        "secret",
-        "lariat-agent-credential",
-        "-n",
-        "lariat-system",
-        "-o",
-        "go-template={{.data.credential | base64decode}}",
-    ]);
+    let credential = common::agent_credential(&downstream);
     assert!(
         credential.contains('.'),
         "the agent keeps its credential in its own cluster"

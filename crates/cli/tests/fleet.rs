@@ -204,12 +204,10 @@ fn a_git_repo_becomes_bundles_follows_new_commits_and_keeps_the_last_good_one() 
             ("docs/README.md", "not a manifest"),
         ],
     );
-    server.apply_ok(
-        &["apply", "-f", "-"],
-        &format!(
-            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: platform\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n  paths: [apps]\n  pollingInterval: 1s\n  targets:\n  - clusterSelector: {{matchLabels: {{env: prod}}}}\n",
-            upstream.display()
-        ),
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  paths: [apps]\n  pollingInterval: 1s\n  targets:\n  - clusterSelector: {matchLabels: {env: prod}}\n",
     );
     eventually("the first commit is deployed as two bundles", || {
         git_repo(&server, "platform")["status"]["commit"] == first.as_str()
@@ -462,12 +460,10 @@ fn bundles_go_to_the_clusters_their_labels_choose_and_follow_relabelling() {
                 })
         },
     );
-    server.apply_ok(
-        &["apply", "-f", "-"],
-        &format!(
-            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: platform\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n  targets:\n  - clusterSelector: {{matchLabels: {{env: prod}}}}\n",
-            upstream.display()
-        ),
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  targets:\n  - clusterSelector: {matchLabels: {env: prod}}\n",
     );
     eventually("a BundleDeployment for each prod cluster", || {
         clusters_of(&bundle_deployments(&server, "platform")) == ["a", "b"]
@@ -613,26 +609,6 @@ fn bundles_go_to_the_clusters_their_labels_choose_and_follow_relabelling() {
     });
 }
 
-/// `lariat cluster import NAME -n fleet-default`: its token and CA checksum.
-fn import_into_fleet_default(server: &TestServer, name: &str) -> (String, String) {
-    let output = server.lariat(&["cluster", "import", name, "-n", "fleet-default"]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let after = |flag: &str| {
-        stdout
-            .split(flag)
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("{flag} in\n{stdout}"))
-            .to_string()
-    };
-    (after("--token "), after("--ca-checksum "))
-}
-
 fn the_bundle_deployment(server: &TestServer, bundle: &str) -> Value {
     bundle_deployments(server, bundle)
         .into_iter()
@@ -673,7 +649,8 @@ fn an_imported_clusters_agent_applies_its_bundles_and_says_what_became_of_them()
     let work = tempfile::tempdir().unwrap();
     let management = serving_repositories_in(&work.path().join("repos"));
     let downstream = TestServer::start();
-    let (token, checksum) = import_into_fleet_default(&management, "edge");
+    let (token, checksum) =
+        common::import_cluster_with(&management, &["edge", "-n", "fleet-default"]);
     management.kubectl_ok(&[
         "label",
         "cluster.cluster.x-k8s.io",
@@ -698,12 +675,10 @@ fn an_imported_clusters_agent_applies_its_bundles_and_says_what_became_of_them()
     std::fs::create_dir_all(&upstream).unwrap();
     git(&upstream, &["init", "-q", "-b", "main"]);
     commit(&upstream, &[("cm.yaml", CONFIG_MAP), ("web.yaml", WEB)]);
-    management.apply_ok(
-        &["apply", "-f", "-"],
-        &format!(
-            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: platform\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n  pollingInterval: 5s\n  targets:\n  - clusterSelector: {{matchLabels: {{env: prod}}}}\n",
-            upstream.display()
-        ),
+    apply_platform_git_repo(
+        &management,
+        &upstream,
+        "  pollingInterval: 5s\n  targets:\n  - clusterSelector: {matchLabels: {env: prod}}\n",
     );
 
     // The agent applies the manifests with server-side apply, creating the namespace they need.
@@ -837,15 +812,7 @@ fn an_imported_clusters_agent_applies_its_bundles_and_says_what_became_of_them()
     assert_eq!(color(), b"blue");
 
     // The agent's credential reaches its own BundleDeployments and nothing else.
-    let credential = downstream.kubectl_ok(&[
-        "get",
-        "secret",
-        "lariat-agent-credential",
-        "-n",
-        "lariat-system",
-        "-o",
-        "go-template={{.data.credential | base64decode}}",
-    ]);
+    let credential = common::agent_credential(&downstream);
     let own = the_bundle_deployment(&management, "platform")["metadata"]["namespace"]
         .as_str()
         .unwrap()
@@ -1078,12 +1045,10 @@ fn in_memory_clusters_converge_and_a_customisation_that_breaks_one_names_only_it
             ),
         ],
     );
-    server.apply_ok(
-        &["apply", "-f", "-"],
-        &format!(
-            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: platform\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n  pollingInterval: 5s\n  targets:\n  - clusterSelector: {{}}\n",
-            upstream.display()
-        ),
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  pollingInterval: 5s\n  targets:\n  - clusterSelector: {}\n",
     );
     eventually_within(
         Duration::from_secs(120),
@@ -1111,7 +1076,7 @@ fn in_memory_clusters_converge_and_a_customisation_that_breaks_one_names_only_it
     );
     // In the eu clusters' own APIs the ConfigMap is there, in the namespace fleet.yaml names.
     for name in ["eu-1", "eu-2"] {
-        let kubeconfig = workload_kubeconfig(&server, name);
+        let kubeconfig = server.workload_kubeconfig_in("fleet-default", name);
         let output = server.kubectl_as(
             &kubeconfig,
             &[
@@ -1137,7 +1102,7 @@ fn in_memory_clusters_converge_and_a_customisation_that_breaks_one_names_only_it
     eventually_within(Duration::from_secs(60), "every cluster is ready", || {
         git_repo(&server, "platform")["status"]["display"]["readyBundleDeployments"] == "3/3"
     });
-    let kubeconfig = workload_kubeconfig(&server, "us-1");
+    let kubeconfig = server.workload_kubeconfig_in("fleet-default", "us-1");
     let output = server.kubectl_as(
         &kubeconfig,
         &[
@@ -1151,22 +1116,6 @@ fn in_memory_clusters_converge_and_a_customisation_that_breaks_one_names_only_it
         ],
     );
     assert_eq!(output.stdout, b"3");
-}
-
-/// A simulated cluster's kubeconfig (from `<cluster>-kubeconfig` in fleet-default), as a file.
-fn workload_kubeconfig(server: &TestServer, cluster: &str) -> std::path::PathBuf {
-    let path = server.data_dir().join(format!("{cluster}.kubeconfig"));
-    let decoded = server.kubectl_ok(&[
-        "get",
-        "secret",
-        &format!("{cluster}-kubeconfig"),
-        "-n",
-        "fleet-default",
-        "-o",
-        "go-template={{.data.value | base64decode}}",
-    ]);
-    std::fs::write(&path, decoded).unwrap();
-    path
 }
 
 #[test]
@@ -1199,12 +1148,10 @@ fn depends_on_holds_a_bundle_back_until_its_dependency_is_ready_and_a_cycle_is_r
             ("app/settings.yaml", CONFIG_MAP),
         ],
     );
-    server.apply_ok(
-        &["apply", "-f", "-"],
-        &format!(
-            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: platform\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n  pollingInterval: 5s\n  targets:\n  - clusterName: solo\n",
-            upstream.display()
-        ),
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  pollingInterval: 5s\n  targets:\n  - clusterName: solo\n",
     );
     // The database is applied but not ready (no Deployment controller runs there), so the
     // app waits, and says for what.
@@ -1219,7 +1166,7 @@ fn depends_on_holds_a_bundle_back_until_its_dependency_is_ready_and_a_cycle_is_r
                 })
         },
     );
-    let kubeconfig = workload_kubeconfig(&server, "solo");
+    let kubeconfig = server.workload_kubeconfig_in("fleet-default", "solo");
     let in_cluster = |args: &[&str]| server.kubectl_as(&kubeconfig, args);
     assert!(
         in_cluster(&["get", "deployment", "db", "-n", "team-a"])
@@ -1276,6 +1223,18 @@ fn depends_on_holds_a_bundle_back_until_its_dependency_is_ready_and_a_cycle_is_r
     });
 }
 
+/// Applies GitRepo `platform` in fleet-default for the repository at `repo`, on branch main,
+/// with `spec` (further YAML lines of its spec, indented two spaces).
+fn apply_platform_git_repo(server: &TestServer, repo: &Path, spec: &str) {
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: platform\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n{spec}",
+            repo.display()
+        ),
+    );
+}
+
 /// GitHub's signature of a delivery: `sha256=` and the HMAC-SHA256 of the body, in hex.
 fn github_signature(secret: &str, body: &str) -> String {
     use hmac::Mac;
@@ -1309,12 +1268,10 @@ fn a_signed_push_webhook_fetches_at_once_and_a_forged_one_is_refused() {
         "--from-literal=gitlab=t0ken",
     ]);
     // Polling off: only a webhook makes it fetch again.
-    server.apply_ok(
-        &["apply", "-f", "-"],
-        &format!(
-            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: platform\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n  disablePolling: true\n  webhookSecret: hooks\n",
-            upstream.display()
-        ),
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  disablePolling: true\n  webhookSecret: hooks\n",
     );
     eventually("the first commit is fetched", || {
         git_repo(&server, "platform")["status"]["commit"] == first.as_str()

@@ -247,33 +247,11 @@ fn quantity_field(path: &str) -> bool {
 
 /// A Kubernetes quantity (`500m`, `1Gi`, `2`, `1e3`) as a number.
 fn quantity(value: &Value) -> Option<f64> {
-    let text = match value {
-        Value::Number(n) => return n.as_f64(),
-        Value::String(s) => s.trim(),
-        _ => return None,
-    };
-    const SUFFIXES: [(&str, f64); 15] = [
-        ("Ki", 1024.0),
-        ("Mi", 1024.0 * 1024.0),
-        ("Gi", 1024.0 * 1024.0 * 1024.0),
-        ("Ti", 1024.0 * 1024.0 * 1024.0 * 1024.0),
-        ("Pi", 1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0),
-        ("Ei", 1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0),
-        ("n", 1e-9),
-        ("u", 1e-6),
-        ("m", 1e-3),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-        ("P", 1e15),
-        ("E", 1e18),
-    ];
-    let (number, scale) = SUFFIXES
-        .iter()
-        .find_map(|(suffix, scale)| text.strip_suffix(suffix).map(|n| (n, *scale)))
-        .unwrap_or((text, 1.0));
-    number.parse::<f64>().ok().map(|n| n * scale)
+    match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => lariat_api::parse_quantity(s),
+        _ => None,
+    }
 }
 
 fn int(value: &Value) -> i64 {

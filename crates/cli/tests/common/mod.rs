@@ -283,11 +283,18 @@ impl TestServer {
 
     /// Writes a simulated workload cluster's kubeconfig from `<cluster>-kubeconfig` to a file.
     pub fn workload_kubeconfig(&self, cluster: &str) -> PathBuf {
+        self.workload_kubeconfig_in("default", cluster)
+    }
+
+    /// The same, for a Cluster in `namespace`.
+    pub fn workload_kubeconfig_in(&self, namespace: &str, cluster: &str) -> PathBuf {
         let path = self.data_dir().join(format!("{cluster}.kubeconfig"));
         let decoded = self.kubectl_ok(&[
             "get",
             "secret",
             &format!("{cluster}-kubeconfig"),
+            "-n",
+            namespace,
             "-o",
             "go-template={{.data.value | base64decode}}",
         ]);
@@ -332,10 +339,16 @@ spec:
     name: prod-us-east
 "#;
 
-/// `lariat generate cluster ARGS`: the manifests a user pipes into kubectl.
 /// `lariat cluster import NAME`'s token and CA checksum.
 pub fn import_cluster(server: &TestServer, name: &str, ttl: &str) -> (String, String) {
-    let output = server.lariat(&["cluster", "import", name, "--ttl", ttl]);
+    import_cluster_with(server, &[name, "--ttl", ttl])
+}
+
+/// `lariat cluster import ARGS`' token and CA checksum.
+pub fn import_cluster_with(server: &TestServer, args: &[&str]) -> (String, String) {
+    let mut command = vec!["cluster", "import"];
+    command.extend_from_slice(args);
+    let output = server.lariat(&command);
     assert!(
         output.status.success(),
         "{}",
@@ -364,6 +377,7 @@ pub fn cluster_condition(server: &TestServer, cluster: &str, type_: &str) -> Str
     ])
 }
 
+/// `lariat generate cluster ARGS`: the manifests a user pipes into kubectl.
 pub fn generate_cluster(args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_lariat"))
         .args(["generate", "cluster"])
@@ -450,4 +464,17 @@ impl Drop for Agent {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The credential an agent keeps in its cluster (`downstream`).
+pub fn agent_credential(downstream: &TestServer) -> String {
+    downstream.kubectl_ok(&[
+        "get",
+        "secret",
+        "lariat-agent-credential",
+        "-n",
+        "lariat-system",
+        "-o",
+        "go-template={{.data.credential | base64decode}}",
+    ])
 }
