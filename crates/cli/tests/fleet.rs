@@ -373,9 +373,40 @@ fn unreachable_repositories_and_missing_branches_are_conditions_not_crashes() {
         "-p",
         r#"{"spec":{"clientSecretName":"missing"}}"#,
     ]);
+    // ssh without known hosts: refused before any connection (no trust on first use).
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: ssh-key\n  namespace: fleet-default\ntype: kubernetes.io/ssh-auth\nstringData:\n  ssh-privatekey: not-checked-before-known-hosts\n",
+    );
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: ssh-no-hosts\n  namespace: fleet-default\nspec:\n  repo: git@127.0.0.1:org/repo.git\n  clientSecretName: ssh-key\n",
+    );
+    // A revision: a tag is deployed, and stays deployed as the branch moves on; one that
+    // does not exist is named.
+    let first = git(&upstream, &["rev-parse", "HEAD"]);
+    git(&upstream, &["tag", "v1"]);
+    commit(
+        &upstream,
+        &[("cm.yaml", &CONFIG_MAP.replace("blue", "green"))],
+    );
+    let pinned = |name: &str, revision: &str| {
+        server.apply_ok(
+            &["apply", "-f", "-"],
+            &format!(
+                "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: {name}\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  revision: {revision}\n",
+                upstream.display()
+            ),
+        )
+    };
+    pinned("pinned", "v1");
+    pinned("no-revision", "v9");
     let reason = |name: &str| condition(&git_repo(&server, name), "Accepted")["reason"].clone();
     eventually("each says what is wrong", || {
-        reason("no-branch") == "BranchNotFound"
+        reason("ssh-no-hosts") == "CredentialNotFound"
+            && reason("no-revision") == "RevisionNotFound"
+            && git_repo(&server, "pinned")["status"]["commit"] == first.as_str()
+            && reason("no-branch") == "BranchNotFound"
             && reason("nowhere") == "Unreachable"
             && reason("bad-credential") == "CredentialNotFound"
             && reason("outside") == "FileRepositoryNotAllowed"
@@ -384,6 +415,11 @@ fn unreachable_repositories_and_missing_branches_are_conditions_not_crashes() {
     assert!(
         bundle(&server, "outside").is_none() && bundle(&server, "sneaky").is_none(),
         "nothing was read from outside"
+    );
+    let message = condition(&git_repo(&server, "ssh-no-hosts"), "Accepted")["message"].clone();
+    assert!(
+        message.as_str().unwrap().contains("known_hosts"),
+        "{message}"
     );
     let message = condition(&git_repo(&server, "no-branch"), "Accepted")["message"].clone();
     assert!(

@@ -22,7 +22,7 @@ use lariat_controllers::object::{
     ensure_finalizer, owner_reference, patch_status, remove_finalizer,
 };
 
-use crate::git::{self, BasicAuth, GitError, Source};
+use crate::git::{self, BasicAuth, Credential, GitError, Reference, Source, SshKey};
 use crate::scan::{self, RepoOptions};
 use crate::{Context, conditions};
 
@@ -63,9 +63,10 @@ fn polling_interval(repo: &GitRepo) -> Result<Duration, String> {
     }
 }
 
-/// The credential `spec.clientSecretName` names: `username` and `password` (a token is a
-/// password), as a `kubernetes.io/basic-auth` Secret holds them.
-async fn credential(ctx: &Context, repo: &GitRepo) -> Result<Option<BasicAuth>, String> {
+/// The credential `spec.clientSecretName` names: `username` and `password` for https (a
+/// token is a password), as a `kubernetes.io/basic-auth` Secret holds them, or
+/// `ssh-privatekey` and `known_hosts` for ssh, as Fleet's `kubernetes.io/ssh-auth` ones do.
+async fn credential(ctx: &Context, repo: &GitRepo) -> Result<Option<Credential>, String> {
     let Some(name) = repo.spec.client_secret_name.as_deref() else {
         return Ok(None);
     };
@@ -80,15 +81,28 @@ async fn credential(ctx: &Context, repo: &GitRepo) -> Result<Option<BasicAuth>, 
         }
         Err(e) => return Err(format!("cannot read Secret {namespace}/{name}: {e}")),
     };
-    let data = secret.data.unwrap_or_default();
-    let value = |key: &str| {
-        data.get(key)
-            .map(|v| String::from_utf8_lossy(&v.0).into_owned())
-    };
-    match (value("username"), value("password")) {
-        (Some(username), Some(password)) => Ok(Some(BasicAuth { username, password })),
+    let mut data = secret.data.unwrap_or_default();
+    let mut take = |key: &str| data.remove(key).map(|v| v.0);
+    let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+    match (
+        take("username"),
+        take("password"),
+        take("ssh-privatekey"),
+        take("known_hosts"),
+    ) {
+        (_, _, Some(private_key), Some(known_hosts)) => Ok(Some(Credential::Ssh(SshKey {
+            private_key,
+            known_hosts,
+        }))),
+        (_, _, Some(_), None) => Err(format!(
+            "Secret {namespace}/{name} has an ssh-privatekey but no known_hosts: add the server's host keys (ssh-keyscan HOST) under known_hosts, so lariat knows it talks to the right server"
+        )),
+        (Some(username), Some(password), None, _) => Ok(Some(Credential::Basic(BasicAuth {
+            username: text(username),
+            password: text(password),
+        }))),
         _ => Err(format!(
-            "Secret {namespace}/{name} has no username and password (ssh keys come later)"
+            "Secret {namespace}/{name} has neither username and password (https) nor ssh-privatekey and known_hosts (ssh)"
         )),
     }
 }
@@ -123,6 +137,10 @@ fn file_allowed(ctx: &Context, url: &str) -> bool {
 fn reason(error: &GitError) -> &'static str {
     match error {
         GitError::UnsupportedUrl(_) => "UnsupportedURL",
+        GitError::InvalidName(_) => "InvalidSpec",
+        GitError::SshKeyMissing { .. } => "CredentialNotFound",
+        GitError::HostKeyRefused { .. } => "HostKeyRefused",
+        GitError::NoSuchRevision { .. } => "RevisionNotFound",
         GitError::Unreachable { .. } => "Unreachable",
         GitError::Unauthorized { .. } => "Unauthorized",
         GitError::NoSuchBranch { .. } => "BranchNotFound",
@@ -210,11 +228,13 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
         Ok(auth) => {
             let source = Source {
                 url: repo.spec.repo.clone(),
-                branch: repo
-                    .spec
-                    .branch
-                    .clone()
-                    .unwrap_or_else(|| DEFAULT_BRANCH.into()),
+                reference: match (&repo.spec.revision, &repo.spec.branch) {
+                    (Some(revision), _) if !revision.is_empty() => {
+                        Reference::Revision(revision.clone())
+                    }
+                    (_, Some(branch)) if !branch.is_empty() => Reference::Branch(branch.clone()),
+                    _ => Reference::Branch(DEFAULT_BRANCH.into()),
+                },
                 auth,
             };
             let dir = clone.clone();

@@ -1,11 +1,11 @@
 //! Fetching real git repositories made by the tests (with the `git` program, as a user would
-//! make them): over `file://`, and over http through git's own smart-http backend behind a
-//! small server that asks for a password.
+//! make them): over `file://`, over http through git's own smart-http backend behind a
+//! small server that asks for a password, and over ssh to an OpenSSH server the test starts.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use lariat_fleet::git::{self, BasicAuth, GitError, Source};
+use lariat_fleet::git::{self, BasicAuth, Credential, GitError, Reference, Source, SshKey};
 
 /// Runs `git` in `dir`, failing the test if it fails.
 fn run_git(dir: &Path, args: &[&str]) -> String {
@@ -49,7 +49,7 @@ fn commit(dir: &Path, files: &[(&str, &str)], message: &str) -> String {
 fn source(url: String) -> Source {
     Source {
         url,
-        branch: "main".into(),
+        reference: Reference::Branch("main".into()),
         auth: None,
     }
 }
@@ -107,7 +107,7 @@ fn a_file_repository_is_fetched_and_its_files_read_from_the_commit() {
         })
     );
     let mut other = source(url.clone());
-    other.branch = "release".into();
+    other.reference = Reference::Branch("release".into());
     assert_eq!(
         git::fetch(&clone, &other),
         Err(GitError::NoSuchBranch {
@@ -265,8 +265,8 @@ async fn an_http_repository_is_fetched_and_a_password_is_never_sent_in_clear_tex
                     &clone,
                     &Source {
                         url,
-                        branch: "main".into(),
-                        auth,
+                        reference: Reference::Branch("main".into()),
+                        auth: auth.map(Credential::Basic),
                     },
                 )
             })
@@ -303,4 +303,230 @@ async fn an_http_repository_is_fetched_and_a_password_is_never_sent_in_clear_tex
     };
     assert!(reason.contains("clear text"), "{reason}");
     assert!(!reason.contains(http::PASSWORD));
+}
+
+#[test]
+fn a_revision_is_a_tag_a_branch_or_a_commit_id() {
+    let root = tempfile::tempdir().unwrap();
+    let (upstream, first) = repository(root.path(), &[("cm.yaml", "v: 1\n")]);
+    // An annotated tag on the first commit, then the branch moves on.
+    run_git(&upstream, &["tag", "-a", "v1", "-m", "release 1"]);
+    let second = commit(&upstream, &[("cm.yaml", "v: 2\n")], "second");
+    run_git(&upstream, &["branch", "stable", &first]);
+    let third = commit(&upstream, &[("cm.yaml", "v: 3\n")], "third");
+    let url = format!("file://{}", upstream.display());
+    let clone = root.path().join("clone");
+    let at = |revision: &str| {
+        let mut pinned = source(url.clone());
+        pinned.reference = Reference::Revision(revision.into());
+        git::fetch(&clone, &pinned).map(|fetched| fetched.commit)
+    };
+    assert_eq!(at("v1").unwrap(), first, "a tag, peeled to its commit");
+    assert_eq!(git::files(&clone, &first, "").unwrap()[0].1, b"v: 1\n");
+    assert_eq!(at(&second).unwrap(), second, "a commit id");
+    assert_eq!(at("stable").unwrap(), first, "a branch");
+    assert_eq!(at("main").unwrap(), third);
+    assert_eq!(
+        at("v9"),
+        Err(GitError::NoSuchRevision {
+            url: url.clone(),
+            revision: "v9".into()
+        })
+    );
+    let unknown = "0123456789abcdef0123456789abcdef01234567";
+    assert_eq!(
+        at(unknown),
+        Err(GitError::NoSuchRevision {
+            url: url.clone(),
+            revision: unknown.into()
+        })
+    );
+    // A name that would widen or redirect the refspec is refused before any connection.
+    for bad in [
+        "main:refs/heads/x",
+        "*",
+        "refs/heads/main",
+        "-x",
+        "a..b",
+        "",
+    ] {
+        assert_eq!(at(bad), Err(GitError::InvalidName(bad.into())), "{bad}");
+        let mut branch = source(url.clone());
+        branch.reference = Reference::Branch(bad.into());
+        assert_eq!(
+            git::fetch(&clone, &branch),
+            Err(GitError::InvalidName(bad.into()))
+        );
+    }
+}
+
+mod ssh {
+    //! An OpenSSH server on loopback (Debian's openssh-server, which `scripts/test` installs)
+    //! with its own host key, letting in one client key.
+
+    use super::*;
+
+    pub struct Server {
+        child: std::process::Child,
+        pub port: u16,
+        pub user: String,
+        pub client_key: Vec<u8>,
+        pub known_hosts: Vec<u8>,
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn keygen(path: &Path) {
+        let status = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(path)
+            .status()
+            .expect("ssh-keygen (openssh-client)");
+        assert!(status.success());
+    }
+
+    /// A host's `known_hosts` line for the key at `public` on loopback's `port`.
+    pub fn known_hosts_line(public: &Path, port: u16) -> Vec<u8> {
+        let key = std::fs::read_to_string(public).unwrap();
+        let mut fields = key.split_whitespace();
+        let (kind, key) = (fields.next().unwrap(), fields.next().unwrap());
+        format!("[127.0.0.1]:{port} {kind} {key}\n").into_bytes()
+    }
+
+    pub fn start(dir: &Path) -> Server {
+        std::fs::create_dir_all(dir).unwrap();
+        keygen(&dir.join("host_key"));
+        keygen(&dir.join("client_key"));
+        std::fs::copy(dir.join("client_key.pub"), dir.join("authorized_keys")).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = dir.join("sshd_config");
+        std::fs::write(
+            &config,
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {host}\n\
+                 AuthorizedKeysFile {keys}\nPasswordAuthentication no\n\
+                 KbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
+                 PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n\
+                 PidFile none\nAcceptEnv GIT_PROTOCOL\n",
+                host = dir.join("host_key").display(),
+                keys = dir.join("authorized_keys").display(),
+            ),
+        )
+        .unwrap();
+        // sshd run as root wants its privilege-separation directory.
+        let _ = std::fs::create_dir_all("/run/sshd");
+        let sshd = ["/usr/sbin/sshd", "/usr/bin/sshd"]
+            .into_iter()
+            .find(|path| Path::new(path).exists())
+            .expect("sshd is not installed: scripts/test installs openssh-server");
+        let child = Command::new(sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(&config)
+            .stderr(std::fs::File::create(dir.join("sshd.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sshd did not listen: {}",
+                std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout)
+            .unwrap()
+            .trim()
+            .to_string();
+        Server {
+            child,
+            port,
+            user,
+            client_key: std::fs::read(dir.join("client_key")).unwrap(),
+            known_hosts: known_hosts_line(&dir.join("host_key.pub"), port),
+        }
+    }
+}
+
+#[test]
+fn an_ssh_repository_is_fetched_with_the_secrets_key_and_only_a_known_host() {
+    let root = tempfile::tempdir().unwrap();
+    let (upstream, first) = repository(root.path(), &[("cm.yaml", "kind: ConfigMap\n")]);
+    let server = ssh::start(&root.path().join("sshd"));
+    let url = format!(
+        "ssh://{}@127.0.0.1:{}{}",
+        server.user,
+        server.port,
+        upstream.display()
+    );
+    let clone = root.path().join("clone");
+    let with = |key: &[u8], known_hosts: &[u8]| {
+        let mut source = source(url.clone());
+        source.auth = Some(Credential::Ssh(SshKey {
+            private_key: key.to_vec(),
+            known_hosts: known_hosts.to_vec(),
+        }));
+        git::fetch(&clone, &source)
+    };
+    let fetched = with(&server.client_key, &server.known_hosts).unwrap();
+    assert_eq!(fetched.commit, first);
+    assert_eq!(git::files(&clone, &first, "").unwrap()[0].0, "cm.yaml");
+    // The key files lived only for the fetch.
+    let left: Vec<_> = std::fs::read_dir(root.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".ssh-"))
+        .collect();
+    assert!(left.is_empty(), "key files left behind");
+
+    // A host key the Secret does not list is refused (another server's key in its place).
+    let other = root.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(other.join("key"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let impostor = ssh::known_hosts_line(&other.join("key.pub"), server.port);
+    let refused = with(&server.client_key, &impostor);
+    assert!(
+        matches!(refused, Err(GitError::HostKeyRefused { .. })),
+        "{refused:?}"
+    );
+    // So is an empty known_hosts: there is no trust on first use.
+    let refused = with(&server.client_key, b"");
+    assert!(
+        matches!(refused, Err(GitError::HostKeyRefused { .. })),
+        "{refused:?}"
+    );
+    // A key the server does not know is refused as a credential.
+    let refused = with(
+        &std::fs::read(other.join("key")).unwrap(),
+        &server.known_hosts,
+    );
+    assert!(
+        matches!(refused, Err(GitError::Unauthorized { .. })),
+        "{refused:?}"
+    );
+    // No key at all: never the server user's own keys or agent.
+    assert_eq!(
+        git::fetch(&clone, &source(url.clone())),
+        Err(GitError::SshKeyMissing { url: url.clone() })
+    );
+    // The scp-like form is ssh too.
+    let scp = format!("{}@127.0.0.1:{}", server.user, upstream.display());
+    assert_eq!(
+        git::fetch(&clone, &source(scp.clone())),
+        Err(GitError::SshKeyMissing { url: scp })
+    );
 }

@@ -53,7 +53,7 @@ pub struct GitRepoSpec {
     /// The branch to follow (default `master`, as Fleet's); ignored when `revision` is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
-    /// A commit, tag or other revision to deploy instead of following a branch.
+    /// A tag, a branch or a full commit id to deploy instead of following `branch`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
     /// Directories of the repository that hold manifests (default: the root).
