@@ -1033,12 +1033,10 @@ fn lariat_api_namespace(namespace: &str, name: &str) -> String {
     lariat_api::fleet::cluster_namespace(namespace, name)
 }
 
-#[test]
-fn in_memory_clusters_converge_and_a_customisation_that_breaks_one_names_only_it() {
-    let work = tempfile::tempdir().unwrap();
-    let server = serving_repositories_in(&work.path().join("repos"));
+/// In-memory clusters in `fleet-default`, each labelled `region=REGION`.
+fn in_memory_clusters(server: &TestServer, clusters: &[(&str, &str)]) {
     server.init_inmemory();
-    for (name, region) in [("eu-1", "eu"), ("eu-2", "eu"), ("us-1", "us")] {
+    for (name, region) in clusters {
         let manifests = common::generate_cluster(&[
             name,
             "--infrastructure",
@@ -1062,6 +1060,130 @@ fn in_memory_clusters_converge_and_a_customisation_that_breaks_one_names_only_it
             &format!("region={region}"),
         ]);
     }
+}
+
+#[test]
+fn a_rollout_strategy_holds_a_broken_version_at_the_first_cluster() {
+    let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(&work.path().join("repos"));
+    in_memory_clusters(&server, &[("c-1", "eu"), ("c-2", "eu"), ("c-3", "eu")]);
+    let upstream = work.path().join("repos/platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    let settings = |data: &str| CONFIG_MAP.replace("color: blue", data);
+    let fleet_yaml = "defaultNamespace: app\nrolloutStrategy:\n  maxUnavailable: 1\n";
+    commit(
+        &upstream,
+        &[
+            ("app/settings.yaml", CONFIG_MAP),
+            ("app/fleet.yaml", fleet_yaml),
+        ],
+    );
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  pollingInterval: 5s\n  targets:\n  - clusterSelector: {}\n",
+    );
+    let ready = |count: &str| {
+        git_repo(&server, "platform")["status"]["display"]["readyBundleDeployments"] == count
+    };
+    eventually_within(
+        Duration::from_secs(120),
+        "the first version is everywhere",
+        || ready("3/3"),
+    );
+    let color = |cluster: &str, key: &str| {
+        let kubeconfig = server.workload_kubeconfig_in("fleet-default", cluster);
+        let output = server.kubectl_as(
+            &kubeconfig,
+            &[
+                "get",
+                "configmap",
+                "settings",
+                "-n",
+                "app",
+                "-o",
+                &format!("jsonpath={{.data.{key}}}"),
+            ],
+        );
+        String::from_utf8_lossy(&output.stdout).to_string()
+    };
+    // A version the clusters' API refuses (a value that is not a string): one cluster gets
+    // it and fails; the others keep the first version, the new one staged.
+    commit(
+        &upstream,
+        &[("app/settings.yaml", &settings("replicas: 3"))],
+    );
+    eventually_within(
+        Duration::from_secs(60),
+        "the rollout stops at one cluster",
+        || {
+            let Some(bundle) = bundle(&server, "platform-app") else {
+                return false;
+            };
+            let status = &bundle["status"];
+            status["summary"]["errApplied"] == 1
+                && status["summary"]["outOfSync"] == 2
+                && status["unavailable"] == 1
+                && status["maxUnavailable"] == 1
+        },
+    );
+    let groups = bundle(&server, "platform-app").unwrap()["status"]["failureGroups"].clone();
+    let held = groups
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["state"] == "OutOfSync")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        held["clusters"],
+        serde_json::json!(["c-2", "c-3"]),
+        "{groups}"
+    );
+    assert!(
+        held["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("maxUnavailable 1")),
+        "{held}"
+    );
+    let deployments = bundle_deployments(&server, "platform-app");
+    let held_back = deployments
+        .iter()
+        .filter(|bd| bd["spec"]["deploymentID"] != bd["spec"]["stagedDeploymentID"])
+        .count();
+    assert_eq!(
+        held_back, 2,
+        "two hold the old version with the new one staged"
+    );
+    // Nothing changed where the rollout did not reach (the failed cluster's API refused it).
+    std::thread::sleep(Duration::from_secs(2));
+    for cluster in ["c-2", "c-3"] {
+        assert_eq!(color(cluster, "color"), "blue", "{cluster}");
+    }
+    // The fix goes to the failed cluster at once, then to one cluster at a time.
+    commit(
+        &upstream,
+        &[("app/settings.yaml", &settings("color: green"))],
+    );
+    eventually_within(
+        Duration::from_secs(90),
+        "the fix reaches every cluster",
+        || ready("3/3"),
+    );
+    for cluster in ["c-1", "c-2", "c-3"] {
+        assert_eq!(color(cluster, "color"), "green", "{cluster}");
+    }
+    let status = bundle(&server, "platform-app").unwrap()["status"].clone();
+    assert_eq!(status["unavailable"], 0, "{status}");
+    assert_eq!(status["partitions"][0]["count"], 3, "{status}");
+}
+
+#[test]
+fn in_memory_clusters_converge_and_a_customisation_that_breaks_one_names_only_it() {
+    let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(&work.path().join("repos"));
+    in_memory_clusters(&server, &[("eu-1", "eu"), ("eu-2", "eu"), ("us-1", "us")]);
     let upstream = work.path().join("repos/platform");
     std::fs::create_dir_all(&upstream).unwrap();
     git(&upstream, &["init", "-q", "-b", "main"]);

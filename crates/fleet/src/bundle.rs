@@ -21,6 +21,7 @@ use lariat_controllers::object::{ensure_finalizer, patch_status, remove_finalize
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::rollout::{self, Member, Plan};
 use crate::target::{Candidate, target_for};
 use crate::{Context, conditions};
 
@@ -185,6 +186,7 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
     let existing = deployments_of(&ctx, &namespace, &name);
     let mut wanted: BTreeSet<(String, String)> = BTreeSet::new();
     let mut standings: Vec<Standing> = Vec::new();
+    let mut planned: Vec<Planned> = Vec::new();
     for cluster in &clusters {
         let Some(target) = target_for(&bundle.spec, &Candidate::of(cluster), &groups) else {
             continue;
@@ -235,17 +237,69 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
         wanted.insert((cluster_namespace.clone(), name.clone()));
         let current = existing
             .iter()
-            .find(|bd| bd.namespace().as_deref() == Some(cluster_namespace.as_str()));
+            .find(|bd| bd.namespace().as_deref() == Some(cluster_namespace.as_str()))
+            .cloned();
+        planned.push(Planned {
+            cluster: cluster.clone(),
+            namespace: cluster_namespace,
+            current,
+            spec,
+        });
+    }
+    // Which clusters get the new version now (`rolloutStrategy`); the others have it staged.
+    let strategy = bundle.spec.rollout_strategy.clone().unwrap_or_default();
+    let members: Vec<Member<'_>> = planned
+        .iter()
+        .map(|p| Member {
+            cluster: Candidate::of(&p.cluster),
+            current: p
+                .current
+                .as_ref()
+                .is_none_or(|bd| bd.spec.deployment_id == p.spec.deployment_id),
+            unavailable: p.current.as_deref().is_some_and(unavailable),
+            paused: p.spec.paused,
+        })
+        .collect();
+    let (plan, strategy_error) = match rollout::plan(&strategy, &members, &groups) {
+        Ok(plan) => (plan, None),
+        // Nothing new goes out under a strategy that cannot be read.
+        Err(message) => (
+            Plan {
+                promote: members.iter().map(|m| m.current).collect(),
+                partition_of: vec![0; members.len()],
+                ..Default::default()
+            },
+            Some(format!("spec.rolloutStrategy: {message}")),
+        ),
+    };
+    for (i, planned) in planned.iter().enumerate() {
+        let cluster_name = planned.cluster.name_any();
+        let mut spec = planned.spec.clone();
+        spec.staged_deployment_id = spec.deployment_id.clone();
+        spec.staged_options = spec.options.clone();
+        let held = match &planned.current {
+            Some(current) if !plan.promote[i] => {
+                spec.deployment_id = current.spec.deployment_id.clone();
+                spec.options = current.spec.options.clone();
+                Some(held_because(
+                    &plan,
+                    i,
+                    spec.paused,
+                    strategy_error.as_deref(),
+                ))
+            }
+            _ => None,
+        };
         let labels = deployment_labels(&bundle, &cluster_name);
         let stale = |bd: &BundleDeployment| {
             bd.spec != spec || labels.iter().any(|(k, v)| bd.labels().get(k) != Some(v))
         };
-        if current.is_none_or(|bd| stale(bd)) {
+        if planned.current.as_deref().is_none_or(stale) {
             write_deployment(
                 &ctx,
                 &bundle,
                 &cluster_name,
-                &cluster_namespace,
+                &planned.namespace,
                 spec.clone(),
             )
             .await?;
@@ -253,9 +307,10 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
         let offline = offline_since(&ctx, &namespace, &cluster_name);
         standings.push(standing(
             &cluster_name,
-            current.map(|bd| bd.as_ref()),
+            planned.current.as_deref(),
             &spec,
             offline.as_deref(),
+            held,
         ));
     }
     for stale in existing
@@ -274,13 +329,62 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
         }
     }
     let before = bundle.status.clone().unwrap_or_default();
-    let status = summarize(&bundle, &before, &standings);
+    let mut status = summarize(&bundle, &before, &standings, strategy_error.as_deref());
+    status.max_unavailable = Some(plan.max_unavailable as i32);
+    status.unavailable = Some(plan.unavailable as i32);
+    status.max_unavailable_partitions = Some(plan.max_unavailable_partitions as i32);
+    status.unavailable_partitions = Some(plan.unavailable_partitions as i32);
+    status.partitions = (!plan.partitions.is_empty()).then_some(plan.partitions);
     if status != before {
         let value = status_patch(&before, &status)?;
         patch_status(&api, &name, value).await?;
     }
     // Its BundleDeployments', clusters' and groups' changes wake it.
     Ok(lariat_controllers::resync())
+}
+
+/// A cluster the bundle goes to, with the new version for it.
+struct Planned {
+    cluster: Arc<FleetCluster>,
+    /// The cluster's namespace, where its BundleDeployment is.
+    namespace: String,
+    current: Option<Arc<BundleDeployment>>,
+    spec: BundleDeploymentSpec,
+}
+
+/// Whether the version a BundleDeployment was given is not applied and Ready (as Fleet
+/// counts unavailable clusters for a rollout).
+fn unavailable(bd: &BundleDeployment) -> bool {
+    bd.status
+        .as_ref()
+        .is_none_or(|s| s.applied_deployment_id != bd.spec.deployment_id || !s.ready)
+}
+
+/// Why a cluster keeps its version while the new one waits, in words for its standing.
+fn held_because(plan: &Plan, member: usize, paused: bool, strategy_error: Option<&str>) -> String {
+    if paused {
+        return "paused: the new version waits until the bundle and cluster are unpaused".into();
+    }
+    if let Some(error) = strategy_error {
+        return format!("the new version waits: {error}");
+    }
+    let partition = &plan.partitions[plan.partition_of[member]];
+    let name = partition.name.as_deref().unwrap_or_default();
+    if plan.unavailable >= plan.max_unavailable {
+        format!(
+            "the new version waits for the rollout: {} clusters unavailable, maxUnavailable {}",
+            plan.unavailable, plan.max_unavailable
+        )
+    } else if partition.unavailable >= partition.max_unavailable {
+        format!(
+            "the new version waits for the rollout: partition {name} has {} of {} clusters unavailable, maxUnavailable {}",
+            partition.unavailable, partition.count, partition.max_unavailable
+        )
+    } else {
+        format!(
+            "the new version waits for the rollout: an earlier partition than {name} is over its maxUnavailable"
+        )
+    }
 }
 
 /// The merge patch from one status to another, removing what the new one no longer says.
@@ -400,6 +504,7 @@ fn standing(
     current: Option<&BundleDeployment>,
     spec: &BundleDeploymentSpec,
     offline_since: Option<&str>,
+    held: Option<String>,
 ) -> Standing {
     let status = current.and_then(|bd| bd.status.as_ref());
     let condition = |type_: &str| {
@@ -427,6 +532,8 @@ fn standing(
             "WaitApplied",
             "waiting for the cluster's agent to apply it".to_string(),
         ),
+        // The rollout holds the new version back; the cluster keeps what it has.
+        _ if held.is_some() => ("OutOfSync", held.unwrap_or_default()),
         // Its agent holds it back until what it depends on is Ready there (`dependsOn`).
         Some(_)
             if condition("Deployed").is_some_and(|c| {
@@ -471,7 +578,12 @@ pub fn normalize(message: &str, cluster: &str) -> String {
 }
 
 /// The Bundle's status from where its clusters stand.
-fn summarize(bundle: &Bundle, before: &BundleStatus, standings: &[Standing]) -> BundleStatus {
+fn summarize(
+    bundle: &Bundle,
+    before: &BundleStatus,
+    standings: &[Standing],
+    strategy_error: Option<&str>,
+) -> BundleStatus {
     let mut summary = BundleSummary {
         desired_ready: standings.len() as i32,
         ..Default::default()
@@ -484,6 +596,7 @@ fn summarize(bundle: &Bundle, before: &BundleStatus, standings: &[Standing]) -> 
             "Modified" => summary.modified += 1,
             "ErrApplied" | "InvalidCustomization" => summary.err_applied += 1,
             "WaitApplied" | "Offline" => summary.wait_applied += 1,
+            "OutOfSync" => summary.out_of_sync += 1,
             _ => summary.pending += 1,
         }
         if standing.state != "Ready" {
@@ -506,11 +619,11 @@ fn summarize(bundle: &Bundle, before: &BundleStatus, standings: &[Standing]) -> 
         })
         .collect();
     failure_groups.sort_by(|a, b| b.count.cmp(&a.count).then(a.state.cmp(&b.state)));
-    let ready = summary.ready == summary.desired_ready;
-    let message = failure_groups
-        .iter()
-        .take(3)
-        .map(|g| {
+    let ready = summary.ready == summary.desired_ready && strategy_error.is_none();
+    let message = strategy_error
+        .map(str::to_string)
+        .into_iter()
+        .chain(failure_groups.iter().take(3).map(|g| {
             let who = g
                 .clusters
                 .iter()
@@ -528,7 +641,7 @@ fn summarize(bundle: &Bundle, before: &BundleStatus, standings: &[Standing]) -> 
             } else {
                 format!("{} on {who}{more}: {}", g.state, g.message)
             }
-        })
+        }))
         .collect::<Vec<_>>()
         .join("; ");
     let mut list = before.conditions.clone().unwrap_or_default();
@@ -620,11 +733,11 @@ mod tests {
             deployment_id: Some("s-1:2".into()),
             ..Default::default()
         };
-        let a = standing("a", None, &spec, Some("2026-12-01T10:00:00Z"));
-        let b = standing("b", None, &spec, Some("2026-12-01T11:30:00Z"));
+        let a = standing("a", None, &spec, Some("2026-12-01T10:00:00Z"), None);
+        let b = standing("b", None, &spec, Some("2026-12-01T11:30:00Z"), None);
         assert_eq!((a.state, b.state), ("Offline", "Offline"));
         assert_eq!(normalize(&a.message, "a"), normalize(&b.message, "b"));
-        assert_eq!(standing("c", None, &spec, None).state, "WaitApplied");
+        assert_eq!(standing("c", None, &spec, None, None).state, "WaitApplied");
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod conditions;
 pub mod content;
 pub mod git;
 pub mod git_repo;
+pub mod rollout;
 pub mod scan;
 pub mod target;
 

@@ -72,7 +72,11 @@ fn fleet_yaml(file: &str, content: &[u8]) -> Result<FleetYaml, ScanError> {
     if raw.is_null() {
         return Ok(FleetYaml::default());
     }
-    serde_yaml_ng::from_value(raw).map_err(|e| fail(e.to_string()))
+    let parsed: FleetYaml = serde_yaml_ng::from_value(raw).map_err(|e| fail(e.to_string()))?;
+    if let Some(strategy) = &parsed.rollout_strategy {
+        crate::rollout::validate(strategy).map_err(fail)?;
+    }
+    Ok(parsed)
 }
 
 fn is_manifest(path: &str) -> bool {
@@ -451,6 +455,21 @@ mod tests {
         )
         .unwrap_err();
         assert!(error.reason.contains("unknown field `bogus`"), "{error}");
+        let error = bundles(
+            &[
+                file("fleet.yaml", "rolloutStrategy:\n  maxUnavailable: most\n"),
+                file("a.yaml", CM),
+            ],
+            &[],
+            &[],
+            &options,
+        )
+        .unwrap_err();
+        assert!(
+            error.reason.contains("rolloutStrategy.maxUnavailable")
+                && error.reason.contains("most"),
+            "{error}"
+        );
         let error = bundles(&[file("a.yaml", CM)], &["missing".into()], &[], &options).unwrap_err();
         assert_eq!(error.file, "missing");
     }

@@ -180,6 +180,15 @@ pub struct BundleStatus {
     /// Clusters not ready now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<i32>,
+    /// Partitions that may be over their limit at once, resolved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_unavailable_partitions: Option<i32>,
+    /// Partitions over their limit now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable_partitions: Option<i32>,
+    /// The rollout's partitions, in order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<Vec<PartitionStatus>>,
     /// The SHA-256 of the manifests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resources_sha256_sum: Option<String>,
@@ -189,6 +198,23 @@ pub struct BundleStatus {
     /// Clusters that are not ready, grouped by what is wrong (lariat's, beyond Fleet).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure_groups: Option<Vec<FailureGroup>>,
+}
+
+/// Where one partition of a rollout stands.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionStatus {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Clusters in it.
+    #[serde(default)]
+    pub count: i32,
+    /// Clusters of it that may be unavailable at once, resolved.
+    #[serde(default)]
+    pub max_unavailable: i32,
+    /// Clusters of it unavailable now.
+    #[serde(default)]
+    pub unavailable: i32,
 }
 
 /// A bundle's status for `kubectl get`.

@@ -24,7 +24,7 @@ mod git_repo;
 
 pub use bundle::{
     Bundle, BundleDisplay, BundleRef, BundleResource, BundleSpec, BundleStatus, BundleTarget,
-    Partition, RolloutStrategy,
+    Partition, PartitionStatus, RolloutStrategy,
 };
 pub use bundle_deployment::{
     BundleDeployment, BundleDeploymentDisplay, BundleDeploymentOptions, BundleDeploymentSpec,
