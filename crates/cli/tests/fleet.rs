@@ -568,6 +568,51 @@ fn bundles_go_to_the_clusters_their_labels_choose_and_follow_relabelling() {
         ]) == "0/1"
     });
 
+    // No agent has connected: each Fleet Cluster waits for its check-in, and a ClusterGroup
+    // of the prod ones counts them and names them.
+    let fleet_cluster = |name: &str| -> Value {
+        serde_json::from_str(&server.kubectl_ok(&[
+            "get",
+            "clusters.fleet.cattle.io",
+            name,
+            "-n",
+            "fleet-default",
+            "-o",
+            "json",
+        ]))
+        .unwrap()
+    };
+    assert_eq!(
+        fleet_cluster("a")["status"]["display"]["state"],
+        "WaitCheckIn"
+    );
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        "apiVersion: fleet.cattle.io/v1alpha1\nkind: ClusterGroup\nmetadata:\n  name: prod\n  namespace: fleet-default\nspec:\n  selector: {matchLabels: {env: prod}}\n",
+    );
+    let group_status = || -> Value {
+        serde_json::from_str::<Value>(&server.kubectl_ok(&[
+            "get",
+            "clustergroup",
+            "prod",
+            "-n",
+            "fleet-default",
+            "-o",
+            "json",
+        ]))
+        .unwrap()["status"]
+            .clone()
+    };
+    eventually("the group counts its clusters", || {
+        let status = group_status();
+        status["clusterCount"] == 2
+            && status["nonReadyClusters"] == serde_json::json!(["a", "b"])
+            && status["display"]["readyClusters"] == "0/2"
+            && status["display"]["readyBundles"] == "0/2"
+    });
+    let table = server.kubectl_ok(&["get", "clustergroups", "-n", "fleet-default"]);
+    assert!(table.contains("0/2"), "{table}");
+
     // Relabelling retargets: c gains one, a loses its.
     server.kubectl_ok(&[
         "label",
@@ -589,6 +634,9 @@ fn bundles_go_to_the_clusters_their_labels_choose_and_follow_relabelling() {
     ]);
     eventually("the BundleDeployments follow the labels", || {
         clusters_of(&bundle_deployments(&server, "platform")) == ["b", "c"]
+    });
+    eventually("so does the group", || {
+        group_status()["nonReadyClusters"] == serde_json::json!(["b", "c"])
     });
 
     // A Fleet Cluster deleted by hand comes back, namespace and BundleDeployment too.
@@ -960,6 +1008,30 @@ fn an_imported_clusters_agent_applies_its_bundles_and_says_what_became_of_them()
         "the cluster shows as offline",
         || first_group(&management, "platform")["state"] == "Offline",
     );
+    let fleet_cluster = || -> Value {
+        serde_json::from_str::<Value>(&management.kubectl_ok(&[
+            "get",
+            "clusters.fleet.cattle.io",
+            "edge",
+            "-n",
+            "fleet-default",
+            "-o",
+            "json",
+        ]))
+        .unwrap()["status"]
+            .clone()
+    };
+    eventually(
+        "its Fleet Cluster says when its agent was last seen",
+        || {
+            let status = fleet_cluster();
+            status["display"]["state"] == "Offline"
+                && status["agent"]["lastSeen"].is_string()
+                && status["conditions"][0]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("its agent is disconnected (last seen "))
+        },
+    );
     let agent = start_agent();
     eventually_within(
         Duration::from_secs(60),
@@ -970,6 +1042,10 @@ fn an_imported_clusters_agent_applies_its_bundles_and_says_what_became_of_them()
                     == "True"
         },
     );
+
+    eventually("its Fleet Cluster is back", || {
+        fleet_cluster()["display"]["state"] != "Offline"
+    });
 
     // What leaves git is deleted from the cluster.
     git(&upstream, &["rm", "-q", "cm.yaml"]);

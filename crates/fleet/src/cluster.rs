@@ -13,7 +13,8 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use lariat_api::capi::Cluster;
 use lariat_api::fleet::{
-    BundleDeployment, BundleSummary, FleetCluster, FleetClusterDisplay, FleetClusterSpec,
+    AgentStatus, BundleDeployment, BundleSummary, FleetCluster, FleetClusterDisplay,
+    FleetClusterSpec,
 };
 use lariat_controllers::Error;
 use lariat_controllers::object::{owner_reference, patch_status, remove_finalizer};
@@ -153,23 +154,36 @@ pub async fn reconcile(fleet: Arc<FleetCluster>, ctx: Arc<Context>) -> Result<Ac
             ready,
             ..before.summary.clone().unwrap_or_default()
         });
+        let agent = Agent::of(&ctx, &fleet);
+        let recorded = before.agent.as_ref().and_then(|a| a.last_seen.as_deref());
+        status.agent = Some(AgentStatus {
+            last_seen: agent.last_seen(recorded),
+            ..before.agent.clone().unwrap_or_default()
+        });
+        let (state, reason, message) = match agent.heartbeat.as_deref() {
+            None => (
+                Some("WaitCheckIn"),
+                "WaitCheckIn",
+                "its agent has not connected yet".to_string(),
+            ),
+            Some(at) if !agent.connected => (
+                Some("Offline"),
+                "Offline",
+                format!("its agent is disconnected (last seen {at})"),
+            ),
+            Some(_) if ready < desired => (
+                Some("NotReady"),
+                "NotReady",
+                format!("{} of {desired} bundles are not ready", desired - ready),
+            ),
+            Some(_) => (None, "", String::new()),
+        };
         status.display = Some(FleetClusterDisplay {
             ready_bundles: Some(format!("{ready}/{desired}")),
-            state: (ready < desired).then(|| "NotReady".to_string()),
+            state: state.map(str::to_string),
         });
         let mut list = status.conditions.take().unwrap_or_default();
-        let message = if ready < desired {
-            format!("{} of {desired} bundles are not ready", desired - ready)
-        } else {
-            String::new()
-        };
-        crate::conditions::set(
-            &mut list,
-            "Ready",
-            ready == desired,
-            if ready < desired { "NotReady" } else { "" },
-            &message,
-        );
+        crate::conditions::set(&mut list, "Ready", state.is_none(), reason, &message);
         status.conditions = Some(list);
         if status != before {
             let namespace = fleet.namespace().unwrap_or_default();
@@ -193,9 +207,94 @@ pub async fn reconcile(fleet: Arc<FleetCluster>, ctx: Arc<Context>) -> Result<Ac
     Ok(Action::await_change())
 }
 
+/// How often a connected agent's `lastSeen` is brought up to date: Fleet's agents check in
+/// every 15 minutes. A disconnection records its last heartbeat at once.
+pub const CHECK_IN: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// A cluster's agent, as its tunnel's ClusterConnection tells.
+pub struct Agent {
+    pub connected: bool,
+    /// Its last heartbeat (RFC 3339); none if it never connected.
+    pub heartbeat: Option<String>,
+}
+
+impl Agent {
+    pub fn of(ctx: &Context, fleet: &FleetCluster) -> Agent {
+        let connection = ctx
+            .caches
+            .of(&lariat_api::management::cluster_connection_resource())
+            .get_now(
+                fleet.metadata.namespace.as_deref().unwrap_or_default(),
+                &fleet.name_any(),
+            );
+        Agent::from_connection(connection.as_ref().map(|c| &c.data["status"]))
+    }
+
+    pub fn from_connection(status: Option<&Value>) -> Agent {
+        Agent {
+            connected: status.is_some_and(|s| s["connected"] == true),
+            heartbeat: status
+                .and_then(|s| s["lastHeartbeat"].as_str())
+                .map(str::to_string),
+        }
+    }
+
+    /// The `lastSeen` to record, given the one recorded: the last heartbeat when the agent
+    /// is gone, and while it is connected, a new one every [`CHECK_IN`] (not every heartbeat,
+    /// which would be a write per cluster per minute for nothing).
+    pub fn last_seen(&self, recorded: Option<&str>) -> Option<String> {
+        let Some(heartbeat) = self.heartbeat.as_deref() else {
+            return recorded.map(str::to_string);
+        };
+        let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
+        let due = match (recorded.and_then(parse), parse(heartbeat)) {
+            (Some(recorded), Some(heartbeat)) if self.connected => {
+                (heartbeat - recorded).to_std().is_ok_and(|d| d >= CHECK_IN)
+            }
+            _ => recorded != Some(heartbeat),
+        };
+        Some(
+            if due {
+                heartbeat
+            } else {
+                recorded.unwrap_or(heartbeat)
+            }
+            .to_string(),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn last_seen_follows_check_ins_not_every_heartbeat() {
+        let agent = |connected: bool, heartbeat: &str| Agent {
+            connected,
+            heartbeat: Some(heartbeat.to_string()),
+        };
+        let at = "2026-12-01T10:00:00Z";
+        assert_eq!(agent(true, at).last_seen(None).as_deref(), Some(at));
+        // A minute later, still connected: unchanged.
+        let later = "2026-12-01T10:01:00Z";
+        assert_eq!(agent(true, later).last_seen(Some(at)).as_deref(), Some(at));
+        // Fifteen minutes later: checked in.
+        let check_in = "2026-12-01T10:15:00Z";
+        assert_eq!(
+            agent(true, check_in).last_seen(Some(at)).as_deref(),
+            Some(check_in)
+        );
+        // Gone: its last heartbeat, at once.
+        assert_eq!(
+            agent(false, later).last_seen(Some(at)).as_deref(),
+            Some(later)
+        );
+        // Never connected: nothing to say.
+        let never = Agent::from_connection(None);
+        assert_eq!(never.last_seen(None), None);
+        assert!(!never.connected);
+    }
 
     #[test]
     fn cluster_namespaces_are_unique_and_short_enough() {

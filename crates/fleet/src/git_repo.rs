@@ -499,14 +499,7 @@ async fn roll_up(
         let Some(part) = bundle.status.as_ref().and_then(|s| s.summary.as_ref()) else {
             continue;
         };
-        summary.desired_ready += part.desired_ready;
-        summary.ready += part.ready;
-        summary.not_ready += part.not_ready;
-        summary.wait_applied += part.wait_applied;
-        summary.err_applied += part.err_applied;
-        summary.out_of_sync += part.out_of_sync;
-        summary.modified += part.modified;
-        summary.pending += part.pending;
+        summary += part;
         if part.ready < part.desired_ready {
             let message = bundle
                 .status

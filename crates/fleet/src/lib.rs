@@ -18,6 +18,7 @@ use lariat_controllers::{controller_on, controller_owner, error_policy, finished
 
 pub mod bundle;
 pub mod cluster;
+pub mod cluster_group;
 pub mod conditions;
 pub mod content;
 pub mod git;
@@ -173,9 +174,60 @@ pub async fn run(
             },
             (),
         )
+        // Its agent connecting, going, or due a check-in (not its every heartbeat).
+        .watches_shared_stream_with(
+            caches
+                .of(&lariat_api::management::cluster_connection_resource())
+                .changes(),
+            {
+                let clusters = caches.typed::<FleetCluster>();
+                move |connection: Arc<kube::api::DynamicObject>| {
+                    let namespace = connection.metadata.namespace.as_deref()?;
+                    let fleet = clusters.get_now(namespace, &connection.name_any())?;
+                    let status = fleet.status.clone().unwrap_or_default();
+                    let recorded = status.agent.as_ref().and_then(|a| a.last_seen.as_deref());
+                    let shown_away = status
+                        .display
+                        .as_ref()
+                        .and_then(|d| d.state.as_deref())
+                        .is_some_and(|s| s == "Offline" || s == "WaitCheckIn");
+                    let agent = cluster::Agent::from_connection(Some(&connection.data["status"]));
+                    let stale = agent.last_seen(recorded).as_deref() != recorded
+                        || shown_away == agent.connected;
+                    stale.then(|| ObjectRef::from_obj(fleet.as_ref()))
+                }
+            },
+            lariat_api::management::cluster_connection_resource(),
+        )
         .graceful_shutdown_on(shutdown.clone())
         .run(cluster::reconcile, error_policy, context.clone())
         .for_each(finished("fleetcluster"));
+    // A ClusterGroup counts the clusters of its namespace its selector chooses.
+    let group_controller = controller_on(&caches.typed::<ClusterGroup>())
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .concurrency(lariat_controllers::CONCURRENCY)
+                .debounce(std::time::Duration::from_secs(1)),
+        )
+        .watches_shared_stream_with(
+            caches.typed::<FleetCluster>().changes(),
+            {
+                let groups = caches.typed::<ClusterGroup>();
+                move |cluster: Arc<FleetCluster>| {
+                    let namespace = cluster.metadata.namespace.clone();
+                    groups
+                        .store()
+                        .state()
+                        .into_iter()
+                        .filter(move |g| g.metadata.namespace == namespace)
+                        .map(|g| ObjectRef::from_obj(g.as_ref()))
+                }
+            },
+            (),
+        )
+        .graceful_shutdown_on(shutdown.clone())
+        .run(cluster_group::reconcile, error_policy, context.clone())
+        .for_each(finished("clustergroup"));
     // Bundles are woken by their BundleDeployments, and by every change of a cluster or a
     // ClusterGroup of their namespace (a label change may retarget them).
     let of_namespace = {
@@ -296,6 +348,7 @@ pub async fn run(
         git_repos,
         mirror,
         fleet_clusters,
+        group_controller,
         bundle_controller,
         sweeper
     );

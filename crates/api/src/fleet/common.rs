@@ -147,6 +147,19 @@ pub struct BundleSummary {
     pub desired_ready: i32,
 }
 
+impl std::ops::AddAssign<&BundleSummary> for BundleSummary {
+    fn add_assign(&mut self, other: &BundleSummary) {
+        self.not_ready += other.not_ready;
+        self.wait_applied += other.wait_applied;
+        self.err_applied += other.err_applied;
+        self.out_of_sync += other.out_of_sync;
+        self.modified += other.modified;
+        self.ready += other.ready;
+        self.pending += other.pending;
+        self.desired_ready += other.desired_ready;
+    }
+}
+
 /// How many downstream resources are in each state.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

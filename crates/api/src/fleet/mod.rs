@@ -33,7 +33,7 @@ pub use bundle_deployment::{
 pub use cluster::{
     AgentStatus, FleetCluster, FleetClusterDisplay, FleetClusterSpec, FleetClusterStatus,
 };
-pub use cluster_group::{ClusterGroup, ClusterGroupSpec, ClusterGroupStatus};
+pub use cluster_group::{ClusterGroup, ClusterGroupDisplay, ClusterGroupSpec, ClusterGroupStatus};
 pub use common::{
     BundleSummary, CorrectDrift, FailureGroup, FleetCondition, ResourceCounts, Target, YamlOptions,
 };
