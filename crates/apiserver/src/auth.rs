@@ -18,6 +18,13 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::pki::{IssuedCertificate, Pki};
+
+/// Whether two secrets (or their hashes) are equal, in time that does not depend on where
+/// they differ.
+pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    a.ct_eq(b).into()
+}
 use crate::status::{ApiError, ApiResult};
 
 /// An authenticated caller.

@@ -22,6 +22,7 @@ use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use lariat_api::management::{self, AGENT_CREDENTIAL_TYPE, NAMESPACE};
 use serde_json::json;
 
+use crate::auth::same_secret;
 use crate::auth::sha256_hex;
 use crate::status::ApiError;
 
@@ -387,7 +388,7 @@ async fn authenticate(client: &kube::Client, token: &str) -> Result<Identity, Ap
                 .map(|v| String::from_utf8_lossy(&v.0).to_string())
                 .unwrap_or_default()
         };
-        if !constant_time_eq(&field("hash"), &hash) {
+        if !same_secret(field("hash").as_bytes(), hash.as_bytes()) {
             return Err(unauthorized(UNKNOWN_TOKEN));
         }
         // A credential dies with its Cluster: one deleted (or deleted and created again under
@@ -395,7 +396,7 @@ async fn authenticate(client: &kube::Client, token: &str) -> Result<Identity, Ap
         // removed.
         let cluster = field("cluster");
         match cluster_uid(client, &cluster).await? {
-            Some(uid) if constant_time_eq(&uid, &field("uid")) => {}
+            Some(uid) if same_secret(uid.as_bytes(), field("uid").as_bytes()) => {}
             _ => {
                 return Err(unauthorized(
                     "the cluster this agent credential was issued for no longer exists: import the cluster again",
@@ -420,7 +421,10 @@ async fn authenticate(client: &kube::Client, token: &str) -> Result<Identity, Ap
         return Err(unauthorized(UNKNOWN_TOKEN));
     };
     let spec = &registration.data["spec"];
-    if !constant_time_eq(spec["tokenHash"].as_str().unwrap_or_default(), &hash) {
+    if !same_secret(
+        spec["tokenHash"].as_str().unwrap_or_default().as_bytes(),
+        hash.as_bytes(),
+    ) {
         return Err(unauthorized(UNKNOWN_TOKEN));
     }
     let expired = spec["expirationTimestamp"]
@@ -520,14 +524,6 @@ async fn consume_registration_token(client: &kube::Client, token: &str) {
     if let Err(error) = tokens.delete(id, &Default::default()).await {
         tracing::warn!(%error, "cannot delete a used registration token");
     }
-}
-
-fn constant_time_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
 }
 
 /// `GET /v3/connect` with `Upgrade: lariat-tunnel/1`: authenticates the agent, admits the

@@ -15,6 +15,7 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams}
 use serde_json::{Value, json};
 use sha2::Sha256;
 
+use crate::auth::same_secret;
 use crate::status::ApiError;
 
 /// The Secret every GitRepo without a `webhookSecret` of its own is checked against.
@@ -134,10 +135,6 @@ pub fn normalize(url: &str) -> String {
     format!("{host}/{path}").to_lowercase()
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// Whether the delivery proves it knows `secret`.
 fn verified(delivery: &Delivery<'_>, secret: &[u8]) -> bool {
     if secret.is_empty() {
@@ -158,11 +155,11 @@ fn verified(delivery: &Delivery<'_>, secret: &[u8]) -> bool {
                 .iter()
                 .map(|b| format!("{b:02x}"))
                 .collect();
-            constant_time_eq(expected.as_bytes(), hex.to_ascii_lowercase().as_bytes())
+            same_secret(expected.as_bytes(), hex.to_ascii_lowercase().as_bytes())
         }
         Provider::GitLab => delivery
             .token
-            .is_some_and(|token| constant_time_eq(token.as_bytes(), secret)),
+            .is_some_and(|token| same_secret(token.as_bytes(), secret)),
     }
 }
 

@@ -1604,5 +1604,48 @@ fn a_signed_push_webhook_fetches_at_once_and_a_forged_one_is_refused() {
     eventually("GitLab's push is fetched", || {
         git_repo(&server, "platform")["status"]["commit"] == third.as_str()
     });
+
+    // A GitRepo of the same repository without a webhook secret (and no gitjob-webhook
+    // Secret in lariat-system) is never triggered, whatever a delivery is signed with.
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: unguarded\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n  disablePolling: true\n",
+            upstream.display()
+        ),
+    );
+    eventually("the unguarded GitRepo fetched once", || {
+        git_repo(&server, "unguarded")["status"]["commit"] == third.as_str()
+    });
+    let fourth = commit(
+        &upstream,
+        &[("cm.yaml", &CONFIG_MAP.replace("blue", "red"))],
+    );
+    let pushed = payload(&fourth);
+    for secret in ["s3cret", "", "guess"] {
+        let (code, answer) = deliver(
+            &[
+                "X-GitHub-Event: push".to_string(),
+                format!("X-Hub-Signature-256: {}", github_signature(secret, &pushed)),
+            ],
+            &pushed,
+        );
+        assert!(!answer.contains("unguarded"), "{secret:?}: {answer}");
+        if secret == "s3cret" {
+            assert_eq!(code, 200, "{answer}");
+        } else {
+            assert_eq!(code, 401, "{secret:?}: {answer}");
+        }
+    }
+    eventually("the guarded one fetches the push", || {
+        git_repo(&server, "platform")["status"]["commit"] == fourth.as_str()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let unguarded = git_repo(&server, "unguarded");
+    assert_eq!(unguarded["status"]["commit"], third.as_str());
+    assert!(
+        unguarded["status"]["webhookCommit"].is_null(),
+        "{unguarded}"
+    );
     assert!(!server.log().contains("s3cret") && !server.log().contains("t0ken"));
 }

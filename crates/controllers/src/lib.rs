@@ -228,6 +228,19 @@ pub fn controller_on<K: Cached + serde::de::DeserializeOwned>(cache: &Cache<K>) 
         .with_config(controller::Config::default().concurrency(CONCURRENCY))
 }
 
+/// A controller on the shared cache of `kind` whose reconciles wait `debounce` after a
+/// change, so that a burst of changes (a thousand clusters' reports) is one reconcile.
+pub fn debounced_controller_on<K: Cached + serde::de::DeserializeOwned>(
+    cache: &Cache<K>,
+    debounce: std::time::Duration,
+) -> Controller<K> {
+    controller_on(cache).with_config(
+        controller::Config::default()
+            .concurrency(CONCURRENCY)
+            .debounce(debounce),
+    )
+}
+
 /// Reconciles of one kind running at once: enough to keep both cores busy on in-process
 /// requests, few enough that one busy kind cannot queue thousands of requests ahead of the
 /// others (kube-runtime's queue already runs each object at most once at a time).

@@ -14,7 +14,9 @@ use kube::runtime::reflector::ObjectRef;
 use lariat_api::capi::Cluster;
 use lariat_api::fleet::{Bundle, BundleDeployment, ClusterGroup, FleetCluster, GitRepo};
 use lariat_controllers::cache::Caches;
-use lariat_controllers::{controller_on, controller_owner, error_policy, finished};
+use lariat_controllers::{
+    controller_on, controller_owner, debounced_controller_on, error_policy, finished,
+};
 
 pub mod bundle;
 pub mod cluster;
@@ -156,78 +158,74 @@ pub async fn run(
         .run(cluster::mirror, error_policy, context.clone())
         .for_each(finished("fleetcluster-mirror"));
     // A Fleet Cluster counts its BundleDeployments (labelled with its name and workspace).
-    let fleet_clusters = controller_on(&caches.typed::<FleetCluster>())
-        // Its ten bundles turn Ready within moments of each other: one count, not ten.
-        .with_config(
-            kube::runtime::controller::Config::default()
-                .concurrency(lariat_controllers::CONCURRENCY)
-                .debounce(std::time::Duration::from_secs(1)),
-        )
-        .watches_shared_stream_with(
-            caches.typed::<BundleDeployment>().changes(),
-            |bd: Arc<BundleDeployment>| {
-                let labels = bd.labels();
-                Some(
-                    ObjectRef::new(labels.get(bundle::CLUSTER_LABEL)?)
-                        .within(labels.get(bundle::BUNDLE_NAMESPACE_LABEL)?),
-                )
-            },
-            (),
-        )
-        // Its agent connecting, going, or due a check-in (not its every heartbeat).
-        .watches_shared_stream_with(
-            caches
-                .of(&lariat_api::management::cluster_connection_resource())
-                .changes(),
-            {
-                let clusters = caches.typed::<FleetCluster>();
-                move |connection: Arc<kube::api::DynamicObject>| {
-                    let namespace = connection.metadata.namespace.as_deref()?;
-                    let fleet = clusters.get_now(namespace, &connection.name_any())?;
-                    let status = fleet.status.clone().unwrap_or_default();
-                    let recorded = status.agent.as_ref().and_then(|a| a.last_seen.as_deref());
-                    let shown_away = status
-                        .display
-                        .as_ref()
-                        .and_then(|d| d.state.as_deref())
-                        .is_some_and(|s| s == "Offline" || s == "WaitCheckIn");
-                    let agent = cluster::Agent::from_connection(Some(&connection.data["status"]));
-                    let stale = agent.last_seen(recorded).as_deref() != recorded
-                        || shown_away == agent.connected;
-                    stale.then(|| ObjectRef::from_obj(fleet.as_ref()))
-                }
-            },
-            lariat_api::management::cluster_connection_resource(),
-        )
-        .graceful_shutdown_on(shutdown.clone())
-        .run(cluster::reconcile, error_policy, context.clone())
-        .for_each(finished("fleetcluster"));
+    // Its ten bundles turn Ready within moments of each other: one count, not ten.
+    let fleet_clusters = debounced_controller_on(
+        &caches.typed::<FleetCluster>(),
+        std::time::Duration::from_secs(1),
+    )
+    .watches_shared_stream_with(
+        caches.typed::<BundleDeployment>().changes(),
+        |bd: Arc<BundleDeployment>| {
+            let labels = bd.labels();
+            Some(
+                ObjectRef::new(labels.get(bundle::CLUSTER_LABEL)?)
+                    .within(labels.get(bundle::BUNDLE_NAMESPACE_LABEL)?),
+            )
+        },
+        (),
+    )
+    // Its agent connecting, going, or due a check-in (not its every heartbeat).
+    .watches_shared_stream_with(
+        caches
+            .of(&lariat_api::management::cluster_connection_resource())
+            .changes(),
+        {
+            let clusters = caches.typed::<FleetCluster>();
+            move |connection: Arc<kube::api::DynamicObject>| {
+                let namespace = connection.metadata.namespace.as_deref()?;
+                let fleet = clusters.get_now(namespace, &connection.name_any())?;
+                let status = fleet.status.clone().unwrap_or_default();
+                let recorded = status.agent.as_ref().and_then(|a| a.last_seen.as_deref());
+                let shown_away = status
+                    .display
+                    .as_ref()
+                    .and_then(|d| d.state.as_deref())
+                    .is_some_and(|s| s == "Offline" || s == "WaitCheckIn");
+                let agent = cluster::Agent::from_connection(Some(&connection.data["status"]));
+                let stale = agent.last_seen(recorded).as_deref() != recorded
+                    || shown_away == agent.connected;
+                stale.then(|| ObjectRef::from_obj(fleet.as_ref()))
+            }
+        },
+        lariat_api::management::cluster_connection_resource(),
+    )
+    .graceful_shutdown_on(shutdown.clone())
+    .run(cluster::reconcile, error_policy, context.clone())
+    .for_each(finished("fleetcluster"));
     // A ClusterGroup counts the clusters of its namespace its selector chooses.
-    let group_controller = controller_on(&caches.typed::<ClusterGroup>())
-        .with_config(
-            kube::runtime::controller::Config::default()
-                .concurrency(lariat_controllers::CONCURRENCY)
-                .debounce(std::time::Duration::from_secs(1)),
-        )
-        .watches_shared_stream_with(
-            caches.typed::<FleetCluster>().changes(),
-            {
-                let groups = caches.typed::<ClusterGroup>();
-                move |cluster: Arc<FleetCluster>| {
-                    let namespace = cluster.metadata.namespace.clone();
-                    groups
-                        .store()
-                        .state()
-                        .into_iter()
-                        .filter(move |g| g.metadata.namespace == namespace)
-                        .map(|g| ObjectRef::from_obj(g.as_ref()))
-                }
-            },
-            (),
-        )
-        .graceful_shutdown_on(shutdown.clone())
-        .run(cluster_group::reconcile, error_policy, context.clone())
-        .for_each(finished("clustergroup"));
+    let group_controller = debounced_controller_on(
+        &caches.typed::<ClusterGroup>(),
+        std::time::Duration::from_secs(1),
+    )
+    .watches_shared_stream_with(
+        caches.typed::<FleetCluster>().changes(),
+        {
+            let groups = caches.typed::<ClusterGroup>();
+            move |cluster: Arc<FleetCluster>| {
+                let namespace = cluster.metadata.namespace.clone();
+                groups
+                    .store()
+                    .state()
+                    .into_iter()
+                    .filter(move |g| g.metadata.namespace == namespace)
+                    .map(|g| ObjectRef::from_obj(g.as_ref()))
+            }
+        },
+        (),
+    )
+    .graceful_shutdown_on(shutdown.clone())
+    .run(cluster_group::reconcile, error_policy, context.clone())
+    .for_each(finished("clustergroup"));
     // Bundles are woken by their BundleDeployments, and by every change of a cluster or a
     // ClusterGroup of their namespace (a label change may retarget them).
     let of_namespace = {
@@ -289,43 +287,40 @@ pub async fn run(
                 .collect()
         }
     };
-    let bundle_controller = controller_on(&bundles)
-        // A thousand clusters' BundleDeployments change within moments: summed up once.
-        .with_config(
-            kube::runtime::controller::Config::default()
-                .concurrency(lariat_controllers::CONCURRENCY)
-                .debounce(std::time::Duration::from_millis(200)),
-        )
-        .watches_shared_stream_with(
-            caches.typed::<BundleDeployment>().changes(),
-            |bd: Arc<BundleDeployment>| {
-                let labels = bd.labels();
-                Some(
-                    ObjectRef::new(labels.get(bundle::BUNDLE_NAME_LABEL)?)
-                        .within(labels.get(bundle::BUNDLE_NAMESPACE_LABEL)?),
-                )
-            },
-            (),
-        )
-        .watches_shared_stream_with(
-            targeting_changes(caches.typed::<FleetCluster>().changes()),
-            move |cluster: Arc<FleetCluster>| by_cluster(&cluster),
-            (),
-        )
-        .watches_shared_stream_with(
-            caches.typed::<ClusterGroup>().changes(),
-            move |group: Arc<ClusterGroup>| by_group(group.metadata.namespace.as_deref()),
-            (),
-        )
-        // An agent going or coming back (not its every heartbeat) changes where its cluster
-        // stands in every bundle of the namespace.
-        .reconcile_on(
-            connections_flipping(&caches)
-                .flat_map(move |namespace| futures::stream::iter(by_connection(Some(&namespace)))),
-        )
-        .graceful_shutdown_on(shutdown)
-        .run(bundle::reconcile, error_policy, context)
-        .for_each(finished("bundle"));
+    // A thousand clusters' BundleDeployments change within moments: summed up once.
+    let bundle_controller =
+        debounced_controller_on(&bundles, std::time::Duration::from_millis(200))
+            .watches_shared_stream_with(
+                caches.typed::<BundleDeployment>().changes(),
+                |bd: Arc<BundleDeployment>| {
+                    let labels = bd.labels();
+                    Some(
+                        ObjectRef::new(labels.get(bundle::BUNDLE_NAME_LABEL)?)
+                            .within(labels.get(bundle::BUNDLE_NAMESPACE_LABEL)?),
+                    )
+                },
+                (),
+            )
+            .watches_shared_stream_with(
+                targeting_changes(caches.typed::<FleetCluster>().changes()),
+                move |cluster: Arc<FleetCluster>| by_cluster(&cluster),
+                (),
+            )
+            .watches_shared_stream_with(
+                caches.typed::<ClusterGroup>().changes(),
+                move |group: Arc<ClusterGroup>| by_group(group.metadata.namespace.as_deref()),
+                (),
+            )
+            // An agent going or coming back (not its every heartbeat) changes where its cluster
+            // stands in every bundle of the namespace.
+            .reconcile_on(
+                connections_flipping(&caches).flat_map(move |namespace| {
+                    futures::stream::iter(by_connection(Some(&namespace)))
+                }),
+            )
+            .graceful_shutdown_on(shutdown)
+            .run(bundle::reconcile, error_policy, context)
+            .for_each(finished("bundle"));
     let sweeper = {
         let (context, mut shutdown) = (context_for_sweeper, shutdown_for_sweeper);
         async move {
