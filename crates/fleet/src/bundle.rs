@@ -337,6 +337,7 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
     status.partitions = (!plan.partitions.is_empty()).then_some(plan.partitions);
     if status != before {
         let value = status_patch(&before, &status)?;
+        tracing::debug!(bundle = %format!("{namespace}/{name}"), patch = %value, "bundle status");
         patch_status(&api, &name, value).await?;
     }
     // Its BundleDeployments', clusters' and groups' changes wake it.

@@ -427,6 +427,7 @@ async fn deploy(
         if unchanged {
             continue;
         }
+        tracing::debug!(bundle = %format!("{namespace}/{name}"), commit, "bundle written");
         let object = Bundle {
             metadata: ObjectMeta {
                 name: Some(name.clone()),

@@ -64,34 +64,50 @@ impl Context {
     }
 }
 
-/// The changes of Fleet Clusters that can change where bundles go: their labels, spec,
-/// namespace or deletion; not their status counts, which change with every BundleDeployment.
-fn targeting_changes(
-    changes: impl Stream<Item = Arc<FleetCluster>> + Send + 'static,
-) -> impl Stream<Item = Arc<FleetCluster>> + Send + 'static {
+/// The changes of `K` that can change where bundles go: their labels, deletion, and what
+/// `also` hashes (their spec); not their status counts, which change with every
+/// BundleDeployment.
+fn targeting_changes<K: kube::Resource + Send + Sync + 'static>(
+    changes: impl Stream<Item = Arc<K>> + Send + 'static,
+    also: impl Fn(&K, &mut std::collections::hash_map::DefaultHasher) + Send + 'static,
+) -> impl Stream<Item = Arc<K>> + Send + 'static {
     let seen: Mutex<HashMap<String, u64>> = Mutex::default();
-    changes.filter(move |cluster| {
+    changes.filter(move |object| {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        cluster.labels().hash(&mut hasher);
-        serde_json::to_string(&cluster.spec)
-            .unwrap_or_default()
-            .hash(&mut hasher);
-        cluster
-            .metadata
-            .deletion_timestamp
-            .is_some()
-            .hash(&mut hasher);
-        cluster
-            .status
-            .as_ref()
-            .and_then(|s| s.namespace.as_ref())
-            .hash(&mut hasher);
+        object.labels().hash(&mut hasher);
+        object.meta().deletion_timestamp.is_some().hash(&mut hasher);
+        also(object, &mut hasher);
         let fingerprint = hasher.finish();
-        let uid = cluster.uid().unwrap_or_default();
+        let uid = object.uid().unwrap_or_default();
         let changed = seen.lock().expect("lock").insert(uid, fingerprint) != Some(fingerprint);
         std::future::ready(changed)
     })
+}
+
+/// What of a Fleet Cluster besides its labels decides where bundles go: its spec, and the
+/// namespace its BundleDeployments are written to.
+fn cluster_targeting(
+    cluster: &FleetCluster,
+    hasher: &mut std::collections::hash_map::DefaultHasher,
+) {
+    use std::hash::Hash;
+    serde_json::to_string(&cluster.spec)
+        .unwrap_or_default()
+        .hash(hasher);
+    cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.namespace.as_ref())
+        .hash(hasher);
+}
+
+/// What of a ClusterGroup besides its labels decides where bundles go: its selector.
+fn group_targeting(group: &ClusterGroup, hasher: &mut std::collections::hash_map::DefaultHasher) {
+    use std::hash::Hash;
+    serde_json::to_string(&group.spec)
+        .unwrap_or_default()
+        .hash(hasher);
 }
 
 /// The namespace of each cluster whose agent connects or disconnects.
@@ -302,12 +318,12 @@ pub async fn run(
                 (),
             )
             .watches_shared_stream_with(
-                targeting_changes(caches.typed::<FleetCluster>().changes()),
+                targeting_changes(caches.typed::<FleetCluster>().changes(), cluster_targeting),
                 move |cluster: Arc<FleetCluster>| by_cluster(&cluster),
                 (),
             )
             .watches_shared_stream_with(
-                caches.typed::<ClusterGroup>().changes(),
+                targeting_changes(caches.typed::<ClusterGroup>().changes(), group_targeting),
                 move |group: Arc<ClusterGroup>| by_group(group.metadata.namespace.as_deref()),
                 (),
             )

@@ -148,7 +148,12 @@ impl ServerProcess {
             .arg(dir)
             .args(["--listen", listen])
             .args(args)
-            .env("LARIAT_LOG", "warn,lariat=info,lariat_apiserver=info")
+            // LARIAT_BENCH_SERVER_LOG traces the server (its log is in its data directory).
+            .env(
+                "LARIAT_LOG",
+                std::env::var("LARIAT_BENCH_SERVER_LOG")
+                    .unwrap_or_else(|_| "warn,lariat=info,lariat_apiserver=info".into()),
+            )
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
             .spawn()
