@@ -19,6 +19,14 @@ use sha2::{Digest, Sha256};
 
 use crate::pki::{IssuedCertificate, Pki};
 
+/// The token of an `Authorization: Bearer <token>` header (the scheme in any case, as
+/// RFC 9110 and kube-apiserver take it).
+pub fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 /// Whether two secrets (or their hashes) are equal, in time that does not depend on where
 /// they differ.
 pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
@@ -328,10 +336,7 @@ impl Authenticator {
         peer: Option<&Peer>,
     ) -> ApiResult<User> {
         if let Some(header) = authorization {
-            let token = header
-                .strip_prefix("Bearer ")
-                .map(str::trim)
-                .ok_or(ApiError::Unauthorized)?;
+            let token = bearer_token(header).ok_or(ApiError::Unauthorized)?;
             return self
                 .user_for_token(token)
                 .await?
@@ -392,6 +397,16 @@ impl Authorizer for AllowAuthenticated {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_read_in_any_case() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer abc "), Some("abc"));
+        assert_eq!(bearer_token("BEARER abc"), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearerabc"), None);
+    }
     use lariat_store::memory::MemoryStore;
 
     fn chain(pem: &str) -> Vec<CertificateDer<'static>> {

@@ -457,12 +457,10 @@ async fn authenticate(
     // fixed scope of `agents.rs`; the credential lives with the tunnel's records.
     if matches!(outcome, Err(ApiError::Unauthorized))
         && !state.simulated
-        && let Some(token) = authorization
-            .as_deref()
-            .and_then(|a| a.strip_prefix("Bearer "))
+        && let Some(token) = authorization.as_deref().and_then(crate::auth::bearer_token)
         && let Some(cluster) = state
             .tunnels
-            .api_credential(&crate::local::client(state.clone()), token.trim())
+            .api_credential(&crate::local::client(state.clone()), token)
             .await
     {
         outcome = Ok(crate::agents::user(&cluster));

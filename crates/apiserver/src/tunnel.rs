@@ -580,7 +580,7 @@ pub async fn connect(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(crate::auth::bearer_token)
         .map(str::to_string)
     else {
         crate::auth::record_refusal("/v3/connect", None);

@@ -23,6 +23,8 @@ pub struct Source {
     pub url: String,
     pub reference: Reference,
     pub auth: Option<Credential>,
+    /// PEM certificates of authorities trusted for https besides the public ones.
+    pub ca_bundle: Option<Vec<u8>>,
 }
 
 /// What to deploy: the tip of a branch, or one fixed revision.
@@ -75,6 +77,8 @@ impl std::fmt::Debug for SshKey {
 pub enum GitError {
     #[error("{0} is not a URL lariat can fetch: use https://, http://, ssh:// or file://")]
     UnsupportedUrl(String),
+    #[error("spec.caBundle holds no PEM certificate lariat can read: {0}")]
+    InvalidCaBundle(String),
     #[error("{0:?} is not a valid branch or revision name")]
     InvalidName(String),
     #[error(
@@ -238,6 +242,11 @@ fn receive(repo: &gix::Repository, source: &Source, remote_ref: &str) -> Result<
     let mut connection = remote
         .connect(Direction::Fetch)
         .map_err(|e| classify(url, describe(&e)))?;
+    if let Some(pem) = &source.ca_bundle
+        && let Some(options) = trusting(repo, url, pem)?
+    {
+        connection = connection.with_transport_options(options);
+    }
     let auth = match &source.auth {
         Some(Credential::Basic(auth)) => Some(auth.clone()),
         _ => None,
@@ -275,6 +284,38 @@ fn receive(repo: &gix::Repository, source: &Source, remote_ref: &str) -> Result<
         .receive(gix::progress::Discard, &AtomicBool::new(false))
         .map_err(|e| classify(url, describe(&e)))?;
     Ok(true)
+}
+
+/// Transport options whose https client also trusts the authorities of `pem`; `None` for
+/// a URL that is not http(s).
+fn trusting(
+    repo: &gix::Repository,
+    url: &str,
+    pem: &[u8],
+) -> Result<Option<Box<dyn std::any::Any>>, GitError> {
+    use gix::protocol::transport::client::blocking_io::http;
+    let certificates = reqwest::Certificate::from_pem_bundle(pem)
+        .map_err(|e| GitError::InvalidCaBundle(describe(&e)))?;
+    if certificates.is_empty() {
+        return Err(GitError::InvalidCaBundle("it is empty".into()));
+    }
+    let options = repo
+        .transport_options(gix::bstr::BStr::new(url), None)
+        .map_err(|e| GitError::Local {
+            dir: repo.path().display().to_string(),
+            reason: e.to_string(),
+        })?;
+    let Some(Ok(mut options)) = options.map(|o| o.downcast::<http::Options>()) else {
+        return Ok(None);
+    };
+    let backend = http::reqwest::Options {
+        configure_client: Some(Box::new(move |builder| {
+            Ok(builder.tls_certs_merge(certificates.clone()))
+        })),
+        configure_request: None,
+    };
+    options.backend = Some(std::sync::Arc::new(std::sync::Mutex::new(backend)));
+    Ok(Some(options))
 }
 
 /// The ssh command gix runs: OpenSSH with no configuration file, no agent, no password

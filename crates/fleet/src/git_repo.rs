@@ -137,7 +137,7 @@ fn file_allowed(ctx: &Context, url: &str) -> bool {
 fn reason(error: &GitError) -> &'static str {
     match error {
         GitError::UnsupportedUrl(_) => "UnsupportedURL",
-        GitError::InvalidName(_) => "InvalidSpec",
+        GitError::InvalidName(_) | GitError::InvalidCaBundle(_) => "InvalidSpec",
         GitError::SshKeyMissing { .. } => "CredentialNotFound",
         GitError::HostKeyRefused { .. } => "HostKeyRefused",
         GitError::NoSuchRevision { .. } => "RevisionNotFound",
@@ -236,6 +236,7 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
                     _ => Reference::Branch(DEFAULT_BRANCH.into()),
                 },
                 auth,
+                ca_bundle: repo.spec.ca_bundle.clone().map(|b| b.0),
             };
             let dir = clone.clone();
             match tokio::task::spawn_blocking(move || git::fetch(&dir, &source)).await {

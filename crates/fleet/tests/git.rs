@@ -51,6 +51,7 @@ fn source(url: String) -> Source {
         url,
         reference: Reference::Branch("main".into()),
         auth: None,
+        ca_bundle: None,
     }
 }
 
@@ -144,6 +145,63 @@ mod http {
     use axum::body::Body;
     use axum::http::{Request, Response, StatusCode};
     use base64::Engine;
+
+    /// A certificate authority, and a certificate it signed for 127.0.0.1.
+    pub fn authority() -> (String, tokio_rustls::TlsAcceptor) {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+        let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+            )
+            .unwrap();
+        (
+            ca_pem,
+            tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)),
+        )
+    }
+
+    /// Serves the repositories under `root` over https with `acceptor`'s certificate.
+    pub async fn serve_tls(root: PathBuf, acceptor: tokio_rustls::TlsAcceptor) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let app = axum::Router::new().fallback(move |request: Request<Body>| {
+            let root = root.clone();
+            async move { backend(root, request).await }
+        });
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let (acceptor, app) = (acceptor.clone(), app.clone());
+                tokio::spawn(async move {
+                    // A client that does not trust the certificate hangs up here.
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+                });
+            }
+        });
+        format!("https://{address}")
+    }
 
     pub const USER: &str = "deploy";
     pub const PASSWORD: &str = "s3cret-token";
@@ -267,6 +325,7 @@ async fn an_http_repository_is_fetched_and_a_password_is_never_sent_in_clear_tex
                         url,
                         reference: Reference::Branch("main".into()),
                         auth: auth.map(Credential::Basic),
+                        ca_bundle: None,
                     },
                 )
             })
@@ -529,4 +588,42 @@ fn an_ssh_repository_is_fetched_with_the_secrets_key_and_only_a_known_host() {
         git::fetch(&clone, &source(scp.clone())),
         Err(GitError::SshKeyMissing { url: scp })
     );
+}
+
+#[tokio::test]
+async fn an_https_repository_signed_by_a_private_authority_is_trusted_through_ca_bundle() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, first) = repository(root.path(), &[("cm.yaml", "kind: ConfigMap\n")]);
+    let (ca, acceptor) = http::authority();
+    let base = http::serve_tls(root.path().to_path_buf(), acceptor).await;
+    let fetch = |ca_bundle: Option<Vec<u8>>| {
+        let clone = root.path().join("clone");
+        let url = format!("{base}/upstream");
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let mut source = source(url);
+                source.ca_bundle = ca_bundle;
+                git::fetch(&clone, &source)
+            })
+            .await
+            .unwrap()
+        }
+    };
+    // Without the bundle, the certificate is not trusted.
+    let refused = fetch(None).await;
+    assert!(
+        matches!(refused, Err(GitError::Unreachable { .. })),
+        "{refused:?}"
+    );
+    // Another authority's bundle is no better.
+    let (other, _) = http::authority();
+    assert!(fetch(Some(other.into_bytes())).await.is_err());
+    // With it, fetched.
+    let fetched = fetch(Some(ca.clone().into_bytes())).await.unwrap();
+    assert_eq!(fetched.commit, first);
+    // A bundle that is not PEM is named as such.
+    assert!(matches!(
+        fetch(Some(b"not a certificate".to_vec())).await,
+        Err(GitError::InvalidCaBundle(_))
+    ));
 }

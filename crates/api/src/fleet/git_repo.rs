@@ -69,6 +69,11 @@ pub struct GitRepoSpec {
     /// (a token is a password), or `ssh-privatekey` and `known_hosts` for ssh.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_secret_name: Option<String>,
+    /// PEM certificates of the authorities a `https://` repository's certificate may be
+    /// signed by, besides the public ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<crate::schema::Bytes>")]
+    pub ca_bundle: Option<k8s_openapi::ByteString>,
     /// The Secret (same namespace) holding the webhook secrets deliveries must prove: its
     /// `github` and `gitlab` keys (else `gitjob-webhook` in `lariat-system` is used).
     #[serde(skip_serializing_if = "Option::is_none")]

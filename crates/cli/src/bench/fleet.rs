@@ -278,8 +278,10 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
             )
             .await?;
     }
-    // Every one fetched and its bundles written (with nowhere to go yet).
+    // Every one fetched and its bundles written (with nowhere to go yet), each Bundle's
+    // first status too, so what follows is measured on a settled server.
     let deadline = Instant::now() + Duration::from_secs(1800);
+    let bundles_api: Api<Bundle> = Api::namespaced(client.clone(), WORKSPACE);
     loop {
         let fetched = repos
             .list(&ListParams::default())
@@ -288,7 +290,16 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
             .iter()
             .filter(|r| r.status.as_ref().and_then(|s| s.commit.as_ref()).is_some())
             .count();
-        if fetched > args.git_repos {
+        let settled = bundles_api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|b| {
+                b.status.as_ref().and_then(|s| s.observed_generation) == b.metadata.generation
+            })
+            .count();
+        if fetched > args.git_repos && settled == (args.git_repos + 1) * args.bundles {
             break;
         }
         if Instant::now() > deadline {
@@ -297,7 +308,7 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     println!(
-        "  {} more GitRepos created and fetched in {:.1} s",
+        "  {} more GitRepos created, fetched and their Bundles' status written in {:.1} s",
         args.git_repos,
         started.elapsed().as_secs_f64()
     );
