@@ -648,12 +648,13 @@ async fn requests(client: &kube::Client) -> anyhow::Result<RequestCounts> {
 }
 
 /// Requests of `api` between two counts, divided by `per`: the total, then "VERB n" for each
-/// verb, then the resources most read with GET and most written (POST, PUT, PATCH, APPLY,
-/// DELETE).
+/// verb, then the resources most read with GET, most listed, and most written (POST, PUT,
+/// PATCH, APPLY, DELETE).
 fn requests_per(before: &RequestCounts, after: &RequestCounts, api: &str, per: f64) -> String {
     let mut by_verb = std::collections::BTreeMap::<&str, f64>::new();
     let mut reads = std::collections::BTreeMap::<&str, f64>::new();
     let mut writes = std::collections::BTreeMap::<&str, f64>::new();
+    let mut lists = std::collections::BTreeMap::<&str, f64>::new();
     for ((which, verb, resource), n) in after.iter().filter(|((which, ..), _)| which == api) {
         let delta = n - before
             .get(&(which.clone(), verb.clone(), resource.clone()))
@@ -663,7 +664,8 @@ fn requests_per(before: &RequestCounts, after: &RequestCounts, api: &str, per: f
             *by_verb.entry(verb).or_default() += delta / per;
             match verb.as_str() {
                 "GET" => *reads.entry(resource).or_default() += delta / per,
-                "LIST" | "WATCH" => {}
+                "LIST" => *lists.entry(resource).or_default() += delta / per,
+                "WATCH" => {}
                 _ => *writes.entry(resource).or_default() += delta / per,
             }
         }
@@ -686,13 +688,14 @@ fn requests_per(before: &RequestCounts, after: &RequestCounts, api: &str, per: f
     let total: f64 = by_verb.values().sum::<f64>() + 0.0;
     let verbs: Vec<String> = by_verb.iter().map(|(v, n)| format!("{v} {n:.1}")).collect();
     format!(
-        "{total:.1} ({}; GET of {}; writes to {})",
+        "{total:.1} ({}; GET of {}; LIST of {}; writes to {})",
         if verbs.is_empty() {
             "none".to_string()
         } else {
             verbs.join(", ")
         },
         top(reads),
+        top(lists),
         top(writes)
     )
 }
