@@ -12,6 +12,7 @@ pub mod controlplane;
 pub mod fleet;
 pub mod infrastructure;
 pub mod management;
+pub mod names;
 mod version;
 pub use version::KubernetesVersion;
 

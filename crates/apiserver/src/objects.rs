@@ -4,24 +4,9 @@ use serde_json::{Map, Value};
 
 use crate::status::{ApiError, ApiResult, Cause};
 
-/// RFC 1123 subdomain: what most Kubernetes object names must be.
-pub fn is_dns1123_subdomain(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
-}
-
-/// RFC 1123 label: namespace names.
-pub fn is_dns1123_label(name: &str) -> bool {
-    name.len() <= 63 && !name.contains('.') && is_dns1123_subdomain(name)
-}
+pub use lariat_api::names::{
+    is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name,
+};
 
 /// RFC 1035 label: resource (plural) names.
 pub fn is_dns1035_label(name: &str) -> bool {
@@ -310,28 +295,6 @@ fn tokenize(text: &str) -> Vec<Token> {
         });
     }
     tokens
-}
-
-/// A label key: an optional DNS subdomain prefix and `/`, then a name of at most 63
-/// alphanumerics, `-`, `_` or `.`, starting and ending alphanumeric.
-pub fn is_qualified_name(key: &str) -> bool {
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    prefix.is_none_or(is_dns1123_subdomain) && is_label_value(name) && !name.is_empty()
-}
-
-/// A label value: empty, or at most 63 alphanumerics, `-`, `_` or `.`, starting and ending
-/// alphanumeric.
-pub fn is_label_value(value: &str) -> bool {
-    value.is_empty()
-        || (value.len() <= 63
-            && value
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-            && value.as_bytes()[0].is_ascii_alphanumeric()
-            && value.as_bytes()[value.len() - 1].is_ascii_alphanumeric())
 }
 
 struct SelectorParser {

@@ -118,6 +118,15 @@ fn walk(schema: &Value, value: &mut Value, path: &str, findings: &mut Findings) 
                 .push(Cause::type_invalid(path, value, "integer or string"));
             return;
         }
+        // An IntOrString's number is 32 bits wide, as Kubernetes' (and lariat's) types hold it.
+        if value.is_number() && value.as_i64().and_then(|n| i32::try_from(n).ok()).is_none() {
+            findings.causes.push(Cause::invalid(
+                path,
+                value,
+                "must be a 32-bit integer or a string",
+            ));
+            return;
+        }
     } else if let Some(expected) = declared {
         let ok = match expected {
             "object" => value.is_object(),
@@ -203,6 +212,16 @@ fn walk(schema: &Value, value: &mut Value, path: &str, findings: &mut Findings) 
                     _ => {}
                 }
             }
+            if schema.get("format").and_then(Value::as_str) == Some("byte") && {
+                use base64::Engine;
+                base64::engine::general_purpose::STANDARD
+                    .decode(text.as_bytes())
+                    .is_err()
+            } {
+                findings
+                    .causes
+                    .push(Cause::invalid(path, &shown, "must be base64-encoded"));
+            }
             if schema.get("format").and_then(Value::as_str) == Some("date-time")
                 && chrono::DateTime::parse_from_rfc3339(text).is_err()
             {
@@ -216,6 +235,15 @@ fn walk(schema: &Value, value: &mut Value, path: &str, findings: &mut Findings) 
         Value::Number(n) => {
             let shown = Value::Number(n.clone());
             let x = n.as_f64().unwrap_or_default();
+            if schema.get("format").and_then(Value::as_str) == Some("int32")
+                && n.as_i64().and_then(|n| i32::try_from(n).ok()).is_none()
+                && n.as_f64()
+                    .is_none_or(|f| f.fract() != 0.0 || f.abs() > i32::MAX as f64)
+            {
+                findings
+                    .causes
+                    .push(Cause::invalid(path, &shown, "must fit in 32 bits"));
+            }
             let exclusive = |key: &str| schema.get(key).and_then(Value::as_bool).unwrap_or(false);
             if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
                 && (x < min || (exclusive("exclusiveMinimum") && x == min))
@@ -397,7 +425,9 @@ mod tests {
                         "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
                         "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                         "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                        "port": {"x-kubernetes-int-or-string": true}
+                        "port": {"x-kubernetes-int-or-string": true},
+                        "ca": {"type": "string", "format": "byte"},
+                        "count": {"type": "integer", "format": "int32"}
                     }
                 }
             }
@@ -418,6 +448,24 @@ mod tests {
         assert_eq!(got, want, "causes for {object}");
         assert_eq!(findings.unknown, unknown);
         object
+    }
+
+    #[test]
+    fn bytes_are_base64_and_32_bit_numbers_fit() {
+        check(
+            json!({"spec": {"size": 1, "ca": "aGVsbG8=", "count": 7, "port": -5}}),
+            &[],
+            &[],
+        );
+        check(
+            json!({"spec": {"size": 1, "ca": "!!not base64", "count": 4294967296_i64, "port": -9223372036854775808_i64}}),
+            &[
+                ("spec.ca", "FieldValueInvalid"),
+                ("spec.count", "FieldValueInvalid"),
+                ("spec.port", "FieldValueInvalid"),
+            ],
+            &[],
+        );
     }
 
     #[test]

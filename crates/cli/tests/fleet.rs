@@ -362,6 +362,8 @@ fn unreachable_repositories_and_missing_branches_are_conditions_not_crashes() {
         &format!("file://{}/allowed/../outside", work.path().display()),
         "main",
     );
+    // A bare path is on the server's disk too: refused, not read.
+    apply("bare", &outside.display().to_string(), "main");
     apply("bad-credential", "https://example.invalid/repo.git", "main");
     server.kubectl_ok(&[
         "patch",
@@ -411,9 +413,12 @@ fn unreachable_repositories_and_missing_branches_are_conditions_not_crashes() {
             && reason("bad-credential") == "CredentialNotFound"
             && reason("outside") == "FileRepositoryNotAllowed"
             && reason("sneaky") == "FileRepositoryNotAllowed"
+            && reason("bare") == "FileRepositoryNotAllowed"
     });
     assert!(
-        bundle(&server, "outside").is_none() && bundle(&server, "sneaky").is_none(),
+        ["outside", "sneaky", "bare"]
+            .iter()
+            .all(|name| bundle(&server, name).is_none()),
         "nothing was read from outside"
     );
     let message = condition(&git_repo(&server, "ssh-no-hosts"), "Accepted")["message"].clone();

@@ -479,7 +479,8 @@ async fn write_deployment(
 }
 
 /// When the cluster's agent was last heard from, if its tunnel is down now (from its
-/// ClusterConnection); `None` while it is up, or for a cluster that has no agent yet.
+/// ClusterConnection; empty if it never connected); `None` while it is up, or for a cluster
+/// that has no ClusterConnection.
 fn offline_since(ctx: &Context, namespace: &str, cluster: &str) -> Option<String> {
     let connection = ctx
         .caches
@@ -489,7 +490,7 @@ fn offline_since(ctx: &Context, namespace: &str, cluster: &str) -> Option<String
     (status["connected"] == false).then(|| {
         status["lastHeartbeat"]
             .as_str()
-            .unwrap_or("before the server last started")
+            .unwrap_or_default()
             .to_string()
     })
 }
@@ -524,10 +525,10 @@ fn standing(
     let (state, message) = match status {
         _ if !ready && offline_since.is_some() => (
             "Offline",
-            format!(
-                "the cluster's agent is disconnected (last heard from {})",
-                offline_since.unwrap_or_default()
-            ),
+            match offline_since.unwrap_or_default() {
+                "" => "the cluster's agent has not connected yet".to_string(),
+                at => format!("the cluster's agent is disconnected (last heard from {at})"),
+            },
         ),
         None => (
             "WaitApplied",

@@ -101,6 +101,53 @@ pub enum GitError {
     Local { dir: String, reason: String },
 }
 
+impl GitError {
+    /// The same error with `secret` replaced wherever it appears.
+    fn without(self, secret: &str) -> GitError {
+        let scrub = |text: String| text.replace(secret, "***");
+        match self {
+            GitError::UnsupportedUrl(url) => GitError::UnsupportedUrl(scrub(url)),
+            GitError::InvalidCaBundle(reason) => GitError::InvalidCaBundle(scrub(reason)),
+            GitError::InvalidName(name) => GitError::InvalidName(scrub(name)),
+            GitError::SshKeyMissing { url } => GitError::SshKeyMissing { url: scrub(url) },
+            GitError::Unreachable { url, reason } => GitError::Unreachable {
+                url: scrub(url),
+                reason: scrub(reason),
+            },
+            GitError::Unauthorized { url, reason } => GitError::Unauthorized {
+                url: scrub(url),
+                reason: scrub(reason),
+            },
+            GitError::HostKeyRefused { url, reason } => GitError::HostKeyRefused {
+                url: scrub(url),
+                reason: scrub(reason),
+            },
+            GitError::NoSuchBranch { url, branch } => GitError::NoSuchBranch {
+                url: scrub(url),
+                branch,
+            },
+            GitError::NoSuchRevision { url, revision } => GitError::NoSuchRevision {
+                url: scrub(url),
+                revision,
+            },
+            GitError::NoSuchPath { path, commit } => GitError::NoSuchPath { path, commit },
+            GitError::Local { dir, reason } => GitError::Local {
+                dir,
+                reason: scrub(reason),
+            },
+        }
+    }
+}
+
+/// The password of a URL's user information (`https://user:password@host/...`).
+fn url_password(url: &str) -> Option<&str> {
+    let (_, rest) = url.split_once("://")?;
+    let authority = rest.split('/').next()?;
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    let (_, password) = userinfo.split_once(':')?;
+    (!password.is_empty()).then_some(password)
+}
+
 /// What a fetch found: the commit the branch or revision points at.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fetched {
@@ -114,8 +161,23 @@ const SSH_STDERR: &str = "stderr";
 const TRACKING: &str = "refs/lariat/deployed";
 
 /// Fetches `source`'s branch or revision (its commit only) into the bare repository at
-/// `dir`, creating it on first use.
+/// `dir`, creating it on first use. A password in the URL, or the Secret's, is in no error.
 pub fn fetch(dir: &Path, source: &Source) -> Result<Fetched, GitError> {
+    let mut result = fetch_unscrubbed(dir, source);
+    let secrets = [
+        url_password(&source.url),
+        match &source.auth {
+            Some(Credential::Basic(auth)) => Some(auth.password.as_str()),
+            _ => None,
+        },
+    ];
+    for secret in secrets.into_iter().flatten().filter(|s| s.len() >= 3) {
+        result = result.map_err(|e| e.without(secret));
+    }
+    result
+}
+
+fn fetch_unscrubbed(dir: &Path, source: &Source) -> Result<Fetched, GitError> {
     // gix's https client (reqwest) takes rustls' process-wide provider: ring, lariat's one.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let url = &source.url;
@@ -133,7 +195,10 @@ pub fn fetch(dir: &Path, source: &Source) -> Result<Fetched, GitError> {
     // The key and known hosts live in files only for the length of the fetch.
     let mut ssh_files = None;
     let options = match scheme {
-        gix::url::Scheme::Https | gix::url::Scheme::Http | gix::url::Scheme::File => isolated(),
+        gix::url::Scheme::Https | gix::url::Scheme::Http => isolated(),
+        // Only an explicit `file://` URL is a repository on this disk: gix would also take a
+        // bare path, which the server's allowed directories (checked on `file://`) never see.
+        gix::url::Scheme::File if url.starts_with("file://") => isolated(),
         gix::url::Scheme::Ssh => {
             let Some(Credential::Ssh(key)) = &source.auth else {
                 return Err(GitError::SshKeyMissing { url: url.clone() });
@@ -297,7 +362,9 @@ fn trusting(
     let certificates = reqwest::Certificate::from_pem_bundle(pem)
         .map_err(|e| GitError::InvalidCaBundle(describe(&e)))?;
     if certificates.is_empty() {
-        return Err(GitError::InvalidCaBundle("it is empty".into()));
+        return Err(GitError::InvalidCaBundle(
+            "no BEGIN CERTIFICATE block in it (it is the PEM text, base64-encoded once more in the GitRepo)".into(),
+        ));
     }
     let options = repo
         .transport_options(gix::bstr::BStr::new(url), None)

@@ -111,7 +111,9 @@ async fn credential(ctx: &Context, repo: &GitRepo) -> Result<Option<Credential>,
 /// a directory the server allows (after resolving `..` and symlinks).
 fn file_allowed(ctx: &Context, url: &str) -> bool {
     let Some(path) = url.strip_prefix("file://") else {
-        return true;
+        // Anything else git would read from this disk (a bare or relative path) is refused.
+        return !gix::url::parse(gix::bstr::BStr::new(url))
+            .is_ok_and(|parsed| parsed.scheme == gix::url::Scheme::File);
     };
     let raw = std::path::Path::new(path);
     if raw
@@ -169,7 +171,17 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
     let mut status = before.clone();
     let mut list = status.conditions.take().unwrap_or_default();
     let generation = repo.metadata.generation.unwrap_or(0);
-    let interval = match polling_interval(&repo) {
+    // Its name labels its Bundles (`fleet.cattle.io/repo-name`): a label value's 63 at most.
+    let checked = if repo.name_any().len() > 63 {
+        Err(format!(
+            "the name {:?} is {} characters; a GitRepo's name labels its Bundles, so 63 at most",
+            repo.name_any(),
+            repo.name_any().len()
+        ))
+    } else {
+        polling_interval(&repo)
+    };
+    let interval = match checked {
         Ok(interval) => interval,
         Err(message) => {
             conditions::set(&mut list, "Accepted", false, "InvalidSpec", &message);
@@ -220,7 +232,7 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
         _ if !file_allowed(&ctx, &repo.spec.repo) => Err((
             "FileRepositoryNotAllowed",
             format!(
-                "{} is on the server's own disk, outside the directories it allows (lariat server --fleet-file-repos DIR)",
+                "{} is on the server's own disk: only a file:// URL inside a directory the server allows (lariat server --fleet-file-repos DIR) is read",
                 repo.spec.repo
             ),
         )),
@@ -282,7 +294,8 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
         }
         Some((reason, message)) => {
             if conditions::set(&mut list, "Accepted", false, reason, &message) {
-                tracing::warn!(gitrepo = %format!("{namespace}/{}", repo.name_any()), reason, %message, "GitRepo not accepted");
+                // Debug-formatted: a URL or name with a newline cannot forge log lines.
+                tracing::warn!(gitrepo = %format!("{namespace}/{}", repo.name_any()), reason, message = ?message, "GitRepo not accepted");
                 ctx.events
                     .publish(
                         repo.as_ref(),

@@ -23,14 +23,22 @@ use crate::target::{Candidate, chooses};
 /// Below this many clusters, automatic partitioning is off (as in Fleet).
 const AUTO_PARTITION_THRESHOLD: usize = 200;
 
-/// A number of clusters, or a percentage of `count` (rounded down), at least one.
+/// Partitions a strategy may list: each is matched against every cluster at every rollout
+/// step, and all of them are in the Bundle's status.
+pub const MAX_PARTITIONS: usize = 256;
+
+/// A number of clusters, or a percentage of `count` (rounded down), at least one and at most
+/// `count` (more than every cluster means every cluster).
 pub fn limit(count: usize, value: Option<&IntOrString>, default: &str) -> Result<usize, String> {
     let resolved = match value {
-        Some(IntOrString::Int(n)) => (*n).max(0) as usize,
+        Some(IntOrString::Int(n)) if *n < 0 => {
+            return Err(format!("{n} is negative"));
+        }
+        Some(IntOrString::Int(n)) => *n as usize,
         Some(IntOrString::String(text)) => percentage(count, text)?,
         None => percentage(count, default)?,
     };
-    Ok(resolved.max(1))
+    Ok(resolved.min(count).max(1))
 }
 
 fn percentage(count: usize, text: &str) -> Result<usize, String> {
@@ -40,8 +48,10 @@ fn percentage(count: usize, text: &str) -> Result<usize, String> {
     let percent: f64 = text
         .strip_suffix('%')
         .and_then(|p| p.trim().parse().ok())
-        .filter(|p: &f64| p.is_finite() && *p >= 0.0)
-        .ok_or_else(|| format!("{text:?} is neither a number nor a percentage such as 25%"))?;
+        .filter(|p: &f64| p.is_finite() && (0.0..=100.0).contains(p))
+        .ok_or_else(|| {
+            format!("{text:?} is neither a number nor a percentage from 0% to 100%, such as 25%")
+        })?;
     Ok((count as f64 * percent / 100.0) as usize)
 }
 
@@ -55,12 +65,25 @@ pub fn validate(strategy: &RolloutStrategy) -> Result<(), String> {
         "maxUnavailablePartitions",
         strategy.max_unavailable_partitions.as_ref(),
     )?;
-    check("autoPartitionSize", strategy.auto_partition_size.as_ref())?;
-    for (i, partition) in strategy.partitions.iter().flatten().enumerate() {
+    // autoPartitionSize 0 or less turns automatic partitions off, as in Fleet.
+    if !matches!(strategy.auto_partition_size, Some(IntOrString::Int(_))) {
+        check("autoPartitionSize", strategy.auto_partition_size.as_ref())?;
+    }
+    let partitions = strategy.partitions.as_deref().unwrap_or_default();
+    if partitions.len() > MAX_PARTITIONS {
+        return Err(format!(
+            "rolloutStrategy.partitions: {} partitions, at most {MAX_PARTITIONS}",
+            partitions.len()
+        ));
+    }
+    for (i, partition) in partitions.iter().enumerate() {
         check(
             &format!("partitions[{i}].maxUnavailable"),
             partition.max_unavailable.as_ref(),
         )?;
+        crate::target::target_problem(&partition.target).map_or(Ok(()), |e| {
+            Err(format!("rolloutStrategy.partitions[{i}].{e}"))
+        })?;
     }
     Ok(())
 }
@@ -252,6 +275,9 @@ mod tests {
         assert_eq!(limit(10, Some(&pct("1%")), "100%"), Ok(1));
         assert_eq!(limit(10, Some(&IntOrString::Int(3)), "100%"), Ok(3));
         assert_eq!(limit(10, Some(&IntOrString::Int(0)), "100%"), Ok(1));
+        assert_eq!(limit(10, Some(&IntOrString::Int(50)), "100%"), Ok(10));
+        assert!(limit(10, Some(&IntOrString::Int(-5)), "100%").is_err());
+        assert!(limit(10, Some(&pct("99999999999999999999%")), "100%").is_err());
         assert_eq!(limit(10, Some(&pct("4")), "100%"), Ok(4));
         assert!(
             limit(10, Some(&pct("half")), "100%")

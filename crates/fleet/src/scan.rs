@@ -76,6 +76,20 @@ fn fleet_yaml(file: &str, content: &[u8]) -> Result<FleetYaml, ScanError> {
     if let Some(strategy) = &parsed.rollout_strategy {
         crate::rollout::validate(strategy).map_err(fail)?;
     }
+    for (i, customization) in parsed.target_customizations.iter().flatten().enumerate() {
+        if let Some(problem) = crate::target::target_problem(&customization.target) {
+            return Err(fail(format!("targetCustomizations[{i}].{problem}")));
+        }
+    }
+    for (i, dependency) in parsed.depends_on.iter().flatten().enumerate() {
+        if let Some(problem) = dependency
+            .selector
+            .as_ref()
+            .and_then(lariat_api::names::selector_problem)
+        {
+            return Err(fail(format!("dependsOn[{i}].selector: {problem}")));
+        }
+    }
     Ok(parsed)
 }
 
@@ -148,6 +162,14 @@ pub fn bundles(
             .map(|p| if p == "." { String::new() } else { p })
             .collect()
     };
+    for (i, target) in targets.iter().enumerate() {
+        if let Some(problem) = crate::target::target_problem(target) {
+            return Err(ScanError {
+                file: format!("the GitRepo's spec.targets[{i}]"),
+                reason: problem,
+            });
+        }
+    }
     let mut roots: Vec<String> = Vec::new();
     for path in &paths {
         if !files.iter().any(|(file, _)| within(file, path)) {
@@ -468,6 +490,46 @@ mod tests {
         assert!(
             error.reason.contains("rolloutStrategy.maxUnavailable")
                 && error.reason.contains("most"),
+            "{error}"
+        );
+        for (fleet_yaml, expected) in [
+            (
+                "targetCustomizations:\n- clusterSelector: {matchExpressions: [{key: env, operator: Bogus, values: [x]}]}\n",
+                "targetCustomizations[0].clusterSelector",
+            ),
+            (
+                "dependsOn:\n- selector: {matchLabels: {\"a b\": x}}\n",
+                "dependsOn[0].selector",
+            ),
+            (
+                "rolloutStrategy:\n  partitions:\n  - clusterSelector: {matchExpressions: [{key: env, operator: In}]}\n",
+                "rolloutStrategy.partitions[0].clusterSelector",
+            ),
+            ("rolloutStrategy:\n  maxUnavailable: -5\n", "negative"),
+        ] {
+            let error = bundles(
+                &[file("fleet.yaml", fleet_yaml), file("a.yaml", CM)],
+                &[],
+                &[],
+                &options,
+            )
+            .unwrap_err();
+            assert!(error.reason.contains(expected), "{error}");
+        }
+        let bad_target = Target {
+            cluster_selector: Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                    match_labels: Some([("a b".to_string(), "x".to_string())].into()),
+                    ..Default::default()
+                },
+            ),
+            ..Default::default()
+        };
+        let error = bundles(&[file("a.yaml", CM)], &[], &[bad_target], &options).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("the GitRepo's spec.targets[0]: clusterSelector"),
             "{error}"
         );
         let error = bundles(&[file("a.yaml", CM)], &["missing".into()], &[], &options).unwrap_err();

@@ -56,6 +56,22 @@ pub fn chooses(target: &Target, cluster: &Candidate<'_>, groups: &[&ClusterGroup
     !set.is_empty() && set.iter().all(|ok| *ok)
 }
 
+/// Why a target's selectors are not valid label selectors, if one is not (`clusterSelector:
+/// ...` or `clusterGroupSelector: ...`).
+pub fn target_problem(target: &Target) -> Option<String> {
+    [
+        ("clusterSelector", target.cluster_selector.as_ref()),
+        (
+            "clusterGroupSelector",
+            target.cluster_group_selector.as_ref(),
+        ),
+    ]
+    .into_iter()
+    .find_map(|(field, selector)| {
+        lariat_api::names::selector_problem(selector?).map(|e| format!("{field}: {e}"))
+    })
+}
+
 /// The target of a Bundle that decides what `cluster` gets, or `None` when the bundle does not
 /// go there (no target chooses it, a restriction excludes it, or its target says
 /// `doNotDeploy`).

@@ -131,11 +131,37 @@ fn unreachable_and_unsupported_repositories_are_named() {
         git::fetch(&clone, &source("ftp://example.com/repo".into())),
         Err(GitError::UnsupportedUrl(_))
     ));
+    // A repository on this disk only as `file://`: a bare or relative path is refused (the
+    // server checks its allowed directories on `file://` URLs).
+    let (upstream, _) = repository(root.path(), &[("cm.yaml", "v: 1\n")]);
+    for bare in [
+        upstream.display().to_string(),
+        format!("{}/.git", upstream.display()),
+        "upstream".to_string(),
+        "./upstream".to_string(),
+    ] {
+        assert!(
+            matches!(
+                git::fetch(&clone, &source(bare.clone())),
+                Err(GitError::UnsupportedUrl(_))
+            ),
+            "{bare}"
+        );
+    }
     let refused = git::fetch(&clone, &source("http://127.0.0.1:1/repo.git".into()));
     assert!(
         matches!(refused, Err(GitError::Unreachable { .. })),
         "{refused:?}"
     );
+    // A password in the URL is in no error.
+    let refused = git::fetch(
+        &clone,
+        &source("https://deploy:hunter2-token@127.0.0.1:1/repo.git".into()),
+    )
+    .unwrap_err();
+    let text = format!("{refused} {refused:?}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(text.contains("deploy:***@127.0.0.1"), "{text}");
 }
 
 mod http {
