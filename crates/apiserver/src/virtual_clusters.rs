@@ -27,6 +27,8 @@ struct VirtualCluster {
     router: Router,
     /// The cluster's own CA, which signs its client certificates.
     pki: Arc<Pki>,
+    /// Dropped with the cluster, which stops its garbage collector.
+    _collector: tokio::sync::watch::Sender<bool>,
 }
 
 /// The owner of a simulated cluster's kubeconfig credential: issuing a new kubeconfig revokes
@@ -104,12 +106,18 @@ impl VirtualClusters {
         if clusters.contains_key(key) {
             return Ok(false);
         }
+        // Its own garbage collector: owner references, foreground deletion and namespaces
+        // being deleted (their contents, then the `kubernetes` finalizer), as a real
+        // cluster's kube-controller-manager does.
+        let (collector, stop) = tokio::sync::watch::channel(false);
+        tokio::spawn(crate::gc::run(state.resources.clone(), stop));
         clusters.insert(
             key.to_string(),
             VirtualCluster {
                 state,
                 router,
                 pki: Arc::new(pki),
+                _collector: collector,
             },
         );
         Ok(true)

@@ -304,6 +304,42 @@ fn a_git_repo_becomes_bundles_follows_new_commits_and_keeps_the_last_good_one() 
         },
     );
 
+    // Paused: a new commit is fetched and waits, and the GitRepo says so.
+    server.kubectl_ok(&[
+        "patch",
+        "gitrepo",
+        "platform",
+        "-n",
+        "fleet-default",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"paused":true}}"#,
+    ]);
+    let waiting = commit(&upstream, &[("apps/later.yaml", CONFIG_MAP)]);
+    eventually("the paused GitRepo says the commit waits", || {
+        let repo = git_repo(&server, "platform");
+        let accepted = condition(&repo, "Accepted");
+        repo["status"]["pollingCommit"] == waiting.as_str()
+            && repo["status"]["commit"] == fixed.as_str()
+            && accepted["reason"] == "Paused"
+            && accepted["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(&format!("spec.paused: commit {}", &waiting[..12])))
+    });
+    server.kubectl_ok(&[
+        "patch",
+        "gitrepo",
+        "platform",
+        "-n",
+        "fleet-default",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"paused":false}}"#,
+    ]);
+    eventually("unpaused, it is deployed", || {
+        git_repo(&server, "platform")["status"]["commit"] == waiting.as_str()
+    });
+
     // Deleting the GitRepo deletes its bundles and its clone.
     let uid = git_repo(&server, "platform")["metadata"]["uid"]
         .as_str()
@@ -405,7 +441,7 @@ fn unreachable_repositories_and_missing_branches_are_conditions_not_crashes() {
     pinned("no-revision", "v9");
     let reason = |name: &str| condition(&git_repo(&server, name), "Accepted")["reason"].clone();
     eventually("each says what is wrong", || {
-        reason("ssh-no-hosts") == "CredentialNotFound"
+        reason("ssh-no-hosts") == "InvalidCredential"
             && reason("no-revision") == "RevisionNotFound"
             && git_repo(&server, "pinned")["status"]["commit"] == first.as_str()
             && reason("no-branch") == "BranchNotFound"
@@ -845,6 +881,8 @@ fn an_imported_clusters_agent_applies_its_bundles_and_says_what_became_of_them()
     eventually("the change is reported as drift", || {
         let bd = the_bundle_deployment(&management, "platform");
         bd["status"]["modifiedStatus"][0]["patch"] == r#"{"data":{"color":"blue"}}"#
+            // What `kubectl get bundledeployments` shows as its STATUS.
+            && fleet_condition(&bd, "Ready").1 == "ConfigMap default/settings changed: data.color"
             && first_group(&management, "platform")["message"]
                 == "ConfigMap default/settings changed: data.color"
     });
@@ -1460,6 +1498,63 @@ fn depends_on_holds_a_bundle_back_until_its_dependency_is_ready_and_a_cycle_is_r
             })
             && repo["status"]["commit"] == good.as_str()
     });
+
+    // A second GitRepo deploying the same object to the same cluster is refused there, as
+    // Helm and Fleet refuse one object in two releases; the first keeps it.
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: fleet.cattle.io/v1alpha1\nkind: GitRepo\nmetadata:\n  name: copy\n  namespace: fleet-default\nspec:\n  repo: file://{}\n  branch: main\n  paths: [app]\n  targets:\n  - clusterName: solo\n",
+            upstream.display()
+        ),
+    );
+    eventually_within(Duration::from_secs(60), "the copy is refused", || {
+        let group = first_group(&server, "copy-app");
+        group["state"] == "ErrApplied"
+            && group["message"].as_str().is_some_and(|m| {
+                m.contains("ConfigMap default/settings is deployed by bundle platform-app already")
+            })
+    });
+    let owner = || {
+        String::from_utf8_lossy(
+            &in_cluster(&[
+                "get",
+                "configmap",
+                "settings",
+                "-n",
+                "default",
+                "-o",
+                "jsonpath={.metadata.labels.fleet\\.lariat\\.dev/bundle-deployment}",
+            ])
+            .stdout,
+        )
+        .to_string()
+    };
+    assert_eq!(owner(), "platform-app");
+    server.kubectl_ok(&["delete", "gitrepo", "copy", "-n", "fleet-default"]);
+    eventually("the copy's bundle is gone", || {
+        bundle(&server, "copy-app").is_none()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(owner(), "platform-app", "the first bundle still owns it");
+    // Deleting the owner's GitRepo removes it from the cluster: nothing is orphaned.
+    server.kubectl_ok(&["delete", "gitrepo", "platform", "-n", "fleet-default"]);
+    eventually_within(
+        Duration::from_secs(40),
+        "its objects leave the cluster",
+        || {
+            !in_cluster(&["get", "configmap", "settings", "-n", "default"])
+                .status
+                .success()
+        },
+    );
+    // A namespace of the cluster is deleted as in a real cluster (contents, then itself).
+    let deleted = in_cluster(&["delete", "namespace", "team-a", "--timeout=30s"]);
+    assert!(
+        deleted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deleted.stderr)
+    );
 }
 
 /// Applies GitRepo `platform` in fleet-default for the repository at `repo`, on branch main,

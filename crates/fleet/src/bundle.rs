@@ -361,6 +361,15 @@ fn unavailable(bd: &BundleDeployment) -> bool {
         .is_none_or(|s| s.applied_deployment_id != bd.spec.deployment_id || !s.ready)
 }
 
+/// "1 cluster", "2 clusters".
+fn clusters(count: usize) -> String {
+    if count == 1 {
+        "1 cluster".into()
+    } else {
+        format!("{count} clusters")
+    }
+}
+
 /// Why a cluster keeps its version while the new one waits, in words for its standing.
 fn held_because(plan: &Plan, member: usize, paused: bool, strategy_error: Option<&str>) -> String {
     if paused {
@@ -373,13 +382,16 @@ fn held_because(plan: &Plan, member: usize, paused: bool, strategy_error: Option
     let name = partition.name.as_deref().unwrap_or_default();
     if plan.unavailable >= plan.max_unavailable {
         format!(
-            "the new version waits for the rollout: {} clusters unavailable, maxUnavailable {}",
-            plan.unavailable, plan.max_unavailable
+            "the new version waits for the rollout: {} unavailable, maxUnavailable {}",
+            clusters(plan.unavailable),
+            plan.max_unavailable
         )
     } else if partition.unavailable >= partition.max_unavailable {
         format!(
-            "the new version waits for the rollout: partition {name} has {} of {} clusters unavailable, maxUnavailable {}",
-            partition.unavailable, partition.count, partition.max_unavailable
+            "the new version waits for the rollout: partition {name} has {} of {} unavailable, maxUnavailable {}",
+            partition.unavailable,
+            clusters(partition.count as usize),
+            partition.max_unavailable
         )
     } else {
         format!(

@@ -93,7 +93,9 @@ pub enum GitError {
     HostKeyRefused { url: String, reason: String },
     #[error("branch {branch:?} does not exist in {url}")]
     NoSuchBranch { url: String, branch: String },
-    #[error("revision {revision:?} is no tag, branch or commit {url} serves")]
+    #[error(
+        "revision {revision:?} is no tag, branch or commit {url} serves (a commit is named by its full 40-character id)"
+    )]
     NoSuchRevision { url: String, revision: String },
     #[error("path {path:?} does not exist at commit {commit}")]
     NoSuchPath { path: String, commit: String },

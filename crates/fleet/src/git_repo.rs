@@ -66,7 +66,10 @@ fn polling_interval(repo: &GitRepo) -> Result<Duration, String> {
 /// The credential `spec.clientSecretName` names: `username` and `password` for https (a
 /// token is a password), as a `kubernetes.io/basic-auth` Secret holds them, or
 /// `ssh-privatekey` and `known_hosts` for ssh, as Fleet's `kubernetes.io/ssh-auth` ones do.
-async fn credential(ctx: &Context, repo: &GitRepo) -> Result<Option<Credential>, String> {
+async fn credential(
+    ctx: &Context,
+    repo: &GitRepo,
+) -> Result<Option<Credential>, (&'static str, String)> {
     let Some(name) = repo.spec.client_secret_name.as_deref() else {
         return Ok(None);
     };
@@ -75,11 +78,17 @@ async fn credential(ctx: &Context, repo: &GitRepo) -> Result<Option<Credential>,
     let secret = match secrets.get_opt(name).await {
         Ok(Some(secret)) => secret,
         Ok(None) => {
-            return Err(format!(
-                "spec.clientSecretName: Secret {namespace}/{name} does not exist"
+            return Err((
+                "CredentialNotFound",
+                format!("spec.clientSecretName: Secret {namespace}/{name} does not exist"),
             ));
         }
-        Err(e) => return Err(format!("cannot read Secret {namespace}/{name}: {e}")),
+        Err(e) => {
+            return Err((
+                "CredentialNotFound",
+                format!("cannot read Secret {namespace}/{name}: {e}"),
+            ));
+        }
     };
     let mut data = secret.data.unwrap_or_default();
     let mut take = |key: &str| data.remove(key).map(|v| v.0);
@@ -94,15 +103,21 @@ async fn credential(ctx: &Context, repo: &GitRepo) -> Result<Option<Credential>,
             private_key,
             known_hosts,
         }))),
-        (_, _, Some(_), None) => Err(format!(
-            "Secret {namespace}/{name} has an ssh-privatekey but no known_hosts: add the server's host keys (ssh-keyscan HOST) under known_hosts, so lariat knows it talks to the right server"
+        (_, _, Some(_), None) => Err((
+            "InvalidCredential",
+            format!(
+                "Secret {namespace}/{name} has an ssh-privatekey but no known_hosts: add the server's host keys (ssh-keyscan [-p PORT] HOST) under known_hosts, so lariat knows it talks to the right server"
+            ),
         )),
         (Some(username), Some(password), None, _) => Ok(Some(Credential::Basic(BasicAuth {
             username: text(username),
             password: text(password),
         }))),
-        _ => Err(format!(
-            "Secret {namespace}/{name} has neither username and password (https) nor ssh-privatekey and known_hosts (ssh)"
+        _ => Err((
+            "InvalidCredential",
+            format!(
+                "Secret {namespace}/{name} has neither username and password (https) nor ssh-privatekey and known_hosts (ssh)"
+            ),
         )),
     }
 }
@@ -236,7 +251,7 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
                 repo.spec.repo
             ),
         )),
-        Err(message) => Err(("CredentialNotFound", message)),
+        Err(refused) => Err(refused),
         Ok(auth) => {
             let source = Source {
                 url: repo.spec.repo.clone(),
@@ -288,7 +303,20 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
             }
         }
     };
+    let waiting = status
+        .polling_commit
+        .as_ref()
+        .filter(|fetched| repo.spec.paused && status.commit.as_ref() != Some(*fetched));
     match refused {
+        // Paused: said on the GitRepo, so a commit that does not go out is not a mystery.
+        None if waiting.is_some() => {
+            let fetched = waiting.map(String::as_str).unwrap_or_default();
+            let message = format!(
+                "spec.paused: commit {} is fetched and waits; {kept}",
+                &fetched[..fetched.len().min(12)]
+            );
+            conditions::set(&mut list, "Accepted", true, "Paused", &message);
+        }
         None => {
             conditions::set(&mut list, "Accepted", true, "", "");
         }

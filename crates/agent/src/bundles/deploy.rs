@@ -568,6 +568,25 @@ async fn found_already(
             Err(kube::Error::Api(e)) if e.code == 404 => None,
             Err(e) => return Err(format!("cannot read {}: {e}", desired.key)),
         };
+        // Another BundleDeployment's, while that one still holds it: a conflict, as Helm
+        // and Fleet refuse one object in two releases (taking it over would leave it to
+        // whichever goes last, and then orphaned).
+        let owner = existing
+            .as_ref()
+            .and_then(|o| o.labels().get(BUNDLE_DEPLOYMENT_LABEL).cloned())
+            .filter(|owner| owner != bundle_deployment);
+        if let Some(owner) = owner
+            && record(agent, &owner)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.resources.contains(&desired.key))
+        {
+            return Err(format!(
+                "{} is deployed by bundle {owner} already: one object cannot belong to two bundles",
+                desired.key
+            ));
+        }
         let foreign = existing.is_some_and(|o| {
             o.labels().get(BUNDLE_DEPLOYMENT_LABEL).map(String::as_str) != Some(bundle_deployment)
         });

@@ -456,7 +456,17 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
             &message,
             &now,
         );
-        status.display.get_or_insert_with(Default::default).state = Some("WaitApplied".into());
+        FleetCondition::set(
+            conditions,
+            "Ready",
+            false,
+            DEPENDENCY_NOT_READY,
+            &message,
+            &now,
+        );
+        let display = status.display.get_or_insert_with(Default::default);
+        display.deployed = Some("False".into());
+        display.state = Some("WaitApplied".into());
         write_status(&ctx, &bd, status).await?;
         return Ok(Action::requeue(RETRY_FAILED_APPLY));
     }

@@ -469,12 +469,19 @@ pub(super) fn report(
     status.non_modified = unmodified;
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     FleetCondition::set(conditions, "Deployed", true, "", "", now);
+    // Ready, as Fleet's, only when nothing is changed either: `kubectl get
+    // bundledeployments` shows this condition's message as the reason it is not.
+    let (reason, message) = match (ready, unmodified) {
+        (true, true) => ("", String::new()),
+        (false, _) => ("NotReady", summary(not_ready)),
+        (true, false) => ("Modified", summary(drifted.clone())),
+    };
     FleetCondition::set(
         conditions,
         "Ready",
-        ready,
-        if ready { "" } else { "NotReady" },
-        &summary(not_ready),
+        ready && unmodified,
+        reason,
+        &message,
         now,
     );
     FleetCondition::set(
