@@ -111,9 +111,20 @@ fn parse(provider: Provider, body: &[u8]) -> Result<Push, ApiError> {
             branch,
             commit,
         }),
-        _ => Err(ApiError::bad_request(
-            "the push names no repository URL, branch (ref refs/heads/...) or commit (a hex SHA)",
-        )),
+        (no_url, branch, commit) => {
+            let missing: Vec<&str> = [
+                no_url.then_some("repository URL"),
+                branch.is_none().then_some("branch (ref refs/heads/...)"),
+                commit.is_none().then_some("commit (a hex SHA)"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            Err(ApiError::bad_request(format!(
+                "the push names no {}",
+                missing.join(", no ")
+            )))
+        }
     }
 }
 
@@ -341,6 +352,10 @@ mod tests {
         // A tag push names no branch.
         let tag = br#"{"ref":"refs/tags/v1","after":"abc","repository":{"clone_url":"https://github.com/o/r"}}"#;
         assert!(parse(Provider::GitHub, tag).is_err());
+        // What is missing is named, and only that.
+        let no_commit = br#"{"ref":"refs/heads/main","repository":{"clone_url":"https://github.com/o/r"}}"#;
+        let refused = parse(Provider::GitHub, no_commit).unwrap_err().to_string();
+        assert!(refused.ends_with("the push names no commit (a hex SHA)"), "{refused}");
         assert!(parse(Provider::GitHub, b"not json").is_err());
     }
 }

@@ -34,6 +34,9 @@ pub struct DiagnoseArgs {
 /// One cause and everything it holds back.
 #[derive(Serialize, Debug, PartialEq)]
 pub struct Group {
+    /// The GitRepo a cause is on, when it is the GitRepo's (no cluster involved).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub git_repo: Option<String>,
     pub state: String,
     pub message: String,
     pub clusters: Vec<String>,
@@ -79,16 +82,19 @@ pub async fn run(command: FleetCommand) -> anyhow::Result<()> {
     }
     for group in &groups {
         let count = group.clusters.len();
-        let who = match count {
-            0 => "no cluster yet".to_string(),
-            1 => "1 cluster".to_string(),
-            n => format!("{n} clusters"),
+        let who = match (&group.git_repo, count) {
+            (Some(repo), _) => format!("GitRepo {repo}"),
+            (None, 0) => "no cluster yet".to_string(),
+            (None, 1) => "1 cluster".to_string(),
+            (None, n) => format!("{n} clusters"),
         };
         println!("{who}  {}  {}", group.state, group.message);
         if count > 0 {
             println!("  clusters: {}", group.clusters.join(", "));
         }
-        println!("  bundles:  {}", group.bundles.join(", "));
+        if !group.bundles.is_empty() {
+            println!("  bundles:  {}", group.bundles.join(", "));
+        }
         println!("  next:     {}", group.next);
     }
     Ok(())
@@ -117,6 +123,7 @@ pub fn diagnose(repos: &[GitRepo], bundles: &[Bundle], namespace: &str) -> Vec<G
             });
         if let Some(condition) = refused {
             groups.push(Group {
+                git_repo: Some(repo.name_any()),
                 state: condition
                     .reason
                     .clone()
@@ -157,10 +164,19 @@ pub fn diagnose(repos: &[GitRepo], bundles: &[Bundle], namespace: &str) -> Vec<G
         .map(|((state, _), Merged { message, clusters, bundles })| {
             let first_bundle = bundles.iter().next().cloned().unwrap_or_default();
             let first_cluster = clusters.iter().next().cloned().unwrap_or_default();
-            Group {
-                next: format!(
+            // A rollout's hold is the Bundle's doing: its partitions say where it stands.
+            let next = if state == "OutOfSync" {
+                format!(
+                    "kubectl get bundle {first_bundle} -n {namespace} -o yaml   (status.partitions, spec.rolloutStrategy)"
+                )
+            } else {
+                format!(
                     "kubectl get bundledeployments -A -l fleet.cattle.io/bundle-name={first_bundle},fleet.cattle.io/cluster={first_cluster} -o yaml"
-                ),
+                )
+            };
+            Group {
+                git_repo: None,
+                next,
                 state,
                 message,
                 clusters: clusters.into_iter().collect(),
@@ -215,5 +231,29 @@ mod tests {
         assert_eq!(groups[0].bundles, ["apps", "infra"]);
         assert!(groups[0].next.contains("fleet.cattle.io/bundle-name=apps"));
         assert_eq!(groups[1].clusters, ["c"]);
+        assert_eq!(groups[0].git_repo, None);
+
+        // A GitRepo that cannot deploy comes first, named; a rollout's hold points at the
+        // Bundle's partitions.
+        let repo: GitRepo = serde_json::from_value(json!({
+            "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "GitRepo",
+            "metadata": {"name": "platform", "namespace": "fleet-default"},
+            "spec": {"repo": "file:///x"},
+            "status": {"conditions": [{"type": "Accepted", "status": "False",
+                "reason": "RevisionNotFound", "message": "revision \"v9\" is no tag"}]},
+        }))
+        .unwrap();
+        let held = [bundle(
+            "apps",
+            json!([{"state": "OutOfSync", "message": "the new version waits", "count": 1, "clusters": ["a"]}]),
+        )];
+        let groups = diagnose(&[repo], &held, "fleet-default");
+        assert_eq!(groups[0].git_repo.as_deref(), Some("platform"));
+        assert_eq!(groups[0].state, "RevisionNotFound");
+        assert!(
+            groups[1]
+                .next
+                .starts_with("kubectl get bundle apps -n fleet-default -o yaml")
+        );
     }
 }
