@@ -71,17 +71,22 @@ fn commit(repo: &Path, bundles: usize, version: &str) -> anyhow::Result<String> 
 }
 
 /// A GitRepo of `repo` for the clusters `selector` chooses, polled every `polling` (Fleet's
-/// default, 15 s, when `None`).
+/// default, 15 s, when `None`), its objects in `target_namespace` if given (one object
+/// belongs to one bundle: GitRepos of the same repository on one cluster need their own).
 fn git_repo(
     name: &str,
     repo: &Path,
     selector: serde_json::Value,
     polling: Option<&str>,
+    target_namespace: Option<&str>,
 ) -> anyhow::Result<GitRepo> {
     let mut spec = json!({"repo": format!("file://{}", repo.display()), "branch": "main",
                           "targets": [{"clusterSelector": selector}]});
     if let Some(polling) = polling {
         spec["pollingInterval"] = polling.into();
+    }
+    if let Some(namespace) = target_namespace {
+        spec["targetNamespace"] = namespace.into();
     }
     Ok(serde_json::from_value(json!({
         "apiVersion": lariat_api::fleet::API_VERSION, "kind": "GitRepo",
@@ -234,6 +239,7 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
                             &repo,
                             json!({"matchLabels": {"env": "bench"}}),
                             Some("5s"),
+                            None,
                         )?,
                     )
                     .await?;
@@ -274,6 +280,7 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
                     &repo,
                     json!({"matchLabels": {"team": format!("t{i:03}")}}),
                     None,
+                    Some(&format!("team-{i:03}")),
                 )?,
             )
             .await?;
