@@ -353,9 +353,13 @@ mod tests {
         let tag = br#"{"ref":"refs/tags/v1","after":"abc","repository":{"clone_url":"https://github.com/o/r"}}"#;
         assert!(parse(Provider::GitHub, tag).is_err());
         // What is missing is named, and only that.
-        let no_commit = br#"{"ref":"refs/heads/main","repository":{"clone_url":"https://github.com/o/r"}}"#;
+        let no_commit =
+            br#"{"ref":"refs/heads/main","repository":{"clone_url":"https://github.com/o/r"}}"#;
         let refused = parse(Provider::GitHub, no_commit).unwrap_err().to_string();
-        assert!(refused.ends_with("the push names no commit (a hex SHA)"), "{refused}");
+        assert!(
+            refused.ends_with("the push names no commit (a hex SHA)"),
+            "{refused}"
+        );
         assert!(parse(Provider::GitHub, b"not json").is_err());
     }
 }
