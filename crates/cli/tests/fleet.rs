@@ -157,10 +157,11 @@ fn commit(dir: &Path, files: &[(&str, &str)]) -> String {
 const CONFIG_MAP: &str =
     "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: blue\n";
 
-fn git_repo(server: &TestServer, name: &str) -> Value {
+/// An object of the `fleet-default` workspace, as `kubectl get RESOURCE NAME -o json` prints it.
+fn workspace_object(server: &TestServer, resource: &str, name: &str) -> Value {
     serde_json::from_str(&server.kubectl_ok(&[
         "get",
-        "gitrepo",
+        resource,
         name,
         "-n",
         "fleet-default",
@@ -168,6 +169,10 @@ fn git_repo(server: &TestServer, name: &str) -> Value {
         "json",
     ]))
     .unwrap()
+}
+
+fn git_repo(server: &TestServer, name: &str) -> Value {
+    workspace_object(server, "gitrepo", name)
 }
 
 fn condition(repo: &Value, type_: &str) -> Value {
@@ -611,18 +616,7 @@ fn bundles_go_to_the_clusters_their_labels_choose_and_follow_relabelling() {
 
     // No agent has connected: each Fleet Cluster waits for its check-in, and a ClusterGroup
     // of the prod ones counts them and names them.
-    let fleet_cluster = |name: &str| -> Value {
-        serde_json::from_str(&server.kubectl_ok(&[
-            "get",
-            "clusters.fleet.cattle.io",
-            name,
-            "-n",
-            "fleet-default",
-            "-o",
-            "json",
-        ]))
-        .unwrap()
-    };
+    let fleet_cluster = |name: &str| workspace_object(&server, "clusters.fleet.cattle.io", name);
     assert_eq!(
         fleet_cluster("a")["status"]["display"]["state"],
         "WaitCheckIn"
@@ -631,19 +625,7 @@ fn bundles_go_to_the_clusters_their_labels_choose_and_follow_relabelling() {
         &["apply", "-f", "-"],
         "apiVersion: fleet.cattle.io/v1alpha1\nkind: ClusterGroup\nmetadata:\n  name: prod\n  namespace: fleet-default\nspec:\n  selector: {matchLabels: {env: prod}}\n",
     );
-    let group_status = || -> Value {
-        serde_json::from_str::<Value>(&server.kubectl_ok(&[
-            "get",
-            "clustergroup",
-            "prod",
-            "-n",
-            "fleet-default",
-            "-o",
-            "json",
-        ]))
-        .unwrap()["status"]
-            .clone()
-    };
+    let group_status = || workspace_object(&server, "clustergroup", "prod")["status"].clone();
     eventually("the group counts its clusters", || {
         let status = group_status();
         status["clusterCount"] == 2
@@ -694,19 +676,11 @@ fn bundles_go_to_the_clusters_their_labels_choose_and_follow_relabelling() {
     });
 
     // A deleted cluster takes its Fleet Cluster, namespace and BundleDeployment with it.
-    let namespace = serde_json::from_str::<Value>(&server.kubectl_ok(&[
-        "get",
-        "clusters.fleet.cattle.io",
-        "b",
-        "-n",
-        "fleet-default",
-        "-o",
-        "json",
-    ]))
-    .unwrap()["status"]["namespace"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let namespace =
+        workspace_object(&server, "clusters.fleet.cattle.io", "b")["status"]["namespace"]
+            .as_str()
+            .unwrap()
+            .to_string();
     server.kubectl_ok(&[
         "delete",
         "cluster.cluster.x-k8s.io",
@@ -1051,19 +1025,8 @@ fn an_imported_clusters_agent_applies_its_bundles_and_says_what_became_of_them()
         "the cluster shows as offline",
         || first_group(&management, "platform")["state"] == "Offline",
     );
-    let fleet_cluster = || -> Value {
-        serde_json::from_str::<Value>(&management.kubectl_ok(&[
-            "get",
-            "clusters.fleet.cattle.io",
-            "edge",
-            "-n",
-            "fleet-default",
-            "-o",
-            "json",
-        ]))
-        .unwrap()["status"]
-            .clone()
-    };
+    let fleet_cluster =
+        || workspace_object(&management, "clusters.fleet.cattle.io", "edge")["status"].clone();
     eventually(
         "its Fleet Cluster says when its agent was last seen",
         || {

@@ -638,22 +638,12 @@ fn summarize(
         .map(str::to_string)
         .into_iter()
         .chain(failure_groups.iter().take(3).map(|g| {
-            let who = g
-                .clusters
-                .iter()
-                .take(3)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ");
-            let more = if g.count > 3 {
-                format!(" and {} more", g.count - 3)
-            } else {
-                String::new()
-            };
+            let who =
+                conditions::first_names(g.clusters.iter().map(String::as_str), g.count as usize);
             if g.message.is_empty() {
-                format!("{} on {who}{more}", g.state)
+                format!("{} on {who}", g.state)
             } else {
-                format!("{} on {who}{more}: {}", g.state, g.message)
+                format!("{} on {who}: {}", g.state, g.message)
             }
         }))
         .collect::<Vec<_>>()

@@ -81,20 +81,11 @@ fn summarize(before: &ClusterGroupStatus, members: &[Arc<FleetCluster>]) -> Clus
     let message = match not_ready.as_slice() {
         [] => String::new(),
         [(name, state, message)] => format!("{state} on {name}: {message}"),
-        _ => {
-            let names: Vec<&str> = not_ready.iter().take(3).map(|n| n.0.as_str()).collect();
-            let more = not_ready.len().saturating_sub(3);
-            let more = if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            };
-            format!(
-                "{} of {total} clusters are not ready: {}{more}",
-                not_ready.len(),
-                names.join(", ")
-            )
-        }
+        _ => format!(
+            "{} of {total} clusters are not ready: {}",
+            not_ready.len(),
+            crate::conditions::first_names(not_ready.iter().map(|n| n.0.as_str()), not_ready.len())
+        ),
     };
     let mut conditions = before.conditions.clone().unwrap_or_default();
     crate::conditions::set(

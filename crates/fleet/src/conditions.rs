@@ -15,6 +15,15 @@ pub fn set(
     FleetCondition::set(conditions, type_, status, reason, message, &now)
 }
 
+/// The first three of `count` names for a message: `a, b, c and 7 more`.
+pub fn first_names<'a>(names: impl IntoIterator<Item = &'a str>, count: usize) -> String {
+    let shown: Vec<&str> = names.into_iter().take(3).collect();
+    match count.saturating_sub(shown.len()) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
+}
+
 pub fn is_true(conditions: &[FleetCondition], type_: &str) -> bool {
     conditions
         .iter()
@@ -24,6 +33,13 @@ pub fn is_true(conditions: &[FleetCondition], type_: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_name_three_and_count_the_rest() {
+        assert_eq!(first_names(["a", "b"], 2), "a, b");
+        assert_eq!(first_names(["a", "b", "c"], 3), "a, b, c");
+        assert_eq!(first_names(["a", "b", "c", "d"], 10), "a, b, c and 7 more");
+    }
 
     #[test]
     fn an_unchanged_condition_is_not_rewritten() {
