@@ -104,6 +104,7 @@ pub fn builtin_crds() -> Vec<CustomResourceDefinition> {
     crds.extend(controlplane::crds());
     crds.extend(bootstrap::crds());
     crds.extend(infrastructure::crds());
+    crds.extend(infrastructure::aws::crds());
     crds.push(clusterctl::crd());
     crds.extend(management::crds());
     crds.extend(fleet::crds());

@@ -95,6 +95,32 @@ pub fn selector_problem(selector: &LabelSelector) -> Option<String> {
     None
 }
 
+/// Whether `labels` satisfy a label selector (`matchLabels` and `matchExpressions` with In,
+/// NotIn, Exists, DoesNotExist). An empty selector matches everything, as in Kubernetes.
+pub fn selects(
+    selector: &LabelSelector,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    let labels_match = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let expressions_match = selector.match_expressions.iter().flatten().all(|e| {
+        let value = labels.get(&e.key);
+        let values = e.values.as_deref().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            // An operator Kubernetes does not know selects nothing.
+            _ => false,
+        }
+    });
+    labels_match && expressions_match
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
 //! Checks lariat's generated Cluster API CRDs (core, kubeadm control plane, kubeadm bootstrap)
-//! against the upstream `v1beta1` CRDs, kind by kind.
+//! against the upstream `v1beta1` CRDs, and Cluster API AWS's against its `v1beta2` ones, kind
+//! by kind.
 
 mod support;
 
@@ -10,50 +11,92 @@ use kube::CustomResourceExt;
 use lariat_api::bootstrap::{KubeadmConfig, KubeadmConfigTemplate};
 use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
 use lariat_api::controlplane::{KubeadmControlPlane, KubeadmControlPlaneTemplate};
+use lariat_api::infrastructure::aws::{AWSClusterRoleIdentity, AWSClusterStaticIdentity};
 use serde_json::{Value, json};
+
+/// Where an upstream CRD comes from.
+#[derive(Clone, Copy)]
+enum Upstream {
+    ClusterApi,
+    ClusterApiAws,
+}
+
+impl Upstream {
+    fn dir(self) -> std::path::PathBuf {
+        match self {
+            Upstream::ClusterApi => support::reference_dir(),
+            Upstream::ClusterApiAws => support::reference_dir().join("../cluster-api-provider-aws"),
+        }
+    }
+
+    /// The version lariat serves, and stores, of the project's kinds.
+    fn version(self) -> &'static str {
+        match self {
+            Upstream::ClusterApi => "v1beta1",
+            Upstream::ClusterApiAws => "v1beta2",
+        }
+    }
+}
 
 /// One kind to compare: the upstream file and lariat's generated CRD.
 struct Kind {
+    upstream: Upstream,
     upstream_file: &'static str,
     crd: fn() -> CustomResourceDefinition,
 }
 
 const KINDS: &[Kind] = &[
     Kind {
+        upstream: Upstream::ClusterApi,
         upstream_file: "cluster.x-k8s.io_clusters.yaml",
         crd: Cluster::crd,
     },
     Kind {
+        upstream: Upstream::ClusterApi,
         upstream_file: "cluster.x-k8s.io_machinedeployments.yaml",
         crd: MachineDeployment::crd,
     },
     Kind {
+        upstream: Upstream::ClusterApi,
         upstream_file: "cluster.x-k8s.io_machinesets.yaml",
         crd: MachineSet::crd,
     },
     Kind {
+        upstream: Upstream::ClusterApi,
         upstream_file: "cluster.x-k8s.io_machines.yaml",
         crd: Machine::crd,
     },
     Kind {
+        upstream: Upstream::ClusterApi,
         upstream_file: "cluster.x-k8s.io_machinehealthchecks.yaml",
         crd: MachineHealthCheck::crd,
     },
     Kind {
+        upstream: Upstream::ClusterApi,
         upstream_file: "controlplane.cluster.x-k8s.io_kubeadmcontrolplanes.yaml",
         crd: KubeadmControlPlane::crd,
     },
     Kind {
+        upstream: Upstream::ClusterApi,
         upstream_file: "bootstrap.cluster.x-k8s.io_kubeadmconfigs.yaml",
         crd: KubeadmConfig::crd,
     },
     Kind {
+        upstream: Upstream::ClusterApi,
         upstream_file: "bootstrap.cluster.x-k8s.io_kubeadmconfigtemplates.yaml",
         crd: KubeadmConfigTemplate::crd,
     },
+    Kind {
+        upstream: Upstream::ClusterApiAws,
+        upstream_file: "infrastructure.cluster.x-k8s.io_awsclusterstaticidentities.yaml",
+        crd: AWSClusterStaticIdentity::crd,
+    },
+    Kind {
+        upstream: Upstream::ClusterApiAws,
+        upstream_file: "infrastructure.cluster.x-k8s.io_awsclusterroleidentities.yaml",
+        crd: AWSClusterRoleIdentity::crd,
+    },
 ];
-
-const VERSION: &str = "v1beta1";
 
 /// Upstream properties lariat deliberately leaves out of its schemas, by path from the root.
 const OMITTED: &[&str] = &[
@@ -89,11 +132,11 @@ const SHAPE: &[&str] = &[
 ];
 
 fn upstream(kind: &Kind) -> Value {
-    support::read_yaml(&support::reference_dir().join(kind.upstream_file))
+    support::read_yaml(&kind.upstream.dir().join(kind.upstream_file))
 }
 
-fn schema(crd: &Value) -> &Value {
-    &support::version(crd, VERSION)["schema"]["openAPIV3Schema"]
+fn schema<'a>(crd: &'a Value, kind: &Kind) -> &'a Value {
+    &support::version(crd, kind.upstream.version())["schema"]["openAPIV3Schema"]
 }
 
 /// Enum values as a set; kube-derive adds `null` to the enum of an optional field (it is
@@ -258,7 +301,7 @@ fn schemas_match_upstream() {
     for kind in KINDS {
         let theirs = upstream(kind);
         let ours = support::to_json(&(kind.crd)());
-        for problem in compare_roots(schema(&ours), schema(&theirs)) {
+        for problem in compare_roots(schema(&ours, kind), schema(&theirs, kind)) {
             report.push(format!("{}: {problem}", kind.upstream_file));
         }
     }
@@ -272,8 +315,8 @@ fn schemas_match_upstream() {
 
 #[test]
 fn printer_columns_match_upstream() {
-    let columns = |crd: &Value| -> Vec<Value> {
-        support::version(crd, VERSION)["additionalPrinterColumns"]
+    let columns = |crd: &Value, kind: &Kind| -> Vec<Value> {
+        support::version(crd, kind.upstream.version())["additionalPrinterColumns"]
             .as_array()
             .into_iter()
             .flatten()
@@ -283,8 +326,8 @@ fn printer_columns_match_upstream() {
     for kind in KINDS {
         let ours = support::to_json(&(kind.crd)());
         assert_eq!(
-            columns(&ours),
-            columns(&upstream(kind)),
+            columns(&ours, kind),
+            columns(&upstream(kind), kind),
             "{}: printer columns [name, jsonPath, type, priority]",
             kind.upstream_file
         );
@@ -321,7 +364,7 @@ fn names_scope_and_subresources_match_upstream() {
         // A kind without subresources has either no `subresources` or an empty one; upstream
         // writes `{}` for KubeadmConfigTemplate, kube-derive leaves the key out.
         let subresources = |crd: &Value| -> Value {
-            match &support::version(crd, VERSION)["subresources"] {
+            match &support::version(crd, kind.upstream.version())["subresources"] {
                 Value::Object(map) if map.is_empty() => Value::Null,
                 other => other.clone(),
             }
@@ -331,14 +374,14 @@ fn names_scope_and_subresources_match_upstream() {
             subresources(&theirs),
             "{file}: subresources"
         );
-        // lariat serves v1beta1 only, so it must be the stored version.
+        // lariat serves one version of each kind, so it must be the stored version.
         assert_eq!(
-            support::version(&ours, VERSION)["storage"],
+            support::version(&ours, kind.upstream.version())["storage"],
             true,
             "{file}: storage"
         );
         assert_eq!(
-            support::version(&ours, VERSION)["served"],
+            support::version(&ours, kind.upstream.version())["served"],
             true,
             "{file}: served"
         );
@@ -366,6 +409,9 @@ fn builtin_crds_are_the_served_kinds_in_order() {
             "inmemoryclusters.infrastructure.cluster.x-k8s.io",
             "inmemorymachines.infrastructure.cluster.x-k8s.io",
             "inmemorymachinetemplates.infrastructure.cluster.x-k8s.io",
+            "awsclustercontrolleridentities.infrastructure.cluster.x-k8s.io",
+            "awsclusterstaticidentities.infrastructure.cluster.x-k8s.io",
+            "awsclusterroleidentities.infrastructure.cluster.x-k8s.io",
             "providers.clusterctl.cluster.x-k8s.io",
             "clusterregistrationtokens.management.lariat.dev",
             "clusterconnections.management.lariat.dev",
@@ -398,6 +444,17 @@ fn provider_crds_carry_contract_labels() {
                 "cluster.x-k8s.io/provider": "bootstrap-kubeadm",
                 "cluster.x-k8s.io/v1beta1": "v1beta1",
             }),
+            "infrastructure.cluster.x-k8s.io"
+                if crd["spec"]["names"]["kind"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("AWS") =>
+            {
+                json!({
+                    "cluster.x-k8s.io/provider": "infrastructure-aws",
+                    "cluster.x-k8s.io/v1beta1": "v1beta2",
+                })
+            }
             "infrastructure.cluster.x-k8s.io" => json!({
                 "cluster.x-k8s.io/provider": "infrastructure-inmemory",
                 "cluster.x-k8s.io/v1beta1": "v1alpha1",
@@ -420,7 +477,7 @@ fn omissions_are_still_upstream() {
         for kind in KINDS {
             let theirs = upstream(kind);
             assert!(
-                schema(&theirs)["properties"].get(name).is_some(),
+                schema(&theirs, kind)["properties"].get(name).is_some(),
                 "{}: omitted {path} is not upstream",
                 kind.upstream_file
             );
@@ -461,7 +518,7 @@ fn kcp_template_spec_is_the_kcp_spec_without_per_cluster_fields() {
     compare(
         ".spec",
         &template["properties"]["spec"],
-        &schema(&theirs)["properties"]["spec"],
+        &schema(&theirs, kcp)["properties"]["spec"],
         &mut problems,
     );
     assert_eq!(
@@ -488,7 +545,7 @@ fn mutated_machine(mutate: fn(&mut Value)) -> Vec<String> {
     let versions = ours["spec"]["versions"].as_array_mut().unwrap();
     let root = &mut versions[0]["schema"]["openAPIV3Schema"];
     mutate(root);
-    compare_roots(root, schema(&theirs))
+    compare_roots(root, schema(&theirs, kind))
 }
 
 fn check(mutate: fn(&mut Value), expect: &str) {

@@ -53,6 +53,10 @@ pub const BUILTIN: &[Builtin] = &[
         provider_type: INFRASTRUCTURE,
         name: "inmemory",
     },
+    Builtin {
+        provider_type: INFRASTRUCTURE,
+        name: "aws",
+    },
 ];
 
 /// Every built-in provider has the version of the binary it is built into.
@@ -114,15 +118,7 @@ pub fn resolve(provider_type: &'static str, spec: &str) -> anyhow::Result<Builti
             .map(|b| b.name)
             .collect();
         // Providers users know from Cluster API, which this build does not carry yet.
-        const UPSTREAM: &[&str] = &[
-            "aws",
-            "azure",
-            "gcp",
-            "vsphere",
-            "docker",
-            "openstack",
-            "metal3",
-        ];
+        const UPSTREAM: &[&str] = &["azure", "gcp", "vsphere", "docker", "openstack", "metal3"];
         let upstream = if UPSTREAM.contains(&name) {
             " (it is a Cluster API provider this build does not include yet)"
         } else {
@@ -205,11 +201,20 @@ pub async fn init(args: InitArgs) -> anyhow::Result<()> {
         let name = provider.inventory_name();
         loop {
             let entry = inventory.get(&name).await?;
-            if lariat_controllers::conditions::json::is_true(
-                &lariat_controllers::conditions::json::existing(&entry.data["status"]),
-                "Ready",
-            ) {
+            let conditions = lariat_controllers::conditions::json::existing(&entry.data["status"]);
+            if lariat_controllers::conditions::json::is_true(&conditions, "Ready") {
                 break;
+            }
+            // The server says why it cannot run the provider (the AWS provider without
+            // credentials): that is the answer, no need to wait for the deadline.
+            if let Some(refused) = conditions
+                .iter()
+                .find(|c| c["type"] == "Ready" && c["status"] == "False" && c["reason"] != STARTING)
+            {
+                bail!(
+                    "provider {name} cannot run: {}",
+                    refused["message"].as_str().unwrap_or_default()
+                );
             }
             if tokio::time::Instant::now() > deadline {
                 bail!(
@@ -330,47 +335,34 @@ pub async fn run_enabled(
         match event {
             watcher::Event::Apply(entry) | watcher::Event::InitApply(entry) => {
                 let name = entry.name_any();
-                let known = BUILTIN.iter().find(|b| b.inventory_name() == name);
-                let (ready, reason, message) = match known {
-                    None => (
-                        false,
-                        "UnknownProvider",
-                        format!("lariat has no built-in provider {name}"),
-                    ),
-                    Some(provider) => {
-                        if !running.contains_key(&name) {
-                            let (stop, stop_rx) = watch::channel(false);
-                            let handle = start(
-                                provider,
-                                caches.clone(),
-                                clusters.clone(),
-                                home.clone(),
-                                either_stops(stopped.clone(), stop_rx),
-                            );
-                            tracing::info!(provider = %name, "provider enabled; its controllers run");
-                            running.insert(name.clone(), (stop, handle));
-                        }
-                        (true, "", String::new())
-                    }
+                let report = Report {
+                    inventory: inventory.clone(),
+                    name: name.clone(),
                 };
-                let mut conditions =
-                    lariat_controllers::conditions::json::existing(&entry.data["status"]);
-                lariat_controllers::conditions::json::set(
-                    &mut conditions,
-                    "Ready",
-                    ready,
-                    reason,
-                    &message,
-                );
-                if json!(conditions) != entry.data["status"]["conditions"]
-                    && let Err(error) = lariat_controllers::object::patch_status(
-                        &inventory,
-                        &name,
-                        json!({"conditions": conditions}),
-                    )
-                    .await
-                {
-                    tracing::warn!(provider = %name, %error, "cannot report provider status");
+                match BUILTIN.iter().find(|b| b.inventory_name() == name) {
+                    None => {
+                        report
+                            .ready(
+                                false,
+                                "UnknownProvider",
+                                &format!("lariat has no built-in provider {name}"),
+                            )
+                            .await
+                    }
+                    Some(provider) if !running.contains_key(&name) => {
+                        let (stop, stop_rx) = watch::channel(false);
+                        let handle = start(
+                            provider,
+                            caches.clone(),
+                            clusters.clone(),
+                            home.clone(),
+                            report,
+                            either_stops(stopped.clone(), stop_rx),
+                        );
+                        running.insert(name.clone(), (stop, handle));
+                    }
+                    // Running: its task reports on the entry.
+                    Some(_) => {}
                 }
             }
             watcher::Event::Delete(entry) => {
@@ -396,28 +388,106 @@ async fn either_stops(mut a: watch::Receiver<bool>, mut b: watch::Receiver<bool>
     }
 }
 
+/// The reason of `Ready=False` while the server checks what a provider needs.
+const STARTING: &str = "Starting";
+
+/// Writes a provider's `Ready` condition on its inventory entry.
+struct Report {
+    inventory: Api<DynamicObject>,
+    name: String,
+}
+
+impl Report {
+    async fn ready(&self, ready: bool, reason: &str, message: &str) {
+        let entry = match self.inventory.get(&self.name).await {
+            Ok(entry) => entry,
+            Err(error) => {
+                tracing::warn!(provider = %self.name, %error, "cannot read provider entry");
+                return;
+            }
+        };
+        let mut conditions = lariat_controllers::conditions::json::existing(&entry.data["status"]);
+        lariat_controllers::conditions::json::set(&mut conditions, "Ready", ready, reason, message);
+        if json!(conditions) != entry.data["status"]["conditions"]
+            && let Err(error) = lariat_controllers::object::patch_status(
+                &self.inventory,
+                &self.name,
+                json!({"conditions": conditions}),
+            )
+            .await
+        {
+            tracing::warn!(provider = %self.name, %error, "cannot report provider status");
+        }
+    }
+}
+
+/// Runs a provider's controllers until `shutdown`, once what they need is there (the AWS
+/// provider: the controller's own credentials, checked again every 30 s while they are not),
+/// and reports on its entry whether they run.
 fn start(
     provider: &Builtin,
     caches: Arc<Caches>,
     clusters: Arc<VirtualClusters>,
     home: lariat_provider_inmemory::agents::Home,
+    report: Report,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> JoinHandle<()> {
+    let provider = *provider;
+    tokio::spawn(async move {
+        let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+        let mut message = String::new();
+        if (provider.provider_type, provider.name) == (INFRASTRUCTURE, "aws") {
+            let aws = lariat_provider_aws::Aws::new(lariat_provider_aws::Settings::default());
+            report
+                .ready(
+                    false,
+                    STARTING,
+                    "checking the AWS credentials of lariat server",
+                )
+                .await;
+            loop {
+                match lariat_provider_aws::check_controller_credentials(&aws).await {
+                    Ok(caller) => {
+                        message = format!("AWS account {} as {}", caller.account, caller.arn);
+                        break;
+                    }
+                    Err(error) => {
+                        tracing::warn!(provider = %report.name, %error, "provider cannot start");
+                        report
+                            .ready(false, error.reason(), &error.to_string())
+                            .await;
+                    }
+                }
+                tokio::select! {
+                    _ = shutdown.clone() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                }
+            }
+        }
+        tracing::info!(provider = %report.name, "provider enabled; its controllers run");
+        report.ready(true, "", &message).await;
+        run(provider, caches, clusters, home, shutdown).await;
+    })
+}
+
+async fn run(
+    provider: Builtin,
+    caches: Arc<Caches>,
+    clusters: Arc<VirtualClusters>,
+    home: lariat_provider_inmemory::agents::Home,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
     match (provider.provider_type, provider.name) {
-        (BOOTSTRAP, "kubeadm") => {
-            tokio::spawn(lariat_provider_kubeadm::run_bootstrap(caches, shutdown))
-        }
+        (BOOTSTRAP, "kubeadm") => lariat_provider_kubeadm::run_bootstrap(caches, shutdown).await,
         (CONTROL_PLANE, "kubeadm") => {
-            tokio::spawn(lariat_provider_kubeadm::run_control_plane(caches, shutdown))
+            lariat_provider_kubeadm::run_control_plane(caches, shutdown).await
         }
-        (INFRASTRUCTURE, "inmemory") => tokio::spawn(lariat_provider_inmemory::run(
-            caches,
-            clusters,
-            Some(home),
-            shutdown,
-        )),
+        (INFRASTRUCTURE, "inmemory") => {
+            lariat_provider_inmemory::run(caches, clusters, Some(home), shutdown).await
+        }
+        (INFRASTRUCTURE, "aws") => lariat_provider_aws::run(caches, shutdown).await,
         // Core runs from the start, enabled or not.
-        _ => tokio::spawn(shutdown),
+        _ => shutdown.await,
     }
 }
 

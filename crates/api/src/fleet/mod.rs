@@ -52,31 +52,7 @@ pub const DEFAULT_WORKSPACE: &str = "fleet-default";
 /// The workspace of the management cluster itself, as Rancher's.
 pub const LOCAL_WORKSPACE: &str = "fleet-local";
 
-/// Whether `labels` satisfy a label selector (`matchLabels` and `matchExpressions` with In,
-/// NotIn, Exists, DoesNotExist). An empty selector matches everything, as in Kubernetes.
-pub fn selects(
-    selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
-    labels: &std::collections::BTreeMap<String, String>,
-) -> bool {
-    let labels_match = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let expressions_match = selector.match_expressions.iter().flatten().all(|e| {
-        let value = labels.get(&e.key);
-        let values = e.values.as_deref().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            // An operator Kubernetes does not know selects nothing.
-            _ => false,
-        }
-    });
-    labels_match && expressions_match
-}
+pub use crate::names::selects;
 
 /// The namespace of a cluster's BundleDeployments, where its agent reads them: readable,
 /// unique (a hash of the whole keeps long names apart), within Kubernetes' 63 characters.
