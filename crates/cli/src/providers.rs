@@ -435,7 +435,6 @@ fn start(
     let provider = *provider;
     tokio::spawn(async move {
         let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
-        let mut message = String::new();
         if (provider.provider_type, provider.name) == (INFRASTRUCTURE, "aws") {
             let aws = lariat_provider_aws::Aws::new(lariat_provider_aws::Settings::default());
             report
@@ -448,7 +447,11 @@ fn start(
             loop {
                 match lariat_provider_aws::check_controller_credentials(&aws).await {
                     Ok(caller) => {
-                        message = format!("AWS account {} as {}", caller.account, caller.arn);
+                        tracing::info!(
+                            account = %caller.account,
+                            arn = %caller.arn,
+                            "the AWS provider's own credentials"
+                        );
                         break;
                     }
                     Err(error) => {
@@ -465,7 +468,7 @@ fn start(
             }
         }
         tracing::info!(provider = %report.name, "provider enabled; its controllers run");
-        report.ready(true, "", &message).await;
+        report.ready(true, "", "").await;
         run(provider, caches, clusters, home, shutdown).await;
     })
 }
@@ -512,7 +515,7 @@ mod tests {
         let unknown = resolve(INFRASTRUCTURE, "nosuch").unwrap_err().to_string();
         assert_eq!(
             unknown,
-            "unknown infrastructure provider \"nosuch\": this lariat has inmemory"
+            "unknown infrastructure provider \"nosuch\": this lariat has inmemory, aws"
         );
         let pinned = resolve(INFRASTRUCTURE, "inmemory:v9.9.9")
             .unwrap_err()

@@ -61,13 +61,13 @@ fn providers_run_only_once_enabled() {
     assert!(!unknown.status.success());
     assert_eq!(
         stderr(&unknown),
-        "error: unknown infrastructure provider \"nosuch\": this lariat has inmemory"
+        "error: unknown infrastructure provider \"nosuch\": this lariat has inmemory, aws"
     );
     // A provider users know from Cluster API is not a dead end: the refusal says so.
-    let aws = server.lariat(&["init", "--infrastructure", "aws"]);
+    let azure = server.lariat(&["init", "--infrastructure", "azure"]);
     assert_eq!(
-        stderr(&aws),
-        "error: unknown infrastructure provider \"aws\" (it is a Cluster API provider this build does not include yet): this lariat has inmemory"
+        stderr(&azure),
+        "error: unknown infrastructure provider \"azure\" (it is a Cluster API provider this build does not include yet): this lariat has inmemory, aws"
     );
     let pinned = server.lariat(&["init", "--infrastructure", "inmemory:v9.9.9"]);
     assert!(!pinned.status.success());

@@ -2,9 +2,11 @@
 //! part), then the EKS control plane, node groups, auto-scaling groups and EC2 machines.
 //!
 //! `sdk.rs` is how every request reaches AWS (TLS, retries, the endpoint, call counts);
-//! `identity.rs` whose credentials a cluster's requests carry.
+//! `identity.rs` whose credentials a cluster's requests carry; `moto.rs` a throwaway moto
+//! server for tests and benchmarks.
 
 pub mod identity;
+pub mod moto;
 pub mod sdk;
 
 use std::sync::Arc;

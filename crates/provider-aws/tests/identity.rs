@@ -7,8 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Lariat, Moto};
+use common::Lariat;
 use lariat_api::infrastructure::aws::{AWSIdentityKind, AWSIdentityReference};
+use lariat_provider_aws::moto::Moto;
 use lariat_provider_aws::{Aws, Identities, IdentityError, Settings};
 use serde_json::json;
 

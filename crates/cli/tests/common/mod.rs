@@ -14,6 +14,7 @@ pub struct TestServer {
     pub dir: tempfile::TempDir,
     pub home: tempfile::TempDir,
     extra_args: Vec<String>,
+    env: Vec<(String, String)>,
     pub address: String,
 }
 
@@ -23,11 +24,22 @@ impl TestServer {
     }
 
     pub fn start_with(extra_args: &[&str]) -> TestServer {
+        TestServer::start_with_env(extra_args, &[])
+    }
+
+    /// A server with these environment variables. It never sees the test's own AWS
+    /// configuration: no `AWS_*` variable is inherited, and the AWS SDK finds no profile
+    /// files and asks no instance metadata service.
+    pub fn start_with_env(extra_args: &[&str], env: &[(&str, &str)]) -> TestServer {
         let mut server = TestServer {
             child: None,
             dir: tempfile::tempdir().expect("temp dir"),
             home: tempfile::tempdir().expect("temp home"),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             address: String::new(),
         };
         server.launch();
@@ -49,7 +61,19 @@ impl TestServer {
     /// Starts the server process and waits until it serves.
     pub fn launch(&mut self) {
         let log = std::fs::File::create(self.log_path()).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_lariat"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lariat"));
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("AWS_") {
+                command.env_remove(name);
+            }
+        }
+        let nowhere = self.dir.path().join("no-aws-profile");
+        command
+            .env("AWS_CONFIG_FILE", &nowhere)
+            .env("AWS_SHARED_CREDENTIALS_FILE", &nowhere)
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        let child = command
             .arg("server")
             .arg("--data-dir")
             .arg(self.dir.path())
