@@ -4,6 +4,7 @@
 //! user-installed CRD, so the schema, printer columns, names and subresources it needs all come
 //! from the Rust types in [`capi`], [`controlplane`], [`bootstrap`] and [`infrastructure`].
 
+pub mod aws;
 pub mod bootstrap;
 pub mod capi;
 pub mod clusterctl;
@@ -104,7 +105,7 @@ pub fn builtin_crds() -> Vec<CustomResourceDefinition> {
     crds.extend(controlplane::crds());
     crds.extend(bootstrap::crds());
     crds.extend(infrastructure::crds());
-    crds.extend(infrastructure::aws::crds());
+    crds.extend(aws::crds());
     crds.push(clusterctl::crd());
     crds.extend(management::crds());
     crds.extend(fleet::crds());

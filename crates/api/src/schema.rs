@@ -76,6 +76,23 @@ impl JsonSchema for Quantity {
     }
 }
 
+/// Schema of a Go `int` field whose CRD names no format: an integer of any size.
+pub(crate) struct Integer;
+
+impl JsonSchema for Integer {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Integer".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "integer" })
+    }
+}
+
 /// Schema of a Go `[]byte`: a base64 string.
 pub(crate) struct Bytes;
 

@@ -8,10 +8,15 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
+use lariat_api::aws::{
+    AWSClusterRoleIdentity, AWSClusterStaticIdentity, AWSManagedCluster, AWSManagedControlPlane,
+    AWSManagedMachinePool,
+};
 use lariat_api::bootstrap::{KubeadmConfig, KubeadmConfigTemplate};
-use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
+use lariat_api::capi::{
+    Cluster, Machine, MachineDeployment, MachineHealthCheck, MachinePool, MachineSet,
+};
 use lariat_api::controlplane::{KubeadmControlPlane, KubeadmControlPlaneTemplate};
-use lariat_api::infrastructure::aws::{AWSClusterRoleIdentity, AWSClusterStaticIdentity};
 use serde_json::{Value, json};
 
 /// Where an upstream CRD comes from.
@@ -73,6 +78,11 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         upstream: Upstream::ClusterApi,
+        upstream_file: "cluster.x-k8s.io_machinepools.yaml",
+        crd: MachinePool::crd,
+    },
+    Kind {
+        upstream: Upstream::ClusterApi,
         upstream_file: "controlplane.cluster.x-k8s.io_kubeadmcontrolplanes.yaml",
         crd: KubeadmControlPlane::crd,
     },
@@ -95,6 +105,21 @@ const KINDS: &[Kind] = &[
         upstream: Upstream::ClusterApiAws,
         upstream_file: "infrastructure.cluster.x-k8s.io_awsclusterroleidentities.yaml",
         crd: AWSClusterRoleIdentity::crd,
+    },
+    Kind {
+        upstream: Upstream::ClusterApiAws,
+        upstream_file: "controlplane.cluster.x-k8s.io_awsmanagedcontrolplanes.yaml",
+        crd: AWSManagedControlPlane::crd,
+    },
+    Kind {
+        upstream: Upstream::ClusterApiAws,
+        upstream_file: "infrastructure.cluster.x-k8s.io_awsmanagedclusters.yaml",
+        crd: AWSManagedCluster::crd,
+    },
+    Kind {
+        upstream: Upstream::ClusterApiAws,
+        upstream_file: "infrastructure.cluster.x-k8s.io_awsmanagedmachinepools.yaml",
+        crd: AWSManagedMachinePool::crd,
     },
 ];
 
@@ -402,6 +427,7 @@ fn builtin_crds_are_the_served_kinds_in_order() {
             "machinesets.cluster.x-k8s.io",
             "machines.cluster.x-k8s.io",
             "machinehealthchecks.cluster.x-k8s.io",
+            "machinepools.cluster.x-k8s.io",
             "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io",
             "kubeadmcontrolplanetemplates.controlplane.cluster.x-k8s.io",
             "kubeadmconfigs.bootstrap.cluster.x-k8s.io",
@@ -412,6 +438,9 @@ fn builtin_crds_are_the_served_kinds_in_order() {
             "awsclustercontrolleridentities.infrastructure.cluster.x-k8s.io",
             "awsclusterstaticidentities.infrastructure.cluster.x-k8s.io",
             "awsclusterroleidentities.infrastructure.cluster.x-k8s.io",
+            "awsmanagedcontrolplanes.controlplane.cluster.x-k8s.io",
+            "awsmanagedclusters.infrastructure.cluster.x-k8s.io",
+            "awsmanagedmachinepools.infrastructure.cluster.x-k8s.io",
             "providers.clusterctl.cluster.x-k8s.io",
             "clusterregistrationtokens.management.lariat.dev",
             "clusterconnections.management.lariat.dev",
@@ -431,7 +460,16 @@ fn builtin_crds_are_the_served_kinds_in_order() {
 fn provider_crds_carry_contract_labels() {
     for crd in lariat_api::builtin_crds() {
         let crd = support::to_json(&crd);
+        let cluster_api_aws = crd["spec"]["names"]["kind"]
+            .as_str()
+            .unwrap()
+            .starts_with("AWS");
         let expect = match crd["spec"]["group"].as_str().unwrap() {
+            // Cluster API AWS's kinds, whatever their group, are one provider's.
+            _ if cluster_api_aws => json!({
+                "cluster.x-k8s.io/provider": "infrastructure-aws",
+                "cluster.x-k8s.io/v1beta1": "v1beta2",
+            }),
             "cluster.x-k8s.io"
             | "clusterctl.cluster.x-k8s.io"
             | "management.lariat.dev"
@@ -444,17 +482,6 @@ fn provider_crds_carry_contract_labels() {
                 "cluster.x-k8s.io/provider": "bootstrap-kubeadm",
                 "cluster.x-k8s.io/v1beta1": "v1beta1",
             }),
-            "infrastructure.cluster.x-k8s.io"
-                if crd["spec"]["names"]["kind"]
-                    .as_str()
-                    .unwrap()
-                    .starts_with("AWS") =>
-            {
-                json!({
-                    "cluster.x-k8s.io/provider": "infrastructure-aws",
-                    "cluster.x-k8s.io/v1beta1": "v1beta2",
-                })
-            }
             "infrastructure.cluster.x-k8s.io" => json!({
                 "cluster.x-k8s.io/provider": "infrastructure-inmemory",
                 "cluster.x-k8s.io/v1beta1": "v1alpha1",

@@ -15,8 +15,8 @@ use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{self, ProvideCredentials, SharedCredentialsProvider};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, ApiResource, DynamicObject};
-use lariat_api::infrastructure::aws::identity::secret_keys;
-use lariat_api::infrastructure::aws::{
+use lariat_api::aws::identity::secret_keys;
+use lariat_api::aws::{
     AWSClusterControllerIdentity, AWSClusterRoleIdentity, AWSClusterStaticIdentity,
     AWSIdentityKind, AWSIdentityReference, AllowedNamespaces, CONTROLLER_IDENTITY_NAME,
 };
@@ -119,7 +119,7 @@ impl Session {
 enum Link {
     Controller,
     Static(Credentials),
-    Role(lariat_api::infrastructure::aws::AWSClusterRoleIdentitySpec),
+    Role(lariat_api::aws::AWSClusterRoleIdentitySpec),
 }
 
 /// What a session is kept for.
@@ -392,7 +392,7 @@ fn session_name(namespace: &str) -> String {
 struct AssumedRole {
     sts: aws_sdk_sts::Client,
     session_name: String,
-    spec: lariat_api::infrastructure::aws::AWSClusterRoleIdentitySpec,
+    spec: lariat_api::aws::AWSClusterRoleIdentitySpec,
 }
 
 impl AssumedRole {

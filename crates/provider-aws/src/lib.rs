@@ -12,7 +12,7 @@ pub mod sdk;
 use std::sync::Arc;
 
 use kube::api::{Api, PostParams};
-use lariat_api::infrastructure::aws::{
+use lariat_api::aws::{
     AWSClusterControllerIdentity, AWSClusterControllerIdentitySpec, AllowedNamespaces,
     CONTROLLER_IDENTITY_NAME,
 };

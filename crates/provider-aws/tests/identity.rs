@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::Lariat;
-use lariat_api::infrastructure::aws::{AWSIdentityKind, AWSIdentityReference};
+use lariat_api::aws::{AWSIdentityKind, AWSIdentityReference};
 use lariat_provider_aws::moto::Moto;
 use lariat_provider_aws::{Aws, Identities, IdentityError, Settings};
 use serde_json::json;

@@ -13,6 +13,7 @@ pub mod labels;
 pub mod machine;
 pub mod machine_deployment;
 pub mod machine_health_check;
+pub mod machine_pool;
 pub mod machine_set;
 pub mod topology;
 
@@ -27,6 +28,7 @@ pub use machine_deployment::{MachineDeployment, MachineDeploymentSpec, MachineDe
 pub use machine_health_check::{
     MachineHealthCheck, MachineHealthCheckSpec, MachineHealthCheckStatus,
 };
+pub use machine_pool::{MachinePool, MachinePoolSpec, MachinePoolStatus};
 pub use machine_set::{MachineSet, MachineSetSpec, MachineSetStatus};
 
 /// The API group of the core Cluster API kinds.
@@ -44,5 +46,6 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         MachineSet::crd(),
         Machine::crd(),
         MachineHealthCheck::crd(),
+        MachinePool::crd(),
     ]
 }

@@ -4,10 +4,7 @@
 //! [`in_memory`] holds the in-memory provider's kinds, which simulate machines instead of
 //! creating them. They have no upstream CRD to match; they follow the Cluster API
 //! infrastructure provider contract so the core controllers need nothing special for them.
-//!
-//! [`aws`] holds Cluster API AWS's kinds, at its own version `v1beta2`.
 
-pub mod aws;
 pub mod conditions;
 pub mod in_memory;
 

@@ -1,7 +1,15 @@
 //! Cluster API AWS's kinds, field-compatible with its `v1beta2` API, so its users' manifests
-//! apply unchanged. The reconcilers are in `lariat-provider-aws`.
+//! apply unchanged: identities, the EKS control plane and its infrastructure cluster, managed
+//! node groups, with the network and instance types they share. Like Cluster API AWS, one
+//! provider (`infrastructure-aws`) brings them all, whatever their API group. The reconcilers
+//! are in `lariat-provider-aws`.
 
 pub mod identity;
+pub mod instance;
+pub mod managed_cluster;
+pub mod managed_control_plane;
+pub mod managed_machine_pool;
+pub mod network;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -10,6 +18,13 @@ pub use identity::{
     AWSClusterControllerIdentity, AWSClusterControllerIdentitySpec, AWSClusterRoleIdentity,
     AWSClusterRoleIdentitySpec, AWSClusterStaticIdentity, AWSClusterStaticIdentitySpec,
     AWSIdentityKind, AWSIdentityReference, AllowedNamespaces, CONTROLLER_IDENTITY_NAME,
+};
+pub use managed_cluster::{AWSManagedCluster, AWSManagedClusterSpec, AWSManagedClusterStatus};
+pub use managed_control_plane::{
+    AWSManagedControlPlane, AWSManagedControlPlaneSpec, AWSManagedControlPlaneStatus,
+};
+pub use managed_machine_pool::{
+    AWSManagedMachinePool, AWSManagedMachinePoolSpec, AWSManagedMachinePoolStatus,
 };
 
 /// The version of Cluster API AWS's kinds.
@@ -27,6 +42,9 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
             AWSClusterControllerIdentity::crd(),
             AWSClusterStaticIdentity::crd(),
             AWSClusterRoleIdentity::crd(),
+            AWSManagedControlPlane::crd(),
+            AWSManagedCluster::crd(),
+            AWSManagedMachinePool::crd(),
         ],
         PROVIDER,
     )
