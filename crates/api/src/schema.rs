@@ -59,6 +59,24 @@ impl JsonSchema for PreserveUnknownFields {
     }
 }
 
+/// Schema of a JSON object the API server must keep as it is (a `runtime.RawExtension` whose
+/// CRD says it is an object).
+pub(crate) struct PreserveUnknownObject;
+
+impl JsonSchema for PreserveUnknownObject {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "PreserveUnknownObject".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
+    }
+}
+
 /// Schema of `resource.Quantity`: an integer or a decimal string with an optional suffix.
 pub(crate) struct Quantity;
 

@@ -9,8 +9,9 @@ use std::collections::BTreeSet;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 use lariat_api::aws::{
-    AWSClusterRoleIdentity, AWSClusterStaticIdentity, AWSManagedCluster, AWSManagedControlPlane,
-    AWSManagedMachinePool,
+    AWSCluster, AWSClusterRoleIdentity, AWSClusterStaticIdentity, AWSMachine, AWSMachinePool,
+    AWSMachineTemplate, AWSManagedCluster, AWSManagedControlPlane, AWSManagedMachinePool,
+    EKSConfig, EKSConfigTemplate, NodeadmConfig, NodeadmConfigTemplate,
 };
 use lariat_api::bootstrap::{KubeadmConfig, KubeadmConfigTemplate};
 use lariat_api::capi::{
@@ -120,6 +121,46 @@ const KINDS: &[Kind] = &[
         upstream: Upstream::ClusterApiAws,
         upstream_file: "infrastructure.cluster.x-k8s.io_awsmanagedmachinepools.yaml",
         crd: AWSManagedMachinePool::crd,
+    },
+    Kind {
+        upstream: Upstream::ClusterApiAws,
+        upstream_file: "infrastructure.cluster.x-k8s.io_awsclusters.yaml",
+        crd: AWSCluster::crd,
+    },
+    Kind {
+        upstream: Upstream::ClusterApiAws,
+        upstream_file: "infrastructure.cluster.x-k8s.io_awsmachines.yaml",
+        crd: AWSMachine::crd,
+    },
+    Kind {
+        upstream: Upstream::ClusterApiAws,
+        upstream_file: "infrastructure.cluster.x-k8s.io_awsmachinetemplates.yaml",
+        crd: AWSMachineTemplate::crd,
+    },
+    Kind {
+        upstream: Upstream::ClusterApiAws,
+        upstream_file: "infrastructure.cluster.x-k8s.io_awsmachinepools.yaml",
+        crd: AWSMachinePool::crd,
+    },
+    Kind {
+        upstream: Upstream::ClusterApiAws,
+        upstream_file: "bootstrap.cluster.x-k8s.io_eksconfigs.yaml",
+        crd: EKSConfig::crd,
+    },
+    Kind {
+        upstream: Upstream::ClusterApiAws,
+        upstream_file: "bootstrap.cluster.x-k8s.io_eksconfigtemplates.yaml",
+        crd: EKSConfigTemplate::crd,
+    },
+    Kind {
+        upstream: Upstream::ClusterApiAws,
+        upstream_file: "bootstrap.cluster.x-k8s.io_nodeadmconfigs.yaml",
+        crd: NodeadmConfig::crd,
+    },
+    Kind {
+        upstream: Upstream::ClusterApiAws,
+        upstream_file: "bootstrap.cluster.x-k8s.io_nodeadmconfigtemplates.yaml",
+        crd: NodeadmConfigTemplate::crd,
     },
 ];
 
@@ -441,6 +482,14 @@ fn builtin_crds_are_the_served_kinds_in_order() {
             "awsmanagedcontrolplanes.controlplane.cluster.x-k8s.io",
             "awsmanagedclusters.infrastructure.cluster.x-k8s.io",
             "awsmanagedmachinepools.infrastructure.cluster.x-k8s.io",
+            "awsclusters.infrastructure.cluster.x-k8s.io",
+            "awsmachines.infrastructure.cluster.x-k8s.io",
+            "awsmachinetemplates.infrastructure.cluster.x-k8s.io",
+            "awsmachinepools.infrastructure.cluster.x-k8s.io",
+            "eksconfigs.bootstrap.cluster.x-k8s.io",
+            "eksconfigtemplates.bootstrap.cluster.x-k8s.io",
+            "nodeadmconfigs.bootstrap.cluster.x-k8s.io",
+            "nodeadmconfigtemplates.bootstrap.cluster.x-k8s.io",
             "providers.clusterctl.cluster.x-k8s.io",
             "clusterregistrationtokens.management.lariat.dev",
             "clusterconnections.management.lariat.dev",
@@ -460,10 +509,10 @@ fn builtin_crds_are_the_served_kinds_in_order() {
 fn provider_crds_carry_contract_labels() {
     for crd in lariat_api::builtin_crds() {
         let crd = support::to_json(&crd);
-        let cluster_api_aws = crd["spec"]["names"]["kind"]
-            .as_str()
-            .unwrap()
-            .starts_with("AWS");
+        let kind = crd["spec"]["names"]["kind"].as_str().unwrap();
+        let cluster_api_aws = kind.starts_with("AWS")
+            || kind.starts_with("EKSConfig")
+            || kind.starts_with("NodeadmConfig");
         let expect = match crd["spec"]["group"].as_str().unwrap() {
             // Cluster API AWS's kinds, whatever their group, are one provider's.
             _ if cluster_api_aws => json!({

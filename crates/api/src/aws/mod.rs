@@ -4,27 +4,39 @@
 //! provider (`infrastructure-aws`) brings them all, whatever their API group. The reconcilers
 //! are in `lariat-provider-aws`.
 
+pub mod cluster;
+pub mod eks_config;
 pub mod identity;
 pub mod instance;
+pub mod machine;
+pub mod machine_pool;
 pub mod managed_cluster;
 pub mod managed_control_plane;
 pub mod managed_machine_pool;
 pub mod network;
+pub mod nodeadm_config;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
+pub use cluster::{AWSCluster, AWSClusterSpec, AWSClusterStatus};
+pub use eks_config::{EKSConfig, EKSConfigSpec, EKSConfigStatus, EKSConfigTemplate};
 pub use identity::{
     AWSClusterControllerIdentity, AWSClusterControllerIdentitySpec, AWSClusterRoleIdentity,
     AWSClusterRoleIdentitySpec, AWSClusterStaticIdentity, AWSClusterStaticIdentitySpec,
     AWSIdentityKind, AWSIdentityReference, AllowedNamespaces, CONTROLLER_IDENTITY_NAME,
 };
+pub use machine::{AWSMachine, AWSMachineSpec, AWSMachineStatus, AWSMachineTemplate};
+pub use machine_pool::{AWSMachinePool, AWSMachinePoolSpec, AWSMachinePoolStatus};
 pub use managed_cluster::{AWSManagedCluster, AWSManagedClusterSpec, AWSManagedClusterStatus};
 pub use managed_control_plane::{
     AWSManagedControlPlane, AWSManagedControlPlaneSpec, AWSManagedControlPlaneStatus,
 };
 pub use managed_machine_pool::{
     AWSManagedMachinePool, AWSManagedMachinePoolSpec, AWSManagedMachinePoolStatus,
+};
+pub use nodeadm_config::{
+    NodeadmConfig, NodeadmConfigSpec, NodeadmConfigStatus, NodeadmConfigTemplate,
 };
 
 /// The version of Cluster API AWS's kinds.
@@ -45,6 +57,14 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
             AWSManagedControlPlane::crd(),
             AWSManagedCluster::crd(),
             AWSManagedMachinePool::crd(),
+            AWSCluster::crd(),
+            AWSMachine::crd(),
+            AWSMachineTemplate::crd(),
+            AWSMachinePool::crd(),
+            EKSConfig::crd(),
+            EKSConfigTemplate::crd(),
+            NodeadmConfig::crd(),
+            NodeadmConfigTemplate::crd(),
         ],
         PROVIDER,
     )
