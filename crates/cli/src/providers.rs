@@ -488,7 +488,10 @@ async fn run(
         (INFRASTRUCTURE, "inmemory") => {
             lariat_provider_inmemory::run(caches, clusters, Some(home), shutdown).await
         }
-        (INFRASTRUCTURE, "aws") => lariat_provider_aws::run(caches, shutdown).await,
+        (INFRASTRUCTURE, "aws") => {
+            let aws = lariat_provider_aws::Aws::new(lariat_provider_aws::Settings::default());
+            lariat_provider_aws::run(caches, aws, shutdown).await
+        }
         // Core runs from the start, enabled or not.
         _ => shutdown.await,
     }

@@ -1,21 +1,31 @@
-//! Cluster API AWS's provider, on the AWS SDK for Rust: identities (this module's first
-//! part), then the EKS control plane, node groups, auto-scaling groups and EC2 machines.
+//! Cluster API AWS's provider, on the AWS SDK for Rust.
 //!
-//! `sdk.rs` is how every request reaches AWS (TLS, retries, the endpoint, call counts);
-//! `identity.rs` whose credentials a cluster's requests carry; `moto.rs` a throwaway moto
-//! server for tests and benchmarks.
+//! - `sdk.rs`: how every request reaches AWS (TLS, retries, the endpoint, call counts);
+//! - `identity.rs`: whose credentials a cluster's requests carry;
+//! - `tags.rs`: who owns an AWS resource, so it is found again and deleted with its cluster;
+//! - `network.rs`, `iam.rs`: a cluster's VPC and roles;
+//! - `control_plane.rs`: AWSManagedControlPlane, the EKS cluster; `token.rs` its tokens;
+//! - `moto.rs`: a throwaway moto server for tests and benchmarks.
 
+pub mod control_plane;
+pub mod iam;
 pub mod identity;
 pub mod moto;
+pub mod network;
 pub mod sdk;
+pub mod tags;
+pub mod token;
 
 use std::sync::Arc;
 
-use kube::api::{Api, PostParams};
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use lariat_api::aws::{
     AWSClusterControllerIdentity, AWSClusterControllerIdentitySpec, AllowedNamespaces,
     CONTROLLER_IDENTITY_NAME,
 };
+use lariat_api::capi::Cluster;
 use lariat_controllers::cache::Caches;
 
 pub use identity::{Caller, Identities, IdentityError, Session};
@@ -72,10 +82,59 @@ fn missing_credentials(error: &aws_credential_types::provider::error::Credential
     )
 }
 
-/// The provider's controllers. For now: Cluster API AWS's controller identity, created as its
-/// `AutoControllerIdentityCreator` does (every namespace may use the controller's credentials
-/// until an administrator narrows `allowedNamespaces`).
-pub async fn run(caches: Arc<Caches>, shutdown: impl Future<Output = ()> + Send + 'static) {
+/// What every reconcile of the provider shares.
+pub struct Context {
+    pub client: kube::Client,
+    pub caches: Arc<Caches>,
+    pub identities: Arc<Identities>,
+    /// Events for `kubectl describe`.
+    pub events: lariat_controllers::events::Recorder,
+}
+
+/// Runs the provider's controllers until `shutdown`, on the process's shared caches.
+pub async fn run(
+    caches: Arc<Caches>,
+    aws: Arc<Aws>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    ensure_controller_identity(&caches).await;
+    let client = caches.client().clone();
+    let context = Arc::new(Context {
+        client: client.clone(),
+        identities: Identities::new(aws, caches.clone()).await,
+        caches: caches.clone(),
+        events: lariat_controllers::events::Recorder::new(client),
+    });
+    let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    let control_planes = lariat_controllers::controller_on(&caches.of(&control_plane::resource()))
+        .watches_shared_stream_with(
+            caches.typed::<Cluster>().changes(),
+            |cluster: Arc<Cluster>| {
+                let reference = cluster.spec.control_plane_ref.as_ref()?;
+                (reference.kind.as_deref() == Some("AWSManagedControlPlane")).then(|| {
+                    ObjectRef::<DynamicObject>::new_with(
+                        reference.name.as_deref().unwrap_or_default(),
+                        control_plane::resource(),
+                    )
+                    .within(cluster.metadata.namespace.as_deref().unwrap_or_default())
+                })
+            },
+            (),
+        )
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            control_plane::reconcile,
+            lariat_controllers::error_policy,
+            context.clone(),
+        )
+        .for_each(lariat_controllers::finished("awsmanagedcontrolplane"));
+    control_planes.await;
+}
+
+/// Cluster API AWS's controller identity, created as its `AutoControllerIdentityCreator`
+/// does: every namespace may use the controller's credentials until an administrator narrows
+/// `allowedNamespaces`.
+async fn ensure_controller_identity(caches: &Caches) {
     let identities: Api<AWSClusterControllerIdentity> = Api::all(caches.client().clone());
     let identity = AWSClusterControllerIdentity::new(
         CONTROLLER_IDENTITY_NAME,
@@ -88,5 +147,4 @@ pub async fn run(caches: Arc<Caches>, shutdown: impl Future<Output = ()> + Send 
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(error) => tracing::warn!(%error, "cannot create AWSClusterControllerIdentity default"),
     }
-    shutdown.await;
 }

@@ -33,6 +33,8 @@ impl Moto {
             .port();
         let child = Command::new("moto_server")
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            // AWS's managed policies (AmazonEKSClusterPolicy, ...), which real accounts have.
+            .env("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -58,6 +58,17 @@ impl Default for Settings {
     }
 }
 
+/// A service's client on an SDK configuration, with the call counter.
+macro_rules! client {
+    ($service:ident, $config:expr, $calls:expr) => {
+        $service::Client::from_conf(
+            $service::config::Builder::from($config)
+                .interceptor($calls.clone())
+                .build(),
+        )
+    };
+}
+
 /// The process's AWS access: settings, the shared HTTPS client and the request counts.
 pub struct Aws {
     settings: Settings,
@@ -132,16 +143,59 @@ impl Aws {
 
     /// An STS client on `config`, counted.
     pub fn sts(&self, config: &SdkConfig) -> aws_sdk_sts::Client {
-        aws_sdk_sts::Client::from_conf(
-            aws_sdk_sts::config::Builder::from(config)
-                .interceptor(self.calls.clone())
-                .build(),
-        )
+        client!(aws_sdk_sts, config, self.calls)
+    }
+
+    /// An EC2 client on `config`, counted.
+    pub fn ec2(&self, config: &SdkConfig) -> aws_sdk_ec2::Client {
+        client!(aws_sdk_ec2, config, self.calls)
+    }
+
+    /// An EKS client on `config`, counted.
+    pub fn eks(&self, config: &SdkConfig) -> aws_sdk_eks::Client {
+        client!(aws_sdk_eks, config, self.calls)
+    }
+
+    /// An IAM client on `config`, counted.
+    pub fn iam(&self, config: &SdkConfig) -> aws_sdk_iam::Client {
+        client!(aws_sdk_iam, config, self.calls)
     }
 
     /// Requests sent so far, by service and operation (each attempt counts).
     pub fn calls(&self) -> BTreeMap<(String, String), u64> {
         self.calls.counts.lock().expect("lock").clone()
+    }
+}
+
+/// SDK results as lariat reports them.
+pub trait AwsResult<T> {
+    fn aws(self) -> Result<T, AwsError>;
+}
+
+impl<T, E> AwsResult<T> for Result<T, SdkError<E, HttpResponse>>
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    fn aws(self) -> Result<T, AwsError> {
+        self.map_err(|e| AwsError::from_sdk(&e))
+    }
+}
+
+impl AwsError {
+    /// AWS answered a create without the thing created.
+    pub fn missing(what: &str) -> AwsError {
+        AwsError {
+            code: "InvalidResponse".into(),
+            message: format!("AWS's answer has no {what}"),
+        }
+    }
+
+    /// Whether AWS said the thing is not there (`NoSuchEntity`, `ResourceNotFoundException`,
+    /// `InvalidVpcID.NotFound`, ...).
+    pub fn is_not_found(&self) -> bool {
+        self.code.ends_with("NotFound")
+            || self.code.ends_with("NotFoundException")
+            || self.code == "NoSuchEntity"
     }
 }
 

@@ -69,12 +69,15 @@ impl Lariat {
         }
     }
 
-    /// Creates or replaces a cluster-scoped object of Cluster API AWS (an identity).
+    /// Creates or updates an object (server-side apply), in its namespace if it names one.
     pub async fn apply(&self, object: serde_json::Value) {
         let object: kube::api::DynamicObject = serde_json::from_value(object).unwrap();
         let gvk = kube::core::GroupVersionKind::try_from(object.types.as_ref().unwrap()).unwrap();
         let resource = kube::core::ApiResource::from_gvk(&gvk);
-        let api: Api<kube::api::DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let api: Api<kube::api::DynamicObject> = match &object.metadata.namespace {
+            Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
         api.patch(
             &object.metadata.name.clone().unwrap(),
             &kube::api::PatchParams::apply("test").force(),

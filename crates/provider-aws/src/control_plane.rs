@@ -1,0 +1,694 @@
+//! AWSManagedControlPlane: an EKS cluster, its IAM role and its network, reconciled step by
+//! step (each step finds what an earlier attempt made before it makes anything), its status
+//! as Cluster API's control-plane contract says (`ready`, `initialized`, the endpoint), and
+//! the `<cluster>-kubeconfig` Secret with a token made the way `aws eks get-token` makes it.
+//! Deletion goes the other way: the EKS cluster, its role, then the network, each found by
+//! its tags.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::ApiResource;
+use kube::runtime::controller::Action;
+use lariat_api::aws::AWSManagedControlPlane;
+use lariat_controllers::Error;
+use lariat_controllers::conditions::json as conditions;
+use lariat_controllers::events::EventType;
+use lariat_controllers::object::{ensure_finalizer, patch, patch_status, remove_finalizer};
+use serde_json::{Value, json};
+
+use crate::Context;
+use crate::iam::{self, RoleSpec};
+use crate::identity::Session;
+use crate::network;
+use crate::sdk::{AwsError, AwsResult};
+use crate::tags::Owner;
+
+pub const FINALIZER: &str = "awsmanagedcontrolplane.controlplane.cluster.x-k8s.io";
+/// How long a token lasts: `aws eks get-token`'s 15 minutes (the presigned request is valid
+/// for 60 seconds; EKS accepts the token for 15 minutes after it was signed).
+const TOKEN_LIFETIME: Duration = Duration::from_secs(15 * 60);
+/// When the kubeconfig's token is renewed.
+const TOKEN_RENEWAL: Duration = Duration::from_secs(10 * 60);
+/// How often a cluster being created or deleted is looked at again.
+const WHILE_CHANGING: Duration = Duration::from_secs(15);
+/// Annotation on the kubeconfig Secret: when its token was made (seconds since the epoch).
+const TOKEN_ISSUED: &str = "lariat.dev/token-issued-at";
+
+pub fn resource() -> ApiResource {
+    ApiResource::erase::<AWSManagedControlPlane>(&())
+}
+
+/// The Cluster (cluster.x-k8s.io) that owns the object, once core has claimed it.
+pub fn owning_cluster(object: &DynamicObject) -> Option<String> {
+    object
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Cluster" && o.api_version.starts_with("cluster.x-k8s.io/"))
+        .map(|o| o.name.clone())
+}
+
+/// Cluster API AWS's EKS name for a control plane the spec does not name:
+/// `<namespace>_<name>`, within EKS's 100 characters.
+pub fn eks_name(namespace: &str, name: &str) -> String {
+    let mut full = format!("{namespace}_{name}");
+    if full.len() > 100 {
+        use sha2::{Digest, Sha256};
+        let hash = Sha256::digest(full.as_bytes());
+        let hash: String = hash.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        full.truncate(91);
+        full = format!("{full}-{hash}");
+    }
+    full
+}
+
+/// `v1.31.0` or `1.31` as EKS wants it: `1.31`.
+pub fn eks_version(version: &str) -> Option<String> {
+    let version = version.trim_start_matches('v');
+    let mut parts = version.split('.');
+    let (major, minor) = (parts.next()?, parts.next()?);
+    (major.parse::<u32>().is_ok() && minor.parse::<u32>().is_ok())
+        .then(|| format!("{major}.{minor}"))
+}
+
+/// A step's failure, as the conditions and Events say it.
+struct Failed {
+    condition: &'static str,
+    reason: &'static str,
+    message: String,
+}
+
+impl Failed {
+    fn aws(condition: &'static str, reason: &'static str, error: AwsError) -> Failed {
+        Failed {
+            condition,
+            reason,
+            message: error.to_string(),
+        }
+    }
+}
+
+pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = object.namespace().unwrap_or_default();
+    let name = object.name_any();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
+    let control_plane: AWSManagedControlPlane = DynamicObject::clone(&object)
+        .try_parse()
+        .map_err(|e| Error::Invalid(format!("AWSManagedControlPlane {namespace}/{name}: {e}")))?;
+    let Some(cluster) = owning_cluster(&object) else {
+        if object.metadata.deletion_timestamp.is_some() {
+            remove_finalizer(&api, &object, FINALIZER).await?;
+        }
+        // Contract: wait until core has set the owner reference (that write wakes this).
+        return Ok(Action::await_change());
+    };
+    let owner = Owner {
+        namespace: namespace.clone(),
+        cluster: cluster.clone(),
+        additional: control_plane
+            .spec
+            .additional_tags
+            .clone()
+            .unwrap_or_default(),
+    };
+    let mut status_conditions = conditions::existing(&object.data["status"]);
+
+    let Some(region) = control_plane.spec.region.clone() else {
+        let failed = Failed {
+            condition: "EKSControlPlaneReady",
+            reason: "InvalidSpec",
+            message: "spec.region is empty: name the AWS region of the cluster".into(),
+        };
+        return report_failure(&ctx, &api, &object, &mut status_conditions, failed).await;
+    };
+    let session = match ctx
+        .identities
+        .session(
+            &namespace,
+            &region,
+            control_plane.spec.identity_ref.as_ref(),
+        )
+        .await
+    {
+        Ok(session) => {
+            conditions::set(
+                &mut status_conditions,
+                "PrincipalUsageAllowed",
+                true,
+                "",
+                "",
+            );
+            session
+        }
+        Err(error) => {
+            let failed = Failed {
+                condition: "PrincipalUsageAllowed",
+                reason: error.reason(),
+                message: error.to_string(),
+            };
+            return report_failure(&ctx, &api, &object, &mut status_conditions, failed).await;
+        }
+    };
+    let eks_cluster = control_plane
+        .spec
+        .eks_cluster_name
+        .clone()
+        .unwrap_or_else(|| eks_name(&namespace, &name));
+    let role_name = control_plane
+        .spec
+        .role_name
+        .clone()
+        .unwrap_or_else(|| default_role_name(&eks_cluster));
+
+    if object.metadata.deletion_timestamp.is_some() {
+        return match delete(&session, &owner, &eks_cluster, &role_name).await {
+            Ok(true) => Ok(Action::requeue(WHILE_CHANGING)),
+            Ok(false) => {
+                ctx.events
+                    .publish(
+                        object.as_ref(),
+                        "AWSManagedControlPlane",
+                        EventType::Normal,
+                        "Deleted",
+                        &format!("EKS cluster {eks_cluster}, its IAM role and network deleted"),
+                    )
+                    .await;
+                remove_finalizer(&api, &object, FINALIZER).await?;
+                Ok(Action::await_change())
+            }
+            Err(failed) => {
+                report_failure(&ctx, &api, &object, &mut status_conditions, failed).await
+            }
+        };
+    }
+    if ensure_finalizer(&api, &object, FINALIZER).await? {
+        return Ok(Action::await_change());
+    }
+
+    let outcome = provision(
+        &session,
+        &owner,
+        &control_plane,
+        &eks_cluster,
+        &role_name,
+        &mut status_conditions,
+    )
+    .await;
+    let provisioned = match outcome {
+        Ok(provisioned) => provisioned,
+        Err(failed) => {
+            return report_failure(&ctx, &api, &object, &mut status_conditions, failed).await;
+        }
+    };
+
+    // The spec records what was found or made, as Cluster API AWS's does: the VPC, subnets,
+    // EKS name, role and endpoint (the VPC column of `kubectl get` reads it there).
+    let mut spec_patch = json!({
+        "eksClusterName": eks_cluster,
+        "roleName": role_name,
+        "network": {
+            "vpc": {
+                "id": provisioned.network.vpc_id,
+                "cidrBlock": provisioned.network.cidr_block,
+                "internetGatewayId": provisioned.network.internet_gateway_id,
+            },
+            "subnets": provisioned.network.subnets,
+        },
+    });
+    if let Some(endpoint) = &provisioned.endpoint {
+        spec_patch["controlPlaneEndpoint"] = json!({"host": endpoint, "port": 443});
+    }
+    let current = serde_json::to_value(&control_plane.spec).unwrap_or_default();
+    if !contains(&current, &spec_patch) {
+        patch(&api, &name, json!({"spec": spec_patch})).await?;
+    }
+
+    let ready = provisioned.status == "ACTIVE";
+    if ready {
+        ensure_kubeconfig(
+            &ctx,
+            &session,
+            &object,
+            &namespace,
+            &cluster,
+            &eks_cluster,
+            &provisioned,
+        )
+        .await?;
+    }
+    let failure_domains: serde_json::Map<String, Value> = provisioned
+        .network
+        .subnets
+        .iter()
+        .filter(|s| s.is_public != Some(true))
+        .filter_map(|s| s.availability_zone.clone())
+        .map(|zone| (zone, json!({"controlPlane": true})))
+        .collect();
+    let status = json!({
+        "ready": ready,
+        "initialized": ready,
+        "externalManagedControlPlane": true,
+        "version": provisioned.version.as_ref().map(|v| format!("v{v}")),
+        "failureDomains": failure_domains,
+        "networkStatus": {
+            "securityGroups": {
+                "node-eks-additional": {
+                    "id": provisioned.network.node_security_group_id,
+                    "name": format!("{cluster}-node-eks-additional"),
+                },
+            },
+            "natGatewaysIPs": provisioned.network.nat_gateway_ips,
+        },
+        "conditions": status_conditions,
+        "observedGeneration": object.metadata.generation,
+    });
+    if !contains(&object.data["status"], &status) {
+        patch_status(&api, &name, status).await?;
+        if ready
+            && !conditions::is_true(
+                &conditions::existing(&object.data["status"]),
+                "EKSControlPlaneReady",
+            )
+        {
+            ctx.events
+                .publish(
+                    object.as_ref(),
+                    "AWSManagedControlPlane",
+                    EventType::Normal,
+                    "Provisioned",
+                    &format!("EKS cluster {eks_cluster} is ACTIVE"),
+                )
+                .await;
+        }
+    }
+    Ok(if ready {
+        // The token must be renewed before it expires.
+        Action::requeue(TOKEN_RENEWAL)
+    } else {
+        Action::requeue(WHILE_CHANGING)
+    })
+}
+
+/// Cluster API AWS's name of the control plane role it creates (IAM allows 64 characters).
+fn default_role_name(eks_cluster: &str) -> String {
+    let suffix = "-iam-service-role";
+    let mut base = eks_cluster.replace('_', "-");
+    base.truncate(64 - suffix.len());
+    format!("{base}{suffix}")
+}
+
+/// Whether every field `want` sets has that value in `have`.
+fn contains(have: &Value, want: &Value) -> bool {
+    match (have, want) {
+        (Value::Object(have), Value::Object(want)) => want.iter().all(|(k, v)| {
+            v.is_null() && !have.contains_key(k) || have.get(k).is_some_and(|h| contains(h, v))
+        }),
+        _ => have == want,
+    }
+}
+
+/// What the cloud holds for the control plane.
+struct Provisioned {
+    network: network::Network,
+    status: String,
+    endpoint: Option<String>,
+    certificate_authority: Option<String>,
+    version: Option<String>,
+}
+
+async fn provision(
+    session: &Session,
+    owner: &Owner,
+    control_plane: &AWSManagedControlPlane,
+    eks_cluster: &str,
+    role_name: &str,
+    status_conditions: &mut Vec<Value>,
+) -> Result<Provisioned, Failed> {
+    let aws = session.aws();
+    let ec2 = aws.ec2(&session.config);
+    let network = network::ensure(
+        &ec2,
+        owner,
+        &control_plane.spec.network.clone().unwrap_or_default(),
+    )
+    .await
+    .map_err(|e| Failed::aws("VpcReady", "VpcReconciliationFailed", e))?;
+    for condition in ["VpcReady", "SubnetsReady", "ClusterSecurityGroupsReady"] {
+        conditions::set(status_conditions, condition, true, "", "");
+    }
+
+    let iam = aws.iam(&session.config);
+    let mut policies = vec![iam::EKS_CLUSTER_POLICY.to_owned()];
+    policies.extend(
+        control_plane
+            .spec
+            .role_additional_policies
+            .clone()
+            .unwrap_or_default(),
+    );
+    let role_arn = iam::ensure_role(
+        &iam,
+        owner,
+        &RoleSpec {
+            name: role_name,
+            path: control_plane.spec.role_path.as_deref(),
+            permissions_boundary: control_plane.spec.role_permissions_boundary.as_deref(),
+            service: "eks.amazonaws.com",
+            policies,
+        },
+    )
+    .await
+    .map_err(|e| {
+        Failed::aws(
+            "IAMControlPlaneRolesReady",
+            "IAMControlPlaneRolesReconciliationFailed",
+            e,
+        )
+    })?;
+    conditions::set(status_conditions, "IAMControlPlaneRolesReady", true, "", "");
+
+    let eks = aws.eks(&session.config);
+    let found = match eks.describe_cluster().name(eks_cluster).send().await.aws() {
+        Ok(found) => found.cluster,
+        Err(error) if error.is_not_found() => None,
+        Err(error) => {
+            return Err(Failed::aws(
+                "EKSControlPlaneReady",
+                "EKSControlPlaneReconciliationFailed",
+                error,
+            ));
+        }
+    };
+    let cluster = match found {
+        Some(cluster) => cluster,
+        None => create_cluster(&eks, owner, control_plane, eks_cluster, &role_arn, &network)
+            .await
+            .map_err(|e| {
+                Failed::aws(
+                    "EKSControlPlaneReady",
+                    "EKSControlPlaneReconciliationFailed",
+                    e,
+                )
+            })?,
+    };
+    let status = cluster
+        .status()
+        .map(|s| s.as_str().to_owned())
+        .unwrap_or_default();
+    match status.as_str() {
+        "ACTIVE" => conditions::set(status_conditions, "EKSControlPlaneReady", true, "", ""),
+        "FAILED" => {
+            return Err(Failed {
+                condition: "EKSControlPlaneReady",
+                reason: "EKSControlPlaneFailed",
+                message: format!("EKS reports cluster {eks_cluster} FAILED"),
+            });
+        }
+        other => conditions::set(
+            status_conditions,
+            "EKSControlPlaneReady",
+            false,
+            "EKSControlPlaneCreating",
+            &format!("EKS cluster {eks_cluster} is {other}"),
+        ),
+    }
+    Ok(Provisioned {
+        network,
+        status,
+        endpoint: cluster.endpoint().map(|e| {
+            e.trim_start_matches("https://")
+                .trim_end_matches('/')
+                .to_owned()
+        }),
+        certificate_authority: cluster
+            .certificate_authority()
+            .and_then(|c| c.data())
+            .map(str::to_owned),
+        version: cluster.version().map(str::to_owned),
+    })
+}
+
+async fn create_cluster(
+    eks: &aws_sdk_eks::Client,
+    owner: &Owner,
+    control_plane: &AWSManagedControlPlane,
+    eks_cluster: &str,
+    role_arn: &str,
+    network: &network::Network,
+) -> Result<aws_sdk_eks::types::Cluster, AwsError> {
+    use aws_sdk_eks::types::VpcConfigRequest;
+    let spec = &control_plane.spec;
+    let access = spec.endpoint_access.clone().unwrap_or_default();
+    let subnets = if spec.restrict_private_subnets == Some(true) {
+        network.private_subnet_ids()
+    } else {
+        network.subnet_ids()
+    };
+    let version = spec.version.as_deref().and_then(eks_version);
+    let created = eks
+        .create_cluster()
+        .name(eks_cluster)
+        .set_version(version)
+        .role_arn(role_arn)
+        .resources_vpc_config(
+            VpcConfigRequest::builder()
+                .set_subnet_ids(Some(subnets))
+                .security_group_ids(&network.node_security_group_id)
+                .endpoint_public_access(access.public.unwrap_or(true))
+                .endpoint_private_access(access.private.unwrap_or(false))
+                .set_public_access_cidrs(access.public_cid_rs.clone())
+                .build(),
+        )
+        .set_tags(Some(
+            owner.tags(eks_cluster, "common").into_iter().collect(),
+        ))
+        // A retried create after a crash is the same request, not a second cluster.
+        .client_request_token(control_plane.metadata.uid.clone().unwrap_or_default())
+        .send()
+        .await
+        .aws();
+    match created {
+        Ok(created) => created.cluster.ok_or_else(|| AwsError::missing("cluster")),
+        // Made by an earlier attempt whose answer was lost.
+        Err(error) if error.code == "ResourceInUseException" => eks
+            .describe_cluster()
+            .name(eks_cluster)
+            .send()
+            .await
+            .aws()?
+            .cluster
+            .ok_or_else(|| AwsError::missing("cluster")),
+        Err(error) => Err(error),
+    }
+}
+
+/// Deletes the EKS cluster, then its role, then the network. `Ok(true)` while something is
+/// still going away.
+async fn delete(
+    session: &Session,
+    owner: &Owner,
+    eks_cluster: &str,
+    role_name: &str,
+) -> Result<bool, Failed> {
+    let aws = session.aws();
+    let eks = aws.eks(&session.config);
+    let failed = |e| Failed::aws("EKSControlPlaneReady", "DeletionFailed", e);
+    match eks.describe_cluster().name(eks_cluster).send().await.aws() {
+        Ok(found) => {
+            let cluster = found
+                .cluster
+                .ok_or_else(|| failed(AwsError::missing("cluster")))?;
+            // Only a cluster this one made: its tags say so.
+            if owner.owns(
+                cluster
+                    .tags()
+                    .iter()
+                    .flat_map(|t| t.iter())
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            ) {
+                if cluster.status().map(|s| s.as_str()) != Some("DELETING") {
+                    eks.delete_cluster()
+                        .name(eks_cluster)
+                        .send()
+                        .await
+                        .aws()
+                        .map_err(failed)?;
+                }
+                return Ok(true);
+            }
+        }
+        Err(error) if error.is_not_found() => {}
+        Err(error) => return Err(failed(error)),
+    }
+    iam::delete_role(&aws.iam(&session.config), owner, role_name)
+        .await
+        .map_err(failed)?;
+    network::delete(&aws.ec2(&session.config), owner)
+        .await
+        .map_err(failed)
+}
+
+/// Sets the failed step's condition, records a Warning Event once per distinct failure, and
+/// waits a minute (an AWS error is not a watch event).
+async fn report_failure(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    object: &Arc<DynamicObject>,
+    status_conditions: &mut Vec<Value>,
+    failed: Failed,
+) -> Result<Action, Error> {
+    conditions::set(
+        status_conditions,
+        failed.condition,
+        false,
+        failed.reason,
+        &failed.message,
+    );
+    conditions::set(
+        status_conditions,
+        "Ready",
+        false,
+        failed.reason,
+        &failed.message,
+    );
+    if json!(status_conditions) != object.data["status"]["conditions"] {
+        patch_status(
+            api,
+            &object.name_any(),
+            json!({"conditions": status_conditions}),
+        )
+        .await?;
+        ctx.events
+            .publish(
+                object.as_ref(),
+                "AWSManagedControlPlane",
+                EventType::Warning,
+                failed.reason,
+                &failed.message,
+            )
+            .await;
+    }
+    Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// Writes `<cluster>-kubeconfig` with a fresh token when there is none, it is about to
+/// expire, or the endpoint changed.
+async fn ensure_kubeconfig(
+    ctx: &Context,
+    session: &Session,
+    object: &DynamicObject,
+    namespace: &str,
+    cluster: &str,
+    eks_cluster: &str,
+    provisioned: &Provisioned,
+) -> Result<(), Error> {
+    let (Some(endpoint), Some(ca)) = (&provisioned.endpoint, &provisioned.certificate_authority)
+    else {
+        return Ok(());
+    };
+    let secret_name = format!("{cluster}-kubeconfig");
+    let now = SystemTime::now();
+    let since_epoch = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs()
+    };
+    if let Some(cached) = ctx.caches.secrets().get(namespace, &secret_name).await? {
+        let issued = cached
+            .annotations()
+            .get(TOKEN_ISSUED)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        let fresh = since_epoch(now).saturating_sub(issued) < TOKEN_RENEWAL.as_secs();
+        let same_server = cached
+            .annotations()
+            .get("lariat.dev/server")
+            .map(String::as_str)
+            == Some(endpoint.as_str());
+        if fresh && same_server {
+            return Ok(());
+        }
+    }
+    let token = crate::token::eks_token(&session.config, eks_cluster, now)
+        .await
+        .map_err(|e| Error::Invalid(format!("cannot make a token for {eks_cluster}: {e}")))?;
+    let kubeconfig = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster, "cluster": {"server": format!("https://{endpoint}"), "certificate-authority-data": ca}}],
+        "users": [{"name": format!("{cluster}-admin"), "user": {"token": token}}],
+        "contexts": [{"name": format!("{cluster}-admin@{cluster}"), "context": {"cluster": cluster, "user": format!("{cluster}-admin")}}],
+        "current-context": format!("{cluster}-admin@{cluster}"),
+    });
+    let kubeconfig =
+        serde_yaml_ng::to_string(&kubeconfig).map_err(|e| Error::Invalid(e.to_string()))?;
+    let cluster_uid = object
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Cluster")
+        .map(|o| o.uid.clone())
+        .unwrap_or_default();
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": secret_name,
+            "namespace": namespace,
+            "labels": {"cluster.x-k8s.io/cluster-name": cluster},
+            "annotations": {
+                TOKEN_ISSUED: since_epoch(now).to_string(),
+                "lariat.dev/server": endpoint,
+                "lariat.dev/token-expires-at": since_epoch(now + TOKEN_LIFETIME).to_string(),
+            },
+            "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "name": cluster, "uid": cluster_uid, "controller": true}],
+        },
+        "type": "cluster.x-k8s.io/secret",
+        "data": {"value": base64::engine::general_purpose::STANDARD.encode(kubeconfig)},
+    }))
+    .map_err(|e| Error::Invalid(e.to_string()))?;
+    Api::<Secret>::namespaced(ctx.client.clone(), namespace)
+        .patch(
+            &secret_name,
+            &PatchParams::apply("lariat-aws").force(),
+            &Patch::Apply(&secret),
+        )
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_versions_follow_cluster_api_aws() {
+        assert_eq!(
+            eks_name("default", "prod-control-plane"),
+            "default_prod-control-plane"
+        );
+        let long = eks_name(&"n".repeat(60), &"c".repeat(60));
+        assert_eq!(long.len(), 100);
+        assert_eq!(eks_version("v1.31.0").as_deref(), Some("1.31"));
+        assert_eq!(eks_version("1.30").as_deref(), Some("1.30"));
+        assert_eq!(eks_version("latest"), None);
+        assert_eq!(
+            default_role_name("default_prod"),
+            "default-prod-iam-service-role"
+        );
+        assert!(default_role_name(&"x".repeat(100)).len() <= 64);
+    }
+
+    #[test]
+    fn contains_compares_only_what_is_wanted() {
+        assert!(contains(
+            &json!({"a": 1, "b": {"c": 2, "d": 3}}),
+            &json!({"b": {"c": 2}})
+        ));
+        assert!(!contains(&json!({"a": 1}), &json!({"a": 2})));
+        assert!(contains(&json!({"a": 1}), &json!({"z": null})));
+    }
+}

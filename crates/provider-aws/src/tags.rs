@@ -1,0 +1,88 @@
+//! Who owns an AWS resource: Cluster API AWS's tags, so its users' tools (and its own cleanup
+//! scripts) recognise lariat's resources, and lariat's namespace tag, because Cluster API
+//! AWS's tag names only the cluster and two namespaces may both have a cluster `prod`.
+//! Everything lariat creates is found again by these tags, so a crash between a create and
+//! the status write that records it leaves nothing behind and duplicates nothing.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::{Filter, ResourceType, Tag, TagSpecification};
+
+/// `sigs.k8s.io/cluster-api-provider-aws/cluster/<cluster>: owned`.
+pub const CLUSTER_TAG_PREFIX: &str = "sigs.k8s.io/cluster-api-provider-aws/cluster/";
+/// What the resource is for: `common` (VPC, gateways), `public`, `private`, `node-eks-additional`.
+pub const ROLE_TAG: &str = "sigs.k8s.io/cluster-api-provider-aws/role";
+/// The namespace of the Cluster that owns the resource (lariat's).
+pub const NAMESPACE_TAG: &str = "lariat.dev/cluster-namespace";
+/// The value of the ownership tag for resources the cluster created and deletes.
+pub const OWNED: &str = "owned";
+
+/// The cluster AWS resources belong to.
+#[derive(Clone, Debug)]
+pub struct Owner {
+    pub namespace: String,
+    /// The Cluster's name (`cluster.x-k8s.io`), as Cluster API AWS tags it.
+    pub cluster: String,
+    /// `additionalTags` of the spec, on everything created.
+    pub additional: BTreeMap<String, String>,
+}
+
+impl Owner {
+    pub fn ownership_key(&self) -> String {
+        format!("{CLUSTER_TAG_PREFIX}{}", self.cluster)
+    }
+
+    /// Every tag of a resource named `name` with `role`.
+    pub fn tags(&self, name: &str, role: &str) -> BTreeMap<String, String> {
+        let mut tags = self.additional.clone();
+        tags.insert("Name".into(), name.into());
+        tags.insert(self.ownership_key(), OWNED.into());
+        tags.insert(ROLE_TAG.into(), role.into());
+        tags.insert(NAMESPACE_TAG.into(), self.namespace.clone());
+        tags
+    }
+
+    /// EC2's tag specification of a resource created with its tags (one call: a resource is
+    /// never untagged, even for a moment).
+    pub fn ec2_tags(&self, resource: ResourceType, name: &str, role: &str) -> TagSpecification {
+        TagSpecification::builder()
+            .resource_type(resource)
+            .set_tags(Some(
+                self.tags(name, role)
+                    .into_iter()
+                    .map(|(k, v)| Tag::builder().key(k).value(v).build())
+                    .collect(),
+            ))
+            .build()
+    }
+
+    /// EC2 filters that find this cluster's resources, and nobody else's.
+    pub fn ec2_filters(&self) -> Vec<Filter> {
+        vec![
+            filter(&format!("tag:{}", self.ownership_key()), OWNED),
+            filter(&format!("tag:{NAMESPACE_TAG}"), &self.namespace),
+        ]
+    }
+
+    /// The filters, and the resource's role.
+    pub fn ec2_filters_with_role(&self, role: &str) -> Vec<Filter> {
+        let mut filters = self.ec2_filters();
+        filters.push(filter(&format!("tag:{ROLE_TAG}"), role));
+        filters
+    }
+
+    /// Whether tags (as AWS lists them) say the resource is this cluster's.
+    pub fn owns<'a>(&self, tags: impl IntoIterator<Item = (&'a str, &'a str)>) -> bool {
+        let key = self.ownership_key();
+        let (mut owned, mut here) = (false, false);
+        for (k, v) in tags {
+            owned |= k == key && v == OWNED;
+            here |= k == NAMESPACE_TAG && v == self.namespace;
+        }
+        owned && here
+    }
+}
+
+pub fn filter(name: &str, value: &str) -> Filter {
+    Filter::builder().name(name).values(value).build()
+}
