@@ -5,11 +5,13 @@
 //! - `tags.rs`: who owns an AWS resource, so it is found again and deleted with its cluster;
 //! - `network.rs`, `iam.rs`: a cluster's VPC and roles;
 //! - `control_plane.rs`: AWSManagedControlPlane, the EKS cluster; `token.rs` its tokens;
+//!   `managed_cluster.rs`: AWSManagedCluster, which mirrors it;
 //! - `moto.rs`: a throwaway moto server for tests and benchmarks.
 
 pub mod control_plane;
 pub mod iam;
 pub mod identity;
+pub mod managed_cluster;
 pub mod moto;
 pub mod network;
 pub mod sdk;
@@ -128,7 +130,36 @@ pub async fn run(
             context.clone(),
         )
         .for_each(lariat_controllers::finished("awsmanagedcontrolplane"));
-    control_planes.await;
+    // An AWSManagedCluster follows its Cluster's control plane: a change of the control plane
+    // wakes the infrastructure cluster of the same Cluster.
+    let clusters_cache = caches.typed::<Cluster>();
+    let managed_clusters =
+        lariat_controllers::controller_on(&caches.of(&managed_cluster::resource()))
+            .watches_shared_stream_with(
+                caches.of(&control_plane::resource()).changes(),
+                move |control_plane: Arc<DynamicObject>| {
+                    let namespace = control_plane.metadata.namespace.clone()?;
+                    let cluster = clusters_cache
+                        .get_now(&namespace, &control_plane::owning_cluster(&control_plane)?)?;
+                    let reference = cluster.spec.infrastructure_ref.as_ref()?;
+                    (reference.kind.as_deref() == Some("AWSManagedCluster")).then(|| {
+                        ObjectRef::<DynamicObject>::new_with(
+                            reference.name.as_deref().unwrap_or_default(),
+                            managed_cluster::resource(),
+                        )
+                        .within(&namespace)
+                    })
+                },
+                control_plane::resource(),
+            )
+            .graceful_shutdown_on(shutdown.clone())
+            .run(
+                managed_cluster::reconcile,
+                lariat_controllers::error_policy,
+                context.clone(),
+            )
+            .for_each(lariat_controllers::finished("awsmanagedcluster"));
+    tokio::join!(control_planes, managed_clusters);
 }
 
 /// Cluster API AWS's controller identity, created as its `AutoControllerIdentityCreator`

@@ -154,6 +154,49 @@ async fn an_eks_cluster_is_made_with_its_network_and_deleted_leaving_nothing() {
         "{status}"
     );
 
+    // The infrastructure cluster follows, and with both the Cluster is provisioned.
+    let managed_clusters: Api<DynamicObject> = Api::namespaced_with(
+        lariat.client.clone(),
+        NS,
+        &lariat_provider_aws::managed_cluster::resource(),
+    );
+    eventually(
+        "the AWSManagedCluster is ready",
+        Duration::from_secs(30),
+        || {
+            let api = managed_clusters.clone();
+            async move {
+                api.get("prod")
+                    .await
+                    .is_ok_and(|c| c.data["status"]["ready"] == true)
+            }
+        },
+    )
+    .await;
+    let managed = managed_clusters.get("prod").await.unwrap();
+    assert_eq!(
+        managed.data["spec"]["controlPlaneEndpoint"],
+        spec["controlPlaneEndpoint"]
+    );
+    let clusters: Api<DynamicObject> = Api::namespaced_with(
+        lariat.client.clone(),
+        NS,
+        &kube::core::ApiResource::erase::<lariat_api::capi::Cluster>(&()),
+    );
+    eventually(
+        "the Cluster is Provisioned",
+        Duration::from_secs(30),
+        || {
+            let api = clusters.clone();
+            async move {
+                api.get("prod")
+                    .await
+                    .is_ok_and(|c| c.data["status"]["phase"] == "Provisioned")
+            }
+        },
+    )
+    .await;
+
     // What AWS holds, asked with the administrator's keys.
     let admin = moto.admin().await;
     let eks = aws_sdk_eks::Client::new(&admin);
@@ -246,11 +289,6 @@ async fn an_eks_cluster_is_made_with_its_network_and_deleted_leaving_nothing() {
     );
 
     // Deleting the Cluster deletes everything lariat made in AWS.
-    let clusters: Api<DynamicObject> = Api::namespaced_with(
-        lariat.client.clone(),
-        NS,
-        &kube::core::ApiResource::erase::<lariat_api::capi::Cluster>(&()),
-    );
     clusters
         .delete("prod", &DeleteParams::default())
         .await
