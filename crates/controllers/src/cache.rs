@@ -28,7 +28,9 @@ use kube::core::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
+use lariat_api::capi::{
+    Cluster, Machine, MachineDeployment, MachineHealthCheck, MachinePool, MachineSet,
+};
 use lariat_api::fleet::{Bundle, BundleDeployment, ClusterGroup, Content, FleetCluster, GitRepo};
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
@@ -114,6 +116,7 @@ cached_as_struct!(
     MachineSet,
     MachineDeployment,
     MachineHealthCheck,
+    MachinePool,
     Node,
     Namespace,
     GitRepo,
@@ -130,7 +133,12 @@ fn held_as_struct(api_version: &str, kind: &str) -> bool {
     match api_version {
         lariat_api::capi::API_VERSION => matches!(
             kind,
-            "Cluster" | "Machine" | "MachineSet" | "MachineDeployment" | "MachineHealthCheck"
+            "Cluster"
+                | "Machine"
+                | "MachineSet"
+                | "MachineDeployment"
+                | "MachineHealthCheck"
+                | "MachinePool"
         ),
         lariat_api::fleet::API_VERSION => true,
         _ => false,

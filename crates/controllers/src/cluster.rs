@@ -10,7 +10,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use lariat_api::capi::cluster::ClusterPhase;
-use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachineSet};
+use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachinePool, MachineSet};
 use serde_json::json;
 
 use crate::cache::{Cached, IndexKey};
@@ -408,10 +408,11 @@ async fn reconcile_delete(
             .publish(cluster, "Cluster", EventType::Normal, "Deleting", message)
             .await;
     }
-    // Workers first: deployments, their sets, and machines that are not control plane.
+    // Workers first: deployments, their sets, pools, and machines that are not control plane.
     let (deployments_api, deployments) =
         listed::<MachineDeployment>(ctx, &namespace, &name).await?;
     let (sets_api, sets) = listed::<MachineSet>(ctx, &namespace, &name).await?;
+    let (pools_api, pools) = listed::<MachinePool>(ctx, &namespace, &name).await?;
     let (machines, all_machines) = listed::<Machine>(ctx, &namespace, &name).await?;
     let workers: Vec<Machine> = all_machines
         .into_iter()
@@ -422,6 +423,7 @@ async fn reconcile_delete(
         .collect();
     let waiting = delete_all(&deployments_api, &deployments).await
         | delete_all(&sets_api, &sets).await
+        | delete_all(&pools_api, &pools).await
         | delete_all(&machines, &workers).await;
     if waiting {
         return Ok(Action::requeue(Duration::from_millis(500)));

@@ -16,7 +16,9 @@ use kube::core::ApiResource;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
-use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
+use lariat_api::capi::{
+    Cluster, Machine, MachineDeployment, MachineHealthCheck, MachinePool, MachineSet,
+};
 
 use crate::cache::{Cache, Cached, Caches, IndexKey};
 
@@ -28,6 +30,7 @@ pub mod external;
 pub mod machine;
 pub mod machine_deployment;
 pub mod machine_health_check;
+pub mod machine_pool;
 pub mod machine_set;
 pub mod metrics;
 pub mod object;
@@ -364,7 +367,14 @@ pub async fn run(
             context.clone(),
         )
         .for_each(finished("machinehealthcheck"));
-    tokio::join!(clusters, deployments, sets, machines, health_checks);
+    let pools = controller_on(&caches.typed::<MachinePool>())
+        .reconcile_on(referenced_changes(&caches, |object| {
+            owners_of::<MachinePool>(&object)
+        }))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(machine_pool::reconcile, error_policy, context.clone())
+        .for_each(finished("machinepool"));
+    tokio::join!(clusters, deployments, sets, machines, health_checks, pools);
 }
 
 /// The objects of kind `K` in each Cluster that stops being paused: they returned without

@@ -34,8 +34,6 @@ pub const FINALIZER: &str = "awsmanagedcontrolplane.controlplane.cluster.x-k8s.i
 const TOKEN_LIFETIME: Duration = Duration::from_secs(15 * 60);
 /// When the kubeconfig's token is renewed.
 const TOKEN_RENEWAL: Duration = Duration::from_secs(10 * 60);
-/// How often a cluster being created or deleted is looked at again.
-const WHILE_CHANGING: Duration = Duration::from_secs(15);
 /// Annotation on the kubeconfig Secret: when its token was made (seconds since the epoch).
 const TOKEN_ISSUED: &str = "lariat.dev/token-issued-at";
 
@@ -166,7 +164,9 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
 
     if object.metadata.deletion_timestamp.is_some() {
         return match delete(&session, &owner, &eks_cluster, &role_name).await {
-            Ok(true) => Ok(Action::requeue(WHILE_CHANGING)),
+            Ok(true) => Ok(Action::requeue(
+                ctx.identities.aws().settings().poll_while_changing,
+            )),
             Ok(false) => {
                 ctx.events
                     .publish(
@@ -289,7 +289,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         // The token must be renewed before it expires.
         Action::requeue(TOKEN_RENEWAL)
     } else {
-        Action::requeue(WHILE_CHANGING)
+        Action::requeue(ctx.identities.aws().settings().poll_while_changing)
     })
 }
 

@@ -6,12 +6,14 @@
 //! - `network.rs`, `iam.rs`: a cluster's VPC and roles;
 //! - `control_plane.rs`: AWSManagedControlPlane, the EKS cluster; `token.rs` its tokens;
 //!   `managed_cluster.rs`: AWSManagedCluster, which mirrors it;
+//! - `managed_machine_pool.rs`: AWSManagedMachinePool, an EKS managed node group;
 //! - `moto.rs`: a throwaway moto server for tests and benchmarks.
 
 pub mod control_plane;
 pub mod iam;
 pub mod identity;
 pub mod managed_cluster;
+pub mod managed_machine_pool;
 pub mod moto;
 pub mod network;
 pub mod sdk;
@@ -159,7 +161,31 @@ pub async fn run(
                 context.clone(),
             )
             .for_each(lariat_controllers::finished("awsmanagedcluster"));
-    tokio::join!(control_planes, managed_clusters);
+    // A node group follows its MachinePool's replicas: a pool's change wakes its group.
+    let node_groups =
+        lariat_controllers::controller_on(&caches.of(&managed_machine_pool::resource()))
+            .watches_shared_stream_with(
+                caches.typed::<lariat_api::capi::MachinePool>().changes(),
+                |pool: Arc<lariat_api::capi::MachinePool>| {
+                    let reference = &pool.spec.template.spec.as_ref()?.infrastructure_ref;
+                    (reference.kind.as_deref() == Some("AWSManagedMachinePool")).then(|| {
+                        ObjectRef::<DynamicObject>::new_with(
+                            reference.name.as_deref().unwrap_or_default(),
+                            managed_machine_pool::resource(),
+                        )
+                        .within(pool.metadata.namespace.as_deref().unwrap_or_default())
+                    })
+                },
+                (),
+            )
+            .graceful_shutdown_on(shutdown.clone())
+            .run(
+                managed_machine_pool::reconcile,
+                lariat_controllers::error_policy,
+                context.clone(),
+            )
+            .for_each(lariat_controllers::finished("awsmanagedmachinepool"));
+    tokio::join!(control_planes, managed_clusters, node_groups);
 }
 
 /// Cluster API AWS's controller identity, created as its `AutoControllerIdentityCreator`

@@ -45,6 +45,9 @@ pub struct Settings {
     pub max_attempts: u32,
     /// The longest one attempt may take.
     pub attempt_timeout: Duration,
+    /// How often something AWS is still creating or deleting (an EKS cluster, a node group, a
+    /// NAT gateway) is looked at again.
+    pub poll_while_changing: Duration,
 }
 
 impl Default for Settings {
@@ -54,6 +57,7 @@ impl Default for Settings {
             renew_before_expiry: Duration::from_secs(10 * 60),
             max_attempts: 5,
             attempt_timeout: Duration::from_secs(30),
+            poll_while_changing: Duration::from_secs(15),
         }
     }
 }

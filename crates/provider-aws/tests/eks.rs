@@ -49,6 +49,31 @@ fn manifests(identity: &str) -> Vec<Value> {
                 "additionalTags": {"team": "a"},
             },
         }),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1",
+            "kind": "MachinePool",
+            "metadata": {"name": "prod-pool-0", "namespace": NS},
+            "spec": {
+                "clusterName": "prod",
+                "replicas": 3,
+                "template": {"spec": {
+                    "clusterName": "prod",
+                    "bootstrap": {"dataSecretName": ""},
+                    "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSManagedMachinePool", "name": "prod-pool-0"},
+                }},
+            },
+        }),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "kind": "AWSManagedMachinePool",
+            "metadata": {"name": "prod-pool-0", "namespace": NS},
+            "spec": {
+                "amiType": "AL2023_x86_64_STANDARD",
+                "instanceType": "t3.large",
+                "scaling": {"minSize": 1, "maxSize": 10},
+                "labels": {"pool": "0"},
+            },
+        }),
     ]
 }
 
@@ -93,6 +118,8 @@ async fn an_eks_cluster_is_made_with_its_network_and_deleted_leaving_nothing() {
         .await;
     let aws = Aws::new(Settings {
         endpoint_url: Some(moto.endpoint.clone()),
+        // moto makes and deletes at once; AWS takes minutes.
+        poll_while_changing: Duration::from_secs(1),
         ..Settings::default()
     });
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -197,9 +224,106 @@ async fn an_eks_cluster_is_made_with_its_network_and_deleted_leaving_nothing() {
     )
     .await;
 
+    // The node group: three nodes, then five (seed 000's desired capacity change), through
+    // the MachinePool's scale subresource as `kubectl scale machinepool` uses it.
+    let pools: Api<lariat_api::capi::MachinePool> = Api::namespaced(lariat.client.clone(), NS);
+    eventually(
+        "the MachinePool runs 3 nodes",
+        Duration::from_secs(60),
+        || {
+            let api = pools.clone();
+            async move {
+                api.get("prod-pool-0").await.is_ok_and(|p| {
+                    let status = p.status.unwrap_or_default();
+                    status.replicas == Some(3)
+                        && status.phase
+                            == Some(lariat_api::capi::machine_pool::MachinePoolPhase::Running)
+                })
+            }
+        },
+    )
+    .await;
+    let eks = aws_sdk_eks::Client::new(&moto.admin().await);
+    let desired_size = || {
+        let eks = eks.clone();
+        async move {
+            eks.describe_nodegroup()
+                .cluster_name("team-a_prod-control-plane")
+                .nodegroup_name("team-a_prod-pool-0")
+                .send()
+                .await
+                .ok()
+                .and_then(|g| g.nodegroup?.scaling_config?.desired_size)
+        }
+    };
+    assert_eq!(desired_size().await, Some(3));
+    pools
+        .patch_scale(
+            "prod-pool-0",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the node group's desired size is 5",
+        Duration::from_secs(30),
+        || {
+            let size = desired_size();
+            async move { size.await == Some(5) }
+        },
+    )
+    .await;
+    eventually("the MachinePool reports 5", Duration::from_secs(30), || {
+        let api = pools.clone();
+        async move {
+            api.get("prod-pool-0")
+                .await
+                .is_ok_and(|p| p.status.unwrap_or_default().replicas == Some(5))
+        }
+    })
+    .await;
+    // Beyond the pool's bounds: refused with what to change, and the group stays at 5.
+    pools
+        .patch_scale(
+            "prod-pool-0",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 20}})),
+        )
+        .await
+        .unwrap();
+    let node_pools: Api<DynamicObject> = Api::namespaced_with(
+        lariat.client.clone(),
+        NS,
+        &lariat_provider_aws::managed_machine_pool::resource(),
+    );
+    eventually(
+        "the pool says the scaling is refused",
+        Duration::from_secs(30),
+        || {
+            let api = node_pools.clone();
+            async move {
+                api.get("prod-pool-0").await.is_ok_and(|p| {
+                    p.data["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| {
+                            c["reason"] == "InvalidScaling"
+                                && c["message"]
+                                    .as_str()
+                                    .unwrap_or_default()
+                                    .contains("wants 20 replicas, outside spec.scaling [1, 10]")
+                        })
+                })
+            }
+        },
+    )
+    .await;
+    assert_eq!(desired_size().await, Some(5));
+
     // What AWS holds, asked with the administrator's keys.
     let admin = moto.admin().await;
-    let eks = aws_sdk_eks::Client::new(&admin);
     let cluster = eks
         .describe_cluster()
         .name("team-a_prod-control-plane")
@@ -372,7 +496,16 @@ async fn an_eks_cluster_is_made_with_its_network_and_deleted_leaving_nothing() {
             .all(|n| n.state().map(|s| s.as_str()) == Some("deleted")),
         "NAT gateways deleted"
     );
+    assert!(desired_size().await.is_none(), "no node group");
     let iam = aws_sdk_iam::Client::new(&admin);
+    assert!(
+        iam.get_role()
+            .role_name("team-a-prod-pool-0-nodegroup-iam-service-role")
+            .send()
+            .await
+            .is_err(),
+        "the node role lariat made is deleted"
+    );
     assert!(
         iam.get_role()
             .role_name("team-a-prod-control-plane-iam-service-role")

@@ -1,0 +1,169 @@
+//! MachinePool, which Cluster API core leaves to its experimental controller: the pool joins its
+//! Cluster (label and owner), claims its infrastructure object and bootstrap config (the
+//! infrastructure provider reads the pool's replicas from there and scales the group), and its
+//! status follows what the provider reports. There is no Machine per instance.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use lariat_api::capi::{Cluster, MachinePool};
+use serde_json::json;
+
+use crate::cluster::CLUSTER_NAME_LABEL;
+use crate::cluster::delete_referenced;
+use crate::external::{self, Reference};
+use crate::object::{
+    ensure_finalizer, ensure_labels, ensure_owner, owner_reference, patch_status, remove_finalizer,
+};
+use crate::{Context, Error};
+
+pub const FINALIZER: &str = "machinepool.cluster.x-k8s.io";
+
+pub async fn reconcile(pool: Arc<MachinePool>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = pool.namespace().unwrap_or_default();
+    let name = pool.name_any();
+    let api: Api<MachinePool> = Api::namespaced(ctx.client.clone(), &namespace);
+    if pool.metadata.deletion_timestamp.is_some() {
+        // The pool stays until its infrastructure (whose provider's finalizer holds it until
+        // the cloud's instances are gone) and bootstrap config are, so a Cluster deleting its
+        // workers first really waits for them.
+        let spec = pool.spec.template.spec.as_ref();
+        let infrastructure = spec.map(|s| &s.infrastructure_ref);
+        let bootstrap = spec.and_then(|s| s.bootstrap.config_ref.as_ref());
+        if !delete_referenced(&ctx, pool.as_ref(), infrastructure).await?
+            | !delete_referenced(&ctx, pool.as_ref(), bootstrap).await?
+        {
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        remove_finalizer(&api, pool.as_ref(), FINALIZER).await?;
+        return Ok(Action::await_change());
+    }
+    if ensure_finalizer(&api, pool.as_ref(), FINALIZER).await? {
+        return Ok(Action::await_change());
+    }
+    let cluster_name = pool.spec.cluster_name.clone();
+    let cluster_label =
+        std::collections::BTreeMap::from([(CLUSTER_NAME_LABEL.to_string(), cluster_name.clone())]);
+    ensure_labels(&api, pool.as_ref(), &cluster_label).await?;
+    let Some(cluster) = ctx
+        .caches
+        .typed::<Cluster>()
+        .get(&namespace, &cluster_name)
+        .await?
+    else {
+        return Ok(Action::requeue(Duration::from_secs(10)));
+    };
+    ensure_owner(
+        &api,
+        pool.as_ref(),
+        owner_reference(cluster.as_ref(), false),
+    )
+    .await?;
+
+    let Some(spec) = &pool.spec.template.spec else {
+        return Err(Error::Invalid(format!(
+            "MachinePool {namespace}/{name} has no spec.template.spec"
+        )));
+    };
+    let infrastructure = Reference::from_object_reference(&spec.infrastructure_ref);
+    let bootstrap = spec
+        .bootstrap
+        .config_ref
+        .as_ref()
+        .and_then(Reference::from_object_reference);
+    let mut infrastructure_object = None;
+    for (reference, is_infrastructure) in [(infrastructure, true), (bootstrap.clone(), false)] {
+        let Some(reference) = reference else { continue };
+        let Some(object) = reference.get(&ctx.caches, &namespace).await? else {
+            continue;
+        };
+        let owned_here = object
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "MachinePool" && o.uid == pool.uid().unwrap_or_default());
+        if !owned_here {
+            let object_api = reference.api(&ctx.client, &namespace).await?;
+            ensure_owner(
+                &object_api,
+                object.as_ref(),
+                owner_reference(pool.as_ref(), true),
+            )
+            .await?;
+            ensure_labels(&object_api, object.as_ref(), &cluster_label).await?;
+        }
+        if is_infrastructure {
+            infrastructure_object = Some(object);
+        }
+    }
+
+    let desired = pool.spec.replicas.unwrap_or(1);
+    let infrastructure_ready = infrastructure_object
+        .as_deref()
+        .is_some_and(external::ready);
+    let replicas = infrastructure_object
+        .as_ref()
+        .and_then(|o| o.data["status"]["replicas"].as_i64())
+        .unwrap_or(0) as i32;
+    let bootstrap_ready = match &bootstrap {
+        // A pool whose provider boots instances itself (an EKS managed node group with no
+        // config) has nothing to wait for.
+        None => true,
+        Some(reference) => reference
+            .get(&ctx.caches, &namespace)
+            .await?
+            .is_some_and(|config| external::ready(&config)),
+    } || spec.bootstrap.data_secret_name.is_some();
+    let failure = infrastructure_object.as_deref().and_then(external::failure);
+    let phase = if failure.is_some() {
+        "Failed"
+    } else if !infrastructure_ready {
+        "Provisioning"
+    } else if replicas < desired {
+        "ScalingUp"
+    } else if replicas > desired {
+        "ScalingDown"
+    } else {
+        "Running"
+    };
+    let provider_ids = infrastructure_object
+        .as_ref()
+        .and_then(|o| o.data["spec"]["providerIDList"].as_array().cloned());
+    let status = json!({
+        "replicas": replicas,
+        // Instances are counted ready once the provider reports them in the group (the Nodes
+        // of a cluster lariat cannot reach are not looked at).
+        "readyReplicas": if infrastructure_ready { replicas } else { 0 },
+        "availableReplicas": if infrastructure_ready { replicas } else { 0 },
+        "unavailableReplicas": (desired - if infrastructure_ready { replicas } else { 0 }).max(0),
+        "infrastructureReady": infrastructure_ready,
+        "bootstrapReady": bootstrap_ready,
+        "phase": phase,
+        "failureReason": failure.as_ref().map(|f| f.0.clone()),
+        "failureMessage": failure.as_ref().map(|f| f.1.clone()).filter(|m| !m.is_empty()),
+        "observedGeneration": pool.metadata.generation,
+    });
+    let current = serde_json::to_value(&pool.status).unwrap_or_default();
+    let changed = status
+        .as_object()
+        .into_iter()
+        .flatten()
+        .any(|(k, v)| current.get(k).unwrap_or(&serde_json::Value::Null) != v);
+    if changed {
+        patch_status(&api, &name, status).await?;
+    }
+    if provider_ids.is_some()
+        && pool.spec.provider_id_list.as_ref().map(|l| json!(l))
+            != provider_ids.clone().map(serde_json::Value::Array)
+    {
+        crate::object::patch(
+            &api,
+            &name,
+            json!({"spec": {"providerIDList": provider_ids}}),
+        )
+        .await?;
+    }
+    Ok(Action::await_change())
+}
