@@ -13,9 +13,16 @@ pub enum GenerateCommand {
 pub struct ClusterArgs {
     /// The cluster's name (an RFC 1123 label).
     pub(crate) name: String,
-    /// The infrastructure provider (this build has: inmemory).
+    /// The infrastructure provider (this build has: inmemory, aws).
     #[arg(long, default_value = "inmemory")]
     pub(crate) infrastructure: String,
+    /// Which of the provider's templates (aws: eks-managedmachinepool, an EKS cluster with a
+    /// managed node group).
+    #[arg(long)]
+    pub(crate) flavor: Option<String>,
+    /// The AWS region of the cluster (aws).
+    #[arg(long, env = "AWS_REGION")]
+    pub(crate) region: Option<String>,
     /// Kubernetes version of the control plane and the workers.
     #[arg(long, default_value = "v1.30.2")]
     pub(crate) kubernetes_version: String,
@@ -34,7 +41,11 @@ pub struct ClusterArgs {
 }
 
 /// Infrastructure providers `generate` knows templates for.
-pub const INFRASTRUCTURE_PROVIDERS: &[&str] = &["inmemory"];
+pub const INFRASTRUCTURE_PROVIDERS: &[&str] = &["inmemory", "aws"];
+
+/// Cluster API AWS's flavors lariat provisions, and those it does not yet.
+const AWS_FLAVORS: &[&str] = &["eks-managedmachinepool"];
+const AWS_FLAVORS_NOT_YET: &[&str] = &["eks", "eks-machinepool"];
 
 pub fn run(command: GenerateCommand) -> anyhow::Result<()> {
     match command {
@@ -92,6 +103,12 @@ pub fn cluster(args: &ClusterArgs) -> anyhow::Result<String> {
             "kubernetes version {:?} is not valid: use the form v1.30.2",
             args.kubernetes_version
         );
+    }
+    if args.infrastructure == "aws" {
+        return aws_cluster(args);
+    }
+    if let Some(flavor) = &args.flavor {
+        bail!("the inmemory provider has one template: drop --flavor {flavor}");
     }
     if args.control_plane_machine_count == 0 {
         bail!("--control-plane-machine-count must be at least 1");
@@ -221,6 +238,108 @@ spec:
     ))
 }
 
+/// Cluster API AWS's `cluster-template-<flavor>.yaml`, with its variables filled in.
+fn aws_cluster(args: &ClusterArgs) -> anyhow::Result<String> {
+    let flavor = args.flavor.as_deref().unwrap_or(AWS_FLAVORS[0]);
+    if AWS_FLAVORS_NOT_YET.contains(&flavor) {
+        bail!(
+            "flavor {flavor} needs EC2 machines or auto-scaling groups, which lariat's AWS provider does not make yet: use --flavor {}",
+            AWS_FLAVORS.join(" or ")
+        );
+    }
+    if !AWS_FLAVORS.contains(&flavor) {
+        bail!(
+            "unknown aws flavor {flavor:?}: lariat has {}",
+            AWS_FLAVORS.join(", ")
+        );
+    }
+    let Some(region) = args.region.as_deref().filter(|r| !r.is_empty()) else {
+        bail!("no AWS region: pass --region REGION or set AWS_REGION, e.g. us-east-1");
+    };
+    if !region
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        bail!("region {region:?} is not an AWS region name, e.g. us-east-1");
+    }
+    let workers = args.worker_machine_count;
+    if workers == 0 {
+        bail!("--worker-machine-count N: the node group's size (EKS needs at least 1)");
+    }
+    let ClusterArgs {
+        name,
+        kubernetes_version: version,
+        namespace,
+        ..
+    } = args;
+    let max = workers.max(10);
+    Ok(format!(
+        r#"apiVersion: cluster.x-k8s.io/v1beta1
+kind: Cluster
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  clusterNetwork:
+    pods:
+      cidrBlocks: ["192.168.0.0/16"]
+  infrastructureRef:
+    kind: AWSManagedCluster
+    apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+    name: {name}
+  controlPlaneRef:
+    kind: AWSManagedControlPlane
+    apiVersion: controlplane.cluster.x-k8s.io/v1beta2
+    name: {name}-control-plane
+---
+kind: AWSManagedCluster
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec: {{}}
+---
+kind: AWSManagedControlPlane
+apiVersion: controlplane.cluster.x-k8s.io/v1beta2
+metadata:
+  name: {name}-control-plane
+  namespace: {namespace}
+spec:
+  region: {region}
+  version: {version}
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachinePool
+metadata:
+  name: {name}-pool-0
+  namespace: {namespace}
+spec:
+  clusterName: {name}
+  replicas: {workers}
+  template:
+    spec:
+      clusterName: {name}
+      bootstrap:
+        dataSecretName: ""
+      infrastructureRef:
+        name: {name}-pool-0
+        apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+        kind: AWSManagedMachinePool
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: AWSManagedMachinePool
+metadata:
+  name: {name}-pool-0
+  namespace: {namespace}
+spec:
+  amiType: AL2023_x86_64_STANDARD
+  scaling:
+    minSize: 1
+    maxSize: {max}
+"#
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +348,8 @@ mod tests {
         ClusterArgs {
             name: name.into(),
             infrastructure: infrastructure.into(),
+            flavor: None,
+            region: Some("us-east-1".into()),
             kubernetes_version: version.into(),
             control_plane_machine_count: 3,
             worker_machine_count: 2,
@@ -241,8 +362,29 @@ mod tests {
     fn refuses_bad_input_with_one_clear_line() {
         for (a, expect) in [
             (
-                args("dev", "aws", "v1.30.2"),
-                "unknown infrastructure provider \"aws\"",
+                args("dev", "gcp", "v1.30.2"),
+                "unknown infrastructure provider \"gcp\"",
+            ),
+            (
+                ClusterArgs {
+                    flavor: Some("eks".into()),
+                    ..args("dev", "aws", "v1.30.2")
+                },
+                "flavor eks needs EC2 machines or auto-scaling groups",
+            ),
+            (
+                ClusterArgs {
+                    region: None,
+                    ..args("dev", "aws", "v1.30.2")
+                },
+                "no AWS region: pass --region REGION or set AWS_REGION",
+            ),
+            (
+                ClusterArgs {
+                    worker_machine_count: 0,
+                    ..args("dev", "aws", "v1.30.2")
+                },
+                "--worker-machine-count N: the node group's size",
             ),
             (
                 args("Dev_1", "inmemory", "v1.30.2"),
@@ -259,6 +401,21 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    #[test]
+    fn aws_makes_cluster_api_aws_s_eks_managed_machine_pool_template() {
+        let text = cluster(&args("prod", "aws", "v1.31.0")).unwrap();
+        for kind in [
+            "Cluster",
+            "AWSManagedCluster",
+            "AWSManagedControlPlane",
+            "MachinePool",
+            "AWSManagedMachinePool",
+        ] {
+            assert!(text.contains(&format!("kind: {kind}\n")), "{kind}");
+        }
+        assert!(text.contains("region: us-east-1") && text.contains("replicas: 2"));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::registry::Registry;
 use crate::status::Cause;
 
+mod aws;
 mod capi;
 mod core;
 mod crd;
@@ -37,6 +38,10 @@ pub fn for_kind(group: &str, plural: &str) -> Option<&'static dyn Strategy> {
         }
         ("cluster.x-k8s.io", "machinehealthchecks") => &capi::MachineHealthChecks,
         ("controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes") => &capi::KubeadmControlPlanes,
+        ("controlplane.cluster.x-k8s.io", "awsmanagedcontrolplanes") => &aws::ManagedControlPlanes,
+        ("infrastructure.cluster.x-k8s.io", "awsclustercontrolleridentities") => {
+            &aws::ControllerIdentities
+        }
         _ => return None,
     })
 }

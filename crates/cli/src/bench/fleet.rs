@@ -191,6 +191,8 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
                     }
                     let name = format!("fleet-{i:04}");
                     let manifests = crate::generate::cluster(&crate::generate::ClusterArgs {
+                        flavor: None,
+                        region: None,
                         name: name.clone(),
                         infrastructure: "inmemory".into(),
                         kubernetes_version: "v1.30.2".into(),

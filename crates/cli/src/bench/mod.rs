@@ -727,6 +727,8 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
                         return Ok::<_, anyhow::Error>(());
                     }
                     let manifests = crate::generate::cluster(&crate::generate::ClusterArgs {
+                        flavor: None,
+                        region: None,
                         name: format!("bench-{i:04}"),
                         infrastructure: "inmemory".into(),
                         kubernetes_version: "v1.30.2".into(),
@@ -816,6 +818,8 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
 
     // A rolling upgrade of one large MachineDeployment.
     let manifests = crate::generate::cluster(&crate::generate::ClusterArgs {
+        flavor: None,
+        region: None,
         name: "upgrade".into(),
         infrastructure: "inmemory".into(),
         kubernetes_version: "v1.30.2".into(),

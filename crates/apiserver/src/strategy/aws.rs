@@ -1,0 +1,169 @@
+//! Cluster API AWS's webhooks for the kinds lariat serves: the controller identity is a
+//! singleton named `default`, and an EKS control plane keeps its region and name and is
+//! upgraded one minor version at a time, never downgraded.
+
+use serde_json::Value;
+
+use super::{Strategy, immutable};
+use crate::registry::Registry;
+use crate::status::Cause;
+
+pub struct ControllerIdentities;
+
+impl Strategy for ControllerIdentities {
+    fn admit(&self, _: &Registry, object: &mut Value, _: Option<&Value>) -> Vec<Cause> {
+        let name = &object["metadata"]["name"];
+        if name != lariat_api::aws::CONTROLLER_IDENTITY_NAME {
+            return vec![Cause::invalid(
+                "metadata.name",
+                name,
+                "AWSClusterControllerIdentity is a singleton: its name must be \"default\"",
+            )];
+        }
+        vec![]
+    }
+}
+
+/// An EKS version, `v1.31` or `v1.31.0`, as (major, minor).
+fn eks_version(value: &Value) -> Option<(u64, u64)> {
+    let text = value.as_str()?.strip_prefix('v')?;
+    let parts: Vec<&str> = text.split('.').collect();
+    if !(2..=3).contains(&parts.len()) {
+        return None;
+    }
+    let numbers: Vec<u64> = parts
+        .iter()
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    Some((numbers[0], numbers[1]))
+}
+
+pub struct ManagedControlPlanes;
+
+impl Strategy for ManagedControlPlanes {
+    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+        let mut causes = immutable(object, old, &["spec", "region"], "spec.region");
+        causes.extend(immutable(
+            object,
+            old,
+            &["spec", "eksClusterName"],
+            "spec.eksClusterName",
+        ));
+        let version = &object["spec"]["version"];
+        if version.is_null() {
+            return causes;
+        }
+        let Some(to) = eks_version(version) else {
+            causes.push(Cause::invalid(
+                "spec.version",
+                version,
+                "must be an EKS version such as v1.31 or v1.31.0",
+            ));
+            return causes;
+        };
+        if let Some(from) = old.and_then(|o| eks_version(&o["spec"]["version"])) {
+            let (from_text, to_text) = (
+                format!("v{}.{}", from.0, from.1),
+                format!("v{}.{}", to.0, to.1),
+            );
+            if to < from {
+                causes.push(Cause::invalid(
+                    "spec.version",
+                    version,
+                    format!("cannot downgrade the EKS control plane from {from_text} to {to_text}"),
+                ));
+            } else if to.0 != from.0 || to.1 > from.1 + 1 {
+                causes.push(Cause::invalid(
+                    "spec.version",
+                    version,
+                    format!(
+                        "cannot upgrade the EKS control plane from {from_text} to {to_text}: EKS upgrades one minor version at a time, so set v{}.{} first",
+                        from.0,
+                        from.1 + 1
+                    ),
+                ));
+            }
+        }
+        causes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn admit(strategy: &dyn Strategy, object: Value, old: Option<Value>) -> Vec<String> {
+        let registry = Registry::default();
+        let mut object = object;
+        strategy
+            .admit(&registry, &mut object, old.as_ref())
+            .into_iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect()
+    }
+
+    #[test]
+    fn eks_upgrades_go_one_minor_version_at_a_time() {
+        let plane = |version: &str| json!({"spec": {"region": "us-east-1", "version": version}});
+        assert!(
+            admit(
+                &ManagedControlPlanes,
+                plane("v1.30.0"),
+                Some(plane("v1.30"))
+            )
+            .is_empty()
+        );
+        assert!(
+            admit(
+                &ManagedControlPlanes,
+                plane("v1.31"),
+                Some(plane("v1.30.2"))
+            )
+            .is_empty()
+        );
+        let skip = admit(
+            &ManagedControlPlanes,
+            plane("v1.32.0"),
+            Some(plane("v1.30.0")),
+        );
+        assert_eq!(skip.len(), 1);
+        assert!(
+            skip[0].contains(
+                "from v1.30 to v1.32: EKS upgrades one minor version at a time, so set v1.31 first"
+            ),
+            "{skip:?}"
+        );
+        let down = admit(&ManagedControlPlanes, plane("v1.29"), Some(plane("v1.30")));
+        assert!(down[0].contains("cannot downgrade"), "{down:?}");
+        let bad = admit(&ManagedControlPlanes, plane("1.30"), None);
+        assert!(bad[0].starts_with("spec.version:"), "{bad:?}");
+        let moved = admit(
+            &ManagedControlPlanes,
+            json!({"spec": {"region": "eu-west-1"}}),
+            Some(json!({"spec": {"region": "us-east-1"}})),
+        );
+        assert!(moved[0].starts_with("spec.region:"), "{moved:?}");
+    }
+
+    #[test]
+    fn the_controller_identity_is_named_default() {
+        assert!(
+            admit(
+                &ControllerIdentities,
+                json!({"metadata": {"name": "default"}}),
+                None
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            admit(
+                &ControllerIdentities,
+                json!({"metadata": {"name": "mine"}}),
+                None
+            )
+            .len(),
+            1
+        );
+    }
+}
