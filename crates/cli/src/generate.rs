@@ -29,7 +29,7 @@ pub struct ClusterArgs {
     /// Control-plane machines (an odd number keeps etcd's quorum).
     #[arg(long, default_value_t = 1)]
     pub(crate) control_plane_machine_count: u32,
-    /// Worker machines in the cluster's MachineDeployment.
+    /// Worker machines: the MachineDeployment's (inmemory) or the node group's (aws).
     #[arg(long, default_value_t = 0)]
     pub(crate) worker_machine_count: u32,
     /// Namespace of the generated objects.

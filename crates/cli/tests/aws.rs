@@ -27,7 +27,7 @@ fn init_names_the_missing_credential() {
             .filter(|l| !l.starts_with("Installing"))
             .collect::<Vec<_>>(),
         [
-            "error: provider infrastructure-aws cannot run: no AWS credentials where lariat server runs: none of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN, or an instance role is set; set them in lariat server's environment and restart it (clusters may still name an AWSClusterStaticIdentity or AWSClusterRoleIdentity)"
+            "error: provider infrastructure-aws cannot run: no AWS credentials where lariat server runs: none of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN, or an instance role is set; set them in lariat server's environment and restart it"
         ]
     );
 

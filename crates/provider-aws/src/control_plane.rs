@@ -32,8 +32,9 @@ pub const FINALIZER: &str = "awsmanagedcontrolplane.controlplane.cluster.x-k8s.i
 /// How long a token lasts: `aws eks get-token`'s 15 minutes (the presigned request is valid
 /// for 60 seconds; EKS accepts the token for 15 minutes after it was signed).
 const TOKEN_LIFETIME: Duration = Duration::from_secs(15 * 60);
-/// When the kubeconfig's token is renewed.
-const TOKEN_RENEWAL: Duration = Duration::from_secs(10 * 60);
+/// How often the kubeconfig's token is renewed: a token is at most about twice this old when
+/// it is replaced, well inside its 15 minutes.
+const TOKEN_RENEWAL: Duration = Duration::from_secs(5 * 60);
 /// Annotation on the kubeconfig Secret: when its token was made (seconds since the epoch).
 const TOKEN_ISSUED: &str = "lariat.dev/token-issued-at";
 
@@ -174,7 +175,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                         "AWSManagedControlPlane",
                         EventType::Normal,
                         "Deleted",
-                        &format!("EKS cluster {eks_cluster}, its IAM role and network deleted"),
+                        &format!("EKS cluster {eks_cluster} deleted, with the role and network lariat made for it"),
                     )
                     .await;
                 remove_finalizer(&api, &object, FINALIZER).await?;
@@ -295,10 +296,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
 
 /// Cluster API AWS's name of the control plane role it creates (IAM allows 64 characters).
 fn default_role_name(eks_cluster: &str) -> String {
-    let suffix = "-iam-service-role";
-    let mut base = eks_cluster.replace('_', "-");
-    base.truncate(64 - suffix.len());
-    format!("{base}{suffix}")
+    crate::iam::role_name(eks_cluster, "-iam-service-role")
 }
 
 /// Whether every field `want` sets has that value in `have`.
@@ -399,8 +397,52 @@ async fn provision(
         .status()
         .map(|s| s.as_str().to_owned())
         .unwrap_or_default();
+    let wanted = control_plane.spec.version.as_deref().and_then(eks_version);
+    if status == "ACTIVE"
+        && let (Some(wanted), Some(running)) = (&wanted, cluster.version())
+        && wanted.as_str() != running
+    {
+        // One minor version at a time (admission refuses skips); EKS says when it is done.
+        eks.update_cluster_version()
+            .name(eks_cluster)
+            .version(wanted)
+            .client_request_token(format!(
+                "{}-{wanted}",
+                control_plane.metadata.uid.clone().unwrap_or_default()
+            ))
+            .send()
+            .await
+            .aws()
+            .map_err(|e| Failed::aws("EKSControlPlaneReady", "EKSControlPlaneUpgradeFailed", e))?;
+        let message = format!("EKS cluster {eks_cluster}: upgrading from {running} to {wanted}");
+        conditions::set(
+            status_conditions,
+            "EKSControlPlaneReady",
+            false,
+            "EKSControlPlaneUpgrading",
+            &message,
+        );
+        return Ok(Provisioned {
+            network,
+            // Still serving: ready stays true while EKS upgrades.
+            status: "ACTIVE".into(),
+            endpoint: cluster.endpoint().map(|e| {
+                e.trim_start_matches("https://")
+                    .trim_end_matches('/')
+                    .to_owned()
+            }),
+            certificate_authority: cluster
+                .certificate_authority()
+                .and_then(|c| c.data())
+                .map(str::to_owned),
+            version: Some(running.to_owned()),
+        });
+    }
     match status.as_str() {
-        "ACTIVE" => conditions::set(status_conditions, "EKSControlPlaneReady", true, "", ""),
+        "ACTIVE" => {
+            conditions::set(status_conditions, "EKSControlPlaneReady", true, "", "");
+            conditions::set(status_conditions, "Ready", true, "", "");
+        }
         "FAILED" => {
             return Err(Failed {
                 condition: "EKSControlPlaneReady",
@@ -408,13 +450,23 @@ async fn provision(
                 message: format!("EKS reports cluster {eks_cluster} FAILED"),
             });
         }
-        other => conditions::set(
-            status_conditions,
-            "EKSControlPlaneReady",
-            false,
-            "EKSControlPlaneCreating",
-            &format!("EKS cluster {eks_cluster} is {other}"),
-        ),
+        other => {
+            let message = format!("EKS cluster {eks_cluster} is {other}");
+            conditions::set(
+                status_conditions,
+                "EKSControlPlaneReady",
+                false,
+                "EKSControlPlaneCreating",
+                &message,
+            );
+            conditions::set(
+                status_conditions,
+                "Ready",
+                false,
+                "EKSControlPlaneCreating",
+                &message,
+            );
+        }
     }
     Ok(Provisioned {
         network,
@@ -556,6 +608,12 @@ async fn report_failure(
         &failed.message,
     );
     if json!(status_conditions) != object.data["status"]["conditions"] {
+        tracing::warn!(
+            object = %format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any()),
+            reason = failed.reason,
+            message = %failed.message,
+            "AWSManagedControlPlane cannot go on"
+        );
         patch_status(
             api,
             &object.name_any(),
@@ -603,7 +661,9 @@ async fn ensure_kubeconfig(
             .get(TOKEN_ISSUED)
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0);
-        let fresh = since_epoch(now).saturating_sub(issued) < TOKEN_RENEWAL.as_secs();
+        // A minute's slack: the reconcile that renews runs TOKEN_RENEWAL after the one that
+        // wrote, which took a moment itself.
+        let fresh = since_epoch(now).saturating_sub(issued) + 60 < TOKEN_RENEWAL.as_secs();
         let same_server = cached
             .annotations()
             .get("lariat.dev/server")

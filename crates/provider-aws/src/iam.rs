@@ -18,6 +18,22 @@ pub const EKS_NODE_POLICIES: &[&str] = &[
     "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
 ];
 
+/// A role name made from `base` and `suffix`, within IAM's 64 characters: a base too long is
+/// cut and given a hash of the whole, so two long names never become the same role.
+pub fn role_name(base: &str, suffix: &str) -> String {
+    let base = base.replace('_', "-");
+    let full = format!("{base}{suffix}");
+    if full.len() <= 64 {
+        return full;
+    }
+    use sha2::{Digest, Sha256};
+    let hash = Sha256::digest(full.as_bytes());
+    let hash: String = hash.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    let mut cut = base;
+    cut.truncate(64 - suffix.len() - 9);
+    format!("{cut}-{hash}{suffix}")
+}
+
 /// A role AWS `service` (e.g. `eks.amazonaws.com`) assumes.
 pub struct RoleSpec<'a> {
     pub name: &'a str,
@@ -36,9 +52,20 @@ pub async fn ensure_role(
     match iam.get_role().role_name(role.name).send().await.aws() {
         Ok(found) => {
             let found = found.role.ok_or_else(|| AwsError::missing("role"))?;
-            let owned = owner.owns(found.tags().iter().map(|t| (t.key(), t.value())));
-            if owned {
+            let tags: Vec<(&str, &str)> =
+                found.tags().iter().map(|t| (t.key(), t.value())).collect();
+            if owner.owns(tags.iter().copied()) {
                 attach(iam, role).await?;
+            } else if let Some(other) = owner.owned_by_another(tags.iter().copied()) {
+                // Another cluster's role: sharing it would tie the two clusters together, and
+                // that cluster deletes it with itself.
+                return Err(AwsError {
+                    code: "RoleOwnedByAnotherCluster".into(),
+                    message: format!(
+                        "IAM role {} was made by lariat for cluster {other}: name another role in spec.roleName",
+                        role.name
+                    ),
+                });
             }
             return Ok(found.arn);
         }
@@ -130,5 +157,27 @@ pub async fn delete_role(iam: &Client, owner: &Owner, name: &str) -> Result<(), 
     match iam.delete_role().role_name(name).send().await.aws() {
         Err(error) if !error.is_not_found() => Err(error),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn long_role_names_stay_apart() {
+        assert_eq!(
+            super::role_name("default_prod", "-iam-service-role"),
+            "default-prod-iam-service-role"
+        );
+        let a = super::role_name(
+            &format!("default_{}0123", "x".repeat(50)),
+            "-iam-service-role",
+        );
+        let b = super::role_name(
+            &format!("default_{}9999", "x".repeat(50)),
+            "-iam-service-role",
+        );
+        assert!(a.len() <= 64 && b.len() <= 64, "{a} {b}");
+        assert_ne!(a, b);
+        assert!(a.ends_with("-iam-service-role"));
     }
 }

@@ -82,7 +82,7 @@ fn missing_credentials(error: &aws_credential_types::provider::error::Credential
         "none of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN, or an instance role is set".to_owned()
     };
     format!(
-        "no AWS credentials where lariat server runs: {how}; set them in lariat server's environment and restart it (clusters may still name an AWSClusterStaticIdentity or AWSClusterRoleIdentity)"
+        "no AWS credentials where lariat server runs: {how}; set them in lariat server's environment and restart it"
     )
 }
 

@@ -41,10 +41,7 @@ fn owning_pool(object: &DynamicObject) -> Option<String> {
 
 /// Cluster API AWS's name of the node role it creates (IAM allows 64 characters).
 fn default_role_name(nodegroup: &str) -> String {
-    let suffix = "-nodegroup-iam-service-role";
-    let mut base = nodegroup.replace('_', "-");
-    base.truncate(64 - suffix.len());
-    format!("{base}{suffix}")
+    crate::iam::role_name(nodegroup, "-nodegroup-iam-service-role")
 }
 
 /// What a reconcile needs from the pool's owners.
@@ -573,6 +570,12 @@ async fn report(
     );
     conditions::set(status_conditions, "Ready", false, reason, message);
     if json!(status_conditions) != object.data["status"]["conditions"] {
+        tracing::warn!(
+            object = %format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any()),
+            reason,
+            message,
+            "AWSManagedMachinePool cannot go on"
+        );
         patch_status(
             api,
             &object.name_any(),

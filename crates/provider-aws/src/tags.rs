@@ -71,6 +71,28 @@ impl Owner {
         filters
     }
 
+    /// The cluster (`namespace/name`) that tags say made a resource, if it is another one.
+    pub fn owned_by_another<'a>(
+        &self,
+        tags: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Option<String> {
+        let (mut cluster, mut namespace) = (None, None);
+        for (k, v) in tags {
+            if let Some(name) = k.strip_prefix(CLUSTER_TAG_PREFIX)
+                && v == OWNED
+            {
+                cluster = Some(name.to_owned());
+            }
+            if k == NAMESPACE_TAG {
+                namespace = Some(v.to_owned());
+            }
+        }
+        let cluster = cluster?;
+        let namespace = namespace.unwrap_or_default();
+        (cluster != self.cluster || namespace != self.namespace)
+            .then(|| format!("{namespace}/{cluster}"))
+    }
+
     /// Whether tags (as AWS lists them) say the resource is this cluster's.
     pub fn owns<'a>(&self, tags: impl IntoIterator<Item = (&'a str, &'a str)>) -> bool {
         let key = self.ownership_key();

@@ -30,7 +30,8 @@ pub mod secret_keys {
 ///
 /// Cluster API AWS's rules: no `allowedNamespaces` allows none; an empty one (`{}`) allows
 /// every namespace; otherwise a namespace must be in `list` or match `selector`, and an empty
-/// selector matches nothing.
+/// selector matches nothing (so `{list: []}` allows none: Cluster API AWS compares with the
+/// zero value, where a nil list and an empty one differ).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct AllowedNamespaces {
     /// Namespaces allowed by name; nil or empty allows none by name.
@@ -52,9 +53,7 @@ impl AllowedNamespaces {
         let Some(allowed) = allowed else {
             return false;
         };
-        if allowed.list.as_deref().unwrap_or_default().is_empty()
-            && is_empty_selector(&allowed.selector)
-        {
+        if allowed.list.is_none() && is_empty_selector(&allowed.selector) {
             return true;
         }
         allowed.list.iter().flatten().any(|n| n == name)
@@ -245,13 +244,14 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_list_with_no_selector_is_everybody_as_upstream_compares_it() {
-        // Upstream compares with the zero value, where a nil and an empty list are alike.
+    fn an_empty_list_allows_nobody_as_upstream_compares_it() {
+        // Upstream compares with the zero value, where a nil list and an empty one differ:
+        // `{list: []}` is not `{}`.
         let empty_list = AllowedNamespaces {
             list: Some(vec![]),
             ..Default::default()
         };
-        assert!(AllowedNamespaces::allow(
+        assert!(!AllowedNamespaces::allow(
             Some(&empty_list),
             "x",
             &BTreeMap::new()

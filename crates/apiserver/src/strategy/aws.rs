@@ -38,6 +38,41 @@ fn eks_version(value: &Value) -> Option<(u64, u64)> {
     Some((numbers[0], numbers[1]))
 }
 
+/// A node group's bounds, as EKS takes them: at least 0, at most at least 1, min ≤ max.
+pub struct ManagedMachinePools;
+
+impl Strategy for ManagedMachinePools {
+    fn admit(&self, _: &Registry, object: &mut Value, _: Option<&Value>) -> Vec<Cause> {
+        let scaling = &object["spec"]["scaling"];
+        let (min, max) = (&scaling["minSize"], &scaling["maxSize"]);
+        let mut causes = vec![];
+        if min.as_i64().is_some_and(|m| m < 0) {
+            causes.push(Cause::invalid(
+                "spec.scaling.minSize",
+                min,
+                "must be 0 or more",
+            ));
+        }
+        if max.as_i64().is_some_and(|m| m < 1) {
+            causes.push(Cause::invalid(
+                "spec.scaling.maxSize",
+                max,
+                "must be 1 or more",
+            ));
+        }
+        if let (Some(low), Some(high)) = (min.as_i64(), max.as_i64())
+            && low > high
+        {
+            causes.push(Cause::invalid(
+                "spec.scaling.minSize",
+                min,
+                format!("must not be more than spec.scaling.maxSize ({high})"),
+            ));
+        }
+        causes
+    }
+}
+
 pub struct ManagedControlPlanes;
 
 impl Strategy for ManagedControlPlanes {
@@ -144,6 +179,35 @@ mod tests {
             Some(json!({"spec": {"region": "us-east-1"}})),
         );
         assert!(moved[0].starts_with("spec.region:"), "{moved:?}");
+    }
+
+    #[test]
+    fn node_group_bounds_are_eks_s() {
+        let pool =
+            |min: i64, max: i64| json!({"spec": {"scaling": {"minSize": min, "maxSize": max}}});
+        let says = |min: i64, max: i64| -> Vec<String> {
+            admit(&ManagedMachinePools, pool(min, max), None)
+        };
+        assert!(says(1, 10).is_empty());
+        assert!(says(0, 1).is_empty());
+        let negative = says(-3, 2);
+        assert!(
+            negative.len() == 1
+                && negative[0].starts_with("spec.scaling.minSize:")
+                && negative[0].ends_with("must be 0 or more"),
+            "{negative:?}"
+        );
+        let crossed = says(5, 2);
+        assert!(
+            crossed.len() == 1
+                && crossed[0].ends_with("must not be more than spec.scaling.maxSize (2)"),
+            "{crossed:?}"
+        );
+        let empty = says(0, 0);
+        assert!(
+            empty.len() == 1 && empty[0].starts_with("spec.scaling.maxSize:"),
+            "{empty:?}"
+        );
     }
 
     #[test]

@@ -91,6 +91,30 @@ impl Strategy for MachineOwners {
     }
 }
 
+/// MachinePools belong to one cluster for life, run a valid version, and want no negative
+/// number of machines.
+pub struct MachinePools;
+
+impl Strategy for MachinePools {
+    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+        let mut causes = immutable(object, old, &["spec", "clusterName"], "spec.clusterName");
+        causes.extend(version_causes(
+            object,
+            &["spec", "template", "spec", "version"],
+            "spec.template.spec.version",
+        ));
+        let replicas = &object["spec"]["replicas"];
+        if replicas.as_i64().is_some_and(|r| r < 0) {
+            causes.push(Cause::invalid(
+                "spec.replicas",
+                replicas,
+                "must be 0 or more",
+            ));
+        }
+        causes
+    }
+}
+
 /// MachineHealthChecks watch one cluster's machines for life, as Cluster API's webhook has it:
 /// the cluster and the selector are fixed at creation, and an empty selector (every machine)
 /// is refused.

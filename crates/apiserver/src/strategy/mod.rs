@@ -39,6 +39,8 @@ pub fn for_kind(group: &str, plural: &str) -> Option<&'static dyn Strategy> {
         ("cluster.x-k8s.io", "machinehealthchecks") => &capi::MachineHealthChecks,
         ("controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes") => &capi::KubeadmControlPlanes,
         ("controlplane.cluster.x-k8s.io", "awsmanagedcontrolplanes") => &aws::ManagedControlPlanes,
+        ("infrastructure.cluster.x-k8s.io", "awsmanagedmachinepools") => &aws::ManagedMachinePools,
+        ("cluster.x-k8s.io", "machinepools") => &capi::MachinePools,
         ("infrastructure.cluster.x-k8s.io", "awsclustercontrolleridentities") => {
             &aws::ControllerIdentities
         }
