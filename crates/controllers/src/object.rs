@@ -162,6 +162,16 @@ pub fn owner_reference(owner: &impl Cached, controller: bool) -> Value {
     })
 }
 
+/// The name of the Cluster API object of `kind` (a Cluster, a MachinePool) that owns `object`,
+/// once core has claimed it.
+pub fn cluster_api_owner(object: &impl kube::ResourceExt, kind: &str) -> Option<String> {
+    object
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))
+        .map(|o| o.name.clone())
+}
+
 /// Makes `owner` an owner of `object` if it is not yet, keeping other owners. The whole list
 /// is written, guarded by the version it was read at, so an owner added meanwhile is not lost
 /// (the object may come from a cache, or have been written since): on a conflict the object is

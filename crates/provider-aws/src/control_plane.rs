@@ -44,11 +44,7 @@ pub fn resource() -> ApiResource {
 
 /// The Cluster (cluster.x-k8s.io) that owns the object, once core has claimed it.
 pub fn owning_cluster(object: &DynamicObject) -> Option<String> {
-    object
-        .owner_references()
-        .iter()
-        .find(|o| o.kind == "Cluster" && o.api_version.starts_with("cluster.x-k8s.io/"))
-        .map(|o| o.name.clone())
+    lariat_controllers::object::cluster_api_owner(object, "Cluster")
 }
 
 /// Cluster API AWS's EKS name for a control plane the spec does not name:
@@ -398,6 +394,7 @@ async fn provision(
         .map(|s| s.as_str().to_owned())
         .unwrap_or_default();
     let wanted = control_plane.spec.version.as_deref().and_then(eks_version);
+    let mut upgrading = false;
     if status == "ACTIVE"
         && let (Some(wanted), Some(running)) = (&wanted, cluster.version())
         && wanted.as_str() != running
@@ -422,23 +419,11 @@ async fn provision(
             "EKSControlPlaneUpgrading",
             &message,
         );
-        return Ok(Provisioned {
-            network,
-            // Still serving: ready stays true while EKS upgrades.
-            status: "ACTIVE".into(),
-            endpoint: cluster.endpoint().map(|e| {
-                e.trim_start_matches("https://")
-                    .trim_end_matches('/')
-                    .to_owned()
-            }),
-            certificate_authority: cluster
-                .certificate_authority()
-                .and_then(|c| c.data())
-                .map(str::to_owned),
-            version: Some(running.to_owned()),
-        });
+        // Still serving: the cluster stays ready while EKS upgrades it.
+        upgrading = true;
     }
     match status.as_str() {
+        "ACTIVE" if upgrading => {}
         "ACTIVE" => {
             conditions::set(status_conditions, "EKSControlPlaneReady", true, "", "");
             conditions::set(status_conditions, "Ready", true, "", "");

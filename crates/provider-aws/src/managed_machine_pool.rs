@@ -32,11 +32,7 @@ pub fn resource() -> ApiResource {
 
 /// The MachinePool that owns the object, once core has claimed it.
 fn owning_pool(object: &DynamicObject) -> Option<String> {
-    object
-        .owner_references()
-        .iter()
-        .find(|o| o.kind == "MachinePool" && o.api_version.starts_with("cluster.x-k8s.io/"))
-        .map(|o| o.name.clone())
+    lariat_controllers::object::cluster_api_owner(object, "MachinePool")
 }
 
 /// Cluster API AWS's name of the node role it creates (IAM allows 64 characters).

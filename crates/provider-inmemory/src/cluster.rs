@@ -8,22 +8,15 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::controller::Action;
-use lariat_controllers::object::{ensure_finalizer, patch, patch_status, remove_finalizer};
+use lariat_controllers::object::{
+    cluster_api_owner, ensure_finalizer, patch, patch_status, remove_finalizer,
+};
 use lariat_controllers::{Error, conditions};
 use serde_json::json;
 
 use crate::{Context, cluster_key, resource};
 
 pub const FINALIZER: &str = "inmemorycluster.infrastructure.cluster.x-k8s.io";
-
-/// The Cluster (cluster.x-k8s.io) that owns this InMemoryCluster, once core has claimed it.
-fn owning_cluster(object: &DynamicObject) -> Option<String> {
-    object
-        .owner_references()
-        .iter()
-        .find(|o| o.kind == "Cluster" && o.api_version.starts_with("cluster.x-k8s.io/"))
-        .map(|o| o.name.clone())
-}
 
 pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = object.namespace().unwrap_or_default();
@@ -42,7 +35,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     }
     // Contract: wait until core has set the owner reference to the Cluster (that write
     // wakes this object).
-    let Some(cluster) = owning_cluster(&object) else {
+    let Some(cluster) = cluster_api_owner(object.as_ref(), "Cluster") else {
         return Ok(Action::await_change());
     };
     let created = ctx
