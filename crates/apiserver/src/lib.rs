@@ -285,6 +285,52 @@ impl Server {
         self.pki.ca_checksum()
     }
 
+    /// The import manifests for a Cluster, each with a new registration token valid for
+    /// `ttl`: what `/v3/import` serves, for lariat to install its agent into the clusters it
+    /// provisions (`lariat_controllers::agent_install`). Those clusters are elsewhere, so
+    /// without an advertised address a loopback listener is refused, with how to fix it.
+    pub fn import_manifests(
+        &self,
+        ttl: Duration,
+    ) -> impl Fn(
+        String,
+        String,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<String, String>> + Send>>
+    + Send
+    + Sync
+    + 'static {
+        let state = self.state.clone();
+        let checksum = self.ca_checksum();
+        move |namespace, name| {
+            let state = state.clone();
+            let checksum = checksum.clone();
+            Box::pin(async move {
+                let host = match &state.advertised_address {
+                    Some(host) => host.clone(),
+                    None if state.server_address.starts_with("127.")
+                        || state.server_address.starts_with("[::1]") =>
+                    {
+                        return Err(format!(
+                            "lariat server listens on loopback ({}) and has no --advertise-url: a cluster elsewhere cannot reach it; restart it with --advertise-url https://HOST:PORT",
+                            state.server_address
+                        ));
+                    }
+                    None => state.server_address.clone(),
+                };
+                let client = local::client(state.clone());
+                let token = tunnel::create_registration_token(&client, &namespace, &name, ttl)
+                    .await
+                    .map_err(|e| format!("cannot create a registration token: {e}"))?;
+                Ok(tunnel::import_manifest(
+                    &format!("https://{host}"),
+                    &token,
+                    &checksum,
+                    &state.agent_image,
+                ))
+            })
+        }
+    }
+
     /// Serves HTTPS and runs the background loops (garbage collection, namespace cleanup,
     /// compaction) until `shutdown` resolves.
     pub async fn serve(

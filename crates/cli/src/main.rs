@@ -424,13 +424,20 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             },
             until_stopped(stopped.clone()),
         ));
+        // Clusters lariat provisions get their agent as imported ones do, with a token that
+        // lasts as long as `lariat cluster import`'s (an image pull can take a while).
+        let agents = tokio::spawn(lariat_controllers::agent_install::run(
+            caches.clone(),
+            std::sync::Arc::new(server.import_manifests(std::time::Duration::from_secs(24 * 3600))),
+            until_stopped(stopped.clone()),
+        ));
         let providers = tokio::spawn(providers::run_enabled(
             caches,
             server.virtual_clusters(),
             home,
             stopped.clone(),
         ));
-        loops = vec![controllers, fleet, providers];
+        loops = vec![controllers, fleet, agents, providers];
     }
     // Whatever has not stopped within the grace period is cut short, as controller-runtime's
     // gracefulShutdownTimeout does (a connection that never drains, say). Acknowledged writes

@@ -22,6 +22,7 @@ use lariat_api::capi::{
 
 use crate::cache::{Cache, Cached, Caches, IndexKey};
 
+pub mod agent_install;
 pub mod cache;
 pub mod cluster;
 pub mod conditions;
@@ -117,6 +118,21 @@ static LOGGED_ERRORS: std::sync::LazyLock<
 
 fn error_key(kind: &str, namespace: Option<&str>, name: &str) -> String {
     format!("{kind}/{}/{name}", namespace.unwrap_or_default())
+}
+
+/// Logs `message` under `key` unless it is what was last logged there: for failures a
+/// reconcile reports itself (it waits longer than `error_policy`'s retry). `forget_warning`
+/// clears the key once things work again.
+pub fn warn_once(key: &str, message: &str) {
+    let mut logged = LOGGED_ERRORS.lock().expect("lock");
+    if logged.get(key).map(String::as_str) != Some(message) {
+        tracing::warn!(object = %key, "{message} (logged once until it changes)");
+        logged.insert(key.to_owned(), message.to_owned());
+    }
+}
+
+pub fn forget_warning(key: &str) {
+    LOGGED_ERRORS.lock().expect("lock").remove(key);
 }
 
 /// Every lariat controller's error policy (providers' too): retries a failed reconcile

@@ -224,7 +224,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         patch(&api, &name, json!({"spec": spec_patch})).await?;
     }
 
-    let ready = provisioned.status == "ACTIVE";
+    // An upgrading cluster still serves: it stays ready.
+    let ready = matches!(provisioned.status.as_str(), "ACTIVE" | "UPDATING");
     if ready {
         ensure_kubeconfig(
             &ctx,
@@ -282,7 +283,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 .await;
         }
     }
-    Ok(if ready {
+    let settled = ready && conditions::is_true(&status_conditions, "EKSControlPlaneReady");
+    Ok(if settled {
         // The token must be renewed before it expires.
         Action::requeue(TOKEN_RENEWAL)
     } else {
@@ -400,7 +402,8 @@ async fn provision(
         && wanted.as_str() != running
     {
         // One minor version at a time (admission refuses skips); EKS says when it is done.
-        eks.update_cluster_version()
+        let requested = eks
+            .update_cluster_version()
             .name(eks_cluster)
             .version(wanted)
             .client_request_token(format!(
@@ -409,8 +412,19 @@ async fn provision(
             ))
             .send()
             .await
-            .aws()
-            .map_err(|e| Failed::aws("EKSControlPlaneReady", "EKSControlPlaneUpgradeFailed", e))?;
+            .aws();
+        match requested {
+            Ok(_) => {}
+            // An update in progress already (a lost answer, or EKS not showing it yet).
+            Err(error) if error.code == "ResourceInUseException" => {}
+            Err(error) => {
+                return Err(Failed::aws(
+                    "EKSControlPlaneReady",
+                    "EKSControlPlaneUpgradeFailed",
+                    error,
+                ));
+            }
+        }
         let message = format!("EKS cluster {eks_cluster}: upgrading from {running} to {wanted}");
         conditions::set(
             status_conditions,
@@ -434,6 +448,23 @@ async fn provision(
                 reason: "EKSControlPlaneFailed",
                 message: format!("EKS reports cluster {eks_cluster} FAILED"),
             });
+        }
+        // EKS upgrades a cluster in place; it serves throughout.
+        "UPDATING" => {
+            let message = format!(
+                "EKS cluster {eks_cluster} is UPDATING{}",
+                wanted
+                    .as_deref()
+                    .map(|w| format!(" to {w}"))
+                    .unwrap_or_default()
+            );
+            conditions::set(
+                status_conditions,
+                "EKSControlPlaneReady",
+                false,
+                "EKSControlPlaneUpgrading",
+                &message,
+            );
         }
         other => {
             let message = format!("EKS cluster {eks_cluster} is {other}");

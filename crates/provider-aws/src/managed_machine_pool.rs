@@ -258,6 +258,13 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             .await;
         }
     };
+    let wanted_version = pool
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.version.as_deref())
+        .and_then(crate::control_plane::eks_version);
     let group = match found {
         Some(group) => group,
         None => {
@@ -270,6 +277,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 &nodegroup,
                 &role_name,
                 (min, max, desired),
+                wanted_version.clone(),
                 object.uid().unwrap_or_default(),
             )
             .await;
@@ -351,25 +359,114 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             .await;
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
+    let upgrade = match (&wanted_version, group.version()) {
+        (Some(wanted), Some(running)) if state == "ACTIVE" && wanted != running => Some(Upgrade {
+            from: running.to_owned(),
+            to: wanted.clone(),
+        }),
+        _ => None,
+    };
     let ready = state == "ACTIVE";
-    if ready {
+    if let Some(upgrade) = upgrade {
+        // After the control plane, never before: EKS refuses nodes newer than their
+        // control plane, so a pool whose version moved with the cluster's waits for it.
+        let control_plane_version = control_plane
+            .status
+            .as_ref()
+            .and_then(|s| s.version.as_deref())
+            .and_then(crate::control_plane::eks_version);
+        if !at_least(control_plane_version.as_deref(), &upgrade.to) {
+            let message = format!(
+                "EKS node group {nodegroup} waits for its control plane (at {}) to reach {} before it upgrades from {}",
+                control_plane_version
+                    .as_deref()
+                    .unwrap_or("an unknown version"),
+                upgrade.to,
+                upgrade.from
+            );
+            conditions::set(
+                &mut status_conditions,
+                "EKSNodegroupReady",
+                false,
+                "WaitingForControlPlaneUpgrade",
+                &message,
+            );
+        } else {
+            let requested = eks
+                .update_nodegroup_version()
+                .cluster_name(&eks_cluster)
+                .nodegroup_name(&nodegroup)
+                .version(&upgrade.to)
+                .client_request_token(format!(
+                    "{}-{}",
+                    object.uid().unwrap_or_default(),
+                    upgrade.to
+                ))
+                .send()
+                .await
+                .aws();
+            match requested {
+                // In progress already (a lost answer, or EKS not showing it yet).
+                Ok(_) => {}
+                Err(error) if error.code == "ResourceInUseException" => {}
+                Err(error) => {
+                    return report(
+                        &ctx,
+                        &api,
+                        &object,
+                        &mut status_conditions,
+                        "EKSNodegroupUpgradeFailed",
+                        &error.to_string(),
+                    )
+                    .await;
+                }
+            }
+            let message = format!(
+                "EKS node group {nodegroup}: upgrading from {} to {}",
+                upgrade.from, upgrade.to
+            );
+            ctx.events
+                .publish(
+                    object.as_ref(),
+                    "AWSManagedMachinePool",
+                    EventType::Normal,
+                    "Upgrading",
+                    &message,
+                )
+                .await;
+            conditions::set(
+                &mut status_conditions,
+                "EKSNodegroupReady",
+                false,
+                "EKSNodegroupUpgrading",
+                &message,
+            );
+        }
+        // The nodes still run: the pool stays ready while its group is upgraded.
+        conditions::set(&mut status_conditions, "Ready", true, "", "");
+    } else if ready {
         conditions::set(&mut status_conditions, "EKSNodegroupReady", true, "", "");
         conditions::set(&mut status_conditions, "Ready", true, "", "");
     } else {
         let message = format!("EKS node group {nodegroup} is {state}");
+        let reason = match state.as_str() {
+            "UPDATING" => "EKSNodegroupUpdating",
+            _ => "EKSNodegroupCreating",
+        };
         conditions::set(
             &mut status_conditions,
             "EKSNodegroupReady",
             false,
-            "EKSNodegroupCreating",
+            reason,
             &message,
         );
+        // An update keeps the nodes running; only a group being made is not ready.
         conditions::set(
             &mut status_conditions,
             "Ready",
-            false,
-            "EKSNodegroupCreating",
-            &message,
+            state == "UPDATING",
+            if state == "UPDATING" { "" } else { reason },
+            if state == "UPDATING" { "" } else { &message },
         );
     }
     let status = json!({
@@ -384,11 +481,30 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     {
         patch_status(&api, &name, status).await?;
     }
-    Ok(if ready {
+    let settled = ready && conditions::is_true(&status_conditions, "EKSNodegroupReady");
+    Ok(if settled {
         Action::requeue(Duration::from_secs(600))
     } else {
         Action::requeue(ctx.identities.aws().settings().poll_while_changing)
     })
+}
+
+/// A node group's version change.
+struct Upgrade {
+    from: String,
+    to: String,
+}
+
+/// Whether EKS version `have` (`1.31`) is at least `want`.
+fn at_least(have: Option<&str>, want: &str) -> bool {
+    let parse = |v: &str| {
+        let (major, minor) = v.split_once('.')?;
+        Some((major.parse::<u32>().ok()?, minor.parse::<u32>().ok()?))
+    };
+    match (have.and_then(parse), parse(want)) {
+        (Some(have), Some(want)) => have >= want,
+        _ => false,
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -401,6 +517,7 @@ async fn create(
     nodegroup: &str,
     role_name: &str,
     (min, max, desired): (i32, i32, i32),
+    version: Option<String>,
     uid: String,
 ) -> Result<aws_sdk_eks::types::Nodegroup, AwsError> {
     use aws_sdk_eks::types::{AmiTypes, CapacityTypes, NodegroupScalingConfig, Taint, TaintEffect};
@@ -473,6 +590,7 @@ async fn create(
         )
         .set_instance_types(spec.instance_type.clone().map(|t| vec![t]))
         .set_ami_type(spec.ami_type.as_deref().map(AmiTypes::from))
+        .set_version(version)
         .set_release_version(spec.ami_version.clone())
         .set_disk_size(spec.disk_size)
         .set_labels(spec.labels.clone().map(|l| l.into_iter().collect()))

@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_sdk_ec2::types::Filter;
@@ -58,6 +59,7 @@ fn manifests(identity: &str) -> Vec<Value> {
                 "replicas": 3,
                 "template": {"spec": {
                     "clusterName": "prod",
+                    "version": "v1.31.0",
                     "bootstrap": {"dataSecretName": ""},
                     "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSManagedMachinePool", "name": "prod-pool-0"},
                 }},
@@ -96,45 +98,131 @@ fn tagged(key: &str, value: &str) -> Filter {
         .build()
 }
 
+/// moto, a lariat server running core's controllers and the AWS provider (its SDK pointed at
+/// `endpoint`: moto, or a double in front of it), and the static identity `capa` in it.
+struct Setup {
+    moto: Moto,
+    lariat: Lariat,
+    aws: Arc<Aws>,
+    /// The identity's secret key.
+    secret: String,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Setup {
+    async fn start(moto: Moto, endpoint: &str) -> Setup {
+        let (key, secret) = moto.user("capa", &["*"]).await;
+        let lariat = Lariat::start().await;
+        lariat.namespace(NS, json!({})).await;
+        lariat
+            .secret(
+                "capa",
+                &[("AccessKeyID", &key), ("SecretAccessKey", &secret)],
+            )
+            .await;
+        lariat
+            .apply(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+                "kind": "AWSClusterStaticIdentity",
+                "metadata": {"name": "capa"},
+                "spec": {"secretRef": "capa", "allowedNamespaces": {}},
+            }))
+            .await;
+        let aws = Aws::new(Settings {
+            endpoint_url: Some(endpoint.to_owned()),
+            // moto makes and deletes at once; AWS takes minutes.
+            poll_while_changing: Duration::from_secs(1),
+            ..Settings::default()
+        });
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        tokio::spawn(lariat_controllers::run(
+            lariat.caches.clone(),
+            until_stopped(stopped.clone()),
+        ));
+        tokio::spawn(lariat_provider_aws::run(
+            lariat.caches.clone(),
+            aws.clone(),
+            until_stopped(stopped.clone()),
+        ));
+        Setup {
+            moto,
+            lariat,
+            aws,
+            secret,
+            stop,
+        }
+    }
+
+    fn api(&self, resource: &kube::core::ApiResource) -> Api<DynamicObject> {
+        Api::namespaced_with(self.lariat.client.clone(), NS, resource)
+    }
+
+    /// Waits until the control plane is ready and the pool runs 3 nodes.
+    async fn provisioned(&self) {
+        let control_planes = self.api(&lariat_provider_aws::control_plane::resource());
+        eventually(
+            "the control plane is ready",
+            Duration::from_secs(60),
+            || {
+                let api = control_planes.clone();
+                async move {
+                    api.get("prod-control-plane")
+                        .await
+                        .is_ok_and(|cp| cp.data["status"]["ready"] == true)
+                }
+            },
+        )
+        .await;
+        let pools: Api<lariat_api::capi::MachinePool> =
+            Api::namespaced(self.lariat.client.clone(), NS);
+        eventually(
+            "the MachinePool runs 3 nodes",
+            Duration::from_secs(60),
+            || {
+                let api = pools.clone();
+                async move {
+                    api.get("prod-pool-0").await.is_ok_and(|p| {
+                        let status = p.status.unwrap_or_default();
+                        status.replicas == Some(3)
+                            && status.phase
+                                == Some(lariat_api::capi::machine_pool::MachinePoolPhase::Running)
+                    })
+                }
+            },
+        )
+        .await;
+    }
+}
+
+/// The `reason` of condition `type_` in an object's status, or `True`.
+fn condition(object: &DynamicObject, type_: &str) -> Option<String> {
+    object.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            if c["status"] == "True" {
+                "True".to_owned()
+            } else {
+                c["reason"].as_str().unwrap_or_default().to_owned()
+            }
+        })
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_eks_cluster_is_made_with_its_network_and_deleted_leaving_nothing() {
     let moto = Moto::start();
-    let (key, secret) = moto.user("capa", &["*"]).await;
-    let lariat = Lariat::start().await;
-    lariat.namespace(NS, json!({})).await;
-    lariat
-        .secret(
-            "capa",
-            &[("AccessKeyID", &key), ("SecretAccessKey", &secret)],
-        )
-        .await;
-    lariat
-        .apply(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
-            "kind": "AWSClusterStaticIdentity",
-            "metadata": {"name": "capa"},
-            "spec": {"secretRef": "capa", "allowedNamespaces": {}},
-        }))
-        .await;
-    let aws = Aws::new(Settings {
-        endpoint_url: Some(moto.endpoint.clone()),
-        // moto makes and deletes at once; AWS takes minutes.
-        poll_while_changing: Duration::from_secs(1),
-        ..Settings::default()
-    });
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    tokio::spawn(lariat_controllers::run(
-        lariat.caches.clone(),
-        until_stopped(stopped.clone()),
-    ));
-    tokio::spawn(lariat_provider_aws::run(
-        lariat.caches.clone(),
-        aws.clone(),
-        until_stopped(stopped.clone()),
-    ));
+    let endpoint = moto.endpoint.clone();
+    let Setup {
+        moto,
+        lariat,
+        aws,
+        secret,
+        stop,
+    } = Setup::start(moto, &endpoint).await;
     for manifest in manifests("capa") {
         lariat.apply(manifest).await;
     }
@@ -515,4 +603,267 @@ async fn an_eks_cluster_is_made_with_its_network_and_deleted_leaving_nothing() {
         "the role lariat made is deleted"
     );
     let _ = stop.send(true);
+}
+
+/// Seed 000's upgrade: the version moves on the control plane and the pool together; EKS
+/// upgrades the control plane first, then the node group, each visible in conditions while
+/// it runs, and the cluster keeps serving. moto lacks both update calls: the double in front
+/// of it answers them (`common::eks_double`), everything else is moto's.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_goes_control_plane_first_then_node_groups() {
+    let moto = Moto::start();
+    let double = common::eks_double::EksDouble::start(&moto.endpoint).await;
+    let setup = Setup::start(moto, &double.endpoint).await;
+    for manifest in manifests("capa") {
+        setup.lariat.apply(manifest).await;
+    }
+    setup.provisioned().await;
+    let control_planes = setup.api(&lariat_provider_aws::control_plane::resource());
+    let node_pools = setup.api(&lariat_provider_aws::managed_machine_pool::resource());
+
+    // Two minors at once is refused, with what to do instead.
+    let skip = control_planes
+        .patch(
+            "prod-control-plane",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"version": "v1.33.0"}})),
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(skip) = skip else {
+        panic!("{skip}")
+    };
+    assert_eq!(skip.code, 422, "{skip:?}");
+    assert!(skip.message.contains("set v1.32 first"), "{}", skip.message);
+
+    // The user's one change: the version of the control plane and of the pool.
+    control_planes
+        .patch(
+            "prod-control-plane",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"version": "v1.32.0"}})),
+        )
+        .await
+        .unwrap();
+    let pools: Api<lariat_api::capi::MachinePool> =
+        Api::namespaced(setup.lariat.client.clone(), NS);
+    pools
+        .patch(
+            "prod-pool-0",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"spec": {"template": {"spec": {"version": "v1.32.0"}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+
+    // What the conditions say while it runs.
+    let mut seen_control_plane = std::collections::BTreeSet::new();
+    let mut seen_pool = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let control_plane = control_planes.get("prod-control-plane").await.unwrap();
+        let pool = node_pools.get("prod-pool-0").await.unwrap();
+        seen_control_plane.extend(condition(&control_plane, "EKSControlPlaneReady"));
+        seen_pool.extend(condition(&pool, "EKSNodegroupReady"));
+        assert_eq!(
+            control_plane.data["status"]["ready"], true,
+            "the control plane serves throughout"
+        );
+        assert_eq!(
+            condition(&pool, "Ready").as_deref(),
+            Some("True"),
+            "the nodes run throughout"
+        );
+        if control_plane.data["status"]["version"] == "v1.32"
+            && condition(&control_plane, "EKSControlPlaneReady").as_deref() == Some("True")
+            && condition(&pool, "EKSNodegroupReady").as_deref() == Some("True")
+            && double.requested().len() == 2
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the upgrade did not finish: {seen_control_plane:?} {seen_pool:?} {:?}",
+            double.requested()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        double.requested(),
+        [
+            "team-a_prod-control-plane 1.32",
+            "team-a_prod-control-plane/team-a_prod-pool-0 1.32"
+        ],
+        "the control plane first, then the group, each asked once"
+    );
+    assert!(
+        seen_control_plane.contains("EKSControlPlaneUpgrading"),
+        "{seen_control_plane:?}"
+    );
+    assert!(
+        seen_pool.contains("WaitingForControlPlaneUpgrade"),
+        "{seen_pool:?}"
+    );
+    assert!(
+        seen_pool.contains("EKSNodegroupUpgrading") || seen_pool.contains("EKSNodegroupUpdating"),
+        "{seen_pool:?}"
+    );
+    let _ = setup.stop.send(true);
+}
+
+/// Seed 000's last step: once EKS has the cluster ACTIVE, lariat installs its agent through
+/// `<cluster>-kubeconfig` (the import manifests of `lariat cluster import`, applied with the
+/// EKS token) and the agent registers the cluster: Connected. No EKS cluster runs here: the
+/// EKS double points the cluster's endpoint at `EksEndpoint`, which authenticates the token
+/// with moto's STS as EKS does with AWS's and serves a simulated workload cluster; the test
+/// then plays the kubelet, running the agent the applied Deployment describes with the
+/// Secret the manifests put beside it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_is_installed_into_the_new_cluster_and_registers_it() {
+    use common::eks_double::{EksDouble, EksEndpoint};
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Secret;
+    let moto = Moto::start();
+    let double = EksDouble::start(&moto.endpoint).await;
+    let setup = Setup::start(moto, &double.endpoint).await;
+    let lariat = &setup.lariat;
+    lariat
+        .virtual_clusters
+        .ensure("team-a/eks-stand-in")
+        .await
+        .unwrap();
+    let workload = lariat
+        .virtual_clusters
+        .client("team-a/eks-stand-in")
+        .unwrap();
+    let endpoint = EksEndpoint::start(
+        &setup.moto.endpoint,
+        "team-a_prod-control-plane",
+        workload.clone(),
+    )
+    .await;
+    double.point("team-a_prod-control-plane", &endpoint.url, &endpoint.ca);
+    let (stop_installer, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(lariat_controllers::agent_install::run(
+        lariat.caches.clone(),
+        lariat.import_manifests.clone(),
+        async move {
+            let mut stopped = stopped;
+            let _ = stopped.wait_for(|s| *s).await;
+        },
+    ));
+    for manifest in manifests("capa") {
+        lariat.apply(manifest).await;
+    }
+
+    let deployments: Api<Deployment> = Api::namespaced(workload.clone(), "lariat-system");
+    eventually(
+        "the agent's Deployment is in the new cluster",
+        Duration::from_secs(60),
+        || {
+            let api = deployments.clone();
+            async move { api.get_opt("lariat-agent").await.unwrap().is_some() }
+        },
+    )
+    .await;
+    assert_eq!(
+        endpoint.refused.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "every request carried a token EKS accepts"
+    );
+    // The stand-in does check tokens: the kubeconfig with another token is refused.
+    let kubeconfig = Api::<Secret>::namespaced(lariat.client.clone(), NS)
+        .get("prod-kubeconfig")
+        .await
+        .unwrap();
+    let kubeconfig = String::from_utf8(kubeconfig.data.unwrap()["value"].0.clone()).unwrap();
+    let token = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .unwrap()
+        .to_owned();
+    let forged = kubeconfig.replace(&token, "k8s-aws-v1.aHR0cHM6Ly9ldmlsLmV4YW1wbGUv");
+    let forged = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(&forged).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let refused =
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(kube::Client::try_from(forged).unwrap())
+            .list(&Default::default())
+            .await
+            .unwrap_err();
+    assert!(
+        matches!(refused, kube::Error::Api(ref e) if e.code == 401),
+        "{refused}"
+    );
+    let agent_secret = Api::<Secret>::namespaced(workload.clone(), "lariat-system")
+        .get("lariat-agent")
+        .await
+        .unwrap();
+    let field =
+        |key: &str| String::from_utf8(agent_secret.data.clone().unwrap()[key].0.clone()).unwrap();
+    assert_eq!(
+        field("server"),
+        lariat.url,
+        "the agent dials the advertised URL"
+    );
+    assert_eq!(field("ca-checksum"), lariat.ca_checksum);
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(lariat.client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("AgentInstalled")
+                && e.involved_object.name.as_deref() == Some("prod")),
+        "{:?}",
+        events.items.iter().map(|e| &e.reason).collect::<Vec<_>>()
+    );
+
+    // The kubelet's part: the agent runs with what the Deployment's pod would read.
+    let (stop_agent, agent_stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(lariat_agent::run(
+        lariat_agent::Config::new(
+            field("server"),
+            field("token"),
+            field("ca-checksum"),
+            workload.clone(),
+        ),
+        async move {
+            let mut stopped = agent_stopped;
+            let _ = stopped.wait_for(|s| *s).await;
+        },
+    ));
+    let clusters: Api<lariat_api::capi::Cluster> = Api::namespaced(lariat.client.clone(), NS);
+    eventually("the Cluster is Connected", Duration::from_secs(60), || {
+        let api = clusters.clone();
+        async move {
+            api.get("prod").await.is_ok_and(|c| {
+                c.status
+                    .and_then(|s| s.conditions)
+                    .is_some_and(|c| c.iter().any(|c| c.is_true("Connected")))
+            })
+        }
+    })
+    .await;
+    // Through the tunnel, the new cluster's API answers as itself.
+    let proxied = lariat
+        .client
+        .request_text(
+            http::Request::get("/k8s/clusters/team-a/prod/api/v1/namespaces/lariat-system")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(proxied.contains("\"name\":\"lariat-system\""), "{proxied}");
+    let _ = stop_agent.send(true);
+    let _ = stop_installer.send(true);
+    let _ = setup.stop.send(true);
 }

@@ -2,6 +2,8 @@
 //! server of `lariat_provider_aws::moto`.
 #![allow(dead_code)]
 
+pub mod eks_double;
+
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -14,6 +16,12 @@ use serde_json::json;
 pub struct Lariat {
     pub client: Client,
     pub caches: Arc<Caches>,
+    /// `https://127.0.0.1:PORT`, also its advertised URL.
+    pub url: String,
+    pub ca_checksum: String,
+    /// What installs agents into the clusters it provisions.
+    pub import_manifests: lariat_controllers::agent_install::ImportManifests,
+    pub virtual_clusters: Arc<lariat_apiserver::virtual_clusters::VirtualClusters>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     _dir: tempfile::TempDir,
 }
@@ -32,19 +40,26 @@ impl Lariat {
         let store =
             Arc::new(lariat_store::sqlite::SqliteStore::open(&dir.path().join("db")).unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let server = lariat_apiserver::Server::start(
-            lariat_apiserver::Config::new(dir.path()),
-            store,
-            listener,
-        )
-        .await
-        .unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let mut config = lariat_apiserver::Config::new(dir.path());
+        config.advertise_url = Some(url.clone());
+        let server = lariat_apiserver::Server::start(config, store, listener)
+            .await
+            .unwrap();
         let client = server.local_client();
+        let import_manifests =
+            Arc::new(server.import_manifests(std::time::Duration::from_secs(600)));
+        let virtual_clusters = server.virtual_clusters();
+        let ca_checksum = server.ca_checksum();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(server.serve(async move {
             let _ = stopped.await;
         }));
         let lariat = Lariat {
+            url,
+            ca_checksum,
+            import_manifests,
+            virtual_clusters,
             caches: Caches::new(client.clone()),
             client,
             stop: Some(stop),
