@@ -17,6 +17,7 @@ use lariat_store::etcd_process::EtcdProcess;
 use serde_json::json;
 
 mod agents;
+mod aws;
 mod fleet;
 
 #[derive(clap::Subcommand)]
@@ -29,6 +30,9 @@ pub enum BenchCommand {
     /// Connect many simulated agents to one server, restart it, and time the reconnection
     /// storm; measure memory per agent and the proxy's added latency.
     Agents(agents::AgentsArgs),
+    /// Make EKS clusters with node groups against moto, counting AWS requests: to make one,
+    /// to make many, and per cluster in steady state.
+    Aws(aws::AwsArgs),
     /// Roll a commit out to many in-memory clusters through their agents, relabel one
     /// cluster among many GitRepos, and measure the idle fleet.
     Fleet(fleet::FleetArgs),
@@ -75,6 +79,7 @@ pub async fn run(what: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Lifecycle(args) => lifecycle(args).await,
         BenchCommand::Agents(args) => agents::run(args).await,
         BenchCommand::Fleet(args) => fleet::run(args).await,
+        BenchCommand::Aws(args) => aws::run(args).await,
     }
 }
 

@@ -1,0 +1,262 @@
+//! `lariat bench aws`: the AWS provider's API economy against moto, in one process (the SDK's
+//! call counter is read where the provider runs): the calls to make one EKS cluster with a
+//! node group, the time to make many, and the calls per cluster of a reconcile in steady
+//! state, mutating ones apart.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use lariat_provider_aws::moto::Moto;
+use lariat_provider_aws::{Aws, Settings};
+use serde_json::{Value, json};
+
+use super::load_average;
+
+#[derive(clap::Args)]
+pub struct AwsArgs {
+    /// EKS clusters made together (each with a managed node group of 3).
+    #[arg(long, default_value_t = 50)]
+    clusters: usize,
+}
+
+const NS: &str = "bench";
+
+type Calls = BTreeMap<(String, String), u64>;
+
+/// Requests between two counts: total, and the mutating ones (anything but Describe, List,
+/// Get).
+fn delta(before: &Calls, after: &Calls) -> (u64, u64, Vec<String>) {
+    let mut total = 0;
+    let mut mutating = 0;
+    let mut names = Vec::new();
+    for (key @ (_, operation), count) in after {
+        let n = count - before.get(key).copied().unwrap_or(0);
+        if n == 0 {
+            continue;
+        }
+        total += n;
+        if !["Describe", "List", "Get"]
+            .iter()
+            .any(|p| operation.starts_with(p))
+        {
+            mutating += n;
+        }
+        names.push(format!("{operation} {n}"));
+    }
+    (total, mutating, names)
+}
+
+fn manifests(name: &str) -> Vec<Value> {
+    vec![
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSManagedCluster", "name": name},
+            "controlPlaneRef": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "AWSManagedControlPlane", "name": format!("{name}-control-plane")},
+        }}),
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSManagedCluster",
+            "metadata": {"name": name, "namespace": NS}, "spec": {}}),
+        json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "AWSManagedControlPlane",
+            "metadata": {"name": format!("{name}-control-plane"), "namespace": NS},
+            "spec": {"region": "us-east-1", "version": "v1.31.0",
+                     "identityRef": {"kind": "AWSClusterStaticIdentity", "name": "bench"}}}),
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachinePool",
+        "metadata": {"name": format!("{name}-pool-0"), "namespace": NS},
+        "spec": {"clusterName": name, "replicas": 3, "template": {"spec": {
+            "clusterName": name, "version": "v1.31.0", "bootstrap": {"dataSecretName": ""},
+            "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSManagedMachinePool", "name": format!("{name}-pool-0")},
+        }}}}),
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSManagedMachinePool",
+            "metadata": {"name": format!("{name}-pool-0"), "namespace": NS},
+            "spec": {"instanceType": "t3.large", "scaling": {"minSize": 1, "maxSize": 10}}}),
+    ]
+}
+
+async fn apply(client: &kube::Client, object: Value) -> anyhow::Result<()> {
+    let object: DynamicObject = serde_json::from_value(object)?;
+    let gvk = kube::core::GroupVersionKind::try_from(object.types.as_ref().context("types")?)?;
+    let resource = kube::core::ApiResource::from_gvk(&gvk);
+    let api: Api<DynamicObject> = match &object.metadata.namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(
+        object.metadata.name.as_deref().unwrap_or_default(),
+        &PatchParams::apply("bench").force(),
+        &Patch::Apply(&object),
+    )
+    .await?;
+    Ok(())
+}
+
+/// How many of the clusters `names` run their node group (MachinePool Running with 3).
+async fn running(client: &kube::Client, names: &[String]) -> anyhow::Result<usize> {
+    let pools: Api<lariat_api::capi::MachinePool> = Api::namespaced(client.clone(), NS);
+    let list = pools.list(&Default::default()).await?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|p| names.iter().any(|n| p.spec.cluster_name == *n))
+        .filter(|p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.replicas == Some(3)
+                    && s.phase == Some(lariat_api::capi::machine_pool::MachinePoolPhase::Running)
+            })
+        })
+        .count())
+}
+
+async fn until_running(client: &kube::Client, names: &[String]) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(60 + 10 * names.len() as u64);
+    while running(client, names).await? < names.len() {
+        if Instant::now() > deadline {
+            bail!(
+                "only {} of {} clusters run their node group after {:?}",
+                running(client, names).await?,
+                names.len(),
+                started.elapsed()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(started.elapsed())
+}
+
+/// Waits until no request has been sent for a second.
+async fn settled(aws: &Aws) {
+    let mut last = aws.calls();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = aws.calls();
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
+pub async fn run(args: AwsArgs) -> anyhow::Result<()> {
+    println!("load average at start: {}", load_average());
+    let moto = Moto::start();
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(lariat_store::sqlite::SqliteStore::open(
+        &dir.path().join("db"),
+    )?);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let server =
+        lariat_apiserver::Server::start(lariat_apiserver::Config::new(dir.path()), store, listener)
+            .await?;
+    let client = server.local_client();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    tokio::spawn(server.serve(until_stopped(stopped.clone())));
+    for namespace in [lariat_api::clusterctl::NAMESPACE, NS] {
+        apply(
+            &client,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+        )
+        .await?;
+    }
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "bench", "namespace": lariat_api::clusterctl::NAMESPACE},
+        "stringData": {"AccessKeyID": "AKIABENCH", "SecretAccessKey": "bench"}}),
+    )
+    .await?;
+    apply(
+        &client,
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+        "kind": "AWSClusterStaticIdentity", "metadata": {"name": "bench"},
+        "spec": {"secretRef": "bench", "allowedNamespaces": {}}}),
+    )
+    .await?;
+    let caches = lariat_controllers::cache::Caches::new(client.clone());
+    let aws = Aws::new(Settings {
+        endpoint_url: Some(moto.endpoint.clone()),
+        // moto makes things at once; AWS would be polled every 15 s.
+        poll_while_changing: Duration::from_secs(1),
+        ..Settings::default()
+    });
+    tokio::spawn(lariat_controllers::run(
+        caches.clone(),
+        until_stopped(stopped.clone()),
+    ));
+    tokio::spawn(lariat_provider_aws::run(
+        caches,
+        aws.clone(),
+        until_stopped(stopped.clone()),
+    ));
+
+    // One cluster alone: every request it takes to make it.
+    let before = aws.calls();
+    let first = vec!["first".to_owned()];
+    for object in manifests("first") {
+        apply(&client, object).await?;
+    }
+    let took = until_running(&client, &first).await?;
+    settled(&aws).await;
+    let (total, mutating, names) = delta(&before, &aws.calls());
+    println!(
+        "one EKS cluster with a node group of 3: {total} AWS requests ({mutating} mutating), ready in {:.1} s",
+        took.as_secs_f64()
+    );
+    println!("  {}", names.join(", "));
+
+    // Many at once.
+    let names: Vec<String> = (0..args.clusters).map(|i| format!("c{i:03}")).collect();
+    let before = aws.calls();
+    let started = Instant::now();
+    for name in &names {
+        for object in manifests(name) {
+            apply(&client, object).await?;
+        }
+    }
+    let took = until_running(&client, &names).await?;
+    let elapsed = started.elapsed().max(took);
+    settled(&aws).await;
+    let (total, mutating, _) = delta(&before, &aws.calls());
+    println!(
+        "{} EKS clusters with node groups: all running in {:.1} s ({:.2} s per cluster), {} requests per cluster ({} mutating)",
+        args.clusters,
+        elapsed.as_secs_f64(),
+        elapsed.as_secs_f64() / args.clusters as f64,
+        total / args.clusters as u64,
+        mutating / args.clusters as u64,
+    );
+
+    // Steady state: one reconcile of each object of every cluster (what each resync costs).
+    let before = aws.calls();
+    let all: Vec<String> = first.iter().chain(&names).cloned().collect();
+    for resource in [
+        lariat_provider_aws::control_plane::resource(),
+        lariat_provider_aws::managed_machine_pool::resource(),
+        lariat_provider_aws::managed_cluster::resource(),
+    ] {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &resource);
+        for object in api.list(&Default::default()).await? {
+            api.patch(
+                object.metadata.name.as_deref().unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"bench.lariat.dev/poke": "1"}}})),
+            )
+            .await?;
+        }
+    }
+    settled(&aws).await;
+    let (total, mutating, names) = delta(&before, &aws.calls());
+    println!(
+        "steady state, one reconcile of each object: {:.1} AWS requests per cluster, {mutating} mutating in all",
+        total as f64 / all.len() as f64
+    );
+    println!("  {}", names.join(", "));
+    println!("load average at end: {}", load_average());
+    let _ = stop.send(true);
+    Ok(())
+}
