@@ -99,7 +99,7 @@ async fn running(client: &kube::Client, names: &[String]) -> anyhow::Result<usiz
     Ok(list
         .items
         .iter()
-        .filter(|p| names.iter().any(|n| p.spec.cluster_name == *n))
+        .filter(|p| names.contains(&p.spec.cluster_name))
         .filter(|p| {
             p.status.as_ref().is_some_and(|s| {
                 s.replicas == Some(3)
