@@ -107,15 +107,31 @@ pub async fn reconcile(pool: Arc<MachinePool>, ctx: Arc<Context>) -> Result<Acti
         .as_ref()
         .and_then(|o| o.data["status"]["replicas"].as_i64())
         .unwrap_or(0) as i32;
-    let bootstrap_ready = match &bootstrap {
-        // A pool whose provider boots instances itself (an EKS managed node group with no
-        // config) has nothing to wait for.
-        None => true,
-        Some(reference) => reference
-            .get(&ctx.caches, &namespace)
-            .await?
-            .is_some_and(|config| external::ready(&config)),
-    } || spec.bootstrap.data_secret_name.is_some();
+    let bootstrap_config = match &bootstrap {
+        Some(reference) => reference.get(&ctx.caches, &namespace).await?,
+        None => None,
+    };
+    // A pool whose provider boots instances itself (an EKS managed node group with no config)
+    // has nothing to wait for.
+    let bootstrap_ready = bootstrap.is_none()
+        || bootstrap_config.as_deref().is_some_and(external::ready)
+        || spec.bootstrap.data_secret_name.is_some();
+    // As Cluster API's: the config's data Secret is named in the pool, where the
+    // infrastructure provider reads it.
+    if let Some(data_secret) = bootstrap_config
+        .as_deref()
+        .filter(|config| external::ready(config))
+        .and_then(|config| config.data["status"]["dataSecretName"].as_str())
+        && spec.bootstrap.data_secret_name.as_deref() != Some(data_secret)
+    {
+        crate::object::patch(
+            &api,
+            &name,
+            json!({"spec": {"template": {"spec": {"bootstrap": {"dataSecretName": data_secret}}}}}),
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
     let failure = infrastructure_object.as_deref().and_then(external::failure);
     let phase = if failure.is_some() {
         "Failed"

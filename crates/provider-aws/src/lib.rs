@@ -7,11 +7,15 @@
 //! - `control_plane.rs`: AWSManagedControlPlane, the EKS cluster; `token.rs` its tokens;
 //!   `managed_cluster.rs`: AWSManagedCluster, which mirrors it;
 //! - `managed_machine_pool.rs`: AWSManagedMachinePool, an EKS managed node group;
+//! - `machine_pool.rs`: AWSMachinePool, self-managed workers on an auto-scaling group, booted
+//!   with `eks_config.rs`'s user data (EKSConfig);
 //! - `moto.rs`: a throwaway moto server for tests and benchmarks.
 
 pub mod control_plane;
+pub mod eks_config;
 pub mod iam;
 pub mod identity;
+pub mod machine_pool;
 pub mod managed_cluster;
 pub mod managed_machine_pool;
 pub mod moto;
@@ -185,7 +189,44 @@ pub async fn run(
                 context.clone(),
             )
             .for_each(lariat_controllers::finished("awsmanagedmachinepool"));
-    tokio::join!(control_planes, managed_clusters, node_groups);
+    // Self-managed pools follow their MachinePool too (its replicas, its bootstrap data).
+    let self_managed = lariat_controllers::controller_on(&caches.of(&machine_pool::resource()))
+        .watches_shared_stream_with(
+            caches.typed::<lariat_api::capi::MachinePool>().changes(),
+            |pool: Arc<lariat_api::capi::MachinePool>| {
+                let reference = &pool.spec.template.spec.as_ref()?.infrastructure_ref;
+                (reference.kind.as_deref() == Some("AWSMachinePool")).then(|| {
+                    ObjectRef::<DynamicObject>::new_with(
+                        reference.name.as_deref().unwrap_or_default(),
+                        machine_pool::resource(),
+                    )
+                    .within(pool.metadata.namespace.as_deref().unwrap_or_default())
+                })
+            },
+            (),
+        )
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            machine_pool::reconcile,
+            lariat_controllers::error_policy,
+            context.clone(),
+        )
+        .for_each(lariat_controllers::finished("awsmachinepool"));
+    let bootstrap = lariat_controllers::controller_on(&caches.of(&eks_config::resource()))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            eks_config::reconcile,
+            lariat_controllers::error_policy,
+            context.clone(),
+        )
+        .for_each(lariat_controllers::finished("eksconfig"));
+    tokio::join!(
+        control_planes,
+        managed_clusters,
+        node_groups,
+        self_managed,
+        bootstrap
+    );
 }
 
 /// Cluster API AWS's controller identity, created as its `AutoControllerIdentityCreator`

@@ -41,17 +41,17 @@ fn default_role_name(nodegroup: &str) -> String {
 }
 
 /// What a reconcile needs from the pool's owners.
-struct Owners {
+pub(crate) struct Owners {
     /// `None` once the MachinePool is gone (the group is then being deleted).
-    pool: Option<Arc<MachinePool>>,
-    cluster: String,
-    control_plane: AWSManagedControlPlane,
+    pub(crate) pool: Option<Arc<MachinePool>>,
+    pub(crate) cluster: String,
+    pub(crate) control_plane: AWSManagedControlPlane,
 }
 
 /// The pool's MachinePool, and its Cluster's control plane, found through the Cluster's label
 /// (core's MachinePool sets it), so a group whose MachinePool is already gone can still be
 /// deleted.
-async fn owners(ctx: &Context, object: &DynamicObject) -> Result<Option<Owners>, Error> {
+pub(crate) async fn owners(ctx: &Context, object: &DynamicObject) -> Result<Option<Owners>, Error> {
     let namespace = object.namespace().unwrap_or_default();
     let pool = match owning_pool(object) {
         Some(name) => {

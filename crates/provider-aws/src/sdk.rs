@@ -155,6 +155,11 @@ impl Aws {
         client!(aws_sdk_ec2, config, self.calls)
     }
 
+    /// An Auto Scaling client on `config`, counted.
+    pub fn autoscaling(&self, config: &SdkConfig) -> aws_sdk_autoscaling::Client {
+        client!(aws_sdk_autoscaling, config, self.calls)
+    }
+
     /// An EKS client on `config`, counted.
     pub fn eks(&self, config: &SdkConfig) -> aws_sdk_eks::Client {
         client!(aws_sdk_eks, config, self.calls)

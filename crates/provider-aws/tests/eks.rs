@@ -867,3 +867,201 @@ async fn the_agent_is_installed_into_the_new_cluster_and_registers_it() {
     let _ = stop_installer.send(true);
     let _ = setup.stop.send(true);
 }
+
+/// Seed 000's workers as Cluster API AWS's eks-machinepool flavour makes them: a MachinePool
+/// of self-managed instances on a launch template and an auto-scaling group, booted with
+/// the EKSConfig's `bootstrap.sh` script; scaled 3 to 5 with the instances appearing in the
+/// pool's status; deleted with the cluster, leaving no group, template or instance.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_self_managed_pool_runs_instances_and_scales() {
+    let moto = Moto::start();
+    let endpoint = moto.endpoint.clone();
+    let setup = Setup::start(moto, &endpoint).await;
+    let admin = setup.moto.admin().await;
+    let ec2 = aws_sdk_ec2::Client::new(&admin);
+    let image = ec2
+        .describe_images()
+        .owners("amazon")
+        .send()
+        .await
+        .unwrap()
+        .images()[0]
+        .image_id()
+        .unwrap()
+        .to_owned();
+    for manifest in manifests("capa").into_iter().take(3) {
+        setup.lariat.apply(manifest).await;
+    }
+    for manifest in [
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1",
+            "kind": "MachinePool",
+            "metadata": {"name": "prod-mp-0", "namespace": NS},
+            "spec": {"clusterName": "prod", "replicas": 3, "template": {"spec": {
+                "clusterName": "prod",
+                "version": "v1.31.0",
+                "bootstrap": {"configRef": {"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "EKSConfig", "name": "prod-mp-0"}},
+                "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSMachinePool", "name": "prod-mp-0"},
+            }}},
+        }),
+        json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
+            "kind": "EKSConfig",
+            "metadata": {"name": "prod-mp-0", "namespace": NS},
+            "spec": {"kubeletExtraArgs": {"node-labels": "pool=mp-0"}},
+        }),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "kind": "AWSMachinePool",
+            "metadata": {"name": "prod-mp-0", "namespace": NS},
+            "spec": {
+                "minSize": 1,
+                "maxSize": 10,
+                "awsLaunchTemplate": {
+                    "ami": {"id": image},
+                    "instanceType": "t3.large",
+                    "iamInstanceProfile": "nodes.cluster-api-provider-aws.sigs.k8s.io",
+                },
+            },
+        }),
+    ] {
+        setup.lariat.apply(manifest).await;
+    }
+    let pools: Api<lariat_api::capi::MachinePool> =
+        Api::namespaced(setup.lariat.client.clone(), NS);
+    let provider_ids = |count: usize| {
+        let pools = pools.clone();
+        move || {
+            let pools = pools.clone();
+            async move {
+                pools.get("prod-mp-0").await.is_ok_and(|p| {
+                    let status = p.status.clone().unwrap_or_default();
+                    status.replicas == Some(count as i32)
+                        && status.phase
+                            == Some(lariat_api::capi::machine_pool::MachinePoolPhase::Running)
+                        && p.spec.provider_id_list.as_ref().map(Vec::len) == Some(count)
+                })
+            }
+        }
+    };
+    eventually(
+        "the pool runs 3 instances",
+        Duration::from_secs(90),
+        provider_ids(3),
+    )
+    .await;
+    let running = || {
+        let (pools, ec2) = (pools.clone(), ec2.clone());
+        async move {
+            let pool = pools.get("prod-mp-0").await.unwrap();
+            let ids: Vec<String> = pool
+                .spec
+                .provider_id_list
+                .unwrap_or_default()
+                .iter()
+                .map(|id| id.rsplit('/').next().unwrap().to_owned())
+                .collect();
+            let found = ec2
+                .describe_instances()
+                .set_instance_ids(Some(ids.clone()))
+                .send()
+                .await
+                .unwrap();
+            let states: Vec<String> = found
+                .reservations()
+                .iter()
+                .flat_map(|r| r.instances())
+                .filter_map(|i| i.state()?.name().map(|n| n.as_str().to_owned()))
+                .collect();
+            (ids, states)
+        }
+    };
+    let (ids, states) = running().await;
+    assert_eq!(states, ["running", "running", "running"]);
+    // Each instance boots with the EKSConfig's script, from the launch template.
+    let user_data = ec2
+        .describe_instance_attribute()
+        .instance_id(&ids[0])
+        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+        .send()
+        .await
+        .unwrap()
+        .user_data()
+        .and_then(|v| v.value())
+        .map(|v| {
+            use base64::Engine;
+            String::from_utf8(base64::engine::general_purpose::STANDARD.decode(v).unwrap()).unwrap()
+        })
+        .unwrap_or_default();
+    assert!(
+        user_data.contains(
+            "/etc/eks/bootstrap.sh 'team-a_prod-control-plane' --kubelet-extra-args '--node-labels=pool=mp-0'"
+        ),
+        "{user_data}"
+    );
+
+    // kubectl scale machinepool prod-mp-0 --replicas=5
+    pools
+        .patch_scale(
+            "prod-mp-0",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the pool runs 5 instances",
+        Duration::from_secs(60),
+        provider_ids(5),
+    )
+    .await;
+    assert_eq!(running().await.1.len(), 5);
+
+    // Deleting the Cluster deletes the group, its instances and the template.
+    let clusters: Api<lariat_api::capi::Cluster> = Api::namespaced(setup.lariat.client.clone(), NS);
+    clusters
+        .delete("prod", &DeleteParams::default())
+        .await
+        .unwrap();
+    let control_planes = setup.api(&lariat_provider_aws::control_plane::resource());
+    eventually("the control plane is gone", Duration::from_secs(90), || {
+        let api = control_planes.clone();
+        async move { api.get_opt("prod-control-plane").await.unwrap().is_none() }
+    })
+    .await;
+    let autoscaling = aws_sdk_autoscaling::Client::new(&admin);
+    assert!(
+        autoscaling
+            .describe_auto_scaling_groups()
+            .send()
+            .await
+            .unwrap()
+            .auto_scaling_groups()
+            .is_empty(),
+        "no auto-scaling group"
+    );
+    assert!(
+        ec2.describe_launch_templates()
+            .send()
+            .await
+            .unwrap()
+            .launch_templates()
+            .is_empty(),
+        "no launch template"
+    );
+    let found = ec2
+        .describe_instances()
+        .set_instance_ids(Some(ids))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        found
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .all(|i| i.state().and_then(|s| s.name()).map(|n| n.as_str()) == Some("terminated")),
+        "every instance terminated"
+    );
+    let _ = setup.stop.send(true);
+}

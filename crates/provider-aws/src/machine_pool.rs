@@ -1,0 +1,723 @@
+//! AWSMachinePool: self-managed workers of an EKS cluster on an EC2 launch template and an
+//! auto-scaling group, as Cluster API AWS makes them. The instances boot with their
+//! MachinePool's bootstrap data (an EKSConfig's `bootstrap.sh` script), the group's desired
+//! capacity follows the MachinePool's replicas, and its instances are listed in the status
+//! and as the pool's provider IDs. Both are named after the AWSMachinePool and found again by
+//! name, and owned by their cluster's tags; deleting the pool deletes the group (and so its
+//! instances), then the launch template.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag as AsgTag};
+use aws_sdk_ec2::types::{
+    LaunchTemplateIamInstanceProfileSpecificationRequest, RequestLaunchTemplateData, ResourceType,
+};
+use base64::Engine;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use kube::runtime::controller::Action;
+use lariat_api::aws::AWSMachinePool;
+use lariat_controllers::Error;
+use lariat_controllers::conditions::json as conditions;
+use lariat_controllers::events::EventType;
+use lariat_controllers::object::{ensure_finalizer, patch, patch_status, remove_finalizer};
+use serde_json::{Value, json};
+
+use crate::Context;
+use crate::identity::Session;
+use crate::managed_machine_pool::{Owners, owners};
+use crate::sdk::{AwsError, AwsResult};
+use crate::tags::Owner;
+
+pub const FINALIZER: &str = "awsmachinepool.infrastructure.cluster.x-k8s.io";
+/// Annotation: a hash of the launch template data the last version was made from, so a
+/// steady reconcile need not read the template back.
+const TEMPLATE_HASH: &str = "lariat.dev/launch-template-hash";
+
+pub fn resource() -> ApiResource {
+    ApiResource::erase::<AWSMachinePool>(&())
+}
+
+/// What the launch template holds.
+struct TemplateData {
+    image_id: String,
+    instance_type: Option<String>,
+    instance_profile: Option<String>,
+    key_name: Option<String>,
+    security_groups: Vec<String>,
+    user_data: String,
+}
+
+impl TemplateData {
+    fn hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let text = json!([
+            self.image_id,
+            self.instance_type,
+            self.instance_profile,
+            self.key_name,
+            self.security_groups,
+            self.user_data
+        ])
+        .to_string();
+        Sha256::digest(text.as_bytes())
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    fn request(&self, owner: &Owner, name: &str) -> RequestLaunchTemplateData {
+        use aws_sdk_ec2::types::LaunchTemplateTagSpecificationRequest;
+        let tags = owner.tags(name, "node");
+        RequestLaunchTemplateData::builder()
+            .image_id(&self.image_id)
+            .set_instance_type(self.instance_type.as_deref().map(Into::into))
+            .set_iam_instance_profile(self.instance_profile.as_ref().map(|p| {
+                LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                    .name(p)
+                    .build()
+            }))
+            .set_key_name(self.key_name.clone())
+            .set_security_group_ids(Some(self.security_groups.clone()))
+            .user_data(base64::engine::general_purpose::STANDARD.encode(&self.user_data))
+            .tag_specifications(
+                LaunchTemplateTagSpecificationRequest::builder()
+                    .resource_type(ResourceType::Instance)
+                    .set_tags(Some(
+                        tags.into_iter()
+                            .map(|(k, v)| {
+                                aws_sdk_ec2::types::Tag::builder().key(k).value(v).build()
+                            })
+                            .collect(),
+                    ))
+                    .build(),
+            )
+            .build()
+    }
+}
+
+/// A step's failure: the condition's reason and message.
+struct Failed(&'static str, String);
+
+impl From<AwsError> for Failed {
+    fn from(error: AwsError) -> Failed {
+        Failed("ASGReconciliationFailed", error.to_string())
+    }
+}
+
+pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = object.namespace().unwrap_or_default();
+    let name = object.name_any();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
+    let machine_pool: AWSMachinePool = DynamicObject::clone(&object)
+        .try_parse()
+        .map_err(|e| Error::Invalid(format!("AWSMachinePool {namespace}/{name}: {e}")))?;
+    let Some(Owners {
+        pool,
+        cluster,
+        control_plane,
+    }) = owners(&ctx, &object).await?
+    else {
+        if object.metadata.deletion_timestamp.is_some() {
+            // Never claimed by a cluster: nothing was made in AWS.
+            remove_finalizer(&api, &object, FINALIZER).await?;
+        }
+        return Ok(Action::await_change());
+    };
+    let mut status_conditions = conditions::existing(&object.data["status"]);
+    let Some(region) = control_plane.spec.region.clone() else {
+        return Ok(Action::await_change());
+    };
+    let session = match ctx
+        .identities
+        .session(
+            &namespace,
+            &region,
+            control_plane.spec.identity_ref.as_ref(),
+        )
+        .await
+    {
+        Ok(session) => session,
+        Err(error) => {
+            let failed = Failed(error.reason(), error.to_string());
+            return report(&ctx, &api, &object, &mut status_conditions, failed).await;
+        }
+    };
+    let owner = Owner {
+        namespace: namespace.clone(),
+        cluster,
+        additional: machine_pool
+            .spec
+            .additional_tags
+            .clone()
+            .unwrap_or_default(),
+    };
+    let template_name = machine_pool
+        .spec
+        .aws_launch_template
+        .name
+        .clone()
+        .unwrap_or_else(|| name.clone());
+
+    if object.metadata.deletion_timestamp.is_some() {
+        return match delete(&session, &owner, &name, &template_name).await {
+            Ok(true) => Ok(Action::requeue(
+                ctx.identities.aws().settings().poll_while_changing,
+            )),
+            Ok(false) => {
+                remove_finalizer(&api, &object, FINALIZER).await?;
+                Ok(Action::await_change())
+            }
+            Err(error) => {
+                let failed = Failed("DeletionFailed", error.to_string());
+                report(&ctx, &api, &object, &mut status_conditions, failed).await
+            }
+        };
+    }
+    let Some(pool) = pool else {
+        return Ok(Action::await_change());
+    };
+    if ensure_finalizer(&api, &object, FINALIZER).await? {
+        return Ok(Action::await_change());
+    }
+    let waiting = if control_plane.status.as_ref().is_none_or(|s| !s.ready) {
+        Some((
+            "WaitingForEKSControlPlane",
+            "the EKS control plane is not ready yet".to_owned(),
+        ))
+    } else {
+        None
+    };
+    let data_secret = pool
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.bootstrap.data_secret_name.clone());
+    let user_data = match &data_secret {
+        Some(secret) => ctx
+            .caches
+            .secrets()
+            .get(&namespace, secret)
+            .await?
+            .and_then(|s| s.data["data"]["value"].as_str().map(str::to_owned))
+            .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
+            .map(|v| String::from_utf8_lossy(&v).into_owned()),
+        None => None,
+    };
+    let waiting = waiting.or_else(|| {
+        user_data.is_none().then(|| {
+            (
+                "WaitingForBootstrapData",
+                format!("MachinePool {} has no bootstrap data yet", pool.name_any()),
+            )
+        })
+    });
+    if let Some((reason, message)) = waiting {
+        conditions::set(&mut status_conditions, "ASGReady", false, reason, &message);
+        if status_conditions != conditions::existing(&object.data["status"]) {
+            patch_status(&api, &name, json!({"conditions": status_conditions})).await?;
+        }
+        return Ok(Action::requeue(
+            ctx.identities.aws().settings().poll_while_changing,
+        ));
+    }
+    let launch_template = &machine_pool.spec.aws_launch_template;
+    let Some(image_id) = launch_template.ami.as_ref().and_then(|a| a.id.clone()) else {
+        let failed = Failed(
+            "LaunchTemplateReconcileFailed",
+            "spec.awsLaunchTemplate.ami.id is empty: name the AMI (lariat does not look up EKS-optimized AMIs by eksLookupType yet)".into(),
+        );
+        return report(&ctx, &api, &object, &mut status_conditions, failed).await;
+    };
+    let mut security_groups: Vec<String> = control_plane
+        .status
+        .as_ref()
+        .and_then(|s| s.network_status.as_ref())
+        .and_then(|n| n.security_groups.as_ref())
+        .and_then(|groups| groups.get("node-eks-additional"))
+        .map(|g| g.id.clone())
+        .into_iter()
+        .collect();
+    security_groups.extend(
+        launch_template
+            .additional_security_groups
+            .iter()
+            .flatten()
+            .filter_map(|g| g.id.clone()),
+    );
+    let data = TemplateData {
+        image_id,
+        instance_type: launch_template.instance_type.clone(),
+        instance_profile: launch_template.iam_instance_profile.clone(),
+        key_name: launch_template.ssh_key_name.clone(),
+        security_groups,
+        user_data: user_data.unwrap_or_default(),
+    };
+    let subnets: Vec<String> = match &machine_pool.spec.subnets {
+        Some(subnets) => subnets.iter().filter_map(|s| s.id.clone()).collect(),
+        None => control_plane
+            .spec
+            .network
+            .iter()
+            .flat_map(|n| n.subnets.iter().flatten())
+            .filter(|s| s.is_public != Some(true))
+            .filter(|s| {
+                machine_pool
+                    .spec
+                    .availability_zones
+                    .as_ref()
+                    .is_none_or(|zones| {
+                        s.availability_zone
+                            .as_ref()
+                            .is_some_and(|z| zones.contains(z))
+                    })
+            })
+            .map(|s| s.id.clone())
+            .collect(),
+    };
+    let desired = pool.spec.replicas.unwrap_or(1);
+    let (min, max) = (machine_pool.spec.min_size, machine_pool.spec.max_size);
+    if desired < min || desired > max {
+        let failed = Failed(
+            "InvalidScaling",
+            format!(
+                "MachinePool {} wants {desired} replicas, outside [minSize {min}, maxSize {max}]: change the replicas or the bounds",
+                pool.name_any()
+            ),
+        );
+        return report(&ctx, &api, &object, &mut status_conditions, failed).await;
+    }
+
+    let outcome = provision(
+        &session,
+        &owner,
+        &object,
+        &name,
+        &template_name,
+        &data,
+        &subnets,
+        (min, max, desired),
+    )
+    .await;
+    let provisioned = match outcome {
+        Ok(provisioned) => provisioned,
+        Err(failed) => return report(&ctx, &api, &object, &mut status_conditions, failed).await,
+    };
+    if provisioned.new_version {
+        ctx.events
+            .publish(
+                object.as_ref(),
+                "AWSMachinePool",
+                EventType::Normal,
+                "LaunchTemplateUpdated",
+                &format!(
+                    "launch template {template_name} version {}; new instances boot from it",
+                    provisioned.template_version
+                ),
+            )
+            .await;
+    }
+    if let Some(from) = provisioned.scaled_from {
+        ctx.events
+            .publish(
+                object.as_ref(),
+                "AWSMachinePool",
+                EventType::Normal,
+                "Scaling",
+                &format!("auto-scaling group {name}: desired capacity {from} to {desired}"),
+            )
+            .await;
+    }
+    if object.annotations().get(TEMPLATE_HASH) != Some(&data.hash()) {
+        patch(
+            &api,
+            &name,
+            json!({"metadata": {"annotations": {TEMPLATE_HASH: data.hash()}}}),
+        )
+        .await?;
+    }
+    let in_service = provisioned
+        .instances
+        .iter()
+        .filter(|i| i.state == "InService")
+        .count() as i32;
+    let ready = in_service == desired;
+    conditions::set(&mut status_conditions, "LaunchTemplateReady", true, "", "");
+    if ready {
+        conditions::set(&mut status_conditions, "ASGReady", true, "", "");
+    } else {
+        let message = format!("{in_service} of {desired} instances in service");
+        conditions::set(
+            &mut status_conditions,
+            "ASGReady",
+            false,
+            "ASGScaling",
+            &message,
+        );
+    }
+    let provider_ids: Vec<String> = provisioned
+        .instances
+        .iter()
+        .map(|i| format!("aws:///{}/{}", i.zone, i.id))
+        .collect();
+    let status = json!({
+        "ready": true,
+        "replicas": provisioned.instances.len(),
+        "instances": provisioned.instances.iter().map(|i| json!({"instanceID": i.id, "instanceState": i.state})).collect::<Vec<_>>(),
+        "launchTemplateID": provisioned.template_id,
+        "launchTemplateVersion": provisioned.template_version,
+        "conditions": status_conditions,
+    });
+    if [
+        "ready",
+        "replicas",
+        "instances",
+        "launchTemplateID",
+        "launchTemplateVersion",
+        "conditions",
+    ]
+    .iter()
+    .any(|k| object.data["status"][*k] != status[*k])
+    {
+        patch_status(&api, &name, status).await?;
+    }
+    if object.data["spec"]["providerIDList"] != json!(provider_ids) {
+        patch(
+            &api,
+            &name,
+            json!({"spec": {"providerIDList": provider_ids}}),
+        )
+        .await?;
+    }
+    Ok(if ready {
+        Action::requeue(Duration::from_secs(600))
+    } else {
+        Action::requeue(ctx.identities.aws().settings().poll_while_changing)
+    })
+}
+
+struct Instance {
+    id: String,
+    zone: String,
+    state: String,
+}
+
+struct Provisioned {
+    template_id: String,
+    template_version: String,
+    new_version: bool,
+    scaled_from: Option<i32>,
+    instances: Vec<Instance>,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn provision(
+    session: &Session,
+    owner: &Owner,
+    object: &DynamicObject,
+    group_name: &str,
+    template_name: &str,
+    data: &TemplateData,
+    subnets: &[String],
+    (min, max, desired): (i32, i32, i32),
+) -> Result<Provisioned, Failed> {
+    let aws = session.aws();
+    let ec2 = aws.ec2(&session.config);
+    let uid = object.uid().unwrap_or_default();
+    let template_failed = |e: AwsError| Failed("LaunchTemplateReconcileFailed", e.to_string());
+
+    // The launch template: found by name, made once (a client token makes a retried create
+    // the same request), a new version when what it holds changes.
+    let found = match ec2
+        .describe_launch_templates()
+        .launch_template_names(template_name)
+        .send()
+        .await
+        .aws()
+    {
+        Ok(found) => found.launch_templates().first().cloned(),
+        Err(error) if error.is_not_found() => None,
+        Err(error) => return Err(template_failed(error)),
+    };
+    let (template_id, mut template_version, mut new_version) = match found {
+        Some(template) => {
+            let tags = template
+                .tags()
+                .iter()
+                .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()));
+            if !owner.owns(tags) {
+                return Err(Failed(
+                    "LaunchTemplateReconcileFailed",
+                    format!(
+                        "launch template {template_name} exists and belongs to another cluster: name another in spec.awsLaunchTemplate.name"
+                    ),
+                ));
+            }
+            (
+                template.launch_template_id().unwrap_or_default().to_owned(),
+                template.latest_version_number().unwrap_or(1),
+                false,
+            )
+        }
+        None => {
+            let created = ec2
+                .create_launch_template()
+                .launch_template_name(template_name)
+                .launch_template_data(data.request(owner, group_name))
+                .tag_specifications(owner.ec2_tags(
+                    ResourceType::LaunchTemplate,
+                    template_name,
+                    "node",
+                ))
+                .client_token(format!("{uid}-template"))
+                .send()
+                .await
+                .aws()
+                .map_err(template_failed)?;
+            let template = created
+                .launch_template()
+                .ok_or_else(|| template_failed(AwsError::missing("launch template")))?;
+            (
+                template.launch_template_id().unwrap_or_default().to_owned(),
+                template.latest_version_number().unwrap_or(1),
+                true,
+            )
+        }
+    };
+    let recorded = object.annotations().get(TEMPLATE_HASH);
+    if !new_version && recorded.is_some_and(|h| *h != data.hash()) {
+        let created = ec2
+            .create_launch_template_version()
+            .launch_template_id(&template_id)
+            .launch_template_data(data.request(owner, group_name))
+            .client_token(format!("{uid}-{}", data.hash()))
+            .send()
+            .await
+            .aws()
+            .map_err(template_failed)?;
+        template_version = created
+            .launch_template_version()
+            .and_then(|v| v.version_number())
+            .unwrap_or(template_version + 1);
+        new_version = true;
+    }
+
+    // The auto-scaling group, on the template's latest version.
+    let autoscaling = aws.autoscaling(&session.config);
+    let group = autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(group_name)
+        .send()
+        .await
+        .aws()?
+        .auto_scaling_groups()
+        .first()
+        .cloned();
+    let mut scaled_from = None;
+    let group = match group {
+        Some(group) => {
+            let tags = group
+                .tags()
+                .iter()
+                .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()));
+            if !owner.owns(tags) {
+                return Err(Failed(
+                    "ASGReconciliationFailed",
+                    format!(
+                        "auto-scaling group {group_name} exists and belongs to another cluster"
+                    ),
+                ));
+            }
+            if group.desired_capacity() != Some(desired)
+                || group.min_size() != Some(min)
+                || group.max_size() != Some(max)
+            {
+                autoscaling
+                    .update_auto_scaling_group()
+                    .auto_scaling_group_name(group_name)
+                    .min_size(min)
+                    .max_size(max)
+                    .desired_capacity(desired)
+                    .send()
+                    .await
+                    .aws()?;
+                scaled_from = group.desired_capacity();
+            }
+            group
+        }
+        None => {
+            let tags = owner
+                .tags(group_name, "node")
+                .into_iter()
+                .map(|(k, v)| {
+                    AsgTag::builder()
+                        .key(k)
+                        .value(v)
+                        .propagate_at_launch(false)
+                        .build()
+                })
+                .collect();
+            let created = autoscaling
+                .create_auto_scaling_group()
+                .auto_scaling_group_name(group_name)
+                .launch_template(
+                    LaunchTemplateSpecification::builder()
+                        .launch_template_id(&template_id)
+                        .version("$Latest")
+                        .build(),
+                )
+                .min_size(min)
+                .max_size(max)
+                .desired_capacity(desired)
+                .vpc_zone_identifier(subnets.join(","))
+                .set_tags(Some(tags))
+                .send()
+                .await
+                .aws();
+            match created {
+                Ok(_) => {}
+                // Made by an earlier attempt whose answer was lost.
+                Err(error) if error.code == "AlreadyExists" => {}
+                Err(error) => return Err(error.into()),
+            }
+            autoscaling
+                .describe_auto_scaling_groups()
+                .auto_scaling_group_names(group_name)
+                .send()
+                .await
+                .aws()?
+                .auto_scaling_groups()
+                .first()
+                .cloned()
+                .ok_or_else(|| AwsError::missing("auto-scaling group"))?
+        }
+    };
+    let instances = group
+        .instances()
+        .iter()
+        .map(|i| Instance {
+            id: i.instance_id().unwrap_or_default().to_owned(),
+            zone: i.availability_zone().unwrap_or_default().to_owned(),
+            state: i
+                .lifecycle_state()
+                .map(|s| s.as_str())
+                .unwrap_or_default()
+                .to_owned(),
+        })
+        .collect();
+    Ok(Provisioned {
+        template_id,
+        template_version: template_version.to_string(),
+        new_version,
+        scaled_from,
+        instances,
+    })
+}
+
+/// Deletes the group (its instances with it), then the launch template. `Ok(true)` while the
+/// group is going away.
+async fn delete(
+    session: &Session,
+    owner: &Owner,
+    group_name: &str,
+    template_name: &str,
+) -> Result<bool, AwsError> {
+    let aws = session.aws();
+    let autoscaling = aws.autoscaling(&session.config);
+    let group = autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(group_name)
+        .send()
+        .await
+        .aws()?
+        .auto_scaling_groups()
+        .first()
+        .cloned();
+    if let Some(group) = group {
+        let tags = group
+            .tags()
+            .iter()
+            .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()));
+        if owner.owns(tags) {
+            if group.status().is_none() {
+                autoscaling
+                    .delete_auto_scaling_group()
+                    .auto_scaling_group_name(group_name)
+                    .force_delete(true)
+                    .send()
+                    .await
+                    .aws()?;
+            }
+            return Ok(true);
+        }
+    }
+    let ec2 = aws.ec2(&session.config);
+    let template = match ec2
+        .describe_launch_templates()
+        .launch_template_names(template_name)
+        .send()
+        .await
+        .aws()
+    {
+        Ok(found) => found.launch_templates().first().cloned(),
+        Err(error) if error.is_not_found() => None,
+        Err(error) => return Err(error),
+    };
+    if let Some(template) = template {
+        let tags = template
+            .tags()
+            .iter()
+            .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()));
+        if owner.owns(tags) {
+            ec2.delete_launch_template()
+                .set_launch_template_id(template.launch_template_id().map(str::to_owned))
+                .send()
+                .await
+                .aws()?;
+        }
+    }
+    Ok(false)
+}
+
+/// Sets the failure on the pool's conditions, records a Warning Event once per distinct
+/// failure and logs it once, and looks again in a minute.
+async fn report(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    object: &Arc<DynamicObject>,
+    status_conditions: &mut Vec<Value>,
+    Failed(reason, message): Failed,
+) -> Result<Action, Error> {
+    conditions::set(status_conditions, "ASGReady", false, reason, &message);
+    conditions::set(status_conditions, "Ready", false, reason, &message);
+    if json!(status_conditions) != object.data["status"]["conditions"] {
+        lariat_controllers::warn_once(
+            &format!(
+                "AWSMachinePool/{}/{}",
+                object.namespace().unwrap_or_default(),
+                object.name_any()
+            ),
+            &format!("AWSMachinePool cannot go on: {reason}: {message}"),
+        );
+        patch_status(
+            api,
+            &object.name_any(),
+            json!({"conditions": status_conditions}),
+        )
+        .await?;
+        ctx.events
+            .publish(
+                object.as_ref(),
+                "AWSMachinePool",
+                EventType::Warning,
+                reason,
+                &message,
+            )
+            .await;
+    }
+    Ok(Action::requeue(Duration::from_secs(60)))
+}
