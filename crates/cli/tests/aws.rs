@@ -269,6 +269,8 @@ fn a_kill_9_midway_through_creation_makes_nothing_twice() {
         ("internet gateways", 1),
         ("NAT gateways", 3),
         ("elastic IPs", 3),
+        ("route tables", 6),
+        ("security groups", 1),
     ];
     for (what, expected) in kinds {
         assert_eq!(
@@ -290,5 +292,4 @@ fn a_kill_9_midway_through_creation_makes_nothing_twice() {
         .nodegroups()
         .to_vec();
     assert_eq!(groups.len(), 1, "{groups:?}");
-    assert!(count("route tables") > 0 && count("security groups") > 0);
 }

@@ -31,6 +31,12 @@ pub const AGENT_NAMESPACE: &str = "lariat-system";
 pub const AGENT_DEPLOYMENT: &str = "lariat-agent";
 /// Field manager of what the installer applies.
 const MANAGER: &str = "lariat-agent-installer";
+/// The longest the installer waits for a workload cluster's answers.
+const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn timed_out() -> kube::Error {
+    kube::Error::Service(format!("no answer within {} s", WORKLOAD_TIMEOUT.as_secs()).into())
+}
 
 /// The import manifests for Cluster `(namespace, name)`, with a new registration token: the
 /// server's side of `lariat cluster import` (`lariat_apiserver::Server::import_manifests`).
@@ -94,6 +100,7 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, E
     let imported = cluster.spec.infrastructure_ref.is_none();
     if in_memory
         || imported
+        || crate::cluster::paused(&cluster)
         || cluster.metadata.deletion_timestamp.is_some()
         || !condition_true(&cluster, "ControlPlaneInitialized")
         || condition_true(&cluster, "Connected")
@@ -115,7 +122,11 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, E
         .await;
     };
     let deployments: Api<Deployment> = Api::namespaced(workload.clone(), AGENT_NAMESPACE);
-    match deployments.get_opt(AGENT_DEPLOYMENT).await {
+    // A cluster that accepts connections and never answers must not hold a worker forever.
+    let found = tokio::time::timeout(WORKLOAD_TIMEOUT, deployments.get_opt(AGENT_DEPLOYMENT))
+        .await
+        .unwrap_or_else(|_| Err(timed_out()));
+    match found {
         // Installed: the agent registers the cluster when it runs. A Deployment deleted by
         // hand is put back by the next look.
         Ok(Some(_)) => return Ok(Action::requeue(Duration::from_secs(600))),
@@ -133,7 +144,10 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, E
         Ok(manifests) => manifests,
         Err(error) => return failed(&ctx, &cluster, &error).await,
     };
-    if let Err(error) = apply(&workload, &manifests).await {
+    let applied = tokio::time::timeout(WORKLOAD_TIMEOUT, apply(&workload, &manifests))
+        .await
+        .unwrap_or_else(|_| Err(timed_out().to_string()));
+    if let Err(error) = applied {
         return failed(
             &ctx,
             &cluster,

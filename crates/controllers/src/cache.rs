@@ -997,6 +997,9 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) -> Result<(), Error> 
 }
 
 /// A client of a workload cluster, from the `<cluster>-kubeconfig` Secret its provider wrote.
+/// Only a self-contained kubeconfig is used: anything that would make lariat run a program,
+/// read a file of its own host, go through a proxy or skip TLS verification is refused, so
+/// whoever can write the Secret cannot turn it against the management plane.
 pub async fn workload_client(secret: &DynamicObject) -> Option<Client> {
     use base64::Engine;
     let encoded = str_at(&secret.data, &["data", "value"])?;
@@ -1004,8 +1007,107 @@ pub async fn workload_client(secret: &DynamicObject) -> Option<Client> {
         .decode(encoded)
         .ok()?;
     let kubeconfig = kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&bytes).ok()?).ok()?;
+    if let Err(field) = self_contained(&kubeconfig) {
+        tracing::debug!(
+            secret = %format!("{}/{}", secret.metadata.namespace.as_deref().unwrap_or_default(), secret.metadata.name.as_deref().unwrap_or_default()),
+            field,
+            "workload kubeconfig refused"
+        );
+        return None;
+    }
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .ok()?;
     Client::try_from(config).ok()
+}
+
+/// The first field of `kubeconfig` that reaches outside it, if any.
+fn self_contained(kubeconfig: &kube::config::Kubeconfig) -> Result<(), &'static str> {
+    for cluster in kubeconfig
+        .clusters
+        .iter()
+        .filter_map(|c| c.cluster.as_ref())
+    {
+        if cluster.insecure_skip_tls_verify == Some(true) {
+            return Err("insecure-skip-tls-verify");
+        }
+        if cluster.certificate_authority.is_some() {
+            return Err("certificate-authority (a file)");
+        }
+        if cluster.proxy_url.is_some() {
+            return Err("proxy-url");
+        }
+    }
+    for user in kubeconfig
+        .auth_infos
+        .iter()
+        .filter_map(|a| a.auth_info.as_ref())
+    {
+        if user.exec.is_some() {
+            return Err("exec");
+        }
+        if user.auth_provider.is_some() {
+            return Err("auth-provider");
+        }
+        if user.token_file.is_some() {
+            return Err("tokenFile");
+        }
+        if user.client_certificate.is_some() || user.client_key.is_some() {
+            return Err("client-certificate or client-key (files)");
+        }
+        if user.impersonate.is_some() {
+            return Err("as (impersonation)");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::self_contained;
+
+    #[test]
+    fn only_self_contained_workload_kubeconfigs_are_used() {
+        let kubeconfig = |cluster: &str, user: &str| {
+            kube::config::Kubeconfig::from_yaml(&format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://10.0.0.1\n{cluster}\nusers:\n- name: u\n  user:\n{user}\n"
+            ))
+            .unwrap()
+        };
+        let inline = "    certificate-authority-data: Y2E=";
+        assert_eq!(
+            self_contained(&kubeconfig(inline, "    token: abc")),
+            Ok(())
+        );
+        for (cluster, user, refused) in [
+            (
+                inline,
+                "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh",
+                "exec",
+            ),
+            (inline, "    tokenFile: /var/run/secrets/token", "tokenFile"),
+            (
+                inline,
+                "    client-certificate: /etc/lariat/tls.crt",
+                "client-certificate or client-key (files)",
+            ),
+            (
+                "    insecure-skip-tls-verify: true",
+                "    token: abc",
+                "insecure-skip-tls-verify",
+            ),
+            (
+                "    certificate-authority: /etc/ssl/ca.pem",
+                "    token: abc",
+                "certificate-authority (a file)",
+            ),
+            (
+                "    proxy-url: http://evil:3128",
+                "    token: abc",
+                "proxy-url",
+            ),
+        ] {
+            assert_eq!(self_contained(&kubeconfig(cluster, user)), Err(refused));
+        }
+    }
 }

@@ -283,13 +283,58 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 .await;
         }
     }
-    let settled = ready && conditions::is_true(&status_conditions, "EKSControlPlaneReady");
+    // Nothing to wait for: done, or refused until the spec changes.
+    let settled = ready
+        && (conditions::is_true(&status_conditions, "EKSControlPlaneReady")
+            || status_conditions
+                .iter()
+                .any(|c| c["type"] == "EKSControlPlaneReady" && c["reason"] == "DowngradeRefused"));
     Ok(if settled {
         // The token must be renewed before it expires.
         Action::requeue(TOKEN_RENEWAL)
     } else {
         Action::requeue(ctx.identities.aws().settings().poll_while_changing)
     })
+}
+
+/// What a version change asks of EKS.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Step {
+    None,
+    /// The next minor version on the way to the wanted one.
+    Upgrade {
+        running: String,
+        next: String,
+    },
+    Downgrade {
+        running: String,
+        wanted: String,
+    },
+}
+
+/// `1.31` as numbers.
+pub(crate) fn minor_version(version: &str) -> Option<(u32, u32)> {
+    let (major, minor) = version.split_once('.')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+/// The step from the `running` EKS version to the `wanted` one (both `1.31`).
+pub(crate) fn version_step(running: &str, wanted: &str) -> Step {
+    match (minor_version(running), minor_version(wanted)) {
+        (Some(have), Some(want)) if want > have => Step::Upgrade {
+            running: running.to_owned(),
+            next: if want.0 == have.0 {
+                format!("{}.{}", have.0, have.1 + 1)
+            } else {
+                wanted.to_owned()
+            },
+        },
+        (Some(have), Some(want)) if want < have => Step::Downgrade {
+            running: running.to_owned(),
+            wanted: wanted.to_owned(),
+        },
+        _ => Step::None,
+    }
 }
 
 /// Cluster API AWS's name of the control plane role it creates (IAM allows 64 characters).
@@ -397,17 +442,33 @@ async fn provision(
         .unwrap_or_default();
     let wanted = control_plane.spec.version.as_deref().and_then(eks_version);
     let mut upgrading = false;
-    if status == "ACTIVE"
-        && let (Some(wanted), Some(running)) = (&wanted, cluster.version())
-        && wanted.as_str() != running
-    {
-        // One minor version at a time (admission refuses skips); EKS says when it is done.
+    let step = match (&wanted, cluster.version()) {
+        (Some(wanted), Some(running)) if status == "ACTIVE" => version_step(running, wanted),
+        _ => Step::None,
+    };
+    if let Step::Downgrade { running, wanted } = &step {
+        // EKS cannot go back: said once in the condition, nothing asked of AWS.
+        let message = format!(
+            "spec.version {wanted} is older than the {running} EKS cluster {eks_cluster} runs: EKS cannot downgrade; set v{running} or later"
+        );
+        conditions::set(
+            status_conditions,
+            "EKSControlPlaneReady",
+            false,
+            "DowngradeRefused",
+            &message,
+        );
+        upgrading = true;
+    }
+    if let Step::Upgrade { running, next } = &step {
+        // One minor version at a time, whatever the spec asks (admission refuses skips, but a
+        // cluster adopted at an older version can be further behind): EKS says when it is done.
         let requested = eks
             .update_cluster_version()
             .name(eks_cluster)
-            .version(wanted)
+            .version(next)
             .client_request_token(format!(
-                "{}-{wanted}",
+                "{}-{next}",
                 control_plane.metadata.uid.clone().unwrap_or_default()
             ))
             .send()
@@ -425,7 +486,7 @@ async fn provision(
                 ));
             }
         }
-        let message = format!("EKS cluster {eks_cluster}: upgrading from {running} to {wanted}");
+        let message = format!("EKS cluster {eks_cluster}: upgrading from {running} to {next}");
         conditions::set(
             status_conditions,
             "EKSControlPlaneReady",
@@ -756,6 +817,33 @@ mod tests {
             "default-prod-iam-service-role"
         );
         assert!(default_role_name(&"x".repeat(100)).len() <= 64);
+    }
+
+    #[test]
+    fn versions_move_one_minor_at_a_time_and_never_back() {
+        assert_eq!(
+            version_step("1.29", "1.31"),
+            Step::Upgrade {
+                running: "1.29".into(),
+                next: "1.30".into()
+            }
+        );
+        assert_eq!(
+            version_step("1.30", "1.31"),
+            Step::Upgrade {
+                running: "1.30".into(),
+                next: "1.31".into()
+            }
+        );
+        assert_eq!(version_step("1.31", "1.31"), Step::None);
+        assert_eq!(
+            version_step("1.31", "1.30"),
+            Step::Downgrade {
+                running: "1.31".into(),
+                wanted: "1.30".into()
+            }
+        );
+        assert_eq!(version_step("1.31", "latest"), Step::None);
     }
 
     #[test]

@@ -359,15 +359,35 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             .await;
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    let upgrade = match (&wanted_version, group.version()) {
-        (Some(wanted), Some(running)) if state == "ACTIVE" && wanted != running => Some(Upgrade {
-            from: running.to_owned(),
-            to: wanted.clone(),
+    let step = match (&wanted_version, group.version()) {
+        (Some(wanted), Some(running)) if state == "ACTIVE" => {
+            crate::control_plane::version_step(running, wanted)
+        }
+        _ => crate::control_plane::Step::None,
+    };
+    let upgrade = match &step {
+        crate::control_plane::Step::Upgrade { running, .. } => Some(Upgrade {
+            from: running.clone(),
+            to: wanted_version.clone().unwrap_or_default(),
         }),
         _ => None,
     };
     let ready = state == "ACTIVE";
-    if let Some(upgrade) = upgrade {
+    if let crate::control_plane::Step::Downgrade { running, wanted } = &step {
+        // EKS cannot go back; the nodes keep running the version they have.
+        let message = format!(
+            "MachinePool {} asks for {wanted}, older than the {running} node group {nodegroup} runs: EKS cannot downgrade; set v{running} or later",
+            pool.name_any()
+        );
+        conditions::set(
+            &mut status_conditions,
+            "EKSNodegroupReady",
+            false,
+            "DowngradeRefused",
+            &message,
+        );
+        conditions::set(&mut status_conditions, "Ready", true, "", "");
+    } else if let Some(upgrade) = upgrade {
         // After the control plane, never before: EKS refuses nodes newer than their
         // control plane, so a pool whose version moved with the cluster's waits for it.
         let control_plane_version = control_plane
@@ -481,7 +501,12 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     {
         patch_status(&api, &name, status).await?;
     }
-    let settled = ready && conditions::is_true(&status_conditions, "EKSNodegroupReady");
+    // Nothing to wait for: done, or refused until the spec changes.
+    let settled = ready
+        && (conditions::is_true(&status_conditions, "EKSNodegroupReady")
+            || status_conditions
+                .iter()
+                .any(|c| c["type"] == "EKSNodegroupReady" && c["reason"] == "DowngradeRefused"));
     Ok(if settled {
         Action::requeue(Duration::from_secs(600))
     } else {
@@ -497,11 +522,8 @@ struct Upgrade {
 
 /// Whether EKS version `have` (`1.31`) is at least `want`.
 fn at_least(have: Option<&str>, want: &str) -> bool {
-    let parse = |v: &str| {
-        let (major, minor) = v.split_once('.')?;
-        Some((major.parse::<u32>().ok()?, minor.parse::<u32>().ok()?))
-    };
-    match (have.and_then(parse), parse(want)) {
+    use crate::control_plane::minor_version;
+    match (have.and_then(minor_version), minor_version(want)) {
         (Some(have), Some(want)) => have >= want,
         _ => false,
     }

@@ -126,11 +126,12 @@ async fn until_running(client: &kube::Client, names: &[String]) -> anyhow::Resul
     Ok(started.elapsed())
 }
 
-/// Waits until no request has been sent for a second.
+/// Waits until no request has been sent for 3 s (objects still changing are looked at every
+/// second).
 async fn settled(aws: &Aws) {
     let mut last = aws.calls();
     loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
         let now = aws.calls();
         if now == last {
             return;
