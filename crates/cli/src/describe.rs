@@ -252,6 +252,11 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
             .list(&ListParams::default().labels(&selector))
             .await?
             .items;
+    let pools: Vec<DynamicObject> =
+        Api::<DynamicObject>::namespaced_with(client.clone(), ns, &capi("MachinePool"))
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items;
 
     let show = |kind: &str| {
         args.show_conditions
@@ -306,17 +311,18 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
             }),
         }
     }
-    // An imported cluster: its agent's connection.
-    if cluster
-        .annotations()
-        .contains_key(lariat_api::management::IMPORTED_ANNOTATION)
+    // Its agent's connection: an imported cluster's, or one lariat installed.
+    let connections: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &lariat_api::management::cluster_connection_resource(),
+    );
+    let connection = connections.get_opt(&args.name).await?;
+    if connection.is_some()
+        || cluster
+            .annotations()
+            .contains_key(lariat_api::management::IMPORTED_ANNOTATION)
     {
-        let connections: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            ns,
-            &lariat_api::management::cluster_connection_resource(),
-        );
-        let connection = connections.get_opt(&args.name).await?;
         let status = connection
             .as_ref()
             .map(|c| c.data["status"].clone())
@@ -358,8 +364,9 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
         show("Machine"),
     ));
     rows.push(Row::heading("└─Workers"));
+    let workers = deployments.len() + pools.len();
     for (d, deployment) in deployments.iter().enumerate() {
-        let last_deployment = d + 1 == deployments.len();
+        let last_deployment = d + 1 == workers;
         push(
             &mut rows,
             "  ",
@@ -376,6 +383,31 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
             .collect();
         let rail = if last_deployment { "    " } else { "  │ " };
         rows.extend(machine_rows(rail, &owned, args.grouping, show("Machine")));
+    }
+    // MachinePools, each with the provider's object that runs its instances (an EKS node
+    // group, an auto-scaling group).
+    for (p, pool) in pools.iter().enumerate() {
+        let last = deployments.len() + p + 1 == workers;
+        push(
+            &mut rows,
+            "  ",
+            if last { "└─" } else { "├─" },
+            "MachinePool",
+            pool,
+            show("MachinePool"),
+        );
+        let wanted = &pool.data["spec"]["template"]["spec"]["infrastructureRef"];
+        let kind = wanted["kind"].as_str().unwrap_or_default();
+        if let Some(object) = referenced(&client, ns, wanted).await {
+            push(
+                &mut rows,
+                if last { "    " } else { "  │ " },
+                "└─",
+                kind,
+                &object,
+                show(kind),
+            );
+        }
     }
     let width = rows
         .iter()

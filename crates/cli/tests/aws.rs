@@ -292,4 +292,20 @@ fn a_kill_9_midway_through_creation_makes_nothing_twice() {
         .nodegroups()
         .to_vec();
     assert_eq!(groups.len(), 1, "{groups:?}");
+
+    // clusterctl's tree, with the AWS objects in it.
+    let described = server.lariat(&["describe", "cluster", "prod"]);
+    let described = String::from_utf8_lossy(&described.stdout).to_string();
+    for row in [
+        "├─ClusterInfrastructure - AWSManagedCluster/prod",
+        "├─ControlPlane - AWSManagedControlPlane/prod-control-plane",
+        "  └─MachinePool/prod-pool-0",
+        "    └─AWSManagedMachinePool/prod-pool-0",
+    ] {
+        let line = described
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("{row} in:\n{described}"));
+        assert!(line.contains("True"), "{line}");
+    }
 }
