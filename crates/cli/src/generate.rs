@@ -17,7 +17,8 @@ pub struct ClusterArgs {
     #[arg(long, default_value = "inmemory")]
     pub(crate) infrastructure: String,
     /// Which of the provider's templates (aws: eks-managedmachinepool, an EKS cluster with a
-    /// managed node group).
+    /// managed node group; eks-machinepool, with self-managed instances on an auto-scaling
+    /// group).
     #[arg(long)]
     pub(crate) flavor: Option<String>,
     /// The AWS region of the cluster (aws).
@@ -44,8 +45,8 @@ pub struct ClusterArgs {
 pub const INFRASTRUCTURE_PROVIDERS: &[&str] = &["inmemory", "aws"];
 
 /// Cluster API AWS's flavors lariat provisions, and those it does not yet.
-const AWS_FLAVORS: &[&str] = &["eks-managedmachinepool"];
-const AWS_FLAVORS_NOT_YET: &[&str] = &["eks", "eks-machinepool"];
+const AWS_FLAVORS: &[&str] = &["eks-managedmachinepool", "eks-machinepool"];
+const AWS_FLAVORS_NOT_YET: &[&str] = &["eks"];
 
 pub fn run(command: GenerateCommand) -> anyhow::Result<()> {
     match command {
@@ -243,7 +244,7 @@ fn aws_cluster(args: &ClusterArgs) -> anyhow::Result<String> {
     let flavor = args.flavor.as_deref().unwrap_or(AWS_FLAVORS[0]);
     if AWS_FLAVORS_NOT_YET.contains(&flavor) {
         bail!(
-            "flavor {flavor} needs EC2 machines or auto-scaling groups, which lariat's AWS provider does not make yet: use --flavor {}",
+            "flavor {flavor} needs single EC2 machines (AWSMachine), which lariat's AWS provider does not make yet: use --flavor {}",
             AWS_FLAVORS.join(" or ")
         );
     }
@@ -273,6 +274,88 @@ fn aws_cluster(args: &ClusterArgs) -> anyhow::Result<String> {
         ..
     } = args;
     let max = workers.max(10);
+    let workers = if flavor == "eks-machinepool" {
+        // Self-managed instances on an auto-scaling group, Amazon Linux 2023 with nodeadm,
+        // the AMI EKS publishes for the version (Cluster API AWS's instance profile, made
+        // by `clusterawsadm bootstrap iam`, must exist in the account).
+        format!(
+            r#"apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachinePool
+metadata:
+  name: {name}-mp-0
+  namespace: {namespace}
+spec:
+  clusterName: {name}
+  replicas: {workers}
+  template:
+    spec:
+      clusterName: {name}
+      bootstrap:
+        configRef:
+          name: {name}-mp-0
+          apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
+          kind: NodeadmConfig
+      infrastructureRef:
+        name: {name}-mp-0
+        apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+        kind: AWSMachinePool
+      version: {version}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: AWSMachinePool
+metadata:
+  name: {name}-mp-0
+  namespace: {namespace}
+spec:
+  minSize: 1
+  maxSize: {max}
+  awsLaunchTemplate:
+    ami:
+      eksLookupType: AmazonLinux2023
+    iamInstanceProfile: nodes.cluster-api-provider-aws.sigs.k8s.io
+    instanceType: t3.large
+---
+apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
+kind: NodeadmConfig
+metadata:
+  name: {name}-mp-0
+  namespace: {namespace}
+spec: {{}}
+"#
+        )
+    } else {
+        format!(
+            r#"apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachinePool
+metadata:
+  name: {name}-pool-0
+  namespace: {namespace}
+spec:
+  clusterName: {name}
+  replicas: {workers}
+  template:
+    spec:
+      clusterName: {name}
+      bootstrap:
+        dataSecretName: ""
+      infrastructureRef:
+        name: {name}-pool-0
+        apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+        kind: AWSManagedMachinePool
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: AWSManagedMachinePool
+metadata:
+  name: {name}-pool-0
+  namespace: {namespace}
+spec:
+  amiType: AL2023_x86_64_STANDARD
+  scaling:
+    minSize: 1
+    maxSize: {max}
+"#
+        )
+    };
     Ok(format!(
         r#"apiVersion: cluster.x-k8s.io/v1beta1
 kind: Cluster
@@ -308,35 +391,7 @@ spec:
   region: {region}
   version: {version}
 ---
-apiVersion: cluster.x-k8s.io/v1beta1
-kind: MachinePool
-metadata:
-  name: {name}-pool-0
-  namespace: {namespace}
-spec:
-  clusterName: {name}
-  replicas: {workers}
-  template:
-    spec:
-      clusterName: {name}
-      bootstrap:
-        dataSecretName: ""
-      infrastructureRef:
-        name: {name}-pool-0
-        apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
-        kind: AWSManagedMachinePool
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
-kind: AWSManagedMachinePool
-metadata:
-  name: {name}-pool-0
-  namespace: {namespace}
-spec:
-  amiType: AL2023_x86_64_STANDARD
-  scaling:
-    minSize: 1
-    maxSize: {max}
-"#
+{workers}"#
     ))
 }
 
@@ -370,7 +425,7 @@ mod tests {
                     flavor: Some("eks".into()),
                     ..args("dev", "aws", "v1.30.2")
                 },
-                "flavor eks needs EC2 machines or auto-scaling groups",
+                "flavor eks needs single EC2 machines (AWSMachine)",
             ),
             (
                 ClusterArgs {
@@ -416,6 +471,17 @@ mod tests {
             assert!(text.contains(&format!("kind: {kind}\n")), "{kind}");
         }
         assert!(text.contains("region: us-east-1") && text.contains("replicas: 2"));
+        let text = cluster(&ClusterArgs {
+            flavor: Some("eks-machinepool".into()),
+            ..args("prod", "aws", "v1.31.0")
+        })
+        .unwrap();
+        for kind in ["MachinePool", "AWSMachinePool", "NodeadmConfig"] {
+            assert!(text.contains(&format!("kind: {kind}\n")), "{kind}");
+        }
+        assert!(
+            text.contains("eksLookupType: AmazonLinux2023") && text.contains("version: v1.31.0")
+        );
     }
 
     #[test]

@@ -8,11 +8,11 @@
 //!   `managed_cluster.rs`: AWSManagedCluster, which mirrors it;
 //! - `managed_machine_pool.rs`: AWSManagedMachinePool, an EKS managed node group;
 //! - `machine_pool.rs`: AWSMachinePool, self-managed workers on an auto-scaling group, booted
-//!   with `eks_config.rs`'s user data (EKSConfig);
+//!   with `bootstrap.rs`'s user data (EKSConfig, NodeadmConfig);
 //! - `moto.rs`: a throwaway moto server for tests and benchmarks.
 
+pub mod bootstrap;
 pub mod control_plane;
-pub mod eks_config;
 pub mod iam;
 pub mod identity;
 pub mod machine_pool;
@@ -212,20 +212,31 @@ pub async fn run(
             context.clone(),
         )
         .for_each(lariat_controllers::finished("awsmachinepool"));
-    let bootstrap = lariat_controllers::controller_on(&caches.of(&eks_config::resource()))
-        .graceful_shutdown_on(shutdown.clone())
-        .run(
-            eks_config::reconcile,
-            lariat_controllers::error_policy,
-            context.clone(),
-        )
-        .for_each(lariat_controllers::finished("eksconfig"));
+    let eks_configs =
+        lariat_controllers::controller_on(&caches.of(&bootstrap::eks_config_resource()))
+            .graceful_shutdown_on(shutdown.clone())
+            .run(
+                bootstrap::reconcile_eks_config,
+                lariat_controllers::error_policy,
+                context.clone(),
+            )
+            .for_each(lariat_controllers::finished("eksconfig"));
+    let nodeadm_configs =
+        lariat_controllers::controller_on(&caches.of(&bootstrap::nodeadm_config_resource()))
+            .graceful_shutdown_on(shutdown.clone())
+            .run(
+                bootstrap::reconcile_nodeadm_config,
+                lariat_controllers::error_policy,
+                context.clone(),
+            )
+            .for_each(lariat_controllers::finished("nodeadmconfig"));
     tokio::join!(
         control_planes,
         managed_clusters,
         node_groups,
         self_managed,
-        bootstrap
+        eks_configs,
+        nodeadm_configs
     );
 }
 

@@ -226,12 +226,24 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         ));
     }
     let launch_template = &machine_pool.spec.aws_launch_template;
-    let Some(image_id) = launch_template.ami.as_ref().and_then(|a| a.id.clone()) else {
-        let failed = Failed(
-            "LaunchTemplateReconcileFailed",
-            "spec.awsLaunchTemplate.ami.id is empty: name the AMI (lariat does not look up EKS-optimized AMIs by eksLookupType yet)".into(),
-        );
-        return report(&ctx, &api, &object, &mut status_conditions, failed).await;
+    let version = pool
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.version.as_deref())
+        .or(control_plane.spec.version.as_deref())
+        .and_then(crate::control_plane::eks_version);
+    let image_id = match ami(
+        &session,
+        launch_template.ami.as_ref(),
+        version.as_deref(),
+        launch_template.instance_type.as_deref(),
+    )
+    .await
+    {
+        Ok(image_id) => image_id,
+        Err(failed) => return report(&ctx, &api, &object, &mut status_conditions, failed).await,
     };
     let mut security_groups: Vec<String> = control_plane
         .status
@@ -398,6 +410,87 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     } else {
         Action::requeue(ctx.identities.aws().settings().poll_while_changing)
     })
+}
+
+/// The pool's AMI: the one named, else the EKS-optimized AMI AWS publishes in SSM for the
+/// Kubernetes version, OS (`eksLookupType`) and architecture, as Cluster API AWS looks it up.
+async fn ami(
+    session: &Session,
+    reference: Option<&lariat_api::aws::instance::AMIReference>,
+    version: Option<&str>,
+    instance_type: Option<&str>,
+) -> Result<String, Failed> {
+    if let Some(id) = reference.and_then(|r| r.id.clone()) {
+        return Ok(id);
+    }
+    let lookup = reference
+        .and_then(|r| r.eks_lookup_type.as_deref())
+        .unwrap_or("AmazonLinux");
+    let Some(version) = version else {
+        return Err(Failed(
+            "LaunchTemplateReconcileFailed",
+            "no Kubernetes version to look an EKS AMI up for: set the MachinePool's spec.template.spec.version, or spec.awsLaunchTemplate.ami.id".into(),
+        ));
+    };
+    let arm = instance_type.is_some_and(graviton);
+    let parameter = match lookup {
+        "AmazonLinux" => format!(
+            "/aws/service/eks/optimized-ami/{version}/amazon-linux-2{}/recommended/image_id",
+            if arm { "-arm64" } else { "" }
+        ),
+        "AmazonLinux2023" => format!(
+            "/aws/service/eks/optimized-ami/{version}/amazon-linux-2023/{}/standard/recommended/image_id",
+            if arm { "arm64" } else { "x86_64" }
+        ),
+        "Bottlerocket" => format!(
+            "/aws/service/bottlerocket/aws-k8s-{version}/{}/latest/image_id",
+            if arm { "arm64" } else { "x86_64" }
+        ),
+        other => {
+            return Err(Failed(
+                "LaunchTemplateReconcileFailed",
+                format!(
+                    "spec.awsLaunchTemplate.ami.eksLookupType {other:?} is not one of AmazonLinux, AmazonLinux2023, Bottlerocket"
+                ),
+            ));
+        }
+    };
+    let found = session
+        .aws()
+        .ssm(&session.config)
+        .get_parameter()
+        .name(&parameter)
+        .send()
+        .await
+        .aws()
+        .map_err(|e| {
+            Failed(
+                "LaunchTemplateReconcileFailed",
+                format!("cannot look up the EKS AMI ({parameter}): {e}"),
+            )
+        })?;
+    found
+        .parameter()
+        .and_then(|p| p.value())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            Failed(
+                "LaunchTemplateReconcileFailed",
+                format!("{parameter} has no value"),
+            )
+        })
+}
+
+/// Whether an instance type is AWS Graviton (arm64): a `g` right after the generation
+/// (`m7g.large`, `t4g.small`, `c7gn.xlarge`; not `g5.xlarge`, a GPU type).
+fn graviton(instance_type: &str) -> bool {
+    let family = instance_type.split('.').next().unwrap_or_default();
+    let Some(digit) = family.find(|c: char| c.is_ascii_digit()) else {
+        return false;
+    };
+    family[digit..]
+        .trim_start_matches(|c: char| c.is_ascii_digit())
+        .starts_with('g')
 }
 
 struct Instance {
@@ -720,4 +813,23 @@ async fn report(
             .await;
     }
     Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn graviton_instance_types_are_arm64() {
+        for arm in ["m7g.large", "t4g.small", "c7gn.xlarge", "m6gd.metal"] {
+            assert!(super::graviton(arm), "{arm}");
+        }
+        for x86 in [
+            "t3.large",
+            "g5.xlarge",
+            "m6i.large",
+            "p4d.24xlarge",
+            "weird",
+        ] {
+            assert!(!super::graviton(x86), "{x86}");
+        }
+    }
 }

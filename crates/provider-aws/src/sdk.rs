@@ -165,6 +165,11 @@ impl Aws {
         client!(aws_sdk_eks, config, self.calls)
     }
 
+    /// An SSM client on `config`, counted (EKS-optimized AMIs are published there).
+    pub fn ssm(&self, config: &SdkConfig) -> aws_sdk_ssm::Client {
+        client!(aws_sdk_ssm, config, self.calls)
+    }
+
     /// An IAM client on `config`, counted.
     pub fn iam(&self, config: &SdkConfig) -> aws_sdk_iam::Client {
         client!(aws_sdk_iam, config, self.calls)

@@ -868,15 +868,40 @@ async fn the_agent_is_installed_into_the_new_cluster_and_registers_it() {
     let _ = setup.stop.send(true);
 }
 
-/// Seed 000's workers as Cluster API AWS's eks-machinepool flavour makes them: a MachinePool
-/// of self-managed instances on a launch template and an auto-scaling group, booted with
-/// the EKSConfig's `bootstrap.sh` script; scaled 3 to 5 with the instances appearing in the
+/// Seed 000's workers as Cluster API AWS's eks-machinepool flavour makes them, exactly: a
+/// MachinePool of self-managed instances on a launch template and an auto-scaling group, its
+/// AMI the EKS-optimized one AWS publishes in SSM (here published in moto the same way),
+/// booted with a NodeadmConfig's user data; scaled 3 to 5 with the instances appearing in the
 /// pool's status; deleted with the cluster, leaving no group, template or instance.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_self_managed_pool_runs_instances_and_scales() {
+async fn a_self_managed_pool_of_the_eks_machinepool_flavour_runs_and_scales() {
+    self_managed_pool(
+        json!({"kind": "NodeadmConfig", "spec": {}}),
+        |_| json!({"ami": {"eksLookupType": "AmazonLinux2023"}, "iamInstanceProfile": "nodes.cluster-api-provider-aws.sigs.k8s.io", "instanceType": "t3.large", "sshKeyName": "default"}),
+        "Content-Type: application/node.eks.aws",
+    )
+    .await;
+}
+
+/// The same with Amazon Linux 2's bootstrap.sh (EKSConfig) and an AMI named by ID.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_self_managed_pool_boots_with_bootstrap_sh() {
+    self_managed_pool(
+        json!({"kind": "EKSConfig", "spec": {"kubeletExtraArgs": {"node-labels": "pool=mp-0"}}}),
+        |image| json!({"ami": {"id": image}, "instanceType": "t3.large", "iamInstanceProfile": "nodes.cluster-api-provider-aws.sigs.k8s.io"}),
+        "/etc/eks/bootstrap.sh 'team-a_prod-control-plane' --kubelet-extra-args '--node-labels=pool=mp-0'",
+    )
+    .await;
+}
+
+async fn self_managed_pool(
+    bootstrap: Value,
+    launch_template: impl Fn(&str) -> Value,
+    expected_user_data: &str,
+) {
     let moto = Moto::start();
-    let endpoint = moto.endpoint.clone();
-    let setup = Setup::start(moto, &endpoint).await;
+    let double = common::eks_double::EksDouble::start(&moto.endpoint).await;
+    let setup = Setup::start(moto, &double.endpoint).await;
     let admin = setup.moto.admin().await;
     let ec2 = aws_sdk_ec2::Client::new(&admin);
     let image = ec2
@@ -889,9 +914,15 @@ async fn a_self_managed_pool_runs_instances_and_scales() {
         .image_id()
         .unwrap()
         .to_owned();
+    // Where AWS publishes its EKS-optimized AMIs.
+    double.publish(
+        "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/standard/recommended/image_id",
+        &image,
+    );
     for manifest in manifests("capa").into_iter().take(3) {
         setup.lariat.apply(manifest).await;
     }
+    let bootstrap_kind = bootstrap["kind"].as_str().unwrap().to_owned();
     for manifest in [
         json!({
             "apiVersion": "cluster.x-k8s.io/v1beta1",
@@ -900,15 +931,15 @@ async fn a_self_managed_pool_runs_instances_and_scales() {
             "spec": {"clusterName": "prod", "replicas": 3, "template": {"spec": {
                 "clusterName": "prod",
                 "version": "v1.31.0",
-                "bootstrap": {"configRef": {"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "EKSConfig", "name": "prod-mp-0"}},
+                "bootstrap": {"configRef": {"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": bootstrap_kind, "name": "prod-mp-0"}},
                 "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSMachinePool", "name": "prod-mp-0"},
             }}},
         }),
         json!({
             "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
-            "kind": "EKSConfig",
+            "kind": bootstrap_kind,
             "metadata": {"name": "prod-mp-0", "namespace": NS},
-            "spec": {"kubeletExtraArgs": {"node-labels": "pool=mp-0"}},
+            "spec": bootstrap["spec"],
         }),
         json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
@@ -917,11 +948,7 @@ async fn a_self_managed_pool_runs_instances_and_scales() {
             "spec": {
                 "minSize": 1,
                 "maxSize": 10,
-                "awsLaunchTemplate": {
-                    "ami": {"id": image},
-                    "instanceType": "t3.large",
-                    "iamInstanceProfile": "nodes.cluster-api-provider-aws.sigs.k8s.io",
-                },
+                "awsLaunchTemplate": launch_template(&image),
             },
         }),
     ] {
@@ -993,12 +1020,7 @@ async fn a_self_managed_pool_runs_instances_and_scales() {
             String::from_utf8(base64::engine::general_purpose::STANDARD.decode(v).unwrap()).unwrap()
         })
         .unwrap_or_default();
-    assert!(
-        user_data.contains(
-            "/etc/eks/bootstrap.sh 'team-a_prod-control-plane' --kubelet-extra-args '--node-labels=pool=mp-0'"
-        ),
-        "{user_data}"
-    );
+    assert!(user_data.contains(expected_user_data), "{user_data}");
 
     // kubectl scale machinepool prod-mp-0 --replicas=5
     pools

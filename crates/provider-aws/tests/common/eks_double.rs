@@ -3,8 +3,10 @@
 //! 404) and shows their effect where AWS does, in DescribeCluster and DescribeNodegroup: the
 //! cluster or group is UPDATING for a while, then ACTIVE at the new version. It can
 //! also point a cluster's endpoint and CA at a stand-in API server (moto's endpoint resolves
-//! nowhere). Every other request goes to moto unchanged, so everything moto does implement is
-//! still tested against moto.
+//! nowhere), and answer SSM GetParameter for the parameters AWS publishes under
+//! `/aws/service/` (EKS-optimized AMIs), which moto reserves and does not hold. Every other
+//! request goes to moto unchanged, so everything moto does implement is still tested against
+//! moto.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -33,6 +35,8 @@ struct Doubled {
     requested: Vec<String>,
     /// By cluster: the endpoint and base64 CA its reads show.
     endpoints: HashMap<String, (String, String)>,
+    /// AWS's published SSM parameters, by name.
+    published: HashMap<String, String>,
 }
 
 impl EksDouble {
@@ -53,6 +57,15 @@ impl EksDouble {
     /// The version updates asked for so far, in order.
     pub fn requested(&self) -> Vec<String> {
         self.state.lock().unwrap().requested.clone()
+    }
+
+    /// Publishes an SSM parameter as AWS does under `/aws/service/`.
+    pub fn publish(&self, name: &str, value: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .published
+            .insert(name.to_owned(), value.to_owned());
     }
 
     /// Makes `cluster`'s reads show `endpoint` (`https://host:port`) and `ca` (base64 PEM).
@@ -106,6 +119,22 @@ async fn handle(
         return (StatusCode::OK, axum::Json(update)).into_response();
     }
 
+    if headers
+        .get("x-amz-target")
+        .is_some_and(|t| t == "AmazonSSM.GetParameter")
+    {
+        let asked: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let name = asked["Name"].as_str().unwrap_or_default();
+        if let Some(value) = state.lock().unwrap().published.get(name) {
+            let parameter = json!({"Parameter": {"Name": name, "Type": "String", "Value": value, "Version": 1}});
+            return (
+                StatusCode::OK,
+                [("content-type", "application/x-amz-json-1.1")],
+                serde_json::to_vec(&parameter).unwrap(),
+            )
+                .into_response();
+        }
+    }
     let moto = state.lock().unwrap().moto.clone();
     let mut forwarded = axum::http::Request::builder()
         .method(method.clone())
