@@ -186,12 +186,23 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         return Ok(Action::await_change());
     }
 
+    // The Cluster's service range, given to EKS (else EKS picks one), so nodes' bootstrap
+    // data and the cluster agree on it.
+    let service_cidr = ctx
+        .caches
+        .typed::<lariat_api::capi::Cluster>()
+        .get(&namespace, &cluster)
+        .await?
+        .and_then(|c| c.spec.cluster_network.clone())
+        .and_then(|n| n.services)
+        .and_then(|s| s.cidr_blocks.first().cloned());
     let outcome = provision(
         &session,
         &owner,
         &control_plane,
         &eks_cluster,
         &role_name,
+        service_cidr.as_deref(),
         &mut status_conditions,
     )
     .await;
@@ -246,6 +257,17 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .filter_map(|s| s.availability_zone.clone())
         .map(|zone| (zone, json!({"controlPlane": true})))
         .collect();
+    // As Cluster API AWS records them: its own group for nodes, and EKS's cluster group
+    // (role `node`), which nodes join to reach the control plane and each other.
+    let mut security_groups = json!({
+        "node-eks-additional": {
+            "id": provisioned.network.node_security_group_id,
+            "name": format!("{cluster}-node-eks-additional"),
+        },
+    });
+    if let Some(id) = &provisioned.cluster_security_group {
+        security_groups["node"] = json!({"id": id, "name": id});
+    }
     let status = json!({
         "ready": ready,
         "initialized": ready,
@@ -253,12 +275,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         "version": provisioned.version.as_ref().map(|v| format!("v{v}")),
         "failureDomains": failure_domains,
         "networkStatus": {
-            "securityGroups": {
-                "node-eks-additional": {
-                    "id": provisioned.network.node_security_group_id,
-                    "name": format!("{cluster}-node-eks-additional"),
-                },
-            },
+            "securityGroups": security_groups,
             "natGatewaysIPs": provisioned.network.nat_gateway_ips,
         },
         "conditions": status_conditions,
@@ -359,6 +376,8 @@ struct Provisioned {
     endpoint: Option<String>,
     certificate_authority: Option<String>,
     version: Option<String>,
+    /// The security group EKS made for the cluster, which self-managed nodes must join.
+    cluster_security_group: Option<String>,
 }
 
 async fn provision(
@@ -367,6 +386,7 @@ async fn provision(
     control_plane: &AWSManagedControlPlane,
     eks_cluster: &str,
     role_name: &str,
+    service_cidr: Option<&str>,
     status_conditions: &mut Vec<Value>,
 ) -> Result<Provisioned, Failed> {
     let aws = session.aws();
@@ -426,15 +446,23 @@ async fn provision(
     };
     let cluster = match found {
         Some(cluster) => cluster,
-        None => create_cluster(&eks, owner, control_plane, eks_cluster, &role_arn, &network)
-            .await
-            .map_err(|e| {
-                Failed::aws(
-                    "EKSControlPlaneReady",
-                    "EKSControlPlaneReconciliationFailed",
-                    e,
-                )
-            })?,
+        None => create_cluster(
+            &eks,
+            owner,
+            control_plane,
+            eks_cluster,
+            &role_arn,
+            &network,
+            service_cidr,
+        )
+        .await
+        .map_err(|e| {
+            Failed::aws(
+                "EKSControlPlaneReady",
+                "EKSControlPlaneReconciliationFailed",
+                e,
+            )
+        })?,
     };
     let status = cluster
         .status()
@@ -558,6 +586,10 @@ async fn provision(
             .and_then(|c| c.data())
             .map(str::to_owned),
         version: cluster.version().map(str::to_owned),
+        cluster_security_group: cluster
+            .resources_vpc_config()
+            .and_then(|c| c.cluster_security_group_id())
+            .map(str::to_owned),
     })
 }
 
@@ -568,8 +600,9 @@ async fn create_cluster(
     eks_cluster: &str,
     role_arn: &str,
     network: &network::Network,
+    service_cidr: Option<&str>,
 ) -> Result<aws_sdk_eks::types::Cluster, AwsError> {
-    use aws_sdk_eks::types::VpcConfigRequest;
+    use aws_sdk_eks::types::{KubernetesNetworkConfigRequest, VpcConfigRequest};
     let spec = &control_plane.spec;
     let access = spec.endpoint_access.clone().unwrap_or_default();
     let subnets = if spec.restrict_private_subnets == Some(true) {
@@ -583,6 +616,11 @@ async fn create_cluster(
         .name(eks_cluster)
         .set_version(version)
         .role_arn(role_arn)
+        .set_kubernetes_network_config(service_cidr.map(|cidr| {
+            KubernetesNetworkConfigRequest::builder()
+                .service_ipv4_cidr(cidr)
+                .build()
+        }))
         .resources_vpc_config(
             VpcConfigRequest::builder()
                 .set_subnet_ids(Some(subnets))

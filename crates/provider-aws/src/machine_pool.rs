@@ -42,6 +42,8 @@ pub fn resource() -> ApiResource {
 
 /// What the launch template holds.
 struct TemplateData {
+    /// The EKS cluster the instances join (their `kubernetes.io/cluster/<name>` tag).
+    eks_cluster: String,
     image_id: String,
     instance_type: Option<String>,
     instance_profile: Option<String>,
@@ -71,7 +73,7 @@ impl TemplateData {
 
     fn request(&self, owner: &Owner, name: &str) -> RequestLaunchTemplateData {
         use aws_sdk_ec2::types::LaunchTemplateTagSpecificationRequest;
-        let tags = owner.tags(name, "node");
+        let tags = node_tags(owner, name, &self.eks_cluster);
         RequestLaunchTemplateData::builder()
             .image_id(&self.image_id)
             .set_instance_type(self.instance_type.as_deref().map(Into::into))
@@ -97,6 +99,21 @@ impl TemplateData {
             )
             .build()
     }
+}
+
+/// The tags of the pool's instances and group: ownership, and the one EKS and its cloud
+/// provider look for on a cluster's self-managed nodes.
+fn node_tags(
+    owner: &Owner,
+    name: &str,
+    eks_cluster: &str,
+) -> std::collections::BTreeMap<String, String> {
+    let mut tags = owner.tags(name, "node");
+    tags.insert(
+        format!("kubernetes.io/cluster/{eks_cluster}"),
+        "owned".into(),
+    );
+    tags
 }
 
 /// A step's failure: the condition's reason and message.
@@ -232,7 +249,12 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .spec
         .as_ref()
         .and_then(|s| s.version.as_deref())
-        .or(control_plane.spec.version.as_deref())
+        // Else what the control plane runs (not what it is being upgraded to: nodes newer
+        // than their control plane are refused).
+        .or(control_plane
+            .status
+            .as_ref()
+            .and_then(|s| s.version.as_deref()))
         .and_then(crate::control_plane::eks_version);
     let image_id = match ami(
         &session,
@@ -250,10 +272,13 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .as_ref()
         .and_then(|s| s.network_status.as_ref())
         .and_then(|n| n.security_groups.as_ref())
-        .and_then(|groups| groups.get("node-eks-additional"))
-        .map(|g| g.id.clone())
-        .into_iter()
-        .collect();
+        .map(|groups| {
+            ["node", "node-eks-additional"]
+                .iter()
+                .filter_map(|role| groups.get(*role).map(|g| g.id.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
     security_groups.extend(
         launch_template
             .additional_security_groups
@@ -262,10 +287,18 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             .filter_map(|g| g.id.clone()),
     );
     let data = TemplateData {
+        eks_cluster: control_plane
+            .spec
+            .eks_cluster_name
+            .clone()
+            .unwrap_or_default(),
         image_id,
         instance_type: launch_template.instance_type.clone(),
         instance_profile: launch_template.iam_instance_profile.clone(),
-        key_name: launch_template.ssh_key_name.clone(),
+        key_name: launch_template
+            .ssh_key_name
+            .clone()
+            .filter(|k| !k.is_empty()),
         security_groups,
         user_data: user_data.unwrap_or_default(),
     };
@@ -291,9 +324,21 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             .map(|s| s.id.clone())
             .collect(),
     };
+    if let Some(field) = unsupported(&machine_pool) {
+        let failed = Failed(
+            "InvalidSpec",
+            format!(
+                "spec.{field} is not supported by lariat yet: remove it, or use an AWSManagedMachinePool"
+            ),
+        );
+        return report(&ctx, &api, &object, &mut status_conditions, failed).await;
+    }
     let desired = pool.spec.replicas.unwrap_or(1);
+    let externally_scaled = pool
+        .annotations()
+        .contains_key("cluster.x-k8s.io/replicas-managed-by");
     let (min, max) = (machine_pool.spec.min_size, machine_pool.spec.max_size);
-    if desired < min || desired > max {
+    if !externally_scaled && (desired < min || desired > max) {
         let failed = Failed(
             "InvalidScaling",
             format!(
@@ -312,7 +357,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         &template_name,
         &data,
         &subnets,
-        (min, max, desired),
+        // An autoscaler that owns the replicas (Cluster API's annotation) is not fought.
+        (min, max, (!externally_scaled).then_some(desired)),
     )
     .await;
     let provisioned = match outcome {
@@ -357,10 +403,11 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .iter()
         .filter(|i| i.state == "InService")
         .count() as i32;
-    let ready = in_service == desired;
+    let ready = externally_scaled || in_service == desired;
     conditions::set(&mut status_conditions, "LaunchTemplateReady", true, "", "");
     if ready {
         conditions::set(&mut status_conditions, "ASGReady", true, "", "");
+        conditions::set(&mut status_conditions, "Ready", true, "", "");
     } else {
         let message = format!("{in_service} of {desired} instances in service");
         conditions::set(
@@ -377,9 +424,11 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .map(|i| format!("aws:///{}/{}", i.zone, i.id))
         .collect();
     let status = json!({
+        // The group exists: the pool is ready to take instances (Cluster API AWS's meaning);
+        // the instances that count are those in service.
         "ready": true,
-        "replicas": provisioned.instances.len(),
-        "instances": provisioned.instances.iter().map(|i| json!({"instanceID": i.id, "instanceState": i.state})).collect::<Vec<_>>(),
+        "replicas": in_service,
+        "instances": provisioned.instances.iter().map(|i| json!({"instanceID": i.id})).collect::<Vec<_>>(),
         "launchTemplateID": provisioned.template_id,
         "launchTemplateVersion": provisioned.template_version,
         "conditions": status_conditions,
@@ -410,6 +459,101 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     } else {
         Action::requeue(ctx.identities.aws().settings().poll_while_changing)
     })
+}
+
+/// The first field of the pool that lariat would otherwise drop, if any: refused by name.
+fn unsupported(pool: &AWSMachinePool) -> Option<&'static str> {
+    let spec = &pool.spec;
+    let template = &spec.aws_launch_template;
+    [
+        (
+            "mixedInstancesPolicy",
+            spec.mixed_instances_policy.is_some(),
+        ),
+        (
+            "lifecycleHooks",
+            spec.lifecycle_hooks.as_ref().is_some_and(|h| !h.is_empty()),
+        ),
+        ("suspendProcesses", spec.suspend_processes.is_some()),
+        ("ignition", spec.ignition.is_some()),
+        ("refreshPreferences", spec.refresh_preferences.is_some()),
+        ("capacityRebalance", spec.capacity_rebalance.is_some()),
+        ("defaultCoolDown", spec.default_cool_down.is_some()),
+        (
+            "defaultInstanceWarmup",
+            spec.default_instance_warmup.is_some(),
+        ),
+        (
+            "availabilityZoneSubnetType",
+            spec.availability_zone_subnet_type.is_some(),
+        ),
+        (
+            "awsLaunchTemplate.enclaveOptions",
+            template.enclave_options.is_some(),
+        ),
+        (
+            "awsLaunchTemplate.capacityReservationPreference",
+            template.capacity_reservation_preference.is_some(),
+        ),
+        (
+            "awsLaunchTemplate.imageLookupOrg",
+            template.image_lookup_org.is_some(),
+        ),
+        (
+            "awsLaunchTemplate.imageLookupBaseOS",
+            template.image_lookup_base_os.is_some(),
+        ),
+        (
+            "awsLaunchTemplate.rootVolume",
+            template.root_volume.is_some(),
+        ),
+        (
+            "awsLaunchTemplate.nonRootVolumes",
+            template
+                .non_root_volumes
+                .as_ref()
+                .is_some_and(|v| !v.is_empty()),
+        ),
+        (
+            "awsLaunchTemplate.instanceMetadataOptions",
+            template.instance_metadata_options.is_some(),
+        ),
+        (
+            "awsLaunchTemplate.spotMarketOptions",
+            template.spot_market_options.is_some(),
+        ),
+        (
+            "awsLaunchTemplate.marketType",
+            template.market_type.is_some(),
+        ),
+        (
+            "awsLaunchTemplate.capacityReservationId",
+            template.capacity_reservation_id.is_some(),
+        ),
+        (
+            "awsLaunchTemplate.privateDnsName",
+            template.private_dns_name.is_some(),
+        ),
+        (
+            "awsLaunchTemplate.imageLookupFormat",
+            template.image_lookup_format.is_some(),
+        ),
+        (
+            "awsLaunchTemplate.additionalSecurityGroups (by filter)",
+            template
+                .additional_security_groups
+                .iter()
+                .flatten()
+                .any(|g| g.id.is_none()),
+        ),
+        (
+            "subnets (by filter)",
+            spec.subnets.iter().flatten().any(|s| s.id.is_none()),
+        ),
+    ]
+    .into_iter()
+    .find(|(_, set)| *set)
+    .map(|(field, _)| field)
 }
 
 /// The pool's AMI: the one named, else the EKS-optimized AMI AWS publishes in SSM for the
@@ -516,7 +660,7 @@ async fn provision(
     template_name: &str,
     data: &TemplateData,
     subnets: &[String],
-    (min, max, desired): (i32, i32, i32),
+    (min, max, desired): (i32, i32, Option<i32>),
 ) -> Result<Provisioned, Failed> {
     let aws = session.aws();
     let ec2 = aws.ec2(&session.config);
@@ -587,7 +731,9 @@ async fn provision(
             .create_launch_template_version()
             .launch_template_id(&template_id)
             .launch_template_data(data.request(owner, group_name))
-            .client_token(format!("{uid}-{}", data.hash()))
+            // The version it follows too: a configuration that comes back (A, B, A, B) is a
+            // new version each time, not the answer to an earlier request.
+            .client_token(format!("{uid}-{}-{template_version}", data.hash()))
             .send()
             .await
             .aws()
@@ -625,26 +771,51 @@ async fn provision(
                     ),
                 ));
             }
-            if group.desired_capacity() != Some(desired)
+            let other_template = group.launch_template().and_then(|t| t.launch_template_id())
+                != Some(template_id.as_str());
+            let other_subnets = {
+                let mut have: Vec<&str> = group
+                    .vpc_zone_identifier()
+                    .unwrap_or_default()
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                let mut want: Vec<&str> = subnets.iter().map(String::as_str).collect();
+                have.sort_unstable();
+                want.sort_unstable();
+                have != want
+            };
+            let rescale = desired.is_some_and(|d| group.desired_capacity() != Some(d));
+            if rescale
                 || group.min_size() != Some(min)
                 || group.max_size() != Some(max)
+                || other_template
+                || other_subnets
             {
                 autoscaling
                     .update_auto_scaling_group()
                     .auto_scaling_group_name(group_name)
                     .min_size(min)
                     .max_size(max)
-                    .desired_capacity(desired)
+                    .set_desired_capacity(desired)
+                    .launch_template(
+                        LaunchTemplateSpecification::builder()
+                            .launch_template_id(&template_id)
+                            .version("$Latest")
+                            .build(),
+                    )
+                    .vpc_zone_identifier(subnets.join(","))
                     .send()
                     .await
                     .aws()?;
-                scaled_from = group.desired_capacity();
+                if rescale {
+                    scaled_from = group.desired_capacity();
+                }
             }
             group
         }
         None => {
-            let tags = owner
-                .tags(group_name, "node")
+            let tags = node_tags(owner, group_name, &data.eks_cluster)
                 .into_iter()
                 .map(|(k, v)| {
                     AsgTag::builder()
@@ -665,7 +836,7 @@ async fn provision(
                 )
                 .min_size(min)
                 .max_size(max)
-                .desired_capacity(desired)
+                .desired_capacity(desired.unwrap_or(min))
                 .vpc_zone_identifier(subnets.join(","))
                 .set_tags(Some(tags))
                 .send()
