@@ -8,9 +8,11 @@
 //!   `managed_cluster.rs`: AWSManagedCluster, which mirrors it;
 //! - `managed_machine_pool.rs`: AWSManagedMachinePool, an EKS managed node group;
 //! - `machine_pool.rs`: AWSMachinePool, self-managed workers on an auto-scaling group, booted
-//!   with `bootstrap.rs`'s user data (EKSConfig, NodeadmConfig);
+//!   with `bootstrap.rs`'s user data (EKSConfig, NodeadmConfig), their role mapped in the
+//!   cluster's aws-auth by `aws_auth.rs`;
 //! - `moto.rs`: a throwaway moto server for tests and benchmarks.
 
+pub mod aws_auth;
 pub mod bootstrap;
 pub mod control_plane;
 pub mod iam;

@@ -403,12 +403,40 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .iter()
         .filter(|i| i.state == "InService")
         .count() as i32;
-    let ready = externally_scaled || in_service == desired;
+    let role_mapped = map_node_role(
+        &ctx,
+        &session,
+        &api,
+        &object,
+        &owner.cluster,
+        launch_template.iam_instance_profile.as_deref(),
+    )
+    .await?;
+    let ready = (externally_scaled || in_service == desired) && role_mapped.is_ok();
+    match &role_mapped {
+        Ok(()) => conditions::set(&mut status_conditions, "NodeRoleMapped", true, "", ""),
+        Err(message) => {
+            conditions::set(
+                &mut status_conditions,
+                "NodeRoleMapped",
+                false,
+                "NodeRoleMappingFailed",
+                message,
+            );
+            conditions::set(
+                &mut status_conditions,
+                "Ready",
+                false,
+                "NodeRoleMappingFailed",
+                message,
+            );
+        }
+    }
     conditions::set(&mut status_conditions, "LaunchTemplateReady", true, "", "");
     if ready {
         conditions::set(&mut status_conditions, "ASGReady", true, "", "");
         conditions::set(&mut status_conditions, "Ready", true, "", "");
-    } else {
+    } else if role_mapped.is_ok() {
         let message = format!("{in_service} of {desired} instances in service");
         conditions::set(
             &mut status_conditions,
@@ -635,6 +663,55 @@ fn graviton(instance_type: &str) -> bool {
     family[digit..]
         .trim_start_matches(|c: char| c.is_ascii_digit())
         .starts_with('g')
+}
+
+/// Annotation: the instance profile whose role is mapped in the cluster's aws-auth, so a
+/// steady reconcile does not look again.
+const ROLE_MAPPED: &str = "lariat.dev/aws-auth-instance-profile";
+
+/// Maps the instances' role in the cluster's aws-auth (once per instance profile), so they
+/// can join; `Err` says why they cannot yet. Without an instance profile there is no role.
+async fn map_node_role(
+    ctx: &Context,
+    session: &Session,
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    cluster: &str,
+    instance_profile: Option<&str>,
+) -> Result<Result<(), String>, Error> {
+    let Some(profile) = instance_profile else {
+        return Ok(Ok(()));
+    };
+    if object.annotations().get(ROLE_MAPPED).map(String::as_str) == Some(profile) {
+        return Ok(Ok(()));
+    }
+    let role = match crate::aws_auth::profile_role(session, profile).await {
+        Ok(role) => role,
+        Err(message) => return Ok(Err(message)),
+    };
+    let secret = format!("{cluster}-kubeconfig");
+    let workload = match ctx
+        .caches
+        .secrets()
+        .get(&object.namespace().unwrap_or_default(), &secret)
+        .await?
+    {
+        Some(secret) => lariat_controllers::cache::workload_client(&secret).await,
+        None => None,
+    };
+    let Some(workload) = workload else {
+        return Ok(Err(format!("{secret} holds no usable kubeconfig yet")));
+    };
+    if let Err(message) = crate::aws_auth::ensure_node_role(&workload, &role).await {
+        return Ok(Err(message));
+    }
+    patch(
+        api,
+        &object.name_any(),
+        json!({"metadata": {"annotations": {ROLE_MAPPED: profile}}}),
+    )
+    .await?;
+    Ok(Ok(()))
 }
 
 struct Instance {

@@ -914,6 +914,48 @@ async fn self_managed_pool(
         .image_id()
         .unwrap()
         .to_owned();
+    // The nodes' instance profile, as `clusterawsadm bootstrap iam` makes it.
+    let iam = aws_sdk_iam::Client::new(&admin);
+    let role_arn = iam
+        .create_role()
+        .role_name("nodes.cluster-api-provider-aws.sigs.k8s.io")
+        .assume_role_policy_document(r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#)
+        .send()
+        .await
+        .unwrap()
+        .role
+        .unwrap()
+        .arn;
+    iam.create_instance_profile()
+        .instance_profile_name("nodes.cluster-api-provider-aws.sigs.k8s.io")
+        .send()
+        .await
+        .unwrap();
+    iam.add_role_to_instance_profile()
+        .instance_profile_name("nodes.cluster-api-provider-aws.sigs.k8s.io")
+        .role_name("nodes.cluster-api-provider-aws.sigs.k8s.io")
+        .send()
+        .await
+        .unwrap();
+    // The new cluster's API: a simulated cluster behind the EKS endpoint double.
+    setup
+        .lariat
+        .virtual_clusters
+        .ensure("team-a/eks-stand-in")
+        .await
+        .unwrap();
+    let workload = setup
+        .lariat
+        .virtual_clusters
+        .client("team-a/eks-stand-in")
+        .unwrap();
+    let endpoint = common::eks_double::EksEndpoint::start(
+        &setup.moto.endpoint,
+        "team-a_prod-control-plane",
+        workload.clone(),
+    )
+    .await;
+    double.point("team-a_prod-control-plane", &endpoint.url, &endpoint.ca);
     // Where AWS publishes its EKS-optimized AMIs.
     double.publish(
         "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/standard/recommended/image_id",
@@ -1003,6 +1045,18 @@ async fn self_managed_pool(
             (ids, states)
         }
     };
+    // The instances' role may join: mapped in the cluster's aws-auth.
+    let aws_auth =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(workload.clone(), "kube-system")
+            .get("aws-auth")
+            .await
+            .unwrap();
+    let map_roles = &aws_auth.data.unwrap()["mapRoles"];
+    assert!(
+        map_roles.contains(&format!("rolearn: {role_arn}"))
+            && map_roles.contains("system:bootstrappers"),
+        "{map_roles}"
+    );
     let (ids, states) = running().await;
     assert_eq!(states, ["running", "running", "running"]);
     // Each instance boots with the EKSConfig's script, from the launch template.

@@ -1,0 +1,134 @@
+//! Lets a self-managed pool's instances join their EKS cluster: the role of their instance
+//! profile is mapped to `system:bootstrappers` and `system:nodes` in the cluster's
+//! `kube-system/aws-auth` ConfigMap, as Cluster API AWS's IAM authenticator step does. (EKS
+//! maps the roles of its managed node groups itself.) The ConfigMap is written through the
+//! cluster's own API with `<cluster>-kubeconfig`, with plain Kubernetes calls.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+use crate::identity::Session;
+use crate::sdk::AwsResult;
+
+const NAMESPACE: &str = "kube-system";
+const NAME: &str = "aws-auth";
+/// The longest a workload cluster may take to answer.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The ARN of the role in `instance_profile`.
+pub async fn profile_role(session: &Session, instance_profile: &str) -> Result<String, String> {
+    let found = session
+        .aws()
+        .iam(&session.config)
+        .get_instance_profile()
+        .instance_profile_name(instance_profile)
+        .send()
+        .await
+        .aws()
+        .map_err(|e| format!("instance profile {instance_profile}: {e}"))?;
+    found
+        .instance_profile()
+        .and_then(|p| p.roles().first())
+        .map(|r| r.arn().to_owned())
+        .ok_or_else(|| format!("instance profile {instance_profile} has no role"))
+}
+
+/// `mapRoles` with `role_arn` mapped as a node's, if it was not; `None` when it already is.
+pub fn with_node_role(map_roles: Option<&str>, role_arn: &str) -> Result<Option<String>, String> {
+    let mut roles: Vec<Value> = match map_roles.filter(|m| !m.trim().is_empty()) {
+        Some(text) => serde_yaml_ng::from_str(text)
+            .map_err(|e| format!("{NAMESPACE}/{NAME} mapRoles is not a YAML list: {e}"))?,
+        None => Vec::new(),
+    };
+    if roles.iter().any(|r| r["rolearn"] == role_arn) {
+        return Ok(None);
+    }
+    roles.push(json!({
+        "rolearn": role_arn,
+        "username": "system:node:{{EC2PrivateDNSName}}",
+        "groups": ["system:bootstrappers", "system:nodes"],
+    }));
+    serde_yaml_ng::to_string(&roles)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+/// Maps `role_arn` in the cluster's aws-auth ConfigMap (made if missing). A concurrent
+/// writer makes this fail with a conflict, and the next reconcile tries again.
+pub async fn ensure_node_role(workload: &kube::Client, role_arn: &str) -> Result<(), String> {
+    let api: Api<ConfigMap> = Api::namespaced(workload.clone(), NAMESPACE);
+    let within = |what: &'static str| {
+        move |_| {
+            format!(
+                "the cluster did not answer within {} s ({what})",
+                TIMEOUT.as_secs()
+            )
+        }
+    };
+    let existing = tokio::time::timeout(TIMEOUT, api.get_opt(NAME))
+        .await
+        .map_err(within("reading aws-auth"))?
+        .map_err(|e| format!("cannot read {NAMESPACE}/{NAME}: {e}"))?;
+    let current = existing
+        .as_ref()
+        .and_then(|c| c.data.as_ref())
+        .and_then(|d| d.get("mapRoles"))
+        .map(String::as_str);
+    let Some(map_roles) = with_node_role(current, role_arn)? else {
+        return Ok(());
+    };
+    let written = match existing {
+        Some(mut config) => {
+            config
+                .data
+                .get_or_insert_with(Default::default)
+                .insert("mapRoles".into(), map_roles);
+            // Replaced at the version read: a concurrent change is a conflict, not lost.
+            tokio::time::timeout(TIMEOUT, api.replace(NAME, &PostParams::default(), &config))
+                .await
+                .map_err(within("writing aws-auth"))?
+        }
+        None => {
+            let config: ConfigMap = serde_json::from_value(json!({
+                "metadata": {"name": NAME, "namespace": NAMESPACE},
+                "data": {"mapRoles": map_roles},
+            }))
+            .map_err(|e| e.to_string())?;
+            tokio::time::timeout(TIMEOUT, api.create(&PostParams::default(), &config))
+                .await
+                .map_err(within("creating aws-auth"))?
+        }
+    };
+    written
+        .map(|_| ())
+        .map_err(|e| format!("cannot write {NAMESPACE}/{NAME}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_role_is_added_once_and_others_are_kept() {
+        let role = "arn:aws:iam::123456789012:role/nodes";
+        let added = with_node_role(None, role).unwrap().unwrap();
+        let roles: Vec<Value> = serde_yaml_ng::from_str(&added).unwrap();
+        assert_eq!(
+            roles,
+            [
+                json!({"rolearn": role, "username": "system:node:{{EC2PrivateDNSName}}",
+                    "groups": ["system:bootstrappers", "system:nodes"]})
+            ]
+        );
+        assert_eq!(with_node_role(Some(&added), role).unwrap(), None);
+        let admin = "- rolearn: arn:aws:iam::123456789012:role/admin\n  username: admin\n  groups: [system:masters]\n";
+        let both = with_node_role(Some(admin), role).unwrap().unwrap();
+        let roles: Vec<Value> = serde_yaml_ng::from_str(&both).unwrap();
+        assert_eq!(roles.len(), 2);
+        assert_eq!(roles[0]["username"], "admin");
+        assert!(with_node_role(Some("not: [a list"), role).is_err());
+    }
+}
