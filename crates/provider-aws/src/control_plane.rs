@@ -390,46 +390,39 @@ async fn provision(
     status_conditions: &mut Vec<Value>,
 ) -> Result<Provisioned, Failed> {
     let aws = session.aws();
-    let ec2 = aws.ec2(&session.config);
-    let network = network::ensure(
-        &ec2,
-        owner,
-        &control_plane.spec.network.clone().unwrap_or_default(),
-    )
-    .await
-    .map_err(|e| Failed::aws("VpcReady", "VpcReconciliationFailed", e))?;
+    // The network and role are walked (each resource found or made) until both are ready
+    // and after each change of the spec; in between, what the object records of them is
+    // used, so waiting for EKS costs one read per poll, not a walk of the whole network.
+    let recorded = recorded_network(control_plane, status_conditions);
+    let walk = recorded.is_none();
+    let network = match recorded {
+        Some(network) => network,
+        None => network::ensure(
+            &aws.ec2(&session.config),
+            owner,
+            &control_plane.spec.network.clone().unwrap_or_default(),
+        )
+        .await
+        .map_err(|e| Failed::aws("VpcReady", "VpcReconciliationFailed", e))?,
+    };
     for condition in ["VpcReady", "SubnetsReady", "ClusterSecurityGroupsReady"] {
         conditions::set(status_conditions, condition, true, "", "");
     }
-
-    let iam = aws.iam(&session.config);
-    let mut policies = vec![iam::EKS_CLUSTER_POLICY.to_owned()];
-    policies.extend(
-        control_plane
-            .spec
-            .role_additional_policies
-            .clone()
-            .unwrap_or_default(),
-    );
-    let role_arn = iam::ensure_role(
-        &iam,
-        owner,
-        &RoleSpec {
-            name: role_name,
-            path: control_plane.spec.role_path.as_deref(),
-            permissions_boundary: control_plane.spec.role_permissions_boundary.as_deref(),
-            service: "eks.amazonaws.com",
-            policies,
-        },
-    )
-    .await
-    .map_err(|e| {
-        Failed::aws(
-            "IAMControlPlaneRolesReady",
-            "IAMControlPlaneRolesReconciliationFailed",
-            e,
-        )
-    })?;
+    let role = || async {
+        ensure_control_plane_role(session, owner, control_plane, role_name)
+            .await
+            .map_err(|e| {
+                Failed::aws(
+                    "IAMControlPlaneRolesReady",
+                    "IAMControlPlaneRolesReconciliationFailed",
+                    e,
+                )
+            })
+    };
+    let mut role_arn = None;
+    if walk {
+        role_arn = Some(role().await?);
+    }
     conditions::set(status_conditions, "IAMControlPlaneRolesReady", true, "", "");
 
     let eks = aws.eks(&session.config);
@@ -446,24 +439,111 @@ async fn provision(
     };
     let cluster = match found {
         Some(cluster) => cluster,
-        None => create_cluster(
-            &eks,
-            owner,
-            control_plane,
-            eks_cluster,
-            &role_arn,
-            &network,
-            service_cidr,
-        )
-        .await
-        .map_err(|e| {
-            Failed::aws(
-                "EKSControlPlaneReady",
-                "EKSControlPlaneReconciliationFailed",
-                e,
+        None => {
+            let role_arn = match role_arn.take() {
+                Some(arn) => arn,
+                None => role().await?,
+            };
+            create_cluster(
+                &eks,
+                owner,
+                control_plane,
+                eks_cluster,
+                &role_arn,
+                &network,
+                service_cidr,
             )
-        })?,
+            .await
+            .map_err(|e| {
+                Failed::aws(
+                    "EKSControlPlaneReady",
+                    "EKSControlPlaneReconciliationFailed",
+                    e,
+                )
+            })?
+        }
     };
+    continue_provision(
+        &eks,
+        control_plane,
+        eks_cluster,
+        network,
+        cluster,
+        status_conditions,
+    )
+    .await
+}
+
+/// The network as the object records it, once the network and role are ready and the spec
+/// has not changed since; `None` when they must be walked.
+fn recorded_network(
+    control_plane: &AWSManagedControlPlane,
+    status_conditions: &[Value],
+) -> Option<network::Network> {
+    let status = control_plane.status.as_ref()?;
+    let current = status.observed_generation == control_plane.metadata.generation;
+    let ready = ["VpcReady", "IAMControlPlaneRolesReady"]
+        .iter()
+        .all(|c| conditions::is_true(status_conditions, c));
+    if !current || !ready {
+        return None;
+    }
+    let spec = control_plane.spec.network.as_ref()?;
+    let vpc = spec.vpc.as_ref()?;
+    let groups = status.network_status.as_ref()?.security_groups.as_ref()?;
+    Some(network::Network {
+        vpc_id: vpc.id.clone()?,
+        cidr_block: vpc.cidr_block.clone()?,
+        managed: true,
+        internet_gateway_id: vpc.internet_gateway_id.clone(),
+        subnets: spec.subnets.clone().filter(|s| !s.is_empty())?,
+        node_security_group_id: groups.get("node-eks-additional")?.id.clone(),
+        nat_gateway_ips: status
+            .network_status
+            .as_ref()
+            .and_then(|n| n.nat_gateways_ips.clone())
+            .unwrap_or_default(),
+    })
+}
+
+async fn ensure_control_plane_role(
+    session: &Session,
+    owner: &Owner,
+    control_plane: &AWSManagedControlPlane,
+    role_name: &str,
+) -> Result<String, AwsError> {
+    let iam = session.aws().iam(&session.config);
+    let mut policies = vec![iam::EKS_CLUSTER_POLICY.to_owned()];
+    policies.extend(
+        control_plane
+            .spec
+            .role_additional_policies
+            .clone()
+            .unwrap_or_default(),
+    );
+    iam::ensure_role(
+        &iam,
+        owner,
+        &RoleSpec {
+            name: role_name,
+            path: control_plane.spec.role_path.as_deref(),
+            permissions_boundary: control_plane.spec.role_permissions_boundary.as_deref(),
+            service: "eks.amazonaws.com",
+            policies,
+        },
+    )
+    .await
+}
+
+/// The EKS cluster found or made: its upgrade, status and conditions.
+async fn continue_provision(
+    eks: &aws_sdk_eks::Client,
+    control_plane: &AWSManagedControlPlane,
+    eks_cluster: &str,
+    network: network::Network,
+    cluster: aws_sdk_eks::types::Cluster,
+    status_conditions: &mut Vec<Value>,
+) -> Result<Provisioned, Failed> {
     let status = cluster
         .status()
         .map(|s| s.as_str().to_owned())

@@ -109,16 +109,78 @@ async fn running(client: &kube::Client, names: &[String]) -> anyhow::Result<usiz
         .count())
 }
 
+/// The distinct reasons the provider's objects give for not being ready, with counts.
+async fn not_ready(client: &kube::Client) -> anyhow::Result<Vec<String>> {
+    let mut reasons = BTreeMap::<String, usize>::new();
+    for resource in [
+        lariat_provider_aws::control_plane::resource(),
+        lariat_provider_aws::managed_machine_pool::resource(),
+    ] {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &resource);
+        for object in api.list(&Default::default()).await? {
+            for condition in object.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                if condition["type"] == "Ready" && condition["status"] != "True" {
+                    *reasons
+                        .entry(format!(
+                            "{}: {} {}",
+                            resource.kind, condition["reason"], condition["message"]
+                        ))
+                        .or_default() += 1;
+                }
+            }
+        }
+    }
+    // And the pools not running: their phase and what their infrastructure says.
+    let pools: Api<lariat_api::capi::MachinePool> = Api::namespaced(client.clone(), NS);
+    let groups: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NS,
+        &lariat_provider_aws::managed_machine_pool::resource(),
+    );
+    for pool in pools.list(&Default::default()).await? {
+        let status = pool.status.clone().unwrap_or_default();
+        if status.phase == Some(lariat_api::capi::machine_pool::MachinePoolPhase::Running) {
+            continue;
+        }
+        let name = pool.metadata.name.clone().unwrap_or_default();
+        let group = groups.get_opt(&name).await?;
+        *reasons
+            .entry(format!(
+                "MachinePool {:?} {:?} replicas, its node group ready {} replicas {}",
+                status.phase,
+                status.replicas,
+                group
+                    .as_ref()
+                    .map(|g| g.data["status"]["ready"].clone())
+                    .unwrap_or_default(),
+                group
+                    .as_ref()
+                    .map(|g| g.data["status"]["replicas"].clone())
+                    .unwrap_or_default(),
+            ))
+            .or_default() += 1;
+    }
+    Ok(reasons
+        .into_iter()
+        .map(|(reason, n)| format!("{n}x {reason}"))
+        .collect())
+}
+
 async fn until_running(client: &kube::Client, names: &[String]) -> anyhow::Result<Duration> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(60 + 10 * names.len() as u64);
     while running(client, names).await? < names.len() {
         if Instant::now() > deadline {
             bail!(
-                "only {} of {} clusters run their node group after {:?}",
+                "only {} of {} clusters run their node group after {:?}; why: {}",
                 running(client, names).await?,
                 names.len(),
-                started.elapsed()
+                started.elapsed(),
+                not_ready(client).await?.join("; ")
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
