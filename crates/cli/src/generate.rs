@@ -18,7 +18,7 @@ pub struct ClusterArgs {
     pub(crate) infrastructure: String,
     /// Which of the provider's templates (aws: eks-managedmachinepool, an EKS cluster with a
     /// managed node group; eks-machinepool, with self-managed instances on an auto-scaling
-    /// group).
+    /// group; eks, with a MachineDeployment of single EC2 instances).
     #[arg(long)]
     pub(crate) flavor: Option<String>,
     /// The AWS region of the cluster (aws).
@@ -45,8 +45,7 @@ pub struct ClusterArgs {
 pub const INFRASTRUCTURE_PROVIDERS: &[&str] = &["inmemory", "aws"];
 
 /// Cluster API AWS's flavors lariat provisions, and those it does not yet.
-const AWS_FLAVORS: &[&str] = &["eks-managedmachinepool", "eks-machinepool"];
-const AWS_FLAVORS_NOT_YET: &[&str] = &["eks"];
+const AWS_FLAVORS: &[&str] = &["eks-managedmachinepool", "eks-machinepool", "eks"];
 
 pub fn run(command: GenerateCommand) -> anyhow::Result<()> {
     match command {
@@ -242,12 +241,6 @@ spec:
 /// Cluster API AWS's `cluster-template-<flavor>.yaml`, with its variables filled in.
 fn aws_cluster(args: &ClusterArgs) -> anyhow::Result<String> {
     let flavor = args.flavor.as_deref().unwrap_or(AWS_FLAVORS[0]);
-    if AWS_FLAVORS_NOT_YET.contains(&flavor) {
-        bail!(
-            "flavor {flavor} needs single EC2 machines (AWSMachine), which lariat's AWS provider does not make yet: use --flavor {}",
-            AWS_FLAVORS.join(" or ")
-        );
-    }
     if !AWS_FLAVORS.contains(&flavor) {
         bail!(
             "unknown aws flavor {flavor:?}: lariat has {}",
@@ -274,7 +267,59 @@ fn aws_cluster(args: &ClusterArgs) -> anyhow::Result<String> {
         ..
     } = args;
     let max = workers.max(10);
-    let workers = if flavor == "eks-machinepool" {
+    let workers = if flavor == "eks" {
+        // A MachineDeployment of single EC2 instances, each booted by nodeadm (Cluster API
+        // AWS's `cluster-template-eks.yaml`).
+        format!(
+            r#"apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineDeployment
+metadata:
+  name: {name}-md-0
+  namespace: {namespace}
+spec:
+  clusterName: {name}
+  replicas: {workers}
+  selector:
+    matchLabels: {{}}
+  template:
+    spec:
+      clusterName: {name}
+      version: {version}
+      bootstrap:
+        configRef:
+          name: {name}-md-0
+          apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
+          kind: NodeadmConfigTemplate
+      infrastructureRef:
+        name: {name}-md-0
+        apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+        kind: AWSMachineTemplate
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: AWSMachineTemplate
+metadata:
+  name: {name}-md-0
+  namespace: {namespace}
+spec:
+  template:
+    spec:
+      ami:
+        eksLookupType: AmazonLinux2023
+      cloudInit:
+        insecureSkipSecretsManager: true
+      instanceType: t3.large
+      iamInstanceProfile: nodes.cluster-api-provider-aws.sigs.k8s.io
+---
+apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
+kind: NodeadmConfigTemplate
+metadata:
+  name: {name}-md-0
+  namespace: {namespace}
+spec:
+  template: {{}}
+"#
+        )
+    } else if flavor == "eks-machinepool" {
         // Self-managed instances on an auto-scaling group, Amazon Linux 2023 with nodeadm,
         // the AMI EKS publishes for the version (Cluster API AWS's instance profile, made
         // by `clusterawsadm bootstrap iam`, must exist in the account).
@@ -422,10 +467,10 @@ mod tests {
             ),
             (
                 ClusterArgs {
-                    flavor: Some("eks".into()),
+                    flavor: Some("gke".into()),
                     ..args("dev", "aws", "v1.30.2")
                 },
-                "flavor eks needs single EC2 machines (AWSMachine)",
+                "unknown aws flavor \"gke\": lariat has eks-managedmachinepool, eks-machinepool, eks",
             ),
             (
                 ClusterArgs {
@@ -482,6 +527,19 @@ mod tests {
         assert!(
             text.contains("eksLookupType: AmazonLinux2023") && text.contains("version: v1.31.0")
         );
+        let text = cluster(&ClusterArgs {
+            flavor: Some("eks".into()),
+            ..args("prod", "aws", "v1.31.0")
+        })
+        .unwrap();
+        for kind in [
+            "MachineDeployment",
+            "AWSMachineTemplate",
+            "NodeadmConfigTemplate",
+        ] {
+            assert!(text.contains(&format!("kind: {kind}\n")), "{kind}");
+        }
+        assert!(text.contains("insecureSkipSecretsManager: true"));
     }
 
     #[test]

@@ -266,7 +266,12 @@ pub async fn clone_template(
         "apiVersion": template.api_version,
         "kind": kind,
         "metadata": {"name": name, "namespace": namespace, "labels": all_labels, "annotations": annotations, "ownerReferences": [owner]},
-        "spec": source.data["spec"]["template"]["spec"].clone(),
+        // A template may leave its spec out (Cluster API AWS's `NodeadmConfigTemplate` is
+        // `template: {}`): the clone's spec is then empty, not null.
+        "spec": match &source.data["spec"]["template"]["spec"] {
+            Value::Null => json!({}),
+            spec => spec.clone(),
+        },
     });
     let target = Reference {
         api_version: template.api_version.clone(),

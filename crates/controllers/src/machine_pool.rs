@@ -181,5 +181,6 @@ pub async fn reconcile(pool: Arc<MachinePool>, ctx: Arc<Context>) -> Result<Acti
         )
         .await?;
     }
-    Ok(Action::await_change())
+    // Woken by its objects' changes; the resync covers a change missed by a lagging watch.
+    Ok(crate::resync())
 }

@@ -788,44 +788,10 @@ async fn report_failure(
     status_conditions: &mut Vec<Value>,
     failed: Failed,
 ) -> Result<Action, Error> {
-    conditions::set(
-        status_conditions,
-        failed.condition,
-        false,
-        failed.reason,
-        &failed.message,
-    );
-    conditions::set(
-        status_conditions,
-        "Ready",
-        false,
-        failed.reason,
-        &failed.message,
-    );
-    if json!(status_conditions) != object.data["status"]["conditions"] {
-        tracing::warn!(
-            object = %format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any()),
-            reason = failed.reason,
-            message = %failed.message,
-            "AWSManagedControlPlane cannot go on"
-        );
-        patch_status(
-            api,
-            &object.name_any(),
-            json!({"conditions": status_conditions}),
-        )
-        .await?;
-        ctx.events
-            .publish(
-                object.as_ref(),
-                "AWSManagedControlPlane",
-                EventType::Warning,
-                failed.reason,
-                &failed.message,
-            )
-            .await;
-    }
-    Ok(Action::requeue(Duration::from_secs(60)))
+    let failure = crate::Failure::new(failed.condition, failed.reason, failed.message);
+    let wait =
+        crate::report_failure(ctx, api, object, status_conditions, failure, json!({})).await?;
+    Ok(Action::requeue(wait))
 }
 
 /// Writes `<cluster>-kubeconfig` with a fresh token when there is none, it is about to

@@ -7,9 +7,10 @@
 //! - `control_plane.rs`: AWSManagedControlPlane, the EKS cluster; `token.rs` its tokens;
 //!   `managed_cluster.rs`: AWSManagedCluster, which mirrors it;
 //! - `managed_machine_pool.rs`: AWSManagedMachinePool, an EKS managed node group;
-//! - `machine_pool.rs`: AWSMachinePool, self-managed workers on an auto-scaling group, booted
-//!   with `bootstrap.rs`'s user data (EKSConfig, NodeadmConfig), their role mapped in the
-//!   cluster's aws-auth by `aws_auth.rs`;
+//! - `machine_pool.rs`: AWSMachinePool, self-managed workers on an auto-scaling group;
+//!   `machine.rs`: AWSMachine, one EC2 instance behind a Machine; both booted with
+//!   `bootstrap.rs`'s user data (EKSConfig, NodeadmConfig), sharing `workers.rs` (AMI, tags,
+//!   security groups, subnets), their role mapped in the cluster's aws-auth by `aws_auth.rs`;
 //! - `moto.rs`: a throwaway moto server for tests and benchmarks.
 
 pub mod aws_auth;
@@ -17,6 +18,7 @@ pub mod bootstrap;
 pub mod control_plane;
 pub mod iam;
 pub mod identity;
+pub mod machine;
 pub mod machine_pool;
 pub mod managed_cluster;
 pub mod managed_machine_pool;
@@ -25,6 +27,7 @@ pub mod network;
 pub mod sdk;
 pub mod tags;
 pub mod token;
+pub mod workers;
 
 use std::sync::Arc;
 
@@ -32,8 +35,8 @@ use futures::StreamExt;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use lariat_api::aws::{
-    AWSClusterControllerIdentity, AWSClusterControllerIdentitySpec, AllowedNamespaces,
-    CONTROLLER_IDENTITY_NAME,
+    AWSClusterControllerIdentity, AWSClusterControllerIdentitySpec, AWSManagedControlPlane,
+    AllowedNamespaces, CONTROLLER_IDENTITY_NAME,
 };
 use lariat_api::capi::Cluster;
 use lariat_controllers::cache::Caches;
@@ -90,6 +93,120 @@ fn missing_credentials(error: &aws_credential_types::provider::error::Credential
     format!(
         "no AWS credentials where lariat server runs: {how}; set them in lariat server's environment and restart it"
     )
+}
+
+/// A Cluster's control plane, as its workers find it.
+pub(crate) enum EksControlPlane {
+    Found(Box<AWSManagedControlPlane>),
+    /// The Cluster or its control plane is not there (yet, or any more).
+    Missing,
+    /// The Cluster's control plane is of another kind (named).
+    OtherKind(String),
+}
+
+/// The EKS control plane of Cluster `cluster` in `namespace`.
+pub(crate) async fn eks_control_plane(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &str,
+) -> Result<EksControlPlane, lariat_controllers::Error> {
+    let Some(cluster) = ctx
+        .caches
+        .typed::<Cluster>()
+        .get(namespace, cluster)
+        .await?
+    else {
+        return Ok(EksControlPlane::Missing);
+    };
+    let Some(reference) = cluster.spec.control_plane_ref.as_ref() else {
+        return Ok(EksControlPlane::Missing);
+    };
+    if reference.kind.as_deref() != Some("AWSManagedControlPlane") {
+        return Ok(EksControlPlane::OtherKind(
+            reference.kind.clone().unwrap_or_default(),
+        ));
+    }
+    let Some(control_plane) = ctx
+        .caches
+        .of(&control_plane::resource())
+        .get(namespace, reference.name.as_deref().unwrap_or_default())
+        .await?
+    else {
+        return Ok(EksControlPlane::Missing);
+    };
+    DynamicObject::clone(&control_plane)
+        .try_parse()
+        .map(|found| EksControlPlane::Found(Box::new(found)))
+        .map_err(|e| lariat_controllers::Error::Invalid(e.to_string()))
+}
+
+/// A step a reconcile cannot get past: the condition it fails, the reason (AWS's error code
+/// when AWS said no), and the message, which says what to do.
+pub(crate) struct Failure {
+    pub(crate) condition: &'static str,
+    pub(crate) reason: String,
+    pub(crate) message: String,
+}
+
+impl Failure {
+    pub(crate) fn new(condition: &'static str, reason: &str, message: impl Into<String>) -> Self {
+        Failure {
+            condition,
+            reason: reason.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Sets the failed condition and Ready to False, with `status`'s other fields (`ready: false`,
+/// a failure reason); records a Warning Event and logs once per distinct failure; looks again
+/// in a minute (an AWS error is not a watch event).
+pub(crate) async fn report_failure(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    status_conditions: &mut Vec<serde_json::Value>,
+    failure: Failure,
+    mut status: serde_json::Value,
+) -> Result<std::time::Duration, lariat_controllers::Error> {
+    use kube::ResourceExt;
+    use lariat_controllers::conditions::json as conditions;
+    use lariat_controllers::events::EventType;
+    let Failure {
+        condition,
+        reason,
+        message,
+    } = failure;
+    conditions::set(status_conditions, condition, false, &reason, &message);
+    conditions::set(status_conditions, "Ready", false, &reason, &message);
+    // Not something to wait for, as Cluster API's severities say it.
+    for failed in status_conditions
+        .iter_mut()
+        .filter(|c| c["type"] == condition || c["type"] == "Ready")
+    {
+        failed["severity"] = serde_json::json!("Error");
+    }
+    let kind = object
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default();
+    if serde_json::json!(status_conditions) != object.data["status"]["conditions"] {
+        lariat_controllers::warn_once(
+            &format!(
+                "{kind}/{}/{}",
+                object.namespace().unwrap_or_default(),
+                object.name_any()
+            ),
+            &format!("{kind} cannot go on: {reason}: {message}"),
+        );
+        status["conditions"] = serde_json::json!(status_conditions);
+        lariat_controllers::object::patch_status(api, &object.name_any(), status).await?;
+        ctx.events
+            .publish(object, &kind, EventType::Warning, &reason, &message)
+            .await;
+    }
+    Ok(std::time::Duration::from_secs(60))
 }
 
 /// What every reconcile of the provider shares.
@@ -214,6 +331,29 @@ pub async fn run(
             context.clone(),
         )
         .for_each(lariat_controllers::finished("awsmachinepool"));
+    // A machine follows its Machine (its bootstrap data, its deletion).
+    let machines = lariat_controllers::controller_on(&caches.of(&machine::resource()))
+        .watches_shared_stream_with(
+            caches.typed::<lariat_api::capi::Machine>().changes(),
+            |owner: Arc<lariat_api::capi::Machine>| {
+                let reference = &owner.spec.infrastructure_ref;
+                (reference.kind.as_deref() == Some("AWSMachine")).then(|| {
+                    ObjectRef::<DynamicObject>::new_with(
+                        reference.name.as_deref().unwrap_or_default(),
+                        machine::resource(),
+                    )
+                    .within(owner.metadata.namespace.as_deref().unwrap_or_default())
+                })
+            },
+            (),
+        )
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            machine::reconcile,
+            lariat_controllers::error_policy,
+            context.clone(),
+        )
+        .for_each(lariat_controllers::finished("awsmachine"));
     let eks_configs =
         lariat_controllers::controller_on(&caches.of(&bootstrap::eks_config_resource()))
             .graceful_shutdown_on(shutdown.clone())
@@ -237,6 +377,7 @@ pub async fn run(
         managed_clusters,
         node_groups,
         self_managed,
+        machines,
         eks_configs,
         nodeadm_configs
     );

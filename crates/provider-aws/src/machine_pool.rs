@@ -7,7 +7,6 @@
 //! instances), then the launch template.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag as AsgTag};
 use aws_sdk_ec2::types::{
@@ -30,6 +29,7 @@ use crate::identity::Session;
 use crate::managed_machine_pool::{Owners, owners};
 use crate::sdk::{AwsError, AwsResult};
 use crate::tags::Owner;
+use crate::workers::{self, node_tags};
 
 pub const FINALIZER: &str = "awsmachinepool.infrastructure.cluster.x-k8s.io";
 /// Annotation: a hash of the launch template data the last version was made from, so a
@@ -49,7 +49,7 @@ struct TemplateData {
     instance_profile: Option<String>,
     key_name: Option<String>,
     security_groups: Vec<String>,
-    user_data: String,
+    user_data: Vec<u8>,
 }
 
 impl TemplateData {
@@ -61,10 +61,12 @@ impl TemplateData {
             self.instance_profile,
             self.key_name,
             self.security_groups,
-            self.user_data
         ])
         .to_string();
-        Sha256::digest(text.as_bytes())
+        Sha256::new()
+            .chain_update(text.as_bytes())
+            .chain_update(&self.user_data)
+            .finalize()
             .iter()
             .take(8)
             .map(|b| format!("{b:02x}"))
@@ -99,21 +101,6 @@ impl TemplateData {
             )
             .build()
     }
-}
-
-/// The tags of the pool's instances and group: ownership, and the one EKS and its cloud
-/// provider look for on a cluster's self-managed nodes.
-fn node_tags(
-    owner: &Owner,
-    name: &str,
-    eks_cluster: &str,
-) -> std::collections::BTreeMap<String, String> {
-    let mut tags = owner.tags(name, "node");
-    tags.insert(
-        format!("kubernetes.io/cluster/{eks_cluster}"),
-        "owned".into(),
-    );
-    tags
 }
 
 /// A step's failure: the condition's reason and message.
@@ -215,14 +202,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .as_ref()
         .and_then(|s| s.bootstrap.data_secret_name.clone());
     let user_data = match &data_secret {
-        Some(secret) => ctx
-            .caches
-            .secrets()
-            .get(&namespace, secret)
-            .await?
-            .and_then(|s| s.data["data"]["value"].as_str().map(str::to_owned))
-            .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
-            .map(|v| String::from_utf8_lossy(&v).into_owned()),
+        Some(secret) => workers::bootstrap_data(&ctx, &namespace, secret).await?,
         None => None,
     };
     let waiting = waiting.or_else(|| {
@@ -243,55 +223,35 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         ));
     }
     let launch_template = &machine_pool.spec.aws_launch_template;
-    let version = pool
-        .spec
-        .template
-        .spec
-        .as_ref()
-        .and_then(|s| s.version.as_deref())
-        // Else what the control plane runs (not what it is being upgraded to: nodes newer
-        // than their control plane are refused).
-        .or(control_plane
-            .status
+    let version = workers::version(
+        pool.spec
+            .template
+            .spec
             .as_ref()
-            .and_then(|s| s.version.as_deref()))
-        .and_then(crate::control_plane::eks_version);
-    let image_id = match ami(
+            .and_then(|s| s.version.as_deref()),
+        &control_plane,
+    );
+    let image_id = match workers::ami(
         &session,
         launch_template.ami.as_ref(),
         version.as_deref(),
         launch_template.instance_type.as_deref(),
+        "spec.awsLaunchTemplate.ami",
     )
     .await
     {
         Ok(image_id) => image_id,
-        Err(failed) => return report(&ctx, &api, &object, &mut status_conditions, failed).await,
+        Err(message) => {
+            let failed = Failed("LaunchTemplateReconcileFailed", message);
+            return report(&ctx, &api, &object, &mut status_conditions, failed).await;
+        }
     };
-    let mut security_groups: Vec<String> = control_plane
-        .status
-        .as_ref()
-        .and_then(|s| s.network_status.as_ref())
-        .and_then(|n| n.security_groups.as_ref())
-        .map(|groups| {
-            ["node", "node-eks-additional"]
-                .iter()
-                .filter_map(|role| groups.get(*role).map(|g| g.id.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
-    security_groups.extend(
-        launch_template
-            .additional_security_groups
-            .iter()
-            .flatten()
-            .filter_map(|g| g.id.clone()),
+    let security_groups = workers::security_groups(
+        &control_plane,
+        launch_template.additional_security_groups.iter().flatten(),
     );
     let data = TemplateData {
-        eks_cluster: control_plane
-            .spec
-            .eks_cluster_name
-            .clone()
-            .unwrap_or_default(),
+        eks_cluster: workers::eks_cluster(&control_plane),
         image_id,
         instance_type: launch_template.instance_type.clone(),
         instance_profile: launch_template.iam_instance_profile.clone(),
@@ -304,25 +264,13 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     };
     let subnets: Vec<String> = match &machine_pool.spec.subnets {
         Some(subnets) => subnets.iter().filter_map(|s| s.id.clone()).collect(),
-        None => control_plane
-            .spec
-            .network
-            .iter()
-            .flat_map(|n| n.subnets.iter().flatten())
-            .filter(|s| s.is_public != Some(true))
-            .filter(|s| {
-                machine_pool
-                    .spec
-                    .availability_zones
-                    .as_ref()
-                    .is_none_or(|zones| {
-                        s.availability_zone
-                            .as_ref()
-                            .is_some_and(|z| zones.contains(z))
-                    })
-            })
-            .map(|s| s.id.clone())
-            .collect(),
+        None => workers::private_subnets(
+            &control_plane,
+            machine_pool.spec.availability_zones.as_deref(),
+        )
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect(),
     };
     if let Some(field) = unsupported(&machine_pool) {
         let failed = Failed(
@@ -403,7 +351,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .iter()
         .filter(|i| i.state == "InService")
         .count() as i32;
-    let role_mapped = map_node_role(
+    let role_mapped = workers::map_node_role(
         &ctx,
         &session,
         &api,
@@ -483,7 +431,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .await?;
     }
     Ok(if ready {
-        Action::requeue(Duration::from_secs(600))
+        Action::requeue(ctx.identities.aws().settings().sync_period)
     } else {
         Action::requeue(ctx.identities.aws().settings().poll_while_changing)
     })
@@ -582,136 +530,6 @@ fn unsupported(pool: &AWSMachinePool) -> Option<&'static str> {
     .into_iter()
     .find(|(_, set)| *set)
     .map(|(field, _)| field)
-}
-
-/// The pool's AMI: the one named, else the EKS-optimized AMI AWS publishes in SSM for the
-/// Kubernetes version, OS (`eksLookupType`) and architecture, as Cluster API AWS looks it up.
-async fn ami(
-    session: &Session,
-    reference: Option<&lariat_api::aws::instance::AMIReference>,
-    version: Option<&str>,
-    instance_type: Option<&str>,
-) -> Result<String, Failed> {
-    if let Some(id) = reference.and_then(|r| r.id.clone()) {
-        return Ok(id);
-    }
-    let lookup = reference
-        .and_then(|r| r.eks_lookup_type.as_deref())
-        .unwrap_or("AmazonLinux");
-    let Some(version) = version else {
-        return Err(Failed(
-            "LaunchTemplateReconcileFailed",
-            "no Kubernetes version to look an EKS AMI up for: set the MachinePool's spec.template.spec.version, or spec.awsLaunchTemplate.ami.id".into(),
-        ));
-    };
-    let arm = instance_type.is_some_and(graviton);
-    let parameter = match lookup {
-        "AmazonLinux" => format!(
-            "/aws/service/eks/optimized-ami/{version}/amazon-linux-2{}/recommended/image_id",
-            if arm { "-arm64" } else { "" }
-        ),
-        "AmazonLinux2023" => format!(
-            "/aws/service/eks/optimized-ami/{version}/amazon-linux-2023/{}/standard/recommended/image_id",
-            if arm { "arm64" } else { "x86_64" }
-        ),
-        "Bottlerocket" => format!(
-            "/aws/service/bottlerocket/aws-k8s-{version}/{}/latest/image_id",
-            if arm { "arm64" } else { "x86_64" }
-        ),
-        other => {
-            return Err(Failed(
-                "LaunchTemplateReconcileFailed",
-                format!(
-                    "spec.awsLaunchTemplate.ami.eksLookupType {other:?} is not one of AmazonLinux, AmazonLinux2023, Bottlerocket"
-                ),
-            ));
-        }
-    };
-    let found = session
-        .aws()
-        .ssm(&session.config)
-        .get_parameter()
-        .name(&parameter)
-        .send()
-        .await
-        .aws()
-        .map_err(|e| {
-            Failed(
-                "LaunchTemplateReconcileFailed",
-                format!("cannot look up the EKS AMI ({parameter}): {e}"),
-            )
-        })?;
-    found
-        .parameter()
-        .and_then(|p| p.value())
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            Failed(
-                "LaunchTemplateReconcileFailed",
-                format!("{parameter} has no value"),
-            )
-        })
-}
-
-/// Whether an instance type is AWS Graviton (arm64): a `g` right after the generation
-/// (`m7g.large`, `t4g.small`, `c7gn.xlarge`; not `g5.xlarge`, a GPU type).
-fn graviton(instance_type: &str) -> bool {
-    let family = instance_type.split('.').next().unwrap_or_default();
-    let Some(digit) = family.find(|c: char| c.is_ascii_digit()) else {
-        return false;
-    };
-    family[digit..]
-        .trim_start_matches(|c: char| c.is_ascii_digit())
-        .starts_with('g')
-}
-
-/// Annotation: the instance profile whose role is mapped in the cluster's aws-auth, so a
-/// steady reconcile does not look again.
-const ROLE_MAPPED: &str = "lariat.dev/aws-auth-instance-profile";
-
-/// Maps the instances' role in the cluster's aws-auth (once per instance profile), so they
-/// can join; `Err` says why they cannot yet. Without an instance profile there is no role.
-async fn map_node_role(
-    ctx: &Context,
-    session: &Session,
-    api: &Api<DynamicObject>,
-    object: &DynamicObject,
-    cluster: &str,
-    instance_profile: Option<&str>,
-) -> Result<Result<(), String>, Error> {
-    let Some(profile) = instance_profile else {
-        return Ok(Ok(()));
-    };
-    if object.annotations().get(ROLE_MAPPED).map(String::as_str) == Some(profile) {
-        return Ok(Ok(()));
-    }
-    let role = match crate::aws_auth::profile_role(session, profile).await {
-        Ok(role) => role,
-        Err(message) => return Ok(Err(message)),
-    };
-    let secret = format!("{cluster}-kubeconfig");
-    let workload = match ctx
-        .caches
-        .secrets()
-        .get(&object.namespace().unwrap_or_default(), &secret)
-        .await?
-    {
-        Some(secret) => lariat_controllers::cache::workload_client(&secret).await,
-        None => None,
-    };
-    let Some(workload) = workload else {
-        return Ok(Err(format!("{secret} holds no usable kubeconfig yet")));
-    };
-    if let Err(message) = crate::aws_auth::ensure_node_role(&workload, &role).await {
-        return Ok(Err(message));
-    }
-    patch(
-        api,
-        &object.name_any(),
-        json!({"metadata": {"annotations": {ROLE_MAPPED: profile}}}),
-    )
-    .await?;
-    Ok(Ok(()))
 }
 
 struct Instance {
@@ -1024,8 +842,6 @@ async fn delete(
     Ok(false)
 }
 
-/// Sets the failure on the pool's conditions, records a Warning Event once per distinct
-/// failure and logs it once, and looks again in a minute.
 async fn report(
     ctx: &Context,
     api: &Api<DynamicObject>,
@@ -1033,51 +849,8 @@ async fn report(
     status_conditions: &mut Vec<Value>,
     Failed(reason, message): Failed,
 ) -> Result<Action, Error> {
-    conditions::set(status_conditions, "ASGReady", false, reason, &message);
-    conditions::set(status_conditions, "Ready", false, reason, &message);
-    if json!(status_conditions) != object.data["status"]["conditions"] {
-        lariat_controllers::warn_once(
-            &format!(
-                "AWSMachinePool/{}/{}",
-                object.namespace().unwrap_or_default(),
-                object.name_any()
-            ),
-            &format!("AWSMachinePool cannot go on: {reason}: {message}"),
-        );
-        patch_status(
-            api,
-            &object.name_any(),
-            json!({"conditions": status_conditions}),
-        )
-        .await?;
-        ctx.events
-            .publish(
-                object.as_ref(),
-                "AWSMachinePool",
-                EventType::Warning,
-                reason,
-                &message,
-            )
-            .await;
-    }
-    Ok(Action::requeue(Duration::from_secs(60)))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn graviton_instance_types_are_arm64() {
-        for arm in ["m7g.large", "t4g.small", "c7gn.xlarge", "m6gd.metal"] {
-            assert!(super::graviton(arm), "{arm}");
-        }
-        for x86 in [
-            "t3.large",
-            "g5.xlarge",
-            "m6i.large",
-            "p4d.24xlarge",
-            "weird",
-        ] {
-            assert!(!super::graviton(x86), "{x86}");
-        }
-    }
+    let failure = crate::Failure::new("ASGReady", reason, message);
+    let wait =
+        crate::report_failure(ctx, api, object, status_conditions, failure, json!({})).await?;
+    Ok(Action::requeue(wait))
 }

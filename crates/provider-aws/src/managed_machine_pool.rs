@@ -11,7 +11,7 @@ use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::runtime::controller::Action;
 use lariat_api::aws::{AWSManagedControlPlane, AWSManagedMachinePool};
-use lariat_api::capi::{Cluster, MachinePool};
+use lariat_api::capi::MachinePool;
 use lariat_controllers::Error;
 use lariat_controllers::conditions::json as conditions;
 use lariat_controllers::events::EventType;
@@ -70,32 +70,15 @@ pub(crate) async fn owners(ctx: &Context, object: &DynamicObject) -> Result<Opti
     else {
         return Ok(None);
     };
-    let Some(cluster) = ctx
-        .caches
-        .typed::<Cluster>()
-        .get(&namespace, &cluster_name)
-        .await?
+    let crate::EksControlPlane::Found(control_plane) =
+        crate::eks_control_plane(ctx, &namespace, &cluster_name).await?
     else {
         return Ok(None);
     };
-    let Some(reference) = cluster.spec.control_plane_ref.as_ref() else {
-        return Ok(None);
-    };
-    let Some(control_plane) = ctx
-        .caches
-        .of(&crate::control_plane::resource())
-        .get(&namespace, reference.name.as_deref().unwrap_or_default())
-        .await?
-    else {
-        return Ok(None);
-    };
-    let control_plane = DynamicObject::clone(&control_plane)
-        .try_parse()
-        .map_err(|e| Error::Invalid(e.to_string()))?;
     Ok(Some(Owners {
         pool,
         cluster: cluster_name,
-        control_plane,
+        control_plane: *control_plane,
     }))
 }
 
@@ -508,7 +491,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 .iter()
                 .any(|c| c["type"] == "EKSNodegroupReady" && c["reason"] == "DowngradeRefused"));
     Ok(if settled {
-        Action::requeue(Duration::from_secs(600))
+        Action::requeue(ctx.identities.aws().settings().sync_period)
     } else {
         Action::requeue(ctx.identities.aws().settings().poll_while_changing)
     })
@@ -697,36 +680,15 @@ async fn report(
     reason: &str,
     message: &str,
 ) -> Result<Action, Error> {
-    conditions::set(
+    let failure = crate::Failure::new("EKSNodegroupReady", reason, message);
+    let wait = crate::report_failure(
+        ctx,
+        api,
+        object,
         status_conditions,
-        "EKSNodegroupReady",
-        false,
-        reason,
-        message,
-    );
-    conditions::set(status_conditions, "Ready", false, reason, message);
-    if json!(status_conditions) != object.data["status"]["conditions"] {
-        tracing::warn!(
-            object = %format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any()),
-            reason,
-            message,
-            "AWSManagedMachinePool cannot go on"
-        );
-        patch_status(
-            api,
-            &object.name_any(),
-            json!({"ready": false, "conditions": status_conditions}),
-        )
-        .await?;
-        ctx.events
-            .publish(
-                object.as_ref(),
-                "AWSManagedMachinePool",
-                EventType::Warning,
-                reason,
-                message,
-            )
-            .await;
-    }
-    Ok(Action::requeue(Duration::from_secs(60)))
+        failure,
+        json!({"ready": false}),
+    )
+    .await?;
+    Ok(Action::requeue(wait))
 }

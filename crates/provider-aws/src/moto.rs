@@ -35,6 +35,9 @@ impl Moto {
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             // AWS's managed policies (AmazonEKSClusterPolicy, ...), which real accounts have.
             .env("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
+            // As AWS: an unknown instance type or AMI is refused at launch.
+            .env("MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION", "true")
+            .env("MOTO_ENABLE_AMI_VALIDATION", "true")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

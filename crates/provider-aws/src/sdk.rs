@@ -48,6 +48,9 @@ pub struct Settings {
     /// How often something AWS is still creating or deleting (an EKS cluster, a node group, a
     /// NAT gateway) is looked at again.
     pub poll_while_changing: Duration,
+    /// How often something settled is looked at again, for what changed in AWS without lariat
+    /// (an instance terminated by hand): Cluster API's sync period.
+    pub sync_period: Duration,
 }
 
 impl Default for Settings {
@@ -58,6 +61,7 @@ impl Default for Settings {
             max_attempts: 5,
             attempt_timeout: Duration::from_secs(30),
             poll_while_changing: Duration::from_secs(15),
+            sync_period: Duration::from_secs(10 * 60),
         }
     }
 }

@@ -111,6 +111,11 @@ struct Setup {
 
 impl Setup {
     async fn start(moto: Moto, endpoint: &str) -> Setup {
+        Setup::start_with(moto, endpoint, Settings::default().sync_period).await
+    }
+
+    /// The same, settled objects looked at again every `sync_period`.
+    async fn start_with(moto: Moto, endpoint: &str, sync_period: Duration) -> Setup {
         let (key, secret) = moto.user("capa", &["*"]).await;
         let lariat = Lariat::start().await;
         lariat.namespace(NS, json!({})).await;
@@ -132,6 +137,7 @@ impl Setup {
             endpoint_url: Some(endpoint.to_owned()),
             // moto makes and deletes at once; AWS takes minutes.
             poll_while_changing: Duration::from_secs(1),
+            sync_period,
             ..Settings::default()
         });
         let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -894,76 +900,116 @@ async fn a_self_managed_pool_boots_with_bootstrap_sh() {
     .await;
 }
 
+/// What self-managed workers need around the cluster `prod`: moto behind the EKS double, the
+/// nodes' instance profile as `clusterawsadm bootstrap iam` makes it, the cluster's API (a
+/// simulated cluster behind the EKS endpoint double), the AMI AWS publishes for v1.31 on
+/// Amazon Linux 2023, and the Cluster with its control plane applied.
+struct Workers {
+    setup: Setup,
+    _double: common::eks_double::EksDouble,
+    _endpoint: common::eks_double::EksEndpoint,
+    admin: aws_config::SdkConfig,
+    ec2: aws_sdk_ec2::Client,
+    /// An AMI moto knows.
+    image: String,
+    /// The role of the nodes' instance profile.
+    role_arn: String,
+    /// The workload cluster's API.
+    workload: kube::Client,
+}
+
+impl Workers {
+    async fn start(sync_period: Duration) -> Workers {
+        let moto = Moto::start();
+        let double = common::eks_double::EksDouble::start(&moto.endpoint).await;
+        let setup = Setup::start_with(moto, &double.endpoint, sync_period).await;
+        let admin = setup.moto.admin().await;
+        let ec2 = aws_sdk_ec2::Client::new(&admin);
+        let image = ec2
+            .describe_images()
+            .owners("amazon")
+            .send()
+            .await
+            .unwrap()
+            .images()[0]
+            .image_id()
+            .unwrap()
+            .to_owned();
+        let iam = aws_sdk_iam::Client::new(&admin);
+        let role_arn = iam
+            .create_role()
+            .role_name("nodes.cluster-api-provider-aws.sigs.k8s.io")
+            .assume_role_policy_document(r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#)
+            .send()
+            .await
+            .unwrap()
+            .role
+            .unwrap()
+            .arn;
+        iam.create_instance_profile()
+            .instance_profile_name("nodes.cluster-api-provider-aws.sigs.k8s.io")
+            .send()
+            .await
+            .unwrap();
+        iam.add_role_to_instance_profile()
+            .instance_profile_name("nodes.cluster-api-provider-aws.sigs.k8s.io")
+            .role_name("nodes.cluster-api-provider-aws.sigs.k8s.io")
+            .send()
+            .await
+            .unwrap();
+        setup
+            .lariat
+            .virtual_clusters
+            .ensure("team-a/eks-stand-in")
+            .await
+            .unwrap();
+        let workload = setup
+            .lariat
+            .virtual_clusters
+            .client("team-a/eks-stand-in")
+            .unwrap();
+        let endpoint = common::eks_double::EksEndpoint::start(
+            &setup.moto.endpoint,
+            "team-a_prod-control-plane",
+            workload.clone(),
+        )
+        .await;
+        double.point("team-a_prod-control-plane", &endpoint.url, &endpoint.ca);
+        double.publish(
+            "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/standard/recommended/image_id",
+            &image,
+        );
+        for manifest in manifests("capa").into_iter().take(3) {
+            setup.lariat.apply(manifest).await;
+        }
+        Workers {
+            setup,
+            _double: double,
+            _endpoint: endpoint,
+            admin,
+            ec2,
+            image,
+            role_arn,
+            workload,
+        }
+    }
+}
+
 async fn self_managed_pool(
     bootstrap: Value,
     launch_template: impl Fn(&str) -> Value,
     expected_user_data: &str,
 ) {
-    let moto = Moto::start();
-    let double = common::eks_double::EksDouble::start(&moto.endpoint).await;
-    let setup = Setup::start(moto, &double.endpoint).await;
-    let admin = setup.moto.admin().await;
-    let ec2 = aws_sdk_ec2::Client::new(&admin);
-    let image = ec2
-        .describe_images()
-        .owners("amazon")
-        .send()
-        .await
-        .unwrap()
-        .images()[0]
-        .image_id()
-        .unwrap()
-        .to_owned();
-    // The nodes' instance profile, as `clusterawsadm bootstrap iam` makes it.
-    let iam = aws_sdk_iam::Client::new(&admin);
-    let role_arn = iam
-        .create_role()
-        .role_name("nodes.cluster-api-provider-aws.sigs.k8s.io")
-        .assume_role_policy_document(r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#)
-        .send()
-        .await
-        .unwrap()
-        .role
-        .unwrap()
-        .arn;
-    iam.create_instance_profile()
-        .instance_profile_name("nodes.cluster-api-provider-aws.sigs.k8s.io")
-        .send()
-        .await
-        .unwrap();
-    iam.add_role_to_instance_profile()
-        .instance_profile_name("nodes.cluster-api-provider-aws.sigs.k8s.io")
-        .role_name("nodes.cluster-api-provider-aws.sigs.k8s.io")
-        .send()
-        .await
-        .unwrap();
-    // The new cluster's API: a simulated cluster behind the EKS endpoint double.
-    setup
-        .lariat
-        .virtual_clusters
-        .ensure("team-a/eks-stand-in")
-        .await
-        .unwrap();
-    let workload = setup
-        .lariat
-        .virtual_clusters
-        .client("team-a/eks-stand-in")
-        .unwrap();
-    let endpoint = common::eks_double::EksEndpoint::start(
-        &setup.moto.endpoint,
-        "team-a_prod-control-plane",
-        workload.clone(),
-    )
-    .await;
-    double.point("team-a_prod-control-plane", &endpoint.url, &endpoint.ca);
-    // Where AWS publishes its EKS-optimized AMIs.
-    double.publish(
-        "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/standard/recommended/image_id",
-        &image,
-    );
-    for manifest in manifests("capa").into_iter().take(3) {
-        setup.lariat.apply(manifest).await;
-    }
+    let Workers {
+        setup,
+        _double,
+        _endpoint,
+        admin,
+        ec2,
+        image,
+        role_arn,
+        workload,
+    } = Workers::start(Settings::default().sync_period).await;
     let bootstrap_kind = bootstrap["kind"].as_str().unwrap().to_owned();
     for manifest in [
         json!({
@@ -1138,6 +1184,473 @@ async fn self_managed_pool(
             .flat_map(|r| r.instances())
             .all(|i| i.state().and_then(|s| s.name()).map(|n| n.as_str()) == Some("terminated")),
         "every instance terminated"
+    );
+    let _ = setup.stop.send(true);
+}
+
+/// The instances behind the AWSMachines of cluster `prod`, by AWSMachine name: (instance ID,
+/// state) as EC2 says.
+async fn instances_by_machine(ec2: &aws_sdk_ec2::Client) -> Vec<(String, String, String)> {
+    let found = ec2
+        .describe_instances()
+        .filters(tagged(
+            "sigs.k8s.io/cluster-api-provider-aws/cluster/prod",
+            "owned",
+        ))
+        .send()
+        .await
+        .unwrap();
+    let mut instances: Vec<(String, String, String)> = found
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .map(|i| {
+            let name = i
+                .tags()
+                .iter()
+                .find(|t| t.key() == Some("Name"))
+                .and_then(|t| t.value())
+                .unwrap_or_default()
+                .to_owned();
+            let state = i
+                .state()
+                .and_then(|s| s.name())
+                .unwrap()
+                .as_str()
+                .to_owned();
+            (name, i.instance_id().unwrap().to_owned(), state)
+        })
+        .collect();
+    instances.sort();
+    instances
+}
+
+/// How often the AWSMachine test looks again at settled machines: an instance terminated
+/// behind lariat's back is noticed at the next look, without waiting ten minutes.
+const SYNC_PERIOD: Duration = Duration::from_secs(3);
+
+/// Cluster API AWS's `eks` flavour: a MachineDeployment of single EC2 instances
+/// (AWSMachineTemplate, NodeadmConfigTemplate). Each Machine gets one instance, in a private
+/// subnet, in the node security groups, booting nodeadm's user data; a Node joining with its
+/// provider ID makes the Machine Running. A lost record finds the same instance again rather
+/// than a second one; scaling down terminates one; an instance terminated behind lariat's
+/// back fails its Machine; deleting the Cluster terminates the rest.
+#[tokio::test(flavor = "multi_thread")]
+async fn single_ec2_machines_of_the_eks_flavour_boot_join_and_are_terminated() {
+    let Workers {
+        setup,
+        _double,
+        _endpoint,
+        ec2,
+        workload,
+        ..
+    } = Workers::start(SYNC_PERIOD).await;
+    for manifest in [
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1",
+            "kind": "MachineDeployment",
+            "metadata": {"name": "prod-md-0", "namespace": NS},
+            "spec": {"clusterName": "prod", "replicas": 2, "selector": {"matchLabels": {}},
+                "template": {"spec": {
+                    "clusterName": "prod",
+                    "version": "v1.31.0",
+                    "bootstrap": {"configRef": {"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "NodeadmConfigTemplate", "name": "prod-md-0"}},
+                    "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSMachineTemplate", "name": "prod-md-0"},
+                }}},
+        }),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "kind": "AWSMachineTemplate",
+            "metadata": {"name": "prod-md-0", "namespace": NS},
+            "spec": {"template": {"spec": {
+                "ami": {"eksLookupType": "AmazonLinux2023"},
+                "cloudInit": {"insecureSkipSecretsManager": true},
+                "instanceType": "t3.large",
+                "iamInstanceProfile": "nodes.cluster-api-provider-aws.sigs.k8s.io",
+            }}},
+        }),
+        json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
+            "kind": "NodeadmConfigTemplate",
+            "metadata": {"name": "prod-md-0", "namespace": NS},
+            "spec": {"template": {}},
+        }),
+    ] {
+        setup.lariat.apply(manifest).await;
+    }
+    let aws_machines = setup.api(&lariat_provider_aws::machine::resource());
+    let ready_machines = || {
+        let api = aws_machines.clone();
+        async move {
+            api.list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|m| {
+                    m.data["status"]["ready"] == true
+                        && m.data["status"]["instanceState"] == "running"
+                        && m.data["spec"]["providerID"]
+                            .as_str()
+                            .is_some_and(|id| id.starts_with("aws:///us-east-1"))
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    eventually(
+        "two AWSMachines run their instance",
+        Duration::from_secs(90),
+        || async { ready_machines().await.len() == 2 },
+    )
+    .await;
+    let machines = ready_machines().await;
+    let instances = instances_by_machine(&ec2).await;
+    assert_eq!(
+        instances.len(),
+        2,
+        "one instance per machine: {instances:?}"
+    );
+    for machine in &machines {
+        let id = machine.data["spec"]["instanceID"].as_str().unwrap();
+        assert!(
+            instances.iter().any(|(name, i, state)| name
+                == &machine.metadata.name.clone().unwrap()
+                && i == id
+                && state == "running"),
+            "{id} in {instances:?}"
+        );
+        assert_eq!(condition(machine, "InstanceReady").as_deref(), Some("True"));
+        assert!(
+            machine.data["status"]["addresses"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|a| a["type"] == "InternalIP")),
+            "{:?}",
+            machine.data["status"]
+        );
+    }
+    // Where and how each instance runs: a private subnet of the cluster, the node security
+    // groups, nodeadm's user data, EKS's node tag.
+    let control_plane = setup
+        .api(&lariat_provider_aws::control_plane::resource())
+        .get("prod-control-plane")
+        .await
+        .unwrap();
+    let private: Vec<&str> = control_plane.data["spec"]["network"]["subnets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["isPublic"] != true)
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    let node_group = control_plane.data["status"]["networkStatus"]["securityGroups"]
+        ["node-eks-additional"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let first = machines[0].data["spec"]["instanceID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let described = ec2
+        .describe_instances()
+        .instance_ids(&first)
+        .send()
+        .await
+        .unwrap();
+    let instance = &described.reservations()[0].instances()[0];
+    assert!(private.contains(&instance.subnet_id().unwrap()));
+    assert!(
+        instance
+            .security_groups()
+            .iter()
+            .any(|g| g.group_id() == Some(node_group.as_str()))
+    );
+    assert_eq!(instance.instance_type().unwrap().as_str(), "t3.large");
+    assert!(instance.tags().iter().any(|t| t.key()
+        == Some("kubernetes.io/cluster/team-a_prod-control-plane")
+        && t.value() == Some("owned")));
+    let user_data = ec2
+        .describe_instance_attribute()
+        .instance_id(&first)
+        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+        .send()
+        .await
+        .unwrap()
+        .user_data()
+        .and_then(|v| v.value())
+        .map(|v| {
+            use base64::Engine;
+            String::from_utf8(base64::engine::general_purpose::STANDARD.decode(v).unwrap()).unwrap()
+        })
+        .unwrap_or_default();
+    assert!(
+        user_data.contains("Content-Type: application/node.eks.aws"),
+        "{user_data}"
+    );
+
+    // Each kubelet joins (here: its Node is made in the cluster, with the provider ID the
+    // instance's kubelet would report), and each Machine turns Running with its Node.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(workload.clone());
+    for (n, machine) in machines.iter().enumerate() {
+        nodes
+            .create(
+                &Default::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": format!("ip-10-0-0-{n}.ec2.internal")},
+                    "spec": {"providerID": machine.data["spec"]["providerID"]},
+                }))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let capi_machines: Api<lariat_api::capi::Machine> =
+        Api::namespaced(setup.lariat.client.clone(), NS);
+    eventually(
+        "both Machines run with their Node",
+        Duration::from_secs(60),
+        || {
+            let api = capi_machines.clone();
+            async move {
+                let list = api.list(&Default::default()).await.unwrap().items;
+                list.len() == 2
+                    && list.iter().all(|m| {
+                        m.status.as_ref().is_some_and(|s| {
+                            s.node_ref.is_some()
+                                && s.phase == Some(lariat_api::capi::machine::MachinePhase::Running)
+                        })
+                    })
+            }
+        },
+    )
+    .await;
+
+    // A record lost (a crash between the launch and the write): the instance is found again
+    // by its tags, not launched twice.
+    let lost = machines[1].metadata.name.clone().unwrap();
+    let recorded = machines[1].data["spec"]["instanceID"].clone();
+    aws_machines
+        .patch(
+            &lost,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"instanceID": null, "providerID": null}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the same instance is recorded again",
+        Duration::from_secs(30),
+        || {
+            let (api, lost, recorded) = (aws_machines.clone(), lost.clone(), recorded.clone());
+            async move { api.get(&lost).await.unwrap().data["spec"]["instanceID"] == recorded }
+        },
+    )
+    .await;
+    assert_eq!(
+        instances_by_machine(&ec2).await.len(),
+        2,
+        "no second launch"
+    );
+
+    // Scaled to one: one Machine goes, and its instance is terminated.
+    let deployments: Api<lariat_api::capi::MachineDeployment> =
+        Api::namespaced(setup.lariat.client.clone(), NS);
+    deployments
+        .patch(
+            "prod-md-0",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "one AWSMachine is left and one instance terminated",
+        Duration::from_secs(60),
+        || {
+            let (api, ec2) = (aws_machines.clone(), ec2.clone());
+            async move {
+                let states: Vec<String> = instances_by_machine(&ec2)
+                    .await
+                    .into_iter()
+                    .map(|(_, _, state)| state)
+                    .collect();
+                api.list(&Default::default()).await.unwrap().items.len() == 1
+                    && states.iter().filter(|s| *s == "terminated").count() == 1
+                    && states.iter().filter(|s| *s == "running").count() == 1
+            }
+        },
+    )
+    .await;
+
+    // Terminated behind lariat's back: the AWSMachine says so, and its Machine fails.
+    let left = aws_machines.list(&Default::default()).await.unwrap().items[0].clone();
+    let left_name = left.metadata.name.clone().unwrap();
+    ec2.terminate_instances()
+        .instance_ids(left.data["spec"]["instanceID"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    eventually(
+        "the AWSMachine reports its instance terminated",
+        Duration::from_secs(30),
+        || {
+            let (api, name) = (aws_machines.clone(), left_name.clone());
+            async move {
+                let machine = api.get(&name).await.unwrap();
+                machine.data["status"]["failureReason"] == "UpdateError"
+                    && condition(&machine, "Ready").as_deref() == Some("InstanceTerminated")
+            }
+        },
+    )
+    .await;
+    eventually("its Machine fails", Duration::from_secs(30), || {
+        let api = capi_machines.clone();
+        async move {
+            api.list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .any(|m| {
+                    m.status.as_ref().and_then(|s| s.phase)
+                        == Some(lariat_api::capi::machine::MachinePhase::Failed)
+                })
+        }
+    })
+    .await;
+
+    // Deleting the Cluster leaves no instance running and no AWSMachine.
+    let clusters: Api<lariat_api::capi::Cluster> = Api::namespaced(setup.lariat.client.clone(), NS);
+    clusters
+        .delete("prod", &DeleteParams::default())
+        .await
+        .unwrap();
+    let control_planes = setup.api(&lariat_provider_aws::control_plane::resource());
+    eventually("the control plane is gone", Duration::from_secs(90), || {
+        let api = control_planes.clone();
+        async move { api.get_opt("prod-control-plane").await.unwrap().is_none() }
+    })
+    .await;
+    assert!(
+        aws_machines
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert!(
+        instances_by_machine(&ec2)
+            .await
+            .iter()
+            .all(|(_, _, state)| state == "terminated"),
+        "every instance terminated"
+    );
+    let _ = setup.stop.send(true);
+}
+
+/// AWS's refusals reach the conditions with AWS's code, and nothing is launched: an instance
+/// type AWS does not have, and an AMI that does not exist.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_instance_type_or_ami_is_reported_with_aws_s_code() {
+    let Workers {
+        setup,
+        _double,
+        _endpoint,
+        ec2,
+        ..
+    } = Workers::start(Settings::default().sync_period).await;
+    for (name, spec) in [
+        (
+            "bad-type",
+            json!({"ami": {"eksLookupType": "AmazonLinux2023"}, "instanceType": "t3.humongous",
+                   "cloudInit": {"insecureSkipSecretsManager": true}}),
+        ),
+        (
+            "bad-ami",
+            json!({"ami": {"id": "ami-00000000000000000"}, "instanceType": "t3.large",
+                   "cloudInit": {"insecureSkipSecretsManager": true}}),
+        ),
+        (
+            "unsupported",
+            json!({"ami": {"eksLookupType": "AmazonLinux2023"}, "instanceType": "t3.large",
+                   "cloudInit": {"insecureSkipSecretsManager": true}, "spotMarketOptions": {}}),
+        ),
+    ] {
+        for manifest in [
+            json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta1",
+                "kind": "Machine",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {"clusterName": "prod", "version": "v1.31.0",
+                    "bootstrap": {"configRef": {"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "NodeadmConfig", "name": name}},
+                    "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSMachine", "name": name}},
+            }),
+            json!({
+                "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
+                "kind": "NodeadmConfig",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {},
+            }),
+            json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+                "kind": "AWSMachine",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": spec,
+            }),
+        ] {
+            setup.lariat.apply(manifest).await;
+        }
+    }
+    let aws_machines = setup.api(&lariat_provider_aws::machine::resource());
+    for (name, reason, says) in [
+        ("bad-type", "InvalidInstanceType.NotFound", "t3.humongous"),
+        ("bad-ami", "InvalidAMIID.NotFound", "ami-00000000000000000"),
+        (
+            "unsupported",
+            "InvalidSpec",
+            "spec.spotMarketOptions is not supported",
+        ),
+    ] {
+        eventually(
+            &format!("{name} reports {reason}"),
+            Duration::from_secs(60),
+            || {
+                let api = aws_machines.clone();
+                async move {
+                    let machine = api.get(name).await.unwrap();
+                    let found = machine.data["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .find(|c| c["type"] == "InstanceReady")
+                        .cloned();
+                    found.is_some_and(|c| {
+                        c["status"] == "False"
+                            && c["severity"] == "Error"
+                            && c["reason"] == reason
+                            && c["message"].as_str().is_some_and(|m| m.contains(says))
+                    })
+                }
+            },
+        )
+        .await;
+    }
+    assert!(
+        instances_by_machine(&ec2).await.is_empty(),
+        "nothing launched"
+    );
+    // The failure is an Event too, for `kubectl describe awsmachine`.
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(setup.lariat.client.clone(), NS);
+    let events = events.list(&Default::default()).await.unwrap().items;
+    assert!(
+        events.iter().any(
+            |e| e.reason.as_deref() == Some("InvalidInstanceType.NotFound")
+                && e.type_.as_deref() == Some("Warning")
+        ),
+        "{:?}",
+        events.iter().map(|e| &e.reason).collect::<Vec<_>>()
     );
     let _ = setup.stop.send(true);
 }

@@ -351,10 +351,7 @@ async fn serve_endpoint(
     else {
         return StatusCode::BAD_GATEWAY.into_response();
     };
+    // Streamed, as a watch's answer must be.
     let (parts, body) = answer.into_parts();
-    let body = http_body_util::BodyExt::collect(body)
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    axum::http::Response::from_parts(parts, axum::body::Body::from(body))
+    axum::http::Response::from_parts(parts, axum::body::Body::new(body))
 }

@@ -1,0 +1,702 @@
+//! AWSMachine: one EC2 instance behind a Machine, a MachineDeployment's worker in an EKS
+//! cluster, as Cluster API AWS's `eks` flavour makes them. The instance boots with its
+//! Machine's bootstrap data (a NodeadmConfig's or EKSConfig's), in a private subnet of the
+//! Machine's failure domain, in the cluster's node security groups. Its ID is recorded in the
+//! spec (`instanceID`, `providerID`); before that it is found by its ownership and Name tags,
+//! so a create retried after a crash finds the first instance (and the client token makes a
+//! request whose answer was lost the same request). Deleting the AWSMachine terminates it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{IamInstanceProfileSpecification, InstanceStateName, ResourceType};
+use base64::Engine;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use kube::runtime::controller::Action;
+use lariat_api::aws::AWSMachine;
+use lariat_api::capi::Machine;
+use lariat_controllers::Error;
+use lariat_controllers::conditions::json as conditions;
+use lariat_controllers::events::EventType;
+use lariat_controllers::object::{ensure_finalizer, patch, patch_status, remove_finalizer};
+use serde_json::{Value, json};
+
+use crate::identity::Session;
+use crate::sdk::{AwsError, AwsResult};
+use crate::tags::{Owner, filter};
+use crate::{Context, EksControlPlane, Failure, workers};
+
+pub const FINALIZER: &str = "awsmachine.infrastructure.cluster.x-k8s.io";
+/// Cluster API AWS's condition for the instance.
+const INSTANCE_READY: &str = "InstanceReady";
+
+pub fn resource() -> ApiResource {
+    ApiResource::erase::<AWSMachine>(&())
+}
+
+/// The instance as a reconcile needs it.
+struct Instance {
+    id: String,
+    zone: String,
+    state: String,
+    addresses: Vec<Value>,
+    /// Whether its tags say it is this cluster's (only such instances are touched).
+    owned: bool,
+}
+
+impl Instance {
+    fn from_ec2(owner: &Owner, instance: &aws_sdk_ec2::types::Instance) -> Instance {
+        let mut addresses = Vec::new();
+        let mut add = |type_: &str, address: Option<&str>| {
+            if let Some(address) = address.filter(|a| !a.is_empty()) {
+                addresses.push(json!({"type": type_, "address": address}));
+            }
+        };
+        add("InternalIP", instance.private_ip_address());
+        add("InternalDNS", instance.private_dns_name());
+        add("ExternalIP", instance.public_ip_address());
+        add("ExternalDNS", instance.public_dns_name());
+        Instance {
+            id: instance.instance_id().unwrap_or_default().to_owned(),
+            zone: instance
+                .placement()
+                .and_then(|p| p.availability_zone())
+                .unwrap_or_default()
+                .to_owned(),
+            state: instance
+                .state()
+                .and_then(|s| s.name())
+                .map(|n| n.as_str().to_owned())
+                .unwrap_or_default(),
+            addresses,
+            owned: owner.owns(
+                instance
+                    .tags()
+                    .iter()
+                    .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())),
+            ),
+        }
+    }
+
+    /// An instance EC2 no longer knows (terminated long ago).
+    fn forgotten(id: &str) -> Instance {
+        Instance {
+            id: id.to_owned(),
+            zone: String::new(),
+            state: "terminated".into(),
+            addresses: Vec::new(),
+            owned: true,
+        }
+    }
+
+    fn provider_id(&self) -> String {
+        format!("aws:///{}/{}", self.zone, self.id)
+    }
+}
+
+pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = object.namespace().unwrap_or_default();
+    let name = object.name_any();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
+    let aws_machine: AWSMachine = DynamicObject::clone(&object)
+        .try_parse()
+        .map_err(|e| Error::Invalid(format!("AWSMachine {namespace}/{name}: {e}")))?;
+    let machine = match lariat_controllers::object::cluster_api_owner(object.as_ref(), "Machine") {
+        Some(owner) => {
+            ctx.caches
+                .typed::<Machine>()
+                .get(&namespace, &owner)
+                .await?
+        }
+        None => None,
+    };
+    let cluster = object
+        .labels()
+        .get(lariat_api::capi::labels::CLUSTER_NAME)
+        .cloned()
+        .or_else(|| machine.as_ref().map(|m| m.spec.cluster_name.clone()));
+    let mut status_conditions = conditions::existing(&object.data["status"]);
+    let control_plane = match &cluster {
+        Some(cluster) => crate::eks_control_plane(&ctx, &namespace, cluster).await?,
+        None => EksControlPlane::Missing,
+    };
+    let (cluster, control_plane) = match (cluster, control_plane) {
+        (Some(cluster), EksControlPlane::Found(control_plane)) => (cluster, *control_plane),
+        (Some(cluster), EksControlPlane::OtherKind(kind)) => {
+            if object.metadata.deletion_timestamp.is_some() {
+                // Refused before anything was made.
+                remove_finalizer(&api, &object, FINALIZER).await?;
+                return Ok(Action::await_change());
+            }
+            let failure = Failure::new(
+                INSTANCE_READY,
+                "InvalidClusterType",
+                format!(
+                    "lariat's AWSMachines join EKS clusters (AWSManagedControlPlane); Cluster {cluster}'s control plane is a {kind}"
+                ),
+            );
+            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+        }
+        _ => {
+            if object.metadata.deletion_timestamp.is_some() {
+                // Never claimed by a cluster, or its control plane is gone: the instance, if
+                // any, is found by no one else; deletion does not wait forever for it.
+                remove_finalizer(&api, &object, FINALIZER).await?;
+            }
+            return Ok(Action::await_change());
+        }
+    };
+    let Some(region) = control_plane.spec.region.clone() else {
+        return Ok(Action::await_change());
+    };
+    let session = match ctx
+        .identities
+        .session(
+            &namespace,
+            &region,
+            control_plane.spec.identity_ref.as_ref(),
+        )
+        .await
+    {
+        Ok(session) => session,
+        Err(error) => {
+            let failure = Failure::new(INSTANCE_READY, error.reason(), error.to_string());
+            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+        }
+    };
+    let owner = Owner {
+        namespace: namespace.clone(),
+        cluster: cluster.clone(),
+        additional: aws_machine.spec.additional_tags.clone().unwrap_or_default(),
+    };
+    let poll = ctx.identities.aws().settings().poll_while_changing;
+
+    if object.metadata.deletion_timestamp.is_some() {
+        return match terminate(&session, &owner, &aws_machine, &name).await {
+            Ok(Some(instance)) => {
+                if object.data["status"]["instanceState"] != instance.state {
+                    patch_status(
+                        &api,
+                        &name,
+                        json!({"instanceState": instance.state, "ready": false}),
+                    )
+                    .await?;
+                }
+                Ok(Action::requeue(poll))
+            }
+            Ok(None) => {
+                remove_finalizer(&api, &object, FINALIZER).await?;
+                Ok(Action::await_change())
+            }
+            Err(error) => {
+                let failure = Failure::new(INSTANCE_READY, &error.code, error.to_string());
+                report(&ctx, &api, &object, &mut status_conditions, failure).await
+            }
+        };
+    }
+    let Some(machine) = machine else {
+        // Core claims it for its Machine (that write wakes this).
+        return Ok(Action::await_change());
+    };
+    if ensure_finalizer(&api, &object, FINALIZER).await? {
+        return Ok(Action::await_change());
+    }
+    let in_secrets_manager = aws_machine
+        .spec
+        .cloud_init
+        .as_ref()
+        .is_none_or(|c| c.insecure_skip_secrets_manager != Some(true));
+    if in_secrets_manager {
+        let failure = Failure::new(
+            INSTANCE_READY,
+            "InvalidSpec",
+            "spec.cloudInit.insecureSkipSecretsManager must be true: lariat hands the bootstrap data to the instance as its user data and does not keep it in Secrets Manager (Cluster API AWS's EKS templates set it so)",
+        );
+        return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+    }
+    if let Some(field) = unsupported(&aws_machine) {
+        let failure = Failure::new(
+            INSTANCE_READY,
+            "InvalidSpec",
+            format!("spec.{field} is not supported by lariat yet: remove it"),
+        );
+        return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+    }
+
+    let mut instance = match find(&session, &owner, &aws_machine, &name).await {
+        Ok(Some(instance)) if !instance.owned => {
+            let failure = Failure::new(
+                INSTANCE_READY,
+                "InvalidSpec",
+                format!(
+                    "spec.instanceID {} is not an instance of this cluster (its ownership tags are missing): lariat manages only the instances it made",
+                    instance.id
+                ),
+            );
+            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+        }
+        Ok(instance) => instance,
+        Err(error) => {
+            let failure = Failure::new(INSTANCE_READY, &error.code, error.to_string());
+            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+        }
+    };
+    if instance.is_none() {
+        let waiting = if control_plane.status.as_ref().is_none_or(|s| !s.ready) {
+            Some((
+                "WaitingForEKSControlPlane",
+                "the EKS control plane is not ready yet".to_owned(),
+            ))
+        } else if machine.spec.bootstrap.data_secret_name.is_none() {
+            Some((
+                "WaitingForBootstrapData",
+                format!("Machine {} has no bootstrap data yet", machine.name_any()),
+            ))
+        } else {
+            None
+        };
+        if let Some((reason, message)) = waiting {
+            conditions::set(
+                &mut status_conditions,
+                INSTANCE_READY,
+                false,
+                reason,
+                &message,
+            );
+            if status_conditions != conditions::existing(&object.data["status"]) {
+                patch_status(&api, &name, json!({"conditions": status_conditions})).await?;
+            }
+            return Ok(Action::requeue(poll));
+        }
+        let secret = machine
+            .spec
+            .bootstrap
+            .data_secret_name
+            .clone()
+            .unwrap_or_default();
+        let Some(user_data) = workers::bootstrap_data(&ctx, &namespace, &secret).await? else {
+            let failure = Failure::new(
+                INSTANCE_READY,
+                "WaitingForBootstrapData",
+                format!("bootstrap data Secret {secret} has no value"),
+            );
+            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+        };
+        let created = match create(
+            &session,
+            &owner,
+            &object,
+            &aws_machine,
+            &machine,
+            &control_plane,
+            &user_data,
+        )
+        .await
+        {
+            Ok(created) => created,
+            Err(failure) => {
+                return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+            }
+        };
+        ctx.events
+            .publish(
+                object.as_ref(),
+                "AWSMachine",
+                EventType::Normal,
+                "InstanceCreated",
+                &format!(
+                    "created EC2 instance {} ({}) in {}",
+                    created.id, aws_machine.spec.instance_type, created.zone
+                ),
+            )
+            .await;
+        instance = Some(created);
+    }
+    let instance = instance.expect("found or created");
+
+    // The instance is recorded in the spec before anything else, as Cluster API AWS does.
+    let provider_id = instance.provider_id();
+    if aws_machine.spec.instance_id.as_deref() != Some(instance.id.as_str())
+        || aws_machine.spec.provider_id.as_deref() != Some(provider_id.as_str())
+    {
+        patch(
+            &api,
+            &name,
+            json!({"spec": {"instanceID": instance.id, "providerID": provider_id}}),
+        )
+        .await?;
+    }
+
+    let (ready, failure) = match instance.state.as_str() {
+        "running" => (true, None),
+        "pending" => (false, None),
+        // Gone while its Machine still wants it: the Machine fails, and a MachineHealthCheck
+        // (or a person) replaces it, as in Cluster API AWS.
+        "shutting-down" | "terminated" => (
+            false,
+            Some(format!(
+                "EC2 instance {} is {} while its Machine still exists",
+                instance.id, instance.state
+            )),
+        ),
+        _ => (false, None),
+    };
+    let role_mapped = workers::map_node_role(
+        &ctx,
+        &session,
+        &api,
+        &object,
+        &cluster,
+        aws_machine.spec.iam_instance_profile.as_deref(),
+    )
+    .await?;
+    match (&failure, ready, &role_mapped) {
+        (Some(message), ..) => {
+            conditions::set(
+                &mut status_conditions,
+                INSTANCE_READY,
+                false,
+                "InstanceTerminated",
+                message,
+            );
+            conditions::set(
+                &mut status_conditions,
+                "Ready",
+                false,
+                "InstanceTerminated",
+                message,
+            );
+        }
+        (None, true, Ok(())) => {
+            conditions::set(&mut status_conditions, INSTANCE_READY, true, "", "");
+            conditions::set(&mut status_conditions, "Ready", true, "", "");
+        }
+        (None, true, Err(message)) => {
+            conditions::set(&mut status_conditions, INSTANCE_READY, true, "", "");
+            conditions::set(
+                &mut status_conditions,
+                "Ready",
+                false,
+                "NodeRoleMappingFailed",
+                message,
+            );
+        }
+        (None, false, _) => {
+            let message = format!("EC2 instance {} is {}", instance.id, instance.state);
+            let reason = match instance.state.as_str() {
+                "pending" => "InstancePending",
+                _ => "InstanceNotRunning",
+            };
+            conditions::set(
+                &mut status_conditions,
+                INSTANCE_READY,
+                false,
+                reason,
+                &message,
+            );
+            conditions::set(&mut status_conditions, "Ready", false, reason, &message);
+        }
+    }
+    let status = json!({
+        "ready": ready,
+        "instanceState": instance.state,
+        "addresses": instance.addresses,
+        "failureReason": failure.as_ref().map(|_| "UpdateError"),
+        "failureMessage": failure,
+        "conditions": status_conditions,
+    });
+    if [
+        "ready",
+        "instanceState",
+        "addresses",
+        "failureReason",
+        "failureMessage",
+        "conditions",
+    ]
+    .iter()
+    .any(|k| object.data["status"][*k] != status[*k])
+    {
+        patch_status(&api, &name, status).await?;
+    }
+    Ok(if ready && role_mapped.is_ok() || failure.is_some() {
+        Action::requeue(ctx.identities.aws().settings().sync_period)
+    } else if ready {
+        Action::requeue(Duration::from_secs(60))
+    } else {
+        Action::requeue(poll)
+    })
+}
+
+/// The first field of the spec that lariat would otherwise drop, if any: refused by name.
+fn unsupported(machine: &AWSMachine) -> Option<&'static str> {
+    let spec = &machine.spec;
+    [
+        (
+            "additionalSecurityGroups (by filter)",
+            spec.additional_security_groups
+                .iter()
+                .flatten()
+                .any(|g| g.id.is_none()),
+        ),
+        (
+            "subnet (by filter)",
+            spec.subnet.as_ref().is_some_and(|s| s.id.is_none()),
+        ),
+        ("ignition", spec.ignition.is_some()),
+        ("imageLookupOrg", spec.image_lookup_org.is_some()),
+        ("imageLookupBaseOS", spec.image_lookup_base_os.is_some()),
+        ("imageLookupFormat", spec.image_lookup_format.is_some()),
+        ("rootVolume", spec.root_volume.is_some()),
+        (
+            "nonRootVolumes",
+            spec.non_root_volumes
+                .as_ref()
+                .is_some_and(|v| !v.is_empty()),
+        ),
+        ("publicIP", spec.public_ip == Some(true)),
+        (
+            "securityGroupOverrides",
+            spec.security_group_overrides.is_some(),
+        ),
+        ("spotMarketOptions", spec.spot_market_options.is_some()),
+        (
+            "marketType",
+            spec.market_type.as_deref().is_some_and(|m| m != "OnDemand"),
+        ),
+        (
+            "capacityReservationId",
+            spec.capacity_reservation_id.is_some(),
+        ),
+        (
+            "capacityReservationPreference",
+            spec.capacity_reservation_preference.is_some(),
+        ),
+        ("cpuOptions", spec.cpu_options.is_some()),
+        (
+            "dynamicHostAllocation",
+            spec.dynamic_host_allocation.is_some(),
+        ),
+        ("elasticIpPool", spec.elastic_ip_pool.is_some()),
+        (
+            "hostAffinity",
+            spec.host_affinity
+                .as_deref()
+                .is_some_and(|h| h != "default"),
+        ),
+        ("hostID", spec.host_id.is_some()),
+        (
+            "instanceMetadataOptions",
+            spec.instance_metadata_options.is_some(),
+        ),
+        ("networkInterfaces", spec.network_interfaces.is_some()),
+        (
+            "networkInterfaceType",
+            spec.network_interface_type.is_some(),
+        ),
+        ("placementGroupName", spec.placement_group_name.is_some()),
+        (
+            "placementGroupPartition",
+            spec.placement_group_partition.is_some(),
+        ),
+        ("privateDnsName", spec.private_dns_name.is_some()),
+        (
+            "tenancy",
+            spec.tenancy.as_deref().is_some_and(|t| t != "default"),
+        ),
+        (
+            "assignPrimaryIPv6",
+            spec.assign_primary_i_pv6.as_deref() == Some("enabled"),
+        ),
+    ]
+    .into_iter()
+    .find(|(_, set)| *set)
+    .map(|(field, _)| field)
+}
+
+/// The machine's instance: the one its spec records, else one tagged with its name by an
+/// earlier attempt whose answer was never recorded. A recorded instance that AWS no longer
+/// knows is reported terminated.
+async fn find(
+    session: &Session,
+    owner: &Owner,
+    machine: &AWSMachine,
+    name: &str,
+) -> Result<Option<Instance>, AwsError> {
+    let ec2 = session.aws().ec2(&session.config);
+    if let Some(id) = &machine.spec.instance_id {
+        let found = match ec2.describe_instances().instance_ids(id).send().await.aws() {
+            Ok(found) => found,
+            Err(error) if error.is_not_found() => return Ok(Some(Instance::forgotten(id))),
+            Err(error) => return Err(error),
+        };
+        return Ok(Some(
+            found
+                .reservations()
+                .iter()
+                .flat_map(|r| r.instances())
+                .next()
+                .map_or_else(|| Instance::forgotten(id), |i| Instance::from_ec2(owner, i)),
+        ));
+    }
+    let mut filters = owner.ec2_filters_with_role("node");
+    filters.push(filter("tag:Name", name));
+    filters.push(
+        aws_sdk_ec2::types::Filter::builder()
+            .name("instance-state-name")
+            .set_values(Some(
+                ["pending", "running", "stopping", "stopped"]
+                    .map(str::to_owned)
+                    .to_vec(),
+            ))
+            .build(),
+    );
+    let found = ec2
+        .describe_instances()
+        .set_filters(Some(filters))
+        .send()
+        .await
+        .aws()?;
+    Ok(found
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .next()
+        .map(|i| Instance::from_ec2(owner, i)))
+}
+
+/// Launches the machine's instance.
+async fn create(
+    session: &Session,
+    owner: &Owner,
+    object: &DynamicObject,
+    aws_machine: &AWSMachine,
+    machine: &Machine,
+    control_plane: &lariat_api::aws::AWSManagedControlPlane,
+    user_data: &[u8],
+) -> Result<Instance, Failure> {
+    let spec = &aws_machine.spec;
+    let failed = |reason: &str, message: String| Failure::new(INSTANCE_READY, reason, message);
+    let version = workers::version(machine.spec.version.as_deref(), control_plane);
+    let image_id = workers::ami(
+        session,
+        spec.ami.as_ref(),
+        version.as_deref(),
+        Some(&spec.instance_type),
+        "spec.ami",
+    )
+    .await
+    .map_err(|message| failed("InstanceProvisionFailed", message))?;
+    let zone = machine.spec.failure_domain.as_deref();
+    let subnet = match spec.subnet.as_ref().and_then(|s| s.id.clone()) {
+        Some(id) => id,
+        None => {
+            let zones = zone.map(|z| vec![z.to_owned()]);
+            workers::private_subnets(control_plane, zones.as_deref())
+                .into_iter()
+                .map(|(id, _)| id)
+                .next()
+                .ok_or_else(|| {
+                    failed(
+                        "InstanceProvisionFailed",
+                        match zone {
+                            Some(zone) => format!(
+                                "the cluster has no private subnet in failure domain {zone}: set the Machine's failureDomain to a zone of the cluster, or spec.subnet.id"
+                            ),
+                            None => "the cluster's network has no private subnet yet".into(),
+                        },
+                    )
+                })?
+        }
+    };
+    let eks_cluster = workers::eks_cluster(control_plane);
+    let name = object.name_any();
+    let tags = workers::node_tags(owner, &name, &eks_cluster)
+        .into_iter()
+        .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build())
+        .collect();
+    let launched = session
+        .aws()
+        .ec2(&session.config)
+        .run_instances()
+        .image_id(image_id)
+        .instance_type(spec.instance_type.as_str().into())
+        .min_count(1)
+        .max_count(1)
+        .subnet_id(subnet)
+        .set_security_group_ids(Some(workers::security_groups(
+            control_plane,
+            spec.additional_security_groups.iter().flatten(),
+        )))
+        .set_iam_instance_profile(
+            spec.iam_instance_profile
+                .as_ref()
+                .map(|p| IamInstanceProfileSpecification::builder().name(p).build()),
+        )
+        .set_key_name(spec.ssh_key_name.clone().filter(|k| !k.is_empty()))
+        .user_data(base64::engine::general_purpose::STANDARD.encode(user_data))
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .set_tags(Some(tags))
+                .build(),
+        )
+        // One instance per AWSMachine, however often the request is retried.
+        .client_token(object.uid().unwrap_or_default())
+        .send()
+        .await
+        .aws()
+        .map_err(|e| failed(&e.code, format!("cannot launch the instance: {e}")))?;
+    launched
+        .instances()
+        .first()
+        .map(|i| Instance::from_ec2(owner, i))
+        .ok_or_else(|| failed("InvalidResponse", AwsError::missing("instance").to_string()))
+}
+
+/// Terminates the machine's instance: `Some` while it is going away, `None` once it is gone.
+async fn terminate(
+    session: &Session,
+    owner: &Owner,
+    machine: &AWSMachine,
+    name: &str,
+) -> Result<Option<Instance>, AwsError> {
+    // Only this cluster's instances are terminated.
+    let Some(instance) = find(session, owner, machine, name)
+        .await?
+        .filter(|i| i.owned && i.state != InstanceStateName::Terminated.as_str())
+    else {
+        return Ok(None);
+    };
+    if instance.state != InstanceStateName::ShuttingDown.as_str() {
+        session
+            .aws()
+            .ec2(&session.config)
+            .terminate_instances()
+            .instance_ids(&instance.id)
+            .send()
+            .await
+            .aws()?;
+    }
+    Ok(Some(instance))
+}
+
+async fn report(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    status_conditions: &mut Vec<Value>,
+    failure: Failure,
+) -> Result<Action, Error> {
+    let wait = crate::report_failure(
+        ctx,
+        api,
+        object,
+        status_conditions,
+        failure,
+        json!({"ready": false}),
+    )
+    .await?;
+    Ok(Action::requeue(wait))
+}

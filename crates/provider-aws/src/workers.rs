@@ -1,0 +1,257 @@
+//! What every self-managed worker of an EKS cluster shares, whether an auto-scaling group
+//! makes it (AWSMachinePool) or it stands alone (AWSMachine): its tags, its AMI, its security
+//! groups and subnets, and its role in the cluster's aws-auth.
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject};
+use lariat_api::aws::AWSManagedControlPlane;
+use lariat_api::aws::instance::AMIReference;
+use lariat_controllers::Error;
+use lariat_controllers::object::patch;
+use serde_json::json;
+
+use crate::Context;
+use crate::identity::Session;
+use crate::sdk::AwsResult;
+use crate::tags::Owner;
+
+/// The tags of a worker instance (and of its group): ownership, and the one EKS and its cloud
+/// provider look for on a cluster's self-managed nodes.
+pub(crate) fn node_tags(owner: &Owner, name: &str, eks_cluster: &str) -> BTreeMap<String, String> {
+    let mut tags = owner.tags(name, "node");
+    tags.insert(
+        format!("kubernetes.io/cluster/{eks_cluster}"),
+        "owned".into(),
+    );
+    tags
+}
+
+/// The EKS cluster's name, for the tags and the join.
+pub(crate) fn eks_cluster(control_plane: &AWSManagedControlPlane) -> String {
+    control_plane
+        .spec
+        .eks_cluster_name
+        .clone()
+        .unwrap_or_default()
+}
+
+/// The Kubernetes version a worker runs: its own, else what the control plane runs (not what
+/// it is being upgraded to: nodes newer than their control plane are refused), as EKS writes
+/// it (`1.31`).
+pub(crate) fn version(own: Option<&str>, control_plane: &AWSManagedControlPlane) -> Option<String> {
+    own.or(control_plane
+        .status
+        .as_ref()
+        .and_then(|s| s.version.as_deref()))
+        .and_then(crate::control_plane::eks_version)
+}
+
+/// The node security groups EKS's workers need (the cluster's own and Cluster API AWS's
+/// additional one, as the control plane recorded them), then `additional` (by ID).
+pub(crate) fn security_groups<'a>(
+    control_plane: &AWSManagedControlPlane,
+    additional: impl IntoIterator<Item = &'a lariat_api::aws::instance::AWSResourceReference>,
+) -> Vec<String> {
+    let mut groups: Vec<String> = control_plane
+        .status
+        .as_ref()
+        .and_then(|s| s.network_status.as_ref())
+        .and_then(|n| n.security_groups.as_ref())
+        .map(|groups| {
+            ["node", "node-eks-additional"]
+                .iter()
+                .filter_map(|role| groups.get(*role).map(|g| g.id.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    groups.extend(additional.into_iter().filter_map(|g| g.id.clone()));
+    groups
+}
+
+/// The control plane's private subnets, in `zones` if any are named: where workers go.
+pub(crate) fn private_subnets(
+    control_plane: &AWSManagedControlPlane,
+    zones: Option<&[String]>,
+) -> Vec<(String, Option<String>)> {
+    control_plane
+        .spec
+        .network
+        .iter()
+        .flat_map(|n| n.subnets.iter().flatten())
+        .filter(|s| s.is_public != Some(true))
+        .filter(|s| {
+            zones.is_none_or(|zones| {
+                s.availability_zone
+                    .as_ref()
+                    .is_some_and(|z| zones.contains(z))
+            })
+        })
+        .map(|s| (s.id.clone(), s.availability_zone.clone()))
+        .collect()
+}
+
+/// The worker's AMI: the one named, else the EKS-optimized AMI AWS publishes in SSM for the
+/// Kubernetes version, OS (`eksLookupType`) and architecture, as Cluster API AWS looks it up.
+/// `field` is where the spec names it (`spec.ami`), for the messages.
+pub(crate) async fn ami(
+    session: &Session,
+    reference: Option<&AMIReference>,
+    version: Option<&str>,
+    instance_type: Option<&str>,
+    field: &str,
+) -> Result<String, String> {
+    if let Some(id) = reference.and_then(|r| r.id.clone()) {
+        return Ok(id);
+    }
+    let lookup = reference
+        .and_then(|r| r.eks_lookup_type.as_deref())
+        .unwrap_or("AmazonLinux");
+    let Some(version) = version else {
+        return Err(format!(
+            "no Kubernetes version to look an EKS AMI up for: set the version of the Machine or MachinePool, or {field}.id"
+        ));
+    };
+    let arm = instance_type.is_some_and(graviton);
+    let parameter = match lookup {
+        "AmazonLinux" => format!(
+            "/aws/service/eks/optimized-ami/{version}/amazon-linux-2{}/recommended/image_id",
+            if arm { "-arm64" } else { "" }
+        ),
+        "AmazonLinux2023" => format!(
+            "/aws/service/eks/optimized-ami/{version}/amazon-linux-2023/{}/standard/recommended/image_id",
+            if arm { "arm64" } else { "x86_64" }
+        ),
+        "Bottlerocket" => format!(
+            "/aws/service/bottlerocket/aws-k8s-{version}/{}/latest/image_id",
+            if arm { "arm64" } else { "x86_64" }
+        ),
+        other => {
+            return Err(format!(
+                "{field}.eksLookupType {other:?} is not one of AmazonLinux, AmazonLinux2023, Bottlerocket"
+            ));
+        }
+    };
+    let found = session
+        .aws()
+        .ssm(&session.config)
+        .get_parameter()
+        .name(&parameter)
+        .send()
+        .await
+        .aws()
+        .map_err(|e| format!("cannot look up the EKS AMI ({parameter}): {e}"))?;
+    found
+        .parameter()
+        .and_then(|p| p.value())
+        .map(str::to_owned)
+        .ok_or_else(|| format!("{parameter} has no value"))
+}
+
+/// Whether an instance type is AWS Graviton (arm64): a `g` right after the generation
+/// (`m7g.large`, `t4g.small`, `c7gn.xlarge`; not `g5.xlarge`, a GPU type), or the first
+/// generation's `a1`.
+fn graviton(instance_type: &str) -> bool {
+    let family = instance_type.split('.').next().unwrap_or_default();
+    if family == "a1" {
+        return true;
+    }
+    let Some(digit) = family.find(|c: char| c.is_ascii_digit()) else {
+        return false;
+    };
+    family[digit..]
+        .trim_start_matches(|c: char| c.is_ascii_digit())
+        .starts_with('g')
+}
+
+/// Annotation: the instance profile whose role is mapped in the cluster's aws-auth, so a
+/// steady reconcile does not look again.
+const ROLE_MAPPED: &str = "lariat.dev/aws-auth-instance-profile";
+
+/// Maps the instances' role in the cluster's aws-auth (once per instance profile and object),
+/// so they can join; `Err` says why they cannot yet. Without an instance profile there is no
+/// role.
+pub(crate) async fn map_node_role(
+    ctx: &Context,
+    session: &Session,
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    cluster: &str,
+    instance_profile: Option<&str>,
+) -> Result<Result<(), String>, Error> {
+    let Some(profile) = instance_profile else {
+        return Ok(Ok(()));
+    };
+    if object.annotations().get(ROLE_MAPPED).map(String::as_str) == Some(profile) {
+        return Ok(Ok(()));
+    }
+    let role = match crate::aws_auth::profile_role(session, profile).await {
+        Ok(role) => role,
+        Err(message) => return Ok(Err(message)),
+    };
+    let secret = format!("{cluster}-kubeconfig");
+    let workload = match ctx
+        .caches
+        .secrets()
+        .get(&object.namespace().unwrap_or_default(), &secret)
+        .await?
+    {
+        Some(secret) => lariat_controllers::cache::workload_client(&secret).await,
+        None => None,
+    };
+    let Some(workload) = workload else {
+        return Ok(Err(format!("{secret} holds no usable kubeconfig yet")));
+    };
+    if let Err(message) = crate::aws_auth::ensure_node_role(&workload, &role).await {
+        return Ok(Err(message));
+    }
+    patch(
+        api,
+        &object.name_any(),
+        json!({"metadata": {"annotations": {ROLE_MAPPED: profile}}}),
+    )
+    .await?;
+    Ok(Ok(()))
+}
+
+/// The bootstrap data in a Secret's `value` (Cluster API's bootstrap contract), as bytes.
+pub(crate) async fn bootstrap_data(
+    ctx: &Context,
+    namespace: &str,
+    secret: &str,
+) -> Result<Option<Vec<u8>>, Error> {
+    use base64::Engine;
+    Ok(ctx
+        .caches
+        .secrets()
+        .get(namespace, secret)
+        .await?
+        .and_then(|s| s.data["data"]["value"].as_str().map(str::to_owned))
+        .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn graviton_instance_types_are_arm64() {
+        for arm in [
+            "m7g.large",
+            "t4g.small",
+            "c7gn.xlarge",
+            "m6gd.metal",
+            "a1.large",
+        ] {
+            assert!(super::graviton(arm), "{arm}");
+        }
+        for x86 in [
+            "t3.large",
+            "g5.xlarge",
+            "m6i.large",
+            "p4d.24xlarge",
+            "weird",
+        ] {
+            assert!(!super::graviton(x86), "{x86}");
+        }
+    }
+}
