@@ -71,12 +71,7 @@ impl Instance {
                 .map(|n| n.as_str().to_owned())
                 .unwrap_or_default(),
             addresses,
-            owned: owner.owns(
-                instance
-                    .tags()
-                    .iter()
-                    .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())),
-            ),
+            owned: owner.owns(crate::tags::pairs(instance.tags())),
         }
     }
 

@@ -577,10 +577,7 @@ async fn provision(
     };
     let (template_id, mut template_version, mut new_version) = match found {
         Some(template) => {
-            let tags = template
-                .tags()
-                .iter()
-                .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()));
+            let tags = crate::tags::pairs(template.tags());
             if !owner.owns(tags) {
                 return Err(Failed(
                     "LaunchTemplateReconcileFailed",
@@ -654,10 +651,7 @@ async fn provision(
     let mut scaled_from = None;
     let group = match group {
         Some(group) => {
-            let tags = group
-                .tags()
-                .iter()
-                .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()));
+            let tags = crate::tags::pairs(group.tags());
             if !owner.owns(tags) {
                 return Err(Failed(
                     "ASGReconciliationFailed",
@@ -797,10 +791,7 @@ async fn delete(
         .first()
         .cloned();
     if let Some(group) = group {
-        let tags = group
-            .tags()
-            .iter()
-            .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()));
+        let tags = crate::tags::pairs(group.tags());
         if owner.owns(tags) {
             if group.status().is_none() {
                 autoscaling
@@ -827,10 +818,7 @@ async fn delete(
         Err(error) => return Err(error),
     };
     if let Some(template) = template {
-        let tags = template
-            .tags()
-            .iter()
-            .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()));
+        let tags = crate::tags::pairs(template.tags());
         if owner.owns(tags) {
             ec2.delete_launch_template()
                 .set_launch_template_id(template.launch_template_id().map(str::to_owned))

@@ -76,6 +76,19 @@ impl Moto {
         );
     }
 
+    /// The CPU time moto has used, from `/proc` (Linux): a benchmark whose moto is busy all the
+    /// time measures moto.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // Fields after the command's closing parenthesis; utime and stime are the 14th and
+        // 15th of the line, in clock ticks (100 per second on Linux).
+        let rest = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        Some(Duration::from_millis(ticks * 10))
+    }
+
     /// Forgets every resource (`POST /moto-api/reset`).
     pub fn reset(&self) {
         self.post("/moto-api/reset", "");

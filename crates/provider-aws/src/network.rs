@@ -10,7 +10,7 @@ use aws_sdk_ec2::types::{AttributeBooleanValue, DomainType, ResourceType};
 use lariat_api::aws::network::{NetworkSpec, SubnetSpec};
 
 use crate::sdk::{AwsError, AwsResult};
-use crate::tags::{Owner, filter};
+use crate::tags::{Owner, filter, pairs};
 
 /// The CIDR of a VPC lariat creates when the spec names none, as Cluster API AWS's.
 pub const DEFAULT_VPC_CIDR: &str = "10.0.0.0/16";
@@ -71,11 +71,6 @@ pub fn split_cidr(cidr: &str, count: usize) -> Result<Vec<String>, String> {
             format!("{}/{new_prefix}", std::net::Ipv4Addr::from(start))
         })
         .collect())
-}
-
-fn pairs(tags: &[aws_sdk_ec2::types::Tag]) -> impl Iterator<Item = (&str, &str)> {
-    tags.iter()
-        .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()))
 }
 
 /// Reconciles the network `spec` asks for, creating what is missing.

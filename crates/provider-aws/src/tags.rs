@@ -108,3 +108,31 @@ impl Owner {
 pub fn filter(name: &str, value: &str) -> Filter {
     Filter::builder().name(name).values(value).build()
 }
+
+/// A tag as an AWS SDK lists it.
+pub trait ListedTag {
+    fn pair(&self) -> (&str, &str);
+}
+
+impl ListedTag for Tag {
+    fn pair(&self) -> (&str, &str) {
+        (
+            self.key().unwrap_or_default(),
+            self.value().unwrap_or_default(),
+        )
+    }
+}
+
+impl ListedTag for aws_sdk_autoscaling::types::TagDescription {
+    fn pair(&self) -> (&str, &str) {
+        (
+            self.key().unwrap_or_default(),
+            self.value().unwrap_or_default(),
+        )
+    }
+}
+
+/// Each tag's key and value, as [`Owner::owns`] reads them.
+pub fn pairs<T: ListedTag>(tags: &[T]) -> impl Iterator<Item = (&str, &str)> {
+    tags.iter().map(ListedTag::pair)
+}

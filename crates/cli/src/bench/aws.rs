@@ -170,10 +170,35 @@ async fn not_ready(client: &kube::Client) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-async fn until_running(client: &kube::Client, names: &[String]) -> anyhow::Result<Duration> {
+async fn until_running(
+    client: &kube::Client,
+    names: &[String],
+    moto: &Moto,
+) -> anyhow::Result<Duration> {
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(60 + 10 * names.len() as u64);
-    while running(client, names).await? < names.len() {
+    // moto, one Python process, is the limit from about 20 clusters (its tag-filtered
+    // Describe calls scan every resource): time grows faster than the count.
+    let deadline = started + Duration::from_secs(120 + 20 * names.len() as u64);
+    let (mut reported, moto_before) = (started, moto.cpu_time().unwrap_or_default());
+    loop {
+        let done = running(client, names).await?;
+        if done == names.len() {
+            break;
+        }
+        if reported.elapsed() > Duration::from_secs(30) {
+            // Whether they are still coming, and whether moto is the limit.
+            reported = Instant::now();
+            let busy = moto
+                .cpu_time()
+                .unwrap_or_default()
+                .saturating_sub(moto_before);
+            println!(
+                "  {done} of {} running after {:.0} s; moto busy {:.0}% of the time",
+                names.len(),
+                started.elapsed().as_secs_f64(),
+                100.0 * busy.as_secs_f64() / started.elapsed().as_secs_f64()
+            );
+        }
         if Instant::now() > deadline {
             bail!(
                 "only {} of {} clusters run their node group after {:?}; why: {}",
@@ -263,7 +288,7 @@ pub async fn run(args: AwsArgs) -> anyhow::Result<()> {
     for object in manifests("first") {
         apply(&client, object).await?;
     }
-    let took = until_running(&client, &first).await?;
+    let took = until_running(&client, &first, &moto).await?;
     settled(&aws).await;
     let (total, mutating, names) = delta(&before, &aws.calls());
     println!(
@@ -281,17 +306,23 @@ pub async fn run(args: AwsArgs) -> anyhow::Result<()> {
             apply(&client, object).await?;
         }
     }
-    let took = until_running(&client, &names).await?;
+    let moto_before = moto.cpu_time().unwrap_or_default();
+    let took = until_running(&client, &names, &moto).await?;
+    let moto_busy = moto
+        .cpu_time()
+        .unwrap_or_default()
+        .saturating_sub(moto_before);
     let elapsed = started.elapsed().max(took);
     settled(&aws).await;
     let (total, mutating, _) = delta(&before, &aws.calls());
     println!(
-        "{} EKS clusters with node groups: all running in {:.1} s ({:.2} s per cluster), {} requests per cluster ({} mutating)",
+        "{} EKS clusters with node groups: all running in {:.1} s ({:.2} s per cluster), {} requests per cluster ({} mutating); moto busy {:.0}% of that time",
         args.clusters,
         elapsed.as_secs_f64(),
         elapsed.as_secs_f64() / args.clusters as f64,
         total / args.clusters as u64,
         mutating / args.clusters as u64,
+        100.0 * moto_busy.as_secs_f64() / took.as_secs_f64(),
     );
 
     // Steady state: one reconcile of each object of every cluster (what each resync costs).
