@@ -146,6 +146,8 @@ pub(crate) struct Failure {
     pub(crate) condition: &'static str,
     pub(crate) reason: String,
     pub(crate) message: String,
+    /// Cluster API's severity: `Error` for what needs a person, `Warning` for what may pass.
+    pub(crate) severity: &'static str,
 }
 
 impl Failure {
@@ -154,6 +156,19 @@ impl Failure {
             condition,
             reason: reason.to_owned(),
             message: message.into(),
+            severity: "Error",
+        }
+    }
+
+    /// One that may pass by itself (a read that failed, an instance not listed yet).
+    pub(crate) fn transient(
+        condition: &'static str,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        Failure {
+            severity: "Warning",
+            ..Failure::new(condition, reason, message)
         }
     }
 }
@@ -176,15 +191,16 @@ pub(crate) async fn report_failure(
         condition,
         reason,
         message,
+        severity,
     } = failure;
     conditions::set(status_conditions, condition, false, &reason, &message);
     conditions::set(status_conditions, "Ready", false, &reason, &message);
-    // Not something to wait for, as Cluster API's severities say it.
+    // Cluster API's severities: whether a person is needed.
     for failed in status_conditions
         .iter_mut()
         .filter(|c| c["type"] == condition || c["type"] == "Ready")
     {
-        failed["severity"] = serde_json::json!("Error");
+        failed["severity"] = serde_json::json!(severity);
     }
     let kind = object
         .types

@@ -42,12 +42,23 @@ struct Instance {
     zone: String,
     state: String,
     addresses: Vec<Value>,
-    /// Whether its tags say it is this cluster's (only such instances are touched).
+    /// Whether its tags say it is this machine's, of this cluster (only such instances are
+    /// touched: a `spec.instanceID` set by hand cannot hand over another's).
     owned: bool,
 }
 
+/// What EC2 says of a machine's instance.
+enum Lookup {
+    Found(Instance),
+    /// The recorded instance is unknown to EC2: just launched (EC2's reads lag its writes),
+    /// or terminated long ago.
+    Unknown(String),
+    /// None was recorded, and none carries the machine's tags.
+    None,
+}
+
 impl Instance {
-    fn from_ec2(owner: &Owner, instance: &aws_sdk_ec2::types::Instance) -> Instance {
+    fn from_ec2(owner: &Owner, name: &str, instance: &aws_sdk_ec2::types::Instance) -> Instance {
         let mut addresses = Vec::new();
         let mut add = |type_: &str, address: Option<&str>| {
             if let Some(address) = address.filter(|a| !a.is_empty()) {
@@ -71,18 +82,8 @@ impl Instance {
                 .map(|n| n.as_str().to_owned())
                 .unwrap_or_default(),
             addresses,
-            owned: owner.owns(crate::tags::pairs(instance.tags())),
-        }
-    }
-
-    /// An instance EC2 no longer knows (terminated long ago).
-    fn forgotten(id: &str) -> Instance {
-        Instance {
-            id: id.to_owned(),
-            zone: String::new(),
-            state: "terminated".into(),
-            addresses: Vec::new(),
-            owned: true,
+            owned: owner.owns(crate::tags::pairs(instance.tags()))
+                && crate::tags::pairs(instance.tags()).any(|(k, v)| k == "Name" && v == name),
         }
     }
 
@@ -135,16 +136,34 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             return report(&ctx, &api, &object, &mut status_conditions, failure).await;
         }
         _ => {
-            if object.metadata.deletion_timestamp.is_some() {
-                // Never claimed by a cluster, or its control plane is gone: the instance, if
-                // any, is found by no one else; deletion does not wait forever for it.
-                remove_finalizer(&api, &object, FINALIZER).await?;
+            if object.metadata.deletion_timestamp.is_none() {
+                // Made before its Cluster or control plane (neither is watched here).
+                return Ok(Action::requeue(
+                    ctx.identities.aws().settings().poll_while_changing,
+                ));
             }
-            return Ok(Action::await_change());
+            if aws_machine.spec.instance_id.is_none() {
+                // Never launched: nothing to terminate.
+                remove_finalizer(&api, &object, FINALIZER).await?;
+                return Ok(Action::await_change());
+            }
+            // Its control plane (the region and credentials to reach the instance) went
+            // first: the instance would leak if the AWSMachine went too.
+            let failure = Failure::new(
+                INSTANCE_READY,
+                "ControlPlaneGone",
+                format!(
+                    "cannot terminate EC2 instance {}: the Cluster's AWSManagedControlPlane (its region and identity) is gone; terminate the instance, then remove the finalizer {FINALIZER}",
+                    aws_machine.spec.instance_id.as_deref().unwrap_or_default()
+                ),
+            );
+            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
         }
     };
     let Some(region) = control_plane.spec.region.clone() else {
-        return Ok(Action::await_change());
+        return Ok(Action::requeue(
+            ctx.identities.aws().settings().poll_while_changing,
+        ));
     };
     let session = match ctx
         .identities
@@ -221,21 +240,52 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     }
 
     let mut instance = match find(&session, &owner, &aws_machine, &name).await {
-        Ok(Some(instance)) if !instance.owned => {
+        Ok(Lookup::Found(instance)) if !instance.owned => {
             let failure = Failure::new(
                 INSTANCE_READY,
                 "InvalidSpec",
                 format!(
-                    "spec.instanceID {} is not an instance of this cluster (its ownership tags are missing): lariat manages only the instances it made",
+                    "spec.instanceID {} is not this AWSMachine's instance (its ownership and Name tags differ): lariat manages only the instances it launched",
                     instance.id
                 ),
             );
             return report(&ctx, &api, &object, &mut status_conditions, failure).await;
         }
-        Ok(instance) => instance,
+        Ok(Lookup::Found(instance)) => Some(instance),
+        Ok(Lookup::Unknown(id)) => {
+            // Not a failure: EC2 may not list an instance for a while after launching it.
+            // Looked at again until it does (an instance terminated long ago stays here, as
+            // in Cluster API AWS).
+            let failure = Failure::transient(
+                INSTANCE_READY,
+                "InstanceNotFound",
+                format!("EC2 does not know instance {id} (yet)"),
+            );
+            crate::report_failure(
+                &ctx,
+                &api,
+                &object,
+                &mut status_conditions,
+                failure,
+                json!({}),
+            )
+            .await?;
+            return Ok(Action::requeue(poll));
+        }
+        Ok(Lookup::None) => None,
         Err(error) => {
-            let failure = Failure::new(INSTANCE_READY, &error.code, error.to_string());
-            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+            // A read that failed says nothing of the instance: `ready` stays as it was.
+            let failure = Failure::transient(INSTANCE_READY, &error.code, error.to_string());
+            let wait = crate::report_failure(
+                &ctx,
+                &api,
+                &object,
+                &mut status_conditions,
+                failure,
+                json!({}),
+            )
+            .await?;
+            return Ok(Action::requeue(wait));
         }
     };
     if instance.is_none() {
@@ -481,10 +531,6 @@ fn unsupported(machine: &AWSMachine) -> Option<&'static str> {
                 .is_some_and(|h| h != "default"),
         ),
         ("hostID", spec.host_id.is_some()),
-        (
-            "instanceMetadataOptions",
-            spec.instance_metadata_options.is_some(),
-        ),
         ("networkInterfaces", spec.network_interfaces.is_some()),
         (
             "networkInterfaceType",
@@ -518,36 +564,44 @@ async fn find(
     owner: &Owner,
     machine: &AWSMachine,
     name: &str,
-) -> Result<Option<Instance>, AwsError> {
+) -> Result<Lookup, AwsError> {
     let ec2 = session.aws().ec2(&session.config);
     if let Some(id) = &machine.spec.instance_id {
         let found = match ec2.describe_instances().instance_ids(id).send().await.aws() {
             Ok(found) => found,
-            Err(error) if error.is_not_found() => return Ok(Some(Instance::forgotten(id))),
+            Err(error) if error.is_not_found() => return Ok(Lookup::Unknown(id.clone())),
             Err(error) => return Err(error),
         };
-        return Ok(Some(
-            found
-                .reservations()
-                .iter()
-                .flat_map(|r| r.instances())
-                .next()
-                .map_or_else(|| Instance::forgotten(id), |i| Instance::from_ec2(owner, i)),
-        ));
+        return Ok(found
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .next()
+            .map_or_else(
+                || Lookup::Unknown(id.clone()),
+                |i| Lookup::Found(Instance::from_ec2(owner, name, i)),
+            ));
     }
+    find_by_tags(session, owner, name).await
+}
+
+/// The machine's instance by its tags: one an earlier attempt launched but never recorded.
+async fn find_by_tags(session: &Session, owner: &Owner, name: &str) -> Result<Lookup, AwsError> {
     let mut filters = owner.ec2_filters_with_role("node");
     filters.push(filter("tag:Name", name));
     filters.push(
         aws_sdk_ec2::types::Filter::builder()
             .name("instance-state-name")
             .set_values(Some(
-                ["pending", "running", "stopping", "stopped"]
+                ["pending", "running", "stopping", "stopped", "shutting-down"]
                     .map(str::to_owned)
                     .to_vec(),
             ))
             .build(),
     );
-    let found = ec2
+    let found = session
+        .aws()
+        .ec2(&session.config)
         .describe_instances()
         .set_filters(Some(filters))
         .send()
@@ -558,7 +612,9 @@ async fn find(
         .iter()
         .flat_map(|r| r.instances())
         .next()
-        .map(|i| Instance::from_ec2(owner, i)))
+        .map_or(Lookup::None, |i| {
+            Lookup::Found(Instance::from_ec2(owner, name, i))
+        }))
 }
 
 /// Launches the machine's instance.
@@ -630,6 +686,20 @@ async fn create(
                 .map(|p| IamInstanceProfileSpecification::builder().name(p).build()),
         )
         .set_key_name(spec.ssh_key_name.clone().filter(|k| !k.is_empty()))
+        // Cluster API AWS writes its defaults here on every AWSMachine it has seen.
+        .set_metadata_options(spec.instance_metadata_options.as_ref().map(|o| {
+            use aws_sdk_ec2::types::*;
+            InstanceMetadataOptionsRequest::builder()
+                .set_http_endpoint(o.http_endpoint.as_deref().map(Into::into))
+                .set_http_protocol_ipv6(o.http_protocol_ipv6.as_deref().map(Into::into))
+                .set_http_put_response_hop_limit(
+                    o.http_put_response_hop_limit
+                        .and_then(|l| i32::try_from(l).ok()),
+                )
+                .set_http_tokens(o.http_tokens.as_deref().map(Into::into))
+                .set_instance_metadata_tags(o.instance_metadata_tags.as_deref().map(Into::into))
+                .build()
+        }))
         .user_data(base64::engine::general_purpose::STANDARD.encode(user_data))
         .tag_specifications(
             aws_sdk_ec2::types::TagSpecification::builder()
@@ -646,7 +716,7 @@ async fn create(
     launched
         .instances()
         .first()
-        .map(|i| Instance::from_ec2(owner, i))
+        .map(|i| Instance::from_ec2(owner, &object.name_any(), i))
         .ok_or_else(|| failed("InvalidResponse", AwsError::missing("instance").to_string()))
 }
 
@@ -657,10 +727,16 @@ async fn terminate(
     machine: &AWSMachine,
     name: &str,
 ) -> Result<Option<Instance>, AwsError> {
-    // Only this cluster's instances are terminated.
-    let Some(instance) = find(session, owner, machine, name)
-        .await?
-        .filter(|i| i.owned && i.state != InstanceStateName::Terminated.as_str())
+    // Only this machine's instance is terminated: the recorded one if it is, else the one
+    // its tags name (a record set by hand, or lost).
+    let instance = match find(session, owner, machine, name).await? {
+        Lookup::Found(instance) if instance.owned => Some(instance),
+        _ => match find_by_tags(session, owner, name).await? {
+            Lookup::Found(instance) => Some(instance),
+            _ => None,
+        },
+    };
+    let Some(instance) = instance.filter(|i| i.state != InstanceStateName::Terminated.as_str())
     else {
         return Ok(None);
     };

@@ -1425,10 +1425,31 @@ async fn single_ec2_machines_of_the_eks_flavour_boot_join_and_are_terminated() {
     )
     .await;
 
-    // A record lost (a crash between the launch and the write): the instance is found again
-    // by its tags, not launched twice.
+    // Another machine's instance named by hand is refused, not adopted.
     let lost = machines[1].metadata.name.clone().unwrap();
     let recorded = machines[1].data["spec"]["instanceID"].clone();
+    aws_machines
+        .patch(
+            &lost,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"instanceID": first}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "another machine's instance is refused",
+        Duration::from_secs(30),
+        || {
+            let (api, lost) = (aws_machines.clone(), lost.clone());
+            async move {
+                condition(&api.get(&lost).await.unwrap(), "InstanceReady").as_deref()
+                    == Some("InvalidSpec")
+            }
+        },
+    )
+    .await;
+    // A record lost (a crash between the launch and the write): the instance is found again
+    // by its tags, not launched twice.
     aws_machines
         .patch(
             &lost,
@@ -1519,6 +1540,30 @@ async fn single_ec2_machines_of_the_eks_flavour_boot_join_and_are_terminated() {
     })
     .await;
 
+    // Scaled back to two: a new instance, which deleting the Cluster must terminate.
+    deployments
+        .patch(
+            "prod-md-0",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    eventually("a new instance runs", Duration::from_secs(60), || async {
+        !ready_machines().await.is_empty()
+    })
+    .await;
+    let last = ready_machines().await[0].data["spec"]["instanceID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        instances_by_machine(&ec2)
+            .await
+            .iter()
+            .any(|(_, id, state)| *id == last && state == "running")
+    );
+
     // Deleting the Cluster leaves no instance running and no AWSMachine.
     let clusters: Api<lariat_api::capi::Cluster> = Api::namespaced(setup.lariat.client.clone(), NS);
     clusters
@@ -1550,7 +1595,8 @@ async fn single_ec2_machines_of_the_eks_flavour_boot_join_and_are_terminated() {
 }
 
 /// AWS's refusals reach the conditions with AWS's code, and nothing is launched: an instance
-/// type AWS does not have, and an AMI that does not exist.
+/// type AWS does not have, and an AMI that does not exist. (The codes asserted are moto's:
+/// AWS itself may answer an unknown instance type with `InvalidParameterValue`.)
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_instance_type_or_ami_is_reported_with_aws_s_code() {
     let Workers {
