@@ -646,7 +646,6 @@ async fn create(
             let zones = zone.map(|z| vec![z.to_owned()]);
             workers::private_subnets(control_plane, zones.as_deref())
                 .into_iter()
-                .map(|(id, _)| id)
                 .next()
                 .ok_or_else(|| {
                     failed(

@@ -267,10 +267,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         None => workers::private_subnets(
             &control_plane,
             machine_pool.spec.availability_zones.as_deref(),
-        )
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect(),
+        ),
     };
     if let Some(field) = unsupported(&machine_pool) {
         let failed = Failed(

@@ -547,21 +547,7 @@ async fn create(
     .await?;
     let subnets = match &spec.subnet_ids {
         Some(ids) => ids.clone(),
-        None => control_plane
-            .spec
-            .network
-            .iter()
-            .flat_map(|n| n.subnets.iter().flatten())
-            .filter(|s| s.is_public != Some(true))
-            .filter(|s| {
-                spec.availability_zones.as_ref().is_none_or(|zones| {
-                    s.availability_zone
-                        .as_ref()
-                        .is_some_and(|z| zones.contains(z))
-                })
-            })
-            .map(|s| s.id.clone())
-            .collect(),
+        None => crate::workers::private_subnets(control_plane, spec.availability_zones.as_deref()),
     };
     let taints = spec.taints.as_ref().map(|taints| {
         taints

@@ -74,7 +74,7 @@ pub(crate) fn security_groups<'a>(
 pub(crate) fn private_subnets(
     control_plane: &AWSManagedControlPlane,
     zones: Option<&[String]>,
-) -> Vec<(String, Option<String>)> {
+) -> Vec<String> {
     control_plane
         .spec
         .network
@@ -88,7 +88,7 @@ pub(crate) fn private_subnets(
                     .is_some_and(|z| zones.contains(z))
             })
         })
-        .map(|s| (s.id.clone(), s.availability_zone.clone()))
+        .map(|s| s.id.clone())
         .collect()
 }
 

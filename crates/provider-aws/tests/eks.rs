@@ -1106,20 +1106,7 @@ async fn self_managed_pool(
     let (ids, states) = running().await;
     assert_eq!(states, ["running", "running", "running"]);
     // Each instance boots with the EKSConfig's script, from the launch template.
-    let user_data = ec2
-        .describe_instance_attribute()
-        .instance_id(&ids[0])
-        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
-        .send()
-        .await
-        .unwrap()
-        .user_data()
-        .and_then(|v| v.value())
-        .map(|v| {
-            use base64::Engine;
-            String::from_utf8(base64::engine::general_purpose::STANDARD.decode(v).unwrap()).unwrap()
-        })
-        .unwrap_or_default();
+    let user_data = user_data(&ec2, &ids[0]).await;
     assert!(user_data.contains(expected_user_data), "{user_data}");
 
     // kubectl scale machinepool prod-mp-0 --replicas=5
@@ -1186,6 +1173,28 @@ async fn self_managed_pool(
         "every instance terminated"
     );
     let _ = setup.stop.send(true);
+}
+
+/// The user data an instance boots with, as text.
+async fn user_data(ec2: &aws_sdk_ec2::Client, instance: &str) -> String {
+    use base64::Engine;
+    let found = ec2
+        .describe_instance_attribute()
+        .instance_id(instance)
+        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+        .send()
+        .await
+        .unwrap();
+    let encoded = found
+        .user_data()
+        .and_then(|v| v.value())
+        .unwrap_or_default();
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap(),
+    )
+    .unwrap()
 }
 
 /// The instances behind the AWSMachines of cluster `prod`, by AWSMachine name: (instance ID,
@@ -1369,20 +1378,7 @@ async fn single_ec2_machines_of_the_eks_flavour_boot_join_and_are_terminated() {
     assert!(instance.tags().iter().any(|t| t.key()
         == Some("kubernetes.io/cluster/team-a_prod-control-plane")
         && t.value() == Some("owned")));
-    let user_data = ec2
-        .describe_instance_attribute()
-        .instance_id(&first)
-        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
-        .send()
-        .await
-        .unwrap()
-        .user_data()
-        .and_then(|v| v.value())
-        .map(|v| {
-            use base64::Engine;
-            String::from_utf8(base64::engine::general_purpose::STANDARD.decode(v).unwrap()).unwrap()
-        })
-        .unwrap_or_default();
+    let user_data = user_data(&ec2, &first).await;
     assert!(
         user_data.contains("Content-Type: application/node.eks.aws"),
         "{user_data}"
