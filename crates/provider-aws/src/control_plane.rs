@@ -22,6 +22,7 @@ use lariat_controllers::object::{ensure_finalizer, patch, patch_status, remove_f
 use serde_json::{Value, json};
 
 use crate::Context;
+use crate::addons::{self, Progress};
 use crate::iam::{self, RoleSpec};
 use crate::identity::Session;
 use crate::network;
@@ -249,6 +250,18 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         )
         .await?;
     }
+    let addons = if ready && conditions::is_true(&status_conditions, "EKSControlPlaneReady") {
+        reconcile_addons(
+            &session,
+            &owner,
+            &control_plane,
+            &eks_cluster,
+            &mut status_conditions,
+        )
+        .await
+    } else {
+        AddonsOutcome::default()
+    };
     let failure_domains: serde_json::Map<String, Value> = provisioned
         .network
         .subnets
@@ -268,7 +281,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     if let Some(id) = &provisioned.cluster_security_group {
         security_groups["node"] = json!({"id": id, "name": id});
     }
-    let status = json!({
+    let mut status = json!({
         "ready": ready,
         "initialized": ready,
         "externalManagedControlPlane": true,
@@ -281,8 +294,21 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         "conditions": status_conditions,
         "observedGeneration": object.metadata.generation,
     });
+    if let Some(states) = addons.states {
+        status["addons"] = json!(states);
+    }
+    // An addon's failure leaves the control plane ready (it serves), but not Ready.
+    if let Some(failure) = &addons.failure {
+        crate::mark_failed(&mut status_conditions, failure);
+        status["conditions"] = json!(status_conditions);
+    }
     if !contains(&object.data["status"], &status) {
         patch_status(&api, &name, status).await?;
+        if let Some(failure) = &addons.failure
+            && json!(status_conditions) != object.data["status"]["conditions"]
+        {
+            crate::announce_failure(&ctx, &object, failure).await;
+        }
         if ready
             && !conditions::is_true(
                 &conditions::existing(&object.data["status"]),
@@ -300,8 +326,12 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 .await;
         }
     }
+    if addons.failure.is_some() {
+        return Ok(Action::requeue(crate::FAILURE_RETRY));
+    }
     // Nothing to wait for: done, or refused until the spec changes.
-    let settled = ready
+    let settled = !addons.changing
+        && ready
         && (conditions::is_true(&status_conditions, "EKSControlPlaneReady")
             || status_conditions
                 .iter()
@@ -312,6 +342,78 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     } else {
         Action::requeue(ctx.identities.aws().settings().poll_while_changing)
     })
+}
+
+/// What one pass over the addons found.
+#[derive(Default)]
+struct AddonsOutcome {
+    /// `status.addons`, when the addons were read.
+    states: Option<Vec<lariat_api::aws::managed_control_plane::AddonState>>,
+    /// Something is being created, updated or deleted.
+    changing: bool,
+    failure: Option<crate::Failure>,
+}
+
+/// The addons of an ACTIVE cluster that is not upgrading. They are read when the spec names
+/// some, the status shows some, or the spec changed: a cluster without addons costs no call.
+async fn reconcile_addons(
+    session: &Session,
+    owner: &Owner,
+    control_plane: &AWSManagedControlPlane,
+    eks_cluster: &str,
+    status_conditions: &mut Vec<Value>,
+) -> AddonsOutcome {
+    let wanted = control_plane.spec.addons.clone().unwrap_or_default();
+    let status = control_plane.status.clone().unwrap_or_default();
+    let shown = status.addons.as_ref().is_some_and(|a| !a.is_empty());
+    let changed = status.observed_generation != control_plane.metadata.generation;
+    if wanted.is_empty() && !shown && !changed {
+        return AddonsOutcome::default();
+    }
+    const CONDITION: &str = "EKSAddonsConfigured";
+    const FAILED: &str = "EKSAddonsConfiguredFailed";
+    let eks = session.aws().eks(&session.config);
+    let addons = match addons::reconcile(&eks, owner, eks_cluster, &wanted).await {
+        Ok(addons) => addons,
+        Err(error) => {
+            return AddonsOutcome {
+                failure: Some(crate::Failure::new(
+                    CONDITION,
+                    &error.code,
+                    error.to_string(),
+                )),
+                ..AddonsOutcome::default()
+            };
+        }
+    };
+    let mut outcome = AddonsOutcome {
+        states: Some(addons.states),
+        ..AddonsOutcome::default()
+    };
+    match addons.progress {
+        Progress::Configured => conditions::set(status_conditions, CONDITION, true, "", ""),
+        Progress::Changing(what) => {
+            conditions::set(
+                status_conditions,
+                CONDITION,
+                false,
+                "EKSAddonsConfiguring",
+                &what,
+            );
+            outcome.changing = true;
+        }
+        Progress::Failed(what) => {
+            outcome.failure = Some(crate::Failure::new(CONDITION, FAILED, what))
+        }
+        Progress::Degraded(what) => {
+            outcome.failure = Some(crate::Failure::transient(
+                CONDITION,
+                "EKSAddonsDegraded",
+                what,
+            ))
+        }
+    }
+    outcome
 }
 
 /// What a version change asks of EKS.

@@ -13,6 +13,7 @@
 //!   security groups, subnets), their role mapped in the cluster's aws-auth by `aws_auth.rs`;
 //! - `moto.rs`: a throwaway moto server for tests and benchmarks.
 
+mod addons;
 pub mod aws_auth;
 pub mod bootstrap;
 pub mod control_plane;
@@ -185,44 +186,59 @@ pub(crate) async fn report_failure(
     mut status: serde_json::Value,
 ) -> Result<std::time::Duration, lariat_controllers::Error> {
     use kube::ResourceExt;
+    mark_failed(status_conditions, &failure);
+    if serde_json::json!(status_conditions) != object.data["status"]["conditions"] {
+        status["conditions"] = serde_json::json!(status_conditions);
+        lariat_controllers::object::patch_status(api, &object.name_any(), status).await?;
+        announce_failure(ctx, object, &failure).await;
+    }
+    Ok(FAILURE_RETRY)
+}
+
+/// How soon a failure is looked at again.
+pub(crate) const FAILURE_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Sets the failed condition, and Ready, to False with the failure's reason and severity.
+pub(crate) fn mark_failed(status_conditions: &mut Vec<serde_json::Value>, failure: &Failure) {
     use lariat_controllers::conditions::json as conditions;
-    use lariat_controllers::events::EventType;
     let Failure {
         condition,
         reason,
         message,
         severity,
     } = failure;
-    conditions::set(status_conditions, condition, false, &reason, &message);
-    conditions::set(status_conditions, "Ready", false, &reason, &message);
+    conditions::set(status_conditions, condition, false, reason, message);
+    conditions::set(status_conditions, "Ready", false, reason, message);
     // Cluster API's severities: whether a person is needed.
     for failed in status_conditions
         .iter_mut()
-        .filter(|c| c["type"] == condition || c["type"] == "Ready")
+        .filter(|c| c["type"] == *condition || c["type"] == "Ready")
     {
         failed["severity"] = serde_json::json!(severity);
     }
+}
+
+/// Logs a failure once and records it as a Warning Event; called when it is first written.
+pub(crate) async fn announce_failure(ctx: &Context, object: &DynamicObject, failure: &Failure) {
+    use kube::ResourceExt;
+    use lariat_controllers::events::EventType;
     let kind = object
         .types
         .as_ref()
         .map(|t| t.kind.clone())
         .unwrap_or_default();
-    if serde_json::json!(status_conditions) != object.data["status"]["conditions"] {
-        lariat_controllers::warn_once(
-            &format!(
-                "{kind}/{}/{}",
-                object.namespace().unwrap_or_default(),
-                object.name_any()
-            ),
-            &format!("{kind} cannot go on: {reason}: {message}"),
-        );
-        status["conditions"] = serde_json::json!(status_conditions);
-        lariat_controllers::object::patch_status(api, &object.name_any(), status).await?;
-        ctx.events
-            .publish(object, &kind, EventType::Warning, &reason, &message)
-            .await;
-    }
-    Ok(std::time::Duration::from_secs(60))
+    let (reason, message) = (&failure.reason, &failure.message);
+    lariat_controllers::warn_once(
+        &format!(
+            "{kind}/{}/{}",
+            object.namespace().unwrap_or_default(),
+            object.name_any()
+        ),
+        &format!("{kind} cannot go on: {reason}: {message}"),
+    );
+    ctx.events
+        .publish(object, &kind, EventType::Warning, reason, message)
+        .await;
 }
 
 /// What every reconcile of the provider shares.

@@ -1696,3 +1696,244 @@ async fn an_unknown_instance_type_or_ami_is_reported_with_aws_s_code() {
     );
     let _ = setup.stop.send(true);
 }
+
+/// The condition `type_` of an object's status, whole.
+fn condition_of(object: &DynamicObject, type_: &str) -> Value {
+    object.data["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
+        .unwrap_or_default()
+}
+
+/// `spec.addons` of Cluster API AWS, through EKS's addon API. moto has no addons at all: the
+/// double in front of it keeps them (`common::eks_double`), everything else is moto's.
+/// Addons are created, updated when the spec changes, removed when the spec drops them (only
+/// those lariat made), and EKS's refusals and health issues reach the condition.
+#[tokio::test(flavor = "multi_thread")]
+async fn eks_addons_follow_the_spec_and_their_failures_are_reported() {
+    let moto = Moto::start();
+    let double = common::eks_double::EksDouble::start(&moto.endpoint).await;
+    let setup = Setup::start(moto, &double.endpoint).await;
+    let eks_cluster = "team-a_prod-control-plane";
+    for mut manifest in manifests("capa") {
+        if manifest["kind"] == "AWSManagedControlPlane" {
+            manifest["spec"]["addons"] = json!([
+                {"name": "vpc-cni", "version": "v1.19.0-eksbuild.1"},
+                {"name": "coredns", "version": "v1.11.3-eksbuild.1",
+                 "configuration": "{\"replicaCount\": 3}", "preserveOnDelete": true},
+            ]);
+        }
+        setup.lariat.apply(manifest).await;
+    }
+    setup.provisioned().await;
+    let control_planes = setup.api(&lariat_provider_aws::control_plane::resource());
+    let addons_are = |want: &'static [(&'static str, &'static str)]| {
+        let api = control_planes.clone();
+        move || {
+            let api = api.clone();
+            async move {
+                let Ok(control_plane) = api.get("prod-control-plane").await else {
+                    return false;
+                };
+                let mut shown: Vec<(String, String, String)> =
+                    control_plane.data["status"]["addons"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|a| {
+                            let field = |f: &str| a[f].as_str().unwrap_or_default().to_owned();
+                            (field("name"), field("version"), field("status"))
+                        })
+                        .collect();
+                shown.sort();
+                let mut want: Vec<(String, String, String)> = want
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_string(), "ACTIVE".to_owned()))
+                    .collect();
+                want.sort();
+                condition(&control_plane, "EKSAddonsConfigured").as_deref() == Some("True")
+                    && shown == want
+            }
+        }
+    };
+    eventually(
+        "both addons are ACTIVE",
+        Duration::from_secs(60),
+        addons_are(&[
+            ("vpc-cni", "v1.19.0-eksbuild.1"),
+            ("coredns", "v1.11.3-eksbuild.1"),
+        ]),
+    )
+    .await;
+    assert_eq!(
+        double.addon_calls(),
+        [
+            format!("create {eks_cluster}/vpc-cni v1.19.0-eksbuild.1"),
+            format!("create {eks_cluster}/coredns v1.11.3-eksbuild.1"),
+        ],
+        "each addon created once"
+    );
+    // Made with the cluster's ownership tags and its configuration.
+    let admin = setup.moto.admin().await;
+    let eks = aws_sdk_eks::Client::from_conf(
+        aws_sdk_eks::config::Builder::from(&admin)
+            .endpoint_url(&double.endpoint)
+            .build(),
+    );
+    let coredns = eks
+        .describe_addon()
+        .cluster_name(eks_cluster)
+        .addon_name("coredns")
+        .send()
+        .await
+        .unwrap()
+        .addon
+        .unwrap();
+    let tags = coredns.tags().cloned().unwrap_or_default();
+    assert_eq!(
+        tags.get("sigs.k8s.io/cluster-api-provider-aws/cluster/prod")
+            .map(String::as_str),
+        Some("owned"),
+        "{tags:?}"
+    );
+    assert_eq!(tags.get("team").map(String::as_str), Some("a"), "{tags:?}");
+    assert_eq!(
+        coredns.configuration_values(),
+        Some("{\"replicaCount\": 3}")
+    );
+
+    // Someone installs an addon with the console; the spec then bumps vpc-cni and drops
+    // coredns. The console's addon stays: lariat did not make it.
+    double.install_addon(eks_cluster, "eks-pod-identity-agent", "v1.3.4-eksbuild.1");
+    control_planes
+        .patch(
+            "prod-control-plane",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"addons": [
+                {"name": "vpc-cni", "version": "v1.19.2-eksbuild.1"},
+            ]}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "vpc-cni is updated and coredns deleted",
+        Duration::from_secs(60),
+        addons_are(&[
+            ("vpc-cni", "v1.19.2-eksbuild.1"),
+            ("eks-pod-identity-agent", "v1.3.4-eksbuild.1"),
+        ]),
+    )
+    .await;
+    let calls = double.addon_calls();
+    assert_eq!(calls.len(), 4, "{calls:?}");
+    assert!(
+        calls[2].starts_with(&format!(
+            "update {eks_cluster}/vpc-cni addonVersion=v1.19.2-eksbuild.1"
+        )),
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls[3],
+        format!("delete {eks_cluster}/coredns preserve=true"),
+        "preserveOnDelete is remembered after the spec dropped the addon"
+    );
+
+    // EKS refuses a version it does not publish: its code and message reach the condition.
+    control_planes
+        .patch(
+            "prod-control-plane",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"addons": [
+                {"name": "vpc-cni", "version": "latest"},
+            ]}})),
+        )
+        .await
+        .unwrap();
+    let refused = |reason: &'static str| {
+        let api = control_planes.clone();
+        move || {
+            let api = api.clone();
+            async move {
+                api.get("prod-control-plane").await.is_ok_and(|cp| {
+                    condition(&cp, "EKSAddonsConfigured").as_deref() == Some(reason)
+                })
+            }
+        }
+    };
+    eventually(
+        "the refused version is reported",
+        Duration::from_secs(30),
+        refused("InvalidParameterException"),
+    )
+    .await;
+    let control_plane = control_planes.get("prod-control-plane").await.unwrap();
+    let said = condition_of(&control_plane, "EKSAddonsConfigured");
+    assert!(
+        said["message"]
+            .as_str()
+            .unwrap()
+            .contains("addon vpc-cni: Addon version specified is not supported: latest"),
+        "{said}"
+    );
+    assert_eq!(said["severity"], "Error");
+    assert_eq!(
+        control_plane.data["status"]["ready"], true,
+        "the control plane still serves"
+    );
+
+    // An update EKS accepts but that ends UPDATE_FAILED, with its health issue.
+    double.fail_addon(
+        "vpc-cni",
+        "InsufficientNumberOfReplicas",
+        "The add-on is unhealthy because it doesn't have the desired number of replicas.",
+    );
+    control_planes
+        .patch(
+            "prod-control-plane",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"addons": [
+                {"name": "vpc-cni", "version": "v1.19.3-eksbuild.1"},
+            ]}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the failed update is reported",
+        Duration::from_secs(30),
+        refused("EKSAddonsConfiguredFailed"),
+    )
+    .await;
+    let control_plane = control_planes.get("prod-control-plane").await.unwrap();
+    let said = condition_of(&control_plane, "EKSAddonsConfigured");
+    let message = said["message"].as_str().unwrap();
+    assert!(
+        message.contains("addon vpc-cni is UPDATE_FAILED")
+            && message.contains("InsufficientNumberOfReplicas"),
+        "{said}"
+    );
+    assert_eq!(
+        condition(&control_plane, "Ready").as_deref(),
+        Some("EKSAddonsConfiguredFailed")
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(setup.lariat.client.clone(), NS);
+    let events = events.list(&Default::default()).await.unwrap().items;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("EKSAddonsConfiguredFailed")
+                && e.type_.as_deref() == Some("Warning")),
+        "{:?}",
+        events.iter().map(|e| &e.reason).collect::<Vec<_>>()
+    );
+    // A failed update is not retried until the spec changes.
+    let calls = double.addon_calls().len();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        double.addon_calls().len(),
+        calls,
+        "{:?}",
+        double.addon_calls()
+    );
+    let _ = setup.stop.send(true);
+}

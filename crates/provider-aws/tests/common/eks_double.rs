@@ -4,9 +4,9 @@
 //! cluster or group is UPDATING for a while, then ACTIVE at the new version. It can
 //! also point a cluster's endpoint and CA at a stand-in API server (moto's endpoint resolves
 //! nowhere), and answer SSM GetParameter for the parameters AWS publishes under
-//! `/aws/service/` (EKS-optimized AMIs), which moto reserves and does not hold. Every other
-//! request goes to moto unchanged, so everything moto does implement is still tested against
-//! moto.
+//! `/aws/service/` (EKS-optimized AMIs), which moto reserves and does not hold. It also keeps
+//! EKS addons, which moto lacks entirely (`addons` below). Every other request goes to moto
+//! unchanged, so everything moto does implement is still tested against moto.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,6 +19,8 @@ use serde_json::{Value, json};
 
 /// How long an update shows UPDATING (EKS takes tens of minutes).
 const UPDATING_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long an addon shows CREATING, UPDATING or DELETING.
+const ADDON_CHANGES_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub struct EksDouble {
     /// Where the SDK is pointed instead of moto.
@@ -37,6 +39,14 @@ struct Doubled {
     endpoints: HashMap<String, (String, String)>,
     /// AWS's published SSM parameters, by name.
     published: HashMap<String, String>,
+    /// EKS clusters made through the double and not deleted: addons live in them.
+    clusters: std::collections::HashSet<String>,
+    /// By cluster, then addon name.
+    addons: HashMap<String, std::collections::BTreeMap<String, addons::Addon>>,
+    /// Every addon call that changes something, in order: `create cluster/vpc-cni v1.19.0-eksbuild.1`.
+    addon_calls: Vec<String>,
+    /// By addon name: the issue its next create or update ends in (`code`, `message`).
+    addon_failures: HashMap<String, (String, String)>,
 }
 
 impl EksDouble {
@@ -66,6 +76,33 @@ impl EksDouble {
             .unwrap()
             .published
             .insert(name.to_owned(), value.to_owned());
+    }
+
+    /// The addon calls that changed something so far, in order.
+    pub fn addon_calls(&self) -> Vec<String> {
+        self.state.lock().unwrap().addon_calls.clone()
+    }
+
+    /// Makes the next create or update of addon `name` fail as EKS reports it: the addon ends
+    /// in CREATE_FAILED or UPDATE_FAILED with this health issue.
+    pub fn fail_addon(&self, name: &str, code: &str, message: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .addon_failures
+            .insert(name.to_owned(), (code.to_owned(), message.to_owned()));
+    }
+
+    /// Installs addon `name` in `cluster` as someone else would (the console, eksctl): ACTIVE,
+    /// without lariat's tags.
+    pub fn install_addon(&self, cluster: &str, name: &str, version: &str) {
+        let mut state = self.state.lock().unwrap();
+        let addon = addons::Addon::new(cluster, name, version, &Value::Null);
+        state
+            .addons
+            .entry(cluster.to_owned())
+            .or_default()
+            .insert(name.to_owned(), addon.settled());
     }
 
     /// Makes `cluster`'s reads show `endpoint` (`https://host:port`) and `ca` (base64 PEM).
@@ -119,6 +156,17 @@ async fn handle(
         return (StatusCode::OK, axum::Json(update)).into_response();
     }
 
+    if path.len() >= 3 && path[0] == "clusters" && path[2] == "addons" {
+        let mut state = state.lock().unwrap();
+        return addons::handle(&mut state, &method, &uri, &path, &body);
+    }
+    if let (&Method::POST, ["tags", arn]) = (&method, path.as_slice()) {
+        let arn = arn.replace("%3A", ":");
+        if arn.contains(":addon/") {
+            let mut state = state.lock().unwrap();
+            return addons::tag(&mut state, &arn, &body);
+        }
+    }
     if headers
         .get("x-amz-target")
         .is_some_and(|t| t == "AmazonSSM.GetParameter")
@@ -161,6 +209,22 @@ async fn handle(
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     let created: Value = serde_json::from_slice(&forwarded_body).unwrap_or_default();
+    if status.is_success() {
+        let mut state = state.lock().unwrap();
+        match (&method, path.as_slice()) {
+            (&Method::POST, ["clusters"]) => {
+                if let Some(name) = created["name"].as_str() {
+                    state.clusters.insert(name.to_owned());
+                }
+            }
+            // EKS deletes a cluster's addons with it.
+            (&Method::DELETE, ["clusters", cluster]) => {
+                state.clusters.remove(*cluster);
+                state.addons.remove(*cluster);
+            }
+            _ => {}
+        }
+    }
     let read_of = match (&method, path.as_slice()) {
         (&Method::GET, ["clusters", cluster]) => Some((cluster.to_string(), "cluster")),
         (&Method::POST, ["clusters"]) => created["name"]
@@ -354,4 +418,297 @@ async fn serve_endpoint(
     // Streamed, as a watch's answer must be.
     let (parts, body) = answer.into_parts();
     axum::http::Response::from_parts(parts, axum::body::Body::new(body))
+}
+
+/// EKS addons as the EKS API serves them (CreateAddon, DescribeAddon, ListAddons, UpdateAddon,
+/// DeleteAddon): each change shows CREATING, UPDATING or DELETING for a moment, then ACTIVE
+/// (or gone); a name or version EKS does not publish, or configuration values that are not
+/// JSON, are refused as EKS refuses them (`InvalidParameterException`).
+mod addons {
+    use std::time::{Instant, SystemTime};
+
+    use axum::body::Bytes;
+    use axum::http::{Method, StatusCode, Uri};
+    use axum::response::{IntoResponse, Response};
+    use serde_json::{Value, json};
+
+    use super::{ADDON_CHANGES_FOR, Doubled};
+
+    /// The addons EKS publishes (a few of them).
+    const PUBLISHED: [&str; 5] = [
+        "vpc-cni",
+        "coredns",
+        "kube-proxy",
+        "aws-ebs-csi-driver",
+        "eks-pod-identity-agent",
+    ];
+
+    #[derive(Clone)]
+    pub struct Addon {
+        body: Value,
+        /// What `status` becomes, and when (None: the addon goes away).
+        next: Option<(Option<String>, Instant)>,
+    }
+
+    impl Addon {
+        pub fn new(cluster: &str, name: &str, version: &str, asked: &Value) -> Addon {
+            let now = epoch();
+            let mut body = json!({
+                "addonName": name,
+                "clusterName": cluster,
+                "status": "CREATING",
+                "addonVersion": version,
+                "health": {"issues": []},
+                "addonArn": format!("arn:aws:eks:us-east-1:123456789012:addon/{cluster}/{name}/{}", now as u64),
+                "createdAt": now,
+                "modifiedAt": now,
+                "tags": asked.get("tags").cloned().unwrap_or(json!({})),
+            });
+            for (from, to) in [
+                ("serviceAccountRoleArn", "serviceAccountRoleArn"),
+                ("configurationValues", "configurationValues"),
+            ] {
+                if let Some(value) = asked.get(from).filter(|v| !v.is_null()) {
+                    body[to] = value.clone();
+                }
+            }
+            Addon {
+                body,
+                next: Some((Some("ACTIVE".into()), Instant::now() + ADDON_CHANGES_FOR)),
+            }
+        }
+
+        pub fn settled(mut self) -> Addon {
+            self.body["status"] = json!("ACTIVE");
+            self.next = None;
+            self
+        }
+
+        /// The addon as it is now; `None` once a deletion is done.
+        fn now(&mut self) -> Option<&Value> {
+            if let Some((status, when)) = self.next.clone()
+                && Instant::now() >= when
+            {
+                self.next = None;
+                match status {
+                    Some(status) => self.body["status"] = json!(status),
+                    None => return None,
+                }
+            }
+            Some(&self.body)
+        }
+    }
+
+    fn epoch() -> f64 {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    }
+
+    fn error(status: StatusCode, code: &str, message: &str) -> Response {
+        (
+            status,
+            [("x-amzn-errortype", code)],
+            axum::Json(json!({"message": message})),
+        )
+            .into_response()
+    }
+
+    fn invalid(asked: &Value, name: &str) -> Option<Response> {
+        if !PUBLISHED.contains(&name) {
+            let message = format!("Addon {name} specified is not supported");
+            return Some(error(
+                StatusCode::BAD_REQUEST,
+                "InvalidParameterException",
+                &message,
+            ));
+        }
+        // EKS's versions: v1.19.0-eksbuild.1.
+        let version = asked["addonVersion"].as_str().unwrap_or_default();
+        let published = version
+            .strip_prefix('v')
+            .and_then(|v| v.split_once("-eksbuild."))
+            .is_some_and(|(semver, build)| {
+                semver.split('.').count() == 3
+                    && semver.split('.').all(|p| p.parse::<u32>().is_ok())
+                    && build.parse::<u32>().is_ok()
+            });
+        if !version.is_empty() && !published {
+            let message = format!("Addon version specified is not supported: {version}");
+            return Some(error(
+                StatusCode::BAD_REQUEST,
+                "InvalidParameterException",
+                &message,
+            ));
+        }
+        // Empty values clear what the addon had.
+        if let Some(values) = asked["configurationValues"]
+            .as_str()
+            .filter(|v| !v.is_empty())
+            && serde_json::from_str::<Value>(values).is_err()
+        {
+            let message = "ConfigurationValue provided in request is not supported: Json schema validation failed";
+            return Some(error(
+                StatusCode::BAD_REQUEST,
+                "InvalidParameterException",
+                message,
+            ));
+        }
+        None
+    }
+
+    /// TagResource on an addon's ARN.
+    pub fn tag(state: &mut Doubled, arn: &str, body: &Bytes) -> Response {
+        let asked: Value = serde_json::from_slice(body).unwrap_or_default();
+        let found = state
+            .addons
+            .values_mut()
+            .flat_map(|addons| addons.values_mut())
+            .find(|addon| addon.body["addonArn"] == arn);
+        let Some(addon) = found else {
+            let message = format!("Resource {arn} not found");
+            return error(StatusCode::NOT_FOUND, "NotFoundException", &message);
+        };
+        if let Some(tags) = asked["tags"].as_object() {
+            for (key, value) in tags {
+                addon.body["tags"][key] = value.clone();
+            }
+        }
+        state.addon_calls.push(format!("tag {arn}"));
+        axum::Json(json!({})).into_response()
+    }
+
+    pub fn handle(
+        state: &mut Doubled,
+        method: &Method,
+        uri: &Uri,
+        path: &[&str],
+        body: &Bytes,
+    ) -> Response {
+        let cluster = path[1].to_owned();
+        if !state.clusters.contains(&cluster) {
+            let message = format!("No cluster found for name: {cluster}.");
+            return error(StatusCode::NOT_FOUND, "ResourceNotFoundException", &message);
+        }
+        let asked: Value = serde_json::from_slice(body).unwrap_or_default();
+        let Doubled {
+            addons,
+            addon_calls,
+            addon_failures,
+            ..
+        } = state;
+        let addons = addons.entry(cluster.clone()).or_default();
+        addons.retain(|_, addon| addon.now().is_some());
+        match (method, &path[3..]) {
+            (&Method::GET, []) => {
+                let names: Vec<&String> = addons.keys().collect();
+                axum::Json(json!({"addons": names})).into_response()
+            }
+            (&Method::POST, []) => {
+                let name = asked["addonName"].as_str().unwrap_or_default().to_owned();
+                if let Some(refused) = invalid(&asked, &name) {
+                    return refused;
+                }
+                if addons.contains_key(&name) {
+                    let message = format!("Addon already exists.: {name}");
+                    return error(StatusCode::CONFLICT, "ResourceInUseException", &message);
+                }
+                let version = asked["addonVersion"]
+                    .as_str()
+                    .unwrap_or("v1.0.0-eksbuild.1");
+                let mut addon = Addon::new(&cluster, &name, version, &asked);
+                if let Some((code, message)) = addon_failures.remove(&name) {
+                    addon.body["health"]["issues"] = json!([{"code": code, "message": message}]);
+                    addon.next = Some((
+                        Some("CREATE_FAILED".into()),
+                        Instant::now() + ADDON_CHANGES_FOR,
+                    ));
+                }
+                addon_calls.push(format!("create {cluster}/{name} {version}"));
+                let answer = json!({"addon": addon.body});
+                addons.insert(name, addon);
+                axum::Json(answer).into_response()
+            }
+            (method, [name, rest @ ..]) => {
+                let name = name.to_string();
+                let Some(addon) = addons.get_mut(&name) else {
+                    let message = format!("No addon: {name} found in cluster: {cluster}");
+                    return error(StatusCode::NOT_FOUND, "ResourceNotFoundException", &message);
+                };
+                let busy = matches!(
+                    addon.body["status"].as_str(),
+                    Some("CREATING" | "UPDATING" | "DELETING")
+                );
+                match (method, rest) {
+                    (&Method::GET, []) => axum::Json(json!({"addon": addon.body})).into_response(),
+                    (&Method::POST, ["update"]) => {
+                        if busy {
+                            let message = format!("Addon {name} is busy");
+                            return error(StatusCode::CONFLICT, "ResourceInUseException", &message);
+                        }
+                        if let Some(refused) = invalid(&asked, &name) {
+                            return refused;
+                        }
+                        let mut changes = vec![];
+                        for field in [
+                            "addonVersion",
+                            "serviceAccountRoleArn",
+                            "configurationValues",
+                        ] {
+                            if let Some(value) = asked.get(field).filter(|v| !v.is_null()) {
+                                // An empty value clears the field.
+                                match value.as_str() {
+                                    Some("") => addon.body.as_object_mut().unwrap().remove(field),
+                                    _ => addon
+                                        .body
+                                        .as_object_mut()
+                                        .unwrap()
+                                        .insert(field.into(), value.clone()),
+                                };
+                                changes.push(format!(
+                                    "{field}={}",
+                                    value.as_str().unwrap_or_default()
+                                ));
+                            }
+                        }
+                        addon.body["status"] = json!("UPDATING");
+                        addon.body["modifiedAt"] = json!(epoch());
+                        let next = match addon_failures.remove(&name) {
+                            Some((code, message)) => {
+                                addon.body["health"]["issues"] =
+                                    json!([{"code": code, "message": message}]);
+                                "UPDATE_FAILED"
+                            }
+                            None => {
+                                addon.body["health"]["issues"] = json!([]);
+                                "ACTIVE"
+                            }
+                        };
+                        addon.next = Some((Some(next.into()), Instant::now() + ADDON_CHANGES_FOR));
+                        addon_calls.push(format!("update {cluster}/{name} {}", changes.join(" ")));
+                        let update = json!({"update": {
+                            "id": format!("addon-update-{}", addon_calls.len()),
+                            "status": "InProgress",
+                            "type": "AddonUpdate",
+                            "errors": [],
+                        }});
+                        axum::Json(update).into_response()
+                    }
+                    (&Method::DELETE, []) => {
+                        let preserve = uri.query().is_some_and(|q| q.contains("preserve=true"));
+                        if addon.body["status"] != "DELETING" {
+                            addon.body["status"] = json!("DELETING");
+                            addon.next = Some((None, Instant::now() + ADDON_CHANGES_FOR));
+                            addon_calls
+                                .push(format!("delete {cluster}/{name} preserve={preserve}"));
+                        }
+                        axum::Json(json!({"addon": addon.body})).into_response()
+                    }
+                    _ => StatusCode::NOT_FOUND.into_response(),
+                }
+            }
+            _ => StatusCode::NOT_FOUND.into_response(),
+        }
+    }
 }
