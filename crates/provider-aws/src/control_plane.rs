@@ -161,7 +161,13 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .unwrap_or_else(|| default_role_name(&eks_cluster));
 
     if object.metadata.deletion_timestamp.is_some() {
-        return match delete(&session, &owner, &eks_cluster, &role_name).await {
+        // Looked for only when the cluster asked for one: a listing of the account's providers.
+        let oidc = control_plane.spec.associate_oidc_provider == Some(true)
+            || control_plane
+                .status
+                .as_ref()
+                .is_some_and(|s| s.oidc_provider.as_ref().is_some_and(|p| p.arn.is_some()));
+        return match delete(&session, &owner, &eks_cluster, &role_name, oidc).await {
             Ok(true) => Ok(Action::requeue(
                 ctx.identities.aws().settings().poll_while_changing,
             )),
@@ -250,17 +256,18 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         )
         .await?;
     }
-    let addons = if ready && conditions::is_true(&status_conditions, "EKSControlPlaneReady") {
-        reconcile_addons(
+    let additions = if ready && conditions::is_true(&status_conditions, "EKSControlPlaneReady") {
+        reconcile_additions(
             &session,
             &owner,
             &control_plane,
             &eks_cluster,
+            provisioned.oidc_issuer.as_deref(),
             &mut status_conditions,
         )
         .await
     } else {
-        AddonsOutcome::default()
+        Additions::default()
     };
     let failure_domains: serde_json::Map<String, Value> = provisioned
         .network
@@ -294,17 +301,20 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         "conditions": status_conditions,
         "observedGeneration": object.metadata.generation,
     });
-    if let Some(states) = addons.states {
+    if let Some(states) = additions.addons {
         status["addons"] = json!(states);
     }
-    // An addon's failure leaves the control plane ready (it serves), but not Ready.
-    if let Some(failure) = &addons.failure {
+    if let Some(provider) = additions.oidc_provider {
+        status["oidcProvider"] = provider;
+    }
+    // A failed addon or OIDC provider leaves the control plane ready (it serves), not Ready.
+    if let Some(failure) = &additions.failure {
         crate::mark_failed(&mut status_conditions, failure);
         status["conditions"] = json!(status_conditions);
     }
     if !contains(&object.data["status"], &status) {
         patch_status(&api, &name, status).await?;
-        if let Some(failure) = &addons.failure
+        if let Some(failure) = &additions.failure
             && json!(status_conditions) != object.data["status"]["conditions"]
         {
             crate::announce_failure(&ctx, &object, failure).await;
@@ -326,11 +336,11 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 .await;
         }
     }
-    if addons.failure.is_some() {
+    if additions.failure.is_some() {
         return Ok(Action::requeue(crate::FAILURE_RETRY));
     }
     // Nothing to wait for: done, or refused until the spec changes.
-    let settled = !addons.changing
+    let settled = !additions.changing
         && ready
         && (conditions::is_true(&status_conditions, "EKSControlPlaneReady")
             || status_conditions
@@ -344,31 +354,107 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     })
 }
 
-/// What one pass over the addons found.
+/// What an ACTIVE cluster is given beside EKS itself: its addons and its OIDC provider.
 #[derive(Default)]
-struct AddonsOutcome {
+struct Additions {
     /// `status.addons`, when the addons were read.
-    states: Option<Vec<lariat_api::aws::managed_control_plane::AddonState>>,
+    addons: Option<Vec<lariat_api::aws::managed_control_plane::AddonState>>,
+    /// `status.oidcProvider`, when one was made or found.
+    oidc_provider: Option<Value>,
     /// Something is being created, updated or deleted.
     changing: bool,
     failure: Option<crate::Failure>,
 }
 
+async fn reconcile_additions(
+    session: &Session,
+    owner: &Owner,
+    control_plane: &AWSManagedControlPlane,
+    eks_cluster: &str,
+    oidc_issuer: Option<&str>,
+    status_conditions: &mut Vec<Value>,
+) -> Additions {
+    let mut additions = reconcile_addons(
+        session,
+        owner,
+        control_plane,
+        eks_cluster,
+        status_conditions,
+    )
+    .await;
+    if additions.failure.is_none() {
+        match reconcile_oidc_provider(session, owner, control_plane, eks_cluster, oidc_issuer).await
+        {
+            Ok(provider) => {
+                if provider.is_some() {
+                    conditions::set(status_conditions, OIDC_PROVIDER_READY, true, "", "");
+                }
+                additions.oidc_provider = provider;
+            }
+            Err(error) => {
+                additions.failure = Some(crate::Failure::new(
+                    OIDC_PROVIDER_READY,
+                    &error.code,
+                    error.to_string(),
+                ))
+            }
+        }
+    }
+    additions
+}
+
+/// lariat's condition for the OIDC provider (Cluster API AWS folds its failures into
+/// EKSControlPlaneReady; the cluster itself is fine when only its provider failed).
+const OIDC_PROVIDER_READY: &str = "OIDCProviderReady";
+
+/// `status.oidcProvider` once `spec.associateOIDCProvider` has an IAM OIDC provider made or
+/// found for the cluster's issuer. As Cluster API AWS: done once (the status records it),
+/// kept until the cluster is deleted. The trust policy roles of service accounts need is in
+/// the status; Cluster API AWS also copies it into a ConfigMap of the workload cluster, which
+/// lariat does not.
+async fn reconcile_oidc_provider(
+    session: &Session,
+    owner: &Owner,
+    control_plane: &AWSManagedControlPlane,
+    eks_cluster: &str,
+    oidc_issuer: Option<&str>,
+) -> Result<Option<Value>, AwsError> {
+    let recorded = control_plane
+        .status
+        .as_ref()
+        .and_then(|s| s.oidc_provider.as_ref())
+        .and_then(|p| p.arn.as_ref())
+        .is_some_and(|arn| !arn.is_empty());
+    if control_plane.spec.associate_oidc_provider != Some(true) || recorded {
+        return Ok(None);
+    }
+    let Some(issuer) = oidc_issuer else {
+        return Err(AwsError::missing("OIDC issuer in the EKS cluster"));
+    };
+    let iam = session.aws().iam(&session.config);
+    let arn = iam::ensure_oidc_provider(&iam, owner, eks_cluster, issuer).await?;
+    Ok(Some(json!({
+        "arn": arn,
+        "trustPolicy": iam::oidc_trust_policy(&arn),
+    })))
+}
+
 /// The addons of an ACTIVE cluster that is not upgrading. They are read when the spec names
-/// some, the status shows some, or the spec changed: a cluster without addons costs no call.
+/// some or the status shows some: a cluster without addons costs no call. (An addon whose
+/// creation was answered, then lost to a crash, then dropped from the spec before the status
+/// showed it, stays until the cluster is deleted, and EKS deletes it with the cluster.)
 async fn reconcile_addons(
     session: &Session,
     owner: &Owner,
     control_plane: &AWSManagedControlPlane,
     eks_cluster: &str,
     status_conditions: &mut Vec<Value>,
-) -> AddonsOutcome {
+) -> Additions {
     let wanted = control_plane.spec.addons.clone().unwrap_or_default();
     let status = control_plane.status.clone().unwrap_or_default();
     let shown = status.addons.as_ref().is_some_and(|a| !a.is_empty());
-    let changed = status.observed_generation != control_plane.metadata.generation;
-    if wanted.is_empty() && !shown && !changed {
-        return AddonsOutcome::default();
+    if wanted.is_empty() && !shown {
+        return Additions::default();
     }
     const CONDITION: &str = "EKSAddonsConfigured";
     const FAILED: &str = "EKSAddonsConfiguredFailed";
@@ -376,19 +462,19 @@ async fn reconcile_addons(
     let addons = match addons::reconcile(&eks, owner, eks_cluster, &wanted).await {
         Ok(addons) => addons,
         Err(error) => {
-            return AddonsOutcome {
+            return Additions {
                 failure: Some(crate::Failure::new(
                     CONDITION,
                     &error.code,
                     error.to_string(),
                 )),
-                ..AddonsOutcome::default()
+                ..Additions::default()
             };
         }
     };
-    let mut outcome = AddonsOutcome {
-        states: Some(addons.states),
-        ..AddonsOutcome::default()
+    let mut outcome = Additions {
+        addons: Some(addons.states),
+        ..Additions::default()
     };
     match addons.progress {
         Progress::Configured => conditions::set(status_conditions, CONDITION, true, "", ""),
@@ -480,6 +566,8 @@ struct Provisioned {
     version: Option<String>,
     /// The security group EKS made for the cluster, which self-managed nodes must join.
     cluster_security_group: Option<String>,
+    /// Where EKS's service-account tokens come from (`https://oidc.eks...`).
+    oidc_issuer: Option<String>,
 }
 
 async fn provision(
@@ -772,6 +860,11 @@ async fn continue_provision(
             .resources_vpc_config()
             .and_then(|c| c.cluster_security_group_id())
             .map(str::to_owned),
+        oidc_issuer: cluster
+            .identity()
+            .and_then(|i| i.oidc())
+            .and_then(|o| o.issuer())
+            .map(str::to_owned),
     })
 }
 
@@ -835,13 +928,14 @@ async fn create_cluster(
     }
 }
 
-/// Deletes the EKS cluster, then its role, then the network. `Ok(true)` while something is
+/// Deletes the EKS cluster, then its OIDC provider and role, then the network. `Ok(true)` while something is
 /// still going away.
 async fn delete(
     session: &Session,
     owner: &Owner,
     eks_cluster: &str,
     role_name: &str,
+    oidc: bool,
 ) -> Result<bool, Failed> {
     let aws = session.aws();
     let eks = aws.eks(&session.config);
@@ -873,7 +967,13 @@ async fn delete(
         Err(error) if error.is_not_found() => {}
         Err(error) => return Err(failed(error)),
     }
-    iam::delete_role(&aws.iam(&session.config), owner, role_name)
+    let iam = aws.iam(&session.config);
+    if oidc {
+        iam::delete_oidc_providers(&iam, owner)
+            .await
+            .map_err(failed)?;
+    }
+    iam::delete_role(&iam, owner, role_name)
         .await
         .map_err(failed)?;
     network::delete(&aws.ec2(&session.config), owner)

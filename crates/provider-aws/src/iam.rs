@@ -1,6 +1,7 @@
-//! IAM roles a cluster needs (the EKS control plane's, the node groups'): used as they are when
-//! they exist, created with Cluster API AWS's tags when they do not, and deleted with the
-//! cluster only when lariat created them.
+//! IAM roles a cluster needs (the EKS control plane's, the node groups'), and the OIDC provider
+//! of an EKS cluster's issuer (IAM roles for service accounts): used as they are when they
+//! exist, created with Cluster API AWS's tags when they do not, and deleted with the cluster
+//! only when lariat created them.
 
 use aws_sdk_iam::Client;
 use aws_sdk_iam::types::Tag;
@@ -86,17 +87,7 @@ pub async fn ensure_role(
         .set_path(role.path.map(str::to_owned))
         .set_permissions_boundary(role.permissions_boundary.map(str::to_owned))
         .assume_role_policy_document(trust.to_string())
-        .set_tags(Some(
-            owner
-                .tags(role.name, "common")
-                .into_iter()
-                .map(|(k, v)| Tag::builder().key(k).value(v).build())
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| AwsError {
-                    code: "InvalidTag".into(),
-                    message: e.to_string(),
-                })?,
-        ))
+        .set_tags(Some(iam_tags(owner, role.name)?))
         .send()
         .await
         .aws()?
@@ -160,8 +151,136 @@ pub async fn delete_role(iam: &Client, owner: &Owner, name: &str) -> Result<(), 
     }
 }
 
+/// The audience EKS's service-account tokens are presented to STS with.
+const STS_AUDIENCE: &str = "sts.amazonaws.com";
+
+/// The ARN of the IAM OIDC provider of `issuer` (`https://oidc.eks.<region>.amazonaws.com/id/X`):
+/// one that already exists (made by eksctl, say) is used; otherwise it is created with the
+/// cluster's tags. No thumbprint is sent: IAM finds it itself and, for EKS's issuers, trusts
+/// its own CA library, so lariat never connects to the issuer.
+pub async fn ensure_oidc_provider(
+    iam: &Client,
+    owner: &Owner,
+    eks_cluster: &str,
+    issuer: &str,
+) -> Result<String, AwsError> {
+    let wanted = issuer.trim_start_matches("https://").trim_end_matches('/');
+    let listed = iam.list_open_id_connect_providers().send().await.aws()?;
+    if let Some(found) = listed
+        .open_id_connect_provider_list()
+        .iter()
+        .filter_map(|p| p.arn())
+        .find(|arn| arn.ends_with(&format!(":oidc-provider/{wanted}")))
+    {
+        return Ok(found.to_owned());
+    }
+    let created = iam
+        .create_open_id_connect_provider()
+        .url(issuer)
+        .client_id_list(STS_AUDIENCE)
+        .set_tags(Some(iam_tags(owner, eks_cluster)?))
+        .send()
+        .await
+        .aws()?;
+    // One made by an attempt whose answer was lost is listed above: IAM refuses a second
+    // provider of the same issuer (`EntityAlreadyExists`), so none is ever duplicated.
+    created
+        .open_id_connect_provider_arn
+        .ok_or_else(|| AwsError::missing("OIDC provider ARN"))
+}
+
+/// The cluster's tags for an IAM resource named `name`.
+fn iam_tags(owner: &Owner, name: &str) -> Result<Vec<Tag>, AwsError> {
+    owner
+        .tags(name, "common")
+        .into_iter()
+        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| AwsError {
+            code: "InvalidTag".into(),
+            message: e.to_string(),
+        })
+}
+
+/// Deletes the OIDC providers lariat made for this cluster (their tags say so).
+pub async fn delete_oidc_providers(iam: &Client, owner: &Owner) -> Result<(), AwsError> {
+    let listed = iam.list_open_id_connect_providers().send().await.aws()?;
+    for arn in listed
+        .open_id_connect_provider_list()
+        .iter()
+        .filter_map(|p| p.arn())
+    {
+        let found = match iam
+            .get_open_id_connect_provider()
+            .open_id_connect_provider_arn(arn)
+            .send()
+            .await
+            .aws()
+        {
+            Ok(found) => found,
+            Err(error) if error.is_not_found() => continue,
+            Err(error) => return Err(error),
+        };
+        if !owner.owns(found.tags().iter().map(|t| (t.key(), t.value()))) {
+            continue;
+        }
+        match iam
+            .delete_open_id_connect_provider()
+            .open_id_connect_provider_arn(arn)
+            .send()
+            .await
+            .aws()
+        {
+            Err(error) if !error.is_not_found() => return Err(error),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Cluster API AWS's trust policy for roles of service accounts, as `status.oidcProvider`
+/// shows it: the placeholders `${SERVICE_ACCOUNT_NAMESPACE}` and `${SERVICE_ACCOUNT_NAME}` are
+/// for the user to fill in.
+pub fn oidc_trust_policy(provider_arn: &str) -> String {
+    let issuer = provider_arn
+        .split_once('/')
+        .map(|(_, issuer)| issuer)
+        .unwrap_or_default();
+    json!({
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Sid": "",
+            "Effect": "Allow",
+            "Principal": {"Federated": [provider_arn]},
+            "Action": ["sts:AssumeRoleWithWebIdentity"],
+            "Condition": {"ForAnyValue:StringLike": {
+                format!("{issuer}:sub"): ["system:serviceaccount:${SERVICE_ACCOUNT_NAMESPACE}:${SERVICE_ACCOUNT_NAME}"],
+            }},
+        }],
+    })
+    .to_string()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_trust_policy_names_the_issuer_s_subject() {
+        let policy: serde_json::Value = serde_json::from_str(&super::oidc_trust_policy(
+            "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC",
+        ))
+        .unwrap();
+        let statement = &policy["Statement"][0];
+        assert_eq!(
+            statement["Principal"]["Federated"][0],
+            "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC"
+        );
+        assert_eq!(
+            statement["Condition"]["ForAnyValue:StringLike"]["oidc.eks.us-east-1.amazonaws.com/id/ABC:sub"]
+                [0],
+            "system:serviceaccount:${SERVICE_ACCOUNT_NAMESPACE}:${SERVICE_ACCOUNT_NAME}"
+        );
+    }
+
     #[test]
     fn long_role_names_stay_apart() {
         assert_eq!(

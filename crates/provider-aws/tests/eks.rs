@@ -229,7 +229,22 @@ async fn an_eks_cluster_is_made_with_its_network_and_deleted_leaving_nothing() {
         secret,
         stop,
     } = Setup::start(moto, &endpoint).await;
-    for manifest in manifests("capa") {
+    // Someone else's OIDC provider in the same account, which deletion must leave.
+    let admin = moto.admin().await;
+    let iam = aws_sdk_iam::Client::new(&admin);
+    let foreign = iam
+        .create_open_id_connect_provider()
+        .url("https://oidc.eks.us-east-1.amazonaws.com/id/SOMEONEELSE")
+        .client_id_list("sts.amazonaws.com")
+        .send()
+        .await
+        .unwrap()
+        .open_id_connect_provider_arn
+        .unwrap();
+    for mut manifest in manifests("capa") {
+        if manifest["kind"] == "AWSManagedControlPlane" {
+            manifest["spec"]["associateOIDCProvider"] = json!(true);
+        }
         lariat.apply(manifest).await;
     }
 
@@ -272,6 +287,59 @@ async fn an_eks_cluster_is_made_with_its_network_and_deleted_leaving_nothing() {
     assert_eq!(
         status["failureDomains"].as_object().unwrap().len(),
         3,
+        "{status}"
+    );
+    // The IAM OIDC provider of the cluster's issuer (IAM roles for service accounts), with
+    // the trust policy such roles need.
+    let issuer = aws_sdk_eks::Client::new(&admin)
+        .describe_cluster()
+        .name("team-a_prod-control-plane")
+        .send()
+        .await
+        .unwrap()
+        .cluster
+        .unwrap()
+        .identity
+        .unwrap()
+        .oidc
+        .unwrap()
+        .issuer
+        .unwrap();
+    let provider_arn = status["oidcProvider"]["arn"].as_str().unwrap();
+    assert!(
+        provider_arn.ends_with(&format!(
+            ":oidc-provider/{}",
+            issuer.trim_start_matches("https://")
+        )),
+        "{provider_arn} {issuer}"
+    );
+    let provider = iam
+        .get_open_id_connect_provider()
+        .open_id_connect_provider_arn(provider_arn)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(provider.client_id_list(), ["sts.amazonaws.com"]);
+    assert!(
+        provider.tags().iter().any(|t| t.key()
+            == "sigs.k8s.io/cluster-api-provider-aws/cluster/prod"
+            && t.value() == "owned"),
+        "{:?}",
+        provider.tags()
+    );
+    let trust: Value =
+        serde_json::from_str(status["oidcProvider"]["trustPolicy"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        trust["Statement"][0]["Principal"]["Federated"][0],
+        provider_arn
+    );
+    assert_eq!(
+        condition(&control_plane, "OIDCProviderReady").as_deref(),
+        Some("True")
+    );
+    assert_eq!(
+        condition(&control_plane, "Ready").as_deref(),
+        Some("True"),
         "{status}"
     );
 
@@ -417,7 +485,6 @@ async fn an_eks_cluster_is_made_with_its_network_and_deleted_leaving_nothing() {
     assert_eq!(desired_size().await, Some(5));
 
     // What AWS holds, asked with the administrator's keys.
-    let admin = moto.admin().await;
     let cluster = eks
         .describe_cluster()
         .name("team-a_prod-control-plane")
@@ -591,7 +658,6 @@ async fn an_eks_cluster_is_made_with_its_network_and_deleted_leaving_nothing() {
         "NAT gateways deleted"
     );
     assert!(desired_size().await.is_none(), "no node group");
-    let iam = aws_sdk_iam::Client::new(&admin);
     assert!(
         iam.get_role()
             .role_name("team-a-prod-pool-0-nodegroup-iam-service-role")
@@ -607,6 +673,20 @@ async fn an_eks_cluster_is_made_with_its_network_and_deleted_leaving_nothing() {
             .await
             .is_err(),
         "the role lariat made is deleted"
+    );
+    let providers: Vec<String> = iam
+        .list_open_id_connect_providers()
+        .send()
+        .await
+        .unwrap()
+        .open_id_connect_provider_list()
+        .iter()
+        .filter_map(|p| p.arn().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        providers,
+        [foreign],
+        "the OIDC provider lariat made is deleted, someone else's is not"
     );
     let _ = stop.send(true);
 }
