@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use aws_sdk_eks::types::{LogSetup, LogType, Logging};
 use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -795,6 +796,41 @@ async fn continue_provision(
         // Still serving: the cluster stays ready while EKS upgrades it.
         upgrading = true;
     }
+    let wanted_logging = control_plane.spec.logging.as_ref().map(logging);
+    if let Some(wanted_logging) = wanted_logging.filter(|wanted| {
+        status == "ACTIVE"
+            && !upgrading
+            && enabled_logs(cluster.logging()) != enabled_logs(Some(wanted))
+    }) {
+        let requested = eks
+            .update_cluster_config()
+            .name(eks_cluster)
+            .logging(wanted_logging)
+            .send()
+            .await
+            .aws();
+        match requested {
+            Ok(_) => {}
+            // An update in progress already.
+            Err(error) if error.code == "ResourceInUseException" => {}
+            Err(error) => {
+                return Err(Failed::aws(
+                    "EKSControlPlaneReady",
+                    "EKSControlPlaneReconciliationFailed",
+                    error,
+                ));
+            }
+        }
+        let message = format!("EKS cluster {eks_cluster}: updating which logs it sends");
+        conditions::set(
+            status_conditions,
+            "EKSControlPlaneReady",
+            false,
+            "EKSControlPlaneUpdating",
+            &message,
+        );
+        upgrading = true;
+    }
     match status.as_str() {
         "ACTIVE" if upgrading => {}
         "ACTIVE" => {
@@ -877,7 +913,11 @@ async fn create_cluster(
     network: &network::Network,
     service_cidr: Option<&str>,
 ) -> Result<aws_sdk_eks::types::Cluster, AwsError> {
-    use aws_sdk_eks::types::{KubernetesNetworkConfigRequest, VpcConfigRequest};
+    use aws_sdk_eks::types::{
+        AuthenticationMode, CreateAccessConfigRequest, EncryptionConfig,
+        KubernetesNetworkConfigRequest, Provider, SupportType, UpgradePolicyRequest,
+        VpcConfigRequest,
+    };
     let spec = &control_plane.spec;
     let access = spec.endpoint_access.clone().unwrap_or_default();
     let subnets = if spec.restrict_private_subnets == Some(true) {
@@ -908,6 +948,37 @@ async fn create_cluster(
         .set_tags(Some(
             owner.tags(eks_cluster, "common").into_iter().collect(),
         ))
+        .set_logging(spec.logging.as_ref().map(logging))
+        .set_encryption_config(spec.encryption_config.as_ref().map(|e| {
+            vec![
+                // `resources` (`secrets`) is no longer EKS's to choose: it encrypts all
+                // Kubernetes API data with the key now, so only the key is sent.
+                EncryptionConfig::builder()
+                    .set_provider(
+                        e.provider
+                            .clone()
+                            .map(|key| Provider::builder().key_arn(key).build()),
+                    )
+                    .build(),
+            ]
+        }))
+        .set_access_config(spec.access_config.as_ref().map(|a| {
+            CreateAccessConfigRequest::builder()
+                .set_authentication_mode(a.authentication_mode.as_deref().map(|mode| {
+                    // Cluster API AWS's `api_and_config_map` is EKS's `API_AND_CONFIG_MAP`.
+                    AuthenticationMode::from(mode.to_uppercase().as_str())
+                }))
+                .set_bootstrap_cluster_creator_admin_permissions(
+                    a.bootstrap_cluster_creator_admin_permissions,
+                )
+                .build()
+        }))
+        .set_bootstrap_self_managed_addons(spec.bootstrap_self_managed_addons)
+        .set_upgrade_policy(spec.upgrade_policy.as_deref().map(|policy| {
+            UpgradePolicyRequest::builder()
+                .support_type(SupportType::from(policy.to_uppercase().as_str()))
+                .build()
+        }))
         // A retried create after a crash is the same request, not a second cluster.
         .client_request_token(control_plane.metadata.uid.clone().unwrap_or_default())
         .send()
@@ -926,6 +997,43 @@ async fn create_cluster(
             .ok_or_else(|| AwsError::missing("cluster")),
         Err(error) => Err(error),
     }
+}
+
+/// EKS's logging settings for Cluster API AWS's: every type said, enabled or not, so a type
+/// turned off in the spec is turned off in EKS.
+fn logging(spec: &lariat_api::aws::managed_control_plane::ControlPlaneLoggingSpec) -> Logging {
+    let (mut enabled, mut disabled) = (LogSetup::builder(), LogSetup::builder());
+    for (on, kind) in [
+        (spec.api_server, LogType::Api),
+        (spec.audit, LogType::Audit),
+        (spec.authenticator, LogType::Authenticator),
+        (spec.controller_manager, LogType::ControllerManager),
+        (spec.scheduler, LogType::Scheduler),
+    ] {
+        if on {
+            enabled = enabled.types(kind);
+        } else {
+            disabled = disabled.types(kind);
+        }
+    }
+    Logging::builder()
+        .cluster_logging(enabled.enabled(true).build())
+        .cluster_logging(disabled.enabled(false).build())
+        .build()
+}
+
+/// The log types EKS has enabled, in a stable order.
+fn enabled_logs(logging: Option<&Logging>) -> Vec<String> {
+    let mut types: Vec<String> = logging
+        .map(|l| l.cluster_logging())
+        .unwrap_or_default()
+        .iter()
+        .filter(|setup| setup.enabled() == Some(true))
+        .flat_map(|setup| setup.types().iter().map(|t| t.as_str().to_owned()))
+        .collect();
+    types.sort();
+    types.dedup();
+    types
 }
 
 /// Deletes the EKS cluster, then its OIDC provider and role, then the network. `Ok(true)` while something is

@@ -1785,12 +1785,15 @@ fn condition_of(object: &DynamicObject, type_: &str) -> Value {
         .unwrap_or_default()
 }
 
-/// `spec.addons` of Cluster API AWS, through EKS's addon API. moto has no addons at all: the
-/// double in front of it keeps them (`common::eks_double`), everything else is moto's.
-/// Addons are created, updated when the spec changes, removed when the spec drops them (only
-/// those lariat made), and EKS's refusals and health issues reach the condition.
+/// What EKS is given beside the cluster itself. Settings EKS takes at creation (encryption,
+/// access, upgrade policy, self-managed addons) are sent as Cluster API AWS names them, and
+/// control-plane logs follow the spec afterwards too.
+/// Then `spec.addons`, through EKS's addon API. moto has no addons at all: the double in
+/// front of it keeps them (`common::eks_double`), everything else is moto's. Addons are
+/// created, updated when the spec changes, removed when the spec drops them (only those
+/// lariat made), and EKS's refusals and health issues reach the condition.
 #[tokio::test(flavor = "multi_thread")]
-async fn eks_addons_follow_the_spec_and_their_failures_are_reported() {
+async fn eks_settings_logs_and_addons_follow_the_spec_and_failures_are_reported() {
     let moto = Moto::start();
     let double = common::eks_double::EksDouble::start(&moto.endpoint).await;
     let setup = Setup::start(moto, &double.endpoint).await;
@@ -1802,11 +1805,72 @@ async fn eks_addons_follow_the_spec_and_their_failures_are_reported() {
                 {"name": "coredns", "version": "v1.11.3-eksbuild.1",
                  "configuration": "{\"replicaCount\": 3}", "preserveOnDelete": true},
             ]);
+            manifest["spec"]["logging"] = json!({"apiServer": true, "audit": true});
+            manifest["spec"]["encryptionConfig"] = json!({"provider": "arn:aws:kms:us-east-1:123456789012:key/prod", "resources": ["secrets"]});
+            manifest["spec"]["accessConfig"] = json!({"authenticationMode": "api_and_config_map"});
+            manifest["spec"]["upgradePolicy"] = "extended".into();
+            manifest["spec"]["bootstrapSelfManagedAddons"] = false.into();
         }
         setup.lariat.apply(manifest).await;
     }
     setup.provisioned().await;
     let control_planes = setup.api(&lariat_provider_aws::control_plane::resource());
+    let requests = double.cluster_requests();
+    assert_eq!(requests.len(), 1, "one CreateCluster");
+    let created = &requests[0];
+    assert_eq!(
+        created["encryptionConfig"],
+        json!([{"provider": {"keyArn": "arn:aws:kms:us-east-1:123456789012:key/prod"}}])
+    );
+    assert_eq!(
+        created["accessConfig"],
+        json!({"authenticationMode": "API_AND_CONFIG_MAP", "bootstrapClusterCreatorAdminPermissions": true}),
+        "with Cluster API AWS's default"
+    );
+    assert_eq!(created["upgradePolicy"], json!({"supportType": "EXTENDED"}));
+    assert_eq!(created["bootstrapSelfManagedAddons"], false);
+    let admin = setup.moto.admin().await;
+    let moto_eks = aws_sdk_eks::Client::new(&admin);
+    let enabled_logs = || {
+        let eks = moto_eks.clone();
+        async move {
+            let cluster = eks
+                .describe_cluster()
+                .name(eks_cluster)
+                .send()
+                .await
+                .unwrap()
+                .cluster
+                .unwrap();
+            let mut on: Vec<String> = cluster
+                .logging()
+                .map(|l| l.cluster_logging())
+                .unwrap_or_default()
+                .iter()
+                .filter(|s| s.enabled() == Some(true))
+                .flat_map(|s| s.types().iter().map(|t| t.as_str().to_owned()))
+                .collect();
+            on.sort();
+            on
+        }
+    };
+    assert_eq!(enabled_logs().await, ["api", "audit"]);
+    // Logs change on a running cluster (UpdateClusterConfig, which moto has).
+    control_planes
+        .patch(
+            "prod-control-plane",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"spec": {"logging": {"audit": false, "scheduler": true}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while enabled_logs().await != ["api", "scheduler"] {
+        assert!(Instant::now() < deadline, "{:?}", enabled_logs().await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let addons_are = |want: &'static [(&'static str, &'static str)]| {
         let api = control_planes.clone();
         move || {
@@ -1854,7 +1918,6 @@ async fn eks_addons_follow_the_spec_and_their_failures_are_reported() {
         "each addon created once"
     );
     // Made with the cluster's ownership tags and its configuration.
-    let admin = setup.moto.admin().await;
     let eks = aws_sdk_eks::Client::from_conf(
         aws_sdk_eks::config::Builder::from(&admin)
             .endpoint_url(&double.endpoint)

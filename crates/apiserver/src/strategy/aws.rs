@@ -1,6 +1,8 @@
 //! Cluster API AWS's webhooks for the kinds lariat serves: the controller identity is a
 //! singleton named `default`, and an EKS control plane keeps its region and name and is
-//! upgraded one minor version at a time, never downgraded.
+//! upgraded one minor version at a time, never downgraded. Beyond them, what lariat does not
+//! do yet is refused by name rather than silently dropped, and what lariat applies only
+//! when it creates the EKS cluster cannot change afterwards.
 
 use serde_json::Value;
 
@@ -75,9 +77,113 @@ impl Strategy for ManagedMachinePools {
 
 pub struct ManagedControlPlanes;
 
+/// Fields of AWSManagedControlPlane lariat does not act on yet, each with the value that
+/// would ask for it: refused, so a spec never says what the cluster does not do.
+fn not_done_yet(spec: &Value) -> Vec<Cause> {
+    let set = |v: &Value| match v {
+        Value::Null | Value::Bool(false) => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        _ => true,
+    };
+    let checks: [(&str, &Value, &str); 8] = [
+        (
+            "spec.bastion.enabled",
+            &spec["bastion"]["enabled"],
+            "lariat does not run a bastion host yet: remove it and reach nodes through SSM Session Manager",
+        ),
+        (
+            "spec.secondaryCidrBlock",
+            &spec["secondaryCidrBlock"],
+            "lariat does not add a secondary VPC CIDR yet: remove it",
+        ),
+        (
+            "spec.accessEntries",
+            &spec["accessEntries"],
+            "lariat does not manage EKS access entries yet: remove them and create them with the AWS CLI",
+        ),
+        (
+            "spec.oidcIdentityProviderConfig",
+            &spec["oidcIdentityProviderConfig"],
+            "lariat does not associate OIDC identity providers for users yet: remove it",
+        ),
+        (
+            "spec.iamAuthenticatorConfig",
+            &spec["iamAuthenticatorConfig"],
+            "lariat maps only its node roles in aws-auth yet: remove mapRoles and mapUsers",
+        ),
+        (
+            "spec.vpcCni",
+            &spec["vpcCni"],
+            "lariat does not disable or configure the VPC CNI yet: remove it, or use the vpc-cni addon's configuration",
+        ),
+        (
+            "spec.kubeProxy.disable",
+            &spec["kubeProxy"]["disable"],
+            "lariat does not remove kube-proxy yet: remove it",
+        ),
+        (
+            "spec.partition",
+            &spec["partition"],
+            "lariat builds ARNs of the aws partition only yet: remove it",
+        ),
+    ];
+    checks
+        .into_iter()
+        .filter(|(field, value, _)| match *field {
+            // The schema's defaults ask for nothing.
+            "spec.vpcCni" => set(&value["env"]) || value["disable"] == true,
+            "spec.iamAuthenticatorConfig" => set(&value["mapRoles"]) || set(&value["mapUsers"]),
+            "spec.partition" => set(value) && *value != "aws",
+            _ => set(value),
+        })
+        .map(|(field, value, why)| Cause::invalid(field, value, why))
+        .collect()
+}
+
+/// Fields lariat gives EKS only when it creates the cluster.
+const SET_AT_CREATION: [&str; 4] = [
+    "encryptionConfig",
+    "accessConfig",
+    "bootstrapSelfManagedAddons",
+    "upgradePolicy",
+];
+
+/// EKS's cluster names: a letter or digit, then letters, digits, `-` and `_`, at most 100.
+fn eks_name(name: &Value) -> Option<Cause> {
+    let text = name.as_str()?;
+    let valid = (1..=100).contains(&text.len())
+        && text.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    (!valid).then(|| {
+        Cause::invalid(
+            "spec.eksClusterName",
+            name,
+            "EKS cluster names start with a letter or digit, then letters, digits, '-' and '_', at most 100 characters",
+        )
+    })
+}
+
 impl Strategy for ManagedControlPlanes {
     fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
-        let mut causes = immutable(object, old, &["spec", "region"], "spec.region");
+        let mut causes = not_done_yet(&object["spec"]);
+        causes.extend(eks_name(&object["spec"]["eksClusterName"]));
+        if let Some(old) = old {
+            for field in SET_AT_CREATION {
+                let (before, now) = (&old["spec"][field], &object["spec"][field]);
+                if before != now {
+                    causes.push(Cause::invalid(
+                        format!("spec.{field}"),
+                        now,
+                        "lariat gives this to EKS when it creates the cluster, and it cannot change afterwards: delete and recreate the cluster to change it",
+                    ));
+                }
+            }
+        }
+        causes.extend(immutable(object, old, &["spec", "region"], "spec.region"));
         causes.extend(immutable(
             object,
             old,
@@ -179,6 +285,113 @@ mod tests {
             Some(json!({"spec": {"region": "us-east-1"}})),
         );
         assert!(moved[0].starts_with("spec.region:"), "{moved:?}");
+    }
+
+    #[test]
+    fn what_lariat_does_not_do_is_refused_by_name() {
+        let plane = |extra: Value| {
+            let mut plane = json!({"spec": {"region": "us-east-1"}});
+            for (k, v) in extra.as_object().unwrap() {
+                plane["spec"][k] = v.clone();
+            }
+            plane
+        };
+        // Cluster API AWS's defaults and explicit "off" values ask for nothing.
+        let quiet = plane(json!({
+            "bastion": {"enabled": false},
+            "vpcCni": {"disable": false},
+            "kubeProxy": {"disable": false},
+            "iamAuthenticatorConfig": {},
+            "partition": "aws",
+            "accessEntries": [],
+        }));
+        assert_eq!(
+            admit(&ManagedControlPlanes, quiet, None),
+            Vec::<String>::new()
+        );
+        let asked = plane(json!({
+            "bastion": {"enabled": true},
+            "secondaryCidrBlock": "100.64.0.0/16",
+            "accessEntries": [{"principalARN": "arn:aws:iam::1:role/admin"}],
+            "vpcCni": {"env": [{"name": "ENABLE_PREFIX_DELEGATION", "value": "true"}]},
+            "kubeProxy": {"disable": true},
+            "iamAuthenticatorConfig": {"mapUsers": [{"userarn": "arn", "username": "u"}]},
+            "partition": "aws-cn",
+            "oidcIdentityProviderConfig": {"issuerUrl": "https://id.example.com"},
+        }));
+        let refused = admit(&ManagedControlPlanes, asked, None);
+        let fields: Vec<&str> = refused
+            .iter()
+            .map(|c| c.split(':').next().unwrap())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.bastion.enabled",
+                "spec.secondaryCidrBlock",
+                "spec.accessEntries",
+                "spec.oidcIdentityProviderConfig",
+                "spec.iamAuthenticatorConfig",
+                "spec.vpcCni",
+                "spec.kubeProxy.disable",
+                "spec.partition",
+            ],
+            "{refused:?}"
+        );
+        assert!(refused[0].contains("lariat does not run a bastion host yet"));
+    }
+
+    #[test]
+    fn what_eks_takes_only_at_creation_does_not_change_and_names_are_eks_s() {
+        let plane = |extra: Value| {
+            let mut plane = json!({"spec": {"region": "us-east-1"}});
+            for (k, v) in extra.as_object().unwrap() {
+                plane["spec"][k] = v.clone();
+            }
+            plane
+        };
+        let key = json!({"encryptionConfig": {"provider": "arn:aws:kms:us-east-1:1:key/a"}});
+        assert!(
+            admit(
+                &ManagedControlPlanes,
+                plane(key.clone()),
+                Some(plane(key.clone()))
+            )
+            .is_empty()
+        );
+        let changed = admit(
+            &ManagedControlPlanes,
+            plane(json!({"encryptionConfig": {"provider": "arn:aws:kms:us-east-1:1:key/b"}})),
+            Some(plane(key)),
+        );
+        assert!(
+            changed.len() == 1
+                && changed[0].starts_with("spec.encryptionConfig:")
+                && changed[0].contains("delete and recreate the cluster"),
+            "{changed:?}"
+        );
+        let added = admit(
+            &ManagedControlPlanes,
+            plane(json!({"upgradePolicy": "extended"})),
+            Some(plane(json!({}))),
+        );
+        assert!(added[0].starts_with("spec.upgradePolicy:"), "{added:?}");
+
+        for good in ["prod", "team-a_prod-control-plane", "0x"] {
+            let named = plane(json!({"eksClusterName": good}));
+            assert!(
+                admit(&ManagedControlPlanes, named, None).is_empty(),
+                "{good}"
+            );
+        }
+        for bad in ["-prod", "prod.eu", "", &"x".repeat(101)] {
+            let named = plane(json!({"eksClusterName": bad}));
+            let said = admit(&ManagedControlPlanes, named, None);
+            assert!(
+                said[0].starts_with("spec.eksClusterName:"),
+                "{bad}: {said:?}"
+            );
+        }
     }
 
     #[test]

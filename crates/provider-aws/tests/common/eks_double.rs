@@ -39,6 +39,8 @@ struct Doubled {
     endpoints: HashMap<String, (String, String)>,
     /// AWS's published SSM parameters, by name.
     published: HashMap<String, String>,
+    /// Every CreateCluster request's body, in order.
+    cluster_requests: Vec<Value>,
     /// EKS clusters made through the double and not deleted: addons live in them.
     clusters: std::collections::HashSet<String>,
     /// By cluster, then addon name.
@@ -76,6 +78,11 @@ impl EksDouble {
             .unwrap()
             .published
             .insert(name.to_owned(), value.to_owned());
+    }
+
+    /// The CreateCluster requests EKS answered, as sent.
+    pub fn cluster_requests(&self) -> Vec<Value> {
+        self.state.lock().unwrap().cluster_requests.clone()
     }
 
     /// The addon calls that changed something so far, in order.
@@ -213,6 +220,7 @@ async fn handle(
         let mut state = state.lock().unwrap();
         match (&method, path.as_slice()) {
             (&Method::POST, ["clusters"]) => {
+                state.cluster_requests.push(created.clone());
                 if let Some(name) = created["name"].as_str() {
                     state.clusters.insert(name.to_owned());
                 }
