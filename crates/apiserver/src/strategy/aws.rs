@@ -167,10 +167,36 @@ fn eks_name(name: &Value) -> Option<Cause> {
     })
 }
 
+/// AWS's region names (`us-east-1`, `eu-central-2`, `us-gov-west-1`, `ap-southeast-7`): a
+/// typo would otherwise only show as an endpoint nobody answers at.
+fn region(region: &Value) -> Option<Cause> {
+    let text = region.as_str()?;
+    let parts: Vec<&str> = text.split('-').collect();
+    let valid = (3..=4).contains(&parts.len())
+        && parts[0].len() == 2
+        && parts.iter().all(|p| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        })
+        && parts[parts.len() - 1].parse::<u8>().is_ok()
+        && parts[1..parts.len() - 1]
+            .iter()
+            .all(|p| p.chars().all(|c| c.is_ascii_lowercase()));
+    (!valid).then(|| {
+        Cause::invalid(
+            "spec.region",
+            region,
+            "must be an AWS region such as us-east-1",
+        )
+    })
+}
+
 impl Strategy for ManagedControlPlanes {
     fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = not_done_yet(&object["spec"]);
         causes.extend(eks_name(&object["spec"]["eksClusterName"]));
+        causes.extend(region(&object["spec"]["region"]));
         if let Some(old) = old {
             for field in SET_AT_CREATION {
                 let (before, now) = (&old["spec"][field], &object["spec"][field]);
@@ -377,6 +403,12 @@ mod tests {
         );
         assert!(added[0].starts_with("spec.upgradePolicy:"), "{added:?}");
 
+        for good in ["us-east-1", "us-gov-west-1", "ap-southeast-7"] {
+            assert!(region(&json!(good)).is_none(), "{good}");
+        }
+        for bad in ["us-east", "mars-1", "US-EAST-1", "us-east-1a", "us--1"] {
+            assert!(region(&json!(bad)).is_some(), "{bad}");
+        }
         for good in ["prod", "team-a_prod-control-plane", "0x"] {
             let named = plane(json!({"eksClusterName": good}));
             assert!(
