@@ -29,6 +29,7 @@ use crate::identity::Session;
 use crate::network;
 use crate::sdk::{AwsError, AwsResult};
 use crate::tags::Owner;
+use crate::updates;
 
 pub const FINALIZER: &str = "awsmanagedcontrolplane.controlplane.cluster.x-k8s.io";
 /// How long a token lasts: `aws eks get-token`'s 15 minutes (the presigned request is valid
@@ -221,6 +222,14 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         }
     };
 
+    if let Some(update) = &provisioned.requested_update {
+        patch(
+            &api,
+            &name,
+            json!({"metadata": {"annotations": {updates::ANNOTATION: update}}}),
+        )
+        .await?;
+    }
     // The spec records what was found or made, as Cluster API AWS's does: the VPC, subnets,
     // EKS name, role and endpoint (the VPC column of `kubectl get` reads it there).
     let mut spec_patch = json!({
@@ -569,6 +578,8 @@ struct Provisioned {
     cluster_security_group: Option<String>,
     /// Where EKS's service-account tokens come from (`https://oidc.eks...`).
     oidc_issuer: Option<String>,
+    /// The update asked for in this pass, as [`updates::ANNOTATION`] records it.
+    requested_update: Option<String>,
 }
 
 async fn provision(
@@ -656,6 +667,7 @@ async fn provision(
     };
     continue_provision(
         &eks,
+        session.aws().settings().sync_period,
         control_plane,
         eks_cluster,
         network,
@@ -729,6 +741,8 @@ async fn ensure_control_plane_role(
 /// The EKS cluster found or made: its upgrade, status and conditions.
 async fn continue_provision(
     eks: &aws_sdk_eks::Client,
+    // How long after a failed update it is asked again.
+    retry_after: Duration,
     control_plane: &AWSManagedControlPlane,
     eks_cluster: &str,
     network: network::Network,
@@ -759,30 +773,56 @@ async fn continue_provision(
         );
         upgrading = true;
     }
+    let mut requested_update = None;
     if let Step::Upgrade { running, next } = &step {
+        let upgrade_failed = |message| Failed {
+            condition: "EKSControlPlaneReady",
+            reason: "EKSControlPlaneUpgradeFailed",
+            message,
+        };
+        let followed =
+            updates::follow(eks, eks_cluster, None, &control_plane.metadata, retry_after)
+                .await
+                .map_err(|e| upgrade_failed(e.to_string()))?;
+        let in_progress = followed == updates::Followed::InProgress;
+        let after = match followed {
+            updates::Followed::Failed {
+                why,
+                ask_again: false,
+                ..
+            } => {
+                return Err(upgrade_failed(format!(
+                    "EKS cluster {eks_cluster} stays at {running}: {why}"
+                )));
+            }
+            updates::Followed::Failed { id, .. } => Some(id),
+            _ => None,
+        };
         // One minor version at a time, whatever the spec asks (admission refuses skips, but a
         // cluster adopted at an older version can be further behind): EKS says when it is done.
-        let requested = eks
-            .update_cluster_version()
-            .name(eks_cluster)
-            .version(next)
-            .client_request_token(format!(
-                "{}-{next}",
-                control_plane.metadata.uid.clone().unwrap_or_default()
-            ))
-            .send()
-            .await
-            .aws();
-        match requested {
-            Ok(_) => {}
-            // An update in progress already (a lost answer, or EKS not showing it yet).
-            Err(error) if error.code == "ResourceInUseException" => {}
-            Err(error) => {
-                return Err(Failed::aws(
-                    "EKSControlPlaneReady",
-                    "EKSControlPlaneUpgradeFailed",
-                    error,
-                ));
+        if !in_progress {
+            let requested = eks
+                .update_cluster_version()
+                .name(eks_cluster)
+                .version(next)
+                .client_request_token(updates::token(
+                    &control_plane.metadata,
+                    next,
+                    after.as_deref(),
+                ))
+                .send()
+                .await
+                .aws();
+            match requested {
+                Ok(answer) => {
+                    requested_update = answer
+                        .update
+                        .and_then(|u| u.id)
+                        .map(|id| updates::record(&control_plane.metadata, &id));
+                }
+                // An update in progress already (a lost answer, or EKS not showing it yet).
+                Err(error) if error.code == "ResourceInUseException" => {}
+                Err(error) => return Err(upgrade_failed(error.to_string())),
             }
         }
         let message = format!("EKS cluster {eks_cluster}: upgrading from {running} to {next}");
@@ -880,6 +920,7 @@ async fn continue_provision(
         }
     }
     Ok(Provisioned {
+        requested_update,
         network,
         status,
         endpoint: cluster.endpoint().map(|e| {
@@ -1101,7 +1142,10 @@ async fn report_failure(
     let failure = crate::Failure::new(failed.condition, failed.reason, failed.message);
     let wait =
         crate::report_failure(ctx, api, object, status_conditions, failure, json!({})).await?;
-    Ok(Action::requeue(wait))
+    // Within the sync period, when that is shorter: a failed update is asked again then.
+    Ok(Action::requeue(
+        wait.min(ctx.identities.aws().settings().sync_period),
+    ))
 }
 
 /// Writes `<cluster>-kubeconfig` with a fresh token when there is none, it is about to

@@ -28,6 +28,7 @@ pub mod network;
 pub mod sdk;
 pub mod tags;
 pub mod token;
+mod updates;
 pub mod workers;
 
 use std::sync::Arc;

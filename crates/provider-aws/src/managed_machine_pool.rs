@@ -15,7 +15,7 @@ use lariat_api::capi::MachinePool;
 use lariat_controllers::Error;
 use lariat_controllers::conditions::json as conditions;
 use lariat_controllers::events::EventType;
-use lariat_controllers::object::{ensure_finalizer, patch_status, remove_finalizer};
+use lariat_controllers::object::{ensure_finalizer, patch, patch_status, remove_finalizer};
 use serde_json::json;
 
 use crate::Context;
@@ -23,6 +23,7 @@ use crate::iam::{self, RoleSpec};
 use crate::identity::Session;
 use crate::sdk::{AwsError, AwsResult};
 use crate::tags::Owner;
+use crate::updates;
 
 pub const FINALIZER: &str = "awsmanagedmachinepools.infrastructure.cluster.x-k8s.io";
 
@@ -355,7 +356,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         }),
         _ => None,
     };
-    let ready = state == "ACTIVE";
+    // The nodes run through an update: ready, as Cluster API AWS says it.
+    let ready = matches!(state.as_str(), "ACTIVE" | "UPDATING");
     if let crate::control_plane::Step::Downgrade { running, wanted } = &step {
         // EKS cannot go back; the nodes keep running the version they have.
         let message = format!(
@@ -395,22 +397,89 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 &message,
             );
         } else {
-            let requested = eks
-                .update_nodegroup_version()
-                .cluster_name(&eks_cluster)
-                .nodegroup_name(&nodegroup)
-                .version(&upgrade.to)
-                .client_request_token(format!(
-                    "{}-{}",
-                    object.uid().unwrap_or_default(),
-                    upgrade.to
-                ))
-                .send()
-                .await
-                .aws();
+            let retry_after = ctx.identities.aws().settings().sync_period;
+            let followed = match updates::follow(
+                &eks,
+                &eks_cluster,
+                Some(&nodegroup),
+                &object.metadata,
+                retry_after,
+            )
+            .await
+            {
+                Ok(followed) => followed,
+                Err(error) => {
+                    return report(
+                        &ctx,
+                        &api,
+                        &object,
+                        &mut status_conditions,
+                        "EKSNodegroupUpgradeFailed",
+                        &error.to_string(),
+                    )
+                    .await;
+                }
+            };
+            let in_progress = followed == updates::Followed::InProgress;
+            let after = match followed {
+                updates::Followed::Failed {
+                    why,
+                    ask_again: false,
+                    ..
+                } => {
+                    // The nodes still run at the old version: the pool stays ready.
+                    let message = format!(
+                        "EKS node group {nodegroup} stays at {}: {why}",
+                        upgrade.from
+                    );
+                    let failure = crate::Failure::new(
+                        "EKSNodegroupReady",
+                        "EKSNodegroupUpgradeFailed",
+                        message,
+                    );
+                    let wait = crate::report_failure(
+                        &ctx,
+                        &api,
+                        &object,
+                        &mut status_conditions,
+                        failure,
+                        json!({}),
+                    )
+                    .await?;
+                    return Ok(Action::requeue(wait.min(retry_after)));
+                }
+                updates::Followed::Failed { id, .. } => Some(id),
+                _ => None,
+            };
+            let requested = if in_progress {
+                Ok(None)
+            } else {
+                eks.update_nodegroup_version()
+                    .cluster_name(&eks_cluster)
+                    .nodegroup_name(&nodegroup)
+                    .version(&upgrade.to)
+                    .client_request_token(updates::token(
+                        &object.metadata,
+                        &upgrade.to,
+                        after.as_deref(),
+                    ))
+                    .send()
+                    .await
+                    .aws()
+                    .map(|answer| answer.update.and_then(|u| u.id))
+            };
             match requested {
+                Ok(Some(id)) => {
+                    let record = updates::record(&object.metadata, &id);
+                    patch(
+                        &api,
+                        &object.name_any(),
+                        json!({"metadata": {"annotations": {updates::ANNOTATION: record}}}),
+                    )
+                    .await?;
+                }
+                Ok(None) => {}
                 // In progress already (a lost answer, or EKS not showing it yet).
-                Ok(_) => {}
                 Err(error) if error.code == "ResourceInUseException" => {}
                 Err(error) => {
                     return report(
@@ -447,7 +516,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         }
         // The nodes still run: the pool stays ready while its group is upgraded.
         conditions::set(&mut status_conditions, "Ready", true, "", "");
-    } else if ready {
+    } else if state == "ACTIVE" {
         conditions::set(&mut status_conditions, "EKSNodegroupReady", true, "", "");
         conditions::set(&mut status_conditions, "Ready", true, "", "");
     } else {

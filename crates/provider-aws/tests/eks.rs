@@ -693,13 +693,25 @@ async fn an_eks_cluster_is_made_with_its_network_and_deleted_leaving_nothing() {
 
 /// Seed 000's upgrade: the version moves on the control plane and the pool together; EKS
 /// upgrades the control plane first, then the node group, each visible in conditions while
-/// it runs, and the cluster keeps serving. moto lacks both update calls: the double in front
-/// of it answers them (`common::eks_double`), everything else is moto's.
+/// it runs, and the cluster keeps serving. The control plane's first attempt fails after EKS
+/// took it (DescribeUpdate says why): that is reported, and asked again once the sync period
+/// has passed, not at every poll. moto lacks the update calls: the double in front of it
+/// answers them (`common::eks_double`), everything else is moto's.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_upgrade_goes_control_plane_first_then_node_groups() {
     let moto = Moto::start();
     let double = common::eks_double::EksDouble::start(&moto.endpoint).await;
-    let setup = Setup::start(moto, &double.endpoint).await;
+    let setup = Setup::start_with(moto, &double.endpoint, Duration::from_secs(4)).await;
+    double.fail_update(
+        "team-a_prod-control-plane",
+        "InsufficientFreeAddresses",
+        "One or more of the subnets has too few free addresses",
+    );
+    double.fail_update(
+        "team-a_prod-control-plane/team-a_prod-pool-0",
+        "PodEvictionFailure",
+        "Reached max retries while trying to evict pods from nodes",
+    );
     for manifest in manifests("capa") {
         setup.lariat.apply(manifest).await;
     }
@@ -758,14 +770,13 @@ async fn an_upgrade_goes_control_plane_first_then_node_groups() {
             "the control plane serves throughout"
         );
         assert_eq!(
-            condition(&pool, "Ready").as_deref(),
-            Some("True"),
+            pool.data["status"]["ready"], true,
             "the nodes run throughout"
         );
         if control_plane.data["status"]["version"] == "v1.32"
             && condition(&control_plane, "EKSControlPlaneReady").as_deref() == Some("True")
             && condition(&pool, "EKSNodegroupReady").as_deref() == Some("True")
-            && double.requested().len() == 2
+            && double.requested().len() == 4
         {
             break;
         }
@@ -780,13 +791,39 @@ async fn an_upgrade_goes_control_plane_first_then_node_groups() {
         double.requested(),
         [
             "team-a_prod-control-plane 1.32",
+            "team-a_prod-control-plane 1.32",
+            "team-a_prod-control-plane/team-a_prod-pool-0 1.32",
             "team-a_prod-control-plane/team-a_prod-pool-0 1.32"
         ],
-        "the control plane first, then the group, each asked once"
+        "the control plane first, then the group, each asked again once after its failure"
+    );
+    assert!(
+        seen_pool.contains("EKSNodegroupUpgradeFailed"),
+        "{seen_pool:?}"
     );
     assert!(
         seen_control_plane.contains("EKSControlPlaneUpgrading"),
         "{seen_control_plane:?}"
+    );
+    assert!(
+        seen_control_plane.contains("EKSControlPlaneUpgradeFailed"),
+        "{seen_control_plane:?}"
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(setup.lariat.client.clone(), NS);
+    let events = events.list(&Default::default()).await.unwrap().items;
+    assert!(
+        events.iter().any(|e| {
+            e.reason.as_deref() == Some("EKSControlPlaneUpgradeFailed")
+                && e.message.as_deref().is_some_and(|m| {
+                    m.contains("InsufficientFreeAddresses: One or more of the subnets")
+                })
+        }),
+        "{:?}",
+        events
+            .iter()
+            .map(|e| (&e.reason, &e.message))
+            .collect::<Vec<_>>()
     );
     assert!(
         seen_pool.contains("WaitingForControlPlaneUpgrade"),

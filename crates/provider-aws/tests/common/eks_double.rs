@@ -31,8 +31,14 @@ pub struct EksDouble {
 #[derive(Default)]
 struct Doubled {
     moto: String,
-    /// By `cluster` or `cluster/nodegroup`: the version asked for and when it is done.
-    updates: HashMap<String, (String, std::time::Instant)>,
+    /// By `cluster` or `cluster/nodegroup`: the version it ends at (none when the update
+    /// fails) and when it is done.
+    updates: HashMap<String, (Option<String>, std::time::Instant)>,
+    /// By update ID: what DescribeUpdate says, the version it asked for, when it is done,
+    /// and the error it ends in.
+    update_ids: HashMap<String, (String, std::time::Instant, Option<(String, String)>, f64)>,
+    /// By `cluster` or `cluster/nodegroup`: the error the next update ends in.
+    update_failures: HashMap<String, (String, String)>,
     /// Every update asked for, in order: `cluster 1.32`, `cluster/nodegroup 1.32`.
     requested: Vec<String>,
     /// By cluster: the endpoint and base64 CA its reads show.
@@ -64,6 +70,17 @@ impl EksDouble {
             .with_state(state.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
         EksDouble { endpoint, state }
+    }
+
+    /// Makes the next update of `key` (`cluster` or `cluster/nodegroup`) fail after EKS took
+    /// it, as EKS reports it: UPDATING for a while, then ACTIVE at the old version, and
+    /// DescribeUpdate says Failed with this error.
+    pub fn fail_update(&self, key: &str, code: &str, message: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .update_failures
+            .insert(key.to_owned(), (code.to_owned(), message.to_owned()));
     }
 
     /// The version updates asked for so far, in order.
@@ -122,6 +139,13 @@ impl EksDouble {
     }
 }
 
+fn now_epoch() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
 fn segments(uri: &Uri) -> Vec<String> {
     uri.path()
         .split('/')
@@ -152,9 +176,15 @@ async fn handle(
         let mut state = state.lock().unwrap();
         state.requested.push(format!("{key} {version}"));
         let done = std::time::Instant::now() + UPDATING_FOR;
-        state.updates.insert(key, (version.clone(), done));
+        let failure = state.update_failures.remove(&key);
+        let ends_at = failure.is_none().then(|| version.clone());
+        state.updates.insert(key, (ends_at, done));
+        let id = format!("update-{}", state.requested.len());
+        state
+            .update_ids
+            .insert(id.clone(), (version.clone(), done, failure, now_epoch()));
         let update = json!({"update": {
-            "id": format!("update-{}", state.requested.len()),
+            "id": id,
             "status": "InProgress",
             "type": "VersionUpdate",
             "params": [{"type": "Version", "value": version}],
@@ -173,6 +203,37 @@ async fn handle(
             let mut state = state.lock().unwrap();
             return addons::tag(&mut state, &arn, &body);
         }
+    }
+    let update_id = match (&method, path.as_slice()) {
+        (&Method::GET, ["clusters", _, "updates", id])
+        | (&Method::GET, ["clusters", _, "node-groups", _, "updates", id]) => Some(id.to_string()),
+        _ => None,
+    };
+    if let Some(id) = update_id {
+        let state = state.lock().unwrap();
+        let Some((version, done, failure, created)) = state.update_ids.get(&id) else {
+            let message = format!("No update found for ID: {id}");
+            return (
+                StatusCode::NOT_FOUND,
+                [("x-amzn-errortype", "ResourceNotFoundException")],
+                axum::Json(json!({"message": message})),
+            )
+                .into_response();
+        };
+        let (status, errors) = match failure {
+            _ if std::time::Instant::now() < *done => ("InProgress", json!([])),
+            Some((code, message)) => (
+                "Failed",
+                json!([{"errorCode": code, "errorMessage": message, "resourceIds": []}]),
+            ),
+            None => ("Successful", json!([])),
+        };
+        let update = json!({"update": {
+            "id": id, "status": status, "type": "VersionUpdate",
+            "params": [{"type": "Version", "value": version}], "errors": errors,
+            "createdAt": created,
+        }});
+        return (StatusCode::OK, axum::Json(update)).into_response();
     }
     if headers
         .get("x-amz-target")
@@ -250,7 +311,7 @@ async fn handle(
             if let Some((version, done)) = state.updates.get(&key) {
                 if std::time::Instant::now() < *done {
                     read[field]["status"] = json!("UPDATING");
-                } else {
+                } else if let Some(version) = version {
                     read[field]["version"] = json!(version);
                 }
             }
@@ -433,7 +494,7 @@ async fn serve_endpoint(
 /// (or gone); a name or version EKS does not publish, or configuration values that are not
 /// JSON, are refused as EKS refuses them (`InvalidParameterException`).
 mod addons {
-    use std::time::{Instant, SystemTime};
+    use std::time::Instant;
 
     use axum::body::Bytes;
     use axum::http::{Method, StatusCode, Uri};
@@ -460,7 +521,7 @@ mod addons {
 
     impl Addon {
         pub fn new(cluster: &str, name: &str, version: &str, asked: &Value) -> Addon {
-            let now = epoch();
+            let now = super::now_epoch();
             let mut body = json!({
                 "addonName": name,
                 "clusterName": cluster,
@@ -505,13 +566,6 @@ mod addons {
             }
             Some(&self.body)
         }
-    }
-
-    fn epoch() -> f64 {
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .as_secs_f64()
     }
 
     fn error(status: StatusCode, code: &str, message: &str) -> Response {
@@ -681,7 +735,7 @@ mod addons {
                             }
                         }
                         addon.body["status"] = json!("UPDATING");
-                        addon.body["modifiedAt"] = json!(epoch());
+                        addon.body["modifiedAt"] = json!(super::now_epoch());
                         let next = match addon_failures.remove(&name) {
                             Some((code, message)) => {
                                 addon.body["health"]["issues"] =

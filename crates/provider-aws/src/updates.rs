@@ -1,0 +1,124 @@
+//! EKS's updates (a version upgrade) run for minutes and may fail after EKS accepted them:
+//! the cluster or node group is ACTIVE again at its old version, and only DescribeUpdate says
+//! why. So the update lariat asked for is remembered on the object (annotation
+//! `lariat.dev/eks-update`: `<generation>/<update id>`) and followed. A failed one is reported
+//! with EKS's errors and asked again once per sync period, not at every poll.
+
+use std::time::{Duration, SystemTime};
+
+use aws_sdk_eks::types::UpdateStatus;
+use kube::core::ObjectMeta;
+
+use crate::sdk::{AwsError, AwsResult};
+
+pub const ANNOTATION: &str = "lariat.dev/eks-update";
+
+/// What EKS says of the update asked for at the object's current generation.
+#[derive(Debug, PartialEq)]
+pub enum Followed {
+    /// None was asked for, or it is over (done or cancelled): one may be asked for.
+    Nothing,
+    InProgress,
+    Failed {
+        /// EKS's errors, said for a person.
+        why: String,
+        /// The failed update, which names the next attempt.
+        id: String,
+        /// Whether it failed long enough ago to ask again.
+        ask_again: bool,
+    },
+}
+
+/// The annotation's value for update `id` asked for at `metadata`'s generation.
+pub fn record(metadata: &ObjectMeta, id: &str) -> String {
+    format!("{}/{id}", metadata.generation.unwrap_or(0))
+}
+
+/// The client token of an update to `version` at `metadata`'s generation, after the failed
+/// update `after` if any: the same request after a lost answer, a new one for a new attempt.
+pub fn token(metadata: &ObjectMeta, version: &str, after: Option<&str>) -> String {
+    use sha2::{Digest, Sha256};
+    let seed = format!(
+        "{}/{version}/{}/{}",
+        metadata.uid.as_deref().unwrap_or_default(),
+        metadata.generation.unwrap_or(0),
+        after.unwrap_or_default()
+    );
+    Sha256::digest(seed.as_bytes())
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Looks up the update recorded for the current generation of `metadata`, of `eks_cluster`
+/// or of its `nodegroup`; a failed one may be asked again `retry_after` it was made.
+pub async fn follow(
+    eks: &aws_sdk_eks::Client,
+    eks_cluster: &str,
+    nodegroup: Option<&str>,
+    metadata: &ObjectMeta,
+    retry_after: Duration,
+) -> Result<Followed, AwsError> {
+    let recorded = metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION))
+        .and_then(|value| value.split_once('/'))
+        .filter(|(generation, _)| *generation == metadata.generation.unwrap_or(0).to_string())
+        .map(|(_, id)| id.to_owned());
+    let Some(id) = recorded else {
+        return Ok(Followed::Nothing);
+    };
+    let described = eks
+        .describe_update()
+        .name(eks_cluster)
+        .set_nodegroup_name(nodegroup.map(str::to_owned))
+        .update_id(&id)
+        .send()
+        .await
+        .aws();
+    let update = match described {
+        Ok(described) => described.update,
+        // Gone from EKS's history: nothing to follow.
+        Err(error) if error.is_not_found() => None,
+        Err(error) => return Err(error),
+    };
+    let Some(update) = update else {
+        return Ok(Followed::Nothing);
+    };
+    Ok(match update.status() {
+        Some(UpdateStatus::InProgress) => Followed::InProgress,
+        Some(UpdateStatus::Failed) => {
+            let errors: Vec<String> = update
+                .errors()
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{}: {}",
+                        e.error_code().map(|c| c.as_str()).unwrap_or("Unknown"),
+                        e.error_message().unwrap_or_default()
+                    )
+                })
+                .collect();
+            let made = update
+                .created_at()
+                .and_then(|t| SystemTime::try_from(*t).ok())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            Followed::Failed {
+                why: format!(
+                    "EKS update {id} failed: {}; lariat asks again every {} s",
+                    if errors.is_empty() {
+                        "EKS gave no reason".to_owned()
+                    } else {
+                        errors.join(", ")
+                    },
+                    retry_after.as_secs()
+                ),
+                ask_again: made + retry_after <= SystemTime::now(),
+                id,
+            }
+        }
+        _ => Followed::Nothing,
+    })
+}
