@@ -28,15 +28,24 @@ pub struct EksDouble {
     state: Arc<Mutex<Doubled>>,
 }
 
+/// An update EKS took.
+struct Update {
+    version: String,
+    done: std::time::Instant,
+    /// The error code and message it ends in, if it fails.
+    failure: Option<(String, String)>,
+    /// Seconds since the epoch.
+    created: f64,
+}
+
 #[derive(Default)]
 struct Doubled {
     moto: String,
     /// By `cluster` or `cluster/nodegroup`: the version it ends at (none when the update
     /// fails) and when it is done.
     updates: HashMap<String, (Option<String>, std::time::Instant)>,
-    /// By update ID: what DescribeUpdate says, the version it asked for, when it is done,
-    /// and the error it ends in.
-    update_ids: HashMap<String, (String, std::time::Instant, Option<(String, String)>, f64)>,
+    /// By update ID: what DescribeUpdate says.
+    update_ids: HashMap<String, Update>,
     /// By `cluster` or `cluster/nodegroup`: the error the next update ends in.
     update_failures: HashMap<String, (String, String)>,
     /// Every update asked for, in order: `cluster 1.32`, `cluster/nodegroup 1.32`.
@@ -180,9 +189,15 @@ async fn handle(
         let ends_at = failure.is_none().then(|| version.clone());
         state.updates.insert(key, (ends_at, done));
         let id = format!("update-{}", state.requested.len());
-        state
-            .update_ids
-            .insert(id.clone(), (version.clone(), done, failure, now_epoch()));
+        state.update_ids.insert(
+            id.clone(),
+            Update {
+                version: version.clone(),
+                done,
+                failure,
+                created: now_epoch(),
+            },
+        );
         let update = json!({"update": {
             "id": id,
             "status": "InProgress",
@@ -211,7 +226,13 @@ async fn handle(
     };
     if let Some(id) = update_id {
         let state = state.lock().unwrap();
-        let Some((version, done, failure, created)) = state.update_ids.get(&id) else {
+        let Some(Update {
+            version,
+            done,
+            failure,
+            created,
+        }) = state.update_ids.get(&id)
+        else {
             let message = format!("No update found for ID: {id}");
             return (
                 StatusCode::NOT_FOUND,
