@@ -87,7 +87,12 @@ fn not_done_yet(spec: &Value) -> Vec<Cause> {
         Value::Object(o) => !o.is_empty(),
         _ => true,
     };
-    let checks: [(&str, &Value, &str); 8] = [
+    let checks: [(&str, &Value, &str); 9] = [
+        (
+            "spec.network.vpc.ipv6",
+            &spec["network"]["vpc"]["ipv6"],
+            "lariat does not make IPv6 VPCs yet: remove it",
+        ),
         (
             "spec.bastion.enabled",
             &spec["bastion"]["enabled"],
@@ -136,6 +141,8 @@ fn not_done_yet(spec: &Value) -> Vec<Cause> {
             "spec.vpcCni" => set(&value["env"]) || value["disable"] == true,
             "spec.iamAuthenticatorConfig" => set(&value["mapRoles"]) || set(&value["mapUsers"]),
             "spec.partition" => set(value) && *value != "aws",
+            // `ipv6: {}` asks for an Amazon-provided IPv6 block.
+            "spec.network.vpc.ipv6" => !value.is_null(),
             _ => set(value),
         })
         .map(|(field, value, why)| Cause::invalid(field, value, why))
@@ -344,6 +351,7 @@ mod tests {
             "iamAuthenticatorConfig": {"mapUsers": [{"userarn": "arn", "username": "u"}]},
             "partition": "aws-cn",
             "oidcIdentityProviderConfig": {"issuerUrl": "https://id.example.com"},
+            "network": {"vpc": {"ipv6": {}}},
         }));
         let refused = admit(&ManagedControlPlanes, asked, None);
         let fields: Vec<&str> = refused
@@ -353,6 +361,7 @@ mod tests {
         assert_eq!(
             fields,
             [
+                "spec.network.vpc.ipv6",
                 "spec.bastion.enabled",
                 "spec.secondaryCidrBlock",
                 "spec.accessEntries",
