@@ -373,7 +373,7 @@ mod tests {
             ],
             "{refused:?}"
         );
-        assert!(refused[0].contains("lariat does not run a bastion host yet"));
+        assert!(refused[1].contains("lariat does not run a bastion host yet"));
     }
 
     #[test]
