@@ -248,8 +248,14 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         spec_patch["controlPlaneEndpoint"] = json!({"host": endpoint, "port": 443});
     }
     let current = serde_json::to_value(&control_plane.spec).unwrap_or_default();
+    // The status observes the spec as lariat just recorded it: what lariat wrote there is what
+    // it found, so the next pass need not walk the network again to see it.
+    let mut observed_generation = object.metadata.generation;
     if !contains(&current, &spec_patch) {
-        patch(&api, &name, json!({"spec": spec_patch})).await?;
+        let recorded = patch(&api, &name, json!({"spec": spec_patch})).await?;
+        if recorded.metadata.generation == observed_generation.map(|g| g + 1) {
+            observed_generation = recorded.metadata.generation;
+        }
     }
 
     // An upgrading cluster still serves: it stays ready.
@@ -309,7 +315,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             "natGatewaysIPs": provisioned.network.nat_gateway_ips,
         },
         "conditions": status_conditions,
-        "observedGeneration": object.metadata.generation,
+        "observedGeneration": observed_generation,
     });
     if let Some(states) = additions.addons {
         status["addons"] = json!(states);
