@@ -31,6 +31,12 @@ pub const AGENT_NAMESPACE: &str = "lariat-system";
 pub const AGENT_DEPLOYMENT: &str = "lariat-agent";
 /// Field manager of what the installer applies.
 const MANAGER: &str = "lariat-agent-installer";
+/// On the agent Deployment lariat installed (and its pods): the uid of the Cluster it was
+/// installed for. A Deployment without it, or with another Cluster's (one deleted and made
+/// again under the same name, or anybody's), is not trusted to register this Cluster.
+const INSTALLED_FOR: &str = "lariat.dev/installed-for-cluster";
+/// How long an installed agent may take to connect before the Cluster's Events say so.
+const CONNECT_WITHIN: Duration = Duration::from_secs(600);
 /// The longest the installer waits for a workload cluster's answers.
 const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -126,11 +132,17 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, E
     let found = tokio::time::timeout(WORKLOAD_TIMEOUT, deployments.get_opt(AGENT_DEPLOYMENT))
         .await
         .unwrap_or_else(|_| Err(timed_out()));
-    match found {
-        // Installed: the agent registers the cluster when it runs. A Deployment deleted by
-        // hand is put back by the next look.
-        Ok(Some(_)) => return Ok(Action::requeue(Duration::from_secs(600))),
-        Ok(None) => {}
+    let uid = cluster.uid().unwrap_or_default();
+    let replaced = match found {
+        // Installed for this Cluster: the agent registers it when it runs. A Deployment deleted
+        // by hand is put back by the next look.
+        Ok(Some(deployment)) if deployment.annotations().get(INSTALLED_FOR) == Some(&uid) => {
+            return not_connected_yet(&ctx, &cluster, &deployment).await;
+        }
+        // Someone else's, or one installed for an earlier Cluster of this name: its token is
+        // not this Cluster's, so it is installed again, with a fresh one.
+        Ok(Some(_)) => true,
+        Ok(None) => false,
         Err(error) => {
             return failed(
                 &ctx,
@@ -139,12 +151,12 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, E
             )
             .await;
         }
-    }
+    };
     let manifests = match (ctx.manifests)(namespace.clone(), name.clone()).await {
         Ok(manifests) => manifests,
         Err(error) => return failed(&ctx, &cluster, &error).await,
     };
-    let applied = tokio::time::timeout(WORKLOAD_TIMEOUT, apply(&workload, &manifests))
+    let applied = tokio::time::timeout(WORKLOAD_TIMEOUT, apply(&workload, &manifests, &uid))
         .await
         .unwrap_or_else(|_| Err(timed_out().to_string()));
     if let Err(error) = applied {
@@ -156,7 +168,20 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, E
         .await;
     }
     crate::forget_warning(&log_key(&cluster));
-    tracing::info!(cluster = %format!("{namespace}/{name}"), "installed lariat's agent");
+    tracing::info!(cluster = %format!("{namespace}/{name}"), replaced, "installed lariat's agent");
+    if replaced {
+        ctx.events
+            .publish(
+                cluster.as_ref(),
+                "Cluster",
+                EventType::Warning,
+                "AgentReplaced",
+                &format!(
+                    "{AGENT_NAMESPACE}/{AGENT_DEPLOYMENT} in the cluster was not installed for this Cluster: replaced, with a fresh registration token"
+                ),
+            )
+            .await;
+    }
     ctx.events
         .publish(
             cluster.as_ref(),
@@ -171,15 +196,63 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, E
     Ok(Action::requeue(Duration::from_secs(600)))
 }
 
+/// An agent installed for this Cluster that has not connected: said once it has had
+/// [`CONNECT_WITHIN`] to do so, then looked at again (a Connected Cluster stops this).
+async fn not_connected_yet(
+    ctx: &Context,
+    cluster: &Cluster,
+    deployment: &Deployment,
+) -> Result<Action, Error> {
+    let age = deployment
+        .creation_timestamp()
+        .map(|t| {
+            let created =
+                std::time::UNIX_EPOCH + Duration::from_secs(t.0.as_second().max(0) as u64);
+            std::time::SystemTime::now()
+                .duration_since(created)
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    if age < CONNECT_WITHIN {
+        return Ok(Action::requeue(CONNECT_WITHIN - age));
+    }
+    let message = format!(
+        "the agent installed {} minutes ago has not connected: see `kubectl logs -n {AGENT_NAMESPACE} deploy/{AGENT_DEPLOYMENT}` in the cluster, and whether it reaches the server's --advertise-url",
+        age.as_secs() / 60
+    );
+    crate::warn_once(&log_key(cluster), &message);
+    ctx.events
+        .publish(
+            cluster,
+            "Cluster",
+            EventType::Warning,
+            "AgentNotConnected",
+            &message,
+        )
+        .await;
+    Ok(Action::requeue(CONNECT_WITHIN))
+}
+
 /// Applies every document of `manifests` with server-side apply (so a second install
-/// updates what the first made), cluster-scoped or namespaced as each says.
-async fn apply(client: &kube::Client, manifests: &str) -> Result<(), String> {
+/// updates what the first made), cluster-scoped or namespaced as each says; the agent
+/// Deployment and its pods are marked as installed for Cluster `uid` (a new uid rolls them).
+async fn apply(client: &kube::Client, manifests: &str, uid: &str) -> Result<(), String> {
     use serde::Deserialize;
     // Parsed before any request: the YAML parser is not Send.
-    let objects = serde_yaml_ng::Deserializer::from_str(manifests)
+    let mut objects = serde_yaml_ng::Deserializer::from_str(manifests)
         .map(DynamicObject::deserialize)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
+    for object in objects
+        .iter_mut()
+        .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "Deployment"))
+    {
+        object
+            .annotations_mut()
+            .insert(INSTALLED_FOR.into(), uid.into());
+        object.data["spec"]["template"]["metadata"]["annotations"][INSTALLED_FOR] =
+            serde_json::json!(uid);
+    }
     for object in objects {
         let types = object
             .types

@@ -877,17 +877,57 @@ async fn the_agent_is_installed_into_the_new_cluster_and_registers_it() {
             let _ = stopped.wait_for(|s| *s).await;
         },
     ));
+    // An agent someone left in the cluster (another server's, or one installed for an earlier
+    // Cluster of this name): it must not be trusted to register this Cluster.
+    let post = kube::api::PostParams::default();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(workload.clone())
+        .create(
+            &post,
+            &serde_json::from_value(json!({"metadata": {"name": "lariat-system"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(workload.clone(), "lariat-system");
+    deployments
+        .create(
+            &post,
+            &serde_json::from_value(json!({
+                "metadata": {"name": "lariat-agent"},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "stale"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "stale"}},
+                        "spec": {"containers": [{"name": "agent", "image": "stale"}]},
+                    },
+                },
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
     for manifest in manifests("capa") {
         lariat.apply(manifest).await;
     }
 
-    let deployments: Api<Deployment> = Api::namespaced(workload.clone(), "lariat-system");
+    let cluster_uid = Api::<lariat_api::capi::Cluster>::namespaced(lariat.client.clone(), NS)
+        .get("prod")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
     eventually(
-        "the agent's Deployment is in the new cluster",
+        "the agent's Deployment is in the new cluster, installed for this Cluster",
         Duration::from_secs(60),
         || {
-            let api = deployments.clone();
-            async move { api.get_opt("lariat-agent").await.unwrap().is_some() }
+            let (api, uid) = (deployments.clone(), cluster_uid.clone());
+            async move {
+                api.get_opt("lariat-agent").await.unwrap().is_some_and(|d| {
+                    d.metadata
+                        .annotations
+                        .is_some_and(|a| a.get("lariat.dev/installed-for-cluster") == Some(&uid))
+                })
+            }
         },
     )
     .await;
@@ -947,6 +987,13 @@ async fn the_agent_is_installed_into_the_new_cluster_and_registers_it() {
                 && e.involved_object.name.as_deref() == Some("prod")),
         "{:?}",
         events.items.iter().map(|e| &e.reason).collect::<Vec<_>>()
+    );
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("AgentReplaced")),
+        "the stale agent's replacement is said"
     );
 
     // The kubelet's part: the agent runs with what the Deployment's pod would read.
