@@ -119,6 +119,20 @@ pub mod json {
         status["conditions"].as_array().cloned().unwrap_or_default()
     }
 
+    /// Keeps the stored transition time of every condition whose status is the stored one: a
+    /// pass that set a condition one way and then back (Ready True from one step, False from
+    /// a later one) did not make it change.
+    pub fn keep_transition_times(conditions: &mut [Value], stored: &[Value]) {
+        for condition in conditions.iter_mut() {
+            if let Some(before) = stored
+                .iter()
+                .find(|s| s["type"] == condition["type"] && s["status"] == condition["status"])
+            {
+                condition["lastTransitionTime"] = before["lastTransitionTime"].clone();
+            }
+        }
+    }
+
     pub fn is_true(conditions: &[Value], type_: &str) -> bool {
         conditions
             .iter()

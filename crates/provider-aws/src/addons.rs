@@ -18,6 +18,10 @@ use crate::tags::Owner;
 /// (`preserveOnDelete`). It is remembered on the addon because, once the addon is dropped
 /// from the spec, the spec no longer says.
 const PRESERVE_TAG: &str = "lariat.dev/preserve-on-delete";
+/// Tag on an addon lariat created or updated: a hash of the version, configuration and role
+/// it last asked for. An addon EKS could not create or update at that spec is reported, not
+/// asked again at every poll (EKS shows the old spec after a failed update).
+const SPEC_TAG: &str = "lariat.dev/addon-spec";
 
 /// Where the addons stand after one pass.
 #[derive(Debug, PartialEq)]
@@ -97,15 +101,24 @@ pub(crate) async fn reconcile(
             changing.push(format!("{} is {}", addon.name, status.as_str()));
             continue;
         }
-        if differs(addon, have) {
+        let failed_at_this_spec = matches!(
+            status,
+            AddonStatus::CreateFailed | AddonStatus::UpdateFailed
+        ) && tags(have)
+            .any(|(k, v)| k == SPEC_TAG && v == spec_hash(addon));
+        if differs(addon, have) && !failed_at_this_spec {
             update(eks, eks_cluster, addon)
+                .await
+                .map_err(|e| named(&addon.name, e))?;
+            tag(eks, have, SPEC_TAG, &spec_hash(addon))
                 .await
                 .map_err(|e| named(&addon.name, e))?;
             changing.push(format!("{} is being updated", addon.name));
             continue;
         }
-        if owner.owns(tags(have)) && preserved(have) != addon.preserve_on_delete.unwrap_or(false) {
-            remember_preserve(eks, have, addon.preserve_on_delete.unwrap_or(false))
+        let preserve = addon.preserve_on_delete.unwrap_or(false);
+        if owner.owns(tags(have)) && preserved(have) != preserve {
+            tag(eks, have, PRESERVE_TAG, &preserve.to_string())
                 .await
                 .map_err(|e| named(&addon.name, e))?;
         }
@@ -171,6 +184,7 @@ async fn create(
         PRESERVE_TAG.to_owned(),
         addon.preserve_on_delete.unwrap_or(false).to_string(),
     );
+    tags.insert(SPEC_TAG.to_owned(), spec_hash(addon));
     eks.create_addon()
         .cluster_name(eks_cluster)
         .addon_name(&addon.name)
@@ -205,14 +219,15 @@ async fn update(
         .map(|_| ())
 }
 
-async fn remember_preserve(
+async fn tag(
     eks: &aws_sdk_eks::Client,
     have: &EksAddon,
-    preserve: bool,
+    key: &str,
+    value: &str,
 ) -> Result<(), AwsError> {
     eks.tag_resource()
         .resource_arn(have.addon_arn().unwrap_or_default())
-        .tags(PRESERVE_TAG, preserve.to_string())
+        .tags(key, value)
         .send()
         .await
         .aws()
@@ -224,6 +239,25 @@ fn differs(addon: &Addon, have: &EksAddon) -> bool {
     have.addon_version() != Some(addon.version.as_str())
         || have.service_account_role_arn() != addon.service_account_role_arn.as_deref()
         || have.configuration_values().filter(|c| !c.is_empty()) != configuration(addon).as_deref()
+}
+
+/// What [`SPEC_TAG`] records of the spec's addon.
+fn spec_hash(addon: &Addon) -> String {
+    use sha2::{Digest, Sha256};
+    let seed = format!(
+        "{}\n{}\n{}",
+        addon.version,
+        addon
+            .service_account_role_arn
+            .as_deref()
+            .unwrap_or_default(),
+        configuration(addon).unwrap_or_default()
+    );
+    Sha256::digest(seed.as_bytes())
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Cluster API AWS sends no configuration when the spec's is empty.

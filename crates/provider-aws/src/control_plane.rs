@@ -272,7 +272,10 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         )
         .await?;
     }
-    let additions = if ready && conditions::is_true(&status_conditions, "EKSControlPlaneReady") {
+    let additions = if ready
+        && provisioned.failure.is_none()
+        && conditions::is_true(&status_conditions, "EKSControlPlaneReady")
+    {
         reconcile_additions(
             &session,
             &owner,
@@ -323,14 +326,18 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     if let Some(provider) = additions.oidc_provider {
         status["oidcProvider"] = provider;
     }
-    // A failed addon or OIDC provider leaves the control plane ready (it serves), not Ready.
-    if let Some(failure) = &additions.failure {
+    // A failed upgrade, addon or OIDC provider leaves the control plane ready (it serves), not
+    // Ready.
+    let failure = provisioned.failure.as_ref().or(additions.failure.as_ref());
+    if let Some(failure) = failure {
         crate::mark_failed(&mut status_conditions, failure);
-        status["conditions"] = json!(status_conditions);
     }
+    let stored = conditions::existing(&object.data["status"]);
+    conditions::keep_transition_times(&mut status_conditions, &stored);
+    status["conditions"] = json!(status_conditions);
     if !contains(&object.data["status"], &status) {
         patch_status(&api, &name, status).await?;
-        if let Some(failure) = &additions.failure
+        if let Some(failure) = failure
             && json!(status_conditions) != object.data["status"]["conditions"]
         {
             crate::announce_failure(&ctx, &object, failure).await;
@@ -352,8 +359,11 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 .await;
         }
     }
-    if additions.failure.is_some() {
-        return Ok(Action::requeue(crate::FAILURE_RETRY));
+    if failure.is_some() {
+        // Within the sync period, when that is shorter: a failed update is asked again then.
+        return Ok(Action::requeue(
+            crate::FAILURE_RETRY.min(ctx.identities.aws().settings().sync_period),
+        ));
     }
     // Nothing to wait for: done, or refused until the spec changes.
     let settled = !additions.changing
@@ -390,6 +400,10 @@ async fn reconcile_additions(
     oidc_issuer: Option<&str>,
     status_conditions: &mut Vec<Value>,
 ) -> Additions {
+    // The OIDC provider first: addons whose service-account role needs it (vpc-cni, the EBS
+    // CSI driver) cannot become healthy without it.
+    let oidc =
+        reconcile_oidc_provider(session, owner, control_plane, eks_cluster, oidc_issuer).await;
     let mut additions = reconcile_addons(
         session,
         owner,
@@ -398,22 +412,19 @@ async fn reconcile_additions(
         status_conditions,
     )
     .await;
-    if additions.failure.is_none() {
-        match reconcile_oidc_provider(session, owner, control_plane, eks_cluster, oidc_issuer).await
-        {
-            Ok(provider) => {
-                if provider.is_some() {
-                    conditions::set(status_conditions, OIDC_PROVIDER_READY, true, "", "");
-                }
-                additions.oidc_provider = provider;
+    match oidc {
+        Ok(provider) => {
+            if provider.is_some() {
+                conditions::set(status_conditions, OIDC_PROVIDER_READY, true, "", "");
             }
-            Err(error) => {
-                additions.failure = Some(crate::Failure::new(
-                    OIDC_PROVIDER_READY,
-                    &error.code,
-                    error.to_string(),
-                ))
-            }
+            additions.oidc_provider = provider;
+        }
+        Err(error) => {
+            additions.failure = Some(crate::Failure::new(
+                OIDC_PROVIDER_READY,
+                &error.code,
+                error.to_string(),
+            ))
         }
     }
     additions
@@ -507,12 +518,22 @@ async fn reconcile_addons(
         Progress::Failed(what) => {
             outcome.failure = Some(crate::Failure::new(CONDITION, FAILED, what))
         }
+        // Running with health issues that may pass: said, without holding Ready (Cluster API
+        // AWS counts DEGRADED as configured), and looked at again at the sync period.
         Progress::Degraded(what) => {
-            outcome.failure = Some(crate::Failure::transient(
+            conditions::set(
+                status_conditions,
                 CONDITION,
+                false,
                 "EKSAddonsDegraded",
-                what,
-            ))
+                &what,
+            );
+            if let Some(condition) = status_conditions
+                .iter_mut()
+                .find(|c| c["type"] == CONDITION)
+            {
+                condition["severity"] = json!("Warning");
+            }
         }
     }
     outcome
@@ -586,6 +607,8 @@ struct Provisioned {
     oidc_issuer: Option<String>,
     /// The update asked for in this pass, as [`updates::ANNOTATION`] records it.
     requested_update: Option<String>,
+    /// An update EKS took and could not finish.
+    failure: Option<crate::Failure>,
 }
 
 async fn provision(
@@ -645,6 +668,20 @@ async fn provision(
             ));
         }
     };
+    // Another lariat cluster's EKS cluster (a spec naming the same eksClusterName from another
+    // namespace) is never adopted, or its addons and logs would follow this spec.
+    if let Some(other) = found
+        .as_ref()
+        .and_then(|c| owner.owned_by_another(eks_tags(c)))
+    {
+        return Err(Failed {
+            condition: "EKSControlPlaneReady",
+            reason: "EKSClusterOwnedByAnother",
+            message: format!(
+                "EKS cluster {eks_cluster} belongs to Cluster {other}: name another spec.eksClusterName"
+            ),
+        });
+    }
     let cluster = match found {
         Some(cluster) => cluster,
         None => {
@@ -780,16 +817,23 @@ async fn continue_provision(
         upgrading = true;
     }
     let mut requested_update = None;
+    let mut failure = None;
     if let Step::Upgrade { running, next } = &step {
         let upgrade_failed = |message| Failed {
             condition: "EKSControlPlaneReady",
             reason: "EKSControlPlaneUpgradeFailed",
             message,
         };
-        let followed =
-            updates::follow(eks, eks_cluster, None, &control_plane.metadata, retry_after)
-                .await
-                .map_err(|e| upgrade_failed(e.to_string()))?;
+        let followed = updates::follow(
+            eks,
+            eks_cluster,
+            None,
+            &control_plane.metadata,
+            next,
+            retry_after,
+        )
+        .await
+        .map_err(|e| upgrade_failed(e.to_string()))?;
         let in_progress = followed == updates::Followed::InProgress;
         let after = match followed {
             updates::Followed::Failed {
@@ -797,16 +841,21 @@ async fn continue_provision(
                 ask_again: false,
                 ..
             } => {
-                return Err(upgrade_failed(format!(
-                    "EKS cluster {eks_cluster} stays at {running}: {why}"
-                )));
+                // Said, and asked again later; the cluster serves (and its kubeconfig is
+                // renewed) meanwhile.
+                failure = Some(crate::Failure::new(
+                    "EKSControlPlaneReady",
+                    "EKSControlPlaneUpgradeFailed",
+                    format!("EKS cluster {eks_cluster} stays at {running}: {why}"),
+                ));
+                None
             }
             updates::Followed::Failed { id, .. } => Some(id),
             _ => None,
         };
         // One minor version at a time, whatever the spec asks (admission refuses skips, but a
         // cluster adopted at an older version can be further behind): EKS says when it is done.
-        if !in_progress {
+        if !in_progress && failure.is_none() {
             let requested = eks
                 .update_cluster_version()
                 .name(eks_cluster)
@@ -926,6 +975,7 @@ async fn continue_provision(
         }
     }
     Ok(Provisioned {
+        failure,
         requested_update,
         network,
         status,
@@ -996,19 +1046,24 @@ async fn create_cluster(
             owner.tags(eks_cluster, "common").into_iter().collect(),
         ))
         .set_logging(spec.logging.as_ref().map(logging))
-        .set_encryption_config(spec.encryption_config.as_ref().map(|e| {
-            vec![
-                // `resources` (`secrets`) is no longer EKS's to choose: it encrypts all
-                // Kubernetes API data with the key now, so only the key is sent.
-                EncryptionConfig::builder()
-                    .set_provider(
-                        e.provider
-                            .clone()
-                            .map(|key| Provider::builder().key_arn(key).build()),
-                    )
-                    .build(),
-            ]
-        }))
+        .set_encryption_config(
+            spec.encryption_config
+                .as_ref()
+                .filter(|e| e.provider.is_some())
+                .map(|e| {
+                    vec![
+                        // `resources` (`secrets`) is no longer EKS's to choose: it encrypts all
+                        // Kubernetes API data with the key now, so only the key is sent.
+                        EncryptionConfig::builder()
+                            .set_provider(
+                                e.provider
+                                    .clone()
+                                    .map(|key| Provider::builder().key_arn(key).build()),
+                            )
+                            .build(),
+                    ]
+                }),
+        )
         .set_access_config(spec.access_config.as_ref().map(|a| {
             CreateAccessConfigRequest::builder()
                 .set_authentication_mode(a.authentication_mode.as_deref().map(|mode| {
@@ -1063,9 +1118,18 @@ fn logging(spec: &lariat_api::aws::managed_control_plane::ControlPlaneLoggingSpe
             disabled = disabled.types(kind);
         }
     }
+    // EKS refuses a setup without types.
+    let (enabled, disabled) = (
+        enabled.enabled(true).build(),
+        disabled.enabled(false).build(),
+    );
     Logging::builder()
-        .cluster_logging(enabled.enabled(true).build())
-        .cluster_logging(disabled.enabled(false).build())
+        .set_cluster_logging(Some(
+            [enabled, disabled]
+                .into_iter()
+                .filter(|setup| !setup.types().is_empty())
+                .collect(),
+        ))
         .build()
 }
 
@@ -1081,6 +1145,15 @@ fn enabled_logs(logging: Option<&Logging>) -> Vec<String> {
     types.sort();
     types.dedup();
     types
+}
+
+/// An EKS cluster's tags, as ownership checks read them.
+fn eks_tags(cluster: &aws_sdk_eks::types::Cluster) -> impl Iterator<Item = (&str, &str)> {
+    cluster
+        .tags()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
 }
 
 /// Deletes the EKS cluster, then its OIDC provider and role, then the network. `Ok(true)` while something is
@@ -1101,13 +1174,7 @@ async fn delete(
                 .cluster
                 .ok_or_else(|| failed(AwsError::missing("cluster")))?;
             // Only a cluster this one made: its tags say so.
-            if owner.owns(
-                cluster
-                    .tags()
-                    .iter()
-                    .flat_map(|t| t.iter())
-                    .map(|(k, v)| (k.as_str(), v.as_str())),
-            ) {
+            if owner.owns(eks_tags(&cluster)) {
                 if cluster.status().map(|s| s.as_str()) != Some("DELETING") {
                     eks.delete_cluster()
                         .name(eks_cluster)

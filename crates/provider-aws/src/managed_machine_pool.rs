@@ -403,6 +403,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 &eks_cluster,
                 Some(&nodegroup),
                 &object.metadata,
+                &upgrade.to,
                 retry_after,
             )
             .await
@@ -427,7 +428,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                     ask_again: false,
                     ..
                 } => {
-                    // The nodes still run at the old version: the pool stays ready.
+                    // The nodes still run at the old version: `status.ready` stays true, the
+                    // Ready condition says what failed.
                     let message = format!(
                         "EKS node group {nodegroup} stays at {}: {why}",
                         upgrade.from

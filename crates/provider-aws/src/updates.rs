@@ -51,13 +51,15 @@ pub fn token(metadata: &ObjectMeta, version: &str, after: Option<&str>) -> Strin
         .collect()
 }
 
-/// Looks up the update recorded for the current generation of `metadata`, of `eks_cluster`
-/// or of its `nodegroup`; a failed one may be asked again `retry_after` it was made.
+/// Looks up the update to `version` recorded for the current generation of `metadata`, of
+/// `eks_cluster` or of its `nodegroup`; a failed one may be asked again `retry_after` it was
+/// made.
 pub async fn follow(
     eks: &aws_sdk_eks::Client,
     eks_cluster: &str,
     nodegroup: Option<&str>,
     metadata: &ObjectMeta,
+    version: &str,
     retry_after: Duration,
 ) -> Result<Followed, AwsError> {
     let recorded = metadata
@@ -80,11 +82,17 @@ pub async fn follow(
         .aws();
     let update = match described {
         Ok(described) => described.update,
-        // Gone from EKS's history: nothing to follow.
-        Err(error) if error.is_not_found() => None,
+        // Gone from EKS's history: nothing to follow. An identity without eks:DescribeUpdate
+        // (Cluster API AWS's own policy lacks it) upgrades as before, without following.
+        Err(error) if error.is_not_found() || error.code == "AccessDeniedException" => None,
         Err(error) => return Err(error),
     };
-    let Some(update) = update else {
+    // One asked for another version (the spec moved on since) says nothing of this one.
+    let Some(update) = update.filter(|u| {
+        u.params().iter().any(|p| {
+            p.r#type().is_some_and(|t| t.as_str() == "Version") && p.value() == Some(version)
+        })
+    }) else {
         return Ok(Followed::Nothing);
     };
     Ok(match update.status() {

@@ -149,12 +149,13 @@ fn not_done_yet(spec: &Value) -> Vec<Cause> {
         .collect()
 }
 
-/// Fields lariat gives EKS only when it creates the cluster.
-const SET_AT_CREATION: [&str; 4] = [
-    "encryptionConfig",
-    "accessConfig",
-    "bootstrapSelfManagedAddons",
-    "upgradePolicy",
+/// Fields lariat gives EKS only when it creates the cluster (Cluster API AWS also changes
+/// the first three on a running cluster; lariat does not yet).
+const SET_AT_CREATION: [&[&str]; 4] = [
+    &["encryptionConfig"],
+    &["accessConfig", "authenticationMode"],
+    &["upgradePolicy"],
+    &["bootstrapSelfManagedAddons"],
 ];
 
 /// EKS's cluster names: a letter or digit, then letters, digits, `-` and `_`, at most 100.
@@ -190,13 +191,24 @@ fn region(region: &Value) -> Option<Cause> {
         && parts[1..parts.len() - 1]
             .iter()
             .all(|p| p.chars().all(|c| c.is_ascii_lowercase()));
-    (!valid).then(|| {
-        Cause::invalid(
+    if !valid {
+        return Some(Cause::invalid(
             "spec.region",
             region,
             "must be an AWS region such as us-east-1",
-        )
-    })
+        ));
+    }
+    // Their ARNs are another partition's, which lariat does not build yet.
+    ["cn-", "us-gov-", "us-iso"]
+        .iter()
+        .any(|p| text.starts_with(p))
+        .then(|| {
+            Cause::invalid(
+                "spec.region",
+                region,
+                "lariat manages regions of the aws partition only yet (not China, GovCloud or ISO)",
+            )
+        })
 }
 
 impl Strategy for ManagedControlPlanes {
@@ -204,14 +216,21 @@ impl Strategy for ManagedControlPlanes {
         let mut causes = not_done_yet(&object["spec"]);
         causes.extend(eks_name(&object["spec"]["eksClusterName"]));
         causes.extend(region(&object["spec"]["region"]));
+        // An object stored before a check existed keeps what it has: its status, finalizers
+        // and other fields can still be written (and it deleted); only a change is checked.
         if let Some(old) = old {
-            for field in SET_AT_CREATION {
-                let (before, now) = (&old["spec"][field], &object["spec"][field]);
-                if before != now {
+            let at = |o: &Value, field: &str| {
+                o.pointer(&format!("/{}", field.replace('.', "/"))).cloned()
+            };
+            causes.retain(|c| at(object, &c.field) != at(old, &c.field));
+            for path in SET_AT_CREATION {
+                let pick = |o: &Value| path.iter().fold(o["spec"].clone(), |v, k| v[*k].clone());
+                let now = pick(object);
+                if pick(old) != now {
                     causes.push(Cause::invalid(
-                        format!("spec.{field}"),
-                        now,
-                        "lariat gives this to EKS when it creates the cluster, and it cannot change afterwards: delete and recreate the cluster to change it",
+                        format!("spec.{}", path.join(".")),
+                        &now,
+                        "lariat gives this to EKS only when it creates the cluster, and does not change it on a running cluster yet",
                     ));
                 }
             }
@@ -374,6 +393,25 @@ mod tests {
             "{refused:?}"
         );
         assert!(refused[1].contains("lariat does not run a bastion host yet"));
+
+        // An object stored before these checks existed can still have its status, metadata
+        // and other fields written; changing a refused field is still refused.
+        let stored = plane(json!({"bastion": {"enabled": true}, "region": "us-gov-west-1"}));
+        let mut touched = stored.clone();
+        touched["metadata"] = json!({"finalizers": []});
+        touched["spec"]["version"] = json!("v1.31");
+        assert_eq!(
+            admit(&ManagedControlPlanes, touched, Some(stored.clone())),
+            Vec::<String>::new()
+        );
+        let mut changed = stored.clone();
+        changed["spec"]["bastion"]["enabled"] = json!(true);
+        changed["spec"]["secondaryCidrBlock"] = json!("100.64.0.0/16");
+        let said = admit(&ManagedControlPlanes, changed, Some(stored));
+        assert!(
+            said.len() == 1 && said[0].starts_with("spec.secondaryCidrBlock:"),
+            "{said:?}"
+        );
     }
 
     #[test]
@@ -402,7 +440,7 @@ mod tests {
         assert!(
             changed.len() == 1
                 && changed[0].starts_with("spec.encryptionConfig:")
-                && changed[0].contains("delete and recreate the cluster"),
+                && changed[0].contains("only when it creates the cluster"),
             "{changed:?}"
         );
         let added = admit(
@@ -411,11 +449,43 @@ mod tests {
             Some(plane(json!({}))),
         );
         assert!(added[0].starts_with("spec.upgradePolicy:"), "{added:?}");
+        // Only the authentication mode is EKS's at creation; the creator's admin grant only
+        // matters then, so changing it later is harmless.
+        let access = |mode: &str, admin: bool| {
+            plane(
+                json!({"accessConfig": {"authenticationMode": mode, "bootstrapClusterCreatorAdminPermissions": admin}}),
+            )
+        };
+        assert!(
+            admit(
+                &ManagedControlPlanes,
+                access("api", false),
+                Some(access("api", true))
+            )
+            .is_empty()
+        );
+        let moved = admit(
+            &ManagedControlPlanes,
+            access("api_and_config_map", true),
+            Some(access("config_map", true)),
+        );
+        assert!(
+            moved[0].starts_with("spec.accessConfig.authenticationMode:"),
+            "{moved:?}"
+        );
 
-        for good in ["us-east-1", "us-gov-west-1", "ap-southeast-7"] {
+        for good in ["us-east-1", "eu-central-2", "ap-southeast-7"] {
             assert!(region(&json!(good)).is_none(), "{good}");
         }
-        for bad in ["us-east", "mars-1", "US-EAST-1", "us-east-1a", "us--1"] {
+        for bad in [
+            "us-east",
+            "mars-1",
+            "US-EAST-1",
+            "us-east-1a",
+            "us--1",
+            "us-gov-west-1",
+            "cn-north-1",
+        ] {
             assert!(region(&json!(bad)).is_some(), "{bad}");
         }
         for good in ["prod", "team-a_prod-control-plane", "0x"] {

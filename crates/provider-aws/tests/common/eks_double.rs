@@ -658,7 +658,6 @@ mod addons {
                 addon.body["tags"][key] = value.clone();
             }
         }
-        state.addon_calls.push(format!("tag {arn}"));
         axum::Json(json!({})).into_response()
     }
 
@@ -733,6 +732,7 @@ mod addons {
                         if let Some(refused) = invalid(&asked, &name) {
                             return refused;
                         }
+                        let failure = addon_failures.remove(&name);
                         let mut changes = vec![];
                         for field in [
                             "addonVersion",
@@ -740,6 +740,14 @@ mod addons {
                             "configurationValues",
                         ] {
                             if let Some(value) = asked.get(field).filter(|v| !v.is_null()) {
+                                changes.push(format!(
+                                    "{field}={}",
+                                    value.as_str().unwrap_or_default()
+                                ));
+                                // EKS shows the old spec after a failed update.
+                                if failure.is_some() {
+                                    continue;
+                                }
                                 // An empty value clears the field.
                                 match value.as_str() {
                                     Some("") => addon.body.as_object_mut().unwrap().remove(field),
@@ -749,15 +757,11 @@ mod addons {
                                         .unwrap()
                                         .insert(field.into(), value.clone()),
                                 };
-                                changes.push(format!(
-                                    "{field}={}",
-                                    value.as_str().unwrap_or_default()
-                                ));
                             }
                         }
                         addon.body["status"] = json!("UPDATING");
                         addon.body["modifiedAt"] = json!(super::now_epoch());
-                        let next = match addon_failures.remove(&name) {
+                        let next = match failure {
                             Some((code, message)) => {
                                 addon.body["health"]["issues"] =
                                     json!([{"code": code, "message": message}]);
