@@ -2153,7 +2153,8 @@ async fn eks_settings_logs_and_addons_follow_the_spec_and_failures_are_reported(
         "{:?}",
         events.iter().map(|e| &e.reason).collect::<Vec<_>>()
     );
-    // A failed update is not retried until the spec changes.
+    // A failed update is not asked again at every poll while the spec stays (EKS shows the
+    // old version after it, so the spec still differs).
     let calls = double.addon_calls().len();
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
@@ -2161,6 +2162,56 @@ async fn eks_settings_logs_and_addons_follow_the_spec_and_failures_are_reported(
         calls,
         "{:?}",
         double.addon_calls()
+    );
+
+    // Another namespace's control plane naming this EKS cluster does not adopt it: its addons
+    // and logs would follow that spec.
+    setup.lariat.namespace("team-b", json!({})).await;
+    for mut manifest in manifests("capa").into_iter().take(3) {
+        manifest["metadata"]["namespace"] = json!("team-b");
+        if manifest["kind"] == "AWSManagedControlPlane" {
+            manifest["spec"]["eksClusterName"] = json!(eks_cluster);
+            // Its own role (the default one, named after the EKS cluster, is team-a's, and is
+            // refused as such before the EKS cluster is looked at).
+            manifest["spec"]["roleName"] = json!("team-b-prod-control-plane");
+            manifest["spec"]["addons"] = json!([]);
+            manifest["spec"]["logging"] = json!({"audit": true});
+        }
+        setup.lariat.apply(manifest).await;
+    }
+    let other_planes: Api<DynamicObject> = Api::namespaced_with(
+        setup.lariat.client.clone(),
+        "team-b",
+        &lariat_provider_aws::control_plane::resource(),
+    );
+    eventually(
+        "the other namespace's control plane is refused",
+        Duration::from_secs(30),
+        || {
+            let api = other_planes.clone();
+            async move {
+                api.get("prod-control-plane").await.is_ok_and(|cp| {
+                    condition(&cp, "EKSControlPlaneReady").as_deref()
+                        == Some("EKSClusterOwnedByAnother")
+                })
+            }
+        },
+    )
+    .await;
+    let refused = other_planes.get("prod-control-plane").await.unwrap();
+    let said = condition_of(&refused, "EKSControlPlaneReady");
+    assert!(
+        said["message"]
+            .as_str()
+            .unwrap()
+            .contains("belongs to Cluster team-a/prod"),
+        "{said}"
+    );
+    assert_eq!(double.addon_calls().len(), calls, "its addons untouched");
+    assert_eq!(
+        enabled_logs().await,
+        ["api", "scheduler"],
+        "its logs untouched"
     );
     let _ = setup.stop.send(true);
 }
