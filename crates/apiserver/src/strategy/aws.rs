@@ -179,36 +179,54 @@ fn eks_name(name: &Value) -> Option<Cause> {
 /// typo would otherwise only show as an endpoint nobody answers at.
 fn region(region: &Value) -> Option<Cause> {
     let text = region.as_str()?;
+    // The aws partition's regions: an area, a direction, a number (`ap-southeast-7`).
+    const AREAS: [&str; 9] = ["us", "eu", "ap", "sa", "ca", "me", "af", "il", "mx"];
     let parts: Vec<&str> = text.split('-').collect();
-    let valid = (3..=4).contains(&parts.len())
-        && parts[0].len() == 2
-        && parts.iter().all(|p| {
-            !p.is_empty()
-                && p.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        })
-        && parts[parts.len() - 1].parse::<u8>().is_ok()
-        && parts[1..parts.len() - 1]
-            .iter()
-            .all(|p| p.chars().all(|c| c.is_ascii_lowercase()));
-    if !valid {
-        return Some(Cause::invalid(
-            "spec.region",
-            region,
-            "must be an AWS region such as us-east-1",
-        ));
+    let valid = parts.len() == 3
+        && AREAS.contains(&parts[0])
+        && !parts[1].is_empty()
+        && parts[1].chars().all(|c| c.is_ascii_lowercase())
+        && parts[2].parse::<u8>().is_ok()
+        && !parts[2].starts_with('0');
+    if valid {
+        return None;
     }
     // Their ARNs are another partition's, which lariat does not build yet.
-    ["cn-", "us-gov-", "us-iso"]
+    let other_partition = ["cn-", "us-gov-", "us-iso", "eu-iso", "eusc-"]
         .iter()
-        .any(|p| text.starts_with(p))
-        .then(|| {
+        .any(|p| text.starts_with(p));
+    Some(Cause::invalid(
+        "spec.region",
+        region,
+        if other_partition {
+            "lariat manages regions of the aws partition only yet (not China, GovCloud, ISO or the European Sovereign Cloud)"
+        } else {
+            "must be an AWS region such as us-east-1"
+        },
+    ))
+}
+
+/// An addon named twice: which of its versions is meant?
+fn duplicate_addons(addons: &Value) -> Vec<Cause> {
+    let mut seen = std::collections::BTreeSet::new();
+    addons
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, addon)| {
+            addon["name"]
+                .as_str()
+                .is_some_and(|name| !seen.insert(name.to_owned()))
+        })
+        .map(|(index, addon)| {
             Cause::invalid(
-                "spec.region",
-                region,
-                "lariat manages regions of the aws partition only yet (not China, GovCloud or ISO)",
+                format!("spec.addons[{index}].name"),
+                &addon["name"],
+                "is named twice: give each addon once",
             )
         })
+        .collect()
 }
 
 impl Strategy for ManagedControlPlanes {
@@ -216,6 +234,7 @@ impl Strategy for ManagedControlPlanes {
         let mut causes = not_done_yet(&object["spec"]);
         causes.extend(eks_name(&object["spec"]["eksClusterName"]));
         causes.extend(region(&object["spec"]["region"]));
+        causes.extend(duplicate_addons(&object["spec"]["addons"]));
         // An object stored before a check existed keeps what it has: its status, finalizers
         // and other fields can still be written (and it deleted); only a change is checked.
         if let Some(old) = old {
@@ -254,16 +273,26 @@ impl Strategy for ManagedControlPlanes {
             ));
             return causes;
         };
-        if let Some(from) = old.and_then(|o| eks_version(&o["spec"]["version"])) {
+        // From the version the spec had or, when it had none (cleared to get round this
+        // check), the one EKS runs.
+        let running = old.and_then(|o| eks_version(&o["status"]["version"]));
+        let from = old
+            .and_then(|o| eks_version(&o["spec"]["version"]))
+            .or(running);
+        if let Some(from) = from {
             let (from_text, to_text) = (
                 format!("v{}.{}", from.0, from.1),
                 format!("v{}.{}", to.0, to.1),
             );
-            if to < from {
+            if to < from || running.is_some_and(|running| to < running) {
+                let floor = running.map_or(from, |running| running.max(from));
                 causes.push(Cause::invalid(
                     "spec.version",
                     version,
-                    format!("cannot downgrade the EKS control plane from {from_text} to {to_text}"),
+                    format!(
+                        "cannot downgrade the EKS control plane from {from_text} to {to_text}: EKS cannot go back, so set v{}.{} or later",
+                        floor.0, floor.1
+                    ),
                 ));
             } else if to.0 != from.0 || to.1 > from.1 + 1 {
                 causes.push(Cause::invalid(
@@ -328,7 +357,31 @@ mod tests {
             "{skip:?}"
         );
         let down = admit(&ManagedControlPlanes, plane("v1.29"), Some(plane("v1.30")));
+        assert!(
+            down[0].contains("cannot downgrade") && down[0].ends_with("set v1.30 or later"),
+            "{down:?}"
+        );
+        // A version cleared, then set, is checked against the one EKS runs.
+        let mut running = json!({"spec": {"region": "us-east-1"}, "status": {"version": "v1.30"}});
+        let skip = admit(&ManagedControlPlanes, plane("v1.32"), Some(running.clone()));
+        assert!(skip[0].contains("so set v1.31 first"), "{skip:?}");
+        let down = admit(&ManagedControlPlanes, plane("v1.20"), Some(running.clone()));
         assert!(down[0].contains("cannot downgrade"), "{down:?}");
+        running["spec"]["version"] = json!("v1.31");
+        let below_running = admit(&ManagedControlPlanes, plane("v1.29"), Some(running));
+        assert!(
+            below_running[0].ends_with("set v1.31 or later"),
+            "{below_running:?}"
+        );
+        let twice = admit(
+            &ManagedControlPlanes,
+            json!({"spec": {"region": "us-east-1", "addons": [
+                {"name": "vpc-cni", "version": "v1.19.0-eksbuild.1"},
+                {"name": "vpc-cni", "version": "v1.19.2-eksbuild.1"},
+            ]}}),
+            None,
+        );
+        assert!(twice[0].starts_with("spec.addons[1].name:"), "{twice:?}");
         let bad = admit(&ManagedControlPlanes, plane("1.30"), None);
         assert!(bad[0].starts_with("spec.version:"), "{bad:?}");
         let moved = admit(
@@ -485,6 +538,9 @@ mod tests {
             "us--1",
             "us-gov-west-1",
             "cn-north-1",
+            "eu-isoe-west-1",
+            "eusc-de-east-1",
+            "us-east-01",
         ] {
             assert!(region(&json!(bad)).is_some(), "{bad}");
         }
