@@ -5,6 +5,7 @@
 //! Deletion goes the other way: the EKS cluster, its role, then the network, each found by
 //! its tags.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -16,6 +17,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::runtime::controller::Action;
 use lariat_api::aws::AWSManagedControlPlane;
+use lariat_api::aws::network::SecurityGroupRole;
 use lariat_controllers::Error;
 use lariat_controllers::conditions::json as conditions;
 use lariat_controllers::events::EventType;
@@ -28,6 +30,7 @@ use crate::iam::{self, RoleSpec};
 use crate::identity::Session;
 use crate::network;
 use crate::sdk::{AwsError, AwsResult};
+use crate::security_groups::{self, Wanted};
 use crate::tags::Owner;
 use crate::updates;
 
@@ -223,26 +226,14 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     };
 
     if let Some(update) = &provisioned.requested_update {
-        patch(
-            &api,
-            &name,
-            json!({"metadata": {"annotations": {updates::ANNOTATION: update}}}),
-        )
-        .await?;
+        updates::remember(&api, &name, update).await?;
     }
     // The spec records what was found or made, as Cluster API AWS's does: the VPC, subnets,
     // EKS name, role and endpoint (the VPC column of `kubectl get` reads it there).
     let mut spec_patch = json!({
         "eksClusterName": eks_cluster,
         "roleName": role_name,
-        "network": {
-            "vpc": {
-                "id": provisioned.network.vpc_id,
-                "cidrBlock": provisioned.network.cidr_block,
-                "internetGatewayId": provisioned.network.internet_gateway_id,
-            },
-            "subnets": provisioned.network.subnets,
-        },
+        "network": provisioned.network.spec_record(),
     });
     if let Some(endpoint) = &provisioned.endpoint {
         spec_patch["controlPlaneEndpoint"] = json!({"host": endpoint, "port": 443});
@@ -300,7 +291,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     // (role `node`), which nodes join to reach the control plane and each other.
     let mut security_groups = json!({
         "node-eks-additional": {
-            "id": provisioned.network.node_security_group_id,
+            "id": provisioned.network.group_id(SecurityGroupRole::NodeEksAdditional),
             "name": format!("{cluster}-node-eks-additional"),
         },
     });
@@ -585,7 +576,7 @@ fn default_role_name(eks_cluster: &str) -> String {
 }
 
 /// Whether every field `want` sets has that value in `have`.
-fn contains(have: &Value, want: &Value) -> bool {
+pub(crate) fn contains(have: &Value, want: &Value) -> bool {
     match (have, want) {
         (Value::Object(have), Value::Object(want)) => want.iter().all(|(k, v)| {
             v.is_null() && !have.contains_key(k) || have.get(k).is_some_and(|h| contains(h, v))
@@ -605,7 +596,7 @@ struct Provisioned {
     cluster_security_group: Option<String>,
     /// Where EKS's service-account tokens come from (`https://oidc.eks...`).
     oidc_issuer: Option<String>,
-    /// The update asked for in this pass, as [`updates::ANNOTATION`] records it.
+    /// The update asked for in this pass, for [`updates::remember`].
     requested_update: Option<String>,
     /// An update EKS took and could not finish.
     failure: Option<crate::Failure>,
@@ -632,6 +623,11 @@ async fn provision(
             &aws.ec2(&session.config),
             owner,
             &control_plane.spec.network.clone().unwrap_or_default(),
+            // The group Cluster API AWS adds to EKS nodes; its rules are the user's.
+            &[Wanted {
+                role: SecurityGroupRole::NodeEksAdditional,
+                rules: None,
+            }],
         )
         .await
         .map_err(|e| Failed::aws("VpcReady", "VpcReconciliationFailed", e))?,
@@ -743,7 +739,13 @@ fn recorded_network(
         managed: true,
         internet_gateway_id: vpc.internet_gateway_id.clone(),
         subnets: spec.subnets.clone().filter(|s| !s.is_empty())?,
-        node_security_group_id: groups.get("node-eks-additional")?.id.clone(),
+        security_groups: BTreeMap::from([(
+            SecurityGroupRole::NodeEksAdditional,
+            security_groups::Group {
+                id: groups.get("node-eks-additional")?.id.clone(),
+                name: groups.get("node-eks-additional")?.name.clone(),
+            },
+        )]),
         nat_gateway_ips: status
             .network_status
             .as_ref()
@@ -819,12 +821,9 @@ async fn continue_provision(
     let mut requested_update = None;
     let mut failure = None;
     if let Step::Upgrade { running, next } = &step {
-        let upgrade_failed = |message| Failed {
-            condition: "EKSControlPlaneReady",
-            reason: "EKSControlPlaneUpgradeFailed",
-            message,
-        };
-        let followed = updates::follow(
+        // One minor version at a time, whatever the spec asks (admission refuses skips, but a
+        // cluster adopted at an older version can be further behind): EKS says when it is done.
+        match updates::upgrade(
             eks,
             eks_cluster,
             None,
@@ -833,51 +832,20 @@ async fn continue_provision(
             retry_after,
         )
         .await
-        .map_err(|e| upgrade_failed(e.to_string()))?;
-        let in_progress = followed == updates::Followed::InProgress;
-        let after = match followed {
-            updates::Followed::Failed {
-                why,
-                ask_again: false,
-                ..
-            } => {
-                // Said, and asked again later; the cluster serves (and its kubeconfig is
-                // renewed) meanwhile.
+        .map_err(|e| Failed {
+            condition: "EKSControlPlaneReady",
+            reason: "EKSControlPlaneUpgradeFailed",
+            message: e.to_string(),
+        })? {
+            updates::Upgrade::Upgrading { record } => requested_update = record,
+            // Said, and asked again later; the cluster serves (and its kubeconfig is renewed)
+            // meanwhile.
+            updates::Upgrade::Failed(why) => {
                 failure = Some(crate::Failure::new(
                     "EKSControlPlaneReady",
                     "EKSControlPlaneUpgradeFailed",
                     format!("EKS cluster {eks_cluster} stays at {running}: {why}"),
                 ));
-                None
-            }
-            updates::Followed::Failed { id, .. } => Some(id),
-            _ => None,
-        };
-        // One minor version at a time, whatever the spec asks (admission refuses skips, but a
-        // cluster adopted at an older version can be further behind): EKS says when it is done.
-        if !in_progress && failure.is_none() {
-            let requested = eks
-                .update_cluster_version()
-                .name(eks_cluster)
-                .version(next)
-                .client_request_token(updates::token(
-                    &control_plane.metadata,
-                    next,
-                    after.as_deref(),
-                ))
-                .send()
-                .await
-                .aws();
-            match requested {
-                Ok(answer) => {
-                    requested_update = answer
-                        .update
-                        .and_then(|u| u.id)
-                        .map(|id| updates::record(&control_plane.metadata, &id));
-                }
-                // An update in progress already (a lost answer, or EKS not showing it yet).
-                Err(error) if error.code == "ResourceInUseException" => {}
-                Err(error) => return Err(upgrade_failed(error.to_string())),
             }
         }
         let message = format!("EKS cluster {eks_cluster}: upgrading from {running} to {next}");
@@ -1036,7 +1004,7 @@ async fn create_cluster(
         .resources_vpc_config(
             VpcConfigRequest::builder()
                 .set_subnet_ids(Some(subnets))
-                .security_group_ids(&network.node_security_group_id)
+                .security_group_ids(network.group_id(SecurityGroupRole::NodeEksAdditional))
                 .endpoint_public_access(access.public.unwrap_or(true))
                 .endpoint_private_access(access.private.unwrap_or(false))
                 .set_public_access_cidrs(access.public_cid_rs.clone())

@@ -16,9 +16,11 @@
 mod addons;
 pub mod aws_auth;
 pub mod bootstrap;
+pub mod cluster;
 pub mod control_plane;
 pub mod iam;
 pub mod identity;
+pub mod load_balancer;
 pub mod machine;
 pub mod machine_pool;
 pub mod managed_cluster;
@@ -26,6 +28,7 @@ pub mod managed_machine_pool;
 pub mod moto;
 pub mod network;
 pub mod sdk;
+pub mod security_groups;
 pub mod tags;
 pub mod token;
 mod updates;
@@ -140,6 +143,36 @@ pub(crate) async fn eks_control_plane(
         .try_parse()
         .map(|found| EksControlPlane::Found(Box::new(found)))
         .map_err(|e| lariat_controllers::Error::Invalid(e.to_string()))
+}
+
+/// The AWS session of an object's identity in its `region`, with `PrincipalUsageAllowed` set;
+/// or the failure to report.
+pub(crate) async fn session(
+    ctx: &Context,
+    namespace: &str,
+    region: Option<&str>,
+    identity: Option<&lariat_api::aws::identity::AWSIdentityReference>,
+    status_conditions: &mut Vec<serde_json::Value>,
+) -> Result<Session, Failure> {
+    use lariat_controllers::conditions::json as conditions;
+    let Some(region) = region.filter(|r| !r.is_empty()) else {
+        return Err(Failure::new(
+            "Ready",
+            "InvalidSpec",
+            "spec.region is empty: name the AWS region of the cluster",
+        ));
+    };
+    match ctx.identities.session(namespace, region, identity).await {
+        Ok(session) => {
+            conditions::set(status_conditions, "PrincipalUsageAllowed", true, "", "");
+            Ok(session)
+        }
+        Err(error) => Err(Failure::new(
+            "PrincipalUsageAllowed",
+            error.reason(),
+            error.to_string(),
+        )),
+    }
 }
 
 /// A step a reconcile cannot get past: the condition it fails, the reason (AWS's error code
@@ -288,6 +321,29 @@ pub async fn run(
             context.clone(),
         )
         .for_each(lariat_controllers::finished("awsmanagedcontrolplane"));
+    // An AWSCluster follows its Cluster (the owner reference it waits for).
+    let clusters = lariat_controllers::controller_on(&caches.of(&cluster::resource()))
+        .watches_shared_stream_with(
+            caches.typed::<Cluster>().changes(),
+            |cluster: Arc<Cluster>| {
+                let reference = cluster.spec.infrastructure_ref.as_ref()?;
+                (reference.kind.as_deref() == Some("AWSCluster")).then(|| {
+                    ObjectRef::<DynamicObject>::new_with(
+                        reference.name.as_deref().unwrap_or_default(),
+                        cluster::resource(),
+                    )
+                    .within(cluster.metadata.namespace.as_deref().unwrap_or_default())
+                })
+            },
+            (),
+        )
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            cluster::reconcile,
+            lariat_controllers::error_policy,
+            context.clone(),
+        )
+        .for_each(lariat_controllers::finished("awscluster"));
     // An AWSManagedCluster follows its Cluster's control plane: a change of the control plane
     // wakes the infrastructure cluster of the same Cluster.
     let clusters_cache = caches.typed::<Cluster>();
@@ -406,6 +462,7 @@ pub async fn run(
             )
             .for_each(lariat_controllers::finished("nodeadmconfig"));
     tokio::join!(
+        clusters,
         control_planes,
         managed_clusters,
         node_groups,

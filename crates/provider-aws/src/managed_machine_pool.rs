@@ -15,7 +15,7 @@ use lariat_api::capi::MachinePool;
 use lariat_controllers::Error;
 use lariat_controllers::conditions::json as conditions;
 use lariat_controllers::events::EventType;
-use lariat_controllers::object::{ensure_finalizer, patch, patch_status, remove_finalizer};
+use lariat_controllers::object::{ensure_finalizer, patch_status, remove_finalizer};
 use serde_json::json;
 
 use crate::Context;
@@ -398,7 +398,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             );
         } else {
             let retry_after = ctx.identities.aws().settings().sync_period;
-            let followed = match updates::follow(
+            let upgraded = updates::upgrade(
                 &eks,
                 &eks_cluster,
                 Some(&nodegroup),
@@ -406,28 +406,14 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 &upgrade.to,
                 retry_after,
             )
-            .await
-            {
-                Ok(followed) => followed,
-                Err(error) => {
-                    return report(
-                        &ctx,
-                        &api,
-                        &object,
-                        &mut status_conditions,
-                        "EKSNodegroupUpgradeFailed",
-                        &error.to_string(),
-                    )
-                    .await;
+            .await;
+            match upgraded {
+                Ok(updates::Upgrade::Upgrading { record }) => {
+                    if let Some(record) = record {
+                        updates::remember(&api, &object.name_any(), &record).await?;
+                    }
                 }
-            };
-            let in_progress = followed == updates::Followed::InProgress;
-            let after = match followed {
-                updates::Followed::Failed {
-                    why,
-                    ask_again: false,
-                    ..
-                } => {
+                Ok(updates::Upgrade::Failed(why)) => {
                     // The nodes still run at the old version: `status.ready` stays true, the
                     // Ready condition says what failed.
                     let message = format!(
@@ -450,39 +436,6 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                     .await?;
                     return Ok(Action::requeue(wait.min(retry_after)));
                 }
-                updates::Followed::Failed { id, .. } => Some(id),
-                _ => None,
-            };
-            let requested = if in_progress {
-                Ok(None)
-            } else {
-                eks.update_nodegroup_version()
-                    .cluster_name(&eks_cluster)
-                    .nodegroup_name(&nodegroup)
-                    .version(&upgrade.to)
-                    .client_request_token(updates::token(
-                        &object.metadata,
-                        &upgrade.to,
-                        after.as_deref(),
-                    ))
-                    .send()
-                    .await
-                    .aws()
-                    .map(|answer| answer.update.and_then(|u| u.id))
-            };
-            match requested {
-                Ok(Some(id)) => {
-                    let record = updates::record(&object.metadata, &id);
-                    patch(
-                        &api,
-                        &object.name_any(),
-                        json!({"metadata": {"annotations": {updates::ANNOTATION: record}}}),
-                    )
-                    .await?;
-                }
-                Ok(None) => {}
-                // In progress already (a lost answer, or EKS not showing it yet).
-                Err(error) if error.code == "ResourceInUseException" => {}
                 Err(error) => {
                     return report(
                         &ctx,

@@ -1,15 +1,18 @@
 //! A cluster's network, as Cluster API AWS builds it for EKS: a VPC, a public and a private
 //! subnet in each of the first availability zones, an internet gateway, a NAT gateway per
-//! zone, a route table per subnet, and the nodes' additional security group. Each piece is
+//! zone, a route table per subnet, and the cluster's security groups. Each piece is
 //! looked for by its tags before it is created, so a reconcile that died halfway resumes and
 //! never makes two. A VPC the user names and lariat did not tag is used as it is and never
 //! deleted.
 
+use std::collections::BTreeMap;
+
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::types::{AttributeBooleanValue, DomainType, ResourceType};
-use lariat_api::aws::network::{NetworkSpec, SubnetSpec};
+use lariat_api::aws::network::{NetworkSpec, SecurityGroupRole, SubnetSpec};
 
 use crate::sdk::{AwsError, AwsResult};
+use crate::security_groups::{self, Group, Wanted};
 use crate::tags::{Owner, filter, pairs};
 
 /// The CIDR of a VPC lariat creates when the spec names none, as Cluster API AWS's.
@@ -26,11 +29,32 @@ pub struct Network {
     pub managed: bool,
     pub internet_gateway_id: Option<String>,
     pub subnets: Vec<SubnetSpec>,
-    pub node_security_group_id: String,
+    pub security_groups: BTreeMap<SecurityGroupRole, Group>,
     pub nat_gateway_ips: Vec<String>,
 }
 
 impl Network {
+    /// The ID of the cluster's group with `role` (empty if it has none).
+    pub fn group_id(&self, role: SecurityGroupRole) -> &str {
+        self.security_groups
+            .get(&role)
+            .map(|g| g.id.as_str())
+            .unwrap_or_default()
+    }
+
+    /// What the spec records of the network found or made (`spec.network`), as Cluster API
+    /// AWS's does.
+    pub fn spec_record(&self) -> serde_json::Value {
+        serde_json::json!({
+            "vpc": {
+                "id": self.vpc_id,
+                "cidrBlock": self.cidr_block,
+                "internetGatewayId": self.internet_gateway_id,
+            },
+            "subnets": self.subnets,
+        })
+    }
+
     pub fn subnet_ids(&self) -> Vec<String> {
         self.subnets.iter().map(|s| s.id.clone()).collect()
     }
@@ -73,11 +97,17 @@ pub fn split_cidr(cidr: &str, count: usize) -> Result<Vec<String>, String> {
         .collect())
 }
 
-/// Reconciles the network `spec` asks for, creating what is missing.
-pub async fn ensure(ec2: &Client, owner: &Owner, spec: &NetworkSpec) -> Result<Network, AwsError> {
+/// Reconciles the network `spec` asks for, with the security `groups` the cluster needs,
+/// creating what is missing.
+pub async fn ensure(
+    ec2: &Client,
+    owner: &Owner,
+    spec: &NetworkSpec,
+    groups: &[Wanted],
+) -> Result<Network, AwsError> {
     let vpc_spec = spec.vpc.clone().unwrap_or_default();
     let (vpc_id, cidr_block, managed) = ensure_vpc(ec2, owner, &vpc_spec).await?;
-    let node_security_group_id = ensure_security_group(ec2, owner, &vpc_id).await?;
+    let security_groups = security_groups::ensure(ec2, owner, &vpc_id, groups).await?;
     if !managed {
         // The user's VPC: its subnets are the spec's, found by ID.
         let subnets = spec.subnets.clone().unwrap_or_default();
@@ -87,7 +117,7 @@ pub async fn ensure(ec2: &Client, owner: &Owner, spec: &NetworkSpec) -> Result<N
             managed,
             internet_gateway_id: vpc_spec.internet_gateway_id,
             subnets,
-            node_security_group_id,
+            security_groups,
             nat_gateway_ips: vec![],
         });
     }
@@ -140,7 +170,7 @@ pub async fn ensure(ec2: &Client, owner: &Owner, spec: &NetworkSpec) -> Result<N
         managed,
         internet_gateway_id: Some(internet_gateway_id),
         subnets,
-        node_security_group_id,
+        security_groups,
         nat_gateway_ips,
     })
 }
@@ -486,40 +516,6 @@ async fn ensure_route_table(
     Ok(id)
 }
 
-/// The security group Cluster API AWS adds to EKS nodes (`node-eks-additional`).
-async fn ensure_security_group(
-    ec2: &Client,
-    owner: &Owner,
-    vpc_id: &str,
-) -> Result<String, AwsError> {
-    let role = "node-eks-additional";
-    let mut filters = owner.ec2_filters_with_role(role);
-    filters.push(filter("vpc-id", vpc_id));
-    let found = ec2
-        .describe_security_groups()
-        .set_filters(Some(filters))
-        .send()
-        .await
-        .aws()?;
-    if let Some(group) = found.security_groups().first() {
-        return Ok(group.group_id().unwrap_or_default().to_owned());
-    }
-    let name = format!("{}-{role}", owner.cluster);
-    Ok(ec2
-        .create_security_group()
-        .group_name(&name)
-        // No spaces: moto checks a signed query body re-encoded with `+` for spaces where the
-        // SDK signed `%20`, and refuses the signature (AWS itself accepts both).
-        .description("cluster-api-provider-aws:node-eks-additional")
-        .vpc_id(vpc_id)
-        .tag_specifications(owner.ec2_tags(ResourceType::SecurityGroup, &name, role))
-        .send()
-        .await
-        .aws()?
-        .group_id
-        .unwrap_or_default())
-}
-
 /// Deletes every network resource of the cluster, found by its tags, dependencies first.
 /// Returns whether anything is still on its way out (NAT gateways take a while to go).
 pub async fn delete(ec2: &Client, owner: &Owner) -> Result<bool, AwsError> {
@@ -626,19 +622,7 @@ pub async fn delete(ec2: &Client, owner: &Owner) -> Result<bool, AwsError> {
             .await
             .aws()?;
     }
-    let groups = ec2
-        .describe_security_groups()
-        .set_filters(Some(filters.clone()))
-        .send()
-        .await
-        .aws()?;
-    for group in groups.security_groups() {
-        ec2.delete_security_group()
-            .group_id(group.group_id().unwrap_or_default())
-            .send()
-            .await
-            .aws()?;
-    }
+    security_groups::delete(ec2, owner).await?;
     let vpcs = ec2
         .describe_vpcs()
         .set_filters(Some(filters))

@@ -169,6 +169,11 @@ impl Aws {
         client!(aws_sdk_eks, config, self.calls)
     }
 
+    /// A classic Elastic Load Balancing client on `config`, counted.
+    pub fn elb(&self, config: &SdkConfig) -> aws_sdk_elasticloadbalancing::Client {
+        client!(aws_sdk_elasticloadbalancing, config, self.calls)
+    }
+
     /// An SSM client on `config`, counted (EKS-optimized AMIs are published there).
     pub fn ssm(&self, config: &SdkConfig) -> aws_sdk_ssm::Client {
         client!(aws_sdk_ssm, config, self.calls)

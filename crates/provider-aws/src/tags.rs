@@ -132,6 +132,12 @@ impl ListedTag for aws_sdk_autoscaling::types::TagDescription {
     }
 }
 
+impl ListedTag for aws_sdk_elasticloadbalancing::types::Tag {
+    fn pair(&self) -> (&str, &str) {
+        (self.key(), self.value().unwrap_or_default())
+    }
+}
+
 /// Each tag's key and value, as [`Owner::owns`] reads them.
 pub fn pairs<T: ListedTag>(tags: &[T]) -> impl Iterator<Item = (&str, &str)> {
     tags.iter().map(ListedTag::pair)

@@ -3,19 +3,102 @@
 //! why. So the update lariat asked for is remembered on the object (annotation
 //! `lariat.dev/eks-update`: `<generation>/<update id>`) and followed. A failed one is reported
 //! with EKS's errors and asked again once per sync period, not at every poll.
+//!
+//! [`upgrade`] makes that decision for the control plane and its node groups alike; each
+//! caller keeps only what it says of the outcome.
 
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_eks::types::UpdateStatus;
 use kube::core::ObjectMeta;
 
+use lariat_controllers::object::{Object, patch};
+
 use crate::sdk::{AwsError, AwsResult};
 
-pub const ANNOTATION: &str = "lariat.dev/eks-update";
+const ANNOTATION: &str = "lariat.dev/eks-update";
+
+/// Where an upgrade stands after [`upgrade`].
+#[derive(Debug, PartialEq)]
+pub enum Upgrade {
+    /// EKS is upgrading; `record` is the update asked for in this pass, for [`remember`].
+    Upgrading { record: Option<String> },
+    /// The last update failed (EKS's errors, said for a person); it is asked again once it
+    /// is `retry_after` old.
+    Failed(String),
+}
+
+/// Upgrades `eks_cluster`, or its `nodegroup`, to `version` unless EKS is at it already or
+/// the last attempt failed less than `retry_after` ago.
+pub async fn upgrade(
+    eks: &aws_sdk_eks::Client,
+    eks_cluster: &str,
+    nodegroup: Option<&str>,
+    metadata: &ObjectMeta,
+    version: &str,
+    retry_after: Duration,
+) -> Result<Upgrade, AwsError> {
+    let after = match follow(eks, eks_cluster, nodegroup, metadata, version, retry_after).await? {
+        Followed::InProgress => return Ok(Upgrade::Upgrading { record: None }),
+        Followed::Failed {
+            why,
+            ask_again: false,
+            ..
+        } => return Ok(Upgrade::Failed(why)),
+        Followed::Failed { id, .. } => Some(id),
+        Followed::Nothing => None,
+    };
+    let token = token(metadata, version, after.as_deref());
+    let asked = match nodegroup {
+        Some(nodegroup) => eks
+            .update_nodegroup_version()
+            .cluster_name(eks_cluster)
+            .nodegroup_name(nodegroup)
+            .version(version)
+            .client_request_token(token)
+            .send()
+            .await
+            .aws()
+            .map(|answer| answer.update),
+        None => eks
+            .update_cluster_version()
+            .name(eks_cluster)
+            .version(version)
+            .client_request_token(token)
+            .send()
+            .await
+            .aws()
+            .map(|answer| answer.update),
+    };
+    match asked {
+        Ok(update) => Ok(Upgrade::Upgrading {
+            record: update.and_then(|u| u.id).map(|id| record(metadata, &id)),
+        }),
+        // In progress already (a lost answer, or EKS not showing it yet).
+        Err(error) if error.code == "ResourceInUseException" => {
+            Ok(Upgrade::Upgrading { record: None })
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// Records on the object the update [`upgrade`] asked for, so later passes follow it.
+pub async fn remember<K: Object>(
+    api: &kube::Api<K>,
+    name: &str,
+    record: &str,
+) -> Result<K, lariat_controllers::Error> {
+    patch(
+        api,
+        name,
+        serde_json::json!({"metadata": {"annotations": {ANNOTATION: record}}}),
+    )
+    .await
+}
 
 /// What EKS says of the update asked for at the object's current generation.
 #[derive(Debug, PartialEq)]
-pub enum Followed {
+enum Followed {
     /// None was asked for, or it is over (done or cancelled): one may be asked for.
     Nothing,
     InProgress,
@@ -30,13 +113,13 @@ pub enum Followed {
 }
 
 /// The annotation's value for update `id` asked for at `metadata`'s generation.
-pub fn record(metadata: &ObjectMeta, id: &str) -> String {
+fn record(metadata: &ObjectMeta, id: &str) -> String {
     format!("{}/{id}", metadata.generation.unwrap_or(0))
 }
 
 /// The client token of an update to `version` at `metadata`'s generation, after the failed
 /// update `after` if any: the same request after a lost answer, a new one for a new attempt.
-pub fn token(metadata: &ObjectMeta, version: &str, after: Option<&str>) -> String {
+fn token(metadata: &ObjectMeta, version: &str, after: Option<&str>) -> String {
     use sha2::{Digest, Sha256};
     let seed = format!(
         "{}/{version}/{}/{}",
@@ -54,7 +137,7 @@ pub fn token(metadata: &ObjectMeta, version: &str, after: Option<&str>) -> Strin
 /// Looks up the update to `version` recorded for the current generation of `metadata`, of
 /// `eks_cluster` or of its `nodegroup`; a failed one may be asked again `retry_after` it was
 /// made.
-pub async fn follow(
+async fn follow(
     eks: &aws_sdk_eks::Client,
     eks_cluster: &str,
     nodegroup: Option<&str>,

@@ -9,7 +9,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// What a security group Cluster API AWS creates is for.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum SecurityGroupRole {
     Bastion,
@@ -19,6 +21,21 @@ pub enum SecurityGroupRole {
     ApiserverLb,
     Lb,
     NodeEksAdditional,
+}
+
+impl SecurityGroupRole {
+    /// The role as Cluster API AWS names it: in the group's name (`<cluster>-<role>`), its
+    /// role tag and the keys of `status.networkStatus.securityGroups`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecurityGroupRole::Bastion => "bastion",
+            SecurityGroupRole::Node => "node",
+            SecurityGroupRole::ControlPlane => "controlplane",
+            SecurityGroupRole::ApiserverLb => "apiserver-lb",
+            SecurityGroupRole::Lb => "lb",
+            SecurityGroupRole::NodeEksAdditional => "node-eks-additional",
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -26,9 +26,11 @@ impl Strategy for ControllerIdentities {
     }
 }
 
-/// An EKS version, `v1.31` or `v1.31.0`, as (major, minor).
+/// An EKS version, `v1.31`, `v1.31.0` or either without the `v` (Cluster API AWS's pattern
+/// makes it optional), as (major, minor).
 fn eks_version(value: &Value) -> Option<(u64, u64)> {
-    let text = value.as_str()?.strip_prefix('v')?;
+    let text = value.as_str()?;
+    let text = text.strip_prefix('v').unwrap_or(text);
     let parts: Vec<&str> = text.split('.').collect();
     if !(2..=3).contains(&parts.len()) {
         return None;
@@ -77,16 +79,20 @@ impl Strategy for ManagedMachinePools {
 
 pub struct ManagedControlPlanes;
 
-/// Fields of AWSManagedControlPlane lariat does not act on yet, each with the value that
-/// would ask for it: refused, so a spec never says what the cluster does not do.
-fn not_done_yet(spec: &Value) -> Vec<Cause> {
-    let set = |v: &Value| match v {
+/// Whether a field asks for something: set, and not empty or false.
+fn set(value: &Value) -> bool {
+    match value {
         Value::Null | Value::Bool(false) => false,
         Value::String(s) => !s.is_empty(),
         Value::Array(a) => !a.is_empty(),
         Value::Object(o) => !o.is_empty(),
         _ => true,
-    };
+    }
+}
+
+/// Fields of AWSManagedControlPlane lariat does not act on yet, each with the value that
+/// would ask for it: refused, so a spec never says what the cluster does not do.
+fn not_done_yet(spec: &Value) -> Vec<Cause> {
     let checks: [(&str, &Value, &str); 9] = [
         (
             "spec.network.vpc.ipv6",
@@ -229,6 +235,109 @@ fn duplicate_addons(addons: &Value) -> Vec<Cause> {
         .collect()
 }
 
+/// AWSClusters: a region of the aws partition that never changes, and what lariat does not
+/// build yet refused by field, as for EKS control planes.
+pub struct Clusters;
+
+impl Strategy for Clusters {
+    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+        let spec = &object["spec"];
+        let balancer = &spec["controlPlaneLoadBalancer"];
+        let network = &spec["network"];
+        let checks: [(&str, &Value, &str); 9] = [
+            (
+                "spec.network.vpc.ipv6",
+                &network["vpc"]["ipv6"],
+                "lariat does not make IPv6 VPCs yet: remove it",
+            ),
+            (
+                "spec.bastion.enabled",
+                &spec["bastion"]["enabled"],
+                "lariat does not run a bastion host yet: remove it and reach nodes through SSM Session Manager",
+            ),
+            (
+                "spec.controlPlaneLoadBalancer.loadBalancerType",
+                &balancer["loadBalancerType"],
+                "lariat makes classic load balancers only yet: remove it or set classic",
+            ),
+            (
+                "spec.controlPlaneLoadBalancer.additionalListeners",
+                &balancer["additionalListeners"],
+                "lariat's load balancer listens on the API server's port only yet: remove them",
+            ),
+            (
+                "spec.controlPlaneLoadBalancer.ingressRules",
+                &balancer["ingressRules"],
+                "lariat lets the API server's port be reached from anywhere (Cluster API AWS's default) and takes no other rules yet: remove them",
+            ),
+            (
+                "spec.secondaryControlPlaneLoadBalancer",
+                &spec["secondaryControlPlaneLoadBalancer"],
+                "lariat makes one load balancer yet: remove it",
+            ),
+            (
+                "spec.network.additionalControlPlaneIngressRules",
+                &network["additionalControlPlaneIngressRules"],
+                "lariat gives the security groups Cluster API AWS's default rules only yet: remove them",
+            ),
+            (
+                "spec.network.additionalNodeIngressRules",
+                &network["additionalNodeIngressRules"],
+                "lariat gives the security groups Cluster API AWS's default rules only yet: remove them",
+            ),
+            (
+                "spec.s3Bucket",
+                &spec["s3Bucket"],
+                "lariat does not keep bootstrap data in S3 (it is for Ignition): remove it",
+            ),
+        ];
+        let mut causes: Vec<Cause> = checks
+            .into_iter()
+            .filter(|(field, value, _)| match *field {
+                "spec.controlPlaneLoadBalancer.loadBalancerType" => {
+                    set(value) && *value != "classic" && *value != "elb"
+                }
+                "spec.network.vpc.ipv6" => !value.is_null(),
+                _ => set(value),
+            })
+            .map(|(field, value, why)| Cause::invalid(field, value, why))
+            .collect();
+        causes.extend(region(&spec["region"]));
+        if set(&spec["partition"]) && spec["partition"] != "aws" {
+            causes.push(Cause::invalid(
+                "spec.partition",
+                &spec["partition"],
+                "lariat builds ARNs of the aws partition only yet: remove it",
+            ));
+        }
+        if let Some(old) = old {
+            let at = |o: &Value, field: &str| {
+                o.pointer(&format!("/{}", field.replace('.', "/"))).cloned()
+            };
+            causes.retain(|c| at(object, &c.field) != at(old, &c.field));
+            // The endpoint is in the control plane's certificates once it is set.
+            if set(&old["spec"]["controlPlaneEndpoint"]["host"]) {
+                causes.extend(immutable(
+                    object,
+                    Some(old),
+                    &["spec", "controlPlaneEndpoint"],
+                    "spec.controlPlaneEndpoint",
+                ));
+            }
+        }
+        causes.extend(immutable(object, old, &["spec", "region"], "spec.region"));
+        for field in ["name", "scheme"] {
+            causes.extend(immutable(
+                object,
+                old,
+                &["spec", "controlPlaneLoadBalancer", field],
+                &format!("spec.controlPlaneLoadBalancer.{field}"),
+            ));
+        }
+        causes
+    }
+}
+
 impl Strategy for ManagedControlPlanes {
     fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = not_done_yet(&object["spec"]);
@@ -326,6 +435,41 @@ mod tests {
     }
 
     #[test]
+    fn aws_clusters_refuse_what_lariat_does_not_build_and_keep_their_endpoint() {
+        let cluster = json!({"spec": {"region": "eu-west-1"}});
+        assert!(admit(&Clusters, cluster.clone(), None).is_empty());
+        let classic = json!({"spec": {"region": "eu-west-1",
+            "controlPlaneLoadBalancer": {"loadBalancerType": "classic", "scheme": "internal"}}});
+        assert!(admit(&Clusters, classic.clone(), None).is_empty());
+        let asked = json!({"spec": {"region": "eu-west-1",
+            "bastion": {"enabled": true},
+            "controlPlaneLoadBalancer": {"loadBalancerType": "nlb"},
+            "network": {"additionalNodeIngressRules": [{"description": "x", "protocol": "tcp", "fromPort": 1, "toPort": 1}]}}});
+        let refused = admit(&Clusters, asked, None);
+        assert_eq!(refused.len(), 3, "{refused:?}");
+        assert!(
+            refused[1].starts_with("spec.controlPlaneLoadBalancer.loadBalancerType:")
+                && refused[1].contains("lariat makes classic load balancers only"),
+            "{refused:?}"
+        );
+        let mut scheme_changed = classic.clone();
+        scheme_changed["spec"]["controlPlaneLoadBalancer"]["scheme"] = json!("internet-facing");
+        assert_eq!(admit(&Clusters, scheme_changed, Some(classic)).len(), 1);
+        let mut placed = cluster.clone();
+        placed["spec"]["controlPlaneEndpoint"] =
+            json!({"host": "a.elb.amazonaws.com", "port": 6443});
+        // Set once (by lariat), then kept.
+        assert!(admit(&Clusters, placed.clone(), Some(cluster)).is_empty());
+        let mut moved = placed.clone();
+        moved["spec"]["controlPlaneEndpoint"]["host"] = json!("b.elb.amazonaws.com");
+        assert_eq!(admit(&Clusters, moved, Some(placed)).len(), 1);
+        assert_eq!(
+            admit(&Clusters, json!({"spec": {"region": "cn-north-1"}}), None).len(),
+            1
+        );
+    }
+
+    #[test]
     fn eks_upgrades_go_one_minor_version_at_a_time() {
         let plane = |version: &str| json!({"spec": {"region": "us-east-1", "version": version}});
         assert!(
@@ -344,6 +488,13 @@ mod tests {
             )
             .is_empty()
         );
+        // Cluster API AWS's pattern makes the `v` optional.
+        assert!(admit(&ManagedControlPlanes, plane("1.31.0"), Some(plane("v1.30"))).is_empty());
+        assert_eq!(
+            admit(&ManagedControlPlanes, plane("1.32"), Some(plane("1.30"))).len(),
+            1
+        );
+        assert_eq!(admit(&ManagedControlPlanes, plane("one.31"), None).len(), 1);
         let skip = admit(
             &ManagedControlPlanes,
             plane("v1.32.0"),
@@ -382,7 +533,7 @@ mod tests {
             None,
         );
         assert!(twice[0].starts_with("spec.addons[1].name:"), "{twice:?}");
-        let bad = admit(&ManagedControlPlanes, plane("1.30"), None);
+        let bad = admit(&ManagedControlPlanes, plane("v1.x"), None);
         assert!(bad[0].starts_with("spec.version:"), "{bad:?}");
         let moved = admit(
             &ManagedControlPlanes,

@@ -40,6 +40,7 @@ pub fn for_kind(group: &str, plural: &str) -> Option<&'static dyn Strategy> {
         ("controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes") => &capi::KubeadmControlPlanes,
         ("controlplane.cluster.x-k8s.io", "awsmanagedcontrolplanes") => &aws::ManagedControlPlanes,
         ("infrastructure.cluster.x-k8s.io", "awsmanagedmachinepools") => &aws::ManagedMachinePools,
+        ("infrastructure.cluster.x-k8s.io", "awsclusters") => &aws::Clusters,
         ("cluster.x-k8s.io", "machinepools") => &capi::MachinePools,
         ("infrastructure.cluster.x-k8s.io", "awsclustercontrolleridentities") => {
             &aws::ControllerIdentities

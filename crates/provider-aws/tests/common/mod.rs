@@ -5,11 +5,15 @@
 pub mod eks_double;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use aws_sdk_ec2::types::Filter;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use lariat_controllers::cache::Caches;
+use lariat_provider_aws::moto::Moto;
+use lariat_provider_aws::{Aws, Settings};
 use serde_json::json;
 
 /// A lariat API server on 127.0.0.1:0 serving in the background, with the process's caches.
@@ -122,4 +126,146 @@ impl Lariat {
             .await
             .unwrap();
     }
+}
+
+/// The namespace the tests' clusters live in.
+pub const NS: &str = "team-a";
+
+pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub fn tagged(key: &str, value: &str) -> Filter {
+    Filter::builder()
+        .name(format!("tag:{key}"))
+        .values(value)
+        .build()
+}
+
+/// moto, a lariat server running core's controllers and the AWS provider (its SDK pointed at
+/// `endpoint`: moto, or a double in front of it), and the static identity `capa` in it.
+pub struct Setup {
+    pub moto: Moto,
+    pub lariat: Lariat,
+    pub aws: Arc<Aws>,
+    /// The identity's secret key.
+    pub secret: String,
+    pub stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Setup {
+    pub async fn start(moto: Moto, endpoint: &str) -> Setup {
+        Setup::start_with(moto, endpoint, Settings::default().sync_period).await
+    }
+
+    /// The same, settled objects looked at again every `sync_period`.
+    pub async fn start_with(moto: Moto, endpoint: &str, sync_period: Duration) -> Setup {
+        let (key, secret) = moto.user("capa", &["*"]).await;
+        let lariat = Lariat::start().await;
+        lariat.namespace(NS, json!({})).await;
+        lariat
+            .secret(
+                "capa",
+                &[("AccessKeyID", &key), ("SecretAccessKey", &secret)],
+            )
+            .await;
+        lariat
+            .apply(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+                "kind": "AWSClusterStaticIdentity",
+                "metadata": {"name": "capa"},
+                "spec": {"secretRef": "capa", "allowedNamespaces": {}},
+            }))
+            .await;
+        let aws = Aws::new(Settings {
+            endpoint_url: Some(endpoint.to_owned()),
+            // moto makes and deletes at once; AWS takes minutes.
+            poll_while_changing: Duration::from_secs(1),
+            sync_period,
+            ..Settings::default()
+        });
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        tokio::spawn(lariat_controllers::run(
+            lariat.caches.clone(),
+            until_stopped(stopped.clone()),
+        ));
+        tokio::spawn(lariat_provider_aws::run(
+            lariat.caches.clone(),
+            aws.clone(),
+            until_stopped(stopped.clone()),
+        ));
+        Setup {
+            moto,
+            lariat,
+            aws,
+            secret,
+            stop,
+        }
+    }
+
+    pub fn api(&self, resource: &kube::core::ApiResource) -> Api<DynamicObject> {
+        Api::namespaced_with(self.lariat.client.clone(), NS, resource)
+    }
+
+    /// Waits until the control plane is ready and the pool runs 3 nodes.
+    pub async fn provisioned(&self) {
+        let control_planes = self.api(&lariat_provider_aws::control_plane::resource());
+        eventually(
+            "the control plane is ready",
+            Duration::from_secs(60),
+            || {
+                let api = control_planes.clone();
+                async move {
+                    api.get("prod-control-plane")
+                        .await
+                        .is_ok_and(|cp| cp.data["status"]["ready"] == true)
+                }
+            },
+        )
+        .await;
+        let pools: Api<lariat_api::capi::MachinePool> =
+            Api::namespaced(self.lariat.client.clone(), NS);
+        eventually(
+            "the MachinePool runs 3 nodes",
+            Duration::from_secs(60),
+            || {
+                let api = pools.clone();
+                async move {
+                    api.get("prod-pool-0").await.is_ok_and(|p| {
+                        let status = p.status.unwrap_or_default();
+                        status.replicas == Some(3)
+                            && status.phase
+                                == Some(lariat_api::capi::machine_pool::MachinePoolPhase::Running)
+                    })
+                }
+            },
+        )
+        .await;
+    }
+}
+
+/// The `reason` of condition `type_` in an object's status, or `True`.
+pub fn condition(object: &DynamicObject, type_: &str) -> Option<String> {
+    object.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            if c["status"] == "True" {
+                "True".to_owned()
+            } else {
+                c["reason"].as_str().unwrap_or_default().to_owned()
+            }
+        })
 }
