@@ -175,6 +175,57 @@ pub(crate) async fn session(
     }
 }
 
+/// What a Cluster's instances run in, as an AWSMachine finds it.
+pub(crate) enum ClusterInfrastructure {
+    Found(workers::Infrastructure),
+    /// The Cluster, its control plane or its AWSCluster is not there (yet, or any more).
+    Missing,
+    /// Neither an EKS control plane nor an AWSCluster: the control plane's kind.
+    OtherKind(String),
+}
+
+/// The infrastructure of Cluster `cluster` in `namespace`: its AWSCluster, else its EKS
+/// control plane.
+pub(crate) async fn cluster_infrastructure(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &str,
+) -> Result<ClusterInfrastructure, lariat_controllers::Error> {
+    let Some(found) = ctx
+        .caches
+        .typed::<Cluster>()
+        .get(namespace, cluster)
+        .await?
+    else {
+        return Ok(ClusterInfrastructure::Missing);
+    };
+    let reference = found.spec.infrastructure_ref.as_ref();
+    if reference.and_then(|r| r.kind.as_deref()) != Some("AWSCluster") {
+        return Ok(match eks_control_plane(ctx, namespace, cluster).await? {
+            EksControlPlane::Found(plane) => {
+                ClusterInfrastructure::Found(workers::Infrastructure::Eks(plane))
+            }
+            EksControlPlane::Missing => ClusterInfrastructure::Missing,
+            EksControlPlane::OtherKind(kind) => ClusterInfrastructure::OtherKind(kind),
+        });
+    }
+    let name = reference
+        .and_then(|r| r.name.as_deref())
+        .unwrap_or_default();
+    let Some(aws_cluster) = ctx
+        .caches
+        .of(&cluster::resource())
+        .get(namespace, name)
+        .await?
+    else {
+        return Ok(ClusterInfrastructure::Missing);
+    };
+    DynamicObject::clone(&aws_cluster)
+        .try_parse()
+        .map(|found| ClusterInfrastructure::Found(workers::Infrastructure::Ec2(Box::new(found))))
+        .map_err(|e| lariat_controllers::Error::Invalid(e.to_string()))
+}
+
 /// A step a reconcile cannot get past: the condition it fails, the reason (AWS's error code
 /// when AWS said no), and the message, which says what to do.
 pub(crate) struct Failure {

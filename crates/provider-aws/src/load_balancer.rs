@@ -6,8 +6,8 @@
 
 use aws_sdk_elasticloadbalancing::Client;
 use aws_sdk_elasticloadbalancing::types::{
-    ConnectionSettings, CrossZoneLoadBalancing, HealthCheck, Listener, LoadBalancerAttributes,
-    LoadBalancerDescription, Tag,
+    ConnectionSettings, CrossZoneLoadBalancing, HealthCheck, Instance, Listener,
+    LoadBalancerAttributes, LoadBalancerDescription, Tag,
 };
 use lariat_api::aws::cluster::AWSLoadBalancerSpec;
 use serde_json::{Value, json};
@@ -196,6 +196,57 @@ pub async fn delete(elb: &Client, owner: &Owner, name: &str) -> Result<bool, Aws
         .await
         .aws()?;
     Ok(true)
+}
+
+/// Registers a control-plane instance with the load balancer; returns whether it was not
+/// registered before.
+pub async fn register(elb: &Client, name: &str, instance: &str) -> Result<bool, AwsError> {
+    let Some(found) = describe(elb, name).await? else {
+        return Err(AwsError {
+            code: "LoadBalancerNotFound".into(),
+            message: format!("load balancer {name} does not exist"),
+        });
+    };
+    if found
+        .instances()
+        .iter()
+        .any(|i| i.instance_id() == Some(instance))
+    {
+        return Ok(false);
+    }
+    elb.register_instances_with_load_balancer()
+        .load_balancer_name(name)
+        .instances(Instance::builder().instance_id(instance).build())
+        .send()
+        .await
+        .aws()?;
+    Ok(true)
+}
+
+/// Takes an instance out of the load balancer, before it is terminated (one already gone, or
+/// a load balancer already gone, is fine).
+pub async fn deregister(elb: &Client, name: &str, instance: &str) -> Result<(), AwsError> {
+    let Some(found) = describe(elb, name).await? else {
+        return Ok(());
+    };
+    if !found
+        .instances()
+        .iter()
+        .any(|i| i.instance_id() == Some(instance))
+    {
+        return Ok(());
+    }
+    match elb
+        .deregister_instances_from_load_balancer()
+        .load_balancer_name(name)
+        .instances(Instance::builder().instance_id(instance).build())
+        .send()
+        .await
+        .aws()
+    {
+        Err(error) if error.code != "InvalidInstance" && !error.is_not_found() => Err(error),
+        _ => Ok(()),
+    }
 }
 
 async fn describe(elb: &Client, name: &str) -> Result<Option<LoadBalancerDescription>, AwsError> {

@@ -1,7 +1,9 @@
-//! AWSMachine: one EC2 instance behind a Machine, a MachineDeployment's worker in an EKS
-//! cluster, as Cluster API AWS's `eks` flavour makes them. The instance boots with its
-//! Machine's bootstrap data (a NodeadmConfig's or EKSConfig's), in a private subnet of the
-//! Machine's failure domain, in the cluster's node security groups. Its ID is recorded in the
+//! AWSMachine: one EC2 instance behind a Machine: a MachineDeployment's worker in an EKS
+//! cluster, as Cluster API AWS's `eks` flavour makes them, or a worker or control-plane
+//! machine of an AWSCluster (a control-plane instance is registered with the cluster's load
+//! balancer, and deregistered before it is terminated). The instance boots with its Machine's
+//! bootstrap data, in a private subnet of the Machine's failure domain, in the security groups
+//! its cluster gives its role. Its ID is recorded in the
 //! spec (`instanceID`, `providerID`); before that it is found by its ownership and Name tags,
 //! so a create retried after a crash finds the first instance (and the client token makes a
 //! request whose answer was lost the same request). Deleting the AWSMachine terminates it.
@@ -24,9 +26,11 @@ use lariat_controllers::object::{ensure_finalizer, patch, patch_status, remove_f
 use serde_json::{Value, json};
 
 use crate::identity::Session;
+use crate::load_balancer;
 use crate::sdk::{AwsError, AwsResult};
 use crate::tags::{Owner, filter};
-use crate::{Context, EksControlPlane, Failure, workers};
+use crate::workers::Infrastructure;
+use crate::{ClusterInfrastructure, Context, Failure, workers};
 
 pub const FINALIZER: &str = "awsmachine.infrastructure.cluster.x-k8s.io";
 /// Cluster API AWS's condition for the instance.
@@ -114,13 +118,13 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .cloned()
         .or_else(|| machine.as_ref().map(|m| m.spec.cluster_name.clone()));
     let mut status_conditions = conditions::existing(&object.data["status"]);
-    let control_plane = match &cluster {
-        Some(cluster) => crate::eks_control_plane(&ctx, &namespace, cluster).await?,
-        None => EksControlPlane::Missing,
+    let infrastructure = match &cluster {
+        Some(cluster) => crate::cluster_infrastructure(&ctx, &namespace, cluster).await?,
+        None => ClusterInfrastructure::Missing,
     };
-    let (cluster, control_plane) = match (cluster, control_plane) {
-        (Some(cluster), EksControlPlane::Found(control_plane)) => (cluster, *control_plane),
-        (Some(cluster), EksControlPlane::OtherKind(kind)) => {
+    let (cluster, infrastructure) = match (cluster, infrastructure) {
+        (Some(cluster), ClusterInfrastructure::Found(infrastructure)) => (cluster, infrastructure),
+        (Some(cluster), ClusterInfrastructure::OtherKind(kind)) => {
             if object.metadata.deletion_timestamp.is_some() {
                 // Refused before anything was made.
                 remove_finalizer(&api, &object, FINALIZER).await?;
@@ -130,7 +134,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 INSTANCE_READY,
                 "InvalidClusterType",
                 format!(
-                    "lariat's AWSMachines join EKS clusters (AWSManagedControlPlane); Cluster {cluster}'s control plane is a {kind}"
+                    "lariat's AWSMachines run in EKS clusters (AWSManagedControlPlane) and AWSClusters; Cluster {cluster}'s control plane is a {kind}"
                 ),
             );
             return report(&ctx, &api, &object, &mut status_conditions, failure).await;
@@ -153,25 +157,21 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 INSTANCE_READY,
                 "ControlPlaneGone",
                 format!(
-                    "cannot terminate EC2 instance {}: the Cluster's AWSManagedControlPlane (its region and identity) is gone; terminate the instance, then remove the finalizer {FINALIZER}",
+                    "cannot terminate EC2 instance {}: the Cluster's AWSManagedControlPlane or AWSCluster (its region and identity) is gone; terminate the instance, then remove the finalizer {FINALIZER}",
                     aws_machine.spec.instance_id.as_deref().unwrap_or_default()
                 ),
             );
             return report(&ctx, &api, &object, &mut status_conditions, failure).await;
         }
     };
-    let Some(region) = control_plane.spec.region.clone() else {
+    let Some(region) = infrastructure.region() else {
         return Ok(Action::requeue(
             ctx.identities.aws().settings().poll_while_changing,
         ));
     };
     let session = match ctx
         .identities
-        .session(
-            &namespace,
-            &region,
-            control_plane.spec.identity_ref.as_ref(),
-        )
+        .session(&namespace, region, infrastructure.identity())
         .await
     {
         Ok(session) => session,
@@ -186,8 +186,23 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         additional: aws_machine.spec.additional_tags.clone().unwrap_or_default(),
     };
     let poll = ctx.identities.aws().settings().poll_while_changing;
+    // A control-plane machine of an AWSCluster sits behind its load balancer.
+    let load_balancer = infrastructure
+        .load_balancer()
+        .filter(|_| is_control_plane(&object, machine.as_deref()));
 
     if object.metadata.deletion_timestamp.is_some() {
+        let elb = session.aws().elb(&session.config);
+        let deregistered = match (&load_balancer, &aws_machine.spec.instance_id) {
+            (Some(balancer), Some(instance)) => {
+                load_balancer::deregister(&elb, balancer, instance).await
+            }
+            _ => Ok(()),
+        };
+        if let Err(error) = deregistered {
+            let failure = Failure::new(INSTANCE_READY, &error.code, error.to_string());
+            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+        }
         return match terminate(&session, &owner, &aws_machine, &name).await {
             Ok(Some(instance)) => {
                 if object.data["status"]["instanceState"] != instance.state {
@@ -289,11 +304,9 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         }
     };
     if instance.is_none() {
-        let waiting = if control_plane.status.as_ref().is_none_or(|s| !s.ready) {
-            Some((
-                "WaitingForEKSControlPlane",
-                "the EKS control plane is not ready yet".to_owned(),
-            ))
+        let waiting = if !infrastructure.ready() {
+            let (reason, message) = infrastructure.waiting();
+            Some((reason, message.to_owned()))
         } else if machine.spec.bootstrap.data_secret_name.is_none() {
             Some((
                 "WaitingForBootstrapData",
@@ -335,7 +348,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             &object,
             &aws_machine,
             &machine,
-            &control_plane,
+            &infrastructure,
             &user_data,
         )
         .await
@@ -388,15 +401,57 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         ),
         _ => (false, None),
     };
-    let role_mapped = workers::map_node_role(
-        &ctx,
-        &session,
-        &api,
-        &object,
-        &cluster,
-        aws_machine.spec.iam_instance_profile.as_deref(),
-    )
-    .await?;
+    // EKS lets a node join once its role is in aws-auth; kubeadm's token is its ticket.
+    let mut role_mapped = match &infrastructure {
+        Infrastructure::Eks(_) => {
+            workers::map_node_role(
+                &ctx,
+                &session,
+                &api,
+                &object,
+                &cluster,
+                aws_machine.spec.iam_instance_profile.as_deref(),
+            )
+            .await?
+        }
+        Infrastructure::Ec2(_) => Ok(()),
+    };
+    if let Some(balancer) = load_balancer.as_deref().filter(|_| ready) {
+        let elb = session.aws().elb(&session.config);
+        match load_balancer::register(&elb, balancer, &instance.id).await {
+            Ok(registered) => {
+                conditions::set(&mut status_conditions, "ELBAttached", true, "", "");
+                if registered {
+                    ctx.events
+                        .publish(
+                            object.as_ref(),
+                            "AWSMachine",
+                            EventType::Normal,
+                            "SuccessfulAttachControlPlaneELB",
+                            &format!(
+                                "control-plane instance {} registered with load balancer {balancer}",
+                                instance.id
+                            ),
+                        )
+                        .await;
+                }
+            }
+            Err(error) => {
+                let message = format!(
+                    "cannot register instance {} with load balancer {balancer}: {error}",
+                    instance.id
+                );
+                conditions::set(
+                    &mut status_conditions,
+                    "ELBAttached",
+                    false,
+                    &error.code,
+                    &message,
+                );
+                role_mapped = Err(message);
+            }
+        }
+    }
     match (&failure, ready, &role_mapped) {
         (Some(message), ..) => {
             conditions::set(
@@ -420,13 +475,12 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         }
         (None, true, Err(message)) => {
             conditions::set(&mut status_conditions, INSTANCE_READY, true, "", "");
-            conditions::set(
-                &mut status_conditions,
-                "Ready",
-                false,
-                "NodeRoleMappingFailed",
-                message,
-            );
+            let reason = if load_balancer.is_some() {
+                "ELBAttachFailed"
+            } else {
+                "NodeRoleMappingFailed"
+            };
+            conditions::set(&mut status_conditions, "Ready", false, reason, message);
         }
         (None, false, _) => {
             let message = format!("EC2 instance {} is {}", instance.id, instance.state);
@@ -587,7 +641,8 @@ async fn find(
 
 /// The machine's instance by its tags: one an earlier attempt launched but never recorded.
 async fn find_by_tags(session: &Session, owner: &Owner, name: &str) -> Result<Lookup, AwsError> {
-    let mut filters = owner.ec2_filters_with_role("node");
+    // Any role: a worker's and a control-plane machine's instances are found alike.
+    let mut filters = owner.ec2_filters();
     filters.push(filter("tag:Name", name));
     filters.push(
         aws_sdk_ec2::types::Filter::builder()
@@ -617,6 +672,13 @@ async fn find_by_tags(session: &Session, owner: &Owner, name: &str) -> Result<Lo
         }))
 }
 
+/// Whether the machine is one of its cluster's control plane (Cluster API's label, on it or
+/// its Machine).
+fn is_control_plane(object: &DynamicObject, machine: Option<&Machine>) -> bool {
+    let label = lariat_api::capi::labels::MACHINE_CONTROL_PLANE;
+    object.labels().contains_key(label) || machine.is_some_and(|m| m.labels().contains_key(label))
+}
+
 /// Launches the machine's instance.
 async fn create(
     session: &Session,
@@ -624,27 +686,36 @@ async fn create(
     object: &DynamicObject,
     aws_machine: &AWSMachine,
     machine: &Machine,
-    control_plane: &lariat_api::aws::AWSManagedControlPlane,
+    infrastructure: &Infrastructure,
     user_data: &[u8],
 ) -> Result<Instance, Failure> {
     let spec = &aws_machine.spec;
+    let control_plane_machine = is_control_plane(object, Some(machine));
     let failed = |reason: &str, message: String| Failure::new(INSTANCE_READY, reason, message);
-    let version = workers::version(machine.spec.version.as_deref(), control_plane);
-    let image_id = workers::ami(
-        session,
-        spec.ami.as_ref(),
-        version.as_deref(),
-        Some(&spec.instance_type),
-        "spec.ami",
-    )
-    .await
+    let image_id = match infrastructure {
+        Infrastructure::Eks(control_plane) => {
+            let version = workers::version(machine.spec.version.as_deref(), control_plane);
+            workers::ami(
+                session,
+                spec.ami.as_ref(),
+                version.as_deref(),
+                Some(&spec.instance_type),
+                "spec.ami",
+            )
+            .await
+        }
+        Infrastructure::Ec2(_) => spec.ami.as_ref().and_then(|a| a.id.clone()).ok_or_else(|| {
+            "spec.ami.id is empty: lariat does not look up Cluster API AWS's published AMIs yet; name an AMI built for the Machine's Kubernetes version (image-builder's)".to_owned()
+        }),
+    }
     .map_err(|message| failed("InstanceProvisionFailed", message))?;
     let zone = machine.spec.failure_domain.as_deref();
     let subnet = match spec.subnet.as_ref().and_then(|s| s.id.clone()) {
         Some(id) => id,
         None => {
             let zones = zone.map(|z| vec![z.to_owned()]);
-            workers::private_subnets(control_plane, zones.as_deref())
+            infrastructure
+                .private_subnets(zones.as_deref())
                 .into_iter()
                 .next()
                 .ok_or_else(|| {
@@ -660,9 +731,9 @@ async fn create(
                 })?
         }
     };
-    let eks_cluster = workers::eks_cluster(control_plane);
     let name = object.name_any();
-    let tags = workers::node_tags(owner, &name, &eks_cluster)
+    let tags = infrastructure
+        .instance_tags(owner, &name, control_plane_machine)
         .into_iter()
         .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build())
         .collect();
@@ -675,8 +746,8 @@ async fn create(
         .min_count(1)
         .max_count(1)
         .subnet_id(subnet)
-        .set_security_group_ids(Some(workers::security_groups(
-            control_plane,
+        .set_security_group_ids(Some(infrastructure.security_groups(
+            control_plane_machine,
             spec.additional_security_groups.iter().flatten(),
         )))
         .set_iam_instance_profile(

@@ -1,13 +1,16 @@
 //! What every self-managed worker of an EKS cluster shares, whether an auto-scaling group
 //! makes it (AWSMachinePool) or it stands alone (AWSMachine): its tags, its AMI, its security
-//! groups and subnets, and its role in the cluster's aws-auth.
+//! groups and subnets, and its role in the cluster's aws-auth. An AWSMachine may also run in a
+//! cluster whose control plane is on EC2 (an AWSCluster's): [`Infrastructure`] says what each
+//! kind of cluster gives its instances.
 
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
-use lariat_api::aws::AWSManagedControlPlane;
+use lariat_api::aws::identity::AWSIdentityReference;
 use lariat_api::aws::instance::AMIReference;
+use lariat_api::aws::{AWSCluster, AWSManagedControlPlane};
 use lariat_controllers::Error;
 use lariat_controllers::object::patch;
 use serde_json::json;
@@ -16,6 +19,154 @@ use crate::Context;
 use crate::identity::Session;
 use crate::sdk::AwsResult;
 use crate::tags::Owner;
+
+/// The cluster an instance runs in, as its instances see it.
+pub(crate) enum Infrastructure {
+    /// An EKS cluster: its AWSManagedControlPlane.
+    Eks(Box<AWSManagedControlPlane>),
+    /// A cluster whose control plane runs on EC2: its AWSCluster.
+    Ec2(Box<AWSCluster>),
+}
+
+impl Infrastructure {
+    pub(crate) fn region(&self) -> Option<&str> {
+        match self {
+            Infrastructure::Eks(plane) => plane.spec.region.as_deref(),
+            Infrastructure::Ec2(cluster) => cluster.spec.region.as_deref(),
+        }
+    }
+
+    pub(crate) fn identity(&self) -> Option<&AWSIdentityReference> {
+        match self {
+            Infrastructure::Eks(plane) => plane.spec.identity_ref.as_ref(),
+            Infrastructure::Ec2(cluster) => cluster.spec.identity_ref.as_ref(),
+        }
+    }
+
+    /// Whether instances may be launched: the EKS cluster is up, or the AWSCluster's network
+    /// and load balancer are.
+    pub(crate) fn ready(&self) -> bool {
+        match self {
+            Infrastructure::Eks(plane) => plane.status.as_ref().is_some_and(|s| s.ready),
+            Infrastructure::Ec2(cluster) => cluster.status.as_ref().is_some_and(|s| s.ready),
+        }
+    }
+
+    /// What it is waiting for, said for a person.
+    pub(crate) fn waiting(&self) -> (&'static str, &'static str) {
+        match self {
+            Infrastructure::Eks(_) => (
+                "WaitingForEKSControlPlane",
+                "the EKS control plane is not ready yet",
+            ),
+            Infrastructure::Ec2(_) => (
+                "WaitingForClusterInfrastructure",
+                "the AWSCluster's network and load balancer are not ready yet",
+            ),
+        }
+    }
+
+    /// The private subnets, in `zones` if any are named: where instances go.
+    pub(crate) fn private_subnets(&self, zones: Option<&[String]>) -> Vec<String> {
+        match self {
+            Infrastructure::Eks(plane) => private_subnets(plane, zones),
+            Infrastructure::Ec2(cluster) => {
+                subnets_in(cluster.spec.network.as_ref(), zones).collect()
+            }
+        }
+    }
+
+    /// An instance's security groups: EKS's node groups; for an EC2 control plane Cluster
+    /// API AWS's `node` and `lb`, and `controlplane` for a control-plane instance; then
+    /// `additional`.
+    pub(crate) fn security_groups<'a>(
+        &self,
+        control_plane: bool,
+        additional: impl IntoIterator<Item = &'a lariat_api::aws::instance::AWSResourceReference>,
+    ) -> Vec<String> {
+        let cluster = match self {
+            Infrastructure::Eks(plane) => return security_groups(plane, additional),
+            Infrastructure::Ec2(cluster) => cluster,
+        };
+        let roles: &[&str] = if control_plane {
+            &["controlplane", "node", "lb"]
+        } else {
+            &["node", "lb"]
+        };
+        let recorded = cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.network_status.as_ref())
+            .and_then(|n| n.security_groups.as_ref());
+        let mut groups: Vec<String> = roles
+            .iter()
+            .filter_map(|role| recorded?.get(*role).map(|g| g.id.clone()))
+            .collect();
+        groups.extend(additional.into_iter().filter_map(|g| g.id.clone()));
+        groups
+    }
+
+    /// An instance's tags: ownership, its role, and the cluster tag the cloud provider looks
+    /// for (EKS's cluster name, or the Cluster's).
+    pub(crate) fn instance_tags(
+        &self,
+        owner: &Owner,
+        name: &str,
+        control_plane: bool,
+    ) -> BTreeMap<String, String> {
+        match self {
+            Infrastructure::Eks(plane) => node_tags(owner, name, &eks_cluster(plane)),
+            Infrastructure::Ec2(_) => {
+                let role = if control_plane {
+                    "control-plane"
+                } else {
+                    "node"
+                };
+                let mut tags = owner.tags(name, role);
+                tags.insert(
+                    format!("kubernetes.io/cluster/{}", owner.cluster),
+                    "owned".into(),
+                );
+                tags
+            }
+        }
+    }
+
+    /// The load balancer control-plane instances are registered with, if any.
+    pub(crate) fn load_balancer(&self) -> Option<String> {
+        let Infrastructure::Ec2(cluster) = self else {
+            return None;
+        };
+        cluster
+            .status
+            .as_ref()?
+            .network_status
+            .as_ref()?
+            .api_server_elb
+            .as_ref()?
+            .name
+            .clone()
+    }
+}
+
+/// The private subnets of `network`, in `zones` if any are named.
+fn subnets_in<'a>(
+    network: Option<&'a lariat_api::aws::network::NetworkSpec>,
+    zones: Option<&'a [String]>,
+) -> impl Iterator<Item = String> + 'a {
+    network
+        .into_iter()
+        .flat_map(|n| n.subnets.iter().flatten())
+        .filter(|s| s.is_public != Some(true))
+        .filter(move |s| {
+            zones.is_none_or(|zones| {
+                s.availability_zone
+                    .as_ref()
+                    .is_some_and(|z| zones.contains(z))
+            })
+        })
+        .map(|s| s.id.clone())
+}
 
 /// The tags of a worker instance (and of its group): ownership, and the one EKS and its cloud
 /// provider look for on a cluster's self-managed nodes.
@@ -75,21 +226,7 @@ pub(crate) fn private_subnets(
     control_plane: &AWSManagedControlPlane,
     zones: Option<&[String]>,
 ) -> Vec<String> {
-    control_plane
-        .spec
-        .network
-        .iter()
-        .flat_map(|n| n.subnets.iter().flatten())
-        .filter(|s| s.is_public != Some(true))
-        .filter(|s| {
-            zones.is_none_or(|zones| {
-                s.availability_zone
-                    .as_ref()
-                    .is_some_and(|z| zones.contains(z))
-            })
-        })
-        .map(|s| s.id.clone())
-        .collect()
+    subnets_in(control_plane.spec.network.as_ref(), zones).collect()
 }
 
 /// The worker's AMI: the one named, else the EKS-optimized AMI AWS publishes in SSM for the

@@ -281,6 +281,159 @@ async fn an_aws_cluster_gets_its_network_groups_and_load_balancer_and_deleting_i
     )
     .await;
 
+    // A control-plane machine: an instance in a private subnet, in the control plane's
+    // groups, registered with the load balancer; deregistered and terminated with its
+    // Machine.
+    let image = ec2
+        .describe_images()
+        .owners("amazon")
+        .send()
+        .await
+        .unwrap()
+        .images()[0]
+        .image_id()
+        .unwrap()
+        .to_owned();
+    // The instance profile `clusterawsadm bootstrap iam` makes.
+    aws_sdk_iam::Client::new(&admin)
+        .create_instance_profile()
+        .instance_profile_name("control-plane.cluster-api-provider-aws.sigs.k8s.io")
+        .send()
+        .await
+        .unwrap();
+    for manifest in [
+        // The bootstrap data KubeadmConfig would write (`#cloud-config`, `kubeadm init`).
+        json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "prod-control-plane-0", "namespace": NS,
+                "labels": {"cluster.x-k8s.io/cluster-name": "prod"}},
+            "data": {"value": "I2Nsb3VkLWNvbmZpZwpydW5jbWQ6IFtrdWJlYWRtIGluaXRdCg=="},
+        }),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1",
+            "kind": "Machine",
+            "metadata": {"name": "prod-control-plane-0", "namespace": NS,
+                "labels": {"cluster.x-k8s.io/control-plane": ""}},
+            "spec": {
+                "clusterName": "prod",
+                "version": "v1.31.0",
+                "failureDomain": domains.keys().next().unwrap(),
+                "bootstrap": {"dataSecretName": "prod-control-plane-0"},
+                "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSMachine", "name": "prod-control-plane-0"},
+            },
+        }),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "kind": "AWSMachine",
+            "metadata": {"name": "prod-control-plane-0", "namespace": NS,
+                "labels": {"cluster.x-k8s.io/cluster-name": "prod", "cluster.x-k8s.io/control-plane": ""}},
+            "spec": {
+                "ami": {"id": image},
+                "cloudInit": {"insecureSkipSecretsManager": true},
+                "instanceType": "t3.large",
+                "iamInstanceProfile": "control-plane.cluster-api-provider-aws.sigs.k8s.io",
+            },
+        }),
+    ] {
+        setup.lariat.apply(manifest).await;
+    }
+    let aws_machines = setup.api(&lariat_provider_aws::machine::resource());
+    eventually(
+        "the control-plane instance runs behind the load balancer",
+        Duration::from_secs(60),
+        || {
+            let api = aws_machines.clone();
+            async move {
+                api.get("prod-control-plane-0").await.is_ok_and(|m| {
+                    m.data["status"]["ready"] == true
+                        && common::condition(&m, "ELBAttached").as_deref() == Some("True")
+                })
+            }
+        },
+    )
+    .await;
+    let aws_machine = aws_machines.get("prod-control-plane-0").await.unwrap();
+    let instance_id = aws_machine.data["spec"]["instanceID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let registered = || {
+        let elb = elb.clone();
+        async move {
+            elb.describe_load_balancers()
+                .load_balancer_names("prod-apiserver")
+                .send()
+                .await
+                .unwrap()
+                .load_balancer_descriptions()[0]
+                .instances()
+                .iter()
+                .filter_map(|i| i.instance_id().map(str::to_owned))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(registered().await, vec![instance_id.clone()]);
+    let described = ec2
+        .describe_instances()
+        .instance_ids(&instance_id)
+        .send()
+        .await
+        .unwrap();
+    let instance = &described.reservations()[0].instances()[0];
+    let private: Vec<&str> = spec["network"]["subnets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["isPublic"] != true)
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert!(private.contains(&instance.subnet_id().unwrap()));
+    let mut instance_groups: Vec<String> = instance
+        .security_groups()
+        .iter()
+        .filter_map(|g| g.group_id().map(str::to_owned))
+        .collect();
+    instance_groups.sort();
+    let mut expected_groups = vec![cp.clone(), node.clone(), group_id("lb")];
+    expected_groups.sort();
+    assert_eq!(instance_groups, expected_groups);
+    let tag = |key: &str| {
+        instance
+            .tags()
+            .iter()
+            .find(|t| t.key() == Some(key))
+            .and_then(|t| t.value())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        tag("sigs.k8s.io/cluster-api-provider-aws/role").as_deref(),
+        Some("control-plane")
+    );
+    assert_eq!(tag("kubernetes.io/cluster/prod").as_deref(), Some("owned"));
+    Api::<lariat_api::capi::Machine>::namespaced(setup.lariat.client.clone(), NS)
+        .delete("prod-control-plane-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the AWSMachine is gone", Duration::from_secs(60), || {
+        let api = aws_machines.clone();
+        async move { api.get_opt("prod-control-plane-0").await.unwrap().is_none() }
+    })
+    .await;
+    assert!(registered().await.is_empty(), "deregistered");
+    let state = ec2
+        .describe_instances()
+        .instance_ids(&instance_id)
+        .send()
+        .await
+        .unwrap()
+        .reservations()[0]
+        .instances()[0]
+        .state()
+        .and_then(|s| s.name())
+        .map(|n| n.as_str().to_owned());
+    assert_eq!(state.as_deref(), Some("terminated"));
+
     // Deleting the Cluster deletes everything lariat made in AWS.
     clusters
         .delete("prod", &DeleteParams::default())
