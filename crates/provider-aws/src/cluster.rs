@@ -40,8 +40,18 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     let aws_cluster: AWSCluster = DynamicObject::clone(&object)
         .try_parse()
         .map_err(|e| Error::Invalid(format!("AWSCluster {namespace}/{name}: {e}")))?;
-    let Some(cluster) = crate::control_plane::owning_cluster(&object) else {
+    // The owner reference, or (once it had one: an orphaning delete strips it) the label
+    // core set with it, so what was made is still found and deleted.
+    let cluster = crate::control_plane::owning_cluster(&object).or_else(|| {
+        object
+            .labels()
+            .get(lariat_api::capi::labels::CLUSTER_NAME)
+            .filter(|_| object.finalizers().iter().any(|f| f == FINALIZER))
+            .cloned()
+    });
+    let Some(cluster) = cluster else {
         if object.metadata.deletion_timestamp.is_some() {
+            // Never walked (the finalizer comes first): nothing was made.
             remove_finalizer(&api, &object, FINALIZER).await?;
         }
         // Contract: wait until core has set the owner reference (that write wakes this).
@@ -131,6 +141,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     // Walked when the spec changed or it is not ready yet; in between, one read says the load
     // balancer (all a control plane needs of this) is still there.
     let steady = object.data["status"]["ready"] == true
+        && conditions::is_true(&status_conditions, "Ready")
         && object.annotations().get(OBSERVED_GENERATION)
             == object.metadata.generation.map(|g| g.to_string()).as_ref();
     if steady {
@@ -177,7 +188,13 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
 
     let balancer_spec = spec.control_plane_load_balancer.clone().unwrap_or_default();
     let internal = balancer_spec.scheme.as_deref() == Some("internal");
-    let subnets = balancer_subnets(&network, internal, balancer_spec.subnets.as_deref());
+    let subnets = match balancer_subnets(&network, internal, balancer_spec.subnets.as_deref()) {
+        Ok(subnets) => subnets,
+        Err(message) => {
+            let failure = Failure::new("LoadBalancerReady", "InvalidSpec", message);
+            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+        }
+    };
     let mut balancer_groups = balancer_spec
         .additional_security_groups
         .clone()
@@ -309,14 +326,24 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
 const OBSERVED_GENERATION: &str = "lariat.dev/observed-generation";
 
 /// The load balancer's subnets, with their zones: the spec's, else the first public (or, for
-/// an internal one, private) subnet of each zone, as Cluster API AWS picks them.
+/// an internal one, private) subnet of each zone, as Cluster API AWS picks them; or what is
+/// wrong.
 fn balancer_subnets(
     network: &Network,
     internal: bool,
     named: Option<&[String]>,
-) -> Vec<(String, String)> {
+) -> Result<Vec<(String, String)>, String> {
+    if let Some(unknown) = named
+        .into_iter()
+        .flatten()
+        .find(|id| !network.subnets.iter().any(|s| &s.id == *id))
+    {
+        return Err(format!(
+            "spec.controlPlaneLoadBalancer.subnets names {unknown}, which is not a subnet of the cluster's network (spec.network.subnets)"
+        ));
+    }
     let mut zones = BTreeSet::new();
-    network
+    let subnets: Vec<(String, String)> = network
         .subnets
         .iter()
         .filter(|s| match named {
@@ -330,7 +357,14 @@ fn balancer_subnets(
                 s.availability_zone.clone().unwrap_or_default(),
             )
         })
-        .collect()
+        .collect();
+    if subnets.is_empty() {
+        return Err(format!(
+            "the cluster's network has no {} subnet for the load balancer: mark one in spec.network.subnets (isPublic), or name them in spec.controlPlaneLoadBalancer.subnets",
+            if internal { "private" } else { "public" }
+        ));
+    }
+    Ok(subnets)
 }
 
 async fn report(

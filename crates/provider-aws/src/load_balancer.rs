@@ -34,6 +34,16 @@ pub struct Wanted {
     pub health_check_protocol: String,
 }
 
+impl Wanted {
+    fn scheme(&self) -> &'static str {
+        if self.internal {
+            "internal"
+        } else {
+            "internet-facing"
+        }
+    }
+}
+
 /// The load balancer as it is.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Balancer {
@@ -91,8 +101,8 @@ pub fn name(cluster: &str, spec: Option<&AWSLoadBalancerSpec>) -> String {
     if name.len() <= MAX_NAME {
         return name;
     }
-    // Cluster API AWS's own hash (BLAKE2b, 28 bytes, each byte a base-36 digit), so a cluster
-    // it made keeps its load balancer under lariat.
+    // Cluster API AWS's own hash (BLAKE2b, 28 bytes, each byte a base-36 digit), so lariat
+    // names it as Cluster API AWS would.
     use blake2::digest::{Update, VariableOutput};
     let mut hasher = blake2::Blake2bVar::new(28).expect("28 bytes is a valid BLAKE2b length");
     hasher.update(cluster.as_bytes());
@@ -124,10 +134,17 @@ pub async fn ensure(elb: &Client, owner: &Owner, wanted: &Wanted) -> Result<Bala
             ),
         });
     }
-    let mut balancer = balancer(&found, wanted.cross_zone);
     if !owner.owns(pairs(&tags)) {
-        return Ok(balancer);
+        // Its DNS name would become the endpoint and lariat's instances would join it.
+        return Err(AwsError {
+            code: "LoadBalancerNotOwned".into(),
+            message: format!(
+                "load balancer {} exists without this cluster's tags: lariat uses only load balancers it made; name another in spec.controlPlaneLoadBalancer.name",
+                wanted.name
+            ),
+        });
     }
+    let mut balancer = balancer(&found, wanted.cross_zone);
     let missing_subnets: Vec<String> = wanted
         .subnet_ids
         .iter()
@@ -154,7 +171,7 @@ pub async fn ensure(elb: &Client, owner: &Owner, wanted: &Wanted) -> Result<Bala
             .await
             .aws()?;
     }
-    if balancer.health_check_target != health_check_target(wanted) {
+    if found.health_check() != Some(&health_check(wanted)?) {
         configure_health_check(elb, wanted).await?;
     }
     let attributes = elb
@@ -207,11 +224,7 @@ pub async fn register(elb: &Client, name: &str, instance: &str) -> Result<bool, 
             message: format!("load balancer {name} does not exist"),
         });
     };
-    if found
-        .instances()
-        .iter()
-        .any(|i| i.instance_id() == Some(instance))
-    {
+    if holds(&found, instance) {
         return Ok(false);
     }
     elb.register_instances_with_load_balancer()
@@ -229,11 +242,7 @@ pub async fn deregister(elb: &Client, name: &str, instance: &str) -> Result<(), 
     let Some(found) = describe(elb, name).await? else {
         return Ok(());
     };
-    if !found
-        .instances()
-        .iter()
-        .any(|i| i.instance_id() == Some(instance))
-    {
+    if !holds(&found, instance) {
         return Ok(());
     }
     match elb
@@ -247,6 +256,13 @@ pub async fn deregister(elb: &Client, name: &str, instance: &str) -> Result<(), 
         Err(error) if error.code != "InvalidInstance" && !error.is_not_found() => Err(error),
         _ => Ok(()),
     }
+}
+
+fn holds(balancer: &LoadBalancerDescription, instance: &str) -> bool {
+    balancer
+        .instances()
+        .iter()
+        .any(|i| i.instance_id() == Some(instance))
 }
 
 async fn describe(elb: &Client, name: &str) -> Result<Option<LoadBalancerDescription>, AwsError> {
@@ -297,11 +313,7 @@ async fn create(elb: &Client, owner: &Owner, wanted: &Wanted) -> Result<Balancer
         .listeners(listener)
         .set_subnets(Some(wanted.subnet_ids.clone()))
         .set_security_groups(Some(wanted.security_group_ids.clone()))
-        .scheme(if wanted.internal {
-            "internal"
-        } else {
-            "internet-facing"
-        })
+        .scheme(wanted.scheme())
         .set_tags(Some(tags))
         .send()
         .await
@@ -311,12 +323,7 @@ async fn create(elb: &Client, owner: &Owner, wanted: &Wanted) -> Result<Balancer
     Ok(Balancer {
         name: wanted.name.clone(),
         dns_name: created.dns_name,
-        scheme: if wanted.internal {
-            "internal"
-        } else {
-            "internet-facing"
-        }
-        .into(),
+        scheme: wanted.scheme().into(),
         subnet_ids: wanted.subnet_ids.clone(),
         security_group_ids: wanted.security_group_ids.clone(),
         instance_ids: vec![],
@@ -333,22 +340,28 @@ fn unbuildable(error: aws_sdk_elasticloadbalancing::error::BuildError) -> AwsErr
     }
 }
 
+/// Cluster API AWS's target: `/readyz` over HTTP(S), else the port (TCP, SSL).
 fn health_check_target(wanted: &Wanted) -> String {
     match wanted.health_check_protocol.as_str() {
-        "TCP" => format!("TCP:{API_SERVER_PORT}"),
-        protocol => format!("{protocol}:{API_SERVER_PORT}/readyz"),
+        protocol @ ("HTTP" | "HTTPS") => format!("{protocol}:{API_SERVER_PORT}/readyz"),
+        protocol => format!("{protocol}:{API_SERVER_PORT}"),
     }
 }
 
-async fn configure_health_check(elb: &Client, wanted: &Wanted) -> Result<(), AwsError> {
-    let check = HealthCheck::builder()
+/// Cluster API AWS's health check of the API servers.
+fn health_check(wanted: &Wanted) -> Result<HealthCheck, AwsError> {
+    HealthCheck::builder()
         .target(health_check_target(wanted))
         .interval(5)
         .timeout(4)
         .healthy_threshold(2)
         .unhealthy_threshold(6)
         .build()
-        .map_err(unbuildable)?;
+        .map_err(unbuildable)
+}
+
+async fn configure_health_check(elb: &Client, wanted: &Wanted) -> Result<(), AwsError> {
+    let check = health_check(wanted)?;
     elb.configure_health_check()
         .load_balancer_name(&wanted.name)
         .health_check(check)

@@ -29,7 +29,7 @@ use crate::identity::Session;
 use crate::load_balancer;
 use crate::sdk::{AwsError, AwsResult};
 use crate::tags::{Owner, filter};
-use crate::workers::Infrastructure;
+use crate::workers::{ImageLookup, Infrastructure};
 use crate::{ClusterInfrastructure, Context, Failure, workers};
 
 pub const FINALIZER: &str = "awsmachine.infrastructure.cluster.x-k8s.io";
@@ -544,9 +544,6 @@ fn unsupported(machine: &AWSMachine) -> Option<&'static str> {
             spec.subnet.as_ref().is_some_and(|s| s.id.is_none()),
         ),
         ("ignition", spec.ignition.is_some()),
-        ("imageLookupOrg", spec.image_lookup_org.is_some()),
-        ("imageLookupBaseOS", spec.image_lookup_base_os.is_some()),
-        ("imageLookupFormat", spec.image_lookup_format.is_some()),
         ("rootVolume", spec.root_volume.is_some()),
         (
             "nonRootVolumes",
@@ -692,8 +689,17 @@ async fn create(
     let spec = &aws_machine.spec;
     let control_plane_machine = is_control_plane(object, Some(machine));
     let failed = |reason: &str, message: String| Failure::new(INSTANCE_READY, reason, message);
-    let image_id = match infrastructure {
-        Infrastructure::Eks(control_plane) => {
+    // As Cluster API AWS picks it: the AMI named; else, for an EKS cluster whose machine and
+    // cluster set no image lookup, the EKS-optimized one; else image-builder's.
+    let lookup = ImageLookup {
+        format: spec.image_lookup_format.clone(),
+        org: spec.image_lookup_org.clone(),
+        base_os: spec.image_lookup_base_os.clone(),
+    }
+    .or(infrastructure.image_lookup());
+    let image_id = match (spec.ami.as_ref().and_then(|a| a.id.clone()), infrastructure) {
+        (Some(id), _) => Ok(id),
+        (None, Infrastructure::Eks(control_plane)) if !lookup.is_set() => {
             let version = workers::version(machine.spec.version.as_deref(), control_plane);
             workers::ami(
                 session,
@@ -704,9 +710,15 @@ async fn create(
             )
             .await
         }
-        Infrastructure::Ec2(_) => spec.ami.as_ref().and_then(|a| a.id.clone()).ok_or_else(|| {
-            "spec.ami.id is empty: lariat does not look up Cluster API AWS's published AMIs yet; name an AMI built for the Machine's Kubernetes version (image-builder's)".to_owned()
-        }),
+        (None, _) => {
+            workers::image_builder_ami(
+                session,
+                &lookup,
+                machine.spec.version.as_deref(),
+                &spec.instance_type,
+            )
+            .await
+        }
     }
     .map_err(|message| failed("InstanceProvisionFailed", message))?;
     let zone = machine.spec.failure_domain.as_deref();
@@ -755,7 +767,13 @@ async fn create(
                 .as_ref()
                 .map(|p| IamInstanceProfileSpecification::builder().name(p).build()),
         )
-        .set_key_name(spec.ssh_key_name.clone().filter(|k| !k.is_empty()))
+        .set_key_name(
+            spec.ssh_key_name
+                .as_deref()
+                .or(infrastructure.ssh_key_name())
+                .filter(|k| !k.is_empty())
+                .map(str::to_owned),
+        )
         // Cluster API AWS writes its defaults here on every AWSMachine it has seen.
         .set_metadata_options(spec.instance_metadata_options.as_ref().map(|o| {
             use aws_sdk_ec2::types::*;

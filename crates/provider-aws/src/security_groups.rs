@@ -127,10 +127,11 @@ pub fn kubeadm_cluster(cni: Option<&[CNIIngressRule]>, node_port_cidrs: &[String
                 Source::Cidr("0.0.0.0/0".into()),
             )]),
         },
-        // For the load balancers of the cluster's Services (the cloud provider's).
+        // For the load balancers of the cluster's Services: the cloud provider finds it by
+        // its cluster tag and keeps its rules.
         Wanted {
             role: Role::Lb,
-            rules: Some(vec![]),
+            rules: None,
         },
         Wanted {
             role: Role::ControlPlane,
@@ -171,11 +172,7 @@ pub async fn ensure(
                 // No spaces, for moto (see `kubeadm_cluster`).
                 .description(format!("cluster-api-provider-aws:{}", want.role.as_str()))
                 .vpc_id(vpc_id)
-                .tag_specifications(owner.ec2_tags(
-                    ResourceType::SecurityGroup,
-                    &name,
-                    want.role.as_str(),
-                ))
+                .tag_specifications(tags(owner, &name, want.role))
                 .send()
                 .await
                 .aws()?
@@ -217,31 +214,70 @@ pub async fn ensure(
             .map(|(key, (ports, description))| key.permission(*ports, description.as_deref()))
             .collect();
         if !extra.is_empty() {
-            ec2.revoke_security_group_ingress()
+            let revoked = ec2
+                .revoke_security_group_ingress()
                 .group_id(group_id)
                 .set_ip_permissions(Some(extra))
                 .send()
                 .await
-                .aws()?;
-        }
-        if !missing.is_empty() {
-            let authorized = ec2
-                .authorize_security_group_ingress()
-                .group_id(group_id)
-                .set_ip_permissions(Some(missing))
-                .send()
-                .await
                 .aws();
-            match authorized {
-                // Another pass authorized them since the listing.
-                Err(error) if error.code == "InvalidPermission.Duplicate" => {}
+            match revoked {
+                // Revoked by another pass since the listing.
+                Err(error) if error.code == "InvalidPermission.NotFound" => {}
                 other => {
                     other?;
                 }
             }
         }
+        if !missing.is_empty() {
+            authorize(ec2, group_id, missing).await?;
+        }
     }
     Ok(groups)
+}
+
+/// A group's tags: ownership and role and, on the `lb` group, the cluster tag by which the
+/// cloud provider finds the one group of an instance it may change (as Cluster API AWS tags
+/// it; an instance with several untagged groups would leave it unable to choose).
+fn tags(owner: &Owner, name: &str, role: Role) -> aws_sdk_ec2::types::TagSpecification {
+    let mut tags = owner.ec2_tags(ResourceType::SecurityGroup, name, role.as_str());
+    if role == Role::Lb {
+        tags.tags.get_or_insert_default().push(
+            aws_sdk_ec2::types::Tag::builder()
+                .key(format!("kubernetes.io/cluster/{}", owner.cluster))
+                .value("owned")
+                .build(),
+        );
+    }
+    tags
+}
+
+/// Authorizes `permissions` in one call; if EC2 refuses the call because one of them is there
+/// already (another pass since the listing), one at a time, so the others are not lost.
+async fn authorize(
+    ec2: &Client,
+    group_id: &str,
+    permissions: Vec<IpPermission>,
+) -> Result<(), AwsError> {
+    let send = |permissions: Vec<IpPermission>| {
+        ec2.authorize_security_group_ingress()
+            .group_id(group_id)
+            .set_ip_permissions(Some(permissions))
+            .send()
+    };
+    match send(permissions.clone()).await.aws() {
+        Err(error) if error.code == "InvalidPermission.Duplicate" => {}
+        other => return other.map(|_| ()),
+    }
+    for permission in permissions {
+        match send(vec![permission]).await.aws() {
+            Err(error) if error.code == "InvalidPermission.Duplicate" => {}
+            other => {
+                other?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The rules of a group as `status.networkStatus.securityGroups` shows them.
@@ -337,14 +373,25 @@ impl Key {
             .then(|| (from.unwrap_or(-1), to.unwrap_or(-1)))
     }
 
+    /// A protocol as EC2 lists it: `tcp`, `udp`, `icmp` by name, others by number.
+    fn protocol(protocol: &str) -> String {
+        match protocol.to_ascii_lowercase().as_str() {
+            "6" => "tcp".into(),
+            "17" => "udp".into(),
+            "1" => "icmp".into(),
+            other => other.to_owned(),
+        }
+    }
+
     fn of(rule: &Rule, groups: &BTreeMap<Role, Group>) -> Option<Key> {
         let source = match &rule.source {
             Source::Group(role) => KeySource::Group(groups.get(role)?.id.clone()),
             Source::Cidr(cidr) => KeySource::Cidr(cidr.clone()),
         };
+        let protocol = Key::protocol(&rule.protocol);
         Some(Key {
-            ports: Key::ports(&rule.protocol, Some(rule.from_port), Some(rule.to_port)),
-            protocol: rule.protocol.clone(),
+            ports: Key::ports(&protocol, Some(rule.from_port), Some(rule.to_port)),
+            protocol,
             source,
         })
     }
@@ -352,7 +399,7 @@ impl Key {
     /// The keys of one permission as EC2 lists it (one per source), with its ports and
     /// description (moto revokes a rule only if they match).
     fn listed(permission: &IpPermission) -> Vec<(Key, Listed)> {
-        let protocol = permission.ip_protocol().unwrap_or_default().to_owned();
+        let protocol = Key::protocol(permission.ip_protocol().unwrap_or_default());
         let ports = Key::ports(&protocol, permission.from_port(), permission.to_port());
         let groups = permission
             .user_id_group_pairs()

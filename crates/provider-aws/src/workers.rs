@@ -132,6 +132,30 @@ impl Infrastructure {
         }
     }
 
+    /// The key pair an instance gets when its AWSMachine names none: its AWSCluster's.
+    pub(crate) fn ssh_key_name(&self) -> Option<&str> {
+        match self {
+            Infrastructure::Eks(_) => None,
+            Infrastructure::Ec2(cluster) => cluster.spec.ssh_key_name.as_deref(),
+        }
+    }
+
+    /// The cluster's image lookup settings (an AWSManagedControlPlane has the same fields).
+    pub(crate) fn image_lookup(&self) -> ImageLookup {
+        match self {
+            Infrastructure::Eks(plane) => ImageLookup {
+                format: plane.spec.image_lookup_format.clone(),
+                org: plane.spec.image_lookup_org.clone(),
+                base_os: plane.spec.image_lookup_base_os.clone(),
+            },
+            Infrastructure::Ec2(cluster) => ImageLookup {
+                format: cluster.spec.image_lookup_format.clone(),
+                org: cluster.spec.image_lookup_org.clone(),
+                base_os: cluster.spec.image_lookup_base_os.clone(),
+            },
+        }
+    }
+
     /// The load balancer control-plane instances are registered with, if any.
     pub(crate) fn load_balancer(&self) -> Option<String> {
         let Infrastructure::Ec2(cluster) = self else {
@@ -286,6 +310,101 @@ pub(crate) async fn ami(
         .ok_or_else(|| format!("{parameter} has no value"))
 }
 
+/// Where Cluster API AWS looks a machine's AMI up: the AMIs image-builder publishes, named
+/// `capa-ami-<base OS>-<Kubernetes version>-...` (`format`, a Go template of `.BaseOS` and
+/// `.K8sVersion`), owned by `org`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct ImageLookup {
+    pub(crate) format: Option<String>,
+    pub(crate) org: Option<String>,
+    pub(crate) base_os: Option<String>,
+}
+
+impl ImageLookup {
+    /// Cluster API AWS's defaults: the CNCF's account, Ubuntu 24.04.
+    const DEFAULT_FORMAT: &str = "capa-ami-{{.BaseOS}}-?{{.K8sVersion}}-*";
+    const DEFAULT_ORG: &str = "819546954734";
+    const DEFAULT_BASE_OS: &str = "ubuntu-24.04";
+
+    pub(crate) fn is_set(&self) -> bool {
+        *self != ImageLookup::default()
+    }
+
+    /// The machine's own settings, else its cluster's.
+    pub(crate) fn or(self, cluster: ImageLookup) -> ImageLookup {
+        ImageLookup {
+            format: self.format.or(cluster.format),
+            org: self.org.or(cluster.org),
+            base_os: self.base_os.or(cluster.base_os),
+        }
+    }
+
+    /// The name filter for `version` (`v1.31.0` or `1.31.0`).
+    fn name(&self, version: &str) -> String {
+        let mut name = self
+            .format
+            .clone()
+            .unwrap_or_else(|| Self::DEFAULT_FORMAT.to_owned());
+        let base_os = self.base_os.as_deref().unwrap_or(Self::DEFAULT_BASE_OS);
+        let version = version.trim_start_matches('v');
+        for (field, value) in [("BaseOS", base_os), ("K8sVersion", version)] {
+            name = name
+                .replace(&format!("{{{{.{field}}}}}"), value)
+                .replace(&format!("{{{{ .{field} }}}}"), value);
+        }
+        name
+    }
+}
+
+/// The newest available AMI `lookup` finds for Kubernetes `version` on `instance_type`'s
+/// architecture, as Cluster API AWS looks it up for machines of clusters it builds on EC2.
+pub(crate) async fn image_builder_ami(
+    session: &Session,
+    lookup: &ImageLookup,
+    version: Option<&str>,
+    instance_type: &str,
+) -> Result<String, String> {
+    let Some(version) = version else {
+        return Err(
+            "no Kubernetes version to look an AMI up for: set the Machine's version, or spec.ami.id"
+                .into(),
+        );
+    };
+    let name = lookup.name(version);
+    let org = lookup.org.as_deref().unwrap_or(ImageLookup::DEFAULT_ORG);
+    let architecture = if graviton(instance_type) {
+        "arm64"
+    } else {
+        "x86_64"
+    };
+    let filter = crate::tags::filter;
+    let found = session
+        .aws()
+        .ec2(&session.config)
+        .describe_images()
+        .filters(filter("owner-id", org))
+        .filters(filter("name", &name))
+        .filters(filter("architecture", architecture))
+        .filters(filter("state", "available"))
+        .filters(filter("virtualization-type", "hvm"))
+        .send()
+        .await
+        .aws()
+        .map_err(|e| format!("cannot look up AMIs named {name:?} of {org}: {e}"))?;
+    // ISO 8601 dates sort as they read.
+    found
+        .images()
+        .iter()
+        .max_by(|a, b| a.creation_date().cmp(&b.creation_date()))
+        .and_then(|image| image.image_id())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            format!(
+                "no available {architecture} AMI named {name:?} owned by {org}: build one with image-builder, set imageLookupOrg to the account that has one, or set spec.ami.id"
+            )
+        })
+}
+
 /// Whether an instance type is AWS Graviton (arm64): a `g` right after the generation
 /// (`m7g.large`, `t4g.small`, `c7gn.xlarge`; not `g5.xlarge`, a GPU type), or the first
 /// generation's `a1`.
@@ -370,6 +489,19 @@ pub(crate) async fn bootstrap_data(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn image_names_are_cluster_api_aws_s() {
+        let lookup = super::ImageLookup::default();
+        assert_eq!(lookup.name("v1.31.0"), "capa-ami-ubuntu-24.04-?1.31.0-*");
+        let own = super::ImageLookup {
+            format: Some("my-{{ .BaseOS }}-k8s-{{.K8sVersion}}".into()),
+            org: None,
+            base_os: Some("flatcar".into()),
+        };
+        assert_eq!(own.name("1.30.2"), "my-flatcar-k8s-1.30.2");
+        assert!(own.is_set() && !lookup.is_set());
+    }
+
     #[test]
     fn graviton_instance_types_are_arm64() {
         for arm in [

@@ -8,10 +8,18 @@ mod common;
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{IpPermission, UserIdGroupPair};
+use aws_sdk_elasticloadbalancing::error::ProvideErrorMetadata;
 use common::{NS, Setup, eventually, tagged};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use lariat_provider_aws::moto::Moto;
 use serde_json::{Value, json};
+
+fn filter(name: &str, value: &str) -> aws_sdk_ec2::types::Filter {
+    aws_sdk_ec2::types::Filter::builder()
+        .name(name)
+        .values(value)
+        .build()
+}
 
 fn manifests() -> Vec<Value> {
     vec![
@@ -59,7 +67,8 @@ fn rules_from_groups(permissions: &[IpPermission]) -> Vec<(String, i32, String)>
 async fn an_aws_cluster_gets_its_network_groups_and_load_balancer_and_deleting_it_leaves_nothing() {
     let moto = Moto::start();
     let endpoint = moto.endpoint.clone();
-    let setup = Setup::start(moto, &endpoint).await;
+    // Settled objects are looked at again every 2 s, to see what a steady pass costs.
+    let setup = Setup::start_with(moto, &endpoint, Duration::from_secs(2)).await;
     for manifest in manifests() {
         setup.lariat.apply(manifest).await;
     }
@@ -111,6 +120,38 @@ async fn an_aws_cluster_gets_its_network_groups_and_load_balancer_and_deleting_i
         },
     )
     .await;
+
+    // Once the walk is recorded, a pass reads the load balancer and nothing else.
+    eventually("the walk is recorded", Duration::from_secs(30), || {
+        let api = aws_clusters.clone();
+        async move {
+            api.get("prod").await.is_ok_and(|c| {
+                c.metadata
+                    .annotations
+                    .unwrap_or_default()
+                    .get("lariat.dev/observed-generation")
+                    == c.metadata.generation.map(|g| g.to_string()).as_ref()
+            })
+        }
+    })
+    .await;
+    // (A pass its own last writes woke may still walk, finding nothing to change.)
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = setup.aws.calls();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = setup.aws.calls();
+    let made: Vec<(&(String, String), u64)> = after
+        .iter()
+        .map(|(call, n)| (call, n - before.get(call).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert!(
+        !made.is_empty()
+            && made
+                .iter()
+                .all(|((_, op), _)| op == "DescribeLoadBalancers"),
+        "steady passes: {made:?}"
+    );
 
     // As AWS has them.
     let admin = setup.moto.admin().await;
@@ -219,6 +260,21 @@ async fn an_aws_cluster_gets_its_network_groups_and_load_balancer_and_deleting_i
                 .iter()
                 .any(|r| r.cidr_ip() == Some("0.0.0.0/0"))
     }));
+    // The Services' group carries the cluster tag the cloud provider looks for, and lariat
+    // leaves its rules to it.
+    let services = group(group_id("lb")).await;
+    assert!(
+        services
+            .tags()
+            .iter()
+            .any(|t| t.key() == Some("kubernetes.io/cluster/prod") && t.value() == Some("owned"))
+    );
+    assert!(services.ip_permissions().is_empty());
+    assert!(
+        groups["lb"]["ingressRule"]
+            .as_array()
+            .is_none_or(|r| r.is_empty())
+    );
     let api_lb = group(lb.clone()).await;
     assert!(api_lb.ip_permissions().iter().any(|p| {
         p.from_port() == Some(6443)
@@ -284,9 +340,12 @@ async fn an_aws_cluster_gets_its_network_groups_and_load_balancer_and_deleting_i
     // A control-plane machine: an instance in a private subnet, in the control plane's
     // groups, registered with the load balancer; deregistered and terminated with its
     // Machine.
-    let image = ec2
+    // The AMI image-builder would publish for v1.31.0, in this account (Cluster API AWS looks
+    // in the CNCF's unless imageLookupOrg says otherwise), and one for another version.
+    let source = ec2
         .describe_images()
         .owners("amazon")
+        .filters(filter("architecture", "x86_64"))
         .send()
         .await
         .unwrap()
@@ -294,6 +353,39 @@ async fn an_aws_cluster_gets_its_network_groups_and_load_balancer_and_deleting_i
         .image_id()
         .unwrap()
         .to_owned();
+    let builder = ec2
+        .run_instances()
+        .image_id(source)
+        .min_count(1)
+        .max_count(1)
+        .send()
+        .await
+        .unwrap()
+        .instances()[0]
+        .instance_id()
+        .unwrap()
+        .to_owned();
+    let mut images = vec![];
+    for name in [
+        "capa-ami-ubuntu-24.04-v1.30.2-1700000000",
+        "capa-ami-ubuntu-24.04-v1.31.0-1700000000",
+    ] {
+        images.push(
+            ec2.create_image()
+                .instance_id(&builder)
+                .name(name)
+                .send()
+                .await
+                .unwrap()
+                .image_id
+                .unwrap(),
+        );
+    }
+    ec2.terminate_instances()
+        .instance_ids(&builder)
+        .send()
+        .await
+        .unwrap();
     // The instance profile `clusterawsadm bootstrap iam` makes.
     aws_sdk_iam::Client::new(&admin)
         .create_instance_profile()
@@ -329,7 +421,7 @@ async fn an_aws_cluster_gets_its_network_groups_and_load_balancer_and_deleting_i
             "metadata": {"name": "prod-control-plane-0", "namespace": NS,
                 "labels": {"cluster.x-k8s.io/cluster-name": "prod", "cluster.x-k8s.io/control-plane": ""}},
             "spec": {
-                "ami": {"id": image},
+                "imageLookupOrg": "123456789012",
                 "cloudInit": {"insecureSkipSecretsManager": true},
                 "instanceType": "t3.large",
                 "iamInstanceProfile": "control-plane.cluster-api-provider-aws.sigs.k8s.io",
@@ -389,6 +481,11 @@ async fn an_aws_cluster_gets_its_network_groups_and_load_balancer_and_deleting_i
         .map(|s| s["id"].as_str().unwrap())
         .collect();
     assert!(private.contains(&instance.subnet_id().unwrap()));
+    assert_eq!(
+        instance.image_id(),
+        Some(images[1].as_str()),
+        "v1.31.0's AMI"
+    );
     let mut instance_groups: Vec<String> = instance
         .security_groups()
         .iter()
@@ -455,7 +552,12 @@ async fn an_aws_cluster_gets_its_network_groups_and_load_balancer_and_deleting_i
         .load_balancer_names("prod-apiserver")
         .send()
         .await;
-    assert!(gone.is_err(), "the load balancer is deleted: {gone:?}");
+    let code = gone.err().and_then(|e| e.code().map(str::to_owned));
+    assert_eq!(
+        code.as_deref(),
+        Some("LoadBalancerNotFound"),
+        "the load balancer is deleted"
+    );
     assert!(
         ec2.describe_security_groups()
             .set_filters(owned())

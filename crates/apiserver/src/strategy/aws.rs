@@ -244,11 +244,26 @@ impl Strategy for Clusters {
         let spec = &object["spec"];
         let balancer = &spec["controlPlaneLoadBalancer"];
         let network = &spec["network"];
-        let checks: [(&str, &Value, &str); 9] = [
+        let checks: [(&str, &Value, &str); 12] = [
             (
                 "spec.network.vpc.ipv6",
                 &network["vpc"]["ipv6"],
                 "lariat does not make IPv6 VPCs yet: remove it",
+            ),
+            (
+                "spec.network.securityGroupOverrides",
+                &network["securityGroupOverrides"],
+                "lariat makes the cluster's security groups itself yet: remove it",
+            ),
+            (
+                "spec.controlPlaneLoadBalancer.healthCheck",
+                &balancer["healthCheck"],
+                "lariat gives the load balancer Cluster API AWS's default health check yet: remove it",
+            ),
+            (
+                "spec.controlPlaneLoadBalancer.healthCheckProtocol",
+                &balancer["healthCheckProtocol"],
+                "a classic load balancer checks over TCP, SSL, HTTP or HTTPS",
             ),
             (
                 "spec.bastion.enabled",
@@ -297,6 +312,11 @@ impl Strategy for Clusters {
                 "spec.controlPlaneLoadBalancer.loadBalancerType" => {
                     set(value) && *value != "classic" && *value != "elb"
                 }
+                "spec.controlPlaneLoadBalancer.healthCheckProtocol" => {
+                    set(value)
+                        && !["TCP", "SSL", "HTTP", "HTTPS"]
+                            .contains(&value.as_str().unwrap_or_default())
+                }
                 "spec.network.vpc.ipv6" => !value.is_null(),
                 _ => set(value),
             })
@@ -326,13 +346,32 @@ impl Strategy for Clusters {
             }
         }
         causes.extend(immutable(object, old, &["spec", "region"], "spec.region"));
-        for field in ["name", "scheme"] {
-            causes.extend(immutable(
-                object,
-                old,
-                &["spec", "controlPlaneLoadBalancer", field],
-                &format!("spec.controlPlaneLoadBalancer.{field}"),
-            ));
+        // Once the load balancer exists, another name or scheme would be another load
+        // balancer, the endpoint still naming the first: refused, set or not before.
+        if let Some(old) =
+            old.filter(|o| set(&o["status"]["networkStatus"]["apiServerElb"]["name"]))
+        {
+            let scheme = |o: &Value| {
+                o["spec"]["controlPlaneLoadBalancer"]["scheme"]
+                    .as_str()
+                    .unwrap_or("internet-facing")
+                    .to_owned()
+            };
+            let name = |o: &Value| o["spec"]["controlPlaneLoadBalancer"]["name"].clone();
+            if name(object) != name(old) {
+                causes.push(Cause::invalid(
+                    "spec.controlPlaneLoadBalancer.name",
+                    &name(object),
+                    "cannot change once the load balancer exists: the endpoint names it",
+                ));
+            }
+            if scheme(object) != scheme(old) {
+                causes.push(Cause::invalid(
+                    "spec.controlPlaneLoadBalancer.scheme",
+                    &object["spec"]["controlPlaneLoadBalancer"]["scheme"],
+                    "cannot change once the load balancer exists: the endpoint names it",
+                ));
+            }
         }
         causes
     }
@@ -452,9 +491,34 @@ mod tests {
                 && refused[1].contains("lariat makes classic load balancers only"),
             "{refused:?}"
         );
+        // Before the load balancer exists, anything goes; after, neither name nor scheme
+        // changes, even from unset.
         let mut scheme_changed = classic.clone();
         scheme_changed["spec"]["controlPlaneLoadBalancer"]["scheme"] = json!("internet-facing");
-        assert_eq!(admit(&Clusters, scheme_changed, Some(classic)).len(), 1);
+        assert!(admit(&Clusters, scheme_changed.clone(), Some(classic.clone())).is_empty());
+        let mut made = classic.clone();
+        made["status"] = json!({"networkStatus": {"apiServerElb": {"name": "prod-apiserver"}}});
+        assert_eq!(
+            admit(&Clusters, scheme_changed, Some(made.clone())).len(),
+            1
+        );
+        let mut named = made.clone();
+        named["spec"]["controlPlaneLoadBalancer"]["name"] = json!("other");
+        assert_eq!(admit(&Clusters, named, Some(made.clone())).len(), 1);
+        let mut internal_from_unset = cluster.clone();
+        internal_from_unset["spec"]["controlPlaneLoadBalancer"] = json!({"scheme": "internal"});
+        let mut made_default = cluster.clone();
+        made_default["status"] = made["status"].clone();
+        assert_eq!(
+            admit(&Clusters, internal_from_unset, Some(made_default.clone())).len(),
+            1
+        );
+        let mut explicit_default = cluster.clone();
+        explicit_default["spec"]["controlPlaneLoadBalancer"] = json!({"scheme": "internet-facing"});
+        assert!(admit(&Clusters, explicit_default, Some(made_default)).is_empty());
+        let udp = json!({"spec": {"region": "eu-west-1",
+            "controlPlaneLoadBalancer": {"healthCheckProtocol": "UDP"}}});
+        assert_eq!(admit(&Clusters, udp, None).len(), 1);
         let mut placed = cluster.clone();
         placed["spec"]["controlPlaneEndpoint"] =
             json!({"host": "a.elb.amazonaws.com", "port": 6443});
