@@ -83,6 +83,12 @@ struct Failed {
     message: String,
 }
 
+impl From<Failed> for crate::Failure {
+    fn from(failed: Failed) -> Self {
+        crate::Failure::new(failed.condition, failed.reason, failed.message)
+    }
+}
+
 impl Failed {
     fn aws(condition: &'static str, reason: &'static str, error: AwsError) -> Failed {
         Failed {
@@ -118,40 +124,18 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     };
     let mut status_conditions = conditions::existing(&object.data["status"]);
 
-    let Some(region) = control_plane.spec.region.clone() else {
-        let failed = Failed {
-            condition: "EKSControlPlaneReady",
-            reason: "InvalidSpec",
-            message: "spec.region is empty: name the AWS region of the cluster".into(),
-        };
-        return report_failure(&ctx, &api, &object, &mut status_conditions, failed).await;
-    };
-    let session = match ctx
-        .identities
-        .session(
-            &namespace,
-            &region,
-            control_plane.spec.identity_ref.as_ref(),
-        )
-        .await
+    let session = match crate::session(
+        &ctx,
+        &namespace,
+        control_plane.spec.region.as_deref(),
+        control_plane.spec.identity_ref.as_ref(),
+        &mut status_conditions,
+    )
+    .await
     {
-        Ok(session) => {
-            conditions::set(
-                &mut status_conditions,
-                "PrincipalUsageAllowed",
-                true,
-                "",
-                "",
-            );
-            session
-        }
-        Err(error) => {
-            let failed = Failed {
-                condition: "PrincipalUsageAllowed",
-                reason: error.reason(),
-                message: error.to_string(),
-            };
-            return report_failure(&ctx, &api, &object, &mut status_conditions, failed).await;
+        Ok(session) => session,
+        Err(failure) => {
+            return report_failure(&ctx, &api, &object, &mut status_conditions, failure).await;
         }
     };
     let eks_cluster = control_plane
@@ -279,6 +263,16 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     } else {
         Additions::default()
     };
+    if ready && provisioned.failure.is_none() {
+        reconcile_iam_authenticator(
+            &ctx,
+            &namespace,
+            &cluster,
+            &control_plane,
+            &mut status_conditions,
+        )
+        .await?;
+    }
     let failure_domains: serde_json::Map<String, Value> = provisioned
         .network
         .subnets
@@ -1178,15 +1172,80 @@ async fn report_failure(
     api: &Api<DynamicObject>,
     object: &Arc<DynamicObject>,
     status_conditions: &mut Vec<Value>,
-    failed: Failed,
+    failure: impl Into<crate::Failure>,
 ) -> Result<Action, Error> {
-    let failure = crate::Failure::new(failed.condition, failed.reason, failed.message);
+    let failure = failure.into();
     let wait =
         crate::report_failure(ctx, api, object, status_conditions, failure, json!({})).await?;
     // Within the sync period, when that is shorter: a failed update is asked again then.
     Ok(Action::requeue(
         wait.min(ctx.identities.aws().settings().sync_period),
     ))
+}
+
+/// Cluster API AWS's condition for `iamAuthenticatorConfig`.
+const IAM_AUTHENTICATOR: &str = "IAMAuthenticatorConfigured";
+
+/// Writes the spec's `iamAuthenticatorConfig` into the cluster's aws-auth through
+/// `<cluster>-kubeconfig`, once the spec has mappings or had some (to remove them), and says
+/// so in `IAMAuthenticatorConfigured`. A failure is a Warning: the cluster serves meanwhile.
+async fn reconcile_iam_authenticator(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &str,
+    control_plane: &AWSManagedControlPlane,
+    status_conditions: &mut Vec<Value>,
+) -> Result<(), Error> {
+    let config = control_plane.spec.iam_authenticator_config.as_ref();
+    let roles: Vec<Value> = config
+        .and_then(|c| c.map_roles.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|r| serde_json::to_value(r).ok())
+        .collect();
+    let users: Vec<Value> = config
+        .and_then(|c| c.map_users.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|u| serde_json::to_value(u).ok())
+        .collect();
+    let mapped_before = status_conditions
+        .iter()
+        .any(|c| c["type"] == IAM_AUTHENTICATOR);
+    if roles.is_empty() && users.is_empty() && !mapped_before {
+        return Ok(());
+    }
+    let secret = format!("{cluster}-kubeconfig");
+    let workload = match ctx.caches.secrets().get(namespace, &secret).await? {
+        Some(secret) => lariat_controllers::cache::workload_client(&secret).await,
+        None => None,
+    };
+    let Some(workload) = workload else {
+        // Written this pass; the cache shows it by the next.
+        return Ok(());
+    };
+    match crate::aws_auth::ensure_mappings(&workload, &roles, &users).await {
+        Ok(()) if roles.is_empty() && users.is_empty() => {
+            status_conditions.retain(|c| c["type"] != IAM_AUTHENTICATOR);
+        }
+        Ok(()) => conditions::set(status_conditions, IAM_AUTHENTICATOR, true, "", ""),
+        Err(message) => {
+            conditions::set(
+                status_conditions,
+                IAM_AUTHENTICATOR,
+                false,
+                "IAMAuthenticatorConfigurationFailed",
+                &message,
+            );
+            for failed in status_conditions
+                .iter_mut()
+                .filter(|c| c["type"] == IAM_AUTHENTICATOR)
+            {
+                failed["severity"] = json!("Warning");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Writes `<cluster>-kubeconfig` with a fresh token when there is none, it is about to

@@ -1581,6 +1581,91 @@ async fn single_ec2_machines_of_the_eks_flavour_boot_join_and_are_terminated() {
             .any(|(_, id, state)| *id == last && state == "running")
     );
 
+    // The control plane's iamAuthenticatorConfig goes into aws-auth beside the nodes' role,
+    // and out again when the spec drops it; an entry someone else wrote stays.
+    let config_maps =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(workload.clone(), "kube-system");
+    let mut theirs = config_maps.get("aws-auth").await.unwrap();
+    theirs.data.get_or_insert_default().insert(
+        "mapUsers".into(),
+        "- userarn: arn:aws:iam::123456789012:user/theirs\n  username: theirs\n  groups: []\n"
+            .into(),
+    );
+    config_maps
+        .replace("aws-auth", &Default::default(), &theirs)
+        .await
+        .unwrap();
+    let control_planes = setup.api(&lariat_provider_aws::control_plane::resource());
+    let map = |config: Value| {
+        let control_planes = control_planes.clone();
+        async move {
+            control_planes
+                .patch(
+                    "prod-control-plane",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"spec": {"iamAuthenticatorConfig": config}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    map(json!({
+        "mapRoles": [{"rolearn": "arn:aws:iam::123456789012:role/admins", "username": "admin", "groups": ["system:masters"]}],
+        "mapUsers": [{"userarn": "arn:aws:iam::123456789012:user/alice", "username": "alice", "groups": ["view"]}],
+    }))
+    .await;
+    let aws_auth = || {
+        let config_maps = config_maps.clone();
+        async move {
+            let data = config_maps.get("aws-auth").await.unwrap().data.unwrap();
+            (data["mapRoles"].clone(), data["mapUsers"].clone())
+        }
+    };
+    eventually(
+        "aws-auth maps the admins and alice",
+        Duration::from_secs(30),
+        || async {
+            let (roles, users) = aws_auth().await;
+            roles.contains("role/admins") && users.contains("user/alice")
+        },
+    )
+    .await;
+    let (roles, users) = aws_auth().await;
+    assert!(
+        roles.contains("system:masters") && roles.contains("system:bootstrappers"),
+        "{roles}"
+    );
+    assert!(users.contains("user/theirs"), "{users}");
+    eventually(
+        "the control plane says aws-auth is configured",
+        Duration::from_secs(30),
+        || async {
+            control_planes
+                .get("prod-control-plane")
+                .await
+                .is_ok_and(|cp| {
+                    condition(&cp, "IAMAuthenticatorConfigured").as_deref() == Some("True")
+                })
+        },
+    )
+    .await;
+    map(json!({"mapRoles": [], "mapUsers": []})).await;
+    eventually(
+        "aws-auth no longer maps the admins and alice",
+        Duration::from_secs(30),
+        || async {
+            let (roles, users) = aws_auth().await;
+            !roles.contains("role/admins") && !users.contains("user/alice")
+        },
+    )
+    .await;
+    let (roles, users) = aws_auth().await;
+    assert!(
+        roles.contains("system:bootstrappers"),
+        "the nodes' role stays: {roles}"
+    );
+    assert!(users.contains("user/theirs"), "{users}");
+
     // Deleting the Cluster leaves no instance running and no AWSMachine.
     let clusters: Api<lariat_api::capi::Cluster> = Api::namespaced(setup.lariat.client.clone(), NS);
     clusters

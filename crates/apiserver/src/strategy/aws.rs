@@ -93,7 +93,7 @@ fn set(value: &Value) -> bool {
 /// Fields of AWSManagedControlPlane lariat does not act on yet, each with the value that
 /// would ask for it: refused, so a spec never says what the cluster does not do.
 fn not_done_yet(spec: &Value) -> Vec<Cause> {
-    let checks: [(&str, &Value, &str); 9] = [
+    let checks: [(&str, &Value, &str); 8] = [
         (
             "spec.network.vpc.ipv6",
             &spec["network"]["vpc"]["ipv6"],
@@ -120,11 +120,6 @@ fn not_done_yet(spec: &Value) -> Vec<Cause> {
             "lariat does not associate OIDC identity providers for users yet: remove it",
         ),
         (
-            "spec.iamAuthenticatorConfig",
-            &spec["iamAuthenticatorConfig"],
-            "lariat maps only its node roles in aws-auth yet: remove mapRoles and mapUsers",
-        ),
-        (
             "spec.vpcCni",
             &spec["vpcCni"],
             "lariat does not disable or configure the VPC CNI yet: remove it, or use the vpc-cni addon's configuration",
@@ -145,7 +140,6 @@ fn not_done_yet(spec: &Value) -> Vec<Cause> {
         .filter(|(field, value, _)| match *field {
             // The schema's defaults ask for nothing.
             "spec.vpcCni" => set(&value["env"]) || value["disable"] == true,
-            "spec.iamAuthenticatorConfig" => set(&value["mapRoles"]) || set(&value["mapUsers"]),
             "spec.partition" => set(value) && *value != "aws",
             // `ipv6: {}` asks for an Amazon-provided IPv6 block.
             "spec.network.vpc.ipv6" => !value.is_null(),
@@ -635,7 +629,6 @@ mod tests {
             "accessEntries": [{"principalARN": "arn:aws:iam::1:role/admin"}],
             "vpcCni": {"env": [{"name": "ENABLE_PREFIX_DELEGATION", "value": "true"}]},
             "kubeProxy": {"disable": true},
-            "iamAuthenticatorConfig": {"mapUsers": [{"userarn": "arn", "username": "u"}]},
             "partition": "aws-cn",
             "oidcIdentityProviderConfig": {"issuerUrl": "https://id.example.com"},
             "network": {"vpc": {"ipv6": {}}},
@@ -653,7 +646,6 @@ mod tests {
                 "spec.secondaryCidrBlock",
                 "spec.accessEntries",
                 "spec.oidcIdentityProviderConfig",
-                "spec.iamAuthenticatorConfig",
                 "spec.vpcCni",
                 "spec.kubeProxy.disable",
                 "spec.partition",
