@@ -121,7 +121,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                         EventType::Normal,
                         "Deleted",
                         &format!(
-                            "load balancer {balancer_name}, security groups and network of {cluster} deleted"
+                            "the load balancer, security groups and network lariat made for {cluster} are deleted"
                         ),
                     )
                     .await;

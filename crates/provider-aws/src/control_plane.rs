@@ -181,6 +181,18 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     if ensure_finalizer(&api, &object, FINALIZER).await? {
         return Ok(Action::await_change());
     }
+    // The names are recorded before anything is made under them, as Cluster API AWS's webhook
+    // defaults them: admission keeps them from changing after, so what deletion looks for is
+    // what was made.
+    if control_plane.spec.eks_cluster_name.is_none() || control_plane.spec.role_name.is_none() {
+        patch(
+            &api,
+            &name,
+            json!({"spec": {"eksClusterName": eks_cluster, "roleName": role_name}}),
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
 
     // The Cluster's service range, given to EKS (else EKS picks one), so nodes' bootstrap
     // data and the cluster agree on it.

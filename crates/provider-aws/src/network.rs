@@ -388,7 +388,12 @@ async fn ensure_nat_gateway(
         .send()
         .await
         .aws()?;
-    if let Some(nat) = found.nat_gateways().first() {
+    // The tags are checked again: moto ignores tag filters on NAT gateways.
+    if let Some(nat) = found
+        .nat_gateways()
+        .iter()
+        .find(|n| owner.owns(pairs(n.tags())) && n.subnet_id() == Some(subnet_id))
+    {
         let ip = nat
             .nat_gateway_addresses()
             .first()
@@ -526,7 +531,10 @@ pub async fn delete(ec2: &Client, owner: &Owner) -> Result<bool, AwsError> {
         .send()
         .await
         .aws()?;
-    for nat in nats.nat_gateways() {
+    // The tags are checked again: moto ignores tag filters on NAT gateways, and a deletion
+    // must never reach another cluster's.
+    let owned = |nat: &&aws_sdk_ec2::types::NatGateway| owner.owns(pairs(nat.tags()));
+    for nat in nats.nat_gateways().iter().filter(owned) {
         if !matches!(
             nat.state().map(|s| s.as_str()),
             Some("deleted" | "deleting")
@@ -547,6 +555,7 @@ pub async fn delete(ec2: &Client, owner: &Owner) -> Result<bool, AwsError> {
     if nats
         .nat_gateways()
         .iter()
+        .filter(owned)
         .any(|n| n.state().map(|s| s.as_str()) != Some("deleted"))
     {
         // Their addresses and subnets stay until they are gone.

@@ -32,9 +32,16 @@ impl Owner {
         format!("{CLUSTER_TAG_PREFIX}{}", self.cluster)
     }
 
-    /// Every tag of a resource named `name` with `role`.
+    /// Every tag of a resource named `name` with `role`: `additionalTags` but for the keys
+    /// that say who owns what (admission refuses them; this keeps a stored one from making a
+    /// resource look another cluster's, which that cluster's deletion would then delete).
     pub fn tags(&self, name: &str, role: &str) -> BTreeMap<String, String> {
-        let mut tags = self.additional.clone();
+        let mut tags: BTreeMap<String, String> = self
+            .additional
+            .iter()
+            .filter(|(key, _)| !is_reserved(key))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         tags.insert("Name".into(), name.into());
         tags.insert(self.ownership_key(), OWNED.into());
         tags.insert(ROLE_TAG.into(), role.into());
@@ -103,6 +110,18 @@ impl Owner {
         }
         owned && here
     }
+}
+
+/// Tag keys only lariat, Cluster API AWS, Kubernetes' cloud provider or AWS may set.
+pub const RESERVED_PREFIXES: [&str; 4] = [
+    "sigs.k8s.io/cluster-api-provider-aws/",
+    "lariat.dev/",
+    "kubernetes.io/cluster/",
+    "aws:",
+];
+
+pub fn is_reserved(key: &str) -> bool {
+    RESERVED_PREFIXES.iter().any(|p| key.starts_with(p))
 }
 
 pub fn filter(name: &str, value: &str) -> Filter {

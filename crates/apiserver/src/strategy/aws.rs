@@ -49,7 +49,7 @@ impl Strategy for ManagedMachinePools {
     fn admit(&self, _: &Registry, object: &mut Value, _: Option<&Value>) -> Vec<Cause> {
         let scaling = &object["spec"]["scaling"];
         let (min, max) = (&scaling["minSize"], &scaling["maxSize"]);
-        let mut causes = vec![];
+        let mut causes = additional_tags(&object["spec"]["additionalTags"]);
         if min.as_i64().is_some_and(|m| m < 0) {
             causes.push(Cause::invalid(
                 "spec.scaling.minSize",
@@ -78,6 +78,84 @@ impl Strategy for ManagedMachinePools {
 }
 
 pub struct ManagedControlPlanes;
+
+/// Tag keys only lariat, Cluster API AWS, Kubernetes' cloud provider or AWS may set: one of
+/// them in `additionalTags` could make a resource look another cluster's, which that
+/// cluster's deletion would then delete.
+const RESERVED_TAG_PREFIXES: [&str; 4] = [
+    "sigs.k8s.io/cluster-api-provider-aws/",
+    "lariat.dev/",
+    "kubernetes.io/cluster/",
+    "aws:",
+];
+/// AWS allows 50 tags a resource; lariat adds up to 5 of its own.
+const MAX_ADDITIONAL_TAGS: usize = 45;
+
+/// `spec.additionalTags` as AWS and ownership allow them.
+fn additional_tags(tags: &Value) -> Vec<Cause> {
+    let Some(tags) = tags.as_object() else {
+        return vec![];
+    };
+    let mut causes = vec![];
+    if tags.len() > MAX_ADDITIONAL_TAGS {
+        causes.push(Cause::invalid(
+            "spec.additionalTags",
+            &Value::from(tags.len()),
+            format!("at most {MAX_ADDITIONAL_TAGS} tags: AWS allows 50 a resource, and lariat adds its own"),
+        ));
+    }
+    for (key, value) in tags {
+        let field = format!("spec.additionalTags[{key}]");
+        if let Some(prefix) = RESERVED_TAG_PREFIXES.iter().find(|p| key.starts_with(*p)) {
+            causes.push(Cause::invalid(
+                &field,
+                &Value::from(key.as_str()),
+                format!(
+                    "keys under {prefix} say who owns a resource and are set by lariat or AWS only"
+                ),
+            ));
+        } else if key.is_empty() || key.chars().count() > 128 {
+            causes.push(Cause::invalid(
+                &field,
+                &Value::from(key.as_str()),
+                "a tag key has 1 to 128 characters",
+            ));
+        } else if value.as_str().is_some_and(|v| v.chars().count() > 256) {
+            causes.push(Cause::invalid(
+                &field,
+                value,
+                "a tag value has at most 256 characters",
+            ));
+        }
+    }
+    causes
+}
+
+/// A VPC's CIDR block as lariat splits it: IPv4, a prefix of /16 to /28.
+fn vpc_cidr(cidr: &Value) -> Option<Cause> {
+    let text = cidr.as_str()?;
+    let valid = text.split_once('/').is_some_and(|(address, prefix)| {
+        address.parse::<std::net::Ipv4Addr>().is_ok()
+            && prefix.parse::<u8>().is_ok_and(|p| (16..=28).contains(&p))
+    });
+    (!valid).then(|| {
+        Cause::invalid(
+            "spec.network.vpc.cidrBlock",
+            cidr,
+            "must be an IPv4 CIDR block from /16 to /28, such as 10.0.0.0/16",
+        )
+    })
+}
+
+/// What the network's VPC is, once set: another would leave the cluster's resources behind.
+fn vpc_kept(object: &Value, old: Option<&Value>) -> Vec<Cause> {
+    immutable(
+        object,
+        old,
+        &["spec", "network", "vpc", "id"],
+        "spec.network.vpc.id",
+    )
+}
 
 /// Whether a field asks for something: set, and not empty or false.
 fn set(value: &Value) -> bool {
@@ -206,6 +284,30 @@ fn region(region: &Value) -> Option<Cause> {
     ))
 }
 
+/// `iamAuthenticatorConfig`'s entries as aws-auth takes them: each an ARN, a username and
+/// groups (null entries, which the schema lets through, would stop the control plane).
+fn authenticator_mappings(config: &Value) -> Vec<Cause> {
+    let mut causes = vec![];
+    for (list, arn) in [("mapRoles", "rolearn"), ("mapUsers", "userarn")] {
+        for (index, entry) in config[list].as_array().into_iter().flatten().enumerate() {
+            let field = format!("spec.iamAuthenticatorConfig.{list}[{index}]");
+            let well_formed = entry[arn].as_str().is_some()
+                && entry["username"].as_str().is_some()
+                && entry["groups"]
+                    .as_array()
+                    .is_some_and(|g| g.iter().all(Value::is_string));
+            if !well_formed {
+                causes.push(Cause::invalid(
+                    field,
+                    entry,
+                    format!("each entry has {arn}, username and groups (a list of names)"),
+                ));
+            }
+        }
+    }
+    causes
+}
+
 /// An addon named twice: which of its versions is meant?
 fn duplicate_addons(addons: &Value) -> Vec<Cause> {
     let mut seen = std::collections::BTreeSet::new();
@@ -317,6 +419,8 @@ impl Strategy for Clusters {
             .map(|(field, value, why)| Cause::invalid(field, value, why))
             .collect();
         causes.extend(region(&spec["region"]));
+        causes.extend(additional_tags(&spec["additionalTags"]));
+        causes.extend(vpc_cidr(&network["vpc"]["cidrBlock"]));
         if set(&spec["partition"]) && spec["partition"] != "aws" {
             causes.push(Cause::invalid(
                 "spec.partition",
@@ -340,6 +444,7 @@ impl Strategy for Clusters {
             }
         }
         causes.extend(immutable(object, old, &["spec", "region"], "spec.region"));
+        causes.extend(vpc_kept(object, old));
         // Once the load balancer exists, another name or scheme would be another load
         // balancer, the endpoint still naming the first: refused, set or not before.
         if let Some(old) =
@@ -377,6 +482,11 @@ impl Strategy for ManagedControlPlanes {
         causes.extend(eks_name(&object["spec"]["eksClusterName"]));
         causes.extend(region(&object["spec"]["region"]));
         causes.extend(duplicate_addons(&object["spec"]["addons"]));
+        causes.extend(additional_tags(&object["spec"]["additionalTags"]));
+        causes.extend(vpc_cidr(&object["spec"]["network"]["vpc"]["cidrBlock"]));
+        causes.extend(authenticator_mappings(
+            &object["spec"]["iamAuthenticatorConfig"],
+        ));
         // An object stored before a check existed keeps what it has: its status, finalizers
         // and other fields can still be written (and it deleted); only a change is checked.
         if let Some(old) = old {
@@ -402,6 +512,14 @@ impl Strategy for ManagedControlPlanes {
             old,
             &["spec", "eksClusterName"],
             "spec.eksClusterName",
+        ));
+        causes.extend(vpc_kept(object, old));
+        // The role is found by this name on deletion.
+        causes.extend(immutable(
+            object,
+            old,
+            &["spec", "roleName"],
+            "spec.roleName",
         ));
         let version = &object["spec"]["version"];
         if version.is_null() {
@@ -465,6 +583,49 @@ mod tests {
             .into_iter()
             .map(|c| format!("{}: {}", c.field, c.message))
             .collect()
+    }
+
+    #[test]
+    fn ownership_tags_bad_mappings_and_a_moved_vpc_are_refused() {
+        let owned_elsewhere = json!({"spec": {"region": "us-east-1", "additionalTags": {
+            "sigs.k8s.io/cluster-api-provider-aws/cluster/alpha": "owned",
+            "team": "a",
+        }}});
+        let refused = admit(&Clusters, owned_elsewhere.clone(), None);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0].contains("say who owns a resource"),
+            "{refused:?}"
+        );
+        assert_eq!(admit(&ManagedControlPlanes, owned_elsewhere, None).len(), 1);
+        let many: serde_json::Map<String, Value> =
+            (0..60).map(|i| (format!("k{i}"), json!("v"))).collect();
+        assert_eq!(
+            admit(
+                &ManagedMachinePools,
+                json!({"spec": {"additionalTags": many}}),
+                None
+            )
+            .len(),
+            1
+        );
+        let nulls = json!({"spec": {"region": "us-east-1", "iamAuthenticatorConfig": {
+            "mapUsers": [null, {"userarn": "arn:aws:iam::123456789012:user/a", "username": "a", "groups": [null]}],
+            "mapRoles": [{"rolearn": "arn:aws:iam::123456789012:role/a", "username": "a", "groups": ["g"]}],
+        }}});
+        let refused = admit(&ManagedControlPlanes, nulls, None);
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        assert!(refused[0].starts_with("spec.iamAuthenticatorConfig.mapUsers[0]"));
+        let cidr = json!({"spec": {"region": "us-east-1", "network": {"vpc": {"cidrBlock": "10.0.0.0/33"}}}});
+        assert_eq!(admit(&Clusters, cidr, None).len(), 1);
+        let placed = json!({"spec": {"region": "us-east-1", "network": {"vpc": {"id": "vpc-1"}}}});
+        let mut moved = placed.clone();
+        moved["spec"]["network"]["vpc"]["id"] = json!("vpc-2");
+        assert_eq!(
+            admit(&Clusters, moved.clone(), Some(placed.clone())).len(),
+            1
+        );
+        assert_eq!(admit(&ManagedControlPlanes, moved, Some(placed)).len(), 1);
     }
 
     #[test]
