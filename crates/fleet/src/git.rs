@@ -452,22 +452,24 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
 /// A failure after connecting: the server's refusal of the credential, or anything else on
 /// the way.
 fn classify(url: &str, reason: String) -> GitError {
-    let lower = reason.to_lowercase();
+    // Read without the URL, whose port may hold a "401" (port 40115 was taken for a refusal).
+    let lower = reason.replace(url, "").to_lowercase();
     if lower.contains("host key verification failed") || lower.contains("host key for") {
         return GitError::HostKeyRefused {
             url: url.to_string(),
             reason,
         };
     }
-    if [
-        "authenticat",
-        "credential",
-        "permission denied",
-        "401",
-        "403",
-    ]
-    .iter()
-    .any(|word| lower.contains(word))
+    let status = |code: &str| {
+        lower
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|word| word == code)
+    };
+    if ["authenticat", "credential", "permission denied"]
+        .iter()
+        .any(|word| lower.contains(word))
+        || status("401")
+        || status("403")
     {
         GitError::Unauthorized {
             url: url.to_string(),
@@ -547,4 +549,29 @@ fn collect(
         // Symlinks and submodules are not manifests.
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_that_reads_401_is_not_a_refusal() {
+        let url = "https://127.0.0.1:40115/upstream";
+        let reason = format!(
+            "error sending request for url ({url}/info/refs?service=git-upload-pack): invalid peer certificate: UnknownIssuer"
+        );
+        assert!(matches!(
+            classify(url, reason),
+            GitError::Unreachable { .. }
+        ));
+        assert!(matches!(
+            classify(url, "HTTP 401 Unauthorized".into()),
+            GitError::Unauthorized { .. }
+        ));
+        assert!(matches!(
+            classify(url, "status 403".into()),
+            GitError::Unauthorized { .. }
+        ));
+    }
 }
