@@ -16,6 +16,7 @@
 mod addons;
 pub mod aws_auth;
 pub mod bootstrap;
+pub mod bootstrap_store;
 pub mod cluster;
 pub mod control_plane;
 pub mod iam;

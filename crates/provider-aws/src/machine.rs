@@ -25,6 +25,7 @@ use lariat_controllers::events::EventType;
 use lariat_controllers::object::{ensure_finalizer, patch, patch_status, remove_finalizer};
 use serde_json::{Value, json};
 
+use crate::bootstrap_store::{self, Backend, Entries};
 use crate::identity::Session;
 use crate::load_balancer;
 use crate::sdk::{AwsError, AwsResult};
@@ -192,6 +193,16 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .filter(|_| is_control_plane(&object, machine.as_deref()));
 
     if object.metadata.deletion_timestamp.is_some() {
+        if let Some(entries) = recorded_entries(&aws_machine)
+            && let Err(error) = bootstrap_store::delete(&session, &owner, &entries).await
+        {
+            let failure = Failure::new(
+                INSTANCE_READY,
+                &error.code,
+                format!("cannot delete the bootstrap data's entries: {error}"),
+            );
+            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+        }
         let elb = session.aws().elb(&session.config);
         let deregistered = match (&load_balancer, &aws_machine.spec.instance_id) {
             (Some(balancer), Some(instance)) => {
@@ -231,19 +242,6 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     };
     if ensure_finalizer(&api, &object, FINALIZER).await? {
         return Ok(Action::await_change());
-    }
-    let in_secrets_manager = aws_machine
-        .spec
-        .cloud_init
-        .as_ref()
-        .is_none_or(|c| c.insecure_skip_secrets_manager != Some(true));
-    if in_secrets_manager {
-        let failure = Failure::new(
-            INSTANCE_READY,
-            "InvalidSpec",
-            "spec.cloudInit.insecureSkipSecretsManager must be true: lariat hands the bootstrap data to the instance as its user data and does not keep it in Secrets Manager (Cluster API AWS's EKS templates set it so)",
-        );
-        return report(&ctx, &api, &object, &mut status_conditions, failure).await;
     }
     if let Some(field) = unsupported(&aws_machine) {
         let failure = Failure::new(
@@ -342,6 +340,24 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             );
             return report(&ctx, &api, &object, &mut status_conditions, failure).await;
         };
+        let user_data = match stash(
+            &ctx,
+            &session,
+            &owner,
+            &api,
+            &object,
+            &aws_machine,
+            &infrastructure,
+            region,
+            user_data,
+        )
+        .await?
+        {
+            Ok(user_data) => user_data,
+            Err(failure) => {
+                return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+            }
+        };
         let created = match create(
             &session,
             &owner,
@@ -401,6 +417,12 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         ),
         _ => (false, None),
     };
+    // Once the Machine has its Node, or the instance is gone, nobody needs the entries.
+    if let Some(entries) = recorded_entries(&aws_machine)
+        && (failure.is_some() || lariat_controllers::machine::has_node(&machine))
+    {
+        clean_up(&ctx, &session, &owner, &api, &object, &entries).await?;
+    }
     // EKS lets a node join once its role is in aws-auth; kubeadm's token is its ticket.
     let mut role_mapped = match &infrastructure {
         Infrastructure::Eks(_) => {
@@ -526,6 +548,132 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     } else {
         Action::requeue(poll)
     })
+}
+
+/// The entries the spec records (`spec.cloudInit`), if any.
+fn recorded_entries(machine: &AWSMachine) -> Option<Entries> {
+    let cloud_init = machine.spec.cloud_init.as_ref()?;
+    Some(Entries {
+        backend: Backend::of(Some(cloud_init))?,
+        prefix: cloud_init.secret_prefix.clone().filter(|p| !p.is_empty())?,
+        count: usize::try_from(cloud_init.secret_count?)
+            .ok()
+            .filter(|c| *c > 0)?,
+    })
+}
+
+/// The user data the instance boots with: the bootstrap data itself, or (unless the spec
+/// says `insecureSkipSecretsManager`) the script that fetches it from the entries written
+/// here, recorded in the spec first.
+#[allow(clippy::too_many_arguments)]
+async fn stash(
+    ctx: &Context,
+    session: &Session,
+    owner: &Owner,
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    aws_machine: &AWSMachine,
+    infrastructure: &Infrastructure,
+    region: &str,
+    data: Vec<u8>,
+) -> Result<Result<Vec<u8>, Failure>, Error> {
+    let Some(backend) = Backend::of(aws_machine.spec.cloud_init.as_ref()) else {
+        return Ok(Ok(data));
+    };
+    let chunks = bootstrap_store::pack(backend, &data);
+    let recorded = recorded_entries(aws_machine);
+    let entries = Entries {
+        backend,
+        prefix: recorded
+            .as_ref()
+            .map(|e| e.prefix.clone())
+            .unwrap_or_else(|| backend.prefix(&object.uid().unwrap_or_default())),
+        count: chunks.len(),
+    };
+    if recorded.as_ref() != Some(&entries) {
+        // An earlier attempt's extra entries (its data was longer) go first.
+        if let Some(recorded) = recorded
+            && let Err(error) = bootstrap_store::delete(session, owner, &recorded).await
+        {
+            return Ok(Err(Failure::new(
+                INSTANCE_READY,
+                &error.code,
+                error.to_string(),
+            )));
+        }
+        patch(
+            api,
+            &object.name_any(),
+            json!({"spec": {"cloudInit": {
+                "secretPrefix": entries.prefix,
+                "secretCount": entries.count,
+            }}}),
+        )
+        .await?;
+    }
+    let name = object.name_any();
+    let tags = infrastructure.instance_tags(owner, &name, is_control_plane(object, None));
+    if let Err(error) = bootstrap_store::store(session, owner, &entries, &chunks, &tags).await {
+        let message = format!(
+            "cannot keep the bootstrap data in {}: {error}",
+            backend.service()
+        );
+        ctx.events
+            .publish(
+                object,
+                "AWSMachine",
+                EventType::Warning,
+                "FailedCreateAWSSecrets",
+                &message,
+            )
+            .await;
+        return Ok(Err(Failure::new(INSTANCE_READY, &error.code, message)));
+    }
+    Ok(Ok(entries.user_data(region).into_bytes()))
+}
+
+/// Deletes the entries the instance left and forgets them; a failure is retried at the next
+/// pass, and does not make the machine any less ready.
+async fn clean_up(
+    ctx: &Context,
+    session: &Session,
+    owner: &Owner,
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    entries: &Entries,
+) -> Result<(), Error> {
+    let service = entries.backend.service();
+    match bootstrap_store::delete(session, owner, entries).await {
+        Ok(()) => {
+            patch(
+                api,
+                &object.name_any(),
+                json!({"spec": {"cloudInit": {"secretPrefix": null, "secretCount": null}}}),
+            )
+            .await?;
+            ctx.events
+                .publish(
+                    object,
+                    "AWSMachine",
+                    EventType::Normal,
+                    "SuccessfulDeleteEncryptedBootstrapDataSecrets",
+                    &format!("the bootstrap data's entries in {service} are deleted"),
+                )
+                .await;
+        }
+        Err(error) => {
+            ctx.events
+                .publish_once(
+                    object,
+                    "AWSMachine",
+                    EventType::Warning,
+                    "FailedDeleteEncryptedBootstrapDataSecrets",
+                    &format!("cannot delete the bootstrap data's entries in {service}: {error}"),
+                )
+                .await;
+        }
+    }
+    Ok(())
 }
 
 /// The first field of the spec that lariat would otherwise drop, if any: refused by name.

@@ -174,9 +174,15 @@ impl Aws {
         client!(aws_sdk_elasticloadbalancing, config, self.calls)
     }
 
-    /// An SSM client on `config`, counted (EKS-optimized AMIs are published there).
+    /// An SSM client on `config`, counted (EKS-optimized AMIs are published there, and
+    /// bootstrap data may wait there).
     pub fn ssm(&self, config: &SdkConfig) -> aws_sdk_ssm::Client {
         client!(aws_sdk_ssm, config, self.calls)
+    }
+
+    /// A Secrets Manager client on `config`, counted (instances' bootstrap data waits there).
+    pub fn secrets_manager(&self, config: &SdkConfig) -> aws_sdk_secretsmanager::Client {
+        client!(aws_sdk_secretsmanager, config, self.calls)
     }
 
     /// An IAM client on `config`, counted.

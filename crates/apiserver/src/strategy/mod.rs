@@ -41,6 +41,9 @@ pub fn for_kind(group: &str, plural: &str) -> Option<&'static dyn Strategy> {
         ("controlplane.cluster.x-k8s.io", "awsmanagedcontrolplanes") => &aws::ManagedControlPlanes,
         ("infrastructure.cluster.x-k8s.io", "awsmanagedmachinepools") => &aws::ManagedMachinePools,
         ("infrastructure.cluster.x-k8s.io", "awsclusters") => &aws::Clusters,
+        ("infrastructure.cluster.x-k8s.io", "awsmachines" | "awsmachinetemplates") => {
+            &aws::Machines
+        }
         ("cluster.x-k8s.io", "machinepools") => &capi::MachinePools,
         ("infrastructure.cluster.x-k8s.io", "awsclustercontrolleridentities") => {
             &aws::ControllerIdentities

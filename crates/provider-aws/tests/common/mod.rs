@@ -128,6 +128,31 @@ impl Lariat {
     }
 }
 
+/// A Cluster `name` on an AWSCluster in us-east-1, through the static identity `capa`.
+pub fn aws_cluster(name: &str) -> Vec<serde_json::Value> {
+    vec![
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1",
+            "kind": "Cluster",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "clusterNetwork": {"pods": {"cidrBlocks": ["192.168.0.0/16"]}},
+                "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSCluster", "name": name},
+            },
+        }),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "kind": "AWSCluster",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "region": "us-east-1",
+                "sshKeyName": "default",
+                "identityRef": {"kind": "AWSClusterStaticIdentity", "name": "capa"},
+            },
+        }),
+    ]
+}
+
 /// The namespace the tests' clusters live in.
 pub const NS: &str = "team-a";
 
