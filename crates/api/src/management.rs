@@ -4,7 +4,7 @@
 //! A ClusterRegistrationToken lets one agent register one Cluster. The token handed to the
 //! agent is `<name>.<secret>`; the object, named `<name>` in `lariat-system`, keeps only the
 //! SHA-256 of the secret. Deleting the object revokes the token; it also stops working at
-//! `spec.expirationTimestamp`.
+//! `spec.expirationTimestamp`, and when its Cluster (`spec.clusterUID`) is gone.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::json;
@@ -105,6 +105,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         "properties": {
             "clusterNamespace": {"type": "string", "description": "Namespace of the Cluster the token registers."},
             "clusterName": {"type": "string", "description": "Name of the Cluster the token registers."},
+            "clusterUID": {"type": "string", "description": "UID of the Cluster the token registers: one deleted and created again under its name is another Cluster, which the token does not register."},
             "tokenHash": {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "SHA-256 (hex) of the token's secret part; the token itself is never stored."},
             "expirationTimestamp": {"type": "string", "format": "date-time", "description": "When the token stops working."},
         },

@@ -296,14 +296,19 @@ pub fn new_token() -> (String, String, String) {
     (format!("{id}.{secret}"), id, hash)
 }
 
-/// Creates a ClusterRegistrationToken for `namespace/name` valid for `ttl`, through any
-/// client, and returns the token (`<id>.<secret>`); only the secret's hash is stored.
+/// Creates a ClusterRegistrationToken for the Cluster `namespace/name` valid for `ttl`,
+/// through any client, and returns the token (`<id>.<secret>`); only the secret's hash is
+/// stored. The token registers that Cluster only, by uid: not one created again under its
+/// name.
 pub async fn create_registration_token(
     client: &kube::Client,
     namespace: &str,
     name: &str,
     ttl: Duration,
 ) -> kube::Result<String> {
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &cluster_resource());
+    let uid = clusters.get(name).await?.metadata.uid.unwrap_or_default();
     let (token, id, hash) = new_token();
     let expires =
         chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::days(1));
@@ -316,7 +321,7 @@ pub async fn create_registration_token(
         "apiVersion": management::API_VERSION,
         "kind": "ClusterRegistrationToken",
         "metadata": {"name": id, "namespace": NAMESPACE},
-        "spec": {"clusterNamespace": namespace, "clusterName": name, "tokenHash": hash,
+        "spec": {"clusterNamespace": namespace, "clusterName": name, "clusterUID": uid, "tokenHash": hash,
                  "expirationTimestamp": expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)},
     }))
     .expect("a well-formed ClusterRegistrationToken");
@@ -441,10 +446,14 @@ async fn authenticate(client: &kube::Client, token: &str) -> Result<Identity, Ap
         spec["clusterNamespace"].as_str().unwrap_or_default(),
         spec["clusterName"].as_str().unwrap_or_default()
     );
-    if cluster_uid(client, &cluster).await?.is_none() {
-        return Err(unauthorized(
-            "the cluster this registration token is for no longer exists: import the cluster again",
-        ));
+    let issued_for = spec["clusterUID"].as_str().unwrap_or_default();
+    match cluster_uid(client, &cluster).await? {
+        Some(uid) if same_secret(uid.as_bytes(), issued_for.as_bytes()) => {}
+        _ => {
+            return Err(unauthorized(
+                "the cluster this registration token is for no longer exists: import the cluster again",
+            ));
+        }
     }
     Ok(Identity {
         cluster,

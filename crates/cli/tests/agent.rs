@@ -553,6 +553,7 @@ fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
     assert_eq!(code, 200);
 
     // Deleting the Cluster closes its tunnel: a re-import under the name starts afresh.
+    let (stale, _) = import_cluster(&management, "guarded", "1h");
     management.kubectl_ok(&["delete", "cluster", "guarded"]);
     eventually_within(
         Duration::from_secs(30),
@@ -563,7 +564,17 @@ fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
                 .contains("closing the tunnel of a deleted cluster")
         },
     );
-    drop((first, second, late));
+    // A token issued for the deleted Cluster does not register the one imported again under
+    // its name.
+    drop(first);
+    let (_fresh, _) = import_cluster(&management, "guarded", "1h");
+    let stale = Agent::start(dir, "stale", &server, &stale, &checksum, &other_downstream);
+    eventually("a token of the deleted cluster is refused", || {
+        stale
+            .log()
+            .contains("the cluster this registration token is for no longer exists")
+    });
+    drop((second, late, stale));
 }
 
 /// Behind an egress proxy the agent tunnels through it with CONNECT (HTTPS_PROXY), and TLS to
