@@ -6,27 +6,31 @@
 //! the instance is, and the user data is only lariat's own script (below): it reads the
 //! entries with the instance's role, deletes them, and hands the data to cloud-init.
 //!
-//! The entries are named as Cluster API AWS names them (`aws.cluster.x-k8s.io/<id>-<n>`,
-//! `/cluster.x-k8s.io/<id>/<n>`), so the instance profiles `clusterawsadm bootstrap iam`
-//! makes may read and delete them; `<id>` is the AWSMachine's UID. The prefix and count are
-//! recorded in the spec (`secretPrefix`, `secretCount`) before any entry is made, so a crash
-//! in between leaks nothing. lariat deletes what the instance left once its Machine has a
-//! Node, when the instance is gone, and with the AWSMachine; it touches only entries tagged
-//! as its cluster's.
+//! The entries are named under Cluster API AWS's prefixes (`aws.cluster.x-k8s.io/`,
+//! `/cluster.x-k8s.io/`), so the instance profiles `clusterawsadm bootstrap iam` makes may
+//! read and delete them, and the calls lariat makes are those its controller policy allows
+//! (create, tag, delete: never a read). A prefix names the AWSMachine's UID and a hash of the
+//! data: no user can point lariat at another machine's entries (lariat touches only entries
+//! under a prefix it derives itself), an entry that exists already holds what lariat would
+//! write (an earlier attempt wrote it), and new data gets new names rather than overwriting
+//! what an instance may be reading. The prefix and count are recorded in the spec
+//! (`secretPrefix`, `secretCount`) before any entry is made, so a crash in between leaks
+//! nothing; lariat deletes what the instance left once its Machine has a Node, when the
+//! instance is gone, and with the AWSMachine.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use aws_sdk_ssm::types::{ParameterType, ResourceTypeForTagging};
+use aws_sdk_ssm::types::ParameterType;
 use aws_smithy_types::Blob;
 use base64::Engine;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use lariat_api::aws::machine::CloudInit;
+use sha2::{Digest, Sha256};
 
 use crate::identity::Session;
 use crate::sdk::{AwsError, AwsResult};
-use crate::tags::Owner;
 
 /// Where the entries are kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +38,10 @@ pub enum Backend {
     SecretsManager,
     ParameterStore,
 }
+
+/// The most entries one machine's data may take: 1 MiB (a Secret's most) of data that does
+/// not compress, in parameters.
+pub const MAX_ENTRIES: usize = 400;
 
 impl Backend {
     /// The backend `spec.cloudInit` asks for: `None` when the data goes into the user data
@@ -56,28 +64,33 @@ impl Backend {
         }
     }
 
-    /// The prefix of a machine's entries, `uid` being its AWSMachine's.
-    pub fn prefix(self, uid: &str) -> String {
+    /// Where the entries of the AWSMachine `uid` go, for packed data whose hash is `hash`.
+    fn prefix(self, uid: &str, hash: &str) -> String {
+        format!("{}{uid}-{hash}", self.root())
+    }
+
+    /// Cluster API AWS's prefixes (a parameter's name may not begin with "aws" or "ssm").
+    fn root(self) -> &'static str {
         match self {
-            Backend::SecretsManager => format!("aws.cluster.x-k8s.io/{uid}"),
-            // A parameter's name may not begin with "aws" or "ssm".
-            Backend::ParameterStore => format!("/cluster.x-k8s.io/{uid}"),
+            Backend::SecretsManager => "aws.cluster.x-k8s.io/",
+            Backend::ParameterStore => "/cluster.x-k8s.io/",
         }
     }
 
-    fn entry(self, prefix: &str, index: usize) -> String {
+    /// Between the prefix and an entry's index.
+    fn separator(self) -> char {
         match self {
-            Backend::SecretsManager => format!("{prefix}-{index}"),
-            Backend::ParameterStore => format!("{prefix}/{index}"),
+            Backend::SecretsManager => '-',
+            Backend::ParameterStore => '/',
         }
     }
 
-    /// Gzipped bytes per entry: a secret holds 64 KiB of binary; a standard parameter 4 KiB
-    /// of text, which base64 makes of 3 KiB.
+    /// Gzipped bytes per entry. A secret holds 64 KiB, counted (Cluster API AWS says) in
+    /// base64; a standard parameter 4 KiB of text, which base64 makes of 3 KiB.
     fn chunk_size(self) -> usize {
         match self {
-            Backend::SecretsManager => 60 * 1024,
-            Backend::ParameterStore => 3 * 1024,
+            Backend::SecretsManager => 48 * 1024,
+            Backend::ParameterStore => 3000,
         }
     }
 }
@@ -91,13 +104,43 @@ pub struct Entries {
 }
 
 impl Entries {
+    /// The entries a spec records for the AWSMachine `uid`, if lariat made them: their
+    /// prefix is one lariat derives for that UID (which also says which backend holds them,
+    /// whatever the spec asks now). Anything else recorded there is nobody's lariat touches.
+    pub fn recorded(cloud_init: Option<&CloudInit>, uid: &str) -> Option<Entries> {
+        let cloud_init = cloud_init?;
+        let prefix = cloud_init.secret_prefix.clone()?;
+        let count = usize::try_from(cloud_init.secret_count?)
+            .ok()
+            .filter(|c| (1..=MAX_ENTRIES).contains(c))?;
+        let backend = [Backend::SecretsManager, Backend::ParameterStore]
+            .into_iter()
+            .find(|b| {
+                prefix
+                    .strip_prefix(b.root())
+                    .and_then(|rest| rest.strip_prefix(uid))
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|hash| {
+                        hash.len() == 16 && hash.bytes().all(|c| c.is_ascii_hexdigit())
+                    })
+            })?;
+        Some(Entries {
+            backend,
+            prefix,
+            count,
+        })
+    }
+
     fn names(&self) -> impl Iterator<Item = String> + '_ {
-        (0..self.count).map(|i| self.backend.entry(&self.prefix, i))
+        (0..self.count).map(|i| format!("{}{}{i}", self.prefix, self.backend.separator()))
     }
 
     /// The user data that fetches the entries: a MIME multipart document for cloud-init with
-    /// a boothook (run before anything else cloud-init does) that writes the data to a file,
-    /// and an include of that file.
+    /// a boothook that fetches the data into a file, and an include of that file. cloud-init
+    /// reads includes before it runs boothooks, so on first boot the include finds nothing;
+    /// the boothook then restarts cloud-init, whose second pass includes the data (as Cluster
+    /// API AWS's script does). The file is under `/var/lib/cloud/instance/`, this instance's
+    /// own: an AMI made from a booted instance does not hand its data to the next.
     pub fn user_data(&self, region: &str) -> String {
         let (read, delete) = match self.backend {
             Backend::SecretsManager => (
@@ -109,10 +152,12 @@ impl Entries {
                 "aws ssm delete-parameter --region \"$region\" --name \"$1\"",
             ),
         };
-        let names: Vec<String> = self.names().map(|n| format!("'{n}'")).collect();
         let script = FETCH_SCRIPT
-            .replace("@ENTRIES@", &names.join(" "))
-            .replace("@REGION@", region)
+            .replace("@DATA@", DATA_FILE)
+            .replace("@PREFIX@", &shell_quote(&self.prefix))
+            .replace("@SEPARATOR@", &self.backend.separator().to_string())
+            .replace("@COUNT@", &self.count.to_string())
+            .replace("@REGION@", &shell_quote(region))
             .replace("@READ@", read)
             .replace("@DELETE@", delete);
         format!(
@@ -124,8 +169,13 @@ impl Entries {
     }
 }
 
+/// `text` as one single-quoted shell word.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
 /// Where the boothook leaves the data for cloud-init (root's only).
-pub const DATA_FILE: &str = "/etc/lariat/bootstrap-data";
+pub const DATA_FILE: &str = "/var/lib/cloud/instance/lariat-bootstrap-data";
 const BOUNDARY: &str = "==lariat-bootstrap-data==";
 
 /// The boothook. cloud-init runs boothooks at every boot: once the data is there, it is not
@@ -133,148 +183,139 @@ const BOUNDARY: &str = "==lariat-bootstrap-data==";
 /// reads are retried for a few minutes.
 const FETCH_SCRIPT: &str = r#"#!/bin/bash
 # lariat: this instance's bootstrap data is kept out of its user data. Fetch it with the
-# instance's role, delete what held it, and leave it for cloud-init's include below.
+# instance's role, delete what held it, and have cloud-init read it through the include below.
 set -o nounset -o pipefail
 umask 077
-data=/etc/lariat/bootstrap-data
-region='@REGION@'
-entries=(@ENTRIES@)
+data=@DATA@
+prefix=@PREFIX@
+count=@COUNT@
+region=@REGION@
 [ -s "$data" ] && exit 0
-mkdir -p "$(dirname "$data")"
 read_entry() { @READ@ | base64 --decode; }
 delete_entry() { @DELETE@ >/dev/null; }
 fetch() {
   : >"$data.gz"
-  for entry in "${entries[@]}"; do
-    read_entry "$entry" >>"$data.gz" || return 1
+  for ((i = 0; i < count; i++)); do
+    read_entry "$prefix@SEPARATOR@$i" >>"$data.gz" || return 1
   done
   gunzip --stdout "$data.gz" >"$data.new" && mv "$data.new" "$data"
 }
 for attempt in 1 2 3 4 5 6 7 8 9 10; do
   fetch && break
   echo "lariat: cannot read the bootstrap data yet (attempt $attempt of 10)" >&2
-  sleep $((attempt * 5))
+  [ "$attempt" -lt 10 ] && sleep $((attempt * 5))
 done
 rm -f "$data.gz" "$data.new"
 if [ ! -s "$data" ]; then
   echo "lariat: no bootstrap data: this instance will not join its cluster" >&2
   exit 1
 fi
-for entry in "${entries[@]}"; do
-  delete_entry "$entry" || echo "lariat: could not delete $entry (lariat will)" >&2
+for ((i = 0; i < count; i++)); do
+  delete_entry "$prefix@SEPARATOR@$i" || echo "lariat: could not delete $prefix@SEPARATOR@$i (lariat will)" >&2
 done
+# cloud-init looked for the data before this ran: once more, with the data there.
+if [ -d /run/systemd/system ]; then
+  systemctl restart cloud-init
+fi
 "#;
 
-/// The data as the entries hold it: gzipped, then split.
-pub fn pack(backend: Backend, data: &[u8]) -> Vec<Vec<u8>> {
-    let mut zipped = GzEncoder::new(Vec::new(), Compression::best());
-    zipped.write_all(data).expect("writing to memory");
-    let zipped = zipped.finish().expect("writing to memory");
-    zipped
-        .chunks(backend.chunk_size())
-        .map(<[u8]>::to_vec)
-        .collect()
+/// The data as the entries hold it (gzipped, then split), and the entries' hash.
+pub struct Packed {
+    pub chunks: Vec<Vec<u8>>,
+    hash: String,
 }
 
-/// Writes the entries: each made with `tags`, or overwritten when an earlier attempt made it.
-/// An entry of the same name that is not this cluster's is an error, and left alone.
+impl Packed {
+    pub fn new(backend: Backend, data: &[u8]) -> Packed {
+        let mut zipped = GzEncoder::new(Vec::new(), Compression::best());
+        zipped.write_all(data).expect("writing to memory");
+        let zipped = zipped.finish().expect("writing to memory");
+        let digest = Sha256::digest(&zipped);
+        Packed {
+            chunks: zipped
+                .chunks(backend.chunk_size())
+                .map(<[u8]>::to_vec)
+                .collect(),
+            hash: digest[..8].iter().map(|b| format!("{b:02x}")).collect(),
+        }
+    }
+
+    /// The entries this data goes into, for the AWSMachine `uid`.
+    pub fn entries(&self, backend: Backend, uid: &str) -> Entries {
+        Entries {
+            backend,
+            prefix: backend.prefix(uid, &self.hash),
+            count: self.chunks.len(),
+        }
+    }
+}
+
+/// Writes the entries, each made with `tags`. One that exists already was written by an
+/// earlier attempt with the same bytes (its name says so), and is left as it is.
 pub async fn store(
     session: &Session,
-    owner: &Owner,
     entries: &Entries,
-    chunks: &[Vec<u8>],
+    packed: &Packed,
     tags: &BTreeMap<String, String>,
 ) -> Result<(), AwsError> {
-    for (name, chunk) in entries.names().zip(chunks) {
-        match entries.backend {
-            Backend::SecretsManager => {
-                let client = session.aws().secrets_manager(&session.config);
-                let created = client
-                    .create_secret()
-                    .name(&name)
-                    .secret_binary(Blob::new(chunk.clone()))
-                    .set_tags(Some(
-                        tags.iter()
-                            .map(|(k, v)| {
-                                aws_sdk_secretsmanager::types::Tag::builder()
-                                    .key(k)
-                                    .value(v)
-                                    .build()
-                            })
-                            .collect(),
-                    ))
-                    .send()
-                    .await
-                    .aws();
-                match created {
-                    Err(error) if error.code == "ResourceExistsException" => {
-                        ensure_owned(session, owner, entries.backend, &name).await?;
-                        client
-                            .put_secret_value()
-                            .secret_id(&name)
-                            .secret_binary(Blob::new(chunk.clone()))
-                            .send()
-                            .await
-                            .aws()?;
-                    }
-                    other => {
-                        other?;
-                    }
-                }
-            }
-            Backend::ParameterStore => {
-                let client = session.aws().ssm(&session.config);
-                let value = base64::engine::general_purpose::STANDARD.encode(chunk);
-                // SSM takes tags only when it makes a parameter, and overwrites only without.
-                let created = client
-                    .put_parameter()
-                    .name(&name)
-                    .r#type(ParameterType::SecureString)
-                    .value(&value)
-                    .set_tags(Some(
-                        tags.iter()
-                            .map(|(k, v)| {
-                                aws_sdk_ssm::types::Tag::builder()
-                                    .key(k)
-                                    .value(v)
-                                    .build()
-                                    .expect("key and value are set")
-                            })
-                            .collect(),
-                    ))
-                    .send()
-                    .await
-                    .aws();
-                match created {
-                    Err(error) if error.code == "ParameterAlreadyExists" => {
-                        ensure_owned(session, owner, entries.backend, &name).await?;
-                        client
-                            .put_parameter()
-                            .name(&name)
-                            .r#type(ParameterType::SecureString)
-                            .value(&value)
-                            .overwrite(true)
-                            .send()
-                            .await
-                            .aws()?;
-                    }
-                    other => {
-                        other?;
-                    }
-                }
-            }
+    for (name, chunk) in entries.names().zip(&packed.chunks) {
+        let created = match entries.backend {
+            Backend::SecretsManager => session
+                .aws()
+                .secrets_manager(&session.config)
+                .create_secret()
+                .name(&name)
+                .secret_binary(Blob::new(chunk.clone()))
+                .set_tags(Some(
+                    tags.iter()
+                        .map(|(k, v)| {
+                            aws_sdk_secretsmanager::types::Tag::builder()
+                                .key(k)
+                                .value(v)
+                                .build()
+                        })
+                        .collect(),
+                ))
+                .send()
+                .await
+                .aws()
+                .map(drop),
+            Backend::ParameterStore => session
+                .aws()
+                .ssm(&session.config)
+                .put_parameter()
+                .name(&name)
+                .r#type(ParameterType::SecureString)
+                .value(base64::engine::general_purpose::STANDARD.encode(chunk))
+                .set_tags(Some(
+                    tags.iter()
+                        .map(|(k, v)| {
+                            aws_sdk_ssm::types::Tag::builder()
+                                .key(k)
+                                .value(v)
+                                .build()
+                                .expect("key and value are set")
+                        })
+                        .collect(),
+                ))
+                .send()
+                .await
+                .aws()
+                .map(drop),
+        };
+        match created {
+            Err(error)
+                if error.code == "ResourceExistsException"
+                    || error.code == "ParameterAlreadyExists" => {}
+            other => other?,
         }
     }
     Ok(())
 }
 
-/// Deletes the entries the instance left (those of them that are this cluster's).
-pub async fn delete(session: &Session, owner: &Owner, entries: &Entries) -> Result<(), AwsError> {
+/// Deletes the entries the instance left.
+pub async fn delete(session: &Session, entries: &Entries) -> Result<(), AwsError> {
     for name in entries.names() {
-        match owned(session, owner, entries.backend, &name).await? {
-            Some(true) => {}
-            Some(false) | None => continue,
-        }
         let deleted = match entries.backend {
             Backend::SecretsManager => session
                 .aws()
@@ -297,100 +338,20 @@ pub async fn delete(session: &Session, owner: &Owner, entries: &Entries) -> Resu
                 .map(drop),
         };
         match deleted {
-            Err(error) if !error.is_not_found() => return Err(error),
-            _ => {}
+            // Gone, or going (Secrets Manager deletes in the background).
+            Err(error) if error.is_not_found() || error.code == "InvalidRequestException" => {}
+            other => other?,
         }
     }
     Ok(())
-}
-
-/// Whether the entry is this cluster's by its tags; `None` when it does not exist.
-async fn owned(
-    session: &Session,
-    owner: &Owner,
-    backend: Backend,
-    name: &str,
-) -> Result<Option<bool>, AwsError> {
-    let tags: Vec<(String, String)> = match backend {
-        Backend::SecretsManager => {
-            let described = session
-                .aws()
-                .secrets_manager(&session.config)
-                .describe_secret()
-                .secret_id(name)
-                .send()
-                .await
-                .aws();
-            match described {
-                Ok(secret) => secret
-                    .tags()
-                    .iter()
-                    .map(|t| {
-                        (
-                            t.key().unwrap_or_default().to_owned(),
-                            t.value().unwrap_or_default().to_owned(),
-                        )
-                    })
-                    .collect(),
-                Err(error) if error.is_not_found() => return Ok(None),
-                Err(error) => return Err(error),
-            }
-        }
-        Backend::ParameterStore => {
-            let listed = session
-                .aws()
-                .ssm(&session.config)
-                .list_tags_for_resource()
-                .resource_type(ResourceTypeForTagging::Parameter)
-                .resource_id(name)
-                .send()
-                .await
-                .aws();
-            match listed {
-                Ok(listed) => listed
-                    .tag_list()
-                    .iter()
-                    .map(|t| (t.key().to_owned(), t.value().to_owned()))
-                    .collect(),
-                Err(error) if error.is_not_found() || error.code == "InvalidResourceId" => {
-                    return Ok(None);
-                }
-                Err(error) => return Err(error),
-            }
-        }
-    };
-    Ok(Some(
-        owner.owns(tags.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
-    ))
-}
-
-async fn ensure_owned(
-    session: &Session,
-    owner: &Owner,
-    backend: Backend,
-    name: &str,
-) -> Result<(), AwsError> {
-    match owned(session, owner, backend, name).await? {
-        Some(false) => Err(AwsError {
-            code: "BootstrapDataEntryNotOwned".into(),
-            message: format!(
-                "{name} exists and is not cluster {}/{}'s: lariat does not overwrite it",
-                owner.namespace, owner.cluster
-            ),
-        }),
-        // Gone since (deleted by hand): the next attempt makes it.
-        None => Err(AwsError {
-            code: "BootstrapDataEntryGone".into(),
-            message: format!("{name} was deleted while lariat wrote it"),
-        }),
-        Some(true) => Ok(()),
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Read;
+
+    const UID: &str = "3f0c2d1e-6b7a-4c58-9d0e-1a2b3c4d5e6f";
 
     #[test]
     fn data_is_gzipped_and_split_by_what_each_backend_holds() {
@@ -402,47 +363,91 @@ mod tests {
                 (state >> 33) as u8
             })
             .collect();
-        let chunks = pack(Backend::ParameterStore, &data);
-        assert!(chunks.len() >= 6, "{}", chunks.len());
-        assert!(chunks.iter().all(|c| c.len() <= 3 * 1024));
-        let joined: Vec<u8> = chunks.concat();
+        let packed = Packed::new(Backend::ParameterStore, &data);
+        assert!(packed.chunks.len() >= 6, "{}", packed.chunks.len());
+        assert!(packed.chunks.iter().all(|c| c.len() <= 3000));
         let mut unzipped = Vec::new();
-        flate2::read::GzDecoder::new(&joined[..])
+        flate2::read::GzDecoder::new(&packed.chunks.concat()[..])
             .read_to_end(&mut unzipped)
             .unwrap();
         assert_eq!(unzipped, data);
-        assert_eq!(pack(Backend::SecretsManager, &data).len(), 1);
-        // The same data packs the same (the count recorded before writing stays right).
-        assert_eq!(pack(Backend::ParameterStore, &data), chunks);
+        assert_eq!(Packed::new(Backend::SecretsManager, &data).chunks.len(), 1);
+        // The same data packs the same, under the same names; other data under others.
+        let entries = packed.entries(Backend::ParameterStore, UID);
+        let again = Packed::new(Backend::ParameterStore, &data);
+        assert_eq!(again.chunks, packed.chunks);
+        assert_eq!(again.entries(Backend::ParameterStore, UID), entries);
+        let other = Packed::new(Backend::ParameterStore, b"#cloud-config\n");
+        assert_ne!(
+            other.entries(Backend::ParameterStore, UID).prefix,
+            entries.prefix
+        );
     }
 
     #[test]
-    fn the_user_data_names_every_entry_and_no_data() {
-        let entries = Entries {
-            backend: Backend::SecretsManager,
-            prefix: Backend::SecretsManager.prefix("3f0c"),
-            count: 2,
+    fn only_entries_lariat_derives_for_the_machine_are_its() {
+        let packed = Packed::new(Backend::SecretsManager, b"#cloud-config\n");
+        let entries = packed.entries(Backend::SecretsManager, UID);
+        assert!(
+            entries
+                .prefix
+                .starts_with(&format!("aws.cluster.x-k8s.io/{UID}-"))
+        );
+        let record = |prefix: &str, count: i32, backend: Option<&str>| CloudInit {
+            secret_prefix: Some(prefix.into()),
+            secret_count: Some(count),
+            secure_secrets_backend: backend.map(str::to_owned),
+            ..Default::default()
         };
+        assert_eq!(
+            Entries::recorded(Some(&record(&entries.prefix, 1, None)), UID),
+            Some(entries.clone())
+        );
+        // The prefix says which backend holds them, whatever the spec asks now.
+        assert_eq!(
+            Entries::recorded(
+                Some(&record(&entries.prefix, 1, Some("ssm-parameter-store"))),
+                UID
+            )
+            .map(|e| e.backend),
+            Some(Backend::SecretsManager)
+        );
+        // Another machine's, a name set by hand, or a count out of bounds: not lariat's.
+        let other_uid = "0a0b0c0d-0000-4000-8000-000000000000";
+        for (prefix, count) in [
+            (entries.prefix.replace(UID, other_uid), 1),
+            ("prod/db-password".to_owned(), 1),
+            (format!("aws.cluster.x-k8s.io/{UID}"), 1),
+            (entries.prefix.clone(), 0),
+            (entries.prefix.clone(), i32::MAX),
+        ] {
+            assert_eq!(
+                Entries::recorded(Some(&record(&prefix, count, None)), UID),
+                None,
+                "{prefix} {count}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_user_data_names_the_entries_and_holds_no_data() {
+        let data = b"#cloud-config\nruncmd: [kubeadm join]\n";
+        let packed = Packed::new(Backend::SecretsManager, data);
+        let entries = packed.entries(Backend::SecretsManager, UID);
         let user_data = entries.user_data("eu-west-1");
         assert!(user_data.starts_with("Content-Type: multipart/mixed"));
-        assert!(
-            user_data
-                .contains("entries=('aws.cluster.x-k8s.io/3f0c-0' 'aws.cluster.x-k8s.io/3f0c-1')")
-        );
+        assert!(user_data.contains(&format!("prefix='{}'\ncount=1\n", entries.prefix)));
         assert!(user_data.contains("region='eu-west-1'"));
+        assert!(user_data.contains("\"$prefix-$i\""));
         assert!(user_data.contains("text/cloud-boothook"));
         assert!(user_data.contains(&format!("file://{DATA_FILE}")));
         assert!(user_data.contains(&format!("data={DATA_FILE}")));
-        let parameters = Entries {
-            backend: Backend::ParameterStore,
-            prefix: Backend::ParameterStore.prefix("3f0c"),
-            count: 1,
-        };
-        assert!(
-            parameters
-                .user_data("eu-west-1")
-                .contains("entries=('/cluster.x-k8s.io/3f0c/0')")
-        );
+        assert!(!user_data.contains("kubeadm"));
+        let parameters =
+            Packed::new(Backend::ParameterStore, data).entries(Backend::ParameterStore, UID);
+        let user_data = parameters.user_data("eu-west-1");
+        assert!(user_data.contains("\"$prefix/$i\""), "{user_data}");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use lariat_controllers::events::EventType;
 use lariat_controllers::object::{ensure_finalizer, patch, patch_status, remove_finalizer};
 use serde_json::{Value, json};
 
-use crate::bootstrap_store::{self, Backend, Entries};
+use crate::bootstrap_store::{self, Backend, Entries, Packed};
 use crate::identity::Session;
 use crate::load_balancer;
 use crate::sdk::{AwsError, AwsResult};
@@ -193,8 +193,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .filter(|_| is_control_plane(&object, machine.as_deref()));
 
     if object.metadata.deletion_timestamp.is_some() {
-        if let Some(entries) = recorded_entries(&aws_machine)
-            && let Err(error) = bootstrap_store::delete(&session, &owner, &entries).await
+        if let Some(entries) = recorded_entries(&object, &aws_machine)
+            && let Err(error) = bootstrap_store::delete(&session, &entries).await
         {
             let failure = Failure::new(
                 INSTANCE_READY,
@@ -346,7 +346,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             &owner,
             &api,
             &object,
-            &aws_machine,
+            (&aws_machine, &machine),
             &infrastructure,
             region,
             user_data,
@@ -418,10 +418,10 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         _ => (false, None),
     };
     // Once the Machine has its Node, or the instance is gone, nobody needs the entries.
-    if let Some(entries) = recorded_entries(&aws_machine)
+    if let Some(entries) = recorded_entries(&object, &aws_machine)
         && (failure.is_some() || lariat_controllers::machine::has_node(&machine))
     {
-        clean_up(&ctx, &session, &owner, &api, &object, &entries).await?;
+        clean_up(&ctx, &session, &api, &object, &entries).await?;
     }
     // EKS lets a node join once its role is in aws-auth; kubeadm's token is its ticket.
     let mut role_mapped = match &infrastructure {
@@ -550,16 +550,9 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     })
 }
 
-/// The entries the spec records (`spec.cloudInit`), if any.
-fn recorded_entries(machine: &AWSMachine) -> Option<Entries> {
-    let cloud_init = machine.spec.cloud_init.as_ref()?;
-    Some(Entries {
-        backend: Backend::of(Some(cloud_init))?,
-        prefix: cloud_init.secret_prefix.clone().filter(|p| !p.is_empty())?,
-        count: usize::try_from(cloud_init.secret_count?)
-            .ok()
-            .filter(|c| *c > 0)?,
-    })
+/// The entries the spec records (`spec.cloudInit`), if lariat made them for this machine.
+fn recorded_entries(object: &DynamicObject, machine: &AWSMachine) -> Option<Entries> {
+    Entries::recorded(machine.spec.cloud_init.as_ref(), &object.uid()?)
 }
 
 /// The user data the instance boots with: the bootstrap data itself, or (unless the spec
@@ -572,7 +565,7 @@ async fn stash(
     owner: &Owner,
     api: &Api<DynamicObject>,
     object: &DynamicObject,
-    aws_machine: &AWSMachine,
+    (aws_machine, machine): (&AWSMachine, &Machine),
     infrastructure: &Infrastructure,
     region: &str,
     data: Vec<u8>,
@@ -580,20 +573,40 @@ async fn stash(
     let Some(backend) = Backend::of(aws_machine.spec.cloud_init.as_ref()) else {
         return Ok(Ok(data));
     };
-    let chunks = bootstrap_store::pack(backend, &data);
-    let recorded = recorded_entries(aws_machine);
-    let entries = Entries {
-        backend,
-        prefix: recorded
-            .as_ref()
-            .map(|e| e.prefix.clone())
-            .unwrap_or_else(|| backend.prefix(&object.uid().unwrap_or_default())),
-        count: chunks.len(),
-    };
+    let invalid = |message: String| Ok(Err(Failure::new(INSTANCE_READY, "InvalidSpec", message)));
+    let bootstrap_kind = machine
+        .spec
+        .bootstrap
+        .config_ref
+        .as_ref()
+        .and_then(|r| r.kind.as_deref());
+    if bootstrap_kind == Some("NodeadmConfig") {
+        // nodeadm reads its NodeConfig from the instance's user data itself, not through
+        // cloud-init.
+        return invalid(
+            "a NodeadmConfig's data must be the instance's user data, where nodeadm reads it: set spec.cloudInit.insecureSkipSecretsManager: true, as Cluster API AWS's EKS templates do".into(),
+        );
+    }
+    let uid = object
+        .uid()
+        .ok_or_else(|| Error::Invalid(format!("AWSMachine {} has no uid", object.name_any())))?;
+    let packed = Packed::new(backend, &data);
+    if packed.chunks.len() > bootstrap_store::MAX_ENTRIES {
+        return invalid(format!(
+            "the bootstrap data ({} bytes) would take {} entries of {}, more than {}",
+            data.len(),
+            packed.chunks.len(),
+            backend.service(),
+            bootstrap_store::MAX_ENTRIES
+        ));
+    }
+    let entries = packed.entries(backend, &uid);
+    let recorded = recorded_entries(object, aws_machine);
     if recorded.as_ref() != Some(&entries) {
-        // An earlier attempt's extra entries (its data was longer) go first.
+        // Entries of other data (the bootstrap Secret changed before the instance was
+        // launched) go first.
         if let Some(recorded) = recorded
-            && let Err(error) = bootstrap_store::delete(session, owner, &recorded).await
+            && let Err(error) = bootstrap_store::delete(session, &recorded).await
         {
             return Ok(Err(Failure::new(
                 INSTANCE_READY,
@@ -612,14 +625,14 @@ async fn stash(
         .await?;
     }
     let name = object.name_any();
-    let tags = infrastructure.instance_tags(owner, &name, is_control_plane(object, None));
-    if let Err(error) = bootstrap_store::store(session, owner, &entries, &chunks, &tags).await {
+    let tags = infrastructure.instance_tags(owner, &name, is_control_plane(object, Some(machine)));
+    if let Err(error) = bootstrap_store::store(session, &entries, &packed, &tags).await {
         let message = format!(
             "cannot keep the bootstrap data in {}: {error}",
             backend.service()
         );
         ctx.events
-            .publish(
+            .publish_once(
                 object,
                 "AWSMachine",
                 EventType::Warning,
@@ -637,13 +650,12 @@ async fn stash(
 async fn clean_up(
     ctx: &Context,
     session: &Session,
-    owner: &Owner,
     api: &Api<DynamicObject>,
     object: &DynamicObject,
     entries: &Entries,
 ) -> Result<(), Error> {
     let service = entries.backend.service();
-    match bootstrap_store::delete(session, owner, entries).await {
+    match bootstrap_store::delete(session, entries).await {
         Ok(()) => {
             patch(
                 api,
@@ -652,7 +664,7 @@ async fn clean_up(
             )
             .await?;
             ctx.events
-                .publish(
+                .publish_once(
                     object,
                     "AWSMachine",
                     EventType::Normal,

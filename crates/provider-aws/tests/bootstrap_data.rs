@@ -3,7 +3,8 @@
 //! tagged as the cluster's, and the instance's user data is only the script that fetches it.
 //! That script is run here as an instance would run it, with the real AWS CLI against moto:
 //! it rebuilds the data and deletes the entries. lariat deletes what is left once the
-//! Machine has a Node, and with the AWSMachine.
+//! Machine has a Node, and with the AWSMachine; a machine pointed at another's entries
+//! (`secretPrefix` set by hand) never touches them.
 
 mod common;
 
@@ -101,6 +102,13 @@ async fn bootstrap_data_waits_in_secrets_manager_or_parameter_store_and_is_delet
             .await;
     }
     let in_parameters = json!({"secureSecretsBackend": "ssm-parameter-store"});
+    secrets
+        .create_secret()
+        .name("aws.cluster.x-k8s.io/victim-0")
+        .secret_string("the victim's")
+        .send()
+        .await
+        .unwrap();
     for manifest in [
         // Cluster API AWS's default: no cloudInit at all.
         machine("fetched-from-secrets", true, json!(null), &image),
@@ -112,6 +120,13 @@ async fn bootstrap_data_waits_in_secrets_manager_or_parameter_store_and_is_delet
         ),
         machine("joined", false, json!({}), &image),
         machine("deleted", false, in_parameters, &image),
+        // Pointed at someone else's secret: lariat keeps to the names it derives itself.
+        machine(
+            "squatter",
+            false,
+            json!({"secretPrefix": "aws.cluster.x-k8s.io/victim", "secretCount": 1}),
+            &image,
+        ),
     ]
     .into_iter()
     .flatten()
@@ -124,6 +139,7 @@ async fn bootstrap_data_waits_in_secrets_manager_or_parameter_store_and_is_delet
         "fetched-from-parameters",
         "joined",
         "deleted",
+        "squatter",
     ] {
         eventually(
             &format!("{name}'s instance runs"),
@@ -150,16 +166,14 @@ async fn bootstrap_data_waits_in_secrets_manager_or_parameter_store_and_is_delet
         )
     };
 
-    // Secrets Manager: the prefix Cluster API AWS's instance profiles may read, from the
-    // AWSMachine's UID; two secrets, tagged as the instance is.
+    // Secrets Manager: under the prefix Cluster API AWS's instance profiles may read, named
+    // from the AWSMachine's UID and the data; two secrets, tagged as the instance is.
     let machine = aws_machines.get("fetched-from-secrets").await.unwrap();
     let (prefix, count) = recorded(&machine);
-    assert_eq!(
-        prefix,
-        format!(
-            "aws.cluster.x-k8s.io/{}",
-            machine.metadata.uid.clone().unwrap()
-        )
+    let uid = machine.metadata.uid.clone().unwrap();
+    assert!(
+        prefix.starts_with(&format!("aws.cluster.x-k8s.io/{uid}-")),
+        "{prefix}"
     );
     assert_eq!(count, 2);
     let first = secrets
@@ -191,7 +205,7 @@ async fn bootstrap_data_waits_in_secrets_manager_or_parameter_store_and_is_delet
         !booted_with.contains("kubeadm"),
         "no bootstrap data in user data"
     );
-    assert!(booted_with.contains(&format!("'{prefix}-0' '{prefix}-1'")));
+    assert!(booted_with.contains(&format!("prefix='{prefix}'\ncount=2\n")));
     let fetched = boot(&booted_with, &endpoint, &setup).await;
     assert!(fetched == data, "the instance rebuilds the bootstrap data");
     for index in 0..2 {
@@ -300,6 +314,34 @@ async fn bootstrap_data_waits_in_secrets_manager_or_parameter_store_and_is_delet
             "lariat deleted {prefix}/{index}"
         );
     }
+
+    // The squatter's own entries went where lariat names them; the victim's secret is
+    // neither overwritten nor, with the squatter, deleted.
+    let squatter = aws_machines.get("squatter").await.unwrap();
+    let (prefix, _) = recorded(&squatter);
+    assert!(
+        prefix.starts_with(&format!(
+            "aws.cluster.x-k8s.io/{}-",
+            squatter.metadata.uid.clone().unwrap()
+        )),
+        "{prefix}"
+    );
+    Api::<lariat_api::capi::Machine>::namespaced(setup.lariat.client.clone(), NS)
+        .delete("squatter", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the squatter is gone", Duration::from_secs(60), || {
+        let api = aws_machines.clone();
+        async move { api.get_opt("squatter").await.unwrap().is_none() }
+    })
+    .await;
+    let victim = secrets
+        .get_secret_value()
+        .secret_id("aws.cluster.x-k8s.io/victim-0")
+        .send()
+        .await
+        .expect("the victim's secret is still there");
+    assert_eq!(victim.secret_string(), Some("the victim's"));
 }
 
 /// An instance's user data, as EC2 returns it.

