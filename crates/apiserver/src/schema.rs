@@ -218,9 +218,12 @@ fn walk(schema: &Value, value: &mut Value, path: &str, findings: &mut Findings) 
                     .decode(text.as_bytes())
                     .is_err()
             } {
-                findings
-                    .causes
-                    .push(Cause::invalid(path, &shown, "must be base64-encoded"));
+                // Bytes are often a secret's (a Secret's data, a key): never echoed.
+                findings.causes.push(Cause::invalid(
+                    path,
+                    &Value::String("<withheld>".into()),
+                    "must be base64-encoded",
+                ));
             }
             if schema.get("format").and_then(Value::as_str) == Some("date-time")
                 && chrono::DateTime::parse_from_rfc3339(text).is_err()

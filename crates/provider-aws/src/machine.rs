@@ -332,13 +332,12 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             .data_secret_name
             .clone()
             .unwrap_or_default();
-        let Some(user_data) = workers::bootstrap_data(&ctx, &namespace, &secret).await? else {
-            let failure = Failure::new(
-                INSTANCE_READY,
-                "WaitingForBootstrapData",
-                format!("bootstrap data Secret {secret} has no value"),
-            );
-            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+        let user_data = match workers::bootstrap_data(&ctx, &namespace, &cluster, &secret).await? {
+            Ok(data) => data,
+            Err(message) => {
+                let failure = Failure::new(INSTANCE_READY, "WaitingForBootstrapData", message);
+                return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+            }
         };
         let user_data = match stash(
             &ctx,
@@ -476,20 +475,21 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     }
     match (&failure, ready, &role_mapped) {
         (Some(message), ..) => {
-            conditions::set(
+            // Cluster API AWS's severity and Event: a person (or a MachineHealthCheck) must
+            // replace the machine.
+            crate::mark_failed(
                 &mut status_conditions,
-                INSTANCE_READY,
-                false,
-                "InstanceTerminated",
-                message,
+                &Failure::new(INSTANCE_READY, "InstanceTerminated", message.as_str()),
             );
-            conditions::set(
-                &mut status_conditions,
-                "Ready",
-                false,
-                "InstanceTerminated",
-                message,
-            );
+            ctx.events
+                .publish_once(
+                    object.as_ref(),
+                    "AWSMachine",
+                    EventType::Warning,
+                    "InstanceUnexpectedTermination",
+                    message,
+                )
+                .await;
         }
         (None, true, Ok(())) => {
             conditions::set(&mut status_conditions, INSTANCE_READY, true, "", "");
@@ -903,6 +903,16 @@ async fn create(
                 })?
         }
     };
+    // EC2 takes 16 KiB of user data, before base64.
+    if user_data.len() > 16 * 1024 {
+        return Err(failed(
+            "InvalidSpec",
+            format!(
+                "the user data would be {} bytes, and EC2 takes at most 16384: keep the bootstrap data in Secrets Manager (drop spec.cloudInit.insecureSkipSecretsManager)",
+                user_data.len()
+            ),
+        ));
+    }
     let name = object.name_any();
     let tags = infrastructure
         .instance_tags(owner, &name, control_plane_machine)

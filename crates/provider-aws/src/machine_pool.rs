@@ -202,17 +202,19 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .as_ref()
         .and_then(|s| s.bootstrap.data_secret_name.clone());
     let user_data = match &data_secret {
-        Some(secret) => workers::bootstrap_data(&ctx, &namespace, secret).await?,
-        None => None,
+        Some(secret) => workers::bootstrap_data(&ctx, &namespace, &owner.cluster, secret).await?,
+        None => Err(format!(
+            "MachinePool {} has no bootstrap data yet",
+            pool.name_any()
+        )),
     };
     let waiting = waiting.or_else(|| {
-        user_data.is_none().then(|| {
-            (
-                "WaitingForBootstrapData",
-                format!("MachinePool {} has no bootstrap data yet", pool.name_any()),
-            )
-        })
+        user_data
+            .as_ref()
+            .err()
+            .map(|message| ("WaitingForBootstrapData", message.clone()))
     });
+    let user_data = user_data.ok();
     if let Some((reason, message)) = waiting {
         conditions::set(&mut status_conditions, "ASGReady", false, reason, &message);
         if status_conditions != conditions::existing(&object.data["status"]) {

@@ -471,20 +471,39 @@ pub(crate) async fn map_node_role(
     Ok(Ok(()))
 }
 
-/// The bootstrap data in a Secret's `value` (Cluster API's bootstrap contract), as bytes.
+/// The bootstrap data in a Secret's `value` (Cluster API's bootstrap contract), as bytes, or
+/// why there is none. Only a Secret labelled as the cluster's (as bootstrap providers label
+/// theirs) serves: one cluster's join token or CA keys never boot another's machines.
 pub(crate) async fn bootstrap_data(
     ctx: &Context,
     namespace: &str,
+    cluster: &str,
     secret: &str,
-) -> Result<Option<Vec<u8>>, Error> {
+) -> Result<Result<Vec<u8>, String>, Error> {
     use base64::Engine;
-    Ok(ctx
-        .caches
-        .secrets()
-        .get(namespace, secret)
-        .await?
-        .and_then(|s| s.data["data"]["value"].as_str().map(str::to_owned))
-        .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok()))
+    let label = lariat_api::capi::labels::CLUSTER_NAME;
+    // The cache holds only Secrets labelled with a cluster's name.
+    let Some(found) = ctx.caches.secrets().get(namespace, secret).await? else {
+        return Ok(Err(format!(
+            "bootstrap data Secret {secret} does not exist, or is not labelled {label}"
+        )));
+    };
+    let owner = found
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(label))
+        .map(String::as_str)
+        .unwrap_or_default();
+    if owner != cluster {
+        return Ok(Err(format!(
+            "bootstrap data Secret {secret} is cluster {owner}'s ({label}), not {cluster}'s"
+        )));
+    }
+    Ok(found.data["data"]["value"]
+        .as_str()
+        .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
+        .ok_or_else(|| format!("bootstrap data Secret {secret} has no value")))
 }
 
 #[cfg(test)]

@@ -133,6 +133,22 @@ async fn bootstrap_data_waits_in_secrets_manager_or_parameter_store_and_is_delet
     {
         setup.lariat.apply(manifest).await;
     }
+    // A machine given another cluster's bootstrap data (its join token, its CA keys).
+    setup
+        .lariat
+        .apply(json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "other-bootstrap", "namespace": NS,
+                "labels": {"cluster.x-k8s.io/cluster-name": "other"}},
+            "data": {"value": base64::engine::general_purpose::STANDARD.encode(&small)},
+        }))
+        .await;
+    let [mut borrower, borrower_aws] = machine("borrower", false, json!({}), &image);
+    borrower["spec"]["bootstrap"]["dataSecretName"] = json!("other-bootstrap");
+    for manifest in [borrower, borrower_aws] {
+        setup.lariat.apply(manifest).await;
+    }
     let aws_machines = setup.api(&lariat_provider_aws::machine::resource());
     for name in [
         "fetched-from-secrets",
@@ -342,6 +358,19 @@ async fn bootstrap_data_waits_in_secrets_manager_or_parameter_store_and_is_delet
         .await
         .expect("the victim's secret is still there");
     assert_eq!(victim.secret_string(), Some("the victim's"));
+
+    // Another cluster's bootstrap data boots nothing here.
+    let borrower = aws_machines.get("borrower").await.unwrap();
+    let message = borrower.data["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "InstanceReady"))
+        .map(|c| c["message"].to_string())
+        .unwrap_or_default();
+    assert!(
+        message.contains("bootstrap data Secret other-bootstrap is cluster other's"),
+        "{message}"
+    );
+    assert!(borrower.data["spec"]["instanceID"].is_null());
 }
 
 /// An instance's user data, as EC2 returns it.

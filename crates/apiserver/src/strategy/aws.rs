@@ -78,10 +78,12 @@ impl Strategy for Machines {
                 }
             }
         } else if prefix.is_empty() != (count == 0) {
-            causes.push(Cause::forbidden(
-                field("secretCount"),
-                "must be set together with spec.cloudInit.secretPrefix",
-            ));
+            let missing = if prefix.is_empty() {
+                "secretPrefix"
+            } else {
+                "secretCount"
+            };
+            causes.push(Cause::required(field(missing)));
         }
         if prefix.len() > 400
             || !prefix
@@ -1054,9 +1056,7 @@ mod tests {
                 machine(json!({"secretPrefix": "aws.cluster.x-k8s.io/1c8e"})),
                 None
             ),
-            [
-                "spec.cloudInit.secretCount: Forbidden: must be set together with spec.cloudInit.secretPrefix"
-            ]
+            ["spec.cloudInit.secretCount: Required value"]
         );
         // The prefix is a word of the instance's boot script.
         let causes = admit(

@@ -28,16 +28,12 @@ impl Strategy for Secrets {
         if let Some(data) = object["data"].as_object() {
             for (key, value) in data {
                 causes.extend(objects::data_key_causes("data", key));
-                match value
+                // A value that is not base64 is refused by the schema (`format: byte`).
+                if let Some(decoded) = value
                     .as_str()
                     .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
                 {
-                    Some(decoded) => size += key.len() + decoded.len(),
-                    None => causes.push(Cause::invalid(
-                        format!("data[{key}]"),
-                        &json!("<secret value>"),
-                        "must be base64-encoded",
-                    )),
+                    size += key.len() + decoded.len();
                 }
             }
         }
