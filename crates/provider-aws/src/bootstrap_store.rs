@@ -9,14 +9,17 @@
 //! The entries are named under Cluster API AWS's prefixes (`aws.cluster.x-k8s.io/`,
 //! `/cluster.x-k8s.io/`), so the instance profiles `clusterawsadm bootstrap iam` makes may
 //! read and delete them, and the calls lariat makes are those its controller policy allows
-//! (create, tag, delete: never a read). A prefix names the AWSMachine's UID and a hash of the
-//! data: no user can point lariat at another machine's entries (lariat touches only entries
-//! under a prefix it derives itself), an entry that exists already holds what lariat would
-//! write (an earlier attempt wrote it), and new data gets new names rather than overwriting
-//! what an instance may be reading. The prefix and count are recorded in the spec
-//! (`secretPrefix`, `secretCount`) before any entry is made, so a crash in between leaks
-//! nothing; lariat deletes what the instance left once its Machine has a Node, when the
-//! instance is gone, and with the AWSMachine.
+//! (create, tag, delete: never a read). A prefix names the AWSMachine's UID, a hash of the
+//! data and the count of entries, and lariat touches only entries under a prefix it derives
+//! itself: no user can point it at another machine's entries, nor make it call AWS for more
+//! entries than it wrote. An entry that exists already holds what lariat would write (an
+//! earlier attempt wrote it), and new data gets new names rather than overwriting what an
+//! instance may be reading. The prefix and count are recorded in the spec (`secretPrefix`,
+//! `secretCount`) before any entry is made, so a crash in between leaks nothing; lariat
+//! deletes what the instance left once its Machine has a Node, when the instance is gone, and
+//! with the AWSMachine. The record is the only one: a user who edits it away leaves the
+//! entries to the instance (which deletes them when it boots) or to AWS's console; they are
+//! tagged with the cluster's ownership tag.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -64,9 +67,10 @@ impl Backend {
         }
     }
 
-    /// Where the entries of the AWSMachine `uid` go, for packed data whose hash is `hash`.
-    fn prefix(self, uid: &str, hash: &str) -> String {
-        format!("{}{uid}-{hash}", self.root())
+    /// Where the `count` entries of the AWSMachine `uid` go, for packed data whose hash is
+    /// `hash`. The count is part of the name, so a count edited in the spec is not believed.
+    fn prefix(self, uid: &str, hash: &str, count: usize) -> String {
+        format!("{}{uid}-{hash}-{count}", self.root())
     }
 
     /// Cluster API AWS's prefixes (a parameter's name may not begin with "aws" or "ssm").
@@ -120,8 +124,11 @@ impl Entries {
                     .strip_prefix(b.root())
                     .and_then(|rest| rest.strip_prefix(uid))
                     .and_then(|rest| rest.strip_prefix('-'))
-                    .is_some_and(|hash| {
-                        hash.len() == 16 && hash.bytes().all(|c| c.is_ascii_hexdigit())
+                    .and_then(|rest| rest.split_once('-'))
+                    .is_some_and(|(hash, named)| {
+                        hash.len() == 16
+                            && hash.bytes().all(|c| c.is_ascii_hexdigit())
+                            && named == count.to_string()
                     })
             })?;
         Some(Entries {
@@ -244,7 +251,7 @@ impl Packed {
     pub fn entries(&self, backend: Backend, uid: &str) -> Entries {
         Entries {
             backend,
-            prefix: backend.prefix(uid, &self.hash),
+            prefix: backend.prefix(uid, &self.hash, self.chunks.len()),
             count: self.chunks.len(),
         }
     }
@@ -419,6 +426,7 @@ mod tests {
             ("prod/db-password".to_owned(), 1),
             (format!("aws.cluster.x-k8s.io/{UID}"), 1),
             (entries.prefix.clone(), 0),
+            (entries.prefix.clone(), 2),
             (entries.prefix.clone(), i32::MAX),
         ] {
             assert_eq!(
