@@ -2,9 +2,10 @@
 //! cluster, as Cluster API AWS's `eks` flavour makes them, or a worker or control-plane
 //! machine of an AWSCluster (a control-plane instance is registered with the cluster's load
 //! balancer, and deregistered before it is terminated). The instance boots with its Machine's
-//! bootstrap data, in a private subnet of the Machine's failure domain, in the security groups
-//! its cluster gives its role. Its ID is recorded in the
-//! spec (`instanceID`, `providerID`); before that it is found by its ownership and Name tags,
+//! bootstrap data (kept for it in Secrets Manager or Parameter Store by `bootstrap_store`,
+//! unless the spec says `insecureSkipSecretsManager`), in a private subnet of the Machine's
+//! failure domain, in the security groups its cluster gives its role. Its ID is recorded in
+//! the spec (`instanceID`, `providerID`); before that it is found by its ownership and Name tags,
 //! so a create retried after a crash finds the first instance (and the client token makes a
 //! request whose answer was lost the same request). Deleting the AWSMachine terminates it.
 
