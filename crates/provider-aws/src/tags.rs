@@ -39,7 +39,7 @@ impl Owner {
         let mut tags: BTreeMap<String, String> = self
             .additional
             .iter()
-            .filter(|(key, _)| !is_reserved(key))
+            .filter(|(key, _)| lariat_api::aws::reserved_tag_prefix(key).is_none())
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         tags.insert("Name".into(), name.into());
@@ -110,18 +110,6 @@ impl Owner {
         }
         owned && here
     }
-}
-
-/// Tag keys only lariat, Cluster API AWS, Kubernetes' cloud provider or AWS may set.
-pub const RESERVED_PREFIXES: [&str; 4] = [
-    "sigs.k8s.io/cluster-api-provider-aws/",
-    "lariat.dev/",
-    "kubernetes.io/cluster/",
-    "aws:",
-];
-
-pub fn is_reserved(key: &str) -> bool {
-    RESERVED_PREFIXES.iter().any(|p| key.starts_with(p))
 }
 
 pub fn filter(name: &str, value: &str) -> Filter {

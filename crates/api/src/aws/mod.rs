@@ -16,6 +16,24 @@ pub mod managed_machine_pool;
 pub mod network;
 pub mod nodeadm_config;
 
+/// Tag keys only lariat, Cluster API AWS, Kubernetes' cloud provider or AWS may set: one of
+/// them in `additionalTags` could make a resource look another cluster's, which that
+/// cluster's deletion would then delete. Admission refuses them, and the provider drops any
+/// stored before.
+pub const RESERVED_TAG_PREFIXES: [&str; 4] = [
+    "sigs.k8s.io/cluster-api-provider-aws/",
+    "lariat.dev/",
+    "kubernetes.io/cluster/",
+    "aws:",
+];
+
+/// The reserved prefix `key` is under, if any.
+pub fn reserved_tag_prefix(key: &str) -> Option<&'static str> {
+    RESERVED_TAG_PREFIXES
+        .into_iter()
+        .find(|prefix| key.starts_with(prefix))
+}
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 

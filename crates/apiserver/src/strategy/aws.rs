@@ -144,15 +144,6 @@ impl Strategy for ManagedMachinePools {
 
 pub struct ManagedControlPlanes;
 
-/// Tag keys only lariat, Cluster API AWS, Kubernetes' cloud provider or AWS may set: one of
-/// them in `additionalTags` could make a resource look another cluster's, which that
-/// cluster's deletion would then delete.
-const RESERVED_TAG_PREFIXES: [&str; 4] = [
-    "sigs.k8s.io/cluster-api-provider-aws/",
-    "lariat.dev/",
-    "kubernetes.io/cluster/",
-    "aws:",
-];
 /// AWS allows 50 tags a resource; lariat adds up to 5 of its own.
 const MAX_ADDITIONAL_TAGS: usize = 45;
 
@@ -171,7 +162,7 @@ fn additional_tags(tags: &Value) -> Vec<Cause> {
     }
     for (key, value) in tags {
         let field = format!("spec.additionalTags[{key}]");
-        if let Some(prefix) = RESERVED_TAG_PREFIXES.iter().find(|p| key.starts_with(*p)) {
+        if let Some(prefix) = lariat_api::aws::reserved_tag_prefix(key) {
             causes.push(Cause::invalid(
                 &field,
                 &Value::from(key.as_str()),
