@@ -91,6 +91,66 @@ fn cluster_connection_crd() -> CustomResourceDefinition {
     .expect("the ClusterConnection CRD is well-formed")
 }
 
+/// A Token is a bearer credential of the management API for one user: `lariat token create`
+/// makes the secret on the client and sends only its hash, so the server never sees the
+/// token, which is `<name>:<secret>` (Rancher's API-key shape). Deleting the object revokes it
+/// at once; it also stops working at `spec.expirationTimestamp`. Only its `description`
+/// changes after creation.
+pub fn token_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource {
+        group: GROUP.into(),
+        version: VERSION.into(),
+        api_version: API_VERSION.into(),
+        kind: "Token".into(),
+        plural: "tokens".into(),
+    }
+}
+
+/// The longest a Token may live.
+pub const TOKEN_MAX_LIFETIME_DAYS: i64 = 366;
+
+fn token_crd() -> CustomResourceDefinition {
+    let string = json!({"type": "string"});
+    let columns = json!([
+        {"name": "User", "type": "string", "jsonPath": ".spec.user"},
+        {"name": "Groups", "type": "string", "jsonPath": ".spec.groups"},
+        {"name": "Expires", "type": "string", "format": "date-time", "jsonPath": ".spec.expirationTimestamp"},
+        {"name": "Description", "type": "string", "jsonPath": ".spec.description"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]);
+    let spec = json!({
+        "type": "object",
+        "required": ["user", "tokenHash", "expirationTimestamp"],
+        "properties": {
+            "user": {"type": "string", "minLength": 1, "maxLength": 253, "description": "The user the token authenticates as."},
+            "groups": {"type": "array", "items": string, "description": "The groups the user is in when authenticated by this token."},
+            "tokenHash": {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "SHA-256 (hex) of the token's secret part; the token itself is never stored."},
+            "expirationTimestamp": {"type": "string", "format": "date-time", "description": "When the token stops working (at most a year after its creation)."},
+            "description": {"type": "string", "maxLength": 1024, "description": "What the token is for."},
+        },
+    });
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("tokens.{GROUP}")},
+        "spec": {
+            "group": GROUP,
+            "names": {"kind": "Token", "listKind": "TokenList", "plural": "tokens", "singular": "token"},
+            "scope": "Cluster",
+            "versions": [{
+                "name": VERSION, "served": true, "storage": true,
+                "additionalPrinterColumns": columns,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "required": ["spec"],
+                    "properties": {"apiVersion": string, "kind": string, "metadata": {"type": "object"}, "spec": spec},
+                }},
+            }],
+        },
+    }))
+    .expect("the Token CRD is well-formed")
+}
+
 pub fn crds() -> Vec<CustomResourceDefinition> {
     let string = json!({"type": "string"});
     let columns = json!([
@@ -129,5 +189,5 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
             }],
         },
     }))
-    .expect("the ClusterRegistrationToken CRD is well-formed"), cluster_connection_crd()]
+    .expect("the ClusterRegistrationToken CRD is well-formed"), cluster_connection_crd(), token_crd()]
 }

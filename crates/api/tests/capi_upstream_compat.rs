@@ -493,6 +493,7 @@ fn builtin_crds_are_the_served_kinds_in_order() {
             "providers.clusterctl.cluster.x-k8s.io",
             "clusterregistrationtokens.management.lariat.dev",
             "clusterconnections.management.lariat.dev",
+            "tokens.management.lariat.dev",
             "gitrepos.fleet.cattle.io",
             "bundles.fleet.cattle.io",
             "bundledeployments.fleet.cattle.io",

@@ -150,6 +150,7 @@ mod tests {
             subresource: subresource.map(String::from),
             namespace: namespace.map(String::from),
             name: name.map(String::from),
+            path: None,
         }
     }
 

@@ -67,6 +67,8 @@ impl Peer {
 
 /// Where token records live in a domain's store; the API never serves this prefix.
 const TOKEN_PREFIX: &str = "/lariat/tokens/";
+/// Where the API's Tokens (`management.lariat.dev`) are stored, by name.
+const TOKEN_OBJECT_PREFIX: &str = "/registry/management.lariat.dev/tokens/";
 /// Where client certificate records live, by serial.
 const CERTIFICATE_PREFIX: &str = "/lariat/certificates/";
 
@@ -329,6 +331,48 @@ impl Authenticator {
             .map(|r| r.user()))
     }
 
+    /// The user behind a Token's bearer `<name>:<secret>` (`lariat token create`), if the
+    /// Token exists, the secret's hash matches and it has not expired.
+    pub async fn user_for_api_token(&self, token: &str) -> ApiResult<Option<User>> {
+        let Some((name, secret)) = token.split_once(':') else {
+            return Ok(None);
+        };
+        let well_formed = !name.is_empty()
+            && name.len() <= 253
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+        if !well_formed {
+            return Ok(None);
+        }
+        let key = format!("{TOKEN_OBJECT_PREFIX}{name}");
+        let Some(kv) = self.store.get(&key).await? else {
+            return Ok(None);
+        };
+        let Ok(object) = serde_json::from_slice::<serde_json::Value>(&kv.value) else {
+            return Ok(None);
+        };
+        let spec = &object["spec"];
+        let hash = spec["tokenHash"].as_str().unwrap_or_default();
+        if !same_secret(sha256_hex(secret).as_bytes(), hash.as_bytes()) {
+            return Ok(None);
+        }
+        let live = spec["expirationTimestamp"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .is_some_and(|at| at > chrono::Utc::now());
+        let user = spec["user"].as_str().filter(|u| !u.is_empty());
+        Ok(user.filter(|_| live).map(|name| User {
+            name: name.to_string(),
+            groups: spec["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|g| g.as_str().map(String::from))
+                .collect(),
+        }))
+    }
+
     /// Resolves the caller from a bearer token or, without one, from the peer's certificate.
     pub async fn authenticate(
         &self,
@@ -337,10 +381,12 @@ impl Authenticator {
     ) -> ApiResult<User> {
         if let Some(header) = authorization {
             let token = bearer_token(header).ok_or(ApiError::Unauthorized)?;
-            return self
-                .user_for_token(token)
-                .await?
-                .ok_or(ApiError::Unauthorized);
+            let user = if token.contains(':') {
+                self.user_for_api_token(token).await?
+            } else {
+                self.user_for_token(token).await?
+            };
+            return user.ok_or(ApiError::Unauthorized);
         }
         match peer {
             Some(Peer::InProcess(user)) => Ok(user.clone()),
@@ -377,15 +423,74 @@ pub struct Attributes {
     pub subresource: Option<String>,
     pub namespace: Option<String>,
     pub name: Option<String>,
+    /// A non-resource request's path (`/apis`, `/metrics`): then only `verb` counts besides.
+    pub path: Option<String>,
 }
 
-/// The authorization seam: RBAC (Global, Cluster and Project scopes) plugs in here.
+impl Attributes {
+    /// A request for a path that is no resource, with its HTTP method as the verb.
+    pub fn non_resource(verb: &str, path: &str) -> Attributes {
+        Attributes {
+            verb: verb.into(),
+            group: String::new(),
+            resource: String::new(),
+            subresource: None,
+            namespace: None,
+            name: None,
+            path: Some(path.into()),
+        }
+    }
+
+    /// The 403 for a refused request, in kube-apiserver's words (`clusters.cluster.x-k8s.io
+    /// is forbidden: User "alice" cannot list resource "clusters" in API group
+    /// "cluster.x-k8s.io" in the namespace "team-b"`), with the authorizer's reason if any.
+    pub fn forbidden(&self, user: &User, reason: &str) -> ApiError {
+        let mut message = match &self.path {
+            Some(path) => format!(
+                "forbidden: User {:?} cannot {} path {path:?}",
+                user.name, self.verb
+            ),
+            None => {
+                let resource = match &self.subresource {
+                    Some(sub) => format!("{}/{sub}", self.resource),
+                    None => self.resource.clone(),
+                };
+                let qualified = if self.group.is_empty() {
+                    self.resource.clone()
+                } else {
+                    format!("{}.{}", self.resource, self.group)
+                };
+                let object = match &self.name {
+                    Some(name) => format!("{qualified} {name:?}"),
+                    None => qualified,
+                };
+                let place = match &self.namespace {
+                    Some(namespace) => format!("in the namespace {namespace:?}"),
+                    None => "at the cluster scope".into(),
+                };
+                format!(
+                    "{object} is forbidden: User {:?} cannot {} resource {resource:?} in API group {:?} {place}",
+                    user.name, self.verb, self.group
+                )
+            }
+        };
+        if !reason.is_empty() {
+            message.push_str(": ");
+            message.push_str(reason);
+        }
+        ApiError::Forbidden { message }
+    }
+}
+
+/// The authorization seam: RBAC (`rbac.rs`) on the management plane, wrapped by the agents'
+/// fixed scope (`agents.rs`).
 pub trait Authorizer: Send + Sync + 'static {
-    /// `Err(reason)` refuses the request with 403.
+    /// `Err(reason)` refuses the request with 403 (the reason may be empty).
     fn authorize(&self, user: &User, attributes: &Attributes) -> Result<(), String>;
 }
 
-/// Until RBAC lands, every authenticated user may do everything.
+/// Every authenticated user may do everything: the simulated workload clusters' authorizer,
+/// until their own RBAC is enforced.
 pub struct AllowAuthenticated;
 
 impl Authorizer for AllowAuthenticated {

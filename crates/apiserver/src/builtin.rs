@@ -1,6 +1,6 @@
 //! The kinds every lariat server serves from its first start: core v1 Namespace, ConfigMap,
 //! Secret, Event and the workload kinds imports and `deploy/` apply (ServiceAccount,
-//! Deployment, StatefulSet, Service, NetworkPolicy, ClusterRoleBinding), apiextensions'
+//! Deployment, StatefulSet, Service, NetworkPolicy), RBAC's four kinds, apiextensions'
 //! CustomResourceDefinition, and lariat's own kinds.
 //!
 //! Each is described as a CustomResourceDefinition, so built-in and user kinds share one
@@ -197,6 +197,43 @@ pub fn core_types() -> Vec<ResourceType> {
             &["sa"],
             schema_of::<k8s_openapi::api::core::v1::ServiceAccount>(),
             json!([age()]),
+            false,
+        ),
+        // RBAC, enforced by `rbac.rs` on the management plane.
+        definition(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "Role",
+            "roles",
+            true,
+            &[],
+            schema_of::<k8s_openapi::api::rbac::v1::Role>(),
+            json!([{"name": "Created At", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]),
+            false,
+        ),
+        definition(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRole",
+            "clusterroles",
+            false,
+            &[],
+            schema_of::<k8s_openapi::api::rbac::v1::ClusterRole>(),
+            json!([{"name": "Created At", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]),
+            false,
+        ),
+        definition(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "RoleBinding",
+            "rolebindings",
+            true,
+            &[],
+            schema_of::<k8s_openapi::api::rbac::v1::RoleBinding>(),
+            json!([
+                {"name": "Role", "type": "string", "jsonPath": ".roleRef.name"},
+                age(),
+            ]),
             false,
         ),
         definition(

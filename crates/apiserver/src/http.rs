@@ -33,6 +33,9 @@ pub struct AppState {
     pub resources: Resources,
     pub authenticator: Authenticator,
     pub authorizer: Arc<dyn Authorizer>,
+    /// The RBAC index behind `authorizer`, for the rules reviews list; `None` where every
+    /// authenticated caller may do everything (the simulated clusters, for now).
+    pub rbac: Option<Arc<crate::rbac::Rbac>>,
     /// `host:port` clients use, for `/api`'s serverAddressByClientCIDRs.
     pub server_address: String,
     /// `host:port` clusters and agents elsewhere reach the server at (`--advertise-url`).
@@ -65,6 +68,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(
             "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
             axum::routing::post(self_subject_access_review),
+        )
+        .route(
+            "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+            axum::routing::post(self_subject_rules_review),
+        )
+        .route(
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            axum::routing::post(subject_access_review),
         )
         .route(
             "/apis/authentication.k8s.io/{version}/selfsubjectreviews",
@@ -252,23 +263,25 @@ async fn cluster_proxy(State(state): State<Arc<AppState>>, request: Request) -> 
     let mut segments = request.uri().path().splitn(6, '/').skip(3);
     let (namespace, name) = (segments.next(), segments.next());
     if let Some(user) = request.extensions().get::<User>() {
+        // As kube-apiserver names the verbs of a proxy subresource.
+        let verb = match *request.method() {
+            Method::POST => "create",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE => "delete",
+            _ => "get",
+        };
         let attributes = Attributes {
-            verb: request.method().as_str().to_lowercase(),
+            verb: verb.into(),
             group: "cluster.x-k8s.io".into(),
             resource: "clusters".into(),
             subresource: Some("proxy".into()),
             namespace: namespace.map(String::from),
             name: name.map(String::from),
+            path: None,
         };
         if let Err(reason) = state.authorizer.authorize(user, &attributes) {
-            return ApiError::Forbidden {
-                message: format!(
-                    "clusters.cluster.x-k8s.io \"{}\" is forbidden: User \"{}\" cannot proxy to it: {reason}",
-                    name.unwrap_or_default(),
-                    user.name
-                ),
-            }
-            .into_response();
+            return attributes.forbidden(user, &reason).into_response();
         }
     }
     // A tunnel serves its Cluster while the Cluster lives: the moment it is deleted (or being
@@ -311,44 +324,152 @@ async fn self_subject_access_review(
         Ok(review) => review,
         Err(e) => return e.into_response(),
     };
-    let resource = &review["spec"]["resourceAttributes"];
-    let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(String::from);
-    let attributes = if resource.is_object() {
-        Attributes {
-            verb: text(&resource["verb"]).unwrap_or_default(),
-            group: text(&resource["group"]).unwrap_or_default(),
-            resource: text(&resource["resource"]).unwrap_or_default(),
-            subresource: text(&resource["subresource"]),
-            namespace: text(&resource["namespace"]),
-            name: text(&resource["name"]),
-        }
-    } else {
-        let non_resource = &review["spec"]["nonResourceAttributes"];
-        Attributes {
-            verb: text(&non_resource["verb"]).unwrap_or_default(),
-            group: String::new(),
-            resource: text(&non_resource["path"]).unwrap_or_default(),
-            subresource: None,
-            namespace: None,
-            name: None,
-        }
+    let attributes = match review_attributes(&review, "SelfSubjectAccessReview") {
+        Ok(attributes) => attributes,
+        Err(e) => return e.into_response(),
     };
-    if attributes.verb.is_empty() {
-        return ApiError::invalid(
-            "SelfSubjectAccessReview",
-            "authorization.k8s.io",
-            "",
-            vec![Cause::required("spec.resourceAttributes.verb")],
-        )
-        .into_response();
-    }
     let decision = state.authorizer.authorize(&user, &attributes);
     review["apiVersion"] = json!("authorization.k8s.io/v1");
     review["kind"] = json!("SelfSubjectAccessReview");
-    review["status"] = match decision {
-        Ok(()) => json!({"allowed": true}),
-        Err(reason) => json!({"allowed": false, "reason": reason}),
+    review["status"] = access_review_status(decision);
+    json_response(StatusCode::CREATED, &review)
+}
+
+/// What an access review asks about: its `spec.resourceAttributes` or
+/// `spec.nonResourceAttributes`.
+fn review_attributes(review: &Value, kind: &str) -> ApiResult<Attributes> {
+    let resource = &review["spec"]["resourceAttributes"];
+    let non_resource = &review["spec"]["nonResourceAttributes"];
+    let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(String::from);
+    let (attributes, verb_field) = if resource.is_object() {
+        (
+            Attributes {
+                verb: text(&resource["verb"]).unwrap_or_default(),
+                group: text(&resource["group"]).unwrap_or_default(),
+                resource: text(&resource["resource"]).unwrap_or_default(),
+                subresource: text(&resource["subresource"]),
+                namespace: text(&resource["namespace"]),
+                name: text(&resource["name"]),
+                path: None,
+            },
+            "spec.resourceAttributes.verb",
+        )
+    } else if non_resource.is_object() {
+        (
+            Attributes::non_resource(
+                &text(&non_resource["verb"]).unwrap_or_default(),
+                &text(&non_resource["path"]).unwrap_or_default(),
+            ),
+            "spec.nonResourceAttributes.verb",
+        )
+    } else {
+        return Err(ApiError::invalid(
+            kind,
+            "authorization.k8s.io",
+            "",
+            vec![Cause::required("spec.resourceAttributes")],
+        ));
     };
+    if attributes.verb.is_empty() {
+        return Err(ApiError::invalid(
+            kind,
+            "authorization.k8s.io",
+            "",
+            vec![Cause::required(verb_field)],
+        ));
+    }
+    Ok(attributes)
+}
+
+fn access_review_status(decision: Result<(), String>) -> Value {
+    match decision {
+        Ok(()) => json!({"allowed": true}),
+        Err(reason) if reason.is_empty() => json!({"allowed": false}),
+        Err(reason) => json!({"allowed": false, "reason": reason}),
+    }
+}
+
+/// `kubectl auth can-i --list`: the rules the caller holds in `spec.namespace` (and
+/// everywhere), as a SelfSubjectRulesReview.
+async fn self_subject_rules_review(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+) -> Response {
+    let Some(user) = request.extensions().get::<User>().cloned() else {
+        return ApiError::Unauthorized.into_response();
+    };
+    let headers = request.headers().clone();
+    let mut review = match read_body(request.into_body(), &headers, false).await {
+        Ok(review) => review,
+        Err(e) => return e.into_response(),
+    };
+    let namespace = review["spec"]["namespace"]
+        .as_str()
+        .filter(|ns| !ns.is_empty())
+        .map(String::from);
+    let mut rules = match &state.rbac {
+        Some(rbac) => rbac.rules_for(&user, namespace.as_deref()),
+        None => vec![],
+    };
+    if state.rbac.is_none() || user.groups.iter().any(|g| g == crate::rbac::MASTERS) {
+        rules.splice(0..0, crate::rbac::full_authority());
+    }
+    review["apiVersion"] = json!("authorization.k8s.io/v1");
+    review["kind"] = json!("SelfSubjectRulesReview");
+    review["status"] = crate::rbac::rules_review_status(&rules);
+    json_response(StatusCode::CREATED, &review)
+}
+
+/// A SubjectAccessReview: may `spec.user` (in `spec.groups`) do this? Asked by whoever may
+/// create subjectaccessreviews (an authorizing webhook, an admin checking a user).
+async fn subject_access_review(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let Some(caller) = request.extensions().get::<User>().cloned() else {
+        return ApiError::Unauthorized.into_response();
+    };
+    let asking = Attributes {
+        verb: "create".into(),
+        group: "authorization.k8s.io".into(),
+        resource: "subjectaccessreviews".into(),
+        subresource: None,
+        namespace: None,
+        name: None,
+        path: None,
+    };
+    if let Err(reason) = state.authorizer.authorize(&caller, &asking) {
+        discard(request.into_body()).await;
+        return asking.forbidden(&caller, &reason).into_response();
+    }
+    let headers = request.headers().clone();
+    let mut review = match read_body(request.into_body(), &headers, false).await {
+        Ok(review) => review,
+        Err(e) => return e.into_response(),
+    };
+    let attributes = match review_attributes(&review, "SubjectAccessReview") {
+        Ok(attributes) => attributes,
+        Err(e) => return e.into_response(),
+    };
+    let Some(name) = review["spec"]["user"].as_str().filter(|u| !u.is_empty()) else {
+        return ApiError::invalid(
+            "SubjectAccessReview",
+            "authorization.k8s.io",
+            "",
+            vec![Cause::required("spec.user")],
+        )
+        .into_response();
+    };
+    let subject = User {
+        name: name.to_string(),
+        groups: review["spec"]["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|g| g.as_str().map(String::from))
+            .collect(),
+    };
+    let decision = state.authorizer.authorize(&subject, &attributes);
+    review["apiVersion"] = json!("authorization.k8s.io/v1");
+    review["kind"] = json!("SubjectAccessReview");
+    review["status"] = access_review_status(decision);
     json_response(StatusCode::CREATED, &review)
 }
 
@@ -484,7 +605,23 @@ async fn authenticate(
             }
             .into_response()
         }
-        Ok(user) => {
+        Ok(mut user) => {
+            if !user.groups.iter().any(|g| g == crate::rbac::AUTHENTICATED) {
+                user.groups.push(crate::rbac::AUTHENTICATED.into());
+            }
+            let path = request.uri().path();
+            // Resource paths are authorized once the route knows the kind; every other path
+            // (discovery, OpenAPI, metrics, what is not found) is a non-resource URL.
+            if !path.starts_with("/k8s/clusters/") && parse_path(path).is_none() {
+                let attributes = Attributes::non_resource(
+                    &request.method().as_str().to_lowercase(),
+                    path,
+                );
+                if let Err(reason) = state.authorizer.authorize(&user, &attributes) {
+                    discard(request.into_body()).await;
+                    return attributes.forbidden(&user, &reason).into_response();
+                }
+            }
             request.extensions_mut().insert(user);
             next.run(request).await
         }
@@ -802,25 +939,25 @@ async fn serve(
             });
         }
     };
+    // A namespace's own requests are in that namespace, as kube-apiserver scopes them: a
+    // RoleBinding in `team-a` may let its subjects read Namespace `team-a`.
+    let namespace = match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "namespaces") => target.name.clone(),
+        _ => target.namespace.clone(),
+    };
     let attributes = Attributes {
         verb: verb.into(),
         group: rt.group.clone(),
         resource: rt.plural.clone(),
         subresource: target.subresource.clone(),
-        namespace: target.namespace.clone(),
+        namespace,
         name: target.name.clone(),
+        path: None,
     };
     state
         .authorizer
         .authorize(&user, &attributes)
-        .map_err(|reason| ApiError::Forbidden {
-            message: format!(
-                "{} \"{}\" is forbidden: User \"{}\" cannot {verb} resource: {reason}",
-                rt.qualified_plural(),
-                target.name.as_deref().unwrap_or_default(),
-                user.name
-            ),
-        })?;
+        .map_err(|reason| attributes.forbidden(&user, &reason))?;
     if rt.group == lariat_api::fleet::GROUP
         && rt.plural == "contents"
         && let Some(name) = &target.name
@@ -885,6 +1022,7 @@ async fn serve(
             validation,
             dry_run: dry_run(verb, &dry_run_values)?,
             force: query.get("force").is_some_and(|f| f == "true"),
+            requester: Some(user.clone()),
         })
     };
 

@@ -29,6 +29,7 @@ pub mod openapi;
 pub mod patch;
 pub mod pki;
 pub mod protobuf;
+pub mod rbac;
 pub mod registry;
 pub mod resources;
 pub mod scale;
@@ -42,7 +43,7 @@ pub mod virtual_clusters;
 pub mod watch;
 pub mod webhook;
 
-use crate::auth::{AllowAuthenticated, Authenticator};
+use crate::auth::Authenticator;
 use crate::registry::Registry;
 use crate::resources::{Resources, WriteOptions};
 
@@ -121,6 +122,9 @@ pub struct Server {
     tls: Arc<rustls::ServerConfig>,
     pki: pki::Pki,
     config: Config,
+    rbac: Arc<rbac::Rbac>,
+    /// The store revision RBAC's index was read at, to follow changes from.
+    rbac_revision: i64,
 }
 
 impl Server {
@@ -203,6 +207,13 @@ impl Server {
         )
         .await
         .map_err(|e| StartError::Store(e.to_string()))?;
+        rbac::bootstrap(&resources)
+            .await
+            .map_err(|e| StartError::Store(format!("default RBAC roles: {e}")))?;
+        let (rbac, rbac_revision) = rbac::Rbac::load(&store)
+            .await
+            .map_err(|e| StartError::Store(e.to_string()))?;
+        let resources = resources.with_rbac(rbac.clone());
         let authenticator =
             Authenticator::new(store.clone(), &pki.ca_cert_pem).map_err(StartError::Tls)?;
 
@@ -230,7 +241,8 @@ impl Server {
         let state = Arc::new(http::AppState {
             resources,
             authenticator,
-            authorizer: Arc::new(agents::AgentScope::around(Arc::new(AllowAuthenticated))),
+            authorizer: Arc::new(agents::AgentScope::around(rbac.clone())),
+            rbac: Some(rbac.clone()),
             server_address: server_address.to_string(),
             advertised_address: advertised.map(|(_, address)| address),
             agent_image: config.agent_image.clone(),
@@ -249,6 +261,8 @@ impl Server {
             tls,
             pki,
             config,
+            rbac,
+            rbac_revision,
         })
     }
 
@@ -354,6 +368,11 @@ impl Server {
             let stop = stop_rx.clone();
             tokio::spawn(async move { resources.follow_crds(stop).await })
         };
+        let rbac = tokio::spawn(self.rbac.clone().follow(
+            self.state.resources.store.clone(),
+            self.rbac_revision,
+            stop_rx.clone(),
+        ));
         let reporter = tokio::spawn(tunnel::report(
             self.state.tunnels.clone(),
             local::client(self.state.clone()),
@@ -372,7 +391,7 @@ impl Server {
             },
         )
         .await?;
-        let _ = tokio::join!(collector, compactor, event_expiry, crd_follower, reporter);
+        let _ = tokio::join!(collector, compactor, event_expiry, crd_follower, rbac, reporter);
         Ok(())
     }
 }

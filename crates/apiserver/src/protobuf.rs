@@ -118,6 +118,21 @@ struct SelfSubjectAccessReview {
     spec: Option<SelfSubjectAccessReviewSpec>,
 }
 
+/// authorization.k8s.io/v1 SelfSubjectRulesReview, which `kubectl auth can-i --list` sends.
+#[derive(Clone, PartialEq, Message)]
+struct SelfSubjectRulesReview {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(message, optional, tag = "2")]
+    spec: Option<SelfSubjectRulesReviewSpec>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct SelfSubjectRulesReviewSpec {
+    #[prost(string, optional, tag = "1")]
+    namespace: Option<String>,
+}
+
 #[derive(Clone, PartialEq, Message)]
 struct SelfSubjectAccessReviewSpec {
     #[prost(message, optional, tag = "1")]
@@ -291,10 +306,16 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
             }
             json!({"metadata": metadata(review.metadata), "spec": spec_json})
         }
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => {
+            let review =
+                SelfSubjectRulesReview::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
+            let namespace = review.spec.unwrap_or_default().namespace;
+            json!({"metadata": metadata(review.metadata), "spec": {"namespace": namespace}})
+        }
         _ => {
             return Err(ApiError::UnsupportedMediaType {
                 message: format!(
-                    "protobuf bodies are accepted for v1 ConfigMap, Secret and Namespace and authorization.k8s.io/v1 SelfSubjectAccessReview only, not {api_version} {kind}; send application/json"
+                    "protobuf bodies are accepted for v1 ConfigMap, Secret and Namespace and authorization.k8s.io/v1 SelfSubjectAccessReview and SelfSubjectRulesReview only, not {api_version} {kind}; send application/json"
                 ),
             });
         }

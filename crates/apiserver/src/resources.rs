@@ -31,6 +31,9 @@ pub struct WriteOptions {
     pub validation: FieldValidation,
     pub dry_run: bool,
     pub force: bool,
+    /// Who asks, when a write's admission depends on it (RBAC's escalation prevention);
+    /// `None` for the server's own writes.
+    pub requester: Option<crate::auth::User>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -122,6 +125,8 @@ pub struct Resources {
     cipher: Arc<Cipher>,
     /// Recent changes as watchers see them, decoded and encoded once for all of them.
     pub(crate) fanout: Arc<crate::watch::Fanout>,
+    /// RBAC, which checks writes of roles and bindings against their writer's own rules.
+    rbac: Option<Arc<crate::rbac::Rbac>>,
 }
 
 impl Resources {
@@ -131,7 +136,14 @@ impl Resources {
             registry,
             cipher: Arc::new(cipher),
             fanout: Default::default(),
+            rbac: None,
         }
+    }
+
+    /// These resources with RBAC's escalation prevention on writes of roles and bindings.
+    pub fn with_rbac(mut self, rbac: Arc<crate::rbac::Rbac>) -> Resources {
+        self.rbac = Some(rbac);
+        self
     }
 
     /// Where requests for `group`/`plural` in `namespace` point, at the kind's storage
@@ -892,6 +904,9 @@ impl Resources {
                 objects::name_of(&object),
                 causes,
             ));
+        }
+        if let (Some(rbac), Some(requester)) = (&self.rbac, &options.requester) {
+            rbac.confirm_write(requester, &rt.group, &rt.plural, &object)?;
         }
         Ok((object, warnings))
     }

@@ -291,9 +291,15 @@ fn random(len: usize) -> String {
 
 /// A new token `<id>.<secret>` and the hash of its secret.
 pub fn new_token() -> (String, String, String) {
+    let (id, secret, hash) = new_token_parts();
+    (format!("{id}.{secret}"), id, hash)
+}
+
+/// A new token's id, secret and the secret's SHA-256 (hex), for tokens of other shapes.
+pub fn new_token_parts() -> (String, String, String) {
     let (id, secret) = (random(6), random(32));
     let hash = sha256_hex(&secret);
-    (format!("{id}.{secret}"), id, hash)
+    (id, secret, hash)
 }
 
 /// Creates a ClusterRegistrationToken for the Cluster `namespace/name` valid for `ttl`,

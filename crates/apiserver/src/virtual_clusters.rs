@@ -91,6 +91,7 @@ impl VirtualClusters {
             resources,
             authenticator,
             authorizer: Arc::new(AllowAuthenticated),
+            rbac: None,
             server_address: self.server_address.clone(),
             advertised_address: None,
             agent_image: Default::default(),

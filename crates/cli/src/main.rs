@@ -15,6 +15,7 @@ mod fleet;
 mod generate;
 mod import;
 mod providers;
+mod token;
 
 /// mimalloc rather than glibc's malloc: the server decodes and encodes JSON all day, and a
 /// profile of `lariat bench lifecycle` spent a third of its CPU in glibc's malloc and free.
@@ -60,6 +61,11 @@ enum Command {
     Agent(import::AgentArgs),
     /// Print a kubeconfig that reaches a connected cluster through the lariat server.
     Kubeconfig(import::KubeconfigArgs),
+    /// Bearer tokens for users of the management API: create (printed once), list, revoke.
+    Token {
+        #[command(subcommand)]
+        what: token::TokenCommand,
+    },
     /// Enable providers on a server, like clusterctl init (core, kubeadm and an infrastructure).
     Init(providers::InitArgs),
     /// Print the client's version and, unless --client, the server's (like kubectl version).
@@ -203,6 +209,7 @@ fn main() -> std::process::ExitCode {
             } => import::import(args).await,
             Command::Agent(args) => import::agent(args).await,
             Command::Kubeconfig(args) => import::kubeconfig(args).await,
+            Command::Token { what } => token::run(what).await,
             Command::Describe { what } => describe::run(what).await,
             Command::Fleet { what } => fleet::run(what).await,
             Command::Admin {

@@ -13,6 +13,8 @@ mod capi;
 mod core;
 mod crd;
 mod events;
+mod rbac;
+mod tokens;
 
 /// One kind's write rules.
 pub trait Strategy: Send + Sync {
@@ -32,6 +34,9 @@ pub fn for_kind(group: &str, plural: &str) -> Option<&'static dyn Strategy> {
         ("", "events") => &events::Events,
         ("events.k8s.io", "events") => &events::EventsV1,
         ("apiextensions.k8s.io", "customresourcedefinitions") => &crd::CustomResourceDefinitions,
+        ("management.lariat.dev", "tokens") => &tokens::Tokens,
+        ("rbac.authorization.k8s.io", "roles" | "clusterroles") => &rbac::Roles,
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => &rbac::Bindings,
         ("cluster.x-k8s.io", "clusters") => &capi::Clusters,
         ("cluster.x-k8s.io", "machinedeployments" | "machinesets" | "machines") => {
             &capi::MachineOwners

@@ -1,0 +1,977 @@
+//! Kubernetes RBAC (rbac.authorization.k8s.io/v1) as kube-apiserver enforces it: Roles and
+//! ClusterRoles hold rules, RoleBindings and ClusterRoleBindings grant them to users, groups
+//! and ServiceAccounts. [`Rbac`] answers every request from an index of grants by subject,
+//! rebuilt by one watch on the four kinds, so a decision reads no store: it walks only the
+//! grants of the caller's name and groups. `system:masters` is allowed everything before RBAC
+//! is asked, as kube-apiserver's own authorizer chain does.
+//!
+//! Writes to the four kinds pass [`Rbac::confirm_write`] (escalation prevention): no one
+//! creates a role holding rules they do not hold themselves (or the `escalate` verb on it),
+//! nor binds a role whose rules they do not hold (or the `bind` verb on it).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use futures::StreamExt;
+use k8s_openapi::api::rbac::v1::{
+    AggregationRule, ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef,
+    Subject,
+};
+use lariat_store::{EventKind, ListOptions, Store};
+use serde_json::{Value, json};
+
+use crate::auth::{Attributes, Authorizer, User};
+use crate::status::{ApiError, ApiResult};
+
+pub const GROUP: &str = "rbac.authorization.k8s.io";
+/// Allowed everything, whatever the bindings say.
+pub const MASTERS: &str = "system:masters";
+/// Every authenticated caller is in this group.
+pub const AUTHENTICATED: &str = "system:authenticated";
+const PREFIX: &str = "/registry/rbac.authorization.k8s.io/";
+
+/// The four kinds as last seen in the store, keyed as stored (`NAMESPACE/NAME` or `NAME`).
+#[derive(Default)]
+struct Objects {
+    roles: HashMap<String, Role>,
+    cluster_roles: HashMap<String, ClusterRole>,
+    role_bindings: HashMap<String, RoleBinding>,
+    cluster_role_bindings: HashMap<String, ClusterRoleBinding>,
+}
+
+impl Objects {
+    /// Applies one stored change (`key` relative to [`PREFIX`]); `None` deletes.
+    fn apply(&mut self, key: &str, value: Option<&[u8]>) {
+        let Some((plural, name)) = key.split_once('/') else {
+            return;
+        };
+        fn put<T: serde::de::DeserializeOwned>(
+            map: &mut HashMap<String, T>,
+            name: &str,
+            value: Option<&[u8]>,
+        ) {
+            match value.map(serde_json::from_slice::<T>) {
+                Some(Ok(object)) => {
+                    map.insert(name.to_string(), object);
+                }
+                // The API validated it before it was stored; an object this build cannot read
+                // grants nothing.
+                Some(Err(_)) | None => {
+                    map.remove(name);
+                }
+            }
+        }
+        match plural {
+            "roles" => put(&mut self.roles, name, value),
+            "clusterroles" => put(&mut self.cluster_roles, name, value),
+            "rolebindings" => put(&mut self.role_bindings, name, value),
+            "clusterrolebindings" => put(&mut self.cluster_role_bindings, name, value),
+            _ => {}
+        }
+    }
+
+    /// The rules of ClusterRole `name`: its own, or for an aggregated one the union of the
+    /// rules of every ClusterRole its selectors match (themselves aggregated or not).
+    fn cluster_role_rules(&self, name: &str, seen: &mut HashSet<String>) -> Vec<PolicyRule> {
+        if !seen.insert(name.to_string()) {
+            return vec![];
+        }
+        let Some(role) = self.cluster_roles.get(name) else {
+            return vec![];
+        };
+        let Some(aggregation) = &role.aggregation_rule else {
+            return role.rules.clone().unwrap_or_default();
+        };
+        let mut rules: Vec<PolicyRule> = Vec::new();
+        let mut names: Vec<&String> = self
+            .cluster_roles
+            .iter()
+            .filter(|(other, r)| *other != name && aggregates(aggregation, r))
+            .map(|(other, _)| other)
+            .collect();
+        names.sort();
+        for other in names {
+            for rule in self.cluster_role_rules(other, seen) {
+                if !rules.contains(&rule) {
+                    rules.push(rule);
+                }
+            }
+        }
+        rules
+    }
+
+    fn index(&self) -> Index {
+        let mut index = Index::default();
+        for name in self.cluster_roles.keys() {
+            let rules = self.cluster_role_rules(name, &mut HashSet::new());
+            index.cluster_roles.insert(name.clone(), Arc::new(rules));
+        }
+        for (key, role) in &self.roles {
+            let rules = role.rules.clone().unwrap_or_default();
+            index.roles.insert(key.clone(), Arc::new(rules));
+        }
+        for binding in self.cluster_role_bindings.values() {
+            if binding.role_ref.kind != "ClusterRole" {
+                continue;
+            }
+            let Some(rules) = index.cluster_roles.get(&binding.role_ref.name).cloned() else {
+                continue;
+            };
+            for subject in binding.subjects.iter().flatten() {
+                if let Some(key) = subject_key(subject, None) {
+                    index.grants.entry(key).or_default().push(Grant {
+                        namespace: None,
+                        rules: rules.clone(),
+                    });
+                }
+            }
+        }
+        for binding in self.role_bindings.values() {
+            let namespace = binding.metadata.namespace.clone().unwrap_or_default();
+            let Some(rules) = index.role_ref_rules(&binding.role_ref, &namespace) else {
+                continue;
+            };
+            for subject in binding.subjects.iter().flatten() {
+                if let Some(key) = subject_key(subject, Some(&namespace)) {
+                    index.grants.entry(key).or_default().push(Grant {
+                        namespace: Some(namespace.clone()),
+                        rules: rules.clone(),
+                    });
+                }
+            }
+        }
+        index
+    }
+}
+
+/// Whether ClusterRole `role` is selected by `aggregation` (matchLabels and matchExpressions,
+/// as a label selector).
+fn aggregates(aggregation: &AggregationRule, role: &ClusterRole) -> bool {
+    let labels = role.metadata.labels.clone().unwrap_or_default();
+    aggregation
+        .cluster_role_selectors
+        .iter()
+        .flatten()
+        .any(|selector| {
+            let by_label = selector
+                .match_labels
+                .iter()
+                .flatten()
+                .all(|(k, v)| labels.get(k) == Some(v));
+            let by_expression = selector.match_expressions.iter().flatten().all(|e| {
+                let values = e.values.clone().unwrap_or_default();
+                match e.operator.as_str() {
+                    "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
+                    "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
+                    "Exists" => labels.contains_key(&e.key),
+                    "DoesNotExist" => !labels.contains_key(&e.key),
+                    _ => false,
+                }
+            });
+            // An empty selector selects nothing here: aggregating every ClusterRole into one
+            // is never what a role's author meant.
+            let empty = selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
+                && selector
+                    .match_expressions
+                    .as_ref()
+                    .is_none_or(|m| m.is_empty());
+            !empty && by_label && by_expression
+        })
+}
+
+/// The index key of a binding's subject: `u:NAME` or `g:NAME`; a ServiceAccount is the user
+/// `system:serviceaccount:NAMESPACE:NAME`.
+fn subject_key(subject: &Subject, binding_namespace: Option<&str>) -> Option<String> {
+    match subject.kind.as_str() {
+        "User" => Some(format!("u:{}", subject.name)),
+        "Group" => Some(format!("g:{}", subject.name)),
+        "ServiceAccount" => {
+            let namespace = subject.namespace.as_deref().or(binding_namespace)?;
+            Some(format!(
+                "u:system:serviceaccount:{namespace}:{}",
+                subject.name
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Rules granted by one binding, where they apply.
+struct Grant {
+    /// `None`: everywhere (a ClusterRoleBinding); else only in this namespace.
+    namespace: Option<String>,
+    rules: Arc<Vec<PolicyRule>>,
+}
+
+#[derive(Default)]
+struct Index {
+    grants: HashMap<String, Vec<Grant>>,
+    cluster_roles: HashMap<String, Arc<Vec<PolicyRule>>>,
+    /// By `NAMESPACE/NAME`.
+    roles: HashMap<String, Arc<Vec<PolicyRule>>>,
+}
+
+impl Index {
+    fn role_ref_rules(&self, role_ref: &RoleRef, namespace: &str) -> Option<Arc<Vec<PolicyRule>>> {
+        match role_ref.kind.as_str() {
+            "ClusterRole" => self.cluster_roles.get(&role_ref.name).cloned(),
+            "Role" => self
+                .roles
+                .get(&format!("{namespace}/{}", role_ref.name))
+                .cloned(),
+            _ => None,
+        }
+    }
+
+    /// The grants that apply to `user` in `namespace` (`None`: cluster-wide ones only).
+    fn grants<'a>(
+        &'a self,
+        user: &'a User,
+        namespace: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a Grant> + 'a {
+        std::iter::once(format!("u:{}", user.name))
+            .chain(user.groups.iter().map(|g| format!("g:{g}")))
+            .filter_map(|key| self.grants.get(&key))
+            .flatten()
+            .filter(move |grant| {
+                grant.namespace.is_none() || grant.namespace.as_deref() == namespace
+            })
+    }
+}
+
+impl Rbac {
+    /// A Token authenticates as `spec.user` in `spec.groups`: its creator must be that user
+    /// with those groups, or hold `impersonate` on that user and on each group they lack.
+    fn confirm_token(&self, user: &User, object: &Value) -> ApiResult<()> {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let subject = object["spec"]["user"].as_str().unwrap_or_default();
+        let may_impersonate = |resource: &str, name: &str| {
+            self.authorize(
+                user,
+                &Attributes {
+                    verb: "impersonate".into(),
+                    group: String::new(),
+                    resource: resource.into(),
+                    subresource: None,
+                    namespace: None,
+                    name: Some(name.into()),
+                    path: None,
+                },
+            )
+            .is_ok()
+        };
+        let mut lacking = Vec::new();
+        if subject != user.name && !may_impersonate("users", subject) {
+            lacking.push(format!("users {subject:?}"));
+        }
+        for group in object["spec"]["groups"].as_array().into_iter().flatten() {
+            let group = group.as_str().unwrap_or_default();
+            if !user.groups.iter().any(|g| g == group) && !may_impersonate("groups", group) {
+                lacking.push(format!("groups {group:?}"));
+            }
+        }
+        if lacking.is_empty() {
+            return Ok(());
+        }
+        Err(ApiError::Forbidden {
+            message: format!(
+                "tokens.{} {name:?} is forbidden: User {:?} may create tokens only for itself and its own groups; this one needs impersonate on {}",
+                lariat_api::management::GROUP,
+                user.name,
+                lacking.join(" and ")
+            ),
+        })
+    }
+}
+
+/// RBAC's decisions, from the index one watch keeps.
+pub struct Rbac {
+    index: RwLock<Arc<Index>>,
+}
+
+impl Rbac {
+    /// Reads the four kinds from `store` and indexes them; returns the revision to follow
+    /// changes from ([`Rbac::follow`]).
+    pub async fn load(store: &Arc<dyn Store>) -> Result<(Arc<Rbac>, i64), lariat_store::Error> {
+        let rbac = Arc::new(Rbac {
+            index: RwLock::new(Arc::default()),
+        });
+        let mut objects = Objects::default();
+        let revision = load_into(store, &mut objects).await?;
+        rbac.publish(&objects);
+        Ok((rbac, revision))
+    }
+
+    fn publish(&self, objects: &Objects) {
+        let index = Arc::new(objects.index());
+        *self.index.write().expect("rbac index lock") = index;
+    }
+
+    fn current(&self) -> Arc<Index> {
+        self.index.read().expect("rbac index lock").clone()
+    }
+
+    /// Keeps the index in step with the store from `revision` until `stop`: every change
+    /// that arrived while the index was being rebuilt is applied before the next rebuild, so
+    /// a burst of writes costs a few rebuilds, not one per write.
+    pub async fn follow(
+        self: Arc<Self>,
+        store: Arc<dyn Store>,
+        mut revision: i64,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut objects = Objects::default();
+        let mut reload = true;
+        loop {
+            if reload {
+                match load_into(&store, &mut objects).await {
+                    Ok(at) => {
+                        revision = at;
+                        self.publish(&objects);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot read RBAC objects; retrying");
+                        tokio::select! {
+                            _ = stop.changed() => return,
+                            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
+                        }
+                    }
+                }
+            }
+            let mut changes = match store.watch(PREFIX, revision + 1).await {
+                Ok(changes) => changes,
+                Err(_) => {
+                    // Compacted past our revision, or the store is away: read everything again.
+                    reload = true;
+                    tokio::select! {
+                        _ = stop.changed() => return,
+                        _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => continue,
+                    }
+                }
+            };
+            reload = true;
+            loop {
+                let first = tokio::select! {
+                    _ = stop.changed() => return,
+                    change = changes.next() => change,
+                };
+                let Some(Ok(change)) = first else { break };
+                let mut batch = vec![change];
+                while let Some(Some(Ok(change))) = futures::FutureExt::now_or_never(changes.next())
+                {
+                    batch.push(change);
+                }
+                for change in batch {
+                    revision = revision.max(change.kv.mod_revision);
+                    let key = change.kv.key.strip_prefix(PREFIX).unwrap_or_default();
+                    match change.kind {
+                        EventKind::Put => objects.apply(key, Some(&change.kv.value)),
+                        EventKind::Delete => objects.apply(key, None),
+                    }
+                }
+                self.publish(&objects);
+            }
+        }
+    }
+
+    /// The rules `user` holds in `namespace` (`None`: cluster-wide), as a
+    /// SelfSubjectRulesReview lists them.
+    pub fn rules_for(&self, user: &User, namespace: Option<&str>) -> Vec<PolicyRule> {
+        let index = self.current();
+        let mut rules: Vec<PolicyRule> = Vec::new();
+        for grant in index.grants(user, namespace) {
+            for rule in grant.rules.iter() {
+                if !rules.contains(rule) {
+                    rules.push(rule.clone());
+                }
+            }
+        }
+        rules
+    }
+
+    /// Escalation prevention for a write of `object` (a Role, ClusterRole, RoleBinding or
+    /// ClusterRoleBinding, as kube-apiserver's RBAC storage checks it; or a Token) by `user`.
+    pub fn confirm_write(
+        &self,
+        user: &User,
+        group: &str,
+        plural: &str,
+        object: &Value,
+    ) -> ApiResult<()> {
+        if user.groups.iter().any(|g| g == MASTERS) {
+            return Ok(());
+        }
+        if group == lariat_api::management::GROUP && plural == "tokens" {
+            return self.confirm_token(user, object);
+        }
+        if group != GROUP {
+            return Ok(());
+        }
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .filter(|ns| !ns.is_empty());
+        let may = |verb: &str, resource: &str, name: &str| {
+            self.authorize(
+                user,
+                &Attributes {
+                    verb: verb.into(),
+                    group: GROUP.into(),
+                    resource: resource.into(),
+                    subresource: None,
+                    namespace: namespace.map(String::from),
+                    name: Some(name.into()),
+                    path: None,
+                },
+            )
+            .is_ok()
+        };
+        let forbidden = |why: String| ApiError::Forbidden {
+            message: format!("{plural}.{GROUP} \"{name}\" is forbidden: {why}"),
+        };
+        let rules: Vec<PolicyRule> = match plural {
+            "roles" | "clusterroles" => {
+                if may("escalate", plural, name) {
+                    return Ok(());
+                }
+                if !object["aggregationRule"].is_null() {
+                    // What an aggregated role holds is decided by others' labels later, so only
+                    // a holder of every permission may create one.
+                    full_authority()
+                } else {
+                    serde_json::from_value(object["rules"].clone()).unwrap_or_default()
+                }
+            }
+            "rolebindings" | "clusterrolebindings" => {
+                let role_ref: RoleRef = serde_json::from_value(object["roleRef"].clone())
+                    .map_err(|e| forbidden(format!("roleRef: {e}")))?;
+                let role_plural = if role_ref.kind == "Role" {
+                    "roles"
+                } else {
+                    "clusterroles"
+                };
+                if may("bind", role_plural, &role_ref.name) {
+                    return Ok(());
+                }
+                let index = self.current();
+                match index.role_ref_rules(&role_ref, namespace.unwrap_or_default()) {
+                    Some(rules) => rules.to_vec(),
+                    None => {
+                        return Err(forbidden(format!(
+                            "{role_plural}.{GROUP} \"{}\" not found",
+                            role_ref.name
+                        )));
+                    }
+                }
+            }
+            _ => return Ok(()),
+        };
+        let held = self.rules_for(user, namespace);
+        let missing: Vec<String> = rules
+            .iter()
+            .flat_map(atomic_rules)
+            .filter(|servant| !held.iter().any(|owner| covers(owner, servant)))
+            .map(|rule| describe_rule(&rule))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let groups: Vec<String> = user.groups.iter().map(|g| format!("{g:?}")).collect();
+        Err(forbidden(format!(
+            "user {:?} (groups=[{}]) is attempting to grant RBAC permissions not currently held:\n{}",
+            user.name,
+            groups.join(" "),
+            missing.join("\n")
+        )))
+    }
+}
+
+impl Authorizer for Rbac {
+    fn authorize(&self, user: &User, attributes: &Attributes) -> Result<(), String> {
+        if user.groups.iter().any(|g| g == MASTERS) {
+            return Ok(());
+        }
+        let index = self.current();
+        let namespace = attributes.namespace.as_deref();
+        let allowed = index
+            .grants(user, namespace)
+            .any(|grant| grant.rules.iter().any(|rule| allows(rule, attributes)));
+        // As kube-apiserver's RBAC authorizer: a refusal has no reason beyond the request.
+        if allowed { Ok(()) } else { Err(String::new()) }
+    }
+}
+
+async fn load_into(
+    store: &Arc<dyn Store>,
+    objects: &mut Objects,
+) -> Result<i64, lariat_store::Error> {
+    let listed = store.list(PREFIX, ListOptions::default()).await?;
+    *objects = Objects::default();
+    for kv in &listed.items {
+        objects.apply(
+            kv.key.strip_prefix(PREFIX).unwrap_or_default(),
+            Some(&kv.value),
+        );
+    }
+    Ok(listed.revision)
+}
+
+fn has(list: &Option<Vec<String>>, wanted: &str) -> bool {
+    list.iter().flatten().any(|v| v == wanted)
+}
+
+/// Whether `rule` allows the request `attributes` (kube-apiserver's `RuleAllows`).
+pub fn allows(rule: &PolicyRule, attributes: &Attributes) -> bool {
+    let verb = &attributes.verb;
+    if !rule.verbs.iter().any(|v| v == "*" || v == verb) {
+        return false;
+    }
+    if let Some(path) = &attributes.path {
+        return rule.non_resource_urls.iter().flatten().any(|url| {
+            url == "*"
+                || url == path
+                || url
+                    .strip_suffix('*')
+                    .is_some_and(|prefix| path.starts_with(prefix))
+        });
+    }
+    let group_matches = has(&rule.api_groups, &attributes.group) || has(&rule.api_groups, "*");
+    if !group_matches {
+        return false;
+    }
+    let combined = match &attributes.subresource {
+        Some(sub) => format!("{}/{sub}", attributes.resource),
+        None => attributes.resource.clone(),
+    };
+    let resource_matches = rule.resources.iter().flatten().any(|r| {
+        r == "*"
+            || *r == combined
+            || attributes
+                .subresource
+                .as_ref()
+                .is_some_and(|sub| r.strip_prefix("*/") == Some(sub.as_str()))
+    });
+    if !resource_matches {
+        return false;
+    }
+    match &rule.resource_names {
+        Some(names) if !names.is_empty() => attributes
+            .name
+            .as_ref()
+            .is_some_and(|name| names.contains(name)),
+        _ => true,
+    }
+}
+
+/// Every permission there is: what `cluster-admin` holds.
+pub fn full_authority() -> Vec<PolicyRule> {
+    vec![
+        PolicyRule {
+            api_groups: Some(vec!["*".into()]),
+            resources: Some(vec!["*".into()]),
+            verbs: vec!["*".into()],
+            ..Default::default()
+        },
+        PolicyRule {
+            non_resource_urls: Some(vec!["*".into()]),
+            verbs: vec!["*".into()],
+            ..Default::default()
+        },
+    ]
+}
+
+/// `rule` split into rules of one verb, group, resource and name each (or one verb and URL).
+fn atomic_rules(rule: &PolicyRule) -> Vec<PolicyRule> {
+    let mut out = Vec::new();
+    let one = |v: &str| Some(vec![v.to_string()]);
+    for verb in &rule.verbs {
+        for group in rule.api_groups.iter().flatten() {
+            for resource in rule.resources.iter().flatten() {
+                let names: Vec<Option<&String>> = match &rule.resource_names {
+                    Some(names) if !names.is_empty() => names.iter().map(Some).collect(),
+                    _ => vec![None],
+                };
+                for name in names {
+                    out.push(PolicyRule {
+                        verbs: vec![verb.clone()],
+                        api_groups: one(group),
+                        resources: one(resource),
+                        resource_names: name.map(|n| vec![n.clone()]),
+                        ..Default::default()
+                    });
+                }
+            }
+        }
+        for url in rule.non_resource_urls.iter().flatten() {
+            out.push(PolicyRule {
+                verbs: vec![verb.clone()],
+                non_resource_urls: one(url),
+                ..Default::default()
+            });
+        }
+    }
+    out
+}
+
+/// Whether `owner` holds the atomic rule `servant` (kube-apiserver's `ruleCovers`).
+fn covers(owner: &PolicyRule, servant: &PolicyRule) -> bool {
+    let verb = &servant.verbs[0];
+    if !owner.verbs.iter().any(|v| v == "*" || v == verb) {
+        return false;
+    }
+    if let Some(url) = servant.non_resource_urls.iter().flatten().next() {
+        return owner.non_resource_urls.iter().flatten().any(|o| {
+            o == "*"
+                || o == url
+                || o.strip_suffix('*')
+                    .is_some_and(|prefix| url.starts_with(prefix))
+        });
+    }
+    let group = servant.api_groups.iter().flatten().next().cloned().unwrap_or_default();
+    let resource = servant.resources.iter().flatten().next().cloned().unwrap_or_default();
+    if !(has(&owner.api_groups, "*") || has(&owner.api_groups, &group)) {
+        return false;
+    }
+    let resource_covered = owner.resources.iter().flatten().any(|o| {
+        o == "*"
+            || *o == resource
+            || match resource.split_once('/') {
+                Some((base, sub)) => {
+                    o.strip_prefix("*/") == Some(sub) || o.strip_suffix("/*") == Some(base)
+                }
+                None => false,
+            }
+    });
+    if !resource_covered {
+        return false;
+    }
+    match &owner.resource_names {
+        Some(names) if !names.is_empty() => servant
+            .resource_names
+            .iter()
+            .flatten()
+            .next()
+            .is_some_and(|n| names.contains(n)),
+        _ => true,
+    }
+}
+
+/// A rule as kube-apiserver prints one it refuses to grant.
+fn describe_rule(rule: &PolicyRule) -> String {
+    let list = |v: &[String]| {
+        v.iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut parts = Vec::new();
+    if let Some(groups) = &rule.api_groups {
+        parts.push(format!("APIGroups:[{}]", list(groups)));
+    }
+    if let Some(resources) = &rule.resources {
+        parts.push(format!("Resources:[{}]", list(resources)));
+    }
+    if let Some(names) = rule.resource_names.as_ref().filter(|n| !n.is_empty()) {
+        parts.push(format!("ResourceNames:[{}]", list(names)));
+    }
+    if let Some(urls) = &rule.non_resource_urls {
+        parts.push(format!("NonResourceURLs:[{}]", list(urls)));
+    }
+    parts.push(format!("Verbs:[{}]", list(&rule.verbs)));
+    format!("{{{}}}", parts.join(", "))
+}
+
+/// A SelfSubjectRulesReview's status for `rules`.
+pub fn rules_review_status(rules: &[PolicyRule]) -> Value {
+    let resource_rules: Vec<Value> = rules
+        .iter()
+        .filter(|r| r.non_resource_urls.as_ref().is_none_or(|u| u.is_empty()))
+        .map(|r| {
+            json!({
+                "verbs": r.verbs,
+                "apiGroups": r.api_groups.clone().unwrap_or_default(),
+                "resources": r.resources.clone().unwrap_or_default(),
+                "resourceNames": r.resource_names.clone().unwrap_or_default(),
+            })
+        })
+        .collect();
+    let non_resource_rules: Vec<Value> = rules
+        .iter()
+        .filter(|r| r.non_resource_urls.as_ref().is_some_and(|u| !u.is_empty()))
+        .map(|r| json!({"verbs": r.verbs, "nonResourceURLs": r.non_resource_urls}))
+        .collect();
+    json!({
+        "resourceRules": resource_rules,
+        "nonResourceRules": non_resource_rules,
+        "incomplete": false,
+    })
+}
+
+/// The label kube-apiserver marks its default roles with.
+const BOOTSTRAPPING: &str = "kubernetes.io/bootstrapping";
+/// `"false"` on a default role or binding: an administrator changed it and start must not
+/// put it back.
+const AUTOUPDATE: &str = "rbac.authorization.kubernetes.io/autoupdate";
+const AGGREGATE_TO: &str = "rbac.authorization.k8s.io/aggregate-to-";
+/// The API groups of lariat's own kinds (Cluster API's, its providers', Fleet's, lariat's):
+/// `edit` and `view` reach them as they reach Deployments.
+const LARIAT_GROUPS: &[&str] = &[
+    "cluster.x-k8s.io",
+    "infrastructure.cluster.x-k8s.io",
+    "bootstrap.cluster.x-k8s.io",
+    "controlplane.cluster.x-k8s.io",
+    "clusterctl.cluster.x-k8s.io",
+    lariat_api::fleet::GROUP,
+];
+
+fn rule(groups: &[&str], resources: &[String], verbs: &[&str]) -> Value {
+    json!({"apiGroups": groups, "resources": resources, "verbs": verbs})
+}
+
+fn cluster_role(name: &str, labels: Value, rules: Vec<Value>) -> Value {
+    let mut labels = labels;
+    labels[BOOTSTRAPPING] = json!("rbac-defaults");
+    json!({
+        "metadata": {"name": name, "labels": labels, "annotations": {AUTOUPDATE: "true"}},
+        "rules": rules,
+    })
+}
+
+fn aggregated(name: &str, labels: Value, selects: &str) -> Value {
+    let mut role = cluster_role(name, labels, vec![]);
+    role["aggregationRule"] =
+        json!({"clusterRoleSelectors": [{"matchLabels": {format!("{AGGREGATE_TO}{selects}"): "true"}}]});
+    role.as_object_mut().expect("object").remove("rules");
+    role
+}
+
+fn binding(name: &str, role: &str, groups: &[&str]) -> Value {
+    json!({
+        "metadata": {
+            "name": name,
+            "labels": {BOOTSTRAPPING: "rbac-defaults"},
+            "annotations": {AUTOUPDATE: "true"},
+        },
+        "roleRef": {"apiGroup": GROUP, "kind": "ClusterRole", "name": role},
+        "subjects": groups.iter().map(|g| json!({"apiGroup": GROUP, "kind": "Group", "name": g})).collect::<Vec<_>>(),
+    })
+}
+
+/// The default ClusterRoles and ClusterRoleBindings, as kube-apiserver ships them, with
+/// `edit` and `view` reaching lariat's kinds (`kinds`: each group's plurals). The cluster
+/// proxy (`clusters/proxy`) is in none but `cluster-admin`: what a caller may do downstream
+/// is the downstream cluster's RBAC to say.
+pub fn defaults(kinds: &[(String, Vec<String>)]) -> Vec<(&'static str, Value)> {
+    let s = |items: &[&str]| items.iter().map(|i| i.to_string()).collect::<Vec<_>>();
+    let write = [
+        "create",
+        "delete",
+        "deletecollection",
+        "patch",
+        "update",
+    ];
+    let read = ["get", "list", "watch"];
+    let all = [
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    ];
+    let workloads = s(&["configmaps", "secrets", "services", "serviceaccounts"]);
+    let viewable = s(&["configmaps", "services", "serviceaccounts", "events", "namespaces"]);
+    let apps = s(&["deployments", "statefulsets", "deployments/scale", "statefulsets/scale"]);
+    let mut edit = vec![
+        rule(&[""], &workloads, &write),
+        rule(&["apps"], &apps, &write),
+        rule(&["networking.k8s.io"], &s(&["networkpolicies"]), &write),
+    ];
+    let mut view = vec![
+        rule(&[""], &viewable, &read),
+        rule(&["apps"], &apps, &read),
+        rule(&["networking.k8s.io"], &s(&["networkpolicies"]), &read),
+        rule(&["events.k8s.io"], &s(&["events"]), &read),
+    ];
+    for (group, plurals) in kinds {
+        let with_status: Vec<String> = plurals
+            .iter()
+            .flat_map(|p| [p.clone(), format!("{p}/status")])
+            .collect();
+        edit.push(rule(&[group.as_str()], plurals, &write));
+        view.push(rule(&[group.as_str()], &with_status, &read));
+    }
+    // lariat's own kinds are credentials (Tokens, registration tokens) and what the server
+    // reports (ClusterConnections): the last are for everyone who views, the rest for admins.
+    view.push(rule(
+        &[lariat_api::management::GROUP],
+        &s(&["clusterconnections"]),
+        &read,
+    ));
+    let admin = vec![
+        rule(&[GROUP], &s(&["roles", "rolebindings"]), &all),
+        rule(
+            &["authorization.k8s.io"],
+            &s(&["localsubjectaccessreviews"]),
+            &["create"],
+        ),
+    ];
+    let to = |role: &str| json!({format!("{AGGREGATE_TO}{role}"): "true"});
+    let discovery = [
+        "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*",
+        "/readyz", "/version", "/version/",
+    ];
+    let public = ["/healthz", "/livez", "/readyz", "/version", "/version/"];
+    vec![
+        (
+            "clusterroles",
+            cluster_role(
+                "cluster-admin",
+                json!({}),
+                vec![
+                    json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}),
+                    json!({"nonResourceURLs": ["*"], "verbs": ["*"]}),
+                ],
+            ),
+        ),
+        ("clusterroles", aggregated("admin", json!({}), "admin")),
+        ("clusterroles", aggregated("edit", to("admin"), "edit")),
+        ("clusterroles", aggregated("view", to("edit"), "view")),
+        (
+            "clusterroles",
+            cluster_role("system:aggregate-to-admin", to("admin"), admin),
+        ),
+        (
+            "clusterroles",
+            cluster_role("system:aggregate-to-edit", to("edit"), edit),
+        ),
+        (
+            "clusterroles",
+            cluster_role("system:aggregate-to-view", to("view"), view),
+        ),
+        (
+            "clusterroles",
+            cluster_role(
+                "system:basic-user",
+                json!({}),
+                vec![
+                    rule(
+                        &["authorization.k8s.io"],
+                        &s(&["selfsubjectaccessreviews", "selfsubjectrulesreviews"]),
+                        &["create"],
+                    ),
+                    rule(
+                        &["authentication.k8s.io"],
+                        &s(&["selfsubjectreviews"]),
+                        &["create"],
+                    ),
+                ],
+            ),
+        ),
+        (
+            "clusterroles",
+            cluster_role(
+                "system:discovery",
+                json!({}),
+                vec![json!({"nonResourceURLs": discovery, "verbs": ["get"]})],
+            ),
+        ),
+        (
+            "clusterroles",
+            cluster_role(
+                "system:public-info-viewer",
+                json!({}),
+                vec![json!({"nonResourceURLs": public, "verbs": ["get"]})],
+            ),
+        ),
+        (
+            "clusterrolebindings",
+            binding("cluster-admin", "cluster-admin", &[MASTERS]),
+        ),
+        (
+            "clusterrolebindings",
+            binding("system:basic-user", "system:basic-user", &[AUTHENTICATED]),
+        ),
+        (
+            "clusterrolebindings",
+            binding("system:discovery", "system:discovery", &[AUTHENTICATED]),
+        ),
+        (
+            "clusterrolebindings",
+            binding(
+                "system:public-info-viewer",
+                "system:public-info-viewer",
+                &[AUTHENTICATED, "system:unauthenticated"],
+            ),
+        ),
+    ]
+}
+
+/// Creates the default roles and bindings, and on every start puts back what a newer build
+/// adds to them (missing rules, subjects, aggregation), as kube-apiserver reconciles its own:
+/// what an administrator added stays, and one marked `autoupdate: "false"` is left alone.
+pub async fn bootstrap(resources: &crate::resources::Resources) -> ApiResult<()> {
+    let mut kinds: HashMap<String, Vec<String>> = HashMap::new();
+    for rt in resources.registry.all() {
+        if LARIAT_GROUPS.contains(&rt.group.as_str()) {
+            kinds.entry(rt.group.clone()).or_default().push(rt.plural.clone());
+            if rt.storage_version().scale.is_some() {
+                kinds
+                    .entry(rt.group.clone())
+                    .or_default()
+                    .push(format!("{}/scale", rt.plural));
+            }
+        }
+    }
+    let mut kinds: Vec<(String, Vec<String>)> = kinds.into_iter().collect();
+    kinds.sort();
+    for (_, plurals) in &mut kinds {
+        plurals.sort();
+    }
+    let options = crate::resources::WriteOptions {
+        field_manager: "lariat".into(),
+        ..Default::default()
+    };
+    for (plural, wanted) in defaults(&kinds) {
+        let scope = resources
+            .scope(GROUP, plural, None)
+            .expect("RBAC kinds are built in");
+        let name = wanted["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let mut current = match resources.get(&scope, &name).await {
+            Ok(current) => current,
+            Err(ApiError::NotFound { .. }) => {
+                match resources.create(&scope, wanted, &options).await {
+                    Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if current["metadata"]["annotations"][AUTOUPDATE] == "false" {
+            continue;
+        }
+        let before = current.clone();
+        for field in ["rules", "subjects"] {
+            for item in wanted[field].as_array().into_iter().flatten() {
+                let list = &mut current[field];
+                if !list.is_array() {
+                    *list = json!([]);
+                }
+                let list = list.as_array_mut().expect("array");
+                if !list.contains(item) {
+                    list.push(item.clone());
+                }
+            }
+        }
+        if !wanted["aggregationRule"].is_null() {
+            current["aggregationRule"] = wanted["aggregationRule"].clone();
+        }
+        if current != before {
+            resources.update(&scope, &name, current, None, &options).await?;
+        }
+    }
+    Ok(())
+}
