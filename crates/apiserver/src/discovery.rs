@@ -83,6 +83,38 @@ fn group_entry(name: &str, types: &[&ResourceType]) -> Value {
     })
 }
 
+/// Kinds that are asked, never stored: created and answered at once (`http.rs`), so
+/// `kubectl create -f` finds them as on any cluster. (group, plural, kind).
+const REVIEWS: &[(&str, &str, &str)] = &[
+    (
+        "authorization.k8s.io",
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+    ),
+    (
+        "authorization.k8s.io",
+        "selfsubjectrulesreviews",
+        "SelfSubjectRulesReview",
+    ),
+    (
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        "SubjectAccessReview",
+    ),
+    (
+        "authentication.k8s.io",
+        "selfsubjectreviews",
+        "SelfSubjectReview",
+    ),
+];
+
+fn review_group(name: &str) -> Option<Value> {
+    REVIEWS.iter().any(|(g, _, _)| *g == name).then(|| {
+        let version = json!({"groupVersion": format!("{name}/v1"), "version": "v1"});
+        json!({"name": name, "versions": [version], "preferredVersion": version})
+    })
+}
+
 pub fn groups(registry: &Registry) -> Value {
     let all = registry.all();
     let mut names: Vec<&str> = all
@@ -104,6 +136,11 @@ pub fn groups(registry: &Registry) -> Value {
             group_entry(name, &types)
         })
         .collect();
+    let mut groups = groups;
+    groups.extend(
+        ["authentication.k8s.io", "authorization.k8s.io"]
+            .map(|g| review_group(g).expect("a review group")),
+    );
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
@@ -114,10 +151,11 @@ pub fn group(registry: &Registry, name: &str) -> Option<Value> {
         .filter(|rt| rt.group == name)
         .map(|rt| rt.as_ref())
         .collect();
-    if types.is_empty() {
-        return None;
-    }
-    let mut entry = group_entry(name, &types);
+    let mut entry = if types.is_empty() {
+        review_group(name)?
+    } else {
+        group_entry(name, &types)
+    };
     entry["kind"] = json!("APIGroup");
     entry["apiVersion"] = json!("v1");
     Some(entry)
@@ -162,6 +200,14 @@ pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Valu
                 "version": "v1",
                 "kind": "Scale",
                 "verbs": ["get", "patch", "update"],
+            }));
+        }
+    }
+    if version == "v1" {
+        for (_, plural, kind) in REVIEWS.iter().filter(|(g, _, _)| *g == group) {
+            resources.push(json!({
+                "name": plural, "singularName": "", "namespaced": false, "kind": kind,
+                "verbs": ["create"],
             }));
         }
     }

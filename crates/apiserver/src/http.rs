@@ -613,10 +613,8 @@ async fn authenticate(
             // Resource paths are authorized once the route knows the kind; every other path
             // (discovery, OpenAPI, metrics, what is not found) is a non-resource URL.
             if !path.starts_with("/k8s/clusters/") && parse_path(path).is_none() {
-                let attributes = Attributes::non_resource(
-                    &request.method().as_str().to_lowercase(),
-                    path,
-                );
+                let attributes =
+                    Attributes::non_resource(&request.method().as_str().to_lowercase(), path);
                 if let Err(reason) = state.authorizer.authorize(&user, &attributes) {
                     discard(request.into_body()).await;
                     return attributes.forbidden(&user, &reason).into_response();

@@ -123,8 +123,6 @@ pub struct Server {
     pki: pki::Pki,
     config: Config,
     rbac: Arc<rbac::Rbac>,
-    /// The store revision RBAC's index was read at, to follow changes from.
-    rbac_revision: i64,
 }
 
 impl Server {
@@ -210,7 +208,7 @@ impl Server {
         rbac::bootstrap(&resources)
             .await
             .map_err(|e| StartError::Store(format!("default RBAC roles: {e}")))?;
-        let (rbac, rbac_revision) = rbac::Rbac::load(&store)
+        let rbac = rbac::Rbac::load(&store)
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;
         let resources = resources.with_rbac(rbac.clone());
@@ -262,7 +260,6 @@ impl Server {
             pki,
             config,
             rbac,
-            rbac_revision,
         })
     }
 
@@ -368,11 +365,11 @@ impl Server {
             let stop = stop_rx.clone();
             tokio::spawn(async move { resources.follow_crds(stop).await })
         };
-        let rbac = tokio::spawn(self.rbac.clone().follow(
-            self.state.resources.store.clone(),
-            self.rbac_revision,
-            stop_rx.clone(),
-        ));
+        let rbac = tokio::spawn(
+            self.rbac
+                .clone()
+                .follow(self.state.resources.store.clone(), stop_rx.clone()),
+        );
         let reporter = tokio::spawn(tunnel::report(
             self.state.tunnels.clone(),
             local::client(self.state.clone()),
@@ -391,7 +388,14 @@ impl Server {
             },
         )
         .await?;
-        let _ = tokio::join!(collector, compactor, event_expiry, crd_follower, rbac, reporter);
+        let _ = tokio::join!(
+            collector,
+            compactor,
+            event_expiry,
+            crd_follower,
+            rbac,
+            reporter
+        );
         Ok(())
     }
 }

@@ -34,6 +34,30 @@ pub fn name_causes(name: &str, label: bool) -> Vec<Cause> {
     vec![Cause::invalid("metadata.name", &value, what)]
 }
 
+/// RBAC's names (`system:basic-user`): any path segment, as kube-apiserver allows them.
+pub fn path_segment_name_causes(name: &str) -> Vec<Cause> {
+    if name.is_empty() {
+        return vec![Cause::required("metadata.name")];
+    }
+    let why = if name == "." || name == ".." {
+        Some(format!("may not be '{name}'"))
+    } else {
+        ["/", "%"]
+            .into_iter()
+            .find(|c| name.contains(c))
+            .map(|c| format!("may not contain '{c}'"))
+    };
+    match why {
+        Some(why) => vec![Cause::invalid("metadata.name", &Value::from(name), why)],
+        None if name.len() > 253 => vec![Cause::invalid(
+            "metadata.name",
+            &Value::from(name),
+            "must be no more than 253 characters",
+        )],
+        None => vec![],
+    }
+}
+
 /// Checks label keys and values as Kubernetes does (qualified names, 63-character values).
 pub fn label_causes(labels: &Value, field: &str) -> Vec<Cause> {
     let mut causes = vec![];

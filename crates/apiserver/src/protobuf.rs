@@ -118,6 +118,89 @@ struct SelfSubjectAccessReview {
     spec: Option<SelfSubjectAccessReviewSpec>,
 }
 
+/// rbac.authorization.k8s.io/v1 Role and ClusterRole (`kubectl create role|clusterrole`).
+#[derive(Clone, PartialEq, Message)]
+struct RbacRole {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(message, repeated, tag = "2")]
+    rules: Vec<PolicyRule>,
+    #[prost(message, optional, tag = "3")]
+    aggregation_rule: Option<AggregationRule>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct PolicyRule {
+    #[prost(string, repeated, tag = "1")]
+    verbs: Vec<String>,
+    #[prost(string, repeated, tag = "2")]
+    api_groups: Vec<String>,
+    #[prost(string, repeated, tag = "3")]
+    resources: Vec<String>,
+    #[prost(string, repeated, tag = "4")]
+    resource_names: Vec<String>,
+    #[prost(string, repeated, tag = "5")]
+    non_resource_urls: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct AggregationRule {
+    #[prost(message, repeated, tag = "1")]
+    cluster_role_selectors: Vec<LabelSelector>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct LabelSelector {
+    #[prost(btree_map = "string, string", tag = "1")]
+    match_labels: BTreeMap<String, String>,
+    #[prost(message, repeated, tag = "2")]
+    match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct LabelSelectorRequirement {
+    #[prost(string, optional, tag = "1")]
+    key: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    operator: Option<String>,
+    #[prost(string, repeated, tag = "3")]
+    values: Vec<String>,
+}
+
+/// rbac.authorization.k8s.io/v1 RoleBinding and ClusterRoleBinding (`kubectl create
+/// rolebinding|clusterrolebinding`).
+#[derive(Clone, PartialEq, Message)]
+struct RbacBinding {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(message, repeated, tag = "2")]
+    subjects: Vec<Subject>,
+    #[prost(message, optional, tag = "3")]
+    role_ref: Option<RoleRef>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct Subject {
+    #[prost(string, optional, tag = "1")]
+    kind: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    api_group: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    name: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    namespace: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RoleRef {
+    #[prost(string, optional, tag = "1")]
+    api_group: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    kind: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    name: Option<String>,
+}
+
 /// authorization.k8s.io/v1 SelfSubjectRulesReview, which `kubectl auth can-i --list` sends.
 #[derive(Clone, PartialEq, Message)]
 struct SelfSubjectRulesReview {
@@ -171,8 +254,10 @@ fn b64(bytes: &[u8]) -> Value {
     json!(base64::engine::general_purpose::STANDARD.encode(bytes))
 }
 
+/// Sets `key` unless `value` is absent or the empty string (proto2's optional strings
+/// arrive empty where JSON would leave the field out).
 fn insert_some(map: &mut Map<String, Value>, key: &str, value: Option<Value>) {
-    if let Some(value) = value {
+    if let Some(value) = value.filter(|v| v.as_str() != Some("")) {
         map.insert(key.into(), value);
     }
 }
@@ -306,6 +391,79 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
             }
             json!({"metadata": metadata(review.metadata), "spec": spec_json})
         }
+        ("rbac.authorization.k8s.io/v1", "Role" | "ClusterRole") => {
+            let role = RbacRole::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
+            let rules: Vec<Value> = role
+                .rules
+                .into_iter()
+                .map(|r| {
+                    let mut o = json!({"verbs": r.verbs});
+                    for (key, list) in [
+                        ("apiGroups", r.api_groups),
+                        ("resources", r.resources),
+                        ("resourceNames", r.resource_names),
+                        ("nonResourceURLs", r.non_resource_urls),
+                    ] {
+                        // An empty apiGroups is the core group's `[""]` only when sent so.
+                        if !list.is_empty() {
+                            o[key] = json!(list);
+                        }
+                    }
+                    o
+                })
+                .collect();
+            let mut o = json!({"metadata": metadata(role.metadata), "rules": rules});
+            if let Some(aggregation) = role.aggregation_rule {
+                let selectors: Vec<Value> = aggregation
+                    .cluster_role_selectors
+                    .into_iter()
+                    .map(|s| {
+                        let mut selector = json!({"matchLabels": s.match_labels});
+                        if !s.match_expressions.is_empty() {
+                            selector["matchExpressions"] = s
+                                .match_expressions
+                                .into_iter()
+                                .map(|e| {
+                                    json!({
+                                        "key": e.key, "operator": e.operator, "values": e.values,
+                                    })
+                                })
+                                .collect();
+                        }
+                        selector
+                    })
+                    .collect();
+                o["aggregationRule"] = json!({"clusterRoleSelectors": selectors});
+            }
+            o
+        }
+        ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => {
+            let binding = RbacBinding::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
+            let subjects: Vec<Value> = binding
+                .subjects
+                .into_iter()
+                .map(|s| {
+                    let mut o = json!({"kind": s.kind, "name": s.name});
+                    insert_some(
+                        o.as_object_mut().expect("object"),
+                        "apiGroup",
+                        s.api_group.map(Value::from),
+                    );
+                    insert_some(
+                        o.as_object_mut().expect("object"),
+                        "namespace",
+                        s.namespace.map(Value::from),
+                    );
+                    o
+                })
+                .collect();
+            let role_ref = binding.role_ref.unwrap_or_default();
+            json!({
+                "metadata": metadata(binding.metadata),
+                "subjects": subjects,
+                "roleRef": {"apiGroup": role_ref.api_group, "kind": role_ref.kind, "name": role_ref.name},
+            })
+        }
         ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => {
             let review =
                 SelfSubjectRulesReview::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
@@ -315,7 +473,7 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
         _ => {
             return Err(ApiError::UnsupportedMediaType {
                 message: format!(
-                    "protobuf bodies are accepted for v1 ConfigMap, Secret and Namespace and authorization.k8s.io/v1 SelfSubjectAccessReview and SelfSubjectRulesReview only, not {api_version} {kind}; send application/json"
+                    "protobuf bodies are accepted for v1 ConfigMap, Secret and Namespace, RBAC's four kinds and authorization.k8s.io/v1 SelfSubjectAccessReview and SelfSubjectRulesReview only, not {api_version} {kind}; send application/json"
                 ),
             });
         }

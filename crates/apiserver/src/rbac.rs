@@ -290,16 +290,16 @@ pub struct Rbac {
 }
 
 impl Rbac {
-    /// Reads the four kinds from `store` and indexes them; returns the revision to follow
-    /// changes from ([`Rbac::follow`]).
-    pub async fn load(store: &Arc<dyn Store>) -> Result<(Arc<Rbac>, i64), lariat_store::Error> {
+    /// Reads the four kinds from `store` and indexes them, so the server decides from its
+    /// first request; [`Rbac::follow`] keeps the index current from then on.
+    pub async fn load(store: &Arc<dyn Store>) -> Result<Arc<Rbac>, lariat_store::Error> {
         let rbac = Arc::new(Rbac {
             index: RwLock::new(Arc::default()),
         });
         let mut objects = Objects::default();
-        let revision = load_into(store, &mut objects).await?;
+        load_into(store, &mut objects).await?;
         rbac.publish(&objects);
-        Ok((rbac, revision))
+        Ok(rbac)
     }
 
     fn publish(&self, objects: &Objects) {
@@ -311,16 +311,17 @@ impl Rbac {
         self.index.read().expect("rbac index lock").clone()
     }
 
-    /// Keeps the index in step with the store from `revision` until `stop`: every change
-    /// that arrived while the index was being rebuilt is applied before the next rebuild, so
-    /// a burst of writes costs a few rebuilds, not one per write.
+    /// Keeps the index in step with the store until `stop` (reading everything again first,
+    /// and whenever the watch is lost): every change that arrived while the index was being
+    /// rebuilt is applied before the next rebuild, so a burst of writes costs a few
+    /// rebuilds, not one per write.
     pub async fn follow(
         self: Arc<Self>,
         store: Arc<dyn Store>,
-        mut revision: i64,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
         let mut objects = Objects::default();
+        let mut revision = 0;
         let mut reload = true;
         loop {
             if reload {
@@ -338,7 +339,7 @@ impl Rbac {
                     }
                 }
             }
-            let mut changes = match store.watch(PREFIX, revision + 1).await {
+            let mut changes = match store.watch(PREFIX, revision).await {
                 Ok(changes) => changes,
                 Err(_) => {
                     // Compacted past our revision, or the store is away: read everything again.
@@ -627,8 +628,20 @@ fn covers(owner: &PolicyRule, servant: &PolicyRule) -> bool {
                     .is_some_and(|prefix| url.starts_with(prefix))
         });
     }
-    let group = servant.api_groups.iter().flatten().next().cloned().unwrap_or_default();
-    let resource = servant.resources.iter().flatten().next().cloned().unwrap_or_default();
+    let group = servant
+        .api_groups
+        .iter()
+        .flatten()
+        .next()
+        .cloned()
+        .unwrap_or_default();
+    let resource = servant
+        .resources
+        .iter()
+        .flatten()
+        .next()
+        .cloned()
+        .unwrap_or_default();
     if !(has(&owner.api_groups, "*") || has(&owner.api_groups, &group)) {
         return false;
     }
@@ -739,8 +752,7 @@ fn cluster_role(name: &str, labels: Value, rules: Vec<Value>) -> Value {
 
 fn aggregated(name: &str, labels: Value, selects: &str) -> Value {
     let mut role = cluster_role(name, labels, vec![]);
-    role["aggregationRule"] =
-        json!({"clusterRoleSelectors": [{"matchLabels": {format!("{AGGREGATE_TO}{selects}"): "true"}}]});
+    role["aggregationRule"] = json!({"clusterRoleSelectors": [{"matchLabels": {format!("{AGGREGATE_TO}{selects}"): "true"}}]});
     role.as_object_mut().expect("object").remove("rules");
     role
 }
@@ -763,13 +775,7 @@ fn binding(name: &str, role: &str, groups: &[&str]) -> Value {
 /// is the downstream cluster's RBAC to say.
 pub fn defaults(kinds: &[(String, Vec<String>)]) -> Vec<(&'static str, Value)> {
     let s = |items: &[&str]| items.iter().map(|i| i.to_string()).collect::<Vec<_>>();
-    let write = [
-        "create",
-        "delete",
-        "deletecollection",
-        "patch",
-        "update",
-    ];
+    let write = ["create", "delete", "deletecollection", "patch", "update"];
     let read = ["get", "list", "watch"];
     let all = [
         "create",
@@ -782,10 +788,23 @@ pub fn defaults(kinds: &[(String, Vec<String>)]) -> Vec<(&'static str, Value)> {
         "watch",
     ];
     let workloads = s(&["configmaps", "secrets", "services", "serviceaccounts"]);
-    let viewable = s(&["configmaps", "services", "serviceaccounts", "events", "namespaces"]);
-    let apps = s(&["deployments", "statefulsets", "deployments/scale", "statefulsets/scale"]);
+    let viewable = s(&[
+        "configmaps",
+        "services",
+        "serviceaccounts",
+        "events",
+        "namespaces",
+    ]);
+    let apps = s(&[
+        "deployments",
+        "statefulsets",
+        "deployments/scale",
+        "statefulsets/scale",
+    ]);
     let mut edit = vec![
         rule(&[""], &workloads, &write),
+        // What `view` leaves out and `edit` reads, as Kubernetes's own `edit`.
+        rule(&[""], &s(&["secrets"]), &read),
         rule(&["apps"], &apps, &write),
         rule(&["networking.k8s.io"], &s(&["networkpolicies"]), &write),
     ];
@@ -820,8 +839,17 @@ pub fn defaults(kinds: &[(String, Vec<String>)]) -> Vec<(&'static str, Value)> {
     ];
     let to = |role: &str| json!({format!("{AGGREGATE_TO}{role}"): "true"});
     let discovery = [
-        "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*",
-        "/readyz", "/version", "/version/",
+        "/api",
+        "/api/*",
+        "/apis",
+        "/apis/*",
+        "/healthz",
+        "/livez",
+        "/openapi",
+        "/openapi/*",
+        "/readyz",
+        "/version",
+        "/version/",
     ];
     let public = ["/healthz", "/livez", "/readyz", "/version", "/version/"];
     vec![
@@ -916,7 +944,10 @@ pub async fn bootstrap(resources: &crate::resources::Resources) -> ApiResult<()>
     let mut kinds: HashMap<String, Vec<String>> = HashMap::new();
     for rt in resources.registry.all() {
         if LARIAT_GROUPS.contains(&rt.group.as_str()) {
-            kinds.entry(rt.group.clone()).or_default().push(rt.plural.clone());
+            kinds
+                .entry(rt.group.clone())
+                .or_default()
+                .push(rt.plural.clone());
             if rt.storage_version().scale.is_some() {
                 kinds
                     .entry(rt.group.clone())
@@ -938,7 +969,10 @@ pub async fn bootstrap(resources: &crate::resources::Resources) -> ApiResult<()>
         let scope = resources
             .scope(GROUP, plural, None)
             .expect("RBAC kinds are built in");
-        let name = wanted["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = wanted["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let mut current = match resources.get(&scope, &name).await {
             Ok(current) => current,
             Err(ApiError::NotFound { .. }) => {
@@ -970,7 +1004,9 @@ pub async fn bootstrap(resources: &crate::resources::Resources) -> ApiResult<()>
             current["aggregationRule"] = wanted["aggregationRule"].clone();
         }
         if current != before {
-            resources.update(&scope, &name, current, None, &options).await?;
+            resources
+                .update(&scope, &name, current, None, &options)
+                .await?;
         }
     }
     Ok(())

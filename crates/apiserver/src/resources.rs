@@ -741,7 +741,11 @@ impl Resources {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_string();
-                causes.extend(objects::name_causes(&name, rt.plural == "namespaces"));
+                if rt.group == crate::rbac::GROUP {
+                    causes.extend(objects::path_segment_name_causes(&name));
+                } else {
+                    causes.extend(objects::name_causes(&name, rt.plural == "namespaces"));
+                }
                 meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
                 meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
                 meta.insert("generation".into(), json!(1));
