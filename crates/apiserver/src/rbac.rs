@@ -1011,3 +1011,191 @@ pub async fn bootstrap(resources: &crate::resources::Resources) -> ApiResult<()>
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(value: Value) -> PolicyRule {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn request(
+        verb: &str,
+        group: &str,
+        resource: &str,
+        sub: Option<&str>,
+        name: Option<&str>,
+    ) -> Attributes {
+        Attributes {
+            verb: verb.into(),
+            group: group.into(),
+            resource: resource.into(),
+            subresource: sub.map(String::from),
+            namespace: Some("team-a".into()),
+            name: name.map(String::from),
+            path: None,
+        }
+    }
+
+    #[test]
+    fn rules_match_as_kube_apiserver_matches_them() {
+        let pods =
+            rule(json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}));
+        assert!(allows(&pods, &request("get", "", "pods", None, Some("x"))));
+        assert!(!allows(
+            &pods,
+            &request("delete", "", "pods", None, Some("x"))
+        ));
+        assert!(!allows(&pods, &request("get", "apps", "pods", None, None)));
+        // A subresource is its own resource: `pods` does not reach `pods/log`.
+        assert!(!allows(
+            &pods,
+            &request("get", "", "pods", Some("log"), Some("x"))
+        ));
+        let logs = rule(json!({"apiGroups": ["*"], "resources": ["*/log"], "verbs": ["*"]}));
+        assert!(allows(
+            &logs,
+            &request("get", "", "pods", Some("log"), Some("x"))
+        ));
+        assert!(!allows(&logs, &request("get", "", "pods", None, Some("x"))));
+        let named = rule(
+            json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["a"], "verbs": ["get", "list"]}),
+        );
+        assert!(allows(
+            &named,
+            &request("get", "", "secrets", None, Some("a"))
+        ));
+        assert!(!allows(
+            &named,
+            &request("get", "", "secrets", None, Some("b"))
+        ));
+        assert!(
+            !allows(&named, &request("list", "", "secrets", None, None)),
+            "a list names nothing"
+        );
+        let urls = rule(json!({"nonResourceURLs": ["/apis/*", "/version"], "verbs": ["get"]}));
+        assert!(allows(
+            &urls,
+            &Attributes::non_resource("get", "/apis/cluster.x-k8s.io")
+        ));
+        assert!(allows(&urls, &Attributes::non_resource("get", "/version")));
+        assert!(!allows(
+            &urls,
+            &Attributes::non_resource("get", "/versionx")
+        ));
+        assert!(!allows(
+            &urls,
+            &Attributes::non_resource("post", "/version")
+        ));
+        assert!(
+            !allows(&pods, &Attributes::non_resource("get", "/api")),
+            "resource rules reach no URL"
+        );
+    }
+
+    #[test]
+    fn covering_is_per_verb_resource_and_name() {
+        let owner = rule(
+            json!({"apiGroups": [""], "resources": ["pods", "*/status"], "verbs": ["get", "update"]}),
+        );
+        let wanted = |v: Value| atomic_rules(&rule(v)).iter().all(|r| covers(&owner, r));
+        assert!(wanted(
+            json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]})
+        ));
+        assert!(wanted(
+            json!({"apiGroups": [""], "resources": ["pods"], "resourceNames": ["a"], "verbs": ["get"]})
+        ));
+        assert!(wanted(
+            json!({"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["update"]})
+        ));
+        assert!(
+            !wanted(json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]})),
+            "* is more than any verb list"
+        );
+        assert!(!wanted(
+            json!({"apiGroups": ["*"], "resources": ["pods"], "verbs": ["get"]})
+        ));
+        assert!(!wanted(
+            json!({"apiGroups": [""], "resources": ["pods", "secrets"], "verbs": ["get"]})
+        ));
+        let named_owner = rule(
+            json!({"apiGroups": [""], "resources": ["pods"], "resourceNames": ["a"], "verbs": ["get"]}),
+        );
+        let all_pods = atomic_rules(&rule(
+            json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}),
+        ));
+        assert!(
+            !covers(&named_owner, &all_pods[0]),
+            "one pod is not every pod"
+        );
+    }
+
+    fn objects(items: Vec<(&str, Value)>) -> Objects {
+        let mut objects = Objects::default();
+        for (key, value) in items {
+            objects.apply(key, Some(&serde_json::to_vec(&value).unwrap()));
+        }
+        objects
+    }
+
+    #[test]
+    fn grants_follow_bindings_namespaces_and_aggregation() {
+        let objects = objects(vec![
+            (
+                "clusterroles/agg",
+                json!({"metadata": {"name": "agg"}, "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"x": "y"}}]}}),
+            ),
+            (
+                "clusterroles/part",
+                json!({"metadata": {"name": "part", "labels": {"x": "y"}}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
+            ),
+            (
+                "clusterroles/loop",
+                json!({"metadata": {"name": "loop", "labels": {"x": "y"}}, "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"x": "y"}}]}}),
+            ),
+            (
+                "rolebindings/team-a/devs",
+                json!({"metadata": {"name": "devs", "namespace": "team-a"}, "roleRef": {"apiGroup": GROUP, "kind": "ClusterRole", "name": "agg"}, "subjects": [{"kind": "Group", "name": "devs"}, {"kind": "ServiceAccount", "name": "ci"}]}),
+            ),
+            (
+                "rolebindings/team-a/missing",
+                json!({"metadata": {"name": "missing", "namespace": "team-a"}, "roleRef": {"apiGroup": GROUP, "kind": "Role", "name": "nope"}, "subjects": [{"kind": "User", "name": "eve"}]}),
+            ),
+        ]);
+        let rbac = Rbac {
+            index: RwLock::new(Arc::new(objects.index())),
+        };
+        let dev = User {
+            name: "alice".into(),
+            groups: vec!["devs".into()],
+        };
+        let get = |ns: &str| Attributes {
+            namespace: Some(ns.into()),
+            ..request("get", "", "pods", None, Some("p"))
+        };
+        assert!(rbac.authorize(&dev, &get("team-a")).is_ok());
+        assert!(rbac.authorize(&dev, &get("team-b")).is_err());
+        let ci = User {
+            name: "system:serviceaccount:team-a:ci".into(),
+            groups: vec![],
+        };
+        assert!(
+            rbac.authorize(&ci, &get("team-a")).is_ok(),
+            "a ServiceAccount subject defaults to the binding's namespace"
+        );
+        let eve = User {
+            name: "eve".into(),
+            groups: vec![],
+        };
+        assert!(
+            rbac.authorize(&eve, &get("team-a")).is_err(),
+            "a binding to a missing role grants nothing"
+        );
+        let root = User {
+            name: "root".into(),
+            groups: vec![MASTERS.into()],
+        };
+        assert!(rbac.authorize(&root, &get("team-b")).is_ok());
+    }
+}
