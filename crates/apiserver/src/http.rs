@@ -609,6 +609,14 @@ async fn authenticate(
             if !user.groups.iter().any(|g| g == crate::rbac::AUTHENTICATED) {
                 user.groups.push(crate::rbac::AUTHENTICATED.into());
             }
+            match impersonation(&state, &user, request.headers()) {
+                Ok(Some(impersonated)) => user = impersonated,
+                Ok(None) => {}
+                Err(e) => {
+                    discard(request.into_body()).await;
+                    return e.into_response();
+                }
+            }
             let path = request.uri().path();
             // Resource paths are authorized once the route knows the kind; every other path
             // (discovery, OpenAPI, metrics, what is not found) is a non-resource URL.
@@ -634,6 +642,101 @@ async fn authenticate(
             e.into_response()
         }
     }
+}
+
+/// The user a request acts as through `Impersonate-User` (kubectl `--as`), `-Group`
+/// (`--as-group`), `-Uid` and `-Extra-*`, as kube-apiserver's impersonation filter decides:
+/// the caller needs `impersonate` on that user (or ServiceAccount), on each group, uid and
+/// extra. `None`: no impersonation asked.
+fn impersonation(state: &AppState, caller: &User, headers: &HeaderMap) -> ApiResult<Option<User>> {
+    let values = |name: &str| -> Vec<String> {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(String::from))
+            .collect()
+    };
+    let name = values("impersonate-user").into_iter().next();
+    let groups = values("impersonate-group");
+    let uid = values("impersonate-uid").into_iter().next();
+    let extras: Vec<(String, String)> = headers
+        .iter()
+        .filter_map(|(key, value)| {
+            let key = key.as_str().strip_prefix("impersonate-extra-")?;
+            Some((key.to_string(), value.to_str().ok()?.to_string()))
+        })
+        .collect();
+    let Some(name) = name else {
+        if groups.is_empty() && uid.is_none() && extras.is_empty() {
+            return Ok(None);
+        }
+        return Err(ApiError::bad_request(
+            "impersonating groups, a uid or extras needs a user: send Impersonate-User (kubectl --as) too",
+        ));
+    };
+    let check = |group: &str,
+                 resource: &str,
+                 subresource: Option<&str>,
+                 namespace: Option<&str>,
+                 name: &str| {
+        let attributes = Attributes {
+            verb: "impersonate".into(),
+            group: group.into(),
+            resource: resource.into(),
+            subresource: subresource.map(String::from),
+            namespace: namespace.map(String::from),
+            name: Some(name.into()),
+            path: None,
+        };
+        state
+            .authorizer
+            .authorize(caller, &attributes)
+            .map_err(|reason| attributes.forbidden(caller, &reason))
+    };
+    let mut impersonated = User {
+        name: name.clone(),
+        groups: vec![],
+    };
+    match name
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'))
+    {
+        Some((namespace, account)) => {
+            check("", "serviceaccounts", None, Some(namespace), account)?;
+            impersonated.groups.extend([
+                "system:serviceaccounts".to_string(),
+                format!("system:serviceaccounts:{namespace}"),
+            ]);
+        }
+        None => check("", "users", None, None, &name)?,
+    }
+    for group in groups {
+        check("", "groups", None, None, &group)?;
+        if !impersonated.groups.contains(&group) {
+            impersonated.groups.push(group);
+        }
+    }
+    if let Some(uid) = &uid {
+        check("authentication.k8s.io", "uids", None, None, uid)?;
+    }
+    for (key, value) in &extras {
+        check(
+            "authentication.k8s.io",
+            "userextras",
+            Some(key),
+            None,
+            value,
+        )?;
+    }
+    if name != "system:anonymous"
+        && !impersonated
+            .groups
+            .iter()
+            .any(|g| g == crate::rbac::AUTHENTICATED)
+    {
+        impersonated.groups.push(crate::rbac::AUTHENTICATED.into());
+    }
+    Ok(Some(impersonated))
 }
 
 /// Forwards `/inmemory/NAMESPACE/NAME/...` to that simulated cluster's own API.
@@ -943,13 +1046,21 @@ async fn serve(
         ("", "namespaces") => target.name.clone(),
         _ => target.namespace.clone(),
     };
+    // A list or watch of one name (`--field-selector metadata.name=X`, as `kubectl get X -w`
+    // sends) is a request for that name, so `resourceNames` rules reach it.
+    let selected_name = query.get("fieldSelector").and_then(|selector| {
+        let name = selector
+            .strip_prefix("metadata.name==")
+            .or_else(|| selector.strip_prefix("metadata.name="))?;
+        (!name.is_empty() && !name.contains(',')).then(|| name.to_string())
+    });
     let attributes = Attributes {
         verb: verb.into(),
         group: rt.group.clone(),
         resource: rt.plural.clone(),
         subresource: target.subresource.clone(),
         namespace,
-        name: target.name.clone(),
+        name: target.name.clone().or(selected_name),
         path: None,
     };
     state

@@ -438,7 +438,17 @@ impl Rbac {
                 if !object["aggregationRule"].is_null() {
                     // What an aggregated role holds is decided by others' labels later, so only
                     // a holder of every permission may create one.
-                    full_authority()
+                    let held = self.rules_for(user, namespace);
+                    let all = full_authority()
+                        .iter()
+                        .flat_map(atomic_rules)
+                        .all(|servant| held.iter().any(|owner| covers(owner, &servant)));
+                    if all {
+                        return Ok(());
+                    }
+                    return Err(forbidden(
+                        "must have cluster-admin privileges to use the aggregationRule".into(),
+                    ));
                 } else {
                     serde_json::from_value(object["rules"].clone()).unwrap_or_default()
                 }
@@ -801,6 +811,7 @@ pub fn defaults(kinds: &[(String, Vec<String>)]) -> Vec<(&'static str, Value)> {
         "deployments/scale",
         "statefulsets/scale",
     ]);
+    let apps_status = s(&["deployments/status", "statefulsets/status"]);
     let mut edit = vec![
         rule(&[""], &workloads, &write),
         // What `view` leaves out and `edit` reads, as Kubernetes's own `edit`.
@@ -811,13 +822,17 @@ pub fn defaults(kinds: &[(String, Vec<String>)]) -> Vec<(&'static str, Value)> {
     let mut view = vec![
         rule(&[""], &viewable, &read),
         rule(&["apps"], &apps, &read),
+        rule(&["apps"], &apps_status, &read),
         rule(&["networking.k8s.io"], &s(&["networkpolicies"]), &read),
         rule(&["events.k8s.io"], &s(&["events"]), &read),
     ];
     for (group, plurals) in kinds {
         let with_status: Vec<String> = plurals
             .iter()
-            .flat_map(|p| [p.clone(), format!("{p}/status")])
+            .flat_map(|p| match p.contains('/') {
+                true => vec![p.clone()],
+                false => vec![p.clone(), format!("{p}/status")],
+            })
             .collect();
         edit.push(rule(&[group.as_str()], plurals, &write));
         view.push(rule(&[group.as_str()], &with_status, &read));
@@ -829,14 +844,7 @@ pub fn defaults(kinds: &[(String, Vec<String>)]) -> Vec<(&'static str, Value)> {
         &s(&["clusterconnections"]),
         &read,
     ));
-    let admin = vec![
-        rule(&[GROUP], &s(&["roles", "rolebindings"]), &all),
-        rule(
-            &["authorization.k8s.io"],
-            &s(&["localsubjectaccessreviews"]),
-            &["create"],
-        ),
-    ];
+    let admin = vec![rule(&[GROUP], &s(&["roles", "rolebindings"]), &all)];
     let to = |role: &str| json!({format!("{AGGREGATE_TO}{role}"): "true"});
     let discovery = [
         "/api",

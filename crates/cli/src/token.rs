@@ -118,7 +118,7 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
 }
 
 /// The current kubeconfig's server and CA with `token` as the only user.
-fn kubeconfig_with_token(
+pub(crate) fn kubeconfig_with_token(
     kubeconfig: Option<&PathBuf>,
     user: &str,
     token: &str,

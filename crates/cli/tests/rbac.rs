@@ -287,6 +287,97 @@ fn users_reach_what_their_bindings_grant_and_cannot_grant_more() {
         "{refused}"
     );
 
+    // Impersonation (`kubectl --as`): the admin sees what she sees; she may not impersonate.
+    let as_alice = server.kubectl(&[
+        "auth",
+        "can-i",
+        "list",
+        "clusters",
+        "-n",
+        "team-b",
+        "--as",
+        "alice",
+        "--as-group",
+        "devs",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&as_alice.stdout).trim(), "no");
+    let whoami = server.kubectl_ok(&["auth", "whoami", "--as", "alice", "--as-group", "devs"]);
+    assert!(
+        whoami.contains("alice") && !whoami.contains("system:masters"),
+        "{whoami}"
+    );
+    let (ok, refused) = run(
+        &server,
+        &alice,
+        &[
+            "get",
+            "namespaces",
+            "--as",
+            "lariat-admin",
+            "--as-group",
+            "system:masters",
+        ],
+    );
+    assert!(
+        !ok && refused.contains(
+            r#"users "lariat-admin" is forbidden: User "alice" cannot impersonate resource "users""#
+        ),
+        "{refused}"
+    );
+
+    // A Role naming one Secret reaches it by get, and by list and watch of that name alone.
+    server.kubectl_ok(&[
+        "create",
+        "secret",
+        "generic",
+        "one",
+        "-n",
+        "team-b",
+        "--from-literal=a=b",
+    ]);
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: one-secret, namespace: team-b}
+rules:
+- apiGroups: [""]
+  resources: [secrets]
+  resourceNames: [one]
+  verbs: [get, list, watch]
+"#,
+    );
+    server.kubectl_ok(&[
+        "create",
+        "rolebinding",
+        "alice-one",
+        "--role",
+        "one-secret",
+        "--user",
+        "alice",
+        "-n",
+        "team-b",
+    ]);
+    eventually("the named grant takes effect", || {
+        run(&server, &alice, &["get", "secret", "one", "-n", "team-b"]).0
+    });
+    assert!(
+        run(
+            &server,
+            &alice,
+            &[
+                "get",
+                "secrets",
+                "-n",
+                "team-b",
+                "--field-selector",
+                "metadata.name=one"
+            ]
+        )
+        .0
+    );
+    assert!(!run(&server, &alice, &["get", "secrets", "-n", "team-b"]).0);
+
     // An administrator asks about her with a SubjectAccessReview; she may not ask about others.
     let review = r#"{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{"user":"alice","groups":["devs"],"resourceAttributes":{"verb":"delete","group":"cluster.x-k8s.io","resource":"clusters","namespace":"team-a"}}}"#;
     let answer = server.apply_ok(&["create", "-o", "json", "-f", "-"], review);

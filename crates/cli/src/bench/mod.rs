@@ -19,6 +19,7 @@ use serde_json::json;
 mod agents;
 mod aws;
 mod fleet;
+mod rbac;
 
 #[derive(clap::Subcommand)]
 pub enum BenchCommand {
@@ -36,6 +37,9 @@ pub enum BenchCommand {
     /// Roll a commit out to many in-memory clusters through their agents, relabel one
     /// cluster among many GitRepos, and measure the idle fleet.
     Fleet(fleet::FleetArgs),
+    /// What RBAC adds to a request: reads by a bound user against an admin's, before and
+    /// after thousands of roles and bindings.
+    Rbac(rbac::RbacArgs),
 }
 
 #[derive(clap::Args)]
@@ -80,6 +84,7 @@ pub async fn run(what: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Agents(args) => agents::run(args).await,
         BenchCommand::Fleet(args) => fleet::run(args).await,
         BenchCommand::Aws(args) => aws::run(args).await,
+        BenchCommand::Rbac(args) => rbac::run(args).await,
     }
 }
 
