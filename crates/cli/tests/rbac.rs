@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use common::{TestServer, eventually};
 
@@ -36,7 +36,7 @@ fn lariat_as(kubeconfig: &std::path::Path, args: &[&str]) -> std::process::Outpu
         .expect("run lariat")
 }
 
-fn run(server: &TestServer, kubeconfig: &PathBuf, args: &[&str]) -> (bool, String) {
+fn run(server: &TestServer, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
     let output = server.kubectl_as(kubeconfig, args);
     let text = format!(
         "{}{}",
@@ -46,7 +46,7 @@ fn run(server: &TestServer, kubeconfig: &PathBuf, args: &[&str]) -> (bool, Strin
     (output.status.success(), text)
 }
 
-fn can_i(server: &TestServer, kubeconfig: &PathBuf, args: &[&str]) -> bool {
+fn can_i(server: &TestServer, kubeconfig: &Path, args: &[&str]) -> bool {
     let mut all = vec!["auth", "can-i"];
     all.extend(args);
     // Only stdout: kubectl warns on stderr about kinds discovery does not list.
