@@ -310,18 +310,25 @@ fn request_peer_address(peer: &Option<axum::Extension<Peer>>) -> Option<std::net
         .map(|a| a.ip())
 }
 
+/// The caller and body of a review (created nowhere, answered at once).
+async fn review_request(request: Request) -> ApiResult<(User, Value)> {
+    let user = request
+        .extensions()
+        .get::<User>()
+        .cloned()
+        .ok_or(ApiError::Unauthorized)?;
+    let headers = request.headers().clone();
+    Ok((user, read_body(request.into_body(), &headers, false).await?))
+}
+
 /// `kubectl auth can-i`: asks the authorizer about the caller, as kube-apiserver answers a
 /// SelfSubjectAccessReview (created nowhere, answered at once).
 async fn self_subject_access_review(
     State(state): State<Arc<AppState>>,
     request: Request,
 ) -> Response {
-    let Some(user) = request.extensions().get::<User>().cloned() else {
-        return ApiError::Unauthorized.into_response();
-    };
-    let headers = request.headers().clone();
-    let mut review = match read_body(request.into_body(), &headers, false).await {
-        Ok(review) => review,
+    let (user, mut review) = match review_request(request).await {
+        Ok(read) => read,
         Err(e) => return e.into_response(),
     };
     let attributes = match review_attributes(&review, "SelfSubjectAccessReview") {
@@ -395,12 +402,8 @@ async fn self_subject_rules_review(
     State(state): State<Arc<AppState>>,
     request: Request,
 ) -> Response {
-    let Some(user) = request.extensions().get::<User>().cloned() else {
-        return ApiError::Unauthorized.into_response();
-    };
-    let headers = request.headers().clone();
-    let mut review = match read_body(request.into_body(), &headers, false).await {
-        Ok(review) => review,
+    let (user, mut review) = match review_request(request).await {
+        Ok(read) => read,
         Err(e) => return e.into_response(),
     };
     let namespace = review["spec"]["namespace"]
