@@ -4,7 +4,8 @@ use serde_json::{Value, json};
 
 use crate::registry::{Registry, ResourceType};
 
-const VERBS: [&str; 8] = [
+/// Every verb a stored kind serves (what `cluster-admin`-like roles list).
+pub const VERBS: [&str; 8] = [
     "create",
     "delete",
     "deletecollection",

@@ -787,16 +787,7 @@ pub fn defaults(kinds: &[(String, Vec<String>)]) -> Vec<(&'static str, Value)> {
     let s = |items: &[&str]| items.iter().map(|i| i.to_string()).collect::<Vec<_>>();
     let write = ["create", "delete", "deletecollection", "patch", "update"];
     let read = ["get", "list", "watch"];
-    let all = [
-        "create",
-        "delete",
-        "deletecollection",
-        "get",
-        "list",
-        "patch",
-        "update",
-        "watch",
-    ];
+    let all = crate::discovery::VERBS;
     let workloads = s(&["configmaps", "secrets", "services", "serviceaccounts"]);
     let viewable = s(&[
         "configmaps",

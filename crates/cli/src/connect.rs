@@ -45,3 +45,25 @@ pub async fn config(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Config
 pub async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
     Ok(kube::Client::try_from(config(kubeconfig).await?)?)
 }
+
+/// The kubeconfig CLI commands read (as [`kubeconfig_path`] finds it) and its current context,
+/// for commands that print a kubeconfig derived from it.
+pub fn current_context(
+    kubeconfig: Option<&PathBuf>,
+) -> anyhow::Result<(kube::config::Kubeconfig, kube::config::NamedContext)> {
+    let path = kubeconfig_path(kubeconfig).context("no kubeconfig found: pass --kubeconfig")?;
+    let config = kube::config::Kubeconfig::read_from(&path)
+        .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+    let current = config
+        .current_context
+        .clone()
+        .context("the kubeconfig has no current context")?;
+    let named = config
+        .contexts
+        .iter()
+        .find(|c| c.name == current)
+        .filter(|c| c.context.is_some())
+        .cloned()
+        .context("the kubeconfig's current context is missing")?;
+    Ok((config, named))
+}

@@ -270,19 +270,10 @@ pub async fn kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
             args.namespace, args.name
         );
     }
-    let path = crate::connect::kubeconfig_path(args.kubeconfig.as_ref())
-        .context("no kubeconfig found: pass --kubeconfig")?;
-    let mut config = kube::config::Kubeconfig::read_from(&path)
-        .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
-    let current = config
-        .current_context
+    let (mut config, mut named) = crate::connect::current_context(args.kubeconfig.as_ref())?;
+    let context = named
+        .context
         .clone()
-        .context("the kubeconfig has no current context")?;
-    let context = config
-        .contexts
-        .iter()
-        .find(|c| c.name == current)
-        .and_then(|c| c.context.clone())
         .context("the kubeconfig's current context is missing")?;
     let mut cluster = config
         .clusters
@@ -309,12 +300,6 @@ pub async fn kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
         .context("the kubeconfig's user is missing")?;
     config.clusters = vec![cluster];
     config.auth_infos = vec![user.clone()];
-    let mut named = config
-        .contexts
-        .iter()
-        .find(|c| c.name == current)
-        .cloned()
-        .context("the kubeconfig's current context is missing")?;
     named.name = name.clone();
     if let Some(c) = named.context.as_mut() {
         c.cluster = name.clone();

@@ -123,20 +123,7 @@ pub(crate) fn kubeconfig_with_token(
     user: &str,
     token: &str,
 ) -> anyhow::Result<String> {
-    let path = crate::connect::kubeconfig_path(kubeconfig)
-        .context("no kubeconfig found: pass --kubeconfig")?;
-    let mut config = kube::config::Kubeconfig::read_from(&path)
-        .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
-    let current = config
-        .current_context
-        .clone()
-        .context("the kubeconfig has no current context")?;
-    let mut context = config
-        .contexts
-        .iter()
-        .find(|c| c.name == current)
-        .cloned()
-        .context("the kubeconfig's current context is missing")?;
+    let (mut config, mut context) = crate::connect::current_context(kubeconfig)?;
     let inner = context
         .context
         .as_mut()
