@@ -24,6 +24,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
 use sha2::{Digest, Sha256};
 
+mod access;
 mod bundles;
 pub use bundles::{BUNDLE_DEPLOYMENT_LABEL, FIELD_MANAGER, Session};
 
@@ -151,6 +152,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) {
     let mut trusted: Option<Trusted> = None;
     // What the Fleet half reaches the server with, once the tunnel holds a credential.
     let (sessions, sessions_seen) = tokio::sync::watch::channel(None);
+    let _access = config.bundles.then(|| {
+        AbortOnDrop(tokio::spawn(access::run(
+            config.downstream.clone(),
+            sessions_seen.clone(),
+        )))
+    });
     let _bundles = config.bundles.then(|| {
         AbortOnDrop(tokio::spawn(bundles::run(
             config.downstream.clone(),
@@ -591,7 +598,8 @@ async fn connect_and_serve(
         .map_err(|e| Error::Http(e.to_string()))
 }
 
-/// Forwards one proxied request to the downstream API with the agent's own identity.
+/// Forwards one proxied request to the downstream API with the agent's own credential,
+/// impersonating the caller the server names.
 async fn forward(
     downstream: kube::Client,
     request: Request<Incoming>,
@@ -613,14 +621,14 @@ async fn forward(
         .unwrap_or_else(|| "/".into());
     let mut builder = Request::builder().method(parts.method).uri(path);
     for (name, value) in &parts.headers {
-        // Identity is the agent's own downstream; nothing the caller sends may claim another
-        // (impersonation, front-proxy `X-Remote-*` headers) or carry lariat's cookies along.
+        // The credential is the agent's own; the identity is the one the server names with
+        // Impersonate-* (it drops whatever its caller sent and puts the caller's own, and only
+        // the server speaks on the tunnel). No front-proxy `X-Remote-*` header, no cookie.
         let hop_or_identity = name == header::HOST
             || name == header::AUTHORIZATION
             || name == header::CONNECTION
             || name == header::PROXY_AUTHORIZATION
             || name == header::COOKIE
-            || name.as_str().starts_with("impersonate-")
             || name.as_str().starts_with("x-remote-");
         if !hop_or_identity {
             builder = builder.header(name, value);

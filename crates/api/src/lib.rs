@@ -14,6 +14,7 @@ pub mod fleet;
 pub mod infrastructure;
 pub mod management;
 pub mod names;
+pub mod rancher;
 mod version;
 pub use version::KubernetesVersion;
 
@@ -99,7 +100,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 /// InMemoryMachine and InMemoryMachineTemplate (`infrastructure.cluster.x-k8s.io/v1alpha1`);
 /// then the provider inventory (`clusterctl.cluster.x-k8s.io/v1alpha3` Provider); then
 /// lariat's own ClusterRegistrationToken (`management.lariat.dev/v1`); last Fleet's kinds
-/// (`fleet.cattle.io/v1alpha1`).
+/// (`fleet.cattle.io/v1alpha1`), and Rancher's access kinds (`management.cattle.io/v3`).
 pub fn builtin_crds() -> Vec<CustomResourceDefinition> {
     let mut crds = capi::crds();
     crds.extend(controlplane::crds());
@@ -109,5 +110,6 @@ pub fn builtin_crds() -> Vec<CustomResourceDefinition> {
     crds.push(clusterctl::crd());
     crds.extend(management::crds());
     crds.extend(fleet::crds());
+    crds.extend(rancher::crds());
     crds
 }

@@ -7,7 +7,7 @@
 //! `spec.expirationTimestamp`, and when its Cluster (`spec.clusterUID`) is gone.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use serde_json::json;
+use serde_json::{Value, json};
 
 pub const GROUP: &str = "management.lariat.dev";
 pub const VERSION: &str = "v1";
@@ -151,6 +151,92 @@ fn token_crd() -> CustomResourceDefinition {
     .expect("the Token CRD is well-formed")
 }
 
+pub fn cluster_access_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource {
+        group: GROUP.into(),
+        version: VERSION.into(),
+        api_version: API_VERSION.into(),
+        kind: "ClusterAccess".into(),
+        plural: "clusteraccesses".into(),
+    }
+}
+
+/// On every object the agent keeps in its cluster for a ClusterAccess: what it may prune.
+pub const ACCESS_LABEL: &str = "management.lariat.dev/access";
+
+/// A ClusterAccess (same namespace and name as its Cluster, owned by it) is the RBAC the
+/// cluster's agent keeps in the cluster for Rancher's bindings (`management.cattle.io`): the
+/// server computes it from RoleTemplates, GlobalRoles and the bindings that concern the
+/// cluster; the agent applies it (a ClusterRole per RoleTemplate in use, ClusterRoleBindings for
+/// cluster-scope bindings, RoleBindings in each namespace of a project for project-scope ones),
+/// deletes what it no longer says, and reports in its status.
+fn cluster_access_crd() -> CustomResourceDefinition {
+    let string = json!({"type": "string"});
+    let rules = json!({"type": "array", "items": crate::rancher::policy_rule_schema()});
+    let subjects = json!({"type": "array", "items": {
+        "type": "object", "required": ["kind", "name"],
+        "properties": {"kind": {"type": "string", "enum": ["User", "Group"]}, "name": string},
+    }});
+    let binding = |extra: &[(&str, Value)]| {
+        let mut binding = json!({
+            "type": "object", "required": ["name", "roleName", "subjects"],
+            "properties": {"name": string, "roleName": string, "subjects": subjects},
+        });
+        for (field, schema) in extra {
+            binding["properties"][*field] = schema.clone();
+            binding["required"]
+                .as_array_mut()
+                .expect("required")
+                .push(json!(field));
+        }
+        binding
+    };
+    let spec = json!({
+        "type": "object",
+        "properties": {
+            "clusterRoles": {"type": "array", "description": "One ClusterRole per RoleTemplate in use, named as the template, its inherited templates' rules included.",
+                "items": {"type": "object", "required": ["name", "rules"], "properties": {"name": string, "rules": rules}}},
+            "clusterRoleBindings": {"type": "array", "description": "Cluster-scope bindings: ClusterRoleTemplateBindings, and the inheritedClusterRoles of GlobalRoles.",
+                "items": binding(&[])},
+            "projectRoleBindings": {"type": "array", "description": "Project-scope bindings: a RoleBinding of each in every namespace annotated with the project's ID.",
+                "items": binding(&[("projectId", string.clone())])},
+        },
+    });
+    let condition = json!({"type": "object", "properties": {
+        "type": string, "status": string, "reason": string, "message": string,
+        "lastTransitionTime": string,
+    }});
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("clusteraccesses.{GROUP}")},
+        "spec": {
+            "group": GROUP,
+            "names": {"kind": "ClusterAccess", "listKind": "ClusterAccessList",
+                      "plural": "clusteraccesses", "singular": "clusteraccess"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": VERSION, "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Applied", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Applied\")].status"},
+                    {"name": "Message", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Applied\")].message"},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                ],
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {"apiVersion": string, "kind": string, "metadata": {"type": "object"}, "spec": spec,
+                        "status": {"type": "object", "properties": {
+                            "observedGeneration": {"type": "integer"},
+                            "conditions": {"type": "array", "items": condition},
+                        }}},
+                }},
+            }],
+        },
+    }))
+    .expect("the ClusterAccess CRD is well-formed")
+}
+
 pub fn crds() -> Vec<CustomResourceDefinition> {
     let string = json!({"type": "string"});
     let columns = json!([
@@ -189,5 +275,5 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
             }],
         },
     }))
-    .expect("the ClusterRegistrationToken CRD is well-formed"), cluster_connection_crd(), token_crd()]
+    .expect("the ClusterRegistrationToken CRD is well-formed"), cluster_connection_crd(), token_crd(), cluster_access_crd()]
 }

@@ -5,7 +5,9 @@
 //!
 //! - get, list and watch the BundleDeployments in its cluster's namespace
 //!   ([`lariat_api::fleet::cluster_namespace`]), and get, patch and update their status;
-//! - get a Content by name, when one of those BundleDeployments names it.
+//! - get a Content by name, when one of those BundleDeployments names it;
+//! - get and watch its Cluster's ClusterAccess (same namespace and name as the Cluster: the
+//!   RBAC it keeps downstream for Rancher's bindings), and write its status.
 //!
 //! Everything else (other namespaces, other kinds, discovery, the cluster proxy, metrics) is
 //! refused with 403. A registration token is no identity at all on the API.
@@ -22,10 +24,21 @@ use crate::status::{ApiError, ApiResult};
 pub const GROUP: &str = "system:lariat:agents";
 const USER_PREFIX: &str = "system:lariat:agent:";
 const FLEET_GROUP: &str = lariat_api::fleet::GROUP;
-/// The only API paths an agent reaches (with a resource after it); the rest of the
+/// The only API paths an agent reaches (with a resource after them); the rest of the
 /// authenticated API refuses it before routing (discovery and OpenAPI included: the agent's
 /// typed client needs neither).
-pub const PATH_PREFIX: &str = "/apis/fleet.cattle.io/v1alpha1/";
+pub const PATH_PREFIXES: [&str; 2] = [
+    "/apis/fleet.cattle.io/v1alpha1/",
+    "/apis/management.lariat.dev/v1/",
+];
+
+/// Whether an agent may send a request for `path` at all (its scope decides the rest).
+pub fn may_reach(path: &str) -> bool {
+    PATH_PREFIXES.iter().any(|prefix| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| !rest.is_empty())
+    })
+}
 
 /// The longest an agent's watch lasts before it is made (and authenticated) again.
 pub const MAX_WATCH_SECONDS: u64 = 300;
@@ -44,12 +57,17 @@ pub fn user(cluster: &str) -> User {
     }
 }
 
-/// The namespace of the BundleDeployments the agent `user` may read, if `user` is an agent.
-pub fn bundle_namespace(user: &User) -> Option<String> {
+/// The Cluster (namespace, name) of the agent `user`, if `user` is an agent.
+fn cluster_of(user: &User) -> Option<(&str, &str)> {
     if !user.groups.iter().any(|g| g == GROUP) {
         return None;
     }
-    let (namespace, name) = user.name.strip_prefix(USER_PREFIX)?.split_once(':')?;
+    user.name.strip_prefix(USER_PREFIX)?.split_once(':')
+}
+
+/// The namespace of the BundleDeployments the agent `user` may read, if `user` is an agent.
+pub fn bundle_namespace(user: &User) -> Option<String> {
+    let (namespace, name) = cluster_of(user)?;
     Some(lariat_api::fleet::cluster_namespace(namespace, name))
 }
 
@@ -74,6 +92,26 @@ impl Authorizer for AgentScope {
         };
         let in_own = attributes.namespace.as_deref() == Some(own.as_str());
         let verb = attributes.verb.as_str();
+        if attributes.group == lariat_api::management::GROUP
+            && attributes.resource == "clusteraccesses"
+        {
+            let (namespace, name) = cluster_of(user).unwrap_or_default();
+            let its_own = attributes.namespace.as_deref() == Some(namespace)
+                && attributes.name.as_deref() == Some(name);
+            let allowed = its_own
+                && match attributes.subresource.as_deref() {
+                    None => matches!(verb, "get" | "list" | "watch"),
+                    Some("status") => matches!(verb, "get" | "patch" | "update"),
+                    Some(_) => false,
+                };
+            return if allowed {
+                Ok(())
+            } else {
+                Err(format!(
+                    "an agent's credential reaches only its own Cluster's ClusterAccess ({namespace}/{name}), by name"
+                ))
+            };
+        }
         let allowed = attributes.group == FLEET_GROUP
             && match (
                 attributes.resource.as_str(),

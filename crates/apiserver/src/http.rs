@@ -301,7 +301,10 @@ async fn cluster_proxy(State(state): State<Arc<AppState>>, request: Request) -> 
             return ApiError::not_found("clusters", "cluster.x-k8s.io", name).into_response();
         }
     }
-    crate::tunnel::proxy(&state.tunnels, request).await
+    let Some(user) = request.extensions().get::<User>().cloned() else {
+        return ApiError::Unauthorized.into_response();
+    };
+    crate::tunnel::proxy(&state.tunnels, &user, request).await
 }
 
 fn request_peer_address(peer: &Option<axum::Extension<Peer>>) -> Option<std::net::IpAddr> {
@@ -592,17 +595,13 @@ async fn authenticate(
     match outcome {
         Ok(user)
             if crate::agents::is_agent(&user)
-                && request
-                    .uri()
-                    .path()
-                    .strip_prefix(crate::agents::PATH_PREFIX)
-                    .is_none_or(str::is_empty) =>
+                && !crate::agents::may_reach(request.uri().path()) =>
         {
             let path = request.uri().path().to_string();
             discard(request.into_body()).await;
             ApiError::Forbidden {
                 message: format!(
-                    "User \"{}\" cannot reach {path}: an agent's credential reaches only its own cluster's BundleDeployments",
+                    "User \"{}\" cannot reach {path}: an agent's credential reaches only its own cluster's BundleDeployments and ClusterAccess",
                     user.name
                 ),
             }

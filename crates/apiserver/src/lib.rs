@@ -19,6 +19,7 @@ pub mod auth;
 pub mod builtin;
 pub mod discovery;
 pub mod encryption;
+pub mod follow;
 pub mod gc;
 pub mod http;
 pub mod local;
@@ -29,6 +30,7 @@ pub mod openapi;
 pub mod patch;
 pub mod pki;
 pub mod protobuf;
+pub mod rancher;
 pub mod rbac;
 pub mod registry;
 pub mod resources;
@@ -208,6 +210,9 @@ impl Server {
         rbac::bootstrap(&resources)
             .await
             .map_err(|e| StartError::Store(format!("default RBAC roles: {e}")))?;
+        rancher::bootstrap(&resources)
+            .await
+            .map_err(|e| StartError::Store(format!("built-in role templates: {e}")))?;
         let rbac = rbac::Rbac::load(&store)
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;
@@ -370,6 +375,10 @@ impl Server {
                 .clone()
                 .follow(self.state.resources.store.clone(), stop_rx.clone()),
         );
+        let accesses = tokio::spawn(rancher::publish_accesses(
+            self.state.resources.clone(),
+            stop_rx.clone(),
+        ));
         let reporter = tokio::spawn(tunnel::report(
             self.state.tunnels.clone(),
             local::client(self.state.clone()),
@@ -394,6 +403,7 @@ impl Server {
             event_expiry,
             crd_follower,
             rbac,
+            accesses,
             reporter
         );
         Ok(())

@@ -12,16 +12,16 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
-use futures::StreamExt;
 use k8s_openapi::api::rbac::v1::{
     AggregationRule, ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef,
     Subject,
 };
-use lariat_store::{EventKind, ListOptions, Store};
+use lariat_store::Store;
 use serde_json::{Value, json};
 
 use crate::auth::{Attributes, Authorizer, User};
-use crate::status::{ApiError, ApiResult};
+use crate::rancher;
+use crate::status::{ApiError, ApiResult, Cause};
 
 pub const GROUP: &str = "rbac.authorization.k8s.io";
 /// Allowed everything, whatever the bindings say.
@@ -30,19 +30,30 @@ pub const MASTERS: &str = "system:masters";
 pub const AUTHENTICATED: &str = "system:authenticated";
 const PREFIX: &str = "/registry/rbac.authorization.k8s.io/";
 
-/// The four kinds as last seen in the store, keyed as stored (`NAMESPACE/NAME` or `NAME`).
+/// The four kinds as last seen in the store, keyed as stored (`NAMESPACE/NAME` or `NAME`),
+/// and Rancher's kinds, whose bindings grant on lariat too.
 #[derive(Default)]
 struct Objects {
     roles: HashMap<String, Role>,
     cluster_roles: HashMap<String, ClusterRole>,
     role_bindings: HashMap<String, RoleBinding>,
     cluster_role_bindings: HashMap<String, ClusterRoleBinding>,
+    rancher: rancher::Objects,
 }
 
-impl Objects {
-    /// Applies one stored change (`key` relative to [`PREFIX`]); `None` deletes.
+/// The store prefixes RBAC follows.
+const PREFIXES: [&str; 2] = [PREFIX, rancher::PREFIX];
+
+impl crate::follow::Mirror for Objects {
+    fn clear(&mut self) {
+        *self = Objects::default();
+    }
+
     fn apply(&mut self, key: &str, value: Option<&[u8]>) {
-        let Some((plural, name)) = key.split_once('/') else {
+        if let Some(key) = key.strip_prefix(rancher::PREFIX) {
+            return self.rancher.apply(key, value);
+        }
+        let Some((plural, name)) = key.strip_prefix(PREFIX).and_then(|k| k.split_once('/')) else {
             return;
         };
         fn put<T: serde::de::DeserializeOwned>(
@@ -69,7 +80,9 @@ impl Objects {
             _ => {}
         }
     }
+}
 
+impl Objects {
     /// The rules of ClusterRole `name`: its own, or for an aggregated one the union of the
     /// rules of every ClusterRole its selectors match (themselves aggregated or not).
     fn cluster_role_rules(&self, name: &str, seen: &mut HashSet<String>) -> Vec<PolicyRule> {
@@ -126,6 +139,22 @@ impl Objects {
                 }
             }
         }
+        for (subject, namespace, rules) in self.rancher.management_grants() {
+            if let Some(key) = subject_key(&subject, None) {
+                index.grants.entry(key).or_default().push(Grant {
+                    namespace,
+                    rules: Arc::new(rules),
+                });
+            }
+        }
+        index.global_roles = self.rancher.global_roles.clone();
+        index.role_templates = self.rancher.role_templates.clone();
+        index.projects = self
+            .rancher
+            .projects
+            .iter()
+            .map(|(key, project)| (key.clone(), project.spec.cluster_name.clone()))
+            .collect();
         for binding in self.role_bindings.values() {
             let namespace = binding.metadata.namespace.clone().unwrap_or_default();
             let Some(rules) = index.role_ref_rules(&binding.role_ref, &namespace) else {
@@ -209,6 +238,11 @@ struct Index {
     cluster_roles: HashMap<String, Arc<Vec<PolicyRule>>>,
     /// By `NAMESPACE/NAME`.
     roles: HashMap<String, Arc<Vec<PolicyRule>>>,
+    /// Rancher's kinds that writes refer to.
+    global_roles: HashMap<String, rancher::GlobalRole>,
+    role_templates: HashMap<String, rancher::RoleTemplate>,
+    /// Projects by `NAMESPACE/NAME`: their cluster's name.
+    projects: HashMap<String, String>,
 }
 
 impl Index {
@@ -297,7 +331,7 @@ impl Rbac {
             index: RwLock::new(Arc::default()),
         });
         let mut objects = Objects::default();
-        load_into(store, &mut objects).await?;
+        crate::follow::load(store, &PREFIXES, &mut objects).await?;
         rbac.publish(&objects);
         Ok(rbac)
     }
@@ -311,68 +345,21 @@ impl Rbac {
         self.index.read().expect("rbac index lock").clone()
     }
 
-    /// Keeps the index in step with the store until `stop` (reading everything again first,
-    /// and whenever the watch is lost): every change that arrived while the index was being
-    /// rebuilt is applied before the next rebuild, so a burst of writes costs a few
-    /// rebuilds, not one per write.
+    /// Keeps the index in step with the store until `stop`.
     pub async fn follow(
         self: Arc<Self>,
         store: Arc<dyn Store>,
-        mut stop: tokio::sync::watch::Receiver<bool>,
+        stop: tokio::sync::watch::Receiver<bool>,
     ) {
         let mut objects = Objects::default();
-        let mut revision = 0;
-        let mut reload = true;
-        loop {
-            if reload {
-                match load_into(&store, &mut objects).await {
-                    Ok(at) => {
-                        revision = at;
-                        self.publish(&objects);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot read RBAC objects; retrying");
-                        tokio::select! {
-                            _ = stop.changed() => return,
-                            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
-                        }
-                    }
-                }
-            }
-            let mut changes = match store.watch(PREFIX, revision).await {
-                Ok(changes) => changes,
-                Err(_) => {
-                    // Compacted past our revision, or the store is away: read everything again.
-                    reload = true;
-                    tokio::select! {
-                        _ = stop.changed() => return,
-                        _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => continue,
-                    }
-                }
-            };
-            reload = true;
-            loop {
-                let first = tokio::select! {
-                    _ = stop.changed() => return,
-                    change = changes.next() => change,
-                };
-                let Some(Ok(change)) = first else { break };
-                let mut batch = vec![change];
-                while let Some(Some(Ok(change))) = futures::FutureExt::now_or_never(changes.next())
-                {
-                    batch.push(change);
-                }
-                for change in batch {
-                    revision = revision.max(change.kv.mod_revision);
-                    let key = change.kv.key.strip_prefix(PREFIX).unwrap_or_default();
-                    match change.kind {
-                        EventKind::Put => objects.apply(key, Some(&change.kv.value)),
-                        EventKind::Delete => objects.apply(key, None),
-                    }
-                }
-                self.publish(&objects);
-            }
-        }
+        crate::follow::follow(
+            store,
+            &PREFIXES,
+            &mut objects,
+            |objects| self.publish(objects),
+            stop,
+        )
+        .await;
     }
 
     /// The rules `user` holds in `namespace` (`None`: cluster-wide), as a
@@ -397,13 +384,29 @@ impl Rbac {
         user: &User,
         group: &str,
         plural: &str,
+        subresource: Option<&str>,
         object: &Value,
     ) -> ApiResult<()> {
+        if group == lariat_api::management::GROUP
+            && plural == "clusteraccesses"
+            && subresource.is_none()
+        {
+            return Err(ApiError::Forbidden {
+                message: format!(
+                    "clusteraccesses.{} {:?} is forbidden: lariat writes ClusterAccesses from Rancher's bindings (management.cattle.io); change those instead",
+                    lariat_api::management::GROUP,
+                    object["metadata"]["name"].as_str().unwrap_or_default()
+                ),
+            });
+        }
         if user.groups.iter().any(|g| g == MASTERS) {
             return Ok(());
         }
         if group == lariat_api::management::GROUP && plural == "tokens" {
             return self.confirm_token(user, object);
+        }
+        if group == rancher::GROUP {
+            return self.confirm_rancher(user, plural, object);
         }
         if group != GROUP {
             return Ok(());
@@ -497,6 +500,223 @@ impl Rbac {
     }
 }
 
+impl Rbac {
+    /// Escalation prevention for Rancher's kinds: a GlobalRole's rules must be the writer's
+    /// own (or it holds `escalate` on it), and granting in every cluster
+    /// (`inheritedClusterRoles`) or writing a RoleTemplate (whose rules apply downstream, where
+    /// lariat cannot compare them with the writer's) needs `escalate` or full authority; a
+    /// GlobalRoleBinding needs `bind` on its GlobalRole or the role's rules; a cluster or
+    /// project binding needs `bind` on its RoleTemplate.
+    fn confirm_rancher(&self, user: &User, plural: &str, object: &Value) -> ApiResult<()> {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .filter(|ns| !ns.is_empty());
+        let may = |verb: &str, resource: &str, name: &str| {
+            self.authorize(
+                user,
+                &Attributes {
+                    verb: verb.into(),
+                    group: rancher::GROUP.into(),
+                    resource: resource.into(),
+                    subresource: None,
+                    namespace: namespace.map(String::from),
+                    name: Some(name.into()),
+                    path: None,
+                },
+            )
+            .is_ok()
+        };
+        let forbidden = |why: String| ApiError::Forbidden {
+            message: format!("{plural}.{} {name:?} is forbidden: {why}", rancher::GROUP),
+        };
+        let lacking = |rules: &[PolicyRule], namespace: Option<&str>| -> Vec<String> {
+            let held = self.rules_for(user, namespace);
+            rules
+                .iter()
+                .flat_map(atomic_rules)
+                .filter(|servant| !held.iter().any(|owner| covers(owner, servant)))
+                .map(|rule| describe_rule(&rule))
+                .collect()
+        };
+        let all_authority = || lacking(&full_authority(), None).is_empty();
+        let escalation = |missing: Vec<String>| {
+            forbidden(format!(
+                "user {:?} is attempting to grant permissions not currently held:\n{}",
+                user.name,
+                missing.join("\n")
+            ))
+        };
+        let global_role = |role: &rancher::GlobalRole, allowed_by: &str| -> ApiResult<()> {
+            if !role.inherited_cluster_roles.is_empty() && !all_authority() {
+                return Err(forbidden(format!(
+                    "granting roles in every cluster (inheritedClusterRoles) needs {allowed_by} or cluster-admin privileges"
+                )));
+            }
+            let mut missing = lacking(&role.rules, None);
+            for (namespace, rules) in &role.namespaced_rules {
+                missing.extend(lacking(rules, Some(namespace)));
+            }
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(escalation(missing))
+            }
+        };
+        match plural {
+            "globalroles" => {
+                if may("escalate", plural, name) {
+                    return Ok(());
+                }
+                let role: rancher::GlobalRole =
+                    serde_json::from_value(object.clone()).map_err(|e| forbidden(e.to_string()))?;
+                global_role(&role, "the escalate verb on globalroles")
+            }
+            "globalrolebindings" => {
+                let role_name = object["globalRoleName"].as_str().unwrap_or_default();
+                if may("bind", "globalroles", role_name) {
+                    return Ok(());
+                }
+                let index = self.current();
+                let role = index.global_roles.get(role_name).ok_or_else(|| {
+                    forbidden(format!(
+                        "globalroles.{} {role_name:?} not found",
+                        rancher::GROUP
+                    ))
+                })?;
+                global_role(role, "the bind verb on that GlobalRole")
+            }
+            "roletemplates" => {
+                if may("escalate", plural, name) || all_authority() {
+                    return Ok(());
+                }
+                Err(forbidden(
+                    "a RoleTemplate's rules apply in downstream clusters, where lariat cannot compare them with yours: writing one needs the escalate verb on roletemplates or cluster-admin privileges".into(),
+                ))
+            }
+            "clusterroletemplatebindings" | "projectroletemplatebindings" => {
+                let template = object["roleTemplateName"].as_str().unwrap_or_default();
+                if may("bind", "roletemplates", template) || all_authority() {
+                    return Ok(());
+                }
+                Err(forbidden(format!(
+                    "binding RoleTemplate {template:?} needs the bind verb on roletemplates {template:?}"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// What a write of one of Rancher's kinds refers to and must exist (as Rancher's webhook
+    /// checks): a binding's GlobalRole or RoleTemplate, of the binding's context and, for a new
+    /// binding, not locked; a project binding's Project, in its namespace and of its cluster;
+    /// a template's inherited templates.
+    pub fn references(
+        &self,
+        group: &str,
+        plural: &str,
+        object: &Value,
+        creating: bool,
+    ) -> Vec<Cause> {
+        if group != rancher::GROUP {
+            return vec![];
+        }
+        // A binding's fields never change: what it referred to was checked when it was made.
+        if plural.ends_with("bindings") && !creating {
+            return vec![];
+        }
+        let index = self.current();
+        let mut causes = vec![];
+        let template_of = |field: &str, value: &Value, context: &str, causes: &mut Vec<Cause>| {
+            let name = value.as_str().unwrap_or_default();
+            match index.role_templates.get(name) {
+                None => causes.push(Cause::invalid(field, value, format!("roletemplates.{} {name:?} not found", rancher::GROUP))),
+                Some(t) if t.context != context => causes.push(Cause::invalid(
+                    field, value, format!("RoleTemplate {name:?} has context {:?}; this binding needs one of context {context:?}", t.context),
+                )),
+                Some(t) if t.locked && creating => causes.push(Cause::invalid(field, value, format!("RoleTemplate {name:?} is locked: it takes no new bindings"))),
+                Some(_) => {}
+            }
+        };
+        match plural {
+            "globalroles" => {
+                for (i, name) in object["inheritedClusterRoles"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                {
+                    template_of(
+                        &format!("inheritedClusterRoles[{i}]"),
+                        name,
+                        "cluster",
+                        &mut causes,
+                    );
+                }
+            }
+            "roletemplates" => {
+                for (i, name) in object["roleTemplateNames"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                {
+                    if !index
+                        .role_templates
+                        .contains_key(name.as_str().unwrap_or_default())
+                    {
+                        causes.push(Cause::invalid(
+                            format!("roleTemplateNames[{i}]"),
+                            name,
+                            "no RoleTemplate of that name",
+                        ));
+                    }
+                }
+            }
+            "globalrolebindings" => {
+                let name = &object["globalRoleName"];
+                if !index
+                    .global_roles
+                    .contains_key(name.as_str().unwrap_or_default())
+                {
+                    causes.push(Cause::invalid(
+                        "globalRoleName",
+                        name,
+                        format!("globalroles.{} not found", rancher::GROUP),
+                    ));
+                }
+            }
+            "clusterroletemplatebindings" => {
+                template_of(
+                    "roleTemplateName",
+                    &object["roleTemplateName"],
+                    "cluster",
+                    &mut causes,
+                );
+            }
+            "projectroletemplatebindings" => {
+                template_of(
+                    "roleTemplateName",
+                    &object["roleTemplateName"],
+                    "project",
+                    &mut causes,
+                );
+                let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+                let value = &object["projectName"];
+                if let Some((cluster, project)) = value.as_str().and_then(|p| p.split_once(':')) {
+                    match index.projects.get(&format!("{namespace}/{project}")) {
+                        None => causes.push(Cause::invalid("projectName", value, format!("no Project {project:?} in namespace {namespace:?}: a ProjectRoleTemplateBinding lives beside its Project"))),
+                        Some(of) if of != cluster => causes.push(Cause::invalid("projectName", value, format!("Project {project:?} belongs to cluster {of:?}"))),
+                        Some(_) => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+        causes
+    }
+}
+
 impl Authorizer for Rbac {
     fn authorize(&self, user: &User, attributes: &Attributes) -> Result<(), String> {
         if user.groups.iter().any(|g| g == MASTERS) {
@@ -510,21 +730,6 @@ impl Authorizer for Rbac {
         // As kube-apiserver's RBAC authorizer: a refusal has no reason beyond the request.
         if allowed { Ok(()) } else { Err(String::new()) }
     }
-}
-
-async fn load_into(
-    store: &Arc<dyn Store>,
-    objects: &mut Objects,
-) -> Result<i64, lariat_store::Error> {
-    let listed = store.list(PREFIX, ListOptions::default()).await?;
-    *objects = Objects::default();
-    for kv in &listed.items {
-        objects.apply(
-            kv.key.strip_prefix(PREFIX).unwrap_or_default(),
-            Some(&kv.value),
-        );
-    }
-    Ok(listed.revision)
 }
 
 fn has(list: &Option<Vec<String>>, wanted: &str) -> bool {
@@ -1133,7 +1338,16 @@ mod tests {
     fn objects(items: Vec<(&str, Value)>) -> Objects {
         let mut objects = Objects::default();
         for (key, value) in items {
-            objects.apply(key, Some(&serde_json::to_vec(&value).unwrap()));
+            let key = if key.starts_with('/') {
+                key.to_string()
+            } else {
+                format!("{PREFIX}{key}")
+            };
+            crate::follow::Mirror::apply(
+                &mut objects,
+                &key,
+                Some(&serde_json::to_vec(&value).unwrap()),
+            );
         }
         objects
     }

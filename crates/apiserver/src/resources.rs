@@ -901,6 +901,9 @@ impl Resources {
         if let Some(strategy) = crate::strategy::for_kind(&rt.group, &rt.plural) {
             causes.extend(strategy.admit(&self.registry, &mut object, old));
         }
+        if let Some(rbac) = &self.rbac {
+            causes.extend(rbac.references(&rt.group, &rt.plural, &object, old.is_none()));
+        }
         if !causes.is_empty() {
             return Err(ApiError::invalid(
                 &rt.kind,
@@ -910,7 +913,7 @@ impl Resources {
             ));
         }
         if let (Some(rbac), Some(requester)) = (&self.rbac, &options.requester) {
-            rbac.confirm_write(requester, &rt.group, &rt.plural, &object)?;
+            rbac.confirm_write(requester, &rt.group, &rt.plural, subresource, &object)?;
         }
         Ok((object, warnings))
     }

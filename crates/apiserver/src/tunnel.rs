@@ -22,8 +22,8 @@ use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use lariat_api::management::{self, AGENT_CREDENTIAL_TYPE, NAMESPACE};
 use serde_json::json;
 
-use crate::auth::same_secret;
 use crate::auth::sha256_hex;
+use crate::auth::{User, same_secret};
 use crate::status::ApiError;
 
 /// The `Upgrade` protocol agents ask for.
@@ -718,10 +718,12 @@ pub async fn connect(
     response
 }
 
-/// Proxies a request for `/k8s/clusters/<namespace>/<name>/<rest>` into that Cluster's tunnel.
-/// The caller was authenticated by lariat; the agent talks to its API with its own identity.
-/// (Impersonating the caller downstream comes with RBAC.)
-pub async fn proxy(tunnels: &Tunnels, request: axum::extract::Request) -> Response {
+/// Proxies a request for `/k8s/clusters/<namespace>/<name>/<rest>` into that Cluster's tunnel,
+/// as `caller`: the agent sends it to its cluster's API with its own credential and
+/// `Impersonate-User`/`Impersonate-Group` naming the caller, so the cluster's own RBAC decides
+/// (the bindings lariat keeps there for Rancher's scopes, see `rancher.rs`). Whatever
+/// identity headers the caller sent are dropped first.
+pub async fn proxy(tunnels: &Tunnels, caller: &User, request: axum::extract::Request) -> Response {
     let path = request.uri().path().to_string();
     let mut parts = path.splitn(6, '/').skip(3);
     let (Some(namespace), Some(name)) = (parts.next(), parts.next()) else {
@@ -780,6 +782,31 @@ pub async fn proxy(tunnels: &Tunnels, request: axum::extract::Request) -> Respon
         .collect();
     for name in impersonation {
         parts.headers.remove(name);
+    }
+    let as_caller = || -> Result<Vec<(&str, header::HeaderValue)>, ApiError> {
+        let value = |text: &str| {
+            header::HeaderValue::from_str(text).map_err(|_| {
+                ApiError::bad_request(format!(
+                    "{text:?} cannot be sent downstream as an HTTP header"
+                ))
+            })
+        };
+        let mut headers = vec![("impersonate-user", value(&caller.name)?)];
+        for group in &caller.groups {
+            // Every downstream API server adds it to an impersonated user itself.
+            if group != crate::rbac::AUTHENTICATED {
+                headers.push(("impersonate-group", value(group)?));
+            }
+        }
+        Ok(headers)
+    };
+    match as_caller() {
+        Ok(headers) => {
+            for (name, value) in headers {
+                parts.headers.append(name, value);
+            }
+        }
+        Err(error) => return error.into_response(),
     }
     let mut sender = tunnel.sender.clone();
     if sender.ready().await.is_err() {

@@ -14,10 +14,11 @@ use std::time::Duration;
 use axum::Router;
 use lariat_store::memory::MemoryStore;
 
-use crate::auth::{AllowAuthenticated, Authenticator};
+use crate::auth::Authenticator;
 use crate::encryption::Cipher;
 use crate::http::{AppState, router};
 use crate::pki::{Credential, Pki, kubeconfig};
+use crate::rbac::Rbac;
 use crate::registry::Registry;
 use crate::resources::Resources;
 use crate::status::{ApiError, ApiResult};
@@ -81,17 +82,24 @@ impl VirtualClusters {
         // Secrets in a simulated cluster live only in memory; the key only has to be stable
         // for the cluster's lifetime.
         let cipher = Cipher::from_key(&rand::random::<[u8; 32]>()).map_err(ApiError::internal)?;
-        let resources = Resources::new(store, self.kinds.fork(), cipher);
+        let resources = Resources::new(store.clone(), self.kinds.fork(), cipher);
         crate::ensure_namespaces(
             &resources,
             &["default", "kube-system", "kube-public", "kube-node-lease"],
         )
         .await?;
+        // Its own RBAC, default roles included, as a real cluster enforces: what the proxy's
+        // impersonated callers may do here is decided here.
+        crate::rbac::bootstrap(&resources).await?;
+        let rbac = Rbac::load(&store)
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let resources = resources.with_rbac(rbac.clone());
         let state = Arc::new(AppState {
             resources,
             authenticator,
-            authorizer: Arc::new(AllowAuthenticated),
-            rbac: None,
+            authorizer: rbac.clone(),
+            rbac: Some(rbac.clone()),
             server_address: self.server_address.clone(),
             advertised_address: None,
             agent_image: Default::default(),
@@ -111,7 +119,8 @@ impl VirtualClusters {
         // being deleted (their contents, then the `kubernetes` finalizer), as a real
         // cluster's kube-controller-manager does.
         let (collector, stop) = tokio::sync::watch::channel(false);
-        tokio::spawn(crate::gc::run(state.resources.clone(), stop));
+        tokio::spawn(crate::gc::run(state.resources.clone(), stop.clone()));
+        tokio::spawn(rbac.follow(store, stop));
         clusters.insert(
             key.to_string(),
             VirtualCluster {

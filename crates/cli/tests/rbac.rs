@@ -6,7 +6,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{TestServer, eventually};
+use std::time::Duration;
+
+use common::{TestServer, eventually, eventually_within};
 
 /// A kubeconfig for `user` in `groups`, from `lariat token create --print-kubeconfig`.
 fn user_kubeconfig(server: &TestServer, user: &str, groups: &[&str], ttl: &str) -> PathBuf {
@@ -559,4 +561,395 @@ rules:
     std::thread::sleep(std::time::Duration::from_millis(2100));
     let (ok, expired) = run(&server, &short, &["auth", "whoami"]);
     assert!(!ok && expired.contains("Unauthorized"), "{expired}");
+}
+
+/// Rancher's scopes on two imported clusters (each a real lariat API server with its own RBAC,
+/// reached through its agent): a project member, a cluster owner and a global role's
+/// `inheritedClusterRoles`, enforced by the downstream API servers on impersonated requests.
+#[test]
+fn rancher_scopes_are_enforced_downstream_through_impersonation() {
+    let management = TestServer::start();
+    let (c1, c2) = (TestServer::start(), TestServer::start());
+    let url = format!("https://{}", management.address);
+    let mut agents = vec![];
+    for (name, downstream) in [("c1", &c1), ("c2", &c2)] {
+        let (token, checksum) = common::import_cluster(&management, name, "1h");
+        agents.push(common::Agent::start(
+            management.data_dir(),
+            name,
+            &url,
+            &token,
+            &checksum,
+            downstream,
+        ));
+    }
+    for name in ["c1", "c2"] {
+        eventually_within(Duration::from_secs(30), "the agents connect", || {
+            common::cluster_condition(&management, name, "Connected") == "True"
+        });
+    }
+    for ns in ["web", "db", "other"] {
+        c1.kubectl_ok(&["create", "namespace", ns]);
+        c1.kubectl_ok(&["create", "configmap", "settings", "-n", ns]);
+    }
+    c2.kubectl_ok(&["create", "namespace", "web"]);
+    for (cluster, ns) in [(&c1, "web"), (&c1, "db"), (&c2, "web")] {
+        // c2's namespace claims c1's project: a project never spans clusters.
+        cluster.kubectl_ok(&[
+            "annotate",
+            "namespace",
+            ns,
+            "field.cattle.io/projectId=c1:p1",
+        ]);
+    }
+    management.apply_ok(
+        &["apply", "-f", "-"],
+        r#"apiVersion: management.cattle.io/v3
+kind: Project
+metadata: {name: p1, namespace: default}
+spec: {displayName: Web shop, clusterName: c1}
+---
+apiVersion: management.cattle.io/v3
+kind: ProjectRoleTemplateBinding
+metadata: {name: alice-member, namespace: default}
+projectName: c1:p1
+roleTemplateName: project-member
+userName: alice
+---
+apiVersion: management.cattle.io/v3
+kind: ClusterRoleTemplateBinding
+metadata: {name: bob-owner, namespace: default}
+clusterName: c1
+roleTemplateName: cluster-owner
+userName: bob
+---
+apiVersion: management.cattle.io/v3
+kind: RoleTemplate
+metadata: {name: cluster-reader}
+context: cluster
+rules:
+- {apiGroups: ["*"], resources: ["*"], verbs: [get, list, watch]}
+---
+apiVersion: management.cattle.io/v3
+kind: GlobalRole
+metadata: {name: auditor}
+inheritedClusterRoles: [cluster-reader]
+---
+apiVersion: management.cattle.io/v3
+kind: GlobalRoleBinding
+metadata: {name: auditors}
+globalRoleName: auditor
+groupPrincipalName: auditors
+"#,
+    );
+    let proxied = |user: &Path, cluster: &str| {
+        let output = lariat_as(user, &["kubeconfig", cluster]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let name = format!(
+            "{}-{cluster}.yaml",
+            user.file_stem().unwrap().to_string_lossy()
+        );
+        let path = management.dir.path().join(name);
+        std::fs::write(&path, &output.stdout).unwrap();
+        path
+    };
+    let alice = user_kubeconfig(&management, "alice", &[], "1h");
+    let bob = user_kubeconfig(&management, "bob", &[], "1h");
+    let carol = user_kubeconfig(&management, "carol", &["auditors"], "1h");
+    let (alice_c1, bob_c1, carol_c1, carol_c2) = (
+        proxied(&alice, "c1"),
+        proxied(&bob, "c1"),
+        proxied(&carol, "c1"),
+        proxied(&carol, "c2"),
+    );
+
+    // Alice works in her project's namespaces of c1, and nowhere else.
+    eventually_within(Duration::from_secs(30), "alice reaches her project", || {
+        run(&c1, &alice_c1, &["get", "configmaps", "-n", "web"]).0
+            && run(&c1, &alice_c1, &["get", "configmaps", "-n", "db"]).0
+    });
+    let (ok, text) = run(
+        &c1,
+        &alice_c1,
+        &["create", "configmap", "mine", "-n", "web"],
+    );
+    assert!(ok, "{text}");
+    let (ok, text) = run(&c1, &alice_c1, &["get", "configmaps", "-n", "other"]);
+    assert!(!ok);
+    assert!(
+        text.contains(r#"User "alice" cannot list resource "configmaps" in API group "" in the namespace "other""#),
+        "the downstream API server decides, as alice: {text}"
+    );
+    let (ok, text) = run(&c1, &alice_c1, &["get", "nodes"]);
+    assert!(!ok, "{text}");
+    // Nothing of c2: refused at lariat's proxy, before anything is sent.
+    let output = lariat_as(&alice, &["kubeconfig", "c2"]);
+    assert!(!output.status.success());
+    let kubeconfig = std::fs::read_to_string(&alice).unwrap();
+    let token = kubeconfig
+        .split("token: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("a token in alice's kubeconfig");
+    let (code, text) = management.curl(
+        "GET",
+        "/k8s/clusters/default/c2/api/v1/namespaces/web/configmaps",
+        Some(token),
+        None,
+        None,
+    );
+    assert_eq!(code, 403, "{text}");
+    assert!(
+        text.contains(r#"User \"alice\" cannot get resource \"clusters/proxy\" in API group \"cluster.x-k8s.io\" in the namespace \"default\""#),
+        "{text}"
+    );
+    // Nor may she become someone else downstream: her own impersonation is lariat's to judge.
+    let (ok, text) = run(
+        &c1,
+        &alice_c1,
+        &["get", "configmaps", "-n", "other", "--as", "bob"],
+    );
+    assert!(!ok);
+    assert!(
+        text.contains(r#"cannot impersonate resource "users""#),
+        "{text}"
+    );
+
+    // Bob owns all of c1 and nothing of c2.
+    eventually_within(Duration::from_secs(30), "bob owns c1", || {
+        run(
+            &c1,
+            &bob_c1,
+            &["create", "configmap", "bobs", "-n", "other"],
+        )
+        .0
+    });
+    let (ok, text) = run(&c1, &bob_c1, &["get", "nodes"]);
+    assert!(ok, "{text}");
+    assert!(!lariat_as(&bob, &["kubeconfig", "c2"]).status.success());
+
+    // The auditors' global role reads every cluster and changes none.
+    for (downstream, kubeconfig) in [(&c1, &carol_c1), (&c2, &carol_c2)] {
+        eventually_within(Duration::from_secs(30), "carol reads the cluster", || {
+            run(downstream, kubeconfig, &["get", "configmaps", "-A"]).0
+        });
+        let (ok, text) = run(
+            downstream,
+            kubeconfig,
+            &["create", "configmap", "x", "-n", "web"],
+        );
+        assert!(!ok, "{text}");
+        assert!(
+            text.contains(r#"User "carol" cannot create resource "configmaps""#),
+            "{text}"
+        );
+    }
+
+    // What lariat keeps downstream is labelled as its own and reported on the ClusterAccess.
+    let bindings = c1.kubectl_ok(&[
+        "get",
+        "rolebindings",
+        "-A",
+        "-l",
+        "management.lariat.dev/access",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}={.roleRef.name} {end}",
+    ]);
+    assert_eq!(
+        bindings.split_whitespace().collect::<Vec<_>>(),
+        [
+            "db/lariat-prtb-alice-member=project-member",
+            "web/lariat-prtb-alice-member=project-member"
+        ]
+    );
+    assert!(
+        c2.kubectl_ok(&[
+            "get",
+            "rolebindings",
+            "-A",
+            "-l",
+            "management.lariat.dev/access",
+            "-o",
+            "name"
+        ])
+        .trim()
+        .is_empty(),
+        "c1's project reaches nothing in c2"
+    );
+    eventually("the agent reports the access applied", || {
+        management.kubectl_ok(&[
+            "get",
+            "clusteraccess",
+            "c1",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Applied\")].status}",
+        ]) == "True"
+    });
+
+    // A namespace moved to another project changes who reaches it, within seconds.
+    c1.kubectl_ok(&[
+        "annotate",
+        "--overwrite",
+        "namespace",
+        "db",
+        "field.cattle.io/projectId=c1:p2",
+    ]);
+    eventually_within(
+        Duration::from_secs(10),
+        "alice loses the moved namespace",
+        || !run(&c1, &alice_c1, &["get", "configmaps", "-n", "db"]).0,
+    );
+    assert!(run(&c1, &alice_c1, &["get", "configmaps", "-n", "web"]).0);
+    // A binding deleted takes its RoleBindings with it.
+    management.kubectl_ok(&["delete", "projectroletemplatebinding", "alice-member"]);
+    eventually_within(
+        Duration::from_secs(10),
+        "alice's RoleBindings are gone",
+        || {
+            c1.kubectl_ok(&[
+                "get",
+                "rolebindings",
+                "-A",
+                "-l",
+                "management.lariat.dev/access",
+                "-o",
+                "name",
+            ])
+            .trim()
+            .is_empty()
+        },
+    );
+    assert!(!run(&c1, &alice_c1, &["get", "configmaps", "-n", "web"]).0);
+
+    // ClusterAccesses are lariat's to write, even for an administrator.
+    let refused = management.kubectl_err(&[
+        "patch",
+        "clusteraccess",
+        "c1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"clusterRoles":[]}}"#,
+    ]);
+    assert!(
+        refused.contains("lariat writes ClusterAccesses from Rancher's bindings"),
+        "{refused}"
+    );
+    drop(agents);
+}
+
+/// Rancher's kinds are validated as Rancher's webhook does, and binding a role template takes
+/// the `bind` verb on it.
+#[test]
+fn rancher_bindings_are_validated_and_need_bind() {
+    let server = TestServer::start();
+    let refused = server.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: management.cattle.io/v3\nkind: ClusterRoleTemplateBinding\nmetadata: {name: x, namespace: default}\nclusterName: c1\nroleTemplateName: project-member\nuserName: alice\ngroupName: devs\n",
+    );
+    let text = String::from_utf8_lossy(&refused.stderr).to_string();
+    assert!(!refused.status.success());
+    assert!(
+        text.contains("a binding is for one user or one group, not both"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"RoleTemplate "project-member" has context "project"; this binding needs one of context "cluster""#),
+        "{text}"
+    );
+    let text = {
+        let output = server.kubectl_stdin(
+            &["create", "-f", "-"],
+            "apiVersion: management.cattle.io/v3\nkind: ProjectRoleTemplateBinding\nmetadata: {name: x, namespace: default}\nprojectName: c1:nope\nroleTemplateName: project-member\nuserName: alice\n",
+        );
+        assert!(!output.status.success());
+        String::from_utf8_lossy(&output.stderr).to_string()
+    };
+    assert!(
+        text.contains(r#"no Project "nope" in namespace "default""#),
+        "{text}"
+    );
+
+    // Dave may create bindings in `default` but holds no `bind` on role templates.
+    server.kubectl_ok(&[
+        "create", "clusterrole", "binding-writer", "--verb=create,get,list",
+        "--resource=clusterroletemplatebindings.management.cattle.io,globalrolebindings.management.cattle.io",
+    ]);
+    server.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        "dave",
+        "--clusterrole=binding-writer",
+        "--user=dave",
+    ]);
+    let dave = user_kubeconfig(&server, "dave", &[], "1h");
+    let crtb = "apiVersion: management.cattle.io/v3\nkind: ClusterRoleTemplateBinding\nmetadata: {name: dave-owner, namespace: default}\nclusterName: c1\nroleTemplateName: cluster-owner\nuserName: dave\n";
+    let output = kubectl_stdin_as(&server, &dave, &["create", "-f", "-"], crtb);
+    let text = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(!output.status.success());
+    assert!(text.contains(r#"binding RoleTemplate "cluster-owner" needs the bind verb on roletemplates "cluster-owner""#), "{text}");
+    let grb = "apiVersion: management.cattle.io/v3\nkind: GlobalRoleBinding\nmetadata: {name: dave-admin}\nglobalRoleName: admin\nuserName: dave\n";
+    let output = kubectl_stdin_as(&server, &dave, &["create", "-f", "-"], grb);
+    let text = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(!output.status.success());
+    assert!(text.contains("inheritedClusterRoles"), "{text}");
+    // With `bind` on that one template, the binding is his to make.
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: owner-binder}\nrules:\n- {apiGroups: [management.cattle.io], resources: [roletemplates], resourceNames: [cluster-owner], verbs: [bind]}\n",
+    );
+    server.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        "dave-binds",
+        "--clusterrole=owner-binder",
+        "--user=dave",
+    ]);
+    eventually("dave may bind cluster-owner", || {
+        kubectl_stdin_as(&server, &dave, &["create", "-f", "-"], crtb)
+            .status
+            .success()
+    });
+    // The built-in templates are there, as Rancher ships them.
+    let templates = server.kubectl_ok(&["get", "roletemplates", "-o", "name"]);
+    for name in [
+        "cluster-owner",
+        "cluster-member",
+        "project-owner",
+        "project-member",
+        "read-only",
+    ] {
+        assert!(
+            templates.contains(&format!("roletemplate.management.cattle.io/{name}")),
+            "{templates}"
+        );
+    }
+}
+
+fn kubectl_stdin_as(
+    server: &TestServer,
+    kubeconfig: &Path,
+    args: &[&str],
+    input: &str,
+) -> std::process::Output {
+    use std::io::Write;
+    let mut child = server
+        .kubectl_command(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
 }

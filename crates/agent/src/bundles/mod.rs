@@ -228,7 +228,7 @@ pub(crate) async fn run(downstream: kube::Client, mut sessions: watch::Receiver<
 }
 
 /// The management API as this agent.
-fn upstream_client(session: &Session, namespace: &str) -> Result<kube::Client, Error> {
+pub(crate) fn upstream_client(session: &Session, namespace: &str) -> Result<kube::Client, Error> {
     let url: http::Uri = session
         .server
         .parse()

@@ -13,6 +13,7 @@ mod capi;
 mod core;
 mod crd;
 mod events;
+mod rancher;
 mod rbac;
 mod tokens;
 
@@ -35,6 +36,13 @@ pub fn for_kind(group: &str, plural: &str) -> Option<&'static dyn Strategy> {
         ("events.k8s.io", "events") => &events::EventsV1,
         ("apiextensions.k8s.io", "customresourcedefinitions") => &crd::CustomResourceDefinitions,
         ("management.lariat.dev", "tokens") => &tokens::Tokens,
+        ("management.cattle.io", "globalroles") => &rancher::GlobalRoles,
+        ("management.cattle.io", "roletemplates") => &rancher::RoleTemplates,
+        ("management.cattle.io", "projects") => &rancher::Projects,
+        (
+            "management.cattle.io",
+            "globalrolebindings" | "clusterroletemplatebindings" | "projectroletemplatebindings",
+        ) => &rancher::Bindings,
         ("rbac.authorization.k8s.io", "roles" | "clusterroles") => &rbac::Roles,
         ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => &rbac::Bindings,
         ("cluster.x-k8s.io", "clusters") => &capi::Clusters,

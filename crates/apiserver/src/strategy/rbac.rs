@@ -15,43 +15,49 @@ pub struct Roles;
 
 impl Strategy for Roles {
     fn admit(&self, _: &Registry, object: &mut Value, _old: Option<&Value>) -> Vec<Cause> {
-        let namespaced = object["kind"] == "Role";
-        let mut causes = vec![];
-        let Some(rules) = object["rules"].as_array() else {
-            return causes;
-        };
-        for (i, rule) in rules.iter().enumerate() {
-            let field = |name: &str| format!("rules[{i}].{name}");
-            let set = |name: &str| rule[name].as_array().is_some_and(|a| !a.is_empty());
-            if !set("verbs") {
-                causes.push(Cause::required(field("verbs")));
-            }
-            if set("nonResourceURLs") {
-                if namespaced {
-                    causes.push(Cause::invalid(
-                        field("nonResourceURLs"),
-                        &rule["nonResourceURLs"],
-                        "namespaced rules cannot apply to non-resource URLs",
-                    ));
-                }
-                if set("apiGroups") || set("resources") {
-                    causes.push(Cause::invalid(
-                        field("nonResourceURLs"),
-                        &rule["nonResourceURLs"],
-                        "rules cannot apply to both regular resources and non-resource URLs",
-                    ));
-                }
-                continue;
-            }
-            if rule["apiGroups"].as_array().is_none() {
-                causes.push(Cause::required(field("apiGroups")));
-            }
-            if !set("resources") {
-                causes.push(Cause::required(field("resources")));
-            }
-        }
-        causes
+        rule_causes(&object["rules"], "rules", object["kind"] == "Role")
     }
+}
+
+/// What is wrong with a list of PolicyRules at `field` (`namespaced`: of a Role, which cannot
+/// name non-resource URLs).
+pub(crate) fn rule_causes(rules: &Value, field: &str, namespaced: bool) -> Vec<Cause> {
+    let mut causes = vec![];
+    let Some(rules) = rules.as_array() else {
+        return causes;
+    };
+    let prefix = field;
+    for (i, rule) in rules.iter().enumerate() {
+        let field = |name: &str| format!("{prefix}[{i}].{name}");
+        let set = |name: &str| rule[name].as_array().is_some_and(|a| !a.is_empty());
+        if !set("verbs") {
+            causes.push(Cause::required(field("verbs")));
+        }
+        if set("nonResourceURLs") {
+            if namespaced {
+                causes.push(Cause::invalid(
+                    field("nonResourceURLs"),
+                    &rule["nonResourceURLs"],
+                    "namespaced rules cannot apply to non-resource URLs",
+                ));
+            }
+            if set("apiGroups") || set("resources") {
+                causes.push(Cause::invalid(
+                    field("nonResourceURLs"),
+                    &rule["nonResourceURLs"],
+                    "rules cannot apply to both regular resources and non-resource URLs",
+                ));
+            }
+            continue;
+        }
+        if rule["apiGroups"].as_array().is_none() {
+            causes.push(Cause::required(field("apiGroups")));
+        }
+        if !set("resources") {
+            causes.push(Cause::required(field("resources")));
+        }
+    }
+    causes
 }
 
 pub struct Bindings;

@@ -1,0 +1,717 @@
+//! Rancher's scopes (`management.cattle.io/v3`, see `lariat_api::rancher`) turned into RBAC:
+//!
+//! - on lariat itself, through RBAC's index (`rbac.rs`): a GlobalRoleBinding grants its
+//!   GlobalRole's `rules` everywhere and its `namespacedRules` in their namespaces; any binding
+//!   that reaches a cluster (a ClusterRoleTemplateBinding, a ProjectRoleTemplateBinding, a
+//!   GlobalRole with `inheritedClusterRoles`) grants reading that Cluster and its proxy, so a
+//!   caller with no binding for a cluster is refused at lariat's proxy before anything is sent;
+//! - in each downstream cluster, through its ClusterAccess (written by [`publish_accesses`],
+//!   applied by the cluster's agent): a ClusterRole per RoleTemplate in use and the bindings
+//!   of it. Requests through the proxy impersonate the caller, so the downstream API server
+//!   decides what they may do there.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::rbac::v1::{PolicyRule, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+pub use lariat_api::rancher::GROUP;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::Digest;
+
+use crate::follow::Mirror;
+use crate::resources::{Resources, WriteOptions};
+use crate::status::ApiError;
+
+pub const PREFIX: &str = "/registry/management.cattle.io/";
+const CLUSTERS: &str = "/registry/cluster.x-k8s.io/clusters/";
+const CAPI_GROUP: &str = "cluster.x-k8s.io";
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GlobalRole {
+    pub rules: Vec<PolicyRule>,
+    pub inherited_cluster_roles: Vec<String>,
+    pub namespaced_rules: BTreeMap<String, Vec<PolicyRule>>,
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GlobalRoleBinding {
+    pub user_name: Option<String>,
+    pub group_principal_name: Option<String>,
+    pub global_role_name: String,
+}
+
+impl GlobalRoleBinding {
+    pub fn subject(&self) -> Option<Subject> {
+        Subjects {
+            user_name: self.user_name.clone(),
+            group_principal_name: self.group_principal_name.clone(),
+            ..Default::default()
+        }
+        .subject()
+    }
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RoleTemplate {
+    pub rules: Vec<PolicyRule>,
+    pub external: bool,
+    pub external_rules: Vec<PolicyRule>,
+    pub context: String,
+    pub role_template_names: Vec<String>,
+    pub locked: bool,
+}
+
+/// Who a role-template binding is for: a user or a group, by name or by principal.
+#[derive(Deserialize, Default, Clone)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Subjects {
+    pub user_name: Option<String>,
+    pub user_principal_name: Option<String>,
+    pub group_name: Option<String>,
+    pub group_principal_name: Option<String>,
+}
+
+impl Subjects {
+    fn set(field: &Option<String>) -> Option<&str> {
+        field.as_deref().filter(|s| !s.is_empty())
+    }
+
+    /// The fields given, by name.
+    pub fn given(&self) -> Vec<&'static str> {
+        [
+            ("userName", &self.user_name),
+            ("userPrincipalName", &self.user_principal_name),
+            ("groupName", &self.group_name),
+            ("groupPrincipalName", &self.group_principal_name),
+        ]
+        .into_iter()
+        .filter(|(_, value)| Subjects::set(value).is_some())
+        .map(|(name, _)| name)
+        .collect()
+    }
+
+    /// The binding's subject: a user named by `userName` (or its principal), else a group.
+    pub fn subject(&self) -> Option<Subject> {
+        let (kind, name) = if let Some(user) =
+            Subjects::set(&self.user_name).or(Subjects::set(&self.user_principal_name))
+        {
+            ("User", user)
+        } else {
+            let group =
+                Subjects::set(&self.group_name).or(Subjects::set(&self.group_principal_name))?;
+            ("Group", group)
+        };
+        Some(Subject {
+            kind: kind.into(),
+            name: name.into(),
+            api_group: Some(crate::rbac::GROUP.into()),
+            namespace: None,
+        })
+    }
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClusterRoleTemplateBinding {
+    pub metadata: ObjectMeta,
+    #[serde(flatten)]
+    pub subjects: Subjects,
+    pub cluster_name: String,
+    pub role_template_name: String,
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ProjectSpec {
+    pub cluster_name: String,
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+pub struct Project {
+    pub spec: ProjectSpec,
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ProjectRoleTemplateBinding {
+    pub metadata: ObjectMeta,
+    #[serde(flatten)]
+    pub subjects: Subjects,
+    pub project_name: String,
+    pub role_template_name: String,
+}
+
+impl ProjectRoleTemplateBinding {
+    /// `<cluster>:<project>`, split.
+    pub fn project(&self) -> Option<(&str, &str)> {
+        self.project_name.split_once(':')
+    }
+}
+
+/// Rancher's kinds as last seen in the store, keyed `NAME` or `NAMESPACE/NAME`.
+#[derive(Default)]
+pub struct Objects {
+    pub global_roles: HashMap<String, GlobalRole>,
+    pub global_role_bindings: HashMap<String, GlobalRoleBinding>,
+    pub role_templates: HashMap<String, RoleTemplate>,
+    pub cluster_bindings: HashMap<String, ClusterRoleTemplateBinding>,
+    pub projects: HashMap<String, Project>,
+    pub project_bindings: HashMap<String, ProjectRoleTemplateBinding>,
+}
+
+fn put<T: serde::de::DeserializeOwned>(
+    map: &mut HashMap<String, T>,
+    name: &str,
+    value: Option<&[u8]>,
+) {
+    match value.map(serde_json::from_slice::<T>) {
+        Some(Ok(object)) => {
+            map.insert(name.to_string(), object);
+        }
+        // Validated before it was stored; what this build cannot read grants nothing.
+        Some(Err(_)) | None => {
+            map.remove(name);
+        }
+    }
+}
+
+impl Objects {
+    /// Applies one stored change (`key` relative to [`PREFIX`]); `None` deletes.
+    pub fn apply(&mut self, key: &str, value: Option<&[u8]>) {
+        let Some((plural, name)) = key.split_once('/') else {
+            return;
+        };
+        match plural {
+            "globalroles" => put(&mut self.global_roles, name, value),
+            "globalrolebindings" => put(&mut self.global_role_bindings, name, value),
+            "roletemplates" => put(&mut self.role_templates, name, value),
+            "clusterroletemplatebindings" => put(&mut self.cluster_bindings, name, value),
+            "projects" => put(&mut self.projects, name, value),
+            "projectroletemplatebindings" => put(&mut self.project_bindings, name, value),
+            _ => {}
+        }
+    }
+
+    /// The rules of RoleTemplate `name` with those of the templates it inherits
+    /// (`roleTemplateNames`, recursively); `None` when it does not exist.
+    pub fn template_rules(&self, name: &str) -> Option<Vec<PolicyRule>> {
+        fn collect(
+            objects: &Objects,
+            name: &str,
+            seen: &mut HashSet<String>,
+            rules: &mut Vec<PolicyRule>,
+        ) -> bool {
+            let Some(template) = objects.role_templates.get(name) else {
+                return false;
+            };
+            if !seen.insert(name.to_string()) {
+                return true;
+            }
+            let own = if template.external {
+                &template.external_rules
+            } else {
+                &template.rules
+            };
+            for rule in own {
+                if !rules.contains(rule) {
+                    rules.push(rule.clone());
+                }
+            }
+            for inherited in &template.role_template_names {
+                collect(objects, inherited, seen, rules);
+            }
+            true
+        }
+        let mut rules = Vec::new();
+        collect(self, name, &mut HashSet::new(), &mut rules).then_some(rules)
+    }
+
+    /// What each binding grants on lariat itself: `(subject, namespace, rules)`, a namespace of
+    /// `None` meaning everywhere.
+    pub fn management_grants(&self) -> Vec<(Subject, Option<String>, Vec<PolicyRule>)> {
+        let mut grants = Vec::new();
+        for binding in self.global_role_bindings.values() {
+            let (Some(subject), Some(role)) = (
+                binding.subject(),
+                self.global_roles.get(&binding.global_role_name),
+            ) else {
+                continue;
+            };
+            grants.push((subject.clone(), None, role.rules.clone()));
+            for (namespace, rules) in &role.namespaced_rules {
+                grants.push((subject.clone(), Some(namespace.clone()), rules.clone()));
+            }
+            if !role.inherited_cluster_roles.is_empty() {
+                grants.push((subject, None, reach_cluster(None)));
+            }
+        }
+        for binding in self.cluster_bindings.values() {
+            let Some(subject) = binding.subjects.subject() else {
+                continue;
+            };
+            let namespace = binding.metadata.namespace.clone();
+            grants.push((
+                subject,
+                namespace,
+                reach_cluster(Some(&binding.cluster_name)),
+            ));
+        }
+        for (key, binding) in &self.project_bindings {
+            let (Some(subject), Some((namespace, _))) =
+                (binding.subjects.subject(), key.split_once('/'))
+            else {
+                continue;
+            };
+            let Some((cluster, project)) = binding.project() else {
+                continue;
+            };
+            let belongs = self
+                .projects
+                .get(&format!("{namespace}/{project}"))
+                .is_some_and(|p| p.spec.cluster_name == cluster);
+            if !belongs {
+                continue;
+            }
+            let mut rules = reach_cluster(Some(cluster));
+            rules.push(read(GROUP, "projects", Some(project)));
+            grants.push((subject, Some(namespace.to_string()), rules));
+        }
+        grants
+    }
+
+    /// The ClusterAccess `spec` of Cluster `namespace/cluster`: the RBAC its agent keeps there.
+    pub fn cluster_access(&self, namespace: &str, cluster: &str) -> Value {
+        let mut used: Vec<String> = Vec::new();
+        let mut cluster_bindings = Vec::new();
+        let mut project_bindings = Vec::new();
+        let mut bind = |name: String, template: &str, subject: Subject, project: Option<&str>| {
+            if !self.role_templates.contains_key(template) {
+                return;
+            }
+            used.push(template.to_string());
+            let mut binding = json!({
+                "name": downstream_name(&name),
+                "roleName": template,
+                "subjects": [{"kind": subject.kind, "name": subject.name}],
+            });
+            match project {
+                Some(project) => {
+                    binding["projectId"] = json!(project);
+                    project_bindings.push(binding);
+                }
+                None => cluster_bindings.push(binding),
+            }
+        };
+        let mut global: Vec<(&String, &GlobalRoleBinding)> =
+            self.global_role_bindings.iter().collect();
+        global.sort_by_key(|(name, _)| *name);
+        for (name, binding) in global {
+            let (Some(subject), Some(role)) = (
+                binding.subject(),
+                self.global_roles.get(&binding.global_role_name),
+            ) else {
+                continue;
+            };
+            for template in &role.inherited_cluster_roles {
+                bind(
+                    format!("lariat-grb-{name}-{template}"),
+                    template,
+                    subject.clone(),
+                    None,
+                );
+            }
+        }
+        let prefix = format!("{namespace}/");
+        let mut in_namespace: Vec<(&String, &ClusterRoleTemplateBinding)> = self
+            .cluster_bindings
+            .iter()
+            .filter(|(key, b)| key.starts_with(&prefix) && b.cluster_name == cluster)
+            .collect();
+        in_namespace.sort_by_key(|(key, _)| *key);
+        for (key, binding) in in_namespace {
+            if let Some(subject) = binding.subjects.subject() {
+                let name = format!("lariat-crtb-{}", &key[prefix.len()..]);
+                bind(name, &binding.role_template_name, subject, None);
+            }
+        }
+        let mut in_projects: Vec<(&String, &ProjectRoleTemplateBinding)> = self
+            .project_bindings
+            .iter()
+            .filter(|(key, b)| {
+                key.starts_with(&prefix)
+                    && b.project().is_some_and(|(c, project)| {
+                        c == cluster
+                            && self
+                                .projects
+                                .get(&format!("{prefix}{project}"))
+                                .is_some_and(|p| p.spec.cluster_name == cluster)
+                    })
+            })
+            .collect();
+        in_projects.sort_by_key(|(key, _)| *key);
+        for (key, binding) in in_projects {
+            if let Some(subject) = binding.subjects.subject() {
+                let name = format!("lariat-prtb-{}", &key[prefix.len()..]);
+                bind(
+                    name,
+                    &binding.role_template_name,
+                    subject,
+                    Some(&binding.project_name),
+                );
+            }
+        }
+        used.sort();
+        used.dedup();
+        let cluster_roles: Vec<Value> = used
+            .into_iter()
+            .filter(|template| !self.role_templates[template].external)
+            .map(|template| {
+                json!({"name": template, "rules": self.template_rules(&template).unwrap_or_default()})
+            })
+            .collect();
+        json!({
+            "clusterRoles": cluster_roles,
+            "clusterRoleBindings": cluster_bindings,
+            "projectRoleBindings": project_bindings,
+        })
+    }
+}
+
+/// A downstream object name from a binding's: a valid name of at most 253 characters, unique
+/// for each binding (a long one is cut and keeps a hash of the whole).
+fn downstream_name(name: &str) -> String {
+    if name.len() <= 253 {
+        return name.to_string();
+    }
+    let hash = sha2::Sha256::digest(name.as_bytes());
+    let hash: String = hash.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("{}-{hash}", name[..240].trim_end_matches(['-', '.']))
+}
+
+fn read(group: &str, resource: &str, name: Option<&str>) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.into()]),
+        resources: Some(vec![resource.into()]),
+        resource_names: name.map(|n| vec![n.into()]),
+        verbs: vec!["get".into()],
+        non_resource_urls: None,
+    }
+}
+
+/// Reading Cluster `name` (`None`: every one) and every verb of its proxy, whose requests the
+/// downstream API server then decides.
+fn reach_cluster(name: Option<&str>) -> Vec<PolicyRule> {
+    let names = name.map(|n| vec![n.to_string()]);
+    let mut clusters = read(CAPI_GROUP, "clusters", name);
+    if name.is_none() {
+        clusters.verbs.extend(["list".into(), "watch".into()]);
+    }
+    vec![
+        clusters,
+        PolicyRule {
+            api_groups: Some(vec![CAPI_GROUP.into()]),
+            resources: Some(vec!["clusters/proxy".into()]),
+            resource_names: names,
+            verbs: vec!["*".into()],
+            non_resource_urls: None,
+        },
+    ]
+}
+
+/// Rancher's kinds, the Clusters and their ClusterAccesses, followed for [`publish_accesses`].
+#[derive(Default)]
+struct AccessInputs {
+    objects: Objects,
+    /// `NAMESPACE/NAME` → uid.
+    clusters: HashMap<String, String>,
+    /// `NAMESPACE/NAME` → the `spec` stored.
+    accesses: HashMap<String, Value>,
+}
+
+const ACCESSES: &str = "/registry/management.lariat.dev/clusteraccesses/";
+
+impl Mirror for AccessInputs {
+    fn clear(&mut self) {
+        *self = AccessInputs::default();
+    }
+
+    fn apply(&mut self, key: &str, value: Option<&[u8]>) {
+        if let Some(key) = key.strip_prefix(PREFIX) {
+            return self.objects.apply(key, value);
+        }
+        let object = value.and_then(|v| serde_json::from_slice::<Value>(v).ok());
+        if let Some(key) = key.strip_prefix(ACCESSES) {
+            match object {
+                Some(mut object) => self.accesses.insert(key.into(), object["spec"].take()),
+                None => self.accesses.remove(key),
+            };
+        } else if let Some(key) = key.strip_prefix(CLUSTERS) {
+            match object.and_then(|o| o["metadata"]["uid"].as_str().map(String::from)) {
+                Some(uid) => self.clusters.insert(key.into(), uid),
+                None => self.clusters.remove(key),
+            };
+        }
+    }
+}
+
+/// A ClusterAccess to write: the Cluster (`NAMESPACE/NAME`), its uid, the `spec` wanted.
+type Pending = Vec<(String, String, Value)>;
+
+/// Keeps every Cluster's ClusterAccess equal to what Rancher's kinds say of it, until `stop`.
+/// Level-based: after every batch of changes (to Rancher's kinds, the Clusters or the
+/// ClusterAccesses themselves) the accesses that differ from what is wanted are written.
+pub async fn publish_accesses(resources: Resources, stop: tokio::sync::watch::Receiver<bool>) {
+    let (wake, mut woken) = tokio::sync::watch::channel(Arc::new(Pending::new()));
+    let writer = {
+        let resources = resources.clone();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let pending = woken.borrow_and_update().clone();
+                let retry = !write_accesses(&resources, &pending).await;
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    changed = woken.changed() => if changed.is_err() { return },
+                    // A write that failed is tried again, unless newer wishes came first.
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(1)), if retry => {}
+                }
+            }
+        })
+    };
+    let mut inputs = AccessInputs::default();
+    crate::follow::follow(
+        resources.store.clone(),
+        &[PREFIX, CLUSTERS, ACCESSES],
+        &mut inputs,
+        |inputs| {
+            let mut pending: Pending = inputs
+                .clusters
+                .iter()
+                .filter_map(|(key, uid)| {
+                    let (namespace, name) = key.split_once('/')?;
+                    let spec = inputs.objects.cluster_access(namespace, name);
+                    (inputs.accesses.get(key) != Some(&spec))
+                        .then(|| (key.clone(), uid.clone(), spec))
+                })
+                .collect();
+            pending.sort_by(|a, b| a.0.cmp(&b.0));
+            let _ = wake.send(Arc::new(pending));
+        },
+        stop,
+    )
+    .await;
+    writer.abort();
+}
+
+/// Writes each pending ClusterAccess; whether all were written.
+async fn write_accesses(resources: &Resources, pending: &Pending) -> bool {
+    let options = WriteOptions {
+        field_manager: "lariat".into(),
+        ..Default::default()
+    };
+    let access = lariat_api::management::cluster_access_resource();
+    let mut all = true;
+    for (key, uid, spec) in pending {
+        let (namespace, name) = key.split_once('/').unwrap_or_default();
+        let Some(scope) = resources.scope(&access.group, &access.plural, Some(namespace)) else {
+            return false;
+        };
+        let outcome = match resources.get(&scope, name).await {
+            Ok(current) if current["spec"] == *spec => Ok(()),
+            Ok(mut current) => {
+                current["spec"] = spec.clone();
+                resources
+                    .update(&scope, name, current, None, &options)
+                    .await
+                    .map(|_| ())
+            }
+            Err(ApiError::NotFound { .. }) => {
+                let object = json!({
+                    "apiVersion": access.api_version,
+                    "kind": access.kind,
+                    "metadata": {
+                        "name": name, "namespace": namespace,
+                        "ownerReferences": [{
+                            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+                            "name": name, "uid": uid, "controller": true,
+                            "blockOwnerDeletion": true,
+                        }],
+                    },
+                    "spec": spec,
+                });
+                resources.create(&scope, object, &options).await.map(|_| ())
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = outcome {
+            all = false;
+            tracing::warn!(cluster = %key, error = %e, "cannot write the cluster's access; retrying");
+        }
+    }
+    all
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
+    json!({"apiGroups": groups, "resources": resources, "verbs": verbs})
+}
+
+const READ: &[&str] = &["get", "list", "watch"];
+
+/// The RoleTemplates and GlobalRoles Rancher ships, as lariat's `builtin` ones.
+pub fn builtins() -> Vec<(&'static str, Value)> {
+    let everything = vec![
+        rule(&["*"], &["*"], &["*"]),
+        json!({"nonResourceURLs": ["*"], "verbs": ["*"]}),
+    ];
+    // What a project's members work with, namespaced (a RoleBinding in each namespace).
+    let workloads = |verbs: &[&str], secrets: bool| {
+        let mut core = vec![
+            "pods",
+            "pods/log",
+            "services",
+            "endpoints",
+            "configmaps",
+            "persistentvolumeclaims",
+            "serviceaccounts",
+            "events",
+            "replicationcontrollers",
+        ];
+        if secrets {
+            core.extend(["secrets", "pods/exec", "pods/attach", "pods/portforward"]);
+        }
+        vec![
+            rule(&[""], &core, verbs),
+            rule(&["apps", "batch", "autoscaling"], &["*"], verbs),
+            rule(
+                &["networking.k8s.io"],
+                &["ingresses", "networkpolicies"],
+                verbs,
+            ),
+            rule(&["policy"], &["poddisruptionbudgets"], verbs),
+        ]
+    };
+    let mut member = workloads(&["*"], true);
+    member.push(rule(
+        &[crate::rbac::GROUP],
+        &["roles", "rolebindings"],
+        READ,
+    ));
+    let template = |name: &str, display: &str, context: &str, rules: Vec<Value>| {
+        json!({
+            "apiVersion": lariat_api::rancher::API_VERSION, "kind": "RoleTemplate",
+            "metadata": {"name": name}, "displayName": display, "context": context,
+            "builtin": true, "rules": rules,
+        })
+    };
+    let global = |name: &str, display: &str, rules: Vec<Value>, inherited: &[&str]| {
+        json!({
+            "apiVersion": lariat_api::rancher::API_VERSION, "kind": "GlobalRole",
+            "metadata": {"name": name}, "displayName": display, "builtin": true,
+            "rules": rules, "inheritedClusterRoles": inherited,
+        })
+    };
+    vec![
+        (
+            "roletemplates",
+            template(
+                "cluster-owner",
+                "Cluster Owner",
+                "cluster",
+                everything.clone(),
+            ),
+        ),
+        (
+            "roletemplates",
+            template(
+                "cluster-member",
+                "Cluster Member",
+                "cluster",
+                vec![
+                    rule(&[""], &["nodes", "namespaces", "persistentvolumes"], READ),
+                    rule(&["storage.k8s.io"], &["storageclasses"], READ),
+                    rule(
+                        &["apiextensions.k8s.io"],
+                        &["customresourcedefinitions"],
+                        READ,
+                    ),
+                    rule(&["metrics.k8s.io"], &["nodes", "pods"], READ),
+                ],
+            ),
+        ),
+        (
+            "roletemplates",
+            template(
+                "project-owner",
+                "Project Owner",
+                "project",
+                vec![rule(&["*"], &["*"], &["*"])],
+            ),
+        ),
+        (
+            "roletemplates",
+            template("project-member", "Project Member", "project", member),
+        ),
+        (
+            "roletemplates",
+            template("read-only", "Read-only", "project", workloads(READ, false)),
+        ),
+        (
+            "globalroles",
+            global("admin", "Admin", everything, &["cluster-owner"]),
+        ),
+        (
+            "globalroles",
+            global(
+                "restricted-admin",
+                "Restricted Admin",
+                vec![rule(&[CAPI_GROUP], &["clusters"], READ)],
+                &["cluster-owner"],
+            ),
+        ),
+    ]
+}
+
+/// Creates the built-in RoleTemplates and GlobalRoles, and puts back what a newer build
+/// changes in them: they are lariat's (`builtin: true`), as Rancher's are Rancher's.
+pub async fn bootstrap(resources: &Resources) -> crate::status::ApiResult<()> {
+    let options = WriteOptions {
+        field_manager: "lariat".into(),
+        ..Default::default()
+    };
+    for (plural, wanted) in builtins() {
+        let scope = resources
+            .scope(GROUP, plural, None)
+            .expect("Rancher's kinds are built in");
+        let name = wanted["metadata"]["name"].as_str().unwrap_or_default();
+        match resources.get(&scope, name).await {
+            Ok(mut current) => {
+                let mut changed = false;
+                for (field, value) in wanted.as_object().into_iter().flatten() {
+                    if field != "metadata" && current[field] != *value {
+                        current[field] = value.clone();
+                        changed = true;
+                    }
+                }
+                if changed {
+                    resources
+                        .update(&scope, name, current, None, &options)
+                        .await?;
+                }
+            }
+            Err(ApiError::NotFound { .. }) => {
+                match resources.create(&scope, wanted.clone(), &options).await {
+                    Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
