@@ -494,12 +494,19 @@ fn builtin_crds_are_the_served_kinds_in_order() {
             "clusterregistrationtokens.management.lariat.dev",
             "clusterconnections.management.lariat.dev",
             "tokens.management.lariat.dev",
+            "clusteraccesses.management.lariat.dev",
             "gitrepos.fleet.cattle.io",
             "bundles.fleet.cattle.io",
             "bundledeployments.fleet.cattle.io",
             "clusters.fleet.cattle.io",
             "clustergroups.fleet.cattle.io",
             "contents.fleet.cattle.io",
+            "globalroles.management.cattle.io",
+            "globalrolebindings.management.cattle.io",
+            "roletemplates.management.cattle.io",
+            "clusterroletemplatebindings.management.cattle.io",
+            "projects.management.cattle.io",
+            "projectroletemplatebindings.management.cattle.io",
         ]
     );
 }
@@ -523,6 +530,7 @@ fn provider_crds_carry_contract_labels() {
             "cluster.x-k8s.io"
             | "clusterctl.cluster.x-k8s.io"
             | "management.lariat.dev"
+            | "management.cattle.io"
             | "fleet.cattle.io" => Value::Null,
             "controlplane.cluster.x-k8s.io" => json!({
                 "cluster.x-k8s.io/provider": "control-plane-kubeadm",
