@@ -715,3 +715,165 @@ pub async fn bootstrap(resources: &Resources) -> crate::status::ApiResult<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn objects(items: Vec<(&str, Value)>) -> Objects {
+        let mut objects = Objects::default();
+        for (key, value) in items {
+            objects.apply(key, Some(&serde_json::to_vec(&value).unwrap()));
+        }
+        objects
+    }
+
+    fn rule(resource: &str) -> Value {
+        json!({"apiGroups": [""], "resources": [resource], "verbs": ["get"]})
+    }
+
+    fn fixture() -> Objects {
+        objects(vec![
+            (
+                "roletemplates/base",
+                json!({"context": "project", "rules": [rule("configmaps")]}),
+            ),
+            (
+                "roletemplates/dev",
+                json!({"context": "project", "rules": [rule("secrets")], "roleTemplateNames": ["base", "loop"]}),
+            ),
+            (
+                "roletemplates/loop",
+                json!({"context": "project", "roleTemplateNames": ["dev"]}),
+            ),
+            (
+                "roletemplates/owner",
+                json!({"context": "cluster", "rules": [rule("*")]}),
+            ),
+            (
+                "roletemplates/view",
+                json!({"context": "cluster", "external": true}),
+            ),
+            ("projects/team/p1", json!({"spec": {"clusterName": "c1"}})),
+            ("projects/team/p2", json!({"spec": {"clusterName": "c2"}})),
+            (
+                "projectroletemplatebindings/team/alice",
+                json!({"metadata": {"name": "alice", "namespace": "team"}, "projectName": "c1:p1", "roleTemplateName": "dev", "userName": "alice"}),
+            ),
+            (
+                "projectroletemplatebindings/team/liar",
+                json!({"metadata": {"name": "liar", "namespace": "team"}, "projectName": "c1:p2", "roleTemplateName": "dev", "userName": "mallory"}),
+            ),
+            (
+                "clusterroletemplatebindings/team/bob",
+                json!({"metadata": {"name": "bob", "namespace": "team"}, "clusterName": "c1", "roleTemplateName": "owner", "groupName": "ops"}),
+            ),
+            (
+                "clusterroletemplatebindings/team/gone",
+                json!({"metadata": {"name": "gone", "namespace": "team"}, "clusterName": "c1", "roleTemplateName": "missing", "userName": "x"}),
+            ),
+            (
+                "globalroles/auditor",
+                json!({"inheritedClusterRoles": ["view"], "rules": [rule("nodes")]}),
+            ),
+            (
+                "globalrolebindings/carol",
+                json!({"globalRoleName": "auditor", "userName": "carol"}),
+            ),
+        ])
+    }
+
+    #[test]
+    fn templates_inherit_recursively_and_survive_loops() {
+        let objects = fixture();
+        let rules = objects.template_rules("dev").unwrap();
+        let resources: Vec<_> = rules
+            .iter()
+            .map(|r| r.resources.clone().unwrap()[0].clone())
+            .collect();
+        assert_eq!(resources, ["secrets", "configmaps"]);
+        assert!(objects.template_rules("missing").is_none());
+    }
+
+    #[test]
+    fn a_clusters_access_has_what_concerns_it_only() {
+        let objects = fixture();
+        let access = objects.cluster_access("team", "c1");
+        assert_eq!(
+            access,
+            json!({
+                "clusterRoles": [
+                    {"name": "dev", "rules": [rule("secrets"), rule("configmaps")]},
+                    {"name": "owner", "rules": [rule("*")]},
+                ],
+                "clusterRoleBindings": [
+                    {"name": "lariat-grb-carol-view", "roleName": "view", "subjects": [{"kind": "User", "name": "carol"}]},
+                    {"name": "lariat-crtb-bob", "roleName": "owner", "subjects": [{"kind": "Group", "name": "ops"}]},
+                ],
+                "projectRoleBindings": [
+                    {"name": "lariat-prtb-alice", "roleName": "dev", "projectId": "c1:p1", "subjects": [{"kind": "User", "name": "alice"}]},
+                ],
+            }),
+            "an external template is the cluster's own ClusterRole; a missing one binds nothing; a project of c2 named as c1's reaches nowhere"
+        );
+        let other = objects.cluster_access("team", "c2");
+        assert_eq!(other["projectRoleBindings"], json!([]));
+        assert_eq!(
+            other["clusterRoleBindings"].as_array().unwrap().len(),
+            1,
+            "the global role reaches every cluster"
+        );
+        assert_eq!(
+            objects.cluster_access("elsewhere", "c1")["projectRoleBindings"],
+            json!([])
+        );
+    }
+
+    #[test]
+    fn bindings_reach_their_clusters_proxy_on_lariat() {
+        let objects = fixture();
+        let grants = objects.management_grants();
+        let of = |name: &str| -> Vec<(Option<String>, Vec<PolicyRule>)> {
+            grants
+                .iter()
+                .filter(|(s, _, _)| s.name == name)
+                .map(|(_, ns, rules)| (ns.clone(), rules.clone()))
+                .collect()
+        };
+        let alice = of("alice");
+        assert_eq!(alice.len(), 1);
+        assert_eq!(alice[0].0.as_deref(), Some("team"));
+        assert!(
+            alice[0]
+                .1
+                .iter()
+                .any(|r| r.resources == Some(vec!["clusters/proxy".into()])
+                    && r.resource_names == Some(vec!["c1".into()]))
+        );
+        assert!(
+            of("mallory").is_empty(),
+            "a project binding naming the wrong cluster grants nothing"
+        );
+        let carol = of("carol");
+        assert!(carol.iter().any(|(ns, rules)| {
+            ns.is_none()
+                && rules.iter().any(|r| {
+                    r.resources == Some(vec!["clusters/proxy".into()]) && r.resource_names.is_none()
+                })
+        }));
+        assert!(carol.iter().any(|(_, rules)| {
+            rules
+                .iter()
+                .any(|r| r.resources == Some(vec!["nodes".into()]))
+        }));
+    }
+
+    #[test]
+    fn long_binding_names_stay_valid_and_distinct() {
+        let a = downstream_name(&format!("lariat-crtb-{}", "a".repeat(250)));
+        let b = downstream_name(&format!("lariat-crtb-{}b", "a".repeat(249)));
+        assert!(a.len() <= 253 && b.len() <= 253);
+        assert_ne!(a, b);
+        assert!(lariat_api::names::is_dns1123_subdomain(&a));
+    }
+}

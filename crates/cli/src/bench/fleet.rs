@@ -5,8 +5,6 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -15,7 +13,9 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use lariat_api::fleet::{Bundle, BundleDeployment, GitRepo};
 use serde_json::json;
 
-use super::{ServerProcess, apply_all, load_average, requests, requests_per, until_connected};
+use super::{
+    ServerProcess, create_inmemory_clusters, load_average, requests, requests_per, until_connected,
+};
 
 #[derive(clap::Args)]
 pub struct FleetArgs {
@@ -172,49 +172,12 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
     server.init_inmemory()?;
     let client = server.client().await?;
 
-    // The clusters, created by eight writers, each labelled for the GitRepo.
+    // The clusters, each labelled for the GitRepo.
     let started = Instant::now();
-    let next = Arc::new(AtomicUsize::new(0));
-    let creators: Vec<_> = (0..8)
-        .map(|_| {
-            let (client, next, clusters) = (client.clone(), next.clone(), args.clusters);
-            tokio::spawn(async move {
-                let api: Api<DynamicObject> = Api::namespaced_with(
-                    client.clone(),
-                    WORKSPACE,
-                    &lariat_controllers::capi("Cluster"),
-                );
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= clusters {
-                        return Ok::<_, anyhow::Error>(());
-                    }
-                    let name = format!("fleet-{i:04}");
-                    let manifests = crate::generate::cluster(&crate::generate::ClusterArgs {
-                        flavor: None,
-                        region: None,
-                        name: name.clone(),
-                        infrastructure: "inmemory".into(),
-                        kubernetes_version: "v1.30.2".into(),
-                        control_plane_machine_count: 1,
-                        worker_machine_count: 0,
-                        namespace: WORKSPACE.into(),
-                        provisioning_delay: "0s".into(),
-                    })?;
-                    apply_all(&client, &manifests).await?;
-                    api.patch(
-                        &name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"metadata": {"labels": {"env": "bench"}}})),
-                    )
-                    .await?;
-                }
-            })
-        })
+    let names = (0..args.clusters)
+        .map(|i| format!("fleet-{i:04}"))
         .collect();
-    for creator in creators {
-        creator.await??;
-    }
+    create_inmemory_clusters(&client, WORKSPACE, names, json!({"env": "bench"})).await?;
     until_connected(&client, args.clusters).await?;
     println!(
         "  {} clusters provisioned and their agents connected in {:.1} s",

@@ -16,6 +16,7 @@ use lariat_controllers::capi;
 use lariat_store::etcd_process::EtcdProcess;
 use serde_json::json;
 
+mod access;
 mod agents;
 mod aws;
 mod fleet;
@@ -40,6 +41,9 @@ pub enum BenchCommand {
     /// What RBAC adds to a request: reads by a bound user against an admin's, before and
     /// after thousands of roles and bindings.
     Rbac(rbac::RbacArgs),
+    /// Rancher's scopes reaching many in-memory clusters: from a GlobalRoleBinding or
+    /// ProjectRoleTemplateBindings to the RBAC they mean in every cluster.
+    Access(access::AccessArgs),
 }
 
 #[derive(clap::Args)]
@@ -85,6 +89,7 @@ pub async fn run(what: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Fleet(args) => fleet::run(args).await,
         BenchCommand::Aws(args) => aws::run(args).await,
         BenchCommand::Rbac(args) => rbac::run(args).await,
+        BenchCommand::Access(args) => access::run(args).await,
     }
 }
 
@@ -543,7 +548,55 @@ fn machines_api(client: kube::Client) -> Api<DynamicObject> {
     Api::namespaced_with(client, "default", &capi("Machine"))
 }
 
-/// Polls until `expected` machines run `version`; returns the time it took.
+/// Creates an in-memory cluster (one control-plane machine, no workers, booting at once) for
+/// each of `names` in `namespace`, labelled with `labels`, eight writers at a time.
+async fn create_inmemory_clusters(
+    client: &kube::Client,
+    namespace: &str,
+    names: Vec<String>,
+    labels: serde_json::Value,
+) -> anyhow::Result<()> {
+    use std::sync::Mutex;
+    let names = Arc::new(Mutex::new(names));
+    let creators: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, names, labels) = (client.clone(), names.clone(), labels.clone());
+            let namespace = namespace.to_string();
+            tokio::spawn(async move {
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(client.clone(), &namespace, &capi("Cluster"));
+                loop {
+                    let Some(name) = names.lock().expect("lock").pop() else {
+                        return Ok::<_, anyhow::Error>(());
+                    };
+                    let manifests = crate::generate::cluster(&crate::generate::ClusterArgs {
+                        flavor: None,
+                        region: None,
+                        name: name.clone(),
+                        infrastructure: "inmemory".into(),
+                        kubernetes_version: "v1.30.2".into(),
+                        control_plane_machine_count: 1,
+                        worker_machine_count: 0,
+                        namespace: namespace.clone(),
+                        provisioning_delay: "0s".into(),
+                    })?;
+                    apply_all(&client, &manifests).await?;
+                    api.patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(serde_json::json!({"metadata": {"labels": labels}})),
+                    )
+                    .await?;
+                }
+            })
+        })
+        .collect();
+    for creator in creators {
+        creator.await??;
+    }
+    Ok(())
+}
+
 /// Waits (at most a minute, or 200 ms per cluster if that is longer) until `clusters`
 /// ClusterConnections say their agent is connected.
 async fn until_connected(client: &kube::Client, clusters: usize) -> anyhow::Result<()> {
