@@ -14,7 +14,7 @@
 //! outcome in the ClusterAccess's status. Plain kube-rs calls, so a real API server enforces
 //! the result exactly as the simulated ones here do.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -271,6 +271,8 @@ async fn reconcile(downstream: &kube::Client, caches: &Caches) -> Result<String,
     // ClusterRoles, one per RoleTemplate.
     let roles: Api<ClusterRole> = Api::all(downstream.clone());
     let mut wanted_roles = HashMap::new();
+    // Roles not applied: nothing is bound to them, since what they hold is not lariat's word.
+    let mut not_applied = HashSet::new();
     for wanted in &spec.cluster_roles {
         wanted_roles.insert(wanted.name.clone(), ());
         let current = caches.roles.get(&reflector::ObjectRef::new(&wanted.name));
@@ -284,13 +286,15 @@ async fn reconcile(downstream: &kube::Client, caches: &Caches) -> Result<String,
             match roles.get_opt(&wanted.name).await {
                 Ok(Some(theirs)) if !theirs.labels().contains_key(ACCESS_LABEL) => {
                     problems.push(format!(
-                        "ClusterRole {:?} exists and is not lariat's: RoleTemplate {:?} is not applied (rename one of them)",
-                        wanted.name, wanted.name
+                        "ClusterRole {:?} exists and is not lariat's: its RoleTemplate is not applied, nor bound (rename one of them)",
+                        wanted.name
                     ));
+                    not_applied.insert(wanted.name.clone());
                     continue;
                 }
                 Err(error) => {
                     problems.push(format!("ClusterRole {:?}: {error}", wanted.name));
+                    not_applied.insert(wanted.name.clone());
                     continue;
                 }
                 _ => {}
@@ -310,6 +314,7 @@ async fn reconcile(downstream: &kube::Client, caches: &Caches) -> Result<String,
             .await
         {
             problems.push(format!("ClusterRole {:?}: {error}", wanted.name));
+            not_applied.insert(wanted.name.clone());
         }
     }
 
@@ -317,6 +322,9 @@ async fn reconcile(downstream: &kube::Client, caches: &Caches) -> Result<String,
     let cluster_bindings: Api<ClusterRoleBinding> = Api::all(downstream.clone());
     let mut wanted_cluster_bindings = HashMap::new();
     for wanted in &spec.cluster_role_bindings {
+        if not_applied.contains(&wanted.role_name) {
+            continue;
+        }
         wanted_cluster_bindings.insert(wanted.name.clone(), ());
         let binding = ClusterRoleBinding {
             metadata: kube::api::ObjectMeta {
@@ -361,6 +369,9 @@ async fn reconcile(downstream: &kube::Client, caches: &Caches) -> Result<String,
     let mut wanted_bindings = HashMap::new();
     let mut placed = 0;
     for wanted in &spec.project_role_bindings {
+        if not_applied.contains(&wanted.role_name) {
+            continue;
+        }
         let project = wanted.project_id.as_deref().unwrap_or_default();
         for namespace in members.get(project).into_iter().flatten() {
             wanted_bindings.insert((namespace.clone(), wanted.name.clone()), ());

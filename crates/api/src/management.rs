@@ -220,6 +220,8 @@ fn cluster_access_crd() -> CustomResourceDefinition {
                 "subresources": {"status": {}},
                 "additionalPrinterColumns": [
                     {"name": "Applied", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Applied\")].status"},
+                    {"name": "Generation", "type": "integer", "jsonPath": ".metadata.generation"},
+                    {"name": "Observed", "type": "integer", "jsonPath": ".status.observedGeneration", "description": "The generation the agent last applied: behind Generation while it is away or busy."},
                     {"name": "Message", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Applied\")].message"},
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                 ],

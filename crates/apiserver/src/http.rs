@@ -668,6 +668,11 @@ fn impersonation(state: &AppState, caller: &User, headers: &HeaderMap) -> ApiRes
             Some((key.to_string(), value.to_str().ok()?.to_string()))
         })
         .collect();
+    if name.as_deref() == Some("") {
+        return Err(ApiError::bad_request(
+            "Impersonate-User is empty: name the user to act as",
+        ));
+    }
     let Some(name) = name else {
         if groups.is_empty() && uid.is_none() && extras.is_empty() {
             return Ok(None);

@@ -22,7 +22,7 @@ use sha2::Digest;
 
 use crate::follow::Mirror;
 use crate::resources::{Resources, WriteOptions};
-use crate::status::ApiError;
+use crate::status::{ApiError, ApiResult};
 
 pub const PREFIX: &str = "/registry/management.cattle.io/";
 const CLUSTERS: &str = "/registry/cluster.x-k8s.io/clusters/";
@@ -291,13 +291,20 @@ impl Objects {
         let mut cluster_bindings = Vec::new();
         let mut project_bindings = Vec::new();
         let mut bind = |name: String, template: &str, subject: Subject, project: Option<&str>| {
-            if !self.role_templates.contains_key(template) {
+            let Some(role_template) = self.role_templates.get(template) else {
                 return;
-            }
+            };
             used.push(template.to_string());
+            // An external template's rules are the cluster's own ClusterRole of its name; any
+            // other's are lariat's ClusterRole, named apart from the cluster's own.
+            let role_name = if role_template.external {
+                template.to_string()
+            } else {
+                cluster_role_name(template)
+            };
             let mut binding = json!({
-                "name": downstream_name(&name),
-                "roleName": template,
+                "name": name,
+                "roleName": role_name,
                 "subjects": [{"kind": subject.kind, "name": subject.name}],
             });
             match project {
@@ -319,8 +326,9 @@ impl Objects {
                 continue;
             };
             for template in &role.inherited_cluster_roles {
+                // Hashed: `a` with `cluster-owner` and `a-cluster` with `owner` are two.
                 bind(
-                    format!("lariat-grb-{name}-{template}"),
+                    hashed_name(&format!("lariat-grb-{name}"), &format!("{name}/{template}")),
                     template,
                     subject.clone(),
                     None,
@@ -336,7 +344,7 @@ impl Objects {
         in_namespace.sort_by_key(|(key, _)| *key);
         for (key, binding) in in_namespace {
             if let Some(subject) = binding.subjects.subject() {
-                let name = format!("lariat-crtb-{}", &key[prefix.len()..]);
+                let name = downstream_name(&format!("lariat-crtb-{}", &key[prefix.len()..]));
                 bind(name, &binding.role_template_name, subject, None);
             }
         }
@@ -357,7 +365,7 @@ impl Objects {
         in_projects.sort_by_key(|(key, _)| *key);
         for (key, binding) in in_projects {
             if let Some(subject) = binding.subjects.subject() {
-                let name = format!("lariat-prtb-{}", &key[prefix.len()..]);
+                let name = downstream_name(&format!("lariat-prtb-{}", &key[prefix.len()..]));
                 bind(
                     name,
                     &binding.role_template_name,
@@ -372,7 +380,7 @@ impl Objects {
             .into_iter()
             .filter(|template| !self.role_templates[template].external)
             .map(|template| {
-                json!({"name": template, "rules": self.template_rules(&template).unwrap_or_default()})
+                json!({"name": cluster_role_name(&template), "rules": self.template_rules(&template).unwrap_or_default()})
             })
             .collect();
         json!({
@@ -389,9 +397,22 @@ fn downstream_name(name: &str) -> String {
     if name.len() <= 253 {
         return name.to_string();
     }
-    let hash = sha2::Sha256::digest(name.as_bytes());
+    hashed_name(name, name)
+}
+
+/// `readable` (cut to fit) and a hash of `identity`: one name per identity, whatever the
+/// readable part's ambiguities.
+fn hashed_name(readable: &str, identity: &str) -> String {
+    let hash = sha2::Sha256::digest(identity.as_bytes());
     let hash: String = hash.iter().take(6).map(|b| format!("{b:02x}")).collect();
-    format!("{}-{hash}", name[..240].trim_end_matches(['-', '.']))
+    let cut = &readable[..readable.len().min(253 - 13)];
+    format!("{}-{hash}", cut.trim_end_matches(['-', '.']))
+}
+
+/// The downstream ClusterRole of RoleTemplate `template` (not external): prefixed, so it never
+/// is, nor binds to, one of the cluster's own ClusterRoles (`admin`, `view`, ...).
+pub fn cluster_role_name(template: &str) -> String {
+    downstream_name(&format!("lariat-{template}"))
 }
 
 fn read(group: &str, resource: &str, name: Option<&str>) -> PolicyRule {
@@ -460,14 +481,46 @@ impl Mirror for AccessInputs {
     }
 }
 
-/// A ClusterAccess to write: the Cluster (`NAMESPACE/NAME`), its uid, the `spec` wanted.
-type Pending = Vec<(String, String, Value)>;
+/// What the store should say and does not.
+#[derive(Default)]
+struct Pending {
+    /// ClusterAccesses to write: the Cluster (`NAMESPACE/NAME`), its uid, the `spec` wanted.
+    accesses: Vec<(String, String, Value)>,
+    /// ProjectRoleTemplateBindings whose Project is gone (`NAMESPACE/NAME`, uid): deleted with
+    /// it, as Rancher does, so a new Project of the same name does not inherit them.
+    orphans: Vec<(String, String)>,
+}
+
+impl Objects {
+    fn orphans(&self) -> Vec<(String, String)> {
+        let mut orphans: Vec<(String, String)> = self
+            .project_bindings
+            .iter()
+            .filter(|(key, binding)| {
+                let namespace = key.split_once('/').map(|(ns, _)| ns).unwrap_or_default();
+                !binding.project().is_some_and(|(cluster, project)| {
+                    self.projects
+                        .get(&format!("{namespace}/{project}"))
+                        .is_some_and(|p| p.spec.cluster_name == cluster)
+                })
+            })
+            .map(|(key, binding)| {
+                (
+                    key.clone(),
+                    binding.metadata.uid.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        orphans.sort();
+        orphans
+    }
+}
 
 /// Keeps every Cluster's ClusterAccess equal to what Rancher's kinds say of it, until `stop`.
 /// Level-based: after every batch of changes (to Rancher's kinds, the Clusters or the
 /// ClusterAccesses themselves) the accesses that differ from what is wanted are written.
 pub async fn publish_accesses(resources: Resources, stop: tokio::sync::watch::Receiver<bool>) {
-    let (wake, mut woken) = tokio::sync::watch::channel(Arc::new(Pending::new()));
+    let (wake, mut woken) = tokio::sync::watch::channel(Arc::new(Pending::default()));
     let writer = {
         let resources = resources.clone();
         let mut stop = stop.clone();
@@ -490,7 +543,7 @@ pub async fn publish_accesses(resources: Resources, stop: tokio::sync::watch::Re
         &[PREFIX, CLUSTERS, ACCESSES],
         &mut inputs,
         |inputs| {
-            let mut pending: Pending = inputs
+            let mut accesses: Vec<(String, String, Value)> = inputs
                 .clusters
                 .iter()
                 .filter_map(|(key, uid)| {
@@ -500,8 +553,9 @@ pub async fn publish_accesses(resources: Resources, stop: tokio::sync::watch::Re
                         .then(|| (key.clone(), uid.clone(), spec))
                 })
                 .collect();
-            pending.sort_by(|a, b| a.0.cmp(&b.0));
-            let _ = wake.send(Arc::new(pending));
+            accesses.sort_by(|a, b| a.0.cmp(&b.0));
+            let orphans = inputs.objects.orphans();
+            let _ = wake.send(Arc::new(Pending { accesses, orphans }));
         },
         stop,
     )
@@ -517,7 +571,25 @@ async fn write_accesses(resources: &Resources, pending: &Pending) -> bool {
     };
     let access = lariat_api::management::cluster_access_resource();
     let mut all = true;
-    for (key, uid, spec) in pending {
+    for (key, uid) in &pending.orphans {
+        let (namespace, name) = key.split_once('/').unwrap_or_default();
+        let Some(scope) = resources.scope(GROUP, "projectroletemplatebindings", Some(namespace))
+        else {
+            return false;
+        };
+        let options = crate::resources::DeleteOptions {
+            precondition_uid: Some(uid.clone()),
+            ..Default::default()
+        };
+        match resources.delete(&scope, name, &options).await {
+            Ok(_) | Err(ApiError::NotFound { .. }) | Err(ApiError::Conflict { .. }) => {}
+            Err(e) => {
+                all = false;
+                tracing::warn!(binding = %key, error = %e, "cannot delete a binding whose Project is gone; retrying");
+            }
+        }
+    }
+    for (key, uid, spec) in &pending.accesses {
         let (namespace, name) = key.split_once('/').unwrap_or_default();
         let Some(scope) = resources.scope(&access.group, &access.plural, Some(namespace)) else {
             return false;
@@ -555,6 +627,242 @@ async fn write_accesses(resources: &Resources, pending: &Pending) -> bool {
         }
     }
     all
+}
+
+/// Built-in GlobalRoles and RoleTemplates are lariat's, as Rancher's are Rancher's: no one else
+/// marks one `builtin`, and of a built-in one only what Rancher lets users change may change
+/// (the rest is put back at every start).
+pub fn confirm_builtin(plural: &str, object: &Value, old: Option<&Value>) -> ApiResult<()> {
+    if !matches!(plural, "globalroles" | "roletemplates") {
+        return Ok(());
+    }
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let forbidden = |why: String| ApiError::Forbidden {
+        message: format!("{plural}.{GROUP} {name:?} is forbidden: {why}"),
+    };
+    let Some(old) = old.filter(|o| o["builtin"] == true) else {
+        if object["builtin"] == true {
+            return Err(forbidden(
+                "only lariat's own roles are builtin: leave the field out".into(),
+            ));
+        }
+        return Ok(());
+    };
+    const USERS_MAY_CHANGE: [&str; 6] = [
+        "metadata",
+        "status",
+        "locked",
+        "clusterCreatorDefault",
+        "projectCreatorDefault",
+        "newUserDefault",
+    ];
+    let mut fields: Vec<&String> = object
+        .as_object()
+        .into_iter()
+        .flatten()
+        .chain(old.as_object().into_iter().flatten())
+        .map(|(field, _)| field)
+        .filter(|field| !USERS_MAY_CHANGE.contains(&field.as_str()))
+        .filter(|field| object[field.as_str()] != old[field.as_str()])
+        .collect();
+    fields.sort();
+    fields.dedup();
+    if fields.is_empty() {
+        return Ok(());
+    }
+    let fields: Vec<&str> = fields.iter().map(|f| f.as_str()).collect();
+    Err(forbidden(format!(
+        "it is built in, so only {} may change, not {}: copy it under another name to make your own",
+        USERS_MAY_CHANGE[2..].join(", "),
+        fields.join(", ")
+    )))
+}
+
+/// One of Rancher's objects as stored now (`None` when there is none, or no name was given):
+/// admission reads what a write refers to from the store, so a Project and its binding applied
+/// together are judged in order.
+async fn stored<T: serde::de::DeserializeOwned>(
+    resources: &Resources,
+    plural: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> ApiResult<Option<T>> {
+    if name.is_empty() {
+        return Ok(None);
+    }
+    let Some(scope) = resources.scope(GROUP, plural, namespace) else {
+        return Ok(None);
+    };
+    match resources.get(&scope, name).await {
+        Ok(object) => Ok(serde_json::from_value(object).ok()),
+        Err(ApiError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether RoleTemplate `name` inherits `ancestor`, itself or through others.
+async fn inherits(resources: &Resources, name: &str, ancestor: &str) -> ApiResult<bool> {
+    let mut seen = HashSet::new();
+    let mut pending = vec![name.to_string()];
+    while let Some(next) = pending.pop() {
+        if next == ancestor {
+            return Ok(true);
+        }
+        if !seen.insert(next.clone()) {
+            continue;
+        }
+        let template: Option<RoleTemplate> =
+            stored(resources, "roletemplates", None, &next).await?;
+        if let Some(template) = template {
+            pending.extend(template.role_template_names);
+        }
+    }
+    Ok(false)
+}
+
+/// Admission of a write of one of Rancher's kinds, after its schema and strategy: what
+/// refuses it as invalid (the causes), or as beyond its writer (`Err`, a 403).
+///
+/// - What it refers to must exist, as Rancher's webhook checks: a binding's GlobalRole or
+///   RoleTemplate, of the binding's context; a project binding's Project, beside it and of its
+///   cluster; a template's inherited templates, without a cycle. A locked template takes no
+///   new reference (a binding, a GlobalRole's or a template's inheritance, a binding of a
+///   GlobalRole granting it).
+/// - Built-in roles are lariat's ([`confirm_builtin`]).
+/// - Escalation prevention ([`crate::rbac::Rbac::confirm_rancher`]).
+pub async fn admit(
+    resources: &Resources,
+    rbac: &crate::rbac::Rbac,
+    requester: Option<&crate::auth::User>,
+    plural: &str,
+    object: &Value,
+    old: Option<&Value>,
+) -> ApiResult<Vec<crate::status::Cause>> {
+    use crate::status::Cause;
+    if requester.is_some() {
+        confirm_builtin(plural, object, old)?;
+    }
+    let mut causes = vec![];
+    // A binding's fields never change: what it referred to was checked when it was made.
+    let check = !(plural.ends_with("bindings") && old.is_some());
+    // Whether `name` is new in list `field` (not in the object's old version).
+    let fresh = |field: &str, name: &Value| {
+        old.is_none_or(|o| !o[field].as_array().is_some_and(|list| list.contains(name)))
+    };
+    let template_of = async |field: &str, value: &Value, context: &str, fresh: bool| {
+        let name = value.as_str().unwrap_or_default();
+        let template: Option<RoleTemplate> = stored(resources, "roletemplates", None, name).await?;
+        let why = match template {
+            None => format!("roletemplates.{GROUP} {name:?} not found"),
+            Some(t) if t.context != context => format!(
+                "RoleTemplate {name:?} has context {:?}; this binding needs one of context {context:?}",
+                t.context
+            ),
+            Some(t) if t.locked && fresh => {
+                format!("RoleTemplate {name:?} is locked: it takes no new bindings")
+            }
+            Some(_) => return Ok::<_, ApiError>(None),
+        };
+        Ok(Some(Cause::invalid(field, value, why)))
+    };
+    let list =
+        |field: &str| -> Vec<Value> { object[field].as_array().cloned().unwrap_or_default() };
+    let mut global_role: Option<GlobalRole> = None;
+    match plural {
+        _ if !check => {}
+        "globalroles" => {
+            for (i, name) in list("inheritedClusterRoles").iter().enumerate() {
+                let field = format!("inheritedClusterRoles[{i}]");
+                let is_new = fresh("inheritedClusterRoles", name);
+                causes.extend(template_of(&field, name, "cluster", is_new).await?);
+            }
+        }
+        "roletemplates" => {
+            let own = object["metadata"]["name"].as_str().unwrap_or_default();
+            for (i, name) in list("roleTemplateNames").iter().enumerate() {
+                let field = format!("roleTemplateNames[{i}]");
+                let inherited = name.as_str().unwrap_or_default();
+                let template: Option<RoleTemplate> =
+                    stored(resources, "roletemplates", None, inherited).await?;
+                let why = match template {
+                    None => "no RoleTemplate of that name".to_string(),
+                    Some(t) if t.locked && fresh("roleTemplateNames", name) => {
+                        format!("RoleTemplate {inherited:?} is locked: it takes no new references")
+                    }
+                    Some(_) if inherits(resources, inherited, own).await? => {
+                        format!(
+                            "RoleTemplate {inherited:?} inherits {own:?}: inheritance cannot loop"
+                        )
+                    }
+                    Some(_) => continue,
+                };
+                causes.push(Cause::invalid(field, name, why));
+            }
+        }
+        "globalrolebindings" => {
+            let name = &object["globalRoleName"];
+            global_role = stored(
+                resources,
+                "globalroles",
+                None,
+                name.as_str().unwrap_or_default(),
+            )
+            .await?;
+            match &global_role {
+                None => causes.push(Cause::invalid(
+                    "globalRoleName",
+                    name,
+                    format!("globalroles.{GROUP} not found"),
+                )),
+                Some(role) => {
+                    for template in &role.inherited_cluster_roles {
+                        let template_object: Option<RoleTemplate> =
+                            stored(resources, "roletemplates", None, template).await?;
+                        if template_object.is_some_and(|t| t.locked) {
+                            causes.push(Cause::invalid(
+                                "globalRoleName",
+                                name,
+                                format!("RoleTemplate {template:?}, which this GlobalRole grants in every cluster, is locked: it takes no new bindings"),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        "clusterroletemplatebindings" => {
+            let template = &object["roleTemplateName"];
+            causes.extend(template_of("roleTemplateName", template, "cluster", true).await?);
+        }
+        "projectroletemplatebindings" => {
+            let template = &object["roleTemplateName"];
+            causes.extend(template_of("roleTemplateName", template, "project", true).await?);
+            let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+            let value = &object["projectName"];
+            if let Some((cluster, project)) = value.as_str().and_then(|p| p.split_once(':')) {
+                let found: Option<Project> =
+                    stored(resources, "projects", Some(namespace), project).await?;
+                match found {
+                    None => causes.push(Cause::invalid("projectName", value, format!("no Project {project:?} in namespace {namespace:?}: a ProjectRoleTemplateBinding lives beside its Project"))),
+                    Some(p) if p.spec.cluster_name != cluster => causes.push(Cause::invalid("projectName", value, format!("Project {project:?} belongs to cluster {:?}", p.spec.cluster_name))),
+                    Some(_) => {}
+                }
+            }
+        }
+        _ => {}
+    }
+    if !causes.is_empty() {
+        return Ok(causes);
+    }
+    if let Some(user) = requester
+        && !user.groups.iter().any(|g| g == crate::rbac::MASTERS)
+    {
+        if plural == "globalrolebindings" && global_role.is_none() {
+            let name = object["globalRoleName"].as_str().unwrap_or_default();
+            global_role = stored(resources, "globalroles", None, name).await?;
+        }
+        rbac.confirm_rancher(user, plural, object, global_role.as_ref())?;
+    }
+    Ok(causes)
 }
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
@@ -803,15 +1111,15 @@ mod tests {
             access,
             json!({
                 "clusterRoles": [
-                    {"name": "dev", "rules": [rule("secrets"), rule("configmaps")]},
-                    {"name": "owner", "rules": [rule("*")]},
+                    {"name": "lariat-dev", "rules": [rule("secrets"), rule("configmaps")]},
+                    {"name": "lariat-owner", "rules": [rule("*")]},
                 ],
                 "clusterRoleBindings": [
-                    {"name": "lariat-grb-carol-view", "roleName": "view", "subjects": [{"kind": "User", "name": "carol"}]},
-                    {"name": "lariat-crtb-bob", "roleName": "owner", "subjects": [{"kind": "Group", "name": "ops"}]},
+                    {"name": hashed_name("lariat-grb-carol", "carol/view"), "roleName": "view", "subjects": [{"kind": "User", "name": "carol"}]},
+                    {"name": "lariat-crtb-bob", "roleName": "lariat-owner", "subjects": [{"kind": "Group", "name": "ops"}]},
                 ],
                 "projectRoleBindings": [
-                    {"name": "lariat-prtb-alice", "roleName": "dev", "projectId": "c1:p1", "subjects": [{"kind": "User", "name": "alice"}]},
+                    {"name": "lariat-prtb-alice", "roleName": "lariat-dev", "projectId": "c1:p1", "subjects": [{"kind": "User", "name": "alice"}]},
                 ],
             }),
             "an external template is the cluster's own ClusterRole; a missing one binds nothing; a project of c2 named as c1's reaches nowhere"
@@ -866,6 +1174,14 @@ mod tests {
                 .iter()
                 .any(|r| r.resources == Some(vec!["nodes".into()]))
         }));
+    }
+
+    #[test]
+    fn global_bindings_of_lookalike_names_stay_apart() {
+        assert_ne!(
+            hashed_name("lariat-grb-a", "a/cluster-owner"),
+            hashed_name("lariat-grb-a-cluster", "a-cluster/owner")
+        );
     }
 
     #[test]

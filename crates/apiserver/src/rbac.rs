@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::auth::{Attributes, Authorizer, User};
 use crate::rancher;
-use crate::status::{ApiError, ApiResult, Cause};
+use crate::status::{ApiError, ApiResult};
 
 pub const GROUP: &str = "rbac.authorization.k8s.io";
 /// Allowed everything, whatever the bindings say.
@@ -147,14 +147,6 @@ impl Objects {
                 });
             }
         }
-        index.global_roles = self.rancher.global_roles.clone();
-        index.role_templates = self.rancher.role_templates.clone();
-        index.projects = self
-            .rancher
-            .projects
-            .iter()
-            .map(|(key, project)| (key.clone(), project.spec.cluster_name.clone()))
-            .collect();
         for binding in self.role_bindings.values() {
             let namespace = binding.metadata.namespace.clone().unwrap_or_default();
             let Some(rules) = index.role_ref_rules(&binding.role_ref, &namespace) else {
@@ -238,11 +230,6 @@ struct Index {
     cluster_roles: HashMap<String, Arc<Vec<PolicyRule>>>,
     /// By `NAMESPACE/NAME`.
     roles: HashMap<String, Arc<Vec<PolicyRule>>>,
-    /// Rancher's kinds that writes refer to.
-    global_roles: HashMap<String, rancher::GlobalRole>,
-    role_templates: HashMap<String, rancher::RoleTemplate>,
-    /// Projects by `NAMESPACE/NAME`: their cluster's name.
-    projects: HashMap<String, String>,
 }
 
 impl Index {
@@ -406,7 +393,8 @@ impl Rbac {
             return self.confirm_token(user, object);
         }
         if group == rancher::GROUP {
-            return self.confirm_rancher(user, plural, object);
+            // Judged with what they refer to, by `rancher::admit`.
+            return Ok(());
         }
         if group != GROUP {
             return Ok(());
@@ -507,7 +495,13 @@ impl Rbac {
     /// lariat cannot compare them with the writer's) needs `escalate` or full authority; a
     /// GlobalRoleBinding needs `bind` on its GlobalRole or the role's rules; a cluster or
     /// project binding needs `bind` on its RoleTemplate.
-    fn confirm_rancher(&self, user: &User, plural: &str, object: &Value) -> ApiResult<()> {
+    pub(crate) fn confirm_rancher(
+        &self,
+        user: &User,
+        plural: &str,
+        object: &Value,
+        bound_role: Option<&rancher::GlobalRole>,
+    ) -> ApiResult<()> {
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
         let namespace = object["metadata"]["namespace"]
             .as_str()
@@ -577,8 +571,7 @@ impl Rbac {
                 if may("bind", "globalroles", role_name) {
                     return Ok(());
                 }
-                let index = self.current();
-                let role = index.global_roles.get(role_name).ok_or_else(|| {
+                let role = bound_role.ok_or_else(|| {
                     forbidden(format!(
                         "globalroles.{} {role_name:?} not found",
                         rancher::GROUP
@@ -605,115 +598,6 @@ impl Rbac {
             }
             _ => Ok(()),
         }
-    }
-
-    /// What a write of one of Rancher's kinds refers to and must exist (as Rancher's webhook
-    /// checks): a binding's GlobalRole or RoleTemplate, of the binding's context and, for a new
-    /// binding, not locked; a project binding's Project, in its namespace and of its cluster;
-    /// a template's inherited templates.
-    pub fn references(
-        &self,
-        group: &str,
-        plural: &str,
-        object: &Value,
-        creating: bool,
-    ) -> Vec<Cause> {
-        if group != rancher::GROUP {
-            return vec![];
-        }
-        // A binding's fields never change: what it referred to was checked when it was made.
-        if plural.ends_with("bindings") && !creating {
-            return vec![];
-        }
-        let index = self.current();
-        let mut causes = vec![];
-        let template_of = |field: &str, value: &Value, context: &str, causes: &mut Vec<Cause>| {
-            let name = value.as_str().unwrap_or_default();
-            match index.role_templates.get(name) {
-                None => causes.push(Cause::invalid(field, value, format!("roletemplates.{} {name:?} not found", rancher::GROUP))),
-                Some(t) if t.context != context => causes.push(Cause::invalid(
-                    field, value, format!("RoleTemplate {name:?} has context {:?}; this binding needs one of context {context:?}", t.context),
-                )),
-                Some(t) if t.locked && creating => causes.push(Cause::invalid(field, value, format!("RoleTemplate {name:?} is locked: it takes no new bindings"))),
-                Some(_) => {}
-            }
-        };
-        match plural {
-            "globalroles" => {
-                for (i, name) in object["inheritedClusterRoles"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .enumerate()
-                {
-                    template_of(
-                        &format!("inheritedClusterRoles[{i}]"),
-                        name,
-                        "cluster",
-                        &mut causes,
-                    );
-                }
-            }
-            "roletemplates" => {
-                for (i, name) in object["roleTemplateNames"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .enumerate()
-                {
-                    if !index
-                        .role_templates
-                        .contains_key(name.as_str().unwrap_or_default())
-                    {
-                        causes.push(Cause::invalid(
-                            format!("roleTemplateNames[{i}]"),
-                            name,
-                            "no RoleTemplate of that name",
-                        ));
-                    }
-                }
-            }
-            "globalrolebindings" => {
-                let name = &object["globalRoleName"];
-                if !index
-                    .global_roles
-                    .contains_key(name.as_str().unwrap_or_default())
-                {
-                    causes.push(Cause::invalid(
-                        "globalRoleName",
-                        name,
-                        format!("globalroles.{} not found", rancher::GROUP),
-                    ));
-                }
-            }
-            "clusterroletemplatebindings" => {
-                template_of(
-                    "roleTemplateName",
-                    &object["roleTemplateName"],
-                    "cluster",
-                    &mut causes,
-                );
-            }
-            "projectroletemplatebindings" => {
-                template_of(
-                    "roleTemplateName",
-                    &object["roleTemplateName"],
-                    "project",
-                    &mut causes,
-                );
-                let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
-                let value = &object["projectName"];
-                if let Some((cluster, project)) = value.as_str().and_then(|p| p.split_once(':')) {
-                    match index.projects.get(&format!("{namespace}/{project}")) {
-                        None => causes.push(Cause::invalid("projectName", value, format!("no Project {project:?} in namespace {namespace:?}: a ProjectRoleTemplateBinding lives beside its Project"))),
-                        Some(of) if of != cluster => causes.push(Cause::invalid("projectName", value, format!("Project {project:?} belongs to cluster {of:?}"))),
-                        Some(_) => {}
-                    }
-                }
-            }
-            _ => {}
-        }
-        causes
     }
 }
 

@@ -901,8 +901,14 @@ impl Resources {
         if let Some(strategy) = crate::strategy::for_kind(&rt.group, &rt.plural) {
             causes.extend(strategy.admit(&self.registry, &mut object, old));
         }
-        if let Some(rbac) = &self.rbac {
-            causes.extend(rbac.references(&rt.group, &rt.plural, &object, old.is_none()));
+        if let Some(rbac) = &self.rbac
+            && rt.group == crate::rancher::GROUP
+        {
+            // Who may write it is asked only of a write that is otherwise valid.
+            let requester = options.requester.as_ref().filter(|_| causes.is_empty());
+            let more =
+                crate::rancher::admit(self, rbac, requester, &rt.plural, &object, old).await?;
+            causes.extend(more);
         }
         if !causes.is_empty() {
             return Err(ApiError::invalid(

@@ -67,3 +67,11 @@ pub fn current_context(
         .context("the kubeconfig's current context is missing")?;
     Ok((config, named))
 }
+
+/// The server's refusal in its own words (a 403 names what is missing), not kube-rs's dump.
+pub fn refused(e: kube::Error, doing: &str) -> anyhow::Error {
+    match e {
+        kube::Error::Api(status) => anyhow::anyhow!("cannot {doing}: {}", status.message),
+        other => anyhow::anyhow!("cannot {doing}: {other}"),
+    }
+}

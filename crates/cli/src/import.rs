@@ -232,7 +232,16 @@ pub async fn kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
         &args.namespace,
         &lariat_controllers::capi("Cluster"),
     );
-    let Some(found) = clusters.get_opt(&args.name).await? else {
+    let found = clusters.get_opt(&args.name).await.map_err(|e| {
+        let forbidden = matches!(&e, kube::Error::Api(status) if status.code == 403);
+        let error = crate::connect::refused(e, &format!("read cluster {}/{}", args.namespace, args.name));
+        if forbidden {
+            anyhow::anyhow!("{error}; ask an administrator for a binding in that cluster (a ClusterRoleTemplateBinding, or a ProjectRoleTemplateBinding of one of its projects)")
+        } else {
+            error
+        }
+    })?;
+    let Some(found) = found else {
         bail!(
             "cluster {:?} not found in namespace {:?}",
             args.name,

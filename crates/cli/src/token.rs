@@ -65,14 +65,6 @@ fn tokens(client: kube::Client) -> Api<DynamicObject> {
     Api::all_with(client, &management::token_resource())
 }
 
-/// The server's refusal in its own words (a 403 names what is missing), not kube-rs's dump.
-fn refused(e: kube::Error, doing: &str) -> anyhow::Error {
-    match e {
-        kube::Error::Api(status) => anyhow::anyhow!("cannot {doing}: {}", status.message),
-        other => anyhow::anyhow!("cannot {doing}: {other}"),
-    }
-}
-
 async fn create(args: CreateArgs) -> anyhow::Result<()> {
     let ttl = crate::import::parse_ttl(&args.ttl)?;
     if ttl.as_secs() > management::TOKEN_MAX_LIFETIME_DAYS as u64 * 86400 {
@@ -100,7 +92,7 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
     tokens(client)
         .create(&PostParams::default(), &object)
         .await
-        .map_err(|e| refused(e, "create the token"))?;
+        .map_err(|e| crate::connect::refused(e, "create the token"))?;
     let token = format!("{name}:{secret}");
     if !args.print_kubeconfig {
         println!("{token}");
@@ -145,7 +137,7 @@ async fn list(kubeconfig: Option<PathBuf>) -> anyhow::Result<()> {
     let listed = tokens(client)
         .list(&ListParams::default())
         .await
-        .map_err(|e| refused(e, "list tokens"))?;
+        .map_err(|e| crate::connect::refused(e, "list tokens"))?;
     let rows: Vec<[String; 5]> = listed
         .items
         .iter()
@@ -196,7 +188,7 @@ async fn revoke(names: Vec<String>, kubeconfig: Option<PathBuf>) -> anyhow::Resu
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 bail!("no token {name:?}: `lariat token list` shows the names")
             }
-            Err(e) => return Err(refused(e, &format!("revoke token {name}"))),
+            Err(e) => return Err(crate::connect::refused(e, &format!("revoke token {name}"))),
         }
     }
     Ok(())

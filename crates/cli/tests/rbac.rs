@@ -689,6 +689,13 @@ groupPrincipalName: auditors
     // Nothing of c2: refused at lariat's proxy, before anything is sent.
     let output = lariat_as(&alice, &["kubeconfig", "c2"]);
     assert!(!output.status.success());
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        error.contains("cannot read cluster default/c2")
+            && error.contains("ask an administrator for a binding in that cluster")
+            && error.trim().lines().count() == 1,
+        "{error}"
+    );
     let kubeconfig = std::fs::read_to_string(&alice).unwrap();
     let token = kubeconfig
         .split("token: ")
@@ -762,8 +769,8 @@ groupPrincipalName: auditors
     assert_eq!(
         bindings.split_whitespace().collect::<Vec<_>>(),
         [
-            "db/lariat-prtb-alice-member=project-member",
-            "web/lariat-prtb-alice-member=project-member"
+            "db/lariat-prtb-alice-member=lariat-project-member",
+            "web/lariat-prtb-alice-member=lariat-project-member"
         ]
     );
     assert!(
@@ -790,6 +797,37 @@ groupPrincipalName: auditors
         ]) == "True"
     });
 
+    // A template whose downstream ClusterRole someone else already made there is neither
+    // applied nor bound: the role is not lariat's word.
+    c1.kubectl_ok(&[
+        "create",
+        "clusterrole",
+        "lariat-sneaky",
+        "--verb=*",
+        "--resource=*",
+    ]);
+    management.apply_ok(
+        &["apply", "-f", "-"],
+        "apiVersion: management.cattle.io/v3\nkind: RoleTemplate\nmetadata: {name: sneaky}\ncontext: cluster\nrules:\n- {apiGroups: [\"\"], resources: [configmaps], verbs: [get]}\n---\napiVersion: management.cattle.io/v3\nkind: ClusterRoleTemplateBinding\nmetadata: {name: alice-sneaky, namespace: default}\nclusterName: c1\nroleTemplateName: sneaky\nuserName: alice\n",
+    );
+    eventually("the agent reports the foreign role", || {
+        management
+            .kubectl_ok(&[
+                "get",
+                "clusteraccess",
+                "c1",
+                "-o",
+                "jsonpath={.status.conditions[0].message}",
+            ])
+            .contains(r#"ClusterRole "lariat-sneaky" exists and is not lariat's"#)
+    });
+    assert!(
+        !c1.kubectl(&["get", "clusterrolebinding", "lariat-crtb-alice-sneaky"])
+            .status
+            .success()
+    );
+    assert!(!run(&c1, &alice_c1, &["get", "secrets", "-n", "other"]).0);
+
     // A namespace moved to another project changes who reaches it, within seconds.
     c1.kubectl_ok(&[
         "annotate",
@@ -804,8 +842,14 @@ groupPrincipalName: auditors
         || !run(&c1, &alice_c1, &["get", "configmaps", "-n", "db"]).0,
     );
     assert!(run(&c1, &alice_c1, &["get", "configmaps", "-n", "web"]).0);
-    // A binding deleted takes its RoleBindings with it.
-    management.kubectl_ok(&["delete", "projectroletemplatebinding", "alice-member"]);
+    // A Project deleted takes its bindings with it: a new Project of its name starts empty.
+    management.kubectl_ok(&["delete", "project", "p1"]);
+    eventually("the project's bindings go with it", || {
+        !management
+            .kubectl(&["get", "projectroletemplatebinding", "alice-member"])
+            .status
+            .success()
+    });
     eventually_within(
         Duration::from_secs(10),
         "alice's RoleBindings are gone",
@@ -913,6 +957,70 @@ fn rancher_bindings_are_validated_and_need_bind() {
             .status
             .success()
     });
+    // Built-in roles are lariat's: only what Rancher lets users change may change.
+    let refused = server.kubectl_err(&[
+        "patch",
+        "roletemplate",
+        "cluster-member",
+        "--type=merge",
+        "-p",
+        r#"{"rules":[{"apiGroups":["*"],"resources":["*"],"verbs":["*"]}]}"#,
+    ]);
+    assert!(
+        refused.contains("it is built in, so only locked"),
+        "{refused}"
+    );
+    server.kubectl_ok(&[
+        "patch",
+        "roletemplate",
+        "cluster-member",
+        "--type=merge",
+        "-p",
+        r#"{"locked":true}"#,
+    ]);
+    let output = server.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: management.cattle.io/v3\nkind: RoleTemplate\nmetadata: {name: fake}\nbuiltin: true\ncontext: cluster\n",
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("only lariat's own roles are builtin")
+    );
+    // Locked: no new binding, nor a template or global role that would carry it.
+    for (what, manifest) in [
+        (
+            "template",
+            "apiVersion: management.cattle.io/v3\nkind: RoleTemplate\nmetadata: {name: wrapper}\ncontext: cluster\nroleTemplateNames: [cluster-member]\n",
+        ),
+        (
+            "global role",
+            "apiVersion: management.cattle.io/v3\nkind: GlobalRole\nmetadata: {name: everywhere}\ninheritedClusterRoles: [cluster-member]\n",
+        ),
+    ] {
+        let output = server.kubectl_stdin(&["create", "-f", "-"], manifest);
+        let text = String::from_utf8_lossy(&output.stderr).to_string();
+        assert!(
+            text.contains(r#"RoleTemplate "cluster-member" is locked"#),
+            "{what}: {text}"
+        );
+    }
+    // Inheritance cannot loop, however it is edited.
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        "apiVersion: management.cattle.io/v3\nkind: RoleTemplate\nmetadata: {name: a}\ncontext: project\n---\napiVersion: management.cattle.io/v3\nkind: RoleTemplate\nmetadata: {name: b}\ncontext: project\nroleTemplateNames: [a]\n",
+    );
+    let refused = server.kubectl_err(&[
+        "patch",
+        "roletemplate",
+        "a",
+        "--type=merge",
+        "-p",
+        r#"{"roleTemplateNames":["b"]}"#,
+    ]);
+    assert!(
+        refused.contains(r#"RoleTemplate "b" inherits "a": inheritance cannot loop"#),
+        "{refused}"
+    );
+
     // The built-in templates are there, as Rancher ships them.
     let templates = server.kubectl_ok(&["get", "roletemplates", "-o", "name"]);
     for name in [
