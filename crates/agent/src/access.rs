@@ -30,7 +30,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::bundles::{Session, upstream_client};
+use crate::AbortOnDrop;
+use crate::bundles::{Session, per_session, upstream_client};
 
 /// The field manager of what the access half applies.
 const FIELD_MANAGER: &str = "lariat-access";
@@ -68,29 +69,20 @@ struct WantedSubject {
 }
 
 /// Runs the access half until the task is dropped, one session (credential) at a time.
-pub(crate) async fn run(downstream: kube::Client, mut sessions: watch::Receiver<Option<Session>>) {
-    loop {
-        let session = sessions.borrow_and_update().clone();
-        let Some(session) = session else {
-            if sessions.changed().await.is_err() {
-                return;
-            }
-            continue;
-        };
-        tokio::select! {
-            outcome = serve(downstream.clone(), &session) => {
-                if let Err(error) = outcome {
-                    tracing::warn!(%error, "cannot follow the cluster's access; retrying in 10s");
-                }
-                tokio::time::sleep(Duration::from_secs(10)).await;
-            }
-            changed = sessions.changed() => if changed.is_err() { return },
-        }
-    }
+pub(crate) async fn run(downstream: kube::Client, sessions: watch::Receiver<Option<Session>>) {
+    per_session(sessions, "cannot follow the cluster's access", |session| {
+        serve(downstream.clone(), session)
+    })
+    .await
 }
 
-/// A reflector of `api` (with `config`) whose every event wakes the reconciler.
-fn follow<K>(api: Api<K>, config: watcher::Config, wake: mpsc::Sender<()>) -> Store<K>
+/// A reflector of `api` (with `config`) whose every event wakes the reconciler; its watch
+/// stops when the handle is dropped (with the session).
+fn follow<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    wake: mpsc::Sender<()>,
+) -> (Store<K>, AbortOnDrop)
 where
     K: Resource + Clone + std::fmt::Debug + Send + Sync + serde::de::DeserializeOwned + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -103,23 +95,26 @@ fn follow_with<K>(
     config: watcher::Config,
     wake: mpsc::Sender<()>,
     dynamic: K::DynamicType,
-) -> Store<K>
+) -> (Store<K>, AbortOnDrop)
 where
     K: Resource + Clone + std::fmt::Debug + Send + Sync + serde::de::DeserializeOwned + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
     let writer = reflector::store::Writer::new(dynamic);
     let reader = writer.as_reader();
-    tokio::spawn(
+    let task = tokio::spawn(
         watcher(api, config)
             .default_backoff()
             .reflect(writer)
-            .for_each(move |_| {
+            .for_each(move |event| {
+                if let Err(error) = event {
+                    tracing::debug!(%error, "an access watch failed; it backs off and retries");
+                }
                 let _ = wake.try_send(());
                 std::future::ready(())
             }),
     );
-    reader
+    (reader, AbortOnDrop(task))
 }
 
 struct Caches {
@@ -128,9 +123,15 @@ struct Caches {
     roles: Store<ClusterRole>,
     cluster_bindings: Store<ClusterRoleBinding>,
     bindings: Store<RoleBinding>,
+    _watches: Vec<AbortOnDrop>,
 }
 
-async fn serve(downstream: kube::Client, session: &Session) -> Result<(), crate::bundles::Error> {
+/// How long the first lists may take before the session is tried again (a credential the
+/// server refuses leaves a watch retrying forever).
+const READY_WITHIN: Duration = Duration::from_secs(30);
+
+async fn serve(downstream: kube::Client, session: Session) -> Result<(), crate::bundles::Error> {
+    let session = &session;
     let (namespace, name) = session.cluster.split_once('/').ok_or_else(|| {
         crate::bundles::Error::Invalid(format!("malformed cluster {:?}", session.cluster))
     })?;
@@ -139,21 +140,34 @@ async fn serve(downstream: kube::Client, session: &Session) -> Result<(), crate:
         Api::namespaced_with(upstream, namespace, &cluster_access_resource());
     let (wake, mut woken) = mpsc::channel(1);
     let labelled = || watcher::Config::default().labels(ACCESS_LABEL);
+    let (access, access_watch) = follow_with(
+        access_api.clone(),
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+        wake.clone(),
+        cluster_access_resource(),
+    );
+    let (namespaces, namespaces_watch) = follow(
+        Api::all(downstream.clone()),
+        watcher::Config::default(),
+        wake.clone(),
+    );
+    let (roles, roles_watch) = follow(Api::all(downstream.clone()), labelled(), wake.clone());
+    let (cluster_bindings, cluster_bindings_watch) =
+        follow(Api::all(downstream.clone()), labelled(), wake.clone());
+    let (bindings, bindings_watch) = follow(Api::all(downstream.clone()), labelled(), wake.clone());
     let caches = Caches {
-        access: follow_with(
-            access_api.clone(),
-            watcher::Config::default().fields(&format!("metadata.name={name}")),
-            wake.clone(),
-            cluster_access_resource(),
-        ),
-        namespaces: follow(
-            Api::all(downstream.clone()),
-            watcher::Config::default(),
-            wake.clone(),
-        ),
-        roles: follow(Api::all(downstream.clone()), labelled(), wake.clone()),
-        cluster_bindings: follow(Api::all(downstream.clone()), labelled(), wake.clone()),
-        bindings: follow(Api::all(downstream.clone()), labelled(), wake.clone()),
+        access,
+        namespaces,
+        roles,
+        cluster_bindings,
+        bindings,
+        _watches: vec![
+            access_watch,
+            namespaces_watch,
+            roles_watch,
+            cluster_bindings_watch,
+            bindings_watch,
+        ],
     };
     let ready = async {
         caches.access.wait_until_ready().await?;
@@ -162,20 +176,30 @@ async fn serve(downstream: kube::Client, session: &Session) -> Result<(), crate:
         caches.cluster_bindings.wait_until_ready().await?;
         caches.bindings.wait_until_ready().await
     };
-    ready
+    tokio::time::timeout(READY_WITHIN, ready)
         .await
+        .map_err(|_| {
+            crate::bundles::Error::Invalid(format!(
+                "the cluster's access and RBAC were not listed within {READY_WITHIN:?}"
+            ))
+        })?
         .map_err(|e| crate::bundles::Error::Invalid(format!("a watch ended: {e}")))?;
     tracing::info!(cluster = %session.cluster, "keeping the cluster's access");
     let mut last_error = String::new();
     let mut last_status = Value::Null;
     loop {
-        let outcome = reconcile(&downstream, &caches).await;
         let Some(access) = caches.access.state().into_iter().next() else {
-            // No ClusterAccess yet (or any more): nothing lariat granted here remains.
+            // No ClusterAccess yet, or none for a moment (the server writes it again): what is
+            // in place stays until one says otherwise.
             if tokio::time::timeout(RETRY, woken.recv()).await == Ok(None) {
                 return Ok(());
             }
             continue;
+        };
+        let outcome = match serde_json::from_value::<AccessSpec>(access.data["spec"].clone()) {
+            Ok(spec) => reconcile(&downstream, &caches, &spec).await,
+            // A newer server's shape: touch nothing rather than prune on a misreading.
+            Err(error) => Err(format!("cannot read the ClusterAccess's spec: {error}")),
         };
         let condition = match &outcome {
             Ok(summary) => {
@@ -189,7 +213,14 @@ async fn serve(downstream: kube::Client, session: &Session) -> Result<(), crate:
             "observedGeneration": access.metadata.generation,
             "conditions": [condition],
         });
-        if status != last_status || access.data["status"] != status {
+        let mut reported = access.data["status"].clone();
+        if let Some(condition) = reported["conditions"]
+            .get_mut(0)
+            .and_then(Value::as_object_mut)
+        {
+            condition.remove("lastTransitionTime");
+        }
+        if status != last_status || reported != status {
             let mut stamped = status.clone();
             stamped["conditions"][0]["lastTransitionTime"] =
                 json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
@@ -257,14 +288,11 @@ fn role_ref(binding: &WantedBinding) -> k8s_openapi::api::rbac::v1::RoleRef {
 
 /// One round: every wanted object applied if it differs, every labelled one not wanted
 /// deleted. A summary of what is in place, or what went wrong.
-async fn reconcile(downstream: &kube::Client, caches: &Caches) -> Result<String, String> {
-    let spec: AccessSpec = caches
-        .access
-        .state()
-        .into_iter()
-        .next()
-        .and_then(|access| serde_json::from_value(access.data["spec"].clone()).ok())
-        .unwrap_or_default();
+async fn reconcile(
+    downstream: &kube::Client,
+    caches: &Caches,
+    spec: &AccessSpec,
+) -> Result<String, String> {
     let mut problems: Vec<String> = Vec::new();
     let apply = PatchParams::apply(FIELD_MANAGER).force();
 
@@ -454,7 +482,8 @@ fn with_kind<K: Resource<DynamicType = ()> + serde::Serialize>(object: &K) -> Va
 }
 
 /// Applies a binding unless it is already as wanted; a binding whose role changed is made
-/// again, since its `roleRef` cannot change in place.
+/// again, since its `roleRef` cannot change in place. One of that name that is not lariat's
+/// (not in its labelled cache) is left alone, as its ClusterRoles are.
 async fn put_binding<K>(
     api: &Api<K>,
     current: Option<(
@@ -465,16 +494,30 @@ async fn put_binding<K>(
     subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>,
     name: &str,
     body: &Value,
-) -> kube::Result<()>
+) -> Result<(), String>
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
 {
-    if let Some((current_ref, current_subjects)) = current {
-        if current_ref == role_ref && current_subjects == subjects {
-            return Ok(());
+    match current {
+        Some((current_ref, current_subjects)) => {
+            if current_ref == role_ref && current_subjects == subjects {
+                return Ok(());
+            }
+            if current_ref != role_ref {
+                api.delete(name, &DeleteParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
         }
-        if current_ref != role_ref {
-            api.delete(name, &DeleteParams::default()).await?;
+        None => {
+            if api
+                .get_opt(name)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                return Err("exists and is not lariat's: not changed (rename or delete it)".into());
+            }
         }
     }
     api.patch(
@@ -484,6 +527,7 @@ where
     )
     .await
     .map(|_| ())
+    .map_err(|e| e.to_string())
 }
 
 /// A deletion's outcome: already gone is fine.

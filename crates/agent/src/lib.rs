@@ -65,8 +65,9 @@ pub struct Config {
     /// Which HTTP proxy, if any, the server is reached through with CONNECT (from
     /// `HTTPS_PROXY` and `NO_PROXY`, as curl and Go programs read them).
     pub proxy: Arc<hyper_util::client::proxy::matcher::Matcher>,
-    /// Pull this cluster's BundleDeployments and apply them (Fleet's agent); off only where
-    /// many agents share one cluster (benchmarks of the tunnels alone).
+    /// Pull this cluster's BundleDeployments and apply them (Fleet's agent), and keep the RBAC
+    /// its ClusterAccess says; off only where many agents share one cluster (benchmarks of the
+    /// tunnels alone).
     pub bundles: bool,
 }
 
@@ -344,7 +345,7 @@ pub struct Trusted {
 }
 
 /// Aborts a task when dropped, so a background task ends with whatever owns it.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

@@ -194,7 +194,7 @@ fn cluster_access_crd() -> CustomResourceDefinition {
     let spec = json!({
         "type": "object",
         "properties": {
-            "clusterRoles": {"type": "array", "description": "One ClusterRole per RoleTemplate in use, named as the template, its inherited templates' rules included.",
+            "clusterRoles": {"type": "array", "description": "One ClusterRole per RoleTemplate in use (but external ones), named lariat-<template>, its inherited templates' rules included.",
                 "items": {"type": "object", "required": ["name", "rules"], "properties": {"name": string, "rules": rules}}},
             "clusterRoleBindings": {"type": "array", "description": "Cluster-scope bindings: ClusterRoleTemplateBindings, and the inheritedClusterRoles of GlobalRoles.",
                 "items": binding(&[])},

@@ -2,6 +2,7 @@
 //! them, as an informer keeps one of a kind: RBAC's index and the cluster accesses are built
 //! from such copies, so they read nothing from the store per decision.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,26 @@ pub trait Mirror: Send {
     /// Forgets everything (a fresh list follows).
     fn clear(&mut self);
     /// One stored object under one of the prefixes (its whole key); `None` when deleted.
-    fn apply(&mut self, key: &str, value: Option<&[u8]>);
+    /// Returns whether the change matters to what is built from the copy.
+    fn apply(&mut self, key: &str, value: Option<&[u8]>) -> bool;
+}
+
+/// Puts one stored object into `map` under `name`, or takes it out (`None`, or what this build
+/// cannot read: the API validated it before it was stored, so such an object grants or asks
+/// nothing here).
+pub fn put<T: serde::de::DeserializeOwned>(
+    map: &mut HashMap<String, T>,
+    name: &str,
+    value: Option<&[u8]>,
+) {
+    match value.map(serde_json::from_slice::<T>) {
+        Some(Ok(object)) => {
+            map.insert(name.to_string(), object);
+        }
+        Some(Err(_)) | None => {
+            map.remove(name);
+        }
+    }
 }
 
 /// Lists every prefix into `mirror` at one revision, which it returns.
@@ -43,9 +63,11 @@ pub async fn load(
 }
 
 /// Keeps `mirror` in step with the store until `stop`, reading everything again first and
-/// whenever a watch is lost; `settled` runs after each read and after each batch of changes
-/// (those that arrived while the last one ran), so a burst of writes costs a few rebuilds, not
-/// one per write.
+/// whenever any one watch ends or fails (a prefix whose watch is lost is never left behind);
+/// `settled` runs after each read and after each batch of changes that matter (those that
+/// arrived while the last one ran), so a burst of writes costs a few rebuilds, not one per
+/// write. Changes under different prefixes arrive in their own order: a copy may briefly hold
+/// one prefix's newer state beside another's older one.
 pub async fn follow<M: Mirror>(
     store: Arc<dyn Store>,
     prefixes: &[&str],
@@ -79,24 +101,39 @@ pub async fn follow<M: Mirror>(
                 _ = tokio::time::sleep(Duration::from_millis(200)) => continue,
             }
         }
-        let mut changes = futures::stream::select_all(watches);
-        loop {
+        // Each watch ends with a `None` of its own, so the end of any one is seen.
+        let mut changes = futures::stream::select_all(
+            watches
+                .into_iter()
+                .map(|watch| watch.map(Some).chain(futures::stream::iter([None]))),
+        );
+        let mut lost = false;
+        while !lost {
             let first = tokio::select! {
                 _ = stop.changed() => return,
                 change = changes.next() => change,
             };
-            let Some(Ok(change)) = first else { break };
+            let Some(Some(Ok(change))) = first else { break };
             let mut batch = vec![change];
-            while let Some(Some(Ok(change))) = futures::FutureExt::now_or_never(changes.next()) {
-                batch.push(change);
-            }
-            for change in batch {
-                match change.kind {
-                    EventKind::Put => mirror.apply(&change.kv.key, Some(&change.kv.value)),
-                    EventKind::Delete => mirror.apply(&change.kv.key, None),
+            while let Some(next) = futures::FutureExt::now_or_never(changes.next()) {
+                match next {
+                    Some(Some(Ok(change))) => batch.push(change),
+                    _ => {
+                        lost = true;
+                        break;
+                    }
                 }
             }
-            settled(mirror);
+            let mut matters = false;
+            for change in batch {
+                matters |= match change.kind {
+                    EventKind::Put => mirror.apply(&change.kv.key, Some(&change.kv.value)),
+                    EventKind::Delete => mirror.apply(&change.kv.key, None),
+                };
+            }
+            if matters {
+                settled(mirror);
+            }
         }
     }
 }

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::Digest;
 
-use crate::follow::Mirror;
+use crate::follow::{Mirror, put};
 use crate::resources::{Resources, WriteOptions};
 use crate::status::{ApiError, ApiResult};
 
@@ -163,22 +163,6 @@ pub struct Objects {
     pub cluster_bindings: HashMap<String, ClusterRoleTemplateBinding>,
     pub projects: HashMap<String, Project>,
     pub project_bindings: HashMap<String, ProjectRoleTemplateBinding>,
-}
-
-fn put<T: serde::de::DeserializeOwned>(
-    map: &mut HashMap<String, T>,
-    name: &str,
-    value: Option<&[u8]>,
-) {
-    match value.map(serde_json::from_slice::<T>) {
-        Some(Ok(object)) => {
-            map.insert(name.to_string(), object);
-        }
-        // Validated before it was stored; what this build cannot read grants nothing.
-        Some(Err(_)) | None => {
-            map.remove(name);
-        }
-    }
 }
 
 impl Objects {
@@ -405,7 +389,11 @@ fn downstream_name(name: &str) -> String {
 fn hashed_name(readable: &str, identity: &str) -> String {
     let hash = sha2::Sha256::digest(identity.as_bytes());
     let hash: String = hash.iter().take(6).map(|b| format!("{b:02x}")).collect();
-    let cut = &readable[..readable.len().min(253 - 13)];
+    let mut end = readable.len().min(253 - 13);
+    while !readable.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = &readable[..end];
     format!("{}-{hash}", cut.trim_end_matches(['-', '.']))
 }
 
@@ -462,77 +450,69 @@ impl Mirror for AccessInputs {
         *self = AccessInputs::default();
     }
 
-    fn apply(&mut self, key: &str, value: Option<&[u8]>) {
+    /// A ClusterAccess's status, or a Cluster's change that keeps its uid, matters not.
+    fn apply(&mut self, key: &str, value: Option<&[u8]>) -> bool {
         if let Some(key) = key.strip_prefix(PREFIX) {
-            return self.objects.apply(key, value);
+            self.objects.apply(key, value);
+            return true;
         }
         let object = value.and_then(|v| serde_json::from_slice::<Value>(v).ok());
         if let Some(key) = key.strip_prefix(ACCESSES) {
-            match object {
+            let before = match object {
                 Some(mut object) => self.accesses.insert(key.into(), object["spec"].take()),
                 None => self.accesses.remove(key),
             };
+            before.as_ref() != self.accesses.get(key)
         } else if let Some(key) = key.strip_prefix(CLUSTERS) {
-            match object.and_then(|o| o["metadata"]["uid"].as_str().map(String::from)) {
+            // A Cluster being deleted gets no access written: its garbage collection takes it.
+            let live = object
+                .filter(|o| o["metadata"]["deletionTimestamp"].is_null())
+                .and_then(|o| o["metadata"]["uid"].as_str().map(String::from));
+            let before = match live {
                 Some(uid) => self.clusters.insert(key.into(), uid),
                 None => self.clusters.remove(key),
             };
+            before.as_ref() != self.clusters.get(key)
+        } else {
+            false
         }
     }
 }
 
-/// What the store should say and does not.
-#[derive(Default)]
-struct Pending {
-    /// ClusterAccesses to write: the Cluster (`NAMESPACE/NAME`), its uid, the `spec` wanted.
-    accesses: Vec<(String, String, Value)>,
-    /// ProjectRoleTemplateBindings whose Project is gone (`NAMESPACE/NAME`, uid): deleted with
-    /// it, as Rancher does, so a new Project of the same name does not inherit them.
-    orphans: Vec<(String, String)>,
-}
-
-impl Objects {
-    fn orphans(&self) -> Vec<(String, String)> {
-        let mut orphans: Vec<(String, String)> = self
-            .project_bindings
-            .iter()
-            .filter(|(key, binding)| {
-                let namespace = key.split_once('/').map(|(ns, _)| ns).unwrap_or_default();
-                !binding.project().is_some_and(|(cluster, project)| {
-                    self.projects
-                        .get(&format!("{namespace}/{project}"))
-                        .is_some_and(|p| p.spec.cluster_name == cluster)
-                })
-            })
-            .map(|(key, binding)| {
-                (
-                    key.clone(),
-                    binding.metadata.uid.clone().unwrap_or_default(),
-                )
-            })
-            .collect();
-        orphans.sort();
-        orphans
-    }
-}
+/// The ClusterAccesses to write: the Cluster (`NAMESPACE/NAME`), its uid, the `spec` wanted.
+type Pending = Vec<(String, String, Value)>;
 
 /// Keeps every Cluster's ClusterAccess equal to what Rancher's kinds say of it, until `stop`.
 /// Level-based: after every batch of changes (to Rancher's kinds, the Clusters or the
 /// ClusterAccesses themselves) the accesses that differ from what is wanted are written.
 pub async fn publish_accesses(resources: Resources, stop: tokio::sync::watch::Receiver<bool>) {
-    let (wake, mut woken) = tokio::sync::watch::channel(Arc::new(Pending::default()));
+    let (wake, mut woken) = tokio::sync::watch::channel(Arc::new(Pending::new()));
     let writer = {
         let resources = resources.clone();
         let mut stop = stop.clone();
         tokio::spawn(async move {
+            const FIRST_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+            let mut retry_in = FIRST_RETRY;
+            let mut last_failure = String::new();
             loop {
                 let pending = woken.borrow_and_update().clone();
-                let retry = !write_accesses(&resources, &pending).await;
+                let failures = write_accesses(&resources, &pending).await;
+                // Each distinct failure is logged once; retries back off to a minute.
+                if !failures.is_empty() && failures != last_failure {
+                    tracing::warn!(%failures, "cannot write clusters' accesses; retrying");
+                }
+                let failed = !failures.is_empty();
+                retry_in = if failed {
+                    (retry_in * 2).min(std::time::Duration::from_secs(60))
+                } else {
+                    FIRST_RETRY
+                };
+                last_failure = failures;
                 tokio::select! {
                     _ = stop.changed() => return,
                     changed = woken.changed() => if changed.is_err() { return },
                     // A write that failed is tried again, unless newer wishes came first.
-                    _ = tokio::time::sleep(std::time::Duration::from_secs(1)), if retry => {}
+                    _ = tokio::time::sleep(retry_in), if failed => {}
                 }
             }
         })
@@ -543,7 +523,7 @@ pub async fn publish_accesses(resources: Resources, stop: tokio::sync::watch::Re
         &[PREFIX, CLUSTERS, ACCESSES],
         &mut inputs,
         |inputs| {
-            let mut accesses: Vec<(String, String, Value)> = inputs
+            let mut pending: Pending = inputs
                 .clusters
                 .iter()
                 .filter_map(|(key, uid)| {
@@ -553,9 +533,8 @@ pub async fn publish_accesses(resources: Resources, stop: tokio::sync::watch::Re
                         .then(|| (key.clone(), uid.clone(), spec))
                 })
                 .collect();
-            accesses.sort_by(|a, b| a.0.cmp(&b.0));
-            let orphans = inputs.objects.orphans();
-            let _ = wake.send(Arc::new(Pending { accesses, orphans }));
+            pending.sort_by(|a, b| a.0.cmp(&b.0));
+            let _ = wake.send(Arc::new(pending));
         },
         stop,
     )
@@ -563,36 +542,18 @@ pub async fn publish_accesses(resources: Resources, stop: tokio::sync::watch::Re
     writer.abort();
 }
 
-/// Writes each pending ClusterAccess; whether all were written.
-async fn write_accesses(resources: &Resources, pending: &Pending) -> bool {
+/// Writes each pending ClusterAccess; what failed ("" when all were written).
+async fn write_accesses(resources: &Resources, pending: &Pending) -> String {
     let options = WriteOptions {
         field_manager: "lariat".into(),
         ..Default::default()
     };
     let access = lariat_api::management::cluster_access_resource();
-    let mut all = true;
-    for (key, uid) in &pending.orphans {
-        let (namespace, name) = key.split_once('/').unwrap_or_default();
-        let Some(scope) = resources.scope(GROUP, "projectroletemplatebindings", Some(namespace))
-        else {
-            return false;
-        };
-        let options = crate::resources::DeleteOptions {
-            precondition_uid: Some(uid.clone()),
-            ..Default::default()
-        };
-        match resources.delete(&scope, name, &options).await {
-            Ok(_) | Err(ApiError::NotFound { .. }) | Err(ApiError::Conflict { .. }) => {}
-            Err(e) => {
-                all = false;
-                tracing::warn!(binding = %key, error = %e, "cannot delete a binding whose Project is gone; retrying");
-            }
-        }
-    }
-    for (key, uid, spec) in &pending.accesses {
+    let mut failures = Vec::new();
+    for (key, uid, spec) in pending.iter() {
         let (namespace, name) = key.split_once('/').unwrap_or_default();
         let Some(scope) = resources.scope(&access.group, &access.plural, Some(namespace)) else {
-            return false;
+            return "ClusterAccess is not served".into();
         };
         let outcome = match resources.get(&scope, name).await {
             Ok(current) if current["spec"] == *spec => Ok(()),
@@ -622,11 +583,10 @@ async fn write_accesses(resources: &Resources, pending: &Pending) -> bool {
             Err(e) => Err(e),
         };
         if let Err(e) = outcome {
-            all = false;
-            tracing::warn!(cluster = %key, error = %e, "cannot write the cluster's access; retrying");
+            failures.push(format!("{key}: {e}"));
         }
     }
-    all
+    failures.join("; ")
 }
 
 /// Built-in GlobalRoles and RoleTemplates are lariat's, as Rancher's are Rancher's: no one else
@@ -700,6 +660,22 @@ async fn stored<T: serde::de::DeserializeOwned>(
     }
 }
 
+/// Adds `owner` to `object`'s owner references (once).
+fn owned_by(object: &mut Value, owner: &Value) {
+    let reference = json!({
+        "apiVersion": owner["apiVersion"], "kind": owner["kind"],
+        "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+    });
+    let references = &mut object["metadata"]["ownerReferences"];
+    if !references.is_array() {
+        *references = json!([]);
+    }
+    let list = references.as_array_mut().expect("an array");
+    if !list.iter().any(|r| r["uid"] == reference["uid"]) {
+        list.push(reference);
+    }
+}
+
 /// Whether RoleTemplate `name` inherits `ancestor`, itself or through others.
 async fn inherits(resources: &Resources, name: &str, ancestor: &str) -> ApiResult<bool> {
     let mut seen = HashSet::new();
@@ -735,7 +711,7 @@ pub async fn admit(
     rbac: &crate::rbac::Rbac,
     requester: Option<&crate::auth::User>,
     plural: &str,
-    object: &Value,
+    object: &mut Value,
     old: Option<&Value>,
 ) -> ApiResult<Vec<crate::status::Cause>> {
     use crate::status::Cause;
@@ -832,19 +808,49 @@ pub async fn admit(
         "clusterroletemplatebindings" => {
             let template = &object["roleTemplateName"];
             causes.extend(template_of("roleTemplateName", template, "cluster", true).await?);
+            // Owned by its Cluster, so it goes with it: a new Cluster of that name starts
+            // with no one's bindings.
+            let namespace = object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let value = object["clusterName"].clone();
+            let cluster = value.as_str().unwrap_or_default();
+            let found = match resources.scope(CAPI_GROUP, "clusters", Some(&namespace)) {
+                Some(scope) if !cluster.is_empty() => match resources.get(&scope, cluster).await {
+                    Ok(found) => Some(found),
+                    Err(ApiError::NotFound { .. }) => None,
+                    Err(e) => return Err(e),
+                },
+                _ => None,
+            };
+            match found {
+                Some(found) => owned_by(object, &found),
+                None => causes.push(Cause::invalid("clusterName", &value, format!("no Cluster {cluster:?} in namespace {namespace:?}: a ClusterRoleTemplateBinding lives beside its Cluster"))),
+            }
         }
         "projectroletemplatebindings" => {
             let template = &object["roleTemplateName"];
             causes.extend(template_of("roleTemplateName", template, "project", true).await?);
-            let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
-            let value = &object["projectName"];
+            let namespace = object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let value = object["projectName"].clone();
             if let Some((cluster, project)) = value.as_str().and_then(|p| p.split_once(':')) {
-                let found: Option<Project> =
-                    stored(resources, "projects", Some(namespace), project).await?;
+                let found: Option<Value> =
+                    stored(resources, "projects", Some(&namespace), project).await?;
+                let of = |p: &Value| {
+                    p["spec"]["clusterName"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                };
                 match found {
-                    None => causes.push(Cause::invalid("projectName", value, format!("no Project {project:?} in namespace {namespace:?}: a ProjectRoleTemplateBinding lives beside its Project"))),
-                    Some(p) if p.spec.cluster_name != cluster => causes.push(Cause::invalid("projectName", value, format!("Project {project:?} belongs to cluster {:?}", p.spec.cluster_name))),
-                    Some(_) => {}
+                    None => causes.push(Cause::invalid("projectName", &value, format!("no Project {project:?} in namespace {namespace:?}: a ProjectRoleTemplateBinding lives beside its Project"))),
+                    Some(p) if of(&p) != cluster => causes.push(Cause::invalid("projectName", &value, format!("Project {project:?} belongs to cluster {:?}", of(&p)))),
+                    // Owned by its Project, so it goes with it, as in Rancher.
+                    Some(p) => owned_by(object, &p),
                 }
             }
         }

@@ -49,36 +49,24 @@ impl crate::follow::Mirror for Objects {
         *self = Objects::default();
     }
 
-    fn apply(&mut self, key: &str, value: Option<&[u8]>) {
+    fn apply(&mut self, key: &str, value: Option<&[u8]>) -> bool {
         if let Some(key) = key.strip_prefix(rancher::PREFIX) {
-            return self.rancher.apply(key, value);
+            self.rancher.apply(key, value);
+            return true;
         }
         let Some((plural, name)) = key.strip_prefix(PREFIX).and_then(|k| k.split_once('/')) else {
-            return;
+            return false;
         };
-        fn put<T: serde::de::DeserializeOwned>(
-            map: &mut HashMap<String, T>,
-            name: &str,
-            value: Option<&[u8]>,
-        ) {
-            match value.map(serde_json::from_slice::<T>) {
-                Some(Ok(object)) => {
-                    map.insert(name.to_string(), object);
-                }
-                // The API validated it before it was stored; an object this build cannot read
-                // grants nothing.
-                Some(Err(_)) | None => {
-                    map.remove(name);
-                }
-            }
-        }
         match plural {
-            "roles" => put(&mut self.roles, name, value),
-            "clusterroles" => put(&mut self.cluster_roles, name, value),
-            "rolebindings" => put(&mut self.role_bindings, name, value),
-            "clusterrolebindings" => put(&mut self.cluster_role_bindings, name, value),
+            "roles" => crate::follow::put(&mut self.roles, name, value),
+            "clusterroles" => crate::follow::put(&mut self.cluster_roles, name, value),
+            "rolebindings" => crate::follow::put(&mut self.role_bindings, name, value),
+            "clusterrolebindings" => {
+                crate::follow::put(&mut self.cluster_role_bindings, name, value)
+            }
             _ => {}
         }
+        true
     }
 }
 
@@ -349,6 +337,28 @@ impl Rbac {
         .await;
     }
 
+    /// Whether `user` may `verb` the object `name` of `group`/`resource` in `namespace`.
+    fn may(
+        &self,
+        user: &User,
+        verb: &str,
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> bool {
+        let attributes = Attributes {
+            verb: verb.into(),
+            group: group.into(),
+            resource: resource.into(),
+            subresource: None,
+            namespace: namespace.map(String::from),
+            name: Some(name.into()),
+            path: None,
+        };
+        self.authorize(user, &attributes).is_ok()
+    }
+
     /// The rules `user` holds in `namespace` (`None`: cluster-wide), as a
     /// SelfSubjectRulesReview lists them.
     pub fn rules_for(&self, user: &User, namespace: Option<&str>) -> Vec<PolicyRule> {
@@ -404,19 +414,7 @@ impl Rbac {
             .as_str()
             .filter(|ns| !ns.is_empty());
         let may = |verb: &str, resource: &str, name: &str| {
-            self.authorize(
-                user,
-                &Attributes {
-                    verb: verb.into(),
-                    group: GROUP.into(),
-                    resource: resource.into(),
-                    subresource: None,
-                    namespace: namespace.map(String::from),
-                    name: Some(name.into()),
-                    path: None,
-                },
-            )
-            .is_ok()
+            self.may(user, verb, GROUP, resource, namespace, name)
         };
         let forbidden = |why: String| ApiError::Forbidden {
             message: format!("{plural}.{GROUP} \"{name}\" is forbidden: {why}"),
@@ -507,19 +505,7 @@ impl Rbac {
             .as_str()
             .filter(|ns| !ns.is_empty());
         let may = |verb: &str, resource: &str, name: &str| {
-            self.authorize(
-                user,
-                &Attributes {
-                    verb: verb.into(),
-                    group: rancher::GROUP.into(),
-                    resource: resource.into(),
-                    subresource: None,
-                    namespace: namespace.map(String::from),
-                    name: Some(name.into()),
-                    path: None,
-                },
-            )
-            .is_ok()
+            self.may(user, verb, rancher::GROUP, resource, namespace, name)
         };
         let forbidden = |why: String| ApiError::Forbidden {
             message: format!("{plural}.{} {name:?} is forbidden: {why}", rancher::GROUP),

@@ -904,10 +904,14 @@ impl Resources {
         if let Some(rbac) = &self.rbac
             && rt.group == crate::rancher::GROUP
         {
-            // Who may write it is asked only of a write that is otherwise valid.
-            let requester = options.requester.as_ref().filter(|_| causes.is_empty());
+            // Who may write it is asked only of a write that is otherwise valid, and not of a
+            // status write.
+            let requester = options
+                .requester
+                .as_ref()
+                .filter(|_| causes.is_empty() && subresource.is_none());
             let more =
-                crate::rancher::admit(self, rbac, requester, &rt.plural, &object, old).await?;
+                crate::rancher::admit(self, rbac, requester, &rt.plural, &mut object, old).await?;
             causes.extend(more);
         }
         if !causes.is_empty() {

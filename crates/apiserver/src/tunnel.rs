@@ -785,16 +785,26 @@ pub async fn proxy(tunnels: &Tunnels, caller: &User, request: axum::extract::Req
     }
     let as_caller = || -> Result<Vec<(&str, header::HeaderValue)>, ApiError> {
         let value = |text: &str| {
-            header::HeaderValue::from_str(text).map_err(|_| {
+            header::HeaderValue::from_bytes(text.as_bytes()).map_err(|_| {
                 ApiError::bad_request(format!(
                     "{text:?} cannot be sent downstream as an HTTP header"
                 ))
             })
         };
+        // `system:` identities are each cluster's own (its nodes, controllers, service
+        // accounts): a lariat caller never becomes one downstream. Only `system:masters`
+        // passes, so lariat's administrators administer every cluster, as Rancher's do.
+        if caller.name.starts_with("system:") {
+            return Err(ApiError::Forbidden {
+                message: format!(
+                    "User {:?} cannot act in a downstream cluster: names starting with system: are the cluster's own identities",
+                    caller.name
+                ),
+            });
+        }
         let mut headers = vec![("impersonate-user", value(&caller.name)?)];
         for group in &caller.groups {
-            // Every downstream API server adds it to an impersonated user itself.
-            if group != crate::rbac::AUTHENTICATED {
+            if !group.starts_with("system:") || group == crate::rbac::MASTERS {
                 headers.push(("impersonate-group", value(group)?));
             }
         }

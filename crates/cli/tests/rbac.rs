@@ -917,6 +917,25 @@ fn rancher_bindings_are_validated_and_need_bind() {
         "{text}"
     );
 
+    // A cluster binding needs its Cluster, and a system: identity is no subject.
+    let output = server.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: management.cattle.io/v3\nkind: ClusterRoleTemplateBinding\nmetadata: {name: everyone, namespace: default}\nclusterName: c1\nroleTemplateName: cluster-owner\ngroupName: system:authenticated\n",
+    );
+    let text = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(
+        text.contains(r#"no Cluster "c1" in namespace "default""#),
+        "{text}"
+    );
+    assert!(
+        text.contains("names starting with system: are Kubernetes's own identities"),
+        "{text}"
+    );
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        "apiVersion: cluster.x-k8s.io/v1beta1\nkind: Cluster\nmetadata: {name: c1}\nspec: {}\n",
+    );
+
     // Dave may create bindings in `default` but holds no `bind` on role templates.
     server.kubectl_ok(&[
         "create", "clusterrole", "binding-writer", "--verb=create,get,list",

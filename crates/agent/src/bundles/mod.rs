@@ -195,7 +195,7 @@ impl Agent {
 
 /// Runs the agent's Fleet half until the task is dropped: each session (credential) the tunnel
 /// hands over replaces the previous one; the cluster's side carries over.
-pub(crate) async fn run(downstream: kube::Client, mut sessions: watch::Receiver<Option<Session>>) {
+pub(crate) async fn run(downstream: kube::Client, sessions: watch::Receiver<Option<Session>>) {
     let agent = Arc::new(Agent {
         downstream,
         records: Default::default(),
@@ -207,6 +207,22 @@ pub(crate) async fn run(downstream: kube::Client, mut sessions: watch::Receiver<
         applied_versions: Default::default(),
         locks: Default::default(),
     });
+    per_session(sessions, "cannot pull bundles from the server", |session| {
+        serve(agent.clone(), session)
+    })
+    .await
+}
+
+/// Serves each session (credential) the tunnel hands over with `serve`, until `sessions`
+/// closes: a new session replaces the one being served, and one whose serving failed is
+/// served again 10 s later.
+pub(crate) async fn per_session<Fut>(
+    mut sessions: watch::Receiver<Option<Session>>,
+    failure: &str,
+    mut serve: impl FnMut(Session) -> Fut,
+) where
+    Fut: std::future::Future<Output = Result<(), Error>>,
+{
     loop {
         let session = sessions.borrow_and_update().clone();
         let Some(session) = session else {
@@ -216,9 +232,9 @@ pub(crate) async fn run(downstream: kube::Client, mut sessions: watch::Receiver<
             continue;
         };
         tokio::select! {
-            outcome = serve(agent.clone(), &session) => {
+            outcome = serve(session) => {
                 if let Err(error) = outcome {
-                    tracing::warn!(%error, "cannot pull bundles from the server; retrying in 10s");
+                    tracing::warn!(%error, "{failure}; retrying in 10s");
                 }
                 tokio::time::sleep(Duration::from_secs(10)).await;
             }
@@ -250,7 +266,8 @@ struct Context {
     deployments: Store<BundleDeployment>,
 }
 
-async fn serve(agent: Arc<Agent>, session: &Session) -> Result<(), Error> {
+async fn serve(agent: Arc<Agent>, session: Session) -> Result<(), Error> {
+    let session = &session;
     let (cluster_namespace, cluster_name) = session
         .cluster
         .split_once('/')

@@ -46,6 +46,12 @@ impl Strategy for RoleTemplates {
         ));
         causes.extend(immutable(object, old, &["builtin"], "builtin"));
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        if object["external"] == true && name.starts_with("lariat-") {
+            causes.push(Cause::forbidden(
+                "metadata.name",
+                "an external template binds the cluster's own ClusterRole of its name, and lariat- names are lariat's own roles there",
+            ));
+        }
         let inherits = object["roleTemplateNames"].as_array().into_iter().flatten();
         for (i, inherited) in inherits.enumerate() {
             if inherited == name {
@@ -85,6 +91,17 @@ impl Strategy for Bindings {
                 given.join(", "),
                 "a binding is for one user or one group, not both",
             ));
+        }
+        for field in &given {
+            if object[*field]
+                .as_str()
+                .is_some_and(|v| v.starts_with("system:"))
+            {
+                causes.push(Cause::forbidden(
+                    *field,
+                    "names starting with system: are Kubernetes's own identities; in a downstream cluster they would be that cluster's",
+                ));
+            }
         }
         for field in subjects.iter().chain(references) {
             causes.extend(immutable(object, old, &[field], field));

@@ -103,14 +103,7 @@ pub async fn run(args: AccessArgs) -> anyhow::Result<()> {
         args.clusters,
         load_average()
     );
-    let room = (args.clusters * 8).max(1024).to_string();
-    let server = ServerProcess::start_with(vec![
-        "--max-connections".into(),
-        (args.clusters * 8 + 16_384).to_string(),
-        "--max-connections-per-client".into(),
-        room,
-    ])?;
-    server.init_inmemory()?;
+    let server = ServerProcess::for_inmemory_clusters(args.clusters, vec![])?;
     let client = server.client().await?;
     let names: Vec<String> = (0..args.clusters).map(cluster_name).collect();
     let started = Instant::now();

@@ -157,19 +157,13 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&repo)?;
     git(&repo, &["init", "-q", "-b", "main"])?;
     let first = commit(&repo, args.bundles, "1")?;
-    // Every in-process agent dials the server from this one address (its tunnel, and its
-    // watch and requests on the API), which the per-client connection cap would otherwise
-    // (rightly) treat as one abusive client.
-    let room = (args.clusters * 8).max(1024).to_string();
-    let server = ServerProcess::start_with(vec![
-        "--fleet-file-repos".into(),
-        repos_dir.path().display().to_string(),
-        "--max-connections".into(),
-        (args.clusters * 8 + 16_384).to_string(),
-        "--max-connections-per-client".into(),
-        room,
-    ])?;
-    server.init_inmemory()?;
+    let server = ServerProcess::for_inmemory_clusters(
+        args.clusters,
+        vec![
+            "--fleet-file-repos".into(),
+            repos_dir.path().display().to_string(),
+        ],
+    )?;
     let client = server.client().await?;
 
     // The clusters, each labelled for the GitRepo.

@@ -142,6 +142,25 @@ impl ServerProcess {
         Ok(())
     }
 
+    /// A server (with `args`) for `clusters` in-memory clusters, the in-memory provider
+    /// enabled. Every in-process agent dials the server from one address (its tunnel, and its
+    /// watches and requests on the API), which the per-client connection cap would otherwise
+    /// (rightly) treat as one abusive client.
+    fn for_inmemory_clusters(
+        clusters: usize,
+        mut args: Vec<String>,
+    ) -> anyhow::Result<ServerProcess> {
+        args.extend([
+            "--max-connections".into(),
+            (clusters * 8 + 16_384).to_string(),
+            "--max-connections-per-client".into(),
+            (clusters * 8).max(1024).to_string(),
+        ]);
+        let server = ServerProcess::start_with(args)?;
+        server.init_inmemory()?;
+        Ok(server)
+    }
+
     fn start_with(args: Vec<String>) -> anyhow::Result<ServerProcess> {
         let dir = tempfile::tempdir()?;
         let (child, address) = ServerProcess::spawn(dir.path(), &args, "127.0.0.1:0")?;
