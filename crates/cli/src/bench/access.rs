@@ -38,28 +38,35 @@ fn proxy(cluster: &str, path: &str) -> String {
     format!("/k8s/clusters/{NAMESPACE}/{cluster}{path}")
 }
 
-/// Whether `path` exists in `cluster`, asked of the cluster itself.
-async fn exists(client: &kube::Client, cluster: &str, path: &str) -> anyhow::Result<bool> {
+/// Whether `path` exists in `cluster` and its body says `wanted`, asked of the cluster itself.
+async fn exists(
+    client: &kube::Client,
+    cluster: &str,
+    path: &str,
+    wanted: &str,
+) -> anyhow::Result<bool> {
     let request = http::Request::get(proxy(cluster, path)).body(Vec::new())?;
     match client.request_text(request).await {
-        Ok(_) => Ok(true),
+        Ok(body) => Ok(body.contains(wanted)),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
         Err(e) => Err(e).with_context(|| format!("GET {path} in {cluster}")),
     }
 }
 
-/// Polls every cluster in `pending` until `path(cluster)` exists in each; the time it took.
+/// Polls every cluster in `pending` until `path(cluster)` exists in each and says `wanted`;
+/// the time it took.
 async fn until_everywhere(
     client: &kube::Client,
     mut pending: Vec<String>,
     path: impl Fn(&str) -> String,
+    wanted: &str,
     started: Instant,
 ) -> anyhow::Result<Duration> {
     let deadline = started + Duration::from_secs(120 + pending.len() as u64);
     while !pending.is_empty() {
         let mut still = Vec::new();
         for cluster in pending {
-            if !exists(client, &cluster, &path(&cluster)).await? {
+            if !exists(client, &cluster, &path(&cluster), wanted).await? {
                 still.push(cluster);
             }
         }
@@ -174,10 +181,12 @@ pub async fn run(args: AccessArgs) -> anyhow::Result<()> {
             ),
         )
         .await?;
+    // Its binding's name is hashed: found among lariat's by the role it binds.
     let took = until_everywhere(
         &client,
         names.clone(),
-        |_| "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/lariat-grb-auditors-cluster-member".into(),
+        |_| "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings?labelSelector=management.lariat.dev%2Faccess".into(),
+        "\"lariat-cluster-member\"",
         started,
     )
     .await?;
@@ -210,6 +219,7 @@ pub async fn run(args: AccessArgs) -> anyhow::Result<()> {
         &client,
         names.clone(),
         |cluster| format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{TEAM}/rolebindings/lariat-prtb-dev-{cluster}"),
+        "",
         started,
     )
     .await?;
@@ -239,6 +249,7 @@ pub async fn run(args: AccessArgs) -> anyhow::Result<()> {
                 &client,
                 vec![cluster.clone()],
                 |_| format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{TEAM}/rolebindings/lariat-prtb-{name}"),
+                "",
                 started,
             )
             .await?,
