@@ -792,9 +792,11 @@ pub async fn proxy(tunnels: &Tunnels, caller: &User, request: axum::extract::Req
             })
         };
         // `system:` identities are each cluster's own (its nodes, controllers, service
-        // accounts): a lariat caller never becomes one downstream. Only `system:masters`
-        // passes, so lariat's administrators administer every cluster, as Rancher's do.
-        if caller.name.starts_with("system:") {
+        // accounts): a lariat caller never becomes one downstream. lariat's own
+        // (`system:lariat:...`, its controllers) keep their names, and of the groups only
+        // `system:masters` passes, so lariat's administrators administer every cluster, as
+        // Rancher's do.
+        if caller.name.starts_with("system:") && !caller.name.starts_with("system:lariat:") {
             return Err(ApiError::Forbidden {
                 message: format!(
                     "User {:?} cannot act in a downstream cluster: names starting with system: are the cluster's own identities",
