@@ -17,7 +17,9 @@ use rustls::server::danger::ClientCertVerifier;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::oidc::Oidc;
 use crate::pki::{IssuedCertificate, Pki};
+use crate::service_accounts::ServiceAccounts;
 
 /// The token of an `Authorization: Bearer <token>` header (the scheme in any case, as
 /// RFC 9110 and kube-apiserver take it).
@@ -169,6 +171,10 @@ pub struct Authenticator {
     store: Arc<dyn Store>,
     /// Checks client certificates against this domain's CA; `None`: certificates are refused.
     certificates: Option<Arc<dyn ClientCertVerifier>>,
+    /// Issues and checks this domain's ServiceAccount tokens; `None`: it issues none.
+    service_accounts: Option<Arc<ServiceAccounts>>,
+    /// Checks ID tokens of an OpenID Connect provider (`--oidc-issuer-url`).
+    oidc: Option<Arc<Oidc>>,
 }
 
 impl Authenticator {
@@ -193,7 +199,26 @@ impl Authenticator {
         Ok(Authenticator {
             store,
             certificates,
+            service_accounts: None,
+            oidc: None,
         })
+    }
+
+    /// This authenticator, also accepting the ServiceAccount tokens `accounts` issues.
+    pub fn with_service_accounts(mut self, accounts: Arc<ServiceAccounts>) -> Authenticator {
+        self.service_accounts = Some(accounts);
+        self
+    }
+
+    /// This authenticator, also accepting ID tokens of the OIDC provider `oidc` trusts.
+    pub fn with_oidc(mut self, oidc: Arc<Oidc>) -> Authenticator {
+        self.oidc = Some(oidc);
+        self
+    }
+
+    /// What issues this domain's ServiceAccount tokens (TokenRequest), if anything does.
+    pub fn service_accounts(&self) -> Option<&ServiceAccounts> {
+        self.service_accounts.as_deref()
     }
 
     /// Creates a bearer token for `user`, owned by `owner`, valid for `lifetime`; only its
@@ -373,6 +398,20 @@ impl Authenticator {
         }))
     }
 
+    /// The user behind a JWT: a ServiceAccount token of this domain, or an ID token of the
+    /// OIDC provider, whichever `issuer` (the token's unchecked `iss`) names.
+    async fn user_for_jwt(&self, token: &str, issuer: &str) -> ApiResult<Option<User>> {
+        if let Some(accounts) = &self.service_accounts
+            && let Some(user) = accounts.authenticate(token).await?
+        {
+            return Ok(Some(user));
+        }
+        match &self.oidc {
+            Some(oidc) if oidc.issuer() == issuer => oidc.authenticate(token).await.map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// Resolves the caller from a bearer token or, without one, from the peer's certificate.
     pub async fn authenticate(
         &self,
@@ -383,6 +422,8 @@ impl Authenticator {
             let token = bearer_token(header).ok_or(ApiError::Unauthorized)?;
             let user = if token.contains(':') {
                 self.user_for_api_token(token).await?
+            } else if let Some(issuer) = crate::service_accounts::issuer_of(token) {
+                self.user_for_jwt(token, &issuer).await?
             } else {
                 self.user_for_token(token).await?
             };

@@ -192,6 +192,17 @@ pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Valu
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if rt.group.is_empty() && rt.plural == "serviceaccounts" {
+            resources.push(json!({
+                "name": "serviceaccounts/token",
+                "singularName": "",
+                "namespaced": true,
+                "group": "authentication.k8s.io",
+                "version": "v1",
+                "kind": "TokenRequest",
+                "verbs": ["create"],
+            }));
+        }
         if served.scale.is_some() {
             resources.push(json!({
                 "name": format!("{}/scale", rt.plural),

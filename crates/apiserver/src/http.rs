@@ -55,6 +55,8 @@ pub struct AppState {
     /// A simulated workload cluster: `/version` reports the Kubernetes version its control
     /// plane Nodes run, as a real cluster's API server reports its own.
     pub simulated: bool,
+    /// Where mutating requests and refusals are recorded (`--audit-log-path`).
+    pub audit: Option<Arc<crate::audit::AuditLog>>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -565,10 +567,95 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
+/// Who a request was found to be, for the audit log.
+#[derive(Default)]
+struct Identity {
+    user: Option<User>,
+    impersonated: Option<User>,
+}
+
+/// Authenticates and admits the request (see [`admit`]) and, with an audit log, records it
+/// there before the response goes out.
 async fn authenticate(
     State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let mut identity = Identity::default();
+    let Some(audit) = state.audit.clone() else {
+        return admit(&state, request, next, &mut identity).await;
+    };
+    let received = chrono::Utc::now();
+    let method = request.method().to_string();
+    let uri = request
+        .uri()
+        .path_and_query()
+        .map_or_else(|| request.uri().path().to_string(), |p| p.to_string());
+    let user_agent = request
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    let source = request
+        .extensions()
+        .get::<Peer>()
+        .and_then(Peer::address)
+        .map(|a| a.ip());
+    let watching = parse_query(request.uri().query())
+        .is_ok_and(|q| q.get("watch").is_some_and(|w| w == "true" || w == "1"));
+    let target = parse_path(request.uri().path());
+    let verb = target
+        .as_ref()
+        .and_then(|t| t.verb(request.method(), watching))
+        .map_or_else(|| method.to_lowercase(), String::from);
+    let response = admit(&state, request, next, &mut identity).await;
+    let code = response.status().as_u16();
+    if !crate::audit::AuditLog::wanted(&method, code) {
+        return response;
+    }
+    let (response, failure) = if code >= 400 {
+        failure_of(response).await
+    } else {
+        (response, None)
+    };
+    audit.write(&crate::audit::Record {
+        id: &uuid::Uuid::new_v4().to_string(),
+        received,
+        verb: &verb,
+        object: target.as_ref().map(Target::object_ref),
+        uri: &uri,
+        user: identity.user.as_ref(),
+        impersonated: identity.impersonated.as_ref(),
+        source,
+        user_agent: user_agent.as_deref(),
+        code,
+        failure,
+    });
+    response
+}
+
+/// The reason and message of an error response's `Status`, and the response as it was.
+async fn failure_of(response: Response) -> (Response, Option<(String, String)>) {
+    let (parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return (Response::from_parts(parts, Body::empty()), None);
+    };
+    let status: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let text = |field: &str| status[field].as_str().unwrap_or_default().to_string();
+    let failure = (text("reason"), text("message"));
+    (
+        Response::from_parts(parts, Body::from(bytes)),
+        Some(failure),
+    )
+}
+
+/// Finds who is calling (and who they act as), refuses agents outside their scope and
+/// non-resource paths the caller may not reach, and passes the request on with its [`User`].
+async fn admit(
+    state: &Arc<AppState>,
     mut request: Request,
     next: Next,
+    identity: &mut Identity,
 ) -> Response {
     let authorization = request
         .headers()
@@ -611,8 +698,12 @@ async fn authenticate(
             if !user.groups.iter().any(|g| g == crate::rbac::AUTHENTICATED) {
                 user.groups.push(crate::rbac::AUTHENTICATED.into());
             }
-            match impersonation(&state, &user, request.headers()) {
-                Ok(Some(impersonated)) => user = impersonated,
+            identity.user = Some(user.clone());
+            match impersonation(state, &user, request.headers()) {
+                Ok(Some(impersonated)) => {
+                    identity.impersonated = Some(impersonated.clone());
+                    user = impersonated;
+                }
                 Ok(None) => {}
                 Err(e) => {
                     discard(request.into_body()).await;
@@ -900,6 +991,42 @@ struct Target {
     subresource: Option<String>,
 }
 
+impl Target {
+    /// The Kubernetes verb `method` is on this target; `None` where the API takes no such
+    /// method.
+    fn verb(&self, method: &Method, watching: bool) -> Option<&'static str> {
+        Some(match (method, self.name.is_some()) {
+            (&Method::GET, true) => "get",
+            (&Method::GET, false) if watching => "watch",
+            (&Method::GET, false) => "list",
+            (&Method::POST, false) => "create",
+            // A TokenRequest is created on the ServiceAccount's `token` subresource.
+            (&Method::POST, true) if self.subresource.as_deref() == Some("token") => "create",
+            (&Method::PUT, true) => "update",
+            (&Method::PATCH, true) => "patch",
+            (&Method::DELETE, true) => "delete",
+            (&Method::DELETE, false) => "deletecollection",
+            _ => return None,
+        })
+    }
+
+    /// The target as an audit Event's `objectRef`.
+    fn object_ref(&self) -> Value {
+        let mut object =
+            json!({"resource": self.plural, "apiGroup": self.group, "apiVersion": self.version});
+        for (field, value) in [
+            ("namespace", &self.namespace),
+            ("name", &self.name),
+            ("subresource", &self.subresource),
+        ] {
+            if let Some(value) = value {
+                object[field] = json!(value);
+            }
+        }
+        object
+    }
+}
+
 fn parse_path(path: &str) -> Option<Target> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, version, rest) = match parts.as_slice() {
@@ -1012,6 +1139,10 @@ async fn serve(
         None => {}
         Some("status") if served.status_subresource => {}
         Some("scale") if served.scale.is_some() => {}
+        Some("token")
+            if rt.group.is_empty()
+                && rt.plural == "serviceaccounts"
+                && state.authenticator.service_accounts().is_some() => {}
         Some(other) => {
             return Err(ApiError::NotFound {
                 message: format!(
@@ -1030,22 +1161,13 @@ async fn serve(
         .cloned()
         .ok_or(ApiError::Unauthorized)?;
     let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
-    let verb = match (&parts.method, target.name.is_some()) {
-        (&Method::GET, true) => "get",
-        (&Method::GET, false) if watching => "watch",
-        (&Method::GET, false) => "list",
-        (&Method::POST, false) => "create",
-        (&Method::PUT, true) => "update",
-        (&Method::PATCH, true) => "patch",
-        (&Method::DELETE, true) => "delete",
-        (&Method::DELETE, false) => "deletecollection",
-        (method, _) => {
-            return Err(ApiError::MethodNotAllowed {
-                message: format!(
-                    "the server does not allow this method on the requested resource ({method} {path})"
-                ),
-            });
-        }
+    let Some(verb) = target.verb(&parts.method, watching) else {
+        return Err(ApiError::MethodNotAllowed {
+            message: format!(
+                "the server does not allow this method on the requested resource ({} {path})",
+                parts.method
+            ),
+        });
     };
     // A namespace's own requests are in that namespace, as kube-apiserver scopes them: a
     // RoleBinding in `team-a` may let its subjects read Namespace `team-a`.
@@ -1186,6 +1308,17 @@ async fn serve(
             Ok(json_response(StatusCode::OK, &body))
         }
         "watch" => watch(state, &scope, &query, format).await,
+        "create" if target.subresource.is_some() => {
+            let accounts = state
+                .authenticator
+                .service_accounts()
+                .expect("checked above");
+            let body = read_body(take_body(body), &parts.headers, true).await?;
+            let namespace = target.namespace.as_deref().unwrap_or_default();
+            let name = target.name.as_deref().expect("named");
+            let answer = accounts.request_token(namespace, name, body).await?;
+            Ok(json_response(StatusCode::CREATED, &answer))
+        }
         "create" => {
             let body = read_body(take_body(body), &parts.headers, false).await?;
             let written = resources.create(&scope, body, &write_options()?).await?;
@@ -1874,6 +2007,22 @@ async fn delete_options(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_are_named_as_kube_apiserver_names_them() {
+        let t = parse_path("/apis/apps/v1/namespaces/a/deployments/web/scale").unwrap();
+        assert_eq!(t.verb(&Method::PATCH, false), Some("patch"));
+        assert_eq!(
+            t.object_ref(),
+            json!({"resource": "deployments", "apiGroup": "apps", "apiVersion": "v1", "namespace": "a", "name": "web", "subresource": "scale"})
+        );
+        let t = parse_path("/api/v1/namespaces/a/secrets").unwrap();
+        assert_eq!(t.verb(&Method::GET, true), Some("watch"));
+        assert_eq!(t.verb(&Method::DELETE, false), Some("deletecollection"));
+        assert_eq!(t.verb(&Method::PUT, false), None);
+        let t = parse_path("/api/v1/namespaces/a/serviceaccounts/ci/token").unwrap();
+        assert_eq!(t.verb(&Method::POST, false), Some("create"));
+    }
 
     #[test]
     fn paths() {

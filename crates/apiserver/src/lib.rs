@@ -15,6 +15,7 @@ use lariat_store::Store;
 use serde_json::json;
 
 pub mod agents;
+pub mod audit;
 pub mod auth;
 pub mod builtin;
 pub mod discovery;
@@ -26,6 +27,7 @@ pub mod local;
 pub mod managed;
 pub mod metrics;
 pub mod objects;
+pub mod oidc;
 pub mod openapi;
 pub mod patch;
 pub mod pki;
@@ -36,6 +38,7 @@ pub mod registry;
 pub mod resources;
 pub mod scale;
 pub mod schema;
+pub mod service_accounts;
 pub mod status;
 pub mod strategy;
 pub mod table;
@@ -77,6 +80,15 @@ pub struct Config {
     pub advertise_url: Option<String>,
     /// The image import manifests run the agent from.
     pub agent_image: tunnel::AgentImage,
+    /// The `iss` (and API audience) of the ServiceAccount tokens this server issues
+    /// (`--service-account-issuer`).
+    pub service_account_issuer: String,
+    /// The longest lifetime a requested ServiceAccount token is granted.
+    pub service_account_max_token_expiration: Duration,
+    /// An OpenID Connect provider whose ID tokens are accepted (`--oidc-*`).
+    pub oidc: Option<oidc::OidcConfig>,
+    /// Where every mutating request and refusal is recorded (`--audit-log-*`).
+    pub audit: Option<audit::AuditConfig>,
 }
 
 impl Config {
@@ -93,6 +105,10 @@ impl Config {
             limits: tls::Limits::default(),
             advertise_url: None,
             agent_image: tunnel::AgentImage::default(),
+            service_account_issuer: service_accounts::DEFAULT_ISSUER.into(),
+            service_account_max_token_expiration: Duration::from_secs(24 * 3600),
+            oidc: None,
+            audit: None,
         }
     }
 }
@@ -115,6 +131,10 @@ pub enum StartError {
     TlsSan(String),
     #[error("{0}")]
     AgentImage(String),
+    #[error("{0}")]
+    Authentication(String),
+    #[error("cannot open the audit log {0}")]
+    Audit(String),
 }
 
 /// A prepared server, bound to its listener.
@@ -217,8 +237,20 @@ impl Server {
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;
         let resources = resources.with_rbac(rbac.clone());
-        let authenticator =
-            Authenticator::new(store.clone(), &pki.ca_cert_pem).map_err(StartError::Tls)?;
+        let service_accounts = service_accounts::ServiceAccounts::load_or_create(
+            &config.data_dir.join("tls").join("service-account.key"),
+            &config.service_account_issuer,
+            config.service_account_max_token_expiration,
+            resources.clone(),
+        )
+        .map_err(StartError::Authentication)?;
+        let mut authenticator = Authenticator::new(store.clone(), &pki.ca_cert_pem)
+            .map_err(StartError::Tls)?
+            .with_service_accounts(Arc::new(service_accounts));
+        if let Some(oidc) = &config.oidc {
+            let oidc = oidc::Oidc::new(oidc.clone()).map_err(StartError::Authentication)?;
+            authenticator = authenticator.with_oidc(Arc::new(oidc));
+        }
 
         let client_host = if address.ip().is_unspecified() {
             "127.0.0.1".to_string()
@@ -257,6 +289,13 @@ impl Server {
             )),
             ca_pem: pki.ca_cert_pem.clone(),
             simulated: false,
+            audit: config
+                .audit
+                .clone()
+                .map(audit::AuditLog::open)
+                .transpose()
+                .map_err(StartError::Audit)?
+                .map(Arc::new),
         });
         Ok(Server {
             state,

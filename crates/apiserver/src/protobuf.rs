@@ -201,6 +201,71 @@ struct RoleRef {
     name: Option<String>,
 }
 
+/// v1 ServiceAccount, which `kubectl create serviceaccount` sends.
+#[derive(Clone, PartialEq, Message)]
+struct ServiceAccount {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(message, repeated, tag = "2")]
+    secrets: Vec<ObjectReference>,
+    #[prost(message, repeated, tag = "3")]
+    image_pull_secrets: Vec<LocalObjectReference>,
+    #[prost(bool, optional, tag = "4")]
+    automount_service_account_token: Option<bool>,
+}
+
+/// v1 ObjectReference, the fields a ServiceAccount's `secrets` use.
+#[derive(Clone, PartialEq, Message)]
+struct ObjectReference {
+    #[prost(string, optional, tag = "1")]
+    kind: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    namespace: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    name: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    uid: Option<String>,
+    #[prost(string, optional, tag = "5")]
+    api_version: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct LocalObjectReference {
+    #[prost(string, optional, tag = "1")]
+    name: Option<String>,
+}
+
+/// authentication.k8s.io/v1 TokenRequest, which `kubectl create token` sends.
+#[derive(Clone, PartialEq, Message)]
+struct TokenRequest {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(message, optional, tag = "2")]
+    spec: Option<TokenRequestSpec>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct TokenRequestSpec {
+    #[prost(string, repeated, tag = "1")]
+    audiences: Vec<String>,
+    #[prost(message, optional, tag = "3")]
+    bound_object_ref: Option<BoundObjectReference>,
+    #[prost(int64, optional, tag = "4")]
+    expiration_seconds: Option<i64>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct BoundObjectReference {
+    #[prost(string, optional, tag = "1")]
+    kind: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    api_version: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    name: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    uid: Option<String>,
+}
+
 /// authorization.k8s.io/v1 SelfSubjectRulesReview, which `kubectl auth can-i --list` sends.
 #[derive(Clone, PartialEq, Message)]
 struct SelfSubjectRulesReview {
@@ -464,6 +529,63 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
                 "roleRef": {"apiGroup": role_ref.api_group, "kind": role_ref.kind, "name": role_ref.name},
             })
         }
+        ("v1", "ServiceAccount") => {
+            let account = ServiceAccount::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
+            let mut o = json!({"metadata": metadata(account.metadata)});
+            let map = o.as_object_mut().expect("object");
+            if !account.secrets.is_empty() {
+                let secrets: Vec<Value> = account
+                    .secrets
+                    .into_iter()
+                    .map(|r| {
+                        let mut o = Map::new();
+                        insert_some(&mut o, "kind", r.kind.map(Value::from));
+                        insert_some(&mut o, "namespace", r.namespace.map(Value::from));
+                        insert_some(&mut o, "name", r.name.map(Value::from));
+                        insert_some(&mut o, "uid", r.uid.map(Value::from));
+                        insert_some(&mut o, "apiVersion", r.api_version.map(Value::from));
+                        Value::Object(o)
+                    })
+                    .collect();
+                map.insert("secrets".into(), Value::Array(secrets));
+            }
+            if !account.image_pull_secrets.is_empty() {
+                let names: Vec<Value> = account
+                    .image_pull_secrets
+                    .into_iter()
+                    .map(|r| json!({"name": r.name.unwrap_or_default()}))
+                    .collect();
+                map.insert("imagePullSecrets".into(), Value::Array(names));
+            }
+            insert_some(
+                map,
+                "automountServiceAccountToken",
+                account.automount_service_account_token.map(Value::from),
+            );
+            o
+        }
+        ("authentication.k8s.io/v1", "TokenRequest") => {
+            let request = TokenRequest::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
+            let spec = request.spec.unwrap_or_default();
+            let mut out = Map::new();
+            if !spec.audiences.is_empty() {
+                out.insert("audiences".into(), json!(spec.audiences));
+            }
+            insert_some(
+                &mut out,
+                "expirationSeconds",
+                spec.expiration_seconds.map(Value::from),
+            );
+            if let Some(bound) = spec.bound_object_ref {
+                let mut o = Map::new();
+                insert_some(&mut o, "kind", bound.kind.map(Value::from));
+                insert_some(&mut o, "apiVersion", bound.api_version.map(Value::from));
+                insert_some(&mut o, "name", bound.name.map(Value::from));
+                insert_some(&mut o, "uid", bound.uid.map(Value::from));
+                out.insert("boundObjectRef".into(), Value::Object(o));
+            }
+            json!({"metadata": metadata(request.metadata), "spec": out})
+        }
         ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => {
             let review =
                 SelfSubjectRulesReview::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
@@ -473,7 +595,7 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
         _ => {
             return Err(ApiError::UnsupportedMediaType {
                 message: format!(
-                    "protobuf bodies are accepted for v1 ConfigMap, Secret and Namespace, RBAC's four kinds and authorization.k8s.io/v1 SelfSubjectAccessReview and SelfSubjectRulesReview only, not {api_version} {kind}; send application/json"
+                    "protobuf bodies are accepted for v1 ConfigMap, Secret, Namespace and ServiceAccount, RBAC's four kinds, authentication.k8s.io/v1 TokenRequest and authorization.k8s.io/v1 SelfSubjectAccessReview and SelfSubjectRulesReview only, not {api_version} {kind}; send application/json"
                 ),
             });
         }

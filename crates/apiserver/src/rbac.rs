@@ -882,6 +882,7 @@ pub fn defaults(kinds: &[(String, Vec<String>)]) -> Vec<(&'static str, Value)> {
         rule(&[""], &workloads, &write),
         // What `view` leaves out and `edit` reads, as Kubernetes's own `edit`.
         rule(&[""], &s(&["secrets"]), &read),
+        rule(&[""], &s(&["serviceaccounts/token"]), &["create"]),
         rule(&["apps"], &apps, &write),
         rule(&["networking.k8s.io"], &s(&["networkpolicies"]), &write),
     ];

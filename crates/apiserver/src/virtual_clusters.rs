@@ -77,8 +77,6 @@ impl VirtualClusters {
         let pki = Pki::in_memory_ca(&format!("{key}-ca"))
             .map_err(|e| ApiError::internal(e.to_string()))?;
         let store: Arc<dyn lariat_store::Store> = Arc::new(MemoryStore::new());
-        let authenticator =
-            Authenticator::new(store.clone(), &pki.ca_cert_pem).map_err(ApiError::internal)?;
         // Secrets in a simulated cluster live only in memory; the key only has to be stable
         // for the cluster's lifetime.
         let cipher = Cipher::from_key(&rand::random::<[u8; 32]>()).map_err(ApiError::internal)?;
@@ -95,6 +93,15 @@ impl VirtualClusters {
             .await
             .map_err(|e| ApiError::internal(e.to_string()))?;
         let resources = resources.with_rbac(rbac.clone());
+        // Its own service-account key: its tokens are good here only, as a real cluster's.
+        let service_accounts = crate::service_accounts::ServiceAccounts::in_memory(
+            crate::service_accounts::CLUSTER_ISSUER,
+            resources.clone(),
+        )
+        .map_err(ApiError::internal)?;
+        let authenticator = Authenticator::new(store.clone(), &pki.ca_cert_pem)
+            .map_err(ApiError::internal)?
+            .with_service_accounts(Arc::new(service_accounts));
         let state = Arc::new(AppState {
             resources,
             authenticator,
@@ -109,6 +116,7 @@ impl VirtualClusters {
             ca_pem: String::new(),
             virtual_clusters: VirtualClusters::none(),
             simulated: true,
+            audit: None,
         });
         let router = router(state.clone());
         let mut clusters = self.clusters.write().expect("lock");

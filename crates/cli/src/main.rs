@@ -36,7 +36,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the management server (Kubernetes-compatible API over HTTPS).
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Show a resource's status tree, like clusterctl describe.
     Describe {
         #[command(subcommand)]
@@ -181,6 +181,80 @@ struct ServerArgs {
     /// Seconds a connection may stay open with no request in flight.
     #[arg(long, default_value_t = lariat_apiserver::tls::Limits::default().idle_timeout.as_secs())]
     idle_timeout: u64,
+    /// The issuer (`iss`) of the ServiceAccount tokens this server signs (`kubectl create
+    /// token`), and the audience it accepts them for.
+    #[arg(long, default_value = lariat_apiserver::service_accounts::DEFAULT_ISSUER)]
+    service_account_issuer: String,
+    /// The longest lifetime a requested ServiceAccount token is granted, e.g. 24h.
+    #[arg(long, default_value = "24h")]
+    service_account_max_token_expiration: String,
+    #[command(flatten)]
+    oidc: OidcArgs,
+    /// Record every mutating request and every refusal in this file, as audit.k8s.io/v1
+    /// Events (JSON lines, metadata only: no request or response bodies).
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
+    /// Megabytes the audit log may reach before it is rotated.
+    #[arg(long, default_value_t = 100)]
+    audit_log_maxsize: u64,
+    /// Rotated audit logs kept.
+    #[arg(long, default_value_t = 10)]
+    audit_log_maxbackup: usize,
+}
+
+/// Users of an OpenID Connect provider (Dex, Keycloak, ...), as kube-apiserver's `--oidc-*`.
+#[derive(clap::Args)]
+struct OidcArgs {
+    /// The provider's issuer URL (https): ID tokens it signs are accepted as bearer tokens.
+    #[arg(long)]
+    oidc_issuer_url: Option<String>,
+    /// The client ID tokens must be issued for (their `aud`).
+    #[arg(long, requires = "oidc_issuer_url")]
+    oidc_client_id: Option<String>,
+    /// The claim that names the user.
+    #[arg(long, default_value = "sub")]
+    oidc_username_claim: String,
+    /// Put before every username [default: the issuer URL and `#`, except for the email
+    /// claim]; `-` for none.
+    #[arg(long)]
+    oidc_username_prefix: Option<String>,
+    /// The claim that lists the user's groups.
+    #[arg(long)]
+    oidc_groups_claim: Option<String>,
+    /// Put before every group name.
+    #[arg(long, default_value = "")]
+    oidc_groups_prefix: String,
+    /// The authority the provider's certificate is checked against [default: the system's].
+    #[arg(long)]
+    oidc_ca_file: Option<PathBuf>,
+    /// The signature algorithms accepted (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "RS256")]
+    oidc_signing_algs: Vec<String>,
+    /// A claim every token must carry with this value, as KEY=VALUE (repeatable).
+    #[arg(long)]
+    oidc_required_claim: Vec<String>,
+}
+
+impl OidcArgs {
+    fn config(self) -> anyhow::Result<Option<lariat_apiserver::oidc::OidcConfig>> {
+        let Some(issuer) = self.oidc_issuer_url else {
+            return Ok(None);
+        };
+        let Some(client_id) = self.oidc_client_id else {
+            anyhow::bail!(
+                "--oidc-issuer-url needs --oidc-client-id: the audience the provider issues tokens for"
+            );
+        };
+        let mut config = lariat_apiserver::oidc::OidcConfig::new(&issuer, &client_id);
+        config.username_claim = self.oidc_username_claim;
+        config.username_prefix = self.oidc_username_prefix;
+        config.groups_claim = self.oidc_groups_claim;
+        config.groups_prefix = self.oidc_groups_prefix;
+        config.ca_file = self.oidc_ca_file;
+        config.signing_algs = self.oidc_signing_algs;
+        config.required_claims = self.oidc_required_claim;
+        Ok(Some(config))
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -200,7 +274,7 @@ fn main() -> std::process::ExitCode {
         .expect("tokio runtime");
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Server(args) => server(args).await,
+            Command::Server(args) => server(*args).await,
             Command::Bench { what } => bench::run(what).await,
             Command::Generate { what } => generate::run(what),
             Command::Init(args) => providers::init(args).await,
@@ -389,6 +463,23 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     config.agent_handshakes_per_second = args.agent_handshake_rate;
     config.event_ttl = import::parse_ttl(&args.event_ttl)
         .map_err(|e| anyhow::anyhow!("{}", e.to_string().replace("--ttl", "--event-ttl")))?;
+    config.service_account_issuer = args.service_account_issuer;
+    config.service_account_max_token_expiration =
+        import::parse_ttl(&args.service_account_max_token_expiration).map_err(|e| {
+            anyhow::anyhow!(
+                "{}",
+                e.to_string()
+                    .replace("--ttl", "--service-account-max-token-expiration")
+            )
+        })?;
+    config.oidc = args.oidc.config()?;
+    config.audit = args
+        .audit_log_path
+        .map(|path| lariat_apiserver::audit::AuditConfig {
+            path,
+            max_size_megabytes: args.audit_log_maxsize,
+            max_backups: args.audit_log_maxbackup,
+        });
     config.limits = lariat_apiserver::tls::Limits {
         max_connections: args.max_connections,
         max_connections_per_address: args.max_connections_per_client,
