@@ -269,4 +269,44 @@ mod tests {
         };
         assert!(scope.authorize(&malformed, &allowed[0]).is_err());
     }
+
+    #[test]
+    fn an_agent_reads_its_own_cluster_access_by_name_and_writes_only_its_status() {
+        let scope = AgentScope::around(Arc::new(AllowAuthenticated));
+        let agent = user("fleet-default/prod");
+        let access =
+            |verb: &str, subresource: Option<&str>, namespace: &str, name: Option<&str>| {
+                let mut a = attributes(verb, "clusteraccesses", subresource, Some(namespace), name);
+                a.group = lariat_api::management::GROUP.into();
+                a
+            };
+        let own = Some("prod");
+        for allowed in [
+            access("get", None, "fleet-default", own),
+            // A list or watch of one name (`metadata.name=prod`), as kube-rs's watcher sends.
+            access("list", None, "fleet-default", own),
+            access("watch", None, "fleet-default", own),
+            access("patch", Some("status"), "fleet-default", own),
+            access("update", Some("status"), "fleet-default", own),
+        ] {
+            assert!(scope.authorize(&agent, &allowed).is_ok(), "{allowed:?}");
+        }
+        for refused in [
+            // Another cluster's, in the same namespace or in another.
+            access("get", None, "fleet-default", Some("dev")),
+            access("watch", None, "fleet-default", Some("dev")),
+            access("patch", Some("status"), "fleet-default", Some("dev")),
+            access("get", None, "team-b", own),
+            // All of them, unnamed.
+            access("list", None, "fleet-default", None),
+            access("watch", None, "fleet-default", None),
+            // Its spec is lariat's to write, not the agent's.
+            access("update", None, "fleet-default", own),
+            access("patch", None, "fleet-default", own),
+            access("delete", None, "fleet-default", own),
+            access("create", None, "fleet-default", None),
+        ] {
+            assert!(scope.authorize(&agent, &refused).is_err(), "{refused:?}");
+        }
+    }
 }

@@ -20,19 +20,16 @@ pub trait Mirror: Send {
 
 /// Puts one stored object into `map` under `name`, or takes it out (`None`, or what this build
 /// cannot read: the API validated it before it was stored, so such an object grants or asks
-/// nothing here).
-pub fn put<T: serde::de::DeserializeOwned>(
+/// nothing here). Returns whether what the map holds of it changed: a change to fields the
+/// type leaves out (status, resourceVersion) is none.
+pub fn put<T: serde::de::DeserializeOwned + PartialEq>(
     map: &mut HashMap<String, T>,
     name: &str,
     value: Option<&[u8]>,
-) {
+) -> bool {
     match value.map(serde_json::from_slice::<T>) {
-        Some(Ok(object)) => {
-            map.insert(name.to_string(), object);
-        }
-        Some(Err(_)) | None => {
-            map.remove(name);
-        }
+        Some(Ok(object)) => map.insert(name.to_string(), object).as_ref() != map.get(name),
+        Some(Err(_)) | None => map.remove(name).is_some(),
     }
 }
 

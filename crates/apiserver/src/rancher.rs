@@ -14,7 +14,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::rbac::v1::{PolicyRule, Subject};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub use lariat_api::rancher::GROUP;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -28,7 +27,7 @@ pub const PREFIX: &str = "/registry/management.cattle.io/";
 const CLUSTERS: &str = "/registry/cluster.x-k8s.io/clusters/";
 const CAPI_GROUP: &str = "cluster.x-k8s.io";
 
-#[derive(Deserialize, Default, Clone)]
+#[derive(Deserialize, Default, Clone, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct GlobalRole {
     pub rules: Vec<PolicyRule>,
@@ -36,7 +35,7 @@ pub struct GlobalRole {
     pub namespaced_rules: BTreeMap<String, Vec<PolicyRule>>,
 }
 
-#[derive(Deserialize, Default, Clone)]
+#[derive(Deserialize, Default, Clone, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct GlobalRoleBinding {
     pub user_name: Option<String>,
@@ -55,7 +54,7 @@ impl GlobalRoleBinding {
     }
 }
 
-#[derive(Deserialize, Default, Clone)]
+#[derive(Deserialize, Default, Clone, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct RoleTemplate {
     pub rules: Vec<PolicyRule>,
@@ -67,7 +66,7 @@ pub struct RoleTemplate {
 }
 
 /// Who a role-template binding is for: a user or a group, by name or by principal.
-#[derive(Deserialize, Default, Clone)]
+#[derive(Deserialize, Default, Clone, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Subjects {
     pub user_name: Option<String>,
@@ -115,32 +114,30 @@ impl Subjects {
     }
 }
 
-#[derive(Deserialize, Default, Clone)]
+#[derive(Deserialize, Default, Clone, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ClusterRoleTemplateBinding {
-    pub metadata: ObjectMeta,
     #[serde(flatten)]
     pub subjects: Subjects,
     pub cluster_name: String,
     pub role_template_name: String,
 }
 
-#[derive(Deserialize, Default, Clone)]
+#[derive(Deserialize, Default, Clone, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ProjectSpec {
     pub cluster_name: String,
 }
 
-#[derive(Deserialize, Default, Clone)]
+#[derive(Deserialize, Default, Clone, PartialEq)]
 #[serde(default)]
 pub struct Project {
     pub spec: ProjectSpec,
 }
 
-#[derive(Deserialize, Default, Clone)]
+#[derive(Deserialize, Default, Clone, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ProjectRoleTemplateBinding {
-    pub metadata: ObjectMeta,
     #[serde(flatten)]
     pub subjects: Subjects,
     pub project_name: String,
@@ -166,10 +163,11 @@ pub struct Objects {
 }
 
 impl Objects {
-    /// Applies one stored change (`key` relative to [`PREFIX`]); `None` deletes.
-    pub fn apply(&mut self, key: &str, value: Option<&[u8]>) {
+    /// Applies one stored change (`key` relative to [`PREFIX`]); `None` deletes. Returns
+    /// whether what these objects grant changed (a binding's status is no such change).
+    pub fn apply(&mut self, key: &str, value: Option<&[u8]>) -> bool {
         let Some((plural, name)) = key.split_once('/') else {
-            return;
+            return false;
         };
         match plural {
             "globalroles" => put(&mut self.global_roles, name, value),
@@ -178,7 +176,7 @@ impl Objects {
             "clusterroletemplatebindings" => put(&mut self.cluster_bindings, name, value),
             "projects" => put(&mut self.projects, name, value),
             "projectroletemplatebindings" => put(&mut self.project_bindings, name, value),
-            _ => {}
+            _ => false,
         }
     }
 
@@ -216,6 +214,21 @@ impl Objects {
         collect(self, name, &mut HashSet::new(), &mut rules).then_some(rules)
     }
 
+    /// The cluster and project of PRTB `key` (`NAMESPACE/NAME`), when its Project is beside it
+    /// and of that cluster: what it reaches, if anything.
+    pub fn project_of<'a>(
+        &self,
+        key: &str,
+        binding: &'a ProjectRoleTemplateBinding,
+    ) -> Option<(&'a str, &'a str)> {
+        let (namespace, _) = key.split_once('/')?;
+        let (cluster, project) = binding.project()?;
+        self.projects
+            .get(&format!("{namespace}/{project}"))
+            .is_some_and(|p| p.spec.cluster_name == cluster)
+            .then_some((cluster, project))
+    }
+
     /// What each binding grants on lariat itself: `(subject, namespace, rules)`, a namespace of
     /// `None` meaning everywhere.
     pub fn management_grants(&self) -> Vec<(Subject, Option<String>, Vec<PolicyRule>)> {
@@ -235,14 +248,15 @@ impl Objects {
                 grants.push((subject, None, reach_cluster(None)));
             }
         }
-        for binding in self.cluster_bindings.values() {
-            let Some(subject) = binding.subjects.subject() else {
+        for (key, binding) in &self.cluster_bindings {
+            let (Some(subject), Some((namespace, _))) =
+                (binding.subjects.subject(), key.split_once('/'))
+            else {
                 continue;
             };
-            let namespace = binding.metadata.namespace.clone();
             grants.push((
                 subject,
-                namespace,
+                Some(namespace.to_string()),
                 reach_cluster(Some(&binding.cluster_name)),
             ));
         }
@@ -252,16 +266,9 @@ impl Objects {
             else {
                 continue;
             };
-            let Some((cluster, project)) = binding.project() else {
+            let Some((cluster, project)) = self.project_of(key, binding) else {
                 continue;
             };
-            let belongs = self
-                .projects
-                .get(&format!("{namespace}/{project}"))
-                .is_some_and(|p| p.spec.cluster_name == cluster);
-            if !belongs {
-                continue;
-            }
             let mut rules = reach_cluster(Some(cluster));
             rules.push(read(GROUP, "projects", Some(project)));
             grants.push((subject, Some(namespace.to_string()), rules));
@@ -337,13 +344,7 @@ impl Objects {
             .iter()
             .filter(|(key, b)| {
                 key.starts_with(&prefix)
-                    && b.project().is_some_and(|(c, project)| {
-                        c == cluster
-                            && self
-                                .projects
-                                .get(&format!("{prefix}{project}"))
-                                .is_some_and(|p| p.spec.cluster_name == cluster)
-                    })
+                    && self.project_of(key, b).is_some_and(|(c, _)| c == cluster)
             })
             .collect();
         in_projects.sort_by_key(|(key, _)| *key);
@@ -439,8 +440,82 @@ struct AccessInputs {
     objects: Objects,
     /// `NAMESPACE/NAME` → uid.
     clusters: HashMap<String, String>,
-    /// `NAMESPACE/NAME` → the `spec` stored.
-    accesses: HashMap<String, Value>,
+    /// `NAMESPACE/NAME` → what is stored of its ClusterAccess.
+    accesses: HashMap<String, Access>,
+    /// A binding's key (relative to [`PREFIX`]) → its stored `status`.
+    statuses: HashMap<String, Value>,
+}
+
+/// A ClusterAccess as stored: what it asks and what its agent last said of it.
+#[derive(PartialEq)]
+struct Access {
+    spec: Value,
+    generation: i64,
+    observed: i64,
+    /// The `Applied` condition: whether, and why not.
+    applied: Option<(bool, String)>,
+}
+
+impl Access {
+    fn of(mut object: Value) -> Access {
+        let applied = object["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Applied")
+            .map(|c| {
+                (
+                    c["status"] == "True",
+                    c["message"].as_str().unwrap_or_default().to_string(),
+                )
+            });
+        Access {
+            generation: object["metadata"]["generation"]
+                .as_i64()
+                .unwrap_or_default(),
+            observed: object["status"]["observedGeneration"]
+                .as_i64()
+                .unwrap_or(-1),
+            applied,
+            spec: object["spec"].take(),
+        }
+    }
+}
+
+/// Where a binding stands in the downstream clusters it reaches, as Rancher's summaries say.
+#[derive(Clone, PartialEq)]
+enum Remote {
+    Complete,
+    InProgress,
+    Error(String),
+}
+
+impl Remote {
+    /// The worse of two: an error wins, then what is still in progress.
+    fn and(self, other: Remote) -> Remote {
+        match (self, other) {
+            (Remote::Error(e), _) | (_, Remote::Error(e)) => Remote::Error(e),
+            (Remote::InProgress, _) | (_, Remote::InProgress) => Remote::InProgress,
+            _ => Remote::Complete,
+        }
+    }
+
+    /// A binding's `status`: on lariat itself it is in force at once (the RBAC index follows
+    /// it), so its summary is the downstream one.
+    fn status(&self) -> Value {
+        let summary = match self {
+            Remote::Complete => "Complete",
+            Remote::InProgress => "InProgress",
+            Remote::Error(_) => "Error",
+        };
+        let mut status =
+            json!({"summary": summary, "summaryLocal": "Complete", "summaryRemote": summary});
+        if let Remote::Error(message) = self {
+            status["remoteConditions"] =
+                json!([{"type": "Applied", "status": "False", "message": message}]);
+        }
+        status
+    }
 }
 
 const ACCESSES: &str = "/registry/management.lariat.dev/clusteraccesses/";
@@ -452,14 +527,20 @@ impl Mirror for AccessInputs {
 
     /// A ClusterAccess's status, or a Cluster's change that keeps its uid, matters not.
     fn apply(&mut self, key: &str, value: Option<&[u8]>) -> bool {
-        if let Some(key) = key.strip_prefix(PREFIX) {
-            self.objects.apply(key, value);
-            return true;
-        }
         let object = value.and_then(|v| serde_json::from_slice::<Value>(v).ok());
+        if let Some(key) = key.strip_prefix(PREFIX) {
+            let granted = self.objects.apply(key, value);
+            let before = match object {
+                Some(mut object) if key.contains("bindings/") => {
+                    self.statuses.insert(key.into(), object["status"].take())
+                }
+                _ => self.statuses.remove(key),
+            };
+            return granted || before.as_ref() != self.statuses.get(key);
+        }
         if let Some(key) = key.strip_prefix(ACCESSES) {
             let before = match object {
-                Some(mut object) => self.accesses.insert(key.into(), object["spec"].take()),
+                Some(object) => self.accesses.insert(key.into(), Access::of(object)),
                 None => self.accesses.remove(key),
             };
             before.as_ref() != self.accesses.get(key)
@@ -479,14 +560,93 @@ impl Mirror for AccessInputs {
     }
 }
 
-/// The ClusterAccesses to write: the Cluster (`NAMESPACE/NAME`), its uid, the `spec` wanted.
-type Pending = Vec<(String, String, Value)>;
+/// What to write: ClusterAccesses (the Cluster `NAMESPACE/NAME`, its uid, the `spec` wanted)
+/// and bindings' statuses (the binding's key relative to [`PREFIX`], the `status` wanted).
+#[derive(Default)]
+struct Pending {
+    accesses: Vec<(String, String, Value)>,
+    statuses: Vec<(String, Value)>,
+}
+
+impl AccessInputs {
+    /// Where the ClusterAccess of Cluster `key` stands against the `spec` wanted of it.
+    fn remote(&self, key: &str, wanted: &Value) -> Remote {
+        match self.accesses.get(key) {
+            Some(access) if access.spec == *wanted && access.observed == access.generation => {
+                match &access.applied {
+                    Some((true, _)) => Remote::Complete,
+                    Some((false, why)) => Remote::Error(format!("cluster {key}: {why}")),
+                    None => Remote::InProgress,
+                }
+            }
+            _ => Remote::InProgress,
+        }
+    }
+
+    /// The statuses of the bindings that differ from where they stand, given where each
+    /// Cluster's access stands (`remote`, by Cluster key).
+    fn statuses(&self, remote: &HashMap<&str, Remote>) -> Vec<(String, Value)> {
+        let of_cluster = |key: String| {
+            remote
+                .get(key.as_str())
+                .cloned()
+                .unwrap_or(Remote::InProgress)
+        };
+        let objects = &self.objects;
+        let mut wanted: Vec<(String, Remote)> = Vec::new();
+        for (name, binding) in &objects.global_role_bindings {
+            let reaches_clusters = objects
+                .global_roles
+                .get(&binding.global_role_name)
+                .is_some_and(|role| !role.inherited_cluster_roles.is_empty());
+            let state = if reaches_clusters {
+                remote.values().cloned().fold(Remote::Complete, Remote::and)
+            } else {
+                Remote::Complete
+            };
+            wanted.push((format!("globalrolebindings/{name}"), state));
+        }
+        for (key, binding) in &objects.cluster_bindings {
+            let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
+            let state = of_cluster(format!("{namespace}/{}", binding.cluster_name));
+            wanted.push((format!("clusterroletemplatebindings/{key}"), state));
+        }
+        for (key, binding) in &objects.project_bindings {
+            let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
+            let state = match objects.project_of(key, binding) {
+                Some((cluster, _)) => of_cluster(format!("{namespace}/{cluster}")),
+                None => Remote::Error(format!(
+                    "project {} is not in namespace {namespace}",
+                    binding.project_name
+                )),
+            };
+            wanted.push((format!("projectroletemplatebindings/{key}"), state));
+        }
+        let mut differ: Vec<(String, Value)> = wanted
+            .into_iter()
+            .map(|(key, state)| (key, state.status()))
+            .filter(|(key, status)| {
+                let stored = self.statuses.get(key).unwrap_or(&Value::Null);
+                [
+                    "summary",
+                    "summaryLocal",
+                    "summaryRemote",
+                    "remoteConditions",
+                ]
+                .iter()
+                .any(|field| stored[field] != status[field])
+            })
+            .collect();
+        differ.sort_by(|a, b| a.0.cmp(&b.0));
+        differ
+    }
+}
 
 /// Keeps every Cluster's ClusterAccess equal to what Rancher's kinds say of it, until `stop`.
 /// Level-based: after every batch of changes (to Rancher's kinds, the Clusters or the
 /// ClusterAccesses themselves) the accesses that differ from what is wanted are written.
 pub async fn publish_accesses(resources: Resources, stop: tokio::sync::watch::Receiver<bool>) {
-    let (wake, mut woken) = tokio::sync::watch::channel(Arc::new(Pending::new()));
+    let (wake, mut woken) = tokio::sync::watch::channel(Arc::new(Pending::default()));
     let writer = {
         let resources = resources.clone();
         let mut stop = stop.clone();
@@ -496,7 +656,7 @@ pub async fn publish_accesses(resources: Resources, stop: tokio::sync::watch::Re
             let mut last_failure = String::new();
             loop {
                 let pending = woken.borrow_and_update().clone();
-                let failures = write_accesses(&resources, &pending).await;
+                let failures = write(&resources, &pending).await;
                 // Each distinct failure is logged once; retries back off to a minute.
                 if !failures.is_empty() && failures != last_failure {
                     tracing::warn!(%failures, "cannot write clusters' accesses; retrying");
@@ -523,17 +683,20 @@ pub async fn publish_accesses(resources: Resources, stop: tokio::sync::watch::Re
         &[PREFIX, CLUSTERS, ACCESSES],
         &mut inputs,
         |inputs| {
-            let mut pending: Pending = inputs
-                .clusters
-                .iter()
-                .filter_map(|(key, uid)| {
-                    let (namespace, name) = key.split_once('/')?;
-                    let spec = inputs.objects.cluster_access(namespace, name);
-                    (inputs.accesses.get(key) != Some(&spec))
-                        .then(|| (key.clone(), uid.clone(), spec))
-                })
-                .collect();
-            pending.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut pending = Pending::default();
+            let mut remote = HashMap::new();
+            for (key, uid) in &inputs.clusters {
+                let Some((namespace, name)) = key.split_once('/') else {
+                    continue;
+                };
+                let spec = inputs.objects.cluster_access(namespace, name);
+                remote.insert(key.as_str(), inputs.remote(key, &spec));
+                if inputs.accesses.get(key).map(|a| &a.spec) != Some(&spec) {
+                    pending.accesses.push((key.clone(), uid.clone(), spec));
+                }
+            }
+            pending.accesses.sort_by(|a, b| a.0.cmp(&b.0));
+            pending.statuses = inputs.statuses(&remote);
             let _ = wake.send(Arc::new(pending));
         },
         stop,
@@ -542,15 +705,21 @@ pub async fn publish_accesses(resources: Resources, stop: tokio::sync::watch::Re
     writer.abort();
 }
 
-/// Writes each pending ClusterAccess; what failed ("" when all were written).
-async fn write_accesses(resources: &Resources, pending: &Pending) -> String {
+/// Writes each pending ClusterAccess and binding status; what failed ("" when all were
+/// written).
+async fn write(resources: &Resources, pending: &Pending) -> String {
     let options = WriteOptions {
         field_manager: "lariat".into(),
         ..Default::default()
     };
     let access = lariat_api::management::cluster_access_resource();
     let mut failures = Vec::new();
-    for (key, uid, spec) in pending.iter() {
+    for (key, status) in &pending.statuses {
+        if let Err(e) = write_status(resources, key, status, &options).await {
+            failures.push(format!("{key}: {e}"));
+        }
+    }
+    for (key, uid, spec) in &pending.accesses {
         let (namespace, name) = key.split_once('/').unwrap_or_default();
         let Some(scope) = resources.scope(&access.group, &access.plural, Some(namespace)) else {
             return "ClusterAccess is not served".into();
@@ -587,6 +756,56 @@ async fn write_accesses(resources: &Resources, pending: &Pending) -> String {
         }
     }
     failures.join("; ")
+}
+
+/// Sets the summary fields of binding `key` (`PLURAL/[NAMESPACE/]NAME`) to those of `status`.
+async fn write_status(
+    resources: &Resources,
+    key: &str,
+    status: &Value,
+    options: &WriteOptions,
+) -> ApiResult<()> {
+    let mut parts = key.split('/');
+    let plural = parts.next().unwrap_or_default();
+    let (namespace, name) = match (parts.next(), parts.next()) {
+        (Some(namespace), Some(name)) => (Some(namespace), name),
+        (Some(name), None) => (None, name),
+        _ => return Ok(()),
+    };
+    let Some(scope) = resources.scope(GROUP, plural, namespace) else {
+        return Ok(());
+    };
+    let mut current = match resources.get(&scope, name).await {
+        Ok(current) => current,
+        Err(ApiError::NotFound { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !current["status"].is_object() {
+        current["status"] = json!({});
+    }
+    for field in [
+        "summary",
+        "summaryLocal",
+        "summaryRemote",
+        "remoteConditions",
+    ] {
+        match &status[field] {
+            Value::Null => {
+                current["status"]
+                    .as_object_mut()
+                    .expect("object")
+                    .remove(field);
+            }
+            value => current["status"][field] = value.clone(),
+        }
+    }
+    match resources
+        .update(&scope, name, current, Some("status"), options)
+        .await
+    {
+        Ok(_) | Err(ApiError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Built-in GlobalRoles and RoleTemplates are lariat's, as Rancher's are Rancher's: no one else

@@ -51,8 +51,7 @@ impl crate::follow::Mirror for Objects {
 
     fn apply(&mut self, key: &str, value: Option<&[u8]>) -> bool {
         if let Some(key) = key.strip_prefix(rancher::PREFIX) {
-            self.rancher.apply(key, value);
-            return true;
+            return self.rancher.apply(key, value);
         }
         let Some((plural, name)) = key.strip_prefix(PREFIX).and_then(|k| k.split_once('/')) else {
             return false;
@@ -64,9 +63,8 @@ impl crate::follow::Mirror for Objects {
             "clusterrolebindings" => {
                 crate::follow::put(&mut self.cluster_role_bindings, name, value)
             }
-            _ => {}
+            _ => false,
         }
-        true
     }
 }
 

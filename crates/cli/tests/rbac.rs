@@ -796,6 +796,20 @@ groupPrincipalName: auditors
             "jsonpath={.status.conditions[?(@.type==\"Applied\")].status}",
         ]) == "True"
     });
+    // Each binding says, as Rancher's do, whether it is in force downstream.
+    let summary = |kind: &str, name: &str| {
+        management.kubectl_ok(&["get", kind, name, "-o", "jsonpath={.status.summary}"])
+    };
+    eventually("the bindings' summaries say they are in force", || {
+        summary("clusterroletemplatebindings", "bob-owner") == "Complete"
+            && summary("projectroletemplatebindings", "alice-member") == "Complete"
+            && summary("globalrolebindings", "auditors") == "Complete"
+    });
+    let listed = management.kubectl_ok(&["get", "clusterroletemplatebindings"]);
+    assert!(
+        listed.contains("STATUS") && listed.contains("Complete"),
+        "{listed}"
+    );
 
     // A template whose downstream ClusterRole someone else already made there is neither
     // applied nor bound: the role is not lariat's word.
@@ -820,6 +834,18 @@ groupPrincipalName: auditors
                 "jsonpath={.status.conditions[0].message}",
             ])
             .contains(r#"ClusterRole "lariat-sneaky" exists and is not lariat's"#)
+    });
+    eventually("the binding reports the error", || {
+        summary("clusterroletemplatebindings", "alice-sneaky") == "Error"
+            && management
+                .kubectl_ok(&[
+                    "get",
+                    "clusterroletemplatebindings",
+                    "alice-sneaky",
+                    "-o",
+                    "jsonpath={.status.remoteConditions[0].message}",
+                ])
+                .contains("lariat-sneaky")
     });
     assert!(
         !c1.kubectl(&["get", "clusterrolebinding", "lariat-crtb-alice-sneaky"])
