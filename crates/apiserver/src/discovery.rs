@@ -103,6 +103,11 @@ const REVIEWS: &[(&str, &str, &str)] = &[
         "SubjectAccessReview",
     ),
     (
+        "authorization.k8s.io",
+        "localsubjectaccessreviews",
+        "LocalSubjectAccessReview",
+    ),
+    (
         "authentication.k8s.io",
         "selfsubjectreviews",
         "SelfSubjectReview",
@@ -218,8 +223,8 @@ pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Valu
     if version == "v1" {
         for (_, plural, kind) in REVIEWS.iter().filter(|(g, _, _)| *g == group) {
             resources.push(json!({
-                "name": plural, "singularName": "", "namespaced": false, "kind": kind,
-                "verbs": ["create"],
+                "name": plural, "singularName": "", "namespaced": plural.starts_with("local"),
+                "kind": kind, "verbs": ["create"],
             }));
         }
     }

@@ -80,6 +80,10 @@ pub fn router(state: Arc<AppState>) -> Router {
             axum::routing::post(subject_access_review),
         )
         .route(
+            "/apis/authorization.k8s.io/v1/namespaces/{namespace}/localsubjectaccessreviews",
+            axum::routing::post(local_subject_access_review),
+        )
+        .route(
             "/apis/authentication.k8s.io/{version}/selfsubjectreviews",
             axum::routing::post(self_subject_review),
         )
@@ -431,15 +435,33 @@ async fn self_subject_rules_review(
 /// A SubjectAccessReview: may `spec.user` (in `spec.groups`) do this? Asked by whoever may
 /// create subjectaccessreviews (an authorizing webhook, an admin checking a user).
 async fn subject_access_review(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    review_subject(&state, request, None).await
+}
+
+/// A LocalSubjectAccessReview: a SubjectAccessReview about one namespace, asked by whoever
+/// may create them there (a namespace's admin checking a user).
+async fn local_subject_access_review(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(namespace): axum::extract::Path<String>,
+    request: Request,
+) -> Response {
+    review_subject(&state, request, Some(namespace)).await
+}
+
+async fn review_subject(state: &AppState, request: Request, local: Option<String>) -> Response {
     let Some(caller) = request.extensions().get::<User>().cloned() else {
         return ApiError::Unauthorized.into_response();
+    };
+    let kind = match local {
+        Some(_) => "LocalSubjectAccessReview",
+        None => "SubjectAccessReview",
     };
     let asking = Attributes {
         verb: "create".into(),
         group: "authorization.k8s.io".into(),
-        resource: "subjectaccessreviews".into(),
+        resource: format!("{}s", kind.to_lowercase()),
         subresource: None,
-        namespace: None,
+        namespace: local.clone(),
         name: None,
         path: None,
     };
@@ -452,13 +474,42 @@ async fn subject_access_review(State(state): State<Arc<AppState>>, request: Requ
         Ok(review) => review,
         Err(e) => return e.into_response(),
     };
-    let attributes = match review_attributes(&review, "SubjectAccessReview") {
+    let attributes = match review_attributes(&review, kind) {
         Ok(attributes) => attributes,
         Err(e) => return e.into_response(),
     };
+    // A local review is about its own namespace only, as kube-apiserver checks.
+    if let Some(namespace) = &local
+        && attributes.path.is_none()
+        && attributes.namespace.as_ref() != Some(namespace)
+    {
+        return ApiError::invalid(
+            kind,
+            "authorization.k8s.io",
+            "",
+            vec![Cause::invalid(
+                "spec.resourceAttributes.namespace",
+                &json!(attributes.namespace),
+                format!("must be the review's own namespace, {namespace:?}"),
+            )],
+        )
+        .into_response();
+    }
+    if local.is_some() && attributes.path.is_some() {
+        return ApiError::invalid(
+            kind,
+            "authorization.k8s.io",
+            "",
+            vec![Cause::forbidden(
+                "spec.nonResourceAttributes",
+                "a local review is about resources in its namespace",
+            )],
+        )
+        .into_response();
+    }
     let Some(name) = review["spec"]["user"].as_str().filter(|u| !u.is_empty()) else {
         return ApiError::invalid(
-            "SubjectAccessReview",
+            kind,
             "authorization.k8s.io",
             "",
             vec![Cause::required("spec.user")],
@@ -476,7 +527,7 @@ async fn subject_access_review(State(state): State<Arc<AppState>>, request: Requ
     };
     let decision = state.authorizer.authorize(&subject, &attributes);
     review["apiVersion"] = json!("authorization.k8s.io/v1");
-    review["kind"] = json!("SubjectAccessReview");
+    review["kind"] = json!(kind);
     review["status"] = access_review_status(decision);
     json_response(StatusCode::CREATED, &review)
 }

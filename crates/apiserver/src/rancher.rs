@@ -1120,6 +1120,9 @@ pub fn builtins() -> Vec<(&'static str, Value)> {
         }
         vec![
             rule(&[""], &core, verbs),
+            // The namespace itself, read: a RoleBinding in it reaches only it, so members
+            // see their project's namespaces and no other.
+            rule(&[""], &["namespaces"], &["get"]),
             rule(&["apps", "batch", "autoscaling"], &["*"], verbs),
             rule(
                 &["networking.k8s.io"],

@@ -909,7 +909,14 @@ pub fn defaults(kinds: &[(String, Vec<String>)]) -> Vec<(&'static str, Value)> {
         &s(&["clusterconnections"]),
         &read,
     ));
-    let admin = vec![rule(&[GROUP], &s(&["roles", "rolebindings"]), &all)];
+    let admin = vec![
+        rule(&[GROUP], &s(&["roles", "rolebindings"]), &all),
+        rule(
+            &["authorization.k8s.io"],
+            &s(&["localsubjectaccessreviews"]),
+            &["create"],
+        ),
+    ];
     let to = |role: &str| json!({format!("{AGGREGATE_TO}{role}"): "true"});
     let discovery = [
         "/api",

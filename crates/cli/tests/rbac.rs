@@ -390,6 +390,30 @@ rules:
         &["auth", "can-i", "create", "subjectaccessreviews"],
     );
     assert!(!ok);
+    // The same question about one namespace, asked there (a LocalSubjectAccessReview).
+    let local = review
+        .replace("\"SubjectAccessReview\"", "\"LocalSubjectAccessReview\"")
+        .replace(
+            "\"spec\"",
+            "\"metadata\":{\"namespace\":\"team-a\"},\"spec\"",
+        );
+    let answer = server.apply_ok(&["create", "-o", "json", "-f", "-"], &local);
+    assert!(
+        answer.contains(r#""allowed": true"#) && answer.contains("LocalSubjectAccessReview"),
+        "{answer}"
+    );
+    let elsewhere = local.replace(
+        "\"clusters\",\"namespace\":\"team-a\"",
+        "\"clusters\",\"namespace\":\"team-b\"",
+    );
+    let output = server.kubectl_stdin(&["create", "-f", "-"], &elsewhere);
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success()
+            && error.contains("spec.resourceAttributes.namespace")
+            && error.contains("must be the review's own namespace"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -678,6 +702,13 @@ groupPrincipalName: auditors
         &["create", "configmap", "mine", "-n", "web"],
     );
     assert!(ok, "{text}");
+    // She sees her project's namespaces themselves, and no other.
+    assert!(run(&c1, &alice_c1, &["get", "namespace", "web"]).0);
+    let (ok, text) = run(&c1, &alice_c1, &["get", "namespace", "other"]);
+    assert!(
+        !ok && text.contains("cannot get resource \"namespaces\""),
+        "{text}"
+    );
     let (ok, text) = run(&c1, &alice_c1, &["get", "configmaps", "-n", "other"]);
     assert!(!ok);
     assert!(
