@@ -10,6 +10,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 
@@ -31,10 +32,22 @@ pub struct AuditLog {
 }
 
 struct Open {
-    file: File,
+    /// `None` after a failure: the next write opens the path again.
+    file: Option<File>,
     size: u64,
     /// The last write's failure, logged once until it changes.
     failure: Option<String>,
+}
+
+/// Events that could not be written since start, for `/metrics`.
+static FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// The audit counters in Prometheus text format.
+pub fn metrics() -> String {
+    format!(
+        "# HELP lariat_audit_write_failures_total Audit events that could not be written.\n# TYPE lariat_audit_write_failures_total counter\nlariat_audit_write_failures_total {}\n",
+        FAILURES.load(Ordering::Relaxed)
+    )
 }
 
 /// One request, as the audit log records it.
@@ -61,15 +74,11 @@ impl AuditLog {
         if config.max_size_megabytes == 0 {
             return Err("--audit-log-maxsize must be at least 1 (megabytes)".into());
         }
-        let file = open(&config.path)?;
-        let size = file
-            .metadata()
-            .map_err(|e| format!("{}: {e}", config.path.display()))?
-            .len();
+        let (file, size) = open(&config.path)?;
         Ok(AuditLog {
             config,
             file: Mutex::new(Open {
-                file,
+                file: Some(file),
                 size,
                 failure: None,
             }),
@@ -86,66 +95,95 @@ impl AuditLog {
         line.push(b'\n');
         let mut open = self.file.lock().expect("audit log lock");
         let result = self
-            .rotate_if_full(&mut open, line.len() as u64)
-            .and_then(|()| {
-                open.file
-                    .write_all(&line)
+            .writable(&mut open, line.len() as u64)
+            .and_then(|file| {
+                file.write_all(&line)
                     .map_err(|e| format!("{}: {e}", self.config.path.display()))
             });
         match result {
             Ok(()) => {
                 open.size += line.len() as u64;
-                open.failure = None;
+                if open.failure.take().is_some() {
+                    tracing::info!(path = %self.config.path.display(), "the audit log is written again");
+                }
             }
             Err(e) => {
+                FAILURES.fetch_add(1, Ordering::Relaxed);
+                open.file = None;
                 if open.failure.as_deref() != Some(e.as_str()) {
-                    tracing::error!("cannot write the audit log: {e}");
+                    tracing::error!(
+                        "cannot write the audit log: {e}; requests go on unrecorded until it can be written (lariat_audit_write_failures_total counts them)"
+                    );
                     open.failure = Some(e);
                 }
             }
         }
     }
 
-    fn rotate_if_full(&self, open: &mut Open, adding: u64) -> Result<(), String> {
-        let limit = self.config.max_size_megabytes * 1024 * 1024;
-        if open.size == 0 || open.size + adding <= limit {
-            return Ok(());
-        }
+    /// The file to append `adding` bytes to: the one open, unless it was moved or deleted
+    /// (then the path is opened again, its directory made again if need be), or it is full
+    /// (then it is rotated).
+    fn writable<'a>(&self, open: &'a mut Open, adding: u64) -> Result<&'a mut File, String> {
         let path = &self.config.path;
-        let backup = backup_name(path, chrono::Utc::now());
-        std::fs::rename(path, &backup).map_err(|e| format!("rotating {}: {e}", path.display()))?;
-        open.file = open_file(path)?;
-        open.size = 0;
-        for old in backups(path)
-            .into_iter()
-            .rev()
-            .skip(self.config.max_backups)
-        {
-            let _ = std::fs::remove_file(old);
+        if open.file.as_ref().is_some_and(|file| !is_at(file, path)) {
+            open.file = None;
         }
-        Ok(())
+        let limit = self.config.max_size_megabytes * 1024 * 1024;
+        if open.file.is_some() && open.size > 0 && open.size + adding > limit {
+            let backup = backup_name(path, chrono::Utc::now());
+            std::fs::rename(path, &backup)
+                .map_err(|e| format!("rotating {}: {e}", path.display()))?;
+            open.file = None;
+            // 0 keeps every backup, as kube-apiserver's --audit-log-maxbackup.
+            if self.config.max_backups > 0 {
+                for old in backups(path)
+                    .into_iter()
+                    .rev()
+                    .skip(self.config.max_backups)
+                {
+                    let _ = std::fs::remove_file(old);
+                }
+            }
+        }
+        if open.file.is_none() {
+            let (file, size) = self::open(path)?;
+            open.file = Some(file);
+            open.size = size;
+        }
+        Ok(open.file.as_mut().expect("opened above"))
     }
 }
 
-fn open(path: &Path) -> Result<File, String> {
+/// Whether `file` is still the file at `path` (not moved away or deleted).
+fn is_at(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(open), Ok(named)) => open.ino() == named.ino() && open.dev() == named.dev(),
+        _ => false,
+    }
+}
+
+/// Opens `path` for appending (its directory made if missing), readable by its owner only:
+/// the log names users and what they did. Returns the file and its size.
+fn open(path: &Path) -> Result<(File, u64), String> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("{}: cannot make its directory: {e}", path.display()))?;
     }
-    open_file(path)
-}
-
-/// Opens for appending, readable by its owner only: the log names users and what they did.
-fn open_file(path: &Path) -> Result<File, String> {
     let mut options = std::fs::OpenOptions::new();
     options.create(true).append(true);
-    #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    options
+    let file = options
         .open(path)
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let size = file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    Ok((file, size))
 }
 
 /// `audit.log` rotated at `at` becomes `audit-2026-12-03T08-15-00.000.log` beside it.
@@ -254,6 +292,30 @@ mod tests {
             code,
             failure: None,
         }
+    }
+
+    #[test]
+    fn a_log_moved_or_deleted_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit/audit.log");
+        let log = AuditLog::open(AuditConfig {
+            path: path.clone(),
+            max_size_megabytes: 1,
+            max_backups: 0,
+        })
+        .unwrap();
+        let user = User {
+            name: "alice".into(),
+            groups: vec![],
+        };
+        log.write(&record(&user, "/api/v1/namespaces/a/configmaps/one", 201));
+        std::fs::rename(&path, dir.path().join("taken.log")).unwrap();
+        log.write(&record(&user, "/api/v1/namespaces/a/configmaps/two", 201));
+        assert!(std::fs::read_to_string(&path).unwrap().contains("/two"));
+        std::fs::remove_dir_all(dir.path().join("audit")).unwrap();
+        log.write(&record(&user, "/api/v1/namespaces/a/configmaps/three", 201));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("/three") && !text.contains("/two"), "{text}");
     }
 
     #[test]

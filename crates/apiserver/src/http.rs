@@ -178,6 +178,7 @@ async fn metrics(State(state): State<Arc<AppState>>, uri: axum::http::Uri) -> Re
         return not_found_path(uri.path()).into_response();
     }
     let mut text = crate::auth::metrics();
+    text.push_str(&crate::audit::metrics());
     text.push_str(&crate::metrics::render());
     text.push('\n');
     text.push_str(&state.metrics.map(|render| render()).unwrap_or_default());
@@ -638,10 +639,7 @@ async fn authenticate(
     };
     let received = chrono::Utc::now();
     let method = request.method().to_string();
-    let uri = request
-        .uri()
-        .path_and_query()
-        .map_or_else(|| request.uri().path().to_string(), |p| p.to_string());
+    let uri = audited_uri(request.uri());
     let user_agent = request
         .headers()
         .get(header::USER_AGENT)
@@ -664,16 +662,26 @@ async fn authenticate(
     if !crate::audit::AuditLog::wanted(&method, code) {
         return response;
     }
-    let (response, failure) = if code >= 400 {
-        failure_of(response).await
+    let created = verb == "create" && (200..300).contains(&code);
+    let (response, answer) = if code >= 400 || created {
+        read_answer(response).await
     } else {
-        (response, None)
+        (response, Value::Null)
     };
+    let text = |field: &Value| field.as_str().unwrap_or_default().to_string();
+    let failure = (code >= 400).then(|| (text(&answer["reason"]), text(&answer["message"])));
+    // What a create made is named by its answer, as kube-apiserver's audit names it.
+    let mut object = target.as_ref().map(Target::object_ref);
+    if let Some(object) = object.as_mut().filter(|o| created && o["name"].is_null())
+        && let Some(name) = answer["metadata"]["name"].as_str()
+    {
+        object["name"] = json!(name);
+    }
     audit.write(&crate::audit::Record {
         id: &uuid::Uuid::new_v4().to_string(),
         received,
         verb: &verb,
-        object: target.as_ref().map(Target::object_ref),
+        object,
         uri: &uri,
         user: identity.user.as_ref(),
         impersonated: identity.impersonated.as_ref(),
@@ -685,19 +693,69 @@ async fn authenticate(
     response
 }
 
-/// The reason and message of an error response's `Status`, and the response as it was.
-async fn failure_of(response: Response) -> (Response, Option<(String, String)>) {
+/// An answer's JSON body (`Null` when it is not JSON, or is a stream or larger than a request
+/// may be), and the answer as it was.
+async fn read_answer(response: Response) -> (Response, Value) {
+    use http_body::Body as _;
+    let complete = response
+        .body()
+        .size_hint()
+        .exact()
+        .is_some_and(|size| size <= MAX_BODY_BYTES as u64);
+    if !complete {
+        return (response, Value::Null);
+    }
     let (parts, body) = response.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
-        return (Response::from_parts(parts, Body::empty()), None);
+        return (Response::from_parts(parts, Body::empty()), Value::Null);
     };
-    let status: Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    let text = |field: &str| status[field].as_str().unwrap_or_default().to_string();
-    let failure = (text("reason"), text("message"));
-    (
-        Response::from_parts(parts, Body::from(bytes)),
-        Some(failure),
-    )
+    let answer = serde_json::from_slice(&bytes).unwrap_or_default();
+    (Response::from_parts(parts, Body::from(bytes)), answer)
+}
+
+/// The Kubernetes API's own query parameters, which say nothing secret: the audit log keeps
+/// their values and withholds every other's (a token sent as `?access_token=`, say).
+const PLAIN_PARAMETERS: &[&str] = &[
+    "allowWatchBookmarks",
+    "continue",
+    "dryRun",
+    "fieldManager",
+    "fieldSelector",
+    "fieldValidation",
+    "force",
+    "gracePeriodSeconds",
+    "labelSelector",
+    "limit",
+    "orphanDependents",
+    "pretty",
+    "propagationPolicy",
+    "resourceVersion",
+    "resourceVersionMatch",
+    "sendInitialEvents",
+    "timeout",
+    "timeoutSeconds",
+    "watch",
+    "container",
+    "follow",
+    "previous",
+    "tailLines",
+    "sinceSeconds",
+    "timestamps",
+];
+
+/// The request's path and query as the audit log records them.
+fn audited_uri(uri: &axum::http::Uri) -> String {
+    let Some(query) = uri.query() else {
+        return uri.path().to_string();
+    };
+    let parameters: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) if !PLAIN_PARAMETERS.contains(&key) => format!("{key}=<withheld>"),
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{}?{}", uri.path(), parameters.join("&"))
 }
 
 /// Finds who is calling (and who they act as), refuses agents outside their scope and
@@ -2058,6 +2116,18 @@ async fn delete_options(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_audit_log_withholds_what_may_be_secret_in_a_query() {
+        let uri: axum::http::Uri =
+            "/api/v1/secrets?access_token=abc&limit=5&labelSelector=a%3Db&token"
+                .parse()
+                .unwrap();
+        assert_eq!(
+            audited_uri(&uri),
+            "/api/v1/secrets?access_token=<withheld>&limit=5&labelSelector=a%3Db&token"
+        );
+    }
 
     #[test]
     fn requests_are_named_as_kube_apiserver_names_them() {

@@ -133,7 +133,7 @@ pub enum StartError {
     AgentImage(String),
     #[error("{0}")]
     Authentication(String),
-    #[error("cannot open the audit log {0}")]
+    #[error("audit log: {0}")]
     Audit(String),
 }
 

@@ -2,9 +2,10 @@
 //! takes them, so lariat works with Dex, Keycloak or any OIDC provider: the token's signature
 //! is checked against the provider's published keys (its discovery document's `jwks_uri`,
 //! fetched over HTTPS and cached), its `iss` must be the issuer, its `aud` the client ID, and
-//! it must not have expired. A token signed with a key not in the cache fetches the keys again
-//! (at most once a [`REFETCH_INTERVAL`]), so the provider's key rotation needs no restart, and
-//! keys it dropped stop working at the next fetch.
+//! it must be in its validity period. The keys are fetched at the first token, and again
+//! when a token is signed with a key not in hand (at most once a [`REFETCH_INTERVAL`]), so the
+//! provider's key rotation needs no restart, and keys it dropped stop working at the next
+//! fetch. A fetch, however slow, never holds up tokens of keys already in hand.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -19,8 +20,8 @@ use crate::status::{ApiError, ApiResult};
 /// How often an unknown key may make lariat fetch the provider's keys again: a stream of
 /// tokens with made-up key IDs costs the provider one request per interval at most.
 const REFETCH_INTERVAL: Duration = Duration::from_secs(1);
-/// How long fetched keys are used before they are fetched again anyway.
-const KEYS_TTL: Duration = Duration::from_secs(600);
+/// Clock skew allowed between the provider and lariat, for `exp` and `nbf`.
+const LEEWAY_SECONDS: u64 = 60;
 /// The largest discovery document or key set read.
 const MAX_DOCUMENT: usize = 1 << 20;
 
@@ -76,9 +77,20 @@ pub struct Oidc {
     algorithms: Vec<Algorithm>,
     required: Vec<(String, String)>,
     http: reqwest::Client,
-    /// Held across a fetch, so concurrent requests wait for one fetch instead of each making
-    /// their own.
-    keys: tokio::sync::Mutex<Keys>,
+    keys: std::sync::RwLock<Keys>,
+    /// Held across a fetch, so the requests that need one wait for one fetch instead of each
+    /// making their own.
+    fetching: tokio::sync::Mutex<()>,
+    /// The last refusal's reason, logged once until it changes.
+    last_refusal: std::sync::Mutex<String>,
+}
+
+/// What the keys in hand say of a token.
+enum Checked {
+    Valid(Value),
+    Refused(String),
+    /// No key in hand verifies its signature.
+    NoKey,
 }
 
 #[derive(Default)]
@@ -159,6 +171,8 @@ impl Oidc {
             required,
             http: http.build().map_err(|e| format!("OIDC client: {e}"))?,
             keys: Default::default(),
+            fetching: Default::default(),
+            last_refusal: Default::default(),
         })
     }
 
@@ -166,75 +180,106 @@ impl Oidc {
         &self.issuer
     }
 
-    /// The user an ID token names, or 401 for any token that does not pass every check.
+    /// The user an ID token names, or 401 for any token that does not pass every check. Why
+    /// a token was refused is logged (each distinct reason once in a row), never answered.
     pub async fn authenticate(&self, token: &str) -> ApiResult<User> {
-        let claims = self.verify(token).await.ok_or(ApiError::Unauthorized)?;
-        self.user(&claims).ok_or(ApiError::Unauthorized)
+        let verified = self.verify(token).await;
+        match verified.and_then(|claims| self.user(&claims)) {
+            Ok(user) => Ok(user),
+            Err(why) => {
+                let mut last = self.last_refusal.lock().expect("lock");
+                if *last != why {
+                    tracing::info!(issuer = %self.issuer, "an OIDC token was refused: {why}");
+                    *last = why;
+                }
+                Err(ApiError::Unauthorized)
+            }
+        }
     }
 
-    async fn verify(&self, token: &str) -> Option<Value> {
-        let header = jsonwebtoken::decode_header(token).ok()?;
+    async fn verify(&self, token: &str) -> Result<Value, String> {
+        let header =
+            jsonwebtoken::decode_header(token).map_err(|e| format!("not a signed JWT: {e}"))?;
         if !self.algorithms.contains(&header.alg) {
-            return None;
+            return Err(format!(
+                "signed with {:?}, not one of --oidc-signing-algs",
+                header.alg
+            ));
         }
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.client_id]);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
-        validation.leeway = 0;
-        let mut keys = self.keys.lock().await;
-        let stale = keys.fetched.is_none_or(|at| at.elapsed() > KEYS_TTL);
-        if stale {
-            self.refresh(&mut keys).await;
-        }
-        let mut tried_fresh = stale;
-        loop {
-            let candidates: Vec<DecodingKey> = keys
-                .keys
-                .iter()
-                .filter(|jwk| match (&header.kid, &jwk.common.key_id) {
-                    (Some(wanted), Some(id)) => wanted == id,
-                    _ => true,
-                })
-                .filter_map(|jwk| DecodingKey::from_jwk(jwk).ok())
-                .collect();
-            let mut known_key = false;
-            for key in &candidates {
-                match jsonwebtoken::decode::<Value>(token, key, &validation) {
-                    Ok(data) => return Some(data.claims),
-                    // The signature is good: the claims are what is wrong (expired, another
-                    // audience or issuer), and another fetch would not change that.
-                    Err(e)
-                        if !matches!(
-                            e.kind(),
-                            jsonwebtoken::errors::ErrorKind::InvalidSignature
-                                | jsonwebtoken::errors::ErrorKind::InvalidAlgorithm
-                                | jsonwebtoken::errors::ErrorKind::InvalidKeyFormat
-                                | jsonwebtoken::errors::ErrorKind::InvalidEcdsaKey
-                                | jsonwebtoken::errors::ErrorKind::InvalidRsaKey(_)
-                        ) =>
-                    {
-                        known_key = true;
-                    }
-                    Err(_) => {}
-                }
+        validation.validate_nbf = true;
+        validation.leeway = LEEWAY_SECONDS;
+        let fetched = self.keys.read().expect("lock").fetched;
+        if fetched.is_some() {
+            match self.check(token, &header, &validation) {
+                Checked::Valid(claims) => return Ok(claims),
+                Checked::Refused(why) => return Err(why),
+                Checked::NoKey => {}
             }
-            let may_refetch = keys
-                .fetched
-                .is_none_or(|at| at.elapsed() >= REFETCH_INTERVAL);
-            if known_key || tried_fresh || !may_refetch {
-                return None;
-            }
-            self.refresh(&mut keys).await;
-            tried_fresh = true;
         }
+        // One fetch at a time; who waited for another's uses its keys.
+        let _fetching = self.fetching.lock().await;
+        let now = self.keys.read().expect("lock").fetched;
+        if now == fetched && now.is_none_or(|at| at.elapsed() >= REFETCH_INTERVAL) {
+            self.refresh().await;
+        }
+        match self.check(token, &header, &validation) {
+            Checked::Valid(claims) => Ok(claims),
+            Checked::Refused(why) => Err(why),
+            Checked::NoKey => Err(format!(
+                "no key the provider publishes verifies its signature (kid {:?})",
+                header.kid.unwrap_or_default()
+            )),
+        }
+    }
+
+    fn check(
+        &self,
+        token: &str,
+        header: &jsonwebtoken::Header,
+        validation: &Validation,
+    ) -> Checked {
+        use jsonwebtoken::errors::ErrorKind;
+        let keys = self.keys.read().expect("lock");
+        let candidates = keys
+            .keys
+            .iter()
+            .filter(|jwk| match (&header.kid, &jwk.common.key_id) {
+                (Some(wanted), Some(id)) => wanted == id,
+                _ => true,
+            })
+            .filter_map(|jwk| DecodingKey::from_jwk(jwk).ok());
+        for key in candidates {
+            match jsonwebtoken::decode::<Value>(token, &key, validation) {
+                Ok(data) => return Checked::Valid(data.claims),
+                // Not this key's signature (or not a key of this algorithm): try the next.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::InvalidSignature
+                            | ErrorKind::InvalidAlgorithm
+                            | ErrorKind::InvalidKeyFormat
+                            | ErrorKind::InvalidEcdsaKey
+                            | ErrorKind::InvalidRsaKey(_)
+                    ) => {}
+                // The signature is good: the claims are what is wrong (expired, not yet
+                // valid, another audience), and no other key or fetch changes that.
+                Err(e) => return Checked::Refused(e.to_string()),
+            }
+        }
+        Checked::NoKey
     }
 
     /// Fetches the provider's keys through its discovery document. A failed fetch keeps the
     /// keys already held and is logged once until it changes.
-    async fn refresh(&self, keys: &mut Keys) {
+    async fn refresh(&self) {
+        let fetched = self.fetch().await;
+        let mut keys = self.keys.write().expect("lock");
         keys.fetched = Some(Instant::now());
-        match self.fetch().await {
+        match fetched {
             Ok(fetched) => {
                 if keys.failure.take().is_some() {
                     tracing::info!(issuer = %self.issuer, "the OIDC provider's keys are fetched again");
@@ -299,33 +344,49 @@ impl Oidc {
     /// needs is missing or a required one differs. `system:` names are Kubernetes's own
     /// identities, never a provider's to hand out: such a username is refused and such groups
     /// are dropped.
-    fn user(&self, claims: &Value) -> Option<User> {
+    fn user(&self, claims: &Value) -> Result<User, String> {
         for (key, value) in &self.required {
             if claims[key].as_str() != Some(value.as_str()) {
-                return None;
+                return Err(format!(
+                    "claim {key:?} is not {value:?} (--oidc-required-claim)"
+                ));
             }
         }
-        let name = claims[&self.username_claim]
+        let claim = &self.username_claim;
+        let name = claims[claim]
             .as_str()
-            .filter(|n| !n.is_empty())?;
-        if self.username_claim == "email"
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                format!("no {claim:?} claim to name the user (--oidc-username-claim)")
+            })?;
+        if claim == "email"
             && !matches!(claims.get("email_verified"), None | Some(Value::Bool(true)))
         {
-            return None;
+            return Err("its email is not verified (email_verified is not true)".into());
         }
         let name = format!("{}{name}", self.username_prefix);
         if name.starts_with("system:") {
-            return None;
+            return Err(format!("user {name:?}: system: names are Kubernetes's own"));
         }
-        let groups = match self.groups_claim.as_deref().map(|claim| &claims[claim]) {
-            Some(Value::String(group)) => vec![group.clone()],
-            Some(Value::Array(groups)) => groups
+        let groups = match self
+            .groups_claim
+            .as_deref()
+            .map(|claim| (claim, &claims[claim]))
+        {
+            None | Some((_, Value::Null)) => vec![],
+            Some((_, Value::String(group))) => vec![group.clone()],
+            Some((claim, Value::Array(groups))) => groups
                 .iter()
-                .filter_map(|g| g.as_str().map(String::from))
-                .collect(),
-            _ => vec![],
+                .map(|g| g.as_str().map(String::from))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| format!("claim {claim:?} has a group that is not a string"))?,
+            Some((claim, _)) => {
+                return Err(format!(
+                    "claim {claim:?} is neither a string nor a list of strings"
+                ));
+            }
         };
-        Some(User {
+        Ok(User {
             name,
             groups: groups
                 .into_iter()
@@ -382,14 +443,26 @@ mod tests {
         assert!(
             by_email
                 .user(&json!({"email": "a@example.com", "email_verified": false}))
-                .is_none()
+                .is_err()
         );
         let unprefixed = provider(|c| c.username_prefix = Some("-".into()));
-        assert!(unprefixed.user(&json!({"sub": "system:admin"})).is_none());
+        assert!(unprefixed.user(&json!({"sub": "system:admin"})).is_err());
         assert_eq!(unprefixed.user(&json!({"sub": "bob"})).unwrap().name, "bob");
         let required = provider(|c| c.required_claims = vec!["team=x".into()]);
-        assert!(required.user(&claims).is_some());
-        assert!(required.user(&json!({"sub": "42", "team": "y"})).is_none());
+        assert!(required.user(&claims).is_ok());
+        let groups = provider(|c| c.groups_claim = Some("groups".into()));
+        assert_eq!(
+            groups
+                .user(&json!({"sub": "1", "groups": "ops"}))
+                .unwrap()
+                .groups,
+            ["ops"]
+        );
+        assert!(
+            groups.user(&json!({"sub": "1", "groups": [1, 2]})).is_err(),
+            "as kube-apiserver: not strings, no user"
+        );
+        assert!(required.user(&json!({"sub": "42", "team": "y"})).is_err());
     }
 
     #[test]

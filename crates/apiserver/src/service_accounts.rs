@@ -87,6 +87,17 @@ impl ServiceAccounts {
         max_lifetime: Duration,
         resources: Resources,
     ) -> Result<ServiceAccounts, String> {
+        if issuer.is_empty() {
+            return Err(
+                "--service-account-issuer may not be empty: it names who signed the tokens".into(),
+            );
+        }
+        if max_lifetime < Duration::from_secs(3600) {
+            return Err(
+                "--service-account-max-token-expiration must be at least 1h, as kube-apiserver's"
+                    .into(),
+            );
+        }
         let key = match std::fs::read_to_string(path) {
             Ok(pem) => rcgen::KeyPair::from_pem(&pem)
                 .map_err(|e| format!("{}: not a private key: {e}", path.display()))?,
@@ -157,7 +168,11 @@ impl ServiceAccounts {
         let spec = &request["spec"];
         let requested = match &spec["expirationSeconds"] {
             Value::Null => DEFAULT_LIFETIME,
-            value => match value.as_u64() {
+            value => match value
+                .as_i64()
+                .map(|s| u64::try_from(s).unwrap_or(0))
+                .or(value.as_u64())
+            {
                 Some(seconds) if seconds < MIN_LIFETIME => {
                     return Err(invalid(vec![Cause::invalid(
                         "spec.expirationSeconds",
@@ -310,6 +325,7 @@ impl ServiceAccounts {
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.issuer]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        validation.validate_nbf = true;
         let Ok(data) = jsonwebtoken::decode::<Claims>(token, &self.verifying, &validation) else {
             return Err(ApiError::Unauthorized);
         };

@@ -187,6 +187,16 @@ fn service_account_tokens_are_signed_for_one_server_and_die_with_their_account()
     server.kubectl_ok(&["create", "serviceaccount", "ci"]);
     assert!(unauthorized(&server, &ci));
 
+    // A token in a query string is not taken, nor written down.
+    let (code, _) = server.curl(
+        "GET",
+        "/api/v1/namespaces/default/configmaps?access_token=query-s3cr3t",
+        None,
+        None,
+        None,
+    );
+    assert_eq!(code, 401);
+
     // The audit log has each change and each refusal, and no secret: neither the Secret's
     // data nor any token.
     let text = std::fs::read_to_string(&audit).unwrap();
@@ -204,6 +214,7 @@ fn service_account_tokens_are_signed_for_one_server_and_die_with_their_account()
     assert_eq!(created["apiVersion"], "audit.k8s.io/v1");
     assert_eq!(created["kind"], "Event");
     assert_eq!(created["objectRef"]["namespace"], "default");
+    assert_eq!(created["objectRef"]["name"], "db", "named from the answer");
     assert_eq!(created["sourceIPs"], json!(["127.0.0.1"]));
     assert!(
         created["user"]["groups"]
@@ -233,6 +244,7 @@ fn service_account_tokens_are_signed_for_one_server_and_die_with_their_account()
     );
     assert!(!text.contains(&base64::engine::general_purpose::STANDARD.encode("s3cr3t-value")));
     assert!(!text.contains(&token[..40]), "no token in the audit log");
+    assert!(!text.contains("query-s3cr3t") && text.contains("access_token=<withheld>"));
 }
 
 /// An OpenID Connect provider on loopback: Python's HTTPS server publishing a discovery
@@ -412,6 +424,10 @@ fn oidc_id_tokens_are_checked_against_the_providers_rotating_keys() {
     let stranger = SigningKey::new("first");
     let refused = [
         ("expired", first.sign(&claims(json!({"exp": now - 120})))),
+        (
+            "not valid yet",
+            first.sign(&claims(json!({"nbf": now + 3600}))),
+        ),
         (
             "another audience",
             first.sign(&claims(json!({"aud": "someone-else"}))),
