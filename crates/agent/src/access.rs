@@ -298,11 +298,11 @@ async fn reconcile(
 
     // ClusterRoles, one per RoleTemplate.
     let roles: Api<ClusterRole> = Api::all(downstream.clone());
-    let mut wanted_roles = HashMap::new();
+    let mut wanted_roles = HashSet::new();
     // Roles not applied: nothing is bound to them, since what they hold is not lariat's word.
     let mut not_applied = HashSet::new();
     for wanted in &spec.cluster_roles {
-        wanted_roles.insert(wanted.name.clone(), ());
+        wanted_roles.insert(wanted.name.clone());
         let current = caches.roles.get(&reflector::ObjectRef::new(&wanted.name));
         if current
             .as_ref()
@@ -348,34 +348,17 @@ async fn reconcile(
 
     // ClusterRoleBindings, one per cluster-scope binding.
     let cluster_bindings: Api<ClusterRoleBinding> = Api::all(downstream.clone());
-    let mut wanted_cluster_bindings = HashMap::new();
+    let mut wanted_cluster_bindings = HashSet::new();
     for wanted in &spec.cluster_role_bindings {
         if not_applied.contains(&wanted.role_name) {
             continue;
         }
-        wanted_cluster_bindings.insert(wanted.name.clone(), ());
-        let binding = ClusterRoleBinding {
-            metadata: kube::api::ObjectMeta {
-                name: Some(wanted.name.clone()),
-                labels: Some(labels()),
-                ..Default::default()
-            },
-            role_ref: role_ref(wanted),
-            subjects: Some(subjects(wanted)),
-        };
+        wanted_cluster_bindings.insert(wanted.name.clone());
         let current = caches
             .cluster_bindings
             .get(&reflector::ObjectRef::new(&wanted.name));
-        if let Err(error) = put_binding(
-            &cluster_bindings,
-            current.as_deref().map(|c| (&c.role_ref, &c.subjects)),
-            &binding.role_ref,
-            &binding.subjects,
-            &wanted.name,
-            &with_kind(&binding),
-        )
-        .await
-        {
+        let current = current.as_deref().map(|c| (&c.role_ref, &c.subjects));
+        if let Err(error) = put_binding(&cluster_bindings, current, wanted, None).await {
             problems.push(format!("ClusterRoleBinding {:?}: {error}", wanted.name));
         }
     }
@@ -394,7 +377,7 @@ async fn reconcile(
                 .push(namespace.name_any());
         }
     }
-    let mut wanted_bindings = HashMap::new();
+    let mut wanted_bindings = HashSet::new();
     let mut placed = 0;
     for wanted in &spec.project_role_bindings {
         if not_applied.contains(&wanted.role_name) {
@@ -402,32 +385,14 @@ async fn reconcile(
         }
         let project = wanted.project_id.as_deref().unwrap_or_default();
         for namespace in members.get(project).into_iter().flatten() {
-            wanted_bindings.insert((namespace.clone(), wanted.name.clone()), ());
+            wanted_bindings.insert((namespace.clone(), wanted.name.clone()));
             placed += 1;
             let api: Api<RoleBinding> = Api::namespaced(downstream.clone(), namespace);
-            let binding = RoleBinding {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(wanted.name.clone()),
-                    namespace: Some(namespace.clone()),
-                    labels: Some(labels()),
-                    ..Default::default()
-                },
-                role_ref: role_ref(wanted),
-                subjects: Some(subjects(wanted)),
-            };
             let current = caches
                 .bindings
                 .get(&reflector::ObjectRef::new(&wanted.name).within(namespace));
-            if let Err(error) = put_binding(
-                &api,
-                current.as_deref().map(|c| (&c.role_ref, &c.subjects)),
-                &binding.role_ref,
-                &binding.subjects,
-                &wanted.name,
-                &with_kind(&binding),
-            )
-            .await
-            {
+            let current = current.as_deref().map(|c| (&c.role_ref, &c.subjects));
+            if let Err(error) = put_binding(&api, current, wanted, Some(namespace)).await {
                 problems.push(format!(
                     "RoleBinding {namespace}/{:?}: {error}",
                     wanted.name
@@ -439,12 +404,12 @@ async fn reconcile(
     // What is lariat's and no longer wanted.
     let delete = DeleteParams::default();
     for role in caches.roles.state() {
-        if !wanted_roles.contains_key(&role.name_any()) {
+        if !wanted_roles.contains(&role.name_any()) {
             gone(roles.delete(&role.name_any(), &delete).await, &mut problems);
         }
     }
     for binding in caches.cluster_bindings.state() {
-        if !wanted_cluster_bindings.contains_key(&binding.name_any()) {
+        if !wanted_cluster_bindings.contains(&binding.name_any()) {
             gone(
                 cluster_bindings.delete(&binding.name_any(), &delete).await,
                 &mut problems,
@@ -453,7 +418,7 @@ async fn reconcile(
     }
     for binding in caches.bindings.state() {
         let namespace = binding.namespace().unwrap_or_default();
-        if !wanted_bindings.contains_key(&(namespace.clone(), binding.name_any())) {
+        if !wanted_bindings.contains(&(namespace.clone(), binding.name_any())) {
             let api: Api<RoleBinding> = Api::namespaced(downstream.clone(), &namespace);
             gone(
                 api.delete(&binding.name_any(), &delete).await,
@@ -481,23 +446,36 @@ fn with_kind<K: Resource<DynamicType = ()> + serde::Serialize>(object: &K) -> Va
     value
 }
 
-/// Applies a binding unless it is already as wanted; a binding whose role changed is made
-/// again, since its `roleRef` cannot change in place. One of that name that is not lariat's
-/// (not in its labelled cache) is left alone, as its ClusterRoles are.
+/// Applies `wanted` (a ClusterRoleBinding, or a RoleBinding in `namespace`) unless it is
+/// already as wanted; a binding whose role changed is made again, since its `roleRef` cannot
+/// change in place. One of that name that is not lariat's (not in its labelled cache) is left
+/// alone, as its ClusterRoles are.
 async fn put_binding<K>(
     api: &Api<K>,
     current: Option<(
         &k8s_openapi::api::rbac::v1::RoleRef,
         &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>,
     )>,
-    role_ref: &k8s_openapi::api::rbac::v1::RoleRef,
-    subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>,
-    name: &str,
-    body: &Value,
+    wanted: &WantedBinding,
+    namespace: Option<&str>,
 ) -> Result<(), String>
 where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
 {
+    let (role_ref, subjects) = (role_ref(wanted), Some(subjects(wanted)));
+    let name = wanted.name.as_str();
+    // ClusterRoleBindings and RoleBindings have one shape.
+    let mut body = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": {"name": name, "labels": labels()},
+        "roleRef": role_ref,
+        "subjects": subjects,
+    });
+    if let Some(namespace) = namespace {
+        body["metadata"]["namespace"] = json!(namespace);
+    }
+    let (role_ref, subjects) = (&role_ref, &subjects);
     match current {
         Some((current_ref, current_subjects)) => {
             if current_ref == role_ref && current_subjects == subjects {
@@ -523,7 +501,7 @@ where
     api.patch(
         name,
         &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(body),
+        &Patch::Apply(&body),
     )
     .await
     .map(|_| ())
