@@ -327,6 +327,15 @@ fn insert_some(map: &mut Map<String, Value>, key: &str, value: Option<Value>) {
     }
 }
 
+/// An object of the string fields that are set.
+fn strings<const N: usize>(fields: [(&str, Option<String>); N]) -> Value {
+    let mut object = Map::new();
+    for (key, value) in fields {
+        insert_some(&mut object, key, value.map(Value::from));
+    }
+    Value::Object(object)
+}
+
 fn metadata(meta: Option<ObjectMeta>) -> Value {
     let meta = meta.unwrap_or_default();
     let mut out = Map::new();
@@ -538,13 +547,13 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
                     .secrets
                     .into_iter()
                     .map(|r| {
-                        let mut o = Map::new();
-                        insert_some(&mut o, "kind", r.kind.map(Value::from));
-                        insert_some(&mut o, "namespace", r.namespace.map(Value::from));
-                        insert_some(&mut o, "name", r.name.map(Value::from));
-                        insert_some(&mut o, "uid", r.uid.map(Value::from));
-                        insert_some(&mut o, "apiVersion", r.api_version.map(Value::from));
-                        Value::Object(o)
+                        strings([
+                            ("kind", r.kind),
+                            ("namespace", r.namespace),
+                            ("name", r.name),
+                            ("uid", r.uid),
+                            ("apiVersion", r.api_version),
+                        ])
                     })
                     .collect();
                 map.insert("secrets".into(), Value::Array(secrets));
@@ -577,12 +586,13 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
                 spec.expiration_seconds.map(Value::from),
             );
             if let Some(bound) = spec.bound_object_ref {
-                let mut o = Map::new();
-                insert_some(&mut o, "kind", bound.kind.map(Value::from));
-                insert_some(&mut o, "apiVersion", bound.api_version.map(Value::from));
-                insert_some(&mut o, "name", bound.name.map(Value::from));
-                insert_some(&mut o, "uid", bound.uid.map(Value::from));
-                out.insert("boundObjectRef".into(), Value::Object(o));
+                let bound = strings([
+                    ("kind", bound.kind),
+                    ("apiVersion", bound.api_version),
+                    ("name", bound.name),
+                    ("uid", bound.uid),
+                ]);
+                out.insert("boundObjectRef".into(), bound);
             }
             json!({"metadata": metadata(request.metadata), "spec": out})
         }
