@@ -402,7 +402,7 @@ impl Authenticator {
     /// OIDC provider, whichever `issuer` (the token's unchecked `iss`) names.
     async fn user_for_jwt(&self, token: &str, issuer: &str) -> ApiResult<Option<User>> {
         if let Some(accounts) = &self.service_accounts
-            && let Some(user) = accounts.authenticate(token).await?
+            && let Some(user) = accounts.authenticate(token, issuer).await?
         {
             return Ok(Some(user));
         }

@@ -479,34 +479,35 @@ async fn review_subject(state: &AppState, request: Request, local: Option<String
         Ok(attributes) => attributes,
         Err(e) => return e.into_response(),
     };
-    // A local review is about its own namespace only, as kube-apiserver checks.
-    if let Some(namespace) = &local
-        && attributes.path.is_none()
-        && attributes.namespace.as_ref() != Some(namespace)
-    {
-        return ApiError::invalid(
-            kind,
-            "authorization.k8s.io",
-            "",
-            vec![Cause::invalid(
+    // A local review is about resources of its own namespace only, as kube-apiserver checks.
+    if let Some(namespace) = &local {
+        let stated = review["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or(namespace);
+        let cause = if attributes.path.is_some() {
+            Some(Cause::forbidden(
+                "spec.nonResourceAttributes",
+                "a local review is about resources in its namespace",
+            ))
+        } else if attributes.namespace.as_ref() != Some(namespace) {
+            Some(Cause::invalid(
                 "spec.resourceAttributes.namespace",
                 &json!(attributes.namespace),
                 format!("must be the review's own namespace, {namespace:?}"),
-            )],
-        )
-        .into_response();
-    }
-    if local.is_some() && attributes.path.is_some() {
-        return ApiError::invalid(
-            kind,
-            "authorization.k8s.io",
-            "",
-            vec![Cause::forbidden(
-                "spec.nonResourceAttributes",
-                "a local review is about resources in its namespace",
-            )],
-        )
-        .into_response();
+            ))
+        } else if stated != namespace {
+            Some(Cause::invalid(
+                "metadata.namespace",
+                &json!(stated),
+                format!("must be the namespace of the URL, {namespace:?}"),
+            ))
+        } else {
+            None
+        };
+        if let Some(cause) = cause {
+            return ApiError::invalid(kind, "authorization.k8s.io", "", vec![cause])
+                .into_response();
+        }
     }
     let Some(name) = review["spec"]["user"].as_str().filter(|u| !u.is_empty()) else {
         return ApiError::invalid(
@@ -657,40 +658,56 @@ async fn authenticate(
         .as_ref()
         .and_then(|t| t.verb(request.method(), watching))
         .map_or_else(|| method.to_lowercase(), String::from);
-    let response = admit(&state, request, next, &mut identity).await;
-    let code = response.status().as_u16();
-    if !crate::audit::AuditLog::wanted(&method, code) {
-        return response;
-    }
-    let created = verb == "create" && (200..300).contains(&code);
-    let (response, answer) = if code >= 400 || created {
-        read_answer(response).await
-    } else {
-        (response, Value::Null)
-    };
-    let text = |field: &Value| field.as_str().unwrap_or_default().to_string();
-    let failure = (code >= 400).then(|| (text(&answer["reason"]), text(&answer["message"])));
-    // What a create made is named by its answer, as kube-apiserver's audit names it.
-    let mut object = target.as_ref().map(Target::object_ref);
-    if let Some(object) = object.as_mut().filter(|o| created && o["name"].is_null())
-        && let Some(name) = answer["metadata"]["name"].as_str()
-    {
-        object["name"] = json!(name);
-    }
-    audit.write(&crate::audit::Record {
-        id: &uuid::Uuid::new_v4().to_string(),
-        received,
-        verb: &verb,
-        object,
-        uri: &uri,
-        user: identity.user.as_ref(),
-        impersonated: identity.impersonated.as_ref(),
-        source,
-        user_agent: user_agent.as_deref(),
-        code,
-        failure,
+    // The request and its audit event run to the end in a task of their own, so a client
+    // that goes away (or a handler that panics) after a write still leaves its event.
+    let state = state.clone();
+    let task = tokio::spawn(async move {
+        use futures::FutureExt;
+        let served = std::panic::AssertUnwindSafe(admit(&state, request, next, &mut identity))
+            .catch_unwind()
+            .await;
+        let response = served.unwrap_or_else(|_| {
+            tracing::error!(%uri, "a request panicked; it was answered with 500 and the server goes on");
+            ApiError::internal("the server hit an internal error serving this request")
+                .into_response()
+        });
+        let code = response.status().as_u16();
+        if !crate::audit::AuditLog::wanted(&method, code) {
+            return response;
+        }
+        let created = verb == "create" && (200..300).contains(&code);
+        let (response, answer) = if code >= 400 || created {
+            read_answer(response).await
+        } else {
+            (response, Value::Null)
+        };
+        let text = |field: &Value| field.as_str().unwrap_or_default().to_string();
+        let failure = (code >= 400).then(|| (text(&answer["reason"]), text(&answer["message"])));
+        // What a create made is named by its answer, as kube-apiserver's audit names it.
+        let mut object = target.as_ref().map(Target::object_ref);
+        if let Some(object) = object.as_mut().filter(|o| created && o["name"].is_null())
+            && let Some(name) = answer["metadata"]["name"].as_str()
+        {
+            object["name"] = json!(name);
+        }
+        audit.write(&crate::audit::Record {
+            id: &uuid::Uuid::new_v4().to_string(),
+            received,
+            verb: &verb,
+            object,
+            uri: &uri,
+            user: identity.user.as_ref(),
+            impersonated: identity.impersonated.as_ref(),
+            source,
+            user_agent: user_agent.as_deref(),
+            code,
+            failure,
+        });
+        response
     });
-    response
+    task.await.unwrap_or_else(|_| {
+        ApiError::internal("the server hit an internal error serving this request").into_response()
+    })
 }
 
 /// An answer's JSON body (`Null` when it is not JSON, or is a stream or larger than a request
@@ -707,7 +724,8 @@ async fn read_answer(response: Response) -> (Response, Value) {
     }
     let (parts, body) = response.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
-        return (Response::from_parts(parts, Body::empty()), Value::Null);
+        let lost = ApiError::internal("the answer could not be read back").into_response();
+        return (lost, Value::Null);
     };
     let answer = serde_json::from_slice(&bytes).unwrap_or_default();
     (Response::from_parts(parts, Body::from(bytes)), answer)
@@ -787,6 +805,9 @@ async fn admit(
             .await
     {
         outcome = Ok(crate::agents::user(&cluster));
+    }
+    if let Ok(user) = &outcome {
+        identity.user = Some(user.clone());
     }
     match outcome {
         Ok(user)
@@ -1104,13 +1125,20 @@ impl Target {
     /// The Kubernetes verb `method` is on this target; `None` where the API takes no such
     /// method.
     fn verb(&self, method: &Method, watching: bool) -> Option<&'static str> {
+        match (self.subresource.as_deref(), method, self.name.is_some()) {
+            // A TokenRequest is created on the ServiceAccount's `token` subresource, and that
+            // is all the subresource takes.
+            (Some("token"), &Method::POST, true) => return Some("create"),
+            (Some("token"), _, _) => return None,
+            // No subresource is deleted: a DELETE there is not one of its object.
+            (Some(_), &Method::DELETE, _) => return None,
+            _ => {}
+        }
         Some(match (method, self.name.is_some()) {
             (&Method::GET, true) => "get",
             (&Method::GET, false) if watching => "watch",
             (&Method::GET, false) => "list",
             (&Method::POST, false) => "create",
-            // A TokenRequest is created on the ServiceAccount's `token` subresource.
-            (&Method::POST, true) if self.subresource.as_deref() == Some("token") => "create",
             (&Method::PUT, true) => "update",
             (&Method::PATCH, true) => "patch",
             (&Method::DELETE, true) => "delete",
@@ -2143,6 +2171,19 @@ mod tests {
         assert_eq!(t.verb(&Method::PUT, false), None);
         let t = parse_path("/api/v1/namespaces/a/serviceaccounts/ci/token").unwrap();
         assert_eq!(t.verb(&Method::POST, false), Some("create"));
+        for method in [Method::GET, Method::PUT, Method::PATCH, Method::DELETE] {
+            assert_eq!(
+                t.verb(&method, false),
+                None,
+                "{method} on serviceaccounts/token"
+            );
+        }
+        let t = parse_path("/apis/apps/v1/namespaces/a/deployments/web/status").unwrap();
+        assert_eq!(
+            t.verb(&Method::DELETE, false),
+            None,
+            "a subresource is not deleted"
+        );
     }
 
     #[test]

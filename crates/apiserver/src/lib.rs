@@ -248,6 +248,11 @@ impl Server {
             .map_err(StartError::Tls)?
             .with_service_accounts(Arc::new(service_accounts));
         if let Some(oidc) = &config.oidc {
+            if oidc.issuer_url == config.service_account_issuer {
+                return Err(StartError::Authentication(
+                    "--oidc-issuer-url and --service-account-issuer are the same: tokens of one would be taken for the other's; give them different URLs".into(),
+                ));
+            }
             let oidc = oidc::Oidc::new(oidc.clone()).map_err(StartError::Authentication)?;
             authenticator = authenticator.with_oidc(Arc::new(oidc));
         }

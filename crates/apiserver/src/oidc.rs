@@ -181,23 +181,32 @@ impl Oidc {
     }
 
     /// The user an ID token names, or 401 for any token that does not pass every check. Why
-    /// a token was refused is logged (each distinct reason once in a row), never answered.
+    /// a token the provider signed was refused is logged (each distinct reason once in a row),
+    /// never answered; anyone can make a token that is not signed, so why such a one was
+    /// refused is only logged at debug level.
     pub async fn authenticate(&self, token: &str) -> ApiResult<User> {
-        let verified = self.verify(token).await;
-        match verified.and_then(|claims| self.user(&claims)) {
-            Ok(user) => Ok(user),
+        let signed = match self.verify(token).await {
+            Ok(signed) => signed,
             Err(why) => {
-                let mut last = self.last_refusal.lock().expect("lock");
-                if *last != why {
-                    tracing::info!(issuer = %self.issuer, "an OIDC token was refused: {why}");
-                    *last = why;
-                }
-                Err(ApiError::Unauthorized)
+                tracing::debug!(issuer = %self.issuer, "an OIDC token was refused: {why:?}");
+                return Err(ApiError::Unauthorized);
             }
+        };
+        let refused = match signed.and_then(|claims| self.user(&claims)) {
+            Ok(user) => return Ok(user),
+            Err(why) => why,
+        };
+        let mut last = self.last_refusal.lock().expect("lock");
+        if *last != refused {
+            tracing::info!(issuer = %self.issuer, "an OIDC token was refused: {refused:?}");
+            *last = refused;
         }
+        Err(ApiError::Unauthorized)
     }
 
-    async fn verify(&self, token: &str) -> Result<Value, String> {
+    /// The claims of `token`: `Ok(Err(why))` for a token the provider signed whose claims are
+    /// refused, `Err(why)` for one no key of the provider's verifies.
+    async fn verify(&self, token: &str) -> Result<Result<Value, String>, String> {
         let header =
             jsonwebtoken::decode_header(token).map_err(|e| format!("not a signed JWT: {e}"))?;
         if !self.algorithms.contains(&header.alg) {
@@ -215,8 +224,8 @@ impl Oidc {
         let fetched = self.keys.read().expect("lock").fetched;
         if fetched.is_some() {
             match self.check(token, &header, &validation) {
-                Checked::Valid(claims) => return Ok(claims),
-                Checked::Refused(why) => return Err(why),
+                Checked::Valid(claims) => return Ok(Ok(claims)),
+                Checked::Refused(why) => return Ok(Err(why)),
                 Checked::NoKey => {}
             }
         }
@@ -227,8 +236,8 @@ impl Oidc {
             self.refresh().await;
         }
         match self.check(token, &header, &validation) {
-            Checked::Valid(claims) => Ok(claims),
-            Checked::Refused(why) => Err(why),
+            Checked::Valid(claims) => Ok(Ok(claims)),
+            Checked::Refused(why) => Ok(Err(why)),
             Checked::NoKey => Err(format!(
                 "no key the provider publishes verifies its signature (kid {:?})",
                 header.kid.unwrap_or_default()

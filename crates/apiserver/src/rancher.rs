@@ -585,7 +585,7 @@ impl AccessInputs {
 
     /// The statuses of the bindings that differ from where they stand, given where each
     /// Cluster's access stands (`remote`, by Cluster key).
-    fn statuses(&self, remote: &HashMap<&str, Remote>) -> Vec<(String, Value)> {
+    fn statuses(&self, remote: &BTreeMap<&str, Remote>) -> Vec<(String, Value)> {
         let of_cluster = |key: String| {
             remote
                 .get(key.as_str())
@@ -684,7 +684,9 @@ pub async fn publish_accesses(resources: Resources, stop: tokio::sync::watch::Re
         &mut inputs,
         |inputs| {
             let mut pending = Pending::default();
-            let mut remote = HashMap::new();
+            // Ordered, so a binding that reaches several clusters in error names the same
+            // one each time, and its status is written once.
+            let mut remote = BTreeMap::new();
             for (key, uid) in &inputs.clusters {
                 let Some((namespace, name)) = key.split_once('/') else {
                     continue;
@@ -714,11 +716,7 @@ async fn write(resources: &Resources, pending: &Pending) -> String {
     };
     let access = lariat_api::management::cluster_access_resource();
     let mut failures = Vec::new();
-    for (key, status) in &pending.statuses {
-        if let Err(e) = write_status(resources, key, status, &options).await {
-            failures.push(format!("{key}: {e}"));
-        }
-    }
+    // Accesses first: they are what takes effect downstream; statuses only report.
     for (key, uid, spec) in &pending.accesses {
         let (namespace, name) = key.split_once('/').unwrap_or_default();
         let Some(scope) = resources.scope(&access.group, &access.plural, Some(namespace)) else {
@@ -752,6 +750,11 @@ async fn write(resources: &Resources, pending: &Pending) -> String {
             Err(e) => Err(e),
         };
         if let Err(e) = outcome {
+            failures.push(format!("{key}: {e}"));
+        }
+    }
+    for (key, status) in &pending.statuses {
+        if let Err(e) = write_status(resources, key, status, &options).await {
             failures.push(format!("{key}: {e}"));
         }
     }

@@ -42,8 +42,6 @@ pub struct ServiceAccounts {
     key_id: String,
     signing: EncodingKey,
     verifying: DecodingKey,
-    /// The public key as a JWK, for `/openid/v1/jwks`.
-    jwk: Value,
     /// The longest lifetime granted; longer requests get this, as with kube-apiserver's
     /// `--service-account-max-token-expiration`.
     max_lifetime: Duration,
@@ -138,16 +136,10 @@ impl ServiceAccounts {
             issuer: issuer.to_string(),
             signing: EncodingKey::from_ec_der(&key.serialize_der()),
             verifying: DecodingKey::from_ec_components(&x, &y).map_err(|e| e.to_string())?,
-            jwk: json!({"kty": "EC", "crv": "P-256", "x": x, "y": y, "kid": key_id, "use": "sig", "alg": "ES256"}),
             key_id,
             max_lifetime,
             resources,
         })
-    }
-
-    /// The public keys tokens are checked against (`/openid/v1/jwks`).
-    pub fn jwks(&self) -> Value {
-        json!({"keys": [self.jwk]})
     }
 
     /// Answers a TokenRequest for ServiceAccount `namespace/name`: the request completed with
@@ -299,7 +291,7 @@ impl ServiceAccounts {
         if let Some(wanted) = bound["uid"].as_str().filter(|u| !u.is_empty() && *u != uid) {
             return Err(ApiError::Conflict {
                 message: format!(
-                    "the uid in spec.boundObjectRef ({wanted}) is not that of {kind} {name:?} ({uid}): it may have been deleted and made again"
+                    "the uid in spec.boundObjectRef ({wanted}) is not that of {kind} {name:?}: it may have been deleted and made again"
                 ),
                 target: None,
                 causes: vec![],
@@ -314,11 +306,12 @@ impl ServiceAccounts {
         ))
     }
 
-    /// The ServiceAccount behind `token`, if this domain signed it for this API, it has not
-    /// expired, and what it names still exists with the uid it was issued for. `None` when
-    /// the token is another issuer's, so another authenticator may try it.
-    pub async fn authenticate(&self, token: &str) -> ApiResult<Option<User>> {
-        if issuer_of(token).as_deref() != Some(self.issuer.as_str()) {
+    /// The ServiceAccount behind `token` (whose unchecked `iss` is `issuer`), if this domain
+    /// signed it for this API, it has not expired, and what it names still exists with the
+    /// uid it was issued for. `None` when the token is another issuer's, so another
+    /// authenticator may try it.
+    pub async fn authenticate(&self, token: &str, issuer: &str) -> ApiResult<Option<User>> {
+        if issuer != self.issuer {
             return Ok(None);
         }
         let mut validation = Validation::new(Algorithm::ES256);
