@@ -14,6 +14,7 @@ mod describe;
 mod fleet;
 mod generate;
 mod import;
+mod pivot;
 mod providers;
 mod token;
 
@@ -68,6 +69,9 @@ enum Command {
     },
     /// Enable providers on a server, like clusterctl init (core, kubeadm and an infrastructure).
     Init(providers::InitArgs),
+    /// Move a namespace's Clusters to another management server, or to and from a backup
+    /// directory, like clusterctl move (with a preflight and a journal to resume from).
+    Move(Box<pivot::MoveArgs>),
     /// Print the client's version and, unless --client, the server's (like kubectl version).
     Version {
         /// Print only the client's version.
@@ -278,6 +282,7 @@ fn main() -> std::process::ExitCode {
             Command::Bench { what } => bench::run(what).await,
             Command::Generate { what } => generate::run(what),
             Command::Init(args) => providers::init(args).await,
+            Command::Move(args) => pivot::run(*args).await,
             Command::Cluster {
                 what: import::ClusterCommand::Import(args),
             } => import::import(args).await,

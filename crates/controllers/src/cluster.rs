@@ -34,18 +34,61 @@ pub fn paused(cluster: &Cluster) -> bool {
             .contains_key(lariat_api::capi::annotations::PAUSED)
 }
 
+/// The Cluster an object belongs to: its cluster-name label, else its Cluster owner.
+pub fn cluster_name_of(meta: &kube::api::ObjectMeta) -> Option<&str> {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(CLUSTER_NAME_LABEL))
+        .or_else(|| {
+            meta.owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.kind == "Cluster" && o.api_version.starts_with("cluster.x-k8s.io/"))
+                .map(|o| &o.name)
+        })
+        .map(String::as_str)
+}
+
+/// Cluster API's paused contract for an object of a Cluster: while the object carries the
+/// paused annotation, or its Cluster is paused, nothing of it is reconciled, its deletion
+/// included. That is what lets `lariat move` (as `clusterctl move`) take a cluster's objects
+/// out of a server without any controller there deleting what they stand for.
+pub async fn object_paused(
+    caches: &crate::cache::Caches,
+    meta: &kube::api::ObjectMeta,
+) -> Result<bool, Error> {
+    if meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(lariat_api::capi::annotations::PAUSED))
+    {
+        return Ok(true);
+    }
+    let (Some(namespace), Some(cluster)) = (meta.namespace.as_deref(), cluster_name_of(meta))
+    else {
+        return Ok(false);
+    };
+    Ok(caches
+        .typed::<Cluster>()
+        .get(namespace, cluster)
+        .await?
+        .is_some_and(|c| paused(&c)))
+}
+
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    // Paused first: a paused Cluster being deleted (by `lariat move`, in the server it
+    // leaves) must not delete its infrastructure.
+    if paused(&cluster) {
+        return Ok(Action::await_change());
+    }
     if cluster.metadata.deletion_timestamp.is_some() {
         return reconcile_delete(&cluster, &ctx, &api).await;
     }
     if ensure_finalizer(&api, &cluster, FINALIZER).await? {
         // The write's own watch event brings the Cluster back.
-        return Ok(Action::await_change());
-    }
-    if paused(&cluster) {
         return Ok(Action::await_change());
     }
     let owner = owner_reference(cluster.as_ref(), false);

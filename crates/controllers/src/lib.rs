@@ -387,6 +387,7 @@ pub async fn run(
         .reconcile_on(referenced_changes(&caches, |object| {
             owners_of::<MachinePool>(&object)
         }))
+        .reconcile_on(woken_by_unpause::<MachinePool>(&caches))
         .graceful_shutdown_on(shutdown.clone())
         .run(machine_pool::reconcile, error_policy, context.clone())
         .for_each(finished("machinepool"));
@@ -399,7 +400,14 @@ pub async fn run(
 pub fn woken_by_unpause<K: Cached<DynamicType = ()>>(
     caches: &Caches,
 ) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
-    let objects = caches.typed::<K>();
+    woken_by_unpause_of(caches, caches.typed::<K>())
+}
+
+/// [`woken_by_unpause`] for the objects of one cache (providers' kinds, read as JSON).
+pub fn woken_by_unpause_of<K: Cached>(
+    caches: &Caches,
+    objects: Arc<cache::Cache<K>>,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
     let mut paused = std::collections::HashMap::<(String, String), bool>::new();
     caches
         .typed::<Cluster>()

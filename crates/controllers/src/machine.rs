@@ -43,6 +43,17 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
     let name = machine.name_any();
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
     let cluster_name = machine.spec.cluster_name.clone();
+    // Paused before deletion: see `cluster::object_paused`.
+    if machine
+        .annotations()
+        .contains_key(lariat_api::capi::annotations::PAUSED)
+        || ctx
+            .cluster(&namespace, &cluster_name)
+            .await?
+            .is_some_and(|c| crate::cluster::paused(&c))
+    {
+        return Ok(Action::await_change());
+    }
     if machine.metadata.deletion_timestamp.is_some() {
         return reconcile_delete(&machine, &ctx, &api).await;
     }
@@ -58,13 +69,6 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
     object::ensure_labels(&api, &machine, &labels).await?;
     if machine.owner_references().is_empty() {
         ensure_owner(&api, &machine, owner_reference(cluster.as_ref(), false)).await?;
-    }
-    if crate::cluster::paused(&cluster)
-        || machine
-            .annotations()
-            .contains_key(lariat_api::capi::annotations::PAUSED)
-    {
-        return Ok(Action::await_change());
     }
     let owner = owner_reference(machine.as_ref(), true);
     let uid = machine.uid().unwrap_or_default();

@@ -26,6 +26,17 @@ pub async fn reconcile(pool: Arc<MachinePool>, ctx: Arc<Context>) -> Result<Acti
     let namespace = pool.namespace().unwrap_or_default();
     let name = pool.name_any();
     let api: Api<MachinePool> = Api::namespaced(ctx.client.clone(), &namespace);
+    // Paused before deletion: see `cluster::object_paused`.
+    if pool
+        .annotations()
+        .contains_key(lariat_api::capi::annotations::PAUSED)
+        || ctx
+            .cluster(&namespace, &pool.spec.cluster_name)
+            .await?
+            .is_some_and(|c| crate::cluster::paused(&c))
+    {
+        return Ok(Action::await_change());
+    }
     if pool.metadata.deletion_timestamp.is_some() {
         // The pool stays until its infrastructure (whose provider's finalizer holds it until
         // the cloud's instances are gone) and bootstrap config are, so a Cluster deleting its

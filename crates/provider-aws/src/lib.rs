@@ -401,6 +401,10 @@ pub async fn run(
     let clusters_cache = caches.typed::<Cluster>();
     let managed_clusters =
         lariat_controllers::controller_on(&caches.of(&managed_cluster::resource()))
+            .reconcile_on(lariat_controllers::woken_by_unpause_of(
+                &caches,
+                caches.of(&managed_cluster::resource()),
+            ))
             .watches_shared_stream_with(
                 caches.of(&control_plane::resource()).changes(),
                 move |control_plane: Arc<DynamicObject>| {
@@ -428,6 +432,10 @@ pub async fn run(
     // A node group follows its MachinePool's replicas: a pool's change wakes its group.
     let node_groups =
         lariat_controllers::controller_on(&caches.of(&managed_machine_pool::resource()))
+            .reconcile_on(lariat_controllers::woken_by_unpause_of(
+                &caches,
+                caches.of(&managed_machine_pool::resource()),
+            ))
             .watches_shared_stream_with(
                 caches.typed::<lariat_api::capi::MachinePool>().changes(),
                 |pool: Arc<lariat_api::capi::MachinePool>| {
@@ -451,6 +459,10 @@ pub async fn run(
             .for_each(lariat_controllers::finished("awsmanagedmachinepool"));
     // Self-managed pools follow their MachinePool too (its replicas, its bootstrap data).
     let self_managed = lariat_controllers::controller_on(&caches.of(&machine_pool::resource()))
+        .reconcile_on(lariat_controllers::woken_by_unpause_of(
+            &caches,
+            caches.of(&machine_pool::resource()),
+        ))
         .watches_shared_stream_with(
             caches.typed::<lariat_api::capi::MachinePool>().changes(),
             |pool: Arc<lariat_api::capi::MachinePool>| {
@@ -474,6 +486,10 @@ pub async fn run(
         .for_each(lariat_controllers::finished("awsmachinepool"));
     // A machine follows its Machine (its bootstrap data, its deletion).
     let machines = lariat_controllers::controller_on(&caches.of(&machine::resource()))
+        .reconcile_on(lariat_controllers::woken_by_unpause_of(
+            &caches,
+            caches.of(&machine::resource()),
+        ))
         .watches_shared_stream_with(
             caches.typed::<lariat_api::capi::Machine>().changes(),
             |owner: Arc<lariat_api::capi::Machine>| {

@@ -113,6 +113,10 @@ impl From<AwsError> for Failed {
 }
 
 pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // Cluster API's paused contract, deletion included (see `object_paused`).
+    if lariat_controllers::cluster::object_paused(&ctx.caches, &object.metadata).await? {
+        return Ok(lariat_controllers::resync());
+    }
     let namespace = object.namespace().unwrap_or_default();
     let name = object.name_any();
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource());

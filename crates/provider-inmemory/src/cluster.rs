@@ -19,6 +19,10 @@ use crate::{Context, cluster_key, resource};
 pub const FINALIZER: &str = "inmemorycluster.infrastructure.cluster.x-k8s.io";
 
 pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // Cluster API's paused contract, deletion included (see `object_paused`).
+    if lariat_controllers::cluster::object_paused(&ctx.caches, &object.metadata).await? {
+        return Ok(lariat_controllers::resync());
+    }
     let namespace = object.namespace().unwrap_or_default();
     let name = object.name_any();
     let api: Api<DynamicObject> =

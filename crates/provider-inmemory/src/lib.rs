@@ -109,6 +109,10 @@ pub async fn run(
             },
             (),
         )
+        .reconcile_on(lariat_controllers::woken_by_unpause_of(
+            &caches,
+            caches.of(&resource("InMemoryMachine")),
+        ))
         .graceful_shutdown_on(shutdown.clone())
         .run(
             machine::reconcile,

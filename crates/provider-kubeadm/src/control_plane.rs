@@ -89,6 +89,10 @@ fn outdated(kcp: &DynamicObject, machine: &Machine) -> bool {
 }
 
 pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // Paused before deletion: see `object_paused`.
+    if lariat_controllers::cluster::object_paused(&ctx.caches, &kcp.metadata).await? {
+        return Ok(Action::await_change());
+    }
     let namespace = kcp.namespace().unwrap_or_default();
     let name = kcp.name_any();
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource());

@@ -201,6 +201,10 @@ pub async fn run_control_plane(
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
     let referred = control_plane::resource();
     lariat_controllers::controller_on(&caches.of(&control_plane::resource()))
+        .reconcile_on(lariat_controllers::woken_by_unpause_of(
+            &caches,
+            caches.of(&control_plane::resource()),
+        ))
         // Its Cluster's infrastructure becoming ready is what a new control plane waits for.
         .watches_shared_stream_with(
             caches.typed::<Cluster>().changes(),

@@ -1,0 +1,137 @@
+//! The move's journal: a ConfigMap in the namespace being moved, on the source, so it
+//! outlives the CLI. It names the target, the objects (in creation order, with their source
+//! uids) and the Clusters that were paused before the move, and says how far the move got:
+//! copying (the source is whole: rerun to finish, or `--abort` to undo) or deleting (the
+//! target holds everything, verified: rerun to finish).
+
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde::{Deserialize, Serialize};
+
+use super::graph::{JOURNAL_LABEL, Object};
+
+pub const NAME: &str = "lariat-move";
+const FIELD_MANAGER: &str = "lariat-move";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Copying,
+    Deleting,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl Entry {
+    pub fn of(object: &Object) -> Entry {
+        Entry {
+            api_version: object.api_version(),
+            kind: object.kind.clone(),
+            namespace: object.namespace().to_string(),
+            name: object.name().to_string(),
+            uid: object.uid().to_string(),
+        }
+    }
+
+    pub fn gvk(&self) -> kube::core::GroupVersionKind {
+        let (group, version) = self
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", &self.api_version));
+        kube::core::GroupVersionKind::gvk(group, version, &self.kind)
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        self.kind == "Cluster" && self.api_version.starts_with("cluster.x-k8s.io/")
+    }
+
+    pub fn display(&self) -> String {
+        format!("{}/{}", self.kind, self.name)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Journal {
+    /// The target's API server URL.
+    pub target: String,
+    pub phase: Phase,
+    pub objects: Vec<Entry>,
+    /// Clusters that were paused before the move (and stay so after it).
+    pub paused: Vec<String>,
+}
+
+impl Journal {
+    pub async fn load(client: &kube::Client, namespace: &str) -> anyhow::Result<Option<Journal>> {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+        let Some(map) = api
+            .get_opt(NAME)
+            .await
+            .map_err(|e| crate::connect::refused(e, "read the move's journal"))?
+        else {
+            return Ok(None);
+        };
+        let data = map.data.unwrap_or_default();
+        let field = |key: &str| {
+            data.get(key)
+                .with_context(|| format!("the move's journal (ConfigMap {namespace}/{NAME}) has no {key}: delete it if no move is under way"))
+        };
+        let parse = |key: &str| -> anyhow::Result<serde_json::Value> {
+            serde_json::from_str(field(key)?)
+                .with_context(|| format!("the move's journal has an unreadable {key}"))
+        };
+        Ok(Some(Journal {
+            target: field("target")?.clone(),
+            phase: serde_json::from_value(parse("phase")?)?,
+            objects: serde_json::from_value(parse("objects")?)?,
+            paused: serde_json::from_value(parse("paused")?)?,
+        }))
+    }
+
+    pub async fn save(&self, client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
+        let data: BTreeMap<String, String> = [
+            ("target".to_string(), self.target.clone()),
+            ("phase".to_string(), serde_json::to_string(&self.phase)?),
+            ("objects".to_string(), serde_json::to_string(&self.objects)?),
+            ("paused".to_string(), serde_json::to_string(&self.paused)?),
+        ]
+        .into();
+        let map = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": NAME, "namespace": namespace, "labels": {JOURNAL_LABEL: "true"}},
+            "data": data,
+        });
+        Api::<ConfigMap>::namespaced(client.clone(), namespace)
+            .patch(
+                NAME,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(map),
+            )
+            .await
+            .map_err(|e| crate::connect::refused(e, "write the move's journal"))?;
+        Ok(())
+    }
+
+    pub async fn remove(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
+        match Api::<ConfigMap>::namespaced(client.clone(), namespace)
+            .delete(NAME, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(e) => Err(crate::connect::refused(e, "delete the move's journal")),
+        }
+    }
+}

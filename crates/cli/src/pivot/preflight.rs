@@ -1,0 +1,245 @@
+//! Before anything is written: what the move would break. Objects left outside the graph that
+//! point into it (or that it points to), which the user includes or leaves by name; and what
+//! no flag can fix (a target lacking a kind or a provider, objects already there), or only
+//! `--force` overrides (a cluster mid-provisioning or mid-rollout).
+
+use std::collections::BTreeSet;
+
+use kube::api::{Api, DynamicObject};
+use serde_json::Value;
+
+use super::copy::MOVED_FROM;
+use super::graph::{Graph, Index, Inventory, Object, Selector, Served, Target, references};
+
+/// An object outside the graph tied to one inside it.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Finding {
+    /// The object that would be left behind.
+    pub left: String,
+    /// `KIND/NAME` for `--include` or `--leave`.
+    pub selector: String,
+    pub why: String,
+}
+
+/// References across the graph's edge, both ways, except from or to what `leave` names.
+pub fn scan(
+    inventory: &Inventory,
+    graph: &Graph,
+    namespace: &str,
+    leave: &[Selector],
+) -> Vec<Finding> {
+    let members = graph.uids();
+    let index = Index::new(&inventory.objects);
+    let selector = |o: &Object| format!("{}/{}", o.kind, o.name());
+    let mut findings = BTreeSet::new();
+    for object in &inventory.objects {
+        let inside = members.contains(object.uid());
+        for reference in references(object) {
+            for target in index.resolve(&reference.target) {
+                let other = &inventory.objects[target];
+                if other.uid() == object.uid() || members.contains(other.uid()) == inside {
+                    continue;
+                }
+                let (left, member) = if inside {
+                    (other, object)
+                } else {
+                    (object, other)
+                };
+                if leave.iter().any(|s| s.matches(left)) {
+                    continue;
+                }
+                let how = match &reference.target {
+                    Target::Uid(_) => "is owned by",
+                    Target::ClusterLabel { .. } => "is labelled with the cluster of",
+                    _ => "references",
+                };
+                let why = if inside {
+                    format!(
+                        "{} {} {} at {}, which would stay in the source",
+                        member.display(namespace),
+                        how,
+                        left.display(namespace),
+                        reference.path
+                    )
+                } else {
+                    format!(
+                        "{} {} {} at {}",
+                        left.display(namespace),
+                        how,
+                        member.display(namespace),
+                        reference.path
+                    )
+                };
+                findings.insert(Finding {
+                    left: left.display(namespace),
+                    selector: selector(left),
+                    why,
+                });
+            }
+        }
+    }
+    findings.into_iter().collect()
+}
+
+/// What the target must have before the move starts.
+pub async fn target(
+    graph: &Graph,
+    source: &Inventory,
+    served: &Served,
+    client: &kube::Client,
+) -> anyhow::Result<Vec<String>> {
+    let mut refusals = Vec::new();
+    let mut missing = BTreeSet::new();
+    for object in &graph.objects {
+        if served.resolve(object).is_none() {
+            missing.insert(format!("{} {}", object.api_version(), object.kind));
+        }
+    }
+    for kind in &missing {
+        refusals.push(format!(
+            "the target does not serve {kind}: install the provider or CRD that defines it there first"
+        ));
+    }
+    // The providers the source runs: the target's controllers must take the clusters over.
+    let providers = |objects: Vec<(String, String)>| objects.into_iter().collect::<BTreeSet<_>>();
+    let source_providers = providers(
+        source
+            .objects
+            .iter()
+            .filter(|o| o.group == lariat_api::clusterctl::GROUP && o.kind == "Provider")
+            .filter_map(|o| provider_of(&o.object))
+            .collect(),
+    );
+    if !source_providers.is_empty() {
+        let mut target_providers = BTreeSet::new();
+        if let Some((resource, _)) =
+            served
+                .discovery()
+                .resolve_gvk(&kube::core::GroupVersionKind::gvk(
+                    lariat_api::clusterctl::GROUP,
+                    "v1alpha3",
+                    "Provider",
+                ))
+        {
+            let listed = super::graph::list_all(client, &resource).await?;
+            target_providers = providers(listed.iter().filter_map(provider_of).collect());
+        }
+        for (kind, name) in source_providers.difference(&target_providers) {
+            refusals.push(format!(
+                "the target runs no {kind} {name:?}, which the source does: enable it there first (lariat init --kubeconfig TARGET ...)"
+            ));
+        }
+    }
+    // Objects already there, not from this move.
+    let mut present = Vec::new();
+    for object in graph.objects.iter().filter(|o| o.namespaced) {
+        let Some((resource, _)) = served.resolve(object) else {
+            continue;
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), object.namespace(), &resource);
+        if let Some(existing) = api.get_opt(object.name()).await? {
+            let ours = existing
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(MOVED_FROM))
+                .is_some_and(|uid| uid == object.uid());
+            if !ours {
+                present.push(object.display(""));
+            }
+        }
+    }
+    if !present.is_empty() {
+        let shown = present
+            .iter()
+            .take(10)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        let more = present.len().saturating_sub(10);
+        refusals.push(format!(
+            "the target already has {} of these objects ({shown}{}): delete them there, or move into another server",
+            present.len(),
+            if more > 0 { format!(" and {more} more") } else { String::new() }
+        ));
+    }
+    Ok(refusals)
+}
+
+fn provider_of(object: &DynamicObject) -> Option<(String, String)> {
+    Some((
+        object.data["type"].as_str()?.to_string(),
+        object.data["providerName"].as_str()?.to_string(),
+    ))
+}
+
+/// Objects in a state a move would freeze halfway: being deleted (always refused), or a
+/// cluster still provisioning, scaling or rolling out (refused unless `--force`).
+pub fn settled(graph: &Graph, force: bool) -> Vec<String> {
+    let mut refusals = Vec::new();
+    for object in &graph.objects {
+        let name = object.display("");
+        if object.object.metadata.deletion_timestamp.is_some() {
+            refusals.push(format!(
+                "{name} is being deleted: wait until it is gone, or until its deletion is undone"
+            ));
+            continue;
+        }
+        if force {
+            continue;
+        }
+        let data = &object.object.data;
+        let status = &data["status"];
+        let unsettled = match (object.group.as_str(), object.kind.as_str()) {
+            ("cluster.x-k8s.io", "Cluster") => {
+                let imported = object
+                    .object
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(lariat_api::management::IMPORTED_ANNOTATION));
+                let phase = status["phase"].as_str().unwrap_or("Pending");
+                (!imported && phase != "Provisioned").then(|| format!("is {phase}"))
+            }
+            ("cluster.x-k8s.io", "Machine") => {
+                let phase = status["phase"].as_str().unwrap_or("Pending");
+                (phase != "Running").then(|| format!("is {phase}"))
+            }
+            ("cluster.x-k8s.io", "MachineDeployment" | "MachineSet")
+            | ("controlplane.cluster.x-k8s.io", "KubeadmControlPlane") => rolling(data),
+            _ => None,
+        };
+        if let Some(state) = unsettled {
+            refusals.push(format!(
+                "{name} {state}: wait until it settles, or pass --force to move it as it is"
+            ));
+        }
+    }
+    refusals
+}
+
+/// Whether a replicated object is still scaling or rolling out.
+fn rolling(data: &Value) -> Option<String> {
+    let wanted = data["spec"]["replicas"].as_i64()?;
+    let status = &data["status"];
+    let count = |field: &str| status[field].as_i64().unwrap_or(0);
+    let (replicas, updated, ready) = (
+        count("replicas"),
+        count("updatedReplicas"),
+        count("readyReplicas"),
+    );
+    let updated_known = status.get("updatedReplicas").is_some();
+    if replicas != wanted || ready != wanted || (updated_known && updated != wanted) {
+        Some(format!(
+            "has {replicas} of {wanted} replicas ({ready} ready{}): it is scaling or rolling out",
+            if updated_known {
+                format!(", {updated} up to date")
+            } else {
+                String::new()
+            }
+        ))
+    } else {
+        None
+    }
+}

@@ -1,0 +1,522 @@
+//! `lariat move` between two real lariat servers, driven as a user drives it: in-memory
+//! clusters (control plane, machine deployment, health check), the preflight naming a custom
+//! kind's objects tied to them, a CLI killed halfway then resumed or aborted, and a backup
+//! directory restored into a fresh server.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{TestServer, eventually, generate_cluster};
+use serde_json::Value;
+
+const CAPI_KINDS: &str = "clusters,machines,machinesets,machinedeployments,machinehealthchecks,kubeadmcontrolplanes,kubeadmconfigs,kubeadmconfigtemplates,inmemoryclusters,inmemorymachines,inmemorymachinetemplates";
+
+const HEALTH_CHECK: &str = r#"apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineHealthCheck
+metadata: {name: dev-workers}
+spec:
+  clusterName: dev
+  selector: {matchLabels: {cluster.x-k8s.io/deployment-name: dev-md-0}}
+  unhealthyConditions: [{type: Ready, status: "False", timeout: 300s}]
+"#;
+
+fn crd(kind: &str) -> String {
+    let plural = format!("{}s", kind.to_lowercase());
+    format!(
+        r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: {plural}.example.com}}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {{kind: {kind}, plural: {plural}, singular: {singular}, listKind: {kind}List}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#,
+        singular = kind.to_lowercase()
+    )
+}
+
+/// A cluster `dev` in `namespace` with one control-plane machine, two workers and a
+/// health check, all Running.
+fn provision(server: &TestServer, namespace: &str) {
+    if namespace != "default" {
+        server.kubectl_ok(&["create", "namespace", namespace]);
+    }
+    let manifests = generate_cluster(&["dev", "-n", namespace, "--worker-machine-count", "2"]);
+    server.apply_ok(&["apply", "-f", "-"], &manifests);
+    server.apply_ok(&["apply", "-n", namespace, "-f", "-"], HEALTH_CHECK);
+    eventually("the cluster is Provisioned with 3 machines Running", || {
+        let machines = machines(server, namespace);
+        server.kubectl_ok(&[
+            "get",
+            "cluster",
+            "dev",
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={.status.phase}",
+        ]) == "Provisioned"
+            && machines.len() == 3
+            && machines.iter().all(|m| m.1 == "Running")
+    });
+}
+
+/// Each Machine's name, phase and providerID.
+fn machines(server: &TestServer, namespace: &str) -> BTreeSet<(String, String, String)> {
+    let list: Value = serde_json::from_str(
+        &server.kubectl_ok(&["get", "machines", "-n", namespace, "-o", "json"]),
+    )
+    .unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (
+                text(&m["metadata"]["name"]),
+                text(&m["status"]["phase"]),
+                text(&m["spec"]["providerID"]),
+            )
+        })
+        .collect()
+}
+
+fn names(server: &TestServer, namespace: &str, kinds: &str) -> BTreeSet<String> {
+    server
+        .kubectl_ok(&["get", kinds, "-n", namespace, "-o", "name"])
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn lariat_move(source: &TestServer, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lariat"))
+        .arg("move")
+        .arg("--kubeconfig")
+        .arg(source.kubeconfig())
+        .args(args)
+        .output()
+        .expect("run lariat move")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn json(server: &TestServer, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.extend(["-o", "json"]);
+    serde_json::from_str(&server.kubectl_ok(&args)).unwrap()
+}
+
+#[test]
+fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
+    let source = TestServer::start();
+    let target = TestServer::start();
+    source.init_inmemory();
+    target.init_inmemory();
+    provision(&source, "prod");
+    for kind in ["Widget", "Gadget"] {
+        source.apply_ok(&["apply", "-f", "-"], &crd(kind));
+    }
+    let before = machines(&source, "prod");
+    let (machine, ..) = before.iter().next().unwrap().clone();
+    let machine_uid = source.kubectl_ok(&[
+        "get",
+        "machine",
+        &machine,
+        "-n",
+        "prod",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    source.apply_ok(
+        &["apply", "-n", "prod", "-f", "-"],
+        &format!(
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  ownerReferences: [{{apiVersion: cluster.x-k8s.io/v1beta1, kind: Machine, name: {machine}, uid: {machine_uid}}}]\nspec: {{size: 3}}\n---\napiVersion: example.com/v1\nkind: Gadget\nmetadata: {{name: g1}}\nspec: {{clusterName: dev}}\n"
+        ),
+    );
+    let to = target.kubeconfig();
+    let to = to.to_str().unwrap();
+
+    // The dry run names both objects, where they point, and the command that would pass.
+    let dry = lariat_move(&source, &["--to-kubeconfig", to, "-n", "prod", "--dry-run"]);
+    let printed = text(&dry);
+    assert!(dry.status.success(), "{printed}");
+    assert!(
+        printed.contains(&format!(
+            "Widget/w1 is owned by Machine/{machine} at metadata.ownerReferences[0]"
+        )),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("Gadget/g1 references Cluster/dev at spec.clusterName"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("--include Gadget/g1 --include Widget/w1"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("KubeadmControlPlane/dev-control-plane")
+            && printed.contains("MachineHealthCheck/dev-workers"),
+        "{printed}"
+    );
+
+    // Without a choice for them, nothing starts and nothing changes.
+    let refused = lariat_move(&source, &["--to-kubeconfig", to, "-n", "prod"]);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("2 objects are tied to the move: --include or --leave each"),
+        "{}",
+        text(&refused)
+    );
+    // Included, but the target lacks their kinds: refused by name.
+    let includes = ["--include", "Gadget/g1", "--include", "widgets"];
+    let refused = lariat_move(
+        &source,
+        &[&["--to-kubeconfig", to, "-n", "prod"][..], &includes].concat(),
+    );
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("the target does not serve example.com/v1 Widget"),
+        "{}",
+        text(&refused)
+    );
+    assert_ne!(
+        source.kubectl_ok(&[
+            "get",
+            "cluster",
+            "dev",
+            "-n",
+            "prod",
+            "-o",
+            "jsonpath={.spec.paused}"
+        ]),
+        "true"
+    );
+    assert!(
+        !source
+            .kubectl(&["get", "configmap", "lariat-move", "-n", "prod"])
+            .status
+            .success()
+    );
+
+    for kind in ["Widget", "Gadget"] {
+        target.apply_ok(&["apply", "-f", "-"], &crd(kind));
+    }
+    let moved = lariat_move(
+        &source,
+        &[&["--to-kubeconfig", to, "-n", "prod"][..], &includes].concat(),
+    );
+    assert!(moved.status.success(), "{}", text(&moved));
+    assert!(
+        text(&moved).contains("Moved 29 objects"),
+        "{}",
+        text(&moved)
+    );
+
+    // The source keeps nothing of it.
+    assert!(names(&source, "prod", &format!("{CAPI_KINDS},widgets,gadgets")).is_empty());
+    assert!(
+        source
+            .kubectl_ok(&[
+                "get",
+                "secrets,configmaps",
+                "-n",
+                "prod",
+                "-l",
+                "cluster.x-k8s.io/cluster-name",
+                "-o",
+                "name"
+            ])
+            .trim()
+            .is_empty()
+    );
+    assert!(
+        !source
+            .kubectl(&["get", "configmap", "lariat-move", "-n", "prod"])
+            .status
+            .success()
+    );
+
+    // The target has the same machines, the custom objects, and owners under their new uids.
+    assert_eq!(machines(&target, "prod"), before);
+    let widget = json(&target, &["get", "widget", "w1", "-n", "prod"]);
+    let new_uid = target.kubectl_ok(&[
+        "get",
+        "machine",
+        &machine,
+        "-n",
+        "prod",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    assert_ne!(new_uid, machine_uid);
+    assert_eq!(
+        widget["metadata"]["ownerReferences"][0]["uid"],
+        new_uid.as_str()
+    );
+    assert_eq!(widget["spec"]["size"], 3);
+    assert_eq!(
+        json(&target, &["get", "gadget", "g1", "-n", "prod"])["spec"]["clusterName"],
+        "dev"
+    );
+    let cluster = json(&target, &["get", "cluster", "dev", "-n", "prod"]);
+    assert_ne!(cluster["spec"]["paused"], true, "unpaused at the end");
+
+    // Its controllers take over: the agent of the in-memory cluster connects to the target,
+    // the Nodes are there through its kubeconfig, and no machine is made or removed.
+    eventually("the cluster's agent connects to the target", || {
+        let connected = target.kubectl(&[
+            "get",
+            "clusterconnection",
+            "dev",
+            "-n",
+            "prod",
+            "-o",
+            "jsonpath={.status.connected}",
+        ]);
+        connected.stdout == b"true"
+    });
+    let kubeconfig = target.workload_kubeconfig_in("prod", "dev");
+    eventually(
+        "the workload cluster's three Nodes are Ready through the target",
+        || {
+            let nodes = target.kubectl_as(&kubeconfig, &["get", "nodes", "--no-headers"]);
+            let nodes = String::from_utf8_lossy(&nodes.stdout).to_string();
+            nodes.lines().count() == 3 && nodes.lines().all(|l| l.contains(" Ready "))
+        },
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        machines(&target, "prod"),
+        before,
+        "no machine created or deleted"
+    );
+    let set = json(&target, &["get", "machinesets", "-n", "prod"]);
+    assert_eq!(set["items"][0]["status"]["readyReplicas"], 2);
+}
+
+/// Runs `lariat move ARGS` and kills it with SIGKILL once it prints a line starting with
+/// `at`.
+fn kill_move_at(source: &TestServer, args: &[&str], at: &str) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lariat"))
+        .arg("move")
+        .arg("--kubeconfig")
+        .arg(source.kubeconfig())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut seen = String::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.starts_with(at) {
+            child.kill().unwrap();
+            break;
+        }
+    }
+    child.wait().unwrap();
+    seen
+}
+
+#[test]
+fn a_move_killed_halfway_is_undone_by_abort_or_finished_by_running_it_again() {
+    let source = TestServer::start();
+    let target = TestServer::start();
+    source.init_inmemory();
+    target.init_inmemory();
+    provision(&source, "default");
+    let before = machines(&source, "default");
+    let objects = names(&source, "default", CAPI_KINDS);
+    let to = target.kubeconfig();
+    let args = ["--to-kubeconfig", to.to_str().unwrap()];
+
+    // Killed while copying: the journal and the paused cluster are in the source.
+    let seen = kill_move_at(&source, &args, "Creating");
+    assert!(seen.contains("Journal written"), "{seen}");
+    assert_eq!(
+        source.kubectl_ok(&["get", "cluster", "dev", "-o", "jsonpath={.spec.paused}"]),
+        "true"
+    );
+    assert!(
+        source
+            .kubectl(&["get", "configmap", "lariat-move"])
+            .status
+            .success()
+    );
+    // Another target is refused while it is under way.
+    let other = TestServer::start();
+    let refused = lariat_move(
+        &source,
+        &["--to-kubeconfig", other.kubeconfig().to_str().unwrap()],
+    );
+    assert!(
+        text(&refused).contains("is under way: rerun it with that server's kubeconfig"),
+        "{}",
+        text(&refused)
+    );
+
+    // --abort: the target loses what the move made, the source is as it was.
+    let aborted = lariat_move(&source, &[&args[..], &["--abort"]].concat());
+    assert!(aborted.status.success(), "{}", text(&aborted));
+    assert!(names(&target, "default", CAPI_KINDS).is_empty());
+    assert!(
+        target
+            .kubectl_ok(&[
+                "get",
+                "secrets",
+                "-l",
+                "cluster.x-k8s.io/cluster-name",
+                "-o",
+                "name"
+            ])
+            .trim()
+            .is_empty()
+    );
+    assert_ne!(
+        source.kubectl_ok(&["get", "cluster", "dev", "-o", "jsonpath={.spec.paused}"]),
+        "true"
+    );
+    assert!(
+        !source
+            .kubectl(&["get", "configmap", "lariat-move"])
+            .status
+            .success()
+    );
+    assert_eq!(names(&source, "default", CAPI_KINDS), objects);
+    let again = lariat_move(&source, &[&args[..], &["--abort"]].concat());
+    assert!(
+        text(&again).contains("no move of namespace default is under way"),
+        "{}",
+        text(&again)
+    );
+
+    // Killed again, later; the same command again finishes it, with nothing twice.
+    kill_move_at(&source, &args, "Verifying");
+    let resumed = lariat_move(&source, &args);
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert!(
+        text(&resumed).contains("Resuming the move of namespace default"),
+        "{}",
+        text(&resumed)
+    );
+    assert_eq!(names(&target, "default", CAPI_KINDS), objects);
+    assert_eq!(machines(&target, "default"), before);
+    assert!(names(&source, "default", CAPI_KINDS).is_empty());
+    assert!(
+        !source
+            .kubectl(&["get", "configmap", "lariat-move"])
+            .status
+            .success()
+    );
+    eventually("the target's cluster is Ready", || {
+        common::cluster_condition(&target, "dev", "Ready") == "True"
+    });
+    assert_eq!(
+        machines(&target, "default"),
+        before,
+        "no machine created or deleted"
+    );
+}
+
+#[test]
+fn a_backup_directory_restores_the_same_graph_into_a_fresh_server() {
+    let source = TestServer::start();
+    source.init_inmemory();
+    provision(&source, "default");
+    let before = machines(&source, "default");
+    let objects = names(&source, "default", CAPI_KINDS);
+    let directory = tempfile::tempdir().unwrap();
+    let dir = directory.path().to_str().unwrap();
+
+    let backup = lariat_move(&source, &["--to-directory", dir]);
+    assert!(backup.status.success(), "{}", text(&backup));
+    let files = std::fs::read_dir(dir).unwrap().count();
+    assert!(
+        text(&backup).contains(&format!("Wrote {files} objects")),
+        "{}",
+        text(&backup)
+    );
+    assert!(
+        std::path::Path::new(dir)
+            .join("Cluster_default_dev.yaml")
+            .exists()
+    );
+    // A backup leaves the source running, unpaused.
+    assert_eq!(names(&source, "default", CAPI_KINDS), objects);
+    assert_ne!(
+        source.kubectl_ok(&["get", "cluster", "dev", "-o", "jsonpath={.spec.paused}"]),
+        "true"
+    );
+
+    let fresh = TestServer::start();
+    fresh.init_inmemory();
+    let restored = lariat_move(&fresh, &["--from-directory", dir]);
+    assert!(restored.status.success(), "{}", text(&restored));
+    assert_eq!(names(&fresh, "default", CAPI_KINDS), objects);
+    assert_eq!(machines(&fresh, "default"), before);
+    // Every owner reference names an object of the fresh server, by its new uid.
+    let all = json(&fresh, &["get", &format!("{CAPI_KINDS},secrets")]);
+    let uids: BTreeSet<&str> = all["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["metadata"]["uid"].as_str())
+        .collect();
+    for object in all["items"].as_array().unwrap() {
+        for owner in object["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            assert!(
+                uids.contains(owner["uid"].as_str().unwrap()),
+                "{} owned by a uid not in the fresh server",
+                object["metadata"]["name"]
+            );
+        }
+    }
+    eventually("the restored cluster is Ready", || {
+        common::cluster_condition(&fresh, "dev", "Ready") == "True"
+    });
+    assert_eq!(
+        machines(&fresh, "default"),
+        before,
+        "no machine created or deleted"
+    );
+
+    // A directory that is not a backup is refused with what to pass.
+    let empty = tempfile::tempdir().unwrap();
+    let refused = lariat_move(
+        &fresh,
+        &["--from-directory", empty.path().to_str().unwrap()],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("holds no objects"),
+        "{}",
+        text(&refused)
+    );
+}
