@@ -36,6 +36,10 @@ const CLUSTER_HEADER: &str = "x-lariat-cluster";
 /// Where the agent keeps the credential the server issued, in its own cluster.
 pub const CREDENTIAL_NAMESPACE: &str = "lariat-system";
 pub const CREDENTIAL_SECRET: &str = "lariat-agent-credential";
+/// The agent's own endpoint on the tunnel (the server refuses it to proxied callers unless
+/// they may `create clusters/handoff`): `lariat move` tells the agent its new server there.
+/// `lariat_apiserver::tunnel::AGENT_PATH_SEGMENT` names its prefix.
+pub const HANDOFF_PATH: &str = "/lariat-agent/v1/handoff";
 /// The longest wait a Retry-After may impose.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 /// How long dialling, TLS, the CA download and the upgrade may take before the agent gives up
@@ -167,12 +171,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) {
     });
     // The credential last issued, held here too in case keeping it in the cluster failed.
     let mut issued: Option<String> = None;
+    // Where to dial: the configuration's server, until a handoff kept in the cluster says
+    // otherwise.
+    let mut home = Home {
+        server: config.server.clone(),
+        ca_checksum: config.ca_checksum.clone(),
+        token: config.token.clone(),
+    };
     tokio::pin!(shutdown);
     loop {
         let started = Instant::now();
         let outcome = tokio::select! {
             _ = &mut shutdown => return,
-            outcome = connect_and_serve(&config, &mut trusted, &mut issued, use_credential, &sessions) => outcome,
+            outcome = connect_and_serve(&config, &mut home, &mut trusted, &mut issued, use_credential, &sessions) => outcome,
         };
         if let Some(connected) = &config.connected {
             connected.send_replace(false);
@@ -182,7 +193,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) {
         }
         let wait = match outcome {
             Ok(()) => {
-                tracing::info!(server = %config.server, "tunnel closed; reconnecting");
+                tracing::info!(server = %home.server, "tunnel closed; reconnecting");
                 attempt = 0;
                 use_credential = true;
                 config.backoff.delay(0)
@@ -191,7 +202,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) {
                 // Trust the server's pacing, within reason: a middlebox's day-long Retry-After
                 // must not park the agent.
                 let after = after.min(MAX_RETRY_AFTER);
-                tracing::info!(server = %config.server, "server busy; retrying in {after:?}");
+                tracing::info!(server = %home.server, "server busy; retrying in {after:?}");
                 after + config.backoff.delay(0)
             }
             Err(error) => {
@@ -204,7 +215,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) {
                 }
                 let wait = config.backoff.delay(attempt);
                 attempt = attempt.saturating_add(1);
-                tracing::warn!(server = %config.server, %error, "agent cannot connect; retrying in {wait:?}");
+                tracing::warn!(server = %home.server, %error, "agent cannot connect; retrying in {wait:?}");
                 wait
             }
         };
@@ -402,14 +413,106 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
     }
 }
 
-/// The credential kept in the downstream cluster, if any.
-async fn stored_credential(downstream: &kube::Client, name: &str) -> Result<Option<String>, Error> {
+/// Where an agent dials and how it registers there.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Home {
+    pub server: String,
+    pub ca_checksum: String,
+    pub token: String,
+}
+
+/// What the agent keeps in its cluster's Secret: the credential its server issued, and the
+/// server a handoff sent it to (which outlives the configuration it was started with).
+#[derive(Default)]
+struct Stored {
+    credential: Option<String>,
+    home: Option<Home>,
+}
+
+async fn stored(downstream: &kube::Client, name: &str) -> Result<Stored, Error> {
     let secrets: Api<Secret> = Api::namespaced(downstream.clone(), CREDENTIAL_NAMESPACE);
-    Ok(secrets.get_opt(name).await?.and_then(|s| {
-        s.data?
-            .get("credential")
+    let Some(data) = secrets.get_opt(name).await?.and_then(|s| s.data) else {
+        return Ok(Stored::default());
+    };
+    let text = |key: &str| {
+        data.get(key)
             .map(|v| String::from_utf8_lossy(&v.0).to_string())
-    }))
+    };
+    let home = match (text("server"), text("caChecksum"), text("token")) {
+        (Some(server), Some(ca_checksum), Some(token)) => Some(Home {
+            server,
+            ca_checksum,
+            token,
+        }),
+        _ => None,
+    };
+    Ok(Stored {
+        credential: text("credential"),
+        home,
+    })
+}
+
+/// Takes a handoff (`lariat move`): checks the new server's CA against the checksum, keeps
+/// the new home in the cluster's Secret in place of the old server's credential, and asks
+/// the tunnel to close, so the next connection registers with the new server.
+async fn hand_off(config: &Config, body: &[u8]) -> Result<(), (StatusCode, String)> {
+    let home: Home = serde_json::from_slice(body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("a handoff is {{server, caChecksum, token}}: {e}"),
+        )
+    })?;
+    parse_server(&home.server).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+    if home.token.is_empty() {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "a handoff needs a registration token".into(),
+        ));
+    }
+    // A typo must not strand the agent: the new server has to prove itself first.
+    fetch_ca(&home.server, &config.proxy, &home.ca_checksum)
+        .await
+        .map_err(|e| {
+            (
+                StatusCode::BAD_GATEWAY,
+                format!("the agent cannot trust {}: {e}", home.server),
+            )
+        })?;
+    let write = async {
+        ensure_namespace(&config.downstream, CREDENTIAL_NAMESPACE).await?;
+        let secrets: Api<Secret> = Api::namespaced(config.downstream.clone(), CREDENTIAL_NAMESPACE);
+        use base64::Engine as _;
+        let encode = |v: &str| base64::engine::general_purpose::STANDARD.encode(v);
+        let data = serde_json::json!({"server": encode(&home.server), "caChecksum": encode(&home.ca_checksum), "token": encode(&home.token)});
+        if secrets.get_opt(&config.credential_secret).await?.is_some() {
+            let mut data = data;
+            data["credential"] = serde_json::Value::Null;
+            secrets
+                .patch(
+                    &config.credential_secret,
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"data": data})),
+                )
+                .await?;
+        } else {
+            let secret = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": config.credential_secret, "namespace": CREDENTIAL_NAMESPACE},
+                "data": data,
+            }))
+            .map_err(|e| kube::Error::SerdeError(e))?;
+            secrets.create(&PostParams::default(), &secret).await?;
+        }
+        Ok::<_, kube::Error>(())
+    };
+    write.await.map_err(|e| {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the agent cannot keep its new server in its cluster: {e}"),
+        )
+    })?;
+    tracing::info!(server = %home.server, "handed off to another server; reconnecting there");
+    Ok(())
 }
 
 /// Creates namespace `name` in the agent's cluster if it does not exist.
@@ -463,23 +566,36 @@ async fn keep_credential(config: &Config, credential: &str) {
 /// One connection: check the CA, upgrade, then serve the tunnel until it closes.
 async fn connect_and_serve(
     config: &Config,
+    home: &mut Home,
     trusted: &mut Option<Trusted>,
     issued: &mut Option<String>,
     use_credential: bool,
     sessions: &tokio::sync::watch::Sender<Option<Session>>,
 ) -> Result<(), Error> {
+    // The cluster's Secret says where to dial, once a handoff wrote it there; what was held
+    // for the old server is forgotten.
+    let kept = stored(&config.downstream, &config.credential_secret).await;
+    if let Ok(Stored {
+        home: Some(kept), ..
+    }) = &kept
+        && kept != home
+    {
+        *home = kept.clone();
+        *trusted = None;
+        *issued = None;
+    }
     let verified = match trusted {
         Some(verified) => verified.clone(),
         None => {
-            let verified = fetch_ca(&config.server, &config.proxy, &config.ca_checksum).await?;
+            let verified = fetch_ca(&home.server, &config.proxy, &home.ca_checksum).await?;
             *trusted = Some(verified.clone());
             verified
         }
     };
     let tls = verified.tls.clone();
     let credential = if use_credential {
-        let stored = match stored_credential(&config.downstream, &config.credential_secret).await {
-            Ok(stored) => stored,
+        let stored = match kept {
+            Ok(stored) => stored.credential,
             // The cluster's API is unreachable: a credential in memory still opens the tunnel.
             Err(_) if issued.is_some() => None,
             Err(error) => return Err(error),
@@ -495,13 +611,13 @@ async fn connect_and_serve(
     } else {
         None
     };
-    let bearer = credential.as_deref().unwrap_or(&config.token);
-    let stream = tls_connect(&config.server, &config.proxy, tls).await?;
+    let bearer = credential.as_deref().unwrap_or(&home.token);
+    let stream = tls_connect(&home.server, &config.proxy, tls).await?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| Error::Http(e.to_string()))?;
     tokio::spawn(connection.with_upgrades());
-    let (host, port) = parse_server(&config.server)?;
+    let (host, port) = parse_server(&home.server)?;
     let request = Request::get("/v3/connect")
         .header(header::HOST, format!("{host}:{port}"))
         .header(header::CONNECTION, "Upgrade")
@@ -559,12 +675,12 @@ async fn connect_and_serve(
         .and_then(|v| v.to_str().ok())
         .map(String::from);
     if let (Some(credential), Some(cluster)) = (newly_issued.or(credential), cluster) {
-        let server: http::Uri = config
+        let server: http::Uri = home
             .server
             .parse()
-            .map_err(|_| Error::Url(config.server.clone()))?;
+            .map_err(|_| Error::Url(home.server.clone()))?;
         let session = Session {
-            server: config.server.clone(),
+            server: home.server.clone(),
             ca: verified.ca.clone(),
             credential,
             cluster,
@@ -581,30 +697,43 @@ async fn connect_and_serve(
     let upgraded = hyper::upgrade::on(response)
         .await
         .map_err(|e| Error::Http(e.to_string()))?;
-    tracing::info!(server = %config.server, "tunnel up");
+    tracing::info!(server = %home.server, "tunnel up");
     if let Some(connected) = &config.connected {
         connected.send_replace(true);
     }
-    let downstream = config.downstream.clone();
-    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+    let handed_off = Arc::new(tokio::sync::Notify::new());
+    let (for_service, notify) = (Arc::new(config.clone()), handed_off.clone());
+    let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
         .max_concurrent_streams(256)
         .keep_alive_interval(Duration::from_secs(10))
         .keep_alive_timeout(Duration::from_secs(10))
         .serve_connection(
             upgraded,
-            hyper::service::service_fn(move |request| forward(downstream.clone(), request)),
-        )
-        .await
-        .map_err(|e| Error::Http(e.to_string()))
+            hyper::service::service_fn(move |request| {
+                forward(for_service.clone(), notify.clone(), request)
+            }),
+        );
+    tokio::pin!(connection);
+    tokio::select! {
+        served = connection.as_mut() => served.map_err(|e| Error::Http(e.to_string())),
+        _ = handed_off.notified() => {
+            // The handoff's answer goes out before the connection closes.
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
+            Ok(())
+        }
+    }
 }
 
 /// Forwards one proxied request to the downstream API with the agent's own credential,
 /// impersonating the caller the server names.
 async fn forward(
-    downstream: kube::Client,
+    config: Arc<Config>,
+    handed_off: Arc<tokio::sync::Notify>,
     request: Request<Incoming>,
 ) -> Result<Response<kube::client::Body>, Infallible> {
+    let downstream = config.downstream.clone();
     let (parts, body) = request.into_parts();
     let body = match Limited::new(body, MAX_REQUEST_BYTES).collect().await {
         Ok(body) => body.to_bytes(),
@@ -620,6 +749,18 @@ async fn forward(
         .path_and_query()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "/".into());
+    if parts.uri.path() == HANDOFF_PATH && parts.method == http::Method::POST {
+        return Ok(match hand_off(&config, &body).await {
+            Ok(()) => {
+                handed_off.notify_one();
+                status(StatusCode::OK, "handed off")
+            }
+            Err((code, message)) => {
+                tracing::warn!(%message, "refused a handoff");
+                status(code, &message)
+            }
+        });
+    }
     let mut builder = Request::builder().method(parts.method).uri(path);
     for (name, value) in &parts.headers {
         // The credential is the agent's own; the identity is the one the server names with
@@ -649,12 +790,13 @@ async fn forward(
 
 /// A Kubernetes `Status` response.
 fn status(code: StatusCode, message: &str) -> Response<kube::client::Body> {
-    let reason = match code {
-        StatusCode::PAYLOAD_TOO_LARGE => "RequestEntityTooLarge",
-        StatusCode::BAD_REQUEST => "BadRequest",
-        _ => "ServiceUnavailable",
+    let (outcome, reason) = match code {
+        StatusCode::OK => ("Success", ""),
+        StatusCode::PAYLOAD_TOO_LARGE => ("Failure", "RequestEntityTooLarge"),
+        StatusCode::BAD_REQUEST => ("Failure", "BadRequest"),
+        _ => ("Failure", "ServiceUnavailable"),
     };
-    let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+    let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": outcome,
         "message": message, "reason": reason, "code": code.as_u16()});
     let mut response = Response::new(kube::client::Body::from(body.to_string().into_bytes()));
     *response.status_mut() = code;

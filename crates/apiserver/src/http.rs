@@ -278,11 +278,22 @@ async fn cluster_proxy(State(state): State<Arc<AppState>>, request: Request) -> 
             Method::DELETE => "delete",
             _ => "get",
         };
+        // The agent's own endpoint (`lariat move` hands the agent to another server) is not
+        // the cluster's API: it is the `handoff` subresource, POST only.
+        let to_agent = segments
+            .next()
+            .is_some_and(|rest| rest.starts_with(crate::tunnel::AGENT_PATH_SEGMENT));
+        if to_agent && *request.method() != Method::POST {
+            return ApiError::MethodNotAllowed {
+                message: "the agent's handoff takes POST only".into(),
+            }
+            .into_response();
+        }
         let attributes = Attributes {
             verb: verb.into(),
             group: "cluster.x-k8s.io".into(),
             resource: "clusters".into(),
-            subresource: Some("proxy".into()),
+            subresource: Some(if to_agent { "handoff" } else { "proxy" }.into()),
             namespace: namespace.map(String::from),
             name: name.map(String::from),
             path: None,

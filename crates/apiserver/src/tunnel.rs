@@ -718,6 +718,10 @@ pub async fn connect(
     response
 }
 
+/// The first segment of the agent's own endpoints (`lariat_agent::HANDOFF_PATH`): a proxied
+/// request there is the Cluster's `handoff` subresource, not its API.
+pub const AGENT_PATH_SEGMENT: &str = "lariat-agent/";
+
 /// Proxies a request for `/k8s/clusters/<namespace>/<name>/<rest>` into that Cluster's tunnel,
 /// as `caller`: the agent sends it to its cluster's API with its own credential and
 /// `Impersonate-User`/`Impersonate-Group` naming the caller, so the cluster's own RBAC decides

@@ -87,7 +87,10 @@ pub(crate) fn parse_ttl(text: &str) -> anyhow::Result<Duration> {
 /// The server URL of the kubeconfig `lariat` talks to.
 /// The URL a remote cluster dials: the address the server advertises in discovery
 /// (`--advertise-url`), else the one this kubeconfig reaches it at.
-async fn server_url(client: &kube::Client, kubeconfig: Option<&PathBuf>) -> anyhow::Result<String> {
+pub(crate) async fn server_url(
+    client: &kube::Client,
+    kubeconfig: Option<&PathBuf>,
+) -> anyhow::Result<String> {
     let advertised = client
         .list_core_api_versions()
         .await

@@ -102,6 +102,23 @@ fn names(server: &TestServer, namespace: &str, kinds: &str) -> BTreeSet<String> 
         .collect()
 }
 
+fn decode(base64: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("base64")
+        .arg("-d")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(base64.as_bytes())
+        .unwrap();
+    String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()
+}
+
 fn lariat_move(source: &TestServer, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lariat"))
         .arg("move")
@@ -153,6 +170,39 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
             "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  ownerReferences: [{{apiVersion: cluster.x-k8s.io/v1beta1, kind: Machine, name: {machine}, uid: {machine_uid}}}]\nspec: {{size: 3}}\n---\napiVersion: example.com/v1\nkind: Gadget\nmetadata: {{name: g1}}\nspec: {{clusterName: dev}}\n"
         ),
     );
+    // Two imported clusters: one whose agent is connected, one whose agent is gone.
+    let downstream = TestServer::start();
+    let dark_downstream = TestServer::start();
+    let source_url = format!("https://{}", source.address);
+    let agent = |name: &str, downstream: &TestServer| {
+        let (token, checksum) =
+            common::import_cluster_with(&source, &[name, "-n", "prod", "--ttl", "1h"]);
+        let agent = common::Agent::start(
+            source.data_dir(),
+            name,
+            &source_url,
+            &token,
+            &checksum,
+            downstream,
+        );
+        eventually("the imported cluster's agent connects", || {
+            source
+                .kubectl(&[
+                    "get",
+                    "clusterconnection",
+                    name,
+                    "-n",
+                    "prod",
+                    "-o",
+                    "jsonpath={.status.connected}",
+                ])
+                .stdout
+                == b"true"
+        });
+        agent
+    };
+    let edge_agent = agent("edge", &downstream);
+    drop(agent("dark", &dark_downstream));
     let to = target.kubeconfig();
     let to = to.to_str().unwrap();
 
@@ -227,10 +277,17 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
         &[&["--to-kubeconfig", to, "-n", "prod"][..], &includes].concat(),
     );
     assert!(moved.status.success(), "{}", text(&moved));
+    let printed = text(&moved);
+    assert!(printed.contains("Moved 31 objects"), "{printed}");
+    // The connected agent followed; the other is named, with the command that brings it back.
     assert!(
-        text(&moved).contains("Moved 29 objects"),
-        "{}",
-        text(&moved)
+        printed.contains("Agent of Cluster/edge connected to the target"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("Agent of Cluster/dark did not follow (")
+            && printed.contains("lariat cluster import dark -n prod --kubeconfig TARGET"),
+        "{printed}"
     );
 
     // The source keeps nothing of it.
@@ -281,6 +338,37 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
     );
     let cluster = json(&target, &["get", "cluster", "dev", "-n", "prod"]);
     assert_ne!(cluster["spec"]["paused"], true, "unpaused at the end");
+
+    // The imported cluster is reached through the target now, by an agent that keeps its new
+    // server in its own cluster (a restart goes there too).
+    assert!(
+        target
+            .kubectl_ok(&["get", "--raw", "/k8s/clusters/prod/edge/api/v1/namespaces"])
+            .contains("lariat-system")
+    );
+    let kept = downstream.kubectl_ok(&[
+        "get",
+        "secret",
+        "lariat-agent-credential",
+        "-n",
+        "lariat-system",
+        "-o",
+        "jsonpath={.data.server}",
+    ]);
+    assert_eq!(decode(&kept), format!("https://{}", target.address));
+    assert!(
+        edge_agent.log().contains("handed off to another server"),
+        "{}",
+        edge_agent.log()
+    );
+    // The handoff is the Cluster's `handoff` subresource, POST only: a proxied GET of it is
+    // refused, and a user who may use the proxy may not hand the agent off.
+    let refused = target.kubectl(&[
+        "get",
+        "--raw",
+        "/k8s/clusters/prod/edge/lariat-agent/v1/handoff",
+    ]);
+    assert!(!refused.status.success());
 
     // Its controllers take over: the agent of the in-memory cluster connects to the target,
     // the Nodes are there through its kubeconfig, and no machine is made or removed.

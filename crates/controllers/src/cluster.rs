@@ -79,17 +79,20 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &namespace);
-    // Paused first: a paused Cluster being deleted (by `lariat move`, in the server it
-    // leaves) must not delete its infrastructure.
+    // As Cluster API: the finalizer first (never on an object being deleted), then paused
+    // before deletion, so a paused Cluster being deleted (by `lariat move`, in the server it
+    // leaves) does not delete its infrastructure.
+    if cluster.metadata.deletion_timestamp.is_none()
+        && ensure_finalizer(&api, &cluster, FINALIZER).await?
+    {
+        // The write's own watch event brings the Cluster back.
+        return Ok(Action::await_change());
+    }
     if paused(&cluster) {
         return Ok(Action::await_change());
     }
     if cluster.metadata.deletion_timestamp.is_some() {
         return reconcile_delete(&cluster, &ctx, &api).await;
-    }
-    if ensure_finalizer(&api, &cluster, FINALIZER).await? {
-        // The write's own watch event brings the Cluster back.
-        return Ok(Action::await_change());
     }
     let owner = owner_reference(cluster.as_ref(), false);
     let uid = cluster.uid().unwrap_or_default();

@@ -43,7 +43,13 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
     let name = machine.name_any();
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
     let cluster_name = machine.spec.cluster_name.clone();
-    // Paused before deletion: see `cluster::object_paused`.
+    // As the Cluster's: finalizer, then paused before deletion (see `cluster::object_paused`).
+    if machine.metadata.deletion_timestamp.is_none()
+        && ensure_finalizer(&api, &machine, FINALIZER).await?
+    {
+        // The write's own watch event brings the Machine back.
+        return Ok(Action::await_change());
+    }
     if machine
         .annotations()
         .contains_key(lariat_api::capi::annotations::PAUSED)
@@ -56,10 +62,6 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
     }
     if machine.metadata.deletion_timestamp.is_some() {
         return reconcile_delete(&machine, &ctx, &api).await;
-    }
-    if ensure_finalizer(&api, &machine, FINALIZER).await? {
-        // The write's own watch event brings the Machine back.
-        return Ok(Action::await_change());
     }
     let Some(cluster) = ctx.cluster(&namespace, &cluster_name).await? else {
         return Ok(Action::requeue(Duration::from_secs(2)));

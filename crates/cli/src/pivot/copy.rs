@@ -3,6 +3,7 @@
 //! annotation, so a second attempt finds its own work instead of duplicating it.
 
 use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
@@ -26,10 +27,18 @@ pub struct Server {
     pub served: Served,
     /// Its URL, as the kubeconfig names it.
     pub url: String,
+    /// What the server is whatever its address: the sha256 of the CA its kubeconfig
+    /// trusts (the URL if it names none), so a server restarted on another port, or reached
+    /// under another name, is still itself.
+    pub identity: String,
 }
 
 impl Server {
     pub async fn connect(config: kube::Config, what: &str) -> anyhow::Result<Server> {
+        let identity = match config.root_cert.as_ref().and_then(|c| c.first()) {
+            Some(ca) => lariat_apiserver::auth::sha256_hex(ca),
+            None => config.cluster_url.to_string(),
+        };
         let url = config
             .cluster_url
             .to_string()
@@ -41,6 +50,7 @@ impl Server {
             client,
             served,
             url,
+            identity,
         })
     }
 
@@ -238,7 +248,7 @@ impl Server {
                     original["paused"] = Value::Null;
                 }
                 if !original.is_null() && !contains(&copy.data[field], &original) {
-                    bail!("{what} in the target differs from the source in its {field}");
+                    bail!("{what} in the target differs from the original in its {field}");
                 }
             }
             let labels = |o: &DynamicObject| o.metadata.labels.clone().unwrap_or_default();
@@ -246,7 +256,7 @@ impl Server {
                 .iter()
                 .all(|(k, v)| labels(&copy).get(k) == Some(v))
             {
-                bail!("{what} in the target lacks labels it has in the source");
+                bail!("{what} in the target lacks labels the original has");
             }
             let owners = |o: &DynamicObject, names: &dyn Fn(&str) -> Option<(String, String)>| {
                 o.metadata
@@ -270,14 +280,14 @@ impl Server {
                 .map(|r| (r.kind.clone(), r.name.clone()))
                 .collect();
             if !wanted.is_subset(&copied) && object.namespaced {
-                bail!("{what} in the target lost an owner it has in the source");
+                bail!("{what} in the target lost an owner the original has");
             }
         }
         Ok(())
     }
 
-    /// Deletes these objects, what they own last; finalizers go first, so no controller here
-    /// acts on the deletion (their Clusters are paused as well), and dependents are
+    /// Deletes these objects, what they own last, and then removes their finalizers: their
+    /// Clusters are paused, so no controller here acts on the deletion. Dependents are
     /// orphaned, so what the user chose to leave stays. Cluster-wide objects stay: they may
     /// serve clusters that do not move. Gone already is fine.
     pub async fn delete(&self, entries: &[Entry], only_ours: bool) -> anyhow::Result<usize> {
@@ -298,30 +308,6 @@ impl Server {
             if !ours {
                 continue;
             }
-            if object
-                .metadata
-                .finalizers
-                .as_ref()
-                .is_some_and(|f| !f.is_empty())
-            {
-                match api
-                    .patch(
-                        &entry.name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-                    )
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(status)) if status.code == 404 => continue,
-                    Err(e) => {
-                        return Err(crate::connect::refused(
-                            e,
-                            &format!("remove the finalizers of {}", entry.display()),
-                        ));
-                    }
-                }
-            }
             let params = DeleteParams {
                 propagation_policy: Some(PropagationPolicy::Orphan),
                 preconditions: Some(kube::api::Preconditions {
@@ -330,24 +316,40 @@ impl Server {
                 }),
                 ..DeleteParams::default()
             };
-            match api.delete(&entry.name, &params).await {
-                Ok(_) => deleted += 1,
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
+            // Deleted first, then its finalizers removed: no controller may add one to an
+            // object being deleted, so nothing holds it after. The garbage collector's
+            // `orphan` finalizer stays, to orphan its dependents.
+            let deleting = match api.delete(&entry.name, &params).await {
+                Ok(either) => either.left(),
+                Err(kube::Error::Api(status)) if status.code == 404 => continue,
                 Err(e) => {
                     return Err(crate::connect::refused(
                         e,
                         &format!("delete {}", entry.display()),
                     ));
                 }
-            }
+            };
+            deleted += 1;
+            let Some(deleting) = deleting else {
+                continue;
+            };
+            strip_finalizers(&api, deleting, &entry.display()).await?;
         }
         Ok(deleted)
     }
+
     /// Deletes the server's own records of the moved objects (a ClusterConnection, Fleet's
     /// Cluster: what [`servers_own`] names and the objects own): deleting the objects with
     /// orphaned dependents left them behind, and the server's controllers, paused, do not.
     pub async fn forget(&self, entries: &[Entry]) -> anyhow::Result<()> {
         let uids: HashSet<&str> = entries.iter().map(|e| e.uid.as_str()).collect();
+        // Named as its Cluster (a ClusterConnection, Fleet's Cluster): found even once the
+        // owner reference is gone.
+        let clusters: HashSet<(&str, &str)> = entries
+            .iter()
+            .filter(|e| e.is_cluster())
+            .map(|e| (e.namespace.as_str(), e.name.as_str()))
+            .collect();
         for group in self.served.discovery().groups() {
             for (resource, capabilities) in group.recommended_resources() {
                 if servers_own(&resource.group, &resource.kind).is_none()
@@ -356,10 +358,15 @@ impl Server {
                     continue;
                 }
                 for record in list_all(&self.client, &resource).await? {
-                    if !record
-                        .owner_references()
-                        .iter()
-                        .any(|o| uids.contains(o.uid.as_str()))
+                    let of_a_cluster = clusters.contains(&(
+                        record.metadata.namespace.as_deref().unwrap_or_default(),
+                        record.metadata.name.as_deref().unwrap_or_default(),
+                    ));
+                    if !of_a_cluster
+                        && !record
+                            .owner_references()
+                            .iter()
+                            .any(|o| uids.contains(o.uid.as_str()))
                     {
                         continue;
                     }
@@ -383,6 +390,45 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// Removes every finalizer but the garbage collector's `orphan` from an object being
+/// deleted, written against the version read (the collector changes the list too: a stale
+/// write would add back a finalizer it removed, which the API refuses).
+async fn strip_finalizers(
+    api: &Api<DynamicObject>,
+    mut object: DynamicObject,
+    what: &str,
+) -> anyhow::Result<()> {
+    for _ in 0..10 {
+        let finalizers = object.metadata.finalizers.clone().unwrap_or_default();
+        let kept: Vec<&String> = finalizers.iter().filter(|f| *f == "orphan").collect();
+        if kept.len() == finalizers.len() {
+            return Ok(());
+        }
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let patch = json!({"metadata": {"finalizers": kept, "resourceVersion": object.metadata.resource_version}});
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 403 => {
+                match api.get_opt(&name).await? {
+                    Some(now) => object = now,
+                    None => return Ok(()),
+                }
+            }
+            Err(e) => {
+                return Err(crate::connect::refused(
+                    e,
+                    &format!("remove the finalizers of {what}"),
+                ));
+            }
+        }
+    }
+    anyhow::bail!("cannot remove the finalizers of {what}: it keeps changing; run the move again")
 }
 
 /// The source uid a moved object came from.
@@ -457,6 +503,9 @@ fn contains(copy: &Value, original: &Value) -> bool {
     }
 }
 
+/// The largest file a restore reads: the API's own limit on an object.
+const MAX_FILE_BYTES: u64 = 3 * 1024 * 1024;
+
 /// clusterctl's file name for an object in a backup directory.
 fn file_name(object: &Object) -> String {
     format!(
@@ -469,8 +518,17 @@ fn file_name(object: &Object) -> String {
 
 /// Writes each object to its own YAML file, as `clusterctl move --to-directory` does.
 pub fn write_directory(directory: &Path, graph: &Graph) -> anyhow::Result<()> {
-    std::fs::create_dir_all(directory)
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(directory)
         .with_context(|| format!("cannot create {}", directory.display()))?;
+    if std::fs::read_dir(directory)?.next().is_some() {
+        bail!(
+            "{} is not empty: write a backup into a new directory",
+            directory.display()
+        );
+    }
     for object in &graph.objects {
         let mut value = serde_json::to_value(&object.object)?;
         value["metadata"]
@@ -478,7 +536,16 @@ pub fn write_directory(directory: &Path, graph: &Graph) -> anyhow::Result<()> {
             .map(|m| m.remove("managedFields"));
         let path = directory.join(file_name(object));
         let text = serde_yaml_ng::to_string(&value)?;
-        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        // Secrets (CA keys, kubeconfigs) are among them: readable by their owner only.
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        std::io::Write::write_all(&mut file, text.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())
 }
@@ -497,12 +564,36 @@ pub fn read_directory(directory: &Path) -> anyhow::Result<Graph> {
         if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
             continue;
         }
+        // Only the files a backup writes: no symlink followed out of the directory, nothing
+        // larger than an object can be, and a bad file named, never quoted.
+        let meta = std::fs::symlink_metadata(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        if !meta.is_file() {
+            bail!(
+                "{} is not a regular file: a backup holds only the files --to-directory wrote",
+                path.display()
+            );
+        }
+        if meta.len() > MAX_FILE_BYTES {
+            bail!(
+                "{} is larger than any object ({} bytes): it was not written by --to-directory",
+                path.display(),
+                meta.len()
+            );
+        }
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read {}", path.display()))?;
-        let value: Value = serde_yaml_ng::from_str(&text)
-            .with_context(|| format!("{} is not YAML", path.display()))?;
-        let object = Object::from_json(value)
-            .with_context(|| format!("{} is not a Kubernetes object", path.display()))?;
+        let not_object = || {
+            anyhow::anyhow!(
+                "{} is not a Kubernetes object (a YAML mapping with apiVersion, kind and metadata)",
+                path.display()
+            )
+        };
+        let value: Value = serde_yaml_ng::from_str(&text).map_err(|_| not_object())?;
+        if !value.is_object() {
+            return Err(not_object());
+        }
+        let object = Object::from_json(value).map_err(|_| not_object())?;
         if object.uid().is_empty() {
             bail!(
                 "{} has no metadata.uid: it was not written by --to-directory",

@@ -271,7 +271,11 @@ impl std::str::FromStr for Selector {
             Some((kind, name)) => (kind, Some(name.to_string())),
             None => (text, None),
         };
-        if kind.is_empty() || name.as_deref() == Some("") {
+        if kind.is_empty()
+            || name
+                .as_deref()
+                .is_some_and(|n| n.is_empty() || n.contains('/'))
+        {
             return Err(format!(
                 "{text:?}: expected KIND or KIND/NAME, e.g. Widget/w1"
             ));

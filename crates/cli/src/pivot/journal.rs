@@ -64,8 +64,10 @@ impl Entry {
 
 #[derive(Clone, Debug)]
 pub struct Journal {
-    /// The target's API server URL.
+    /// The target's API server URL, for messages.
     pub target: String,
+    /// The target's identity (`copy::Server::identity`), which a resume must match.
+    pub target_identity: String,
     pub phase: Phase,
     pub objects: Vec<Entry>,
     /// Clusters that were paused before the move (and stay so after it).
@@ -93,6 +95,7 @@ impl Journal {
         };
         Ok(Some(Journal {
             target: field("target")?.clone(),
+            target_identity: field("targetIdentity")?.clone(),
             phase: serde_json::from_value(parse("phase")?)?,
             objects: serde_json::from_value(parse("objects")?)?,
             paused: serde_json::from_value(parse("paused")?)?,
@@ -102,6 +105,7 @@ impl Journal {
     pub async fn save(&self, client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
         let data: BTreeMap<String, String> = [
             ("target".to_string(), self.target.clone()),
+            ("targetIdentity".to_string(), self.target_identity.clone()),
             ("phase".to_string(), serde_json::to_string(&self.phase)?),
             ("objects".to_string(), serde_json::to_string(&self.objects)?),
             ("paused".to_string(), serde_json::to_string(&self.paused)?),
@@ -121,6 +125,47 @@ impl Journal {
             )
             .await
             .map_err(|e| crate::connect::refused(e, "write the move's journal"))?;
+        Ok(())
+    }
+
+    /// Writes a new journal, failing if there is one already: of two moves of a namespace
+    /// started at once, one goes on.
+    pub async fn create(&self, client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
+        let placeholder = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": NAME, "namespace": namespace, "labels": {JOURNAL_LABEL: "true"}},
+        }))?;
+        match Api::<ConfigMap>::namespaced(client.clone(), namespace)
+            .create(&kube::api::PostParams::default(), &placeholder)
+            .await
+        {
+            Ok(_) => self.save(client, namespace).await,
+            Err(kube::Error::Api(status)) if status.code == 409 => anyhow::bail!(
+                "another move of namespace {namespace} has just started: let it finish (or rerun it to resume it)"
+            ),
+            Err(e) => Err(crate::connect::refused(e, "write the move's journal")),
+        }
+    }
+
+    /// A journal is a ConfigMap, which anyone who may edit the namespace may write: it may
+    /// name only objects of that namespace and Cluster API's cluster-wide kinds, and a resume
+    /// still moves only what discovery finds (see `run`).
+    pub fn check_confined(&self, namespace: &str) -> anyhow::Result<()> {
+        for entry in &self.objects {
+            let group = entry.gvk().group;
+            let confined = if entry.namespace.is_empty() {
+                group.ends_with("cluster.x-k8s.io")
+            } else {
+                entry.namespace == namespace
+            };
+            if !confined {
+                anyhow::bail!(
+                    "the move's journal (ConfigMap {namespace}/{NAME}) names {} {}/{}, outside the namespace: it was not written by lariat move; delete it",
+                    entry.kind,
+                    entry.namespace,
+                    entry.name
+                );
+            }
+        }
         Ok(())
     }
 

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use anyhow::bail;
 
+mod agents;
 mod copy;
 mod graph;
 mod journal;
@@ -55,7 +56,7 @@ pub struct MoveArgs {
     force: bool,
     /// Undo a move that stopped before it began deleting from the source: delete what it
     /// created in the target and unpause the source's Clusters.
-    #[arg(long, requires = "to_kubeconfig")]
+    #[arg(long, requires = "to_kubeconfig", conflicts_with_all = ["to_directory", "from_directory", "dry_run"])]
     abort: bool,
     /// Kubeconfig of the source server (of the target, with --from-directory) [default:
     /// $KUBECONFIG, ~/.kube/config, ./lariat-data/kubeconfig.yaml].
@@ -95,23 +96,48 @@ pub async fn run(args: MoveArgs) -> anyhow::Result<()> {
         .expect("clap requires a destination");
     let target_config = crate::connect::config(Some(path)).await?;
     let target = Server::connect(target_config, "the target").await?;
-    if target.url == here.url {
+    if target.identity == here.identity || target.url == here.url {
         bail!(
             "the source and the target are the same server ({}): pass the other server's kubeconfig to --to-kubeconfig",
             here.url
         );
     }
     match journal {
-        Some(journal) if journal.target != target.url => bail!(
-            "a move of namespace {namespace} to {} is under way: rerun it with that server's kubeconfig, or undo it with --abort --to-kubeconfig for that server",
+        Some(journal) if journal.target_identity != target.identity => bail!(
+            "a move of namespace {namespace} to {} is under way: rerun it with that server's kubeconfig (at whatever address it has now), or undo it with --abort and that kubeconfig",
             journal.target
         ),
-        Some(journal) if args.abort => abort(&here, &target, &namespace, journal).await,
         None if args.abort => bail!(
             "no move of namespace {namespace} is under way in {}: nothing to abort",
             here.url
         ),
-        Some(journal) => {
+        None => {
+            let Some(graph) = plan(&args, &here, Some(&target), &namespace).await? else {
+                return Ok(());
+            };
+            let journal = Journal {
+                target: target.url.clone(),
+                target_identity: target.identity.clone(),
+                phase: Phase::Copying,
+                objects: graph.objects.iter().map(Entry::of).collect(),
+                paused: graph
+                    .clusters()
+                    .filter(|c| c.object.data["spec"]["paused"] == true)
+                    .map(|c| c.name().to_string())
+                    .collect(),
+            };
+            journal.create(&here.client, &namespace).await?;
+            println!(
+                "Journal written: ConfigMap {namespace}/{} in the source",
+                journal::NAME
+            );
+            finish(&here, &target, path, &namespace, journal, started).await
+        }
+        Some(mut journal) => {
+            journal.check_confined(&namespace)?;
+            if args.abort {
+                return abort(&here, &target, &namespace, journal).await;
+            }
             println!(
                 "Resuming the move of namespace {namespace} to {} ({} objects; {})",
                 target.url,
@@ -121,28 +147,38 @@ pub async fn run(args: MoveArgs) -> anyhow::Result<()> {
                     Phase::Deleting => "the target holds everything",
                 }
             );
-            finish(&here, &target, &namespace, journal, started).await
-        }
-        None => {
-            let Some(graph) = plan(&args, &here, Some(&target), &namespace).await? else {
+            if args.dry_run {
+                println!(
+                    "Dry run: nothing changed. The same command without --dry-run finishes the move{}",
+                    if journal.phase == Phase::Copying {
+                        "; --abort undoes it"
+                    } else {
+                        ""
+                    }
+                );
                 return Ok(());
-            };
-            let journal = Journal {
-                target: target.url.clone(),
-                phase: Phase::Copying,
-                objects: graph.objects.iter().map(Entry::of).collect(),
-                paused: graph
-                    .clusters()
-                    .filter(|c| c.object.data["spec"]["paused"] == true)
-                    .map(|c| c.name().to_string())
-                    .collect(),
-            };
-            journal.save(&here.client, &namespace).await?;
-            println!(
-                "Journal written: ConfigMap {namespace}/{} in the source",
-                journal::NAME
-            );
-            finish(&here, &target, &namespace, journal, started).await
+            }
+            if journal.phase == Phase::Copying {
+                // The source is whole: discover and check again, so what appeared meanwhile
+                // moves or is named, and the move takes only what discovery finds.
+                let Some(graph) = plan(&args, &here, Some(&target), &namespace).await? else {
+                    return Ok(());
+                };
+                let found: HashSet<&str> = graph.uids();
+                if let Some(stray) = journal
+                    .objects
+                    .iter()
+                    .find(|e| !found.contains(e.uid.as_str()))
+                {
+                    bail!(
+                        "the move's journal names {}, which is no longer part of the move: undo it with --abort, then move again",
+                        stray.display()
+                    );
+                }
+                journal.objects = graph.objects.iter().map(Entry::of).collect();
+                journal.save(&here.client, &namespace).await?;
+            }
+            finish(&here, &target, path, &namespace, journal, started).await
         }
     }
 }
@@ -201,15 +237,24 @@ async fn plan(
         }
     }
     if args.dry_run {
-        let mut command = std::env::args()
+        let given: Vec<String> = std::env::args()
+            .skip(1)
             .filter(|a| a != "--dry-run")
-            .collect::<Vec<_>>()
-            .join(" ");
-        let wanted: HashSet<&str> = findings.iter().map(|f| f.selector.as_str()).collect();
-        let mut wanted: Vec<&str> = wanted.into_iter().collect();
+            .collect();
+        let mut command = format!("lariat {}", given.join(" "));
+        let mut wanted: Vec<(&str, &str)> = findings
+            .iter()
+            .map(|f| {
+                (
+                    if f.elsewhere { "--leave" } else { "--include" },
+                    f.selector.as_str(),
+                )
+            })
+            .collect();
         wanted.sort();
-        for selector in wanted {
-            command.push_str(&format!(" --include {selector}"));
+        wanted.dedup();
+        for (flag, selector) in wanted {
+            command.push_str(&format!(" {flag} {selector}"));
         }
         if refusals.is_empty() {
             println!(
@@ -257,6 +302,7 @@ async fn plan(
 async fn finish(
     source: &Server,
     target: &Server,
+    target_kubeconfig: &PathBuf,
     namespace: &str,
     mut journal: Journal,
     started: Instant,
@@ -277,12 +323,23 @@ async fn finish(
         }
         println!("Verifying {} objects in the target", graph.objects.len());
         target.verify(&graph).await?;
+        let followed = agents::hand_off(source, target, target_kubeconfig, &graph).await?;
+        for name in &followed.connected {
+            println!("Agent of Cluster/{name} connected to the target");
+        }
+        for (name, why) in &followed.reimport {
+            println!(
+                "Agent of Cluster/{name} did not follow ({why}): once the move ends, import it again with `lariat cluster import {name} -n {namespace} --kubeconfig TARGET` and apply what it prints"
+            );
+        }
         journal.phase = Phase::Deleting;
         journal.save(&source.client, namespace).await?;
     }
     println!("Deleting {} objects from the source", journal.objects.len());
     source.forget(&journal.objects).await?;
     source.delete(&journal.objects, false).await?;
+    // Again: the source's Fleet may have made its records anew while the Clusters lived.
+    source.forget(&journal.objects).await?;
     println!(
         "Unpausing {} clusters in the target",
         clusters

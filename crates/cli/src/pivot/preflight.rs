@@ -18,6 +18,8 @@ pub struct Finding {
     pub left: String,
     /// `KIND/NAME` for `--include` or `--leave`.
     pub selector: String,
+    /// In another namespace: it can only be left.
+    pub elsewhere: bool,
     pub why: String,
 }
 
@@ -71,6 +73,7 @@ pub fn scan(
                     )
                 };
                 findings.insert(Finding {
+                    elsewhere: left.namespaced && left.namespace() != namespace,
                     left: left.display(namespace),
                     selector: selector(left),
                     why,
