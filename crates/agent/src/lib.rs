@@ -500,7 +500,7 @@ async fn hand_off(config: &Config, body: &[u8]) -> Result<(), (StatusCode, Strin
                 "metadata": {"name": config.credential_secret, "namespace": CREDENTIAL_NAMESPACE},
                 "data": data,
             }))
-            .map_err(|e| kube::Error::SerdeError(e))?;
+            .map_err(kube::Error::SerdeError)?;
             secrets.create(&PostParams::default(), &secret).await?;
         }
         Ok::<_, kube::Error>(())

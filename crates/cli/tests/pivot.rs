@@ -203,6 +203,20 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
     };
     let edge_agent = agent("edge", &downstream);
     drop(agent("dark", &dark_downstream));
+    eventually("the source sees the dark cluster's agent gone", || {
+        source
+            .kubectl(&[
+                "get",
+                "clusterconnection",
+                "dark",
+                "-n",
+                "prod",
+                "-o",
+                "jsonpath={.status.connected}",
+            ])
+            .stdout
+            != b"true"
+    });
     let to = target.kubeconfig();
     let to = to.to_str().unwrap();
 

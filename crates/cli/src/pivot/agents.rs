@@ -16,6 +16,8 @@ use super::graph::Graph;
 /// How long a registration made for a handoff works: long enough for an agent that is
 /// reconnecting anyway.
 const TOKEN_TTL: Duration = Duration::from_secs(3600);
+/// How long an agent may take to check the target and keep its new home.
+const HANDOFF_WAIT: Duration = Duration::from_secs(15);
 /// How long the move waits for handed-off agents to connect to the target.
 const CONNECT_WAIT: Duration = Duration::from_secs(60);
 
@@ -119,9 +121,7 @@ pub async fn hand_off(
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(serde_json::to_vec(&body)?)?;
         // Bounded: the client retries an agent that is unavailable, which here means gone.
-        match tokio::time::timeout(Duration::from_secs(30), source.client.request_text(request))
-            .await
-        {
+        match tokio::time::timeout(HANDOFF_WAIT, source.client.request_text(request)).await {
             Ok(Ok(_)) => waiting.push((namespace.to_string(), name.to_string())),
             Ok(Err(kube::Error::Api(status))) => {
                 followed.reimport.push((name.to_string(), status.message))
@@ -129,7 +129,7 @@ pub async fn hand_off(
             Ok(Err(e)) => followed.reimport.push((name.to_string(), e.to_string())),
             Err(_) => followed.reimport.push((
                 name.to_string(),
-                "its agent did not answer within 30s".into(),
+                format!("its agent did not answer within {HANDOFF_WAIT:?}"),
             )),
         }
     }

@@ -180,3 +180,51 @@ impl Journal {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(api_version: &str, kind: &str, namespace: &str) -> Entry {
+        Entry {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: namespace.into(),
+            name: "x".into(),
+            uid: "u".into(),
+        }
+    }
+
+    #[test]
+    fn a_journal_names_only_its_namespace_and_cluster_api_kinds() {
+        let journal = |objects| Journal {
+            target: "https://t".into(),
+            target_identity: "id".into(),
+            phase: Phase::Copying,
+            objects,
+            paused: vec![],
+        };
+        let fine = journal(vec![
+            entry("cluster.x-k8s.io/v1beta1", "Cluster", "prod"),
+            entry("v1", "Secret", "prod"),
+            entry(
+                "infrastructure.cluster.x-k8s.io/v1beta2",
+                "AWSClusterStaticIdentity",
+                "",
+            ),
+        ]);
+        assert!(fine.check_confined("prod").is_ok());
+        let other = journal(vec![entry("v1", "Secret", "other")]);
+        let error = other.check_confined("prod").unwrap_err().to_string();
+        assert!(
+            error.contains("Secret other/x, outside the namespace"),
+            "{error}"
+        );
+        let global = journal(vec![entry(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+            "",
+        )]);
+        assert!(global.check_confined("prod").is_err());
+    }
+}

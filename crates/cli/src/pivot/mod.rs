@@ -378,6 +378,8 @@ async fn abort(
         target.url
     );
     let deleted = target.delete(&journal.objects, true).await?;
+    // With the target's own records of them (its Fleet's, an agent's connection).
+    target.forget(&journal.objects).await?;
     let clusters: Vec<&Entry> = journal.objects.iter().filter(|e| e.is_cluster()).collect();
     let was_paused: HashSet<String> = journal.paused.iter().cloned().collect();
     println!(
