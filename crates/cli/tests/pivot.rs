@@ -102,23 +102,6 @@ fn names(server: &TestServer, namespace: &str, kinds: &str) -> BTreeSet<String> 
         .collect()
 }
 
-fn decode(base64: &str) -> String {
-    use std::io::Write;
-    let mut child = Command::new("base64")
-        .arg("-d")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(base64.as_bytes())
-        .unwrap();
-    String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()
-}
-
 fn lariat_move(source: &TestServer, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lariat"))
         .arg("move")
@@ -360,16 +343,10 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
             .kubectl_ok(&["get", "--raw", "/k8s/clusters/prod/edge/api/v1/namespaces"])
             .contains("lariat-system")
     );
-    let kept = downstream.kubectl_ok(&[
-        "get",
-        "secret",
-        "lariat-agent-credential",
-        "-n",
-        "lariat-system",
-        "-o",
-        "jsonpath={.data.server}",
-    ]);
-    assert_eq!(decode(&kept), format!("https://{}", target.address));
+    assert_eq!(
+        common::agent_kept(&downstream, "server"),
+        format!("https://{}", target.address)
+    );
     assert!(
         edge_agent.log().contains("handed off to another server"),
         "{}",

@@ -308,7 +308,6 @@ async fn finish(
     started: Instant,
 ) -> anyhow::Result<()> {
     let clusters: Vec<&Entry> = journal.objects.iter().filter(|e| e.is_cluster()).collect();
-    let was_paused: HashSet<String> = journal.paused.iter().cloned().collect();
     if journal.phase == Phase::Copying {
         println!("Pausing {} clusters in the source", clusters.len());
         source.pause(&clusters, |_| true).await?;
@@ -340,16 +339,7 @@ async fn finish(
     source.delete(&journal.objects, false).await?;
     // Again: the source's Fleet may have made its records anew while the Clusters lived.
     source.forget(&journal.objects).await?;
-    println!(
-        "Unpausing {} clusters in the target",
-        clusters
-            .iter()
-            .filter(|c| !was_paused.contains(&c.name))
-            .count()
-    );
-    target
-        .pause(&clusters, |name| was_paused.contains(name))
-        .await?;
+    unpause(target, &journal, "the target").await?;
     Journal::remove(&source.client, namespace).await?;
     let graph_summary = graph::count_kinds(journal.objects.iter().map(|e| e.kind.as_str()));
     println!(
@@ -380,21 +370,24 @@ async fn abort(
     let deleted = target.delete(&journal.objects, true).await?;
     // With the target's own records of them (its Fleet's, an agent's connection).
     target.forget(&journal.objects).await?;
-    let clusters: Vec<&Entry> = journal.objects.iter().filter(|e| e.is_cluster()).collect();
-    let was_paused: HashSet<String> = journal.paused.iter().cloned().collect();
-    println!(
-        "Unpausing {} clusters in the source",
-        clusters
-            .iter()
-            .filter(|c| !was_paused.contains(&c.name))
-            .count()
-    );
-    source
-        .pause(&clusters, |name| was_paused.contains(name))
-        .await?;
+    unpause(source, &journal, "the source").await?;
     Journal::remove(&source.client, namespace).await?;
     println!("Aborted: {deleted} objects deleted from the target; the source is as it was");
     Ok(())
+}
+
+/// Puts the moved Clusters' `spec.paused` back as it was before the move, on `server`.
+async fn unpause(server: &Server, journal: &Journal, which: &str) -> anyhow::Result<()> {
+    let clusters: Vec<&Entry> = journal.objects.iter().filter(|e| e.is_cluster()).collect();
+    let was_paused: HashSet<&str> = journal.paused.iter().map(String::as_str).collect();
+    let unpausing = clusters
+        .iter()
+        .filter(|c| !was_paused.contains(c.name.as_str()))
+        .count();
+    println!("Unpausing {unpausing} clusters in {which}");
+    server
+        .pause(&clusters, |name| was_paused.contains(name))
+        .await
 }
 
 /// `--to-directory`: the graph as it is, each object in a file, with its Clusters' own

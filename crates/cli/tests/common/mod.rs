@@ -492,6 +492,11 @@ impl Drop for Agent {
 
 /// The credential an agent keeps in its cluster (`downstream`).
 pub fn agent_credential(downstream: &TestServer) -> String {
+    agent_kept(downstream, "credential")
+}
+
+/// What an agent keeps under `key` in its cluster's Secret.
+pub fn agent_kept(downstream: &TestServer, key: &str) -> String {
     downstream.kubectl_ok(&[
         "get",
         "secret",
@@ -499,6 +504,6 @@ pub fn agent_credential(downstream: &TestServer) -> String {
         "-n",
         "lariat-system",
         "-o",
-        "go-template={{.data.credential | base64decode}}",
+        &format!("go-template={{{{.data.{key} | base64decode}}}}"),
     ])
 }
