@@ -423,14 +423,16 @@ pub struct Home {
 }
 
 /// What the agent keeps in its cluster's Secret: the credential its server issued, and the
-/// server a handoff sent it to (which outlives the configuration it was started with).
+/// server a handoff sent it to. The handoff outlives a restart with the configuration it
+/// was made under, not a new one (`lariat cluster import` again, with other flags): what
+/// the user says last wins.
 #[derive(Default)]
 struct Stored {
     credential: Option<String>,
     home: Option<Home>,
 }
 
-async fn stored(downstream: &kube::Client, name: &str) -> Result<Stored, Error> {
+async fn stored(downstream: &kube::Client, name: &str, configured: &str) -> Result<Stored, Error> {
     let secrets: Api<Secret> = Api::namespaced(downstream.clone(), CREDENTIAL_NAMESPACE);
     let Some(data) = secrets.get_opt(name).await?.and_then(|s| s.data) else {
         return Ok(Stored::default());
@@ -440,11 +442,15 @@ async fn stored(downstream: &kube::Client, name: &str) -> Result<Stored, Error> 
             .map(|v| String::from_utf8_lossy(&v.0).to_string())
     };
     let home = match (text("server"), text("caChecksum"), text("token")) {
-        (Some(server), Some(ca_checksum), Some(token)) => Some(Home {
-            server,
-            ca_checksum,
-            token,
-        }),
+        (Some(server), Some(ca_checksum), Some(token))
+            if text("configured").as_deref() == Some(configured) =>
+        {
+            Some(Home {
+                server,
+                ca_checksum,
+                token,
+            })
+        }
         _ => None,
     };
     Ok(Stored {
@@ -484,7 +490,8 @@ async fn hand_off(config: &Config, body: &[u8]) -> Result<(), (StatusCode, Strin
         let secrets: Api<Secret> = Api::namespaced(config.downstream.clone(), CREDENTIAL_NAMESPACE);
         use base64::Engine as _;
         let encode = |v: &str| base64::engine::general_purpose::STANDARD.encode(v);
-        let data = serde_json::json!({"server": encode(&home.server), "caChecksum": encode(&home.ca_checksum), "token": encode(&home.token)});
+        let data = serde_json::json!({"server": encode(&home.server), "caChecksum": encode(&home.ca_checksum),
+            "token": encode(&home.token), "configured": encode(&config.server)});
         if secrets.get_opt(&config.credential_secret).await?.is_some() {
             let mut data = data;
             data["credential"] = serde_json::Value::Null;
@@ -574,7 +581,12 @@ async fn connect_and_serve(
 ) -> Result<(), Error> {
     // The cluster's Secret says where to dial, once a handoff wrote it there; what was held
     // for the old server is forgotten.
-    let kept = stored(&config.downstream, &config.credential_secret).await;
+    let kept = stored(
+        &config.downstream,
+        &config.credential_secret,
+        &config.server,
+    )
+    .await;
     if let Ok(Stored {
         home: Some(kept), ..
     }) = &kept

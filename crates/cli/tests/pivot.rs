@@ -432,6 +432,44 @@ fn a_move_killed_halfway_is_undone_by_abort_or_finished_by_running_it_again() {
     let to = target.kubeconfig();
     let args = ["--to-kubeconfig", to.to_str().unwrap()];
 
+    // A target user who may only read there is refused before anything is written.
+    let token = target.lariat(&[
+        "token",
+        "create",
+        "--user",
+        "reader",
+        "--group",
+        "readers",
+        "--ttl",
+        "1h",
+        "--print-kubeconfig",
+    ]);
+    assert!(token.status.success(), "{}", text(&token));
+    let reader = target.data_dir().join("reader.yaml");
+    std::fs::write(&reader, &token.stdout).unwrap();
+    target.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        "readers-view",
+        "--clusterrole",
+        "view",
+        "--group",
+        "readers",
+    ]);
+    let refused = lariat_move(&source, &["--to-kubeconfig", reader.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("the target's user may not create clusters in namespace default"),
+        "{}",
+        text(&refused)
+    );
+    assert!(
+        !source
+            .kubectl(&["get", "configmap", "lariat-move"])
+            .status
+            .success()
+    );
+
     // Killed while copying: the journal and the paused cluster are in the source.
     let seen = kill_move_at(&source, &args, "Creating");
     assert!(seen.contains("Journal written"), "{seen}");

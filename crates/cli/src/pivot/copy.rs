@@ -286,6 +286,24 @@ impl Server {
         Ok(())
     }
 
+    /// Whether this server holds a copy of every namespaced object of `entries` made by the
+    /// move: checked before the source gives anything up, whatever a journal says.
+    pub async fn holds(&self, entries: &[Entry]) -> anyhow::Result<()> {
+        for entry in entries.iter().filter(|e| !e.namespace.is_empty()) {
+            let (api, _) = self.api(&entry.gvk(), &entry.namespace)?;
+            let copy = api.get_opt(&entry.name).await.map_err(|e| {
+                crate::connect::refused(e, &format!("read {} in the target", entry.display()))
+            })?;
+            if copy.as_ref().and_then(moved_from) != Some(entry.uid.as_str()) {
+                bail!(
+                    "the target does not hold the move's copy of {}: nothing more is deleted from the source; run the move again, or --abort it",
+                    entry.display()
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Deletes these objects, what they own last, and then removes their finalizers: their
     /// Clusters are paused, so no controller here acts on the deletion. Dependents are
     /// orphaned, so what the user chose to leave stays. Cluster-wide objects stay: they may
@@ -529,6 +547,11 @@ pub fn write_directory(directory: &Path, graph: &Graph) -> anyhow::Result<()> {
             directory.display()
         );
     }
+    std::fs::set_permissions(
+        directory,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .with_context(|| format!("cannot restrict {} to its owner", directory.display()))?;
     for object in &graph.objects {
         let mut value = serde_json::to_value(&object.object)?;
         value["metadata"]

@@ -335,6 +335,7 @@ async fn finish(
         journal.save(&source.client, namespace).await?;
     }
     println!("Deleting {} objects from the source", journal.objects.len());
+    target.holds(&journal.objects).await?;
     source.forget(&journal.objects).await?;
     source.delete(&journal.objects, false).await?;
     // Again: the source's Fleet may have made its records anew while the Clusters lived.

@@ -133,6 +133,44 @@ pub async fn target(
             ));
         }
     }
+    // What the target's user may do: create each kind (and write its status), asked as
+    // `kubectl auth can-i` asks, so a move does not stop halfway on a 403.
+    let mut asked = BTreeSet::new();
+    for object in &graph.objects {
+        let Some((resource, capabilities)) = served.resolve(object) else {
+            continue;
+        };
+        let status = capabilities
+            .subresources
+            .iter()
+            .any(|(r, _)| r.plural == "status")
+            && !object.object.data["status"].is_null();
+        let namespace = object.namespaced.then(|| object.namespace().to_string());
+        for (verb, subresource) in [("create", None), ("update", status.then_some("status"))] {
+            if verb == "update" && subresource.is_none() {
+                continue;
+            }
+            let key = (
+                resource.group.clone(),
+                resource.plural.clone(),
+                namespace.clone(),
+                verb,
+            );
+            if !asked.insert(key) {
+                continue;
+            }
+            if !can(client, verb, &resource, subresource, namespace.as_deref()).await? {
+                let what = match subresource {
+                    Some(sub) => format!("{}/{sub}", resource.plural),
+                    None => resource.plural.clone(),
+                };
+                refusals.push(format!(
+                    "the target's user may not {verb} {what}{}: use a kubeconfig with those rights there",
+                    namespace.as_deref().map(|n| format!(" in namespace {n}")).unwrap_or_default()
+                ));
+            }
+        }
+    }
     // Objects already there, not from this move.
     let mut present = Vec::new();
     for object in graph.objects.iter().filter(|o| o.namespaced) {
@@ -141,7 +179,13 @@ pub async fn target(
         };
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), object.namespace(), &resource);
-        if let Some(existing) = api.get_opt(object.name()).await? {
+        let existing = match api.get_opt(object.name()).await {
+            Ok(existing) => existing,
+            // Refused above already, with what the user lacks.
+            Err(kube::Error::Api(status)) if status.code == 403 => continue,
+            Err(e) => return Err(crate::connect::refused(e, "read the target")),
+        };
+        if let Some(existing) = existing {
             let ours = existing
                 .metadata
                 .annotations
@@ -168,6 +212,28 @@ pub async fn target(
         ));
     }
     Ok(refusals)
+}
+
+/// A SelfSubjectAccessReview: may the client's user do this?
+async fn can(
+    client: &kube::Client,
+    verb: &str,
+    resource: &kube::core::ApiResource,
+    subresource: Option<&str>,
+    namespace: Option<&str>,
+) -> anyhow::Result<bool> {
+    use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+    let review: SelfSubjectAccessReview = serde_json::from_value(serde_json::json!({
+        "spec": {"resourceAttributes": {
+            "verb": verb, "group": resource.group, "resource": resource.plural,
+            "subresource": subresource, "namespace": namespace,
+        }},
+    }))?;
+    let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&Default::default(), &review)
+        .await
+        .map_err(|e| crate::connect::refused(e, "ask the target what its user may do"))?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
 fn provider_of(object: &DynamicObject) -> Option<(String, String)> {
