@@ -297,6 +297,22 @@ pub fn core_types() -> Vec<ResourceType> {
             ]),
             true,
         ),
+        // Leader election among replicas sharing a datastore (`leader.rs`), as
+        // kube-controller-manager's: `kubectl get leases -n lariat-system` shows the holder.
+        definition(
+            "coordination.k8s.io",
+            "v1",
+            "Lease",
+            "leases",
+            true,
+            &[],
+            schema_of::<k8s_openapi::api::coordination::v1::Lease>(),
+            json!([
+                {"name": "Holder", "type": "string", "jsonPath": ".spec.holderIdentity"},
+                age(),
+            ]),
+            false,
+        ),
         definition(
             "networking.k8s.io",
             "v1",

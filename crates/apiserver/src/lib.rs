@@ -17,12 +17,14 @@ use serde_json::json;
 pub mod agents;
 pub mod audit;
 pub mod auth;
+pub mod bootstrap;
 pub mod builtin;
 pub mod discovery;
 pub mod encryption;
 pub mod follow;
 pub mod gc;
 pub mod http;
+pub mod leader;
 pub mod local;
 pub mod managed;
 pub mod metrics;
@@ -89,6 +91,15 @@ pub struct Config {
     pub oidc: Option<oidc::OidcConfig>,
     /// Where every mutating request and refusal is recorded (`--audit-log-*`).
     pub audit: Option<audit::AuditConfig>,
+    /// Whether other servers may share the store (etcd): then the controllers run only on the
+    /// replica that wins the election ([`leader`]); on a store only this process can hold
+    /// (SQLite) this server simply leads.
+    pub shared_store: bool,
+    /// The election's durations, when the store is shared.
+    pub election: leader::Timing,
+    /// The token replicas on one datastore join with (`--token`): the CA and keys are shared
+    /// through the datastore, sealed with it ([`bootstrap`]).
+    pub join_token: Option<String>,
 }
 
 impl Config {
@@ -109,6 +120,9 @@ impl Config {
             service_account_max_token_expiration: Duration::from_secs(24 * 3600),
             oidc: None,
             audit: None,
+            shared_store: false,
+            election: leader::Timing::default(),
+            join_token: None,
         }
     }
 }
@@ -135,6 +149,8 @@ pub enum StartError {
     Authentication(String),
     #[error("audit log: {0}")]
     Audit(String),
+    #[error(transparent)]
+    Join(#[from] bootstrap::JoinError),
 }
 
 /// A prepared server, bound to its listener.
@@ -145,6 +161,7 @@ pub struct Server {
     pki: pki::Pki,
     config: Config,
     rbac: Arc<rbac::Rbac>,
+    leadership: Arc<leader::Leadership>,
 }
 
 impl Server {
@@ -181,6 +198,18 @@ impl Server {
                 sans.push(san);
             }
         }
+        let key_path = config
+            .encryption_key_file
+            .clone()
+            .unwrap_or_else(|| config.data_dir.join("encryption.key"));
+        if let Some(token) = &config.join_token {
+            let files = bootstrap::Files {
+                tls_dir: config.data_dir.join("tls"),
+                encryption_key: key_path.clone(),
+                encryption_key_given: config.encryption_key_file.is_some(),
+            };
+            bootstrap::join(&*store, token, &files).await?;
+        }
         let pki = pki::Pki::load_or_create(&config.data_dir.join("tls"), &sans)?;
         let tls = tls::server_config(&pki).map_err(StartError::Tls)?;
 
@@ -192,10 +221,6 @@ impl Server {
         for rt in builtin::lariat_types() {
             registry.insert(rt);
         }
-        let key_path = config
-            .encryption_key_file
-            .clone()
-            .unwrap_or_else(|| config.data_dir.join("encryption.key"));
         let cipher =
             encryption::Cipher::load_or_create(&key_path).map_err(StartError::Encryption)?;
         if config.encryption_key_file.is_none() {
@@ -238,7 +263,10 @@ impl Server {
             .map_err(|e| StartError::Store(e.to_string()))?;
         let resources = resources.with_rbac(rbac.clone());
         let service_accounts = service_accounts::ServiceAccounts::load_or_create(
-            &config.data_dir.join("tls").join("service-account.key"),
+            &config
+                .data_dir
+                .join("tls")
+                .join(pki::SERVICE_ACCOUNT_KEY_FILE),
             &config.service_account_issuer,
             config.service_account_max_token_expiration,
             resources.clone(),
@@ -302,6 +330,12 @@ impl Server {
                 .map_err(StartError::Audit)?
                 .map(Arc::new),
         });
+        let identity = leader_identity(address.port());
+        let leadership = if config.shared_store {
+            leader::Leadership::candidate(identity, config.election)
+        } else {
+            leader::Leadership::sole(identity)
+        };
         Ok(Server {
             state,
             listener,
@@ -309,6 +343,7 @@ impl Server {
             pki,
             config,
             rbac,
+            leadership,
         })
     }
 
@@ -334,6 +369,17 @@ impl Server {
     /// A kube-rs client served in-process by this server (see [`local`]).
     pub fn local_client(&self) -> kube::Client {
         local::client(self.state.clone())
+    }
+
+    /// A kube-rs client served in-process whose writes are refused while this replica does
+    /// not lead: what the elected controllers use (see [`local::controller_client`]).
+    pub fn controller_client(&self) -> kube::Client {
+        local::controller_client(self.state.clone(), self.leadership.clone())
+    }
+
+    /// This replica's standing in the controllers' election.
+    pub fn leadership(&self) -> Arc<leader::Leadership> {
+        self.leadership.clone()
     }
 
     /// The agents' tunnels (who is connected), for status reporting.
@@ -398,17 +444,42 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), StartError> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let collector = tokio::spawn(gc::run(self.state.resources.clone(), stop_rx.clone()));
-        let compactor = tokio::spawn(gc::compact_periodically(
-            self.state.resources.store.clone(),
-            self.config.compaction_interval,
+        let election = tokio::spawn(leader::run(
+            self.leadership.clone(),
+            local::client(self.state.clone()),
             stop_rx.clone(),
         ));
-        let event_expiry = tokio::spawn(gc::expire_events(
-            self.state.resources.clone(),
-            self.config.event_ttl,
-            stop_rx.clone(),
-        ));
+        // What writes on the replica's own initiative runs on the elected replica only.
+        let leader_loops = {
+            let leadership = self.leadership.clone();
+            let resources = self.state.resources.leader_only(leadership.clone());
+            let client = local::controller_client(self.state.clone(), leadership.clone());
+            let tunnels = self.state.tunnels.clone();
+            let compaction_interval = self.config.compaction_interval;
+            let event_ttl = self.config.event_ttl;
+            tokio::spawn(leader::while_leading(
+                leadership,
+                stop_rx.clone(),
+                Duration::from_secs(3),
+                move |term| {
+                    vec![
+                        tokio::spawn(gc::run(resources.clone(), term.clone())),
+                        tokio::spawn(gc::compact_periodically(
+                            resources.store.clone(),
+                            compaction_interval,
+                            term.clone(),
+                        )),
+                        tokio::spawn(gc::expire_events(
+                            resources.clone(),
+                            event_ttl,
+                            term.clone(),
+                        )),
+                        tokio::spawn(rancher::publish_accesses(resources.clone(), term.clone())),
+                        tokio::spawn(tunnel::report(tunnels.clone(), client.clone(), term)),
+                    ]
+                },
+            ))
+        };
         let crd_follower = {
             let resources = self.state.resources.clone();
             let stop = stop_rx.clone();
@@ -419,15 +490,6 @@ impl Server {
                 .clone()
                 .follow(self.state.resources.store.clone(), stop_rx.clone()),
         );
-        let accesses = tokio::spawn(rancher::publish_accesses(
-            self.state.resources.clone(),
-            stop_rx.clone(),
-        ));
-        let reporter = tokio::spawn(tunnel::report(
-            self.state.tunnels.clone(),
-            local::client(self.state.clone()),
-            stop_rx.clone(),
-        ));
         let app = http::router(self.state.clone());
         tracing::info!(address = %self.local_addr(), "serving the Kubernetes API over HTTPS");
         tls::serve(
@@ -441,17 +503,21 @@ impl Server {
             },
         )
         .await?;
-        let _ = tokio::join!(
-            collector,
-            compactor,
-            event_expiry,
-            crd_follower,
-            rbac,
-            accesses,
-            reporter
-        );
+        let _ = tokio::join!(election, leader_loops, crd_follower, rbac);
         Ok(())
     }
+}
+
+/// This process's name in the controllers' election, unique per start (a restarted replica
+/// is a new candidate): `HOSTNAME_PORT_RANDOM`, so an operator sees which machine leads.
+fn leader_identity(port: u16) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "lariat".into());
+    let random = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    format!("{host}_{port}_{random}")
 }
 
 async fn load_stored_crds(resources: &Resources) -> Result<(), status::ApiError> {

@@ -199,21 +199,34 @@ fn new_ca(common_name: &str) -> Result<(String, String), PkiError> {
     Ok((cert.pem(), key.serialize_pem()))
 }
 
+/// The CA certificate and key (PEM) in `dir` (`ca.crt`, `ca.key`), created if missing.
+pub fn load_or_create_ca(dir: &Path) -> Result<(String, String), PkiError> {
+    let ca_cert_path = dir.join(CA_CERT_FILE);
+    let ca_key_path = dir.join(CA_KEY_FILE);
+    Ok(match (read(&ca_cert_path)?, read_secret(&ca_key_path)?) {
+        (Some(cert), Some(key)) => (cert, key),
+        _ => {
+            let (cert, key) = new_ca("lariat-ca")?;
+            write_file(&ca_key_path, &key, true)?;
+            write_file(&ca_cert_path, &cert, false)?;
+            (cert, key)
+        }
+    })
+}
+
+/// The files of `<data-dir>/tls` that replicas share ([`crate::bootstrap`]); each replica
+/// issues its own serving certificate from the CA.
+pub const CA_CERT_FILE: &str = "ca.crt";
+pub const CA_KEY_FILE: &str = "ca.key";
+pub const SERVICE_ACCOUNT_KEY_FILE: &str = "service-account.key";
+/// The serving certificate's files: removed when the CA changes, so they are issued again.
+pub const SERVING_FILES: [&str; 3] = ["server.crt", "server.key", "server.sans"];
+
 impl Pki {
     /// Loads the PKI from `dir`, creating what is missing. The serving certificate is
     /// reissued when the requested names change.
     pub fn load_or_create(dir: &Path, sans: &[String]) -> Result<Pki, PkiError> {
-        let ca_cert_path = dir.join("ca.crt");
-        let ca_key_path = dir.join("ca.key");
-        let (ca_cert_pem, ca_key_pem) = match (read(&ca_cert_path)?, read_secret(&ca_key_path)?) {
-            (Some(cert), Some(key)) => (cert, key),
-            _ => {
-                let (cert, key) = new_ca("lariat-ca")?;
-                write_file(&ca_key_path, &key, true)?;
-                write_file(&ca_cert_path, &cert, false)?;
-                (cert, key)
-            }
-        };
+        let (ca_cert_pem, ca_key_pem) = load_or_create_ca(dir)?;
         let mut pki = Pki {
             ca_cert_pem,
             ca_key_pem,

@@ -140,6 +140,15 @@ impl Resources {
         }
     }
 
+    /// These resources writing only while this replica leads (see [`crate::leader`]), for
+    /// the server's leader-only loops; they share everything else, watches included.
+    pub fn leader_only(&self, leadership: Arc<crate::leader::Leadership>) -> Resources {
+        Resources {
+            store: crate::leader::LeaderOnly::around(self.store.clone(), leadership),
+            ..self.clone()
+        }
+    }
+
     /// These resources with RBAC's escalation prevention on writes of roles and bindings.
     pub fn with_rbac(mut self, rbac: Arc<crate::rbac::Rbac>) -> Resources {
         self.rbac = Some(rbac);

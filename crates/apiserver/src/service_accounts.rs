@@ -96,18 +96,7 @@ impl ServiceAccounts {
                     .into(),
             );
         }
-        let key = match std::fs::read_to_string(path) {
-            Ok(pem) => rcgen::KeyPair::from_pem(&pem)
-                .map_err(|e| format!("{}: not a private key: {e}", path.display()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
-                crate::pki::write_file(path, &key.serialize_pem(), true)
-                    .map_err(|e| e.to_string())?;
-                key
-            }
-            Err(e) => return Err(format!("{}: {e}", path.display())),
-        };
-        Self::with_key(&key, issuer, max_lifetime, resources)
+        Self::with_key(&load_or_create_key(path)?, issuer, max_lifetime, resources)
     }
 
     /// A key that lives as long as the process: a simulated cluster's.
@@ -390,4 +379,18 @@ pub fn issuer_of(token: &str) -> Option<String> {
     let bytes = URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
     let claims: Value = serde_json::from_slice(&bytes).ok()?;
     claims["iss"].as_str().map(String::from)
+}
+
+/// The signing key at `path`, created (readable by its owner only) if missing.
+pub fn load_or_create_key(path: &Path) -> Result<rcgen::KeyPair, String> {
+    match std::fs::read_to_string(path) {
+        Ok(pem) => rcgen::KeyPair::from_pem(&pem)
+            .map_err(|e| format!("{}: not a private key: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+            crate::pki::write_file(path, &key.serialize_pem(), true).map_err(|e| e.to_string())?;
+            Ok(key)
+        }
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
 }

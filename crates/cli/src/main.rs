@@ -98,10 +98,53 @@ enum AdminCommand {
     /// Revoke the admin kubeconfigs' certificate and token; the next server start issues new
     /// ones. Run it with the server stopped.
     Rotate(StoreArgs),
+    /// Seal the shared CA and keys in the datastore with a new join token. Servers already
+    /// running keep running; start each with the new token from then on.
+    RotateToken(RotateTokenArgs),
     /// Print the admin kubeconfig the server wrote in its data directory: for a server whose
     /// files are out of reach, e.g. `kubectl exec -n lariat-system lariat-0 -- lariat admin
     /// kubeconfig`.
     Kubeconfig(AdminKubeconfigArgs),
+}
+
+#[derive(clap::Args)]
+struct RotateTokenArgs {
+    /// The etcd datastore the servers share, e.g. http://10.0.0.1:2379,http://10.0.0.2:2379.
+    #[arg(long, env = "LARIAT_DATASTORE_ENDPOINT")]
+    datastore_endpoint: String,
+    /// Key prefix in etcd, as the servers were given.
+    #[arg(long, default_value = "/lariat")]
+    datastore_prefix: String,
+    #[command(flatten)]
+    token: JoinToken,
+    /// The token servers join with from now on.
+    #[arg(long, env = "LARIAT_NEW_TOKEN", hide_env_values = true)]
+    new_token: String,
+}
+
+/// The secret replicas on one datastore share (as k3s's `--token`).
+#[derive(clap::Args)]
+struct JoinToken {
+    /// The secret servers sharing one etcd datastore join with: the first stores its CA,
+    /// service-account key and encryption key there, sealed with it; every later server with
+    /// the same token loads them. At least 16 characters, e.g. `openssl rand -hex 32`.
+    #[arg(long, env = "LARIAT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Read the join token from this file instead (keeps it out of the process list).
+    #[arg(long, conflicts_with = "token")]
+    token_file: Option<PathBuf>,
+}
+
+impl JoinToken {
+    fn read(&self) -> anyhow::Result<Option<String>> {
+        match (&self.token, &self.token_file) {
+            (Some(token), _) => Ok(Some(token.trim().to_string())),
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .map(|token| Some(token.trim().to_string()))
+                .with_context(|| format!("cannot read the join token from {}", path.display())),
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -194,6 +237,8 @@ struct ServerArgs {
     service_account_max_token_expiration: String,
     #[command(flatten)]
     oidc: OidcArgs,
+    #[command(flatten)]
+    join: JoinToken,
     /// Record every mutating request and every refusal in this file, as audit.k8s.io/v1
     /// Events (JSON lines, metadata only: no request or response bodies).
     #[arg(long)]
@@ -294,6 +339,9 @@ fn main() -> std::process::ExitCode {
             Command::Admin {
                 what: AdminCommand::Rotate(args),
             } => rotate_admin(args).await,
+            Command::Admin {
+                what: AdminCommand::RotateToken(args),
+            } => rotate_join_token(args).await,
             Command::Admin {
                 what: AdminCommand::Kubeconfig(args),
             } => print_admin_kubeconfig(args),
@@ -406,6 +454,23 @@ fn print_admin_kubeconfig(args: AdminKubeconfigArgs) -> anyhow::Result<()> {
 
 /// `lariat admin rotate`: revokes the admin credentials offline, so no server is serving with
 /// them while they change; the next start writes new kubeconfigs.
+async fn rotate_join_token(args: RotateTokenArgs) -> anyhow::Result<()> {
+    let Some(old) = args.token.read()? else {
+        anyhow::bail!("give the token the servers run with (--token or --token-file)");
+    };
+    let store = open_store(
+        std::path::Path::new("."),
+        Some(&args.datastore_endpoint),
+        &args.datastore_prefix,
+    )
+    .await?;
+    lariat_apiserver::bootstrap::rotate(&*store, &old, args.new_token.trim()).await?;
+    println!(
+        "the datastore's CA and keys are sealed with the new token; start servers with it from now on"
+    );
+    Ok(())
+}
+
 async fn rotate_admin(args: StoreArgs) -> anyhow::Result<()> {
     if !args.data_dir.join("tls").is_dir() {
         anyhow::bail!(
@@ -478,6 +543,13 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             )
         })?;
     config.oidc = args.oidc.config()?;
+    config.shared_store = args.store.datastore_endpoint.is_some();
+    config.join_token = args.join.read()?;
+    if config.join_token.is_some() && !config.shared_store {
+        anyhow::bail!(
+            "--token joins servers that share an etcd datastore: give --datastore-endpoint too (a server on its embedded store has no one to join)"
+        );
+    }
     config.audit = args
         .audit_log_path
         .map(|path| lariat_apiserver::audit::AuditConfig {
@@ -502,12 +574,6 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     };
     let mut loops = Vec::new();
     if !args.no_controllers {
-        // One set of caches for core and providers alike: each kind is watched once.
-        let caches = lariat_controllers::cache::Caches::new(server.local_client());
-        let controllers = tokio::spawn(lariat_controllers::run(
-            caches.clone(),
-            until_stopped(stopped.clone()),
-        ));
         // In-process agents dial the server's own address, as any agent would.
         let address = server.local_addr();
         let host = match address.ip() {
@@ -519,28 +585,50 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             server: format!("https://{host}:{}", address.port()),
             ca_checksum: server.ca_checksum(),
         };
-        let fleet = tokio::spawn(lariat_fleet::run(
-            caches.clone(),
-            lariat_fleet::Settings {
-                dir: args.store.data_dir.join("fleet"),
-                file_roots: args.fleet_file_repos.clone(),
-            },
-            until_stopped(stopped.clone()),
-        ));
+        let client = server.controller_client();
+        let virtual_clusters = server.virtual_clusters();
         // Clusters lariat provisions get their agent as imported ones do, with a token that
         // lasts as long as `lariat cluster import`'s (an image pull can take a while).
-        let agents = tokio::spawn(lariat_controllers::agent_install::run(
-            caches.clone(),
-            std::sync::Arc::new(server.import_manifests(std::time::Duration::from_secs(24 * 3600))),
-            until_stopped(stopped.clone()),
-        ));
-        let providers = tokio::spawn(providers::run_enabled(
-            caches,
-            server.virtual_clusters(),
-            home,
+        let manifests =
+            std::sync::Arc::new(server.import_manifests(std::time::Duration::from_secs(24 * 3600)));
+        let fleet_settings = lariat_fleet::Settings {
+            dir: args.store.data_dir.join("fleet"),
+            file_roots: args.fleet_file_repos.clone(),
+        };
+        // The controllers run on the replica that leads, for as long as it leads: each term
+        // starts them on fresh caches and ends them when the lease is lost.
+        let term = move |term: tokio::sync::watch::Receiver<bool>| {
+            // One set of caches for core and providers alike: each kind is watched once.
+            let caches = lariat_controllers::cache::Caches::new(client.clone());
+            vec![
+                tokio::spawn(lariat_controllers::run(
+                    caches.clone(),
+                    until_stopped(term.clone()),
+                )),
+                tokio::spawn(lariat_fleet::run(
+                    caches.clone(),
+                    fleet_settings.clone(),
+                    until_stopped(term.clone()),
+                )),
+                tokio::spawn(lariat_controllers::agent_install::run(
+                    caches.clone(),
+                    manifests.clone(),
+                    until_stopped(term.clone()),
+                )),
+                tokio::spawn(providers::run_enabled(
+                    caches,
+                    virtual_clusters.clone(),
+                    home.clone(),
+                    term,
+                )),
+            ]
+        };
+        loops = vec![tokio::spawn(lariat_apiserver::leader::while_leading(
+            server.leadership(),
             stopped.clone(),
-        ));
-        loops = vec![controllers, fleet, agents, providers];
+            CONTROLLER_GRACE,
+            term,
+        ))];
     }
     // Whatever has not stopped within the grace period is cut short, as controller-runtime's
     // gracefulShutdownTimeout does (a connection that never drains, say). Acknowledged writes
@@ -562,8 +650,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let mut stopped = stopped;
     let controllers_stopped = async move {
         let _ = stopped.wait_for(|s| *s).await;
+        // The election's supervisor gives the term's tasks CONTROLLER_GRACE, then aborts them.
         let finished = tokio::time::timeout(
-            CONTROLLER_GRACE,
+            CONTROLLER_GRACE + Duration::from_secs(1),
             futures::future::join_all(loops.iter_mut()),
         )
         .await

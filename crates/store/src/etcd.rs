@@ -35,12 +35,76 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// The largest gRPC response accepted from etcd.
 const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
 
+/// How often each endpoint's health is checked, and how long a check may take.
+const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A [`Store`] on etcd; cheap to clone (clones share one HTTP/2 connection per endpoint).
+///
+/// Requests are balanced over the members that pass a health check, a linearizable read made
+/// every second through each member's own connection: a member that is down, or cut off from
+/// its quorum, takes no requests until it passes again. With no member healthy, requests wait
+/// for one until they time out as `Error::Unavailable`.
 #[derive(Clone)]
 pub struct EtcdStore {
     kv: KvClient<Channel>,
     watch: WatchClient<Channel>,
     prefix: String,
+    /// Stops the health checks when the last clone is dropped.
+    _health: std::sync::Arc<AbortOnDrop>,
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Whether the member behind `channel` serves a linearizable read (it has a quorum).
+async fn member_healthy(channel: &Channel, key: &[u8]) -> bool {
+    let mut kv = KvClient::new(channel.clone());
+    let probe = kv.range(pb::RangeRequest {
+        key: key.to_vec(),
+        limit: 1,
+        count_only: true,
+        ..Default::default()
+    });
+    matches!(tokio::time::timeout(HEALTH_TIMEOUT, probe).await, Ok(Ok(_)))
+}
+
+/// Keeps the healthy members in the balancer, checking each every [`HEALTH_INTERVAL`].
+async fn follow_health(
+    members: Vec<(Endpoint, Channel)>,
+    mut healthy: Vec<bool>,
+    changes: mpsc::Sender<tonic::transport::channel::Change<usize, Endpoint>>,
+    key: Vec<u8>,
+) {
+    use tonic::transport::channel::Change;
+    loop {
+        tokio::time::sleep(HEALTH_INTERVAL).await;
+        let checks = members
+            .iter()
+            .map(|(_, channel)| member_healthy(channel, &key));
+        let now = futures::future::join_all(checks).await;
+        for (i, (was, is)) in healthy.iter_mut().zip(now).enumerate() {
+            if *was == is {
+                continue;
+            }
+            *was = is;
+            let change = if is {
+                tracing::info!(endpoint = %members[i].0.uri(), "etcd member healthy again");
+                Change::Insert(i, members[i].0.clone())
+            } else {
+                tracing::warn!(endpoint = %members[i].0.uri(), "etcd member unhealthy: no requests go to it");
+                Change::Remove(i)
+            };
+            if changes.send(change).await.is_err() {
+                return;
+            }
+        }
+    }
 }
 
 impl EtcdStore {
@@ -72,12 +136,44 @@ impl EtcdStore {
                     .map_err(|e| Error::Unavailable(format!("bad etcd endpoint {endpoint}: {e}")))
             })
             .collect::<Result<Vec<_>>>()?;
-        let channel = Channel::balance_list(endpoints.into_iter());
+        let probe_key = format!("{prefix}/health").into_bytes();
+        let members: Vec<(Endpoint, Channel)> = endpoints
+            .into_iter()
+            .map(|endpoint| {
+                let channel = endpoint.connect_lazy();
+                (endpoint, channel)
+            })
+            .collect();
+        let healthy = futures::future::join_all(
+            members
+                .iter()
+                .map(|(_, channel)| member_healthy(channel, &probe_key)),
+        )
+        .await;
+        if !healthy.iter().any(|h| *h) {
+            return Err(Error::Unavailable(
+                "no etcd member answered a linearizable read: is etcd running, with a quorum?"
+                    .into(),
+            ));
+        }
+        let (channel, changes) = Channel::balance_channel(members.len());
+        for (i, (endpoint, _)) in members.iter().enumerate() {
+            if healthy[i] {
+                let _ = changes
+                    .send(tonic::transport::channel::Change::Insert(
+                        i,
+                        endpoint.clone(),
+                    ))
+                    .await;
+            }
+        }
+        let health = tokio::spawn(follow_health(members, healthy, changes, probe_key));
         let store = EtcdStore {
             // Lists of many objects exceed tonic's 4 MiB default; etcd's own limit applies per request.
             kv: KvClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES),
             watch: WatchClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES),
             prefix: prefix.to_owned(),
+            _health: std::sync::Arc::new(AbortOnDrop(health)),
         };
         store.current_revision().await?;
         Ok(store)
@@ -133,16 +229,35 @@ impl EtcdStore {
 
     async fn range(&self, request: pb::RangeRequest) -> Result<pb::RangeResponse> {
         let requested = request.revision;
-        let mut kv = self.kv.clone();
-        match unary(kv.range(request)).await {
+        // A read may be sent again whatever became of it: another member answers.
+        let result = retried(
+            |_| true,
+            || {
+                let mut kv = self.kv.clone();
+                let request = request.clone();
+                async move { kv.range(request).await }
+            },
+        )
+        .await;
+        match result {
             Err(Failure::Compacted) => Err(self.compacted(requested).await),
             other => other.map_err(Failure::into_error),
         }
     }
 
     async fn txn(&self, request: pb::TxnRequest) -> Result<pb::TxnResponse> {
-        let mut kv = self.kv.clone();
-        unary(kv.txn(request)).await.map_err(Failure::into_error)
+        // A write is sent again only when it never left (no connection to the member): one
+        // lost in flight may have been applied, and is reported unavailable instead.
+        retried(
+            |message| message.contains("connect"),
+            || {
+                let mut kv = self.kv.clone();
+                let request = request.clone();
+                async move { kv.txn(request).await }
+            },
+        )
+        .await
+        .map_err(Failure::into_error)
     }
 
     /// The `Error::Compacted` for a request at `requested`. etcd's error does not say where the
@@ -269,6 +384,39 @@ impl Failure {
                 Error::Internal(format!("etcd: {message}"))
             }
             Failure::Unavailable(message) => Error::Unavailable(format!("etcd: {message}")),
+        }
+    }
+}
+
+/// Sends a request made by `call`, again (after a short pause, while the health checks move
+/// requests off a member that went away) as long as it fails unavailable in a way `again`
+/// accepts, for at most [`REQUEST_TIMEOUT`] in all.
+async fn retried<T, F>(
+    again: impl Fn(&str) -> bool,
+    mut call: impl FnMut() -> F,
+) -> Result<T, Failure>
+where
+    F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let result = match tokio::time::timeout(left, call()).await {
+            Err(_) => Err(Failure::Unavailable(format!(
+                "no answer within {REQUEST_TIMEOUT:?}"
+            ))),
+            Ok(Err(status)) => Err(Failure::from(status)),
+            Ok(Ok(response)) => Ok(response.into_inner()),
+        };
+        match result {
+            Err(Failure::Unavailable(message))
+                if again(&message) && tokio::time::Instant::now() + pause < deadline =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            other => return other,
         }
     }
 }

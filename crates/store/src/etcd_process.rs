@@ -1,4 +1,5 @@
-//! A throwaway single-member etcd on loopback ports, for the tests of any crate.
+//! A throwaway etcd on loopback ports, for the tests of any crate: one member
+//! ([`EtcdProcess`]), or a cluster of up to three for fault tests ([`EtcdCluster`]).
 //!
 //! It runs the `etcd` binary of Debian's `etcd-server` package (etcd 3.4), or the one named
 //! by `LARIAT_ETCD`, with a fresh data directory, and kills it when dropped. A missing binary
@@ -91,28 +92,66 @@ impl EtcdProcess {
 
     fn try_start(binary: &Path) -> Result<EtcdProcess, Error> {
         let dir = unique_dir()?;
-        let [client, peer] = free_ports()?;
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let log_path = dir.join("etcd.log");
-        let log = File::create(&log_path).map_err(|source| Error::PrepareDir {
-            path: log_path.clone(),
-            source,
-        })?;
+        let [client, peer] = free_ports::<2>()?;
+        let member = Member {
+            name: "lariat-test".into(),
+            client,
+            peer,
+        };
+        let mut child = member.spawn(binary, &dir, &member.initial_cluster_entry())?;
+        member.wait_healthy(&mut child, &dir)?;
+        Ok(EtcdProcess {
+            child,
+            endpoint: member.endpoint(),
+            dir,
+        })
+    }
+}
+
+/// One member of a test etcd: its name and loopback ports.
+struct Member {
+    name: String,
+    client: u16,
+    peer: u16,
+}
+
+impl Member {
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client)
+    }
+
+    fn initial_cluster_entry(&self) -> String {
+        format!("{}=http://127.0.0.1:{}", self.name, self.peer)
+    }
+
+    /// Starts the member on its data directory under `dir` (kept across restarts), logging
+    /// to `dir/<name>.log`.
+    fn spawn(&self, binary: &Path, dir: &Path, initial_cluster: &str) -> Result<Child, Error> {
+        let endpoint = self.endpoint();
+        let peer_url = format!("http://127.0.0.1:{}", self.peer);
+        let log_path = self.log_path(dir);
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|source| Error::PrepareDir {
+                path: log_path.clone(),
+                source,
+            })?;
         let log_err = log.try_clone().map_err(|source| Error::PrepareDir {
             path: log_path.clone(),
             source,
         })?;
-        let data_dir = dir.join("data");
-        let child = Command::new(binary)
-            .args(["--name", "lariat-test"])
+        let data_dir = dir.join(format!("{}.data", self.name));
+        Command::new(binary)
+            .args(["--name", &self.name])
             .arg("--data-dir")
             .arg(&data_dir)
             .args(["--listen-client-urls", &endpoint])
             .args(["--advertise-client-urls", &endpoint])
             .args(["--listen-peer-urls", &peer_url])
             .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("lariat-test={peer_url}")])
+            .args(["--initial-cluster", initial_cluster])
             .args(["--initial-cluster-state", "new"])
             .args([
                 "--logger",
@@ -132,36 +171,136 @@ impl EtcdProcess {
             .map_err(|source| Error::Spawn {
                 binary: binary.to_path_buf(),
                 source,
-            })?;
-        let mut process = EtcdProcess {
-            child,
-            endpoint,
-            dir,
-        };
-        process.wait_healthy(client, &log_path)?;
-        Ok(process)
+            })
     }
 
-    fn wait_healthy(&mut self, port: u16, log_path: &Path) -> Result<(), Error> {
+    fn log_path(&self, dir: &Path) -> PathBuf {
+        dir.join(format!("{}.log", self.name))
+    }
+
+    fn wait_healthy(&self, child: &mut Child, dir: &Path) -> Result<(), Error> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(status)) = child.try_wait() {
                 return Err(Error::Exited {
                     status: status.to_string(),
-                    log: log_tail(log_path),
+                    log: log_tail(&self.log_path(dir)),
                 });
             }
-            if healthy(port) {
+            if healthy(self.client) {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(Error::Unhealthy {
                     timeout: START_TIMEOUT,
-                    log: log_tail(log_path),
+                    log: log_tail(&self.log_path(dir)),
                 });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// A throwaway etcd cluster of several members on loopback ports, for fault tests: members
+/// can be killed (SIGKILL) and started again on their data.
+pub struct EtcdCluster {
+    binary: PathBuf,
+    dir: PathBuf,
+    members: Vec<(Member, Option<Child>)>,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members (up to 3) from `LARIAT_ETCD` or the `PATH` and waits until all
+    /// are healthy.
+    pub fn start(size: usize) -> Result<EtcdCluster, Error> {
+        assert!(
+            (1..=3).contains(&size),
+            "a test etcd cluster has 1 to 3 members"
+        );
+        let binary = find_binary()?;
+        let dir = unique_dir()?;
+        let ports = free_ports::<6>()?;
+        let members: Vec<Member> = (0..size)
+            .map(|i| Member {
+                name: format!("member-{i}"),
+                client: ports[2 * i],
+                peer: ports[2 * i + 1],
+            })
+            .collect();
+        let initial_cluster = members
+            .iter()
+            .map(Member::initial_cluster_entry)
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = EtcdCluster {
+            binary,
+            dir,
+            members: Vec::new(),
+        };
+        // All at once: a member is healthy only once a quorum of its peers has elected a leader.
+        for member in members {
+            let child = member.spawn(&cluster.binary, &cluster.dir, &initial_cluster)?;
+            cluster.members.push((member, Some(child)));
+        }
+        for i in 0..cluster.members.len() {
+            cluster.wait_healthy(i)?;
+        }
+        Ok(cluster)
+    }
+
+    /// Every member's client URL, comma-separated, as `--datastore-endpoint` takes them.
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|(member, _)| member.endpoint())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Kills member `i` with SIGKILL (it keeps its data).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].1.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts member `i` again on its data; it is healthy once it has a quorum (see
+    /// [`EtcdCluster::wait_healthy`]).
+    pub fn restart(&mut self, i: usize) -> Result<(), Error> {
+        self.kill(i);
+        let initial_cluster = self
+            .members
+            .iter()
+            .map(|(member, _)| member.initial_cluster_entry())
+            .collect::<Vec<_>>()
+            .join(",");
+        let child = self.members[i]
+            .0
+            .spawn(&self.binary, &self.dir, &initial_cluster)?;
+        self.members[i].1 = Some(child);
+        Ok(())
+    }
+
+    /// Waits until member `i` answers `/health` as part of a cluster with a leader.
+    pub fn wait_healthy(&mut self, i: usize) -> Result<(), Error> {
+        let (member, child) = &mut self.members[i];
+        match child {
+            Some(child) => member.wait_healthy(child, &self.dir),
+            None => Err(Error::Exited {
+                status: "killed".into(),
+                log: log_tail(&member.log_path(&self.dir)),
+            }),
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -212,17 +351,17 @@ fn unique_dir() -> Result<PathBuf, Error> {
     Ok(dir)
 }
 
-fn free_ports() -> Result<[u16; 2], Error> {
-    // Both listeners are held at once so the two ports differ.
-    let bind = || TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
-    let (first, second) = (
-        bind().map_err(Error::PickPorts)?,
-        bind().map_err(Error::PickPorts)?,
-    );
-    Ok([
-        first.local_addr().map_err(Error::PickPorts)?.port(),
-        second.local_addr().map_err(Error::PickPorts)?.port(),
-    ])
+fn free_ports<const N: usize>() -> Result<[u16; N], Error> {
+    // The listeners are all held at once so the ports differ.
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(Error::PickPorts)?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr().map_err(Error::PickPorts)?.port();
+    }
+    Ok(ports)
 }
 
 /// etcd answers `/health` with `"health":"true"` once it has a leader and serves requests.
