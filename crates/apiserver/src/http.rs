@@ -624,10 +624,18 @@ async fn import_manifest(
         .into_response()
 }
 
+/// Ready while the store answers a linearizable read (with etcd: a quorum is up), within
+/// the few seconds a load balancer's check waits.
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
-    match state.resources.store.current_revision().await {
-        Ok(_) => "ok".into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("store: {e}")).into_response(),
+    const WITHIN: Duration = Duration::from_secs(3);
+    match tokio::time::timeout(WITHIN, state.resources.store.current_revision()).await {
+        Ok(Ok(_)) => "ok".into_response(),
+        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("store: {e}")).into_response(),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store: no answer within {WITHIN:?}"),
+        )
+            .into_response(),
     }
 }
 

@@ -136,6 +136,7 @@ impl EtcdStore {
                     .map_err(|e| Error::Unavailable(format!("bad etcd endpoint {endpoint}: {e}")))
             })
             .collect::<Result<Vec<_>>>()?;
+        // The key `current_revision` reads: none of lariat's keys (those start `/registry/`).
         let probe_key = format!("{prefix}/health").into_bytes();
         let members: Vec<(Endpoint, Channel)> = endpoints
             .into_iter()
@@ -712,9 +713,11 @@ impl Store for EtcdStore {
     }
 
     async fn current_revision(&self) -> Result<Revision> {
+        // Any linearizable read's header carries the revision: read one key, not a count of
+        // the whole prefix, which etcd computes by walking every key.
         let response = self
             .range(pb::RangeRequest {
-                key: range_key(self.prefix.as_bytes()),
+                key: self.full_key("/health"),
                 count_only: true,
                 ..Default::default()
             })
