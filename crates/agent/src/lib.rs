@@ -33,6 +33,8 @@ pub const PROTOCOL: &str = "lariat-tunnel/1";
 const CREDENTIAL_HEADER: &str = "x-lariat-agent-credential";
 /// The upgrade response header naming the Cluster the agent serves (`namespace/name`).
 const CLUSTER_HEADER: &str = "x-lariat-cluster";
+/// This agent's version, sent with the handshake: the server holds it to its support matrix.
+const VERSION_HEADER: &str = "x-lariat-agent-version";
 /// Where the agent keeps the credential the server issued, in its own cluster.
 pub const CREDENTIAL_NAMESPACE: &str = "lariat-system";
 pub const CREDENTIAL_SECRET: &str = "lariat-agent-credential";
@@ -635,6 +637,7 @@ async fn connect_and_serve(
         .header(header::CONNECTION, "Upgrade")
         .header(header::UPGRADE, PROTOCOL)
         .header(header::AUTHORIZATION, format!("Bearer {bearer}"))
+        .header(VERSION_HEADER, lariat_api::support::LARIAT)
         .body(Empty::<Bytes>::new())
         .map_err(|e| Error::Http(e.to_string()))?;
     let response = tokio::time::timeout(CONNECT_TIMEOUT, sender.send_request(request))

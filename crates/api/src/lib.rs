@@ -15,6 +15,7 @@ pub mod infrastructure;
 pub mod management;
 pub mod names;
 pub mod rancher;
+pub mod support;
 mod version;
 pub use version::KubernetesVersion;
 

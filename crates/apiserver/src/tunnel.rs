@@ -32,6 +32,8 @@ pub const PROTOCOL: &str = "lariat-tunnel/1";
 pub const CREDENTIAL_HEADER: &str = "x-lariat-agent-credential";
 /// Response header naming the Cluster the agent now serves.
 pub const CLUSTER_HEADER: &str = "x-lariat-cluster";
+/// The agent's version (`0.1.0`), sent with its handshake; held to the support matrix.
+pub const AGENT_VERSION_HEADER: &str = "x-lariat-agent-version";
 /// On agent credential Secrets: which Cluster the credential belongs to (see [`cluster_label`]).
 const CLUSTER_LABEL: &str = "management.lariat.dev/cluster";
 
@@ -609,6 +611,25 @@ pub async fn connect(
         }
         Err(e) => return e.into_response(),
     };
+    // Held to the support matrix (`lariat version --matrix`). A refusal is a 400, which the
+    // agent logs with its message and retries, keeping its credential for after an upgrade.
+    let agent_version = request
+        .headers()
+        .get(AGENT_VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    match lariat_api::support::agent_skew(lariat_api::support::LARIAT, agent_version.as_deref()) {
+        lariat_api::support::AgentSkew::Supported => {}
+        lariat_api::support::AgentSkew::Newer => tracing::warn!(
+            cluster = %identity.cluster,
+            agent = agent_version.as_deref().unwrap_or_default(),
+            "an agent newer than this server connected: upgrade the server replicas"
+        ),
+        lariat_api::support::AgentSkew::Refused(why) => {
+            tracing::warn!(cluster = %identity.cluster, "agent refused: {why}");
+            return ApiError::bad_request(why).into_response();
+        }
+    }
     // Only an authenticated agent draws on the handshake budget.
     if let Err(retry_after) = tunnels.admit() {
         return too_many(

@@ -77,6 +77,10 @@ enum Command {
         /// Print only the client's version.
         #[arg(long)]
         client: bool,
+        /// Print what this lariat supports: Kubernetes versions it provisions and manages,
+        /// agent versions it accepts, server versions that may run side by side.
+        #[arg(long, conflicts_with = "client")]
+        matrix: bool,
         /// Kubeconfig of the lariat server [default: $KUBECONFIG, ~/.kube/config, ./lariat-data/kubeconfig.yaml].
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
@@ -345,7 +349,13 @@ fn main() -> std::process::ExitCode {
             Command::Admin {
                 what: AdminCommand::Kubeconfig(args),
             } => print_admin_kubeconfig(args),
-            Command::Version { client, kubeconfig } => version(client, kubeconfig).await,
+            Command::Version { matrix: true, .. } => {
+                print!("{}", lariat_api::support::matrix());
+                Ok(())
+            }
+            Command::Version {
+                client, kubeconfig, ..
+            } => version(client, kubeconfig).await,
         }
     });
     match result {

@@ -501,7 +501,8 @@ fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
     let mut stdin = openssl.stdin.take().unwrap();
     write!(
         stdin,
-        "GET /v3/connect HTTP/1.1\r\nHost: lariat\r\nConnection: Upgrade\r\nUpgrade: lariat-tunnel/1\r\nAuthorization: Bearer {garbage_token}\r\n\r\n"
+        "GET /v3/connect HTTP/1.1\r\nHost: lariat\r\nConnection: Upgrade\r\nUpgrade: lariat-tunnel/1\r\nX-Lariat-Agent-Version: {}\r\nAuthorization: Bearer {garbage_token}\r\n\r\n",
+        env!("CARGO_PKG_VERSION")
     )
     .unwrap();
     let mut first_line = [0u8; 12];

@@ -272,11 +272,15 @@ fn three_replicas_share_one_ca_elect_one_leader_and_survive_faults() {
     let leader_now = holder(&replicas[0]);
     etcd.kill(1);
     etcd.kill(2);
-    eventually_within(Duration::from_secs(30), "every replica reports not ready", || {
-        replicas
-            .iter()
-            .all(|r| !r.kubectl(&["get", "--raw", "/readyz"]).status.success())
-    });
+    eventually_within(
+        Duration::from_secs(30),
+        "every replica reports not ready",
+        || {
+            replicas
+                .iter()
+                .all(|r| !r.kubectl(&["get", "--raw", "/readyz"]).status.success())
+        },
+    );
     let refused = replicas[0].kubectl(&[
         "create",
         "configmap",
@@ -287,7 +291,10 @@ fn three_replicas_share_one_ca_elect_one_leader_and_survive_faults() {
         "-v=6",
     ]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success(), "a write without a quorum was acknowledged");
+    assert!(
+        !refused.status.success(),
+        "a write without a quorum was acknowledged"
+    );
     assert!(
         stderr.contains("503 Service Unavailable") && stderr.contains("storage unavailable"),
         "{stderr}"
@@ -300,11 +307,15 @@ fn three_replicas_share_one_ca_elect_one_leader_and_survive_faults() {
     etcd.restart(1).unwrap();
     etcd.restart(2).unwrap();
     etcd.wait_healthy(1).unwrap();
-    eventually_within(Duration::from_secs(30), "every replica is ready again", || {
-        replicas
-            .iter()
-            .all(|r| r.kubectl(&["get", "--raw", "/readyz"]).status.success())
-    });
+    eventually_within(
+        Duration::from_secs(30),
+        "every replica is ready again",
+        || {
+            replicas
+                .iter()
+                .all(|r| r.kubectl(&["get", "--raw", "/readyz"]).status.success())
+        },
+    );
     write_round(&replicas, &mut acknowledged);
     eventually_within(Duration::from_secs(30), "a replica leads again", || {
         let now = holder(&replicas[0]);
@@ -330,5 +341,9 @@ fn three_replicas_share_one_ca_elect_one_leader_and_survive_faults() {
             );
         }
     }
-    assert_eq!(acknowledged.len(), 3 + 2 + 3 * 2 + 3 + 3, "{acknowledged:?}");
+    assert_eq!(
+        acknowledged.len(),
+        3 + 2 + 3 * 2 + 3 + 3,
+        "{acknowledged:?}"
+    );
 }

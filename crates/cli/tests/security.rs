@@ -836,12 +836,15 @@ fn failed_agent_handshakes_never_starve_a_valid_agent() {
         .unwrap()
         .to_string();
     let (id, _) = token.split_once('.').unwrap();
+    let version = format!("X-Lariat-Agent-Version: {}", env!("CARGO_PKG_VERSION"));
     let upgrade = [
         "--http1.1",
         "-H",
         "Connection: Upgrade",
         "-H",
         "Upgrade: lariat-tunnel/1",
+        "-H",
+        &version,
     ];
 
     // 2,000 attempts with a wrong secret from another address.
@@ -861,9 +864,28 @@ fn failed_agent_handshakes_never_starve_a_valid_agent() {
         count(403)
     );
 
-    // The valid agent, from its own address, is admitted at once.
-    let mut args = upgrade.to_vec();
+    // The valid agent, from its own address, is admitted at once: once it says which
+    // version it is (the support matrix's skew policy).
     let bearer = format!("Authorization: Bearer {token}");
+    let (code, body) = server.curl_with(
+        &[
+            "--http1.1",
+            "-H",
+            "Connection: Upgrade",
+            "-H",
+            "Upgrade: lariat-tunnel/1",
+            "-H",
+            &bearer,
+        ],
+        &format!("https://{}/v3/connect", server.address),
+        None,
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("the agent did not report its version"),
+        "{body}"
+    );
+    let mut args = upgrade.to_vec();
     args.extend(["-H", &bearer, "--max-time", "3", "-D", "-"]);
     let (_, headers) = server.curl_with(
         &args,

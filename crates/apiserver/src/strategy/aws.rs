@@ -589,6 +589,20 @@ impl Strategy for ManagedControlPlanes {
             ));
             return causes;
         };
+        let changed = old.is_none_or(|o| eks_version(&o["spec"]["version"]) != Some(to));
+        if changed && !lariat_api::support::kubernetes_supported(to.0, to.1) {
+            causes.push(Cause::invalid(
+                "spec.version",
+                version,
+                format!(
+                    "EKS v{}.{} is outside what this lariat provisions and manages: {} (see `lariat version --matrix`)",
+                    to.0,
+                    to.1,
+                    lariat_api::support::kubernetes_range()
+                ),
+            ));
+            return causes;
+        }
         // From the version the spec had or, when it had none (cleared to get round this
         // check), the one EKS runs.
         let running = old.and_then(|o| eks_version(&o["status"]["version"]));
@@ -791,8 +805,11 @@ mod tests {
         let mut running = json!({"spec": {"region": "us-east-1"}, "status": {"version": "v1.30"}});
         let skip = admit(&ManagedControlPlanes, plane("v1.32"), Some(running.clone()));
         assert!(skip[0].contains("so set v1.31 first"), "{skip:?}");
-        let down = admit(&ManagedControlPlanes, plane("v1.20"), Some(running.clone()));
+        let down = admit(&ManagedControlPlanes, plane("v1.28"), Some(running.clone()));
         assert!(down[0].contains("cannot downgrade"), "{down:?}");
+        // Outside the support matrix: refused for that first.
+        let old = admit(&ManagedControlPlanes, plane("v1.20"), Some(running.clone()));
+        assert!(old[0].contains("v1.28 to v1.33"), "{old:?}");
         running["spec"]["version"] = json!("v1.31");
         let below_running = admit(&ManagedControlPlanes, plane("v1.29"), Some(running));
         assert!(

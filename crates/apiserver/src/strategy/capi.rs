@@ -10,20 +10,34 @@ use crate::registry::Registry;
 use crate::status::Cause;
 use lariat_api::KubernetesVersion;
 
-/// `field` must hold a Kubernetes version, if it holds anything.
-fn version_causes(object: &Value, path: &[&str], field: &str) -> Vec<Cause> {
-    let mut node = object;
-    for key in path {
-        node = &node[key];
-    }
-    match node {
-        Value::Null => vec![],
-        Value::String(v) if KubernetesVersion::parse(v).is_some() => vec![],
-        other => vec![Cause::invalid(
+/// `field` must hold a Kubernetes version, if it holds anything, and one of the support
+/// matrix's when it is set or changed (an object already running a version lariat no longer
+/// supports can still be scaled, upgraded or deleted).
+fn version_causes(object: &Value, old: Option<&Value>, path: &[&str], field: &str) -> Vec<Cause> {
+    let at = |mut node: &Value| {
+        for key in path {
+            node = &node[key];
+        }
+        node.clone()
+    };
+    let node = at(object);
+    let version = match &node {
+        Value::Null => return vec![],
+        Value::String(v) => KubernetesVersion::parse(v),
+        _ => None,
+    };
+    let Some(version) = version else {
+        return vec![Cause::invalid(
             field,
-            other,
+            &node,
             "must be a valid semantic version, such as v1.30.2",
-        )],
+        )];
+    };
+    match lariat_api::support::kubernetes_refusal(&version) {
+        Some(refusal) if old.is_none_or(|old| at(old) != node) => {
+            vec![Cause::invalid(field, &node, &refusal)]
+        }
+        _ => vec![],
     }
 }
 
@@ -66,11 +80,17 @@ impl Strategy for MachineOwners {
     fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = immutable(object, old, &["spec", "clusterName"], "spec.clusterName");
         if object["kind"] == "Machine" {
-            causes.extend(version_causes(object, &["spec", "version"], "spec.version"));
+            causes.extend(version_causes(
+                object,
+                old,
+                &["spec", "version"],
+                "spec.version",
+            ));
             return causes;
         }
         causes.extend(version_causes(
             object,
+            old,
             &["spec", "template", "spec", "version"],
             "spec.template.spec.version",
         ));
@@ -100,6 +120,7 @@ impl Strategy for MachinePools {
         let mut causes = immutable(object, old, &["spec", "clusterName"], "spec.clusterName");
         causes.extend(version_causes(
             object,
+            old,
             &["spec", "template", "spec", "version"],
             "spec.template.spec.version",
         ));
@@ -152,7 +173,7 @@ pub struct KubeadmControlPlanes;
 
 impl Strategy for KubeadmControlPlanes {
     fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
-        let mut causes = version_causes(object, &["spec", "version"], "spec.version");
+        let mut causes = version_causes(object, old, &["spec", "version"], "spec.version");
         let replicas = &object["spec"]["replicas"];
         let stacked_etcd =
             object["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["etcd"]["external"]
@@ -222,6 +243,36 @@ mod tests {
             KubeadmControlPlanes
                 .admit(&registry, &mut external, None)
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn versions_outside_the_support_matrix_are_refused_when_set() {
+        let registry = Registry::default();
+        let kcp = |version: &str, replicas: i64| json!({"kind": "KubeadmControlPlane", "spec": {"replicas": replicas, "version": version}});
+        let mut old_version = kcp("v1.27.3", 3);
+        let causes = KubeadmControlPlanes.admit(&registry, &mut old_version, None);
+        assert_eq!(fields(&causes), vec!["spec.version"]);
+        assert!(causes[0].message.contains("v1.28 to v1.33"), "{causes:?}");
+        assert_eq!(
+            fields(&KubeadmControlPlanes.admit(
+                &registry,
+                &mut kcp("v1.34.0", 3),
+                Some(&kcp("v1.33.1", 3))
+            )),
+            vec!["spec.version"]
+        );
+        // An object already running a version since dropped may still be scaled.
+        assert!(
+            KubeadmControlPlanes
+                .admit(&registry, &mut kcp("v1.27.3", 5), Some(&kcp("v1.27.3", 3)))
+                .is_empty()
+        );
+        let mut machine =
+            json!({"kind": "Machine", "spec": {"clusterName": "a", "version": "v1.22.0"}});
+        assert_eq!(
+            fields(&MachineOwners.admit(&registry, &mut machine, None)),
+            vec!["spec.version"]
         );
     }
 

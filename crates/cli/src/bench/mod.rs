@@ -20,6 +20,7 @@ mod access;
 mod agents;
 mod aws;
 mod fleet;
+mod ha;
 mod rbac;
 
 #[derive(clap::Subcommand)]
@@ -44,6 +45,10 @@ pub enum BenchCommand {
     /// Rancher's scopes reaching many in-memory clusters: from a GlobalRoleBinding or
     /// ProjectRoleTemplateBindings to the RBAC they mean in every cluster.
     Access(access::AccessArgs),
+    /// Three servers joined on a three-member etcd: creates per second over one, two and
+    /// three replicas, and how long the controllers' Lease takes to change hands after the
+    /// holder is killed.
+    Ha(ha::HaArgs),
 }
 
 #[derive(clap::Args)]
@@ -90,6 +95,7 @@ pub async fn run(what: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Aws(args) => aws::run(args).await,
         BenchCommand::Rbac(args) => rbac::run(args).await,
         BenchCommand::Access(args) => access::run(args).await,
+        BenchCommand::Ha(args) => ha::run(args).await,
     }
 }
 

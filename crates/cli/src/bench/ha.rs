@@ -1,0 +1,136 @@
+//! `lariat bench ha`: three servers joined on a three-member etcd (Debian's), as an operator
+//! runs them. It measures creates per second spread over one, two and three replicas, and the
+//! controllers' failover: how long after a `kill -9` of the Lease holder another replica
+//! holds it.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, PostParams};
+use lariat_store::etcd_process::EtcdCluster;
+
+use super::{ServerProcess, cluster, clusters, load_average, timed};
+
+#[derive(clap::Args)]
+pub struct HaArgs {
+    /// Cluster objects created in each round (1, 2 and 3 replicas).
+    #[arg(long, default_value_t = 3000)]
+    objects: usize,
+    /// Concurrent requests, spread evenly over the replicas of the round.
+    #[arg(long, default_value_t = 48)]
+    concurrency: usize,
+    /// How many times the leader is killed and its successor timed.
+    #[arg(long, default_value_t = 3)]
+    failovers: usize,
+}
+
+const TOKEN: &str = "lariat-bench-join-token";
+
+pub async fn run(args: HaArgs) -> anyhow::Result<()> {
+    println!(
+        "lariat bench ha: 3 servers joined on a 3-member etcd, concurrency {}; load average {}",
+        args.concurrency,
+        load_average()
+    );
+    let etcd = EtcdCluster::start(3).context("start etcd (apt-get install -y etcd-server)")?;
+    let joined = vec![
+        "--datastore-endpoint".to_string(),
+        etcd.endpoints(),
+        "--token".into(),
+        TOKEN.into(),
+    ];
+    // The first server seals the CA and keys; the others join it.
+    let mut servers = vec![ServerProcess::start_with(joined.clone())?];
+    for _ in 1..3 {
+        servers.push(ServerProcess::start_with(joined.clone())?);
+    }
+    let mut apis = vec![];
+    for server in &servers {
+        apis.push(clusters(server.client().await?));
+    }
+
+    println!("\nAPI throughput (Cluster creates; each replica's own kubeconfig, one CA)");
+    let mut base = 0.0;
+    for replicas in 1..=3 {
+        let round = apis[..replicas].to_vec();
+        let offset = replicas * 1_000_000;
+        let mut samples = timed(args.objects, args.concurrency, move |i| {
+            let api = round[i % round.len()].clone();
+            async move {
+                api.create(
+                    &PostParams::default(),
+                    &cluster(&format!("r{:07}", offset + i)),
+                )
+                .await?;
+                Ok(())
+            }
+        })
+        .await?;
+        let rate = args.objects as f64 / samples.elapsed.as_secs_f64();
+        if replicas == 1 {
+            base = rate;
+        }
+        println!(
+            "{}   {:.2}× one replica",
+            samples.line(&format!("{replicas} repl")),
+            rate / base
+        );
+    }
+
+    println!("\nController failover after kill -9 of the Lease holder");
+    let mut times = vec![];
+    for _ in 0..args.failovers {
+        let leases: Api<Lease> = Api::namespaced(servers[0].client().await?, "lariat-system");
+        let holder = holder_of(&leases).await?;
+        let Some(leader) = servers
+            .iter()
+            .position(|s| holder.contains(&format!("_{}_", port(&s.address))))
+        else {
+            bail!("no server holds the controllers' Lease (holder {holder:?})");
+        };
+        servers[leader].kill9();
+        let killed = Instant::now();
+        let watcher = (leader + 1) % servers.len();
+        let leases: Api<Lease> = Api::namespaced(servers[watcher].client().await?, "lariat-system");
+        loop {
+            let now = holder_of(&leases).await.unwrap_or_default();
+            if !now.is_empty() && now != holder {
+                break;
+            }
+            if killed.elapsed() > Duration::from_secs(60) {
+                bail!("no replica took the Lease within 60 s of the leader's death");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let took = killed.elapsed();
+        println!(
+            "  another replica holds the Lease {:.1} s after the kill",
+            took.as_secs_f64()
+        );
+        times.push(took);
+        servers[leader].relaunch()?;
+    }
+    if !times.is_empty() {
+        times.sort();
+        println!(
+            "  failover: median {:.1} s, worst {:.1} s (Lease 10 s, renewed every 1 s); load average {}",
+            times[times.len() / 2].as_secs_f64(),
+            times[times.len() - 1].as_secs_f64(),
+            load_average()
+        );
+    }
+    Ok(())
+}
+
+async fn holder_of(leases: &Api<Lease>) -> anyhow::Result<String> {
+    let lease = leases.get("lariat-controllers").await?;
+    Ok(lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default())
+}
+
+fn port(address: &str) -> &str {
+    address.rsplit(':').next().unwrap_or_default()
+}
