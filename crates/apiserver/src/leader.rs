@@ -324,41 +324,6 @@ pub async fn while_leading<F>(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_leader_stops_before_a_candidate_may_start() {
-        let timing = Timing::default();
-        assert!(timing.renew_deadline + timing.retry_period < timing.lease_duration);
-        // Takeover after a leader dies: under the 15 s operators are promised.
-        assert!(timing.lease_duration + 2 * timing.retry_period < Duration::from_secs(15));
-    }
-
-    #[test]
-    fn leadership_lapses_at_the_renew_deadline() {
-        let timing = Timing {
-            lease_duration: Duration::from_millis(300),
-            renew_deadline: Duration::from_millis(100),
-            retry_period: Duration::from_millis(10),
-        };
-        let leadership = Leadership::candidate("a".into(), timing);
-        assert!(!leadership.holds());
-        leadership.renewed(Instant::now());
-        assert!(leadership.holds());
-        assert!(*leadership.subscribe().borrow());
-        std::thread::sleep(Duration::from_millis(120));
-        assert!(
-            !leadership.holds(),
-            "no renewal within the deadline: no writes"
-        );
-        leadership.step_down();
-        assert!(!*leadership.subscribe().borrow());
-        assert!(Leadership::sole("b".into()).holds());
-    }
-}
-
 /// A store whose writes are refused while this replica does not lead: what the server's own
 /// leader-only loops (garbage collection, Event expiry, compaction) write through, so a loop
 /// still running after its term ended cannot write.
@@ -420,5 +385,40 @@ impl Store for LeaderOnly {
     async fn compact(&self, revision: Revision) -> lariat_store::Result<()> {
         self.check()?;
         self.inner.compact(revision).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leader_stops_before_a_candidate_may_start() {
+        let timing = Timing::default();
+        assert!(timing.renew_deadline + timing.retry_period < timing.lease_duration);
+        // Takeover after a leader dies: under the 15 s operators are promised.
+        assert!(timing.lease_duration + 2 * timing.retry_period < Duration::from_secs(15));
+    }
+
+    #[test]
+    fn leadership_lapses_at_the_renew_deadline() {
+        let timing = Timing {
+            lease_duration: Duration::from_millis(300),
+            renew_deadline: Duration::from_millis(100),
+            retry_period: Duration::from_millis(10),
+        };
+        let leadership = Leadership::candidate("a".into(), timing);
+        assert!(!leadership.holds());
+        leadership.renewed(Instant::now());
+        assert!(leadership.holds());
+        assert!(*leadership.subscribe().borrow());
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(
+            !leadership.holds(),
+            "no renewal within the deadline: no writes"
+        );
+        leadership.step_down();
+        assert!(!*leadership.subscribe().borrow());
+        assert!(Leadership::sole("b".into()).holds());
     }
 }
