@@ -113,12 +113,9 @@ enum AdminCommand {
 
 #[derive(clap::Args)]
 struct RotateTokenArgs {
-    /// The etcd datastore the servers share, e.g. http://10.0.0.1:2379,http://10.0.0.2:2379.
-    #[arg(long, env = "LARIAT_DATASTORE_ENDPOINT")]
-    datastore_endpoint: String,
-    /// Key prefix in etcd, as the servers were given.
-    #[arg(long, default_value = "/lariat")]
-    datastore_prefix: String,
+    /// The etcd datastore the servers share (--datastore-endpoint, as they were given it).
+    #[command(flatten)]
+    store: StoreArgs,
     #[command(flatten)]
     token: JoinToken,
     /// The token servers join with from now on.
@@ -177,6 +174,43 @@ struct StoreArgs {
     /// Key prefix in etcd, so several deployments can share one etcd.
     #[arg(long, default_value = "/lariat")]
     datastore_prefix: String,
+    /// The CA (PEM) etcd's serving certificate is checked against: reach etcd over TLS
+    /// (https:// endpoints).
+    #[arg(long, env = "LARIAT_DATASTORE_CAFILE", requires = "datastore_endpoint")]
+    datastore_cafile: Option<PathBuf>,
+    /// The client certificate (PEM) lariat presents to etcd (etcd's --client-cert-auth).
+    #[arg(long, env = "LARIAT_DATASTORE_CERTFILE", requires_all = ["datastore_cafile", "datastore_keyfile"])]
+    datastore_certfile: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(
+        long,
+        env = "LARIAT_DATASTORE_KEYFILE",
+        requires = "datastore_certfile"
+    )]
+    datastore_keyfile: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    /// The TLS files for etcd, read.
+    fn etcd_tls(&self) -> anyhow::Result<Option<lariat_store::etcd::EtcdTls>> {
+        let read = |path: &PathBuf, what: &str| {
+            std::fs::read(path).with_context(|| format!("cannot read {what} {}", path.display()))
+        };
+        let Some(ca) = &self.datastore_cafile else {
+            return Ok(None);
+        };
+        let client = match (&self.datastore_certfile, &self.datastore_keyfile) {
+            (Some(cert), Some(key)) => Some((
+                read(cert, "--datastore-certfile")?,
+                read(key, "--datastore-keyfile")?,
+            )),
+            _ => None,
+        };
+        Ok(Some(lariat_store::etcd::EtcdTls {
+            ca: read(ca, "--datastore-cafile")?,
+            client,
+        }))
+    }
 }
 
 #[derive(clap::Args)]
@@ -367,21 +401,23 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-pub async fn open_store(
-    data_dir: &std::path::Path,
-    endpoint: Option<&str>,
-    prefix: &str,
-) -> anyhow::Result<Arc<dyn Store>> {
-    Ok(match endpoint {
+async fn open_store(args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
+    let data_dir = &args.data_dir;
+    Ok(match &args.datastore_endpoint {
         Some(endpoint) => {
             let endpoints: Vec<String> =
                 endpoint.split(',').map(|e| e.trim().to_string()).collect();
+            let tls = args.etcd_tls()?;
             Arc::new(
-                lariat_store::etcd::EtcdStore::connect(&endpoints, prefix)
-                    .await
-                    .with_context(|| {
-                        format!("cannot reach etcd at {endpoint}: check --datastore-endpoint")
-                    })?,
+                lariat_store::etcd::EtcdStore::connect_with(
+                    &endpoints,
+                    &args.datastore_prefix,
+                    tls.as_ref(),
+                )
+                .await
+                .with_context(|| {
+                    format!("cannot reach etcd at {endpoint}: check --datastore-endpoint")
+                })?,
             )
         }
         None => {
@@ -462,18 +498,15 @@ fn print_admin_kubeconfig(args: AdminKubeconfigArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `lariat admin rotate`: revokes the admin credentials offline, so no server is serving with
-/// them while they change; the next start writes new kubeconfigs.
+/// `lariat admin rotate-token`: the datastore's shared secrets sealed with a new join token.
 async fn rotate_join_token(args: RotateTokenArgs) -> anyhow::Result<()> {
     let Some(old) = args.token.read()? else {
         anyhow::bail!("give the token the servers run with (--token or --token-file)");
     };
-    let store = open_store(
-        std::path::Path::new("."),
-        Some(&args.datastore_endpoint),
-        &args.datastore_prefix,
-    )
-    .await?;
+    if args.store.datastore_endpoint.is_none() {
+        anyhow::bail!("give the etcd the servers share (--datastore-endpoint)");
+    }
+    let store = open_store(&args.store).await?;
     lariat_apiserver::bootstrap::rotate(&*store, &old, args.new_token.trim()).await?;
     println!(
         "the datastore's CA and keys are sealed with the new token; start servers with it from now on"
@@ -481,6 +514,8 @@ async fn rotate_join_token(args: RotateTokenArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `lariat admin rotate`: revokes the admin credentials offline, so no server is serving with
+/// them while they change; the next start writes new kubeconfigs.
 async fn rotate_admin(args: StoreArgs) -> anyhow::Result<()> {
     if !args.data_dir.join("tls").is_dir() {
         anyhow::bail!(
@@ -490,12 +525,7 @@ async fn rotate_admin(args: StoreArgs) -> anyhow::Result<()> {
     }
     let _lock = lariat_apiserver::DataDirLock::acquire(&args.data_dir)
         .map_err(|e| anyhow::anyhow!("{e}: the rotation takes effect at its next start"))?;
-    let store = open_store(
-        &args.data_dir,
-        args.datastore_endpoint.as_deref(),
-        &args.datastore_prefix,
-    )
-    .await?;
+    let store = open_store(&args).await?;
     let revoked = lariat_apiserver::revoke_admin_credentials(store)
         .await
         .map_err(|e| anyhow::anyhow!("cannot revoke the admin credentials: {e}"))?;
@@ -516,12 +546,7 @@ async fn rotate_admin(args: StoreArgs) -> anyhow::Result<()> {
 async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let _lock = lariat_apiserver::DataDirLock::acquire(&args.store.data_dir)
         .map_err(|e| anyhow::anyhow!("{e} (or pass another --data-dir)"))?;
-    let store = open_store(
-        &args.store.data_dir,
-        args.store.datastore_endpoint.as_deref(),
-        &args.store.datastore_prefix,
-    )
-    .await?;
+    let store = open_store(&args.store).await?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| {

@@ -4,8 +4,8 @@
 //! in as `etcd/pb.rs`, so that building lariat needs no `protoc` (`codegen/` regenerates it).
 //! Every lariat key `k` is stored as `prefix + k`, so several lariat servers (or tests) can
 //! share one etcd. Revisions are etcd's own, global to the whole etcd, which is what lets
-//! replicas of the API server agree on resource versions. Only plaintext `http://` endpoints
-//! are supported for now.
+//! replicas of the API server agree on resource versions. Endpoints are `http://`, or `https://`
+//! with [`EtcdTls`] (rustls on ring, as everywhere in lariat).
 
 use std::time::Duration;
 
@@ -34,6 +34,26 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The largest gRPC response accepted from etcd.
 const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
+
+/// What lariat needs to reach etcd over TLS (PEM), as k3s's `--datastore-cafile`,
+/// `--datastore-certfile` and `--datastore-keyfile`.
+#[derive(Clone)]
+pub struct EtcdTls {
+    pub ca: Vec<u8>,
+    /// Certificate and key for etcd's `--client-cert-auth`.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl EtcdTls {
+    fn client_config(&self) -> tonic::transport::ClientTlsConfig {
+        let config = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(&self.ca));
+        match &self.client {
+            Some((cert, key)) => config.identity(tonic::transport::Identity::from_pem(cert, key)),
+            None => config,
+        }
+    }
+}
 
 /// How often each endpoint's health is checked, and how long a check may take.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
@@ -64,6 +84,11 @@ impl Drop for AbortOnDrop {
 
 /// Whether the member behind `channel` serves a linearizable read (it has a quorum).
 async fn member_healthy(channel: &Channel, key: &[u8]) -> bool {
+    member_check(channel, key).await.is_ok()
+}
+
+/// The member's answer to a linearizable read, or why there was none.
+async fn member_check(channel: &Channel, key: &[u8]) -> std::result::Result<(), String> {
     let mut kv = KvClient::new(channel.clone());
     let probe = kv.range(pb::RangeRequest {
         key: key.to_vec(),
@@ -71,7 +96,24 @@ async fn member_healthy(channel: &Channel, key: &[u8]) -> bool {
         count_only: true,
         ..Default::default()
     });
-    matches!(tokio::time::timeout(HEALTH_TIMEOUT, probe).await, Ok(Ok(_)))
+    match tokio::time::timeout(HEALTH_TIMEOUT, probe).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(status)) => {
+            // tonic puts the cause (refused connection, unknown certificate authority) in
+            // the error's sources.
+            let mut why = status.message().to_string();
+            let mut source = std::error::Error::source(&status);
+            while let Some(cause) = source {
+                let cause_text = cause.to_string();
+                if !why.contains(&cause_text) {
+                    why = format!("{why}: {cause_text}");
+                }
+                source = cause.source();
+            }
+            Err(why)
+        }
+        Err(_) => Err(format!("no answer within {HEALTH_TIMEOUT:?}")),
+    }
 }
 
 /// Keeps the healthy members in the balancer, checking each every [`HEALTH_INTERVAL`].
@@ -111,6 +153,17 @@ impl EtcdStore {
     /// Connects to `endpoints` (`http://host:port`, or `host:port`) and checks that etcd
     /// answers; lariat's keys live under `prefix` (for example `/lariat/`).
     pub async fn connect(endpoints: &[String], prefix: &str) -> Result<EtcdStore> {
+        EtcdStore::connect_with(endpoints, prefix, None).await
+    }
+
+    /// As [`EtcdStore::connect`], over TLS when `tls` is given (`https://` endpoints): the CA
+    /// etcd's certificate is checked against and, for etcd's `--client-cert-auth`, the client
+    /// certificate and key lariat presents.
+    pub async fn connect_with(
+        endpoints: &[String],
+        prefix: &str,
+        tls: Option<&EtcdTls>,
+    ) -> Result<EtcdStore> {
         if endpoints.is_empty() {
             return Err(Error::Unavailable("no etcd endpoint given".into()));
         }
@@ -119,21 +172,34 @@ impl EtcdStore {
             .map(|endpoint| {
                 let uri = if endpoint.contains("://") {
                     endpoint.clone()
+                } else if tls.is_some() {
+                    format!("https://{endpoint}")
                 } else {
                     format!("http://{endpoint}")
                 };
-                Endpoint::from_shared(uri)
-                    .map(|endpoint| {
-                        endpoint
-                            .connect_timeout(Duration::from_secs(5))
-                            .tcp_nodelay(true)
-                            // Keepalives notice a dead etcd even when a watch is quiet. etcd
-                            // rejects pings more often than every 5 s.
-                            .http2_keep_alive_interval(Duration::from_secs(10))
-                            .keep_alive_timeout(Duration::from_secs(5))
-                            .keep_alive_while_idle(true)
-                    })
-                    .map_err(|e| Error::Unavailable(format!("bad etcd endpoint {endpoint}: {e}")))
+                let bad = |e: &dyn std::fmt::Display| {
+                    Error::Unavailable(format!("bad etcd endpoint {endpoint}: {e}"))
+                };
+                if uri.starts_with("https://") != tls.is_some() {
+                    return Err(bad(&if tls.is_some() {
+                        "TLS files were given, so the endpoint must be https://"
+                    } else {
+                        "an https:// endpoint needs --datastore-cafile (the CA etcd's certificate is signed by)"
+                    }));
+                }
+                let mut endpoint = Endpoint::from_shared(uri)
+                    .map_err(|e| bad(&e))?
+                    .connect_timeout(Duration::from_secs(5))
+                    .tcp_nodelay(true)
+                    // Keepalives notice a dead etcd even when a watch is quiet. etcd
+                    // rejects pings more often than every 5 s.
+                    .http2_keep_alive_interval(Duration::from_secs(10))
+                    .keep_alive_timeout(Duration::from_secs(5))
+                    .keep_alive_while_idle(true);
+                if let Some(tls) = tls {
+                    endpoint = endpoint.tls_config(tls.client_config()).map_err(|e| bad(&e))?;
+                }
+                Ok(endpoint)
             })
             .collect::<Result<Vec<_>>>()?;
         // The key `current_revision` reads: none of lariat's keys (those start `/registry/`).
@@ -145,17 +211,19 @@ impl EtcdStore {
                 (endpoint, channel)
             })
             .collect();
-        let healthy = futures::future::join_all(
+        let checks = futures::future::join_all(
             members
                 .iter()
-                .map(|(_, channel)| member_healthy(channel, &probe_key)),
+                .map(|(_, channel)| member_check(channel, &probe_key)),
         )
         .await;
+        let healthy: Vec<bool> = checks.iter().map(std::result::Result::is_ok).collect();
         if !healthy.iter().any(|h| *h) {
-            return Err(Error::Unavailable(
-                "no etcd member answered a linearizable read: is etcd running, with a quorum?"
-                    .into(),
-            ));
+            let first = checks.into_iter().find_map(std::result::Result::err);
+            return Err(Error::Unavailable(format!(
+                "no etcd member answered a linearizable read ({}): is etcd running, with a quorum, and are the TLS files right?",
+                first.unwrap_or_default()
+            )));
         }
         let (channel, changes) = Channel::balance_channel(members.len());
         for (i, (endpoint, _)) in members.iter().enumerate() {
