@@ -68,7 +68,7 @@ pub fn agent_skew(server: &str, agent: Option<&str>) -> AgentSkew {
     };
     let refused = |why: String| {
         AgentSkew::Refused(format!(
-            "{why}; this server (v{server}) accepts agents of v{}.{} and one minor older: import the cluster again to install a matching agent",
+            "{why}; this server (v{server}) accepts agents of v{}.{}, one minor older, or one minor newer (with a warning): import the cluster again to install a matching agent",
             ours.0, ours.1
         ))
     };
@@ -81,13 +81,13 @@ pub fn agent_skew(server: &str, agent: Option<&str>) -> AgentSkew {
         ));
     };
     if theirs.0 != ours.0 {
-        return refused(format!("agent v{agent} is of another major version"));
+        return refused(format!("agent {agent} is of another major version"));
     }
     match theirs.1 as i64 - ours.1 as i64 {
         0 | -1 => AgentSkew::Supported,
         1 => AgentSkew::Newer,
         _ => refused(format!(
-            "agent v{agent} is too far from this server's version"
+            "agent {agent} is too far from this server's version"
         )),
     }
 }

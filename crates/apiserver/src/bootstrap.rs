@@ -30,13 +30,17 @@ pub const MIN_TOKEN_LEN: usize = 16;
 #[derive(Debug, thiserror::Error)]
 pub enum JoinError {
     #[error(
-        "the join token (--token) is not the one this datastore's servers were started with; give the same token as the first server"
+        "the join token is not the one this datastore's servers were started with; give the same token as the first server (--token, --token-file or LARIAT_TOKEN)"
     )]
     WrongToken,
     #[error(
-        "a join token (--token) must be at least {MIN_TOKEN_LEN} characters: generate one with `openssl rand -hex 32`"
+        "a join token must be at least {MIN_TOKEN_LEN} characters: generate one with `openssl rand -hex 32`"
     )]
     WeakToken,
+    #[error(
+        "this datastore's servers share one CA and key set, joined with a token: give this server the same token (--token, --token-file or LARIAT_TOKEN)"
+    )]
+    TokenRequired,
     #[error(
         "--encryption-key-file holds another key than the servers on this datastore use; drop the flag to use theirs"
     )]
@@ -74,6 +78,8 @@ struct Material {
 /// Where a server keeps the shared secrets on disk.
 pub struct Files {
     pub tls_dir: PathBuf,
+    /// The admin kubeconfigs: issued again when the CA changes.
+    pub kubeconfigs: Vec<PathBuf>,
     pub encryption_key: PathBuf,
     /// The encryption key file was given (`--encryption-key-file`): it is never replaced.
     pub encryption_key_given: bool,
@@ -101,6 +107,15 @@ pub async fn join(store: &dyn Store, token: &str, files: &Files) -> Result<(), J
             Err(lariat_store::Error::AlreadyExists(_)) => continue,
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// Refuses a server without a join token on a datastore whose servers joined with one: with
+/// a CA and encryption key of its own it would write Secrets the others cannot read.
+pub async fn check_tokenless(store: &dyn Store) -> Result<(), JoinError> {
+    match store.get(BOOTSTRAP_KEY).await? {
+        Some(_) => Err(JoinError::TokenRequired),
+        None => Ok(()),
     }
 }
 
@@ -224,8 +239,11 @@ fn install(material: &Material, files: &Files) -> Result<(), JoinError> {
     }
     if ca_changed {
         // Issued by another CA: issued again from this one at start.
-        for name in pki::SERVING_FILES {
-            let path = files.tls_dir.join(name);
+        let stale = pki::SERVING_FILES
+            .iter()
+            .map(|name| files.tls_dir.join(name))
+            .chain(files.kubeconfigs.iter().cloned());
+        for path in stale {
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -263,6 +281,7 @@ mod tests {
     fn files(dir: &Path) -> Files {
         Files {
             tls_dir: dir.join("tls"),
+            kubeconfigs: vec![dir.join("kubeconfig.yaml")],
             encryption_key: dir.join("encryption.key"),
             encryption_key_given: false,
         }
@@ -277,6 +296,7 @@ mod tests {
         // The second has secrets of its own already (it ran alone before): they are replaced.
         local_material(&files(&second)).unwrap();
         std::fs::write(second.join("tls/server.crt"), "old").unwrap();
+        std::fs::write(second.join("kubeconfig.yaml"), "old").unwrap();
         join(&store, token, &files(&second)).await.unwrap();
         for name in [
             "tls/ca.crt",
@@ -291,7 +311,7 @@ mod tests {
             );
         }
         assert!(
-            !second.join("tls/server.crt").exists(),
+            !second.join("tls/server.crt").exists() && !second.join("kubeconfig.yaml").exists(),
             "reissued from the shared CA"
         );
         // Nothing secret is stored in the clear.

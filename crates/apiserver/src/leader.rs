@@ -134,6 +134,7 @@ pub async fn run(
     let api: Api<Lease> = Api::namespaced(client, LEASE_NAMESPACE);
     let mut election = Election {
         leadership: leadership.clone(),
+        holder: String::new(),
         observed: None,
         last_error: None,
     };
@@ -161,6 +162,8 @@ pub async fn run(
 
 struct Election {
     leadership: Arc<Leadership>,
+    /// Who held the Lease when it was last read.
+    holder: String,
     /// The Lease record as last seen (its resourceVersion) and when it was first seen so.
     observed: Option<(String, Instant)>,
     last_error: Option<String>,
@@ -204,10 +207,15 @@ impl Election {
                     Instant::now()
                 }
             };
+            // Never longer than this replica's own: a Lease edited by hand (or by anyone with
+            // rights on Leases in lariat-system) to last a day holds the controllers back for
+            // one lease duration, not a day.
             let duration = spec
                 .lease_duration_seconds
                 .and_then(|s| u64::try_from(s).ok())
-                .map_or(self.leadership.timing.lease_duration, Duration::from_secs);
+                .map_or(self.leadership.timing.lease_duration, Duration::from_secs)
+                .min(self.leadership.timing.lease_duration);
+            self.holder = holder.clone();
             let expired = unchanged_since.elapsed() >= duration;
             // The sole server on its store may take the Lease at once: nobody else can write.
             if !(holder.is_empty() || expired || self.leadership.sole) {
@@ -238,8 +246,11 @@ impl Election {
                 self.last_error = None;
             }
             Ok(false) => {
-                if leadership.holds() && !leadership.sole {
-                    tracing::warn!("another replica took the controllers' lease; stepping down");
+                if *leadership.leading.borrow() && !leadership.sole {
+                    tracing::warn!(
+                        holder = %self.holder,
+                        "the controllers' lease is held by another; stepping down"
+                    );
                 }
                 if !leadership.sole {
                     leadership.step_down();

@@ -205,10 +205,15 @@ impl Server {
         if let Some(token) = &config.join_token {
             let files = bootstrap::Files {
                 tls_dir: config.data_dir.join("tls"),
+                kubeconfigs: ["kubeconfig.yaml", "kubeconfig-token.yaml"]
+                    .map(|name| config.data_dir.join(name))
+                    .to_vec(),
                 encryption_key: key_path.clone(),
                 encryption_key_given: config.encryption_key_file.is_some(),
             };
             bootstrap::join(&*store, token, &files).await?;
+        } else if config.shared_store {
+            bootstrap::check_tokenless(&*store).await?;
         }
         let pki = pki::Pki::load_or_create(&config.data_dir.join("tls"), &sans)?;
         let tls = tls::server_config(&pki).map_err(StartError::Tls)?;

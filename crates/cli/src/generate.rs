@@ -104,6 +104,12 @@ pub fn cluster(args: &ClusterArgs) -> anyhow::Result<String> {
             args.kubernetes_version
         );
     }
+    // Refused here rather than halfway through an apply, where some objects would be made.
+    if let Some(refusal) = lariat_api::KubernetesVersion::parse(&args.kubernetes_version)
+        .and_then(|version| lariat_api::support::kubernetes_refusal(&version))
+    {
+        bail!("--kubernetes-version: {refusal}");
+    }
     if args.infrastructure == "aws" {
         return aws_cluster(args);
     }

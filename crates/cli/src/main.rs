@@ -119,8 +119,16 @@ struct RotateTokenArgs {
     #[command(flatten)]
     token: JoinToken,
     /// The token servers join with from now on.
-    #[arg(long, env = "LARIAT_NEW_TOKEN", hide_env_values = true)]
-    new_token: String,
+    #[arg(
+        long,
+        env = "LARIAT_NEW_TOKEN",
+        hide_env_values = true,
+        required_unless_present = "new_token_file"
+    )]
+    new_token: Option<String>,
+    /// Read the new token from this file instead (keeps it out of the process list).
+    #[arg(long, conflicts_with = "new_token")]
+    new_token_file: Option<PathBuf>,
 }
 
 /// The secret replicas on one datastore share (as k3s's `--token`).
@@ -507,7 +515,17 @@ async fn rotate_join_token(args: RotateTokenArgs) -> anyhow::Result<()> {
         anyhow::bail!("give the etcd the servers share (--datastore-endpoint)");
     }
     let store = open_store(&args.store).await?;
-    lariat_apiserver::bootstrap::rotate(&*store, &old, args.new_token.trim()).await?;
+    let new = JoinToken {
+        token: args.new_token,
+        token_file: args.new_token_file,
+    }
+    .read()?
+    .unwrap_or_default();
+    lariat_apiserver::bootstrap::rotate(&*store, &old, &new)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!("{}", e.to_string().replace("a join token", "the new token"))
+        })?;
     println!(
         "the datastore's CA and keys are sealed with the new token; start servers with it from now on"
     );
@@ -544,6 +562,13 @@ async fn rotate_admin(args: StoreArgs) -> anyhow::Result<()> {
 }
 
 async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    // Checked before anything is written to the data directory.
+    let join_token = args.join.read()?;
+    if join_token.is_some() && args.store.datastore_endpoint.is_none() {
+        anyhow::bail!(
+            "--token joins servers that share an etcd datastore: give --datastore-endpoint too (a server on its embedded store has no one to join)"
+        );
+    }
     let _lock = lariat_apiserver::DataDirLock::acquire(&args.store.data_dir)
         .map_err(|e| anyhow::anyhow!("{e} (or pass another --data-dir)"))?;
     let store = open_store(&args.store).await?;
@@ -579,12 +604,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         })?;
     config.oidc = args.oidc.config()?;
     config.shared_store = args.store.datastore_endpoint.is_some();
-    config.join_token = args.join.read()?;
-    if config.join_token.is_some() && !config.shared_store {
-        anyhow::bail!(
-            "--token joins servers that share an etcd datastore: give --datastore-endpoint too (a server on its embedded store has no one to join)"
-        );
-    }
+    config.join_token = join_token;
     config.audit = args
         .audit_log_path
         .map(|path| lariat_apiserver::audit::AuditConfig {

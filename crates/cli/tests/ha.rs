@@ -138,9 +138,7 @@ fn three_replicas_share_one_ca_elect_one_leader_and_survive_faults() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success());
     assert!(
-        stderr.contains(
-            "the join token (--token) is not the one this datastore's servers were started with"
-        ),
+        stderr.contains("the join token is not the one this datastore's servers were started with"),
         "{stderr}"
     );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
@@ -152,6 +150,26 @@ fn three_replicas_share_one_ca_elect_one_leader_and_survive_faults() {
             "a replica logged the join token"
         );
     }
+    // Nor does a server without the token join with a CA and encryption key of its own.
+    let tokenless = Command::new(env!("CARGO_BIN_EXE_lariat"))
+        .args([
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--datastore-endpoint",
+            &endpoints,
+        ])
+        .arg("--data-dir")
+        .arg(refused_dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&tokenless.stderr);
+    assert!(!tokenless.status.success());
+    assert!(
+        stderr.contains("give this server the same token"),
+        "{stderr}"
+    );
 
     // One leader, named by the Lease every replica serves.
     let mut leader_holder = String::new();
@@ -346,4 +364,85 @@ fn three_replicas_share_one_ca_elect_one_leader_and_survive_faults() {
         3 + 2 + 3 * 2 + 3 + 3,
         "{acknowledged:?}"
     );
+}
+
+/// docs/haproxy.cfg, as documented, in front of three replicas: kubectl through it keeps
+/// working when a replica dies.
+#[test]
+fn the_documented_haproxy_configuration_fronts_three_replicas() {
+    let etcd = EtcdCluster::start(1).expect("start etcd (apt-get install -y etcd-server)");
+    let endpoints = etcd.endpoints();
+    let mut replicas: Vec<TestServer> = (0..3).map(|_| replica(&endpoints)).collect();
+
+    // The documented file, with this machine's addresses in place of the example's.
+    let documented = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/haproxy.cfg"),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut config = documented.replace("bind :6443", &format!("bind 127.0.0.1:{port}"));
+    for (i, server) in replicas.iter().enumerate() {
+        let example = format!("10.0.0.{}:6443", i + 1);
+        assert!(
+            config.contains(&example),
+            "docs/haproxy.cfg names {example}"
+        );
+        config = config.replace(&example, &server.address);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("haproxy.cfg");
+    std::fs::write(&path, config).unwrap();
+    let check = Command::new("/usr/sbin/haproxy")
+        .args(["-c", "-f"])
+        .arg(&path)
+        .output()
+        .expect("haproxy (apt-get install -y haproxy)");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let mut haproxy = Command::new("/usr/sbin/haproxy")
+        .args(["-db", "-f"])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    let through = format!("--server=https://127.0.0.1:{port}");
+    let get = |replicas: &[TestServer]| {
+        replicas[0]
+            .kubectl(&[
+                &through,
+                "get",
+                "namespace",
+                "default",
+                "-o",
+                "name",
+                "--request-timeout=10s",
+            ])
+            .status
+            .success()
+    };
+    eventually("kubectl reaches the replicas through HAProxy", || {
+        get(&replicas)
+    });
+    // One replica dies: after HAProxy's check marks it down, every request is served.
+    let mut dead = replicas.remove(1);
+    dead.kill9();
+    replicas.insert(1, dead);
+    std::thread::sleep(Duration::from_secs(3));
+    for i in 0..20 {
+        assert!(
+            get(&replicas),
+            "request {i} through HAProxy failed with a replica down"
+        );
+    }
+    let _ = haproxy.kill();
+    let _ = haproxy.wait();
 }

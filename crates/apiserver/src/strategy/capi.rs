@@ -45,7 +45,12 @@ pub struct Clusters;
 
 impl Strategy for Clusters {
     fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
-        let mut causes = vec![];
+        let mut causes = version_causes(
+            object,
+            old,
+            &["spec", "topology", "version"],
+            "spec.topology.version",
+        );
         let namespace = object["metadata"]["namespace"].clone();
         for reference in ["infrastructureRef", "controlPlaneRef"] {
             let field = format!("spec.{reference}");
@@ -267,6 +272,12 @@ mod tests {
             KubeadmControlPlanes
                 .admit(&registry, &mut kcp("v1.27.3", 5), Some(&kcp("v1.27.3", 3)))
                 .is_empty()
+        );
+        let mut topology =
+            json!({"kind": "Cluster", "spec": {"topology": {"class": "c", "version": "v1.27.0"}}});
+        assert_eq!(
+            fields(&Clusters.admit(&registry, &mut topology, None)),
+            vec!["spec.topology.version"]
         );
         let mut machine =
             json!({"kind": "Machine", "spec": {"clusterName": "a", "version": "v1.22.0"}});
