@@ -874,10 +874,14 @@ async fn admit(
             next.run(request).await
         }
         Err(e) => {
-            crate::auth::record_refusal(
-                request.uri().path(),
-                peer.as_ref().and_then(Peer::address),
-            );
+            // A credential that could not be checked (the store unavailable) is no refusal:
+            // an outage must not look like a guessing attack in the logs and the metrics.
+            if matches!(e, ApiError::Unauthorized | ApiError::Forbidden { .. }) {
+                crate::auth::record_refusal(
+                    request.uri().path(),
+                    peer.as_ref().and_then(Peer::address),
+                );
+            }
             // Read (a bounded amount of) the body first: an HTTP/2 client still sending it
             // would otherwise see its stream reset instead of the 401.
             discard(request.into_body()).await;

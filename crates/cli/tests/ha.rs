@@ -317,6 +317,10 @@ fn three_replicas_share_one_ca_elect_one_leader_and_survive_faults() {
         stderr.contains("503 Service Unavailable") && stderr.contains("storage unavailable"),
         "{stderr}"
     );
+    assert!(
+        !replicas[0].log().contains("no valid credential"),
+        "a credential that could not be checked during the outage was logged as refused"
+    );
     let cut_off = replicas.iter().find(|r| leads(r, &leader_now)).unwrap();
     eventually("the leader, cut off from etcd, steps down", || {
         cut_off.log().contains("stepping down")
