@@ -219,7 +219,7 @@ fn install(material: &Material, files: &Files) -> Result<(), JoinError> {
         if files.encryption_key_given && key_path.exists() {
             return Err(JoinError::OtherEncryptionKey);
         }
-        write_bytes(key_path, &key).map_err(|e| local(key_path, &e))?;
+        pki::write_file(key_path, &key, true).map_err(|e| local(key_path, &e))?;
     }
     let ca_path = files.tls_dir.join(pki::CA_CERT_FILE);
     let ca_changed = std::fs::read_to_string(&ca_path).ok().as_deref() != Some(&material.ca_cert);
@@ -253,25 +253,6 @@ fn install(material: &Material, files: &Files) -> Result<(), JoinError> {
         tracing::info!("joined the datastore's servers: their CA and keys are this server's now");
     }
     Ok(())
-}
-
-fn write_bytes(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let tmp = path.with_extension("tmp");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]

@@ -145,7 +145,7 @@ pub fn server_url(url: &str) -> Result<(String, String), String> {
 }
 
 /// Writes a file readable by its owner only when it holds a secret.
-pub fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), PkiError> {
+pub fn write_file(path: &Path, contents: impl AsRef<[u8]>, secret: bool) -> Result<(), PkiError> {
     let io = |source| PkiError::Io {
         path: path.into(),
         source,
@@ -162,7 +162,7 @@ pub fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), PkiEr
         options.mode(if secret { 0o600 } else { 0o644 });
     }
     let mut file = options.open(&tmp).map_err(io)?;
-    file.write_all(contents.as_bytes()).map_err(io)?;
+    file.write_all(contents.as_ref()).map_err(io)?;
     file.sync_all().map_err(io)?;
     fs::rename(&tmp, path).map_err(io)
 }

@@ -388,7 +388,7 @@ pub fn load_or_create_key(path: &Path) -> Result<rcgen::KeyPair, String> {
             .map_err(|e| format!("{}: not a private key: {e}", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
-            crate::pki::write_file(path, &key.serialize_pem(), true).map_err(|e| e.to_string())?;
+            crate::pki::write_file(path, key.serialize_pem(), true).map_err(|e| e.to_string())?;
             Ok(key)
         }
         Err(e) => Err(format!("{}: {e}", path.display())),

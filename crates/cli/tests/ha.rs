@@ -18,6 +18,29 @@ fn replica(endpoints: &str) -> TestServer {
     TestServer::start_with(&["--datastore-endpoint", endpoints, "--token", TOKEN])
 }
 
+/// Starts a server on `endpoints` with `extra` flags, which must fail: its stderr.
+fn refused_start(endpoints: &str, data_dir: &std::path::Path, extra: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_lariat"))
+        .args([
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--datastore-endpoint",
+            endpoints,
+        ])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        !output.status.success(),
+        "the server started with {extra:?}"
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 /// The holder of the controllers' Lease, as `kubectl get leases -n lariat-system` shows it.
 fn holder(through: &TestServer) -> String {
     through
@@ -121,22 +144,11 @@ fn three_replicas_share_one_ca_elect_one_leader_and_survive_faults() {
 
     // A wrong token is refused in one line that says so, and no token is ever logged.
     let refused_dir = tempfile::tempdir().unwrap();
-    let refused = Command::new(env!("CARGO_BIN_EXE_lariat"))
-        .args([
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--datastore-endpoint",
-            &endpoints,
-        ])
-        .arg("--data-dir")
-        .arg(refused_dir.path())
-        .args(["--token", "not-the-join-token-at-all"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success());
+    let stderr = refused_start(
+        &endpoints,
+        refused_dir.path(),
+        &["--token", "not-the-join-token-at-all"],
+    );
     assert!(
         stderr.contains("the join token is not the one this datastore's servers were started with"),
         "{stderr}"
@@ -151,21 +163,7 @@ fn three_replicas_share_one_ca_elect_one_leader_and_survive_faults() {
         );
     }
     // Nor does a server without the token join with a CA and encryption key of its own.
-    let tokenless = Command::new(env!("CARGO_BIN_EXE_lariat"))
-        .args([
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--datastore-endpoint",
-            &endpoints,
-        ])
-        .arg("--data-dir")
-        .arg(refused_dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&tokenless.stderr);
-    assert!(!tokenless.status.success());
+    let stderr = refused_start(&endpoints, refused_dir.path(), &[]);
     assert!(
         stderr.contains("give this server the same token"),
         "{stderr}"

@@ -471,14 +471,7 @@ where
     let mut pause = Duration::from_millis(100);
     loop {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let result = match tokio::time::timeout(left, call()).await {
-            Err(_) => Err(Failure::Unavailable(format!(
-                "no answer within {REQUEST_TIMEOUT:?}"
-            ))),
-            Ok(Err(status)) => Err(Failure::from(status)),
-            Ok(Ok(response)) => Ok(response.into_inner()),
-        };
-        match result {
+        match answer(tokio::time::timeout(left, call()).await) {
             Err(Failure::Unavailable(message))
                 if again(&message) && tokio::time::Instant::now() + pause < deadline =>
             {
@@ -493,7 +486,14 @@ where
 async fn unary<T>(
     call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 ) -> Result<T, Failure> {
-    match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
+    answer(tokio::time::timeout(REQUEST_TIMEOUT, call).await)
+}
+
+/// A request's outcome once its time is up or it answered.
+fn answer<T>(
+    outcome: Result<Result<tonic::Response<T>, tonic::Status>, tokio::time::error::Elapsed>,
+) -> Result<T, Failure> {
+    match outcome {
         Err(_) => Err(Failure::Unavailable(format!(
             "no answer within {REQUEST_TIMEOUT:?}"
         ))),
