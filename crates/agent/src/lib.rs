@@ -53,7 +53,8 @@ const MAX_REQUEST_BYTES: usize = 3 * 1024 * 1024;
 /// What an agent needs: where to dial, how to prove itself, and its cluster's API.
 #[derive(Clone)]
 pub struct Config {
-    /// `https://host:port` of the lariat server.
+    /// `https://host:port` of the lariat server, or of several replicas separated by commas
+    /// (tried in turn, see [`servers`]).
     pub server: String,
     /// A registration token (`<id>.<secret>`).
     pub token: String,
@@ -180,13 +181,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) {
         ca_checksum: config.ca_checksum.clone(),
         token: config.token.clone(),
     };
+    // Where in a list of servers to start: anywhere, so a crowd of agents spreads over them.
+    let mut turn = rand::random::<u32>() as usize;
     tokio::pin!(shutdown);
     loop {
         let started = Instant::now();
         let outcome = tokio::select! {
             _ = &mut shutdown => return,
-            outcome = connect_and_serve(&config, &mut home, &mut trusted, &mut issued, use_credential, &sessions) => outcome,
+            outcome = connect_and_serve(&config, &mut home, &mut trusted, &mut issued, use_credential, &sessions, turn) => outcome,
         };
+        // The next attempt goes to the next server of a list (replicas): one that went away
+        // or turned the agent down is not asked again first.
+        turn = turn.wrapping_add(1);
         if let Some(connected) = &config.connected {
             connected.send_replace(false);
         }
@@ -226,6 +232,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) {
             _ = tokio::time::sleep(wait) => {}
         }
     }
+}
+
+/// The servers a configured `server` names: one URL, or the URLs of several replicas
+/// separated by commas, which the agent tries in turn.
+pub fn servers(server: &str) -> Vec<&str> {
+    server
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 /// host, port and TLS name of `https://host:port`.
@@ -580,6 +596,7 @@ async fn connect_and_serve(
     issued: &mut Option<String>,
     use_credential: bool,
     sessions: &tokio::sync::watch::Sender<Option<Session>>,
+    turn: usize,
 ) -> Result<(), Error> {
     // The cluster's Secret says where to dial, once a handoff wrote it there; what was held
     // for the old server is forgotten.
@@ -598,10 +615,16 @@ async fn connect_and_serve(
         *trusted = None;
         *issued = None;
     }
+    // Several servers (replicas) are tried in turn; all of them share one CA.
+    let listed = servers(&home.server);
+    let server = listed
+        .get(turn % listed.len().max(1))
+        .map_or_else(|| home.server.clone(), |s| s.to_string());
+    let server = &server;
     let verified = match trusted {
         Some(verified) => verified.clone(),
         None => {
-            let verified = fetch_ca(&home.server, &config.proxy, &home.ca_checksum).await?;
+            let verified = fetch_ca(server, &config.proxy, &home.ca_checksum).await?;
             *trusted = Some(verified.clone());
             verified
         }
@@ -626,12 +649,12 @@ async fn connect_and_serve(
         None
     };
     let bearer = credential.as_deref().unwrap_or(&home.token);
-    let stream = tls_connect(&home.server, &config.proxy, tls).await?;
+    let stream = tls_connect(server, &config.proxy, tls).await?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| Error::Http(e.to_string()))?;
     tokio::spawn(connection.with_upgrades());
-    let (host, port) = parse_server(&home.server)?;
+    let (host, port) = parse_server(server)?;
     let request = Request::get("/v3/connect")
         .header(header::HOST, format!("{host}:{port}"))
         .header(header::CONNECTION, "Upgrade")
@@ -690,16 +713,13 @@ async fn connect_and_serve(
         .and_then(|v| v.to_str().ok())
         .map(String::from);
     if let (Some(credential), Some(cluster)) = (newly_issued.or(credential), cluster) {
-        let server: http::Uri = home
-            .server
-            .parse()
-            .map_err(|_| Error::Url(home.server.clone()))?;
+        let uri: http::Uri = server.parse().map_err(|_| Error::Url(server.clone()))?;
         let session = Session {
-            server: home.server.clone(),
+            server: server.clone(),
             ca: verified.ca.clone(),
             credential,
             cluster,
-            proxy: config.proxy.intercept(&server).map(|i| i.uri().clone()),
+            proxy: config.proxy.intercept(&uri).map(|i| i.uri().clone()),
         };
         sessions.send_if_modified(|current| {
             let changed = current.as_ref() != Some(&session);
@@ -712,7 +732,7 @@ async fn connect_and_serve(
     let upgraded = hyper::upgrade::on(response)
         .await
         .map_err(|e| Error::Http(e.to_string()))?;
-    tracing::info!(server = %home.server, "tunnel up");
+    tracing::info!(server = %server, "tunnel up");
     if let Some(connected) = &config.connected {
         connected.send_replace(true);
     }

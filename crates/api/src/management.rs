@@ -53,6 +53,7 @@ fn cluster_connection_crd() -> CustomResourceDefinition {
         {"name": "CPU", "type": "string", "jsonPath": ".status.capacity.cpu", "priority": 1},
         {"name": "Memory", "type": "string", "jsonPath": ".status.capacity.memory", "priority": 1},
         {"name": "Heartbeat", "type": "date", "jsonPath": ".status.lastHeartbeat"},
+        {"name": "Replica", "type": "string", "jsonPath": ".status.replica", "priority": 1},
     ]);
     let status = json!({
         "type": "object",
@@ -65,6 +66,7 @@ fn cluster_connection_crd() -> CustomResourceDefinition {
             "readyNodeCount": {"type": "integer"},
             "capacity": {"type": "object", "properties": {"cpu": string, "memory": string, "pods": string}},
             "message": string,
+            "replica": {"type": "string", "description": "The lariat server replica the agent's tunnel is (or was last) connected to: proxy requests reaching another replica are forwarded there."},
         },
     });
     serde_json::from_value(json!({

@@ -336,24 +336,29 @@ impl Authenticator {
         &self,
         chain: &[CertificateDer<'static>],
     ) -> ApiResult<Option<User>> {
-        let (Some(verifier), Some((leaf, intermediates))) =
-            (&self.certificates, chain.split_first())
-        else {
-            return Ok(None);
-        };
-        if verifier
-            .verify_client_cert(leaf, intermediates, UnixTime::now())
-            .is_err()
-        {
+        if !self.verifies(chain) {
             return Ok(None);
         }
-        let Some(serial) = serial_of(leaf) else {
+        let Some(serial) = serial_of(&chain[0]) else {
             return Ok(None);
         };
         Ok(self
             .lookup(&format!("{CERTIFICATE_PREFIX}{serial}"))
             .await?
             .map(|r| r.user()))
+    }
+
+    /// Whether this domain's CA signed the client certificate chain and it is in its validity
+    /// period (whatever the records say of it).
+    pub fn verifies(&self, chain: &[CertificateDer<'static>]) -> bool {
+        let (Some(verifier), Some((leaf, intermediates))) =
+            (&self.certificates, chain.split_first())
+        else {
+            return false;
+        };
+        verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .is_ok()
     }
 
     /// The user behind a Token's bearer `<name>:<secret>` (`lariat token create`), if the

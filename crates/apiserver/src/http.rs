@@ -57,6 +57,9 @@ pub struct AppState {
     pub simulated: bool,
     /// Where mutating requests and refusals are recorded (`--audit-log-path`).
     pub audit: Option<Arc<crate::audit::AuditLog>>,
+    /// The other replicas on this datastore, which proxy requests are forwarded to and from
+    /// (`None` on the simulated clusters).
+    pub replicas: Option<Arc<crate::replicas::Replicas>>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -322,7 +325,50 @@ async fn cluster_proxy(State(state): State<Arc<AppState>>, request: Request) -> 
     let Some(user) = request.extensions().get::<User>().cloned() else {
         return ApiError::Unauthorized.into_response();
     };
+    // Another replica holds the tunnel: the request goes there (once; a forwarded request is
+    // served from this replica's tunnels or not at all).
+    let cluster = format!("{namespace}/{name}");
+    if !state.tunnels.is_connected(&cluster)
+        && request
+            .extensions()
+            .get::<crate::replicas::Forwarded>()
+            .is_none()
+        && let Some(replicas) = &state.replicas
+    {
+        match tunnel_holder(&state, namespace, name).await {
+            Ok(Some(holder)) if holder != replicas.identity() => {
+                return replicas.forward(&holder, &user, request).await;
+            }
+            Ok(_) => {}
+            Err(e) => return e.into_response(),
+        }
+    }
     crate::tunnel::proxy(&state.tunnels, &user, request).await
+}
+
+/// The replica whose tunnel the Cluster `namespace/name`'s agent is connected to, as its
+/// ClusterConnection records it.
+async fn tunnel_holder(
+    state: &AppState,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<String>, ApiError> {
+    let Some(scope) = state.resources.scope(
+        lariat_api::management::GROUP,
+        "clusterconnections",
+        Some(namespace),
+    ) else {
+        return Ok(None);
+    };
+    let connection = match state.resources.get(&scope, name).await {
+        Ok(connection) => connection,
+        Err(ApiError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let status = &connection["status"];
+    Ok((status["connected"] == true)
+        .then(|| status["replica"].as_str().map(String::from))
+        .flatten())
 }
 
 fn request_peer_address(peer: &Option<axum::Extension<Peer>>) -> Option<std::net::IpAddr> {
@@ -809,10 +855,40 @@ async fn admit(
         .and_then(|v| v.to_str().ok())
         .map(String::from);
     let peer = request.extensions().get::<Peer>().cloned();
-    let mut outcome = state
-        .authenticator
-        .authenticate(authorization.as_deref(), peer.as_ref())
-        .await;
+    // A proxy request another replica forwarded names its caller in headers, believed only
+    // with a replica's credential (`replicas.rs`).
+    let forwarded = request
+        .headers()
+        .keys()
+        .any(|name| name.as_str().starts_with(crate::replicas::FORWARDED_PREFIX));
+    let mut outcome = match (&state.replicas, forwarded) {
+        (_, false) => {
+            state
+                .authenticator
+                .authenticate(authorization.as_deref(), peer.as_ref())
+                .await
+        }
+        (Some(replicas), true) if authorization.is_none() => {
+            let chain = match &peer {
+                Some(Peer::Remote {
+                    certificates: Some(chain),
+                    ..
+                }) => Some(chain.as_slice()),
+                _ => None,
+            };
+            let user = replicas.forwarded_user(
+                &state.authenticator,
+                chain,
+                request.uri().path(),
+                request.headers(),
+            );
+            if user.is_ok() {
+                request.extensions_mut().insert(crate::replicas::Forwarded);
+            }
+            user
+        }
+        (_, true) => Err(ApiError::Unauthorized),
+    };
     // An agent's cluster credential is an identity of the management plane too, with the
     // fixed scope of `agents.rs`; the credential lives with the tunnel's records.
     if matches!(outcome, Err(ApiError::Unauthorized))

@@ -37,6 +37,7 @@ pub mod protobuf;
 pub mod rancher;
 pub mod rbac;
 pub mod registry;
+pub mod replicas;
 pub mod resources;
 pub mod scale;
 pub mod schema;
@@ -100,6 +101,10 @@ pub struct Config {
     /// The token replicas on one datastore join with (`--token`): the CA and keys are shared
     /// through the datastore, sealed with it ([`bootstrap`]).
     pub join_token: Option<String>,
+    /// `host:port` the other replicas reach this one at, to forward cluster proxy requests
+    /// to the tunnels it holds (`--peer-address`). Default: the listener's address, or on a
+    /// wildcard listener the address this machine sends from.
+    pub peer_address: Option<String>,
 }
 
 impl Config {
@@ -123,6 +128,7 @@ impl Config {
             shared_store: false,
             election: leader::Timing::default(),
             join_token: None,
+            peer_address: None,
         }
     }
 }
@@ -141,6 +147,8 @@ pub enum StartError {
     Io(#[from] std::io::Error),
     #[error("invalid --advertise-url {0}")]
     AdvertiseUrl(String),
+    #[error("{0}")]
+    PeerAddress(String),
     #[error("invalid --tls-san {0}")]
     TlsSan(String),
     #[error("{0}")]
@@ -193,6 +201,33 @@ impl Server {
         for san in config.tls_sans.iter().filter(|s| !s.trim().is_empty()) {
             wanted.push(pki::subject_alt_name(san).map_err(StartError::TlsSan)?);
         }
+        let peer_address = match &config.peer_address {
+            Some(given) => {
+                let bad = || {
+                    StartError::PeerAddress(format!(
+                        "invalid --peer-address {given:?}: expected HOST:PORT, e.g. 10.0.0.5:6443, where the other replicas reach this one"
+                    ))
+                };
+                let (host, port) = given.rsplit_once(':').ok_or_else(bad)?;
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+                    return Err(bad());
+                }
+                wanted.push(pki::subject_alt_name(host).map_err(|_| bad())?);
+                given.clone()
+            }
+            None => {
+                let address = replicas::default_address(address);
+                if let Some((host, _)) = address.rsplit_once(':') {
+                    wanted.push(
+                        host.trim_start_matches('[')
+                            .trim_end_matches(']')
+                            .to_string(),
+                    );
+                }
+                address
+            }
+        };
         for san in wanted.into_iter().chain(advertised_host) {
             if !sans.contains(&san) {
                 sans.push(san);
@@ -311,6 +346,8 @@ impl Server {
             server_address.to_string(),
             pki.ca_cert_pem.clone(),
         ));
+        let identity = leader_identity(address.port());
+        let replicas = replicas::Replicas::new(identity.clone(), peer_address, pki.clone());
         let state = Arc::new(http::AppState {
             resources,
             authenticator,
@@ -334,8 +371,8 @@ impl Server {
                 .transpose()
                 .map_err(StartError::Audit)?
                 .map(Arc::new),
+            replicas: Some(replicas),
         });
-        let identity = leader_identity(address.port());
         let leadership = if config.shared_store {
             leader::Leadership::candidate(identity, config.election)
         } else {
@@ -385,6 +422,14 @@ impl Server {
     /// This replica's standing in the controllers' election.
     pub fn leadership(&self) -> Arc<leader::Leadership> {
         self.leadership.clone()
+    }
+
+    /// This replica among the others on its datastore (see [`replicas`]).
+    pub fn replicas(&self) -> Arc<replicas::Replicas> {
+        self.state
+            .replicas
+            .clone()
+            .expect("a server's state knows its replicas")
     }
 
     /// The agents' tunnels (who is connected), for status reporting.
@@ -458,8 +503,6 @@ impl Server {
         let leader_loops = {
             let leadership = self.leadership.clone();
             let resources = self.state.resources.leader_only(leadership.clone());
-            let client = local::controller_client(self.state.clone(), leadership.clone());
-            let tunnels = self.state.tunnels.clone();
             let compaction_interval = self.config.compaction_interval;
             let event_ttl = self.config.event_ttl;
             tokio::spawn(leader::while_leading(
@@ -479,12 +522,29 @@ impl Server {
                             event_ttl,
                             term.clone(),
                         )),
-                        tokio::spawn(rancher::publish_accesses(resources.clone(), term.clone())),
-                        tokio::spawn(tunnel::report(tunnels.clone(), client.clone(), term)),
+                        tokio::spawn(rancher::publish_accesses(resources.clone(), term)),
                     ]
                 },
             ))
         };
+        // Every replica keeps its Lease and reports the tunnels it holds; the leader also
+        // reports those no live replica holds.
+        let replicas = self.replicas();
+        let replica_lease = tokio::spawn(
+            replicas
+                .clone()
+                .run(local::client(self.state.clone()), stop_rx.clone()),
+        );
+        let reporter = tokio::spawn(tunnel::report(
+            self.state.tunnels.clone(),
+            replicas,
+            local::client(self.state.clone()),
+            (
+                self.leadership.clone(),
+                local::controller_client(self.state.clone(), self.leadership.clone()),
+            ),
+            stop_rx.clone(),
+        ));
         let crd_follower = {
             let resources = self.state.resources.clone();
             let stop = stop_rx.clone();
@@ -508,7 +568,14 @@ impl Server {
             },
         )
         .await?;
-        let _ = tokio::join!(election, leader_loops, crd_follower, rbac);
+        let _ = tokio::join!(
+            election,
+            leader_loops,
+            crd_follower,
+            rbac,
+            replica_lease,
+            reporter
+        );
         Ok(())
     }
 }

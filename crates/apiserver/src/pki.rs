@@ -26,6 +26,7 @@ pub enum PkiError {
 }
 
 /// PEM-encoded CA and serving certificate with their keys.
+#[derive(Clone)]
 pub struct Pki {
     pub ca_cert_pem: String,
     ca_key_pem: String,

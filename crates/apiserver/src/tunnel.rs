@@ -64,6 +64,8 @@ pub struct Tunnels {
     /// Agent credentials recently accepted on the API, by the hash of the token: an agent's
     /// every request would otherwise read its credential and its Cluster again.
     api_credentials: Mutex<HashMap<String, (String, Instant)>>,
+    /// Wakes the reporter when a tunnel opens or closes.
+    changed: tokio::sync::Notify,
 }
 
 /// How long an agent credential accepted on the API is trusted without looking again: a
@@ -131,6 +133,7 @@ impl Tunnels {
             }),
             failures: Mutex::default(),
             api_credentials: Mutex::default(),
+            changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -245,6 +248,15 @@ impl Tunnels {
                 None
             }
             None => None,
+        }
+    }
+
+    /// Drops `cluster`'s tunnel `id` if it is still the one held: the agent has one
+    /// connection at a time, and a newer one is up elsewhere.
+    fn disconnect_stale(&self, cluster: &str, id: u64) {
+        let mut connected = self.connected.lock().expect("lock");
+        if connected.get(cluster).is_some_and(|t| t.id == id) {
+            connected.remove(cluster);
         }
     }
 
@@ -712,12 +724,15 @@ pub async fn connect(
             );
         }
         tracing::info!(cluster = %key, "agent connected");
+        // Reported at once: the other replicas forward to this one from then on.
+        registry.changed.notify_one();
         let result = connection.await;
         let mut connected = registry.connected.lock().expect("lock");
         if connected.get(&key).is_some_and(|t| t.id == id) {
             connected.remove(&key);
         }
         drop(connected);
+        registry.changed.notify_one();
         match result {
             Ok(()) => tracing::info!(cluster = %key, "agent disconnected"),
             Err(error) => tracing::info!(cluster = %key, %error, "agent disconnected"),
@@ -780,34 +795,7 @@ pub async fn proxy(tunnels: &Tunnels, caller: &User, request: axum::extract::Req
     };
     parts.uri = uri;
     parts.version = axum::http::Version::HTTP_2;
-    // The caller's credentials are for lariat, not for the downstream cluster.
-    for hop in [
-        header::AUTHORIZATION,
-        header::HOST,
-        header::CONNECTION,
-        header::UPGRADE,
-        header::TE,
-        header::TRANSFER_ENCODING,
-    ] {
-        parts.headers.remove(hop);
-    }
-    parts.headers.remove("keep-alive");
-    parts.headers.remove("proxy-connection");
-    parts.headers.remove(header::PROXY_AUTHORIZATION);
-    parts.headers.remove(header::COOKIE);
-    // Impersonation is lariat's to grant (with RBAC), not the caller's to ask of the agent;
-    // nor may a caller claim an identity with front-proxy headers (`X-Remote-User`).
-    let impersonation: Vec<_> = parts
-        .headers
-        .keys()
-        .filter(|name| {
-            name.as_str().starts_with("impersonate-") || name.as_str().starts_with("x-remote-")
-        })
-        .cloned()
-        .collect();
-    for name in impersonation {
-        parts.headers.remove(name);
-    }
+    strip_caller_headers(&mut parts.headers);
     let as_caller = || -> Result<Vec<(&str, header::HeaderValue)>, ApiError> {
         let value = |text: &str| {
             header::HeaderValue::from_bytes(text.as_bytes()).map_err(|_| {
@@ -861,6 +849,41 @@ pub async fn proxy(tunnels: &Tunnels, caller: &User, request: axum::extract::Req
             message: format!("cluster {cluster}'s agent did not answer: {error}"),
         }
         .into_response(),
+    }
+}
+
+/// Removes from a proxied request what is the caller's business with lariat and no one
+/// else's: its credentials, hop-by-hop headers, and any identity it claims. Impersonation is
+/// lariat's to grant (with RBAC), not the caller's to ask of the agent; nor may a caller claim
+/// an identity with front-proxy headers (`X-Remote-User`) or the replicas' own
+/// (`x-lariat-forwarded-*`).
+pub(crate) fn strip_caller_headers(headers: &mut axum::http::HeaderMap) {
+    for hop in [
+        header::AUTHORIZATION,
+        header::HOST,
+        header::CONNECTION,
+        header::UPGRADE,
+        header::TE,
+        header::TRANSFER_ENCODING,
+        header::PROXY_AUTHORIZATION,
+        header::COOKIE,
+    ] {
+        headers.remove(hop);
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+    let identities: Vec<_> = headers
+        .keys()
+        .filter(|name| {
+            let name = name.as_str();
+            name.starts_with("impersonate-")
+                || name.starts_with("x-remote-")
+                || name.starts_with(crate::replicas::FORWARDED_PREFIX)
+        })
+        .cloned()
+        .collect();
+    for name in identities {
+        headers.remove(name);
     }
 }
 
@@ -993,26 +1016,56 @@ pub const HEARTBEAT: Duration = Duration::from_secs(10);
 /// writes.
 const HEARTBEAT_WRITE: Duration = Duration::from_secs(60);
 
-/// Reports every agent's connection: a ClusterConnection per Cluster with an agent (or
-/// imported), and the Cluster's `Connected` condition, until `stop`.
+/// Reports the connections of the agents whose tunnels this replica holds: a
+/// ClusterConnection per Cluster with an agent (or imported) naming this replica in
+/// `status.replica`, and the Cluster's `Connected` condition, until `stop`. Every replica runs
+/// it for its own tunnels, at once when one connects or closes and every [`HEARTBEAT`]
+/// besides; the replica that leads (`leader`, whose writes are fenced) also reports the
+/// clusters no live replica holds as disconnected, and collects expired tokens and orphaned
+/// credentials.
 pub async fn report(
     tunnels: Arc<Tunnels>,
+    replicas: Arc<crate::replicas::Replicas>,
     client: kube::Client,
+    leader: (Arc<crate::leader::Leadership>, kube::Client),
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut ticker = tokio::time::interval(HEARTBEAT);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut probed: HashMap<String, Instant> = HashMap::new();
-    for tick in 0u64.. {
+    let mut collected: Option<Instant> = None;
+    loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             _ = ticker.tick() => {}
+            _ = tunnels.changed.notified() => {}
         }
-        if let Err(error) = report_once(&tunnels, &client, &mut probed, tick % 6 == 0).await {
+        let (leadership, leader_client) = &leader;
+        let leading = leadership.holds().then_some(leader_client);
+        let collect =
+            leading.is_some() && collected.is_none_or(|at| at.elapsed() >= GARBAGE_INTERVAL);
+        if collect {
+            collected = Some(Instant::now());
+        }
+        let pass = Pass {
+            tunnels: &tunnels,
+            replicas: &replicas,
+            client: &client,
+            leader: leading,
+        };
+        if let Err(error) = pass.run(&mut probed, collect).await {
             tracing::warn!(%error, "cannot report agent connections");
+        }
+        // Connections arriving in a crowd are reported together, at most a pass a second.
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
 }
+
+/// How often the leader deletes expired registration tokens and orphaned credentials.
+const GARBAGE_INTERVAL: Duration = Duration::from_secs(60);
 
 fn cluster_resource() -> kube::core::ApiResource {
     kube::core::ApiResource {
@@ -1024,81 +1077,144 @@ fn cluster_resource() -> kube::core::ApiResource {
     }
 }
 
-/// One pass over every Cluster: the connection state of each, a heartbeat through the tunnel
-/// for those due one (every [`HEARTBEAT_WRITE`], or on connecting), and, when `collect`, the
-/// garbage of expired tokens and orphaned credentials.
-async fn report_once(
-    tunnels: &Tunnels,
-    client: &kube::Client,
-    probed: &mut HashMap<String, Instant>,
-    collect: bool,
-) -> kube::Result<()> {
-    let clusters: Api<DynamicObject> = Api::all_with(client.clone(), &cluster_resource());
-    let connections: Api<DynamicObject> =
-        Api::all_with(client.clone(), &management::cluster_connection_resource());
-    let key = |o: &DynamicObject| {
-        format!(
-            "{}/{}",
-            o.metadata.namespace.as_deref().unwrap_or_default(),
-            o.metadata.name.as_deref().unwrap_or_default()
-        )
-    };
-    let mut known: HashMap<String, DynamicObject> = connections
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .map(|c| (key(&c), c))
-        .collect();
-    let clusters = clusters.list(&Default::default()).await?.items;
-    // A tunnel outlives neither its Cluster nor a re-import under the same name.
-    let existing: std::collections::HashSet<String> = clusters.iter().map(key).collect();
-    for connected in tunnels.keys() {
-        if !existing.contains(&connected) {
-            tunnels.disconnect(&connected);
-        }
-    }
-    if collect && let Err(error) = collect_garbage(client, &clusters).await {
-        tracing::warn!(%error, "cannot collect expired tokens and orphaned credentials");
-    }
-    let mut work = vec![];
-    for cluster in clusters {
-        if cluster.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let key = key(&cluster);
-        let imported = cluster
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(management::IMPORTED_ANNOTATION));
-        let tunnel = tunnels.get(&key);
-        let existing = known.remove(&key);
-        if tunnel.is_none() && !imported && existing.is_none() {
-            continue;
-        }
-        let due = tunnel.is_some()
-            && (existing
-                .as_ref()
-                .is_none_or(|c| c.data["status"]["connected"] != true)
-                || probed
-                    .get(&key)
-                    .is_none_or(|at| at.elapsed() >= HEARTBEAT_WRITE));
-        if due {
-            probed.insert(key.clone(), Instant::now());
-        }
-        work.push((key, cluster, existing, tunnel, due));
-    }
-    use futures::StreamExt;
-    futures::stream::iter(work)
-        .for_each_concurrent(64, |(key, cluster, existing, tunnel, due)| async move {
-            if let Err(error) = report_cluster(client, &cluster, existing, tunnel, due).await {
-                tracing::warn!(cluster = %key, %error, "cannot report the agent connection");
+/// One reporting pass of one replica.
+struct Pass<'a> {
+    tunnels: &'a Tunnels,
+    replicas: &'a crate::replicas::Replicas,
+    /// This replica's writes (its own tunnels).
+    client: &'a kube::Client,
+    /// The leader's fenced writes, when this replica leads.
+    leader: Option<&'a kube::Client>,
+}
+
+/// Who reports a Cluster's connection in a pass, and with which client.
+enum Reporter {
+    /// This replica holds the tunnel.
+    Holder(Tunnel),
+    /// This replica held it, and lost it.
+    FormerHolder,
+    /// No live replica holds it: the leader says so.
+    Leader,
+}
+
+impl Pass<'_> {
+    /// One pass over every Cluster: the connection state of those this replica reports, a
+    /// heartbeat through the tunnel for those due one (every [`HEARTBEAT_WRITE`], or on
+    /// connecting), and, when `collect`, the garbage of expired tokens and orphaned
+    /// credentials.
+    async fn run(&self, probed: &mut HashMap<String, Instant>, collect: bool) -> kube::Result<()> {
+        let clusters: Api<DynamicObject> = Api::all_with(self.client.clone(), &cluster_resource());
+        let connections: Api<DynamicObject> = Api::all_with(
+            self.client.clone(),
+            &management::cluster_connection_resource(),
+        );
+        let key = |o: &DynamicObject| {
+            format!(
+                "{}/{}",
+                o.metadata.namespace.as_deref().unwrap_or_default(),
+                o.metadata.name.as_deref().unwrap_or_default()
+            )
+        };
+        let mut known: HashMap<String, DynamicObject> = connections
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .map(|c| (key(&c), c))
+            .collect();
+        let clusters = clusters.list(&Default::default()).await?.items;
+        // A tunnel outlives neither its Cluster nor a re-import under the same name.
+        let existing: std::collections::HashSet<String> = clusters.iter().map(key).collect();
+        for connected in self.tunnels.keys() {
+            if !existing.contains(&connected) {
+                self.tunnels.disconnect(&connected);
             }
-        })
-        .await;
-    probed.retain(|k, _| tunnels.is_connected(k));
-    Ok(())
+        }
+        if collect
+            && let Some(leader) = self.leader
+            && let Err(error) = collect_garbage(leader, &clusters).await
+        {
+            tracing::warn!(%error, "cannot collect expired tokens and orphaned credentials");
+        }
+        let me = self.replicas.identity();
+        let mut work = vec![];
+        for cluster in clusters {
+            if cluster.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let key = key(&cluster);
+            let imported = cluster
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(management::IMPORTED_ANNOTATION));
+            let existing = known.remove(&key);
+            let status = existing.as_ref().map(|c| &c.data["status"]);
+            let connected = status.is_some_and(|s| s["connected"] == true);
+            let holder = status
+                .and_then(|s| s["replica"].as_str())
+                .unwrap_or_default();
+            let elsewhere = connected && holder != me && self.replicas.is_live(holder);
+            let reporter = match self.tunnels.get(&key) {
+                // An agent keeps one tunnel: when the record shows a newer one on another
+                // replica, this one is what is left of the agent's last connection.
+                Some(tunnel) if elsewhere && !newer_than_record(&tunnel, status) => {
+                    tracing::info!(cluster = %key, holder, "the agent reconnected to another replica; closing its old tunnel here");
+                    self.tunnels.disconnect_stale(&key, tunnel.id);
+                    continue;
+                }
+                Some(tunnel) => Reporter::Holder(tunnel),
+                None if elsewhere => continue,
+                None if connected && holder == me => Reporter::FormerHolder,
+                None if self.leader.is_some() && (existing.is_some() || imported) => {
+                    Reporter::Leader
+                }
+                None => continue,
+            };
+            let due = match &reporter {
+                Reporter::Holder(_) => {
+                    !connected
+                        || holder != me
+                        || probed
+                            .get(&key)
+                            .is_none_or(|at| at.elapsed() >= HEARTBEAT_WRITE)
+                }
+                _ => false,
+            };
+            if due {
+                probed.insert(key.clone(), Instant::now());
+            }
+            work.push((key, cluster, existing, reporter, due));
+        }
+        use futures::StreamExt;
+        futures::stream::iter(work)
+            .for_each_concurrent(64, |(key, cluster, existing, reporter, due)| async move {
+                let (client, tunnel) = match reporter {
+                    Reporter::Holder(tunnel) => (self.client, Some(tunnel)),
+                    Reporter::FormerHolder => (self.client, None),
+                    Reporter::Leader => (self.leader.unwrap_or(self.client), None),
+                };
+                if let Err(error) =
+                    report_cluster(client, &cluster, existing, tunnel, due, me).await
+                {
+                    tracing::warn!(cluster = %key, %error, "cannot report the agent connection");
+                }
+            })
+            .await;
+        probed.retain(|k, _| self.tunnels.is_connected(k));
+        Ok(())
+    }
+}
+
+/// Whether `tunnel` came after the connection a ClusterConnection's status records (to the
+/// second it is recorded in).
+fn newer_than_record(tunnel: &Tunnel, status: Option<&serde_json::Value>) -> bool {
+    let recorded = status
+        .and_then(|s| s["connectedSince"].as_str())
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+    let since =
+        chrono::Utc::now() - chrono::Duration::from_std(tunnel.since.elapsed()).unwrap_or_default();
+    recorded.is_none_or(|at| since.timestamp() > at.timestamp())
 }
 
 /// Deletes registration tokens past their expiry and credentials of Clusters that are gone,
@@ -1253,6 +1369,7 @@ async fn report_cluster(
     existing: Option<DynamicObject>,
     tunnel: Option<Tunnel>,
     probe: bool,
+    me: &str,
 ) -> kube::Result<()> {
     let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
     let name = cluster.metadata.name.clone().unwrap_or_default();
@@ -1273,8 +1390,11 @@ async fn report_cluster(
     if !status.is_object() {
         status = json!({});
     }
+    if tunnel.is_some() {
+        status["replica"] = json!(me);
+    }
     if let Some(tunnel) = &tunnel
-        && old["connected"] != true
+        && (old["connected"] != true || old["replica"] != me)
     {
         let since = chrono::Utc::now()
             - chrono::Duration::from_std(tunnel.since.elapsed()).unwrap_or_default();
@@ -1315,8 +1435,10 @@ async fn report_cluster(
             status["message"] = json!("no agent is connected");
         }
     }
-    if existing.is_none() {
-        let object: DynamicObject = serde_json::from_value(json!({
+    let mut record = match existing {
+        Some(record) => record,
+        None => {
+            let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": management::API_VERSION,
             "kind": "ClusterConnection",
             "metadata": {"name": name, "namespace": namespace,
@@ -1325,20 +1447,26 @@ async fn report_cluster(
             "spec": {},
         }))
         .expect("a well-formed ClusterConnection");
-        match connections.create(&PostParams::default(), &object).await {
+            match connections.create(&PostParams::default(), &object).await {
+                Ok(created) => created,
+                // Another replica created it first: the next pass reads it.
+                Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    if status != old {
+        // Conditional on what this pass read: when another replica has written since (an
+        // agent that moved), its word stands and the next pass looks again.
+        record.data["status"] = status.clone();
+        match connections
+            .replace_status(&name, &PostParams::default(), &record)
+            .await
+        {
             Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
             Err(e) => return Err(e),
         }
-    }
-    if status != old {
-        connections
-            .patch_status(
-                &name,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(json!({"status": status})),
-            )
-            .await?;
     }
     // The Cluster's own view: a Connected condition, which its controller turns into Ready
     // for an imported cluster.

@@ -117,6 +117,7 @@ impl VirtualClusters {
             virtual_clusters: VirtualClusters::none(),
             simulated: true,
             audit: None,
+            replicas: None,
         });
         let router = router(state.clone());
         let mut clusters = self.clusters.write().expect("lock");

@@ -34,7 +34,8 @@ pub struct ImportArgs {
 
 #[derive(clap::Args)]
 pub struct AgentArgs {
-    /// The lariat server, https://HOST:PORT.
+    /// The lariat server, https://HOST:PORT; or several replicas' URLs separated by commas,
+    /// tried in turn.
     #[arg(long, env = "LARIAT_SERVER")]
     server: String,
     /// The registration token from `lariat cluster import`.
@@ -211,9 +212,10 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
             .await
             .context("no cluster to serve: run in a pod, or pass --kubeconfig")?,
     };
-    if !args.server.starts_with("https://") {
+    let servers = lariat_agent::servers(&args.server);
+    if servers.is_empty() || servers.iter().any(|s| !s.starts_with("https://")) {
         bail!(
-            "invalid --server {:?}: expected https://HOST:PORT",
+            "invalid --server {:?}: expected https://HOST:PORT, or several replicas' URLs separated by commas",
             args.server
         );
     }

@@ -236,6 +236,11 @@ struct ServerArgs {
     /// (a load balancer's): import manifests name it and its host joins the certificate.
     #[arg(long, env = "LARIAT_ADVERTISE_URL")]
     advertise_url: Option<String>,
+    /// HOST:PORT the other replicas on the datastore reach this one at, to forward proxy
+    /// requests for the clusters whose agents are connected here [default: the --listen
+    /// address, or on 0.0.0.0 this machine's outbound address]; its host joins the certificate.
+    #[arg(long, env = "LARIAT_PEER_ADDRESS")]
+    peer_address: Option<String>,
     /// The image import manifests run the agent from: a private registry's or an air-gapped
     /// mirror's copy of lariat's image [default: ghcr.io/lariat-dev/lariat:v<this version>].
     #[arg(long, env = "LARIAT_AGENT_IMAGE")]
@@ -583,6 +588,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let mut config = lariat_apiserver::Config::new(&args.store.data_dir);
     config.tls_sans = args.tls_san;
     config.advertise_url = args.advertise_url;
+    config.peer_address = args.peer_address;
     if let Some(reference) = args.agent_image {
         config.agent_image.reference = reference;
     }

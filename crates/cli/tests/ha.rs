@@ -448,3 +448,272 @@ fn the_documented_haproxy_configuration_fronts_three_replicas() {
     let _ = haproxy.kill();
     let _ = haproxy.wait();
 }
+
+/// `connected/replica` of a Cluster's ClusterConnection: whether its agent is connected, and
+/// to which replica.
+fn connection(through: &TestServer, cluster: &str) -> String {
+    String::from_utf8_lossy(
+        &through
+            .kubectl(&[
+                "get",
+                "clusterconnection",
+                cluster,
+                "-o",
+                "jsonpath={.status.connected}/{.status.replica}",
+            ])
+            .stdout,
+    )
+    .into_owned()
+}
+
+/// The replica the ClusterConnection of `cluster` says holds its tunnel, once it is connected.
+fn tunnel_holder(replicas: &[TestServer], cluster: &str) -> Option<usize> {
+    let seen = connection(&replicas[0], cluster);
+    let holder = seen.strip_prefix("true/")?;
+    replicas.iter().position(|r| leads(r, holder))
+}
+
+/// `kubectl get namespaces` in the downstream cluster, through `replica`'s proxy path.
+fn namespaces_through(replica: &TestServer, cluster: &str) -> std::process::Output {
+    replica.kubectl(&[
+        "--server",
+        &format!("https://{}/k8s/clusters/default/{cluster}", replica.address),
+        "get",
+        "namespaces",
+        "-o",
+        "name",
+    ])
+}
+
+/// A client certificate the replicas' CA signs (the test holds the CA's key, as a replica
+/// does) for `subject` and `organization`, valid from a minute ago for `lifetime`: its PEM
+/// files, written into `dir`.
+fn signed_by_the_ca(
+    replica: &TestServer,
+    dir: &std::path::Path,
+    common_name: &str,
+    organization: &str,
+    lifetime: Duration,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let tls = replica.data_dir().join("tls");
+    let ca_key =
+        rcgen::KeyPair::from_pem(&std::fs::read_to_string(tls.join("ca.key")).unwrap()).unwrap();
+    let issuer = rcgen::Issuer::from_ca_cert_pem(
+        &std::fs::read_to_string(tls.join("ca.crt")).unwrap(),
+        ca_key,
+    )
+    .unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, common_name);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, organization);
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let epoch = rcgen::date_time_ymd(1970, 1, 1);
+    params.not_before = epoch + (now - Duration::from_secs(60));
+    params.not_after = epoch + (now + lifetime);
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    let name = common_name.replace(':', "-");
+    let (cert_path, key_path) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    (cert_path, key_path)
+}
+
+#[test]
+fn every_replica_serves_every_clusters_proxy_through_the_replica_holding_its_tunnel() {
+    let etcd = EtcdCluster::start(1).expect("start etcd (apt-get install -y etcd-server)");
+    let endpoints = etcd.endpoints();
+    let mut replicas: Vec<TestServer> = (0..3).map(|_| replica(&endpoints)).collect();
+    // Each replica keeps a Lease naming itself and where the others reach it.
+    eventually("every replica has its Lease", || {
+        replicas[0]
+            .kubectl_ok(&["get", "leases", "-n", "lariat-system", "-o", "name"])
+            .matches("lease.coordination.k8s.io/lariat-replica-")
+            .count()
+            == 3
+    });
+
+    // The agent is given every replica, and dials one of them.
+    let downstream = TestServer::start();
+    let (token, checksum) = common::import_cluster(&replicas[0], "remote", "1h");
+    let servers: Vec<String> = replicas
+        .iter()
+        .map(|r| format!("https://{}", r.address))
+        .collect();
+    let agent = common::Agent::start(
+        replicas[0].data_dir(),
+        "remote",
+        &servers.join(","),
+        &token,
+        &checksum,
+        &downstream,
+    );
+    eventually(
+        "the connection names the replica holding the tunnel",
+        || tunnel_holder(&replicas, "remote").is_some(),
+    );
+    let holder = tunnel_holder(&replicas, "remote").unwrap();
+    assert!(
+        replicas[holder].log().contains("agent connected"),
+        "the holder is the replica the agent dialled"
+    );
+
+    // Every replica serves the cluster: the two without its tunnel forward to the one with it.
+    for (i, replica) in replicas.iter().enumerate() {
+        let output = namespaces_through(replica, "remote");
+        assert!(
+            output.status.success()
+                && String::from_utf8_lossy(&output.stdout).contains("namespace/lariat-system"),
+            "replica {i} (holder {holder}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    // As the caller: the downstream cluster sees lariat's admin, not a replica.
+    let other = (holder + 1) % 3;
+    let whoami = replicas[other].kubectl_ok(&[
+        "--server",
+        &format!(
+            "https://{}/k8s/clusters/default/remote",
+            replicas[other].address
+        ),
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]);
+    assert_eq!(whoami, "lariat-admin");
+
+    // The replicas' credential is theirs alone. A caller cannot claim an identity with the
+    // forwarding headers, whatever credential it holds...
+    let path = "/k8s/clusters/default/remote/api/v1/namespaces";
+    let url = format!("https://{}{path}", replicas[other].address);
+    let admin_cert = replicas[other].data_dir().join("admin.crt");
+    let admin_key = replicas[other].data_dir().join("admin.key");
+    let kubeconfig = std::fs::read_to_string(replicas[other].kubeconfig()).unwrap();
+    let field = |name: &str| {
+        use base64::Engine;
+        let b64 = kubeconfig
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .unwrap()
+            .trim();
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap()
+    };
+    std::fs::write(&admin_cert, field("client-certificate-data:")).unwrap();
+    std::fs::write(&admin_key, field("client-key-data:")).unwrap();
+    let (code, _) = replicas[other].curl_with(
+        &[
+            "--cert",
+            admin_cert.to_str().unwrap(),
+            "--key",
+            admin_key.to_str().unwrap(),
+            "-H",
+            "x-lariat-forwarded-user: someone-else",
+        ],
+        &url,
+        None,
+    );
+    assert_eq!(code, 401, "the admin's certificate with a forwarded user");
+    let (code, _) = replicas[other].curl_with(
+        &[
+            "--cert",
+            admin_cert.to_str().unwrap(),
+            "--key",
+            admin_key.to_str().unwrap(),
+        ],
+        &url,
+        None,
+    );
+    assert_eq!(code, 200, "the admin's certificate alone");
+    // ...and a replica's credential (here one the test signs with the replicas' CA key) is
+    // believed only on the proxy path, only for a live replica, only as short-lived as a
+    // replica issues it. (A forwarded request is served from the tunnels of the replica it
+    // reaches, so these go to the holder.)
+    let identities = replicas[0].kubectl_ok(&[
+        "get",
+        "leases",
+        "-n",
+        "lariat-system",
+        "-l",
+        "lariat.dev/replica",
+        "-o",
+        "jsonpath={.items[*].spec.holderIdentity}",
+    ]);
+    let live = identities
+        .split_whitespace()
+        .find(|id| !leads(&replicas[holder], id))
+        .unwrap()
+        .to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let hour = Duration::from_secs(3600);
+    let as_replica = |identity: &str, lifetime: Duration, url: &str| {
+        let (cert, key) = signed_by_the_ca(
+            &replicas[0],
+            dir.path(),
+            &format!("system:lariat:replica:{identity}"),
+            "system:lariat:replicas",
+            lifetime,
+        );
+        replicas[holder]
+            .curl_with(
+                &[
+                    "--cert",
+                    cert.to_str().unwrap(),
+                    "--key",
+                    key.to_str().unwrap(),
+                    "-H",
+                    "x-lariat-forwarded-user: lariat-admin",
+                    "-H",
+                    "x-lariat-forwarded-group: system:masters",
+                ],
+                url,
+                None,
+            )
+            .0
+    };
+    let url = format!("https://{}{path}", replicas[holder].address);
+    assert_eq!(
+        as_replica(&live, hour, &url),
+        200,
+        "a live replica's credential"
+    );
+    let api = format!("https://{}/api/v1/namespaces", replicas[holder].address);
+    assert_eq!(as_replica(&live, hour, &api), 401, "on the management API");
+    assert_eq!(
+        as_replica("gone_1_deadbeef", hour, &url),
+        401,
+        "a replica that is not live"
+    );
+    assert_eq!(
+        as_replica(&live, Duration::from_secs(30 * 86_400), &url),
+        401,
+        "a credential living longer than a replica's"
+    );
+
+    // The replica holding the tunnel dies: the agent dials the next one it was given, and
+    // every survivor serves the cluster again.
+    replicas[holder].kill9();
+    eventually_within(
+        Duration::from_secs(60),
+        "the agent reconnects to another replica",
+        || tunnel_holder(&replicas, "remote").is_some_and(|now| now != holder),
+    );
+    for (i, replica) in replicas.iter().enumerate().filter(|(i, _)| *i != holder) {
+        eventually(&format!("replica {i} serves the cluster again"), || {
+            namespaces_through(replica, "remote").status.success()
+        });
+    }
+    drop(agent);
+}
