@@ -66,6 +66,7 @@ fn cluster_connection_crd() -> CustomResourceDefinition {
             "readyNodeCount": {"type": "integer"},
             "capacity": {"type": "object", "properties": {"cpu": string, "memory": string, "pods": string}},
             "message": string,
+            "agentVersion": {"type": "string", "description": "The lariat version the agent reported when it connected."},
             "replica": {"type": "string", "description": "The lariat server replica the agent's tunnel is (or was last) connected to: proxy requests reaching another replica are forwarded there."},
         },
     });

@@ -149,6 +149,8 @@ pub enum StartError {
     AdvertiseUrl(String),
     #[error("{0}")]
     PeerAddress(String),
+    #[error("{0}")]
+    ReplicaSkew(String),
     #[error("invalid --tls-san {0}")]
     TlsSan(String),
     #[error("{0}")]
@@ -371,8 +373,14 @@ impl Server {
                 .transpose()
                 .map_err(StartError::Audit)?
                 .map(Arc::new),
-            replicas: Some(replicas),
+            replicas: Some(replicas.clone()),
         });
+        if config.shared_store {
+            replicas
+                .check_versions(&local::client(state.clone()))
+                .await
+                .map_err(StartError::ReplicaSkew)?;
+        }
         let leadership = if config.shared_store {
             leader::Leadership::candidate(identity, config.election)
         } else {

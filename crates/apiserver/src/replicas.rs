@@ -55,6 +55,8 @@ const REPLICA_USER_PREFIX: &str = "system:lariat:replica:";
 const REPLICAS_GROUP: &str = "system:lariat:replicas";
 /// On a replica's Lease: `host:port` the other replicas reach it at.
 pub const PEER_ADDRESS_ANNOTATION: &str = "lariat.dev/peer-address";
+/// On a replica's Lease: the lariat version it runs, held to the support matrix.
+pub const VERSION_ANNOTATION: &str = "lariat.dev/version";
 /// Marks the replicas' Leases, for listing them apart from the controllers' election.
 const REPLICA_LABEL: &str = "lariat.dev/replica";
 const LEASE_PREFIX: &str = "lariat-replica-";
@@ -83,6 +85,27 @@ struct Peer {
     address: String,
     /// When its Lease was last renewed, on the renewing replica's clock.
     renewed: chrono::DateTime<chrono::Utc>,
+    /// The lariat version it runs ("" for one that does not say).
+    version: String,
+}
+
+/// The replica a Lease is of: its identity, and what it says of itself.
+fn peer_of(lease: Lease) -> Option<(String, Peer)> {
+    let spec = lease.spec?;
+    let (identity, MicroTime(renewed)) = (spec.holder_identity?, spec.renew_time?);
+    let renewed = chrono::DateTime::from_timestamp_micros(renewed.as_microsecond())?;
+    let mut annotations = lease.metadata.annotations.unwrap_or_default();
+    let mut take = |key: &str| annotations.remove(key).unwrap_or_default();
+    let address = take(PEER_ADDRESS_ANNOTATION);
+    let version = take(VERSION_ANNOTATION);
+    Some((
+        identity,
+        Peer {
+            address,
+            renewed,
+            version,
+        },
+    ))
 }
 
 impl Peer {
@@ -188,7 +211,14 @@ impl Replicas {
                 namespace: Some(LEASE_NAMESPACE.into()),
                 labels: Some([(REPLICA_LABEL.to_string(), "true".to_string())].into()),
                 annotations: Some(
-                    [(PEER_ADDRESS_ANNOTATION.to_string(), self.address.clone())].into(),
+                    [
+                        (PEER_ADDRESS_ANNOTATION.to_string(), self.address.clone()),
+                        (
+                            VERSION_ANNOTATION.to_string(),
+                            lariat_api::support::LARIAT.to_string(),
+                        ),
+                    ]
+                    .into(),
                 ),
                 ..Default::default()
             },
@@ -229,34 +259,45 @@ impl Replicas {
             .map_err(|e| e.to_string())?;
         let mut seen = HashMap::new();
         for lease in leases.items {
-            let spec = lease.spec.unwrap_or_default();
-            let (Some(identity), Some(MicroTime(renewed))) =
-                (spec.holder_identity, spec.renew_time)
-            else {
+            let name = lease.metadata.name.clone().unwrap_or_default();
+            let Some((identity, peer)) = peer_of(lease) else {
                 continue;
             };
-            let address = lease
-                .metadata
-                .annotations
-                .unwrap_or_default()
-                .remove(PEER_ADDRESS_ANNOTATION)
-                .unwrap_or_default();
-            let Some(renewed) = chrono::DateTime::from_timestamp_micros(renewed.as_microsecond())
-            else {
-                continue;
-            };
-            let long_gone = chrono::Utc::now() - renewed
+            let long_gone = chrono::Utc::now() - peer.renewed
                 > chrono::Duration::from_std(FORGET_AFTER).expect("a short duration");
             if long_gone {
-                let name = lease.metadata.name.unwrap_or_default();
                 let _ = api.delete(&name, &Default::default()).await;
                 continue;
             }
-            if identity != self.identity && !address.is_empty() {
-                seen.insert(identity, Peer { address, renewed });
+            if identity != self.identity && !peer.address.is_empty() {
+                seen.insert(identity, peer);
             }
         }
         *self.peers.lock().expect("peers lock") = seen;
+        Ok(())
+    }
+
+    /// Refuses to run beside live replicas of a lariat version the support matrix does not
+    /// allow next to this one's (`lariat version --matrix`): replicas are upgraded one minor
+    /// version at a time.
+    pub async fn check_versions(&self, client: &kube::Client) -> Result<(), String> {
+        let api: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+        let leases = api
+            .list(&ListParams::default().labels(REPLICA_LABEL))
+            .await
+            .map_err(|e| format!("cannot read the other replicas' Leases: {e}"))?;
+        let ours = lariat_api::support::LARIAT;
+        for (identity, peer) in leases.items.into_iter().filter_map(peer_of) {
+            if peer.live()
+                && !peer.version.is_empty()
+                && !lariat_api::support::replicas_compatible(ours, &peer.version)
+            {
+                return Err(format!(
+                    "replica {identity} runs lariat v{}, which may not run beside v{ours}: replicas may be one minor version apart at most, so upgrade one minor version at a time (lariat version --matrix)",
+                    peer.version
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -532,6 +573,7 @@ mod tests {
             Peer {
                 address: "127.0.0.1:2".into(),
                 renewed: chrono::Utc::now(),
+                version: lariat_api::support::LARIAT.into(),
             },
         );
         let hour = Duration::from_secs(3600);

@@ -52,7 +52,12 @@ struct Tunnel {
     /// Tells connections apart, so an old one ending does not remove its successor.
     id: u64,
     since: Instant,
+    /// The lariat version the agent reported in its handshake.
+    agent_version: String,
 }
+
+/// The Cluster condition that warns of an agent newer than the server.
+pub const AGENT_VERSION_CONDITION: &str = "AgentVersionSupported";
 
 /// Connected tunnels by Cluster (`namespace/name`), the handshake admission budget, and the
 /// budget of failed attempts per client address.
@@ -684,6 +689,7 @@ pub async fn connect(
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let registry = tunnels.clone();
     let key = cluster.clone();
+    let agent_version = agent_version.unwrap_or_default();
     tokio::spawn(async move {
         let upgraded = match upgrade.await {
             Ok(upgraded) => upgraded,
@@ -720,6 +726,7 @@ pub async fn connect(
                     sender,
                     id,
                     since: Instant::now(),
+                    agent_version,
                 },
             );
         }
@@ -1361,6 +1368,21 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// The warning condition for a Cluster whose agent runs `agent_version`, if it is newer than
+/// this server (the matrix serves it, and asks for the replicas' upgrade); `since` is when an
+/// earlier warning began.
+fn agent_version_warning(agent_version: &str, since: Option<String>) -> Option<serde_json::Value> {
+    let server = lariat_api::support::LARIAT;
+    match lariat_api::support::agent_skew(server, Some(agent_version)) {
+        lariat_api::support::AgentSkew::Newer => Some(json!({
+            "type": AGENT_VERSION_CONDITION, "status": "False", "severity": "Warning",
+            "reason": "AgentNewerThanServer", "lastTransitionTime": since.unwrap_or_else(now),
+            "message": format!("the agent runs lariat v{agent_version}, newer than this server's v{server}: upgrade the server replicas (lariat version --matrix)"),
+        })),
+        _ => None,
+    }
+}
+
 /// Writes one Cluster's ClusterConnection and `Connected` condition; `probe` asks the cluster
 /// (version, Nodes) through the tunnel, otherwise the last heartbeat's figures stay.
 async fn report_cluster(
@@ -1390,8 +1412,9 @@ async fn report_cluster(
     if !status.is_object() {
         status = json!({});
     }
-    if tunnel.is_some() {
+    if let Some(tunnel) = &tunnel {
         status["replica"] = json!(me);
+        status["agentVersion"] = json!(tunnel.agent_version);
     }
     if let Some(tunnel) = &tunnel
         && (old["connected"] != true || old["replica"] != me)
@@ -1475,12 +1498,24 @@ async fn report_cluster(
         .as_array()
         .cloned()
         .unwrap_or_default();
+    let before = conditions.clone();
+    // An agent newer than the server is served, with a warning on its Cluster until the
+    // replicas are upgraded (`lariat version --matrix`); the warning goes with the agent.
+    if let Some(tunnel) = &tunnel {
+        let since = before
+            .iter()
+            .find(|c| c["type"] == AGENT_VERSION_CONDITION)
+            .and_then(|c| c["lastTransitionTime"].as_str().map(String::from));
+        conditions.retain(|c| c["type"] != AGENT_VERSION_CONDITION);
+        conditions.extend(agent_version_warning(&tunnel.agent_version, since));
+    }
     let current = conditions
         .iter()
         .find(|c| c["type"] == "Connected")
         .cloned();
     let wanted_status = if connected { "True" } else { "False" };
-    if current.as_ref().map(|c| c["status"].clone()) != Some(json!(wanted_status)) {
+    let flipped = current.as_ref().map(|c| c["status"].clone()) != Some(json!(wanted_status));
+    if flipped {
         conditions.retain(|c| c["type"] != "Connected");
         let mut condition =
             json!({"type": "Connected", "status": wanted_status, "lastTransitionTime": now()});
@@ -1494,6 +1529,8 @@ async fn report_cluster(
             );
         }
         conditions.push(condition);
+    }
+    if conditions != before {
         let clusters: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), &namespace, &cluster_resource());
         clusters
@@ -1503,6 +1540,8 @@ async fn report_cluster(
                 &kube::api::Patch::Merge(json!({"status": {"conditions": conditions}})),
             )
             .await?;
+    }
+    if flipped {
         tracing::info!(cluster = %format!("{namespace}/{name}"), connected, "cluster connection changed");
     }
     Ok(())
@@ -1563,6 +1602,31 @@ mod tests {
             env!("CARGO_PKG_VERSION")
         )));
         assert!(!default.contains("imagePullSecrets"));
+    }
+
+    #[test]
+    fn an_agent_newer_than_the_server_is_warned_of_on_its_cluster() {
+        let (major, minor) =
+            lariat_api::support::lariat_minor(lariat_api::support::LARIAT).unwrap();
+        let newer = format!("{major}.{}.0", minor + 1);
+        let warning = agent_version_warning(&newer, None).expect("a warning");
+        assert_eq!(
+            (&warning["type"], &warning["status"], &warning["reason"]),
+            (
+                &json!(AGENT_VERSION_CONDITION),
+                &json!("False"),
+                &json!("AgentNewerThanServer")
+            )
+        );
+        assert!(warning["message"].as_str().unwrap().contains(&newer));
+        // It keeps the time it began.
+        let kept = agent_version_warning(&newer, Some("2026-01-01T00:00:00Z".into())).unwrap();
+        assert_eq!(kept["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        // The same version, and one older, are no warning.
+        assert!(agent_version_warning(lariat_api::support::LARIAT, None).is_none());
+        if minor > 0 {
+            assert!(agent_version_warning(&format!("{major}.{}.0", minor - 1), None).is_none());
+        }
     }
 
     #[test]

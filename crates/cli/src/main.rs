@@ -105,10 +105,25 @@ enum AdminCommand {
     /// Seal the shared CA and keys in the datastore with a new join token. Servers already
     /// running keep running; start each with the new token from then on.
     RotateToken(RotateTokenArgs),
+    /// Copy a single server's state while it runs (the SQLite store, one consistent snapshot,
+    /// with its CA, service-account key and Secrets' encryption key) into a new directory: a
+    /// data directory, which `lariat server --data-dir` restores from. Replicas on etcd are
+    /// backed up with `etcdctl snapshot save` (README, Backup and restore).
+    Backup(BackupArgs),
     /// Print the admin kubeconfig the server wrote in its data directory: for a server whose
     /// files are out of reach, e.g. `kubectl exec -n lariat-system lariat-0 -- lariat admin
     /// kubeconfig`.
     Kubeconfig(AdminKubeconfigArgs),
+}
+
+#[derive(clap::Args)]
+struct BackupArgs {
+    /// The data directory of the server to back up.
+    #[arg(long, default_value = "./lariat-data", env = "LARIAT_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Where to write the backup: a directory that does not exist yet.
+    #[arg(long)]
+    output: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -396,6 +411,9 @@ fn main() -> std::process::ExitCode {
             Command::Admin {
                 what: AdminCommand::Kubeconfig(args),
             } => print_admin_kubeconfig(args),
+            Command::Admin {
+                what: AdminCommand::Backup(args),
+            } => backup(args),
             Command::Version { matrix: true, .. } => {
                 print!("{}", lariat_api::support::matrix());
                 Ok(())
@@ -539,6 +557,66 @@ async fn rotate_join_token(args: RotateTokenArgs) -> anyhow::Result<()> {
 
 /// `lariat admin rotate`: revokes the admin credentials offline, so no server is serving with
 /// them while they change; the next start writes new kubeconfigs.
+/// `lariat admin backup`: the store's snapshot and the files its contents need (the CA its
+/// credential records were issued by, the key its Secrets are encrypted with, the key its
+/// ServiceAccount tokens are signed with), private to their owner. Serving certificates and
+/// kubeconfigs are left out: a server started on the copy writes them anew.
+fn backup(args: BackupArgs) -> anyhow::Result<()> {
+    let database = args.data_dir.join("state.db");
+    if !database.is_file() {
+        anyhow::bail!(
+            "{} holds no SQLite store (state.db): pass the --data-dir of a single server; replicas on etcd are backed up with etcdctl snapshot save",
+            args.data_dir.display()
+        );
+    }
+    if args.output.exists() {
+        anyhow::bail!(
+            "{} already exists: name a new directory for the backup",
+            args.output.display()
+        );
+    }
+    let tls = args.output.join("tls");
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&tls)
+            .with_context(|| format!("cannot create {}", tls.display()))?;
+    }
+    lariat_store::sqlite::backup(&database, &args.output.join("state.db"))
+        .map_err(|e| anyhow::anyhow!("cannot copy the store: {e}"))?;
+    use lariat_apiserver::pki::{CA_CERT_FILE, CA_KEY_FILE, SERVICE_ACCOUNT_KEY_FILE};
+    let mut files = vec![
+        format!("tls/{CA_CERT_FILE}"),
+        format!("tls/{CA_KEY_FILE}"),
+        format!("tls/{SERVICE_ACCOUNT_KEY_FILE}"),
+    ];
+    let key_in_data_dir = args.data_dir.join("encryption.key").is_file();
+    if key_in_data_dir {
+        files.push("encryption.key".into());
+    }
+    for file in &files {
+        let from = args.data_dir.join(file);
+        let bytes =
+            std::fs::read(&from).with_context(|| format!("cannot read {}", from.display()))?;
+        lariat_apiserver::pki::write_file(&args.output.join(file), bytes, true)
+            .with_context(|| format!("cannot write {file} into the backup"))?;
+    }
+    println!(
+        "backed up {} into {}; restore with: lariat server --data-dir {}",
+        args.data_dir.display(),
+        args.output.display(),
+        args.output.display()
+    );
+    if !key_in_data_dir {
+        println!(
+            "the server's Secrets are encrypted with the --encryption-key-file it runs with: keep that file with the backup"
+        );
+    }
+    Ok(())
+}
+
 async fn rotate_admin(args: StoreArgs) -> anyhow::Result<()> {
     if !args.data_dir.join("tls").is_dir() {
         anyhow::bail!(

@@ -716,4 +716,38 @@ fn every_replica_serves_every_clusters_proxy_through_the_replica_holding_its_tun
         });
     }
     drop(agent);
+
+    // A replica of a lariat version the matrix does not allow beside the live ones (two minor
+    // versions ahead) is refused, with what to do.
+    let (major, minor) = lariat_api::support::lariat_minor(lariat_api::support::LARIAT).unwrap();
+    let future = format!("{major}.{}.0", minor + 2);
+    let now = Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%S.000000Z"])
+        .output()
+        .unwrap();
+    let now = String::from_utf8_lossy(&now.stdout).trim().to_string();
+    let survivor = &replicas[(holder + 1) % 3];
+    survivor.apply_ok(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata:
+  name: lariat-replica-from-the-future
+  namespace: lariat-system
+  labels: {{lariat.dev/replica: "true"}}
+  annotations: {{lariat.dev/peer-address: "127.0.0.1:1", lariat.dev/version: "{future}"}}
+spec:
+  holderIdentity: future_1_abcdef12
+  leaseDurationSeconds: 15
+  renewTime: "{now}"
+"#
+        ),
+    );
+    let refused = refused_start(&endpoints, &dir.path().join("future"), &["--token", TOKEN]);
+    assert!(
+        refused.contains(&format!("runs lariat v{future}"))
+            && refused.contains("one minor version at a time"),
+        "{refused}"
+    );
 }

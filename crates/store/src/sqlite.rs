@@ -137,6 +137,34 @@ fn restrict_to_owner(path: &Path) -> Result<()> {
 /// Rows a watcher reads from the log per query while catching up.
 const REPLAY_PAGE: usize = 512;
 
+/// Copies the database at `path` to `to` (a file that must not exist) while servers may be
+/// writing to it: `VACUUM INTO` reads one consistent snapshot in a read transaction (WAL lets
+/// the writer go on meanwhile) and writes a compact copy, readable as a database of its own.
+pub fn backup(path: &Path, to: &Path) -> Result<()> {
+    if !path.exists() {
+        return Err(Error::Internal(format!(
+            "{}: no such database",
+            path.display()
+        )));
+    }
+    if to.metadata().is_ok_and(|m| m.len() > 0) {
+        return Err(Error::Internal(format!("{}: already exists", to.display())));
+    }
+    // Opened read-write only so that SQLite may map the WAL index of a stopped server's
+    // database; the copy reads, and never writes, the source.
+    let conn = Connection::open(path).map_err(sql)?;
+    conn.busy_timeout(std::time::Duration::from_secs(30))
+        .map_err(sql)?;
+    let target = to
+        .to_str()
+        .ok_or_else(|| Error::Internal(format!("{}: not a UTF-8 path", to.display())))?;
+    // Created empty and private first: the copy holds Secrets (encrypted) and credential
+    // records, and is never readable by others, not even while it is written.
+    restrict_to_owner(to)?;
+    conn.execute("VACUUM INTO ?1", [target]).map_err(sql)?;
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (or creates) the database at `path` with default options.
     pub fn open(path: &Path) -> Result<SqliteStore> {

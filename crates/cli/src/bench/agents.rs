@@ -32,7 +32,7 @@ pub struct AgentsArgs {
 }
 
 /// Waits until `count` agents report a tunnel up; returns how long it took.
-async fn until_connected(
+pub(super) async fn until_connected(
     states: &[watch::Receiver<bool>],
     count: usize,
     started: Instant,
@@ -96,54 +96,9 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
     ])?;
     let management = server.client().await?;
 
-    // The downstream cluster every agent serves: a lariat API in this process.
-    let downstream_dir = tempfile::tempdir()?;
-    let downstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let downstream = lariat_apiserver::Server::start(
-        lariat_apiserver::Config::new(downstream_dir.path()),
-        Arc::new(lariat_store::memory::MemoryStore::new()),
-        downstream_listener,
-    )
-    .await?;
-    let downstream_client = downstream.local_client();
-    let (stop_downstream, downstream_stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(downstream.serve(async move {
-        let _ = downstream_stopped.await;
-    }));
-
-    // One imported Cluster and one registration token per agent.
+    let downstream = Downstream::start().await?;
     let started = Instant::now();
-    let clusters: Api<DynamicObject> = Api::namespaced_with(
-        management.clone(),
-        "default",
-        &lariat_controllers::capi("Cluster"),
-    );
-    let tokens: Vec<String> = futures::stream::iter(0..args.agents)
-        .map(|i| {
-            let (clusters, client) = (clusters.clone(), management.clone());
-            async move {
-                let name = format!("agent-{i:05}");
-                let cluster: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
-                    "metadata": {"name": name, "annotations": {IMPORTED_ANNOTATION: "true"}},
-                    "spec": {},
-                }))?;
-                clusters.create(&PostParams::default(), &cluster).await?;
-                let token = lariat_apiserver::tunnel::create_registration_token(
-                    &client,
-                    "default",
-                    &name,
-                    Duration::from_secs(7200),
-                )
-                .await?;
-                Ok::<_, anyhow::Error>(token)
-            }
-        })
-        .buffered(32)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<_, _>>()?;
+    let tokens = imported_clusters(&management, args.agents).await?;
     println!(
         "  created {} imported clusters and tokens in {:.1} s",
         args.agents,
@@ -154,28 +109,9 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
     let server_url = format!("https://{}", server.address);
     let checksum =
         lariat_apiserver::auth::sha256_hex(std::fs::read(server.dir.path().join("tls/ca.crt"))?);
-    let (stop_agents, agents_stopped) = watch::channel(false);
-    let mut states = Vec::with_capacity(args.agents);
     let cpu_before = server.cpu_seconds();
     let started = Instant::now();
-    for (i, token) in tokens.into_iter().enumerate() {
-        let (connected, state) = watch::channel(false);
-        states.push(state);
-        let mut config = lariat_agent::Config::new(
-            server_url.clone(),
-            token,
-            checksum.clone(),
-            downstream_client.clone(),
-        );
-        config.credential_secret = format!("agent-credential-{i:05}");
-        config.connected = Some(connected);
-        // Ten thousand agents share one cluster here: this measures the tunnels alone.
-        config.bundles = false;
-        let mut stopped = agents_stopped.clone();
-        tokio::spawn(lariat_agent::run(config, async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        }));
-    }
+    let (states, stop_agents) = start_agents(&server_url, tokens, &checksum, &downstream.client);
     let first = until_connected(&states, args.agents, started, Duration::from_secs(600)).await?;
     let cpu = server.cpu_seconds() - cpu_before;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -193,7 +129,7 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
     );
 
     // Latency: the same GET through the proxy and straight to the cluster.
-    let direct = super::client_for(&downstream_dir.path().join("kubeconfig.yaml")).await?;
+    let direct = super::client_for(&downstream.dir.path().join("kubeconfig.yaml")).await?;
     let (direct_p50, direct_p99) =
         percentiles(time_gets(&direct, "/api/v1/namespaces/default", args.latency_requests).await?);
     let (proxy_p50, proxy_p99) = percentiles(
@@ -236,6 +172,107 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
         server.cpu_seconds() - cpu_before
     );
     let _ = stop_agents.send(true);
-    let _ = stop_downstream.send(());
+    drop(downstream);
     Ok(())
+}
+
+/// The downstream cluster simulated agents serve: a lariat API in this process, on an
+/// in-memory store; it stops when dropped.
+pub(super) struct Downstream {
+    pub dir: tempfile::TempDir,
+    pub client: kube::Client,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Downstream {
+    pub async fn start() -> anyhow::Result<Downstream> {
+        let dir = tempfile::tempdir()?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let server = lariat_apiserver::Server::start(
+            lariat_apiserver::Config::new(dir.path()),
+            Arc::new(lariat_store::memory::MemoryStore::new()),
+            listener,
+        )
+        .await?;
+        let client = server.local_client();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(server.serve(async move {
+            let _ = stopped.await;
+        }));
+        Ok(Downstream {
+            dir,
+            client,
+            _stop: stop,
+        })
+    }
+}
+
+/// Creates `count` imported Clusters through `management`, and a registration token for each.
+pub(super) async fn imported_clusters(
+    management: &kube::Client,
+    count: usize,
+) -> anyhow::Result<Vec<String>> {
+    let clusters: Api<DynamicObject> = Api::namespaced_with(
+        management.clone(),
+        "default",
+        &lariat_controllers::capi("Cluster"),
+    );
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let (clusters, client) = (clusters.clone(), management.clone());
+            async move {
+                let name = format!("agent-{i:05}");
+                let cluster: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+                    "metadata": {"name": name, "annotations": {IMPORTED_ANNOTATION: "true"}},
+                    "spec": {},
+                }))?;
+                clusters.create(&PostParams::default(), &cluster).await?;
+                let token = lariat_apiserver::tunnel::create_registration_token(
+                    &client,
+                    "default",
+                    &name,
+                    Duration::from_secs(7200),
+                )
+                .await?;
+                Ok::<_, anyhow::Error>(token)
+            }
+        })
+        .buffered(32)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Starts one agent in this process per token, dialling `server` (one URL, or several
+/// replicas' separated by commas), all serving `downstream`: whether each is connected, and
+/// what stops them all.
+pub(super) fn start_agents(
+    server: &str,
+    tokens: Vec<String>,
+    checksum: &str,
+    downstream: &kube::Client,
+) -> (Vec<watch::Receiver<bool>>, watch::Sender<bool>) {
+    let (stop_agents, agents_stopped) = watch::channel(false);
+    let mut states = Vec::with_capacity(tokens.len());
+    for (i, token) in tokens.into_iter().enumerate() {
+        let (connected, state) = watch::channel(false);
+        states.push(state);
+        let mut config = lariat_agent::Config::new(
+            server.to_string(),
+            token,
+            checksum.to_string(),
+            downstream.clone(),
+        );
+        config.credential_secret = format!("agent-credential-{i:05}");
+        config.connected = Some(connected);
+        // Thousands of agents share one cluster here: this measures the tunnels alone.
+        config.bundles = false;
+        let mut stopped = agents_stopped.clone();
+        tokio::spawn(lariat_agent::run(config, async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }));
+    }
+    (states, stop_agents)
 }

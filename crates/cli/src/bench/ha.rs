@@ -1,7 +1,8 @@
 //! `lariat bench ha`: three servers joined on a three-member etcd (Debian's), as an operator
 //! runs them. It measures creates per second spread over one, two and three replicas, and the
 //! controllers' failover: how long after a `kill -9` of the Lease holder another replica
-//! holds it.
+//! holds it; and, with agents given every replica's URL, how long after a `kill -9` of one
+//! replica all of them are connected again.
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +11,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};
 use lariat_store::etcd_process::EtcdCluster;
 
+use super::agents::{Downstream, imported_clusters, start_agents, until_connected};
 use super::{ServerProcess, cluster, clusters, load_average, timed};
 
 #[derive(clap::Args)]
@@ -23,6 +25,9 @@ pub struct HaArgs {
     /// How many times the leader is killed and its successor timed.
     #[arg(long, default_value_t = 3)]
     failovers: usize,
+    /// Simulated agents spread over the three replicas, one of which is then killed (0: none).
+    #[arg(long, default_value_t = 10_000)]
+    agents: usize,
 }
 
 const TOKEN: &str = "lariat-bench-join-token";
@@ -34,11 +39,18 @@ pub async fn run(args: HaArgs) -> anyhow::Result<()> {
         load_average()
     );
     let etcd = EtcdCluster::start(3).context("start etcd (apt-get install -y etcd-server)")?;
+    // Every agent dials from this one address, which the per-client connection cap would
+    // otherwise (rightly) treat as one abusive client.
+    let room = (args.agents * 2).max(1024).to_string();
     let joined = vec![
         "--datastore-endpoint".to_string(),
         etcd.endpoints(),
         "--token".into(),
         TOKEN.into(),
+        "--max-connections".into(),
+        room.clone(),
+        "--max-connections-per-client".into(),
+        room,
     ];
     // The first server seals the CA and keys; the others join it.
     let mut servers = vec![ServerProcess::start_with(joined.clone())?];
@@ -120,6 +132,67 @@ pub async fn run(args: HaArgs) -> anyhow::Result<()> {
             load_average()
         );
     }
+    if args.agents > 0 {
+        agents_after_a_replica_dies(&mut servers, args.agents).await?;
+    }
+    Ok(())
+}
+
+/// `agents` simulated agents, each given all three replicas' URLs, connect; then one replica
+/// is killed and the time until every agent is connected again is printed.
+async fn agents_after_a_replica_dies(
+    servers: &mut [ServerProcess],
+    agents: usize,
+) -> anyhow::Result<()> {
+    println!(
+        "
+{agents} agents over 3 replicas, one replica killed"
+    );
+    let management = servers[0].client().await?;
+    let downstream = Downstream::start().await?;
+    let started = Instant::now();
+    let tokens = imported_clusters(&management, agents).await?;
+    println!(
+        "  created {agents} imported clusters and tokens in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|s| format!("https://{}", s.address))
+        .collect();
+    let checksum = lariat_apiserver::auth::sha256_hex(std::fs::read(
+        servers[0].dir.path().join("tls/ca.crt"),
+    )?);
+    let started = Instant::now();
+    let (states, stop_agents) =
+        start_agents(&urls.join(","), tokens, &checksum, &downstream.client);
+    let first = until_connected(&states, agents, started, Duration::from_secs(900)).await?;
+    println!(
+        "  all {agents} connected in {:.1} s ({:.0} handshakes/s over 3 replicas); load average {}",
+        first.as_secs_f64(),
+        agents as f64 / first.as_secs_f64(),
+        load_average()
+    );
+    // Each server logs the agents it admits: the share of the one killed is what reconnects.
+    let connected_to = |server: &ServerProcess| server.log().matches("agent connected").count();
+    let shares: Vec<usize> = servers.iter().map(connected_to).collect();
+    let victim = 1;
+    servers[victim].kill9();
+    let killed = Instant::now();
+    while states.iter().all(|s| *s.borrow()) {
+        if killed.elapsed() > Duration::from_secs(60) {
+            bail!("no agent noticed the replica was gone within a minute");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let back = until_connected(&states, agents, killed, Duration::from_secs(900)).await?;
+    println!(
+        "  tunnels per replica {shares:?}; after kill -9 of replica {victim}: all {agents} connected again in {:.1} s; load average {}",
+        back.as_secs_f64(),
+        load_average()
+    );
+    let _ = stop_agents.send(true);
+    servers[victim].relaunch()?;
     Ok(())
 }
 

@@ -214,6 +214,11 @@ impl ServerProcess {
         }
     }
 
+    /// What the server logged since it was (last) started.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
     /// `kill -9`: no shutdown path runs.
     fn kill9(&mut self) {
         let _ = self.child.kill();

@@ -46,6 +46,20 @@ impl TestServer {
         server
     }
 
+    /// A server on an existing data directory (a restored backup, say).
+    pub fn start_in(dir: tempfile::TempDir) -> TestServer {
+        let mut server = TestServer {
+            child: None,
+            dir,
+            home: tempfile::tempdir().expect("temp home"),
+            extra_args: vec![],
+            env: vec![],
+            address: String::new(),
+        };
+        server.launch();
+        server
+    }
+
     pub fn data_dir(&self) -> &Path {
         self.dir.path()
     }
