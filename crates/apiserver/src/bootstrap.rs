@@ -30,7 +30,7 @@ pub const MIN_TOKEN_LEN: usize = 16;
 #[derive(Debug, thiserror::Error)]
 pub enum JoinError {
     #[error(
-        "the join token is not the one this datastore's servers were started with; give the same token as the first server (--token, --token-file or LARIAT_TOKEN)"
+        "the join token is not the one this datastore's servers were started with; give the same token as the first server (--token, --token-file or LARIAT_JOIN_TOKEN)"
     )]
     WrongToken,
     #[error(
@@ -38,7 +38,7 @@ pub enum JoinError {
     )]
     WeakToken,
     #[error(
-        "this datastore's servers share one CA and key set, joined with a token: give this server the same token (--token, --token-file or LARIAT_TOKEN)"
+        "this datastore's servers share one CA and key set, joined with a token: give this server the same token (--token, --token-file or LARIAT_JOIN_TOKEN)"
     )]
     TokenRequired,
     #[error(

@@ -892,6 +892,7 @@ async fn admit(
     // An agent's cluster credential is an identity of the management plane too, with the
     // fixed scope of `agents.rs`; the credential lives with the tunnel's records.
     if matches!(outcome, Err(ApiError::Unauthorized))
+        && !forwarded
         && !state.simulated
         && let Some(token) = authorization.as_deref().and_then(crate::auth::bearer_token)
         && let Some(cluster) = state
@@ -971,23 +972,36 @@ async fn admit(
 /// the caller needs `impersonate` on that user (or ServiceAccount), on each group, uid and
 /// extra. `None`: no impersonation asked.
 fn impersonation(state: &AppState, caller: &User, headers: &HeaderMap) -> ApiResult<Option<User>> {
-    let values = |name: &str| -> Vec<String> {
+    // A value is taken as its UTF-8 text, as kube-apiserver takes it (`--as=josé`); one that is
+    // not text is refused, never skipped: skipping it would serve the request as the caller.
+    let text = |name: &str, value: &axum::http::HeaderValue| -> ApiResult<String> {
+        std::str::from_utf8(value.as_bytes())
+            .ok()
+            .filter(|t| !t.chars().any(char::is_control))
+            .map(String::from)
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "{name} is not valid UTF-8 text: name the identity to act as in UTF-8"
+                ))
+            })
+    };
+    let values = |name: &str| -> ApiResult<Vec<String>> {
         headers
             .get_all(name)
             .iter()
-            .filter_map(|v| v.to_str().ok().map(String::from))
+            .map(|v| text(name, v))
             .collect()
     };
-    let name = values("impersonate-user").into_iter().next();
-    let groups = values("impersonate-group");
-    let uid = values("impersonate-uid").into_iter().next();
+    let name = values("impersonate-user")?.into_iter().next();
+    let groups = values("impersonate-group")?;
+    let uid = values("impersonate-uid")?.into_iter().next();
     let extras: Vec<(String, String)> = headers
         .iter()
         .filter_map(|(key, value)| {
             let key = key.as_str().strip_prefix("impersonate-extra-")?;
-            Some((key.to_string(), value.to_str().ok()?.to_string()))
+            Some(text(key, value).map(|v| (key.to_string(), v)))
         })
-        .collect();
+        .collect::<ApiResult<_>>()?;
     if name.as_deref() == Some("") {
         return Err(ApiError::bad_request(
             "Impersonate-User is empty: name the user to act as",

@@ -64,15 +64,17 @@ const LEASE_PREFIX: &str = "lariat-replica-";
 const RENEW: Duration = Duration::from_secs(3);
 /// How long after its last renewal a replica counts as gone.
 const LEASE_DURATION: Duration = Duration::from_secs(15);
-/// A Lease this long gone is deleted (by whichever replica sees it first).
-const FORGET_AFTER: Duration = Duration::from_secs(600);
+/// A Lease this long gone is deleted (by whichever replica sees it first); a replica cut off
+/// longer writes it anew when it is back.
+const FORGET_AFTER: Duration = Duration::from_secs(60);
 /// The replica credential's lifetime; it is renewed at half of it.
 const CREDENTIAL_LIFETIME: Duration = Duration::from_secs(3600);
 /// The longest validity a replica credential may claim (its lifetime and the issuer's five
 /// minutes of clock slack, with room): one valid for longer was not issued by a replica.
 const LONGEST_CREDENTIAL: Duration = Duration::from_secs(2 * 3600);
-/// How long a forwarded request may take to get its response headers (a watch then streams).
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a forwarded request may take to get its response headers (a watch then streams):
+/// a replica that hangs (its Lease lapses after 15 s) holds requests no longer than this.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Marks a request a replica forwarded: it is served from this replica's tunnels only, never
 /// forwarded again.
@@ -331,19 +333,25 @@ impl Replicas {
         if !self.is_live(&identity) {
             return refuse("the forwarding replica is not live");
         }
-        let text = |value: &HeaderValue| value.to_str().ok().map(str::to_string);
-        let Some(name) = headers
-            .get(FORWARDED_USER)
-            .and_then(text)
-            .filter(|n| !n.is_empty())
-        else {
+        // Names travel as their UTF-8 bytes (`identity_header`); one that is not is refused
+        // with the request, never dropped from it.
+        let text = |value: &HeaderValue| {
+            std::str::from_utf8(value.as_bytes())
+                .ok()
+                .filter(|t| !t.is_empty())
+                .map(str::to_string)
+        };
+        let Some(name) = headers.get(FORWARDED_USER).and_then(text) else {
             return refuse("no forwarded user");
         };
-        let groups = headers
+        let Some(groups) = headers
             .get_all(FORWARDED_GROUP)
             .iter()
-            .filter_map(text)
-            .collect();
+            .map(text)
+            .collect::<Option<Vec<_>>>()
+        else {
+            return refuse("a forwarded group is not UTF-8 text");
+        };
         Ok(User { name, groups })
     }
 
@@ -379,19 +387,16 @@ impl Replicas {
         parts.uri = uri;
         parts.version = axum::http::Version::HTTP_11;
         crate::tunnel::strip_caller_headers(&mut parts.headers);
-        let value = |text: &str| HeaderValue::from_str(text);
+        let value = |text: &str| crate::tunnel::identity_header(text, "to another replica");
         match value(&caller.name) {
             Ok(name) => parts.headers.insert(FORWARDED_USER, name),
-            Err(_) => {
-                return ApiError::bad_request(format!(
-                    "{:?} cannot be sent as an HTTP header",
-                    caller.name
-                ))
-                .into_response();
-            }
+            Err(error) => return error.into_response(),
         };
-        for group in caller.groups.iter().filter_map(|g| value(g).ok()) {
-            parts.headers.append(FORWARDED_GROUP, group);
+        for group in &caller.groups {
+            match value(group) {
+                Ok(group) => parts.headers.append(FORWARDED_GROUP, group),
+                Err(error) => return error.into_response(),
+            };
         }
         let sent = tokio::time::timeout(
             FORWARD_TIMEOUT,

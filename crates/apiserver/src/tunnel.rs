@@ -784,7 +784,7 @@ pub async fn proxy(tunnels: &Tunnels, caller: &User, request: axum::extract::Req
     let Some(tunnel) = tunnels.get(&cluster) else {
         return ApiError::Unavailable {
             message: format!(
-                "cluster {cluster} is not connected: its agent has not dialled in (see the Cluster's Connected condition)"
+                "cluster {cluster} is not connected: its agent has not dialled in, or is dialling again (see the Cluster's Connected condition)"
             ),
         }
         .into_response();
@@ -804,13 +804,7 @@ pub async fn proxy(tunnels: &Tunnels, caller: &User, request: axum::extract::Req
     parts.version = axum::http::Version::HTTP_2;
     strip_caller_headers(&mut parts.headers);
     let as_caller = || -> Result<Vec<(&str, header::HeaderValue)>, ApiError> {
-        let value = |text: &str| {
-            header::HeaderValue::from_bytes(text.as_bytes()).map_err(|_| {
-                ApiError::bad_request(format!(
-                    "{text:?} cannot be sent downstream as an HTTP header"
-                ))
-            })
-        };
+        let value = |text: &str| identity_header(text, "downstream");
         // `system:` identities are each cluster's own (its nodes, controllers, service
         // accounts): a lariat caller never becomes one downstream. lariat's own
         // (`system:lariat:...`, its controllers) keep their names, and of the groups only
@@ -857,6 +851,22 @@ pub async fn proxy(tunnels: &Tunnels, caller: &User, request: axum::extract::Req
         }
         .into_response(),
     }
+}
+
+/// A user or group name as a header value sent `whither`, refused unless the receiver reads
+/// back exactly this name: HTTP drops whitespace around a value (so `" system:masters"` would
+/// arrive as `system:masters`, past every check of the `system:` prefix) and cannot carry
+/// control characters.
+pub(crate) fn identity_header(text: &str, whither: &str) -> Result<HeaderValue, ApiError> {
+    let faithful = !text.is_empty() && text.trim() == text && !text.chars().any(char::is_control);
+    faithful
+        .then(|| HeaderValue::from_bytes(text.as_bytes()).ok())
+        .flatten()
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "the identity {text:?} cannot be sent {whither} as an HTTP header: names with surrounding whitespace or control characters are refused"
+            ))
+        })
 }
 
 /// Removes from a proxied request what is the caller's business with lariat and no one
@@ -1626,6 +1636,29 @@ mod tests {
         assert!(agent_version_warning(lariat_api::support::LARIAT, None).is_none());
         if minor > 0 {
             assert!(agent_version_warning(&format!("{major}.{}.0", minor - 1), None).is_none());
+        }
+    }
+
+    #[test]
+    fn identities_go_out_only_as_headers_read_back_the_same() {
+        for sent in ["system:masters", "alice", "josé@example.com", "a b"] {
+            let value = identity_header(sent, "downstream").unwrap();
+            assert_eq!(std::str::from_utf8(value.as_bytes()).unwrap(), sent);
+        }
+        // HTTP would drop the whitespace (" system:masters" arriving as system:masters) or
+        // cannot carry the character.
+        for refused in [
+            " system:masters",
+            "system:masters ",
+            "\tsystem:masters",
+            "a\nb",
+            "a\u{7f}",
+            "",
+        ] {
+            assert!(
+                identity_header(refused, "downstream").is_err(),
+                "{refused:?}"
+            );
         }
     }
 

@@ -152,7 +152,7 @@ struct JoinToken {
     /// The secret servers sharing one etcd datastore join with: the first stores its CA,
     /// service-account key and encryption key there, sealed with it; every later server with
     /// the same token loads them. At least 16 characters, e.g. `openssl rand -hex 32`.
-    #[arg(long, env = "LARIAT_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "LARIAT_JOIN_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Read the join token from this file instead (keeps it out of the process list).
     #[arg(long, conflicts_with = "token")]
@@ -563,15 +563,36 @@ async fn rotate_join_token(args: RotateTokenArgs) -> anyhow::Result<()> {
 /// kubeconfigs are left out: a server started on the copy writes them anew.
 fn backup(args: BackupArgs) -> anyhow::Result<()> {
     let database = args.data_dir.join("state.db");
-    if !database.is_file() {
-        anyhow::bail!(
+    match std::fs::File::open(&database) {
+        Ok(_) if database.is_file() => {}
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => anyhow::bail!(
+            "cannot read {}: permission denied; run the backup as the user the server runs as",
+            database.display()
+        ),
+        _ => anyhow::bail!(
             "{} holds no SQLite store (state.db): pass the --data-dir of a single server; replicas on etcd are backed up with etcdctl snapshot save",
             args.data_dir.display()
-        );
+        ),
     }
     if args.output.exists() {
         anyhow::bail!(
             "{} already exists: name a new directory for the backup",
+            args.output.display()
+        );
+    }
+    // A backup kept inside what it backs up is lost with it.
+    let data_dir = args.data_dir.canonicalize()?;
+    let parent = args
+        .output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if parent
+        .canonicalize()
+        .is_ok_and(|parent| parent.starts_with(&data_dir))
+    {
+        anyhow::bail!(
+            "{} is inside the data directory it backs up: put the backup elsewhere",
             args.output.display()
         );
     }

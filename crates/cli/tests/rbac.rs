@@ -308,6 +308,22 @@ fn users_reach_what_their_bindings_grant_and_cannot_grant_more() {
         whoami.contains("alice") && !whoami.contains("system:masters"),
         "{whoami}"
     );
+    // A name beyond ASCII is impersonated as given, never skipped (which would leave the
+    // request to the admin).
+    let whoami = server.kubectl_ok(&[
+        "auth",
+        "whoami",
+        "--as",
+        "josé@example.com",
+        "--as-group",
+        "équipe",
+    ]);
+    assert!(
+        whoami.contains("josé@example.com")
+            && whoami.contains("équipe")
+            && !whoami.contains("system:masters"),
+        "{whoami}"
+    );
     let (ok, refused) = run(
         &server,
         &alice,

@@ -282,6 +282,46 @@ impl EtcdCluster {
         Ok(())
     }
 
+    /// Replaces member `i`'s data with a snapshot (`etcdctl snapshot save`) and starts it on
+    /// that, as an operator restores one: `etcdctl snapshot restore` into a new data
+    /// directory, under the member's own name and peer URL. For a one-member cluster.
+    pub fn restore(&mut self, i: usize, snapshot: &Path) -> Result<(), Error> {
+        self.kill(i);
+        let (member, _) = &self.members[i];
+        let data_dir = self.dir.join(format!("{}.data", member.name));
+        std::fs::remove_dir_all(&data_dir).map_err(|source| Error::PrepareDir {
+            path: data_dir.clone(),
+            source,
+        })?;
+        let etcdctl = self.binary.with_file_name("etcdctl");
+        let restored = Command::new(&etcdctl)
+            .env("ETCDCTL_API", "3")
+            .env("ETCD_UNSUPPORTED_ARCH", go_arch())
+            .args(["snapshot", "restore"])
+            .arg(snapshot)
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(["--name", &member.name])
+            .args(["--initial-cluster", &member.initial_cluster_entry()])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{}", member.peer),
+            ])
+            .output()
+            .map_err(|source| Error::Spawn {
+                binary: etcdctl.clone(),
+                source,
+            })?;
+        if !restored.status.success() {
+            return Err(Error::Exited {
+                status: restored.status.to_string(),
+                log: String::from_utf8_lossy(&restored.stderr).into_owned(),
+            });
+        }
+        self.restart(i)?;
+        self.wait_healthy(i)
+    }
+
     /// Waits until member `i` answers `/health` as part of a cluster with a leader.
     pub fn wait_healthy(&mut self, i: usize) -> Result<(), Error> {
         let (member, child) = &mut self.members[i];
