@@ -215,16 +215,5 @@ fn a_running_servers_backup_is_a_data_directory_that_restores_it() {
         "a write after the backup is not in it"
     );
     // The old server's admin kubeconfig still works: same CA, same credential records.
-    let old = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&old_kubeconfig)
-        .args(["--server", &format!("https://{}", restored.address)])
-        .args(["get", "configmap", "before", "-o", "name"])
-        .output()
-        .unwrap();
-    assert!(
-        old.status.success(),
-        "{}",
-        String::from_utf8_lossy(&old.stderr)
-    );
+    restored.kubectl_with_kubeconfig_of(&old_kubeconfig, &["get", "configmap", "before"]);
 }

@@ -810,18 +810,7 @@ fn an_etcd_snapshot_restores_the_replicas_with_their_token() {
         "a write after the snapshot is not in it"
     );
     // The same CA: the lost server's admin kubeconfig works against the restored one.
-    let old = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(first.kubeconfig())
-        .args(["--server", &format!("https://{}", restored.address)])
-        .args(["get", "secret", "kept", "-o", "name"])
-        .output()
-        .unwrap();
-    assert!(
-        old.status.success(),
-        "{}",
-        String::from_utf8_lossy(&old.stderr)
-    );
+    restored.kubectl_with_kubeconfig_of(&first.kubeconfig(), &["get", "secret", "kept"]);
     // Without the token the snapshot's keys stay sealed.
     let refused = refused_start(
         &endpoints,

@@ -60,6 +60,23 @@ impl TestServer {
         server
     }
 
+    /// kubectl against this server with another server's kubeconfig (its credential and
+    /// CA), which must work: a restored backup keeps the lost server's CA and records.
+    pub fn kubectl_with_kubeconfig_of(&self, kubeconfig: &Path, args: &[&str]) {
+        let output = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--server", &format!("https://{}", self.address)])
+            .args(args)
+            .output()
+            .expect("run kubectl");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
     pub fn data_dir(&self) -> &Path {
         self.dir.path()
     }
