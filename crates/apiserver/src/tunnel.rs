@@ -1189,9 +1189,12 @@ impl Pass<'_> {
                 None => continue,
             };
             let due = match &reporter {
-                Reporter::Holder(_) => {
+                // Probed on every pass in the first minute of a connection (a new cluster's
+                // Nodes are still coming), then every HEARTBEAT_WRITE.
+                Reporter::Holder(tunnel) => {
                     !connected
                         || holder != me
+                        || tunnel.since.elapsed() < HEARTBEAT_WRITE
                         || probed
                             .get(&key)
                             .is_none_or(|at| at.elapsed() >= HEARTBEAT_WRITE)
