@@ -335,7 +335,7 @@ async fn cluster_proxy(State(state): State<Arc<AppState>>, request: Request) -> 
             .is_none()
         && let Some(replicas) = &state.replicas
     {
-        match tunnel_holder(&state, namespace, name).await {
+        match replicas.records().holder(namespace, name).await {
             Ok(Some(holder)) if holder != replicas.identity() => {
                 return replicas.forward(&holder, &user, request).await;
             }
@@ -344,31 +344,6 @@ async fn cluster_proxy(State(state): State<Arc<AppState>>, request: Request) -> 
         }
     }
     crate::tunnel::proxy(&state.tunnels, &user, request).await
-}
-
-/// The replica whose tunnel the Cluster `namespace/name`'s agent is connected to, as its
-/// ClusterConnection records it.
-async fn tunnel_holder(
-    state: &AppState,
-    namespace: &str,
-    name: &str,
-) -> Result<Option<String>, ApiError> {
-    let Some(scope) = state.resources.scope(
-        lariat_api::management::GROUP,
-        "clusterconnections",
-        Some(namespace),
-    ) else {
-        return Ok(None);
-    };
-    let connection = match state.resources.get(&scope, name).await {
-        Ok(connection) => connection,
-        Err(ApiError::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let status = &connection["status"];
-    Ok((status["connected"] == true)
-        .then(|| status["replica"].as_str().map(String::from))
-        .flatten())
 }
 
 fn request_peer_address(peer: &Option<axum::Extension<Peer>>) -> Option<std::net::IpAddr> {

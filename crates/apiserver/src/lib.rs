@@ -172,6 +172,8 @@ pub struct Server {
     config: Config,
     rbac: Arc<rbac::Rbac>,
     leadership: Arc<leader::Leadership>,
+    /// Fills the replica's view of the agents' connections, once serving.
+    record_feeds: tunnel::RecordFeeds,
 }
 
 impl Server {
@@ -349,7 +351,9 @@ impl Server {
             pki.ca_cert_pem.clone(),
         ));
         let identity = leader_identity(address.port());
-        let replicas = replicas::Replicas::new(identity.clone(), peer_address, pki.clone());
+        let (records, record_feeds) = tunnel::Records::new();
+        let replicas =
+            replicas::Replicas::new(identity.clone(), peer_address, pki.clone(), records);
         let state = Arc::new(http::AppState {
             resources,
             authenticator,
@@ -394,6 +398,7 @@ impl Server {
             config,
             rbac,
             leadership,
+            record_feeds,
         })
     }
 
@@ -565,6 +570,10 @@ impl Server {
         );
         let app = http::router(self.state.clone());
         tracing::info!(address = %self.local_addr(), "serving the Kubernetes API over HTTPS");
+        let records = tokio::spawn(
+            self.record_feeds
+                .run(local::client(self.state.clone()), stop_rx.clone()),
+        );
         tls::serve(
             self.listener,
             self.tls,
@@ -582,6 +591,7 @@ impl Server {
             crd_follower,
             rbac,
             replica_lease,
+            records,
             reporter
         );
         Ok(())

@@ -111,10 +111,31 @@ fn peer_of(lease: Lease) -> Option<(String, Peer)> {
 }
 
 impl Peer {
-    fn live(&self) -> bool {
-        let age = chrono::Utc::now() - self.renewed;
-        age < chrono::Duration::from_std(LEASE_DURATION).expect("a short duration")
+    /// How long ago its Lease was last renewed.
+    fn age(&self) -> Duration {
+        (chrono::Utc::now() - self.renewed)
+            .to_std()
+            .unwrap_or_default()
     }
+
+    fn live(&self) -> bool {
+        self.age() < LEASE_DURATION
+    }
+}
+
+/// Every replica's Lease: its name, and the replica it is of.
+async fn list_peers(api: &Api<Lease>) -> kube::Result<Vec<(String, String, Peer)>> {
+    let leases = api
+        .list(&ListParams::default().labels(REPLICA_LABEL))
+        .await?;
+    Ok(leases
+        .items
+        .into_iter()
+        .filter_map(|lease| {
+            let name = lease.metadata.name.clone().unwrap_or_default();
+            peer_of(lease).map(|(identity, peer)| (name, identity, peer))
+        })
+        .collect())
 }
 
 type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Body>;
@@ -126,6 +147,10 @@ pub struct Replicas {
     address: String,
     pki: Pki,
     peers: Mutex<HashMap<String, Peer>>,
+    /// Which replica holds each cluster's tunnel, among what the reporter reads.
+    records: Arc<crate::tunnel::Records>,
+    /// This replica's Lease as last written, renewed by a conditional replace alone.
+    lease: Mutex<Option<Lease>>,
     /// The client forwarding with the current credential, and when to issue the next.
     forwarder: Mutex<Option<(HttpsClient, Instant)>>,
 }
@@ -133,18 +158,30 @@ pub struct Replicas {
 impl Replicas {
     /// `identity` is this process's (the election's); `address` is `host:port` the other
     /// replicas reach it at, which its serving certificate must name.
-    pub fn new(identity: String, address: String, pki: Pki) -> Arc<Replicas> {
+    pub fn new(
+        identity: String,
+        address: String,
+        pki: Pki,
+        records: Arc<crate::tunnel::Records>,
+    ) -> Arc<Replicas> {
         Arc::new(Replicas {
             identity,
             address,
             pki,
+            records,
             peers: Mutex::default(),
+            lease: Mutex::default(),
             forwarder: Mutex::default(),
         })
     }
 
     pub fn identity(&self) -> &str {
         &self.identity
+    }
+
+    /// The Clusters and ClusterConnections as this replica last saw them.
+    pub fn records(&self) -> &crate::tunnel::Records {
+        &self.records
     }
 
     /// `host:port` the other replicas reach this one at.
@@ -207,6 +244,38 @@ impl Replicas {
     async fn renew(&self, api: &Api<Lease>) -> Result<(), String> {
         let name = lease_name(&self.identity);
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let kept = self.lease.lock().expect("lease lock").take();
+        let renewed = match kept {
+            Some(mut lease) => {
+                if let Some(spec) = &mut lease.spec {
+                    spec.renew_time = Some(now.clone());
+                }
+                match api.replace(&name, &PostParams::default(), &lease).await {
+                    Ok(lease) => Some(lease),
+                    // Deleted or written by someone else (a replica that saw it long gone):
+                    // read it again.
+                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => None,
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            None => None,
+        };
+        let lease = match renewed {
+            Some(lease) => lease,
+            None => self.write_lease(api, &name, now).await?,
+        };
+        *self.lease.lock().expect("lease lock") = Some(lease);
+        Ok(())
+    }
+
+    /// Writes this replica's Lease over whatever is stored under its name.
+    async fn write_lease(
+        &self,
+        api: &Api<Lease>,
+        name: &str,
+        now: MicroTime,
+    ) -> Result<Lease, String> {
+        let name = name.to_string();
         let mut lease = Lease {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -239,7 +308,7 @@ impl Replicas {
                 }
                 api.replace(&name, &PostParams::default(), &lease)
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| e.to_string())
             }
             None => {
                 if let Some(spec) = &mut lease.spec {
@@ -247,27 +316,16 @@ impl Replicas {
                 }
                 api.create(&PostParams::default(), &lease)
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| e.to_string())
             }
         }
-        Ok(())
     }
 
     /// Reads every replica's Lease into the view, and deletes those long gone.
     async fn look(&self, api: &Api<Lease>) -> Result<(), String> {
-        let leases = api
-            .list(&ListParams::default().labels(REPLICA_LABEL))
-            .await
-            .map_err(|e| e.to_string())?;
         let mut seen = HashMap::new();
-        for lease in leases.items {
-            let name = lease.metadata.name.clone().unwrap_or_default();
-            let Some((identity, peer)) = peer_of(lease) else {
-                continue;
-            };
-            let long_gone = chrono::Utc::now() - peer.renewed
-                > chrono::Duration::from_std(FORGET_AFTER).expect("a short duration");
-            if long_gone {
+        for (name, identity, peer) in list_peers(api).await.map_err(|e| e.to_string())? {
+            if peer.age() > FORGET_AFTER {
                 let _ = api.delete(&name, &Default::default()).await;
                 continue;
             }
@@ -284,12 +342,11 @@ impl Replicas {
     /// version at a time.
     pub async fn check_versions(&self, client: &kube::Client) -> Result<(), String> {
         let api: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
-        let leases = api
-            .list(&ListParams::default().labels(REPLICA_LABEL))
+        let peers = list_peers(&api)
             .await
             .map_err(|e| format!("cannot read the other replicas' Leases: {e}"))?;
         let ours = lariat_api::support::LARIAT;
-        for (identity, peer) in leases.items.into_iter().filter_map(peer_of) {
+        for (_, identity, peer) in peers {
             if peer.live()
                 && !peer.version.is_empty()
                 && !lariat_api::support::replicas_compatible(ours, &peer.version)
@@ -572,6 +629,7 @@ mod tests {
             "here".into(),
             "127.0.0.1:1".into(),
             ca(&dir.path().join("a")),
+            crate::tunnel::Records::new().0,
         );
         here.peers.lock().unwrap().insert(
             "there".into(),

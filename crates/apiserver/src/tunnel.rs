@@ -19,6 +19,9 @@ use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::watcher;
 use lariat_api::management::{self, AGENT_CREDENTIAL_TYPE, NAMESPACE};
 use serde_json::json;
 
@@ -1033,6 +1036,105 @@ pub const HEARTBEAT: Duration = Duration::from_secs(10);
 /// writes.
 const HEARTBEAT_WRITE: Duration = Duration::from_secs(60);
 
+/// The Clusters and ClusterConnections as this replica's watches last saw them. The reporter
+/// reads them on every pass and the proxy asks them which replica holds a tunnel, so neither
+/// lists nor reads the store: with 10,000 clusters, a pass a second on every replica listing
+/// both kinds would cost more than the tunnels themselves.
+pub struct Records {
+    clusters: Store<DynamicObject>,
+    connections: Store<DynamicObject>,
+}
+
+/// What fills [`Records`]: [`RecordFeeds::run`] watches both kinds into them.
+pub struct RecordFeeds {
+    clusters: Writer<DynamicObject>,
+    connections: Writer<DynamicObject>,
+}
+
+/// How long a reader waits for the first complete lists before it gives up.
+const RECORDS_WAIT: Duration = Duration::from_secs(10);
+
+impl Records {
+    pub fn new() -> (Arc<Records>, RecordFeeds) {
+        let clusters = Writer::new(cluster_resource());
+        let connections = Writer::new(management::cluster_connection_resource());
+        let records = Records {
+            clusters: clusters.as_reader(),
+            connections: connections.as_reader(),
+        };
+        (
+            Arc::new(records),
+            RecordFeeds {
+                clusters,
+                connections,
+            },
+        )
+    }
+
+    /// Whether both kinds have been listed, waiting up to [`RECORDS_WAIT`] for it.
+    async fn ready(&self) -> bool {
+        let both = async {
+            self.clusters.wait_until_ready().await.is_ok()
+                && self.connections.wait_until_ready().await.is_ok()
+        };
+        tokio::time::timeout(RECORDS_WAIT, both)
+            .await
+            .unwrap_or(false)
+    }
+
+    /// The replica whose tunnel the Cluster `namespace/name`'s agent is connected to, as its
+    /// ClusterConnection records it.
+    pub async fn holder(&self, namespace: &str, name: &str) -> Result<Option<String>, ApiError> {
+        if !self.ready().await {
+            return Err(ApiError::Unavailable {
+                message: "this replica has not yet read which replica holds each cluster's tunnel; retry in a few seconds".into(),
+            });
+        }
+        let reference =
+            ObjectRef::new_with(name, management::cluster_connection_resource()).within(namespace);
+        let Some(connection) = self.connections.get(&reference) else {
+            return Ok(None);
+        };
+        let status = &connection.data["status"];
+        Ok((status["connected"] == true)
+            .then(|| status["replica"].as_str().map(String::from))
+            .flatten())
+    }
+}
+
+impl RecordFeeds {
+    /// Watches Clusters and ClusterConnections through `client` into the [`Records`] until
+    /// `stop`; a failed watch lists again after a backoff, and each distinct failure is
+    /// logged once.
+    pub async fn run(self, client: kube::Client, mut stop: tokio::sync::watch::Receiver<bool>) {
+        use futures::StreamExt;
+        let feed = |writer: Writer<DynamicObject>, resource: kube::core::ApiResource| {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let mut last_error = String::new();
+            kube::runtime::reflector(writer, watcher(api, watcher::Config::default()))
+                .default_backoff()
+                .for_each(move |event| {
+                    match event {
+                        Err(error) if error.to_string() != last_error => {
+                            last_error = error.to_string();
+                            tracing::warn!(kind = %resource.kind, %error, "cannot watch the agents' connections; retrying");
+                        }
+                        Err(_) => {}
+                        Ok(_) => last_error.clear(),
+                    }
+                    std::future::ready(())
+                })
+        };
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => {}
+            _ = futures::future::join(
+                feed(self.clusters, cluster_resource()),
+                feed(self.connections, management::cluster_connection_resource()),
+            ) => {}
+        }
+    }
+}
+
 /// Reports the connections of the agents whose tunnels this replica holds: a
 /// ClusterConnection per Cluster with an agent (or imported) naming this replica in
 /// `status.replica`, and the Cluster's `Connected` condition, until `stop`. Every replica runs
@@ -1051,6 +1153,7 @@ pub async fn report(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut probed: HashMap<String, Instant> = HashMap::new();
     let mut collected: Option<Instant> = None;
+    let mut last_error: Option<String> = None;
     loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -1067,11 +1170,18 @@ pub async fn report(
         let pass = Pass {
             tunnels: &tunnels,
             replicas: &replicas,
+            records: replicas.records(),
             client: &client,
             leader: leading,
         };
-        if let Err(error) = pass.run(&mut probed, collect).await {
-            tracing::warn!(%error, "cannot report agent connections");
+        match pass.run(&mut probed, collect).await {
+            Ok(()) => last_error = None,
+            Err(error) => {
+                if last_error.as_ref() != Some(&error) {
+                    tracing::warn!(%error, "cannot report agent connections");
+                }
+                last_error = Some(error);
+            }
         }
         // Connections arriving in a crowd are reported together, at most a pass a second.
         tokio::select! {
@@ -1098,6 +1208,7 @@ fn cluster_resource() -> kube::core::ApiResource {
 struct Pass<'a> {
     tunnels: &'a Tunnels,
     replicas: &'a crate::replicas::Replicas,
+    records: &'a Records,
     /// This replica's writes (its own tunnels).
     client: &'a kube::Client,
     /// The leader's fenced writes, when this replica leads.
@@ -1119,37 +1230,34 @@ impl Pass<'_> {
     /// heartbeat through the tunnel for those due one (every [`HEARTBEAT_WRITE`], or on
     /// connecting), and, when `collect`, the garbage of expired tokens and orphaned
     /// credentials.
-    async fn run(&self, probed: &mut HashMap<String, Instant>, collect: bool) -> kube::Result<()> {
-        let clusters: Api<DynamicObject> = Api::all_with(self.client.clone(), &cluster_resource());
-        let connections: Api<DynamicObject> = Api::all_with(
-            self.client.clone(),
-            &management::cluster_connection_resource(),
-        );
-        let key = |o: &DynamicObject| {
-            format!(
-                "{}/{}",
-                o.metadata.namespace.as_deref().unwrap_or_default(),
-                o.metadata.name.as_deref().unwrap_or_default()
-            )
-        };
-        let mut known: HashMap<String, DynamicObject> = connections
-            .list(&Default::default())
-            .await?
-            .items
+    async fn run(
+        &self,
+        probed: &mut HashMap<String, Instant>,
+        collect: bool,
+    ) -> Result<(), String> {
+        if !self.records.ready().await {
+            return Err("the Clusters and ClusterConnections are not listed yet".into());
+        }
+        let mut known: HashMap<String, Arc<DynamicObject>> = self
+            .records
+            .connections
+            .state()
             .into_iter()
-            .map(|c| (key(&c), c))
+            .map(|c| (object_key(&c), c))
             .collect();
-        let clusters = clusters.list(&Default::default()).await?.items;
-        // A tunnel outlives neither its Cluster nor a re-import under the same name.
-        let existing: std::collections::HashSet<String> = clusters.iter().map(key).collect();
+        let clusters = self.records.clusters.state();
+        // A tunnel outlives neither its Cluster nor a re-import under the same name. A Cluster
+        // the watch has not brought yet is looked for in the store before its tunnel closes.
+        let existing: std::collections::HashSet<String> =
+            clusters.iter().map(|c| object_key(c)).collect();
         for connected in self.tunnels.keys() {
-            if !existing.contains(&connected) {
+            if !existing.contains(&connected) && !cluster_stored(self.client, &connected).await? {
                 self.tunnels.disconnect(&connected);
             }
         }
         if collect
             && let Some(leader) = self.leader
-            && let Err(error) = collect_garbage(leader, &clusters).await
+            && let Err(error) = collect_garbage(leader, &existing).await
         {
             tracing::warn!(%error, "cannot collect expired tokens and orphaned credentials");
         }
@@ -1159,7 +1267,7 @@ impl Pass<'_> {
             if cluster.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let key = key(&cluster);
+            let key = object_key(&cluster);
             let imported = cluster
                 .metadata
                 .annotations
@@ -1189,15 +1297,18 @@ impl Pass<'_> {
                 None => continue,
             };
             let due = match &reporter {
-                // Probed on every pass in the first minute of a connection (a new cluster's
-                // Nodes are still coming), then every HEARTBEAT_WRITE.
+                // Probed on connecting, on every heartbeat in the connection's first minute (a
+                // new cluster's Nodes are still coming), then every HEARTBEAT_WRITE. Not on
+                // every pass: in a reconnection storm passes come each second, for thousands.
                 Reporter::Holder(tunnel) => {
+                    let every = if tunnel.since.elapsed() < HEARTBEAT_WRITE {
+                        HEARTBEAT / 2
+                    } else {
+                        HEARTBEAT_WRITE
+                    };
                     !connected
                         || holder != me
-                        || tunnel.since.elapsed() < HEARTBEAT_WRITE
-                        || probed
-                            .get(&key)
-                            .is_none_or(|at| at.elapsed() >= HEARTBEAT_WRITE)
+                        || probed.get(&key).is_none_or(|at| at.elapsed() >= every)
                 }
                 _ => false,
             };
@@ -1215,7 +1326,7 @@ impl Pass<'_> {
                     Reporter::Leader => (self.leader.unwrap_or(self.client), None),
                 };
                 if let Err(error) =
-                    report_cluster(client, &cluster, existing, tunnel, due, me).await
+                    report_cluster(client, &cluster, existing.as_deref(), tunnel, due, me).await
                 {
                     tracing::warn!(cluster = %key, %error, "cannot report the agent connection");
                 }
@@ -1224,6 +1335,28 @@ impl Pass<'_> {
         probed.retain(|k, _| self.tunnels.is_connected(k));
         Ok(())
     }
+}
+
+/// Whether the Cluster `key` (`namespace/name`) is in the store, read past the cache: what
+/// the cache misses may be only a moment old.
+async fn cluster_stored(client: &kube::Client, key: &str) -> Result<bool, String> {
+    let (namespace, name) = key.split_once('/').unwrap_or_default();
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &cluster_resource());
+    clusters
+        .get_opt(name)
+        .await
+        .map(|c| c.is_some())
+        .map_err(|e| format!("cannot read Cluster {key}: {e}"))
+}
+
+/// `namespace/name`, the key tunnels are held under.
+fn object_key(object: &DynamicObject) -> String {
+    format!(
+        "{}/{}",
+        object.metadata.namespace.as_deref().unwrap_or_default(),
+        object.metadata.name.as_deref().unwrap_or_default()
+    )
 }
 
 /// Whether `tunnel` came after the connection a ClusterConnection's status records (to the
@@ -1239,17 +1372,10 @@ fn newer_than_record(tunnel: &Tunnel, status: Option<&serde_json::Value>) -> boo
 
 /// Deletes registration tokens past their expiry and credentials of Clusters that are gone,
 /// so neither outlives its use.
-async fn collect_garbage(client: &kube::Client, clusters: &[DynamicObject]) -> kube::Result<()> {
-    let existing: std::collections::HashSet<String> = clusters
-        .iter()
-        .map(|c| {
-            format!(
-                "{}/{}",
-                c.metadata.namespace.as_deref().unwrap_or_default(),
-                c.metadata.name.as_deref().unwrap_or_default()
-            )
-        })
-        .collect();
+async fn collect_garbage(
+    client: &kube::Client,
+    existing: &std::collections::HashSet<String>,
+) -> kube::Result<()> {
     let tokens: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         NAMESPACE,
@@ -1281,7 +1407,7 @@ async fn collect_garbage(client: &kube::Client, clusters: &[DynamicObject]) -> k
             .and_then(|d| d.get("cluster"))
             .map(|v| String::from_utf8_lossy(&v.0).to_string())
             .unwrap_or_default();
-        if !existing.contains(&owner) {
+        if !existing.contains(&owner) && !cluster_stored(client, &owner).await.unwrap_or(true) {
             tracing::info!(cluster = %owner, "deleting the agent credential of a deleted cluster");
             let _ = secrets
                 .delete(
@@ -1401,7 +1527,7 @@ fn agent_version_warning(agent_version: &str, since: Option<String>) -> Option<s
 async fn report_cluster(
     client: &kube::Client,
     cluster: &DynamicObject,
-    existing: Option<DynamicObject>,
+    existing: Option<&DynamicObject>,
     tunnel: Option<Tunnel>,
     probe: bool,
     me: &str,
@@ -1472,7 +1598,7 @@ async fn report_cluster(
         }
     }
     let mut record = match existing {
-        Some(record) => record,
+        Some(record) => record.clone(),
         None => {
             let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": management::API_VERSION,

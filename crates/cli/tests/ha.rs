@@ -466,9 +466,13 @@ fn connection(through: &TestServer, cluster: &str) -> String {
     .into_owned()
 }
 
-/// The replica the ClusterConnection of `cluster` says holds its tunnel, once it is connected.
+/// The replica the ClusterConnection of `cluster` says holds its tunnel, once it is connected,
+/// read through the first replica that answers (the holder may be the one killed).
 fn tunnel_holder(replicas: &[TestServer], cluster: &str) -> Option<usize> {
-    let seen = connection(&replicas[0], cluster);
+    let seen = replicas
+        .iter()
+        .map(|r| connection(r, cluster))
+        .find(|seen| !seen.is_empty())?;
     let holder = seen.strip_prefix("true/")?;
     replicas.iter().position(|r| leads(r, holder))
 }

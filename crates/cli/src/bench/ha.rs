@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use lariat_store::etcd_process::EtcdCluster;
 
 use super::agents::{Downstream, imported_clusters, start_agents, until_connected};
-use super::{ServerProcess, cluster, clusters, load_average, timed};
+use super::{
+    RequestCounts, ServerProcess, cluster, clusters, load_average, requests, requests_per, timed,
+};
 
 #[derive(clap::Args)]
 pub struct HaArgs {
@@ -177,6 +179,12 @@ async fn agents_after_a_replica_dies(
     let connected_to = |server: &ServerProcess| server.log().matches("agent connected").count();
     let shares: Vec<usize> = servers.iter().map(connected_to).collect();
     let victim = 1;
+    let survivors: Vec<usize> = (0..servers.len()).filter(|&i| i != victim).collect();
+    let held = tunnels_held(&management, &servers[victim].address).await?;
+    let mut before = RequestCounts::new();
+    for &i in &survivors {
+        add_counts(&mut before, requests(&servers[i].client().await?).await?);
+    }
     servers[victim].kill9();
     let killed = Instant::now();
     while states.iter().all(|s| *s.borrow()) {
@@ -186,14 +194,52 @@ async fn agents_after_a_replica_dies(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let back = until_connected(&states, agents, killed, Duration::from_secs(900)).await?;
+    let mut after = RequestCounts::new();
+    for &i in &survivors {
+        add_counts(&mut after, requests(&servers[i].client().await?).await?);
+    }
     println!(
-        "  tunnels per replica {shares:?}; after kill -9 of replica {victim}: all {agents} connected again in {:.1} s; load average {}",
+        "  tunnels per replica {shares:?}; after kill -9 of replica {victim} (holding {held}): all {agents} connected again in {:.1} s; load average {}",
         back.as_secs_f64(),
         load_average()
+    );
+    // What the survivors' API served meanwhile (agents' handshakes, the reporters' writes and
+    // reads, the proxies' lookups), per tunnel that moved.
+    println!(
+        "  management API requests on the survivors per moved tunnel: {}",
+        requests_per(&before, &after, "management", held.max(1) as f64)
     );
     let _ = stop_agents.send(true);
     servers[victim].relaunch()?;
     Ok(())
+}
+
+/// How many agents' tunnels the replica at `address` holds, as their ClusterConnections say.
+async fn tunnels_held(management: &kube::Client, address: &str) -> anyhow::Result<usize> {
+    let connections: Api<DynamicObject> = Api::all_with(
+        management.clone(),
+        &lariat_api::management::cluster_connection_resource(),
+    );
+    let replica = format!("_{}_", port(address));
+    Ok(connections
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter(|c| {
+            let status = &c.data["status"];
+            status["connected"] == true
+                && status["replica"]
+                    .as_str()
+                    .is_some_and(|r| r.contains(&replica))
+        })
+        .count())
+}
+
+fn add_counts(total: &mut RequestCounts, counts: RequestCounts) {
+    for (key, n) in counts {
+        *total.entry(key).or_default() += n;
+    }
 }
 
 async fn holder_of(leases: &Api<Lease>) -> anyhow::Result<String> {
