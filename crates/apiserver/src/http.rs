@@ -197,7 +197,13 @@ async fn metrics(State(state): State<Arc<AppState>>, uri: axum::http::Uri) -> Re
 
 async fn agent_connect(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let client = crate::local::client(state.clone());
-    crate::tunnel::connect(state.tunnels.clone(), client, request).await
+    crate::tunnel::connect(
+        state.tunnels.clone(),
+        state.replicas.clone(),
+        client,
+        request,
+    )
+    .await
 }
 
 /// `POST /v3/fleet/webhook`: a git push from GitHub or GitLab makes the GitRepos following it
@@ -336,7 +342,8 @@ async fn cluster_proxy(State(state): State<Arc<AppState>>, request: Request) -> 
         && let Some(replicas) = &state.replicas
     {
         match replicas.records().holder(namespace, name).await {
-            Ok(Some(holder)) if holder != replicas.identity() => {
+            // A holder that is gone took the tunnel with it: answered here, as not connected.
+            Ok(Some(holder)) if holder != replicas.identity() && replicas.is_live(&holder) => {
                 return replicas.forward(&holder, &user, request).await;
             }
             Ok(_) => {}

@@ -567,6 +567,7 @@ async fn consume_registration_token(client: &kube::Client, token: &str) {
 /// handshake within the rate budget, and turns the connection into the Cluster's tunnel.
 pub async fn connect(
     tunnels: Arc<Tunnels>,
+    replicas: Option<Arc<crate::replicas::Replicas>>,
     client: kube::Client,
     mut request: axum::extract::Request,
 ) -> Response {
@@ -716,6 +717,12 @@ pub async fn connect(
                 return;
             }
         };
+        let tunnel = Tunnel {
+            sender,
+            id,
+            since: Instant::now(),
+            agent_version,
+        };
         {
             let mut connected = registry.connected.lock().expect("lock");
             if connected.get(&key).is_some_and(|t| !t.sender.is_closed()) {
@@ -723,17 +730,12 @@ pub async fn connect(
                 tracing::warn!(cluster = %key, "agent refused: the cluster already has a connected agent");
                 return;
             }
-            connected.insert(
-                key.clone(),
-                Tunnel {
-                    sender,
-                    id,
-                    since: Instant::now(),
-                    agent_version,
-                },
-            );
+            connected.insert(key.clone(), tunnel.clone());
         }
         tracing::info!(cluster = %key, "agent connected");
+        if let Some(replicas) = replicas {
+            tokio::spawn(record_new_tunnel(client, replicas, key.clone(), tunnel));
+        }
         // Reported at once: the other replicas forward to this one from then on.
         registry.changed.notify_one();
         let result = connection.await;
@@ -1083,22 +1085,30 @@ impl Records {
     }
 
     /// The replica whose tunnel the Cluster `namespace/name`'s agent is connected to, as its
-    /// ClusterConnection records it.
+    /// ClusterConnection records it. A replica records a new tunnel at once and says whether
+    /// the cluster's API answers after asking it, so `connected` is not awaited: a request sent
+    /// to a replica that has since lost the tunnel is answered there as not connected.
     pub async fn holder(&self, namespace: &str, name: &str) -> Result<Option<String>, ApiError> {
         if !self.ready().await {
             return Err(ApiError::Unavailable {
                 message: "this replica has not yet read which replica holds each cluster's tunnel; retry in a few seconds".into(),
             });
         }
-        let reference =
-            ObjectRef::new_with(name, management::cluster_connection_resource()).within(namespace);
-        let Some(connection) = self.connections.get(&reference) else {
+        let Some(connection) = self.connection(namespace, name) else {
             return Ok(None);
         };
-        let status = &connection.data["status"];
-        Ok((status["connected"] == true)
-            .then(|| status["replica"].as_str().map(String::from))
-            .flatten())
+        Ok(connection.data["status"]["replica"]
+            .as_str()
+            .map(String::from))
+    }
+}
+
+impl Records {
+    /// The ClusterConnection of the Cluster `namespace/name`, as last seen.
+    fn connection(&self, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+        let reference =
+            ObjectRef::new_with(name, management::cluster_connection_resource()).within(namespace);
+        self.connections.get(&reference)
     }
 }
 
@@ -1359,6 +1369,62 @@ fn object_key(object: &DynamicObject) -> String {
     )
 }
 
+/// Records in the Cluster `key`'s ClusterConnection that this replica holds its agent's new
+/// `tunnel`, as the agent connects, so the other replicas forward its requests here from then
+/// on rather than after the next report pass, which first asks each new tunnel's cluster for
+/// its figures: seconds, in a reconnection storm. A record another replica wrote meanwhile is
+/// read again, twice at most; what is left is the reporter's.
+async fn record_new_tunnel(
+    client: kube::Client,
+    replicas: Arc<crate::replicas::Replicas>,
+    key: String,
+    tunnel: Tunnel,
+) {
+    let (namespace, name) = key.split_once('/').unwrap_or_default();
+    let connections: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        namespace,
+        &management::cluster_connection_resource(),
+    );
+    let me = replicas.identity();
+    let mut record = replicas.records().connection(namespace, name);
+    for _ in 0..3 {
+        // No record yet: the reporter creates it, naming this replica.
+        let Some(current) = record else { return };
+        if current.data["status"]["replica"] == me {
+            return;
+        }
+        let mut claimed = (*current).clone();
+        if !claimed.data["status"].is_object() {
+            claimed.data["status"] = json!({});
+        }
+        let status = &mut claimed.data["status"];
+        status["replica"] = json!(me);
+        status["agentVersion"] = json!(tunnel.agent_version);
+        status["connectedSince"] = json!(tunnel_since(&tunnel));
+        match connections
+            .replace_status(name, &PostParams::default(), &claimed)
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                record = connections.get_opt(name).await.ok().flatten().map(Arc::new);
+            }
+            Err(error) => {
+                tracing::warn!(cluster = %key, %error, "cannot record which replica holds the agent's tunnel; the reporter will");
+                return;
+            }
+        }
+    }
+}
+
+/// When `tunnel` came up, as a ClusterConnection records it (to the second).
+fn tunnel_since(tunnel: &Tunnel) -> String {
+    let since =
+        chrono::Utc::now() - chrono::Duration::from_std(tunnel.since.elapsed()).unwrap_or_default();
+    since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
 /// Whether `tunnel` came after the connection a ClusterConnection's status records (to the
 /// second it is recorded in).
 fn newer_than_record(tunnel: &Tunnel, status: Option<&serde_json::Value>) -> bool {
@@ -1558,9 +1624,7 @@ async fn report_cluster(
     if let Some(tunnel) = &tunnel
         && (old["connected"] != true || old["replica"] != me)
     {
-        let since = chrono::Utc::now()
-            - chrono::Duration::from_std(tunnel.since.elapsed()).unwrap_or_default();
-        status["connectedSince"] = json!(since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        status["connectedSince"] = json!(tunnel_since(tunnel));
     }
     match (&tunnel, beat) {
         // Connected, no heartbeat due: the last figures stand.

@@ -181,6 +181,10 @@ async fn agents_after_a_replica_dies(
     let victim = 1;
     let survivors: Vec<usize> = (0..servers.len()).filter(|&i| i != victim).collect();
     let held = tunnels_held(&management, &servers[victim].address).await?;
+    let handshakes = |servers: &[ServerProcess]| -> usize {
+        survivors.iter().map(|&i| connected_to(&servers[i])).sum()
+    };
+    let handshakes_before = handshakes(servers);
     let mut before = RequestCounts::new();
     for &i in &survivors {
         add_counts(&mut before, requests(&servers[i].client().await?).await?);
@@ -194,46 +198,72 @@ async fn agents_after_a_replica_dies(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let back = until_connected(&states, agents, killed, Duration::from_secs(900)).await?;
+    let moved = handshakes(servers) - handshakes_before;
+    println!(
+        "  handshakes per replica {shares:?}; after kill -9 of replica {victim}: all {agents} connected again in {:.1} s ({moved} tunnels moved); load average {}",
+        back.as_secs_f64(),
+        load_average()
+    );
+    // The ClusterConnections catch up: first none names the dead replica (every replica
+    // forwards to the new holders), then all say their cluster's API answers.
+    let survivor = servers[survivors[0]].client().await?;
+    let (mut claimed, mut answered) = (None, None);
+    while answered.is_none() {
+        let (naming, connected) = tunnels_held(&survivor, &servers[victim].address).await?;
+        if naming == 0 {
+            claimed.get_or_insert(killed.elapsed());
+            if connected == agents {
+                answered = Some(killed.elapsed());
+            }
+        }
+        if killed.elapsed() > Duration::from_secs(900) {
+            bail!("ClusterConnections did not catch up within 15 minutes of the kill");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "  ClusterConnections after the kill: none names the dead replica at {:.1} s ({} did when it died); all connected with their API answering at {:.1} s",
+        claimed.unwrap_or_default().as_secs_f64(),
+        held.0,
+        answered.unwrap_or_default().as_secs_f64()
+    );
     let mut after = RequestCounts::new();
     for &i in &survivors {
         add_counts(&mut after, requests(&servers[i].client().await?).await?);
     }
-    println!(
-        "  tunnels per replica {shares:?}; after kill -9 of replica {victim} (holding {held}): all {agents} connected again in {:.1} s; load average {}",
-        back.as_secs_f64(),
-        load_average()
-    );
-    // What the survivors' API served meanwhile (agents' handshakes, the reporters' writes and
-    // reads, the proxies' lookups), per tunnel that moved.
+    // What the survivors' API served meanwhile: the agents' handshakes, the reporters' writes
+    // and reads, per tunnel that moved.
     println!(
         "  management API requests on the survivors per moved tunnel: {}",
-        requests_per(&before, &after, "management", held.max(1) as f64)
+        requests_per(&before, &after, "management", moved.max(1) as f64)
     );
     let _ = stop_agents.send(true);
     servers[victim].relaunch()?;
     Ok(())
 }
 
-/// How many agents' tunnels the replica at `address` holds, as their ClusterConnections say.
-async fn tunnels_held(management: &kube::Client, address: &str) -> anyhow::Result<usize> {
+/// How many ClusterConnections name the replica at `address` as holding their agent's tunnel,
+/// and how many say their cluster is connected.
+async fn tunnels_held(management: &kube::Client, address: &str) -> anyhow::Result<(usize, usize)> {
     let connections: Api<DynamicObject> = Api::all_with(
         management.clone(),
         &lariat_api::management::cluster_connection_resource(),
     );
     let replica = format!("_{}_", port(address));
-    Ok(connections
-        .list(&Default::default())
-        .await?
-        .items
+    let connections = connections.list(&Default::default()).await?.items;
+    let naming = connections
         .iter()
         .filter(|c| {
-            let status = &c.data["status"];
-            status["connected"] == true
-                && status["replica"]
-                    .as_str()
-                    .is_some_and(|r| r.contains(&replica))
+            c.data["status"]["replica"]
+                .as_str()
+                .is_some_and(|r| r.contains(&replica))
         })
-        .count())
+        .count();
+    let connected = connections
+        .iter()
+        .filter(|c| c.data["status"]["connected"] == true)
+        .count();
+    Ok((naming, connected))
 }
 
 fn add_counts(total: &mut RequestCounts, counts: RequestCounts) {
