@@ -858,12 +858,14 @@ async fn admit(
                 }) => Some(chain.as_slice()),
                 _ => None,
             };
-            let user = replicas.forwarded_user(
-                &state.authenticator,
-                chain,
-                request.uri().path(),
-                request.headers(),
-            );
+            let user = replicas
+                .forwarded_user(
+                    &state.authenticator,
+                    chain,
+                    request.uri().path(),
+                    request.headers(),
+                )
+                .await;
             if user.is_ok() {
                 request.extensions_mut().insert(crate::replicas::Forwarded);
             }

@@ -151,6 +151,8 @@ pub struct Replicas {
     records: Arc<crate::tunnel::Records>,
     /// This replica's Lease as last written, renewed by a conditional replace alone.
     lease: Mutex<Option<Lease>>,
+    /// Where the replicas' Leases are read, once [`Replicas::run`] has started.
+    leases: std::sync::OnceLock<Api<Lease>>,
     /// The client forwarding with the current credential, and when to issue the next.
     forwarder: Mutex<Option<(HttpsClient, Instant)>>,
 }
@@ -171,6 +173,7 @@ impl Replicas {
             records,
             peers: Mutex::default(),
             lease: Mutex::default(),
+            leases: Default::default(),
             forwarder: Mutex::default(),
         })
     }
@@ -210,6 +213,7 @@ impl Replicas {
     /// Lease so the others stop forwarding here at once.
     pub async fn run(self: Arc<Self>, client: kube::Client, mut stop: watch::Receiver<bool>) {
         let api: Api<Lease> = Api::namespaced(client, LEASE_NAMESPACE);
+        let _ = self.leases.set(api.clone());
         let mut ticker = tokio::time::interval(RENEW);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_error: Option<String> = None;
@@ -337,6 +341,27 @@ impl Replicas {
         Ok(())
     }
 
+    /// Whether `identity`'s own Lease, read now, shows it live (and if so, it joins the view):
+    /// a replica that has just started forwards before this one's next look would see it, and
+    /// its callers must not be told meanwhile that their credentials are wrong.
+    async fn live_in_store(&self, identity: &str) -> bool {
+        let Some(api) = self.leases.get() else {
+            return false;
+        };
+        let Ok(Some(lease)) = api.get_opt(&lease_name(identity)).await else {
+            return false;
+        };
+        match peer_of(lease) {
+            Some((holder, peer))
+                if holder == identity && peer.live() && !peer.address.is_empty() =>
+            {
+                self.peers.lock().expect("peers lock").insert(holder, peer);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Refuses to run beside live replicas of a lariat version the support matrix does not
     /// allow next to this one's (`lariat version --matrix`): replicas are upgraded one minor
     /// version at a time.
@@ -364,7 +389,7 @@ impl Replicas {
     /// accepted only on a cluster proxy path, from a certificate the shared CA signed for a
     /// replica, for no longer than a replica's credential lives, naming a live replica other
     /// than this one. Anything else is refused as unauthenticated.
-    pub fn forwarded_user(
+    pub async fn forwarded_user(
         &self,
         authenticator: &Authenticator,
         chain: Option<&[CertificateDer<'static>]>,
@@ -387,7 +412,7 @@ impl Replicas {
         if identity == self.identity {
             return refuse("a replica never forwards to itself");
         }
-        if !self.is_live(&identity) {
+        if !self.is_live(&identity) && !self.live_in_store(&identity).await {
             return refuse("the forwarding replica is not live");
         }
         // Names travel as their UTF-8 bytes (`identity_header`); one that is not is refused
@@ -658,36 +683,34 @@ mod tests {
         let from_there = credential(&pki, "there");
         let user = here
             .forwarded_user(&authenticator, Some(&from_there), path, &headers)
+            .await
             .unwrap();
         assert_eq!((user.name.as_str(), user.groups.len()), ("alice", 2));
 
         let refused =
-            |chain: Option<&[CertificateDer<'static>]>, path: &str, headers: &HeaderMap| {
+            async |chain: Option<&[CertificateDer<'static>]>, path: &str, headers: &HeaderMap| {
                 matches!(
-                    here.forwarded_user(&authenticator, chain, path, headers),
+                    here.forwarded_user(&authenticator, chain, path, headers)
+                        .await,
                     Err(ApiError::Unauthorized)
                 )
             };
         // Not a proxy path; no certificate; another CA's; the admin's; this replica's own; a
         // replica not live; no forwarded user.
-        assert!(refused(Some(&from_there), "/api/v1/secrets", &headers));
-        assert!(refused(None, path, &headers));
-        assert!(refused(Some(&credential(&other, "there")), path, &headers));
+        assert!(refused(Some(&from_there), "/api/v1/secrets", &headers).await);
+        assert!(refused(None, path, &headers).await);
+        assert!(refused(Some(&credential(&other, "there")), path, &headers).await);
         let admin = vec![der(&pki
             .issue_client("lariat-admin", &["system:masters"], hour)
             .unwrap()
             .cert_pem)];
-        assert!(refused(Some(&admin), path, &headers));
-        assert!(refused(Some(&credential(&pki, "here")), path, &headers));
-        assert!(refused(
-            Some(&credential(&pki, "elsewhere")),
-            path,
-            &headers
-        ));
+        assert!(refused(Some(&admin), path, &headers).await);
+        assert!(refused(Some(&credential(&pki, "here")), path, &headers).await);
+        assert!(refused(Some(&credential(&pki, "elsewhere")), path, &headers).await);
         here.peers.lock().unwrap().get_mut("there").unwrap().renewed =
             chrono::Utc::now() - chrono::Duration::seconds(60);
-        assert!(refused(Some(&from_there), path, &headers));
+        assert!(refused(Some(&from_there), path, &headers).await);
         here.peers.lock().unwrap().get_mut("there").unwrap().renewed = chrono::Utc::now();
-        assert!(refused(Some(&from_there), path, &HeaderMap::new()));
+        assert!(refused(Some(&from_there), path, &HeaderMap::new()).await);
     }
 }

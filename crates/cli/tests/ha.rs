@@ -466,6 +466,30 @@ fn connection(through: &TestServer, cluster: &str) -> String {
     .into_owned()
 }
 
+/// A replica's Lease as replicas write them, renewed now: `name`, for the replica `identity`
+/// running lariat `version`, reached at an address where nothing listens.
+fn replica_lease(name: &str, identity: &str, version: &str) -> String {
+    let now = Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%S.000000Z"])
+        .output()
+        .unwrap();
+    let now = String::from_utf8_lossy(&now.stdout).trim().to_string();
+    format!(
+        r#"apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata:
+  name: {name}
+  namespace: lariat-system
+  labels: {{lariat.dev/replica: "true"}}
+  annotations: {{lariat.dev/peer-address: "127.0.0.1:1", lariat.dev/version: "{version}"}}
+spec:
+  holderIdentity: {identity}
+  leaseDurationSeconds: 15
+  renewTime: "{now}"
+"#
+    )
+}
+
 /// The replica the ClusterConnection of `cluster` says holds its tunnel, once it is connected,
 /// read through the first replica that answers (the holder may be the one killed).
 fn tunnel_holder(replicas: &[TestServer], cluster: &str) -> Option<usize> {
@@ -705,6 +729,25 @@ fn every_replica_serves_every_clusters_proxy_through_the_replica_holding_its_tun
         401,
         "a credential living longer than a replica's"
     );
+    // A replica started a moment ago, before the holder's next look at the replicas' Leases:
+    // its forwarded requests are served, not refused as unauthenticated.
+    let fresh = "fresh_1_cafe0123";
+    replicas[holder].apply_ok(
+        &["apply", "-f", "-"],
+        &replica_lease(
+            &format!(
+                "lariat-replica-{}",
+                &lariat_apiserver::auth::sha256_hex(fresh)[..20]
+            ),
+            fresh,
+            lariat_api::support::LARIAT,
+        ),
+    );
+    assert_eq!(
+        as_replica(fresh, hour, &url),
+        200,
+        "a replica whose Lease is a moment old"
+    );
 
     // The replica holding the tunnel dies: the agent dials the next one it was given, and
     // every survivor serves the cluster again.
@@ -725,27 +768,13 @@ fn every_replica_serves_every_clusters_proxy_through_the_replica_holding_its_tun
     // versions ahead) is refused, with what to do.
     let (major, minor) = lariat_api::support::lariat_minor(lariat_api::support::LARIAT).unwrap();
     let future = format!("{major}.{}.0", minor + 2);
-    let now = Command::new("date")
-        .args(["-u", "+%Y-%m-%dT%H:%M:%S.000000Z"])
-        .output()
-        .unwrap();
-    let now = String::from_utf8_lossy(&now.stdout).trim().to_string();
     let survivor = &replicas[(holder + 1) % 3];
     survivor.apply_ok(
         &["apply", "-f", "-"],
-        &format!(
-            r#"apiVersion: coordination.k8s.io/v1
-kind: Lease
-metadata:
-  name: lariat-replica-from-the-future
-  namespace: lariat-system
-  labels: {{lariat.dev/replica: "true"}}
-  annotations: {{lariat.dev/peer-address: "127.0.0.1:1", lariat.dev/version: "{future}"}}
-spec:
-  holderIdentity: future_1_abcdef12
-  leaseDurationSeconds: 15
-  renewTime: "{now}"
-"#
+        &replica_lease(
+            "lariat-replica-from-the-future",
+            "future_1_abcdef12",
+            &future,
         ),
     );
     let refused = refused_start(&endpoints, &dir.path().join("future"), &["--token", TOKEN]);
