@@ -26,8 +26,12 @@ use crate::table::{self, IncludeObject};
 use crate::watch::WatchParams;
 use crate::{discovery, openapi};
 
-/// Requests larger than this are refused with 413, as kube-apiserver does (3 MiB).
-pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+use crate::limits::MAX_BODY_BYTES;
+
+/// The longest a watch runs, whatever `timeoutSeconds` asks: kube-apiserver's longest
+/// default (twice its `--min-request-timeout` of 30 minutes). Clients watch again, as they do
+/// after any watch ends; a connection is not held for days by one request.
+const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(3600);
 
 pub struct AppState {
     pub resources: Resources,
@@ -182,6 +186,7 @@ async fn metrics(State(state): State<Arc<AppState>>, uri: axum::http::Uri) -> Re
     }
     let mut text = crate::auth::metrics();
     text.push_str(&crate::audit::metrics());
+    text.push_str(&crate::limits::metrics(state.resources.watch_cache_bytes()));
     text.push_str(&crate::metrics::render());
     text.push('\n');
     text.push_str(&state.metrics.map(|render| render()).unwrap_or_default());
@@ -579,12 +584,15 @@ async fn self_subject_review(
     axum::extract::Path(version): axum::extract::Path<String>,
     request: Request,
 ) -> Response {
-    let Some(user) = request.extensions().get::<User>().cloned() else {
-        return ApiError::Unauthorized.into_response();
-    };
     if !["v1", "v1beta1", "v1alpha1"].contains(&version.as_str()) {
         return not_found_path(request.uri().path()).into_response();
     }
+    // The body says nothing the answer needs, but it is read (within the body limit) as any
+    // create's is: a client still sending gets its 413 or its review, never a reset stream.
+    let user = match review_request(request).await {
+        Ok((user, _)) => user,
+        Err(e) => return e.into_response(),
+    };
     json_response(
         StatusCode::CREATED,
         &json!({
@@ -889,7 +897,8 @@ async fn admit(
     if let Ok(user) = &outcome {
         identity.user = Some(user.clone());
     }
-    match outcome {
+    let authenticated = outcome.is_ok();
+    let mut response = match outcome {
         Ok(user)
             if crate::agents::is_agent(&user)
                 && !crate::agents::may_reach(request.uri().path()) =>
@@ -948,7 +957,11 @@ async fn admit(
             discard(request.into_body()).await;
             e.into_response()
         }
+    };
+    if authenticated {
+        response.extensions_mut().insert(crate::tls::Authenticated);
     }
+    response
 }
 
 /// The user a request acts as through `Impersonate-User` (kubectl `--as`), `-Group`
@@ -1618,9 +1631,11 @@ async fn serve(
                         message: "apply is not supported on the scale subresource".into(),
                     });
                 }
+                let patch = crate::patch::Patch::parse(patch_type, &bytes)?;
+                let max_bytes = resources.limits.max_object_bytes;
                 resources
                     .update_scale(&scope, name, &options, |scale| {
-                        crate::patch::patch(scale, patch_type, &bytes)
+                        patch.apply(scale, max_bytes)
                     })
                     .await?
             } else {
@@ -2030,7 +2045,8 @@ async fn watch(
         Some(t) => Duration::from_secs(
             t.parse()
                 .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
-        ),
+        )
+        .min(MAX_WATCH_TIMEOUT),
         None => Duration::from_secs(1800),
     };
     let params = WatchParams {
@@ -2162,13 +2178,11 @@ async fn read_body(body: Body, headers: &HeaderMap, allow_empty: bool) -> ApiRes
         return Ok(Value::Null);
     }
     let value: Value = match essence {
-        "application/json" | "" => serde_json::from_slice(&bytes).map_err(|e| {
-            ApiError::bad_request(format!("the request body is not valid JSON: {e}"))
-        })?,
-        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(&bytes)?,
-        "application/yaml" => serde_yaml_ng::from_slice(&bytes).map_err(|e| {
-            ApiError::bad_request(format!("the request body is not valid YAML: {e}"))
-        })?,
+        "application/json" | "" => crate::limits::json(&bytes, "the request body")?,
+        "application/vnd.kubernetes.protobuf" => {
+            crate::limits::offload(bytes.len(), || crate::protobuf::decode(&bytes))?
+        }
+        "application/yaml" => crate::limits::yaml(&bytes, "the request body")?,
         other => {
             return Err(ApiError::UnsupportedMediaType {
                 message: format!(

@@ -25,6 +25,7 @@ pub mod follow;
 pub mod gc;
 pub mod http;
 pub mod leader;
+pub mod limits;
 pub mod local;
 pub mod managed;
 pub mod metrics;
@@ -77,6 +78,9 @@ pub struct Config {
     pub event_ttl: Duration,
     /// Connection limits and idle deadline of the HTTPS listener.
     pub limits: tls::Limits,
+    /// How large a stored object and the watch cache may grow (`--max-object-bytes`,
+    /// `--watch-cache-bytes`).
+    pub resource_limits: limits::ResourceLimits,
     /// The URL clusters and agents elsewhere reach this server at (`https://HOST[:PORT]`, a
     /// load balancer's, say), as Rancher's `server-url`: import manifests and discovery name
     /// it, and its host joins the serving certificate. Default: the listener's address.
@@ -119,6 +123,7 @@ impl Config {
             agent_handshakes_per_second: tunnel::DEFAULT_HANDSHAKES_PER_SECOND,
             event_ttl: Duration::from_secs(3600),
             limits: tls::Limits::default(),
+            resource_limits: limits::ResourceLimits::default(),
             advertise_url: None,
             agent_image: tunnel::AgentImage::default(),
             service_account_issuer: service_accounts::DEFAULT_ISSUER.into(),
@@ -271,7 +276,8 @@ impl Server {
             pki::keep_private(&key_path)
                 .map_err(|e| StartError::Encryption(format!("{}: {e}", key_path.display())))?;
         }
-        let resources = Resources::new(store.clone(), registry, cipher);
+        let resources =
+            Resources::new(store.clone(), registry, cipher).with_limits(config.resource_limits);
         load_stored_crds(&resources)
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;

@@ -10,6 +10,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::jwk::Jwk;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
@@ -209,6 +211,12 @@ impl Oidc {
     async fn verify(&self, token: &str) -> Result<Result<Value, String>, String> {
         let header =
             jsonwebtoken::decode_header(token).map_err(|e| format!("not a signed JWT: {e}"))?;
+        if names_critical_extensions(token) {
+            return Err(
+                "its header names critical extensions (crit), which this server does not understand"
+                    .into(),
+            );
+        }
         if !self.algorithms.contains(&header.alg) {
             return Err(format!(
                 "signed with {:?}, not one of --oidc-signing-algs",
@@ -416,6 +424,20 @@ fn with_causes(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// Whether a JWT's header carries `crit` (RFC 7515 4.1.11): a verifier must refuse a token
+/// whose critical extensions it does not understand, as kube-apiserver's go-jose does, and
+/// this one understands none. jsonwebtoken's `Header` drops the field, so it is read here.
+fn names_critical_extensions(token: &str) -> bool {
+    let Some(encoded) = token.split('.').next() else {
+        return false;
+    };
+    URL_SAFE_NO_PAD
+        .decode(encoded)
+        .ok()
+        .and_then(|raw| serde_json::from_slice::<Value>(&raw).ok())
+        .is_some_and(|header| header.get("crit").is_some())
 }
 
 #[cfg(test)]

@@ -127,6 +127,8 @@ pub struct Resources {
     pub(crate) fanout: Arc<crate::watch::Fanout>,
     /// RBAC, which checks writes of roles and bindings against their writer's own rules.
     rbac: Option<Arc<crate::rbac::Rbac>>,
+    /// How large a stored object may be.
+    pub limits: crate::limits::ResourceLimits,
 }
 
 impl Resources {
@@ -137,7 +139,22 @@ impl Resources {
             cipher: Arc::new(cipher),
             fanout: Default::default(),
             rbac: None,
+            limits: Default::default(),
         }
+    }
+
+    /// These resources with `limits` on what one object may cost.
+    pub fn with_limits(mut self, limits: crate::limits::ResourceLimits) -> Resources {
+        self.limits = limits;
+        self.fanout = Arc::new(crate::watch::Fanout::with_max_bytes(
+            limits.watch_cache_bytes,
+        ));
+        self
+    }
+
+    /// What the watch cache holds now, in bytes (`lariat_watch_cache_bytes`).
+    pub fn watch_cache_bytes(&self) -> usize {
+        self.fanout.bytes()
     }
 
     /// These resources writing only while this replica leads (see [`crate::leader`]), for
@@ -194,6 +211,7 @@ impl Resources {
         meta_mut(&mut stored).remove("resourceVersion");
         let bytes = serde_json::to_vec(&stored)
             .map_err(|e| ApiError::internal(format!("cannot encode object: {e}")))?;
+        self.limits.check_stored(bytes.len())?;
         if scope.rt.is_secret() {
             return self.cipher.encrypt(&bytes);
         }
@@ -472,23 +490,23 @@ impl Resources {
         // A resourceVersion the patch sets (a merge patch's metadata, or a JSON patch's
         // add, replace or test of /metadata/resourceVersion) is a precondition, as in
         // Kubernetes: a stale one is a 409, not a silent overwrite.
-        let requested_rv =
-            serde_json::from_slice::<Value>(body)
-                .ok()
-                .and_then(|parsed| match parsed {
-                    Value::Array(ops) => ops.into_iter().find_map(|op| {
-                        (op["path"] == "/metadata/resourceVersion"
-                            && matches!(op["op"].as_str(), Some("add" | "replace" | "test")))
-                        .then(|| op["value"].as_str().map(String::from))
-                        .flatten()
-                    }),
-                    parsed => parsed["metadata"]["resourceVersion"]
-                        .as_str()
-                        .map(String::from),
-                });
+        let parsed = patch::Patch::parse(patch_type, body)?;
+        let requested_rv = match parsed.value() {
+            Value::Array(ops) => ops.iter().find_map(|op| {
+                (op["path"] == "/metadata/resourceVersion"
+                    && matches!(op["op"].as_str(), Some("add" | "replace" | "test")))
+                .then(|| op["value"].as_str().map(String::from))
+                .flatten()
+            }),
+            parsed => parsed["metadata"]["resourceVersion"]
+                .as_str()
+                .map(String::from),
+        };
+        let max_bytes = self.limits.max_object_bytes;
         self.write_loop(scope, name, subresource, options, requested_rv, |current| {
             let current = current.ok_or_else(|| scope.not_found(name))?;
-            let patched = patch::patch(current, patch_type, body)?;
+            let patched =
+                crate::limits::offload(body.len(), || parsed.apply(current, max_bytes))?;
             // A patch edits an object; one that removes what makes it an object of its kind
             // (or replaces it whole with something else) is refused, as kube-apiserver cannot
             // decode the result.
@@ -517,8 +535,12 @@ impl Resources {
                 "fieldManager is required for apply requests",
             ));
         }
-        let applied: Value = serde_yaml_ng::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        let applied: Value = crate::limits::yaml(body, "the apply patch").map_err(|e| match e {
+            ApiError::BadRequest { message } => {
+                ApiError::bad_request(format!("error decoding YAML: {message}"))
+            }
+            other => other,
+        })?;
         if !applied.is_object() {
             return Err(ApiError::bad_request("an apply patch must be an object"));
         }
@@ -1183,6 +1205,9 @@ impl Resources {
             meta.insert("deletionGracePeriodSeconds".into(), json!(0));
             meta.insert("finalizers".into(), json!(finalizers));
             if namespace_pending {
+                if !object["status"].is_object() {
+                    object["status"] = json!({});
+                }
                 object["status"]["phase"] = json!("Terminating");
             }
             match self

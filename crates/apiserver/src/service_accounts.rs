@@ -146,7 +146,26 @@ impl ServiceAccounts {
                 "the body of serviceaccounts/token is a TokenRequest (authentication.k8s.io/v1), not a {kind}"
             )));
         }
+        // As kube-apiserver: a body naming another namespace is not quietly re-aimed.
+        if let Some(other) = request["metadata"]["namespace"]
+            .as_str()
+            .filter(|n| !n.is_empty() && *n != namespace)
+        {
+            return Err(ApiError::bad_request(format!(
+                "the namespace of the provided object ({other}) does not match the namespace sent on the request ({namespace})"
+            )));
+        }
         let spec = &request["spec"];
+        if !spec.is_object() && !spec.is_null() {
+            return Err(invalid(vec![Cause::type_invalid("spec", spec, "object")]));
+        }
+        if !spec["audiences"].is_array() && !spec["audiences"].is_null() {
+            return Err(invalid(vec![Cause::type_invalid(
+                "spec.audiences",
+                &spec["audiences"],
+                "array",
+            )]));
+        }
         let requested = match &spec["expirationSeconds"] {
             Value::Null => DEFAULT_LIFETIME,
             value => match value
@@ -245,6 +264,9 @@ impl ServiceAccounts {
             "namespace": namespace,
             "creationTimestamp": now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         });
+        if !request["spec"].is_object() {
+            request["spec"] = json!({});
+        }
         request["spec"]["audiences"] = json!(audiences);
         request["spec"]["expirationSeconds"] = json!(lifetime);
         request["status"] = json!({

@@ -1,7 +1,13 @@
 //! The HTTPS listener: rustls, HTTP/1.1 and HTTP/2, and the limits that keep one client from
 //! holding the server: connections per client address and in total, a deadline for a
 //! connection with no request in flight (idle keep-alives, a client that sends nothing or
-//! trickles its headers), and a graceful stop.
+//! trickles its headers), a lifetime for every connection, and a graceful stop.
+//!
+//! A connection is unauthenticated until one of its requests authenticates (the router marks
+//! such an answer with [`Authenticated`]). Unauthenticated connections (health probes,
+//! agents before their handshake, anyone) have a pool of their own, smaller per address and
+//! in total, and a short lifetime; when the pool is full the oldest is closed to make room. So
+//! anonymous clients can never hold the slots that users and agents connect through.
 //!
 //! Client certificates are requested but not judged here: the TLS handshake proves the client
 //! holds the certificate's key, and the authenticator of whichever trust domain the request
@@ -29,15 +35,28 @@ use tower::ServiceExt;
 use crate::auth::Peer;
 use crate::pki::Pki;
 
-/// How many connections the listener holds, and for how long a connection may sit without a
-/// request in flight.
+/// How many connections the listener holds, and for how long.
 #[derive(Clone, Debug)]
 pub struct Limits {
+    /// Open connections in total (`--max-connections`).
     pub max_connections: usize,
+    /// Open connections from one client address (`--max-connections-per-client`).
     pub max_connections_per_address: usize,
+    /// Connections none of whose requests has authenticated yet, in total
+    /// (`--max-unauthenticated-connections`); the oldest is closed to admit a new one.
+    pub max_unauthenticated_connections: usize,
+    /// Such connections from one client address (`--max-unauthenticated-connections-per-client`).
+    pub max_unauthenticated_connections_per_address: usize,
     /// A connection with no request in flight for this long is closed (covers idle
     /// keep-alives, clients that send nothing, and headers trickled a byte at a time).
     pub idle_timeout: Duration,
+    /// How long an authenticated connection lives (`--max-connection-age`, less up to a tenth
+    /// at random so that clients do not all reconnect at once): then it is asked to close
+    /// (HTTP/2 GOAWAY; the clients reconnect, through a load balancer perhaps to another
+    /// replica), and closed after [`CLOSING_GRACE`] whatever still streams.
+    pub max_connection_age: Duration,
+    /// How long a connection lives while none of its requests has authenticated.
+    pub unauthenticated_connection_age: Duration,
 }
 
 impl Default for Limits {
@@ -45,10 +64,22 @@ impl Default for Limits {
         Limits {
             max_connections: 16_384,
             max_connections_per_address: 1_024,
+            max_unauthenticated_connections: 1_024,
+            max_unauthenticated_connections_per_address: 16,
             idle_timeout: Duration::from_secs(60),
+            max_connection_age: Duration::from_secs(3600),
+            unauthenticated_connection_age: Duration::from_secs(30),
         }
     }
 }
+
+/// How long a connection asked to close may finish what it streams (watches) before it is cut.
+pub const CLOSING_GRACE: Duration = Duration::from_secs(60);
+
+/// Marks an answer to a request that authenticated: its connection leaves the
+/// unauthenticated pool.
+#[derive(Clone, Copy, Debug)]
+pub struct Authenticated;
 
 /// Asks every client for a certificate, proves it holds the key, and leaves the judgement of
 /// the chain to the authenticator of the trust domain the request reaches.
@@ -125,50 +156,136 @@ pub fn server_config(pki: &Pki) -> Result<Arc<rustls::ServerConfig>, String> {
     Ok(Arc::new(config))
 }
 
-/// Open connections, by client address and in total.
+/// Open connections, by client address and in total, and those not yet authenticated.
 #[derive(Default)]
 struct Connections {
-    by_address: Mutex<HashMap<IpAddr, usize>>,
-    total: AtomicUsize,
+    counts: Mutex<Counts>,
+}
+
+#[derive(Default)]
+struct Counts {
+    total: usize,
+    by_address: HashMap<IpAddr, usize>,
+    unauthenticated: usize,
+    unauthenticated_by_address: HashMap<IpAddr, usize>,
+    /// Unauthenticated connections, oldest first (some may have authenticated or closed
+    /// since: they are skipped).
+    waiting: std::collections::VecDeque<std::sync::Weak<SlotState>>,
 }
 
 /// One admitted connection; dropping it frees its place.
 struct Slot {
     connections: Arc<Connections>,
     address: IpAddr,
+    state: Arc<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    authenticated: std::sync::atomic::AtomicBool,
+    /// Closed to make room for a newer unauthenticated connection.
+    evicted: tokio::sync::Notify,
+}
+
+fn decrement(map: &mut HashMap<IpAddr, usize>, address: IpAddr) {
+    if let Some(count) = map.get_mut(&address) {
+        *count -= 1;
+        if *count == 0 {
+            map.remove(&address);
+        }
+    }
 }
 
 impl Connections {
     fn admit(self: &Arc<Self>, address: IpAddr, limits: &Limits) -> Option<Slot> {
-        let mut by_address = self.by_address.lock().expect("lock");
-        let count = by_address.entry(address).or_default();
-        if *count >= limits.max_connections_per_address
-            || self.total.load(Ordering::Relaxed) >= limits.max_connections
+        let mut counts = self.counts.lock().expect("lock");
+        let from_address = counts.by_address.get(&address).copied().unwrap_or(0);
+        let waiting_from_address = counts
+            .unauthenticated_by_address
+            .get(&address)
+            .copied()
+            .unwrap_or(0);
+        if counts.total >= limits.max_connections
+            || from_address >= limits.max_connections_per_address
+            || waiting_from_address >= limits.max_unauthenticated_connections_per_address
         {
-            if *count == 0 {
-                by_address.remove(&address);
-            }
             return None;
         }
-        *count += 1;
-        self.total.fetch_add(1, Ordering::Relaxed);
+        if counts.unauthenticated >= limits.max_unauthenticated_connections {
+            // The oldest unauthenticated connection makes room: a newcomer may be a user
+            // about to authenticate, and anonymous clients must not keep them out.
+            while let Some(oldest) = counts.waiting.pop_front() {
+                if let Some(oldest) = oldest.upgrade()
+                    && !oldest.authenticated.load(Ordering::SeqCst)
+                {
+                    oldest.evicted.notify_one();
+                    break;
+                }
+            }
+        }
+        let state = Arc::new(SlotState::default());
+        counts.total += 1;
+        *counts.by_address.entry(address).or_default() += 1;
+        counts.unauthenticated += 1;
+        *counts.unauthenticated_by_address.entry(address).or_default() += 1;
+        counts.waiting.push_back(Arc::downgrade(&state));
+        // Entries of connections gone or authenticated are dropped as the queue grows.
+        if counts.waiting.len() > 2 * limits.max_unauthenticated_connections + 64 {
+            counts.waiting.retain(|w| {
+                w.upgrade()
+                    .is_some_and(|s| !s.authenticated.load(Ordering::SeqCst))
+            });
+        }
         Some(Slot {
             connections: self.clone(),
             address,
+            state,
         })
+    }
+
+    fn total(&self) -> usize {
+        self.counts.lock().expect("lock").total
+    }
+}
+
+impl Slot {
+    /// The connection's first authenticated answer: it leaves the unauthenticated pool.
+    fn authenticated(&self) {
+        if self.state.authenticated.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let mut counts = self.connections.counts.lock().expect("lock");
+        counts.unauthenticated -= 1;
+        decrement(&mut counts.unauthenticated_by_address, self.address);
+    }
+
+    fn is_authenticated(&self) -> bool {
+        self.state.authenticated.load(Ordering::SeqCst)
+    }
+
+    /// Resolves when the connection has lived as long as it may: `unauthenticated_age`
+    /// while none of its requests has authenticated, `max_age` (less up to a tenth, at
+    /// random) once one has.
+    async fn lifetime(&self, limits: &Limits) {
+        let opened = tokio::time::Instant::now();
+        tokio::time::sleep(limits.unauthenticated_connection_age).await;
+        if !self.is_authenticated() {
+            return;
+        }
+        let jitter = limits.max_connection_age.mul_f64(rand::random::<f64>() / 10.0);
+        tokio::time::sleep_until(opened + limits.max_connection_age - jitter).await;
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut by_address = self.connections.by_address.lock().expect("lock");
-        if let Some(count) = by_address.get_mut(&self.address) {
-            *count -= 1;
-            if *count == 0 {
-                by_address.remove(&self.address);
-            }
+        let mut counts = self.connections.counts.lock().expect("lock");
+        counts.total -= 1;
+        decrement(&mut counts.by_address, self.address);
+        if !self.state.authenticated.load(Ordering::SeqCst) {
+            counts.unauthenticated -= 1;
+            decrement(&mut counts.unauthenticated_by_address, self.address);
         }
-        self.connections.total.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -275,9 +392,9 @@ pub async fn serve(
         let acceptor = acceptor.clone();
         let app = app.clone();
         let mut stop = stop_rx.clone();
-        let idle_timeout = limits.idle_timeout;
+        let limits = limits.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let slot = Arc::new(slot);
             let tls_stream = match tokio::time::timeout(
                 Duration::from_secs(10),
                 acceptor.accept(stream),
@@ -306,13 +423,18 @@ pub async fn serve(
             };
             let activity = Arc::new(Activity::default());
             let counted = activity.clone();
+            let connection_slot = slot.clone();
             let service = hyper::service::service_fn(
                 move |mut request: hyper::Request<hyper::body::Incoming>| {
                     let in_flight = InFlight::new(&counted);
                     request.extensions_mut().insert(peer.clone());
                     let response = app.clone().oneshot(request.map(axum::body::Body::new));
+                    let slot = connection_slot.clone();
                     async move {
                         let response = response.await?;
+                        if response.extensions().get::<Authenticated>().is_some() {
+                            slot.authenticated();
+                        }
                         Ok::<_, std::convert::Infallible>(response.map(|body| {
                             axum::body::Body::new(Tracked {
                                 body,
@@ -340,10 +462,20 @@ pub async fn serve(
             };
             let result = tokio::select! {
                 result = connection.as_mut() => result,
-                _ = idle(&activity, idle_timeout) => {
+                _ = idle(&activity, limits.idle_timeout) => {
                     tracing::debug!(%address, "closing a connection with no request in flight");
                     connection.as_mut().graceful_shutdown();
                     tokio::time::timeout(Duration::from_secs(5), connection.as_mut()).await.unwrap_or(Ok(()))
+                }
+                _ = slot.lifetime(&limits) => {
+                    tracing::debug!(%address, authenticated = slot.is_authenticated(), "closing a connection that reached its maximum age");
+                    connection.as_mut().graceful_shutdown();
+                    tokio::time::timeout(CLOSING_GRACE, connection.as_mut()).await.unwrap_or(Ok(()))
+                }
+                _ = slot.state.evicted.notified() => {
+                    tracing::debug!(%address, "closing an unauthenticated connection to make room for a newer one");
+                    connection.as_mut().graceful_shutdown();
+                    tokio::time::timeout(Duration::from_secs(1), connection.as_mut()).await.unwrap_or(Ok(()))
                 }
                 _ = stopping => {
                     connection.as_mut().graceful_shutdown();
@@ -358,10 +490,10 @@ pub async fn serve(
     drop(listener);
     let _ = stop_tx.send(true);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(6);
-    while connections.total.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < deadline {
+    while connections.total() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    if connections.total.load(Ordering::Relaxed) > 0 {
+    if connections.total() > 0 {
         tracing::info!("closing connections that did not finish within 5s (watches)");
     }
     Ok(())

@@ -54,43 +54,82 @@ impl WatchedObject {
     }
 }
 
-/// How many recent object versions [`Fanout`] keeps.
+/// How many recent object versions [`Fanout`] keeps at most.
 const FANOUT_ENTRIES: usize = 2048;
+
+/// The default of `--watch-cache-bytes`: what the objects [`Fanout`] keeps may weigh.
+pub const DEFAULT_FANOUT_BYTES: usize = 64 * 1024 * 1024;
 
 /// The objects of recent changes, by storage key, revision and the apiVersion they are served
 /// at: every watcher of a kind decodes each change (its new and its previous state, for
 /// selectors), so without this N watchers cost N decodes and N encodings of every change.
-#[derive(Default)]
+///
+/// It is bounded by count and by weight: an object weighs twice its stored JSON (it is held
+/// decoded, and rendered once a watcher needs it), and the oldest go first. An object heavier
+/// than the whole budget is decoded for its watchers and not kept.
 pub struct Fanout {
     recent: Mutex<FanoutEntries>,
+    max_bytes: usize,
+}
+
+impl Default for Fanout {
+    fn default() -> Self {
+        Fanout::with_max_bytes(DEFAULT_FANOUT_BYTES)
+    }
 }
 
 type FanoutKey = (String, i64, String);
 
 #[derive(Default)]
 struct FanoutEntries {
-    objects: HashMap<FanoutKey, Arc<WatchedObject>>,
+    objects: HashMap<FanoutKey, (Arc<WatchedObject>, usize)>,
     order: VecDeque<FanoutKey>,
+    bytes: usize,
 }
 
 impl Fanout {
+    pub fn with_max_bytes(max_bytes: usize) -> Fanout {
+        Fanout {
+            recent: Default::default(),
+            max_bytes,
+        }
+    }
+
+    /// What the kept objects weigh now (the `lariat_watch_cache_bytes` metric).
+    pub fn bytes(&self) -> usize {
+        self.recent.lock().expect("lock").bytes
+    }
+
     fn get_or_decode(
         &self,
         key: FanoutKey,
+        stored_bytes: usize,
         decode: impl FnOnce() -> Option<Value>,
     ) -> Option<Arc<WatchedObject>> {
-        if let Some(object) = self.recent.lock().expect("lock").objects.get(&key) {
+        if let Some((object, _)) = self.recent.lock().expect("lock").objects.get(&key) {
             return Some(object.clone());
         }
         let object = WatchedObject::new(decode()?);
+        let weight = 2 * stored_bytes;
+        if weight > self.max_bytes {
+            return Some(object);
+        }
         let mut recent = self.recent.lock().expect("lock");
-        if recent.order.len() >= FANOUT_ENTRIES
-            && let Some(oldest) = recent.order.pop_front()
-        {
-            recent.objects.remove(&oldest);
+        if let Some((kept, _)) = recent.objects.get(&key) {
+            return Some(kept.clone());
+        }
+        while recent.order.len() >= FANOUT_ENTRIES || recent.bytes + weight > self.max_bytes {
+            let Some(oldest) = recent.order.pop_front() else {
+                break;
+            };
+            if let Some((_, freed)) = recent.objects.remove(&oldest) {
+                recent.bytes -= freed;
+            }
         }
         recent.order.push_back(key.clone());
-        Some(recent.objects.entry(key).or_insert(object).clone())
+        recent.bytes += weight;
+        recent.objects.insert(key, (object.clone(), weight));
+        Some(object)
     }
 }
 
@@ -170,6 +209,7 @@ impl Resources {
                     }
                     resources.fanout.get_or_decode(
                         (kv.key.clone(), kv.mod_revision, api_version.clone()),
+                        kv.value.len(),
                         decode,
                     )
                 };

@@ -291,9 +291,29 @@ struct ServerArgs {
     /// Open connections allowed from one client address.
     #[arg(long, default_value_t = lariat_apiserver::tls::Limits::default().max_connections_per_address)]
     max_connections_per_client: usize,
+    /// Open connections none of whose requests has authenticated yet (health probes,
+    /// agents before their handshake), in total; the oldest is closed to admit a new one.
+    #[arg(long, default_value_t = lariat_apiserver::tls::Limits::default().max_unauthenticated_connections)]
+    max_unauthenticated_connections: usize,
+    /// Such connections from one client address.
+    #[arg(long, default_value_t = lariat_apiserver::tls::Limits::default().max_unauthenticated_connections_per_address)]
+    max_unauthenticated_connections_per_client: usize,
+    /// How long a connection lives once authenticated, e.g. 1h (less up to a tenth at random);
+    /// then it is asked to close (HTTP/2 GOAWAY) and clients reconnect. Unauthenticated
+    /// connections live 30s.
+    #[arg(long, default_value = "1h")]
+    max_connection_age: String,
     /// Seconds a connection may stay open with no request in flight.
     #[arg(long, default_value_t = lariat_apiserver::tls::Limits::default().idle_timeout.as_secs())]
     idle_timeout: u64,
+    /// The largest object stored, in bytes of JSON: a create, update or patch that would make
+    /// an object larger is refused with 413 (etcd's default request limit, 1.5 MiB).
+    #[arg(long, default_value_t = lariat_apiserver::limits::DEFAULT_MAX_OBJECT_BYTES)]
+    max_object_bytes: usize,
+    /// What the watch cache (recent changes, decoded once for every watcher) may hold, in
+    /// bytes; the oldest changes go first.
+    #[arg(long, default_value_t = lariat_apiserver::watch::DEFAULT_FANOUT_BYTES)]
+    watch_cache_bytes: usize,
     /// The issuer (`iss`) of the ServiceAccount tokens this server signs (`kubectl create
     /// token`), and the audience it accepts them for.
     #[arg(long, default_value = lariat_apiserver::service_accounts::DEFAULT_ISSUER)]
@@ -720,7 +740,28 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     config.limits = lariat_apiserver::tls::Limits {
         max_connections: args.max_connections,
         max_connections_per_address: args.max_connections_per_client,
+        max_unauthenticated_connections: args.max_unauthenticated_connections.max(1),
+        max_unauthenticated_connections_per_address: args
+            .max_unauthenticated_connections_per_client
+            .max(1),
         idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
+        max_connection_age: import::parse_ttl(&args.max_connection_age).map_err(|e| {
+            anyhow::anyhow!("{}", e.to_string().replace("--ttl", "--max-connection-age"))
+        })?,
+        ..Default::default()
+    };
+    // Below 1 MiB the server could not hold a ConfigMap or Secret Kubernetes allows, nor its
+    // own CustomResourceDefinitions.
+    const SMALLEST_OBJECT_LIMIT: usize = 1024 * 1024;
+    if args.max_object_bytes < SMALLEST_OBJECT_LIMIT {
+        anyhow::bail!(
+            "--max-object-bytes {} is too small: it must be at least {SMALLEST_OBJECT_LIMIT} (1 MiB, the largest ConfigMap or Secret Kubernetes allows)",
+            args.max_object_bytes
+        );
+    }
+    config.resource_limits = lariat_apiserver::limits::ResourceLimits {
+        max_object_bytes: args.max_object_bytes,
+        watch_cache_bytes: args.watch_cache_bytes,
     };
     let server = lariat_apiserver::Server::start(config, store, listener).await?;
     eprintln!(
@@ -754,6 +795,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let fleet_settings = lariat_fleet::Settings {
             dir: args.store.data_dir.join("fleet"),
             file_roots: args.fleet_file_repos.clone(),
+            limits: Default::default(),
         };
         // The controllers run on the replica that leads, for as long as it leads: each term
         // starts them on fresh caches and ends them when the lease is lost.

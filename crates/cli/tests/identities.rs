@@ -357,6 +357,22 @@ impl SigningKey {
         )
         .unwrap()
     }
+
+    /// A token whose header names a critical extension (`crit`), which a verifier that does
+    /// not understand it must refuse (RFC 7515 4.1.11).
+    fn sign_critical(&self, claims: &Value) -> String {
+        let header = json!({"alg": "ES256", "typ": "JWT", "kid": self.id, "crit": ["exp"]});
+        let message = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header.to_string()),
+            URL_SAFE_NO_PAD.encode(claims.to_string())
+        );
+        let key = jsonwebtoken::EncodingKey::from_ec_der(&self.key.serialize_der());
+        let signature =
+            jsonwebtoken::crypto::sign(message.as_bytes(), &key, jsonwebtoken::Algorithm::ES256)
+                .unwrap();
+        format!("{message}.{signature}")
+    }
 }
 
 #[test]
@@ -445,6 +461,10 @@ fn oidc_id_tokens_are_checked_against_the_providers_rotating_keys() {
             first.sign(&claims(json!({"email_verified": false}))),
         ),
         ("no email", first.sign(&claims(json!({"email": null})))),
+        (
+            "a critical header extension (the bounded-cost probe saw it accepted)",
+            first.sign_critical(&claims(json!({}))),
+        ),
     ];
     for (what, token) in refused {
         let kubeconfig = token_kubeconfig(&server, "refused", &token);

@@ -34,9 +34,11 @@
 //! # Cost
 //!
 //! A new store allocates its empty state and one watch channel, a few hundred bytes; it starts
-//! no thread and no task and needs no runtime. A watcher is a receiver and a small buffer. As
-//! in the other backends, history grows until [`Store::compact`] (the API server compacts
-//! periodically).
+//! no thread and no task and needs no runtime. A watcher is a receiver and a buffer of at most
+//! one page (512 changes or 8 MiB of values). As in the other backends, history grows until
+//! [`Store::compact`] (the API server compacts periodically), but never beyond the store's
+//! history budget ([`DEFAULT_MAX_HISTORY_BYTES`]): past it the oldest changes are compacted at
+//! once.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
@@ -51,8 +53,15 @@ use crate::{
     WatchStream,
 };
 
-/// The most log entries a watcher reads under the lock at once.
+/// The most log entries a watcher reads under the lock at once, and the most bytes of values
+/// such a page copies out.
 const REPLAY_PAGE: usize = 512;
+const REPLAY_BYTES: usize = 8 * 1024 * 1024;
+
+/// The default history a store keeps, in bytes of values: beyond it the oldest changes are
+/// compacted at once, without waiting for the server's periodic compaction, so one tenant's
+/// burst of large writes cannot hold memory for a whole compaction interval.
+pub const DEFAULT_MAX_HISTORY_BYTES: usize = 64 * 1024 * 1024;
 
 /// A [`Store`] kept entirely in memory; see the module documentation.
 ///
@@ -64,7 +73,6 @@ pub struct MemoryStore {
     written: watch::Sender<()>,
 }
 
-#[derive(Default)]
 struct State {
     /// The revision of the latest write.
     head: Revision,
@@ -72,6 +80,9 @@ struct State {
     compacted: Revision,
     current: BTreeMap<String, Arc<KeyValue>>,
     log: VecDeque<Change>,
+    /// What the values the log alone keeps weigh (each put's new value).
+    log_bytes: usize,
+    max_history_bytes: usize,
 }
 
 /// One logged write.
@@ -102,6 +113,14 @@ impl Change {
     }
 
     /// The key's value just before this change.
+    /// The bytes this change keeps alive in the log.
+    fn weight(&self) -> usize {
+        match self {
+            Change::Put { kv, .. } => kv.value.len(),
+            Change::Delete { .. } => 0,
+        }
+    }
+
     fn before(&self) -> Option<&Arc<KeyValue>> {
         match self {
             Change::Put { prev, .. } => prev.as_ref(),
@@ -144,6 +163,21 @@ fn lower_bound<'a>(prefix: &'a str, start_after: Option<&'a str>) -> Bound<&'a s
 
 impl State {
     /// The position in the log of the first change after `revision`.
+    /// Logs a change, then compacts the oldest while the log weighs more than its budget
+    /// (watchers still reading them get [`Error::Compacted`] and re-list, as after any
+    /// compaction).
+    fn record(&mut self, change: Change) {
+        self.log_bytes += change.weight();
+        self.log.push_back(change);
+        while self.log_bytes > self.max_history_bytes {
+            let Some(oldest) = self.log.pop_front() else {
+                break;
+            };
+            self.log_bytes -= oldest.weight();
+            self.compacted = oldest.revision();
+        }
+    }
+
     fn log_after(&self, revision: Revision) -> usize {
         self.log
             .partition_point(|change| change.revision() <= revision)
@@ -232,10 +266,22 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// An empty store at revision 0.
+    /// An empty store at revision 0, keeping [`DEFAULT_MAX_HISTORY_BYTES`] of history.
     pub fn new() -> MemoryStore {
+        MemoryStore::with_max_history_bytes(DEFAULT_MAX_HISTORY_BYTES)
+    }
+
+    /// An empty store whose log keeps at most `max_history_bytes` of values.
+    pub fn with_max_history_bytes(max_history_bytes: usize) -> MemoryStore {
         MemoryStore {
-            state: Arc::default(),
+            state: Arc::new(Mutex::new(State {
+                head: 0,
+                compacted: 0,
+                current: BTreeMap::new(),
+                log: VecDeque::new(),
+                log_bytes: 0,
+                max_history_bytes,
+            })),
             written: watch::Sender::new(()),
         }
     }
@@ -294,7 +340,7 @@ impl Store for MemoryStore {
             });
             state.current.insert(key.to_owned(), kv.clone());
             let created = KeyValue::clone(&kv);
-            state.log.push_back(Change::Put { kv, prev: None });
+            state.record(Change::Put { kv, prev: None });
             Ok(created)
         })
     }
@@ -320,7 +366,7 @@ impl Store for MemoryStore {
             let prev = std::mem::replace(current, kv.clone());
             state.next_revision();
             let updated = KeyValue::clone(&kv);
-            state.log.push_back(Change::Put {
+            state.record(Change::Put {
                 kv,
                 prev: Some(prev),
             });
@@ -345,7 +391,7 @@ impl Store for MemoryStore {
             };
             let revision = state.next_revision();
             let gone = deleted(&prev, revision);
-            state.log.push_back(Change::Delete { revision, prev });
+            state.record(Change::Delete { revision, prev });
             Ok(gone)
         })
     }
@@ -387,7 +433,8 @@ impl Store for MemoryStore {
         }
         state.compacted = revision;
         let dropped = state.log_after(revision);
-        state.log.drain(..dropped);
+        let freed: usize = state.log.drain(..dropped).map(|c| c.weight()).sum();
+        state.log_bytes -= freed;
         // A log that once held a burst of writes would otherwise keep its peak capacity, in
         // each of thousands of stores.
         if state.log.capacity() > 4 * state.log.len() + 64 {
@@ -453,16 +500,18 @@ impl Watcher {
             });
         }
         let start = state.log_after(self.last);
-        let page = state.log.range(start..).take(REPLAY_PAGE);
-        let read = page.len();
-        for change in page {
+        let (mut read, mut bytes) = (0, 0);
+        for change in state.log.range(start..) {
+            if read == REPLAY_PAGE || bytes >= REPLAY_BYTES {
+                return Ok(false);
+            }
+            read += 1;
             self.last = change.revision();
             if change.key().starts_with(&self.prefix) {
-                self.pending.push_back(change.event());
+                let event = change.event();
+                bytes += event.kv.value.len() + event.prev.as_ref().map_or(0, |p| p.value.len());
+                self.pending.push_back(event);
             }
-        }
-        if read == REPLAY_PAGE && start + read < state.log.len() {
-            return Ok(false);
         }
         // Everything up to the head has been read (a watch may start beyond it).
         self.last = self.last.max(state.head);
@@ -473,6 +522,40 @@ impl Watcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bounded cost: a burst of large writes is compacted as it exceeds the history budget,
+    /// instead of staying in memory until the next periodic compaction.
+    #[tokio::test]
+    async fn history_beyond_its_budget_is_compacted_at_once() {
+        let store = MemoryStore::with_max_history_bytes(10_000);
+        let first = store.create("/k/a", vec![0; 3_000]).await.unwrap();
+        let watch_from_start = store.watch("/k/", 0).await.unwrap();
+        let mut revision = first.mod_revision;
+        for _ in 0..10 {
+            revision = store
+                .update("/k/a", vec![1; 3_000], revision)
+                .await
+                .unwrap()
+                .mod_revision;
+        }
+        {
+            let state = store.lock();
+            assert!(state.log_bytes <= 10_000, "{}", state.log_bytes);
+            assert_eq!(state.log.len(), 3, "the newest three changes fit");
+            assert!(state.compacted >= revision - 3);
+        }
+        // The latest state is whole; a watcher far behind is told to re-list.
+        assert_eq!(store.get("/k/a").await.unwrap().unwrap().value, vec![1; 3_000]);
+        let events: Vec<_> = watch_from_start.collect().await;
+        assert!(
+            events.iter().any(|e| matches!(e, Err(Error::Compacted { .. }))),
+            "a watcher whose history was compacted away re-lists"
+        );
+        assert!(matches!(
+            store.watch("/k/", first.mod_revision).await,
+            Err(Error::Compacted { .. })
+        ));
+    }
 
     /// The undo-the-log list against the state recorded after every write: creates, updates,
     /// deletes and re-creates of a few keys, read back at each revision, whole and in pages,

@@ -78,7 +78,7 @@ pub struct SqliteStore {
     writes: Option<mpsc::UnboundedSender<Request>>,
     writer: Option<JoinHandle<()>>,
     readers: Arc<ReadPool>,
-    events: broadcast::Sender<Arc<Vec<Event>>>,
+    events: broadcast::Sender<Arc<Live>>,
     head: Arc<AtomicI64>,
 }
 
@@ -134,8 +134,23 @@ fn restrict_to_owner(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Rows a watcher reads from the log per query while catching up.
+/// Rows a watcher reads from the log per query while catching up, and the most bytes of
+/// values such a page holds (a page of large objects is cut short: a watcher's memory is
+/// bounded by bytes, not by rows alone).
 const REPLAY_PAGE: usize = 512;
+const REPLAY_BYTES: usize = 8 * 1024 * 1024;
+
+/// A committed batch whose values weigh more than this is not handed to live watchers: they
+/// are told to read it from the log, so a watcher that lags holds at most
+/// [`SqliteOptions::watch_buffer`] batches of this size, whatever the objects weigh.
+const LIVE_BATCH_BYTES: usize = 1024 * 1024;
+
+/// What the writer publishes to live watchers after each commit.
+enum Live {
+    Events(Vec<Event>),
+    /// A batch too heavy to hand over: read the log up to here.
+    InLog,
+}
 
 /// Copies the database at `path` to `to` (a file that must not exist) while servers may be
 /// writing to it: `VACUUM INTO` reads one consistent snapshot in a read transaction (WAL lets
@@ -532,7 +547,7 @@ struct Watcher {
     readers: Arc<ReadPool>,
     lo: Vec<u8>,
     hi: Vec<u8>,
-    live: broadcast::Receiver<Arc<Vec<Event>>>,
+    live: broadcast::Receiver<Arc<Live>>,
     /// The revision of the last event queued (replayed or live); later ones are new.
     last: Revision,
     pending: VecDeque<Event>,
@@ -557,7 +572,11 @@ impl Watcher {
                 continue;
             }
             match self.live.recv().await {
-                Ok(batch) => {
+                Ok(live) => {
+                    let Live::Events(batch) = &*live else {
+                        self.catching_up = true;
+                        continue;
+                    };
                     for event in batch.iter() {
                         let key = event.kv.key.as_bytes();
                         if event.revision() > self.last && key >= &self.lo[..] && key < &self.hi[..]
@@ -592,7 +611,7 @@ impl Watcher {
             .readers
             .with(move |conn| replay(conn, after, &lo, &hi))
             .await?;
-        self.catching_up = page.len() == REPLAY_PAGE;
+        self.catching_up = page.len() == REPLAY_PAGE || page_bytes(&page) >= REPLAY_BYTES;
         if let Some(event) = page.last() {
             self.last = event.revision();
         }
@@ -654,7 +673,25 @@ fn replay(conn: &mut Connection, after: Revision, lo: &[u8], hi: &[u8]) -> Resul
             })
         })
         .map_err(sql)?;
-    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(sql)
+    let mut page = Vec::new();
+    let mut bytes = 0;
+    for row in rows {
+        let event = row.map_err(sql)?;
+        bytes += event_bytes(&event);
+        page.push(event);
+        if bytes >= REPLAY_BYTES {
+            break;
+        }
+    }
+    Ok(page)
+}
+
+fn event_bytes(event: &Event) -> usize {
+    event.kv.value.len() + event.prev.as_ref().map_or(0, |p| p.value.len())
+}
+
+fn page_bytes(page: &[Event]) -> usize {
+    page.iter().map(event_bytes).sum()
 }
 
 enum Op {
@@ -690,7 +727,7 @@ enum Applied {
 fn run_writer(
     mut conn: Connection,
     mut requests: mpsc::UnboundedReceiver<Request>,
-    events: broadcast::Sender<Arc<Vec<Event>>>,
+    events: broadcast::Sender<Arc<Live>>,
     head: Arc<AtomicI64>,
     max_batch: usize,
 ) {
@@ -728,7 +765,13 @@ fn run_writer(
                     let _ = reply.send(result);
                 }
                 if !published.is_empty() {
-                    let _ = events.send(Arc::new(published));
+                    let weight = page_bytes(&published);
+                    let live = if weight > LIVE_BATCH_BYTES {
+                        Live::InLog
+                    } else {
+                        Live::Events(published)
+                    };
+                    let _ = events.send(Arc::new(live));
                 }
             }
             Err(e) => {

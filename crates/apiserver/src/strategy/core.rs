@@ -83,6 +83,13 @@ pub struct Namespaces;
 
 impl Strategy for Namespaces {
     fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+        // A `spec` that is not an object is refused here, before it is written into (indexing
+        // into a string would panic; the probe saw 14 such 500s).
+        for field in ["spec", "status"] {
+            if !object[field].is_object() && !object[field].is_null() {
+                return vec![Cause::type_invalid(field, &object[field], "object")];
+            }
+        }
         if old.is_none() {
             object["spec"]["finalizers"] = json!([NAMESPACE_FINALIZER]);
             object["status"] = json!({"phase": "Active"});

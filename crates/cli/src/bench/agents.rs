@@ -92,6 +92,10 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
         "--max-connections".into(),
         room.clone(),
         "--max-connections-per-client".into(),
+        room.clone(),
+        "--max-unauthenticated-connections".into(),
+        room.clone(),
+        "--max-unauthenticated-connections-per-client".into(),
         room,
     ])?;
     let management = server.client().await?;

@@ -52,6 +52,10 @@ pub async fn run(args: HaArgs) -> anyhow::Result<()> {
         "--max-connections".into(),
         room.clone(),
         "--max-connections-per-client".into(),
+        room.clone(),
+        "--max-unauthenticated-connections".into(),
+        room.clone(),
+        "--max-unauthenticated-connections-per-client".into(),
         room,
     ];
     // The first server seals the CA and keys; the others join it.

@@ -161,6 +161,10 @@ impl ServerProcess {
             (clusters * 8 + 16_384).to_string(),
             "--max-connections-per-client".into(),
             (clusters * 8).max(1024).to_string(),
+            "--max-unauthenticated-connections".into(),
+            (clusters * 8).max(1024).to_string(),
+            "--max-unauthenticated-connections-per-client".into(),
+            (clusters * 8).max(1024).to_string(),
         ]);
         let server = ServerProcess::start_with(args)?;
         server.init_inmemory()?;

@@ -1,0 +1,406 @@
+//! What one request may cost before the server pays for it, as kube-apiserver and etcd bound
+//! theirs: the body's size, how deep its decoded value nests, how many operations a JSON
+//! patch holds and how much it may copy, and the size of an object once stored. Every limit
+//! here is refused with a `Status` that names it, before the work it guards is done.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::Value;
+
+use crate::status::{ApiError, ApiResult};
+
+/// Requests refused by a limit of this module, for `lariat_limit_refusals_total`.
+static REFUSED: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+const LIMIT_NAMES: [&str; 4] = ["depth", "patch_operations", "patch_copy_bytes", "object_bytes"];
+
+/// Which limit refused a request.
+#[derive(Clone, Copy)]
+enum Limit {
+    Depth = 0,
+    PatchOperations = 1,
+    PatchCopyBytes = 2,
+    ObjectBytes = 3,
+}
+
+fn refused(limit: Limit) {
+    REFUSED[limit as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// The limits' metrics in Prometheus' text format: refusals by limit, and what the watch
+/// cache holds (`watch_cache_bytes`, from [`crate::resources::Resources::watch_cache_bytes`]).
+pub fn metrics(watch_cache_bytes: usize) -> String {
+    let mut text = String::from(
+        "# HELP lariat_limit_refusals_total Requests refused because they exceeded a limit, by limit.\n# TYPE lariat_limit_refusals_total counter\n",
+    );
+    for (name, count) in LIMIT_NAMES.iter().zip(&REFUSED) {
+        text.push_str(&format!(
+            "lariat_limit_refusals_total{{limit=\"{name}\"}} {}\n",
+            count.load(Ordering::Relaxed)
+        ));
+    }
+    text.push_str(&format!(
+        "# HELP lariat_watch_cache_bytes What the objects the watch cache keeps weigh (--watch-cache-bytes bounds it).\n# TYPE lariat_watch_cache_bytes gauge\nlariat_watch_cache_bytes {watch_cache_bytes}\n"
+    ));
+    text
+}
+
+/// The largest request body read (kube-apiserver's 3 MiB). Fixed, as in kube-apiserver.
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// How deep a decoded body may nest (objects and arrays, JSON and YAML alike): serde_json's
+/// own recursion limit, so a body no parser here can hold is refused the same way whatever its
+/// format. kube-apiserver's decoder allows 10,000, but no Kubernetes object comes near 128 and
+/// every pass over an object (schema, pruning, managed fields) recurses. Fixed.
+pub const MAX_DEPTH: usize = 128;
+
+/// The most operations one JSON patch may hold (kube-apiserver's `maxJSONPatchOperations`).
+/// Fixed.
+pub const MAX_PATCH_OPERATIONS: usize = 10_000;
+
+/// The largest object stored, once encoded (etcd's default request limit is 1.5 MiB, and
+/// kube-apiserver's objects must fit in it): `--max-object-bytes`.
+pub const DEFAULT_MAX_OBJECT_BYTES: usize = 3 * 512 * 1024;
+
+/// Bodies larger than this are decoded on a thread the runtime may block, so that parsing
+/// them never holds up the requests the runtime's workers answer meanwhile (`/healthz`,
+/// other users').
+const OFFLOAD_BYTES: usize = 64 * 1024;
+
+/// The limits an operator may set (`lariat server --max-object-bytes --watch-cache-bytes`).
+#[derive(Clone, Copy, Debug)]
+pub struct ResourceLimits {
+    /// The largest object stored, encoded as JSON (Secrets before encryption).
+    pub max_object_bytes: usize,
+    /// What the watch cache's objects may weigh ([`crate::watch::Fanout`]).
+    pub watch_cache_bytes: usize,
+}
+
+impl Default for ResourceLimits {
+    fn default() -> Self {
+        ResourceLimits {
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
+            watch_cache_bytes: crate::watch::DEFAULT_FANOUT_BYTES,
+        }
+    }
+}
+
+impl ResourceLimits {
+    /// Refuses an encoded object larger than the limit, before it is written.
+    pub fn check_stored(&self, bytes: usize) -> ApiResult<()> {
+        if bytes <= self.max_object_bytes {
+            return Ok(());
+        }
+        refused(Limit::ObjectBytes);
+        Err(ApiError::TooLarge {
+            message: format!(
+                "the object would be {bytes} bytes once stored, more than the {}-byte limit of one object (--max-object-bytes)",
+                self.max_object_bytes
+            ),
+        })
+    }
+}
+
+/// Runs CPU-bound work on a body of `size` bytes: in place when small, and for large bodies
+/// where the runtime lets a worker block (`block_in_place` hands its other tasks to another
+/// thread), so the answer to `/healthz` never waits behind a parse.
+pub fn offload<R>(size: usize, work: impl FnOnce() -> R) -> R {
+    let blockable = size > OFFLOAD_BYTES
+        && tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
+            runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+        });
+    if blockable {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
+    }
+}
+
+fn too_deep(format: &str) -> ApiError {
+    refused(Limit::Depth);
+    ApiError::bad_request(format!(
+        "the {format} body nests deeper than the limit of {MAX_DEPTH} levels of objects and arrays"
+    ))
+}
+
+/// Decodes a JSON body, refusing one that nests deeper than [`MAX_DEPTH`] with a message that
+/// names the limit. `what` names the body in other errors ("the request body").
+pub fn json(bytes: &[u8], what: &str) -> ApiResult<Value> {
+    if json_depth(bytes) > MAX_DEPTH {
+        return Err(too_deep("JSON"));
+    }
+    offload(bytes.len(), || serde_json::from_slice(bytes))
+        .map_err(|e| ApiError::bad_request(format!("{what} is not valid JSON: {e}")))
+}
+
+/// Decodes a YAML body (one document), refusing one that nests deeper than [`MAX_DEPTH`].
+/// The parser reads a whole document before anything is deserialized, and its cost grows
+/// with the square of the flow nesting (`[[[...`): a bound read in one linear pass comes
+/// first, and the deserializer's own recursion limit catches deep block nesting.
+pub fn yaml(bytes: &[u8], what: &str) -> ApiResult<Value> {
+    if yaml_flow_depth(bytes) > MAX_DEPTH {
+        return Err(too_deep("YAML"));
+    }
+    offload(bytes.len(), || serde_yaml_ng::from_slice::<Value>(bytes)).map_err(|e| {
+        if e.to_string().contains("recursion limit exceeded") {
+            too_deep("YAML")
+        } else {
+            ApiError::bad_request(format!("{what} is not valid YAML: {e}"))
+        }
+    })
+}
+
+/// The deepest nesting of objects and arrays in a JSON text, read without decoding it (an
+/// invalid text gets some number; the decoder then says what is wrong).
+fn json_depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// An upper bound, in practice exact, of how deep flow collections (`[...]`, `{...}`) nest in
+/// a YAML text, read in one pass. A bracket opens a collection only where a node starts (at
+/// the start of a line's content, after `- `, `: `, `? `, `---`, or inside a flow collection
+/// after `[`, `{` or `,`), so brackets inside plain scalars (`echo [x`), quoted scalars,
+/// comments and block scalars (`|`, `>`) are not counted.
+fn yaml_flow_depth(text: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut i = 0;
+    // The indentation of the line that opened a block scalar, while its content lasts.
+    let mut block_scalar: Option<usize> = None;
+    let mut line_indent = 0;
+    let mut node_start = true;
+    let mut after_space = true;
+    let mut line_start = true;
+    while i < text.len() {
+        if line_start {
+            line_start = false;
+            let indent = text[i..].iter().take_while(|&&b| b == b' ').count();
+            let rest = &text[i + indent..];
+            let blank = rest
+                .iter()
+                .take_while(|&&b| b != b'\n')
+                .all(|&b| b == b' ' || b == b'\t' || b == b'\r');
+            if let Some(parent) = block_scalar {
+                if blank || indent > parent {
+                    i = skip_line(text, i);
+                    line_start = true;
+                    continue;
+                }
+                block_scalar = None;
+            }
+            line_indent = indent;
+            i += indent;
+            after_space = true;
+            if depth == 0 {
+                node_start = true;
+            }
+            if rest.starts_with(b"---") && rest.get(3).is_none_or(|b| b.is_ascii_whitespace()) {
+                i += 3;
+                node_start = true;
+            }
+            continue;
+        }
+        let b = text[i];
+        let next_is_space = text.get(i + 1).is_none_or(|b| b.is_ascii_whitespace());
+        match b {
+            b'\n' => {
+                line_start = true;
+                i += 1;
+                continue;
+            }
+            b' ' | b'\t' | b'\r' => {
+                after_space = true;
+                i += 1;
+                continue;
+            }
+            b'#' if after_space => {
+                i = skip_line(text, i);
+                line_start = true;
+                continue;
+            }
+            b'"' | b'\'' if node_start => {
+                i = skip_quoted(text, i);
+                node_start = false;
+            }
+            b'[' | b'{' if node_start || depth > 0 => {
+                depth += 1;
+                deepest = deepest.max(depth);
+                node_start = true;
+                i += 1;
+            }
+            b']' | b'}' if depth > 0 => {
+                depth -= 1;
+                node_start = false;
+                i += 1;
+            }
+            b',' if depth > 0 => {
+                node_start = true;
+                i += 1;
+            }
+            b'-' | b'?' | b':' if next_is_space && (b == b':' || node_start) => {
+                node_start = true;
+                i += 1;
+            }
+            b'|' | b'>' if node_start && depth == 0 => {
+                block_scalar = Some(line_indent);
+                i = skip_line(text, i);
+                line_start = true;
+                continue;
+            }
+            // Anchors and tags come before the node they name.
+            b'&' | b'!' if node_start => {
+                while i < text.len() && !text[i].is_ascii_whitespace() {
+                    i += 1;
+                }
+            }
+            _ => {
+                node_start = false;
+                i += 1;
+            }
+        }
+        after_space = false;
+    }
+    deepest
+}
+
+fn skip_line(text: &[u8], from: usize) -> usize {
+    text[from..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(text.len(), |at| from + at + 1)
+}
+
+/// The index after the quoted scalar starting at `from` (`"..."` with backslash escapes,
+/// `'...'` with `''`), or the end of the text when it is not closed.
+fn skip_quoted(text: &[u8], from: usize) -> usize {
+    let quote = text[from];
+    let mut i = from + 1;
+    while i < text.len() {
+        match text[i] {
+            b'\\' if quote == b'"' => i += 2,
+            b'\'' if quote == b'\'' && text.get(i + 1) == Some(&b'\'') => i += 2,
+            c if c == quote => return i + 1,
+            _ => i += 1,
+        }
+    }
+    text.len()
+}
+
+/// Refuses a JSON patch of more than [`MAX_PATCH_OPERATIONS`] operations.
+pub fn check_patch_operations(count: usize) -> ApiResult<()> {
+    if count <= MAX_PATCH_OPERATIONS {
+        return Ok(());
+    }
+    refused(Limit::PatchOperations);
+    Err(ApiError::TooLarge {
+        message: format!(
+            "the JSON patch has {count} operations, more than the limit of {MAX_PATCH_OPERATIONS}"
+        ),
+    })
+}
+
+/// The refusal of a JSON patch whose copies would exceed `max_bytes`.
+pub fn patch_copies_too_much(max_bytes: usize) -> ApiError {
+    refused(Limit::PatchCopyBytes);
+    ApiError::TooLarge {
+        message: format!(
+            "the JSON patch copies more than the {max_bytes}-byte limit of one object (--max-object-bytes)"
+        ),
+    }
+}
+
+/// How many bytes `value` takes as JSON, counted up to `budget` and no further, so measuring
+/// what a patch would copy costs no more than the copy it refuses.
+pub fn encoded_size_within(value: &Value, budget: usize) -> Option<usize> {
+    struct Counter {
+        count: usize,
+        budget: usize,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.count += buf.len();
+            if self.count > self.budget {
+                return Err(std::io::Error::other("over budget"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter { count: 0, budget };
+    serde_json::to_writer(&mut counter, value)
+        .ok()
+        .map(|()| counter.count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_yaml(text: &str, expect: usize) {
+        assert_eq!(yaml_flow_depth(text.as_bytes()), expect, "{text:?}");
+    }
+
+    #[test]
+    fn yaml_flow_depth_counts_only_collections() {
+        check_yaml("a: [1, [2, {b: [3]}]]\n", 4);
+        check_yaml("- [[x]]\n- {}\n", 2);
+        check_yaml("--- [[1]]\n", 2);
+        check_yaml("key: !!seq [[1]]\n", 2);
+        // Brackets inside plain scalars, quoted scalars, comments and block scalars.
+        check_yaml("cmd: echo [[[[ x\n", 0);
+        check_yaml("cmd: \"[[[[\"\nother: '[[[['\n", 0);
+        check_yaml("a: 1 # [[[[\n", 0);
+        check_yaml("script: |\n  [[[[\n  {{{{\n\n  [[\nnext: [1]\n", 1);
+        check_yaml("- >-\n    [[[[\n- [[2]]\n", 2);
+        // A flow collection spanning lines, with a quoted bracket inside.
+        check_yaml("a: [\n  \"]\",\n  [1]\n]\n", 2);
+    }
+
+    #[test]
+    fn deep_bodies_are_refused_with_the_limit() {
+        let deep_yaml = format!("spec: {}{}", "[".repeat(200_000), "]".repeat(200_000));
+        let started = std::time::Instant::now();
+        let error = yaml(deep_yaml.as_bytes(), "the body").unwrap_err();
+        assert!(error.to_string().contains("128 levels"), "{error}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        let deep_block = (0..200)
+            .map(|level| format!("{}- \n", "  ".repeat(level)))
+            .collect::<String>();
+        let error = yaml(deep_block.as_bytes(), "the body").unwrap_err();
+        assert!(error.to_string().contains("128 levels"), "{error}");
+        let deep_json = format!("{}{}", "[".repeat(129), "]".repeat(129));
+        let error = json(deep_json.as_bytes(), "the body").unwrap_err();
+        assert!(error.to_string().contains("128 levels"), "{error}");
+        let shallow = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        json(shallow.as_bytes(), "the body").unwrap();
+        yaml(shallow.as_bytes(), "the body").unwrap();
+    }
+
+    #[test]
+    fn sizes_are_counted_within_a_budget() {
+        let value = serde_json::json!({"a": "bcd"});
+        assert_eq!(encoded_size_within(&value, 100), Some(11));
+        assert_eq!(encoded_size_within(&value, 5), None);
+    }
+}
