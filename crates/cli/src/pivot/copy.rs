@@ -360,7 +360,14 @@ impl Server {
     /// Cluster: what [`servers_own`] names and the objects own): deleting the objects with
     /// orphaned dependents left them behind, and the server's controllers, paused, do not.
     pub async fn forget(&self, entries: &[Entry]) -> anyhow::Result<()> {
-        let uids: HashSet<&str> = entries.iter().map(|e| e.uid.as_str()).collect();
+        // Each uid with the namespace the journal puts it in: an owner reference counts only
+        // within that namespace (Kubernetes' own rule for owners), so a forged journal that
+        // pairs a name here with the uid of another namespace's Cluster cannot reach that
+        // namespace's records (the bounded-cost probe deleted team-b's this way).
+        let uids: HashMap<&str, &str> = entries
+            .iter()
+            .map(|e| (e.uid.as_str(), e.namespace.as_str()))
+            .collect();
         // Named as its Cluster (a ClusterConnection, Fleet's Cluster): found even once the
         // owner reference is gone.
         let clusters: HashSet<(&str, &str)> = entries
@@ -380,11 +387,12 @@ impl Server {
                         record.metadata.namespace.as_deref().unwrap_or_default(),
                         record.metadata.name.as_deref().unwrap_or_default(),
                     ));
+                    let record_namespace = record.metadata.namespace.as_deref().unwrap_or_default();
                     if !of_a_cluster
                         && !record
                             .owner_references()
                             .iter()
-                            .any(|o| uids.contains(o.uid.as_str()))
+                            .any(|o| uids.get(o.uid.as_str()) == Some(&record_namespace))
                     {
                         continue;
                     }
