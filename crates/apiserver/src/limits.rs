@@ -11,7 +11,12 @@ use crate::status::{ApiError, ApiResult};
 
 /// Requests refused by a limit of this module, for `lariat_limit_refusals_total`.
 static REFUSED: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
-const LIMIT_NAMES: [&str; 4] = ["depth", "patch_operations", "patch_copy_bytes", "object_bytes"];
+const LIMIT_NAMES: [&str; 4] = [
+    "depth",
+    "patch_operations",
+    "patch_copy_bytes",
+    "object_bytes",
+];
 
 /// Which limit refused a request.
 #[derive(Clone, Copy)]

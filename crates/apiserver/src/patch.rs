@@ -41,13 +41,12 @@ pub struct Patch {
 
 impl Patch {
     pub fn parse(patch_type: PatchType, body: &[u8]) -> ApiResult<Patch> {
-        let value = crate::limits::json(body, "the patch")
-            .map_err(|e| match e {
-                ApiError::BadRequest { message } => ApiError::bad_request(format!(
-                    "error decoding patch: {message}"
-                )),
-                other => other,
-            })?;
+        let value = crate::limits::json(body, "the patch").map_err(|e| match e {
+            ApiError::BadRequest { message } => {
+                ApiError::bad_request(format!("error decoding patch: {message}"))
+            }
+            other => other,
+        })?;
         let operations = match patch_type {
             PatchType::Json => {
                 crate::limits::check_patch_operations(value.as_array().map_or(0, Vec::len))?;
@@ -199,7 +198,8 @@ mod tests {
     /// server to 2.3 GB.
     #[test]
     fn copies_are_bounded_before_they_are_made() {
-        let target = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "x".repeat(1000)}});
+        let target =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "x".repeat(1000)}});
         let ops: Vec<Value> = (0..40)
             .map(|n| json!({"op": "copy", "from": "", "path": format!("/k{n}")}))
             .collect();
@@ -219,8 +219,12 @@ mod tests {
         let ops: Vec<Value> = (0..10_001)
             .map(|_| json!({"op": "test", "path": "/kind", "value": "ConfigMap"}))
             .collect();
-        let error = patch(&json!({"kind": "ConfigMap"}), PatchType::Json, json!(ops).to_string().as_bytes())
-            .unwrap_err();
+        let error = patch(
+            &json!({"kind": "ConfigMap"}),
+            PatchType::Json,
+            json!(ops).to_string().as_bytes(),
+        )
+        .unwrap_err();
         assert_eq!(error.code().as_u16(), 413, "{error}");
         assert!(error.to_string().contains("10000"), "{error}");
     }

@@ -227,7 +227,10 @@ impl Connections {
         counts.total += 1;
         *counts.by_address.entry(address).or_default() += 1;
         counts.unauthenticated += 1;
-        *counts.unauthenticated_by_address.entry(address).or_default() += 1;
+        *counts
+            .unauthenticated_by_address
+            .entry(address)
+            .or_default() += 1;
         counts.waiting.push_back(Arc::downgrade(&state));
         // Entries of connections gone or authenticated are dropped as the queue grows.
         if counts.waiting.len() > 2 * limits.max_unauthenticated_connections + 64 {
@@ -272,7 +275,9 @@ impl Slot {
         if !self.is_authenticated() {
             return;
         }
-        let jitter = limits.max_connection_age.mul_f64(rand::random::<f64>() / 10.0);
+        let jitter = limits
+            .max_connection_age
+            .mul_f64(rand::random::<f64>() / 10.0);
         tokio::time::sleep_until(opened + limits.max_connection_age - jitter).await;
     }
 }

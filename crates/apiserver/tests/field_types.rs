@@ -30,7 +30,11 @@ fn collection(group: &str, version: &str, plural: &str, namespaced: bool) -> Str
     } else {
         format!("/apis/{group}/{version}")
     };
-    let namespace = if namespaced { "/namespaces/default" } else { "" };
+    let namespace = if namespaced {
+        "/namespaces/default"
+    } else {
+        ""
+    };
     format!("{base}{namespace}/{plural}")
 }
 

@@ -545,10 +545,15 @@ mod tests {
             assert!(state.compacted >= revision - 3);
         }
         // The latest state is whole; a watcher far behind is told to re-list.
-        assert_eq!(store.get("/k/a").await.unwrap().unwrap().value, vec![1; 3_000]);
+        assert_eq!(
+            store.get("/k/a").await.unwrap().unwrap().value,
+            vec![1; 3_000]
+        );
         let events: Vec<_> = watch_from_start.collect().await;
         assert!(
-            events.iter().any(|e| matches!(e, Err(Error::Compacted { .. }))),
+            events
+                .iter()
+                .any(|e| matches!(e, Err(Error::Compacted { .. }))),
             "a watcher whose history was compacted away re-lists"
         );
         assert!(matches!(

@@ -21,6 +21,7 @@ mod agents;
 mod aws;
 mod fleet;
 mod ha;
+mod limits;
 mod rbac;
 
 #[derive(clap::Subcommand)]
@@ -49,6 +50,10 @@ pub enum BenchCommand {
     /// three replicas, and how long the controllers' Lease takes to change hands after the
     /// holder is killed.
     Ha(ha::HaArgs),
+    /// Each way the bounded-cost probe exhausted a server (patch amplification, deep nesting,
+    /// large objects watched, anonymous connections, oversized bodies over HTTP/2): whether
+    /// the limit held, peak memory and the worst /healthz latency during each.
+    Limits(limits::LimitsArgs),
 }
 
 #[derive(clap::Args)]
@@ -96,6 +101,7 @@ pub async fn run(what: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Rbac(args) => rbac::run(args).await,
         BenchCommand::Access(args) => access::run(args).await,
         BenchCommand::Ha(args) => ha::run(args).await,
+        BenchCommand::Limits(args) => limits::run(args).await,
     }
 }
 

@@ -1,0 +1,472 @@
+//! `lariat bench limits`: each way the bounded-cost probe found to exhaust a server, run
+//! against a fresh one. For each vector it prints whether the limit held (the request refused
+//! or its cost bounded, as the README's Limits table says), the server's resident memory
+//! before, at its peak during the attack and after it, and the worst `/healthz` latency
+//! meanwhile. It exits with an error when a limit did not hold, so `tests/limits.rs` runs it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::json;
+
+use super::ServerProcess;
+
+#[derive(clap::Args)]
+pub struct LimitsArgs {
+    /// Updates of a 1 MB ConfigMap, watched by a client that reads nothing.
+    #[arg(long, default_value_t = 300)]
+    large_writes: usize,
+    /// How deep the nested YAML and JSON bodies go.
+    #[arg(long, default_value_t = 200_000)]
+    depth: usize,
+    /// The most a vector may leave behind: resident memory after it, over before, in MiB.
+    #[arg(long, default_value_t = 150.0)]
+    max_growth_mib: f64,
+    /// The worst `/healthz` latency a vector may cause, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    max_healthz_ms: u64,
+}
+
+/// What one vector showed.
+struct Outcome {
+    vector: &'static str,
+    /// What the server answered, or why the limit did not hold.
+    held: Result<String, String>,
+    before_mib: f64,
+    peak_mib: f64,
+    after_mib: f64,
+    worst_healthz: Duration,
+}
+
+/// Samples the server's memory and times `/healthz` until stopped.
+struct Watchdog {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<(f64, Duration)>,
+}
+
+impl Watchdog {
+    fn start(server: &ServerProcess, client: kube::Client) -> Watchdog {
+        let stop = Arc::new(AtomicBool::new(false));
+        let pid = server.child.id();
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let (mut peak, mut worst) = (0f64, Duration::ZERO);
+            while !stopped.load(Ordering::SeqCst) {
+                peak = peak.max(rss_mib(pid));
+                let started = Instant::now();
+                let request = http::Request::get("/healthz").body(Vec::new());
+                let answered = match request {
+                    Ok(request) => {
+                        tokio::time::timeout(Duration::from_secs(30), client.request_text(request))
+                            .await
+                    }
+                    Err(_) => break,
+                };
+                worst = worst.max(started.elapsed());
+                if !matches!(answered, Ok(Ok(_))) {
+                    worst = worst.max(Duration::from_secs(30));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            (peak.max(rss_mib(pid)), worst)
+        });
+        Watchdog { stop, task }
+    }
+
+    async fn finish(self) -> (f64, Duration) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.unwrap_or((0.0, Duration::MAX))
+    }
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The status code and body of a raw request.
+async fn send(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> anyhow::Result<(u16, String)> {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .body(body)?;
+    match client.request_text(request).await {
+        Ok(text) => Ok((200, text)),
+        Err(kube::Error::Api(status)) => Ok((status.code, status.message)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn expect(code: u16, message: &str, wanted: u16, names: &str) -> Result<String, String> {
+    if code == wanted && message.contains(names) {
+        Ok(format!("{code}: {message}"))
+    } else {
+        Err(format!(
+            "expected {wanted} naming {names:?}, got {code}: {message}"
+        ))
+    }
+}
+
+pub async fn run(args: LimitsArgs) -> anyhow::Result<()> {
+    let server = ServerProcess::start_with(vec![
+        "--no-controllers".into(),
+        "--max-unauthenticated-connections".into(),
+        "24".into(),
+    ])?;
+    let admin = server.client().await?;
+    let prober = server.client().await?;
+    let mallory = user_client(&server, "mallory").await?;
+    let mut outcomes = vec![];
+
+    macro_rules! vector {
+        ($name:expr, $attack:expr) => {{
+            settle().await;
+            let before_mib = rss_mib(server.child.id());
+            let watchdog = Watchdog::start(&server, prober.clone());
+            let held: Result<String, String> = $attack.await;
+            let (peak_mib, worst_healthz) = watchdog.finish().await;
+            settle().await;
+            outcomes.push(Outcome {
+                vector: $name,
+                held,
+                before_mib,
+                peak_mib,
+                after_mib: rss_mib(server.child.id()),
+                worst_healthz,
+            });
+        }};
+    }
+
+    send(
+        &admin,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        "application/json",
+        json!({"metadata": {"name": "amplified"}, "data": {"a": "x".repeat(1000)}})
+            .to_string()
+            .into_bytes(),
+    )
+    .await?;
+    vector!("JSON patch of 18 copies of the root", async {
+        let ops: Vec<_> = (0..18)
+            .map(|n| json!({"op": "copy", "from": "", "path": format!("/k{n}")}))
+            .collect();
+        let (code, message) = send(
+            &admin,
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/amplified",
+            "application/json-patch+json",
+            json!(ops).to_string().into_bytes(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        expect(code, &message, 413, "--max-object-bytes")
+    });
+
+    let deep_yaml = format!(
+        "apiVersion: authorization.k8s.io/v1\nkind: SelfSubjectAccessReview\nspec: {}{}\n",
+        "[".repeat(args.depth),
+        "]".repeat(args.depth)
+    );
+    vector!(
+        "YAML nested 200,000 deep, two at once, by a user with no rights",
+        async {
+            let path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+            let (one, two) = tokio::join!(
+                send(
+                    &mallory,
+                    "POST",
+                    path,
+                    "application/yaml",
+                    deep_yaml.clone().into_bytes()
+                ),
+                send(
+                    &mallory,
+                    "POST",
+                    path,
+                    "application/yaml",
+                    deep_yaml.clone().into_bytes()
+                ),
+            );
+            let (code, message) = one.map_err(|e| e.to_string())?;
+            two.map_err(|e| e.to_string())?;
+            expect(code, &message, 400, "128 levels")
+        }
+    );
+
+    vector!("JSON nested 200,000 deep", async {
+        let body = format!("{}{}", "[".repeat(args.depth), "]".repeat(args.depth));
+        let (code, message) = send(
+            &admin,
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            body.into_bytes(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        expect(code, &message, 400, "128 levels")
+    });
+
+    vector!("a 2 MB Bundle", async {
+        let bundle = json!({
+            "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Bundle",
+            "metadata": {"name": "big"},
+            "spec": {"resources": [{"name": "big.yaml", "content": "x".repeat(2_000_000)}]},
+        });
+        let (code, message) = send(
+            &admin,
+            "POST",
+            "/apis/fleet.cattle.io/v1alpha1/namespaces/default/bundles",
+            "application/json",
+            bundle.to_string().into_bytes(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        expect(code, &message, 413, "--max-object-bytes")
+    });
+
+    let large_writes = args.large_writes;
+    vector!(
+        "1 MB ConfigMap updated 300 times, watched by a client that reads nothing",
+        async {
+            large_writes_watched(&server, &admin, large_writes)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    );
+
+    vector!(
+        "anonymous connections from two addresses fill their pool",
+        async {
+            anonymous_connections(&server)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    );
+
+    vector!("a 3 MB SelfSubjectReview over HTTP/2", async {
+        let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
+            "metadata": {"annotations": {"a": "x".repeat(3_200_000)}}});
+        let (code, answer) = curl_http2(
+            &server,
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            body.to_string().into_bytes(),
+        )
+        .map_err(|e| e.to_string())?;
+        expect(code, &answer, 413, "byte limit")
+    });
+
+    println!(
+        "{:<80} {:>8} {:>8} {:>8} {:>10}  outcome",
+        "vector", "before", "peak", "after", "/healthz"
+    );
+    let mut failed = vec![];
+    for outcome in &outcomes {
+        let mut held = outcome.held.clone();
+        if held.is_ok() && outcome.after_mib - outcome.before_mib > args.max_growth_mib {
+            held = Err(format!(
+                "memory grew by {:.0} MiB and stayed",
+                outcome.after_mib - outcome.before_mib
+            ));
+        }
+        if held.is_ok() && outcome.worst_healthz > Duration::from_millis(args.max_healthz_ms) {
+            held = Err(format!(
+                "/healthz took {} ms",
+                outcome.worst_healthz.as_millis()
+            ));
+        }
+        println!(
+            "{:<80} {:>5.0} MiB {:>4.0} MiB {:>4.0} MiB {:>7} ms  {}",
+            outcome.vector,
+            outcome.before_mib,
+            outcome.peak_mib,
+            outcome.after_mib,
+            outcome.worst_healthz.as_millis(),
+            match &held {
+                Ok(answer) => format!("held ({})", answer.chars().take(120).collect::<String>()),
+                Err(why) => format!("NOT HELD: {why}"),
+            }
+        );
+        if held.is_err() {
+            failed.push(outcome.vector);
+        }
+    }
+    if !failed.is_empty() {
+        bail!("limits that did not hold: {}", failed.join("; "));
+    }
+    Ok(())
+}
+
+/// Lets the allocator return what a finished vector freed before memory is read.
+async fn settle() {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
+/// A client for `user`, who holds no rights, from `lariat token create`.
+async fn user_client(server: &ServerProcess, user: &str) -> anyhow::Result<kube::Client> {
+    let output = std::process::Command::new(std::env::current_exe()?)
+        .args([
+            "token",
+            "create",
+            "--user",
+            user,
+            "--print-kubeconfig",
+            "--kubeconfig",
+        ])
+        .arg(&server.kubeconfig)
+        .output()?;
+    if !output.status.success() {
+        bail!(
+            "lariat token create: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let path = server.dir.path().join(format!("{user}.yaml"));
+    std::fs::write(&path, &output.stdout)?;
+    super::client_for(&path).await
+}
+
+/// Updates of a 1 MB ConfigMap while a watch that is never read is open: the watch cache and
+/// the store's buffers hold a bounded number of bytes, whatever the writes weigh.
+async fn large_writes_watched(
+    server: &ServerProcess,
+    admin: &kube::Client,
+    writes: usize,
+) -> anyhow::Result<String> {
+    use futures::StreamExt;
+    let path = "/api/v1/namespaces/default/configmaps";
+    let big = |n: usize| json!({"metadata": {"name": "heavy"}, "data": {"a": format!("{n}{}", "x".repeat(1_000_000))}});
+    send(
+        admin,
+        "POST",
+        path,
+        "application/json",
+        big(0).to_string().into_bytes(),
+    )
+    .await?;
+    // A watcher that reads one event and then nothing: its connection's window fills, and
+    // whatever the server keeps for it must stay bounded.
+    let watcher = super::client_for(&server.kubeconfig).await?;
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(watcher, "default");
+    let mut stalled = api
+        .watch(&kube::api::WatchParams::default(), "0")
+        .await?
+        .boxed();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stalled.next()).await;
+    for n in 1..=writes {
+        let (code, message) = send(
+            admin,
+            "PUT",
+            &format!("{path}/heavy"),
+            "application/json",
+            big(n).to_string().into_bytes(),
+        )
+        .await?;
+        if code != 200 {
+            bail!("update {n}: {code} {message}");
+        }
+    }
+    let metrics = admin
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    let cache = metrics
+        .lines()
+        .find(|l| l.starts_with("lariat_watch_cache_bytes "))
+        .context("no lariat_watch_cache_bytes metric")?
+        .to_string();
+    drop(stalled);
+    Ok(format!("{writes} updates of 1 MB answered 200; {cache}"))
+}
+
+/// Anonymous TCP connections from 127.0.0.2 and 127.0.0.3 (the server was started with a pool
+/// of 24 for them): the 17th from one address is closed at once, and the admin, from
+/// 127.0.0.1, is still served: the oldest anonymous connection makes room.
+async fn anonymous_connections(server: &ServerProcess) -> anyhow::Result<String> {
+    use tokio::io::AsyncReadExt;
+    let address: std::net::SocketAddr = server.address.parse()?;
+    let connect = |from: [u8; 4]| async move {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind((std::net::Ipv4Addr::from(from), 0).into())?;
+        socket.connect(address).await
+    };
+    let mut held = vec![];
+    for _ in 0..16 {
+        held.push(connect([127, 0, 0, 2]).await?);
+    }
+    for _ in 0..8 {
+        held.push(connect([127, 0, 0, 3]).await?);
+    }
+    let mut extra = connect([127, 0, 0, 2]).await?;
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(Duration::from_secs(2), extra.read(&mut byte)).await;
+    if !matches!(closed, Ok(Ok(0)) | Ok(Err(_))) {
+        bail!("a 17th anonymous connection from one address was kept");
+    }
+    let admin = server.client().await?;
+    let started = Instant::now();
+    admin
+        .request_text(http::Request::get("/api/v1/namespaces").body(Vec::new())?)
+        .await
+        .context("the admin was not served while anonymous connections filled their pool")?;
+    Ok(format!(
+        "the 17th from one address refused; the admin served in {} ms",
+        started.elapsed().as_millis()
+    ))
+}
+
+/// POSTs `body` with curl over HTTP/2 (kube-rs speaks HTTP/1.1 here), as the admin's token.
+fn curl_http2(server: &ServerProcess, path: &str, body: Vec<u8>) -> anyhow::Result<(u16, String)> {
+    use std::io::Write;
+    let kubeconfig = std::fs::read_to_string(server.dir.path().join("kubeconfig-token.yaml"))?;
+    let token = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .context("no token in kubeconfig-token.yaml")?
+        .to_string();
+    let mut child = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "--http2",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "--max-time",
+            "60",
+        ])
+        .arg("--cacert")
+        .arg(server.dir.path().join("tls/ca.crt"))
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .args([
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            "@-",
+        ])
+        .arg(format!("https://{}{path}", server.address))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("curl")?;
+    child.stdin.take().context("stdin")?.write_all(&body)?;
+    let output = child.wait_with_output()?;
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    let (answer, code) = text.rsplit_once('\n').context("no status from curl")?;
+    Ok((code.trim().parse().unwrap_or(0), answer.to_string()))
+}
