@@ -282,6 +282,21 @@ struct ServerArgs {
     /// repository the server can.
     #[arg(long = "fleet-file-repos", value_name = "DIR")]
     fleet_file_repos: Vec<PathBuf>,
+    /// The largest file a GitRepo's commit may hold; a larger one is refused by name and the
+    /// last good commit stays deployed.
+    #[arg(long, default_value_t = lariat_fleet::limits::DEFAULT_MAX_FILE_BYTES)]
+    fleet_max_file_bytes: u64,
+    /// The most one bundle's files may hold together, uncompressed.
+    #[arg(long, default_value_t = lariat_fleet::limits::DEFAULT_MAX_BUNDLE_BYTES)]
+    fleet_max_bundle_bytes: u64,
+    /// The most files and directories one GitRepo commit may have.
+    #[arg(long, default_value_t = lariat_fleet::limits::DEFAULT_MAX_FILES)]
+    fleet_max_files: usize,
+    /// Internal networks GitRepos may fetch from (CIDRs or addresses, comma-separated), e.g.
+    /// an internal git server's. Loopback, link-local and private addresses are refused
+    /// otherwise.
+    #[arg(long, value_name = "NETWORKS", default_value = "")]
+    fleet_allow_networks: String,
     /// How long an Event is kept after it was last seen, e.g. 1h, 30m.
     #[arg(long, default_value = "1h")]
     event_ttl: String,
@@ -759,6 +774,13 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             args.max_object_bytes
         );
     }
+    let fleet_limits = lariat_fleet::Limits {
+        max_file_bytes: args.fleet_max_file_bytes,
+        max_bundle_bytes: args.fleet_max_bundle_bytes,
+        max_files: args.fleet_max_files,
+        allowed_networks: lariat_fleet::limits::parse_networks(&args.fleet_allow_networks)
+            .map_err(|e| anyhow::anyhow!("--fleet-allow-networks: {e}"))?,
+    };
     config.resource_limits = lariat_apiserver::limits::ResourceLimits {
         max_object_bytes: args.max_object_bytes,
         watch_cache_bytes: args.watch_cache_bytes,
@@ -795,7 +817,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let fleet_settings = lariat_fleet::Settings {
             dir: args.store.data_dir.join("fleet"),
             file_roots: args.fleet_file_repos.clone(),
-            limits: Default::default(),
+            limits: fleet_limits,
         };
         // The controllers run on the replica that leads, for as long as it leads: each term
         // starts them on fresh caches and ends them when the lease is lost.

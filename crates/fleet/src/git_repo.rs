@@ -2,9 +2,11 @@
 //! of a new commit into Bundles (owned by the GitRepo), and rolls its Bundles' status up.
 //!
 //! A commit that cannot be deployed (a file that is not YAML, an unknown `fleet.yaml` field,
-//! a path that is gone) changes no Bundle: the last good commit stays deployed, and the
-//! GitRepo's `Accepted` condition names the file and the reason. A fetch that fails is retried
-//! at the next interval, never sooner.
+//! a path that is gone, a file or bundle over the server's [`crate::Limits`]) changes no
+//! Bundle: the last good commit stays deployed, and the GitRepo's `Accepted` condition names
+//! the file and the reason. A fetch that fails is retried at the next interval, never
+//! sooner; one from a network the server does not fetch from is refused before any
+//! connection, with one message whatever is (or is not) there.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -163,6 +165,8 @@ fn reason(error: &GitError) -> &'static str {
         GitError::NoSuchBranch { .. } => "BranchNotFound",
         GitError::NoSuchPath { .. } => "PathNotFound",
         GitError::Local { .. } => "LocalCloneFailed",
+        GitError::NetworkNotAllowed { .. } => "NetworkNotAllowed",
+        GitError::TooLarge(error) => error.reason(),
     }
 }
 
@@ -265,8 +269,8 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
                 auth,
                 ca_bundle: repo.spec.ca_bundle.clone().map(|b| b.0),
             };
-            let dir = clone.clone();
-            match tokio::task::spawn_blocking(move || git::fetch(&dir, &source)).await {
+            let (dir, limits) = (clone.clone(), ctx.settings.limits.clone());
+            match tokio::task::spawn_blocking(move || git::fetch(&dir, &source, &limits)).await {
                 Ok(Ok(fetched)) => Ok(fetched.commit),
                 Ok(Err(error)) => Err((reason(&error), error.to_string())),
                 Err(panicked) => Err(("FetchFailed", panicked.to_string())),
@@ -381,10 +385,13 @@ async fn deploy(
     commit: &str,
 ) -> Result<(), (&'static str, String)> {
     let (dir, at) = (clone.to_path_buf(), commit.to_string());
-    let files = tokio::task::spawn_blocking(move || git::files(&dir, &at, ""))
+    let (paths, limits) = (
+        repo.spec.paths.clone().unwrap_or_default(),
+        ctx.settings.limits.clone(),
+    );
+    let files = tokio::task::spawn_blocking(move || read_commit(&dir, &at, &paths, &limits))
         .await
-        .map_err(|e| ("FetchFailed", e.to_string()))?
-        .map_err(|e| (reason(&e), e.to_string()))?;
+        .map_err(|e| ("FetchFailed", e.to_string()))??;
     let options = RepoOptions {
         target_namespace: repo.spec.target_namespace.clone(),
         keep_resources: repo.spec.keep_resources,
@@ -513,6 +520,38 @@ async fn deploy(
         }
     }
     Ok(())
+}
+
+/// Why a commit is not deployed: the reason word and the message of the GitRepo's
+/// `Accepted` condition.
+pub type Refusal = (&'static str, String);
+
+/// Every file of `commit` in the clone at `dir`, as [`scan::bundles`] takes them: their
+/// sizes checked against `limits` first (from the objects' headers), then the content of
+/// only the files the bundles of `paths` are made of (the others' left empty).
+pub fn read_commit(
+    dir: &std::path::Path,
+    commit: &str,
+    paths: &[String],
+    limits: &crate::Limits,
+) -> Result<Vec<(String, Vec<u8>)>, Refusal> {
+    let failed = |error: GitError| (reason(&error), error.to_string());
+    let listing = git::list(dir, commit, "", limits).map_err(failed)?;
+    let wanted = scan::plan(&listing, paths, limits).map_err(|error| match error {
+        scan::PlanError::Scan(error) => ("InvalidBundle", error.to_string()),
+        scan::PlanError::Limit(error) => (error.reason(), error.to_string()),
+    })?;
+    let mut read: std::collections::HashMap<String, Vec<u8>> = git::read(dir, wanted, limits)
+        .map_err(failed)?
+        .into_iter()
+        .collect();
+    Ok(listing
+        .into_iter()
+        .map(|entry| {
+            let content = read.remove(&entry.path).unwrap_or_default();
+            (entry.path, content)
+        })
+        .collect())
 }
 
 /// The Bundles this GitRepo controls.

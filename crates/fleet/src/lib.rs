@@ -25,9 +25,12 @@ pub mod conditions;
 pub mod content;
 pub mod git;
 pub mod git_repo;
+pub mod limits;
 pub mod rollout;
 pub mod scan;
 pub mod target;
+
+pub use limits::Limits;
 
 /// How the server runs Fleet.
 #[derive(Clone, Debug, Default)]
@@ -36,6 +39,10 @@ pub struct Settings {
     pub dir: PathBuf,
     /// Directories whose repositories `file://` GitRepos may name; none by default.
     pub file_roots: Vec<PathBuf>,
+    /// What one commit may hold, and the internal networks GitRepos may fetch from
+    /// (`--fleet-max-file-bytes`, `--fleet-max-bundle-bytes`, `--fleet-max-files`,
+    /// `--fleet-allow-networks`).
+    pub limits: Limits,
 }
 
 /// Shared by every Fleet reconcile.
@@ -130,6 +137,9 @@ fn connections_flipping(caches: &Caches) -> impl futures::Stream<Item = String> 
 }
 
 /// Runs the Fleet controllers until `shutdown` resolves, on the process's shared caches.
+/// GitRepos reconciled (fetched and scanned) at once.
+const GIT_FETCH_CONCURRENCY: u16 = 4;
+
 pub async fn run(
     caches: Arc<Caches>,
     settings: Settings,
@@ -145,6 +155,11 @@ pub async fn run(
             bundles.changes(),
             controller_owner::<GitRepo, Bundle>(()),
             (),
+        )
+        // A fetch may hold up to `Limits::object_ceiling` in memory: a few at a time bound
+        // what all GitRepos together can take, however many there are.
+        .with_config(
+            kube::runtime::controller::Config::default().concurrency(GIT_FETCH_CONCURRENCY),
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(git_repo::reconcile, error_policy, context.clone())

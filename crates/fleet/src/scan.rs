@@ -15,6 +15,9 @@ use lariat_api::fleet::{
 };
 use serde::Deserialize;
 
+use crate::git::Entry;
+use crate::limits::{LimitError, Limits};
+
 /// The options file of a bundle root.
 pub const FLEET_YAML: &str = "fleet.yaml";
 
@@ -144,16 +147,10 @@ fn check_manifest(path: &str, content: &[u8]) -> Result<(), ScanError> {
     Ok(())
 }
 
-/// The bundles of `paths` (relative to the repository; none means the root), from `files`
-/// (every file of the repository at one commit, as [`crate::git::files`] reads them), with
-/// the GitRepo's targets and options applied.
-pub fn bundles(
-    files: &[(String, Vec<u8>)],
-    paths: &[String],
-    targets: &[Target],
-    repo_options: &RepoOptions,
-) -> Result<Vec<ScannedBundle>, ScanError> {
-    let paths: Vec<String> = if paths.is_empty() {
+/// A GitRepo's `paths`, relative to the repository's root (`""` for the root itself, which
+/// is what none means).
+fn normalized(paths: &[String]) -> Vec<String> {
+    if paths.is_empty() {
         vec![String::new()]
     } else {
         paths
@@ -161,18 +158,18 @@ pub fn bundles(
             .map(|p| p.trim_matches('/').trim_start_matches("./").to_string())
             .map(|p| if p == "." { String::new() } else { p })
             .collect()
-    };
-    for (i, target) in targets.iter().enumerate() {
-        if let Some(problem) = crate::target::target_problem(target) {
-            return Err(ScanError {
-                file: format!("the GitRepo's spec.targets[{i}]"),
-                reason: problem,
-            });
-        }
     }
+}
+
+/// The bundle roots of `paths` (normalized) among the files `names` of a commit: each path,
+/// and each directory below one holding a `fleet.yaml`; sorted.
+fn roots<'a>(
+    names: impl Iterator<Item = &'a str> + Clone,
+    paths: &[String],
+) -> Result<Vec<String>, ScanError> {
     let mut roots: Vec<String> = Vec::new();
-    for path in &paths {
-        if !files.iter().any(|(file, _)| within(file, path)) {
+    for path in paths {
+        if !names.clone().any(|file| within(file, path)) {
             return Err(ScanError {
                 file: if path.is_empty() {
                     ".".into()
@@ -183,7 +180,7 @@ pub fn bundles(
             });
         }
         roots.push(path.clone());
-        for (file, _) in files.iter().filter(|(f, _)| within(f, path)) {
+        for file in names.clone().filter(|f| within(f, path)) {
             if file.rsplit('/').next() == Some(FLEET_YAML) {
                 roots.push(parent(file).to_string());
             }
@@ -191,6 +188,94 @@ pub fn bundles(
     }
     roots.sort();
     roots.dedup();
+    Ok(roots)
+}
+
+/// The root whose bundle `file` belongs to: the deepest above it, within the paths.
+fn owner<'r>(file: &str, roots: &'r [String], paths: &[String]) -> Option<&'r String> {
+    roots
+        .iter()
+        .filter(|r| within(file, r) && paths.iter().any(|p| within(r, p)))
+        .max_by_key(|r| r.len())
+}
+
+/// Why a commit's files are not read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PlanError {
+    #[error(transparent)]
+    Scan(#[from] ScanError),
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+}
+
+/// What [`bundles`] reads of a commit, decided from `listing` (every file of the commit with
+/// its size, as [`crate::git::list`] finds them) before anything is read, and checked
+/// against `limits`: every file under `paths` is at most `max_file_bytes`, and a bundle's
+/// files (every file under its root that no deeper root owns, as Fleet bundles a directory)
+/// hold at most `max_bundle_bytes` together. Returns each bundle's manifests and
+/// `fleet.yaml`, the files whose content [`bundles`] looks at; so no more than the bundles'
+/// files is ever read, and nothing outside `paths`.
+pub fn plan<'a>(
+    listing: &'a [Entry],
+    paths: &[String],
+    limits: &Limits,
+) -> Result<Vec<&'a Entry>, PlanError> {
+    let paths = normalized(paths);
+    let roots = roots(listing.iter().map(|e| e.path.as_str()), &paths)?;
+    let mut totals: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut wanted = Vec::new();
+    for entry in listing {
+        let Some(root) = owner(&entry.path, &roots, &paths) else {
+            continue;
+        };
+        if entry.size > limits.max_file_bytes {
+            return Err(LimitError::File {
+                path: entry.path.clone(),
+                size: entry.size,
+                limit: limits.max_file_bytes,
+            }
+            .into());
+        }
+        let total = totals.entry(root.as_str()).or_default();
+        *total = total.saturating_add(entry.size);
+        if is_manifest(&entry.path) || entry.path == join(root, FLEET_YAML) {
+            wanted.push(entry);
+        }
+    }
+    if let Some((root, size)) = totals
+        .into_iter()
+        .find(|(_, size)| *size > limits.max_bundle_bytes)
+    {
+        return Err(LimitError::Bundle {
+            root: root.to_string(),
+            size,
+            limit: limits.max_bundle_bytes,
+        }
+        .into());
+    }
+    Ok(wanted)
+}
+
+/// The bundles of `paths` (relative to the repository; none means the root), from `files`
+/// (every file of the repository at one commit, as [`crate::git::files`] reads them; the
+/// content of a file [`plan`] does not return is not looked at, and may be left empty),
+/// with the GitRepo's targets and options applied.
+pub fn bundles(
+    files: &[(String, Vec<u8>)],
+    paths: &[String],
+    targets: &[Target],
+    repo_options: &RepoOptions,
+) -> Result<Vec<ScannedBundle>, ScanError> {
+    let paths = normalized(paths);
+    for (i, target) in targets.iter().enumerate() {
+        if let Some(problem) = crate::target::target_problem(target) {
+            return Err(ScanError {
+                file: format!("the GitRepo's spec.targets[{i}]"),
+                reason: problem,
+            });
+        }
+    }
+    let roots = roots(files.iter().map(|(file, _)| file.as_str()), &paths)?;
     let mut bundles = Vec::new();
     for root in &roots {
         let options = match files.iter().find(|(f, _)| *f == join(root, FLEET_YAML)) {
@@ -200,11 +285,7 @@ pub fn bundles(
         let mut resources = Vec::new();
         for (file, content) in files.iter().filter(|(f, _)| is_manifest(f)) {
             // The deepest root above the file owns it.
-            let owner = roots
-                .iter()
-                .filter(|r| within(file, r) && paths.iter().any(|p| within(r, p)))
-                .max_by_key(|r| r.len());
-            if owner != Some(root) {
+            if owner(file, &roots, &paths) != Some(root) {
                 continue;
             }
             check_manifest(file, content)?;

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use lariat_fleet::Limits;
 use lariat_fleet::git::{self, BasicAuth, Credential, GitError, Reference, Source, SshKey};
 
 /// Runs `git` in `dir`, failing the test if it fails.
@@ -46,6 +47,15 @@ fn commit(dir: &Path, files: &[(&str, &str)], message: &str) -> String {
     run_git(dir, &["rev-parse", "HEAD"])
 }
 
+/// The limits the server runs with by default, but fetching from loopback, where the
+/// tests' servers listen.
+fn loopback() -> Limits {
+    Limits {
+        allowed_networks: lariat_fleet::limits::parse_networks("127.0.0.0/8, ::1").unwrap(),
+        ..Limits::default()
+    }
+}
+
 fn source(url: String) -> Source {
     Source {
         url,
@@ -68,13 +78,16 @@ fn a_file_repository_is_fetched_and_its_files_read_from_the_commit() {
     );
     let clone = root.path().join("clone");
     let url = format!("file://{}", upstream.display());
-    let fetched = git::fetch(&clone, &source(url.clone())).unwrap();
+    let fetched = git::fetch(&clone, &source(url.clone()), &loopback()).unwrap();
     assert_eq!(fetched.commit, first);
-    let files = git::files(&clone, &fetched.commit, "apps").unwrap();
+    let files = git::files(&clone, &fetched.commit, "apps", &loopback()).unwrap();
     let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
     assert_eq!(names, ["apps/web/deployment.yaml", "apps/web/fleet.yaml"]);
     assert_eq!(files[0].1, b"kind: Deployment\n");
-    assert_eq!(git::files(&clone, &first, "").unwrap().len(), 3);
+    assert_eq!(
+        git::files(&clone, &first, "", &loopback()).unwrap().len(),
+        3
+    );
 
     // A new commit is seen by the next fetch; the clone is reused.
     let second = commit(
@@ -82,26 +95,28 @@ fn a_file_repository_is_fetched_and_its_files_read_from_the_commit() {
         &[("apps/web/deployment.yaml", "kind: Deployment\n# v2\n")],
         "second",
     );
-    let fetched = git::fetch(&clone, &source(url.clone())).unwrap();
+    let fetched = git::fetch(&clone, &source(url.clone()), &loopback()).unwrap();
     assert_eq!(fetched.commit, second);
     assert_eq!(
-        git::files(&clone, &second, "apps/web").unwrap()[0].1,
+        git::files(&clone, &second, "apps/web", &loopback()).unwrap()[0].1,
         b"kind: Deployment\n# v2\n"
     );
     // Shallow: a new clone gets the last commit only.
     let fresh = root.path().join("fresh");
     assert_eq!(
-        git::fetch(&fresh, &source(url.clone())).unwrap().commit,
+        git::fetch(&fresh, &source(url.clone()), &loopback())
+            .unwrap()
+            .commit,
         second
     );
     assert!(
-        git::files(&fresh, &first, "apps").is_err(),
+        git::files(&fresh, &first, "apps", &loopback()).is_err(),
         "the first commit came too"
     );
 
     // What does not exist is said precisely.
     assert_eq!(
-        git::files(&clone, &second, "nope"),
+        git::files(&clone, &second, "nope", &loopback()),
         Err(GitError::NoSuchPath {
             path: "nope".into(),
             commit: second.clone()
@@ -110,7 +125,7 @@ fn a_file_repository_is_fetched_and_its_files_read_from_the_commit() {
     let mut other = source(url.clone());
     other.reference = Reference::Branch("release".into());
     assert_eq!(
-        git::fetch(&clone, &other),
+        git::fetch(&clone, &other, &loopback()),
         Err(GitError::NoSuchBranch {
             url,
             branch: "release".into()
@@ -124,11 +139,15 @@ fn unreachable_and_unsupported_repositories_are_named() {
     let clone = root.path().join("clone");
     let missing = format!("file://{}/nothing-here", root.path().display());
     assert!(matches!(
-        git::fetch(&clone, &source(missing)),
+        git::fetch(&clone, &source(missing), &loopback()),
         Err(GitError::Unreachable { .. })
     ));
     assert!(matches!(
-        git::fetch(&clone, &source("ftp://example.com/repo".into())),
+        git::fetch(
+            &clone,
+            &source("ftp://example.com/repo".into()),
+            &loopback()
+        ),
         Err(GitError::UnsupportedUrl(_))
     ));
     // A repository on this disk only as `file://`: a bare or relative path is refused (the
@@ -142,13 +161,17 @@ fn unreachable_and_unsupported_repositories_are_named() {
     ] {
         assert!(
             matches!(
-                git::fetch(&clone, &source(bare.clone())),
+                git::fetch(&clone, &source(bare.clone()), &loopback()),
                 Err(GitError::UnsupportedUrl(_))
             ),
             "{bare}"
         );
     }
-    let refused = git::fetch(&clone, &source("http://127.0.0.1:1/repo.git".into()));
+    let refused = git::fetch(
+        &clone,
+        &source("http://127.0.0.1:1/repo.git".into()),
+        &loopback(),
+    );
     assert!(
         matches!(refused, Err(GitError::Unreachable { .. })),
         "{refused:?}"
@@ -157,6 +180,7 @@ fn unreachable_and_unsupported_repositories_are_named() {
     let refused = git::fetch(
         &clone,
         &source("https://deploy:hunter2-token@127.0.0.1:1/repo.git".into()),
+        &loopback(),
     )
     .unwrap_err();
     let text = format!("{refused} {refused:?}");
@@ -353,6 +377,7 @@ async fn an_http_repository_is_fetched_and_a_password_is_never_sent_in_clear_tex
                         auth: auth.map(Credential::Basic),
                         ca_bundle: None,
                     },
+                    &loopback(),
                 )
             })
             .await
@@ -364,7 +389,7 @@ async fn an_http_repository_is_fetched_and_a_password_is_never_sent_in_clear_tex
     assert_eq!(fetched.commit, first);
     let clone = root.path().join("clone");
     assert_eq!(
-        git::files(&clone, &first, "manifests").unwrap()[0].0,
+        git::files(&clone, &first, "manifests", &loopback()).unwrap()[0].0,
         "manifests/cm.yaml"
     );
     // A private one: without a credential it is refused; with one, over plain http, lariat
@@ -404,10 +429,13 @@ fn a_revision_is_a_tag_a_branch_or_a_commit_id() {
     let at = |revision: &str| {
         let mut pinned = source(url.clone());
         pinned.reference = Reference::Revision(revision.into());
-        git::fetch(&clone, &pinned).map(|fetched| fetched.commit)
+        git::fetch(&clone, &pinned, &loopback()).map(|fetched| fetched.commit)
     };
     assert_eq!(at("v1").unwrap(), first, "a tag, peeled to its commit");
-    assert_eq!(git::files(&clone, &first, "").unwrap()[0].1, b"v: 1\n");
+    assert_eq!(
+        git::files(&clone, &first, "", &loopback()).unwrap()[0].1,
+        b"v: 1\n"
+    );
     assert_eq!(at(&second).unwrap(), second, "a commit id");
     assert_eq!(at("stable").unwrap(), first, "a branch");
     assert_eq!(at("main").unwrap(), third);
@@ -439,7 +467,7 @@ fn a_revision_is_a_tag_a_branch_or_a_commit_id() {
         let mut branch = source(url.clone());
         branch.reference = Reference::Branch(bad.into());
         assert_eq!(
-            git::fetch(&clone, &branch),
+            git::fetch(&clone, &branch, &loopback()),
             Err(GitError::InvalidName(bad.into()))
         );
     }
@@ -560,11 +588,14 @@ fn an_ssh_repository_is_fetched_with_the_secrets_key_and_only_a_known_host() {
             private_key: key.to_vec(),
             known_hosts: known_hosts.to_vec(),
         }));
-        git::fetch(&clone, &source)
+        git::fetch(&clone, &source, &loopback())
     };
     let fetched = with(&server.client_key, &server.known_hosts).unwrap();
     assert_eq!(fetched.commit, first);
-    assert_eq!(git::files(&clone, &first, "").unwrap()[0].0, "cm.yaml");
+    assert_eq!(
+        git::files(&clone, &first, "", &loopback()).unwrap()[0].0,
+        "cm.yaml"
+    );
     // The key files lived only for the fetch.
     let left: Vec<_> = std::fs::read_dir(root.path())
         .unwrap()
@@ -605,13 +636,13 @@ fn an_ssh_repository_is_fetched_with_the_secrets_key_and_only_a_known_host() {
     );
     // No key at all: never the server user's own keys or agent.
     assert_eq!(
-        git::fetch(&clone, &source(url.clone())),
+        git::fetch(&clone, &source(url.clone()), &loopback()),
         Err(GitError::SshKeyMissing { url: url.clone() })
     );
     // The scp-like form is ssh too.
     let scp = format!("{}@127.0.0.1:{}", server.user, upstream.display());
     assert_eq!(
-        git::fetch(&clone, &source(scp.clone())),
+        git::fetch(&clone, &source(scp.clone()), &loopback()),
         Err(GitError::SshKeyMissing { url: scp })
     );
 }
@@ -629,7 +660,7 @@ async fn an_https_repository_signed_by_a_private_authority_is_trusted_through_ca
             tokio::task::spawn_blocking(move || {
                 let mut source = source(url);
                 source.ca_bundle = ca_bundle;
-                git::fetch(&clone, &source)
+                git::fetch(&clone, &source, &loopback())
             })
             .await
             .unwrap()
