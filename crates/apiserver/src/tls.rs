@@ -65,7 +65,7 @@ impl Default for Limits {
             max_connections: 16_384,
             max_connections_per_address: 1_024,
             max_unauthenticated_connections: 1_024,
-            max_unauthenticated_connections_per_address: 16,
+            max_unauthenticated_connections_per_address: 512,
             idle_timeout: Duration::from_secs(60),
             max_connection_age: Duration::from_secs(3600),
             unauthenticated_connection_age: Duration::from_secs(30),

@@ -126,6 +126,8 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<()> {
         "--no-controllers".into(),
         "--max-unauthenticated-connections".into(),
         "24".into(),
+        "--max-unauthenticated-connections-per-client".into(),
+        "16".into(),
     ])?;
     let admin = server.client().await?;
     let prober = server.client().await?;
@@ -395,7 +397,7 @@ async fn large_writes_watched(
 }
 
 /// Anonymous TCP connections from 127.0.0.2 and 127.0.0.3 (the server was started with a pool
-/// of 24 for them): the 17th from one address is closed at once, and the admin, from
+/// of 24 for them, 16 per address): the 17th from one address is closed at once, and the admin, from
 /// 127.0.0.1, is still served: the oldest anonymous connection makes room.
 async fn anonymous_connections(server: &ServerProcess) -> anyhow::Result<String> {
     use tokio::io::AsyncReadExt;

@@ -360,21 +360,7 @@ impl Server {
     /// Cluster: what [`servers_own`] names and the objects own): deleting the objects with
     /// orphaned dependents left them behind, and the server's controllers, paused, do not.
     pub async fn forget(&self, entries: &[Entry]) -> anyhow::Result<()> {
-        // Each uid with the namespace the journal puts it in: an owner reference counts only
-        // within that namespace (Kubernetes' own rule for owners), so a forged journal that
-        // pairs a name here with the uid of another namespace's Cluster cannot reach that
-        // namespace's records (the bounded-cost probe deleted team-b's this way).
-        let uids: HashMap<&str, &str> = entries
-            .iter()
-            .map(|e| (e.uid.as_str(), e.namespace.as_str()))
-            .collect();
-        // Named as its Cluster (a ClusterConnection, Fleet's Cluster): found even once the
-        // owner reference is gone.
-        let clusters: HashSet<(&str, &str)> = entries
-            .iter()
-            .filter(|e| e.is_cluster())
-            .map(|e| (e.namespace.as_str(), e.name.as_str()))
-            .collect();
+        let moved = Moved::of(entries);
         for group in self.served.discovery().groups() {
             for (resource, capabilities) in group.recommended_resources() {
                 if servers_own(&resource.group, &resource.kind).is_none()
@@ -383,17 +369,7 @@ impl Server {
                     continue;
                 }
                 for record in list_all(&self.client, &resource).await? {
-                    let of_a_cluster = clusters.contains(&(
-                        record.metadata.namespace.as_deref().unwrap_or_default(),
-                        record.metadata.name.as_deref().unwrap_or_default(),
-                    ));
-                    let record_namespace = record.metadata.namespace.as_deref().unwrap_or_default();
-                    if !of_a_cluster
-                        && !record
-                            .owner_references()
-                            .iter()
-                            .any(|o| uids.get(o.uid.as_str()) == Some(&record_namespace))
-                    {
+                    if !moved.owns(&record) {
                         continue;
                     }
                     let namespace = record.metadata.namespace.clone().unwrap_or_default();
@@ -644,9 +620,77 @@ pub fn read_directory(directory: &Path) -> anyhow::Result<Graph> {
     })
 }
 
+/// The objects a move's journal names, as the server's records of them are found.
+struct Moved<'a> {
+    /// Each uid with the namespace the journal puts it in: an owner reference counts only
+    /// within that namespace (Kubernetes' own rule for owners), so a forged journal that pairs
+    /// a name here with the uid of another namespace's Cluster cannot reach that namespace's
+    /// records (the bounded-cost probe deleted team-b's this way).
+    uids: HashMap<&'a str, &'a str>,
+    /// Clusters by namespace and name: a record named as its Cluster (a ClusterConnection,
+    /// Fleet's Cluster) is found even once its owner reference is gone.
+    clusters: HashSet<(&'a str, &'a str)>,
+}
+
+impl<'a> Moved<'a> {
+    fn of(entries: &'a [Entry]) -> Moved<'a> {
+        Moved {
+            uids: entries
+                .iter()
+                .map(|e| (e.uid.as_str(), e.namespace.as_str()))
+                .collect(),
+            clusters: entries
+                .iter()
+                .filter(|e| e.is_cluster())
+                .map(|e| (e.namespace.as_str(), e.name.as_str()))
+                .collect(),
+        }
+    }
+
+    /// Whether `record` is the server's record of a moved object.
+    fn owns(&self, record: &DynamicObject) -> bool {
+        let namespace = record.metadata.namespace.as_deref().unwrap_or_default();
+        let name = record.metadata.name.as_deref().unwrap_or_default();
+        self.clusters.contains(&(namespace, name))
+            || record
+                .owner_references()
+                .iter()
+                .any(|o| self.uids.get(o.uid.as_str()) == Some(&namespace))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (the bounded-cost probe): a forged journal naming Cluster team-a/dev with
+    /// the uid of team-b/prod made `lariat move -n team-a` delete team-b's ClusterAccess and
+    /// ClusterConnection.
+    #[test]
+    fn only_records_in_the_moved_objects_namespace_are_forgotten() {
+        let record = |namespace: &str, name: &str, owner_uid: &str| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "management.lariat.dev/v1", "kind": "ClusterConnection",
+                "metadata": {"name": name, "namespace": namespace, "ownerReferences": [{
+                    "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+                    "name": "prod", "uid": owner_uid}]},
+            }))
+            .unwrap()
+        };
+        let forged = [Entry {
+            api_version: "cluster.x-k8s.io/v1beta1".into(),
+            kind: "Cluster".into(),
+            namespace: "team-a".into(),
+            name: "dev".into(),
+            uid: "uid-of-team-b-prod".into(),
+        }];
+        let moved = Moved::of(&forged);
+        assert!(!moved.owns(&record("team-b", "prod", "uid-of-team-b-prod")));
+        assert!(!moved.owns(&record("team-b", "other", "uid-of-team-b-prod")));
+        assert!(moved.owns(&record("team-a", "access", "uid-of-team-b-prod")));
+        assert!(moved.owns(&record("team-a", "dev", "unrelated")), "named as its Cluster");
+        assert!(!moved.owns(&record("team-a", "other", "unrelated")));
+    }
 
     #[test]
     fn a_copy_may_add_defaults_but_not_drop_or_change() {
