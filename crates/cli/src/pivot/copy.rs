@@ -688,7 +688,10 @@ mod tests {
         assert!(!moved.owns(&record("team-b", "prod", "uid-of-team-b-prod")));
         assert!(!moved.owns(&record("team-b", "other", "uid-of-team-b-prod")));
         assert!(moved.owns(&record("team-a", "access", "uid-of-team-b-prod")));
-        assert!(moved.owns(&record("team-a", "dev", "unrelated")), "named as its Cluster");
+        assert!(
+            moved.owns(&record("team-a", "dev", "unrelated")),
+            "named as its Cluster"
+        );
         assert!(!moved.owns(&record("team-a", "other", "unrelated")));
     }
 
