@@ -2044,7 +2044,8 @@ async fn watch(
             return Err(ApiError::TooLargeResourceVersion { requested, current });
         }
     }
-    let timeout = match query.get("timeoutSeconds") {
+    // 0, as no value, means the default (as in kube-apiserver).
+    let timeout = match query.get("timeoutSeconds").filter(|t| t.as_str() != "0") {
         Some(t) => Duration::from_secs(
             t.parse()
                 .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
@@ -2151,12 +2152,15 @@ async fn read_bytes_unbounded(body: Body) -> ApiResult<Bytes> {
     let mut body = body;
     let mut collected = bytes::BytesMut::new();
     let mut seen = 0usize;
+    // What this body holds of the bytes all bodies being received may hold together.
+    let mut held = Vec::new();
     while let Some(frame) = body.frame().await {
         let frame = frame
             .map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
         if let Ok(data) = frame.into_data() {
             seen += data.len();
             if seen <= MAX_BODY_BYTES {
+                held.push(crate::limits::receive_body_bytes(data.len())?);
                 collected.extend_from_slice(&data);
             } else if seen > DRAIN_LIMIT {
                 return Err(too_large());

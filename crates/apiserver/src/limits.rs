@@ -10,12 +10,14 @@ use serde_json::Value;
 use crate::status::{ApiError, ApiResult};
 
 /// Requests refused by a limit of this module, for `lariat_limit_refusals_total`.
-static REFUSED: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
-const LIMIT_NAMES: [&str; 4] = [
+static REFUSED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+const LIMIT_NAMES: [&str; 6] = [
     "depth",
     "patch_operations",
     "patch_copy_bytes",
     "object_bytes",
+    "yaml_aliases",
+    "bodies_in_flight",
 ];
 
 /// Which limit refused a request.
@@ -25,6 +27,8 @@ enum Limit {
     PatchOperations = 1,
     PatchCopyBytes = 2,
     ObjectBytes = 3,
+    YamlAliases = 4,
+    BodiesInFlight = 5,
 }
 
 fn refused(limit: Limit) {
@@ -52,11 +56,11 @@ pub fn metrics(watch_cache_bytes: usize) -> String {
 /// The largest request body read (kube-apiserver's 3 MiB). Fixed, as in kube-apiserver.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
-/// How deep a decoded body may nest (objects and arrays, JSON and YAML alike): serde_json's
-/// own recursion limit, so a body no parser here can hold is refused the same way whatever its
-/// format. kube-apiserver's decoder allows 10,000, but no Kubernetes object comes near 128 and
+/// How deep a decoded body may nest (objects and arrays, JSON and YAML alike): what
+/// serde_json's own recursion limit allows (it refuses the 128th level), so a body no parser
+/// here can hold is refused the same way whatever its format. kube-apiserver's decoder allows 10,000, but no Kubernetes object comes near 128 and
 /// every pass over an object (schema, pruning, managed fields) recurses. Fixed.
-pub const MAX_DEPTH: usize = 128;
+pub const MAX_DEPTH: usize = 127;
 
 /// The most operations one JSON patch may hold (kube-apiserver's `maxJSONPatchOperations`).
 /// Fixed.
@@ -65,6 +69,32 @@ pub const MAX_PATCH_OPERATIONS: usize = 10_000;
 /// The largest object stored, once encoded (etcd's default request limit is 1.5 MiB, and
 /// kube-apiserver's objects must fit in it): `--max-object-bytes`.
 pub const DEFAULT_MAX_OBJECT_BYTES: usize = 3 * 512 * 1024;
+
+/// What the bodies of all requests being received may hold together: 256 MiB. A client that
+/// sends most of a 3 MiB body and withholds the rest holds that memory until the body
+/// deadline; without this, a few hundred such requests hold gigabytes (the second probe saw
+/// 2.2 GB from one address). Beyond it a request is answered 429 and retried. Fixed.
+pub const MAX_BODY_BYTES_IN_FLIGHT: usize = 256 * 1024 * 1024;
+
+static BODY_BYTES: std::sync::LazyLock<std::sync::Arc<tokio::sync::Semaphore>> =
+    std::sync::LazyLock::new(|| {
+        std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_BODY_BYTES_IN_FLIGHT))
+    });
+
+/// Takes `bytes` of the bytes bodies being received may hold together, until the returned
+/// permit is dropped; a 429 when they are all taken.
+pub fn receive_body_bytes(bytes: usize) -> ApiResult<tokio::sync::OwnedSemaphorePermit> {
+    let count = u32::try_from(bytes).unwrap_or(u32::MAX);
+    BODY_BYTES.clone().try_acquire_many_owned(count).map_err(|_| {
+        refused(Limit::BodiesInFlight);
+        ApiError::TooManyRequests {
+            message: format!(
+                "the server is receiving {MAX_BODY_BYTES_IN_FLIGHT} bytes of request bodies at once, its limit; retry shortly"
+            ),
+            retry_after_seconds: 1,
+        }
+    })
+}
 
 /// Bodies larger than this are decoded on a thread the runtime may block, so that parsing
 /// them never holds up the requests the runtime's workers answer meanwhile (`/healthz`,
@@ -142,8 +172,18 @@ pub fn json(bytes: &[u8], what: &str) -> ApiResult<Value> {
 /// with the square of the flow nesting (`[[[...`): a bound read in one linear pass comes
 /// first, and the deserializer's own recursion limit catches deep block nesting.
 pub fn yaml(bytes: &[u8], what: &str) -> ApiResult<Value> {
-    if yaml_flow_depth(bytes) > MAX_DEPTH {
+    let shape = yaml_shape(bytes);
+    if shape.depth > MAX_DEPTH {
         return Err(too_deep("YAML"));
+    }
+    // Each alias repeats its anchor's node in full, so a 3 MiB body of aliases to a 1 MB
+    // string decodes to gigabytes (the probe saw 3 GB from one request); the parser's guard
+    // counts repetitions, not bytes. kubectl and client libraries send objects expanded.
+    if shape.aliases > 0 {
+        refused(Limit::YamlAliases);
+        return Err(ApiError::bad_request(format!(
+            "{what} uses YAML aliases (*name): they are not accepted in request bodies, as one alias can repeat any amount of the body; send the object with its aliases expanded (kubectl does)"
+        )));
     }
     offload(bytes.len(), || serde_yaml_ng::from_slice::<Value>(bytes)).map_err(|e| {
         if e.to_string().contains("recursion limit exceeded") {
@@ -181,16 +221,30 @@ fn json_depth(bytes: &[u8]) -> usize {
     deepest
 }
 
-/// An upper bound, in practice exact, of how deep flow collections (`[...]`, `{...}`) nest in
-/// a YAML text, read in one pass. A bracket opens a collection only where a node starts (at
-/// the start of a line's content, after `- `, `: `, `? `, `---`, or inside a flow collection
-/// after `[`, `{` or `,`), so brackets inside plain scalars (`echo [x`), quoted scalars,
-/// comments and block scalars (`|`, `>`) are not counted.
-fn yaml_flow_depth(text: &[u8]) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0usize);
+/// What the cheap pass over a YAML text finds before any parser runs.
+#[derive(Debug, PartialEq, Eq)]
+struct YamlShape {
+    /// An upper bound of how deep collections nest.
+    depth: usize,
+    /// How many aliases (`*name`) it uses.
+    aliases: usize,
+}
+
+/// Reads a YAML text in one pass for an upper bound of its nesting and its aliases. Flow
+/// collections (`[`, `{`) count where a node starts (at the start of a line's content, after
+/// `- `, `: `, `? `, `---`, or inside a flow collection after `[`, `{` or `,`), so brackets
+/// inside plain scalars (`echo [x`), quoted scalars, comments and block scalars (`|`, `>`)
+/// do not. Block collections count by indentation (each deeper level of a line's content
+/// is one more) and by compact indicators (`- - - x`, `? ? x`: one each).
+fn yaml_shape(text: &[u8]) -> YamlShape {
+    let (mut depth, mut deepest, mut aliases) = (0usize, 0usize, 0usize);
     let mut i = 0;
     // The indentation of the line that opened a block scalar, while its content lasts.
     let mut block_scalar: Option<usize> = None;
+    // The indentations of the block levels open at the current line.
+    let mut indents: Vec<usize> = Vec::new();
+    let mut block_depth = 0;
+    let mut line_indicators = 0;
     let mut line_indent = 0;
     let mut node_start = true;
     let mut after_space = true;
@@ -212,15 +266,28 @@ fn yaml_flow_depth(text: &[u8]) -> usize {
                 }
                 block_scalar = None;
             }
+            if blank || rest.starts_with(b"#") {
+                i = skip_line(text, i);
+                line_start = true;
+                continue;
+            }
             line_indent = indent;
+            line_indicators = 0;
             i += indent;
             after_space = true;
             if depth == 0 {
                 node_start = true;
+                while indents.last().is_some_and(|&open| open >= indent) {
+                    indents.pop();
+                }
+                indents.push(indent);
+                block_depth = indents.len();
+                deepest = deepest.max(block_depth);
             }
             if rest.starts_with(b"---") && rest.get(3).is_none_or(|b| b.is_ascii_whitespace()) {
                 i += 3;
                 node_start = true;
+                indents.clear();
             }
             continue;
         }
@@ -248,7 +315,7 @@ fn yaml_flow_depth(text: &[u8]) -> usize {
             }
             b'[' | b'{' if node_start || depth > 0 => {
                 depth += 1;
-                deepest = deepest.max(depth);
+                deepest = deepest.max(block_depth + depth);
                 node_start = true;
                 i += 1;
             }
@@ -261,7 +328,19 @@ fn yaml_flow_depth(text: &[u8]) -> usize {
                 node_start = true;
                 i += 1;
             }
-            b'-' | b'?' | b':' if next_is_space && (b == b':' || node_start) => {
+            b'-' | b'?' if next_is_space && node_start => {
+                // The line's first indicator is the collection its indentation opened; each
+                // further one is a compact collection inside it.
+                if depth == 0 {
+                    line_indicators += 1;
+                    if line_indicators > 1 {
+                        block_depth += 1;
+                        deepest = deepest.max(block_depth);
+                    }
+                }
+                i += 1;
+            }
+            b':' if next_is_space => {
                 node_start = true;
                 i += 1;
             }
@@ -270,6 +349,11 @@ fn yaml_flow_depth(text: &[u8]) -> usize {
                 i = skip_line(text, i);
                 line_start = true;
                 continue;
+            }
+            b'*' if node_start => {
+                aliases += 1;
+                node_start = false;
+                i += 1;
             }
             // Anchors and tags come before the node they name.
             b'&' | b'!' if node_start => {
@@ -284,7 +368,10 @@ fn yaml_flow_depth(text: &[u8]) -> usize {
         }
         after_space = false;
     }
-    deepest
+    YamlShape {
+        depth: deepest,
+        aliases,
+    }
 }
 
 fn skip_line(text: &[u8], from: usize) -> usize {
@@ -362,24 +449,43 @@ pub fn encoded_size_within(value: &Value, budget: usize) -> Option<usize> {
 mod tests {
     use super::*;
 
-    fn check_yaml(text: &str, expect: usize) {
-        assert_eq!(yaml_flow_depth(text.as_bytes()), expect, "{text:?}");
+    fn check_yaml(text: &str, depth: usize) {
+        assert_eq!(yaml_shape(text.as_bytes()).depth, depth, "{text:?}");
     }
 
     #[test]
-    fn yaml_flow_depth_counts_only_collections() {
-        check_yaml("a: [1, [2, {b: [3]}]]\n", 4);
-        check_yaml("- [[x]]\n- {}\n", 2);
-        check_yaml("--- [[1]]\n", 2);
-        check_yaml("key: !!seq [[1]]\n", 2);
+    fn yaml_depth_counts_collections_not_scalars() {
+        check_yaml("a: [1, [2, {b: [3]}]]\n", 5);
+        check_yaml("- [[x]]\n- {}\n", 3);
+        check_yaml("--- [[1]]\n", 3);
+        check_yaml("key: !!seq [[1]]\n", 3);
+        check_yaml("a:\n  b:\n    c: 1\n  d: 2\ne: 3\n", 3);
+        check_yaml("- - - x\n", 3);
+        check_yaml("? ? ? a\n", 3);
         // Brackets inside plain scalars, quoted scalars, comments and block scalars.
-        check_yaml("cmd: echo [[[[ x\n", 0);
-        check_yaml("cmd: \"[[[[\"\nother: '[[[['\n", 0);
-        check_yaml("a: 1 # [[[[\n", 0);
-        check_yaml("script: |\n  [[[[\n  {{{{\n\n  [[\nnext: [1]\n", 1);
-        check_yaml("- >-\n    [[[[\n- [[2]]\n", 2);
+        check_yaml("cmd: echo [[[[ x\n", 1);
+        check_yaml("cmd: \"[[[[\"\nother: '[[[['\n", 1);
+        check_yaml("a: 1 # [[[[\n", 1);
+        check_yaml("script: |\n  [[[[\n  {{{{\n\n  [[\nnext: [1]\n", 2);
+        check_yaml("- >-\n    [[[[\n- [[2]]\n", 3);
         // A flow collection spanning lines, with a quoted bracket inside.
-        check_yaml("a: [\n  \"]\",\n  [1]\n]\n", 2);
+        check_yaml("a: [\n  \"]\",\n  [1]\n]\n", 3);
+    }
+
+    /// Regressions (the second probe): `? ` nesting went past the depth check, `- ` nesting
+    /// was refused only after the parser had spent memory on it, and aliases of a large
+    /// string decoded to gigabytes.
+    #[test]
+    fn compact_nesting_and_aliases_are_refused_before_parsing() {
+        for indicator in ["? ", "- "] {
+            let body = format!("{}a\n", indicator.repeat(1_500_000));
+            let error = yaml(body.as_bytes(), "the body").unwrap_err();
+            assert!(error.to_string().contains("levels"), "{error}");
+        }
+        let aliased = format!("a: &a \"{}\"\nb: [*a, *a]\n", "x".repeat(1000));
+        let error = yaml(aliased.as_bytes(), "the body").unwrap_err();
+        assert!(error.to_string().contains("aliases"), "{error}");
+        assert_eq!(yaml_shape(b"a: '*not'\nb: x*y\n").aliases, 0);
     }
 
     #[test]
@@ -387,16 +493,16 @@ mod tests {
         let deep_yaml = format!("spec: {}{}", "[".repeat(200_000), "]".repeat(200_000));
         let started = std::time::Instant::now();
         let error = yaml(deep_yaml.as_bytes(), "the body").unwrap_err();
-        assert!(error.to_string().contains("128 levels"), "{error}");
+        assert!(error.to_string().contains("127 levels"), "{error}");
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
         let deep_block = (0..200)
             .map(|level| format!("{}- \n", "  ".repeat(level)))
             .collect::<String>();
         let error = yaml(deep_block.as_bytes(), "the body").unwrap_err();
-        assert!(error.to_string().contains("128 levels"), "{error}");
-        let deep_json = format!("{}{}", "[".repeat(129), "]".repeat(129));
+        assert!(error.to_string().contains("127 levels"), "{error}");
+        let deep_json = format!("{}{}", "[".repeat(128), "]".repeat(128));
         let error = json(deep_json.as_bytes(), "the body").unwrap_err();
-        assert!(error.to_string().contains("128 levels"), "{error}");
+        assert!(error.to_string().contains("127 levels"), "{error}");
         let shallow = format!("{}{}", "[".repeat(100), "]".repeat(100));
         json(shallow.as_bytes(), "the body").unwrap();
         yaml(shallow.as_bytes(), "the body").unwrap();

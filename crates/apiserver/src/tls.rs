@@ -271,7 +271,12 @@ impl Slot {
     /// random) once one has.
     async fn lifetime(&self, limits: &Limits) {
         let opened = tokio::time::Instant::now();
-        tokio::time::sleep(limits.unauthenticated_connection_age).await;
+        tokio::time::sleep(
+            limits
+                .unauthenticated_connection_age
+                .min(limits.max_connection_age),
+        )
+        .await;
         if !self.is_authenticated() {
             return;
         }

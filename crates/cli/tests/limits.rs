@@ -33,6 +33,8 @@ fn a_hostile_tenant_is_refused_or_bounded_and_others_are_served() {
     for vector in [
         "JSON patch of 18 copies",
         "YAML nested",
+        "YAML of 600 aliases",
+        "YAML of `? ` nested",
         "JSON nested",
         "a 2 MB Bundle",
         "1 MB ConfigMap updated",

@@ -209,9 +209,44 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<()> {
             );
             let (code, message) = one.map_err(|e| e.to_string())?;
             two.map_err(|e| e.to_string())?;
-            expect(code, &message, 400, "128 levels")
+            expect(code, &message, 400, "127 levels")
         }
     );
+
+    vector!(
+        "YAML of 600 aliases of a 1 MB string, by a user with no rights",
+        async {
+            let aliased = format!(
+                "apiVersion: authentication.k8s.io/v1\nkind: SelfSubjectReview\nmetadata:\n  annotations:\n    a: &a \"{}\"\n    b: [{}]\n",
+                "x".repeat(1_000_000),
+                vec!["*a"; 600].join(",")
+            );
+            let (code, message) = send(
+                &mallory,
+                "POST",
+                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                "application/yaml",
+                aliased.into_bytes(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            expect(code, &message, 400, "aliases")
+        }
+    );
+
+    vector!("YAML of `? ` nested 1,500,000 deep", async {
+        let body = format!("{}a\n", "? ".repeat(1_500_000));
+        let (code, message) = send(
+            &mallory,
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            "application/yaml",
+            body.into_bytes(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        expect(code, &message, 400, "127 levels")
+    });
 
     vector!("JSON nested 200,000 deep", async {
         let body = format!("{}{}", "[".repeat(args.depth), "]".repeat(args.depth));
@@ -224,7 +259,7 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<()> {
         )
         .await
         .map_err(|e| e.to_string())?;
-        expect(code, &message, 400, "128 levels")
+        expect(code, &message, 400, "127 levels")
     });
 
     vector!("a 2 MB Bundle", async {
