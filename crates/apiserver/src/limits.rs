@@ -159,12 +159,23 @@ fn too_deep(format: &str) -> ApiError {
 
 /// Decodes a JSON body, refusing one that nests deeper than [`MAX_DEPTH`] with a message that
 /// names the limit. `what` names the body in other errors ("the request body").
+///
+/// The JSON parser refuses the 128th level itself as it reads it, in one pass, so no pass of
+/// ours comes first: its refusal is only told apart, to name the limit.
 pub fn json(bytes: &[u8], what: &str) -> ApiResult<Value> {
-    if json_depth(bytes) > MAX_DEPTH {
-        return Err(too_deep("JSON"));
-    }
     offload(bytes.len(), || serde_json::from_slice(bytes))
-        .map_err(|e| ApiError::bad_request(format!("{what} is not valid JSON: {e}")))
+        .map_err(|e| undecodable("JSON", what, &e))
+}
+
+/// A body the parser refused: for nesting past the parser's recursion limit (which
+/// [`MAX_DEPTH`] states), a refusal that names the limit.
+fn undecodable(format: &str, what: &str, error: &dyn std::fmt::Display) -> ApiError {
+    let error = error.to_string();
+    if error.contains("recursion limit exceeded") {
+        too_deep(format)
+    } else {
+        ApiError::bad_request(format!("{what} is not valid {format}: {error}"))
+    }
 }
 
 /// Decodes a YAML body (one document), refusing one that nests deeper than [`MAX_DEPTH`].
@@ -185,40 +196,8 @@ pub fn yaml(bytes: &[u8], what: &str) -> ApiResult<Value> {
             "{what} uses YAML aliases (*name): they are not accepted in request bodies, as one alias can repeat any amount of the body; send the object with its aliases expanded (kubectl does)"
         )));
     }
-    offload(bytes.len(), || serde_yaml_ng::from_slice::<Value>(bytes)).map_err(|e| {
-        if e.to_string().contains("recursion limit exceeded") {
-            too_deep("YAML")
-        } else {
-            ApiError::bad_request(format!("{what} is not valid YAML: {e}"))
-        }
-    })
-}
-
-/// The deepest nesting of objects and arrays in a JSON text, read without decoding it (an
-/// invalid text gets some number; the decoder then says what is wrong).
-fn json_depth(bytes: &[u8]) -> usize {
-    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
-    for &b in bytes {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    deepest
+    offload(bytes.len(), || serde_yaml_ng::from_slice::<Value>(bytes))
+        .map_err(|e| undecodable("YAML", what, &e))
 }
 
 /// What the cheap pass over a YAML text finds before any parser runs.

@@ -2,68 +2,13 @@
 //! make them): over `file://`, over http through git's own smart-http backend behind a
 //! small server that asks for a password, and over ssh to an OpenSSH server the test starts.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use lariat_fleet::Limits;
+use common::{commit, loopback, repository, run_git, source};
 use lariat_fleet::git::{self, BasicAuth, Credential, GitError, Reference, Source, SshKey};
-
-/// Runs `git` in `dir`, failing the test if it fails.
-fn run_git(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "test")
-        .env("GIT_AUTHOR_EMAIL", "test@example.com")
-        .env("GIT_COMMITTER_NAME", "test")
-        .env("GIT_COMMITTER_EMAIL", "test@example.com")
-        .output()
-        .expect("run git (is it installed?)");
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap().trim().to_string()
-}
-
-/// A repository on branch `main` holding `files`; returns its path and the commit.
-fn repository(root: &Path, files: &[(&str, &str)]) -> (PathBuf, String) {
-    let dir = root.join("upstream");
-    std::fs::create_dir_all(&dir).unwrap();
-    run_git(&dir, &["init", "-q", "-b", "main"]);
-    let commit = commit(&dir, files, "first");
-    (dir, commit)
-}
-
-fn commit(dir: &Path, files: &[(&str, &str)], message: &str) -> String {
-    for (path, content) in files {
-        let path = dir.join(path);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, content).unwrap();
-    }
-    run_git(dir, &["add", "-A"]);
-    run_git(dir, &["commit", "-q", "-m", message]);
-    run_git(dir, &["rev-parse", "HEAD"])
-}
-
-/// The limits the server runs with by default, but fetching from loopback, where the
-/// tests' servers listen.
-fn loopback() -> Limits {
-    Limits {
-        allowed_networks: lariat_fleet::limits::parse_networks("127.0.0.0/8, ::1").unwrap(),
-        ..Limits::default()
-    }
-}
-
-fn source(url: String) -> Source {
-    Source {
-        url,
-        reference: Reference::Branch("main".into()),
-        auth: None,
-        ca_bundle: None,
-    }
-}
 
 #[test]
 fn a_file_repository_is_fetched_and_its_files_read_from_the_commit() {
@@ -291,72 +236,7 @@ mod http {
                 .body(Body::empty())
                 .unwrap();
         }
-        let (parts, body) = request.into_parts();
-        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
-        let mut child = tokio::process::Command::new("git")
-            .arg("http-backend")
-            .env("GIT_PROJECT_ROOT", &root)
-            .env("GIT_HTTP_EXPORT_ALL", "1")
-            .env("REQUEST_METHOD", parts.method.as_str())
-            .env("PATH_INFO", &path)
-            .env("QUERY_STRING", parts.uri.query().unwrap_or_default())
-            .env(
-                "CONTENT_TYPE",
-                parts
-                    .headers
-                    .get("content-type")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default(),
-            )
-            .env(
-                "GIT_PROTOCOL",
-                parts
-                    .headers
-                    .get("git-protocol")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default(),
-            )
-            .env("REMOTE_USER", USER)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use tokio::io::AsyncWriteExt;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(&body).await.unwrap();
-        drop(stdin);
-        let output = child.wait_with_output().await.unwrap();
-        // A CGI response: headers, a blank line, the body.
-        let split = output
-            .stdout
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .map(|i| (i, 4))
-            .or_else(|| {
-                output
-                    .stdout
-                    .windows(2)
-                    .position(|w| w == b"\n\n")
-                    .map(|i| (i, 2))
-            })
-            .expect("CGI headers");
-        let head = String::from_utf8_lossy(&output.stdout[..split.0]).to_string();
-        let mut response = Response::builder();
-        for line in head.lines() {
-            let Some((name, value)) = line.split_once(':') else {
-                continue;
-            };
-            let value = value.trim();
-            if name.eq_ignore_ascii_case("status") {
-                let code: u16 = value.split_whitespace().next().unwrap().parse().unwrap();
-                response = response.status(code);
-            } else {
-                response = response.header(name, value);
-            }
-        }
-        response
-            .body(Body::from(output.stdout[split.0 + split.1..].to_vec()))
-            .unwrap()
+        common::http_backend(&root, &path, request, Some(USER)).await
     }
 }
 

@@ -3,45 +3,18 @@
 //! `Accepted` condition, by file and limit, and the last good commit stays deployed; a
 //! repository on loopback is refused with the fixed message until the network is allowed.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
+use common::{commit, repository};
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 use lariat_api::fleet::{Bundle, GitRepo};
 use lariat_fleet::{Context, Limits, Settings, git_repo};
 
 const NS: &str = lariat_api::fleet::DEFAULT_WORKSPACE;
-
-fn run_git(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "test")
-        .env("GIT_AUTHOR_EMAIL", "test@example.com")
-        .env("GIT_COMMITTER_NAME", "test")
-        .env("GIT_COMMITTER_EMAIL", "test@example.com")
-        .output()
-        .expect("run git (is it installed?)");
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap().trim().to_string()
-}
-
-fn commit(dir: &Path, files: &[(&str, Vec<u8>)]) -> String {
-    for (path, content) in files {
-        let path = dir.join(path);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, content).unwrap();
-    }
-    run_git(dir, &["add", "-A"]);
-    run_git(dir, &["commit", "-q", "-m", "change"]);
-    run_git(dir, &["rev-parse", "HEAD"])
-}
 
 const CONFIG_MAP: &[u8] = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n";
 
@@ -118,10 +91,7 @@ async fn a_commit_over_the_limits_is_refused_by_name_and_the_last_good_one_stays
     let client = server(&work.path().join("server")).await;
     let caches = lariat_controllers::cache::Caches::new(client.clone());
     let repos = work.path().join("repos");
-    let upstream = repos.join("upstream");
-    std::fs::create_dir_all(&upstream).unwrap();
-    run_git(&upstream, &["init", "-q", "-b", "main"]);
-    let first = commit(&upstream, &[("app/cm.yaml", CONFIG_MAP.to_vec())]);
+    let (upstream, first) = repository(&repos, &[("app/cm.yaml", CONFIG_MAP)]);
     let settings = Settings {
         dir: work.path().join("fleet"),
         file_roots: vec![repos.clone()],
@@ -143,6 +113,7 @@ async fn a_commit_over_the_limits_is_refused_by_name_and_the_last_good_one_stays
             ("app/charts/big.bin", vec![0; 5000]),
             ("app/cm.yaml", [CONFIG_MAP, b"data:\n  v: \"2\"\n"].concat()),
         ],
+        "change",
     );
     let repo = reconcile_until(&client, &caches, &settings, "apps", |repo| {
         repo.status
@@ -175,49 +146,44 @@ async fn a_commit_over_the_limits_is_refused_by_name_and_the_last_good_one_stays
         "the Bundle changed"
     );
 
-    // Too many files and directories: 4 here (app, its cm.yaml, charts and big.bin).
-    let few = Settings {
-        limits: Limits {
-            max_file_bytes: 10_000,
-            max_files: 3,
-            ..Limits::default()
-        },
-        ..settings.clone()
-    };
-    let repo = reconcile_until(&client, &caches, &few, "apps", |repo| {
-        accepted(repo).is_some_and(|(_, reason, _)| reason == "TooManyFiles")
-    })
-    .await;
-    assert!(
-        accepted(&repo).unwrap().2.contains(
-            "the commit has more than 3 files and directories, the limit of one commit (--fleet-max-files)"
+    // Too many files and directories (4 here: app, its cm.yaml, charts and big.bin), and one
+    // bundle's files together: refused by reason and limit, the first commit still deployed.
+    let cases = [
+        (
+            Limits {
+                max_file_bytes: 10_000,
+                max_files: 3,
+                ..Limits::default()
+            },
+            "TooManyFiles",
+            "the commit has more than 3 files and directories, the limit of one commit (--fleet-max-files)",
         ),
-        "{:?}",
-        accepted(&repo)
-    );
-    assert_eq!(deployed(&repo), Some(first.as_str()));
-
-    // One bundle's files together.
-    let small_bundles = Settings {
-        limits: Limits {
-            max_file_bytes: 10_000,
-            max_bundle_bytes: 4000,
-            ..Limits::default()
-        },
-        ..settings.clone()
-    };
-    let repo = reconcile_until(&client, &caches, &small_bundles, "apps", |repo| {
-        accepted(repo).is_some_and(|(_, reason, _)| reason == "BundleTooLarge")
-    })
-    .await;
-    assert!(
-        accepted(&repo).unwrap().2.contains(
-            "bytes of files, more than the 4000-byte limit of one bundle (--fleet-max-bundle-bytes)"
+        (
+            Limits {
+                max_file_bytes: 10_000,
+                max_bundle_bytes: 4000,
+                ..Limits::default()
+            },
+            "BundleTooLarge",
+            "bytes of files, more than the 4000-byte limit of one bundle (--fleet-max-bundle-bytes)",
         ),
-        "{:?}",
-        accepted(&repo)
-    );
-    assert_eq!(deployed(&repo), Some(first.as_str()));
+    ];
+    for (limits, wanted, says) in cases {
+        let tight = Settings {
+            limits,
+            ..settings.clone()
+        };
+        let repo = reconcile_until(&client, &caches, &tight, "apps", |repo| {
+            accepted(repo).is_some_and(|(_, reason, _)| reason == wanted)
+        })
+        .await;
+        assert!(
+            accepted(&repo).unwrap().2.contains(says),
+            "{:?}",
+            accepted(&repo)
+        );
+        assert_eq!(deployed(&repo), Some(first.as_str()));
+    }
 
     // Within limits that allow it, the new commit goes out.
     let roomy = Settings {
@@ -236,60 +202,14 @@ async fn a_commit_over_the_limits_is_refused_by_name_and_the_last_good_one_stays
 /// Serves the repositories under `root` with `git http-backend` on loopback.
 async fn serve(root: PathBuf) -> String {
     use axum::body::Body;
-    use axum::http::{Request, Response};
+    use axum::http::Request;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let app = axum::Router::new().fallback(move |request: Request<Body>| {
         let root = root.clone();
         async move {
-            let (parts, body) = request.into_parts();
-            let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
-            let header = |name: &str| {
-                parts
-                    .headers
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            let mut child = tokio::process::Command::new("git")
-                .arg("http-backend")
-                .env("GIT_PROJECT_ROOT", &root)
-                .env("GIT_HTTP_EXPORT_ALL", "1")
-                .env("REQUEST_METHOD", parts.method.as_str())
-                .env("PATH_INFO", parts.uri.path())
-                .env("QUERY_STRING", parts.uri.query().unwrap_or_default())
-                .env("CONTENT_TYPE", header("content-type"))
-                .env("GIT_PROTOCOL", header("git-protocol"))
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            use tokio::io::AsyncWriteExt;
-            let mut stdin = child.stdin.take().unwrap();
-            stdin.write_all(&body).await.unwrap();
-            drop(stdin);
-            let output = child.wait_with_output().await.unwrap();
-            let end = output
-                .stdout
-                .windows(4)
-                .position(|w| w == b"\r\n\r\n")
-                .expect("CGI headers");
-            let mut response = Response::builder();
-            for line in String::from_utf8_lossy(&output.stdout[..end]).lines() {
-                let Some((name, value)) = line.split_once(':') else {
-                    continue;
-                };
-                if name.eq_ignore_ascii_case("status") {
-                    let code: u16 = value.split_whitespace().next().unwrap().parse().unwrap();
-                    response = response.status(code);
-                } else {
-                    response = response.header(name, value.trim());
-                }
-            }
-            response
-                .body(Body::from(output.stdout[end + 4..].to_vec()))
-                .unwrap()
+            let path = request.uri().path().to_string();
+            common::http_backend(&root, &path, request, None).await
         }
     });
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -302,10 +222,7 @@ async fn a_repository_on_loopback_is_refused_with_one_message_until_its_network_
     let client = server(&work.path().join("server")).await;
     let caches = lariat_controllers::cache::Caches::new(client.clone());
     let repos = work.path().join("repos");
-    let upstream = repos.join("upstream");
-    std::fs::create_dir_all(&upstream).unwrap();
-    run_git(&upstream, &["init", "-q", "-b", "main"]);
-    let first = commit(&upstream, &[("cm.yaml", CONFIG_MAP.to_vec())]);
+    let (_, first) = repository(&repos, &[("cm.yaml", CONFIG_MAP)]);
     let base = serve(repos.clone()).await;
     let closed = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -3,63 +3,17 @@
 //! a large file is never inflated, and a repository in an internal network is refused
 //! before any connection, with one message whether or not anything answers there.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use common::{commit, repository, source};
 use lariat_fleet::Limits;
-use lariat_fleet::git::{self, Credential, GitError, Reference, Source, SshKey};
+use lariat_fleet::git::{self, Credential, GitError, Source, SshKey};
 use lariat_fleet::git_repo::read_commit;
 use lariat_fleet::limits::{LimitError, parse_networks};
-
-fn run_git(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "test")
-        .env("GIT_AUTHOR_EMAIL", "test@example.com")
-        .env("GIT_COMMITTER_NAME", "test")
-        .env("GIT_COMMITTER_EMAIL", "test@example.com")
-        .output()
-        .expect("run git (is it installed?)");
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap().trim().to_string()
-}
-
-/// A repository `upstream` under `root` on branch `main`, holding `files`; returns its path
-/// and the commit.
-fn repository(root: &Path, files: &[(&str, Vec<u8>)]) -> (PathBuf, String) {
-    let dir = root.join("upstream");
-    std::fs::create_dir_all(&dir).unwrap();
-    run_git(&dir, &["init", "-q", "-b", "main"]);
-    let commit = commit(&dir, files);
-    (dir, commit)
-}
-
-fn commit(dir: &Path, files: &[(&str, Vec<u8>)]) -> String {
-    for (path, content) in files {
-        let path = dir.join(path);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, content).unwrap();
-    }
-    run_git(dir, &["add", "-A"]);
-    run_git(dir, &["commit", "-q", "-m", "change"]);
-    run_git(dir, &["rev-parse", "HEAD"])
-}
-
-fn source(url: String) -> Source {
-    Source {
-        url,
-        reference: Reference::Branch("main".into()),
-        auth: None,
-        ca_bundle: None,
-    }
-}
 
 fn manifest(name: &str, padding: usize) -> Vec<u8> {
     format!(
@@ -98,7 +52,7 @@ fn a_large_file_is_refused_by_its_header_and_never_inflated() {
     let big = std::fs::File::create(upstream.join("big.bin")).unwrap();
     big.set_len(SIZE).unwrap();
     drop(big);
-    let commit = commit(&upstream, &[]);
+    let commit = commit::<&[u8]>(&upstream, &[], "change");
     let url = format!("file://{}", upstream.display());
     let small = Limits {
         max_file_bytes: 1024 * 1024,
@@ -236,7 +190,11 @@ fn files_bundles_and_commits_over_the_limits_are_refused_by_name() {
     assert!(read_commit(&clone, &first, &paths, &ten).is_ok());
 
     // One file, named: under a bundle's root, even one that is no manifest.
-    let second = commit(&upstream, &[("apps/web/charts/big.bin", vec![0; 5000])]);
+    let second = commit(
+        &upstream,
+        &[("apps/web/charts/big.bin", vec![0; 5000])],
+        "change",
+    );
     git::fetch(&clone, &source(url), &Limits::default()).unwrap();
     assert_eq!(
         read_commit(&clone, &second, &paths, &limits).unwrap_err(),
@@ -276,64 +234,8 @@ async fn serve(
                     .body(Body::empty())
                     .unwrap();
             }
-            let (parts, body) = request.into_parts();
-            let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
-            let header = |name: &str| {
-                parts
-                    .headers
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            let mut child = tokio::process::Command::new("git")
-                .arg("http-backend")
-                .env("GIT_PROJECT_ROOT", &root)
-                .env("GIT_HTTP_EXPORT_ALL", "1")
-                .env("REQUEST_METHOD", parts.method.as_str())
-                .env("PATH_INFO", parts.uri.path())
-                .env("QUERY_STRING", parts.uri.query().unwrap_or_default())
-                .env("CONTENT_TYPE", header("content-type"))
-                .env("GIT_PROTOCOL", header("git-protocol"))
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            use tokio::io::AsyncWriteExt;
-            let mut stdin = child.stdin.take().unwrap();
-            stdin.write_all(&body).await.unwrap();
-            drop(stdin);
-            let output = child.wait_with_output().await.unwrap();
-            // A CGI response: headers, a blank line, the body.
-            let (end, gap) = output
-                .stdout
-                .windows(4)
-                .position(|w| w == b"\r\n\r\n")
-                .map(|i| (i, 4))
-                .or_else(|| {
-                    output
-                        .stdout
-                        .windows(2)
-                        .position(|w| w == b"\n\n")
-                        .map(|i| (i, 2))
-                })
-                .expect("CGI headers");
-            let mut response = Response::builder();
-            for line in String::from_utf8_lossy(&output.stdout[..end]).lines() {
-                let Some((name, value)) = line.split_once(':') else {
-                    continue;
-                };
-                let value = value.trim();
-                if name.eq_ignore_ascii_case("status") {
-                    let code: u16 = value.split_whitespace().next().unwrap().parse().unwrap();
-                    response = response.status(code);
-                } else {
-                    response = response.header(name, value);
-                }
-            }
-            response
-                .body(Body::from(output.stdout[end + gap..].to_vec()))
-                .unwrap()
+            let path = request.uri().path().to_string();
+            common::http_backend(&root, &path, request, None).await
         }
     });
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

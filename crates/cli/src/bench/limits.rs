@@ -114,6 +114,21 @@ async fn send(
     }
 }
 
+/// Sends a request that must be refused with the code `wanted`, its message naming `names`.
+async fn refused(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Vec<u8>,
+    (wanted, names): (u16, &str),
+) -> Result<String, String> {
+    let (code, message) = send(client, method, path, content_type, body)
+        .await
+        .map_err(|e| e.to_string())?;
+    expect(code, &message, wanted, names)
+}
+
 fn expect(code: u16, message: &str, wanted: u16, names: &str) -> Result<String, String> {
     if code == wanted && message.contains(names) {
         Ok(format!("{code}: {message}"))
@@ -170,16 +185,15 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<()> {
         let ops: Vec<_> = (0..18)
             .map(|n| json!({"op": "copy", "from": "", "path": format!("/k{n}")}))
             .collect();
-        let (code, message) = send(
+        refused(
             &admin,
             "PATCH",
             "/api/v1/namespaces/default/configmaps/amplified",
             "application/json-patch+json",
             json!(ops).to_string().into_bytes(),
+            (413, "--max-object-bytes"),
         )
         .await
-        .map_err(|e| e.to_string())?;
-        expect(code, &message, 413, "--max-object-bytes")
     });
 
     let deep_yaml = format!(
@@ -221,45 +235,42 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<()> {
                 "x".repeat(1_000_000),
                 vec!["*a"; 600].join(",")
             );
-            let (code, message) = send(
+            refused(
                 &mallory,
                 "POST",
                 "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
                 "application/yaml",
                 aliased.into_bytes(),
+                (400, "aliases"),
             )
             .await
-            .map_err(|e| e.to_string())?;
-            expect(code, &message, 400, "aliases")
         }
     );
 
     vector!("YAML of `? ` nested 1,500,000 deep", async {
         let body = format!("{}a\n", "? ".repeat(1_500_000));
-        let (code, message) = send(
+        refused(
             &mallory,
             "POST",
             "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
             "application/yaml",
             body.into_bytes(),
+            (400, "127 levels"),
         )
         .await
-        .map_err(|e| e.to_string())?;
-        expect(code, &message, 400, "127 levels")
     });
 
     vector!("JSON nested 200,000 deep", async {
         let body = format!("{}{}", "[".repeat(args.depth), "]".repeat(args.depth));
-        let (code, message) = send(
+        refused(
             &admin,
             "POST",
             "/api/v1/namespaces/default/configmaps",
             "application/json",
             body.into_bytes(),
+            (400, "127 levels"),
         )
         .await
-        .map_err(|e| e.to_string())?;
-        expect(code, &message, 400, "127 levels")
     });
 
     vector!("a 2 MB Bundle", async {
@@ -268,16 +279,15 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<()> {
             "metadata": {"name": "big"},
             "spec": {"resources": [{"name": "big.yaml", "content": "x".repeat(2_000_000)}]},
         });
-        let (code, message) = send(
+        refused(
             &admin,
             "POST",
             "/apis/fleet.cattle.io/v1alpha1/namespaces/default/bundles",
             "application/json",
             bundle.to_string().into_bytes(),
+            (413, "--max-object-bytes"),
         )
         .await
-        .map_err(|e| e.to_string())?;
-        expect(code, &message, 413, "--max-object-bytes")
     });
 
     let large_writes = args.large_writes;
