@@ -169,6 +169,7 @@ async fn collect(resources: &Resources, stop: &mut watch::Receiver<bool>) -> Api
         start_after: None,
         limit: 1000,
         revision: 0,
+        max_bytes: crate::resources::LIST_PAGE_BYTES,
     };
     let revision = loop {
         let page = store.list(REGISTRY_PREFIX, options.clone()).await?;
@@ -184,6 +185,7 @@ async fn collect(resources: &Resources, stop: &mut watch::Receiver<bool>) -> Api
             start_after: page.items.last().map(|kv| kv.key.clone()),
             limit: 1000,
             revision: page.revision,
+            max_bytes: crate::resources::LIST_PAGE_BYTES,
         };
     };
     let mut pending: BTreeSet<String> = index

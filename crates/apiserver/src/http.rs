@@ -114,6 +114,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         // CA and credential records, never with the management plane's.
         .route("/inmemory/{*rest}", axum::routing::any(virtual_cluster))
         .merge(authenticated)
+        .layer(middleware::from_fn(crate::sending::pace))
         .layer(middleware::from_fn(contain_panics))
         .with_state(state)
 }

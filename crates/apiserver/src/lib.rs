@@ -42,6 +42,7 @@ pub mod replicas;
 pub mod resources;
 pub mod scale;
 pub mod schema;
+pub mod sending;
 pub mod service_accounts;
 pub mod status;
 pub mod strategy;

@@ -10,28 +10,34 @@ use serde_json::Value;
 use crate::status::{ApiError, ApiResult};
 
 /// Requests refused by a limit of this module, for `lariat_limit_refusals_total`.
-static REFUSED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
-const LIMIT_NAMES: [&str; 6] = [
+static REFUSED: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+const LIMIT_NAMES: [&str; 8] = [
     "depth",
     "patch_operations",
     "patch_copy_bytes",
     "object_bytes",
     "yaml_aliases",
     "bodies_in_flight",
+    "responses_in_flight",
+    "stalled_readers",
 ];
 
 /// Which limit refused a request.
 #[derive(Clone, Copy)]
-enum Limit {
+pub(crate) enum Limit {
     Depth = 0,
     PatchOperations = 1,
     PatchCopyBytes = 2,
     ObjectBytes = 3,
     YamlAliases = 4,
     BodiesInFlight = 5,
+    /// [`crate::sending::MAX_RESPONSE_BYTES_IN_FLIGHT`].
+    ResponsesInFlight = 6,
+    /// Responses cut because their client stopped reading ([`crate::sending::WRITE_STALL`]).
+    StalledReaders = 7,
 }
 
-fn refused(limit: Limit) {
+pub(crate) fn refused(limit: Limit) {
     REFUSED[limit as usize].fetch_add(1, Ordering::Relaxed);
 }
 

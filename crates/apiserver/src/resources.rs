@@ -238,24 +238,30 @@ impl Resources {
         }
         let filtered = !params.label_selector.is_empty() || !params.field_selector.is_empty();
         let mut items = Vec::new();
+        // What the items read so far weigh: a paged list's response stops at a page's bytes
+        // and continues from there (clients follow `continue` whatever the count).
+        let mut bytes = 0;
         loop {
             let page = if params.limit == 0 {
                 0
             } else {
                 (params.limit - items.len()).max(if filtered { 500 } else { 0 })
             };
-            let result = self
-                .store
-                .list(&prefix, ListOptions { start_after: start_after.clone(), limit: page, revision })
-                .await
-                .map_err(|e| match e {
-                    lariat_store::Error::Compacted { .. } if params.continue_token.is_some() => ApiError::Gone {
-                        message: "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
-                    },
-                    other => other.into(),
-                })?;
+            let options = ListOptions {
+                start_after: start_after.clone(),
+                limit: page,
+                revision,
+                max_bytes: LIST_PAGE_BYTES,
+            };
+            let result = self.store.list(&prefix, options).await.map_err(|e| match e {
+                lariat_store::Error::Compacted { .. } if params.continue_token.is_some() => ApiError::Gone {
+                    message: "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
+                },
+                other => other.into(),
+            })?;
             revision = result.revision;
             let mut last_key = None;
+            let mut full = false;
             for kv in &result.items {
                 last_key = Some(kv.key.clone());
                 if !labels_may_match(&params.label_selector, kv) {
@@ -265,15 +271,18 @@ impl Resources {
                 if params.label_selector.matches_labels(&object)
                     && params.field_selector.matches_fields(&object)
                 {
+                    bytes += kv.value.len();
                     items.push(object);
-                    if params.limit > 0 && items.len() == params.limit {
+                    full = params.limit > 0
+                        && (items.len() == params.limit || bytes >= LIST_PAGE_BYTES);
+                    if full {
                         break;
                     }
                 }
             }
             let stopped_early = last_key.as_ref() != result.items.last().map(|kv| &kv.key);
             let more = result.more || stopped_early;
-            if params.limit > 0 && items.len() == params.limit && more {
+            if full && more {
                 let token = encode_continue(revision, last_key.as_deref().unwrap_or_default());
                 return Ok(ListOutcome {
                     items,
@@ -281,7 +290,7 @@ impl Resources {
                     continue_token: Some(token),
                 });
             }
-            if !more || params.limit == 0 {
+            if !more {
                 break;
             }
             start_after = last_key;
@@ -310,73 +319,57 @@ impl Resources {
         })
     }
 
-    /// A whole list (no `limit`), read page by page from the store at one revision, so memory
-    /// stays bounded by a page however many objects there are. Returns the revision and the
-    /// matching objects in key order.
+    /// A whole list (no `limit`), read page by page from the store at one revision and
+    /// decoded an item at a time as the caller takes them, so a reader holds one store page
+    /// ([`LIST_PAGE_BYTES`], taken from [`crate::sending`]'s budget) however many objects
+    /// there are. Returns the revision and the matching objects in key order; a 429 when the
+    /// budget is spent.
     pub async fn list_stream(
         &self,
         scope: &Scope,
         params: &ListParams,
     ) -> ApiResult<(i64, BoxStream<'static, ApiResult<Value>>)> {
-        const PAGE: usize = 1000;
         let prefix = scope.rt.list_prefix(scope.namespace.as_deref());
         let at = self.revision_to_list_at(params.at).await?;
-        let first = self
-            .store
-            .list(
-                &prefix,
-                ListOptions {
-                    start_after: None,
-                    limit: PAGE,
-                    revision: at,
-                },
-            )
-            .await?;
+        let permit = crate::sending::hold(LIST_PAGE_BYTES)?;
+        let first = self.store.list(&prefix, stream_page(None, at)).await?;
         let revision = first.revision;
-        let this = self.clone();
-        let scope = scope.clone();
-        let params = params.clone();
-        let pages = stream::unfold(Some(first), move |pending| {
+        let reading = StreamedPage::new(first, permit);
+        let (this, scope, params) = (self.clone(), scope.clone(), params.clone());
+        let items = stream::unfold(Some(reading), move |reading| {
             let (this, scope, params, prefix) =
                 (this.clone(), scope.clone(), params.clone(), prefix.clone());
             async move {
-                let page = pending?;
-                let mut items: Vec<ApiResult<Value>> = page
-                    .items
-                    .iter()
-                    .map(|kv| this.decode(&scope, kv))
-                    .filter(|o| {
-                        o.as_ref().map_or(true, |o| {
-                            params.label_selector.matches_labels(o)
-                                && params.field_selector.matches_fields(o)
-                        })
-                    })
-                    .collect();
-                if !page.more {
-                    return Some((items, None));
-                }
-                let start_after = page.items.last().map(|kv| kv.key.clone());
-                match this
-                    .store
-                    .list(
-                        &prefix,
-                        ListOptions {
-                            start_after,
-                            limit: PAGE,
-                            revision,
-                        },
-                    )
-                    .await
-                {
-                    Ok(next) => Some((items, Some(next))),
-                    Err(e) => {
-                        items.push(Err(e.into()));
-                        Some((items, None))
+                let mut reading = reading?;
+                loop {
+                    if let Some(kv) = reading.items.next() {
+                        match this.decode(&scope, &kv) {
+                            Ok(object)
+                                if params.label_selector.matches_labels(&object)
+                                    && params.field_selector.matches_fields(&object) =>
+                            {
+                                return Some((Ok(object), Some(reading)));
+                            }
+                            Ok(_) => continue,
+                            Err(e) => return Some((Err(e), None)),
+                        }
+                    }
+                    let start_after = reading.last_key.take()?;
+                    // The page read is given back before the next is waited for.
+                    drop(reading);
+                    let permit = crate::sending::hold_waiting(LIST_PAGE_BYTES).await;
+                    match this
+                        .store
+                        .list(&prefix, stream_page(Some(start_after), revision))
+                        .await
+                    {
+                        Ok(next) => reading = StreamedPage::new(next, permit),
+                        Err(e) => return Some((Err(e.into()), None)),
                     }
                 }
             }
         });
-        Ok((revision, pages.flat_map(stream::iter).boxed()))
+        Ok((revision, items.boxed()))
     }
 
     pub async fn create(
@@ -1355,6 +1348,45 @@ fn decode_continue(token: &str) -> ApiResult<(i64, Option<String>)> {
     let revision = value["rv"].as_i64().ok_or_else(bad)?;
     let start = value["start"].as_str().ok_or_else(bad)?;
     Ok((revision, Some(start.to_string())))
+}
+
+/// What one page of a list reads from the store at most, and what one response of a paged
+/// list holds before it ends with `continue`: 4 MiB of stored objects (and one more object).
+/// Fixed.
+pub const LIST_PAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// The store page a streamed list reads next.
+fn stream_page(start_after: Option<String>, revision: i64) -> ListOptions {
+    ListOptions {
+        start_after,
+        limit: 1000,
+        revision,
+        max_bytes: LIST_PAGE_BYTES,
+    }
+}
+
+/// A store page a streamed list hands out, with its share of the response budget.
+struct StreamedPage {
+    items: std::vec::IntoIter<KeyValue>,
+    /// Where the next page starts; `None` when this is the last.
+    last_key: Option<String>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl StreamedPage {
+    fn new(page: lariat_store::ListResult, mut permit: tokio::sync::OwnedSemaphorePermit) -> Self {
+        let bytes: usize = page.items.iter().map(|kv| kv.value.len()).sum();
+        // Only what the page holds stays taken.
+        drop(permit.split(LIST_PAGE_BYTES.saturating_sub(bytes)));
+        StreamedPage {
+            last_key: page
+                .more
+                .then(|| page.items.last().map(|kv| kv.key.clone()))
+                .flatten(),
+            items: page.items.into_iter(),
+            _permit: permit,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -140,32 +140,26 @@ impl Resources {
         params: WatchParams,
     ) -> ApiResult<BoxStream<'static, WatchEvent>> {
         let prefix = scope.rt.list_prefix(scope.namespace.as_deref());
-        let mut initial = vec![];
-        let start = match params.resource_version {
-            Some(rv) if rv > 0 && !params.send_initial_events => rv,
+        // The current state, when the watch starts from it, is read page by page as the
+        // client takes it (`list_stream`), never held whole.
+        let (start, initial) = match params.resource_version {
+            Some(rv) if rv > 0 && !params.send_initial_events => (rv, stream::empty().boxed()),
             _ => {
-                let listed = self
-                    .list(
-                        scope,
-                        &ListParams {
-                            limit: 0,
-                            continue_token: None,
-                            ..params.list.clone()
-                        },
-                    )
-                    .await?;
-                initial = listed
-                    .items
-                    .into_iter()
-                    .map(|object| WatchEvent {
+                let (revision, items) = self.list_stream(scope, &params.list).await?;
+                let added = items.map(|item| match item {
+                    Ok(object) => WatchEvent {
                         kind: "ADDED",
                         object: WatchedObject::new(object),
-                    })
-                    .collect();
-                if params.send_initial_events {
-                    initial.push(bookmark(scope, listed.resource_version, true));
-                }
-                listed.resource_version
+                    },
+                    Err(error) => WatchEvent {
+                        kind: "ERROR",
+                        object: WatchedObject::new(error.to_status()),
+                    },
+                });
+                let end = params
+                    .send_initial_events
+                    .then(|| bookmark(scope, revision, true));
+                (revision, added.chain(stream::iter(end)).boxed())
             }
         };
         let changes = match self.store.watch(&prefix, start).await {
@@ -262,7 +256,13 @@ impl Resources {
                 }
             },
         );
-        Ok(stream::iter(initial).chain(live).boxed())
+        // A stream ends after its first error, as kube-apiserver's do.
+        let events = initial.chain(live).scan(false, |ended, event| {
+            let event = (!*ended).then_some(event);
+            *ended = event.as_ref().is_some_and(|e| e.kind == "ERROR");
+            futures::future::ready(event)
+        });
+        Ok(events.boxed())
     }
 }
 

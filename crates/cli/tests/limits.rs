@@ -38,6 +38,7 @@ fn a_hostile_tenant_is_refused_or_bounded_and_others_are_served() {
         "JSON nested",
         "a 2 MB Bundle",
         "1 MB ConfigMap updated",
+        "lists and watches of --unread-objects",
         "anonymous connections",
         "3 MB SelfSubjectReview over HTTP/2",
     ] {

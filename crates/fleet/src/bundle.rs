@@ -105,9 +105,9 @@ pub fn resolve(spec: &BundleSpec, target: &BundleTarget) -> Result<Vec<Value>, S
 
 /// The documents of a YAML (or JSON) file, empty ones left out.
 fn parse(name: &str, text: &str) -> Result<Vec<Value>, String> {
-    use serde::Deserialize;
-    serde_yaml_ng::Deserializer::from_str(text)
-        .map(|document| Value::deserialize(document).map_err(|e| format!("{name}: {e}")))
+    crate::yaml::documents(text)
+        .into_iter()
+        .map(|document| document.map_err(|e| format!("{name}: {e}")))
         .filter(|d| !matches!(d, Ok(Value::Null)))
         .collect()
 }

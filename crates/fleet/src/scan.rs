@@ -63,8 +63,12 @@ fn fleet_yaml(file: &str, content: &[u8]) -> Result<FleetYaml, ScanError> {
         file: file.to_string(),
         reason,
     };
-    let raw: serde_yaml_ng::Value =
-        serde_yaml_ng::from_slice(content).map_err(|e| fail(format!("is not YAML: {e}")))?;
+    let text = std::str::from_utf8(content).map_err(|_| fail("is not UTF-8 text".into()))?;
+    // fleet.yaml is one document.
+    let raw = match crate::yaml::documents(text).into_iter().next() {
+        Some(document) => document.map_err(|e| fail(format!("is not YAML: {e}")))?,
+        None => serde_json::Value::Null,
+    };
     for unsupported in ["helm", "kustomize"] {
         if raw.get(unsupported).is_some() {
             return Err(fail(format!(
@@ -75,7 +79,7 @@ fn fleet_yaml(file: &str, content: &[u8]) -> Result<FleetYaml, ScanError> {
     if raw.is_null() {
         return Ok(FleetYaml::default());
     }
-    let parsed: FleetYaml = serde_yaml_ng::from_value(raw).map_err(|e| fail(e.to_string()))?;
+    let parsed: FleetYaml = serde_json::from_value(raw).map_err(|e| fail(e.to_string()))?;
     if let Some(strategy) = &parsed.rollout_strategy {
         crate::rollout::validate(strategy).map_err(fail)?;
     }
@@ -122,13 +126,12 @@ fn check_manifest(path: &str, content: &[u8]) -> Result<(), ScanError> {
         reason,
     };
     let text = std::str::from_utf8(content).map_err(|_| fail("is not UTF-8 text".into()))?;
-    for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let value = serde_yaml_ng::Value::deserialize(document)
-            .map_err(|e| fail(format!("is not YAML: {e}")))?;
+    for (index, document) in crate::yaml::documents(text).into_iter().enumerate() {
+        let value = document.map_err(|e| fail(format!("is not YAML: {e}")))?;
         if value.is_null() {
             continue;
         }
-        let Some(map) = value.as_mapping() else {
+        let Some(map) = value.as_object() else {
             return Err(fail(format!(
                 "document {} is not a Kubernetes object (a mapping with apiVersion and kind)",
                 index + 1
@@ -538,6 +541,15 @@ mod tests {
         assert!(error.reason.contains("is not YAML"), "{error}");
         let error = bundles(&[file("a.yaml", "just: data\n")], &[], &[], &options).unwrap_err();
         assert!(error.reason.contains("no apiVersion"), "{error}");
+        // 300 KB whose aliases repeat a 5 KB string 100,000 times (500 MB decoded).
+        let bomb = format!(
+            "apiVersion: v1\nkind: ConfigMap\ndata:\n  a: &a \"{}\"\n  b: [{}]\n",
+            "x".repeat(5_000),
+            vec!["*a"; 100_000].join(",")
+        );
+        let error = bundles(&[file("bomb.yaml", &bomb)], &[], &[], &options).unwrap_err();
+        assert_eq!(error.file, "bomb.yaml");
+        assert!(error.reason.contains("YAML aliases repeat"), "{error}");
         let error = bundles(
             &[
                 file("fleet.yaml", "helm:\n  chart: x\n"),

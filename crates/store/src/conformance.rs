@@ -14,7 +14,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 
-use crate::{Error, Event, EventKind, KeyValue, ListOptions, Revision, Store, WatchStream};
+use crate::{
+    Error, Event, EventKind, KeyValue, ListOptions, ListResult, Revision, Store, WatchStream,
+};
 
 /// One check: takes the store under test and panics if the contract is broken.
 pub type Check = for<'a> fn(&'a dyn Store) -> BoxFuture<'a, ()>;
@@ -46,6 +48,7 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("list_pages_at_a_fixed_revision", |s| {
         Box::pin(list_pages_at_a_fixed_revision(s))
     }),
+    ("list_pages_by_bytes", |s| Box::pin(list_pages_by_bytes(s))),
     ("watch_replays_then_follows", |s| {
         Box::pin(watch_replays_then_follows(s))
     }),
@@ -441,6 +444,7 @@ pub async fn list_pages_at_a_fixed_revision(store: &dyn Store) {
             start_after: listed.items.last().map(|kv| kv.key.clone()),
             limit: 2,
             revision,
+            ..ListOptions::default()
         };
     }
     assert_eq!(
@@ -464,6 +468,72 @@ pub async fn list_pages_at_a_fixed_revision(store: &dyn Store) {
     let latest = store.list(&prefix, ListOptions::default()).await.unwrap();
     assert!(latest.revision > revision);
     assert_ne!(latest.items, snapshot, "the latest state moved on");
+}
+
+/// A page stops once its values hold `max_bytes`, with at least one item, at the latest
+/// revision and at an older one alike; pages by bytes add up to the whole list.
+pub async fn list_pages_by_bytes(store: &dyn Store) {
+    let base = unique("list_pages_by_bytes");
+    let prefix = format!("{base}items/");
+    let mut snapshot = Vec::new();
+    for i in 0..5 {
+        let kv = store
+            .create(&format!("{prefix}{i}"), vec![i; 100])
+            .await
+            .unwrap();
+        snapshot.push(kv);
+    }
+    let page = |max_bytes, limit, revision| ListOptions {
+        max_bytes,
+        limit,
+        revision,
+        ..ListOptions::default()
+    };
+    let sizes = |listed: &ListResult| (listed.items.len(), listed.more);
+    for revision in [0, snapshot[4].mod_revision] {
+        let listed = store.list(&prefix, page(250, 0, revision)).await.unwrap();
+        assert_eq!(
+            sizes(&listed),
+            (3, true),
+            "the item that reaches 250 bytes ends the page"
+        );
+        let listed = store.list(&prefix, page(1, 0, revision)).await.unwrap();
+        assert_eq!(
+            sizes(&listed),
+            (1, true),
+            "a page holds one item however large"
+        );
+        let listed = store.list(&prefix, page(500, 0, revision)).await.unwrap();
+        assert_eq!(sizes(&listed), (5, false), "the whole list fits exactly");
+        let listed = store.list(&prefix, page(250, 2, revision)).await.unwrap();
+        assert_eq!(sizes(&listed), (2, true), "the item limit comes first");
+        if revision == 0 {
+            // Rewrite one item so the older revision reads history, not the current rows.
+            store
+                .update(&snapshot[1].key, vec![9; 1000], snapshot[1].mod_revision)
+                .await
+                .unwrap();
+        }
+    }
+    let mut pages = Vec::new();
+    let mut start_after = None;
+    loop {
+        let options = ListOptions {
+            start_after,
+            ..page(150, 0, snapshot[4].mod_revision)
+        };
+        let listed = store.list(&prefix, options).await.unwrap();
+        assert!(listed.items.len() <= 2);
+        start_after = listed.items.last().map(|kv| kv.key.clone());
+        pages.extend(listed.items);
+        if !listed.more {
+            break;
+        }
+    }
+    assert_eq!(
+        pages, snapshot,
+        "pages by bytes add up to the state they were read at"
+    );
 }
 
 /// A watch from a revision first replays every later change, then follows live ones.

@@ -16,7 +16,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::{
-    Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Store,
+    Error, Event, EventKind, KeyValue, ListOptions, ListResult, Page, Result, Revision, Store,
     WatchStream, prefix_end, range_start,
 };
 
@@ -592,15 +592,18 @@ impl Store for EtcdStore {
             0 => header_revision(response.header.as_ref())?,
             revision => revision,
         };
-        Ok(ListResult {
-            items: response
-                .kvs
-                .into_iter()
-                .map(|kv| self.kv(kv))
-                .collect::<Result<_>>()?,
-            revision,
-            more: response.more,
-        })
+        // etcd's range has no byte limit: the page is cut here, so what the caller holds
+        // beyond this call is bounded all the same.
+        let mut page = Page::new(&options);
+        for kv in response.kvs {
+            if !page.has_room() {
+                break;
+            }
+            page.push(self.kv(kv)?);
+        }
+        let mut listed = page.finish(revision);
+        listed.more |= response.more;
+        Ok(listed)
     }
 
     async fn count(&self, prefix: &str) -> Result<i64> {

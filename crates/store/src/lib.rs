@@ -66,6 +66,53 @@ pub struct ListOptions {
     /// Read the state as of this revision; `0` means the latest. A revision older than the
     /// compaction point yields `Error::Compacted`.
     pub revision: Revision,
+    /// Stop once the items' values hold this many bytes (the page still holds at least one
+    /// item); `0` means no limit. A page of large objects then costs what a page of small
+    /// ones does.
+    pub max_bytes: usize,
+}
+
+/// A page being filled in key order, within the options' item and byte limits.
+pub(crate) struct Page {
+    limit: usize,
+    max_bytes: usize,
+    items: Vec<KeyValue>,
+    bytes: usize,
+    more: bool,
+}
+
+impl Page {
+    pub(crate) fn new(options: &ListOptions) -> Page {
+        Page {
+            limit: options.limit,
+            max_bytes: options.max_bytes,
+            items: Vec::new(),
+            bytes: 0,
+            more: false,
+        }
+    }
+
+    /// Whether the page takes another item. Asked when one exists, so a full page learns
+    /// from it that more remain.
+    pub(crate) fn has_room(&mut self) -> bool {
+        let full = (self.limit > 0 && self.items.len() >= self.limit)
+            || (self.max_bytes > 0 && self.bytes >= self.max_bytes);
+        self.more |= full;
+        !full
+    }
+
+    pub(crate) fn push(&mut self, kv: KeyValue) {
+        self.bytes += kv.value.len();
+        self.items.push(kv);
+    }
+
+    pub(crate) fn finish(self, revision: Revision) -> ListResult {
+        ListResult {
+            items: self.items,
+            revision,
+            more: self.more,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

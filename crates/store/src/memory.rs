@@ -49,7 +49,7 @@ use futures::StreamExt;
 use tokio::sync::watch;
 
 use crate::{
-    Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Store,
+    Error, Event, EventKind, KeyValue, ListOptions, ListResult, Page, Result, Revision, Store,
     WatchStream,
 };
 
@@ -229,13 +229,8 @@ impl State {
             .map(|(_, kv)| kv)
             .peekable();
         let mut changed = then.values().filter_map(|kv| *kv).peekable();
-        // One item beyond the limit tells whether there are more.
-        let wanted = match options.limit {
-            0 => usize::MAX,
-            limit => limit.saturating_add(1),
-        };
-        let mut items = Vec::new();
-        while items.len() < wanted {
+        let mut page = Page::new(options);
+        loop {
             // Both are in key order and share no key; merge them.
             let next = match (unchanged.peek(), changed.peek()) {
                 (Some(a), Some(b)) if b.key < a.key => changed.next(),
@@ -243,19 +238,11 @@ impl State {
                 (None, _) => changed.next(),
             };
             match next {
-                Some(kv) => items.push(KeyValue::clone(kv)),
-                None => break,
+                Some(kv) if page.has_room() => page.push(KeyValue::clone(kv)),
+                _ => break,
             }
         }
-        let more = options.limit > 0 && items.len() > options.limit;
-        if more {
-            items.truncate(options.limit);
-        }
-        Ok(ListResult {
-            items,
-            revision,
-            more,
-        })
+        Ok(page.finish(revision))
     }
 }
 

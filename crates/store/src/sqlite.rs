@@ -42,7 +42,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
 
 use crate::{
-    Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Store,
+    Error, Event, EventKind, KeyValue, ListOptions, ListResult, Page, Result, Revision, Store,
     WatchStream, prefix_end, range_start,
 };
 
@@ -421,12 +421,12 @@ fn list(conn: &mut Connection, prefix: &str, options: &ListOptions) -> Result<Li
         options.start_after.as_deref().map(str::as_bytes),
     );
     let hi = prefix_end(prefix.as_bytes());
-    // One item beyond the limit tells whether there are more.
+    // One item beyond the page tells whether there are more.
     let wanted = match options.limit {
-        0 => usize::MAX,
-        limit => limit.saturating_add(1),
+        0 => -1,
+        limit => i64::try_from(limit.saturating_add(1)).unwrap_or(-1),
     };
-    let mut items = Vec::new();
+    let mut page = Page::new(options);
     if revision == head {
         let mut stmt = tx
             .prepare_cached(
@@ -436,20 +436,21 @@ fn list(conn: &mut Connection, prefix: &str, options: &ListOptions) -> Result<Li
             )
             .map_err(sql)?;
         let rows = stmt
-            .query_map(
-                params![lo, hi, i64::try_from(wanted).unwrap_or(-1)],
-                |row| {
-                    Ok(KeyValue {
-                        key: to_key(row.get(0)?)?,
-                        value: row.get(1)?,
-                        create_revision: row.get(2)?,
-                        mod_revision: row.get(3)?,
-                    })
-                },
-            )
+            .query_map(params![lo, hi, wanted], |row| {
+                Ok(KeyValue {
+                    key: to_key(row.get(0)?)?,
+                    value: row.get(1)?,
+                    create_revision: row.get(2)?,
+                    mod_revision: row.get(3)?,
+                })
+            })
             .map_err(sql)?;
         for row in rows {
-            items.push(row.map_err(sql)?);
+            let kv = row.map_err(sql)?;
+            if !page.has_room() {
+                break;
+            }
+            page.push(kv);
         }
     } else {
         // An older revision: each key's latest row at or below it, skipping tombstones. The
@@ -466,10 +467,7 @@ fn list(conn: &mut Connection, prefix: &str, options: &ListOptions) -> Result<Li
             )
             .map_err(sql)?;
         let mut latest = keys.query(params![lo, hi, revision]).map_err(sql)?;
-        while items.len() < wanted {
-            let Some(row) = latest.next().map_err(sql)? else {
-                break;
-            };
+        while let Some(row) = latest.next().map_err(sql)? {
             let at: Revision = row.get(0).map_err(sql)?;
             let (kv, deleted) = row_at
                 .query_row([at], |row| {
@@ -482,20 +480,16 @@ fn list(conn: &mut Connection, prefix: &str, options: &ListOptions) -> Result<Li
                     Ok((kv, row.get::<_, bool>(3)?))
                 })
                 .map_err(sql)?;
-            if !deleted {
-                items.push(kv);
+            if deleted {
+                continue;
             }
+            if !page.has_room() {
+                break;
+            }
+            page.push(kv);
         }
     }
-    let more = items.len() > options.limit && options.limit > 0;
-    if more {
-        items.truncate(options.limit);
-    }
-    Ok(ListResult {
-        items,
-        revision,
-        more,
-    })
+    Ok(page.finish(revision))
 }
 
 /// A small pool of read connections, each used by one blocking task at a time.

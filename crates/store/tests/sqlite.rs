@@ -37,6 +37,7 @@ conformance!(
     concurrent_updates_have_one_winner,
     list_orders_and_isolates_prefixes,
     list_pages_at_a_fixed_revision,
+    list_pages_by_bytes,
     watch_replays_then_follows,
     watch_has_no_gap_while_starting,
     watch_isolates_prefixes,

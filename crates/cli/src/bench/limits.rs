@@ -18,6 +18,9 @@ pub struct LimitsArgs {
     /// Updates of a 1 MB ConfigMap, watched by a client that reads nothing.
     #[arg(long, default_value_t = 300)]
     large_writes: usize,
+    /// 1 MB ConfigMaps listed and watched by clients that read nothing.
+    #[arg(long, default_value_t = 64)]
+    unread_objects: usize,
     /// How deep the nested YAML and JSON bodies go.
     #[arg(long, default_value_t = 200_000)]
     depth: usize,
@@ -300,6 +303,16 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<()> {
         }
     );
 
+    let unread_objects = args.unread_objects;
+    vector!(
+        "24 lists and watches of --unread-objects 1 MB ConfigMaps that are never read",
+        async {
+            unread_responses(&server, &admin, unread_objects)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    );
+
     vector!(
         "anonymous connections from two addresses fill their pool",
         async {
@@ -456,6 +469,75 @@ async fn large_writes_watched(
         .to_string();
     drop(stalled);
     Ok(format!("{writes} updates of 1 MB answered 200; {cache}"))
+}
+
+/// Lists (whole and paged) and watches from the current state of `objects` 1 MB ConfigMaps,
+/// each asked by a client that then reads nothing: each holds at most a store page
+/// (`LIST_PAGE_BYTES`) on the server, not the whole state (before the limit, each held it all).
+async fn unread_responses(
+    server: &ServerProcess,
+    admin: &kube::Client,
+    objects: usize,
+) -> anyhow::Result<String> {
+    const READERS: usize = 24;
+    const PER_READER_MIB: f64 = 16.0;
+    let path = "/api/v1/namespaces/unread/configmaps";
+    send(
+        admin,
+        "POST",
+        "/api/v1/namespaces",
+        "application/json",
+        json!({"metadata": {"name": "unread"}})
+            .to_string()
+            .into_bytes(),
+    )
+    .await?;
+    for n in 0..objects {
+        let object = json!({"metadata": {"name": format!("heavy-{n}")}, "data": {"a": "x".repeat(1_000_000)}});
+        let (code, message) = send(
+            admin,
+            "POST",
+            path,
+            "application/json",
+            object.to_string().into_bytes(),
+        )
+        .await?;
+        if code != 200 {
+            bail!("create {n}: {code} {message}");
+        }
+    }
+    settle().await;
+    let before = rss_mib(server.child.id());
+    let mut unread = vec![];
+    for i in 0..READERS {
+        let query = ["", "?limit=500", "?watch=true&resourceVersion=0"][i % 3];
+        let client = super::client_for(&server.kubeconfig).await?;
+        let request = http::Request::get(format!("{path}{query}")).body(Vec::new())?;
+        let response = client.send(request.map(Into::into)).await?;
+        if response.status() != 200 {
+            bail!("{path}{query}: {}", response.status());
+        }
+        unread.push((client, response));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = rss_mib(server.child.id()) - before;
+    let started = Instant::now();
+    admin
+        .request_text(
+            http::Request::get("/api/v1/namespaces/default/configmaps?limit=1").body(Vec::new())?,
+        )
+        .await
+        .context("the admin was not served while unread responses were held")?;
+    let served = started.elapsed();
+    drop(unread);
+    let bound = READERS as f64 * PER_READER_MIB;
+    if held > bound {
+        bail!("{READERS} unread responses held {held:.0} MiB, more than {bound:.0}");
+    }
+    Ok(format!(
+        "{READERS} unread responses of {objects} MB held {held:.0} MiB; the admin served in {} ms",
+        served.as_millis()
+    ))
 }
 
 /// Anonymous TCP connections from 127.0.0.2 and 127.0.0.3 (the server was started with a pool
