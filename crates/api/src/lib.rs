@@ -4,6 +4,7 @@
 //! user-installed CRD, so the schema, printer columns, names and subresources it needs all come
 //! from the Rust types in [`capi`], [`controlplane`], [`bootstrap`] and [`infrastructure`].
 
+pub mod admission;
 pub mod aws;
 pub mod bootstrap;
 pub mod capi;

@@ -487,9 +487,9 @@ impl Attributes {
         }
     }
 
-    /// The 403 for a refused request, in kube-apiserver's words (`clusters.cluster.x-k8s.io
-    /// is forbidden: User "alice" cannot list resource "clusters" in API group
-    /// "cluster.x-k8s.io" in the namespace "team-b"`), with the authorizer's reason if any.
+    /// The 403 for a refused request, in kube-apiserver's words (`deployments.apps is
+    /// forbidden: User "alice" cannot list resource "deployments" in API group "apps" in
+    /// the namespace "team-b"`), with the authorizer's reason if any.
     pub fn forbidden(&self, user: &User, reason: &str) -> ApiError {
         let mut message = match &self.path {
             Some(path) => format!(

@@ -64,6 +64,8 @@ pub struct AppState {
     /// The other replicas on this datastore, which proxy requests are forwarded to and from
     /// (`None` on the simulated clusters).
     pub replicas: Option<Arc<crate::replicas::Replicas>>,
+    /// Routes beside the API whose callers prove themselves to the route (`Config::routes`).
+    pub routes: Vec<crate::routes::Route>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -96,7 +98,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .fallback(dispatch)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
-    Router::new()
+    let mut router = Router::new();
+    for route in &state.routes {
+        let handler = route.handler.clone();
+        router = router.route(
+            route.path,
+            axum::routing::post(
+                move |State(state): State<Arc<AppState>>, request: Request| {
+                    proven_route(state, handler.clone(), request)
+                },
+            ),
+        );
+    }
+    router
         .route("/version", get(version))
         .route("/healthz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))
@@ -108,8 +122,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v3/connect", get(agent_connect))
         .route("/v3/import/{file}", get(import_manifest))
-        // Git pushes from GitHub and GitLab, proven by the GitRepos' webhook secrets.
-        .route("/v3/fleet/webhook", axum::routing::post(fleet_webhook))
         // A simulated cluster is its own trust domain: its router authenticates with its own
         // CA and credential records, never with the management plane's.
         .route("/inmemory/{*rest}", axum::routing::any(virtual_cluster))
@@ -212,14 +224,16 @@ async fn agent_connect(State(state): State<Arc<AppState>>, request: Request) -> 
     .await
 }
 
-/// `POST /v3/fleet/webhook`: a git push from GitHub or GitLab makes the GitRepos following it
-/// fetch now (`webhook.rs`). Deliveries that prove no secret draw on the same per-address
-/// budget of failures as agent handshakes.
-async fn fleet_webhook(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    use crate::webhook::{Delivery, Outcome, Provider};
-    if state.simulated {
-        return not_found_path(request.uri().path()).into_response();
-    }
+/// A route of [`AppState::routes`]: its caller proves itself to the handler, so an address
+/// whose proofs keep failing is told to wait (the per-address budget of failures agent
+/// handshakes draw on), and the body is read (within the request body limit) before any
+/// answer.
+async fn proven_route(
+    state: Arc<AppState>,
+    handler: crate::routes::Handler,
+    request: Request,
+) -> Response {
+    let path = request.uri().path().to_string();
     let address = request
         .extensions()
         .get::<Peer>()
@@ -229,7 +243,7 @@ async fn fleet_webhook(State(state): State<Arc<AppState>>, request: Request) -> 
         && let Err(retry_after) = state.tunnels.may_try(address)
     {
         let mut response = ApiError::TooManyRequests {
-            message: format!("too many refused webhooks from {address}; retry in {retry_after}s"),
+            message: format!("too many refused requests from {address}; retry in {retry_after}s"),
             retry_after_seconds: retry_after,
         }
         .into_response();
@@ -239,43 +253,24 @@ async fn fleet_webhook(State(state): State<Arc<AppState>>, request: Request) -> 
         );
         return response;
     }
-    // Read (a bounded amount of) the body before any answer: a client still sending it would
-    // otherwise see its connection reset instead of the refusal.
+    // A client still sending its body would otherwise see its connection reset instead of
+    // the refusal.
     let (parts, body) = request.into_parts();
     let body = match read_bytes(body).await {
         Ok(body) => body,
         Err(e) => return e.into_response(),
     };
-    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-    let (provider, event) = match (header("x-github-event"), header("x-gitlab-event")) {
-        (Some(event), _) => (Provider::GitHub, event),
-        (None, Some(event)) => (Provider::GitLab, event),
-        _ => {
-            return ApiError::bad_request(
-                "not a webhook lariat knows: GitHub sends X-GitHub-Event, GitLab X-Gitlab-Event",
-            )
-            .into_response();
-        }
-    };
-    let delivery = Delivery {
-        provider,
-        event,
-        signature: header("x-hub-signature-256"),
-        token: header("x-gitlab-token"),
-        body: &body,
-    };
-    match crate::webhook::deliver(&crate::local::client(state.clone()), delivery).await {
-        Ok(Outcome::Ignored(message)) => axum::Json(json!({"message": message})).into_response(),
-        Ok(Outcome::Triggered(repos)) => axum::Json(json!({"triggered": repos})).into_response(),
-        Err(error) => {
-            if let ApiError::Unauthorized = &error {
-                crate::auth::record_refusal("/v3/fleet/webhook", address.map(|ip| (ip, 0).into()));
-                if let Some(address) = address {
-                    state.tunnels.failed(address);
-                }
+    match handler(crate::local::client(state.clone()), parts.headers, body).await {
+        Ok(answer) => axum::Json(answer).into_response(),
+        Err((StatusCode::UNAUTHORIZED, _)) => {
+            crate::auth::record_refusal(&path, address.map(|ip| (ip, 0).into()));
+            if let Some(address) = address {
+                state.tunnels.failed(address);
             }
-            error.into_response()
+            ApiError::Unauthorized.into_response()
         }
+        Err((StatusCode::BAD_REQUEST, message)) => ApiError::bad_request(message).into_response(),
+        Err((_, message)) => ApiError::internal(message).into_response(),
     }
 }
 
@@ -2307,12 +2302,11 @@ mod tests {
 
     #[test]
     fn paths() {
-        let t =
-            parse_path("/apis/cluster.x-k8s.io/v1beta1/namespaces/default/clusters/prod/status")
-                .unwrap();
+        let t = parse_path("/apis/example.com/v1beta1/namespaces/default/clusters/prod/status")
+            .unwrap();
         assert_eq!(
             (t.group.as_str(), t.namespace.as_deref(), t.plural.as_str()),
-            ("cluster.x-k8s.io", Some("default"), "clusters")
+            ("example.com", Some("default"), "clusters")
         );
         assert_eq!(
             (t.name.as_deref(), t.subresource.as_deref()),

@@ -40,6 +40,7 @@ pub mod rbac;
 pub mod registry;
 pub mod replicas;
 pub mod resources;
+pub mod routes;
 pub mod scale;
 pub mod schema;
 pub mod sending;
@@ -51,7 +52,6 @@ pub mod tls;
 pub mod tunnel;
 pub mod virtual_clusters;
 pub mod watch;
-pub mod webhook;
 
 use crate::auth::Authenticator;
 use crate::registry::Registry;
@@ -110,6 +110,12 @@ pub struct Config {
     /// to the tunnels it holds (`--peer-address`). Default: the listener's address, or on a
     /// wildcard listener the address this machine sends from.
     pub peer_address: Option<String>,
+    /// The write rules of the kinds served beyond the built-in ones, from the crates that
+    /// own them (Cluster API's, a provider's): the server names none itself.
+    pub strategies: strategy::Strategies,
+    /// Routes served beside the API to callers who prove themselves to the route (a git
+    /// host's webhook), from the crates that own them.
+    pub routes: Vec<routes::Route>,
 }
 
 impl Config {
@@ -135,6 +141,8 @@ impl Config {
             election: leader::Timing::default(),
             join_token: None,
             peer_address: None,
+            strategies: strategy::Strategies::default(),
+            routes: Vec::new(),
         }
     }
 }
@@ -277,8 +285,9 @@ impl Server {
             pki::keep_private(&key_path)
                 .map_err(|e| StartError::Encryption(format!("{}: {e}", key_path.display())))?;
         }
-        let resources =
-            Resources::new(store.clone(), registry, cipher).with_limits(config.resource_limits);
+        let resources = Resources::new(store.clone(), registry, cipher)
+            .with_limits(config.resource_limits)
+            .with_strategies(strategy::rancher().and(config.strategies.clone()));
         load_stored_crds(&resources)
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;
@@ -385,6 +394,7 @@ impl Server {
                 .map_err(StartError::Audit)?
                 .map(Arc::new),
             replicas: Some(replicas.clone()),
+            routes: config.routes.clone(),
         });
         if config.shared_store {
             replicas

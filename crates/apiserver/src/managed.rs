@@ -201,7 +201,7 @@ fn store_entries(object: &mut Value, list: Vec<Entry>) {
 #[derive(Clone, Debug)]
 pub struct Writer {
     pub manager: String,
-    /// The full apiVersion the write used, such as `cluster.x-k8s.io/v1beta1`.
+    /// The full apiVersion the write used, such as `apps/v1`.
     pub api_version: String,
     pub subresource: Option<String>,
 }

@@ -135,7 +135,7 @@ fn hash(document: &Value) -> String {
     digest.iter().map(|b| format!("{b:02X}")).collect()
 }
 
-/// `{"paths": {"apis/cluster.x-k8s.io/v1beta1": {"serverRelativeURL": "...?hash=..."}}}`.
+/// `{"paths": {"apis/apps/v1": {"serverRelativeURL": "...?hash=..."}}}`.
 pub fn v3_index(registry: &Registry) -> Value {
     let mut paths = Map::new();
     let mut seen = vec![];

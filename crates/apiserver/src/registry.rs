@@ -121,6 +121,11 @@ impl ResourceType {
         self.origin == Origin::Core && self.plural == "secrets"
     }
 
+    /// Whether this is apiextensions' CustomResourceDefinition, whose objects define kinds.
+    pub fn is_crd(&self) -> bool {
+        self.group == "apiextensions.k8s.io" && self.plural == "customresourcedefinitions"
+    }
+
     pub fn api_version(&self, version: &str) -> String {
         if self.group.is_empty() {
             version.to_string()
@@ -129,7 +134,7 @@ impl ResourceType {
         }
     }
 
-    /// `clusters.cluster.x-k8s.io`, or `configmaps` for the core group.
+    /// `deployments.apps`, or `configmaps` for the core group.
     pub fn qualified_plural(&self) -> String {
         if self.group.is_empty() {
             self.plural.clone()

@@ -129,6 +129,8 @@ pub struct Resources {
     rbac: Option<Arc<crate::rbac::Rbac>>,
     /// How large a stored object may be.
     pub limits: crate::limits::ResourceLimits,
+    /// What each kind checks when written, beyond its schema.
+    strategies: Arc<crate::strategy::Strategies>,
 }
 
 impl Resources {
@@ -140,7 +142,14 @@ impl Resources {
             fanout: Default::default(),
             rbac: None,
             limits: Default::default(),
+            strategies: Arc::new(crate::strategy::builtin()),
         }
+    }
+
+    /// These resources admitting writes with the built-in kinds' strategies and `more`.
+    pub fn with_strategies(mut self, more: crate::strategy::Strategies) -> Resources {
+        self.strategies = Arc::new(crate::strategy::builtin().and(more));
+        self
     }
 
     /// These resources with `limits` on what one object may cost.
@@ -922,8 +931,14 @@ impl Resources {
                 }
             }
         }
-        if let Some(strategy) = crate::strategy::for_kind(&rt.group, &rt.plural) {
-            causes.extend(strategy.admit(&self.registry, &mut object, old));
+        if rt.is_crd() {
+            causes.extend(crate::strategy::crd::admit(
+                &self.registry,
+                &mut object,
+                old,
+            ));
+        } else if let Some(strategy) = self.strategies.get(&rt.group, &rt.plural) {
+            causes.extend(strategy.admit(&mut object, old));
         }
         if let Some(rbac) = &self.rbac
             && rt.group == crate::rancher::GROUP
@@ -959,9 +974,7 @@ impl Resources {
         old: Option<&Value>,
         new: Option<&Value>,
     ) -> ApiResult<()> {
-        if scope.rt.group != "apiextensions.k8s.io"
-            || scope.rt.plural != "customresourcedefinitions"
-        {
+        if !scope.rt.is_crd() {
             return Ok(());
         }
         match (old, new) {
@@ -1406,7 +1419,7 @@ mod label_prefilter_tests {
 
     #[test]
     fn labels_are_read_without_the_whole_object() {
-        let selector = Selector::parse_labels("cluster.x-k8s.io/cluster-name=a,!gone").unwrap();
+        let selector = Selector::parse_labels("example.com/cluster-name=a,!gone").unwrap();
         let object = |labels: &str| {
             stored(
                 format!(
@@ -1417,15 +1430,15 @@ mod label_prefilter_tests {
         };
         assert!(labels_may_match(
             &selector,
-            &object(r#"{"cluster.x-k8s.io/cluster-name":"a"}"#)
+            &object(r#"{"example.com/cluster-name":"a"}"#)
         ));
         assert!(!labels_may_match(
             &selector,
-            &object(r#"{"cluster.x-k8s.io/cluster-name":"b"}"#)
+            &object(r#"{"example.com/cluster-name":"b"}"#)
         ));
         assert!(!labels_may_match(
             &selector,
-            &object(r#"{"cluster.x-k8s.io/cluster-name":"a","gone":"x"}"#)
+            &object(r#"{"example.com/cluster-name":"a","gone":"x"}"#)
         ));
         assert!(!labels_may_match(&selector, &object("null")));
         assert!(!labels_may_match(
@@ -1439,7 +1452,7 @@ mod label_prefilter_tests {
         ));
         assert!(labels_may_match(
             &selector,
-            &object(r#"{"cluster.x-k8s.io/cluster-name":1}"#)
+            &object(r#"{"example.com/cluster-name":1}"#)
         ));
         assert!(labels_may_match(
             &Selector::parse_labels("").unwrap(),

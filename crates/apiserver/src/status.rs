@@ -4,100 +4,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-/// One bad field, as `Status.details.causes[]` reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Cause {
-    /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueNotSupported`, ...
-    pub reason: &'static str,
-    pub message: String,
-    /// Dotted path such as `spec.replicas` or `metadata.name`.
-    pub field: String,
-}
-
-impl Cause {
-    pub fn invalid(field: impl Into<String>, value: &Value, why: impl AsRef<str>) -> Cause {
-        Cause {
-            reason: "FieldValueInvalid",
-            message: format!("Invalid value: {}: {}", short_value(value), why.as_ref()),
-            field: field.into(),
-        }
-    }
-
-    pub fn forbidden(field: impl Into<String>, why: &str) -> Cause {
-        Cause {
-            reason: "FieldValueForbidden",
-            message: format!("Forbidden: {why}"),
-            field: field.into(),
-        }
-    }
-
-    pub fn required(field: impl Into<String>) -> Cause {
-        Cause {
-            reason: "FieldValueRequired",
-            message: "Required value".into(),
-            field: field.into(),
-        }
-    }
-
-    pub fn not_supported(field: impl Into<String>, value: &Value, allowed: &[Value]) -> Cause {
-        let allowed: Vec<String> = allowed.iter().map(short_value).collect();
-        Cause {
-            reason: "FieldValueNotSupported",
-            message: format!(
-                "Unsupported value: {}: supported values: {}",
-                short_value(value),
-                allowed.join(", ")
-            ),
-            field: field.into(),
-        }
-    }
-
-    pub fn type_invalid(field: impl Into<String>, value: &Value, expected: &str) -> Cause {
-        Cause {
-            reason: "FieldValueTypeInvalid",
-            message: format!(
-                "Invalid value: \"{}\": {field_type} expected",
-                json_type(value),
-                field_type = expected
-            ),
-            field: field.into(),
-        }
-    }
-
-    pub fn unknown(field: impl Into<String>) -> Cause {
-        Cause {
-            reason: "FieldValueInvalid",
-            message: "unknown field".into(),
-            field: field.into(),
-        }
-    }
-
-    /// `spec.replicas: Invalid value: 7: must be ...`, as kube-apiserver joins causes.
-    pub fn render(&self) -> String {
-        format!("{}: {}", self.field, self.message)
-    }
-}
-
-fn short_value(value: &Value) -> String {
-    let text = value.to_string();
-    if text.len() > 80 {
-        format!("{}...", &text[..text.floor_char_boundary(77)])
-    } else {
-        text
-    }
-}
-
-pub fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_f64() => "number",
-        Value::Number(_) => "integer",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
+pub use lariat_api::admission::{Cause, json_type};
 
 /// What a request failed with; every variant maps to one HTTP code and one `Status.reason`.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -173,7 +80,7 @@ impl ApiError {
         }
     }
 
-    /// `clusters.cluster.x-k8s.io "prod" not found`, as kube-apiserver words it.
+    /// `deployments.apps "web" not found`, as kube-apiserver words it.
     pub fn not_found(resource: &str, group: &str, name: &str) -> ApiError {
         ApiError::NotFound {
             message: format!("{} \"{name}\" not found", qualified(resource, group)),
@@ -211,7 +118,7 @@ impl ApiError {
         }
     }
 
-    /// `Cluster.cluster.x-k8s.io "prod" is invalid: [spec.x: ..., spec.y: ...]`.
+    /// `Deployment.apps "web" is invalid: [spec.x: ..., spec.y: ...]`.
     pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<Cause>) -> ApiError {
         let rendered: Vec<String> = causes.iter().map(Cause::render).collect();
         let joined = if rendered.len() == 1 {

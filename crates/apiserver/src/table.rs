@@ -323,7 +323,7 @@ fn steps(path: &str) -> Vec<Step> {
                         ));
                     }
                 } else {
-                    // `['cluster\.x-k8s\.io/cluster-name']`: a quoted key may escape its dots.
+                    // `['example\.com/cluster-name']`: a quoted key may escape its dots.
                     let quoted = inner.trim_matches(['"', '\'']);
                     steps.push(Step::Key(quoted.replace("\\.", ".")));
                 }
@@ -342,18 +342,18 @@ mod tests {
     #[test]
     fn jsonpath_subset() {
         let object = json!({
-            "metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "prod"}},
+            "metadata": {"labels": {"example.com/cluster-name": "prod"}},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}, {"type": "X", "status": "False"}]},
             "spec": {"list": [1, 2]}
         });
         for (path, expect) in [
             (".status.phase", vec![json!("Running")]),
             (
-                ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name",
+                ".metadata.labels.example\\.com/cluster-name",
                 vec![json!("prod")],
             ),
             (
-                ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+                ".metadata.labels['example\\.com/cluster-name']",
                 vec![json!("prod")],
             ),
             (

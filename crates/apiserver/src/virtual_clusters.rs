@@ -118,6 +118,7 @@ impl VirtualClusters {
             simulated: true,
             audit: None,
             replicas: None,
+            routes: Vec::new(),
         });
         let router = router(state.clone());
         let mut clusters = self.clusters.write().expect("lock");

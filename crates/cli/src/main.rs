@@ -700,6 +700,24 @@ async fn rotate_admin(args: StoreArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The management plane's server configuration before flags: the generic server, with the
+/// write rules of the kinds the management plane serves from the crates that own them.
+pub fn management_config(data_dir: &std::path::Path) -> lariat_apiserver::Config {
+    let mut config = lariat_apiserver::Config::new(data_dir);
+    config.strategies =
+        lariat_api::capi::admission::strategies().and(lariat_provider_aws::admission::strategies());
+    // Git pushes from GitHub and GitLab, proven by the GitRepos' webhook secrets.
+    config.routes = vec![lariat_apiserver::routes::Route::post(
+        lariat_fleet::webhook::PATH,
+        |client, headers, body| async move {
+            lariat_fleet::webhook::handle(client, &headers, &body)
+                .await
+                .map_err(|refused| (refused.code(), refused.to_string()))
+        },
+    )];
+    config
+}
+
 async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // Checked before anything is written to the data directory.
     let join_token = args.join.read()?;
@@ -719,7 +737,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                 args.listen
             )
         })?;
-    let mut config = lariat_apiserver::Config::new(&args.store.data_dir);
+    let mut config = management_config(&args.store.data_dir);
     config.tls_sans = args.tls_san;
     config.advertise_url = args.advertise_url;
     config.peer_address = args.peer_address;

@@ -29,6 +29,7 @@ pub mod limits;
 pub mod rollout;
 pub mod scan;
 pub mod target;
+pub mod webhook;
 pub mod yaml;
 
 pub use limits::Limits;

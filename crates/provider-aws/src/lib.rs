@@ -14,6 +14,7 @@
 //! - `moto.rs`: a throwaway moto server for tests and benchmarks.
 
 mod addons;
+pub mod admission;
 pub mod aws_auth;
 pub mod bootstrap;
 pub mod bootstrap_store;

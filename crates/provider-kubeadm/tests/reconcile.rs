@@ -38,13 +38,11 @@ impl Harness {
         let store =
             Arc::new(lariat_store::sqlite::SqliteStore::open(&dir.path().join("db")).unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let server = lariat_apiserver::Server::start(
-            lariat_apiserver::Config::new(dir.path()),
-            store,
-            listener,
-        )
-        .await
-        .unwrap();
+        let mut config = lariat_apiserver::Config::new(dir.path());
+        config.strategies = lariat_api::capi::admission::strategies();
+        let server = lariat_apiserver::Server::start(config, store, listener)
+            .await
+            .unwrap();
         let client = server.local_client();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(server.serve(async move {

@@ -5,6 +5,7 @@
 //! upstream `v1beta1` CRD field for field (the crate's compatibility test checks this against
 //! the upstream YAML), so manifests written for Cluster API work against lariat unchanged.
 
+pub mod admission;
 pub mod annotations;
 pub mod cluster;
 pub mod common;

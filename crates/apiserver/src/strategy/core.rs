@@ -4,16 +4,15 @@
 use base64::Engine;
 use serde_json::{Value, json};
 
-use super::Strategy;
 use crate::objects;
-use crate::registry::Registry;
 use crate::resources::NAMESPACE_FINALIZER;
 use crate::status::Cause;
+use lariat_api::admission::Strategy;
 
 pub struct Secrets;
 
 impl Strategy for Secrets {
-    fn admit(&self, _: &Registry, object: &mut Value, _old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, _old: Option<&Value>) -> Vec<Cause> {
         let mut causes = vec![];
         if let Some(Value::Object(string_data)) =
             object.as_object_mut().and_then(|o| o.remove("stringData"))
@@ -48,7 +47,7 @@ impl Strategy for Secrets {
 pub struct ConfigMaps;
 
 impl Strategy for ConfigMaps {
-    fn admit(&self, _: &Registry, object: &mut Value, _old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, _old: Option<&Value>) -> Vec<Cause> {
         let mut causes = vec![];
         let mut size = 0;
         if let Some(data) = object["data"].as_object() {
@@ -82,7 +81,7 @@ impl Strategy for ConfigMaps {
 pub struct Namespaces;
 
 impl Strategy for Namespaces {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         // A `spec` that is not an object is refused here, before it is written into (indexing
         // into a string would panic; the probe saw 14 such 500s).
         for field in ["spec", "status"] {

@@ -3,41 +3,37 @@
 
 use serde_json::{Value, json};
 
-use super::Strategy;
 use crate::objects::now_rfc3339;
 use crate::registry::{Origin, Registry, ResourceType};
 use crate::status::Cause;
 
-pub struct CustomResourceDefinitions;
-
-impl Strategy for CustomResourceDefinitions {
-    fn admit(&self, registry: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
-        let rt = match ResourceType::from_crd(object, Origin::Custom) {
-            Ok(rt) => rt,
-            Err(causes) => return causes,
-        };
-        let mut causes = vec![];
-        if let Some(existing) = registry.get(&rt.group, &rt.plural)
-            && existing.origin != Origin::Custom
-        {
-            causes.push(Cause::invalid(
-                "spec.names.plural",
-                &json!(rt.plural),
-                "is served by lariat itself and cannot be redefined",
-            ));
-        }
-        if let Some(old) = old
-            && old["spec"]["scope"] != object["spec"]["scope"]
-        {
-            causes.push(Cause::invalid(
-                "spec.scope",
-                &object["spec"]["scope"],
-                "field is immutable",
-            ));
-        }
-        accept(object, &rt);
-        causes
+/// A CustomResourceDefinition's rules, against the kinds `registry` serves.
+pub fn admit(registry: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    let rt = match ResourceType::from_crd(object, Origin::Custom) {
+        Ok(rt) => rt,
+        Err(causes) => return causes,
+    };
+    let mut causes = vec![];
+    if let Some(existing) = registry.get(&rt.group, &rt.plural)
+        && existing.origin != Origin::Custom
+    {
+        causes.push(Cause::invalid(
+            "spec.names.plural",
+            &json!(rt.plural),
+            "is served by lariat itself and cannot be redefined",
+        ));
     }
+    if let Some(old) = old
+        && old["spec"]["scope"] != object["spec"]["scope"]
+    {
+        causes.push(Cause::invalid(
+            "spec.scope",
+            &object["spec"]["scope"],
+            "field is immutable",
+        ));
+    }
+    accept(object, &rt);
+    causes
 }
 
 /// The status kube-apiserver reports once a CRD's names are accepted.

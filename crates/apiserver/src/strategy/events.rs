@@ -4,10 +4,9 @@
 
 use serde_json::{Value, json};
 
-use super::{Strategy, immutable};
 use crate::objects::is_qualified_name;
-use crate::registry::Registry;
 use crate::status::Cause;
+use lariat_api::admission::{Strategy, immutable};
 
 /// Rewrites each time at `paths` in UTC with the precision its Go type prints (`micro`:
 /// MicroTime's six fraction digits; else Time's whole seconds), refusing what is no time.
@@ -74,7 +73,7 @@ fn times_and_counts(object: &mut Value, timestamps: [&str; 2], count: &str) -> V
 pub struct Events;
 
 impl Strategy for Events {
-    fn admit(&self, _: &Registry, object: &mut Value, _old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, _old: Option<&Value>) -> Vec<Cause> {
         times_and_counts(object, ["firstTimestamp", "lastTimestamp"], "count")
     }
 }
@@ -99,7 +98,7 @@ const IMMUTABLE: [&str; 13] = [
 pub struct EventsV1;
 
 impl Strategy for EventsV1 {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = times_and_counts(
             object,
             ["deprecatedFirstTimestamp", "deprecatedLastTimestamp"],
@@ -202,13 +201,12 @@ mod tests {
 
     #[test]
     fn times_are_stored_as_go_clients_read_them() {
-        let registry = Registry::default();
         let mut new = event();
-        assert!(EventsV1.admit(&registry, &mut new, None).is_empty());
+        assert!(EventsV1.admit(&mut new, None).is_empty());
         assert_eq!(new["eventTime"], "2026-12-01T02:00:00.500000Z");
         let mut core = json!({"eventTime": "2026-12-01T02:00:00Z", "lastTimestamp": "2026-12-01T03:00:00.25+01:00",
             "series": {"count": 2, "lastObservedTime": "2026-12-01T02:00:00Z"}});
-        assert!(Events.admit(&registry, &mut core, None).is_empty());
+        assert!(Events.admit(&mut core, None).is_empty());
         assert_eq!(core["eventTime"], "2026-12-01T02:00:00.000000Z");
         assert_eq!(core["lastTimestamp"], "2026-12-01T02:00:00Z");
         assert_eq!(
@@ -216,17 +214,16 @@ mod tests {
             "2026-12-01T02:00:00.000000Z"
         );
         let mut huge = json!({"count": u64::MAX});
-        assert_eq!(fields(&Events.admit(&registry, &mut huge, None)), ["count"]);
+        assert_eq!(fields(&Events.admit(&mut huge, None)), ["count"]);
         let mut bad = json!({"eventTime": "yesterday", "count": 99_999_999_999i64});
         assert_eq!(
-            fields(&Events.admit(&registry, &mut bad, None)),
+            fields(&Events.admit(&mut bad, None)),
             ["eventTime", "count"]
         );
     }
 
     #[test]
     fn the_new_api_refuses_what_kubernetes_refuses() {
-        let registry = Registry::default();
         let with = |field: &str, value: Value| {
             let mut e = event();
             e[field] = value;
@@ -247,32 +244,22 @@ mod tests {
                 vec!["series.count"],
             ),
         ] {
-            assert_eq!(
-                fields(&EventsV1.admit(&registry, &mut object, None)),
-                expect
-            );
+            assert_eq!(fields(&EventsV1.admit(&mut object, None)), expect);
         }
         let old = {
             let mut e = event();
-            EventsV1.admit(&registry, &mut e, None);
+            EventsV1.admit(&mut e, None);
             e
         };
         let mut series = old.clone();
         series["series"] = json!({"count": 2, "lastObservedTime": "2026-12-01T02:05:00Z"});
-        assert!(
-            EventsV1
-                .admit(&registry, &mut series, Some(&old))
-                .is_empty()
-        );
+        assert!(EventsV1.admit(&mut series, Some(&old)).is_empty());
         let mut changed = with("note", json!("changed"));
-        assert_eq!(
-            fields(&EventsV1.admit(&registry, &mut changed, Some(&old))),
-            ["note"]
-        );
+        assert_eq!(fields(&EventsV1.admit(&mut changed, Some(&old))), ["note"]);
         let mut removed = old.clone();
         removed["eventTime"] = Value::Null;
         assert_eq!(
-            fields(&EventsV1.admit(&registry, &mut removed, Some(&old))),
+            fields(&EventsV1.admit(&mut removed, Some(&old))),
             ["eventTime", "eventTime"]
         );
     }

@@ -6,9 +6,8 @@
 use serde_json::Value;
 
 use super::rbac::rule_causes;
-use super::{Strategy, immutable};
-use crate::registry::Registry;
 use crate::status::Cause;
+use lariat_api::admission::{Strategy, immutable};
 
 const SUBJECTS: [&str; 4] = [
     "userName",
@@ -20,7 +19,7 @@ const SUBJECTS: [&str; 4] = [
 pub struct GlobalRoles;
 
 impl Strategy for GlobalRoles {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = rule_causes(&object["rules"], "rules", false);
         for (namespace, rules) in object["namespacedRules"].as_object().into_iter().flatten() {
             causes.extend(rule_causes(
@@ -37,7 +36,7 @@ impl Strategy for GlobalRoles {
 pub struct RoleTemplates;
 
 impl Strategy for RoleTemplates {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = rule_causes(&object["rules"], "rules", false);
         causes.extend(rule_causes(
             &object["externalRules"],
@@ -70,7 +69,7 @@ impl Strategy for RoleTemplates {
 pub struct Bindings;
 
 impl Strategy for Bindings {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let (subjects, references): (&[&str], &[&str]) = match object["kind"].as_str() {
             Some("GlobalRoleBinding") => (&["userName", "groupPrincipalName"], &["globalRoleName"]),
             Some("ClusterRoleTemplateBinding") => (&SUBJECTS, &["clusterName", "roleTemplateName"]),
@@ -118,7 +117,7 @@ impl Strategy for Bindings {
 pub struct Projects;
 
 impl Strategy for Projects {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         immutable(object, old, &["spec", "clusterName"], "spec.clusterName")
     }
 }

@@ -6,15 +6,14 @@
 
 use serde_json::{Value, json};
 
-use super::Strategy;
 use crate::rbac::GROUP;
-use crate::registry::Registry;
 use crate::status::Cause;
+use lariat_api::admission::Strategy;
 
 pub struct Roles;
 
 impl Strategy for Roles {
-    fn admit(&self, _: &Registry, object: &mut Value, _old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, _old: Option<&Value>) -> Vec<Cause> {
         rule_causes(&object["rules"], "rules", object["kind"] == "Role")
     }
 }
@@ -63,7 +62,7 @@ pub(crate) fn rule_causes(rules: &Value, field: &str, namespaced: bool) -> Vec<C
 pub struct Bindings;
 
 impl Strategy for Bindings {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let cluster_wide = object["kind"] == "ClusterRoleBinding";
         let mut causes = vec![];
         let role_ref = &object["roleRef"];

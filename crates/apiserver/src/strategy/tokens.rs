@@ -4,14 +4,13 @@
 
 use serde_json::Value;
 
-use super::{Strategy, immutable};
-use crate::registry::Registry;
 use crate::status::Cause;
+use lariat_api::admission::{Strategy, immutable};
 
 pub struct Tokens;
 
 impl Strategy for Tokens {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = vec![];
         for field in ["user", "groups", "tokenHash", "expirationTimestamp"] {
             causes.extend(immutable(

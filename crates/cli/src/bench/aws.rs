@@ -236,7 +236,7 @@ pub async fn run(args: AwsArgs) -> anyhow::Result<()> {
     )?);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let server =
-        lariat_apiserver::Server::start(lariat_apiserver::Config::new(dir.path()), store, listener)
+        lariat_apiserver::Server::start(crate::management_config(dir.path()), store, listener)
             .await?;
     let client = server.local_client();
     let (stop, stopped) = tokio::sync::watch::channel(false);

@@ -11,10 +11,11 @@ pub async fn server(serve: bool) -> (Client, String, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(lariat_store::memory::MemoryStore::new());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server =
-        lariat_apiserver::Server::start(lariat_apiserver::Config::new(dir.path()), store, listener)
-            .await
-            .unwrap();
+    let mut config = lariat_apiserver::Config::new(dir.path());
+    config.strategies = lariat_api::capi::admission::strategies();
+    let server = lariat_apiserver::Server::start(config, store, listener)
+        .await
+        .unwrap();
     let client = server.local_client();
     if serve {
         tokio::spawn(server.serve(std::future::pending()));

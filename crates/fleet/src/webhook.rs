@@ -10,13 +10,15 @@
 //! GitRepo, as Fleet does; the GitRepo controller, woken by that change, fetches.
 
 use hmac::{Hmac, Mac};
+use http::StatusCode;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use sha2::Sha256;
+use subtle::ConstantTimeEq;
 
-use crate::auth::same_secret;
-use crate::status::ApiError;
+/// The path the server serves the webhook at, unauthenticated: a delivery proves itself.
+pub const PATH: &str = "/v3/fleet/webhook";
 
 /// The Secret every GitRepo without a `webhookSecret` of its own is checked against.
 pub const SHARED_SECRET: &str = "gitjob-webhook";
@@ -36,6 +38,66 @@ impl Provider {
             Provider::GitLab => "gitlab",
         }
     }
+}
+
+/// Why a delivery was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// Not a delivery lariat can read.
+    #[error("{0}")]
+    BadRequest(String),
+    /// It matches GitRepos but proves none of their secrets.
+    #[error("the delivery proves no webhook secret of the GitRepos that follow its repository")]
+    Unproven,
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl Refused {
+    /// The HTTP status the delivery is answered with.
+    pub fn code(&self) -> StatusCode {
+        match self {
+            Refused::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Refused::Unproven => StatusCode::UNAUTHORIZED,
+            Refused::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// Handles one HTTP delivery to [`PATH`]: which service sent it from its event header, then
+/// [`deliver`]. Answers what to reply with: the outcome as JSON, or why it was refused.
+pub async fn handle(
+    client: kube::Client,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> Result<Value, Refused> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let (provider, event) = match (header("x-github-event"), header("x-gitlab-event")) {
+        (Some(event), _) => (Provider::GitHub, event),
+        (None, Some(event)) => (Provider::GitLab, event),
+        _ => {
+            return Err(Refused::BadRequest(
+                "not a webhook lariat knows: GitHub sends X-GitHub-Event, GitLab X-Gitlab-Event"
+                    .into(),
+            ));
+        }
+    };
+    let delivery = Delivery {
+        provider,
+        event,
+        signature: header("x-hub-signature-256"),
+        token: header("x-gitlab-token"),
+        body,
+    };
+    Ok(match deliver(&client, delivery).await? {
+        Outcome::Ignored(message) => json!({"message": message}),
+        Outcome::Triggered(repos) => json!({"triggered": repos}),
+    })
+}
+
+/// Whether two secrets are equal, in time that does not depend on where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.ct_eq(b).into()
 }
 
 /// One delivery, as the HTTP layer read it.
@@ -67,9 +129,9 @@ struct Push {
     commit: String,
 }
 
-fn parse(provider: Provider, body: &[u8]) -> Result<Push, ApiError> {
+fn parse(provider: Provider, body: &[u8]) -> Result<Push, Refused> {
     let payload: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("the webhook body is not JSON: {e}")))?;
+        .map_err(|e| Refused::BadRequest(format!("the webhook body is not JSON: {e}")))?;
     let (repository, url_fields, commit_fields): (&Value, &[&str], &[&str]) = match provider {
         Provider::GitHub => (
             &payload["repository"],
@@ -120,7 +182,7 @@ fn parse(provider: Provider, body: &[u8]) -> Result<Push, ApiError> {
             .into_iter()
             .flatten()
             .collect();
-            Err(ApiError::bad_request(format!(
+            Err(Refused::BadRequest(format!(
                 "the push names no {}",
                 missing.join(", no ")
             )))
@@ -189,7 +251,7 @@ async fn secret_of(
     client: &kube::Client,
     repo: &DynamicObject,
     provider: Provider,
-) -> Result<Option<Vec<u8>>, ApiError> {
+) -> Result<Option<Vec<u8>>, Refused> {
     let (namespace, name) = match repo.data["spec"]["webhookSecret"].as_str() {
         Some(name) => (repo.metadata.namespace.clone().unwrap_or_default(), name),
         None => (lariat_api::management::NAMESPACE.to_string(), SHARED_SECRET),
@@ -198,7 +260,7 @@ async fn secret_of(
     let secret = secrets
         .get_opt(name)
         .await
-        .map_err(|e| ApiError::internal(format!("cannot read webhook secret: {e}")))?;
+        .map_err(|e| Refused::Internal(format!("cannot read webhook secret: {e}")))?;
     Ok(secret
         .and_then(|s| s.data)
         .and_then(|mut data| data.remove(provider.key()))
@@ -208,7 +270,7 @@ async fn secret_of(
 /// Handles one delivery: the GitRepos following the pushed repository and branch whose secret
 /// it proves are told to fetch. A push that matches GitRepos but proves none of their secrets
 /// is refused (401), so a wrong secret is seen in the sender's delivery log.
-pub async fn deliver(client: &kube::Client, delivery: Delivery<'_>) -> Result<Outcome, ApiError> {
+pub async fn deliver(client: &kube::Client, delivery: Delivery<'_>) -> Result<Outcome, Refused> {
     let push_event = match delivery.provider {
         Provider::GitHub => delivery.event == "push",
         Provider::GitLab => delivery.event == "Push Hook",
@@ -224,7 +286,7 @@ pub async fn deliver(client: &kube::Client, delivery: Delivery<'_>) -> Result<Ou
     let all = repos
         .list(&ListParams::default())
         .await
-        .map_err(|e| ApiError::internal(format!("cannot list GitRepos: {e}")))?;
+        .map_err(|e| Refused::Internal(format!("cannot list GitRepos: {e}")))?;
     let mut matched = 0;
     let mut triggered = Vec::new();
     for repo in all.items {
@@ -256,11 +318,11 @@ pub async fn deliver(client: &kube::Client, delivery: Delivery<'_>) -> Result<Ou
                 ),
             )
             .await
-            .map_err(|e| ApiError::internal(format!("cannot record the webhook: {e}")))?;
+            .map_err(|e| Refused::Internal(format!("cannot record the webhook: {e}")))?;
         triggered.push(format!("{namespace}/{name}"));
     }
     if matched > 0 && triggered.is_empty() {
-        return Err(ApiError::Unauthorized);
+        return Err(Refused::Unproven);
     }
     if !triggered.is_empty() {
         tracing::info!(repos = ?triggered, branch = ?push.branch, commit = %push.commit, "webhook: fetching");

@@ -6,14 +6,39 @@
 
 use serde_json::Value;
 
-use super::{Strategy, immutable};
-use crate::registry::Registry;
-use crate::status::Cause;
+use lariat_api::admission::{Cause, Strategies, Strategy, immutable};
 
-pub struct ControllerIdentities;
+/// Cluster API AWS's rules for the kinds lariat serves, for the API server's configuration.
+pub fn strategies() -> Strategies {
+    const INFRASTRUCTURE: &str = "infrastructure.cluster.x-k8s.io";
+    Strategies::default()
+        .with(
+            "controlplane.cluster.x-k8s.io",
+            &["awsmanagedcontrolplanes"],
+            ManagedControlPlanes,
+        )
+        .with(
+            INFRASTRUCTURE,
+            &["awsmanagedmachinepools"],
+            ManagedMachinePools,
+        )
+        .with(INFRASTRUCTURE, &["awsclusters"], Clusters)
+        .with(
+            INFRASTRUCTURE,
+            &["awsmachines", "awsmachinetemplates"],
+            Machines,
+        )
+        .with(
+            INFRASTRUCTURE,
+            &["awsclustercontrolleridentities"],
+            ControllerIdentities,
+        )
+}
+
+struct ControllerIdentities;
 
 impl Strategy for ControllerIdentities {
-    fn admit(&self, _: &Registry, object: &mut Value, _: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, _: Option<&Value>) -> Vec<Cause> {
         let name = &object["metadata"]["name"];
         if name != lariat_api::aws::CONTROLLER_IDENTITY_NAME {
             return vec![Cause::invalid(
@@ -46,10 +71,10 @@ fn eks_version(value: &Value) -> Option<(u64, u64)> {
 /// Cluster API AWS's rules for where the bootstrap data waits (`spec.cloudInit`): where its
 /// entries are is each machine's own, never a template's, and only the characters AWS allows
 /// in a secret's name pass.
-pub struct Machines;
+struct Machines;
 
 impl Strategy for Machines {
-    fn admit(&self, _: &Registry, object: &mut Value, _: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, _: Option<&Value>) -> Vec<Cause> {
         let (spec, path) = if object["kind"] == "AWSMachineTemplate" {
             (&object["spec"]["template"]["spec"], "spec.template.spec")
         } else {
@@ -108,10 +133,10 @@ impl Strategy for Machines {
 }
 
 /// A node group's bounds, as EKS takes them: at least 0, at most at least 1, min ≤ max.
-pub struct ManagedMachinePools;
+struct ManagedMachinePools;
 
 impl Strategy for ManagedMachinePools {
-    fn admit(&self, _: &Registry, object: &mut Value, _: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, _: Option<&Value>) -> Vec<Cause> {
         let scaling = &object["spec"]["scaling"];
         let (min, max) = (&scaling["minSize"], &scaling["maxSize"]);
         let mut causes = additional_tags(&object["spec"]["additionalTags"]);
@@ -142,7 +167,7 @@ impl Strategy for ManagedMachinePools {
     }
 }
 
-pub struct ManagedControlPlanes;
+struct ManagedControlPlanes;
 
 /// AWS allows 50 tags a resource; lariat adds up to 5 of its own.
 const MAX_ADDITIONAL_TAGS: usize = 45;
@@ -389,10 +414,10 @@ fn duplicate_addons(addons: &Value) -> Vec<Cause> {
 
 /// AWSClusters: a region of the aws partition that never changes, and what lariat does not
 /// build yet refused by field, as for EKS control planes.
-pub struct Clusters;
+struct Clusters;
 
 impl Strategy for Clusters {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let spec = &object["spec"];
         let balancer = &spec["controlPlaneLoadBalancer"];
         let network = &spec["network"];
@@ -533,7 +558,7 @@ impl Strategy for Clusters {
 }
 
 impl Strategy for ManagedControlPlanes {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = not_done_yet(&object["spec"]);
         causes.extend(eks_name(&object["spec"]["eksClusterName"]));
         causes.extend(region(&object["spec"]["region"]));
@@ -646,10 +671,9 @@ mod tests {
     use serde_json::json;
 
     fn admit(strategy: &dyn Strategy, object: Value, old: Option<Value>) -> Vec<String> {
-        let registry = Registry::default();
         let mut object = object;
         strategy
-            .admit(&registry, &mut object, old.as_ref())
+            .admit(&mut object, old.as_ref())
             .into_iter()
             .map(|c| format!("{}: {}", c.field, c.message))
             .collect()

@@ -5,10 +5,28 @@
 
 use serde_json::Value;
 
-use super::{Strategy, immutable};
-use crate::registry::Registry;
-use crate::status::Cause;
-use lariat_api::KubernetesVersion;
+use crate::KubernetesVersion;
+use crate::admission::{Cause, Strategies, Strategy, immutable};
+
+/// Cluster API's rules for the kinds lariat serves of `cluster.x-k8s.io` and
+/// `controlplane.cluster.x-k8s.io`, for the API server's configuration.
+pub fn strategies() -> Strategies {
+    const GROUP: &str = "cluster.x-k8s.io";
+    Strategies::default()
+        .with(GROUP, &["clusters"], Clusters)
+        .with(
+            GROUP,
+            &["machinedeployments", "machinesets", "machines"],
+            MachineOwners,
+        )
+        .with(GROUP, &["machinehealthchecks"], MachineHealthChecks)
+        .with(GROUP, &["machinepools"], MachinePools)
+        .with(
+            "controlplane.cluster.x-k8s.io",
+            &["kubeadmcontrolplanes"],
+            KubeadmControlPlanes,
+        )
+}
 
 /// `field` must hold a Kubernetes version, if it holds anything, and one of the support
 /// matrix's when it is set or changed (an object already running a version lariat no longer
@@ -33,7 +51,7 @@ fn version_causes(object: &Value, old: Option<&Value>, path: &[&str], field: &st
             "must be a valid semantic version, such as v1.30.2",
         )];
     };
-    match lariat_api::support::kubernetes_refusal(&version) {
+    match crate::support::kubernetes_refusal(&version) {
         Some(refusal) if old.is_none_or(|old| at(old) != node) => {
             vec![Cause::invalid(field, &node, &refusal)]
         }
@@ -41,10 +59,10 @@ fn version_causes(object: &Value, old: Option<&Value>, path: &[&str], field: &st
     }
 }
 
-pub struct Clusters;
+struct Clusters;
 
 impl Strategy for Clusters {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = version_causes(
             object,
             old,
@@ -79,10 +97,10 @@ impl Strategy for Clusters {
 
 /// MachineDeployments, MachineSets and Machines: they belong to one cluster for life, run a
 /// valid version, and (for the first two) select the Machines their template makes.
-pub struct MachineOwners;
+struct MachineOwners;
 
 impl Strategy for MachineOwners {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = immutable(object, old, &["spec", "clusterName"], "spec.clusterName");
         if object["kind"] == "Machine" {
             causes.extend(version_causes(
@@ -118,10 +136,10 @@ impl Strategy for MachineOwners {
 
 /// MachinePools belong to one cluster for life, run a valid version, and want no negative
 /// number of machines.
-pub struct MachinePools;
+struct MachinePools;
 
 impl Strategy for MachinePools {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = immutable(object, old, &["spec", "clusterName"], "spec.clusterName");
         causes.extend(version_causes(
             object,
@@ -144,10 +162,10 @@ impl Strategy for MachinePools {
 /// MachineHealthChecks watch one cluster's machines for life, as Cluster API's webhook has it:
 /// the cluster and the selector are fixed at creation, and an empty selector (every machine)
 /// is refused.
-pub struct MachineHealthChecks;
+struct MachineHealthChecks;
 
 impl Strategy for MachineHealthChecks {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = immutable(object, old, &["spec", "clusterName"], "spec.clusterName");
         causes.extend(immutable(
             object,
@@ -174,10 +192,10 @@ impl Strategy for MachineHealthChecks {
     }
 }
 
-pub struct KubeadmControlPlanes;
+struct KubeadmControlPlanes;
 
 impl Strategy for KubeadmControlPlanes {
-    fn admit(&self, _: &Registry, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = version_causes(object, old, &["spec", "version"], "spec.version");
         let replicas = &object["spec"]["replicas"];
         let stacked_etcd =
@@ -226,7 +244,6 @@ mod tests {
 
     #[test]
     fn control_planes_as_cluster_api_admits_them() {
-        let registry = Registry::default();
         let kcp = |replicas: i64, version: &str| json!({"kind": "KubeadmControlPlane", "spec": {"replicas": replicas, "version": version}});
         for (mut object, old, expect) in [
             (kcp(3, "v1.30.2"), None, vec![]),
@@ -240,56 +257,46 @@ mod tests {
                 vec!["spec.version"],
             ),
         ] {
-            let causes = KubeadmControlPlanes.admit(&registry, &mut object, old.as_ref());
+            let causes = KubeadmControlPlanes.admit(&mut object, old.as_ref());
             assert_eq!(fields(&causes), expect, "{object}");
         }
         let mut external = json!({"spec": {"replicas": 2, "kubeadmConfigSpec": {"clusterConfiguration": {"etcd": {"external": {"endpoints": ["https://etcd:2379"]}}}}}});
-        assert!(
-            KubeadmControlPlanes
-                .admit(&registry, &mut external, None)
-                .is_empty()
-        );
+        assert!(KubeadmControlPlanes.admit(&mut external, None).is_empty());
     }
 
     #[test]
     fn versions_outside_the_support_matrix_are_refused_when_set() {
-        let registry = Registry::default();
         let kcp = |version: &str, replicas: i64| json!({"kind": "KubeadmControlPlane", "spec": {"replicas": replicas, "version": version}});
         let mut old_version = kcp("v1.27.3", 3);
-        let causes = KubeadmControlPlanes.admit(&registry, &mut old_version, None);
+        let causes = KubeadmControlPlanes.admit(&mut old_version, None);
         assert_eq!(fields(&causes), vec!["spec.version"]);
         assert!(causes[0].message.contains("v1.28 to v1.33"), "{causes:?}");
         assert_eq!(
-            fields(&KubeadmControlPlanes.admit(
-                &registry,
-                &mut kcp("v1.34.0", 3),
-                Some(&kcp("v1.33.1", 3))
-            )),
+            fields(&KubeadmControlPlanes.admit(&mut kcp("v1.34.0", 3), Some(&kcp("v1.33.1", 3)))),
             vec!["spec.version"]
         );
         // An object already running a version since dropped may still be scaled.
         assert!(
             KubeadmControlPlanes
-                .admit(&registry, &mut kcp("v1.27.3", 5), Some(&kcp("v1.27.3", 3)))
+                .admit(&mut kcp("v1.27.3", 5), Some(&kcp("v1.27.3", 3)))
                 .is_empty()
         );
         let mut topology =
             json!({"kind": "Cluster", "spec": {"topology": {"class": "c", "version": "v1.27.0"}}});
         assert_eq!(
-            fields(&Clusters.admit(&registry, &mut topology, None)),
+            fields(&Clusters.admit(&mut topology, None)),
             vec!["spec.topology.version"]
         );
         let mut machine =
             json!({"kind": "Machine", "spec": {"clusterName": "a", "version": "v1.22.0"}});
         assert_eq!(
-            fields(&MachineOwners.admit(&registry, &mut machine, None)),
+            fields(&MachineOwners.admit(&mut machine, None)),
             vec!["spec.version"]
         );
     }
 
     #[test]
     fn machine_owners_keep_their_cluster_and_select_their_template() {
-        let registry = Registry::default();
         let md = |cluster: &str, selector: &str| {
             json!({"kind": "MachineDeployment", "spec": {"clusterName": cluster,
                 "selector": {"matchLabels": {"pool": selector}},
@@ -304,14 +311,13 @@ mod tests {
                 vec!["spec.clusterName"],
             ),
         ] {
-            let causes = MachineOwners.admit(&registry, &mut object, old.as_ref());
+            let causes = MachineOwners.admit(&mut object, old.as_ref());
             assert_eq!(fields(&causes), expect, "{object}");
         }
     }
 
     #[test]
     fn health_checks_keep_their_cluster_and_selector() {
-        let registry = Registry::default();
         let mhc = |cluster: &str, selector: Value| json!({"kind": "MachineHealthCheck", "spec": {"clusterName": cluster, "selector": selector}});
         let pool = |name: &str| json!({"matchLabels": {"pool": name}});
         for (mut object, old, expect) in [
@@ -336,14 +342,13 @@ mod tests {
                 vec!["spec.selector"],
             ),
         ] {
-            let causes = MachineHealthChecks.admit(&registry, &mut object, old.as_ref());
+            let causes = MachineHealthChecks.admit(&mut object, old.as_ref());
             assert_eq!(fields(&causes), expect, "{object}");
         }
     }
 
     #[test]
     fn a_cluster_keeps_what_it_is_made_of() {
-        let registry = Registry::default();
         let cluster = |kind: &str, namespace: &str| json!({"metadata": {"namespace": "default"}, "spec": {"infrastructureRef": {"kind": kind, "name": "x", "namespace": namespace}}});
         for (mut object, old, expect) in [
             (cluster("InMemoryCluster", "default"), None, vec![]),
@@ -358,7 +363,7 @@ mod tests {
                 vec!["spec.infrastructureRef.kind"],
             ),
         ] {
-            let causes = Clusters.admit(&registry, &mut object, old.as_ref());
+            let causes = Clusters.admit(&mut object, old.as_ref());
             assert_eq!(fields(&causes), expect, "{object}");
         }
     }

@@ -1,0 +1,238 @@
+//! What a kind checks when it is written, beyond what its schema says: kube-apiserver's
+//! per-kind strategies (`pkg/registry/<group>/<kind>/strategy.go`) and Cluster API's webhooks
+//! (`<kind>_webhook.go`) in one shape. The crate that owns a kind writes its [`Strategy`] and
+//! hands it over in a [`Strategies`] set; the API server asks the set by group and resource,
+//! and names no kind itself.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+/// One kind's write rules.
+pub trait Strategy: Send + Sync {
+    /// Completes `object` (a create when `old` is `None`, else an update of `old`) after the
+    /// schema has run, and returns what refuses it; each cause names its field.
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause>;
+}
+
+/// The strategies of some kinds, by API group and resource (plural).
+#[derive(Clone, Default)]
+pub struct Strategies {
+    /// By group, then by resource: asked with borrowed names at every write.
+    by_group: BTreeMap<String, BTreeMap<String, Arc<dyn Strategy>>>,
+}
+
+impl Strategies {
+    /// `strategy` for the resources `plurals` of `group`.
+    pub fn with(
+        mut self,
+        group: &str,
+        plurals: &[&str],
+        strategy: impl Strategy + 'static,
+    ) -> Self {
+        let strategy: Arc<dyn Strategy> = Arc::new(strategy);
+        let resources = self.by_group.entry(group.to_string()).or_default();
+        for plural in plurals {
+            resources.insert(plural.to_string(), strategy.clone());
+        }
+        self
+    }
+
+    /// Both sets; `other`'s strategy wins where both have one.
+    pub fn and(mut self, other: Strategies) -> Self {
+        for (group, resources) in other.by_group {
+            self.by_group.entry(group).or_default().extend(resources);
+        }
+        self
+    }
+
+    /// The strategy of `plural` in `group`, if it has one.
+    pub fn get(&self, group: &str, plural: &str) -> Option<&dyn Strategy> {
+        self.by_group.get(group)?.get(plural).map(|s| s.as_ref())
+    }
+}
+
+impl fmt::Debug for Strategies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = self.by_group.iter().flat_map(|(group, resources)| {
+            resources
+                .keys()
+                .map(move |plural| format!("{plural}.{group}"))
+        });
+        f.debug_set().entries(names).finish()
+    }
+}
+
+/// `field` (at `path`) may not change once set.
+pub fn immutable(object: &Value, old: Option<&Value>, path: &[&str], field: &str) -> Vec<Cause> {
+    let pick = |o: &Value| {
+        let mut node = o.clone();
+        for key in path {
+            node = node[key].take();
+        }
+        node
+    };
+    match old.map(pick) {
+        Some(before) if !before.is_null() && before != pick(object) => {
+            vec![Cause::invalid(field, &pick(object), "field is immutable")]
+        }
+        _ => vec![],
+    }
+}
+
+/// One bad field, as `Status.details.causes[]` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cause {
+    /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueNotSupported`, ...
+    pub reason: &'static str,
+    pub message: String,
+    /// Dotted path such as `spec.replicas` or `metadata.name`.
+    pub field: String,
+}
+
+impl Cause {
+    pub fn invalid(field: impl Into<String>, value: &Value, why: impl AsRef<str>) -> Cause {
+        Cause {
+            reason: "FieldValueInvalid",
+            message: format!("Invalid value: {}: {}", short_value(value), why.as_ref()),
+            field: field.into(),
+        }
+    }
+
+    pub fn forbidden(field: impl Into<String>, why: &str) -> Cause {
+        Cause {
+            reason: "FieldValueForbidden",
+            message: format!("Forbidden: {why}"),
+            field: field.into(),
+        }
+    }
+
+    pub fn required(field: impl Into<String>) -> Cause {
+        Cause {
+            reason: "FieldValueRequired",
+            message: "Required value".into(),
+            field: field.into(),
+        }
+    }
+
+    pub fn not_supported(field: impl Into<String>, value: &Value, allowed: &[Value]) -> Cause {
+        let allowed: Vec<String> = allowed.iter().map(short_value).collect();
+        Cause {
+            reason: "FieldValueNotSupported",
+            message: format!(
+                "Unsupported value: {}: supported values: {}",
+                short_value(value),
+                allowed.join(", ")
+            ),
+            field: field.into(),
+        }
+    }
+
+    pub fn type_invalid(field: impl Into<String>, value: &Value, expected: &str) -> Cause {
+        Cause {
+            reason: "FieldValueTypeInvalid",
+            message: format!(
+                "Invalid value: \"{}\": {field_type} expected",
+                json_type(value),
+                field_type = expected
+            ),
+            field: field.into(),
+        }
+    }
+
+    pub fn unknown(field: impl Into<String>) -> Cause {
+        Cause {
+            reason: "FieldValueInvalid",
+            message: "unknown field".into(),
+            field: field.into(),
+        }
+    }
+
+    /// `spec.replicas: Invalid value: 7: must be ...`, as kube-apiserver joins causes.
+    pub fn render(&self) -> String {
+        format!("{}: {}", self.field, self.message)
+    }
+}
+
+fn short_value(value: &Value) -> String {
+    let text = value.to_string();
+    if text.len() > 80 {
+        format!("{}...", &text[..text.floor_char_boundary(77)])
+    } else {
+        text
+    }
+}
+
+pub fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_f64() => "number",
+        Value::Number(_) => "integer",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Refuses every write, naming itself in the cause's field.
+    struct Refuses(&'static str);
+
+    impl Strategy for Refuses {
+        fn admit(&self, _: &mut Value, _: Option<&Value>) -> Vec<Cause> {
+            vec![Cause::forbidden(self.0, "refused")]
+        }
+    }
+
+    fn refusal(strategies: &Strategies, group: &str, plural: &str) -> Option<String> {
+        let strategy = strategies.get(group, plural)?;
+        Some(strategy.admit(&mut json!({}), None).remove(0).field)
+    }
+
+    #[test]
+    fn strategies_are_found_by_group_and_resource_and_later_sets_win() {
+        let base = Strategies::default()
+            .with("example.com", &["widgets", "gadgets"], Refuses("base"))
+            .with("", &["configmaps"], Refuses("core"));
+        let more = Strategies::default().with("example.com", &["gadgets"], Refuses("more"));
+        let both = base.and(more);
+        assert_eq!(
+            refusal(&both, "example.com", "widgets").as_deref(),
+            Some("base")
+        );
+        assert_eq!(
+            refusal(&both, "example.com", "gadgets").as_deref(),
+            Some("more")
+        );
+        assert_eq!(refusal(&both, "", "configmaps").as_deref(), Some("core"));
+        assert_eq!(
+            refusal(&both, "", "widgets"),
+            None,
+            "the group is part of the name"
+        );
+        assert_eq!(
+            format!("{both:?}"),
+            r#"{"configmaps.", "gadgets.example.com", "widgets.example.com"}"#
+        );
+    }
+
+    #[test]
+    fn immutable_fields_may_be_set_once() {
+        let old = json!({"spec": {"region": "eu-west-1"}});
+        let moved = json!({"spec": {"region": "us-east-1"}});
+        assert!(immutable(&old, None, &["spec", "region"], "spec.region").is_empty());
+        assert!(immutable(&old, Some(&old), &["spec", "region"], "spec.region").is_empty());
+        let causes = immutable(&moved, Some(&old), &["spec", "region"], "spec.region");
+        assert_eq!(causes[0].field, "spec.region");
+        assert!(causes[0].message.ends_with("field is immutable"));
+        assert!(immutable(&moved, Some(&json!({})), &["spec", "region"], "x").is_empty());
+    }
+}
