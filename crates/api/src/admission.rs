@@ -68,11 +68,10 @@ impl fmt::Debug for Strategies {
 /// `field` (at `path`) may not change once set.
 pub fn immutable(object: &Value, old: Option<&Value>, path: &[&str], field: &str) -> Vec<Cause> {
     let pick = |o: &Value| {
-        let mut node = o.clone();
-        for key in path {
-            node = node[key].take();
-        }
-        node
+        path.iter()
+            .try_fold(o, |node, key| node.get(key))
+            .cloned()
+            .unwrap_or(Value::Null)
     };
     match old.map(pick) {
         Some(before) if !before.is_null() && before != pick(object) => {
@@ -177,6 +176,79 @@ pub fn json_type(value: &Value) -> &'static str {
     }
 }
 
+/// `object` with one node replaced by a value of each JSON type, for every node down to five
+/// levels: what a strategy must answer with causes, never a panic (the API server would
+/// answer a panic with 500). For the tests of every crate that writes strategies.
+pub fn retyped(object: &Value) -> Vec<Value> {
+    const DEPTH: usize = 5;
+    let kinds = [
+        Value::String("x".into()),
+        Value::from(7),
+        Value::Bool(true),
+        Value::Array(vec![Value::from(1)]),
+        serde_json::json!({"x": 1}),
+        Value::Null,
+    ];
+    let mut paths: Vec<Vec<PathStep>> = vec![];
+    collect_paths(object, &mut vec![], DEPTH, &mut paths);
+    let mut variants = vec![];
+    for path in paths {
+        for kind in &kinds {
+            let mut variant = object.clone();
+            if let Some(node) = node_at(&mut variant, &path) {
+                *node = kind.clone();
+                variants.push(variant);
+            }
+        }
+    }
+    variants
+}
+
+#[derive(Clone)]
+enum PathStep {
+    Key(String),
+    Index(usize),
+}
+
+fn collect_paths(
+    node: &Value,
+    at: &mut Vec<PathStep>,
+    depth: usize,
+    paths: &mut Vec<Vec<PathStep>>,
+) {
+    if depth == 0 {
+        return;
+    }
+    let children: Vec<(PathStep, &Value)> = match node {
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| (PathStep::Key(k.clone()), v))
+            .collect(),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (PathStep::Index(i), v))
+            .collect(),
+        _ => return,
+    };
+    for (step, child) in children {
+        at.push(step);
+        paths.push(at.clone());
+        collect_paths(child, at, depth - 1, paths);
+        at.pop();
+    }
+}
+
+fn node_at<'a>(mut node: &'a mut Value, path: &[PathStep]) -> Option<&'a mut Value> {
+    for step in path {
+        node = match step {
+            PathStep::Key(key) => node.get_mut(key)?,
+            PathStep::Index(index) => node.get_mut(*index)?,
+        };
+    }
+    Some(node)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -234,5 +306,14 @@ mod tests {
         assert_eq!(causes[0].field, "spec.region");
         assert!(causes[0].message.ends_with("field is immutable"));
         assert!(immutable(&moved, Some(&json!({})), &["spec", "region"], "x").is_empty());
+    }
+
+    #[test]
+    fn retyped_replaces_every_node_by_every_type() {
+        let variants = retyped(&json!({"spec": {"a": [1], "b": "x"}}));
+        // spec, spec.a, spec.a[0], spec.b: four nodes, six types each.
+        assert_eq!(variants.len(), 24);
+        assert!(variants.contains(&json!({"spec": {"a": [null], "b": "x"}})));
+        assert!(variants.contains(&json!({"spec": true})));
     }
 }

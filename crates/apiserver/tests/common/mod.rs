@@ -28,13 +28,12 @@ impl Fixture {
             Arc::new(lariat_store::memory::MemoryStore::new());
         let server = runtime.block_on(async {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            lariat_apiserver::Server::start(
-                lariat_apiserver::Config::new(dir.path()),
-                store.clone(),
-                listener,
-            )
-            .await
-            .unwrap()
+            let mut config = lariat_apiserver::Config::new(dir.path());
+            // Cluster API's write rules too, so the property tests reach them.
+            config.strategies = lariat_api::capi::admission::strategies();
+            lariat_apiserver::Server::start(config, store.clone(), listener)
+                .await
+                .unwrap()
         });
         let fixture = Fixture {
             runtime,

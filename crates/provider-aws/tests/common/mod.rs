@@ -47,6 +47,8 @@ impl Lariat {
         let url = format!("https://{}", listener.local_addr().unwrap());
         let mut config = lariat_apiserver::Config::new(dir.path());
         config.advertise_url = Some(url.clone());
+        config.strategies = lariat_api::capi::admission::strategies()
+            .and(lariat_provider_aws::admission::strategies());
         let server = lariat_apiserver::Server::start(config, store, listener)
             .await
             .unwrap();
