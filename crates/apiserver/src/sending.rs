@@ -192,29 +192,38 @@ impl Stream for Paced {
 /// response.
 async fn cut_when_stalled(pacing: std::sync::Weak<Mutex<Pacing>>, stall: Duration) {
     loop {
-        let wait = {
-            let Some(shared) = pacing.upgrade() else {
-                return;
-            };
-            let mut pacing = shared.lock().unwrap_or_else(PoisonError::into_inner);
-            if pacing.held.is_none() {
-                return;
-            }
-            match pacing.handed_at {
-                Some(at) if at.elapsed() >= stall => {
-                    pacing.held = None;
-                    pacing.cut = true;
-                    refused(Limit::StalledReaders);
-                    tracing::debug!(
-                        "a client took nothing of its response for {stall:?}; it was cut"
-                    );
-                    return;
-                }
-                Some(at) => stall - at.elapsed(),
-                None => stall,
-            }
+        let Some(shared) = pacing.upgrade() else {
+            return;
         };
+        let Some(wait) = cut_if_stalled(&shared, stall) else {
+            return;
+        };
+        drop(shared);
         tokio::time::sleep(wait).await;
+    }
+}
+
+/// Cuts the response if its client has taken nothing for `stall`; how long to wait before
+/// looking again, or `None` once the response is over.
+fn cut_if_stalled(shared: &Mutex<Pacing>, stall: Duration) -> Option<Duration> {
+    // Never wait for the lock: whoever holds it is polling the body, so its client is
+    // reading, and a worker thread blocked here would hold up other requests.
+    let mut pacing = match shared.try_lock() {
+        Ok(pacing) => pacing,
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return Some(stall / 4),
+    };
+    pacing.held.as_ref()?;
+    match pacing.handed_at {
+        Some(at) if at.elapsed() >= stall => {
+            pacing.held = None;
+            pacing.cut = true;
+            refused(Limit::StalledReaders);
+            tracing::debug!("a client took nothing of its response for {stall:?}; it was cut");
+            None
+        }
+        Some(at) => Some(stall - at.elapsed()),
+        None => Some(stall),
     }
 }
 
