@@ -31,9 +31,9 @@ pub(crate) enum Limit {
     ObjectBytes = 3,
     YamlAliases = 4,
     BodiesInFlight = 5,
-    /// [`crate::sending::MAX_RESPONSE_BYTES_IN_FLIGHT`].
+    /// What responses being written may hold together (`sending.rs`).
     ResponsesInFlight = 6,
-    /// Responses cut because their client stopped reading ([`crate::sending::WRITE_STALL`]).
+    /// Responses cut because their client stopped reading (`sending.rs`).
     StalledReaders = 7,
 }
 
@@ -42,7 +42,7 @@ pub(crate) fn refused(limit: Limit) {
 }
 
 /// The limits' metrics in Prometheus' text format: refusals by limit, and what the watch
-/// cache holds (`watch_cache_bytes`, from [`crate::resources::Resources::watch_cache_bytes`]).
+/// cache holds (`watch_cache_bytes`, from `Resources::watch_cache_bytes`).
 pub fn metrics(watch_cache_bytes: usize) -> String {
     let mut text = String::from(
         "# HELP lariat_limit_refusals_total Requests refused because they exceeded a limit, by limit.\n# TYPE lariat_limit_refusals_total counter\n",
@@ -71,6 +71,10 @@ pub const MAX_DEPTH: usize = 127;
 /// The most operations one JSON patch may hold (kube-apiserver's `maxJSONPatchOperations`).
 /// Fixed.
 pub const MAX_PATCH_OPERATIONS: usize = 10_000;
+
+/// The default of `--watch-cache-bytes`: what the objects the watch cache keeps for all
+/// watchers may weigh.
+pub const DEFAULT_WATCH_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 /// The largest object stored, once encoded (etcd's default request limit is 1.5 MiB, and
 /// kube-apiserver's objects must fit in it): `--max-object-bytes`.
@@ -112,7 +116,7 @@ const OFFLOAD_BYTES: usize = 64 * 1024;
 pub struct ResourceLimits {
     /// The largest object stored, encoded as JSON (Secrets before encryption).
     pub max_object_bytes: usize,
-    /// What the watch cache's objects may weigh ([`crate::watch::Fanout`]).
+    /// What the watch cache's objects may weigh (`watch::Fanout`).
     pub watch_cache_bytes: usize,
 }
 
@@ -120,7 +124,7 @@ impl Default for ResourceLimits {
     fn default() -> Self {
         ResourceLimits {
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
-            watch_cache_bytes: crate::watch::DEFAULT_FANOUT_BYTES,
+            watch_cache_bytes: DEFAULT_WATCH_CACHE_BYTES,
         }
     }
 }

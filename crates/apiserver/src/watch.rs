@@ -57,9 +57,6 @@ impl WatchedObject {
 /// How many recent object versions [`Fanout`] keeps at most.
 const FANOUT_ENTRIES: usize = 2048;
 
-/// The default of `--watch-cache-bytes`: what the objects [`Fanout`] keeps may weigh.
-pub const DEFAULT_FANOUT_BYTES: usize = 64 * 1024 * 1024;
-
 /// The objects of recent changes, by storage key, revision and the apiVersion they are served
 /// at: every watcher of a kind decodes each change (its new and its previous state, for
 /// selectors), so without this N watchers cost N decodes and N encodings of every change.
@@ -74,7 +71,7 @@ pub struct Fanout {
 
 impl Default for Fanout {
     fn default() -> Self {
-        Fanout::with_max_bytes(DEFAULT_FANOUT_BYTES)
+        Fanout::with_max_bytes(crate::limits::DEFAULT_WATCH_CACHE_BYTES)
     }
 }
 

@@ -327,7 +327,7 @@ struct ServerArgs {
     max_object_bytes: usize,
     /// What the watch cache (recent changes, decoded once for every watcher) may hold, in
     /// bytes; the oldest changes go first.
-    #[arg(long, default_value_t = lariat_apiserver::watch::DEFAULT_FANOUT_BYTES)]
+    #[arg(long, default_value_t = lariat_apiserver::limits::DEFAULT_WATCH_CACHE_BYTES)]
     watch_cache_bytes: usize,
     /// The issuer (`iss`) of the ServiceAccount tokens this server signs (`kubectl create
     /// token`), and the audience it accepts them for.
