@@ -12,6 +12,7 @@
 //!   that finds it spent is answered 429.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -115,15 +116,18 @@ fn paced_within(
     permit: Option<OwnedSemaphorePermit>,
     stall: Duration,
 ) -> Body {
-    let shared = Arc::new(Mutex::new(Pacing {
-        held: Some(Held {
-            body: body.boxed(),
-            pending: Bytes::new(),
-            _permit: permit,
+    let shared = Arc::new(Shared {
+        pacing: Mutex::new(Pacing {
+            held: Some(Held {
+                body: body.boxed(),
+                pending: Bytes::new(),
+                _permit: permit,
+            }),
+            cut: false,
         }),
-        handed_at: None,
-        cut: false,
-    }));
+        epoch: Instant::now(),
+        ready_since: AtomicU64::new(0),
+    });
     tokio::spawn(cut_when_stalled(Arc::downgrade(&shared), stall));
     Body::from_stream(Paced { shared })
 }
@@ -142,20 +146,72 @@ struct Pacing {
     /// Cut, and the connection not yet told: it is told with an error, so that it aborts
     /// the response rather than end it as if whole.
     cut: bool,
-    /// When the last chunk was handed out, while the connection has not asked for the next.
-    handed_at: Option<Instant>,
+}
+
+/// A paced body's state, shared with its watchdog.
+struct Shared {
+    pacing: Mutex<Pacing>,
+    epoch: Instant,
+    /// Since when the body has had something for the connection that the connection has not
+    /// asked for: a chunk handed out, or its source waking it with more. Nanoseconds after
+    /// `epoch`, plus one; 0 while the connection waits on the body (a quiet watch).
+    ready_since: AtomicU64,
+}
+
+impl Shared {
+    fn mark_ready(&self) {
+        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;
+        let _ = self
+            .ready_since
+            .compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// How long the body has had something the connection has not asked for.
+    fn waiting_for_connection(&self) -> Option<Duration> {
+        match self.ready_since.load(Ordering::SeqCst) {
+            0 => None,
+            since => Some(
+                self.epoch
+                    .elapsed()
+                    .saturating_sub(Duration::from_nanos(since - 1)),
+            ),
+        }
+    }
+}
+
+/// The waker a body's source is polled with: it wakes the connection, and notes that the
+/// body has something to give from then on, so a connection that does not come for it is
+/// seen to stall. (A weak reference: the source holds this waker, and the state holds the
+/// source.)
+struct Nudge {
+    shared: std::sync::Weak<Shared>,
+    connection: std::task::Waker,
+}
+
+impl std::task::Wake for Nudge {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.mark_ready();
+        }
+        self.connection.wake_by_ref();
+    }
 }
 
 struct Paced {
-    shared: Arc<Mutex<Pacing>>,
+    shared: Arc<Shared>,
 }
 
 impl Stream for Paced {
     type Item = std::io::Result<Bytes>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let mut pacing = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
-        pacing.handed_at = None;
+        let shared = &self.shared;
+        shared.ready_since.store(0, Ordering::SeqCst);
+        let mut pacing = shared.pacing.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(held) = pacing.held.as_mut() else {
             if std::mem::take(&mut pacing.cut) {
                 return Poll::Ready(Some(Err(std::io::Error::new(
@@ -166,7 +222,11 @@ impl Stream for Paced {
             return Poll::Ready(None);
         };
         if held.pending.is_empty() {
-            match held.body.poll_next_unpin(cx) {
+            let nudge = std::task::Waker::from(Arc::new(Nudge {
+                shared: Arc::downgrade(shared),
+                connection: cx.waker().clone(),
+            }));
+            match held.body.poll_next_unpin(&mut Context::from_waker(&nudge)) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Ok(item))) => held.pending = item,
                 Poll::Ready(Some(Err(e))) => {
@@ -183,53 +243,55 @@ impl Stream for Paced {
         let take = held.pending.len().min(CHUNK);
         let chunk = Bytes::copy_from_slice(&held.pending[..take]);
         held.pending = held.pending.slice(take..);
-        pacing.handed_at = Some(Instant::now());
+        shared.mark_ready();
         Poll::Ready(Some(Ok(chunk)))
     }
 }
 
-/// Drops what a response holds once its client has taken nothing for `stall`; ends with the
-/// response.
-async fn cut_when_stalled(pacing: std::sync::Weak<Mutex<Pacing>>, stall: Duration) {
+/// Drops what a response holds once its connection has not come for what the body had for
+/// it for `stall`; ends with the response.
+async fn cut_when_stalled(shared: std::sync::Weak<Shared>, stall: Duration) {
     loop {
-        let Some(shared) = pacing.upgrade() else {
+        let Some(strong) = shared.upgrade() else {
             return;
         };
-        let Some(wait) = cut_if_stalled(&shared, stall) else {
+        let Some(wait) = cut_if_stalled(&strong, stall) else {
             return;
         };
-        drop(shared);
+        drop(strong);
         tokio::time::sleep(wait).await;
     }
 }
 
-/// Cuts the response if its client has taken nothing for `stall`; how long to wait before
-/// looking again, or `None` once the response is over.
-fn cut_if_stalled(shared: &Mutex<Pacing>, stall: Duration) -> Option<Duration> {
+/// Cuts the response if its connection has not come for what the body had for `stall`; how
+/// long to wait before looking again, or `None` once the response is over. Looks again at
+/// least four times per `stall`, so a cut comes between `stall` and a quarter more.
+fn cut_if_stalled(shared: &Shared, stall: Duration) -> Option<Duration> {
+    let waited = shared.waiting_for_connection();
     // Never wait for the lock: whoever holds it is polling the body, so its client is
     // reading, and a worker thread blocked here would hold up other requests.
-    let mut pacing = match shared.try_lock() {
+    let mut pacing = match shared.pacing.try_lock() {
         Ok(pacing) => pacing,
         Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
         Err(std::sync::TryLockError::WouldBlock) => return Some(stall / 4),
     };
     pacing.held.as_ref()?;
-    match pacing.handed_at {
-        Some(at) if at.elapsed() >= stall => {
+    match waited {
+        Some(waited) if waited >= stall => {
             pacing.held = None;
             pacing.cut = true;
             refused(Limit::StalledReaders);
             tracing::debug!("a client took nothing of its response for {stall:?}; it was cut");
             None
         }
-        Some(at) => Some(stall - at.elapsed()),
-        None => Some(stall),
+        Some(waited) => Some((stall - waited).min(stall / 4)),
+        None => Some(stall / 4),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::AtomicBool;
 
     use futures::stream;
 
@@ -279,6 +341,38 @@ mod tests {
             "the connection is told with an error, not a clean end"
         );
         assert!(frames.next().await.is_none());
+    }
+
+    /// A source that has nothing at first and has its next item later, when the connection
+    /// no longer asks (its socket full): the wake marks the body as waiting on the
+    /// connection, and it is cut.
+    #[tokio::test]
+    async fn a_client_that_stops_reading_while_the_body_waits_for_more_is_cut() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let guard = Dropped(dropped.clone());
+        let (sender, receiver) = futures::channel::mpsc::unbounded::<std::io::Result<Bytes>>();
+        let items = receiver.map(move |item| {
+            let _held = &guard;
+            item
+        });
+        let mut frames = paced_within(items, None, STALL).into_data_stream();
+        // The connection asks; the body has nothing yet.
+        assert!(
+            tokio::time::timeout(STALL / 10, frames.next())
+                .await
+                .is_err(),
+            "nothing to give yet"
+        );
+        // More arrives, and the connection does not come for it.
+        sender
+            .unbounded_send(Ok(Bytes::from_static(b"more")))
+            .unwrap();
+        tokio::time::sleep(STALL * 2).await;
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "a stalled body keeps its source"
+        );
+        assert!(frames.next().await.unwrap().is_err());
     }
 
     #[tokio::test]
