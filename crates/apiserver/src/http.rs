@@ -242,16 +242,12 @@ async fn proven_route(
     if let Some(address) = address
         && let Err(retry_after) = state.tunnels.may_try(address)
     {
-        let mut response = ApiError::TooManyRequests {
+        // Its response carries Retry-After.
+        return ApiError::TooManyRequests {
             message: format!("too many refused requests from {address}; retry in {retry_after}s"),
             retry_after_seconds: retry_after,
         }
         .into_response();
-        response.headers_mut().insert(
-            header::RETRY_AFTER,
-            axum::http::HeaderValue::from(retry_after),
-        );
-        return response;
     }
     // A client still sending its body would otherwise see its connection reset instead of
     // the refusal.

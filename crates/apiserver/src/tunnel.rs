@@ -582,16 +582,13 @@ pub async fn connect(
         ))
         .into_response();
     }
+    // Its response carries Retry-After.
     let too_many = |message: String, retry_after: u64| {
-        let mut response = ApiError::TooManyRequests {
+        ApiError::TooManyRequests {
             message,
             retry_after_seconds: retry_after,
         }
-        .into_response();
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
-        response
+        .into_response()
     };
     // Failed attempts are limited per client address before anything else, so they cost
     // nothing and never draw on the budget valid agents are admitted from.
