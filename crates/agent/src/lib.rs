@@ -28,20 +28,13 @@ mod access;
 mod bundles;
 pub use bundles::{BUNDLE_DEPLOYMENT_LABEL, FIELD_MANAGER, Session};
 
-/// The `Upgrade` protocol the server speaks (`lariat_apiserver::tunnel::PROTOCOL`).
-pub const PROTOCOL: &str = "lariat-tunnel/1";
-const CREDENTIAL_HEADER: &str = "x-lariat-agent-credential";
-/// The upgrade response header naming the Cluster the agent serves (`namespace/name`).
-const CLUSTER_HEADER: &str = "x-lariat-cluster";
-/// This agent's version, sent with the handshake: the server holds it to its support matrix.
-const VERSION_HEADER: &str = "x-lariat-agent-version";
+use lariat_api::tunnel::{
+    AGENT_VERSION_HEADER as VERSION_HEADER, CLUSTER_HEADER, CREDENTIAL_HEADER,
+};
+pub use lariat_api::tunnel::{HANDOFF_PATH, PROTOCOL};
 /// Where the agent keeps the credential the server issued, in its own cluster.
 pub const CREDENTIAL_NAMESPACE: &str = "lariat-system";
 pub const CREDENTIAL_SECRET: &str = "lariat-agent-credential";
-/// The agent's own endpoint on the tunnel (the server refuses it to proxied callers unless
-/// they may `create clusters/handoff`): `lariat move` tells the agent its new server there.
-/// `lariat_apiserver::tunnel::AGENT_PATH_SEGMENT` names its prefix.
-pub const HANDOFF_PATH: &str = "/lariat-agent/v1/handoff";
 /// The longest wait a Retry-After may impose.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 /// How long dialling, TLS, the CA download and the upgrade may take before the agent gives up

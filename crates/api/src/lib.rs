@@ -17,6 +17,7 @@ pub mod management;
 pub mod names;
 pub mod rancher;
 pub mod support;
+pub mod tunnel;
 mod version;
 pub use version::KubernetesVersion;
 

@@ -15,7 +15,11 @@
 //! Fields Rancher has and lariat does not implement (a Project's quotas) are absent from the
 //! schemas, so strict field validation refuses them rather than pretending to enforce them.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::rbac::v1::{PolicyRule, Subject};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub const GROUP: &str = "management.cattle.io";
@@ -33,6 +37,135 @@ pub const KINDS: [(&str, &str); 6] = [
     ("Project", "projects"),
     ("ProjectRoleTemplateBinding", "projectroletemplatebindings"),
 ];
+
+// The kinds' fields that lariat reads, typed (what the schemas above hold in full). Each reads
+// every object the schema admits: a missing field is its default.
+
+/// The rules a GlobalRole grants on lariat itself, and the cluster roles it grants in every
+/// downstream cluster.
+#[derive(Serialize, Deserialize, Default, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GlobalRole {
+    pub rules: Vec<PolicyRule>,
+    pub inherited_cluster_roles: Vec<String>,
+    pub namespaced_rules: BTreeMap<String, Vec<PolicyRule>>,
+}
+
+#[derive(Serialize, Deserialize, Default, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GlobalRoleBinding {
+    pub user_name: Option<String>,
+    pub group_principal_name: Option<String>,
+    pub global_role_name: String,
+}
+
+impl GlobalRoleBinding {
+    pub fn subject(&self) -> Option<Subject> {
+        Subjects {
+            user_name: self.user_name.clone(),
+            group_principal_name: self.group_principal_name.clone(),
+            ..Default::default()
+        }
+        .subject()
+    }
+}
+
+#[derive(Serialize, Deserialize, Default, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RoleTemplate {
+    pub rules: Vec<PolicyRule>,
+    pub external: bool,
+    pub external_rules: Vec<PolicyRule>,
+    pub context: String,
+    pub role_template_names: Vec<String>,
+    pub locked: bool,
+}
+
+/// Who a role-template binding is for: a user or a group, by name or by principal.
+#[derive(Serialize, Deserialize, Default, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Subjects {
+    pub user_name: Option<String>,
+    pub user_principal_name: Option<String>,
+    pub group_name: Option<String>,
+    pub group_principal_name: Option<String>,
+}
+
+impl Subjects {
+    fn set(field: &Option<String>) -> Option<&str> {
+        field.as_deref().filter(|s| !s.is_empty())
+    }
+
+    /// The fields given, by name.
+    pub fn given(&self) -> Vec<&'static str> {
+        [
+            ("userName", &self.user_name),
+            ("userPrincipalName", &self.user_principal_name),
+            ("groupName", &self.group_name),
+            ("groupPrincipalName", &self.group_principal_name),
+        ]
+        .into_iter()
+        .filter(|(_, value)| Subjects::set(value).is_some())
+        .map(|(name, _)| name)
+        .collect()
+    }
+
+    /// The binding's subject: a user named by `userName` (or its principal), else a group.
+    pub fn subject(&self) -> Option<Subject> {
+        let (kind, name) = if let Some(user) =
+            Subjects::set(&self.user_name).or(Subjects::set(&self.user_principal_name))
+        {
+            ("User", user)
+        } else {
+            let group =
+                Subjects::set(&self.group_name).or(Subjects::set(&self.group_principal_name))?;
+            ("Group", group)
+        };
+        Some(Subject {
+            kind: kind.into(),
+            name: name.into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            namespace: None,
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize, Default, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClusterRoleTemplateBinding {
+    #[serde(flatten)]
+    pub subjects: Subjects,
+    pub cluster_name: String,
+    pub role_template_name: String,
+}
+
+#[derive(Serialize, Deserialize, Default, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ProjectSpec {
+    pub cluster_name: String,
+}
+
+#[derive(Serialize, Deserialize, Default, Clone, Debug, PartialEq)]
+#[serde(default)]
+pub struct Project {
+    pub spec: ProjectSpec,
+}
+
+#[derive(Serialize, Deserialize, Default, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ProjectRoleTemplateBinding {
+    #[serde(flatten)]
+    pub subjects: Subjects,
+    pub project_name: String,
+    pub role_template_name: String,
+}
+
+impl ProjectRoleTemplateBinding {
+    /// `<cluster>:<project>`, split.
+    pub fn project(&self) -> Option<(&str, &str)> {
+        self.project_name.split_once(':')
+    }
+}
 
 pub fn resource(kind: &str) -> kube::core::ApiResource {
     let plural = KINDS

@@ -528,8 +528,8 @@ impl Attributes {
     }
 }
 
-/// The authorization seam: RBAC (`rbac.rs`) on the management plane, wrapped by the agents'
-/// fixed scope (`agents.rs`).
+/// The authorization seam: RBAC (`rbac.rs`), after the extensions' authorizers (`extension.rs`,
+/// which decide for the identities they confine: the agents' fixed scope).
 pub trait Authorizer: Send + Sync + 'static {
     /// `Err(reason)` refuses the request with 403 (the reason may be empty).
     fn authorize(&self, user: &User, attributes: &Attributes) -> Result<(), String>;

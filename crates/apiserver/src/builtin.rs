@@ -450,16 +450,18 @@ fn events_k8s_io() -> ResourceType {
     events
 }
 
-/// Resource types for lariat's own kinds (Cluster API, ...), from their generated CRDs.
-pub fn lariat_types() -> Vec<ResourceType> {
-    lariat_api::builtin_crds()
-        .into_iter()
+/// Resource types for the kinds a configuration serves beyond the core ones (`Config::kinds`),
+/// from their CRDs.
+pub fn lariat_types(
+    crds: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
+) -> Vec<ResourceType> {
+    crds.iter()
         .map(|crd| {
-            let value = serde_json::to_value(&crd).expect("CRDs serialize");
+            let value = serde_json::to_value(crd).expect("CRDs serialize");
             ResourceType::from_crd(&value, Origin::Lariat).unwrap_or_else(|causes| {
                 panic!(
                     "built-in CRD {} is invalid: {causes:?}",
-                    crd.metadata.name.unwrap_or_default()
+                    crd.metadata.name.clone().unwrap_or_default()
                 )
             })
         })

@@ -44,16 +44,12 @@ pub struct AppState {
     pub server_address: String,
     /// `host:port` clusters and agents elsewhere reach the server at (`--advertise-url`).
     pub advertised_address: Option<String>,
-    /// The image import manifests run the agent from.
-    pub agent_image: crate::tunnel::AgentImage,
     pub bookmark_interval: Duration,
     /// Simulated workload-cluster APIs served under `/inmemory/NAMESPACE/NAME/` (empty on the
     /// simulated clusters themselves).
     pub virtual_clusters: Arc<crate::virtual_clusters::VirtualClusters>,
     /// What `/metrics` serves, when something in the process keeps metrics.
     pub metrics: Option<fn() -> String>,
-    /// Agents' tunnels into downstream clusters.
-    pub tunnels: Arc<crate::tunnel::Tunnels>,
     /// The CA certificate (PEM) agents check against their `--ca-checksum`.
     pub ca_pem: String,
     /// A simulated workload cluster: `/version` reports the Kubernetes version its control
@@ -66,6 +62,12 @@ pub struct AppState {
     pub replicas: Option<Arc<crate::replicas::Replicas>>,
     /// Routes beside the API whose callers prove themselves to the route (`Config::routes`).
     pub routes: Vec<crate::routes::Route>,
+    /// What the configuration adds beyond kinds (`Config::extensions`).
+    pub extensions: Vec<Arc<dyn crate::extension::Extension>>,
+    /// The budget of failed proofs per client address, which proven routes draw on.
+    pub failed_proofs: crate::proofs::FailedProofs,
+    /// This replica's standing in the controllers' election.
+    pub leadership: Arc<crate::leader::Leadership>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -75,7 +77,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi/v3", get(openapi_index))
         .route("/openapi/v2", get(openapi_v2))
         .route("/metrics", get(metrics))
-        .route("/k8s/clusters/{*rest}", axum::routing::any(cluster_proxy))
         .route(
             "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
             axum::routing::post(self_subject_access_review),
@@ -97,7 +98,23 @@ pub fn router(state: Arc<AppState>) -> Router {
             axum::routing::post(self_subject_review),
         )
         .fallback(dispatch)
-        .layer(middleware::from_fn_with_state(state.clone(), authenticate));
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .with_state(state.clone());
+    let server = crate::extension::Handle {
+        state: state.clone(),
+    };
+    // The extensions' routes authorize their requests themselves.
+    let extended = state
+        .extensions
+        .iter()
+        .fold(Router::new(), |routes, extension| {
+            routes.merge(extension.authenticated_routes(server.clone()))
+        })
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            authenticate_for_extension,
+        ));
+    let authenticated = authenticated.merge(extended);
     let mut router = Router::new();
     for route in &state.routes {
         let handler = route.handler.clone();
@@ -110,7 +127,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             ),
         );
     }
-    router
+    let router = router
         .route("/version", get(version))
         .route("/healthz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))
@@ -120,15 +137,19 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/cacerts",
             get(|State(state): State<Arc<AppState>>| async move { state.ca_pem.clone() }),
         )
-        .route("/v3/connect", get(agent_connect))
-        .route("/v3/import/{file}", get(import_manifest))
         // A simulated cluster is its own trust domain: its router authenticates with its own
         // CA and credential records, never with the management plane's.
         .route("/inmemory/{*rest}", axum::routing::any(virtual_cluster))
+        .with_state(state.clone());
+    state
+        .extensions
+        .iter()
+        .fold(router, |routes, extension| {
+            routes.merge(extension.routes(server.clone()))
+        })
         .merge(authenticated)
         .layer(middleware::from_fn(crate::sending::pace))
         .layer(middleware::from_fn(contain_panics))
-        .with_state(state)
 }
 
 /// A request that panics gets a 500 `Status` and takes nothing else down: the worker thread,
@@ -213,17 +234,6 @@ async fn metrics(State(state): State<Arc<AppState>>, uri: axum::http::Uri) -> Re
         .into_response()
 }
 
-async fn agent_connect(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let client = crate::local::client(state.clone());
-    crate::tunnel::connect(
-        state.tunnels.clone(),
-        state.replicas.clone(),
-        client,
-        request,
-    )
-    .await
-}
-
 /// A route of [`AppState::routes`]: its caller proves itself to the handler, so an address
 /// whose proofs keep failing is told to wait (the per-address budget of failures agent
 /// handshakes draw on), and the body is read (within the request body limit) before any
@@ -240,7 +250,7 @@ async fn proven_route(
         .and_then(Peer::address)
         .map(|a| a.ip());
     if let Some(address) = address
-        && let Err(retry_after) = state.tunnels.may_try(address)
+        && let Err(retry_after) = state.failed_proofs.may_try(address)
     {
         // Its response carries Retry-After.
         return ApiError::TooManyRequests {
@@ -261,99 +271,13 @@ async fn proven_route(
         Err((StatusCode::UNAUTHORIZED, _)) => {
             crate::auth::record_refusal(&path, address.map(|ip| (ip, 0).into()));
             if let Some(address) = address {
-                state.tunnels.failed(address);
+                state.failed_proofs.failed(address);
             }
             ApiError::Unauthorized.into_response()
         }
         Err((StatusCode::BAD_REQUEST, message)) => ApiError::bad_request(message).into_response(),
         Err((_, message)) => ApiError::internal(message).into_response(),
     }
-}
-
-/// `/k8s/clusters/<namespace>/<name>/...`: authorized as the `proxy` subresource of that
-/// Cluster (the seam RBAC's cluster scope plugs into), then sent through its tunnel.
-async fn cluster_proxy(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let mut segments = request.uri().path().splitn(6, '/').skip(3);
-    let (namespace, name) = (segments.next(), segments.next());
-    if let Some(user) = request.extensions().get::<User>() {
-        // As kube-apiserver names the verbs of a proxy subresource.
-        let verb = match *request.method() {
-            Method::POST => "create",
-            Method::PUT => "update",
-            Method::PATCH => "patch",
-            Method::DELETE => "delete",
-            _ => "get",
-        };
-        // The agent's own endpoint (`lariat move` hands the agent to another server) is not
-        // the cluster's API: it is the `handoff` subresource, POST only.
-        let to_agent = segments
-            .next()
-            .is_some_and(|rest| rest.starts_with(crate::tunnel::AGENT_PATH_SEGMENT));
-        if to_agent && *request.method() != Method::POST {
-            return ApiError::MethodNotAllowed {
-                message: "the agent's handoff takes POST only".into(),
-            }
-            .into_response();
-        }
-        let attributes = Attributes {
-            verb: verb.into(),
-            group: "cluster.x-k8s.io".into(),
-            resource: "clusters".into(),
-            subresource: Some(if to_agent { "handoff" } else { "proxy" }.into()),
-            namespace: namespace.map(String::from),
-            name: name.map(String::from),
-            path: None,
-        };
-        if let Err(reason) = state.authorizer.authorize(user, &attributes) {
-            return attributes.forbidden(user, &reason).into_response();
-        }
-    }
-    // A tunnel serves its Cluster while the Cluster lives: the moment it is deleted (or being
-    // deleted) the proxy stops, without waiting for the next heartbeat to close the tunnel.
-    let (namespace, name) = (namespace.unwrap_or_default(), name.unwrap_or_default());
-    if let Some(scope) = state
-        .resources
-        .scope("cluster.x-k8s.io", "clusters", Some(namespace))
-    {
-        let live = match state.resources.get(&scope, name).await {
-            Ok(cluster) => cluster["metadata"]["deletionTimestamp"].is_null(),
-            Err(ApiError::NotFound { .. }) => false,
-            Err(e) => return e.into_response(),
-        };
-        if !live {
-            state.tunnels.disconnect(&format!("{namespace}/{name}"));
-            return ApiError::not_found("clusters", "cluster.x-k8s.io", name).into_response();
-        }
-    }
-    let Some(user) = request.extensions().get::<User>().cloned() else {
-        return ApiError::Unauthorized.into_response();
-    };
-    // Another replica holds the tunnel: the request goes there (once; a forwarded request is
-    // served from this replica's tunnels or not at all).
-    let cluster = format!("{namespace}/{name}");
-    if !state.tunnels.is_connected(&cluster)
-        && request
-            .extensions()
-            .get::<crate::replicas::Forwarded>()
-            .is_none()
-        && let Some(replicas) = &state.replicas
-    {
-        match replicas.records().holder(namespace, name).await {
-            // A holder that is gone took the tunnel with it: answered here, as not connected.
-            Ok(Some(holder)) if holder != replicas.identity() && replicas.is_live(&holder) => {
-                return replicas.forward(&holder, &user, request).await;
-            }
-            Ok(_) => {}
-            Err(e) => return e.into_response(),
-        }
-    }
-    crate::tunnel::proxy(&state.tunnels, &user, request).await
-}
-
-fn request_peer_address(peer: &Option<axum::Extension<Peer>>) -> Option<std::net::IpAddr> {
-    peer.as_ref()
-        .and_then(|axum::Extension(peer)| peer.address())
-        .map(|a| a.ip())
 }
 
 /// The caller and body of a review (created nowhere, answered at once).
@@ -599,62 +523,6 @@ async fn self_subject_review(
     )
 }
 
-/// `GET /v3/import/<token>.yaml`: the agent manifests for the Cluster the token registers.
-async fn import_manifest(
-    State(state): State<Arc<AppState>>,
-    axum::extract::Path(file): axum::extract::Path<String>,
-    peer: Option<axum::Extension<Peer>>,
-    headers: axum::http::HeaderMap,
-) -> Response {
-    let Some(token) = file.strip_suffix(".yaml") else {
-        return not_found_path(&format!("/v3/import/{file}")).into_response();
-    };
-    // Guessing tokens here is limited per address as at /v3/connect.
-    let address = request_peer_address(&peer);
-    if let Some(address) = address
-        && let Err(retry_after) = state.tunnels.may_try(address)
-    {
-        return ApiError::TooManyRequests {
-            message: format!("too many failed attempts from {address}; retry in {retry_after}s"),
-            retry_after_seconds: retry_after,
-        }
-        .into_response();
-    }
-    let client = crate::local::client(state.clone());
-    if let Err(e) = crate::tunnel::registration_cluster(&client, token).await {
-        if let ApiError::Forbidden { .. } = &e {
-            crate::auth::record_refusal("/v3/import", address.map(|ip| (ip, 0).into()));
-            if let Some(address) = address {
-                state.tunnels.failed(address);
-            }
-        }
-        return e.into_response();
-    }
-    // The advertised address; else the address the caller used (a load balancer's, say), if
-    // it is a plain host[:port].
-    let host = state.advertised_address.as_deref().unwrap_or_else(|| {
-        headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .filter(|h| {
-                h.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
-            })
-            .unwrap_or(&state.server_address)
-    });
-    let checksum = crate::auth::sha256_hex(&state.ca_pem);
-    (
-        [(header::CONTENT_TYPE, "application/yaml")],
-        crate::tunnel::import_manifest(
-            &format!("https://{host}"),
-            token,
-            &checksum,
-            &state.agent_image,
-        ),
-    )
-        .into_response()
-}
-
 /// Ready while the store answers a linearizable read (with etcd: a quorum is up), within
 /// the few seconds a load balancer's check waits.
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
@@ -684,9 +552,34 @@ async fn authenticate(
     request: Request,
     next: Next,
 ) -> Response {
+    authenticate_and_audit(state, request, next, Paths::Authorize).await
+}
+
+/// [`authenticate`] for an extension's routes, which authorize their requests themselves.
+async fn authenticate_for_extension(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    authenticate_and_audit(state, request, next, Paths::LeaveToRoute).await
+}
+
+/// Whether [`admit`] authorizes a non-resource path, or the route does.
+#[derive(Clone, Copy, PartialEq)]
+enum Paths {
+    Authorize,
+    LeaveToRoute,
+}
+
+async fn authenticate_and_audit(
+    state: Arc<AppState>,
+    request: Request,
+    next: Next,
+    paths: Paths,
+) -> Response {
     let mut identity = Identity::default();
     let Some(audit) = state.audit.clone() else {
-        return admit(&state, request, next, &mut identity).await;
+        return admit(&state, request, next, &mut identity, paths).await;
     };
     let received = chrono::Utc::now();
     let method = request.method().to_string();
@@ -713,9 +606,10 @@ async fn authenticate(
     let state = state.clone();
     let task = tokio::spawn(async move {
         use futures::FutureExt;
-        let served = std::panic::AssertUnwindSafe(admit(&state, request, next, &mut identity))
-            .catch_unwind()
-            .await;
+        let served =
+            std::panic::AssertUnwindSafe(admit(&state, request, next, &mut identity, paths))
+                .catch_unwind()
+                .await;
         let response = served.unwrap_or_else(|_| {
             tracing::error!(%uri, "a request panicked; it was answered with 500 and the server goes on");
             ApiError::internal("the server hit an internal error serving this request")
@@ -833,6 +727,7 @@ async fn admit(
     mut request: Request,
     next: Next,
     identity: &mut Identity,
+    paths: Paths,
 ) -> Response {
     let authorization = request
         .headers()
@@ -876,39 +771,39 @@ async fn admit(
         }
         (_, true) => Err(ApiError::Unauthorized),
     };
-    // An agent's cluster credential is an identity of the management plane too, with the
-    // fixed scope of `agents.rs`; the credential lives with the tunnel's records.
+    // A token none of the server's authenticators knows may be an extension's identity (an
+    // agent's cluster credential).
     if matches!(outcome, Err(ApiError::Unauthorized))
         && !forwarded
-        && !state.simulated
         && let Some(token) = authorization.as_deref().and_then(crate::auth::bearer_token)
-        && let Some(cluster) = state
-            .tunnels
-            .api_credential(&crate::local::client(state.clone()), token)
-            .await
     {
-        outcome = Ok(crate::agents::user(&cluster));
+        let server = crate::extension::Handle {
+            state: state.clone(),
+        };
+        for extension in &state.extensions {
+            if let Some(user) = extension.authenticate(&server, token).await {
+                outcome = Ok(user);
+                break;
+            }
+        }
     }
     if let Ok(user) = &outcome {
         identity.user = Some(user.clone());
     }
     let authenticated = outcome.is_ok();
-    let mut response = match outcome {
-        Ok(user)
-            if crate::agents::is_agent(&user)
-                && !crate::agents::may_reach(request.uri().path()) =>
-        {
-            let path = request.uri().path().to_string();
+    let unreachable = outcome.as_ref().ok().and_then(|user| {
+        let path = request.uri().path();
+        state
+            .extensions
+            .iter()
+            .find_map(|extension| extension.may_reach(user, path).err())
+    });
+    let mut response = match (outcome, unreachable) {
+        (Ok(_), Some(message)) => {
             discard(request.into_body()).await;
-            ApiError::Forbidden {
-                message: format!(
-                    "User \"{}\" cannot reach {path}: an agent's credential reaches only its own cluster's BundleDeployments and ClusterAccess",
-                    user.name
-                ),
-            }
-            .into_response()
+            ApiError::Forbidden { message }.into_response()
         }
-        Ok(mut user) => {
+        (Ok(mut user), None) => {
             if !user.groups.iter().any(|g| g == crate::rbac::AUTHENTICATED) {
                 user.groups.push(crate::rbac::AUTHENTICATED.into());
             }
@@ -927,7 +822,7 @@ async fn admit(
             let path = request.uri().path();
             // Resource paths are authorized once the route knows the kind; every other path
             // (discovery, OpenAPI, metrics, what is not found) is a non-resource URL.
-            if !path.starts_with("/k8s/clusters/") && parse_path(path).is_none() {
+            if paths == Paths::Authorize && parse_path(path).is_none() {
                 let attributes =
                     Attributes::non_resource(&request.method().as_str().to_lowercase(), path);
                 if let Err(reason) = state.authorizer.authorize(&user, &attributes) {
@@ -938,7 +833,7 @@ async fn admit(
             request.extensions_mut().insert(user);
             next.run(request).await
         }
-        Err(e) => {
+        (Err(e), _) => {
             // A credential that could not be checked (the store unavailable) is no refusal:
             // an outage must not look like a guessing attack in the logs and the metrics.
             if matches!(e, ApiError::Unauthorized | ApiError::Forbidden { .. }) {
@@ -1318,7 +1213,7 @@ fn not_found_path(path: &str) -> ApiError {
 }
 
 async fn serve(
-    state: &AppState,
+    state: &Arc<AppState>,
     parts: axum::http::request::Parts,
     target: Option<&Target>,
     body: &mut Option<Body>,
@@ -1438,21 +1333,27 @@ async fn serve(
         .authorizer
         .authorize(&user, &attributes)
         .map_err(|reason| attributes.forbidden(&user, &reason))?;
-    if rt.group == lariat_api::fleet::GROUP
-        && rt.plural == "contents"
-        && let Some(name) = &target.name
-    {
-        crate::agents::may_read_content(&state.resources, &user, name).await?;
+    let server = crate::extension::Handle {
+        state: state.clone(),
+    };
+    for extension in &state.extensions {
+        extension.check(&server, &user, &attributes).await?;
     }
-    // An agent's watch ends within minutes, so a revoked credential's watch does not
-    // outlive it: the watch is made again, and authenticated again.
+    // A watch whose credential must be looked at again sooner (an agent's) ends within its
+    // limit, so a revoked credential's watch does not outlive it: the watch is made again,
+    // and authenticated again.
     let mut query = query;
-    if watching && crate::agents::is_agent(&user) {
+    let limit = state
+        .extensions
+        .iter()
+        .filter_map(|extension| extension.watch_limit(&user))
+        .min();
+    if watching && let Some(limit) = limit {
         let asked = query
             .get("timeoutSeconds")
             .and_then(|t| t.parse::<u64>().ok())
             .unwrap_or(u64::MAX);
-        let capped = asked.min(crate::agents::MAX_WATCH_SECONDS);
+        let capped = asked.min(limit.as_secs());
         query.insert("timeoutSeconds".into(), capped.to_string());
     }
 
@@ -1503,6 +1404,7 @@ async fn serve(
             dry_run: dry_run(verb, &dry_run_values)?,
             force: query.get("force").is_some_and(|f| f == "true"),
             requester: Some(user.clone()),
+            in_process: matches!(parts.extensions.get::<Peer>(), Some(Peer::InProcess(_))),
         })
     };
 

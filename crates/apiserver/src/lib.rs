@@ -14,14 +14,15 @@ use std::time::Duration;
 use lariat_store::Store;
 use serde_json::json;
 
-pub mod agents;
 pub mod audit;
 pub mod auth;
 pub mod bootstrap;
 pub mod builtin;
 pub mod discovery;
 pub mod encryption;
+pub mod extension;
 pub mod follow;
+pub mod forwarding;
 pub mod gc;
 pub mod http;
 pub mod leader;
@@ -34,8 +35,8 @@ pub mod oidc;
 pub mod openapi;
 pub mod patch;
 pub mod pki;
+pub mod proofs;
 pub mod protobuf;
-pub mod rancher;
 pub mod rbac;
 pub mod registry;
 pub mod replicas;
@@ -49,7 +50,6 @@ pub mod status;
 pub mod strategy;
 pub mod table;
 pub mod tls;
-pub mod tunnel;
 pub mod virtual_clusters;
 pub mod watch;
 
@@ -73,8 +73,6 @@ pub struct Config {
     /// Renders the process's metrics (Prometheus text) for `/metrics`; the controllers that
     /// run next to the server own them.
     pub metrics: Option<fn() -> String>,
-    /// Agent handshakes admitted per second; the rest are told when to retry.
-    pub agent_handshakes_per_second: f64,
     /// How long an Event is kept after it was last seen.
     pub event_ttl: Duration,
     /// Connection limits and idle deadline of the HTTPS listener.
@@ -86,8 +84,6 @@ pub struct Config {
     /// load balancer's, say), as Rancher's `server-url`: import manifests and discovery name
     /// it, and its host joins the serving certificate. Default: the listener's address.
     pub advertise_url: Option<String>,
-    /// The image import manifests run the agent from.
-    pub agent_image: tunnel::AgentImage,
     /// The `iss` (and API audience) of the ServiceAccount tokens this server issues
     /// (`--service-account-issuer`).
     pub service_account_issuer: String,
@@ -110,12 +106,29 @@ pub struct Config {
     /// to the tunnels it holds (`--peer-address`). Default: the listener's address, or on a
     /// wildcard listener the address this machine sends from.
     pub peer_address: Option<String>,
+    /// The kinds served beyond the core Kubernetes ones, each as its CustomResourceDefinition,
+    /// from the crates that own them; they are published as CRDs at start, so `kubectl get
+    /// crds` lists them. Default: lariat's own (`management.lariat.dev`: Tokens, and the
+    /// management plane's records of clusters and agents).
+    pub kinds: Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
     /// The write rules of the kinds served beyond the built-in ones, from the crates that
     /// own them (Cluster API's, a provider's): the server names none itself.
     pub strategies: strategy::Strategies,
+    /// The API groups whose kinds the default `edit` and `view` ClusterRoles reach, as they
+    /// reach Deployments (Cluster API's and Fleet's, on the management plane).
+    pub edit_and_view_groups: Vec<String>,
+    /// The write rules of the kinds served beyond the built-in ones that read other objects
+    /// or judge the writer, from the crates that own them (Rancher's access control).
+    pub validators: extension::Validators,
     /// Routes served beside the API to callers who prove themselves to the route (a git
     /// host's webhook), from the crates that own them.
     pub routes: Vec<routes::Route>,
+    /// Namespaces that exist from the first start, beside `default` and `lariat-system` (Fleet's
+    /// workspaces, on the management plane).
+    pub namespaces: Vec<String>,
+    /// What the crates beyond the server add to it (the management plane's tunnels and
+    /// proxy): routes, identities and their scope, tasks.
+    pub extensions: Vec<Arc<dyn extension::Extension>>,
 }
 
 impl Config {
@@ -127,12 +140,10 @@ impl Config {
             bookmark_interval: Duration::from_secs(60),
             encryption_key_file: None,
             metrics: None,
-            agent_handshakes_per_second: tunnel::DEFAULT_HANDSHAKES_PER_SECOND,
             event_ttl: Duration::from_secs(3600),
             limits: tls::Limits::default(),
             resource_limits: limits::ResourceLimits::default(),
             advertise_url: None,
-            agent_image: tunnel::AgentImage::default(),
             service_account_issuer: service_accounts::DEFAULT_ISSUER.into(),
             service_account_max_token_expiration: Duration::from_secs(24 * 3600),
             oidc: None,
@@ -141,8 +152,13 @@ impl Config {
             election: leader::Timing::default(),
             join_token: None,
             peer_address: None,
+            kinds: lariat_api::management::crds(),
             strategies: strategy::Strategies::default(),
+            validators: extension::Validators::default(),
+            edit_and_view_groups: Vec::new(),
             routes: Vec::new(),
+            namespaces: Vec::new(),
+            extensions: Vec::new(),
         }
     }
 }
@@ -168,8 +184,6 @@ pub enum StartError {
     #[error("invalid --tls-san {0}")]
     TlsSan(String),
     #[error("{0}")]
-    AgentImage(String),
-    #[error("{0}")]
     Authentication(String),
     #[error("audit log: {0}")]
     Audit(String),
@@ -185,9 +199,6 @@ pub struct Server {
     pki: pki::Pki,
     config: Config,
     rbac: Arc<rbac::Rbac>,
-    leadership: Arc<leader::Leadership>,
-    /// Fills the replica's view of the agents' connections, once serving.
-    record_feeds: tunnel::RecordFeeds,
 }
 
 impl Server {
@@ -212,7 +223,6 @@ impl Server {
             .as_deref()
             .map(|url| pki::server_url(url).map_err(StartError::AdvertiseUrl))
             .transpose()?;
-        config.agent_image.check().map_err(StartError::AgentImage)?;
         let advertised_host = advertised.as_ref().map(|(host, _)| host.clone());
         let mut wanted = Vec::new();
         // `--tls-san a, b` and a trailing comma in LARIAT_TLS_SAN mean what they look like.
@@ -276,7 +286,7 @@ impl Server {
             core.insert(rt);
         }
         let registry = core.fork();
-        for rt in builtin::lariat_types() {
+        for rt in builtin::lariat_types(&config.kinds) {
             registry.insert(rt);
         }
         let cipher =
@@ -287,11 +297,13 @@ impl Server {
         }
         let resources = Resources::new(store.clone(), registry, cipher)
             .with_limits(config.resource_limits)
-            .with_strategies(strategy::rancher().and(config.strategies.clone()));
+            .with_strategies(config.strategies.clone())
+            .with_validators(config.validators.clone());
         load_stored_crds(&resources)
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;
-        let builtin: Vec<serde_json::Value> = lariat_api::builtin_crds()
+        let builtin: Vec<serde_json::Value> = config
+            .kinds
             .iter()
             .map(|crd| serde_json::to_value(crd).expect("CRDs serialize"))
             .collect();
@@ -299,26 +311,26 @@ impl Server {
             .publish_builtin_crds(builtin)
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;
-        // Rancher's Fleet workspaces exist from the first start: `fleet-default` for the
-        // clusters lariat provisions or imports, `fleet-local` for the management cluster.
-        ensure_namespaces(
-            &resources,
-            &[
-                "default",
-                "lariat-system",
-                lariat_api::fleet::DEFAULT_WORKSPACE,
-                lariat_api::fleet::LOCAL_WORKSPACE,
-            ],
-        )
-        .await
-        .map_err(|e| StartError::Store(e.to_string()))?;
-        rbac::bootstrap(&resources)
+        let namespaces = ["default", "lariat-system"]
+            .into_iter()
+            .chain(config.namespaces.iter().map(String::as_str));
+        ensure_namespaces(&resources, namespaces)
+            .await
+            .map_err(|e| StartError::Store(e.to_string()))?;
+        rbac::bootstrap(&resources, &config.edit_and_view_groups)
             .await
             .map_err(|e| StartError::Store(format!("default RBAC roles: {e}")))?;
-        rancher::bootstrap(&resources)
-            .await
-            .map_err(|e| StartError::Store(format!("built-in role templates: {e}")))?;
-        let rbac = rbac::Rbac::load(&store)
+        for extension in &config.extensions {
+            extension.prepare(&resources).await.map_err(|e| {
+                StartError::Store(format!("objects kept from the first start: {e}"))
+            })?;
+        }
+        let sources = config
+            .extensions
+            .iter()
+            .filter_map(|extension| extension.grant_source())
+            .collect();
+        let rbac = rbac::Rbac::load(&store, sources)
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;
         let resources = resources.with_rbac(rbac.clone());
@@ -367,23 +379,25 @@ impl Server {
             pki.ca_cert_pem.clone(),
         ));
         let identity = leader_identity(address.port());
-        let (records, record_feeds) = tunnel::Records::new();
-        let replicas =
-            replicas::Replicas::new(identity.clone(), peer_address, pki.clone(), records);
+        let replicas = replicas::Replicas::new(identity.clone(), peer_address, pki.clone());
+        let leadership = if config.shared_store {
+            leader::Leadership::candidate(identity, config.election)
+        } else {
+            leader::Leadership::sole(identity)
+        };
         let state = Arc::new(http::AppState {
             resources,
             authenticator,
-            authorizer: Arc::new(agents::AgentScope::around(rbac.clone())),
+            authorizer: Arc::new(extension::Chain {
+                extensions: config.extensions.clone(),
+                inner: rbac.clone(),
+            }),
             rbac: Some(rbac.clone()),
             server_address: server_address.to_string(),
             advertised_address: advertised.map(|(_, address)| address),
-            agent_image: config.agent_image.clone(),
             bookmark_interval: config.bookmark_interval,
             virtual_clusters,
             metrics: config.metrics,
-            tunnels: Arc::new(tunnel::Tunnels::with_rate(
-                config.agent_handshakes_per_second,
-            )),
             ca_pem: pki.ca_cert_pem.clone(),
             simulated: false,
             audit: config
@@ -395,6 +409,9 @@ impl Server {
                 .map(Arc::new),
             replicas: Some(replicas.clone()),
             routes: config.routes.clone(),
+            extensions: config.extensions.clone(),
+            failed_proofs: Default::default(),
+            leadership,
         });
         if config.shared_store {
             replicas
@@ -402,11 +419,6 @@ impl Server {
                 .await
                 .map_err(StartError::ReplicaSkew)?;
         }
-        let leadership = if config.shared_store {
-            leader::Leadership::candidate(identity, config.election)
-        } else {
-            leader::Leadership::sole(identity)
-        };
         Ok(Server {
             state,
             listener,
@@ -414,8 +426,6 @@ impl Server {
             pki,
             config,
             rbac,
-            leadership,
-            record_feeds,
         })
     }
 
@@ -446,12 +456,12 @@ impl Server {
     /// A kube-rs client served in-process whose writes are refused while this replica does
     /// not lead: what the elected controllers use (see [`local::controller_client`]).
     pub fn controller_client(&self) -> kube::Client {
-        local::controller_client(self.state.clone(), self.leadership.clone())
+        local::controller_client(self.state.clone(), self.state.leadership.clone())
     }
 
     /// This replica's standing in the controllers' election.
     pub fn leadership(&self) -> Arc<leader::Leadership> {
-        self.leadership.clone()
+        self.state.leadership.clone()
     }
 
     /// This replica among the others on its datastore (see [`replicas`]).
@@ -462,58 +472,14 @@ impl Server {
             .expect("a server's state knows its replicas")
     }
 
-    /// The agents' tunnels (who is connected), for status reporting.
-    pub fn tunnels(&self) -> Arc<tunnel::Tunnels> {
-        self.state.tunnels.clone()
-    }
-
     pub fn ca_checksum(&self) -> String {
         self.pki.ca_checksum()
     }
 
-    /// The import manifests for a Cluster, each with a new registration token valid for
-    /// `ttl`: what `/v3/import` serves, for lariat to install its agent into the clusters it
-    /// provisions (`lariat_controllers::agent_install`). Those clusters are elsewhere, so
-    /// without an advertised address a loopback listener is refused, with how to fix it.
-    pub fn import_manifests(
-        &self,
-        ttl: Duration,
-    ) -> impl Fn(
-        String,
-        String,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<String, String>> + Send>>
-    + Send
-    + Sync
-    + 'static {
-        let state = self.state.clone();
-        let checksum = self.ca_checksum();
-        move |namespace, name| {
-            let state = state.clone();
-            let checksum = checksum.clone();
-            Box::pin(async move {
-                let host = match &state.advertised_address {
-                    Some(host) => host.clone(),
-                    None if state.server_address.starts_with("127.")
-                        || state.server_address.starts_with("[::1]") =>
-                    {
-                        return Err(format!(
-                            "lariat server listens on loopback ({}) and has no --advertise-url: a cluster elsewhere cannot reach it; restart it with --advertise-url https://HOST:PORT",
-                            state.server_address
-                        ));
-                    }
-                    None => state.server_address.clone(),
-                };
-                let client = local::client(state.clone());
-                let token = tunnel::create_registration_token(&client, &namespace, &name, ttl)
-                    .await
-                    .map_err(|e| format!("cannot create a registration token: {e}"))?;
-                Ok(tunnel::import_manifest(
-                    &format!("https://{host}"),
-                    &token,
-                    &checksum,
-                    &state.agent_image,
-                ))
-            })
+    /// The running server as an extension sees it (its clients, replicas, addresses).
+    pub fn handle(&self) -> extension::Handle {
+        extension::Handle {
+            state: self.state.clone(),
         }
     }
 
@@ -525,56 +491,52 @@ impl Server {
     ) -> Result<(), StartError> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let election = tokio::spawn(leader::run(
-            self.leadership.clone(),
+            self.state.leadership.clone(),
             local::client(self.state.clone()),
             stop_rx.clone(),
         ));
         // What writes on the replica's own initiative runs on the elected replica only.
         let leader_loops = {
-            let leadership = self.leadership.clone();
+            let leadership = self.state.leadership.clone();
             let resources = self.state.resources.leader_only(leadership.clone());
             let compaction_interval = self.config.compaction_interval;
             let event_ttl = self.config.event_ttl;
+            let server = self.handle();
             tokio::spawn(leader::while_leading(
                 leadership,
                 stop_rx.clone(),
                 Duration::from_secs(3),
                 move |term| {
-                    vec![
+                    let extended = server
+                        .state
+                        .extensions
+                        .iter()
+                        .flat_map(|extension| extension.lead(server.clone(), term.clone()));
+                    let mut tasks: Vec<_> = extended.collect();
+                    tasks.extend([
                         tokio::spawn(gc::run(resources.clone(), term.clone())),
                         tokio::spawn(gc::compact_periodically(
                             resources.store.clone(),
                             compaction_interval,
                             term.clone(),
                         )),
-                        tokio::spawn(gc::expire_events(
-                            resources.clone(),
-                            event_ttl,
-                            term.clone(),
-                        )),
-                        tokio::spawn(rancher::publish_accesses(resources.clone(), term)),
-                    ]
+                        tokio::spawn(gc::expire_events(resources.clone(), event_ttl, term)),
+                    ]);
+                    tasks
                 },
             ))
         };
-        // Every replica keeps its Lease and reports the tunnels it holds; the leader also
-        // reports those no live replica holds.
-        let replicas = self.replicas();
+        // Every replica keeps its Lease.
         let replica_lease = tokio::spawn(
-            replicas
-                .clone()
+            self.replicas()
                 .run(local::client(self.state.clone()), stop_rx.clone()),
         );
-        let reporter = tokio::spawn(tunnel::report(
-            self.state.tunnels.clone(),
-            replicas,
-            local::client(self.state.clone()),
-            (
-                self.leadership.clone(),
-                local::controller_client(self.state.clone(), self.leadership.clone()),
-            ),
-            stop_rx.clone(),
-        ));
+        let extended: Vec<_> = self
+            .state
+            .extensions
+            .iter()
+            .flat_map(|extension| extension.run(self.handle(), stop_rx.clone()))
+            .collect();
         let crd_follower = {
             let resources = self.state.resources.clone();
             let stop = stop_rx.clone();
@@ -587,10 +549,6 @@ impl Server {
         );
         let app = http::router(self.state.clone());
         tracing::info!(address = %self.local_addr(), "serving the Kubernetes API over HTTPS");
-        let records = tokio::spawn(
-            self.record_feeds
-                .run(local::client(self.state.clone()), stop_rx.clone()),
-        );
         tls::serve(
             self.listener,
             self.tls,
@@ -608,8 +566,7 @@ impl Server {
             crd_follower,
             rbac,
             replica_lease,
-            records,
-            reporter
+            futures::future::join_all(extended)
         );
         Ok(())
     }
@@ -638,7 +595,10 @@ async fn load_stored_crds(resources: &Resources) -> Result<(), status::ApiError>
 }
 
 /// `default` (and `lariat-system` for lariat's own objects) exist from the first start.
-async fn ensure_namespaces(resources: &Resources, names: &[&str]) -> Result<(), status::ApiError> {
+async fn ensure_namespaces(
+    resources: &Resources,
+    names: impl IntoIterator<Item = &str>,
+) -> Result<(), status::ApiError> {
     let scope = resources
         .scope("", "namespaces", None)
         .expect("namespaces are built in");

@@ -20,7 +20,6 @@ use lariat_store::Store;
 use serde_json::{Value, json};
 
 use crate::auth::{Attributes, Authorizer, User};
-use crate::rancher;
 use crate::status::{ApiError, ApiResult};
 
 pub const GROUP: &str = "rbac.authorization.k8s.io";
@@ -30,28 +29,68 @@ pub const MASTERS: &str = "system:masters";
 pub const AUTHENTICATED: &str = "system:authenticated";
 const PREFIX: &str = "/registry/rbac.authorization.k8s.io/";
 
+/// Kinds beyond RBAC's own whose objects grant rules on this server too (Rancher's bindings,
+/// from the management plane's configuration), kept as RBAC's index keeps its four: from one
+/// watch of their API group.
+pub trait GrantSource: Send + Sync {
+    /// The API group whose objects it reads.
+    fn group(&self) -> &'static str;
+    /// Forgets everything (a fresh list follows).
+    fn clear(&mut self);
+    /// One object of the group, `PLURAL/NAME` or `PLURAL/NAMESPACE/NAME`, its JSON; `None`
+    /// when deleted. Returns whether what it grants may have changed.
+    fn apply(&mut self, key: &str, value: Option<&[u8]>) -> bool;
+    /// What its objects grant: `(subject, namespace, rules)`, a namespace of `None` meaning
+    /// everywhere.
+    fn grants(&self) -> Vec<(Subject, Option<String>, Vec<PolicyRule>)>;
+}
+
 /// The four kinds as last seen in the store, keyed as stored (`NAMESPACE/NAME` or `NAME`),
-/// and Rancher's kinds, whose bindings grant on lariat too.
+/// and the sources of further grants with the store prefix of each.
 #[derive(Default)]
 struct Objects {
     roles: HashMap<String, Role>,
     cluster_roles: HashMap<String, ClusterRole>,
     role_bindings: HashMap<String, RoleBinding>,
     cluster_role_bindings: HashMap<String, ClusterRoleBinding>,
-    rancher: rancher::Objects,
+    sources: Vec<(String, Box<dyn GrantSource>)>,
 }
 
-/// The store prefixes RBAC follows.
-const PREFIXES: [&str; 2] = [PREFIX, rancher::PREFIX];
+impl Objects {
+    fn with_sources(sources: Vec<Box<dyn GrantSource>>) -> Objects {
+        Objects {
+            sources: sources
+                .into_iter()
+                .map(|source| (format!("/registry/{}/", source.group()), source))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The store prefixes RBAC follows: its own and its sources'.
+    fn prefixes(&self) -> Vec<String> {
+        std::iter::once(PREFIX.to_string())
+            .chain(self.sources.iter().map(|(prefix, _)| prefix.clone()))
+            .collect()
+    }
+}
 
 impl crate::follow::Mirror for Objects {
     fn clear(&mut self) {
-        *self = Objects::default();
+        self.roles.clear();
+        self.cluster_roles.clear();
+        self.role_bindings.clear();
+        self.cluster_role_bindings.clear();
+        for (_, source) in &mut self.sources {
+            source.clear();
+        }
     }
 
     fn apply(&mut self, key: &str, value: Option<&[u8]>) -> bool {
-        if let Some(key) = key.strip_prefix(rancher::PREFIX) {
-            return self.rancher.apply(key, value);
+        for (prefix, source) in &mut self.sources {
+            if let Some(key) = key.strip_prefix(prefix.as_str()) {
+                return source.apply(key, value);
+            }
         }
         let Some((plural, name)) = key.strip_prefix(PREFIX).and_then(|k| k.split_once('/')) else {
             return false;
@@ -125,7 +164,8 @@ impl Objects {
                 }
             }
         }
-        for (subject, namespace, rules) in self.rancher.management_grants() {
+        let granted = self.sources.iter().flat_map(|(_, source)| source.grants());
+        for (subject, namespace, rules) in granted {
             if let Some(key) = subject_key(&subject, None) {
                 index.grants.entry(key).or_default().push(Grant {
                     namespace,
@@ -294,18 +334,26 @@ impl Rbac {
 /// RBAC's decisions, from the index one watch keeps.
 pub struct Rbac {
     index: RwLock<Arc<Index>>,
+    /// What the index is built from, until [`Rbac::follow`] takes it.
+    objects: std::sync::Mutex<Option<Objects>>,
 }
 
 impl Rbac {
-    /// Reads the four kinds from `store` and indexes them, so the server decides from its
-    /// first request; [`Rbac::follow`] keeps the index current from then on.
-    pub async fn load(store: &Arc<dyn Store>) -> Result<Arc<Rbac>, lariat_store::Error> {
+    /// Reads the four kinds (and what `sources` read) from `store` and indexes them, so the
+    /// server decides from its first request; [`Rbac::follow`] keeps the index current from
+    /// then on.
+    pub async fn load(
+        store: &Arc<dyn Store>,
+        sources: Vec<Box<dyn GrantSource>>,
+    ) -> Result<Arc<Rbac>, lariat_store::Error> {
+        let mut objects = Objects::with_sources(sources);
+        let prefixes = objects.prefixes();
+        let prefixes: Vec<&str> = prefixes.iter().map(String::as_str).collect();
+        crate::follow::load(store, &prefixes, &mut objects).await?;
         let rbac = Arc::new(Rbac {
-            index: RwLock::new(Arc::default()),
+            index: RwLock::new(Arc::new(objects.index())),
+            objects: std::sync::Mutex::new(Some(objects)),
         });
-        let mut objects = Objects::default();
-        crate::follow::load(store, &PREFIXES, &mut objects).await?;
-        rbac.publish(&objects);
         Ok(rbac)
     }
 
@@ -324,10 +372,14 @@ impl Rbac {
         store: Arc<dyn Store>,
         stop: tokio::sync::watch::Receiver<bool>,
     ) {
-        let mut objects = Objects::default();
+        let Some(mut objects) = self.objects.lock().expect("rbac objects lock").take() else {
+            return;
+        };
+        let prefixes = objects.prefixes();
+        let prefixes: Vec<&str> = prefixes.iter().map(String::as_str).collect();
         crate::follow::follow(
             store,
-            &PREFIXES,
+            &prefixes,
             &mut objects,
             |objects| self.publish(objects),
             stop,
@@ -336,7 +388,7 @@ impl Rbac {
     }
 
     /// Whether `user` may `verb` the object `name` of `group`/`resource` in `namespace`.
-    fn may(
+    pub fn may(
         &self,
         user: &User,
         verb: &str,
@@ -379,30 +431,13 @@ impl Rbac {
         user: &User,
         group: &str,
         plural: &str,
-        subresource: Option<&str>,
         object: &Value,
     ) -> ApiResult<()> {
-        if group == lariat_api::management::GROUP
-            && plural == "clusteraccesses"
-            && subresource.is_none()
-        {
-            return Err(ApiError::Forbidden {
-                message: format!(
-                    "clusteraccesses.{} {:?} is forbidden: lariat writes ClusterAccesses from Rancher's bindings (management.cattle.io); change those instead",
-                    lariat_api::management::GROUP,
-                    object["metadata"]["name"].as_str().unwrap_or_default()
-                ),
-            });
-        }
         if user.groups.iter().any(|g| g == MASTERS) {
             return Ok(());
         }
         if group == lariat_api::management::GROUP && plural == "tokens" {
             return self.confirm_token(user, object);
-        }
-        if group == rancher::GROUP {
-            // Judged with what they refer to, by `rancher::admit`.
-            return Ok(());
         }
         if group != GROUP {
             return Ok(());
@@ -485,103 +520,21 @@ impl Rbac {
 }
 
 impl Rbac {
-    /// Escalation prevention for Rancher's kinds: a GlobalRole's rules must be the writer's
-    /// own (or it holds `escalate` on it), and granting in every cluster
-    /// (`inheritedClusterRoles`) or writing a RoleTemplate (whose rules apply downstream, where
-    /// lariat cannot compare them with the writer's) needs `escalate` or full authority; a
-    /// GlobalRoleBinding needs `bind` on its GlobalRole or the role's rules; a cluster or
-    /// project binding needs `bind` on its RoleTemplate.
-    pub(crate) fn confirm_rancher(
+    /// What of `rules` (in `namespace`, `None`: cluster-wide) `user` does not hold, each rule
+    /// described as kube-apiserver's escalation refusals list them: empty when it holds all.
+    pub fn lacking(
         &self,
         user: &User,
-        plural: &str,
-        object: &Value,
-        bound_role: Option<&rancher::GlobalRole>,
-    ) -> ApiResult<()> {
-        let name = object["metadata"]["name"].as_str().unwrap_or_default();
-        let namespace = object["metadata"]["namespace"]
-            .as_str()
-            .filter(|ns| !ns.is_empty());
-        let may = |verb: &str, resource: &str, name: &str| {
-            self.may(user, verb, rancher::GROUP, resource, namespace, name)
-        };
-        let forbidden = |why: String| ApiError::Forbidden {
-            message: format!("{plural}.{} {name:?} is forbidden: {why}", rancher::GROUP),
-        };
-        let lacking = |rules: &[PolicyRule], namespace: Option<&str>| -> Vec<String> {
-            let held = self.rules_for(user, namespace);
-            rules
-                .iter()
-                .flat_map(atomic_rules)
-                .filter(|servant| !held.iter().any(|owner| covers(owner, servant)))
-                .map(|rule| describe_rule(&rule))
-                .collect()
-        };
-        let all_authority = || lacking(&full_authority(), None).is_empty();
-        let escalation = |missing: Vec<String>| {
-            forbidden(format!(
-                "user {:?} is attempting to grant permissions not currently held:\n{}",
-                user.name,
-                missing.join("\n")
-            ))
-        };
-        let global_role = |role: &rancher::GlobalRole, allowed_by: &str| -> ApiResult<()> {
-            if !role.inherited_cluster_roles.is_empty() && !all_authority() {
-                return Err(forbidden(format!(
-                    "granting roles in every cluster (inheritedClusterRoles) needs {allowed_by} or cluster-admin privileges"
-                )));
-            }
-            let mut missing = lacking(&role.rules, None);
-            for (namespace, rules) in &role.namespaced_rules {
-                missing.extend(lacking(rules, Some(namespace)));
-            }
-            if missing.is_empty() {
-                Ok(())
-            } else {
-                Err(escalation(missing))
-            }
-        };
-        match plural {
-            "globalroles" => {
-                if may("escalate", plural, name) {
-                    return Ok(());
-                }
-                let role: rancher::GlobalRole =
-                    serde_json::from_value(object.clone()).map_err(|e| forbidden(e.to_string()))?;
-                global_role(&role, "the escalate verb on globalroles")
-            }
-            "globalrolebindings" => {
-                let role_name = object["globalRoleName"].as_str().unwrap_or_default();
-                if may("bind", "globalroles", role_name) {
-                    return Ok(());
-                }
-                let role = bound_role.ok_or_else(|| {
-                    forbidden(format!(
-                        "globalroles.{} {role_name:?} not found",
-                        rancher::GROUP
-                    ))
-                })?;
-                global_role(role, "the bind verb on that GlobalRole")
-            }
-            "roletemplates" => {
-                if may("escalate", plural, name) || all_authority() {
-                    return Ok(());
-                }
-                Err(forbidden(
-                    "a RoleTemplate's rules apply in downstream clusters, where lariat cannot compare them with yours: writing one needs the escalate verb on roletemplates or cluster-admin privileges".into(),
-                ))
-            }
-            "clusterroletemplatebindings" | "projectroletemplatebindings" => {
-                let template = object["roleTemplateName"].as_str().unwrap_or_default();
-                if may("bind", "roletemplates", template) || all_authority() {
-                    return Ok(());
-                }
-                Err(forbidden(format!(
-                    "binding RoleTemplate {template:?} needs the bind verb on roletemplates {template:?}"
-                )))
-            }
-            _ => Ok(()),
-        }
+        rules: &[PolicyRule],
+        namespace: Option<&str>,
+    ) -> Vec<String> {
+        let held = self.rules_for(user, namespace);
+        rules
+            .iter()
+            .flat_map(atomic_rules)
+            .filter(|servant| !held.iter().any(|owner| covers(owner, servant)))
+            .map(|rule| describe_rule(&rule))
+            .collect()
     }
 }
 
@@ -809,17 +762,6 @@ const BOOTSTRAPPING: &str = "kubernetes.io/bootstrapping";
 /// put it back.
 const AUTOUPDATE: &str = "rbac.authorization.kubernetes.io/autoupdate";
 const AGGREGATE_TO: &str = "rbac.authorization.k8s.io/aggregate-to-";
-/// The API groups of lariat's own kinds (Cluster API's, its providers', Fleet's, lariat's):
-/// `edit` and `view` reach them as they reach Deployments.
-const LARIAT_GROUPS: &[&str] = &[
-    "cluster.x-k8s.io",
-    "infrastructure.cluster.x-k8s.io",
-    "bootstrap.cluster.x-k8s.io",
-    "controlplane.cluster.x-k8s.io",
-    "clusterctl.cluster.x-k8s.io",
-    lariat_api::fleet::GROUP,
-];
-
 fn rule(groups: &[&str], resources: &[String], verbs: &[&str]) -> Value {
     json!({"apiGroups": groups, "resources": resources, "verbs": verbs})
 }
@@ -1017,13 +959,17 @@ pub fn defaults(kinds: &[(String, Vec<String>)]) -> Vec<(&'static str, Value)> {
     ]
 }
 
-/// Creates the default roles and bindings, and on every start puts back what a newer build
+/// Creates the default roles and bindings (with `edit` and `view` reaching the kinds of the
+/// groups `edit_and_view`), and on every start puts back what a newer build
 /// adds to them (missing rules, subjects, aggregation), as kube-apiserver reconciles its own:
 /// what an administrator added stays, and one marked `autoupdate: "false"` is left alone.
-pub async fn bootstrap(resources: &crate::resources::Resources) -> ApiResult<()> {
+pub async fn bootstrap(
+    resources: &crate::resources::Resources,
+    edit_and_view: &[String],
+) -> ApiResult<()> {
     let mut kinds: HashMap<String, Vec<String>> = HashMap::new();
     for rt in resources.registry.all() {
-        if LARIAT_GROUPS.contains(&rt.group.as_str()) {
+        if edit_and_view.contains(&rt.group) {
             kinds
                 .entry(rt.group.clone())
                 .or_default()
@@ -1157,7 +1103,7 @@ mod tests {
         let urls = rule(json!({"nonResourceURLs": ["/apis/*", "/version"], "verbs": ["get"]}));
         assert!(allows(
             &urls,
-            &Attributes::non_resource("get", "/apis/cluster.x-k8s.io")
+            &Attributes::non_resource("get", "/apis/example.com")
         ));
         assert!(allows(&urls, &Attributes::non_resource("get", "/version")));
         assert!(!allows(
@@ -1254,6 +1200,7 @@ mod tests {
         ]);
         let rbac = Rbac {
             index: RwLock::new(Arc::new(objects.index())),
+            objects: Default::default(),
         };
         let dev = User {
             name: "alice".into(),

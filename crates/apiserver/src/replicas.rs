@@ -147,8 +147,6 @@ pub struct Replicas {
     address: String,
     pki: Pki,
     peers: Mutex<HashMap<String, Peer>>,
-    /// Which replica holds each cluster's tunnel, among what the reporter reads.
-    records: Arc<crate::tunnel::Records>,
     /// This replica's Lease as last written, renewed by a conditional replace alone.
     lease: Mutex<Option<Lease>>,
     /// Where the replicas' Leases are read, once [`Replicas::run`] has started.
@@ -160,17 +158,11 @@ pub struct Replicas {
 impl Replicas {
     /// `identity` is this process's (the election's); `address` is `host:port` the other
     /// replicas reach it at, which its serving certificate must name.
-    pub fn new(
-        identity: String,
-        address: String,
-        pki: Pki,
-        records: Arc<crate::tunnel::Records>,
-    ) -> Arc<Replicas> {
+    pub fn new(identity: String, address: String, pki: Pki) -> Arc<Replicas> {
         Arc::new(Replicas {
             identity,
             address,
             pki,
-            records,
             peers: Mutex::default(),
             lease: Mutex::default(),
             leases: Default::default(),
@@ -180,11 +172,6 @@ impl Replicas {
 
     pub fn identity(&self) -> &str {
         &self.identity
-    }
-
-    /// The Clusters and ClusterConnections as this replica last saw them.
-    pub fn records(&self) -> &crate::tunnel::Records {
-        &self.records
     }
 
     /// `host:port` the other replicas reach this one at.
@@ -468,8 +455,8 @@ impl Replicas {
         };
         parts.uri = uri;
         parts.version = axum::http::Version::HTTP_11;
-        crate::tunnel::strip_caller_headers(&mut parts.headers);
-        let value = |text: &str| crate::tunnel::identity_header(text, "to another replica");
+        crate::forwarding::strip_caller_headers(&mut parts.headers);
+        let value = |text: &str| crate::forwarding::identity_header(text, "to another replica");
         match value(&caller.name) {
             Ok(name) => parts.headers.insert(FORWARDED_USER, name),
             Err(error) => return error.into_response(),
@@ -654,7 +641,6 @@ mod tests {
             "here".into(),
             "127.0.0.1:1".into(),
             ca(&dir.path().join("a")),
-            crate::tunnel::Records::new().0,
         );
         here.peers.lock().unwrap().insert(
             "there".into(),

@@ -34,6 +34,9 @@ pub struct WriteOptions {
     /// Who asks, when a write's admission depends on it (RBAC's escalation prevention);
     /// `None` for the server's own writes.
     pub requester: Option<crate::auth::User>,
+    /// Sent by one of the server's own in-process clients (its controllers), not by a caller
+    /// over the network, whatever name the caller goes by.
+    pub in_process: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -131,6 +134,8 @@ pub struct Resources {
     pub limits: crate::limits::ResourceLimits,
     /// What each kind checks when written, beyond its schema.
     strategies: Arc<crate::strategy::Strategies>,
+    /// What some kinds check when written by reading other objects or judging the writer.
+    validators: Arc<crate::extension::Validators>,
 }
 
 impl Resources {
@@ -143,7 +148,14 @@ impl Resources {
             rbac: None,
             limits: Default::default(),
             strategies: Arc::new(crate::strategy::builtin()),
+            validators: Default::default(),
         }
+    }
+
+    /// These resources admitting writes with `validators` too (after strategies).
+    pub fn with_validators(mut self, validators: crate::extension::Validators) -> Resources {
+        self.validators = Arc::new(validators);
+        self
     }
 
     /// These resources admitting writes with the built-in kinds' strategies and `more`.
@@ -941,7 +953,7 @@ impl Resources {
             causes.extend(strategy.admit(&mut object, old));
         }
         if let Some(rbac) = &self.rbac
-            && rt.group == crate::rancher::GROUP
+            && let Some(validator) = self.validators.get(&rt.group, &rt.plural)
         {
             // Who may write it is asked only of a write that is otherwise valid, and not of a
             // status write.
@@ -949,9 +961,14 @@ impl Resources {
                 .requester
                 .as_ref()
                 .filter(|_| causes.is_empty() && subresource.is_none());
-            let more =
-                crate::rancher::admit(self, rbac, requester, &rt.plural, &mut object, old).await?;
-            causes.extend(more);
+            let write = crate::extension::Write {
+                resources: self,
+                rbac,
+                requester,
+                in_process: options.in_process,
+                plural: &rt.plural,
+            };
+            causes.extend(validator.validate(write, &mut object, old).await?);
         }
         if !causes.is_empty() {
             return Err(ApiError::invalid(
@@ -962,7 +979,7 @@ impl Resources {
             ));
         }
         if let (Some(rbac), Some(requester)) = (&self.rbac, &options.requester) {
-            rbac.confirm_write(requester, &rt.group, &rt.plural, subresource, &object)?;
+            rbac.confirm_write(requester, &rt.group, &rt.plural, &object)?;
         }
         Ok((object, warnings))
     }

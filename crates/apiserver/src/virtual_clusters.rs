@@ -83,13 +83,13 @@ impl VirtualClusters {
         let resources = Resources::new(store.clone(), self.kinds.fork(), cipher);
         crate::ensure_namespaces(
             &resources,
-            &["default", "kube-system", "kube-public", "kube-node-lease"],
+            ["default", "kube-system", "kube-public", "kube-node-lease"],
         )
         .await?;
         // Its own RBAC, default roles included, as a real cluster enforces: what the proxy's
         // impersonated callers may do here is decided here.
-        crate::rbac::bootstrap(&resources).await?;
-        let rbac = Rbac::load(&store)
+        crate::rbac::bootstrap(&resources, &[]).await?;
+        let rbac = Rbac::load(&store, Vec::new())
             .await
             .map_err(|e| ApiError::internal(e.to_string()))?;
         let resources = resources.with_rbac(rbac.clone());
@@ -109,16 +109,18 @@ impl VirtualClusters {
             rbac: Some(rbac.clone()),
             server_address: self.server_address.clone(),
             advertised_address: None,
-            agent_image: Default::default(),
             bookmark_interval: Duration::from_secs(60),
             metrics: None,
-            tunnels: Default::default(),
             ca_pem: String::new(),
             virtual_clusters: VirtualClusters::none(),
             simulated: true,
             audit: None,
             replicas: None,
             routes: Vec::new(),
+            extensions: Vec::new(),
+            failed_proofs: Default::default(),
+            // Nothing is elected in a simulated cluster: its one server leads.
+            leadership: crate::leader::Leadership::sole(format!("simulated-{key}")),
         });
         let router = router(state.clone());
         let mut clusters = self.clusters.write().expect("lock");

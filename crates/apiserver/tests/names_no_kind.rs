@@ -20,24 +20,6 @@ const PRODUCT_NAMES: &[&str] = &[
     "lariat_api::bootstrap",
 ];
 
-/// Files that still name a product's kind, each until its concern moves to the crate that
-/// owns it (issue 38). The list only shrinks: a file that no longer names one must leave it.
-const NOT_MOVED_YET: &[&str] = &[
-    // The agents' scope (Fleet's BundleDeployments and Contents of their cluster).
-    "agents.rs",
-    // The cluster proxy (Cluster API Clusters).
-    "http.rs",
-    // Fleet's workspaces created at start.
-    "lib.rs",
-    // Rancher's access-control kinds: grants, admission, and RBAC's index of them.
-    "rancher.rs",
-    "rbac.rs",
-    "strategy/mod.rs",
-    "strategy/rancher.rs",
-    // The tunnel hub, which reports Cluster conditions.
-    "tunnel.rs",
-];
-
 fn sources(dir: &Path, found: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read the source folder") {
         let path = entry.expect("a source entry").path();
@@ -55,7 +37,6 @@ fn the_generic_server_names_no_product_kind() {
     let mut files = vec![];
     sources(&root, &mut files);
     let mut naming = vec![];
-    let mut moved = vec![];
     for file in &files {
         let relative = file
             .strip_prefix(&root)
@@ -68,20 +49,12 @@ fn the_generic_server_names_no_product_kind() {
             .copied()
             .filter(|name| text.contains(name))
             .collect();
-        let excused = NOT_MOVED_YET.contains(&relative.as_str());
-        if !named.is_empty() && !excused {
+        if !named.is_empty() {
             naming.push(format!("{relative} names {}", named.join(", ")));
-        }
-        if named.is_empty() && excused {
-            moved.push(relative);
         }
     }
     assert!(
         naming.is_empty(),
         "the generic server names a product's kind; move it to the crate that owns the kind and hand it over in lariat_apiserver::Config: {naming:#?}"
-    );
-    assert!(
-        moved.is_empty(),
-        "these files name no product's kind any more: take them off NOT_MOVED_YET: {moved:?}"
     );
 }

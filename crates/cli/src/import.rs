@@ -166,7 +166,7 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
                 })?;
         }
     }
-    let token = lariat_apiserver::tunnel::create_registration_token(
+    let token = lariat_management::credentials::create_registration_token(
         &client,
         &args.namespace,
         &args.name,

@@ -272,7 +272,7 @@ struct ServerArgs {
     #[arg(long)]
     encryption_key_file: Option<PathBuf>,
     /// Agent handshakes admitted per second; agents beyond it are told when to come back.
-    #[arg(long, default_value_t = lariat_apiserver::tunnel::DEFAULT_HANDSHAKES_PER_SECOND)]
+    #[arg(long, default_value_t = lariat_management::DEFAULT_HANDSHAKES_PER_SECOND)]
     agent_handshake_rate: f64,
     /// Serve the API only: run no controllers or providers (for API benchmarks).
     #[arg(long)]
@@ -701,11 +701,43 @@ async fn rotate_admin(args: StoreArgs) -> anyhow::Result<()> {
 }
 
 /// The management plane's server configuration before flags: the generic server, with the
-/// write rules of the kinds the management plane serves from the crates that own them.
-pub fn management_config(data_dir: &std::path::Path) -> lariat_apiserver::Config {
+/// write rules of the kinds the management plane serves from the crates that own them, and
+/// `plane` (the agents' tunnels, their scope, the cluster proxy).
+pub fn management_config(
+    data_dir: &std::path::Path,
+    plane: &lariat_management::Plane,
+) -> lariat_apiserver::Config {
     let mut config = lariat_apiserver::Config::new(data_dir);
-    config.strategies =
-        lariat_api::capi::admission::strategies().and(lariat_provider_aws::admission::strategies());
+    // Cluster API's kinds and its providers', Fleet's, Rancher's and lariat's own.
+    config.kinds = lariat_api::builtin_crds();
+    config.extensions = vec![
+        std::sync::Arc::new(plane.clone()),
+        std::sync::Arc::new(lariat_management::rancher::Rancher),
+    ];
+    // Rancher's Fleet workspaces exist from the first start: `fleet-default` for the clusters
+    // lariat provisions or imports, `fleet-local` for the management cluster.
+    config.namespaces = [
+        lariat_api::fleet::DEFAULT_WORKSPACE,
+        lariat_api::fleet::LOCAL_WORKSPACE,
+    ]
+    .map(String::from)
+    .to_vec();
+    config.strategies = lariat_api::capi::admission::strategies()
+        .and(lariat_provider_aws::admission::strategies())
+        .and(lariat_management::rancher::strategies());
+    config.validators = lariat_management::rancher::validators();
+    // The default `edit` and `view` roles reach Cluster API's and Fleet's kinds as they reach
+    // Deployments.
+    config.edit_and_view_groups = [
+        "cluster.x-k8s.io",
+        "infrastructure.cluster.x-k8s.io",
+        "bootstrap.cluster.x-k8s.io",
+        "controlplane.cluster.x-k8s.io",
+        "clusterctl.cluster.x-k8s.io",
+        lariat_api::fleet::GROUP,
+    ]
+    .map(String::from)
+    .to_vec();
     // Git pushes from GitHub and GitLab, proven by the GitRepos' webhook secrets.
     config.routes = vec![lariat_apiserver::routes::Route::post(
         lariat_fleet::webhook::PATH,
@@ -737,18 +769,20 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                 args.listen
             )
         })?;
-    let mut config = management_config(&args.store.data_dir);
+    let mut image = lariat_management::AgentImage::default();
+    if let Some(reference) = args.agent_image {
+        image.reference = reference;
+    }
+    image.pull_secret = args.agent_image_pull_secret;
+    let plane = lariat_management::Plane::new(args.agent_handshake_rate, image)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let mut config = management_config(&args.store.data_dir, &plane);
     config.tls_sans = args.tls_san;
     config.advertise_url = args.advertise_url;
     config.peer_address = args.peer_address;
-    if let Some(reference) = args.agent_image {
-        config.agent_image.reference = reference;
-    }
-    config.agent_image.pull_secret = args.agent_image_pull_secret;
     config.compaction_interval = Duration::from_secs(args.compaction_interval);
     config.encryption_key_file = args.encryption_key_file;
     config.metrics = Some(lariat_controllers::metrics::render);
-    config.agent_handshakes_per_second = args.agent_handshake_rate;
     config.event_ttl = import::parse_ttl(&args.event_ttl)
         .map_err(|e| anyhow::anyhow!("{}", e.to_string().replace("--ttl", "--event-ttl")))?;
     config.service_account_issuer = args.service_account_issuer;
@@ -831,7 +865,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         // Clusters lariat provisions get their agent as imported ones do, with a token that
         // lasts as long as `lariat cluster import`'s (an image pull can take a while).
         let manifests =
-            std::sync::Arc::new(server.import_manifests(std::time::Duration::from_secs(24 * 3600)));
+            plane.import_manifests(server.handle(), std::time::Duration::from_secs(24 * 3600));
         let fleet_settings = lariat_fleet::Settings {
             dir: args.store.data_dir.join("fleet"),
             file_roots: args.fleet_file_repos.clone(),

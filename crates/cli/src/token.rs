@@ -78,7 +78,7 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
         bail!("--user is empty: name the user the token authenticates as");
     }
     let client = crate::connect::client(args.kubeconfig.as_ref()).await?;
-    let (id, secret, hash) = lariat_apiserver::tunnel::new_token_parts();
+    let (id, secret, hash) = lariat_management::credentials::new_token_parts();
     let name = format!("token-{id}");
     let expires = (chrono::Utc::now() + chrono::Duration::from_std(ttl)?)
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);

@@ -955,6 +955,24 @@ groupPrincipalName: auditors
         refused.contains("lariat writes ClusterAccesses from Rancher's bindings"),
         "{refused}"
     );
+    // Nor by going by the name of lariat's own controllers: what a write is judged by is
+    // how it arrived (in-process), not who it says it is.
+    let impersonating = management.kubectl_err(&[
+        "patch",
+        "clusteraccess",
+        "c1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"clusterRoles":[]}}"#,
+        "--as",
+        "system:lariat:controller-manager",
+        "--as-group",
+        "system:masters",
+    ]);
+    assert!(
+        impersonating.contains("lariat writes ClusterAccesses from Rancher's bindings"),
+        "{impersonating}"
+    );
     drop(agents);
 }
 

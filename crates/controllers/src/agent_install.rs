@@ -45,7 +45,7 @@ fn timed_out() -> kube::Error {
 }
 
 /// The import manifests for Cluster `(namespace, name)`, with a new registration token: the
-/// server's side of `lariat cluster import` (`lariat_apiserver::Server::import_manifests`).
+/// server's side of `lariat cluster import` (`lariat_management::Plane::import_manifests`).
 pub type ImportManifests = Arc<
     dyn Fn(String, String) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>>
         + Send

@@ -22,10 +22,12 @@ const CONFIG_MAP: &[u8] = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: 
 async fn server(dir: &Path) -> Client {
     let store = Arc::new(lariat_store::memory::MemoryStore::new());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server =
-        lariat_apiserver::Server::start(lariat_apiserver::Config::new(dir), store, listener)
-            .await
-            .unwrap();
+    let mut config = lariat_apiserver::Config::new(dir);
+    config.kinds = lariat_api::builtin_crds();
+    config.namespaces = vec![NS.into()];
+    let server = lariat_apiserver::Server::start(config, store, listener)
+        .await
+        .unwrap();
     server.local_client()
 }
 

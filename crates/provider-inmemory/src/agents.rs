@@ -70,7 +70,7 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
     let Some(downstream) = ctx.clusters.client(&simulated) else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
-    let token = lariat_apiserver::tunnel::create_registration_token(
+    let token = lariat_management::credentials::create_registration_token(
         &ctx.client,
         &namespace,
         &name,

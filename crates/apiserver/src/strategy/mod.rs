@@ -8,11 +8,11 @@ pub use lariat_api::admission::{Strategies, Strategy, immutable};
 mod core;
 pub(crate) mod crd;
 mod events;
-mod rancher;
 mod rbac;
 mod tokens;
 
 pub use crd::accept_builtin as accept_crd;
+pub use rbac::rule_causes;
 
 /// The strategies of the kinds every lariat server serves. CustomResourceDefinitions are
 /// admitted apart ([`crd::admit`]), against the kinds the server serves.
@@ -33,31 +33,5 @@ pub fn builtin() -> Strategies {
             "rbac.authorization.k8s.io",
             &["rolebindings", "clusterrolebindings"],
             rbac::Bindings,
-        )
-}
-
-/// Rancher's access-control kinds' rules, which the management plane serves.
-// They move out with Rancher's kinds to the management plane's crate (issue 38).
-pub fn rancher() -> Strategies {
-    Strategies::default()
-        .with(
-            "management.cattle.io",
-            &["globalroles"],
-            rancher::GlobalRoles,
-        )
-        .with(
-            "management.cattle.io",
-            &["roletemplates"],
-            rancher::RoleTemplates,
-        )
-        .with("management.cattle.io", &["projects"], rancher::Projects)
-        .with(
-            "management.cattle.io",
-            &[
-                "globalrolebindings",
-                "clusterroletemplatebindings",
-                "projectroletemplatebindings",
-            ],
-            rancher::Bindings,
         )
 }

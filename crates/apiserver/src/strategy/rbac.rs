@@ -20,7 +20,7 @@ impl Strategy for Roles {
 
 /// What is wrong with a list of PolicyRules at `field` (`namespaced`: of a Role, which cannot
 /// name non-resource URLs).
-pub(crate) fn rule_causes(rules: &Value, field: &str, namespaced: bool) -> Vec<Cause> {
+pub fn rule_causes(rules: &Value, field: &str, namespaced: bool) -> Vec<Cause> {
     let mut causes = vec![];
     let Some(rules) = rules.as_array() else {
         return causes;

@@ -31,6 +31,7 @@ impl Fixture {
             let mut config = lariat_apiserver::Config::new(dir.path());
             // Cluster API's write rules too, so the property tests reach them.
             config.strategies = lariat_api::capi::admission::strategies();
+            config.kinds = lariat_api::builtin_crds();
             lariat_apiserver::Server::start(config, store.clone(), listener)
                 .await
                 .unwrap()

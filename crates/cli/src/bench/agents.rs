@@ -24,7 +24,7 @@ pub struct AgentsArgs {
     #[arg(long, default_value_t = 1000)]
     agents: usize,
     /// The server's admitted agent handshakes per second.
-    #[arg(long, default_value_t = lariat_apiserver::tunnel::DEFAULT_HANDSHAKES_PER_SECOND)]
+    #[arg(long, default_value_t = lariat_management::DEFAULT_HANDSHAKES_PER_SECOND)]
     handshake_rate: f64,
     /// Sequential requests timed through the proxy and directly.
     #[arg(long, default_value_t = 1000)]
@@ -232,7 +232,7 @@ pub(super) async fn imported_clusters(
                     "spec": {},
                 }))?;
                 clusters.create(&PostParams::default(), &cluster).await?;
-                let token = lariat_apiserver::tunnel::create_registration_token(
+                let token = lariat_management::credentials::create_registration_token(
                     &client,
                     "default",
                     &name,

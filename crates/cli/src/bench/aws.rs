@@ -235,9 +235,13 @@ pub async fn run(args: AwsArgs) -> anyhow::Result<()> {
         &dir.path().join("db"),
     )?);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let server =
-        lariat_apiserver::Server::start(crate::management_config(dir.path()), store, listener)
-            .await?;
+    let plane = lariat_management::Plane::new(
+        lariat_management::DEFAULT_HANDSHAKES_PER_SECOND,
+        Default::default(),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    let config = crate::management_config(dir.path(), &plane);
+    let server = lariat_apiserver::Server::start(config, store, listener).await?;
     let client = server.local_client();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

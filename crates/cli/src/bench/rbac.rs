@@ -111,7 +111,7 @@ pub async fn run(args: RbacArgs) -> anyhow::Result<()> {
         .await?;
 
     // The user's credential, made as `lariat token create` makes it.
-    let (id, secret, hash) = lariat_apiserver::tunnel::new_token_parts();
+    let (id, secret, hash) = lariat_management::credentials::new_token_parts();
     let tokens: Api<DynamicObject> =
         Api::all_with(admin.clone(), &lariat_api::management::token_resource());
     let expires = (chrono::Utc::now() + chrono::Duration::hours(1))

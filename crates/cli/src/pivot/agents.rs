@@ -105,7 +105,7 @@ pub async fn hand_off(
                 found
             }
         };
-        let token = lariat_apiserver::tunnel::create_registration_token(
+        let token = lariat_management::credentials::create_registration_token(
             &target.client,
             namespace,
             name,

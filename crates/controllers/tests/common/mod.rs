@@ -13,6 +13,7 @@ pub async fn server(serve: bool) -> (Client, String, tempfile::TempDir) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mut config = lariat_apiserver::Config::new(dir.path());
     config.strategies = lariat_api::capi::admission::strategies();
+    config.kinds = lariat_api::builtin_crds();
     let server = lariat_apiserver::Server::start(config, store, listener)
         .await
         .unwrap();

@@ -49,12 +49,19 @@ impl Lariat {
         config.advertise_url = Some(url.clone());
         config.strategies = lariat_api::capi::admission::strategies()
             .and(lariat_provider_aws::admission::strategies());
+        config.kinds = lariat_api::builtin_crds();
+        let plane = lariat_management::Plane::new(
+            lariat_management::DEFAULT_HANDSHAKES_PER_SECOND,
+            Default::default(),
+        )
+        .unwrap();
+        config.extensions = vec![Arc::new(plane.clone())];
         let server = lariat_apiserver::Server::start(config, store, listener)
             .await
             .unwrap();
         let client = server.local_client();
         let import_manifests =
-            Arc::new(server.import_manifests(std::time::Duration::from_secs(600)));
+            plane.import_manifests(server.handle(), std::time::Duration::from_secs(600));
         let virtual_clusters = server.virtual_clusters();
         let ca_checksum = server.ca_checksum();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -1,6 +1,6 @@
 //! What an agent's credential may do on the management API. An agent pulls its cluster's
 //! BundleDeployments and reports on them, as Fleet's agent does, with the credential the tunnel
-//! issued it (see `tunnel.rs`): that credential is the identity `system:lariat:agent:NS:NAME`
+//! issued it (see `credentials.rs`): that credential is the identity `system:lariat:agent:NS:NAME`
 //! here, and its scope is fixed by the server, not granted by RBAC, so no binding can widen it:
 //!
 //! - get, list and watch the BundleDeployments in its cluster's namespace
@@ -12,13 +12,13 @@
 //! Everything else (other namespaces, other kinds, discovery, the cluster proxy, metrics) is
 //! refused with 403. A registration token is no identity at all on the API.
 
-use std::sync::Arc;
+use std::time::Duration;
 
+use lariat_apiserver::auth::{Attributes, User};
+use lariat_apiserver::extension::Handle;
+use lariat_apiserver::resources::ListParams;
+use lariat_apiserver::status::{ApiError, ApiResult};
 use serde_json::Value;
-
-use crate::auth::{Attributes, Authorizer, User};
-use crate::resources::{ListParams, Resources};
-use crate::status::{ApiError, ApiResult};
 
 /// The group of every agent identity.
 pub const GROUP: &str = "system:lariat:agents";
@@ -32,16 +32,24 @@ pub const PATH_PREFIXES: [&str; 2] = [
     "/apis/management.lariat.dev/v1/",
 ];
 
-/// Whether an agent may send a request for `path` at all (its scope decides the rest).
-pub fn may_reach(path: &str) -> bool {
-    PATH_PREFIXES.iter().any(|prefix| {
+/// Whether `user` may send a request for `path` at all: anyone but an agent may; an agent
+/// only below [`PATH_PREFIXES`] (its scope decides the rest).
+pub fn may_reach(user: &User, path: &str) -> Result<(), String> {
+    let reaches = PATH_PREFIXES.iter().any(|prefix| {
         path.strip_prefix(prefix)
             .is_some_and(|rest| !rest.is_empty())
-    })
+    });
+    if !is_agent(user) || reaches {
+        return Ok(());
+    }
+    Err(format!(
+        "User \"{}\" cannot reach {path}: an agent's credential reaches only its own cluster's BundleDeployments and ClusterAccess",
+        user.name
+    ))
 }
 
 /// The longest an agent's watch lasts before it is made (and authenticated) again.
-pub const MAX_WATCH_SECONDS: u64 = 300;
+pub const MAX_WATCH: Duration = Duration::from_secs(300);
 
 /// Whether `user` is an agent identity (well-formed or not).
 pub fn is_agent(user: &User) -> bool {
@@ -71,81 +79,82 @@ pub fn bundle_namespace(user: &User) -> Option<String> {
     Some(lariat_api::fleet::cluster_namespace(namespace, name))
 }
 
-/// Agents get their fixed scope; everyone else is decided by the authorizer inside.
-pub struct AgentScope {
-    inner: Arc<dyn Authorizer>,
-}
-
-impl AgentScope {
-    pub fn around(inner: Arc<dyn Authorizer>) -> AgentScope {
-        AgentScope { inner }
+/// An agent's request decided by its fixed scope; `None` (RBAC decides) for everyone else.
+pub fn authorize(user: &User, attributes: &Attributes) -> Option<Result<(), String>> {
+    if !is_agent(user) {
+        return None;
     }
+    Some(decide(user, attributes))
 }
 
-impl Authorizer for AgentScope {
-    fn authorize(&self, user: &User, attributes: &Attributes) -> Result<(), String> {
-        let Some(own) = bundle_namespace(user) else {
-            if user.groups.iter().any(|g| g == GROUP) {
-                return Err("a malformed agent identity reaches nothing".into());
-            }
-            return self.inner.authorize(user, attributes);
-        };
-        let in_own = attributes.namespace.as_deref() == Some(own.as_str());
-        let verb = attributes.verb.as_str();
-        if attributes.group == lariat_api::management::GROUP
-            && attributes.resource == "clusteraccesses"
-        {
-            let (namespace, name) = cluster_of(user).unwrap_or_default();
-            let its_own = attributes.namespace.as_deref() == Some(namespace)
-                && attributes.name.as_deref() == Some(name);
-            let allowed = its_own
-                && match attributes.subresource.as_deref() {
-                    None => matches!(verb, "get" | "list" | "watch"),
-                    Some("status") => matches!(verb, "get" | "patch" | "update"),
-                    Some(_) => false,
-                };
-            return if allowed {
-                Ok(())
-            } else {
-                Err(format!(
-                    "an agent's credential reaches only its own Cluster's ClusterAccess ({namespace}/{name}), by name"
-                ))
+fn decide(user: &User, attributes: &Attributes) -> Result<(), String> {
+    let Some(own) = bundle_namespace(user) else {
+        return Err("a malformed agent identity reaches nothing".into());
+    };
+    let in_own = attributes.namespace.as_deref() == Some(own.as_str());
+    let verb = attributes.verb.as_str();
+    if attributes.group == lariat_api::management::GROUP && attributes.resource == "clusteraccesses"
+    {
+        let (namespace, name) = cluster_of(user).unwrap_or_default();
+        let its_own = attributes.namespace.as_deref() == Some(namespace)
+            && attributes.name.as_deref() == Some(name);
+        let allowed = its_own
+            && match attributes.subresource.as_deref() {
+                None => matches!(verb, "get" | "list" | "watch"),
+                Some("status") => matches!(verb, "get" | "patch" | "update"),
+                Some(_) => false,
             };
-        }
-        let allowed = attributes.group == FLEET_GROUP
-            && match (
-                attributes.resource.as_str(),
-                attributes.subresource.as_deref(),
-            ) {
-                ("bundledeployments", None) => in_own && matches!(verb, "get" | "list" | "watch"),
-                ("bundledeployments", Some("status")) => {
-                    in_own
-                        && attributes.name.is_some()
-                        && matches!(verb, "get" | "patch" | "update")
-                }
-                // Whether one of its BundleDeployments names it is checked by
-                // [`may_read_content`], which reads them.
-                ("contents", None) => verb == "get" && attributes.name.is_some(),
-                _ => false,
-            };
-        if allowed {
+        return if allowed {
             Ok(())
         } else {
             Err(format!(
-                "an agent's credential reaches only its own cluster's BundleDeployments (namespace {own}), their status and the Contents they name"
+                "an agent's credential reaches only its own Cluster's ClusterAccess ({namespace}/{name}), by name"
             ))
-        }
+        };
+    }
+    let allowed = attributes.group == FLEET_GROUP
+        && match (
+            attributes.resource.as_str(),
+            attributes.subresource.as_deref(),
+        ) {
+            ("bundledeployments", None) => in_own && matches!(verb, "get" | "list" | "watch"),
+            ("bundledeployments", Some("status")) => {
+                in_own && attributes.name.is_some() && matches!(verb, "get" | "patch" | "update")
+            }
+            // Whether one of its BundleDeployments names it is checked by
+            // [`may_read_content`], which reads them.
+            ("contents", None) => verb == "get" && attributes.name.is_some(),
+            _ => false,
+        };
+    if allowed {
+        Ok(())
+    } else {
+        Err(format!(
+            "an agent's credential reaches only its own cluster's BundleDeployments (namespace {own}), their status and the Contents they name"
+        ))
     }
 }
 
-/// Whether the agent `user` may read Content `name`: one of the BundleDeployments of its
-/// cluster names it (as `deploymentID` or `stagedDeploymentID`, `<content>:<options>`). A
-/// Content no BundleDeployment of its names is refused whether or not it exists, so an agent
-/// learns nothing about other clusters' manifests.
-pub async fn may_read_content(resources: &Resources, user: &User, name: &str) -> ApiResult<()> {
+/// Whether the agent `user` may read the Content `attributes` name: one of the
+/// BundleDeployments of its cluster names it (as `deploymentID` or `stagedDeploymentID`,
+/// `<content>:<options>`). A Content no BundleDeployment of its names is refused whether or
+/// not it exists, so an agent learns nothing about other clusters' manifests.
+pub async fn may_read_content(
+    server: &Handle,
+    user: &User,
+    attributes: &Attributes,
+) -> ApiResult<()> {
+    let (FLEET_GROUP, "contents", Some(name)) = (
+        attributes.group.as_str(),
+        attributes.resource.as_str(),
+        attributes.name.as_deref(),
+    ) else {
+        return Ok(());
+    };
     let Some(own) = bundle_namespace(user) else {
         return Ok(());
     };
+    let resources = server.resources();
     let refused = || ApiError::Forbidden {
         message: format!(
             "contents.fleet.cattle.io \"{name}\" is forbidden: User \"{}\" may read only the Contents its cluster's BundleDeployments name",
@@ -172,7 +181,6 @@ pub async fn may_read_content(resources: &Resources, user: &User, name: &str) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::AllowAuthenticated;
 
     fn attributes(
         verb: &str,
@@ -194,7 +202,6 @@ mod tests {
 
     #[test]
     fn an_agent_reaches_its_own_bundle_deployments_and_nothing_else() {
-        let scope = AgentScope::around(Arc::new(AllowAuthenticated));
         let agent = user("fleet-default/prod");
         let own = lariat_api::fleet::cluster_namespace("fleet-default", "prod");
         let other = lariat_api::fleet::cluster_namespace("fleet-default", "dev");
@@ -220,7 +227,7 @@ mod tests {
             attributes("get", "contents", None, None, Some("s-1")),
         ];
         for a in &allowed {
-            assert!(scope.authorize(&agent, a).is_ok(), "{a:?}");
+            assert!(decide(&agent, a).is_ok(), "{a:?}");
         }
         let mut refused = vec![
             attributes("list", "bundledeployments", None, Some(&other), None),
@@ -255,7 +262,7 @@ mod tests {
         proxy.group = "cluster.x-k8s.io".into();
         refused.push(proxy);
         for a in &refused {
-            assert!(scope.authorize(&agent, a).is_err(), "{a:?}");
+            assert!(decide(&agent, a).is_err(), "{a:?}");
         }
         // A user who merely names itself like an agent, outside the group, is not one.
         let lookalike = User {
@@ -267,12 +274,11 @@ mod tests {
             name: "system:lariat:agent:nocolon".into(),
             groups: vec![GROUP.into()],
         };
-        assert!(scope.authorize(&malformed, &allowed[0]).is_err());
+        assert!(decide(&malformed, &allowed[0]).is_err());
     }
 
     #[test]
     fn an_agent_reads_its_own_cluster_access_by_name_and_writes_only_its_status() {
-        let scope = AgentScope::around(Arc::new(AllowAuthenticated));
         let agent = user("fleet-default/prod");
         let access =
             |verb: &str, subresource: Option<&str>, namespace: &str, name: Option<&str>| {
@@ -289,7 +295,7 @@ mod tests {
             access("patch", Some("status"), "fleet-default", own),
             access("update", Some("status"), "fleet-default", own),
         ] {
-            assert!(scope.authorize(&agent, &allowed).is_ok(), "{allowed:?}");
+            assert!(decide(&agent, &allowed).is_ok(), "{allowed:?}");
         }
         for refused in [
             // Another cluster's, in the same namespace or in another.
@@ -306,7 +312,7 @@ mod tests {
             access("delete", None, "fleet-default", own),
             access("create", None, "fleet-default", None),
         ] {
-            assert!(scope.authorize(&agent, &refused).is_err(), "{refused:?}");
+            assert!(decide(&agent, &refused).is_err(), "{refused:?}");
         }
     }
 }

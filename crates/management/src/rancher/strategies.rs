@@ -1,13 +1,13 @@
 //! Rancher's access kinds (`management.cattle.io/v3`), validated as Rancher's webhook does what
 //! a schema cannot say: a binding is for exactly one user or group and never changes, a
 //! Project stays in its cluster, rules are well-formed RBAC rules. What they refer to (roles,
-//! templates, projects) and who may write them are RBAC's business (`rbac.rs`).
+//! templates, projects) and who may write them are judged apart (`admission.rs`).
 
 use serde_json::Value;
 
-use super::rbac::rule_causes;
-use crate::status::Cause;
-use lariat_api::admission::{Strategy, immutable};
+use lariat_api::admission::{Cause, Strategies, Strategy, immutable};
+use lariat_api::rancher::GROUP;
+use lariat_apiserver::strategy::rule_causes;
 
 const SUBJECTS: [&str; 4] = [
     "userName",
@@ -120,4 +120,21 @@ impl Strategy for Projects {
     fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         immutable(object, old, &["spec", "clusterName"], "spec.clusterName")
     }
+}
+
+/// The rules of Rancher's access-control kinds, for the server's configuration.
+pub fn strategies() -> Strategies {
+    Strategies::default()
+        .with(GROUP, &["globalroles"], GlobalRoles)
+        .with(GROUP, &["roletemplates"], RoleTemplates)
+        .with(GROUP, &["projects"], Projects)
+        .with(
+            GROUP,
+            &[
+                "globalrolebindings",
+                "clusterroletemplatebindings",
+                "projectroletemplatebindings",
+            ],
+            Bindings,
+        )
 }

@@ -1,0 +1,178 @@
+//! The cluster proxy: `/k8s/clusters/<namespace>/<name>/...` into the tunnel of that Cluster,
+//! as Rancher's. The server never opens a connection to a downstream cluster; a request that
+//! reaches a replica without the cluster's tunnel goes to the replica that holds it.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use lariat_api::tunnel::AGENT_PATH_SEGMENT;
+use lariat_apiserver::auth::{Attributes, User};
+use lariat_apiserver::extension::Handle;
+use lariat_apiserver::forwarding;
+use lariat_apiserver::replicas::Forwarded;
+use lariat_apiserver::status::ApiError;
+
+use crate::Plane;
+use crate::hub::Tunnels;
+
+/// `/k8s/clusters/<namespace>/<name>/...`: authorized as the `proxy` subresource of that
+/// Cluster (the seam RBAC's cluster scope plugs into), then sent through its tunnel.
+pub(crate) async fn route(
+    State((plane, server)): State<(Plane, Handle)>,
+    request: Request,
+) -> Response {
+    let mut segments = request.uri().path().splitn(6, '/').skip(3);
+    let (namespace, name) = (segments.next(), segments.next());
+    if let Some(user) = request.extensions().get::<User>() {
+        // As kube-apiserver names the verbs of a proxy subresource.
+        let verb = match *request.method() {
+            Method::POST => "create",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE => "delete",
+            _ => "get",
+        };
+        // The agent's own endpoint (`lariat move` hands the agent to another server) is not
+        // the cluster's API: it is the `handoff` subresource, POST only.
+        let to_agent = segments
+            .next()
+            .is_some_and(|rest| rest.starts_with(AGENT_PATH_SEGMENT));
+        if to_agent && *request.method() != Method::POST {
+            return ApiError::MethodNotAllowed {
+                message: "the agent's handoff takes POST only".into(),
+            }
+            .into_response();
+        }
+        let attributes = Attributes {
+            verb: verb.into(),
+            group: "cluster.x-k8s.io".into(),
+            resource: "clusters".into(),
+            subresource: Some(if to_agent { "handoff" } else { "proxy" }.into()),
+            namespace: namespace.map(String::from),
+            name: name.map(String::from),
+            path: None,
+        };
+        if let Err(reason) = server.authorizer().authorize(user, &attributes) {
+            return attributes.forbidden(user, &reason).into_response();
+        }
+    }
+    // A tunnel serves its Cluster while the Cluster lives: the moment it is deleted (or being
+    // deleted) the proxy stops, without waiting for the next heartbeat to close the tunnel.
+    let (namespace, name) = (namespace.unwrap_or_default(), name.unwrap_or_default());
+    if let Some(scope) = server
+        .resources()
+        .scope("cluster.x-k8s.io", "clusters", Some(namespace))
+    {
+        let live = match server.resources().get(&scope, name).await {
+            Ok(cluster) => cluster["metadata"]["deletionTimestamp"].is_null(),
+            Err(ApiError::NotFound { .. }) => false,
+            Err(e) => return e.into_response(),
+        };
+        if !live {
+            plane.tunnels.disconnect(&format!("{namespace}/{name}"));
+            return ApiError::not_found("clusters", "cluster.x-k8s.io", name).into_response();
+        }
+    }
+    let Some(user) = request.extensions().get::<User>().cloned() else {
+        return ApiError::Unauthorized.into_response();
+    };
+    // Another replica holds the tunnel: the request goes there (once; a forwarded request is
+    // served from this replica's tunnels or not at all).
+    let cluster = format!("{namespace}/{name}");
+    if !plane.tunnels.is_connected(&cluster)
+        && request.extensions().get::<Forwarded>().is_none()
+        && let Some(replicas) = server.replicas()
+    {
+        match plane.records.holder(namespace, name).await {
+            // A holder that is gone took the tunnel with it: answered here, as not connected.
+            Ok(Some(holder)) if holder != replicas.identity() && replicas.is_live(&holder) => {
+                return replicas.forward(&holder, &user, request).await;
+            }
+            Ok(_) => {}
+            Err(e) => return e.into_response(),
+        }
+    }
+    proxy(&plane.tunnels, &user, request).await
+}
+
+/// Proxies a request for `/k8s/clusters/<namespace>/<name>/<rest>` into that Cluster's tunnel,
+/// as `caller`: the agent sends it to its cluster's API with its own credential and
+/// `Impersonate-User`/`Impersonate-Group` naming the caller, so the cluster's own RBAC decides
+/// (the bindings lariat keeps there for Rancher's scopes, see `lariat_apiserver::rancher`). Whatever
+/// identity headers the caller sent are dropped first.
+async fn proxy(tunnels: &Tunnels, caller: &User, request: axum::extract::Request) -> Response {
+    let path = request.uri().path().to_string();
+    let mut parts = path.splitn(6, '/').skip(3);
+    let (Some(namespace), Some(name)) = (parts.next(), parts.next()) else {
+        return ApiError::NotFound {
+            message: "proxy paths are /k8s/clusters/<namespace>/<name>/...".into(),
+            target: None,
+        }
+        .into_response();
+    };
+    let cluster = format!("{namespace}/{name}");
+    let Some(tunnel) = tunnels.get(&cluster) else {
+        return ApiError::Unavailable {
+            message: format!(
+                "cluster {cluster} is not connected: its agent has not dialled in, or is dialling again (see the Cluster's Connected condition)"
+            ),
+        }
+        .into_response();
+    };
+    let prefix = format!("/k8s/clusters/{namespace}/{name}");
+    let rest = &path[prefix.len()..];
+    let rest = if rest.is_empty() { "/" } else { rest };
+    let target = match request.uri().query() {
+        Some(query) => format!("http://agent{rest}?{query}"),
+        None => format!("http://agent{rest}"),
+    };
+    let (mut parts, body) = request.into_parts();
+    let Ok(uri) = target.parse() else {
+        return ApiError::bad_request("invalid proxy path").into_response();
+    };
+    parts.uri = uri;
+    parts.version = axum::http::Version::HTTP_2;
+    forwarding::strip_caller_headers(&mut parts.headers);
+    // `system:` identities are each cluster's own (its nodes, controllers, service accounts):
+    // a lariat caller never becomes one downstream. lariat's own (`system:lariat:...`, its
+    // controllers) keep their names, and of the groups only `system:masters` passes, so
+    // lariat's administrators administer every cluster, as Rancher's do.
+    if caller.name.starts_with("system:") && !caller.name.starts_with("system:lariat:") {
+        return ApiError::Forbidden {
+            message: format!(
+                "User {:?} cannot act in a downstream cluster: names starting with system: are the cluster's own identities",
+                caller.name
+            ),
+        }
+        .into_response();
+    }
+    let groups = caller
+        .groups
+        .iter()
+        .filter(|group| !group.starts_with("system:") || *group == lariat_apiserver::rbac::MASTERS)
+        .map(|group| ("impersonate-group", group));
+    for (name, text) in std::iter::once(("impersonate-user", &caller.name)).chain(groups) {
+        match forwarding::identity_header(text, "downstream") {
+            Ok(value) => parts.headers.append(name, value),
+            Err(error) => return error.into_response(),
+        };
+    }
+    let mut sender = tunnel.sender.clone();
+    if sender.ready().await.is_err() {
+        return ApiError::Unavailable {
+            message: format!("cluster {cluster}'s tunnel closed"),
+        }
+        .into_response();
+    }
+    match sender
+        .send_request(axum::http::Request::from_parts(parts, body))
+        .await
+    {
+        Ok(response) => response.map(Body::new),
+        Err(error) => ApiError::Unavailable {
+            message: format!("cluster {cluster}'s agent did not answer: {error}"),
+        }
+        .into_response(),
+    }
+}
