@@ -1212,6 +1212,8 @@ fn not_found_path(path: &str) -> ApiError {
     }
 }
 
+/// Serves one request below `/api`, `/apis` or `/openapi/v3/`: a discovery or OpenAPI
+/// document, or a verb on a resource, resolved and authorized first ([`Call`]).
 async fn serve(
     state: &Arc<AppState>,
     parts: axum::http::request::Parts,
@@ -1220,8 +1222,27 @@ async fn serve(
 ) -> ApiResult<Response> {
     let path = parts.uri.path().to_string();
     let query = parse_query(parts.uri.query())?;
-    let registry = &state.resources.registry;
+    if let Some(document) = document(&state.resources.registry, &path)? {
+        return Ok(json_response(StatusCode::OK, &document));
+    }
+    let target = target.ok_or_else(|| not_found_path(&path))?;
+    let call = Call::authorized(state, &parts, target, query).await?;
+    match call.verb {
+        "get" => call.get().await,
+        "list" => call.list().await,
+        "watch" => watch(state, &call.scope, &call.query, call.format).await,
+        "create" if target.subresource.is_some() => call.request_token(take_body(body)).await,
+        "create" => call.create(take_body(body)).await,
+        "update" => call.update(take_body(body)).await,
+        "patch" => call.patch(take_body(body)).await,
+        "delete" => call.delete(take_body(body)).await,
+        "deletecollection" => call.delete_collection(take_body(body)).await,
+        _ => unreachable!("verbs are matched in Target::verb"),
+    }
+}
 
+/// The OpenAPI v3 document or the discovery document `path` names, if it names one.
+fn document(registry: &crate::registry::Registry, path: &str) -> ApiResult<Option<Value>> {
     if let Some(rest) = path.strip_prefix("/openapi/v3/") {
         let (group, version) = match rest
             .trim_matches('/')
@@ -1231,141 +1252,142 @@ async fn serve(
         {
             ["api", version] => (String::new(), version.to_string()),
             ["apis", group, version] => (group.to_string(), version.to_string()),
-            _ => return Err(not_found_path(&path)),
+            _ => return Err(not_found_path(path)),
         };
-        let document = openapi::v3_document(registry, &group, &version)
-            .ok_or_else(|| not_found_path(&path))?;
-        return Ok(json_response(StatusCode::OK, &document));
+        return openapi::v3_document(registry, &group, &version)
+            .map(Some)
+            .ok_or_else(|| not_found_path(path));
     }
-    match path
+    let document = match path
         .trim_matches('/')
         .split('/')
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["apis", group] => {
-            let document =
-                discovery::group(registry, group).ok_or_else(|| not_found_path(&path))?;
-            return Ok(json_response(StatusCode::OK, &document));
-        }
-        ["api", version] => {
-            let document =
-                discovery::resources(registry, "", version).ok_or_else(|| not_found_path(&path))?;
-            return Ok(json_response(StatusCode::OK, &document));
-        }
-        ["apis", group, version] => {
-            let document = discovery::resources(registry, group, version)
-                .ok_or_else(|| not_found_path(&path))?;
-            return Ok(json_response(StatusCode::OK, &document));
-        }
-        _ => {}
-    }
-
-    let target = target.ok_or_else(|| not_found_path(&path))?;
-    let rt = registry.resolve(&target.group, &target.version, &target.plural)?;
-    if target.namespace.is_some() && !rt.namespaced {
-        return Err(not_found_path(&path));
-    }
-    let scope = Scope {
-        rt: rt.clone(),
-        version: target.version.clone(),
-        namespace: target.namespace.clone(),
+        ["apis", group] => discovery::group(registry, group),
+        ["api", version] => discovery::resources(registry, "", version),
+        ["apis", group, version] => discovery::resources(registry, group, version),
+        _ => return Ok(None),
     };
-    let served = rt.version(&target.version).expect("resolved version");
-    match target.subresource.as_deref() {
-        None => {}
-        Some("status") if served.status_subresource => {}
-        Some("scale") if served.scale.is_some() => {}
-        Some("token")
-            if rt.group.is_empty()
-                && rt.plural == "serviceaccounts"
-                && state.authenticator.service_accounts().is_some() => {}
-        Some(other) => {
-            return Err(ApiError::NotFound {
+    document.map(Some).ok_or_else(|| not_found_path(path))
+}
+
+/// One request for a verb on a resource, resolved to its kind and authorized: what each verb
+/// serves it from.
+struct Call<'a> {
+    state: &'a AppState,
+    parts: &'a axum::http::request::Parts,
+    target: &'a Target,
+    scope: Scope,
+    query: HashMap<String, String>,
+    format: Format,
+    user: User,
+    verb: &'static str,
+    dry_run_values: Vec<String>,
+}
+
+impl<'a> Call<'a> {
+    /// Resolves `target` to a served kind and subresource, finds the verb, and authorizes the
+    /// caller (the authorizer chain, then the extensions' checks); a watch of a caller whose
+    /// credential must be looked at again sooner is capped.
+    async fn authorized(
+        state: &'a Arc<AppState>,
+        parts: &'a axum::http::request::Parts,
+        target: &'a Target,
+        query: HashMap<String, String>,
+    ) -> ApiResult<Call<'a>> {
+        let path = parts.uri.path();
+        let scope = resolve(state, target, path)?;
+        let rt = &scope.rt;
+        let user = parts
+            .extensions
+            .get::<User>()
+            .cloned()
+            .ok_or(ApiError::Unauthorized)?;
+        let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+        let Some(verb) = target.verb(&parts.method, watching) else {
+            return Err(ApiError::MethodNotAllowed {
                 message: format!(
-                    "the server could not find the requested resource ({} {}/{other})",
-                    rt.qualified_plural(),
-                    target.name.as_deref().unwrap_or_default()
+                    "the server does not allow this method on the requested resource ({} {path})",
+                    parts.method
                 ),
-                target: None,
             });
-        }
-    }
-
-    let user = parts
-        .extensions
-        .get::<User>()
-        .cloned()
-        .ok_or(ApiError::Unauthorized)?;
-    let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
-    let Some(verb) = target.verb(&parts.method, watching) else {
-        return Err(ApiError::MethodNotAllowed {
-            message: format!(
-                "the server does not allow this method on the requested resource ({} {path})",
-                parts.method
-            ),
+        };
+        // A namespace's own requests are in that namespace, as kube-apiserver scopes them: a
+        // RoleBinding in `team-a` may let its subjects read Namespace `team-a`.
+        let namespace = match (rt.group.as_str(), rt.plural.as_str()) {
+            ("", "namespaces") => target.name.clone(),
+            _ => target.namespace.clone(),
+        };
+        // A list or watch of one name (`--field-selector metadata.name=X`, as `kubectl get X
+        // -w` sends) is a request for that name, so `resourceNames` rules reach it.
+        let selected_name = query.get("fieldSelector").and_then(|selector| {
+            let name = selector
+                .strip_prefix("metadata.name==")
+                .or_else(|| selector.strip_prefix("metadata.name="))?;
+            (!name.is_empty() && !name.contains(',')).then(|| name.to_string())
         });
-    };
-    // A namespace's own requests are in that namespace, as kube-apiserver scopes them: a
-    // RoleBinding in `team-a` may let its subjects read Namespace `team-a`.
-    let namespace = match (rt.group.as_str(), rt.plural.as_str()) {
-        ("", "namespaces") => target.name.clone(),
-        _ => target.namespace.clone(),
-    };
-    // A list or watch of one name (`--field-selector metadata.name=X`, as `kubectl get X -w`
-    // sends) is a request for that name, so `resourceNames` rules reach it.
-    let selected_name = query.get("fieldSelector").and_then(|selector| {
-        let name = selector
-            .strip_prefix("metadata.name==")
-            .or_else(|| selector.strip_prefix("metadata.name="))?;
-        (!name.is_empty() && !name.contains(',')).then(|| name.to_string())
-    });
-    let attributes = Attributes {
-        verb: verb.into(),
-        group: rt.group.clone(),
-        resource: rt.plural.clone(),
-        subresource: target.subresource.clone(),
-        namespace,
-        name: target.name.clone().or(selected_name),
-        path: None,
-    };
-    state
-        .authorizer
-        .authorize(&user, &attributes)
-        .map_err(|reason| attributes.forbidden(&user, &reason))?;
-    let server = crate::extension::Handle {
-        state: state.clone(),
-    };
-    for extension in &state.extensions {
-        extension.check(&server, &user, &attributes).await?;
-    }
-    // A watch whose credential must be looked at again sooner (an agent's) ends within its
-    // limit, so a revoked credential's watch does not outlive it: the watch is made again,
-    // and authenticated again.
-    let mut query = query;
-    let limit = state
-        .extensions
-        .iter()
-        .filter_map(|extension| extension.watch_limit(&user))
-        .min();
-    if watching && let Some(limit) = limit {
-        let asked = query
-            .get("timeoutSeconds")
-            .and_then(|t| t.parse::<u64>().ok())
-            .unwrap_or(u64::MAX);
-        let capped = asked.min(limit.as_secs());
-        query.insert("timeoutSeconds".into(), capped.to_string());
+        let attributes = Attributes {
+            verb: verb.into(),
+            group: rt.group.clone(),
+            resource: rt.plural.clone(),
+            subresource: target.subresource.clone(),
+            namespace,
+            name: target.name.clone().or(selected_name),
+            path: None,
+        };
+        state
+            .authorizer
+            .authorize(&user, &attributes)
+            .map_err(|reason| attributes.forbidden(&user, &reason))?;
+        let server = crate::extension::Handle {
+            state: state.clone(),
+        };
+        for extension in &state.extensions {
+            extension.check(&server, &user, &attributes).await?;
+        }
+        // A watch whose credential must be looked at again sooner (an agent's) ends within its
+        // limit, so a revoked credential's watch does not outlive it: the watch is made again,
+        // and authenticated again.
+        let mut query = query;
+        let limit = state
+            .extensions
+            .iter()
+            .filter_map(|extension| extension.watch_limit(&user))
+            .min();
+        if watching && let Some(limit) = limit {
+            let asked = query
+                .get("timeoutSeconds")
+                .and_then(|t| t.parse::<u64>().ok())
+                .unwrap_or(u64::MAX);
+            let capped = asked.min(limit.as_secs());
+            query.insert("timeoutSeconds".into(), capped.to_string());
+        }
+        Ok(Call {
+            state,
+            parts,
+            target,
+            format: negotiate(&parts.headers, &query)?,
+            dry_run_values: query_values(parts.uri.query(), "dryRun"),
+            scope,
+            query,
+            user,
+            verb,
+        })
     }
 
-    let format = negotiate(&parts.headers, &query)?;
-    let dry_run_values = query_values(parts.uri.query(), "dryRun");
-    let resources = &state.resources;
-    let user_agent = parts
-        .headers
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("unknown");
-    let write_options = || -> ApiResult<WriteOptions> {
+    fn name(&self) -> &str {
+        self.target.name.as_deref().expect("named")
+    }
+
+    fn subresource(&self) -> Option<&str> {
+        self.target.subresource.as_deref()
+    }
+
+    /// How a write is made: field validation, field manager (the user agent's name by
+    /// default), dry run, force, and who asks.
+    fn write_options(&self) -> ApiResult<WriteOptions> {
+        let query = &self.query;
         let validation = match query.get("fieldValidation").map(String::as_str) {
             None | Some("Warn") => FieldValidation::Warn,
             Some("Strict") => FieldValidation::Strict,
@@ -1392,7 +1414,12 @@ async fn serve(
                 )));
             }
             Some(m) => m.clone(),
-            None => user_agent
+            None => self
+                .parts
+                .headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("unknown")
                 .split('/')
                 .next()
                 .unwrap_or("unknown")
@@ -1401,215 +1428,270 @@ async fn serve(
         Ok(WriteOptions {
             field_manager,
             validation,
-            dry_run: dry_run(verb, &dry_run_values)?,
+            dry_run: dry_run(self.verb, &self.dry_run_values)?,
             force: query.get("force").is_some_and(|f| f == "true"),
-            requester: Some(user.clone()),
-            in_process: matches!(parts.extensions.get::<Peer>(), Some(Peer::InProcess(_))),
+            requester: Some(self.user.clone()),
+            in_process: matches!(
+                self.parts.extensions.get::<Peer>(),
+                Some(Peer::InProcess(_))
+            ),
         })
-    };
+    }
 
-    match verb {
-        "get" => {
-            let name = target.name.as_deref().expect("named");
-            let object = resources.get(&scope, name).await?;
-            let object = if target.subresource.as_deref() == Some("scale") {
-                resources.scale_of(&scope, &object)?
-            } else {
-                object
-            };
-            Ok(render_object(StatusCode::OK, &scope, object, format, &[]))
+    /// A written object, answered 201 when the write created it.
+    fn written(&self, written: crate::resources::Written) -> Response {
+        let code = if written.created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        render_object(
+            code,
+            &self.scope,
+            written.object,
+            self.format,
+            &written.warnings,
+        )
+    }
+
+    async fn get(&self) -> ApiResult<Response> {
+        let resources = &self.state.resources;
+        let object = resources.get(&self.scope, self.name()).await?;
+        let object = if self.subresource() == Some("scale") {
+            resources.scale_of(&self.scope, &object)?
+        } else {
+            object
+        };
+        Ok(render_object(
+            StatusCode::OK,
+            &self.scope,
+            object,
+            self.format,
+            &[],
+        ))
+    }
+
+    /// A whole list is streamed as it is read; a page is answered whole, with its `continue`.
+    async fn list(&self) -> ApiResult<Response> {
+        let (resources, scope, rt) = (&self.state.resources, &self.scope, &self.scope.rt);
+        let params = list_params(scope, &self.query, false)?;
+        if params.limit == 0 && params.continue_token.is_none() {
+            return stream_list(resources, scope, &params, self.format).await;
         }
-        "list" => {
-            let params = list_params(&scope, &query, false)?;
-            if params.limit == 0 && params.continue_token.is_none() {
-                return stream_list(resources, &scope, &params, format).await;
-            }
-            let listed = resources.list(&scope, &params).await?;
-            let mut metadata = json!({"resourceVersion": listed.resource_version.to_string()});
-            if let Some(token) = listed.continue_token {
-                metadata["continue"] = json!(token);
-            }
-            let body = match format {
-                Format::Table(include) => table::table(
-                    &table::columns(&rt, &scope.version),
-                    &listed.items,
-                    include,
-                    metadata,
-                ),
-                Format::Json => json!({
-                    "kind": rt.list_kind,
-                    "apiVersion": rt.api_version(&scope.version),
-                    "metadata": metadata,
-                    "items": listed.items,
-                }),
-                Format::Metadata => json!({
-                    "kind": "PartialObjectMetadataList",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": metadata,
-                    "items": listed.items.iter().map(table::partial).collect::<Vec<_>>(),
-                }),
-            };
-            Ok(json_response(StatusCode::OK, &body))
+        let listed = resources.list(scope, &params).await?;
+        let mut metadata = json!({"resourceVersion": listed.resource_version.to_string()});
+        if let Some(token) = listed.continue_token {
+            metadata["continue"] = json!(token);
         }
-        "watch" => watch(state, &scope, &query, format).await,
-        "create" if target.subresource.is_some() => {
-            let accounts = state
-                .authenticator
-                .service_accounts()
-                .expect("checked above");
-            let body = read_body(take_body(body), &parts.headers, true).await?;
-            let namespace = target.namespace.as_deref().unwrap_or_default();
-            let name = target.name.as_deref().expect("named");
-            let answer = accounts.request_token(namespace, name, body).await?;
-            Ok(json_response(StatusCode::CREATED, &answer))
-        }
-        "create" => {
-            let body = read_body(take_body(body), &parts.headers, false).await?;
-            let written = resources.create(&scope, body, &write_options()?).await?;
-            Ok(render_object(
-                StatusCode::CREATED,
-                &scope,
-                written.object,
-                format,
-                &written.warnings,
-            ))
-        }
-        "update" => {
-            let name = target.name.as_deref().expect("named");
-            let body = read_body(take_body(body), &parts.headers, false).await?;
-            let options = write_options()?;
-            let written = if target.subresource.as_deref() == Some("scale") {
-                resources
-                    .update_scale(&scope, name, &options, |_| Ok(body.clone()))
-                    .await?
-            } else {
-                resources
-                    .update(&scope, name, body, target.subresource.as_deref(), &options)
-                    .await?
-            };
-            let code = if written.created {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            Ok(render_object(
-                code,
-                &scope,
-                written.object,
-                format,
-                &written.warnings,
-            ))
-        }
-        "patch" => {
-            let name = target.name.as_deref().expect("named");
-            let content_type = parts
-                .headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let patch_type = PatchType::from_content_type(content_type)?;
-            if patch_type == PatchType::Apply && !query.contains_key("fieldManager") {
-                return Err(ApiError::invalid(
-                    "PatchOptions",
-                    "meta.k8s.io",
-                    "",
-                    vec![Cause {
-                        reason: "FieldValueRequired",
-                        message: "Required value: is required for apply patch".into(),
-                        field: "fieldManager".into(),
-                    }],
-                ));
-            }
-            let bytes = read_bytes(take_body(body)).await?;
-            let options = write_options()?;
-            let written = if target.subresource.as_deref() == Some("scale") {
-                if patch_type == PatchType::Apply {
-                    return Err(ApiError::UnsupportedMediaType {
-                        message: "apply is not supported on the scale subresource".into(),
-                    });
-                }
-                let patch = crate::patch::Patch::parse(patch_type, &bytes)?;
-                let max_bytes = resources.limits.max_object_bytes;
-                resources
-                    .update_scale(&scope, name, &options, |scale| {
-                        patch.apply(scale, max_bytes)
-                    })
-                    .await?
-            } else {
-                resources
-                    .patch(
-                        &scope,
-                        name,
-                        patch_type,
-                        &bytes,
-                        target.subresource.as_deref(),
-                        &options,
-                    )
-                    .await?
-            };
-            let code = if written.created {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            Ok(render_object(
-                code,
-                &scope,
-                written.object,
-                format,
-                &written.warnings,
-            ))
-        }
-        "delete" => {
-            let name = target.name.as_deref().expect("named");
-            let options = delete_options(take_body(body), &dry_run_values, &query).await?;
-            let (object, gone) = resources.delete(&scope, name, &options).await?;
-            let code = if gone {
-                StatusCode::OK
-            } else {
-                StatusCode::ACCEPTED
-            };
-            Ok(render_object(code, &scope, object, Format::Json, &[]))
-        }
-        "deletecollection" => {
-            let options = delete_options(take_body(body), &dry_run_values, &query).await?;
-            let params = list_params(&scope, &query, false)?;
-            let listed = resources
-                .list(
-                    &scope,
-                    &ListParams {
-                        limit: 0,
-                        continue_token: None,
-                        ..params
-                    },
-                )
-                .await?;
-            let mut deleted = vec![];
-            for item in listed.items {
-                let name = crate::objects::name_of(&item).to_string();
-                let item_scope = Scope {
-                    namespace: item["metadata"]["namespace"]
-                        .as_str()
-                        .map(String::from)
-                        .or(scope.namespace.clone()),
-                    ..scope.clone()
-                };
-                match resources.delete(&item_scope, &name, &options).await {
-                    Ok((object, _)) => deleted.push(object),
-                    Err(ApiError::NotFound { .. }) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            let body = json!({
+        let body = match self.format {
+            Format::Table(include) => table::table(
+                &table::columns(rt, &scope.version),
+                &listed.items,
+                include,
+                metadata,
+            ),
+            Format::Json => json!({
                 "kind": rt.list_kind,
                 "apiVersion": rt.api_version(&scope.version),
-                "metadata": {},
-                "items": deleted,
-            });
-            Ok(json_response(StatusCode::OK, &body))
-        }
-        _ => unreachable!("verbs are matched above"),
+                "metadata": metadata,
+                "items": listed.items,
+            }),
+            Format::Metadata => json!({
+                "kind": "PartialObjectMetadataList",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": metadata,
+                "items": listed.items.iter().map(table::partial).collect::<Vec<_>>(),
+            }),
+        };
+        Ok(json_response(StatusCode::OK, &body))
     }
+
+    /// A TokenRequest on a ServiceAccount's `token` subresource.
+    async fn request_token(&self, body: Body) -> ApiResult<Response> {
+        let accounts = self
+            .state
+            .authenticator
+            .service_accounts()
+            .expect("checked when resolved");
+        let body = read_body(body, &self.parts.headers, true).await?;
+        let namespace = self.target.namespace.as_deref().unwrap_or_default();
+        let answer = accounts.request_token(namespace, self.name(), body).await?;
+        Ok(json_response(StatusCode::CREATED, &answer))
+    }
+
+    async fn create(&self, body: Body) -> ApiResult<Response> {
+        let body = read_body(body, &self.parts.headers, false).await?;
+        let written = self
+            .state
+            .resources
+            .create(&self.scope, body, &self.write_options()?)
+            .await?;
+        Ok(render_object(
+            StatusCode::CREATED,
+            &self.scope,
+            written.object,
+            self.format,
+            &written.warnings,
+        ))
+    }
+
+    async fn update(&self, body: Body) -> ApiResult<Response> {
+        let (resources, scope, name) = (&self.state.resources, &self.scope, self.name());
+        let body = read_body(body, &self.parts.headers, false).await?;
+        let options = self.write_options()?;
+        let written = if self.subresource() == Some("scale") {
+            resources
+                .update_scale(scope, name, &options, |_| Ok(body.clone()))
+                .await?
+        } else {
+            resources
+                .update(scope, name, body, self.subresource(), &options)
+                .await?
+        };
+        Ok(self.written(written))
+    }
+
+    async fn patch(&self, body: Body) -> ApiResult<Response> {
+        let (resources, scope, name) = (&self.state.resources, &self.scope, self.name());
+        let content_type = self
+            .parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let patch_type = PatchType::from_content_type(content_type)?;
+        if patch_type == PatchType::Apply && !self.query.contains_key("fieldManager") {
+            return Err(ApiError::invalid(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                vec![Cause {
+                    reason: "FieldValueRequired",
+                    message: "Required value: is required for apply patch".into(),
+                    field: "fieldManager".into(),
+                }],
+            ));
+        }
+        let bytes = read_bytes(body).await?;
+        let options = self.write_options()?;
+        let written = if self.subresource() == Some("scale") {
+            if patch_type == PatchType::Apply {
+                return Err(ApiError::UnsupportedMediaType {
+                    message: "apply is not supported on the scale subresource".into(),
+                });
+            }
+            let patch = crate::patch::Patch::parse(patch_type, &bytes)?;
+            let max_bytes = resources.limits.max_object_bytes;
+            resources
+                .update_scale(scope, name, &options, |scale| patch.apply(scale, max_bytes))
+                .await?
+        } else {
+            resources
+                .patch(
+                    scope,
+                    name,
+                    patch_type,
+                    &bytes,
+                    self.subresource(),
+                    &options,
+                )
+                .await?
+        };
+        Ok(self.written(written))
+    }
+
+    /// 200 with the object when it is gone, 202 while finalizers hold it.
+    async fn delete(&self, body: Body) -> ApiResult<Response> {
+        let options = delete_options(body, &self.dry_run_values, &self.query).await?;
+        let (object, gone) = self
+            .state
+            .resources
+            .delete(&self.scope, self.name(), &options)
+            .await?;
+        let code = if gone {
+            StatusCode::OK
+        } else {
+            StatusCode::ACCEPTED
+        };
+        Ok(render_object(code, &self.scope, object, Format::Json, &[]))
+    }
+
+    /// Deletes what a list with the same selectors finds, one object at a time, and answers
+    /// the list of what it deleted.
+    async fn delete_collection(&self, body: Body) -> ApiResult<Response> {
+        let (resources, scope, rt) = (&self.state.resources, &self.scope, &self.scope.rt);
+        let options = delete_options(body, &self.dry_run_values, &self.query).await?;
+        let params = list_params(scope, &self.query, false)?;
+        let listed = resources
+            .list(
+                scope,
+                &ListParams {
+                    limit: 0,
+                    continue_token: None,
+                    ..params
+                },
+            )
+            .await?;
+        let mut deleted = vec![];
+        for item in listed.items {
+            let name = crate::objects::name_of(&item).to_string();
+            let item_scope = Scope {
+                namespace: item["metadata"]["namespace"]
+                    .as_str()
+                    .map(String::from)
+                    .or(scope.namespace.clone()),
+                ..scope.clone()
+            };
+            match resources.delete(&item_scope, &name, &options).await {
+                Ok((object, _)) => deleted.push(object),
+                Err(ApiError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let body = json!({
+            "kind": rt.list_kind,
+            "apiVersion": rt.api_version(&scope.version),
+            "metadata": {},
+            "items": deleted,
+        });
+        Ok(json_response(StatusCode::OK, &body))
+    }
+}
+
+/// The served kind and subresource `target` names, as a [`Scope`]; 404 for what is not served.
+fn resolve(state: &AppState, target: &Target, path: &str) -> ApiResult<Scope> {
+    let rt = state
+        .resources
+        .registry
+        .resolve(&target.group, &target.version, &target.plural)?;
+    if target.namespace.is_some() && !rt.namespaced {
+        return Err(not_found_path(path));
+    }
+    let served = rt.version(&target.version).expect("resolved version");
+    match target.subresource.as_deref() {
+        None => {}
+        Some("status") if served.status_subresource => {}
+        Some("scale") if served.scale.is_some() => {}
+        Some("token")
+            if rt.group.is_empty()
+                && rt.plural == "serviceaccounts"
+                && state.authenticator.service_accounts().is_some() => {}
+        Some(other) => {
+            return Err(ApiError::NotFound {
+                message: format!(
+                    "the server could not find the requested resource ({} {}/{other})",
+                    rt.qualified_plural(),
+                    target.name.as_deref().unwrap_or_default()
+                ),
+                target: None,
+            });
+        }
+    }
+    Ok(Scope {
+        rt: rt.clone(),
+        version: target.version.clone(),
+        namespace: target.namespace.clone(),
+    })
 }
 
 /// Writes a whole list as it is read: the envelope first, then each item, so the server never
