@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 
-use crate::auth::User;
+use crate::identity::User;
 
 /// What `lariat server --audit-log-*` says.
 #[derive(Clone, Debug)]

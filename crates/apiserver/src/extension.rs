@@ -22,8 +22,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::auth::{Attributes, Authorizer, User};
 use crate::http::AppState;
+use crate::identity::{Attributes, Authorizer, User};
 use crate::leader::Leadership;
 use crate::proofs::FailedProofs;
 use crate::rbac::{GrantSource, Rbac};

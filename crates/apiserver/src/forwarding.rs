@@ -6,6 +6,15 @@ use axum::http::{HeaderValue, header};
 
 use crate::status::ApiError;
 
+/// The caller a proxy request forwarded by another replica acts for (its name), set by the
+/// forwarding replica (`replicas.rs`).
+pub const FORWARDED_USER: &str = "x-lariat-forwarded-user";
+/// The caller's groups, one header each, set by the forwarding replica.
+pub const FORWARDED_GROUP: &str = "x-lariat-forwarded-group";
+/// Every header starting with this is the replicas' own: never taken from a caller, never sent
+/// downstream.
+pub const FORWARDED_PREFIX: &str = "x-lariat-forwarded-";
+
 /// A user or group name as a header value sent `whither`, refused unless the receiver reads
 /// back exactly this name: HTTP drops whitespace around a value (so `" system:masters"` would
 /// arrive as `system:masters`, past every check of the `system:` prefix) and cannot carry
@@ -48,7 +57,7 @@ pub fn strip_caller_headers(headers: &mut axum::http::HeaderMap) {
             let name = name.as_str();
             name.starts_with("impersonate-")
                 || name.starts_with("x-remote-")
-                || name.starts_with(crate::replicas::FORWARDED_PREFIX)
+                || name.starts_with(FORWARDED_PREFIX)
         })
         .cloned()
         .collect();

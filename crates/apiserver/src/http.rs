@@ -15,7 +15,8 @@ use axum::routing::get;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::auth::{Attributes, Authenticator, Authorizer, Peer, User};
+use crate::auth::Authenticator;
+use crate::identity::{Attributes, Authorizer, Peer, User};
 use crate::objects::Selector;
 use crate::patch::PatchType;
 use crate::resources::{
@@ -737,10 +738,10 @@ async fn admit(
     let peer = request.extensions().get::<Peer>().cloned();
     // A proxy request another replica forwarded names its caller in headers, believed only
     // with a replica's credential (`replicas.rs`).
-    let forwarded = request
-        .headers()
-        .keys()
-        .any(|name| name.as_str().starts_with(crate::replicas::FORWARDED_PREFIX));
+    let forwarded = request.headers().keys().any(|name| {
+        name.as_str()
+            .starts_with(crate::forwarding::FORWARDED_PREFIX)
+    });
     let mut outcome = match (&state.replicas, forwarded) {
         (_, false) => {
             state
@@ -775,7 +776,9 @@ async fn admit(
     // agent's cluster credential).
     if matches!(outcome, Err(ApiError::Unauthorized))
         && !forwarded
-        && let Some(token) = authorization.as_deref().and_then(crate::auth::bearer_token)
+        && let Some(token) = authorization
+            .as_deref()
+            .and_then(crate::identity::bearer_token)
     {
         let server = crate::extension::Handle {
             state: state.clone(),

@@ -25,6 +25,7 @@ pub mod follow;
 pub mod forwarding;
 pub mod gc;
 pub mod http;
+pub mod identity;
 pub mod leader;
 pub mod limits;
 pub mod local;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use axum::response::IntoResponse;
 use tower::ServiceExt;
 
-use crate::auth::{Peer, User};
 use crate::http::{AppState, router};
+use crate::identity::{Peer, User};
 use crate::leader::Leadership;
 
 /// The user in-process controllers act as.

@@ -16,7 +16,7 @@ use jsonwebtoken::jwk::Jwk;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 
-use crate::auth::User;
+use crate::identity::User;
 use crate::status::{ApiError, ApiResult};
 
 /// How often an unknown key may make lariat fetch the provider's keys again: a stream of

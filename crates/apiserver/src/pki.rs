@@ -354,7 +354,7 @@ impl Pki {
 
     /// `sha256` of the CA certificate PEM, hex: what agents pin with `--ca-checksum`.
     pub fn ca_checksum(&self) -> String {
-        crate::auth::sha256_hex(&self.ca_cert_pem)
+        crate::identity::sha256_hex(&self.ca_cert_pem)
     }
 }
 

@@ -19,7 +19,7 @@ use k8s_openapi::api::rbac::v1::{
 use lariat_store::Store;
 use serde_json::{Value, json};
 
-use crate::auth::{Attributes, Authorizer, User};
+use crate::identity::{Attributes, Authorizer, User};
 use crate::status::{ApiError, ApiResult};
 
 pub const GROUP: &str = "rbac.authorization.k8s.io";

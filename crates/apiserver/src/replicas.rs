@@ -15,8 +15,8 @@
 //! no credential record, so the management API refuses it as it refuses any certificate it did
 //! not record; the one thing it is accepted for is a forwarded proxy request, and only from a
 //! replica that is live ([`Replicas::forwarded_user`]). The caller's identity, already
-//! authenticated and authorized by the first replica, rides in [`FORWARDED_USER`] and
-//! [`FORWARDED_GROUP`], trusted only with that credential (as kube-apiserver trusts
+//! authenticated and authorized by the first replica, rides in [`FORWARDED_USER`](crate::forwarding::FORWARDED_USER) and
+//! [`FORWARDED_GROUP`](crate::forwarding::FORWARDED_GROUP), trusted only with that credential (as kube-apiserver trusts
 //! `X-Remote-User` only from its front proxy), and authorized again where it lands.
 
 use std::collections::HashMap;
@@ -37,18 +37,13 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use tokio::sync::watch;
 
-use crate::auth::{Authenticator, User, sha256_hex};
+use crate::auth::Authenticator;
+use crate::forwarding::{FORWARDED_GROUP, FORWARDED_USER};
+use crate::identity::{User, sha256_hex};
 use crate::leader::LEASE_NAMESPACE;
 use crate::pki::Pki;
 use crate::status::ApiError;
 
-/// The caller a forwarded proxy request acts for (its name), set by the forwarding replica.
-pub const FORWARDED_USER: &str = "x-lariat-forwarded-user";
-/// The caller's groups, one header each, set by the forwarding replica.
-pub const FORWARDED_GROUP: &str = "x-lariat-forwarded-group";
-/// Every header starting with this is the replicas' own: never taken from a caller, never sent
-/// downstream.
-pub const FORWARDED_PREFIX: &str = "x-lariat-forwarded-";
 /// The replica credential's subject: this prefix and the replica's identity (CN)...
 const REPLICA_USER_PREFIX: &str = "system:lariat:replica:";
 /// ...in this group (O).

@@ -33,7 +33,7 @@ pub struct WriteOptions {
     pub force: bool,
     /// Who asks, when a write's admission depends on it (RBAC's escalation prevention);
     /// `None` for the server's own writes.
-    pub requester: Option<crate::auth::User>,
+    pub requester: Option<crate::identity::User>,
     /// Sent by one of the server's own in-process clients (its controllers), not by a caller
     /// over the network, whatever name the caller goes by.
     pub in_process: bool,

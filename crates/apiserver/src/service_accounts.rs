@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::Digest;
 
-use crate::auth::User;
+use crate::identity::User;
 use crate::resources::Resources;
 use crate::status::{ApiError, ApiResult, Cause};
 

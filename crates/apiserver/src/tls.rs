@@ -32,7 +32,7 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use tower::ServiceExt;
 
-use crate::auth::Peer;
+use crate::identity::Peer;
 use crate::pki::Pki;
 
 /// How many connections the listener holds, and for how long.

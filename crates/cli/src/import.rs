@@ -180,7 +180,7 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     let ca = client
         .request_text(http::Request::get("/cacerts").body(Vec::new())?)
         .await?;
-    let checksum = lariat_apiserver::auth::sha256_hex(&ca);
+    let checksum = lariat_apiserver::identity::sha256_hex(&ca);
     println!(
         "Cluster {}/{} is ready to import.",
         args.namespace, args.name

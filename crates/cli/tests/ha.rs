@@ -737,7 +737,7 @@ fn every_replica_serves_every_clusters_proxy_through_the_replica_holding_its_tun
         &replica_lease(
             &format!(
                 "lariat-replica-{}",
-                &lariat_apiserver::auth::sha256_hex(fresh)[..20]
+                &lariat_apiserver::identity::sha256_hex(fresh)[..20]
             ),
             fresh,
             lariat_api::support::LARIAT,

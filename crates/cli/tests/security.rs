@@ -900,7 +900,7 @@ fn failed_agent_handshakes_never_starve_a_valid_agent() {
     // Whether a cluster exists cannot be learnt from the refusal: a wrong secret for the
     // credential of a real cluster (its id derives from the cluster's name) and an id that
     // exists nowhere get the same answer.
-    let real = &lariat_apiserver::auth::sha256_hex("default/edge")[..20];
+    let real = &lariat_apiserver::identity::sha256_hex("default/edge")[..20];
     let answers: Vec<String> = [format!("{real}.guess"), "zzzzzzzz.guess".to_string()]
         .iter()
         .map(|token| {

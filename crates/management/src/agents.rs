@@ -14,8 +14,8 @@
 
 use std::time::Duration;
 
-use lariat_apiserver::auth::{Attributes, User};
 use lariat_apiserver::extension::Handle;
+use lariat_apiserver::identity::{Attributes, User};
 use lariat_apiserver::resources::ListParams;
 use lariat_apiserver::status::{ApiError, ApiResult};
 use serde_json::Value;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, PostParams};
 use lariat_api::management::{self, AGENT_CREDENTIAL_TYPE, NAMESPACE};
-use lariat_apiserver::auth::{same_secret, sha256_hex};
+use lariat_apiserver::identity::{same_secret, sha256_hex};
 use lariat_apiserver::status::ApiError;
 use serde_json::json;
 

@@ -12,8 +12,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use lariat_api::tunnel::{AGENT_VERSION_HEADER, CLUSTER_HEADER, CREDENTIAL_HEADER, PROTOCOL};
-use lariat_apiserver::auth::{Peer, record_refusal};
+use lariat_apiserver::auth::record_refusal;
 use lariat_apiserver::extension::Handle;
+use lariat_apiserver::identity::Peer;
 use lariat_apiserver::status::ApiError;
 
 use crate::Plane;
@@ -77,7 +78,7 @@ pub(crate) async fn connect(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(lariat_apiserver::auth::bearer_token)
+        .and_then(lariat_apiserver::identity::bearer_token)
         .map(str::to_string)
     else {
         record_refusal("/v3/connect", None);

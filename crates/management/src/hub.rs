@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use hyper::client::conn::http2::SendRequest;
-use lariat_apiserver::auth::sha256_hex;
+use lariat_apiserver::identity::sha256_hex;
 
 use crate::credentials::credential_cluster;
 

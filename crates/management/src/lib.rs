@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{any, get};
-use lariat_apiserver::auth::{Attributes, User};
 use lariat_apiserver::extension::{Extension, Handle};
+use lariat_apiserver::identity::{Attributes, User};
 use lariat_apiserver::status::ApiResult;
 
 pub mod agents;

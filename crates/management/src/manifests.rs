@@ -10,8 +10,8 @@ use axum::extract::{Path, Request, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use lariat_api::management::NAMESPACE;
-use lariat_apiserver::auth::{Peer, sha256_hex};
 use lariat_apiserver::extension::Handle;
+use lariat_apiserver::identity::{Peer, sha256_hex};
 use lariat_apiserver::status::ApiError;
 
 use crate::Plane;

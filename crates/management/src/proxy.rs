@@ -7,9 +7,9 @@ use axum::extract::{Request, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use lariat_api::tunnel::AGENT_PATH_SEGMENT;
-use lariat_apiserver::auth::{Attributes, User};
 use lariat_apiserver::extension::Handle;
 use lariat_apiserver::forwarding;
+use lariat_apiserver::identity::{Attributes, User};
 use lariat_apiserver::replicas::Forwarded;
 use lariat_apiserver::status::ApiError;
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use lariat_apiserver::auth::{Peer, User};
+use lariat_apiserver::identity::{Peer, User};
 use serde_json::json;
 use tower::ServiceExt;
 

@@ -111,8 +111,9 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
 
     let (idle_rss, _) = server.memory_mib();
     let server_url = format!("https://{}", server.address);
-    let checksum =
-        lariat_apiserver::auth::sha256_hex(std::fs::read(server.dir.path().join("tls/ca.crt"))?);
+    let checksum = lariat_apiserver::identity::sha256_hex(std::fs::read(
+        server.dir.path().join("tls/ca.crt"),
+    )?);
     let cpu_before = server.cpu_seconds();
     let started = Instant::now();
     let (states, stop_agents) = start_agents(&server_url, tokens, &checksum, &downstream.client);

@@ -166,7 +166,7 @@ async fn agents_after_a_replica_dies(
         .iter()
         .map(|s| format!("https://{}", s.address))
         .collect();
-    let checksum = lariat_apiserver::auth::sha256_hex(std::fs::read(
+    let checksum = lariat_apiserver::identity::sha256_hex(std::fs::read(
         servers[0].dir.path().join("tls/ca.crt"),
     )?);
     let started = Instant::now();

@@ -100,7 +100,7 @@ pub async fn hand_off(
                     .request_text(http::Request::get("/cacerts").body(Vec::new())?)
                     .await
                     .map_err(|e| crate::connect::refused(e, "read the target's CA"))?;
-                let found = (url, lariat_apiserver::auth::sha256_hex(&ca));
+                let found = (url, lariat_apiserver::identity::sha256_hex(&ca));
                 home = Some(found.clone());
                 found
             }

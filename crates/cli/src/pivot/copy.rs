@@ -36,7 +36,7 @@ pub struct Server {
 impl Server {
     pub async fn connect(config: kube::Config, what: &str) -> anyhow::Result<Server> {
         let identity = match config.root_cert.as_ref().and_then(|c| c.first()) {
-            Some(ca) => lariat_apiserver::auth::sha256_hex(ca),
+            Some(ca) => lariat_apiserver::identity::sha256_hex(ca),
             None => config.cluster_url.to_string(),
         };
         let url = config

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use lariat_api::rancher::{GROUP, GlobalRole, RoleTemplate};
-use lariat_apiserver::auth::User;
 use lariat_apiserver::extension::{Validator, Validators, Write};
+use lariat_apiserver::identity::User;
 use lariat_apiserver::rbac::{self, Rbac};
 use lariat_apiserver::resources::Resources;
 use lariat_apiserver::status::{ApiError, ApiResult, Cause};
