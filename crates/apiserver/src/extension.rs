@@ -3,10 +3,7 @@
 //! of kinds beyond RBAC's, objects kept from the first start, and tasks that run while the
 //! server serves. The management plane (`lariat_management`: the agents' tunnels, their scope,
 //! the cluster proxy, Rancher's access control) is two; the server names none of it.
-//!
-//! [`Validator`]s are a kind's write rules that read other objects or judge the writer
-//! (kube-apiserver's validating admission with its listers), as [`crate::strategy::Strategy`]
-//! is those that read the object alone.
+
 //!
 //! This is kube-apiserver's configuration of a generic server in one trait: extra handlers
 //! (`NonGoRestfulMux`), a token authenticator in the union of authenticators, an authorizer
@@ -18,18 +15,14 @@ use std::time::Duration;
 
 use axum::Router;
 
-use std::collections::BTreeMap;
-
-use serde_json::Value;
-
 use crate::http::AppState;
 use crate::identity::{Attributes, Authorizer, User};
 use crate::leader::Leadership;
 use crate::proofs::FailedProofs;
-use crate::rbac::{GrantSource, Rbac};
+use crate::rbac::GrantSource;
 use crate::replicas::Replicas;
 use crate::resources::Resources;
-use crate::status::{ApiResult, Cause};
+use crate::status::ApiResult;
 
 /// The running server, as an extension sees it.
 #[derive(Clone)]
@@ -170,87 +163,6 @@ pub trait Extension: Send + Sync + 'static {
     /// Grants of kinds beyond RBAC's own, which RBAC's index follows beside its four.
     fn grant_source(&self) -> Option<Box<dyn GrantSource>> {
         None
-    }
-}
-
-/// One write being admitted, as a [`Validator`] sees it.
-pub struct Write<'a> {
-    /// What the validator reads other objects from (as stored now, so objects applied
-    /// together are judged in order).
-    pub resources: &'a Resources,
-    /// The writer's rules, for escalation checks.
-    pub rbac: &'a Rbac,
-    /// Who writes, when the writer is to be judged: `None` for the server's own writes, a
-    /// status write, or a write already invalid.
-    pub requester: Option<&'a User>,
-    /// Whether one of the server's own in-process clients (its controllers) writes: a caller
-    /// over the network never is one, whatever name it goes by.
-    pub in_process: bool,
-    /// The resource written (its plural).
-    pub plural: &'a str,
-}
-
-/// A kind's write rules that read other objects or judge the writer; it runs after the
-/// kind's schema and strategy. Returns what makes the write invalid (422, with field causes),
-/// or `Err` for a refusal of its writer (403).
-#[async_trait::async_trait]
-pub trait Validator: Send + Sync {
-    async fn validate(
-        &self,
-        write: Write<'_>,
-        object: &mut Value,
-        old: Option<&Value>,
-    ) -> ApiResult<Vec<Cause>>;
-}
-
-/// Validators by group and resource.
-#[derive(Clone, Default)]
-pub struct Validators {
-    by_group: BTreeMap<String, BTreeMap<String, Arc<dyn Validator>>>,
-}
-
-impl Validators {
-    /// `validator` for the resources `plurals` of `group`.
-    pub fn with(
-        mut self,
-        group: &str,
-        plurals: &[&str],
-        validator: impl Validator + 'static,
-    ) -> Validators {
-        let validator: Arc<dyn Validator> = Arc::new(validator);
-        let resources = self.by_group.entry(group.to_string()).or_default();
-        for plural in plurals {
-            resources.insert(plural.to_string(), validator.clone());
-        }
-        self
-    }
-
-    /// Both sets; `other`'s validator wins where both have one.
-    pub fn and(mut self, other: Validators) -> Validators {
-        for (group, resources) in other.by_group {
-            self.by_group.entry(group).or_default().extend(resources);
-        }
-        self
-    }
-
-    /// The validator of `plural` in `group`, if it has one.
-    pub fn get(&self, group: &str, plural: &str) -> Option<&dyn Validator> {
-        self.by_group.get(group)?.get(plural).map(|v| v.as_ref())
-    }
-}
-
-impl std::fmt::Debug for Validators {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<String> = self
-            .by_group
-            .iter()
-            .flat_map(|(group, resources)| {
-                resources
-                    .keys()
-                    .map(move |plural| format!("{plural}.{group}"))
-            })
-            .collect();
-        f.debug_list().entries(names).finish()
     }
 }
 

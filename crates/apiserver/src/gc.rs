@@ -15,10 +15,10 @@ use lariat_store::{EventKind, KeyValue, ListOptions, Store};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::objects::finalizers;
+use crate::objects::{NAMESPACE_FINALIZER, finalizers};
 use crate::resources::{
-    DeleteOptions, FOREGROUND_FINALIZER, NAMESPACE_FINALIZER, ORPHAN_FINALIZER, Propagation,
-    Resources, Scope, WriteOptions,
+    DeleteOptions, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation, Resources, Scope,
+    WriteOptions,
 };
 use crate::status::{ApiError, ApiResult};
 

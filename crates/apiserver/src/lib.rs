@@ -120,7 +120,7 @@ pub struct Config {
     pub edit_and_view_groups: Vec<String>,
     /// The write rules of the kinds served beyond the built-in ones that read other objects
     /// or judge the writer, from the crates that own them (Rancher's access control).
-    pub validators: extension::Validators,
+    pub validators: strategy::Validators,
     /// Routes served beside the API to callers who prove themselves to the route (a git
     /// host's webhook), from the crates that own them.
     pub routes: Vec<routes::Route>,
@@ -155,7 +155,7 @@ impl Config {
             peer_address: None,
             kinds: lariat_api::management::crds(),
             strategies: strategy::Strategies::default(),
-            validators: extension::Validators::default(),
+            validators: strategy::Validators::default(),
             edit_and_view_groups: Vec::new(),
             routes: Vec::new(),
             namespaces: Vec::new(),
@@ -318,7 +318,7 @@ impl Server {
         ensure_namespaces(&resources, namespaces)
             .await
             .map_err(|e| StartError::Store(e.to_string()))?;
-        rbac::bootstrap(&resources, &config.edit_and_view_groups)
+        rbac::defaults::bootstrap(&resources, &config.edit_and_view_groups)
             .await
             .map_err(|e| StartError::Store(format!("default RBAC roles: {e}")))?;
         for extension in &config.extensions {

@@ -4,6 +4,9 @@ use serde_json::{Map, Value};
 
 use crate::status::{ApiError, ApiResult, Cause};
 
+/// The namespace finalizer (in `spec.finalizers`): the namespace is emptied first.
+pub const NAMESPACE_FINALIZER: &str = "kubernetes";
+
 pub use lariat_api::names::{
     is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name,
 };

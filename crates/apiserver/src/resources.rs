@@ -116,8 +116,6 @@ impl Scope {
 /// Finalizers the API server itself acts on while an object is being deleted.
 pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 pub const ORPHAN_FINALIZER: &str = "orphan";
-/// The namespace finalizer (in `spec.finalizers`): the namespace is emptied first.
-pub const NAMESPACE_FINALIZER: &str = "kubernetes";
 
 /// Stored objects and the rules that keep them valid.
 #[derive(Clone)]
@@ -135,7 +133,7 @@ pub struct Resources {
     /// What each kind checks when written, beyond its schema.
     strategies: Arc<crate::strategy::Strategies>,
     /// What some kinds check when written by reading other objects or judging the writer.
-    validators: Arc<crate::extension::Validators>,
+    validators: Arc<crate::strategy::Validators>,
 }
 
 impl Resources {
@@ -153,7 +151,7 @@ impl Resources {
     }
 
     /// These resources admitting writes with `validators` too (after strategies).
-    pub fn with_validators(mut self, validators: crate::extension::Validators) -> Resources {
+    pub fn with_validators(mut self, validators: crate::strategy::Validators) -> Resources {
         self.validators = Arc::new(validators);
         self
     }
@@ -961,8 +959,8 @@ impl Resources {
                 .requester
                 .as_ref()
                 .filter(|_| causes.is_empty() && subresource.is_none());
-            let write = crate::extension::Write {
-                resources: self,
+            let write = crate::strategy::Write {
+                reader: self,
                 rbac,
                 requester,
                 in_process: options.in_process,
@@ -1415,6 +1413,30 @@ impl StreamedPage {
                 .flatten(),
             items: page.items.into_iter(),
             _permit: permit,
+        }
+    }
+}
+
+/// What validators read other objects through: the store as it is now.
+#[async_trait::async_trait]
+impl crate::strategy::Reader for Resources {
+    async fn get(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> ApiResult<Option<Value>> {
+        let Some(scope) = self.scope(group, plural, namespace) else {
+            return Ok(None);
+        };
+        if name.is_empty() {
+            return Ok(None);
+        }
+        match Resources::get(self, &scope, name).await {
+            Ok(object) => Ok(Some(object)),
+            Err(ApiError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 }

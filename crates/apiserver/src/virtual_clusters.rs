@@ -88,7 +88,7 @@ impl VirtualClusters {
         .await?;
         // Its own RBAC, default roles included, as a real cluster enforces: what the proxy's
         // impersonated callers may do here is decided here.
-        crate::rbac::bootstrap(&resources, &[]).await?;
+        crate::rbac::defaults::bootstrap(&resources, &[]).await?;
         let rbac = Rbac::load(&store, Vec::new())
             .await
             .map_err(|e| ApiError::internal(e.to_string()))?;

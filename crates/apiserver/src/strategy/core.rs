@@ -5,7 +5,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use crate::objects;
-use crate::resources::NAMESPACE_FINALIZER;
+use crate::objects::NAMESPACE_FINALIZER;
 use crate::status::Cause;
 use lariat_api::admission::Strategy;
 

@@ -10,9 +10,11 @@ pub(crate) mod crd;
 mod events;
 mod rbac;
 mod tokens;
+mod validator;
 
 pub use crd::accept_builtin as accept_crd;
 pub use rbac::rule_causes;
+pub use validator::{Reader, Validator, Validators, Write};
 
 /// The strategies of the kinds every lariat server serves. CustomResourceDefinitions are
 /// admitted apart ([`crd::admit`]), against the kinds the server serves.

@@ -6,11 +6,10 @@ use std::collections::HashSet;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use lariat_api::rancher::{GROUP, GlobalRole, RoleTemplate};
-use lariat_apiserver::extension::{Validator, Validators, Write};
 use lariat_apiserver::identity::User;
 use lariat_apiserver::rbac::{self, Rbac};
-use lariat_apiserver::resources::Resources;
 use lariat_apiserver::status::{ApiError, ApiResult, Cause};
+use lariat_apiserver::strategy::{Reader, Validator, Validators, Write};
 use serde_json::{Value, json};
 
 const CAPI_GROUP: &str = "cluster.x-k8s.io";
@@ -120,22 +119,13 @@ pub fn confirm_builtin(plural: &str, object: &Value, old: Option<&Value>) -> Api
 /// admission reads what a write refers to from the store, so a Project and its binding applied
 /// together are judged in order.
 async fn stored<T: serde::de::DeserializeOwned>(
-    resources: &Resources,
+    reader: &dyn Reader,
     plural: &str,
     namespace: Option<&str>,
     name: &str,
 ) -> ApiResult<Option<T>> {
-    if name.is_empty() {
-        return Ok(None);
-    }
-    let Some(scope) = resources.scope(GROUP, plural, namespace) else {
-        return Ok(None);
-    };
-    match resources.get(&scope, name).await {
-        Ok(object) => Ok(serde_json::from_value(object).ok()),
-        Err(ApiError::NotFound { .. }) => Ok(None),
-        Err(e) => Err(e),
-    }
+    let object = reader.get(GROUP, plural, namespace, name).await?;
+    Ok(object.and_then(|object| serde_json::from_value(object).ok()))
 }
 
 /// Adds `owner` to `object`'s owner references (once).
@@ -155,7 +145,7 @@ fn owned_by(object: &mut Value, owner: &Value) {
 }
 
 /// Whether RoleTemplate `name` inherits `ancestor`, itself or through others.
-async fn inherits(resources: &Resources, name: &str, ancestor: &str) -> ApiResult<bool> {
+async fn inherits(reader: &dyn Reader, name: &str, ancestor: &str) -> ApiResult<bool> {
     let mut seen = HashSet::new();
     let mut pending = vec![name.to_string()];
     while let Some(next) = pending.pop() {
@@ -165,8 +155,7 @@ async fn inherits(resources: &Resources, name: &str, ancestor: &str) -> ApiResul
         if !seen.insert(next.clone()) {
             continue;
         }
-        let template: Option<RoleTemplate> =
-            stored(resources, "roletemplates", None, &next).await?;
+        let template: Option<RoleTemplate> = stored(reader, "roletemplates", None, &next).await?;
         if let Some(template) = template {
             pending.extend(template.role_template_names);
         }
@@ -186,7 +175,7 @@ async fn inherits(resources: &Resources, name: &str, ancestor: &str) -> ApiResul
 /// - Escalation prevention ([`confirm_escalation`]).
 async fn admit(write: Write<'_>, object: &mut Value, old: Option<&Value>) -> ApiResult<Vec<Cause>> {
     let Write {
-        resources,
+        reader,
         rbac,
         requester,
         plural,
@@ -204,7 +193,7 @@ async fn admit(write: Write<'_>, object: &mut Value, old: Option<&Value>) -> Api
     };
     let template_of = async |field: &str, value: &Value, context: &str, fresh: bool| {
         let name = value.as_str().unwrap_or_default();
-        let template: Option<RoleTemplate> = stored(resources, "roletemplates", None, name).await?;
+        let template: Option<RoleTemplate> = stored(reader, "roletemplates", None, name).await?;
         let why = match template {
             None => format!("roletemplates.{GROUP} {name:?} not found"),
             Some(t) if t.context != context => format!(
@@ -236,13 +225,13 @@ async fn admit(write: Write<'_>, object: &mut Value, old: Option<&Value>) -> Api
                 let field = format!("roleTemplateNames[{i}]");
                 let inherited = name.as_str().unwrap_or_default();
                 let template: Option<RoleTemplate> =
-                    stored(resources, "roletemplates", None, inherited).await?;
+                    stored(reader, "roletemplates", None, inherited).await?;
                 let why = match template {
                     None => "no RoleTemplate of that name".to_string(),
                     Some(t) if t.locked && fresh("roleTemplateNames", name) => {
                         format!("RoleTemplate {inherited:?} is locked: it takes no new references")
                     }
-                    Some(_) if inherits(resources, inherited, own).await? => {
+                    Some(_) if inherits(reader, inherited, own).await? => {
                         format!(
                             "RoleTemplate {inherited:?} inherits {own:?}: inheritance cannot loop"
                         )
@@ -255,7 +244,7 @@ async fn admit(write: Write<'_>, object: &mut Value, old: Option<&Value>) -> Api
         "globalrolebindings" => {
             let name = &object["globalRoleName"];
             global_role = stored(
-                resources,
+                reader,
                 "globalroles",
                 None,
                 name.as_str().unwrap_or_default(),
@@ -270,7 +259,7 @@ async fn admit(write: Write<'_>, object: &mut Value, old: Option<&Value>) -> Api
                 Some(role) => {
                     for template in &role.inherited_cluster_roles {
                         let template_object: Option<RoleTemplate> =
-                            stored(resources, "roletemplates", None, template).await?;
+                            stored(reader, "roletemplates", None, template).await?;
                         if template_object.is_some_and(|t| t.locked) {
                             causes.push(Cause::invalid(
                                 "globalRoleName",
@@ -293,14 +282,9 @@ async fn admit(write: Write<'_>, object: &mut Value, old: Option<&Value>) -> Api
                 .to_string();
             let value = object["clusterName"].clone();
             let cluster = value.as_str().unwrap_or_default();
-            let found = match resources.scope(CAPI_GROUP, "clusters", Some(&namespace)) {
-                Some(scope) if !cluster.is_empty() => match resources.get(&scope, cluster).await {
-                    Ok(found) => Some(found),
-                    Err(ApiError::NotFound { .. }) => None,
-                    Err(e) => return Err(e),
-                },
-                _ => None,
-            };
+            let found = reader
+                .get(CAPI_GROUP, "clusters", Some(&namespace), cluster)
+                .await?;
             match found {
                 Some(found) => owned_by(object, &found),
                 None => causes.push(Cause::invalid("clusterName", &value, format!("no Cluster {cluster:?} in namespace {namespace:?}: a ClusterRoleTemplateBinding lives beside its Cluster"))),
@@ -316,7 +300,7 @@ async fn admit(write: Write<'_>, object: &mut Value, old: Option<&Value>) -> Api
             let value = object["projectName"].clone();
             if let Some((cluster, project)) = value.as_str().and_then(|p| p.split_once(':')) {
                 let found: Option<Value> =
-                    stored(resources, "projects", Some(&namespace), project).await?;
+                    stored(reader, "projects", Some(&namespace), project).await?;
                 let of = |p: &Value| {
                     p["spec"]["clusterName"]
                         .as_str()
@@ -341,7 +325,7 @@ async fn admit(write: Write<'_>, object: &mut Value, old: Option<&Value>) -> Api
     {
         if plural == "globalrolebindings" && global_role.is_none() {
             let name = object["globalRoleName"].as_str().unwrap_or_default();
-            global_role = stored(resources, "globalroles", None, name).await?;
+            global_role = stored(reader, "globalroles", None, name).await?;
         }
         confirm_escalation(rbac, user, plural, object, global_role.as_ref())?;
     }

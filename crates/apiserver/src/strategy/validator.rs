@@ -1,0 +1,108 @@
+//! [`Validator`]s: a kind's write rules that read other objects or judge the writer
+//! (kube-apiserver's validating admission with its listers), as a [`super::Strategy`] is those
+//! that read the object alone. The crate that owns the kind hands them to the server in its
+//! configuration (`Config::validators`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::identity::User;
+use crate::rbac::Rbac;
+use crate::status::{ApiResult, Cause};
+
+/// Reads objects as they are stored now, for a validator.
+#[async_trait::async_trait]
+pub trait Reader: Send + Sync {
+    /// The object `name` of `group`/`plural` in `namespace`; `None` when there is none, or the
+    /// kind is not served.
+    async fn get(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> ApiResult<Option<Value>>;
+}
+
+/// One write being admitted, as a [`Validator`] sees it.
+pub struct Write<'a> {
+    /// What the validator reads other objects from (as stored now, so objects applied
+    /// together are judged in order).
+    pub reader: &'a dyn Reader,
+    /// The writer's rules, for escalation checks.
+    pub rbac: &'a Rbac,
+    /// Who writes, when the writer is to be judged: `None` for the server's own writes, a
+    /// status write, or a write already invalid.
+    pub requester: Option<&'a User>,
+    /// Whether one of the server's own in-process clients (its controllers) writes: a caller
+    /// over the network never is one, whatever name it goes by.
+    pub in_process: bool,
+    /// The resource written (its plural).
+    pub plural: &'a str,
+}
+
+/// A kind's write rules that read other objects or judge the writer; it runs after the
+/// kind's schema and strategy. Returns what makes the write invalid (422, with field causes),
+/// or `Err` for a refusal of its writer (403).
+#[async_trait::async_trait]
+pub trait Validator: Send + Sync {
+    async fn validate(
+        &self,
+        write: Write<'_>,
+        object: &mut Value,
+        old: Option<&Value>,
+    ) -> ApiResult<Vec<Cause>>;
+}
+
+/// Validators by group and resource.
+#[derive(Clone, Default)]
+pub struct Validators {
+    by_group: BTreeMap<String, BTreeMap<String, Arc<dyn Validator>>>,
+}
+
+impl Validators {
+    /// `validator` for the resources `plurals` of `group`.
+    pub fn with(
+        mut self,
+        group: &str,
+        plurals: &[&str],
+        validator: impl Validator + 'static,
+    ) -> Validators {
+        let validator: Arc<dyn Validator> = Arc::new(validator);
+        let resources = self.by_group.entry(group.to_string()).or_default();
+        for plural in plurals {
+            resources.insert(plural.to_string(), validator.clone());
+        }
+        self
+    }
+
+    /// Both sets; `other`'s validator wins where both have one.
+    pub fn and(mut self, other: Validators) -> Validators {
+        for (group, resources) in other.by_group {
+            self.by_group.entry(group).or_default().extend(resources);
+        }
+        self
+    }
+
+    /// The validator of `plural` in `group`, if it has one.
+    pub fn get(&self, group: &str, plural: &str) -> Option<&dyn Validator> {
+        self.by_group.get(group)?.get(plural).map(|v| v.as_ref())
+    }
+}
+
+impl std::fmt::Debug for Validators {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self
+            .by_group
+            .iter()
+            .flat_map(|(group, resources)| {
+                resources
+                    .keys()
+                    .map(move |plural| format!("{plural}.{group}"))
+            })
+            .collect();
+        f.debug_list().entries(names).finish()
+    }
+}
