@@ -712,235 +712,16 @@ impl Resources {
         options: &WriteOptions,
     ) -> ApiResult<(Value, Vec<String>)> {
         let rt = &scope.rt;
-        let mut object = body;
-        if !object.is_object() {
-            return Err(ApiError::bad_request(format!(
-                "the body of a {} must be a JSON object",
-                rt.kind
-            )));
-        }
-        let api_version = scope.api_version();
-        if let Some(given) = object.get("apiVersion").and_then(Value::as_str)
-            && given != api_version
-        {
-            return Err(ApiError::bad_request(format!(
-                "the API version in the data ({given}) does not match the expected API version ({api_version})"
-            )));
-        }
-        if let Some(given) = object.get("kind").and_then(Value::as_str)
-            && given != rt.kind
-        {
-            return Err(ApiError::bad_request(format!(
-                "the kind in the data ({given}) does not match the expected kind ({})",
-                rt.kind
-            )));
-        }
-        if !object["metadata"].is_null() && !object["metadata"].is_object() {
-            return Err(ApiError::bad_request("metadata must be an object"));
-        }
-        object["apiVersion"] = json!(api_version);
-        object["kind"] = json!(rt.kind);
-        let meta = meta_mut(&mut object);
-        match (
-            rt.namespaced,
-            &scope.namespace,
-            meta.get("namespace")
-                .and_then(Value::as_str)
-                .filter(|ns| !ns.is_empty()),
-        ) {
-            (true, Some(ns), Some(given)) if given != ns => {
-                return Err(ApiError::bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request",
-                ));
-            }
-            (true, Some(ns), _) => {
-                meta.insert("namespace".into(), json!(ns));
-            }
-            (true, None, _) => {
-                return Err(ApiError::bad_request(
-                    "a namespace is required for this resource",
-                ));
-            }
-            (false, _, _) => {
-                meta.remove("namespace");
-            }
-        }
-        let mut causes: Vec<Cause> = Vec::new();
-        match old {
-            None => {
-                let name = meta
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
-                if name.is_empty()
-                    && let Some(prefix) = meta.get("generateName").and_then(Value::as_str)
-                {
-                    let generated = format!("{prefix}{}", random_suffix());
-                    meta.insert("name".into(), json!(generated));
-                }
-                let name = meta
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
-                if rt.group == crate::rbac::GROUP {
-                    causes.extend(objects::path_segment_name_causes(&name));
-                } else {
-                    causes.extend(objects::name_causes(&name, rt.plural == "namespaces"));
-                }
-                meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
-                meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
-                meta.insert("generation".into(), json!(1));
-                meta.remove("deletionTimestamp");
-                meta.remove("deletionGracePeriodSeconds");
-                meta.remove("resourceVersion");
-                if rt.storage_version().status_subresource && rt.origin != Origin::Core {
-                    object.as_object_mut().expect("object").remove("status");
-                }
-            }
+        let mut object = envelope(scope, body)?;
+        let mut causes = match old {
+            None => new_metadata(rt, &mut object),
             Some(old) => {
-                if let Some(uid) = meta.get("uid").and_then(Value::as_str)
-                    && uid != old["metadata"]["uid"].as_str().unwrap_or_default()
-                {
-                    return Err(ApiError::Conflict {
-                        message: format!(
-                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                            old["metadata"]["uid"].as_str().unwrap_or_default()
-                        ),
-                        target: None,
-                        causes: vec![],
-                    });
-                }
-                for field in [
-                    "name",
-                    "uid",
-                    "creationTimestamp",
-                    "deletionTimestamp",
-                    "deletionGracePeriodSeconds",
-                    "generation",
-                ] {
-                    match old["metadata"].get(field) {
-                        Some(v) => meta.insert(field.into(), v.clone()),
-                        None => meta.remove(field),
-                    };
-                }
-                if !old["metadata"]["deletionTimestamp"].is_null() {
-                    let before = objects::finalizers(old);
-                    let after: Vec<String> = meta
-                        .get("finalizers")
-                        .and_then(Value::as_array)
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(|f| f.as_str().map(String::from))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    if after.iter().any(|f| !before.contains(f)) {
-                        return Err(ApiError::Forbidden {
-                            message:
-                                "no new finalizers can be added if the object is being deleted"
-                                    .into(),
-                        });
-                    }
-                }
-                let has_status_subresource = rt.storage_version().status_subresource;
-                match subresource {
-                    Some("status") => {
-                        let status = object.get("status").cloned();
-                        let rv = object["metadata"]["resourceVersion"].clone();
-                        object = old.clone();
-                        match status {
-                            Some(status) => object["status"] = status,
-                            None => {
-                                object.as_object_mut().expect("object").remove("status");
-                            }
-                        }
-                        meta_mut(&mut object).insert("resourceVersion".into(), rv);
-                    }
-                    None if has_status_subresource => match old.get("status") {
-                        Some(status) => object["status"] = status.clone(),
-                        None => {
-                            object.as_object_mut().expect("object").remove("status");
-                        }
-                    },
-                    _ => {}
-                }
-                if spec_changed(old, &object) {
-                    let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
-                    meta_mut(&mut object).insert("generation".into(), json!(generation));
-                }
+                carried_metadata(rt, &mut object, old, subresource)?;
+                Vec::new()
             }
-        }
-        causes.extend(objects::label_causes(
-            &object["metadata"]["labels"],
-            "metadata.labels",
-        ));
-        if !object["metadata"]["annotations"].is_null() {
-            let ok = object["metadata"]["annotations"]
-                .as_object()
-                .is_some_and(|m| m.values().all(Value::is_string));
-            if !ok {
-                causes.push(Cause::invalid(
-                    "metadata.annotations",
-                    &object["metadata"]["annotations"],
-                    "must be a map of strings",
-                ));
-            } else if object["metadata"]["annotations"].to_string().len() > 256 * 1024 {
-                causes.push(Cause::invalid(
-                    "metadata.annotations",
-                    &json!("..."),
-                    "may not be more than 262144 bytes",
-                ));
-            }
-        }
-        causes.extend(objects::owner_reference_causes(
-            &object["metadata"]["ownerReferences"],
-        ));
-        let finalizers = &object["metadata"]["finalizers"];
-        if !finalizers.is_null()
-            && !finalizers
-                .as_array()
-                .is_some_and(|a| a.iter().all(Value::is_string))
-        {
-            causes.push(Cause::type_invalid(
-                "metadata.finalizers",
-                finalizers,
-                "array of strings",
-            ));
-        }
-        let mut warnings = vec![];
-        let version = rt
-            .version(&scope.version)
-            .expect("scope has a served version");
-        if let Some(schema) = &version.schema {
-            let findings = schema::process(schema, &mut object);
-            causes.extend(findings.causes);
-            if !findings.unknown.is_empty() {
-                match options.validation {
-                    FieldValidation::Strict => {
-                        let listed: Vec<String> = findings
-                            .unknown
-                            .iter()
-                            .map(|f| format!("unknown field \"{f}\""))
-                            .collect();
-                        return Err(ApiError::bad_request(format!(
-                            "strict decoding error: {}",
-                            listed.join(", ")
-                        )));
-                    }
-                    FieldValidation::Warn => {
-                        warnings.extend(
-                            findings
-                                .unknown
-                                .iter()
-                                .map(|f| format!("unknown field \"{f}\"")),
-                        );
-                    }
-                    FieldValidation::Ignore => {}
-                }
-            }
-        }
+        };
+        causes.extend(metadata_causes(&object["metadata"]));
+        let warnings = schema_findings(scope, &mut object, options.validation, &mut causes)?;
         if rt.is_crd() {
             causes.extend(crate::strategy::crd::admit(
                 &self.registry,
@@ -1415,6 +1196,274 @@ impl StreamedPage {
             _permit: permit,
         }
     }
+}
+
+/// A written body checked and placed: a JSON object of this kind and version, in the request's
+/// namespace (or none, for a cluster-scoped kind).
+fn envelope(scope: &Scope, body: Value) -> ApiResult<Value> {
+    let rt = &scope.rt;
+    let mut object = body;
+    if !object.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "the body of a {} must be a JSON object",
+            rt.kind
+        )));
+    }
+    let api_version = scope.api_version();
+    if let Some(given) = object.get("apiVersion").and_then(Value::as_str)
+        && given != api_version
+    {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({given}) does not match the expected API version ({api_version})"
+        )));
+    }
+    if let Some(given) = object.get("kind").and_then(Value::as_str)
+        && given != rt.kind
+    {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({given}) does not match the expected kind ({})",
+            rt.kind
+        )));
+    }
+    if !object["metadata"].is_null() && !object["metadata"].is_object() {
+        return Err(ApiError::bad_request("metadata must be an object"));
+    }
+    object["apiVersion"] = json!(api_version);
+    object["kind"] = json!(rt.kind);
+    let meta = meta_mut(&mut object);
+    match (
+        rt.namespaced,
+        &scope.namespace,
+        meta.get("namespace")
+            .and_then(Value::as_str)
+            .filter(|ns| !ns.is_empty()),
+    ) {
+        (true, Some(ns), Some(given)) if given != ns => {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        (true, Some(ns), _) => {
+            meta.insert("namespace".into(), json!(ns));
+        }
+        (true, None, _) => {
+            return Err(ApiError::bad_request(
+                "a namespace is required for this resource",
+            ));
+        }
+        (false, _, _) => {
+            meta.remove("namespace");
+        }
+    }
+    Ok(object)
+}
+
+/// A new object's metadata: its name (generated from `generateName` if asked), uid, creation
+/// time and first generation; what only the server sets is dropped. Returns what is wrong
+/// with its name.
+fn new_metadata(rt: &ResourceType, object: &mut Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let meta = meta_mut(object);
+    let name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if name.is_empty()
+        && let Some(prefix) = meta.get("generateName").and_then(Value::as_str)
+    {
+        let generated = format!("{prefix}{}", random_suffix());
+        meta.insert("name".into(), json!(generated));
+    }
+    let name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if rt.group == crate::rbac::GROUP {
+        causes.extend(objects::path_segment_name_causes(&name));
+    } else {
+        causes.extend(objects::name_causes(&name, rt.plural == "namespaces"));
+    }
+    meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+    meta.insert("generation".into(), json!(1));
+    meta.remove("deletionTimestamp");
+    meta.remove("deletionGracePeriodSeconds");
+    meta.remove("resourceVersion");
+    if rt.storage_version().status_subresource && rt.origin != Origin::Core {
+        object.as_object_mut().expect("object").remove("status");
+    }
+    causes
+}
+
+/// An updated object's metadata: what the server set stays as it was (name, uid, creation
+/// and deletion times, generation, which moves when the spec changed), no finalizer is added
+/// to an object being deleted, and the status (or all but the status) comes from the old
+/// object, as the subresource written says.
+fn carried_metadata(
+    rt: &ResourceType,
+    object: &mut Value,
+    old: &Value,
+    subresource: Option<&str>,
+) -> ApiResult<()> {
+    let meta = meta_mut(object);
+    if let Some(uid) = meta.get("uid").and_then(Value::as_str)
+        && uid != old["metadata"]["uid"].as_str().unwrap_or_default()
+    {
+        return Err(ApiError::Conflict {
+            message: format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                old["metadata"]["uid"].as_str().unwrap_or_default()
+            ),
+            target: None,
+            causes: vec![],
+        });
+    }
+    for field in [
+        "name",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+    ] {
+        match old["metadata"].get(field) {
+            Some(v) => meta.insert(field.into(), v.clone()),
+            None => meta.remove(field),
+        };
+    }
+    if !old["metadata"]["deletionTimestamp"].is_null() {
+        let before = objects::finalizers(old);
+        let after: Vec<String> = meta
+            .get("finalizers")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| f.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if after.iter().any(|f| !before.contains(f)) {
+            return Err(ApiError::Forbidden {
+                message: "no new finalizers can be added if the object is being deleted".into(),
+            });
+        }
+    }
+    let has_status_subresource = rt.storage_version().status_subresource;
+    match subresource {
+        Some("status") => {
+            let status = object.get("status").cloned();
+            let rv = object["metadata"]["resourceVersion"].clone();
+            *object = old.clone();
+            match status {
+                Some(status) => object["status"] = status,
+                None => {
+                    object.as_object_mut().expect("object").remove("status");
+                }
+            }
+            meta_mut(object).insert("resourceVersion".into(), rv);
+        }
+        None if has_status_subresource => match old.get("status") {
+            Some(status) => object["status"] = status.clone(),
+            None => {
+                object.as_object_mut().expect("object").remove("status");
+            }
+        },
+        _ => {}
+    }
+    if spec_changed(old, object) {
+        let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
+        meta_mut(object).insert("generation".into(), json!(generation));
+    }
+    Ok(())
+}
+
+/// What is wrong with an object's labels, annotations, owner references and finalizers.
+fn metadata_causes(metadata: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    causes.extend(objects::label_causes(
+        &metadata["labels"],
+        "metadata.labels",
+    ));
+    if !metadata["annotations"].is_null() {
+        let ok = metadata["annotations"]
+            .as_object()
+            .is_some_and(|m| m.values().all(Value::is_string));
+        if !ok {
+            causes.push(Cause::invalid(
+                "metadata.annotations",
+                &metadata["annotations"],
+                "must be a map of strings",
+            ));
+        } else if metadata["annotations"].to_string().len() > 256 * 1024 {
+            causes.push(Cause::invalid(
+                "metadata.annotations",
+                &json!("..."),
+                "may not be more than 262144 bytes",
+            ));
+        }
+    }
+    causes.extend(objects::owner_reference_causes(
+        &metadata["ownerReferences"],
+    ));
+    let finalizers = &metadata["finalizers"];
+    if !finalizers.is_null()
+        && !finalizers
+            .as_array()
+            .is_some_and(|a| a.iter().all(Value::is_string))
+    {
+        causes.push(Cause::type_invalid(
+            "metadata.finalizers",
+            finalizers,
+            "array of strings",
+        ));
+    }
+    causes
+}
+
+/// The object checked, pruned and defaulted by its version's schema, what is wrong added to
+/// `causes`; unknown fields are refused, warned of or ignored as `validation` says.
+fn schema_findings(
+    scope: &Scope,
+    object: &mut Value,
+    validation: FieldValidation,
+    causes: &mut Vec<Cause>,
+) -> ApiResult<Vec<String>> {
+    let rt = &scope.rt;
+    let mut warnings = vec![];
+    let version = rt
+        .version(&scope.version)
+        .expect("scope has a served version");
+    if let Some(schema) = &version.schema {
+        let findings = schema::process(schema, object);
+        causes.extend(findings.causes);
+        if !findings.unknown.is_empty() {
+            match validation {
+                FieldValidation::Strict => {
+                    let listed: Vec<String> = findings
+                        .unknown
+                        .iter()
+                        .map(|f| format!("unknown field \"{f}\""))
+                        .collect();
+                    return Err(ApiError::bad_request(format!(
+                        "strict decoding error: {}",
+                        listed.join(", ")
+                    )));
+                }
+                FieldValidation::Warn => {
+                    warnings.extend(
+                        findings
+                            .unknown
+                            .iter()
+                            .map(|f| format!("unknown field \"{f}\"")),
+                    );
+                }
+                FieldValidation::Ignore => {}
+            }
+        }
+    }
+    Ok(warnings)
 }
 
 /// What validators read other objects through: the store as it is now.
