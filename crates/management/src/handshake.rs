@@ -4,11 +4,12 @@
 //! many concurrent streams, flow control per stream, pings and a bounded stream count, so a
 //! watch through the tunnel is just a long response.
 
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use lariat_api::tunnel::{AGENT_VERSION_HEADER, CLUSTER_HEADER, CREDENTIAL_HEADER, PROTOCOL};
@@ -18,7 +19,7 @@ use lariat_apiserver::identity::Peer;
 use lariat_apiserver::status::ApiError;
 
 use crate::Plane;
-use crate::credentials::{authenticate, consume_registration_token, issue_credential};
+use crate::credentials::{Identity, authenticate, consume_registration_token, issue_credential};
 use crate::hub::Tunnel;
 use crate::reporter::record_new_tunnel;
 
@@ -32,94 +33,26 @@ pub(crate) async fn connect(
     State((plane, server)): State<(Plane, Handle)>,
     mut request: Request,
 ) -> Response {
-    let tunnels = plane.tunnels.clone();
     let client = server.client();
-    let wants_upgrade = request
-        .headers()
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case(PROTOCOL));
-    if !wants_upgrade {
-        return ApiError::bad_request(format!(
-            "an agent connects with Connection: Upgrade and Upgrade: {PROTOCOL}"
-        ))
-        .into_response();
-    }
-    // Its response carries Retry-After.
-    let too_many = |message: String, retry_after: u64| {
-        ApiError::TooManyRequests {
-            message,
-            retry_after_seconds: retry_after,
-        }
-        .into_response()
-    };
-    // Failed attempts are limited per client address before anything else, so they cost
-    // nothing and never draw on the budget valid agents are admitted from.
     let address = request
         .extensions()
         .get::<Peer>()
         .and_then(Peer::address)
         .map(|a| a.ip());
-    if let Some(address) = address
-        && let Err(retry_after) = server.failed_proofs().may_try(address)
-    {
-        return too_many(
-            format!("too many failed agent handshakes from {address}; retry in {retry_after}s"),
-            retry_after,
-        );
-    }
-    let failed = |error: ApiError| {
-        if let Some(address) = address {
-            server.failed_proofs().failed(address);
-        }
-        error.into_response()
+    let proven = prove(&server, &client, request.headers(), address).await;
+    let (identity, token, agent_version) = match proven {
+        Ok(proven) => proven,
+        Err(refusal) => return refusal,
     };
-    let Some(token) = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(lariat_apiserver::identity::bearer_token)
-        .map(str::to_string)
-    else {
-        record_refusal("/v3/connect", None);
-        return failed(ApiError::Unauthorized);
-    };
-    let identity = match authenticate(&client, &token).await {
-        Ok(identity) => identity,
-        Err(e @ ApiError::Forbidden { .. }) => {
-            record_refusal("/v3/connect", address.map(|ip| (ip, 0).into()));
-            return failed(e);
-        }
-        Err(e) => return e.into_response(),
-    };
-    // Held to the support matrix (`lariat version --matrix`). A refusal is a 400, which the
-    // agent logs with its message and retries, keeping its credential for after an upgrade.
-    let agent_version = request
-        .headers()
-        .get(AGENT_VERSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    match lariat_api::support::agent_skew(lariat_api::support::LARIAT, agent_version.as_deref()) {
-        lariat_api::support::AgentSkew::Supported => {}
-        lariat_api::support::AgentSkew::Newer => tracing::warn!(
-            cluster = %identity.cluster,
-            agent = agent_version.as_deref().unwrap_or_default(),
-            "an agent newer than this server connected: upgrade the server replicas"
-        ),
-        lariat_api::support::AgentSkew::Refused(why) => {
-            tracing::warn!(cluster = %identity.cluster, "agent refused: {why}");
-            return ApiError::bad_request(why).into_response();
-        }
-    }
     // Only an authenticated agent draws on the handshake budget.
-    if let Err(retry_after) = tunnels.admit() {
+    if let Err(retry_after) = plane.tunnels.admit() {
         return too_many(
             format!("too many agents connecting; retry in {retry_after}s"),
             retry_after,
         );
     }
     let cluster = identity.cluster.clone();
-    if let Some(existing) = tunnels.get(&cluster) {
+    if let Some(existing) = plane.tunnels.get(&cluster) {
         // A second agent for a connected cluster is refused while the first's connection is
         // open; a reconnecting agent whose old connection is half-open waits for HTTP/2's
         // keep-alive (about 20 s) to close it.
@@ -148,80 +81,185 @@ pub(crate) async fn connect(
         None
     };
     let upgrade = hyper::upgrade::on(&mut request);
-    let id = tunnels
+    tokio::spawn(hold(
+        plane,
+        server,
+        client,
+        upgrade,
+        cluster.clone(),
+        agent_version.unwrap_or_default(),
+    ));
+    switching_protocols(&cluster, issued)
+}
+
+/// 429 with its Retry-After.
+fn too_many(message: String, retry_after: u64) -> Response {
+    ApiError::TooManyRequests {
+        message,
+        retry_after_seconds: retry_after,
+    }
+    .into_response()
+}
+
+/// What an agent dialling in proves: an upgrade to the tunnel, a registration token or
+/// cluster credential (failed proofs are limited per client address before anything else,
+/// so they cost nothing and never draw on the budget valid agents are admitted from), and a
+/// version the support matrix takes. Returns who it is, its token and its version, or the
+/// refusal.
+async fn prove(
+    server: &Handle,
+    client: &kube::Client,
+    headers: &HeaderMap,
+    address: Option<IpAddr>,
+) -> Result<(Identity, String, Option<String>), Response> {
+    let wants_upgrade = headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case(PROTOCOL));
+    if !wants_upgrade {
+        return Err(ApiError::bad_request(format!(
+            "an agent connects with Connection: Upgrade and Upgrade: {PROTOCOL}"
+        ))
+        .into_response());
+    }
+    if let Some(address) = address
+        && let Err(retry_after) = server.failed_proofs().may_try(address)
+    {
+        return Err(too_many(
+            format!("too many failed agent handshakes from {address}; retry in {retry_after}s"),
+            retry_after,
+        ));
+    }
+    let failed = |error: ApiError| {
+        if let Some(address) = address {
+            server.failed_proofs().failed(address);
+        }
+        error.into_response()
+    };
+    let Some(token) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(lariat_apiserver::identity::bearer_token)
+        .map(str::to_string)
+    else {
+        record_refusal("/v3/connect", None);
+        return Err(failed(ApiError::Unauthorized));
+    };
+    let identity = match authenticate(client, &token).await {
+        Ok(identity) => identity,
+        Err(e @ ApiError::Forbidden { .. }) => {
+            record_refusal("/v3/connect", address.map(|ip| (ip, 0).into()));
+            return Err(failed(e));
+        }
+        Err(e) => return Err(e.into_response()),
+    };
+    // Held to the support matrix (`lariat version --matrix`). A refusal is a 400, which the
+    // agent logs with its message and retries, keeping its credential for after an upgrade.
+    let agent_version = headers
+        .get(AGENT_VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    match lariat_api::support::agent_skew(lariat_api::support::LARIAT, agent_version.as_deref()) {
+        lariat_api::support::AgentSkew::Supported => {}
+        lariat_api::support::AgentSkew::Newer => tracing::warn!(
+            cluster = %identity.cluster,
+            agent = agent_version.as_deref().unwrap_or_default(),
+            "an agent newer than this server connected: upgrade the server replicas"
+        ),
+        lariat_api::support::AgentSkew::Refused(why) => {
+            tracing::warn!(cluster = %identity.cluster, "agent refused: {why}");
+            return Err(ApiError::bad_request(why).into_response());
+        }
+    }
+    Ok((identity, token, agent_version))
+}
+
+/// Holds the Cluster `key`'s tunnel over the upgraded connection for as long as it lasts: the
+/// server speaks HTTP/2 as the client, pings every 10 s, and tells the reporter when the
+/// tunnel opens and closes.
+async fn hold(
+    plane: Plane,
+    server: Handle,
+    client: kube::Client,
+    upgrade: hyper::upgrade::OnUpgrade,
+    key: String,
+    agent_version: String,
+) {
+    let registry = plane.tunnels.clone();
+    let id = registry
         .next_id
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let registry = tunnels.clone();
-    let key = cluster.clone();
-    let agent_version = agent_version.unwrap_or_default();
-    tokio::spawn(async move {
-        let upgraded = match upgrade.await {
-            Ok(upgraded) => upgraded,
-            Err(error) => {
-                tracing::warn!(cluster = %key, %error, "agent upgrade failed");
-                return;
-            }
-        };
-        let handshake = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(10))
-            .keep_alive_while_idle(true)
-            .max_concurrent_reset_streams(MAX_STREAMS as usize)
-            .handshake::<_, Body>(upgraded)
-            .await;
-        let (sender, connection) = match handshake {
-            Ok(parts) => parts,
-            Err(error) => {
-                tracing::warn!(cluster = %key, %error, "agent tunnel handshake failed");
-                return;
-            }
-        };
-        let tunnel = Tunnel {
-            sender,
-            id,
-            since: Instant::now(),
-            agent_version,
-        };
-        {
-            let mut connected = registry.connected.lock().expect("lock");
-            if connected.get(&key).is_some_and(|t| !t.sender.is_closed()) {
-                // Another agent of this cluster finished its handshake first.
-                tracing::warn!(cluster = %key, "agent refused: the cluster already has a connected agent");
-                return;
-            }
-            connected.insert(key.clone(), tunnel.clone());
+    let upgraded = match upgrade.await {
+        Ok(upgraded) => upgraded,
+        Err(error) => {
+            tracing::warn!(cluster = %key, %error, "agent upgrade failed");
+            return;
         }
-        tracing::info!(cluster = %key, "agent connected");
-        if let Some(replicas) = server.replicas() {
-            tokio::spawn(record_new_tunnel(
-                client,
-                replicas,
-                plane.records.clone(),
-                key.clone(),
-                tunnel,
-            ));
+    };
+    let handshake = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .keep_alive_while_idle(true)
+        .max_concurrent_reset_streams(MAX_STREAMS as usize)
+        .handshake::<_, Body>(upgraded)
+        .await;
+    let (sender, connection) = match handshake {
+        Ok(parts) => parts,
+        Err(error) => {
+            tracing::warn!(cluster = %key, %error, "agent tunnel handshake failed");
+            return;
         }
-        // Reported at once: the other replicas forward to this one from then on.
-        registry.changed.notify_one();
-        let result = connection.await;
+    };
+    let tunnel = Tunnel {
+        sender,
+        id,
+        since: Instant::now(),
+        agent_version,
+    };
+    {
         let mut connected = registry.connected.lock().expect("lock");
-        if connected.get(&key).is_some_and(|t| t.id == id) {
-            connected.remove(&key);
+        if connected.get(&key).is_some_and(|t| !t.sender.is_closed()) {
+            // Another agent of this cluster finished its handshake first.
+            tracing::warn!(cluster = %key, "agent refused: the cluster already has a connected agent");
+            return;
         }
-        drop(connected);
-        registry.changed.notify_one();
-        match result {
-            Ok(()) => tracing::info!(cluster = %key, "agent disconnected"),
-            Err(error) => tracing::info!(cluster = %key, %error, "agent disconnected"),
-        }
-    });
+        connected.insert(key.clone(), tunnel.clone());
+    }
+    tracing::info!(cluster = %key, "agent connected");
+    if let Some(replicas) = server.replicas() {
+        tokio::spawn(record_new_tunnel(
+            client,
+            replicas,
+            plane.records.clone(),
+            key.clone(),
+            tunnel,
+        ));
+    }
+    // Reported at once: the other replicas forward to this one from then on.
+    registry.changed.notify_one();
+    let result = connection.await;
+    let mut connected = registry.connected.lock().expect("lock");
+    if connected.get(&key).is_some_and(|t| t.id == id) {
+        connected.remove(&key);
+    }
+    drop(connected);
+    registry.changed.notify_one();
+    match result {
+        Ok(()) => tracing::info!(cluster = %key, "agent disconnected"),
+        Err(error) => tracing::info!(cluster = %key, %error, "agent disconnected"),
+    }
+}
+
+/// The 101 that makes the connection the tunnel, naming the Cluster and carrying the
+/// credential issued to a registering agent.
+fn switching_protocols(cluster: &str, issued: Option<String>) -> Response {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let headers = response.headers_mut();
     headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     headers.insert(header::UPGRADE, HeaderValue::from_static(PROTOCOL));
-    if let Ok(value) = HeaderValue::from_str(&cluster) {
+    if let Ok(value) = HeaderValue::from_str(cluster) {
         headers.insert(CLUSTER_HEADER, value);
     }
     if let Some(credential) = issued
