@@ -102,172 +102,18 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
     let mut labels = BTreeMap::new();
     labels.insert(CLUSTER_NAME_LABEL.to_string(), name.clone());
 
-    // Infrastructure: ready, and the endpoint it publishes.
-    let infra_reference = cluster
-        .spec
-        .infrastructure_ref
-        .as_ref()
-        .and_then(Reference::from_object_reference);
-    let infra_ready = match infra_reference {
-        None => true,
-        Some(reference) => match reference.get(&ctx.caches, &namespace).await {
-            Err(Error::UnknownKind { kind, .. }) => {
-                external::kind_unknown(&mut list, &kind);
-                false
-            }
-            Err(Error::InvalidReference(message)) => {
-                let message = format!("spec.infrastructureRef: {message}");
-                conditions::set(
-                    &mut list,
-                    "InfrastructureReady",
-                    false,
-                    "InvalidReference",
-                    &message,
-                );
-                false
-            }
-            Err(e) => return Err(e),
-            Ok(None) => {
-                conditions::set(
-                    &mut list,
-                    "InfrastructureReady",
-                    false,
-                    "WaitingForInfrastructure",
-                    &format!("{} {} does not exist yet", reference.kind, reference.name),
-                );
-                false
-            }
-            Ok(Some(infra))
-                if let Some(other) = external::claimed_by_another(&infra, "Cluster", &uid) =>
-            {
-                let message = format!(
-                    "spec.infrastructureRef: {} {} belongs to Cluster {other}",
-                    reference.kind, reference.name
-                );
-                conditions::set(
-                    &mut list,
-                    "InfrastructureReady",
-                    false,
-                    "InfrastructureClaimed",
-                    &message,
-                );
-                false
-            }
-            Ok(Some(infra)) => {
-                let infra_api = reference.api(&ctx.client, &namespace).await?;
-                ensure_owner(&infra_api, &infra, owner.clone()).await?;
-                object::ensure_labels(&infra_api, &infra, &labels).await?;
-                let endpoint = &infra.data["spec"]["controlPlaneEndpoint"];
-                if endpoint["host"].as_str().is_some_and(|h| !h.is_empty())
-                    && !has_endpoint(&cluster)
-                {
-                    patch(
-                        &api,
-                        &name,
-                        json!({"spec": {"controlPlaneEndpoint": endpoint}}),
-                    )
-                    .await?;
-                }
-                if let Some(domains) = infra.data["status"].get("failureDomains") {
-                    status.failure_domains = serde_json::from_value(domains.clone()).ok();
-                }
-                let (ready, failure) = external::read_infrastructure(&infra, &reference, &mut list);
-                if let Some((reason, message)) = failure {
-                    status.failure_reason = Some(reason);
-                    status.failure_message = Some(message);
-                }
-                if !ready
-                    && let Some(message) =
-                        external::provider_not_enabled(&ctx.caches, &reference).await
-                {
-                    conditions::set(
-                        &mut list,
-                        "InfrastructureReady",
-                        false,
-                        "ProviderNotEnabled",
-                        &message,
-                    );
-                }
-                ready
-            }
-        },
+    let pass = Pass {
+        cluster: &cluster,
+        ctx: &ctx,
+        api: &api,
+        namespace: &namespace,
+        name: &name,
+        uid: &uid,
+        owner,
+        labels,
     };
-
-    // Control plane: initialized (the API answers) and ready.
-    let imported = cluster
-        .annotations()
-        .contains_key(lariat_api::management::IMPORTED_ANNOTATION);
-    let control_plane_reference = cluster
-        .spec
-        .control_plane_ref
-        .as_ref()
-        .and_then(Reference::from_object_reference);
-    let (cp_initialized, cp_ready) = match control_plane_reference {
-        // An imported cluster's control plane is whatever its agent reaches: up while the
-        // agent is connected.
-        None if imported => {
-            // Initialized once its agent first connected, for good (as Cluster API's
-            // condition is), so a reconnecting agent does not send the cluster back to
-            // Pending; Ready follows the connection.
-            let connected = conditions::is_true(&list, "Connected");
-            let initialized = connected || conditions::is_true(&list, "ControlPlaneInitialized");
-            (initialized, connected)
-        }
-        None => {
-            let running = control_plane_machines_running(&ctx, &namespace, &name).await?;
-            (running, running)
-        }
-        Some(reference) => match reference.get(&ctx.caches, &namespace).await {
-            Err(Error::UnknownKind { kind, .. }) => {
-                conditions::set(
-                    &mut list,
-                    "ControlPlaneReady",
-                    false,
-                    "ControlPlaneKindUnknown",
-                    &format!("{kind} is not served"),
-                );
-                (false, false)
-            }
-            Err(Error::InvalidReference(message)) => {
-                let message = format!("spec.controlPlaneRef: {message}");
-                conditions::set(
-                    &mut list,
-                    "ControlPlaneReady",
-                    false,
-                    "InvalidReference",
-                    &message,
-                );
-                (false, false)
-            }
-            Err(e) => return Err(e),
-            Ok(None) => (false, false),
-            Ok(Some(cp))
-                if let Some(other) = external::claimed_by_another(&cp, "Cluster", &uid) =>
-            {
-                let message = format!(
-                    "spec.controlPlaneRef: {} {} belongs to Cluster {other}",
-                    reference.kind, reference.name
-                );
-                conditions::set(
-                    &mut list,
-                    "ControlPlaneReady",
-                    false,
-                    "ControlPlaneClaimed",
-                    &message,
-                );
-                (false, false)
-            }
-            Ok(Some(cp)) => {
-                let cp_api = reference.api(&ctx.client, &namespace).await?;
-                ensure_owner(&cp_api, &cp, owner.clone()).await?;
-                object::ensure_labels(&cp_api, &cp, &labels).await?;
-                (
-                    bool_at(&cp.data, &["status", "initialized"]),
-                    external::ready(&cp),
-                )
-            }
-        },
-    };
+    let infra_ready = pass.infrastructure(&mut status, &mut list).await?;
+    let (cp_initialized, cp_ready) = pass.control_plane(&mut list).await?;
     conditions::set(
         &mut list,
         "ControlPlaneInitialized",
@@ -325,12 +171,253 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
     });
     status.conditions = Some(list);
     if status != before {
-        patch_status(
-            &api,
-            &name,
-            serde_json::to_value(&status).unwrap_or_default(),
-        )
-        .await?;
+        pass.report(&before, &status, phase, ready, &reason, &message)
+            .await?;
+    }
+    Ok(if waits_for_a_kind {
+        // Enabling a provider or creating a CRD is not among what wakes a Cluster (a kind not
+        // served has no cache to watch): look again shortly.
+        Action::requeue(Duration::from_secs(5))
+    } else {
+        // Its infrastructure, control plane and Machines wake it.
+        crate::resync()
+    })
+}
+
+/// What one reconcile of a live Cluster works with.
+struct Pass<'a> {
+    cluster: &'a Cluster,
+    ctx: &'a Context,
+    api: &'a Api<Cluster>,
+    namespace: &'a str,
+    name: &'a str,
+    uid: &'a str,
+    /// The owner reference the Cluster puts on what it references.
+    owner: serde_json::Value,
+    /// The labels it puts on them.
+    labels: BTreeMap<String, String>,
+}
+
+impl Pass<'_> {
+    /// The infrastructure: whether it is ready; it is owned and labelled, the endpoint it
+    /// publishes is copied to the Cluster, its failure domains and failure to `status`, and
+    /// why it is not ready to the conditions.
+    async fn infrastructure(
+        &self,
+        status: &mut lariat_api::capi::cluster::ClusterStatus,
+        list: &mut Vec<lariat_api::capi::Condition>,
+    ) -> Result<bool, Error> {
+        let Pass {
+            cluster,
+            ctx,
+            api,
+            namespace,
+            name,
+            uid,
+            owner,
+            labels,
+        } = self;
+        let infra_reference = cluster
+            .spec
+            .infrastructure_ref
+            .as_ref()
+            .and_then(Reference::from_object_reference);
+        Ok(match infra_reference {
+            None => true,
+            Some(reference) => match reference.get(&ctx.caches, namespace).await {
+                Err(Error::UnknownKind { kind, .. }) => {
+                    external::kind_unknown(list, &kind);
+                    false
+                }
+                Err(Error::InvalidReference(message)) => {
+                    let message = format!("spec.infrastructureRef: {message}");
+                    conditions::set(
+                        list,
+                        "InfrastructureReady",
+                        false,
+                        "InvalidReference",
+                        &message,
+                    );
+                    false
+                }
+                Err(e) => return Err(e),
+                Ok(None) => {
+                    conditions::set(
+                        list,
+                        "InfrastructureReady",
+                        false,
+                        "WaitingForInfrastructure",
+                        &format!("{} {} does not exist yet", reference.kind, reference.name),
+                    );
+                    false
+                }
+                Ok(Some(infra))
+                    if let Some(other) = external::claimed_by_another(&infra, "Cluster", uid) =>
+                {
+                    let message = format!(
+                        "spec.infrastructureRef: {} {} belongs to Cluster {other}",
+                        reference.kind, reference.name
+                    );
+                    conditions::set(
+                        list,
+                        "InfrastructureReady",
+                        false,
+                        "InfrastructureClaimed",
+                        &message,
+                    );
+                    false
+                }
+                Ok(Some(infra)) => {
+                    let infra_api = reference.api(&ctx.client, namespace).await?;
+                    ensure_owner(&infra_api, &infra, owner.clone()).await?;
+                    object::ensure_labels(&infra_api, &infra, labels).await?;
+                    let endpoint = &infra.data["spec"]["controlPlaneEndpoint"];
+                    if endpoint["host"].as_str().is_some_and(|h| !h.is_empty())
+                        && !has_endpoint(cluster)
+                    {
+                        patch(
+                            api,
+                            name,
+                            json!({"spec": {"controlPlaneEndpoint": endpoint}}),
+                        )
+                        .await?;
+                    }
+                    if let Some(domains) = infra.data["status"].get("failureDomains") {
+                        status.failure_domains = serde_json::from_value(domains.clone()).ok();
+                    }
+                    let (ready, failure) = external::read_infrastructure(&infra, &reference, list);
+                    if let Some((reason, message)) = failure {
+                        status.failure_reason = Some(reason);
+                        status.failure_message = Some(message);
+                    }
+                    if !ready
+                        && let Some(message) =
+                            external::provider_not_enabled(&ctx.caches, &reference).await
+                    {
+                        conditions::set(
+                            list,
+                            "InfrastructureReady",
+                            false,
+                            "ProviderNotEnabled",
+                            &message,
+                        );
+                    }
+                    ready
+                }
+            },
+        })
+    }
+
+    /// The control plane: whether it is initialized (its API answers) and ready.
+    async fn control_plane(
+        &self,
+        list: &mut Vec<lariat_api::capi::Condition>,
+    ) -> Result<(bool, bool), Error> {
+        let Pass {
+            cluster,
+            ctx,
+            namespace,
+            name,
+            uid,
+            owner,
+            labels,
+            ..
+        } = self;
+        let imported = cluster
+            .annotations()
+            .contains_key(lariat_api::management::IMPORTED_ANNOTATION);
+        let control_plane_reference = cluster
+            .spec
+            .control_plane_ref
+            .as_ref()
+            .and_then(Reference::from_object_reference);
+        Ok(match control_plane_reference {
+            // An imported cluster's control plane is whatever its agent reaches: up while the
+            // agent is connected.
+            None if imported => {
+                // Initialized once its agent first connected, for good (as Cluster API's
+                // condition is), so a reconnecting agent does not send the cluster back to
+                // Pending; Ready follows the connection.
+                let connected = conditions::is_true(list, "Connected");
+                let initialized = connected || conditions::is_true(list, "ControlPlaneInitialized");
+                (initialized, connected)
+            }
+            None => {
+                let running = control_plane_machines_running(ctx, namespace, name).await?;
+                (running, running)
+            }
+            Some(reference) => match reference.get(&ctx.caches, namespace).await {
+                Err(Error::UnknownKind { kind, .. }) => {
+                    conditions::set(
+                        list,
+                        "ControlPlaneReady",
+                        false,
+                        "ControlPlaneKindUnknown",
+                        &format!("{kind} is not served"),
+                    );
+                    (false, false)
+                }
+                Err(Error::InvalidReference(message)) => {
+                    let message = format!("spec.controlPlaneRef: {message}");
+                    conditions::set(
+                        list,
+                        "ControlPlaneReady",
+                        false,
+                        "InvalidReference",
+                        &message,
+                    );
+                    (false, false)
+                }
+                Err(e) => return Err(e),
+                Ok(None) => (false, false),
+                Ok(Some(cp))
+                    if let Some(other) = external::claimed_by_another(&cp, "Cluster", uid) =>
+                {
+                    let message = format!(
+                        "spec.controlPlaneRef: {} {} belongs to Cluster {other}",
+                        reference.kind, reference.name
+                    );
+                    conditions::set(
+                        list,
+                        "ControlPlaneReady",
+                        false,
+                        "ControlPlaneClaimed",
+                        &message,
+                    );
+                    (false, false)
+                }
+                Ok(Some(cp)) => {
+                    let cp_api = reference.api(&ctx.client, namespace).await?;
+                    ensure_owner(&cp_api, &cp, owner.clone()).await?;
+                    object::ensure_labels(&cp_api, &cp, labels).await?;
+                    (
+                        bool_at(&cp.data, &["status", "initialized"]),
+                        external::ready(&cp),
+                    )
+                }
+            },
+        })
+    }
+
+    /// Writes the new `status`, with an Event when the Cluster is Provisioned or Failed, and
+    /// when it waits for something a user must do.
+    async fn report(
+        &self,
+        before: &lariat_api::capi::cluster::ClusterStatus,
+        status: &lariat_api::capi::cluster::ClusterStatus,
+        phase: ClusterPhase,
+        ready: bool,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), Error> {
+        let Pass {
+            cluster,
+            ctx,
+            api,
+            name,
+            ..
+        } = self;
+        patch_status(api, name, serde_json::to_value(status).unwrap_or_default()).await?;
         if before.phase != Some(phase)
             && matches!(phase, ClusterPhase::Provisioned | ClusterPhase::Failed)
         {
@@ -352,30 +439,17 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
                 )
             };
             ctx.events
-                .publish(cluster.as_ref(), "Cluster", type_, reason, &message)
+                .publish(*cluster, "Cluster", type_, reason, &message)
                 .await;
         }
         // Why it waits, when the reason is something a user must do.
         if !ready && reason == "ProviderNotEnabled" {
             ctx.events
-                .publish(
-                    cluster.as_ref(),
-                    "Cluster",
-                    EventType::Warning,
-                    &reason,
-                    &message,
-                )
+                .publish(*cluster, "Cluster", EventType::Warning, reason, message)
                 .await;
         }
+        Ok(())
     }
-    Ok(if waits_for_a_kind {
-        // Enabling a provider or creating a CRD is not among what wakes a Cluster (a kind not
-        // served has no cache to watch): look again shortly.
-        Action::requeue(Duration::from_secs(5))
-    } else {
-        // Its infrastructure, control plane and Machines wake it.
-        crate::resync()
-    })
 }
 
 /// Whether the Cluster has a control plane endpoint host.
