@@ -2094,7 +2094,7 @@ const DISCARD_DEADLINE: Duration = Duration::from_secs(2);
 const DRAIN_LIMIT: usize = 4 * MAX_BODY_BYTES;
 
 /// Reads and drops what is left of a refused request's body, within bounds of time and size.
-async fn discard(body: Body) {
+pub async fn discard(body: Body) {
     use http_body_util::BodyExt;
     let mut body = body;
     let _ = tokio::time::timeout(DISCARD_DEADLINE, async {

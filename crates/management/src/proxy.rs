@@ -10,53 +10,85 @@ use lariat_api::tunnel::AGENT_PATH_SEGMENT;
 use lariat_apiserver::extension::Handle;
 use lariat_apiserver::forwarding;
 use lariat_apiserver::identity::{Attributes, User};
-use lariat_apiserver::replicas::Forwarded;
+use lariat_apiserver::replicas::{Forwarded, Replicas};
 use lariat_apiserver::status::ApiError;
 
 use crate::Plane;
 use crate::hub::Tunnels;
 
 /// `/k8s/clusters/<namespace>/<name>/...`: authorized as the `proxy` subresource of that
-/// Cluster (the seam RBAC's cluster scope plugs into), then sent through its tunnel.
+/// Cluster (the seam RBAC's cluster scope plugs into), then sent through its tunnel. A refusal
+/// reads (a bounded amount of) the body first, so an HTTP/2 client still sending sees the
+/// answer rather than a reset stream.
 pub(crate) async fn route(
     State((plane, server)): State<(Plane, Handle)>,
     request: Request,
 ) -> Response {
-    let mut segments = request.uri().path().splitn(6, '/').skip(3);
-    let (namespace, name) = (segments.next(), segments.next());
-    if let Some(user) = request.extensions().get::<User>() {
-        // As kube-apiserver names the verbs of a proxy subresource.
-        let verb = match *request.method() {
-            Method::POST => "create",
-            Method::PUT => "update",
-            Method::PATCH => "patch",
-            Method::DELETE => "delete",
-            _ => "get",
-        };
-        // The agent's own endpoint (`lariat move` hands the agent to another server) is not
-        // the cluster's API: it is the `handoff` subresource, POST only.
-        let to_agent = segments
-            .next()
-            .is_some_and(|rest| rest.starts_with(AGENT_PATH_SEGMENT));
-        if to_agent && *request.method() != Method::POST {
-            return ApiError::MethodNotAllowed {
-                message: "the agent's handoff takes POST only".into(),
-            }
-            .into_response();
-        }
-        let attributes = Attributes {
-            verb: verb.into(),
-            group: "cluster.x-k8s.io".into(),
-            resource: "clusters".into(),
-            subresource: Some(if to_agent { "handoff" } else { "proxy" }.into()),
-            namespace: namespace.map(String::from),
-            name: name.map(String::from),
-            path: None,
-        };
-        if let Err(reason) = server.authorizer().authorize(user, &attributes) {
-            return attributes.forbidden(user, &reason).into_response();
-        }
+    let (parts, body) = request.into_parts();
+    let (user, holder) = match checked(&plane, &server, &parts).await {
+        Ok(checked) => checked,
+        Err(refusal) => return refuse(body, refusal).await,
+    };
+    let request = Request::from_parts(parts, body);
+    match holder {
+        Some((replicas, holder)) => replicas.forward(&holder, &user, request).await,
+        None => proxy(&plane.tunnels, &user, request).await,
     }
+}
+
+/// Reads and drops what is left of a refused request's body, then answers `error`.
+async fn refuse(body: Body, error: ApiError) -> Response {
+    lariat_apiserver::http::discard(body).await;
+    error.into_response()
+}
+
+/// Whether the request may go through: the caller may use the Cluster's `proxy` (or
+/// `handoff`) subresource and the Cluster lives. Returns the caller, and the replica to
+/// forward to when another live one holds the tunnel (once: a forwarded request is served
+/// from this replica's tunnels or not at all).
+async fn checked(
+    plane: &Plane,
+    server: &Handle,
+    parts: &axum::http::request::Parts,
+) -> Result<(User, Option<(std::sync::Arc<Replicas>, String)>), ApiError> {
+    let mut segments = parts.uri.path().splitn(6, '/').skip(3);
+    let (namespace, name) = (segments.next(), segments.next());
+    let user = parts
+        .extensions
+        .get::<User>()
+        .cloned()
+        .ok_or(ApiError::Unauthorized)?;
+    // As kube-apiserver names the verbs of a proxy subresource.
+    let verb = match parts.method {
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        _ => "get",
+    };
+    // The agent's own endpoint (`lariat move` hands the agent to another server) is not the
+    // cluster's API: it is the `handoff` subresource, POST only.
+    let to_agent = segments
+        .next()
+        .is_some_and(|rest| rest.starts_with(AGENT_PATH_SEGMENT));
+    if to_agent && parts.method != Method::POST {
+        return Err(ApiError::MethodNotAllowed {
+            message: "the agent's handoff takes POST only".into(),
+        });
+    }
+    let attributes = Attributes {
+        verb: verb.into(),
+        group: "cluster.x-k8s.io".into(),
+        resource: "clusters".into(),
+        subresource: Some(if to_agent { "handoff" } else { "proxy" }.into()),
+        namespace: namespace.map(String::from),
+        name: name.map(String::from),
+        path: None,
+    };
+    server
+        .authorizer()
+        .authorize(&user, &attributes)
+        .map_err(|reason| attributes.forbidden(&user, &reason))?;
     // A tunnel serves its Cluster while the Cluster lives: the moment it is deleted (or being
     // deleted) the proxy stops, without waiting for the next heartbeat to close the tunnel.
     let (namespace, name) = (namespace.unwrap_or_default(), name.unwrap_or_default());
@@ -67,69 +99,64 @@ pub(crate) async fn route(
         let live = match server.resources().get(&scope, name).await {
             Ok(cluster) => cluster["metadata"]["deletionTimestamp"].is_null(),
             Err(ApiError::NotFound { .. }) => false,
-            Err(e) => return e.into_response(),
+            Err(e) => return Err(e),
         };
         if !live {
             plane.tunnels.disconnect(&format!("{namespace}/{name}"));
-            return ApiError::not_found("clusters", "cluster.x-k8s.io", name).into_response();
+            return Err(ApiError::not_found("clusters", "cluster.x-k8s.io", name));
         }
     }
-    let Some(user) = request.extensions().get::<User>().cloned() else {
-        return ApiError::Unauthorized.into_response();
-    };
-    // Another replica holds the tunnel: the request goes there (once; a forwarded request is
-    // served from this replica's tunnels or not at all).
+    // Another replica holds the tunnel: the request goes there.
     let cluster = format!("{namespace}/{name}");
     if !plane.tunnels.is_connected(&cluster)
-        && request.extensions().get::<Forwarded>().is_none()
+        && parts.extensions.get::<Forwarded>().is_none()
         && let Some(replicas) = server.replicas()
     {
-        match plane.records.holder(namespace, name).await {
-            // A holder that is gone took the tunnel with it: answered here, as not connected.
-            Ok(Some(holder)) if holder != replicas.identity() && replicas.is_live(&holder) => {
-                return replicas.forward(&holder, &user, request).await;
-            }
-            Ok(_) => {}
-            Err(e) => return e.into_response(),
+        // A holder that is gone took the tunnel with it: answered here, as not connected.
+        if let Some(holder) = plane.records.holder(namespace, name).await?
+            && holder != replicas.identity()
+            && replicas.is_live(&holder)
+        {
+            return Ok((user, Some((replicas, holder))));
         }
     }
-    proxy(&plane.tunnels, &user, request).await
+    Ok((user, None))
 }
 
 /// Proxies a request for `/k8s/clusters/<namespace>/<name>/<rest>` into that Cluster's tunnel,
 /// as `caller`: the agent sends it to its cluster's API with its own credential and
 /// `Impersonate-User`/`Impersonate-Group` naming the caller, so the cluster's own RBAC decides
-/// (the bindings lariat keeps there for Rancher's scopes, see `lariat_apiserver::rancher`). Whatever
-/// identity headers the caller sent are dropped first.
-async fn proxy(tunnels: &Tunnels, caller: &User, request: axum::extract::Request) -> Response {
-    let path = request.uri().path().to_string();
-    let mut parts = path.splitn(6, '/').skip(3);
-    let (Some(namespace), Some(name)) = (parts.next(), parts.next()) else {
-        return ApiError::NotFound {
+/// (the bindings lariat keeps there for Rancher's scopes, see `rancher/`). Whatever identity
+/// headers the caller sent are dropped first.
+async fn proxy(tunnels: &Tunnels, caller: &User, request: Request) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let path = parts.uri.path().to_string();
+    let mut segments = path.splitn(6, '/').skip(3);
+    let (Some(namespace), Some(name)) = (segments.next(), segments.next()) else {
+        let error = ApiError::NotFound {
             message: "proxy paths are /k8s/clusters/<namespace>/<name>/...".into(),
             target: None,
-        }
-        .into_response();
+        };
+        return refuse(body, error).await;
     };
     let cluster = format!("{namespace}/{name}");
     let Some(tunnel) = tunnels.get(&cluster) else {
-        return ApiError::Unavailable {
+        let error = ApiError::Unavailable {
             message: format!(
                 "cluster {cluster} is not connected: its agent has not dialled in, or is dialling again (see the Cluster's Connected condition)"
             ),
-        }
-        .into_response();
+        };
+        return refuse(body, error).await;
     };
     let prefix = format!("/k8s/clusters/{namespace}/{name}");
     let rest = &path[prefix.len()..];
     let rest = if rest.is_empty() { "/" } else { rest };
-    let target = match request.uri().query() {
+    let target = match parts.uri.query() {
         Some(query) => format!("http://agent{rest}?{query}"),
         None => format!("http://agent{rest}"),
     };
-    let (mut parts, body) = request.into_parts();
     let Ok(uri) = target.parse() else {
-        return ApiError::bad_request("invalid proxy path").into_response();
+        return refuse(body, ApiError::bad_request("invalid proxy path")).await;
     };
     parts.uri = uri;
     parts.version = axum::http::Version::HTTP_2;
@@ -139,13 +166,13 @@ async fn proxy(tunnels: &Tunnels, caller: &User, request: axum::extract::Request
     // controllers) keep their names, and of the groups only `system:masters` passes, so
     // lariat's administrators administer every cluster, as Rancher's do.
     if caller.name.starts_with("system:") && !caller.name.starts_with("system:lariat:") {
-        return ApiError::Forbidden {
+        let error = ApiError::Forbidden {
             message: format!(
                 "User {:?} cannot act in a downstream cluster: names starting with system: are the cluster's own identities",
                 caller.name
             ),
-        }
-        .into_response();
+        };
+        return refuse(body, error).await;
     }
     let groups = caller
         .groups
@@ -155,15 +182,15 @@ async fn proxy(tunnels: &Tunnels, caller: &User, request: axum::extract::Request
     for (name, text) in std::iter::once(("impersonate-user", &caller.name)).chain(groups) {
         match forwarding::identity_header(text, "downstream") {
             Ok(value) => parts.headers.append(name, value),
-            Err(error) => return error.into_response(),
+            Err(error) => return refuse(body, error).await,
         };
     }
     let mut sender = tunnel.sender.clone();
     if sender.ready().await.is_err() {
-        return ApiError::Unavailable {
+        let error = ApiError::Unavailable {
             message: format!("cluster {cluster}'s tunnel closed"),
-        }
-        .into_response();
+        };
+        return refuse(body, error).await;
     }
     match sender
         .send_request(axum::http::Request::from_parts(parts, body))
