@@ -245,20 +245,12 @@ async fn proven_route(
     request: Request,
 ) -> Response {
     let path = request.uri().path().to_string();
-    let address = request
-        .extensions()
-        .get::<Peer>()
-        .and_then(Peer::address)
-        .map(|a| a.ip());
-    if let Some(address) = address
-        && let Err(retry_after) = state.failed_proofs.may_try(address)
+    let address = Peer::ip_of(request.extensions());
+    if let Err(refusal) = state
+        .failed_proofs
+        .may_try_or_refuse(address, "refused requests")
     {
-        // Its response carries Retry-After.
-        return ApiError::TooManyRequests {
-            message: format!("too many refused requests from {address}; retry in {retry_after}s"),
-            retry_after_seconds: retry_after,
-        }
-        .into_response();
+        return refusal.into_response();
     }
     // A client still sending its body would otherwise see its connection reset instead of
     // the refusal.
@@ -270,10 +262,7 @@ async fn proven_route(
     match handler(crate::local::client(state.clone()), parts.headers, body).await {
         Ok(answer) => axum::Json(answer).into_response(),
         Err((StatusCode::UNAUTHORIZED, _)) => {
-            crate::auth::record_refusal(&path, address.map(|ip| (ip, 0).into()));
-            if let Some(address) = address {
-                state.failed_proofs.failed(address);
-            }
+            state.failed_proofs.refused(&path, address);
             ApiError::Unauthorized.into_response()
         }
         Err((StatusCode::BAD_REQUEST, message)) => ApiError::bad_request(message).into_response(),

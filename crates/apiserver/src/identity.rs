@@ -34,6 +34,15 @@ pub enum Peer {
 }
 
 impl Peer {
+    /// The client address of a request whose transport left its `Peer` among `extensions`
+    /// (none for a caller inside this process).
+    pub fn ip_of(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> {
+        extensions
+            .get::<Peer>()
+            .and_then(Peer::address)
+            .map(|a| a.ip())
+    }
+
     pub fn address(&self) -> Option<SocketAddr> {
         match self {
             Peer::Remote { address, .. } => Some(*address),

@@ -9,6 +9,8 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::status::ApiError;
+
 /// Failed proofs one client address may offer: a burst, then this many per second.
 const FAILURE_BURST: f64 = 60.0;
 const FAILURES_PER_SECOND: f64 = 5.0;
@@ -49,6 +51,31 @@ impl FailedProofs {
             Err(((1.0 - bucket.tokens) / FAILURES_PER_SECOND)
                 .ceil()
                 .max(1.0) as u64)
+        }
+    }
+
+    /// Refuses, with 429 and its Retry-After, a caller at `address` that has spent its failed
+    /// proofs; `failures` names them in the message ("failed agent handshakes").
+    pub fn may_try_or_refuse(
+        &self,
+        address: Option<IpAddr>,
+        failures: &str,
+    ) -> Result<(), ApiError> {
+        match address.map(|address| (address, self.may_try(address))) {
+            Some((address, Err(retry_after))) => Err(ApiError::TooManyRequests {
+                message: format!("too many {failures} from {address}; retry in {retry_after}s"),
+                retry_after_seconds: retry_after,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// A proof refused at `path`: counted against `address`, and recorded as a refusal
+    /// (metrics, and the log at most once per interval).
+    pub fn refused(&self, path: &str, address: Option<IpAddr>) {
+        crate::auth::record_refusal(path, address.map(|ip| (ip, 0).into()));
+        if let Some(address) = address {
+            self.failed(address);
         }
     }
 

@@ -34,11 +34,7 @@ pub(crate) async fn connect(
     mut request: Request,
 ) -> Response {
     let client = server.client();
-    let address = request
-        .extensions()
-        .get::<Peer>()
-        .and_then(Peer::address)
-        .map(|a| a.ip());
+    let address = Peer::ip_of(request.extensions());
     let proven = prove(&server, &client, request.headers(), address).await;
     let (identity, token, agent_version) = match proven {
         Ok(proven) => proven,
@@ -122,20 +118,10 @@ async fn prove(
         ))
         .into_response());
     }
-    if let Some(address) = address
-        && let Err(retry_after) = server.failed_proofs().may_try(address)
-    {
-        return Err(too_many(
-            format!("too many failed agent handshakes from {address}; retry in {retry_after}s"),
-            retry_after,
-        ));
-    }
-    let failed = |error: ApiError| {
-        if let Some(address) = address {
-            server.failed_proofs().failed(address);
-        }
-        error.into_response()
-    };
+    server
+        .failed_proofs()
+        .may_try_or_refuse(address, "failed agent handshakes")
+        .map_err(IntoResponse::into_response)?;
     let Some(token) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -143,13 +129,16 @@ async fn prove(
         .map(str::to_string)
     else {
         record_refusal("/v3/connect", None);
-        return Err(failed(ApiError::Unauthorized));
+        if let Some(address) = address {
+            server.failed_proofs().failed(address);
+        }
+        return Err(ApiError::Unauthorized.into_response());
     };
     let identity = match authenticate(client, &token).await {
         Ok(identity) => identity,
         Err(e @ ApiError::Forbidden { .. }) => {
-            record_refusal("/v3/connect", address.map(|ip| (ip, 0).into()));
-            return Err(failed(e));
+            server.failed_proofs().refused("/v3/connect", address);
+            return Err(e.into_response());
         }
         Err(e) => return Err(e.into_response()),
     };

@@ -152,26 +152,16 @@ pub(crate) async fn serve(
         .into_response();
     };
     // Guessing tokens here is limited per address as at /v3/connect.
-    let address = request
-        .extensions()
-        .get::<Peer>()
-        .and_then(Peer::address)
-        .map(|a| a.ip());
-    if let Some(address) = address
-        && let Err(retry_after) = server.failed_proofs().may_try(address)
+    let address = Peer::ip_of(request.extensions());
+    if let Err(refusal) = server
+        .failed_proofs()
+        .may_try_or_refuse(address, "failed attempts")
     {
-        return ApiError::TooManyRequests {
-            message: format!("too many failed attempts from {address}; retry in {retry_after}s"),
-            retry_after_seconds: retry_after,
-        }
-        .into_response();
+        return refusal.into_response();
     }
     if let Err(e) = registration_cluster(&server.client(), token).await {
         if let ApiError::Forbidden { .. } = &e {
-            lariat_apiserver::auth::record_refusal("/v3/import", address.map(|ip| (ip, 0).into()));
-            if let Some(address) = address {
-                server.failed_proofs().failed(address);
-            }
+            server.failed_proofs().refused("/v3/import", address);
         }
         return e.into_response();
     }
