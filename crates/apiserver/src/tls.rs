@@ -178,6 +178,10 @@ struct Slot {
     connections: Arc<Connections>,
     address: IpAddr,
     state: Arc<SlotState>,
+    opened: tokio::time::Instant,
+    /// Up to a tenth of the maximum age, at random, so that clients do not all reconnect at
+    /// once.
+    jitter: Duration,
 }
 
 #[derive(Default)]
@@ -243,6 +247,10 @@ impl Connections {
             connections: self.clone(),
             address,
             state,
+            opened: tokio::time::Instant::now(),
+            jitter: limits
+                .max_connection_age
+                .mul_f64(rand::random::<f64>() / 10.0),
         })
     }
 
@@ -266,26 +274,43 @@ impl Slot {
         self.state.authenticated.load(Ordering::SeqCst)
     }
 
-    /// Resolves when the connection has lived as long as it may: `unauthenticated_age`
-    /// while none of its requests has authenticated, `max_age` (less up to a tenth, at
-    /// random) once one has.
-    async fn lifetime(&self, limits: &Limits) {
-        let opened = tokio::time::Instant::now();
-        tokio::time::sleep(
+    /// When the connection has lived as long as it may: `unauthenticated_age` after it
+    /// opened while none of its requests has authenticated, `max_age` (less the jitter) once
+    /// one has.
+    fn deadline(&self, limits: &Limits) -> tokio::time::Instant {
+        let age = if self.is_authenticated() {
+            limits.max_connection_age - self.jitter
+        } else {
             limits
                 .unauthenticated_connection_age
-                .min(limits.max_connection_age),
-        )
-        .await;
-        if !self.is_authenticated() {
-            return;
+                .min(limits.max_connection_age)
+        };
+        self.opened + age
+    }
+
+    /// Resolves at the connection's deadline (which authenticating moves later).
+    async fn lifetime(&self, limits: &Limits) {
+        loop {
+            let deadline = self.deadline(limits);
+            tokio::time::sleep_until(deadline).await;
+            if self.deadline(limits) <= deadline {
+                return;
+            }
         }
-        let jitter = limits
-            .max_connection_age
-            .mul_f64(rand::random::<f64>() / 10.0);
-        tokio::time::sleep_until(opened + limits.max_connection_age - jitter).await;
+    }
+
+    /// Whether an HTTP/1 response should carry `Connection: close`: the connection is near its
+    /// deadline. An HTTP/1 server cannot close a keep-alive connection without racing a request
+    /// the client may be sending at that moment (which the client then sees fail); told on a
+    /// response, the client closes it itself. A client that polls more often than every
+    /// [`CLOSE_NOTICE`] is always told before the deadline closes it.
+    fn should_close(&self, limits: &Limits) -> bool {
+        tokio::time::Instant::now() + CLOSE_NOTICE >= self.deadline(limits)
     }
 }
+
+/// How long before a connection's deadline its HTTP/1 responses ask the client to close it.
+const CLOSE_NOTICE: Duration = Duration::from_secs(2);
 
 impl Drop for Slot {
     fn drop(&mut self) {
@@ -434,16 +459,25 @@ pub async fn serve(
             let activity = Arc::new(Activity::default());
             let counted = activity.clone();
             let connection_slot = slot.clone();
+            let connection_limits = limits.clone();
             let service = hyper::service::service_fn(
                 move |mut request: hyper::Request<hyper::body::Incoming>| {
                     let in_flight = InFlight::new(&counted);
+                    let http1 = request.version() < hyper::Version::HTTP_2;
                     request.extensions_mut().insert(peer.clone());
                     let response = app.clone().oneshot(request.map(axum::body::Body::new));
                     let slot = connection_slot.clone();
+                    let limits = connection_limits.clone();
                     async move {
-                        let response = response.await?;
+                        let mut response = response.await?;
                         if response.extensions().get::<Authenticated>().is_some() {
                             slot.authenticated();
+                        }
+                        if http1 && slot.should_close(&limits) {
+                            response.headers_mut().insert(
+                                hyper::header::CONNECTION,
+                                hyper::header::HeaderValue::from_static("close"),
+                            );
                         }
                         Ok::<_, std::convert::Infallible>(response.map(|body| {
                             axum::body::Body::new(Tracked {

@@ -513,6 +513,46 @@ fn abusive_connections_are_shed_and_other_clients_served() {
     server.kubectl_ok(&["get", "ns"]);
 }
 
+/// Regression: a connection that reached its age was closed while idle, and an HTTP/1 client
+/// sending its next request at that moment saw it fail (`bench limits` saw `/healthz` fail
+/// so). Near its deadline, each HTTP/1 response says `Connection: close`, so a client that
+/// keeps asking closes the connection itself and loses no request.
+#[test]
+fn a_connection_reaching_its_age_is_closed_by_the_client_it_tells() {
+    let server = TestServer::start_with(&["--max-connection-age", "3s"]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = server.client().await;
+        let (mut told, mut asked) = (0, 0);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(8) {
+            for path in ["/healthz", "/api/v1/namespaces/default/configmaps?limit=1"] {
+                let request = http::Request::get(path).body(Vec::new()).unwrap();
+                let response = client
+                    .send(request.map(Into::into))
+                    .await
+                    .unwrap_or_else(|e| panic!("request {asked} ({path}) failed: {e}"));
+                assert_eq!(response.status(), 200, "{path}");
+                assert_eq!(response.version(), http::Version::HTTP_11);
+                asked += 1;
+                if response
+                    .headers()
+                    .get("connection")
+                    .is_some_and(|v| v == "close")
+                {
+                    told += 1;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            told >= 2,
+            "{told} of {asked} responses asked the client to close a connection aged 3 s"
+        );
+        assert!(told < asked, "fresh connections are kept alive");
+    });
+}
+
 /// Many requests from one curl (a URL glob such as `?n=[1-300]`), 20 at a time; returns each
 /// status code.
 fn curl_many(server: &TestServer, args: &[&str], urls: &str) -> Vec<u16> {
