@@ -7,9 +7,11 @@
 //! means "does not exist", never "not listed yet". Workload clusters' Nodes get a cache per
 //! cluster, through the `<cluster>-kubeconfig` Secret (itself read from the Secret cache).
 //!
-//! Each kind is held in one representation ([`Cached`]): Cluster API's own kinds as the typed
-//! structs of `lariat_api`, Nodes as k8s-openapi's, and every other kind (provider objects
-//! behind references, Secrets) as JSON, as Cluster API reads unstructured objects. The watch
+//! Each kind is held in one representation ([`Cached`]): any kind with a Rust type as its
+//! struct ([`Caches::typed`]: Cluster API's and Fleet's kinds, Nodes), and the kinds Cluster
+//! API's contracts reach through references (a provider's infrastructure, bootstrap and
+//! control plane objects, whatever provider serves them) and Secrets as JSON ([`Caches::of`]),
+//! as Cluster API reads unstructured objects; their own controller parses them. The watch
 //! itself reads JSON and each object is converted once as it arrives: an object the schema
 //! allows but the struct cannot hold is set aside and named, rather than stopping the watch
 //! of every object of its kind.
@@ -22,16 +24,13 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use lariat_api::capi::{
-    Cluster, Machine, MachineDeployment, MachineHealthCheck, MachinePool, MachineSet,
-};
-use lariat_api::fleet::{Bundle, BundleDeployment, ClusterGroup, Content, FleetCluster, GitRepo};
+use lariat_api::capi::Cluster;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
@@ -57,15 +56,40 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long making a workload cluster's Node cache waits for its first list.
 const WORKLOAD_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A kind a cache can hold, in the one representation this process reads it in.
-pub trait Cached:
-    Resource<DynamicType: Clone + Eq + Hash + Debug + Send + Sync + Unpin + 'static>
-    + Clone
-    + Debug
-    + Send
-    + Sync
-    + 'static
-{
+/// What kube-runtime needs to know of a kind beyond its Rust type: nothing for a kind with a
+/// Rust type of its own, the resource for a kind held as JSON.
+pub trait KindKey: Clone + Eq + Hash + Debug + Send + Sync + Unpin + Sized + 'static {
+    fn of(resource: &ApiResource) -> Self;
+    /// An object's `apiVersion` and `kind`.
+    fn type_names<K: Resource<DynamicType = Self> + Any>(object: &K) -> (String, String);
+}
+
+impl KindKey for () {
+    fn of(_: &ApiResource) {}
+
+    fn type_names<K: Resource<DynamicType = ()>>(_: &K) -> (String, String) {
+        (K::api_version(&()).into_owned(), K::kind(&()).into_owned())
+    }
+}
+
+impl KindKey for ApiResource {
+    fn of(resource: &ApiResource) -> ApiResource {
+        resource.clone()
+    }
+
+    fn type_names<K: Resource<DynamicType = ApiResource> + Any>(object: &K) -> (String, String) {
+        (object as &dyn Any)
+            .downcast_ref::<DynamicObject>()
+            .and_then(|object| object.types.as_ref())
+            .map(|t| (t.api_version.clone(), t.kind.clone()))
+            .unwrap_or_default()
+    }
+}
+
+/// A kind a cache can hold, in the one representation this process reads it in: any kind
+/// with a Rust type (Cluster API's, Fleet's, a provider's, k8s-openapi's) as its struct, which
+/// the crate that owns the type needs to list nowhere, or JSON ([`DynamicObject`]).
+pub trait Cached: Resource<DynamicType: KindKey> + Clone + Debug + Send + Sync + 'static {
     /// The object, from the JSON the watch delivered.
     fn from_json(object: DynamicObject) -> Result<Self, serde_json::Error>;
     /// What kube-runtime needs to know of the kind beyond the Rust type.
@@ -74,74 +98,35 @@ pub trait Cached:
     fn type_names(&self) -> (String, String);
 }
 
-impl Cached for DynamicObject {
+impl<K> Cached for K
+where
+    K: Resource<DynamicType: KindKey>
+        + serde::de::DeserializeOwned
+        + Clone
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
     fn from_json(object: DynamicObject) -> Result<Self, serde_json::Error> {
-        Ok(object)
+        let object: Box<dyn Any> = Box::new(object);
+        match object.downcast::<K>() {
+            // Held as JSON: as it came.
+            Ok(same) => Ok(*same),
+            Err(object) => typed(
+                *object
+                    .downcast::<DynamicObject>()
+                    .expect("the watch's JSON"),
+            ),
+        }
     }
 
-    fn dynamic_type(resource: &ApiResource) -> ApiResource {
-        resource.clone()
+    fn dynamic_type(resource: &ApiResource) -> K::DynamicType {
+        K::DynamicType::of(resource)
     }
 
     fn type_names(&self) -> (String, String) {
-        self.types
-            .as_ref()
-            .map(|t| (t.api_version.clone(), t.kind.clone()))
-            .unwrap_or_default()
-    }
-}
-
-macro_rules! cached_as_struct {
-    ($($kind:ty),* $(,)?) => {$(
-        impl Cached for $kind {
-            fn from_json(object: DynamicObject) -> Result<Self, serde_json::Error> {
-                typed(object)
-            }
-
-            fn dynamic_type(_: &ApiResource) {}
-
-            fn type_names(&self) -> (String, String) {
-                (
-                    <$kind as Resource>::api_version(&()).into_owned(),
-                    <$kind as Resource>::kind(&()).into_owned(),
-                )
-            }
-        }
-    )*};
-}
-
-cached_as_struct!(
-    Cluster,
-    Machine,
-    MachineSet,
-    MachineDeployment,
-    MachineHealthCheck,
-    MachinePool,
-    Node,
-    Namespace,
-    GitRepo,
-    Bundle,
-    BundleDeployment,
-    FleetCluster,
-    ClusterGroup,
-    Content,
-);
-
-/// Whether this process holds the kind as its struct (so it has no JSON cache: one
-/// representation, one watch per kind).
-fn held_as_struct(api_version: &str, kind: &str) -> bool {
-    match api_version {
-        lariat_api::capi::API_VERSION => matches!(
-            kind,
-            "Cluster"
-                | "Machine"
-                | "MachineSet"
-                | "MachineDeployment"
-                | "MachineHealthCheck"
-                | "MachinePool"
-        ),
-        lariat_api::fleet::API_VERSION => true,
-        _ => false,
+        K::DynamicType::type_names(self)
     }
 }
 
@@ -738,6 +723,8 @@ type CacheKey = (std::any::TypeId, String, String, String);
 pub struct Caches {
     client: Client,
     kinds: Mutex<HashMap<CacheKey, Arc<dyn Watched>>>,
+    /// The kinds held as their struct (`apiVersion`, `kind`): never held as JSON too.
+    held_as_struct: Mutex<HashSet<(String, String)>>,
     /// Every change of every management cache, for controllers woken by whatever kind their
     /// objects reference (Cluster API's dynamic watches on referenced provider kinds).
     every_change: broadcast::Sender<Arc<DynamicObject>>,
@@ -752,6 +739,7 @@ impl Caches {
         Arc::new(Caches {
             client,
             kinds: Default::default(),
+            held_as_struct: Default::default(),
             every_change: broadcast::channel(EVERY_CHANGE_BUFFER).0,
             workloads: Default::default(),
             node_changes: broadcast::channel(CHANGES_BUFFER).0,
@@ -763,15 +751,30 @@ impl Caches {
         &self.client
     }
 
-    /// The cache of a kind held as its struct (Cluster API's own kinds), started on first use.
+    /// The cache of a kind held as its struct, started on first use. The kinds a controller
+    /// reconciles through references of Cluster API's contracts (a provider's infrastructure
+    /// and bootstrap objects) are read by those references as JSON, with [`Caches::of`], and
+    /// parsed by their own controller; every other kind is held here.
     pub fn typed<K: Cached<DynamicType = ()>>(&self) -> Arc<Cache<K>> {
-        self.cache_of::<K>(&ApiResource::erase::<K>(&()), "", Hooks::default())
+        let resource = ApiResource::erase::<K>(&());
+        self.held_as_struct
+            .lock()
+            .expect("lock")
+            .insert((resource.api_version.clone(), resource.kind.clone()));
+        self.cache_of::<K>(&resource, "", Hooks::default())
     }
 
-    /// The cache of a kind held as JSON (provider kinds), started on first use.
+    fn is_held_as_struct(&self, api_version: &str, kind: &str) -> bool {
+        self.held_as_struct
+            .lock()
+            .expect("lock")
+            .contains(&(api_version.to_string(), kind.to_string()))
+    }
+
+    /// The cache of a kind held as JSON (what references name), started on first use.
     pub fn of(&self, resource: &ApiResource) -> Arc<Cache> {
         debug_assert!(
-            !held_as_struct(&resource.api_version, &resource.kind),
+            !self.is_held_as_struct(&resource.api_version, &resource.kind),
             "{} is held as its struct: use Caches::typed",
             resource.kind
         );
@@ -819,7 +822,8 @@ impl Caches {
 
     /// The cache of the kind a reference names (found through discovery).
     pub async fn of_kind(&self, api_version: &str, kind: &str) -> Result<Arc<Cache>, Error> {
-        if held_as_struct(api_version, kind) {
+        let group = api_version.split_once('/').map_or("", |(group, _)| group);
+        if group == lariat_api::capi::GROUP || self.is_held_as_struct(api_version, kind) {
             return Err(Error::InvalidReference(format!(
                 "the reference names a {kind} ({api_version}), one of lariat's own kinds, where a provider's object belongs"
             )));

@@ -8,6 +8,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::controller::Action;
+use lariat_api::capi::cluster::FailureDomainSpec;
+use lariat_api::infrastructure::InMemoryCluster;
 use lariat_controllers::object::{
     cluster_api_owner, ensure_finalizer, patch, patch_status, remove_finalizer,
 };
@@ -25,6 +27,10 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     }
     let namespace = object.namespace().unwrap_or_default();
     let name = object.name_any();
+    // Read as JSON, as the Cluster's `infrastructureRef` reaches it (Cluster API's contract).
+    let in_memory: InMemoryCluster = DynamicObject::clone(&object)
+        .try_parse()
+        .map_err(|e| Error::Invalid(format!("InMemoryCluster {namespace}/{name}: {e}")))?;
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &namespace, &resource("InMemoryCluster"));
     let key = cluster_key(&namespace, &name);
@@ -141,24 +147,32 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         written?;
     }
 
-    let endpoint = &object.data["spec"]["controlPlaneEndpoint"];
-    if endpoint["host"].as_str().is_none_or(str::is_empty) {
+    let host = in_memory
+        .spec
+        .control_plane_endpoint
+        .as_ref()
+        .and_then(|e| e.host.as_deref());
+    if host.is_none_or(str::is_empty) {
         patch(&api, &name, json!({"spec": {"controlPlaneEndpoint": {"host": format!("{name}.{namespace}.inmemory.lariat"), "port": 6443}}})).await?;
     }
-    let failure_domains = match &object.data["spec"]["failureDomains"] {
-        serde_json::Value::Object(domains) => serde_json::Value::Object(domains.clone()),
-        _ => json!({
-            "zone-a": {"controlPlane": true},
-            "zone-b": {"controlPlane": true},
-            "zone-c": {"controlPlane": true},
-        }),
-    };
+    let failure_domains = in_memory.spec.failure_domains.clone().unwrap_or_else(|| {
+        ["zone-a", "zone-b", "zone-c"]
+            .map(|zone| {
+                let domain = FailureDomainSpec {
+                    control_plane: Some(true),
+                    attributes: None,
+                };
+                (zone.to_string(), domain)
+            })
+            .into()
+    });
+    let status = in_memory.status.unwrap_or_default();
     let mut list = conditions::json::existing(&object.data["status"]);
     conditions::json::set(&mut list, "Ready", true, "", "");
     let generation = object.metadata.generation.unwrap_or(0);
-    if object.data["status"]["ready"] != json!(true)
-        || object.data["status"]["failureDomains"] != failure_domains
-        || object.data["status"]["observedGeneration"] != json!(generation)
+    if status.ready != Some(true)
+        || status.failure_domains.as_ref() != Some(&failure_domains)
+        || status.observed_generation != Some(generation)
     {
         let status = json!({"ready": true, "failureDomains": failure_domains, "conditions": list, "observedGeneration": generation});
         patch_status(&api, &name, status).await?;

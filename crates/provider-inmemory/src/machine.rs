@@ -10,14 +10,11 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use lariat_api::capi::{Cluster, Machine};
+use lariat_api::infrastructure::InMemoryMachine;
 use lariat_controllers::events::EventType;
-use lariat_controllers::object::{
-    bool_at, ensure_finalizer, patch, patch_status, remove_finalizer, str_at,
-};
+use lariat_controllers::object::{ensure_finalizer, patch, patch_status, remove_finalizer};
 use lariat_controllers::{Error, conditions};
 use serde_json::json;
-
-use lariat_controllers::object::duration;
 
 use crate::{Context, cluster_key, resource};
 
@@ -64,6 +61,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     }
     let namespace = object.namespace().unwrap_or_default();
     let name = object.name_any();
+    let machine_spec = parse(&object)?.spec;
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &namespace, &resource("InMemoryMachine"));
     let cluster_name = object
@@ -134,7 +132,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
 
-    let behavior = &object.data["spec"]["behavior"];
+    let behavior = machine_spec.behavior();
     let annotations = object.annotations();
     let Some(booting_for) = since(annotations.get(BOOT_STARTED)) else {
         patch(
@@ -146,7 +144,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         // The write's own watch event brings the object back.
         return Ok(Action::await_change());
     };
-    if bool_at(behavior, &["neverBoots"]) {
+    if behavior.never_boots() {
         // Once, not at every look: the condition remembers it was said (and the recorder,
         // while the cached object lags behind its own status).
         if !list
@@ -173,7 +171,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         update_status(&api, &object, json!({"ready": false, "conditions": list})).await?;
         return Ok(lariat_controllers::resync());
     }
-    let delay = duration(&behavior["provisioningDelay"]).unwrap_or_default();
+    let delay = behavior.provisioning_delay();
     if booting_for < delay {
         conditions::json::set(
             &mut list,
@@ -191,7 +189,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     }
 
     let provider_id = lariat_api::infrastructure::in_memory::provider_id(&namespace, &name);
-    if str_at(&object.data, &["spec", "providerID"]) != Some(provider_id.as_str()) {
+    if machine_spec.provider_id.as_deref() != Some(provider_id.as_str()) {
         patch(&api, &name, json!({"spec": {"providerID": provider_id}})).await?;
     }
     let address = simulated_address(&name);
@@ -244,7 +242,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
 
     // Failure injection: the Node turns NotReady some time after it became Ready.
     if let (Some(after), Some(up_for)) = (
-        duration(&behavior["nodeNotReadyAfter"]),
+        behavior.node_not_ready_after(),
         since(annotations.get(BOOTED)),
     ) {
         if up_for < after {
@@ -338,8 +336,11 @@ pub(crate) async fn rejoin_booted(
         .iter()
         .filter(|o| o.metadata.deletion_timestamp.is_none() && o.annotations().contains_key(BOOTED))
     {
+        let Ok(booted) = parse(object) else {
+            continue;
+        };
         let (Some(provider_id), Some(owner)) = (
-            str_at(&object.data, &["spec", "providerID"]),
+            booted.spec.provider_id.as_deref(),
             object
                 .owner_references()
                 .iter()
@@ -424,4 +425,16 @@ fn simulated_address(name: &str) -> String {
         (hash >> 8) & 0xff,
         (hash & 0xfe) + 1
     )
+}
+
+/// An InMemoryMachine, read as JSON as Machines' `infrastructureRef` reaches it (Cluster API's
+/// contract), parsed.
+fn parse(object: &DynamicObject) -> Result<InMemoryMachine, Error> {
+    object.clone().try_parse().map_err(|e| {
+        Error::Invalid(format!(
+            "InMemoryMachine {}/{}: {e}",
+            object.namespace().unwrap_or_default(),
+            object.name_any()
+        ))
+    })
 }

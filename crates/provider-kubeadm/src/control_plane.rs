@@ -12,11 +12,12 @@ use kube::core::ApiResource;
 use kube::runtime::controller::Action;
 use lariat_api::capi::machine::MachinePhase;
 use lariat_api::capi::{Cluster, Machine};
+use lariat_api::controlplane::KubeadmControlPlane;
 use lariat_controllers::external::{Reference, clone_target, clone_template};
 use lariat_controllers::machine::{has_node, phase};
 use lariat_controllers::object::Object;
 use lariat_controllers::object::{
-    self as obj, ensure_finalizer, i64_at, owner_reference, patch_status, remove_finalizer, str_at,
+    self as obj, ensure_finalizer, owner_reference, patch_status, remove_finalizer,
 };
 use lariat_controllers::{Error, conditions};
 use serde_json::{Value, json};
@@ -26,7 +27,6 @@ use lariat_controllers::cache::{Caches, IndexKey};
 pub const FINALIZER: &str = "kubeadm.controlplane.cluster.x-k8s.io";
 pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
 pub const CONTROL_PLANE_NAME_LABEL: &str = "cluster.x-k8s.io/control-plane-name";
-const API_VERSION: &str = "controlplane.cluster.x-k8s.io/v1beta1";
 
 pub struct Context {
     pub client: kube::Client,
@@ -50,7 +50,7 @@ impl Context {
         }
     }
 
-    async fn event(&self, kcp: &DynamicObject, reason: &str, message: &str) {
+    async fn event(&self, kcp: &KubeadmControlPlane, reason: &str, message: &str) {
         self.events
             .publish(
                 kcp,
@@ -63,24 +63,16 @@ impl Context {
     }
 }
 
+/// KubeadmControlPlanes are read as JSON, as the Cluster's `controlPlaneRef` reaches them
+/// (Cluster API's contract), and parsed here.
 pub fn resource() -> ApiResource {
-    ApiResource {
-        group: "controlplane.cluster.x-k8s.io".into(),
-        version: "v1beta1".into(),
-        api_version: API_VERSION.into(),
-        kind: "KubeadmControlPlane".into(),
-        plural: "kubeadmcontrolplanes".into(),
-    }
+    ApiResource::erase::<KubeadmControlPlane>(&())
 }
 
 /// A Machine is outdated when its version or infrastructure template no longer match.
-fn outdated(kcp: &DynamicObject, machine: &Machine) -> bool {
-    let version = str_at(&kcp.data, &["spec", "version"]);
-    let template = str_at(
-        &kcp.data,
-        &["spec", "machineTemplate", "infrastructureRef", "name"],
-    );
-    machine.spec.version.as_deref() != version
+fn outdated(kcp: &KubeadmControlPlane, machine: &Machine) -> bool {
+    let template = kcp.spec.machine_template.infrastructure_ref.name.as_deref();
+    machine.spec.version.as_deref() != Some(kcp.spec.version.as_str())
         || machine
             .annotations()
             .get("cluster.x-k8s.io/cloned-from-name")
@@ -88,14 +80,17 @@ fn outdated(kcp: &DynamicObject, machine: &Machine) -> bool {
             .is_some_and(|t| Some(t) != template)
 }
 
-pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Paused before deletion: see `object_paused`.
-    if lariat_controllers::cluster::object_paused(&ctx.caches, &kcp.metadata).await? {
+    if lariat_controllers::cluster::object_paused(&ctx.caches, &object.metadata).await? {
         return Ok(Action::await_change());
     }
-    let namespace = kcp.namespace().unwrap_or_default();
-    let name = kcp.name_any();
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
+    let namespace = object.namespace().unwrap_or_default();
+    let name = object.name_any();
+    let kcp: KubeadmControlPlane = DynamicObject::clone(&object)
+        .try_parse()
+        .map_err(|e| Error::Invalid(format!("KubeadmControlPlane {namespace}/{name}: {e}")))?;
+    let api: Api<KubeadmControlPlane> = Api::namespaced(ctx.client.clone(), &namespace);
     let machines_api: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
     let uid = kcp.uid().unwrap_or_default();
     let machines_cache = ctx.caches.typed::<Machine>();
@@ -157,12 +152,12 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     lariat_controllers::external::adopt_template(
         &ctx.caches,
         &namespace,
-        Reference::from_json(&kcp.data["spec"]["machineTemplate"]["infrastructureRef"]),
+        Reference::from_object_reference(&kcp.spec.machine_template.infrastructure_ref),
         &cluster_object,
     )
     .await?;
 
-    let desired = i64_at(&kcp.data, &["spec", "replicas"]).unwrap_or(1).max(0) as usize;
+    let desired = kcp.spec.replicas.unwrap_or(1).max(0) as usize;
     let live: Vec<&Machine> = machines
         .iter()
         .map(|m| m.as_ref())
@@ -172,8 +167,8 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let running = |m: &Machine| phase(m) == Some(MachinePhase::Running);
     let settled = deleting == 0 && live.iter().all(|m| running(m));
     let stale: Vec<&&Machine> = live.iter().filter(|m| outdated(&kcp, m)).collect();
-    let initialized =
-        obj::bool_at(&kcp.data, &["status", "initialized"]) || machines.iter().any(|m| has_node(m));
+    let stored = kcp.status.clone().unwrap_or_default();
+    let initialized = stored.initialized == Some(true) || machines.iter().any(|m| has_node(m));
 
     for machine in live
         .iter()
@@ -232,15 +227,16 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
 
     let ready = live.iter().filter(|m| running(m)).count() as i64;
     let updated = live.iter().filter(|m| !outdated(&kcp, m)).count() as i64;
-    let mut list = conditions::json::existing(&kcp.data["status"]);
-    conditions::json::set(
+    let stored_conditions = stored.conditions.clone().unwrap_or_default();
+    let mut list = stored_conditions.clone();
+    conditions::set(
         &mut list,
         "Available",
         initialized,
         "WaitingForKubeadmInit",
         "the first control-plane machine has not joined yet",
     );
-    conditions::json::set(
+    conditions::set(
         &mut list,
         "Resized",
         live.len() == desired,
@@ -251,14 +247,14 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         },
         &format!("{} of {desired} machines", live.len()),
     );
-    conditions::json::set(
+    conditions::set(
         &mut list,
         "MachinesSpecUpToDate",
         stale.is_empty(),
         "RollingUpdateInProgress",
         &format!("{} machines need rollout", stale.len()),
     );
-    conditions::json::set(
+    conditions::set(
         &mut list,
         "MachinesReady",
         ready as usize == live.len(),
@@ -266,7 +262,7 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         "not every control-plane machine runs",
     );
     let all_ready = initialized && ready as usize == desired && stale.is_empty();
-    conditions::json::set(
+    conditions::set(
         &mut list,
         "Ready",
         all_ready,
@@ -292,13 +288,13 @@ pub async fn reconcile(kcp: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         "conditions": list,
         "observedGeneration": kcp.metadata.generation.unwrap_or(0),
     });
+    let stored = serde_json::to_value(&stored).unwrap_or_default();
     let changed = status
         .as_object()
         .expect("object")
         .iter()
-        .any(|(k, v)| k != "conditions" && kcp.data["status"][k] != *v)
-        || conditions::json::is_true(&list, "Ready")
-            != conditions::json::is_true(&conditions::json::existing(&kcp.data["status"]), "Ready");
+        .any(|(k, v)| k != "conditions" && stored[k] != *v)
+        || conditions::is_true(&list, "Ready") != conditions::is_true(&stored_conditions, "Ready");
     if changed {
         patch_status(&api, &name, status).await?;
     }
@@ -355,7 +351,7 @@ fn most_used_domain(live: &[&Machine]) -> Option<String> {
 /// why it waits.
 async fn remediate(
     ctx: &Context,
-    kcp: &DynamicObject,
+    kcp: &KubeadmControlPlane,
     live: &[&Machine],
     unhealthy: &Machine,
     deleting: usize,
@@ -458,7 +454,7 @@ async fn remediate(
 /// cloned from the template, which [`ensure_parts`] makes. Returns its name.
 async fn create_machine(
     ctx: &Context,
-    kcp: &DynamicObject,
+    kcp: &KubeadmControlPlane,
     cluster: &str,
     first: bool,
     failure_domain: Option<String>,
@@ -473,12 +469,16 @@ async fn create_machine(
     });
     let owner = owner_reference(kcp, true);
     let template = infrastructure_template(kcp)?;
-    let mut machine_labels = kcp.data["spec"]["machineTemplate"]["metadata"]["labels"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    if let Some(extra) = labels.as_object() {
-        machine_labels.extend(extra.clone());
+    let mut machine_labels = json!(
+        kcp.spec
+            .machine_template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default()
+    );
+    if let (Some(labels), Some(extra)) = (machine_labels.as_object_mut(), labels.as_object()) {
+        labels.extend(extra.clone());
     }
     // The first machine inits; the Machine records that in an annotation so its config can be
     // made (again, after a crash) with the right role.
@@ -490,7 +490,7 @@ async fn create_machine(
             "annotations": {INIT_ANNOTATION: first.to_string(), "cluster.x-k8s.io/cloned-from-name": template.name}},
         "spec": {
             "clusterName": cluster,
-            "version": kcp.data["spec"]["version"],
+            "version": kcp.spec.version,
             "bootstrap": {"configRef": {"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1", "kind": "KubeadmConfig", "name": name}},
             "infrastructureRef": clone_target(&template, &name)?.to_json(),
         },
@@ -516,15 +516,15 @@ async fn create_machine(
 /// Marks the control-plane Machine that runs `kubeadm init`.
 const INIT_ANNOTATION: &str = "controlplane.cluster.x-k8s.io/kubeadm-init";
 
-fn infrastructure_template(kcp: &DynamicObject) -> Result<Reference, Error> {
-    Reference::from_json(&kcp.data["spec"]["machineTemplate"]["infrastructureRef"])
+fn infrastructure_template(kcp: &KubeadmControlPlane) -> Result<Reference, Error> {
+    Reference::from_object_reference(&kcp.spec.machine_template.infrastructure_ref)
         .ok_or_else(|| Error::Invalid("spec.machineTemplate.infrastructureRef is required".into()))
 }
 
 /// Creates a control-plane Machine's KubeadmConfig and infrastructure machine if missing.
 async fn ensure_parts(
     ctx: &Context,
-    kcp: &DynamicObject,
+    kcp: &KubeadmControlPlane,
     cluster: &str,
     name: &str,
     first: bool,
@@ -550,16 +550,12 @@ async fn ensure_parts(
         .await?
         .is_none()
     {
-        let mut config_spec = kcp.data["spec"]["kubeadmConfigSpec"].clone();
-        if !config_spec.is_object() {
-            config_spec = json!({});
-        }
+        let mut config_spec = kcp.spec.kubeadm_config_spec.clone();
         if !first {
             // Later machines join: their config carries only the join configuration.
-            let spec = config_spec.as_object_mut().expect("object");
-            spec.remove("initConfiguration");
-            spec.remove("clusterConfiguration");
-            spec.entry("joinConfiguration").or_insert(json!({}));
+            config_spec.init_configuration = None;
+            config_spec.cluster_configuration = None;
+            config_spec.join_configuration.get_or_insert_default();
         }
         let config = json!({
             "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1",

@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 use lariat_api::capi::ClusterSpec;
 use lariat_api::capi::cluster::NetworkRanges;
 
-use crate::object::str_at;
+use crate::object::at;
 use crate::token::{BootstrapToken, NODE_BOOTSTRAP_GROUP};
 
 /// Where kubeadm keeps certificates unless `clusterConfiguration.certificatesDir` says otherwise.
@@ -142,7 +142,9 @@ impl ClusterFacts {
 
 /// The certificates directory the spec asks for.
 pub fn certificates_dir(spec: &Value) -> String {
-    str_at(spec, &["clusterConfiguration", "certificatesDir"])
+    at(spec, &["clusterConfiguration", "certificatesDir"])
+        .as_str()
+        .filter(|dir| !dir.is_empty())
         .unwrap_or(DEFAULT_CERTIFICATES_DIR)
         .to_string()
 }
@@ -325,7 +327,11 @@ fn default_discovery(
         "apiServerEndpoint",
         facts.control_plane_endpoint.as_deref(),
     );
-    if str_at(&Value::Object(bootstrap.clone()), &["apiServerEndpoint"]).is_none() {
+    if bootstrap
+        .get("apiServerEndpoint")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
         return Err(KubeadmError::NoEndpoint);
     }
     let hashes = bootstrap.get("caCertHashes").and_then(Value::as_array);

@@ -55,6 +55,9 @@ pub enum Error {
     /// A shared cache could not answer (its watch fails).
     #[error(transparent)]
     Cache(lariat_controllers::Error),
+    /// An object the schema allows but its struct cannot hold.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 impl From<lariat_controllers::Error> for Error {

@@ -24,14 +24,6 @@ pub fn at<'a>(value: &'a Value, path: &[&str]) -> &'a Value {
     path.iter().fold(value, |v, k| &v[*k])
 }
 
-pub fn str_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
-    at(value, path).as_str().filter(|s| !s.is_empty())
-}
-
-pub fn bool_at(value: &Value, path: &[&str]) -> bool {
-    at(value, path).as_bool().unwrap_or(false)
-}
-
 /// The strings of a JSON list at `path` (non-strings skipped), empty when absent.
 pub fn strings_at(value: &Value, path: &[&str]) -> Vec<String> {
     at(value, path)

@@ -19,10 +19,12 @@ use crate::cloudinit::{self, RenderError, RenderInput};
 use crate::conditions::{self as cond, Severity};
 use crate::kubeadm::{ClusterFacts, KubeadmError, Role};
 use crate::lock::{self, Lock};
-use crate::object::{bool_at, key, str_at, write_status};
+use crate::object::{key, write_status};
 use crate::secrets::{self, Certificates, DataSecret};
 use crate::{Context, Error, kubeadm_config_resource};
-use lariat_api::capi::{Cluster, Machine};
+use lariat_api::bootstrap::KubeadmConfigSpec;
+use lariat_api::bootstrap::kubeadm_config::Format;
+use lariat_api::capi::{Cluster, Machine, MachinePool};
 use lariat_controllers::cache::Caches;
 use lariat_controllers::events::EventType;
 
@@ -42,8 +44,7 @@ const INVALID_CONFIGURATION_FAILURE: &str = "InvalidConfiguration";
 /// config; they are always workers).
 enum ConfigOwner {
     Machine(Arc<Machine>),
-    /// A MachinePool, read as JSON: lariat has no MachinePool type yet.
-    Pool(Arc<DynamicObject>),
+    Pool(Arc<MachinePool>),
 }
 
 impl ConfigOwner {
@@ -64,28 +65,28 @@ impl ConfigOwner {
     fn version(&self) -> Option<&str> {
         match self {
             ConfigOwner::Machine(machine) => machine.spec.version.as_deref(),
-            ConfigOwner::Pool(pool) => str_at(&pool.data, &["spec", "template", "spec", "version"]),
+            ConfigOwner::Pool(pool) => pool.spec.template.spec.as_ref()?.version.as_deref(),
         }
     }
 
     fn data_secret_name(&self) -> Option<&str> {
         match self {
             ConfigOwner::Machine(machine) => machine.spec.bootstrap.data_secret_name.as_deref(),
-            ConfigOwner::Pool(pool) => str_at(
-                &pool.data,
-                &["spec", "template", "spec", "bootstrap", "dataSecretName"],
-            ),
+            ConfigOwner::Pool(pool) => pool
+                .spec
+                .template
+                .spec
+                .as_ref()?
+                .bootstrap
+                .data_secret_name
+                .as_deref(),
         }
     }
 
     fn cluster_name(&self) -> Option<String> {
         match self {
             ConfigOwner::Machine(machine) => Some(machine.spec.cluster_name.clone()),
-            ConfigOwner::Pool(pool) => pool
-                .labels()
-                .get(lariat_api::capi::labels::CLUSTER_NAME)
-                .cloned()
-                .or_else(|| str_at(&pool.data, &["spec", "clusterName"]).map(String::from)),
+            ConfigOwner::Pool(pool) => Some(pool.spec.cluster_name.clone()),
         }
     }
 }
@@ -114,7 +115,7 @@ fn owner_reference(config: &DynamicObject) -> Option<(String, String, String, St
 async fn get_owner(
     caches: &Caches,
     namespace: &str,
-    (api_version, kind, name, uid): (String, String, String, String),
+    (_, kind, name, uid): (String, String, String, String),
 ) -> Result<Option<ConfigOwner>, Error> {
     // A Machine recreated under the same name is not this config's owner.
     let same = |meta: &kube::api::ObjectMeta| meta.uid.as_deref() == Some(uid.as_str());
@@ -124,13 +125,8 @@ async fn get_owner(
             .filter(|m| same(&m.metadata))
             .map(ConfigOwner::Machine));
     }
-    // MachinePool has no controller in lariat yet; a config it owns waits quietly.
-    let cache = caches.of_kind(&api_version, &kind).await?;
-    Ok(cache
-        .get(namespace, &name)
-        .await?
-        .filter(|o| same(&o.metadata))
-        .map(ConfigOwner::Pool))
+    let pool = caches.typed::<MachinePool>().get(namespace, &name).await?;
+    Ok(pool.filter(|p| same(&p.metadata)).map(ConfigOwner::Pool))
 }
 
 /// Reconciles one KubeadmConfig.
@@ -180,11 +176,16 @@ pub async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         return Ok(Action::await_change());
     }
 
+    let spec: KubeadmConfigSpec =
+        serde_json::from_value(config.data["spec"].clone()).map_err(|e| {
+            Error::Invalid(format!("KubeadmConfig {}: spec: {e}", key(config.as_ref())))
+        })?;
     let mut scope = Scope {
         client: ctx.client.clone(),
         caches: &ctx.caches,
         events: &ctx.events,
         config: &config,
+        spec,
         owner: &owner,
         cluster: &cluster,
         cluster_name,
@@ -204,7 +205,9 @@ struct Scope<'a> {
     client: Client,
     caches: &'a Caches,
     events: &'a lariat_controllers::events::Recorder,
+    /// The config as stored, for its metadata and status.
     config: &'a DynamicObject,
+    spec: KubeadmConfigSpec,
     owner: &'a ConfigOwner,
     cluster: &'a Cluster,
     cluster_name: String,
@@ -264,8 +267,8 @@ impl Scope<'_> {
         let initialized = self.cluster_initialized();
 
         // Already done: the data must not change once ready, so only the side duty remains.
-        if bool_at(&self.status, &["ready"])
-            && let Some(secret) = str_at(&self.status, &["dataSecretName"]).map(String::from)
+        if self.status["ready"] == true
+            && let Some(secret) = self.status["dataSecretName"].as_str().map(String::from)
         {
             let mut role = self
                 .caches
@@ -315,12 +318,9 @@ impl Scope<'_> {
             return Ok(Action::await_change());
         }
 
-        let spec = &self.config.data["spec"];
-        if let Some(format) = str_at(spec, &["format"]).filter(|f| *f != "cloud-config") {
-            let message = format!(
-                "spec.format {format} is not supported: the kubeadm bootstrap provider produces cloud-config only"
-            );
-            return Ok(self.invalid(cond::UNSUPPORTED_FORMAT_REASON, &message, true));
+        if self.spec.format == Some(Format::Ignition) {
+            let message = "spec.format ignition is not supported: the kubeadm bootstrap provider produces cloud-config only";
+            return Ok(self.invalid(cond::UNSUPPORTED_FORMAT_REASON, message, true));
         }
         if self
             .cluster
@@ -409,7 +409,9 @@ impl Scope<'_> {
                 return Ok(Action::requeue(Duration::from_secs(30)));
             }
         };
-        let spec = match secrets::resolve_references(&self.client, &self.namespace(), spec).await? {
+        let spec = serde_json::to_value(&self.spec).map_err(|e| Error::Invalid(e.to_string()))?;
+        let spec = match secrets::resolve_references(&self.client, &self.namespace(), &spec).await?
+        {
             Ok(spec) => spec,
             Err(message) => {
                 cond::mark_false(
@@ -507,7 +509,7 @@ impl Scope<'_> {
         }
         let waiting =
             |who: &str| format!("waiting for the control plane to be initialized ({who})");
-        if !self.owner.is_control_plane() || join_only(&self.config.data["spec"]) {
+        if !self.owner.is_control_plane() || join_only(&self.spec) {
             self.wait(
                 cond::WAITING_FOR_CONTROL_PLANE_AVAILABLE_REASON,
                 &waiting("this node joins it"),
@@ -607,9 +609,10 @@ impl Scope<'_> {
 
 /// A config with only a join configuration (as KubeadmControlPlane writes for every Machine
 /// after the first) is meant to join, never to init.
-fn join_only(spec: &Value) -> bool {
-    let set = |key: &str| spec[key].is_object();
-    set("joinConfiguration") && !set("initConfiguration") && !set("clusterConfiguration")
+fn join_only(spec: &KubeadmConfigSpec) -> bool {
+    spec.join_configuration.is_some()
+        && spec.init_configuration.is_none()
+        && spec.cluster_configuration.is_none()
 }
 
 #[cfg(test)]
@@ -618,7 +621,10 @@ mod tests {
 
     #[test]
     fn join_only_configs_never_init() {
-        let check = |spec: Value, expect: bool| assert_eq!(join_only(&spec), expect, "{spec}");
+        let check = |spec: Value, expect: bool| {
+            let typed: KubeadmConfigSpec = serde_json::from_value(spec.clone()).unwrap();
+            assert_eq!(join_only(&typed), expect, "{spec}")
+        };
         check(json!({}), false);
         check(json!({"joinConfiguration": {}}), true);
         check(

@@ -509,6 +509,93 @@ async fn first_control_plane_inits_and_the_others_join_once_initialized() {
     );
 }
 
+/// Regression: a KubeadmConfig a MachinePool owns was read through the reference cache, which
+/// refuses Cluster API's own kinds, so it never got data. Its pool's Machines are workers:
+/// they join.
+#[tokio::test]
+async fn a_machine_pools_config_joins_as_a_worker() {
+    let h = Harness::start().await;
+    h.cluster("pooled").await;
+    h.machine(
+        "pooled",
+        "cp-0",
+        true,
+        json!({"initConfiguration": {}, "clusterConfiguration": {}}),
+    )
+    .await;
+    h.reconcile_all(&["cp-0"]).await;
+    assert_eq!(h.config("cp-0").await.data["status"]["ready"], true);
+    h.patch_cluster_status(
+        "pooled",
+        json!({"conditions": [{
+            "type": "ControlPlaneInitialized",
+            "status": "True",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }]}),
+    )
+    .await;
+    let pool = h
+        .create(
+            &capi("MachinePool"),
+            json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta1",
+                "kind": "MachinePool",
+                "metadata": {"name": "workers", "namespace": NS},
+                "spec": {
+                    "clusterName": "pooled",
+                    "replicas": 2,
+                    "template": {"spec": {
+                        "clusterName": "pooled",
+                        "version": "v1.30.2",
+                        "bootstrap": {"configRef": {
+                            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1",
+                            "kind": "KubeadmConfig",
+                            "name": "workers",
+                        }},
+                        "infrastructureRef": {
+                            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+                            "kind": "InMemoryMachinePool",
+                            "name": "workers",
+                        },
+                    }},
+                },
+            }),
+        )
+        .await;
+    h.create(
+        &kubeadm_config_resource(),
+        json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1",
+            "kind": "KubeadmConfig",
+            "metadata": {
+                "name": "workers",
+                "namespace": NS,
+                "ownerReferences": [{
+                    "apiVersion": "cluster.x-k8s.io/v1beta1",
+                    "kind": "MachinePool",
+                    "name": "workers",
+                    "uid": pool.uid().unwrap(),
+                    "controller": true,
+                }],
+            },
+            "spec": {"joinConfiguration": {}},
+        }),
+    )
+    .await;
+    h.reconcile_all(&["workers"]).await;
+    let config = h.config("workers").await;
+    assert_eq!(config.data["status"]["ready"], true, "{:?}", config.data);
+    let (secret, doc) = h.cloud_config("workers").await;
+    assert_eq!(secret.labels()[ROLE_LABEL], "join");
+    assert_eq!(secret.labels()["cluster.x-k8s.io/cluster-name"], "pooled");
+    let docs = kubeadm_documents(&doc);
+    assert_eq!(docs[0]["kind"], "JoinConfiguration");
+    assert!(
+        docs[0]["controlPlane"].is_null(),
+        "a pool's node is a worker"
+    );
+}
+
 #[tokio::test]
 async fn exactly_one_control_plane_machine_inits_under_races() {
     let h = Harness::start().await;
