@@ -46,16 +46,18 @@ pub struct AppState {
     /// `host:port` clusters and agents elsewhere reach the server at (`--advertise-url`).
     pub advertised_address: Option<String>,
     pub bookmark_interval: Duration,
-    /// Simulated workload-cluster APIs served under `/inmemory/NAMESPACE/NAME/` (empty on the
-    /// simulated clusters themselves).
-    pub virtual_clusters: Arc<crate::virtual_clusters::VirtualClusters>,
-    /// What `/metrics` serves, when something in the process keeps metrics.
+    /// What `/metrics` serves besides the server's own counters, when something in the
+    /// process keeps metrics.
     pub metrics: Option<fn() -> String>,
+    /// The label of this API's requests in the process's request counter (`api="..."`).
+    pub metrics_label: &'static str,
+    /// Whether `/metrics` serves the process's counters here: on the server the process is
+    /// for, not on the instances embedded in it ([`crate::embedded`]).
+    pub serves_process_metrics: bool,
+    /// What `/version` reports, when not the server's own build.
+    pub version: Option<Arc<dyn crate::embedded::VersionSource>>,
     /// The CA certificate (PEM) agents check against their `--ca-checksum`.
     pub ca_pem: String,
-    /// A simulated workload cluster: `/version` reports the Kubernetes version its control
-    /// plane Nodes run, as a real cluster's API server reports its own.
-    pub simulated: bool,
     /// Where mutating requests and refusals are recorded (`--audit-log-path`).
     pub audit: Option<Arc<crate::audit::AuditLog>>,
     /// The other replicas on this datastore, which proxy requests are forwarded to and from
@@ -138,9 +140,6 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/cacerts",
             get(|State(state): State<Arc<AppState>>| async move { state.ca_pem.clone() }),
         )
-        // A simulated cluster is its own trust domain: its router authenticates with its own
-        // CA and credential records, never with the management plane's.
-        .route("/inmemory/{*rest}", axum::routing::any(virtual_cluster))
         .with_state(state.clone());
     state
         .extensions
@@ -172,51 +171,20 @@ async fn contain_panics(request: Request, next: Next) -> Response {
 }
 
 async fn version(State(state): State<Arc<AppState>>) -> Response {
-    let mut info = discovery::version();
-    if state.simulated
-        && let Some(version) = simulated_version(&state.resources).await
-    {
-        info = discovery::version_of(&version);
-    }
+    let reported = match &state.version {
+        Some(source) => source.version(&state.resources).await,
+        None => None,
+    };
+    let info = match reported {
+        Some(version) => discovery::version_of(&version),
+        None => discovery::version(),
+    };
     axum::Json(info).into_response()
 }
 
-/// The newest kubelet version among a simulated cluster's control-plane Nodes (any Node if it
-/// has none labelled so), as `v1.30.2`.
-async fn simulated_version(resources: &Resources) -> Option<String> {
-    let scope = resources.scope("", "nodes", None)?;
-    let nodes = resources
-        .list(&scope, &Default::default())
-        .await
-        .ok()?
-        .items;
-    let version = |n: &Value| {
-        n["status"]["nodeInfo"]["kubeletVersion"]
-            .as_str()
-            .map(String::from)
-    };
-    let control_plane: Vec<String> = nodes
-        .iter()
-        .filter(|n| {
-            n["metadata"]["labels"]
-                .get("node-role.kubernetes.io/control-plane")
-                .is_some()
-        })
-        .filter_map(version)
-        .collect();
-    let candidates = if control_plane.is_empty() {
-        nodes.iter().filter_map(version).collect()
-    } else {
-        control_plane
-    };
-    candidates
-        .into_iter()
-        .max_by_key(|v| lariat_api::KubernetesVersion::parse(v))
-}
-
 async fn metrics(State(state): State<Arc<AppState>>, uri: axum::http::Uri) -> Response {
-    if state.simulated {
-        // The process's counters belong to the management plane, not to a simulated cluster.
+    if !state.serves_process_metrics {
+        // The process's counters belong to the server it is for, not to an embedded one.
         return not_found_path(uri.path()).into_response();
     }
     let mut text = crate::auth::metrics();
@@ -959,48 +927,6 @@ fn impersonation(state: &AppState, caller: &User, headers: &HeaderMap) -> ApiRes
     Ok(Some(impersonated))
 }
 
-/// Forwards `/inmemory/NAMESPACE/NAME/...` to that simulated cluster's own API.
-async fn virtual_cluster(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let path = request.uri().path().to_string();
-    let mut parts = path.splitn(5, '/').skip(2);
-    let (Some(namespace), Some(name)) = (parts.next(), parts.next()) else {
-        return not_found_path(&path).into_response();
-    };
-    let Some(cluster) = state
-        .virtual_clusters
-        .router(&format!("{namespace}/{name}"))
-    else {
-        // No such cluster, so no credential can be valid there; saying 401 rather than 404
-        // tells an anonymous caller nothing about which clusters exist.
-        let peer = request.extensions().get::<Peer>();
-        crate::auth::record_refusal(&path, peer.and_then(Peer::address));
-        return ApiError::Unauthorized.into_response();
-    };
-    let prefix_len = "/inmemory/".len() + namespace.len() + 1 + name.len();
-    let rest = &path[prefix_len..];
-    let rest = if rest.is_empty() { "/" } else { rest };
-    let path_and_query = match request.uri().query() {
-        Some(query) => format!("{rest}?{query}"),
-        None => rest.to_string(),
-    };
-    let (mut parts, body) = request.into_parts();
-    match path_and_query.parse() {
-        Ok(uri) => parts.uri = uri,
-        Err(_) => return not_found_path(&path).into_response(),
-    }
-    // Only what the transport proved crosses into the simulated cluster: an identity this
-    // process vouches for on the management plane is no identity there.
-    if let Some(Peer::InProcess(_)) = parts.extensions.get::<Peer>() {
-        parts.extensions.remove::<Peer>();
-    }
-    parts.extensions.remove::<User>();
-    use tower::ServiceExt;
-    match cluster.oneshot(Request::from_parts(parts, body)).await {
-        Ok(response) => response,
-        Err(never) => match never {},
-    }
-}
-
 async fn core_versions(State(state): State<Arc<AppState>>) -> Response {
     json_response(
         StatusCode::OK,
@@ -1080,7 +1006,7 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
         }
     };
     crate::metrics::Served {
-        simulated: state.simulated,
+        api: state.metrics_label,
         method: &method,
         content_type: content_type.as_deref(),
         query: uri.query(),
@@ -1197,7 +1123,8 @@ fn parse_path(path: &str) -> Option<Target> {
     Some(target)
 }
 
-fn not_found_path(path: &str) -> ApiError {
+/// kube-apiserver's 404 for a path it does not serve.
+pub fn not_found_path(path: &str) -> ApiError {
     ApiError::NotFound {
         message: format!("the server could not find the requested resource ({path})"),
         target: None,

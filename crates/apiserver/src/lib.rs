@@ -19,6 +19,7 @@ pub mod auth;
 pub mod bootstrap;
 pub mod builtin;
 pub mod discovery;
+pub mod embedded;
 pub mod encryption;
 pub mod extension;
 pub mod follow;
@@ -51,7 +52,6 @@ pub mod status;
 pub mod strategy;
 pub mod table;
 pub mod tls;
-pub mod virtual_clusters;
 pub mod watch;
 
 use crate::auth::Authenticator;
@@ -282,11 +282,7 @@ impl Server {
         let pki = pki::Pki::load_or_create(&config.data_dir.join("tls"), &sans)?;
         let tls = tls::server_config(&pki).map_err(StartError::Tls)?;
 
-        let core = Registry::default();
-        for rt in builtin::core_types() {
-            core.insert(rt);
-        }
-        let registry = core.fork();
+        let registry = Registry::core();
         for rt in builtin::lariat_types(&config.kinds) {
             registry.insert(rt);
         }
@@ -374,11 +370,6 @@ impl Server {
         .await
         .map_err(|e| StartError::Store(e.to_string()))?;
 
-        let virtual_clusters = Arc::new(virtual_clusters::VirtualClusters::new(
-            core,
-            server_address.to_string(),
-            pki.ca_cert_pem.clone(),
-        ));
         let identity = leader_identity(address.port());
         let replicas = replicas::Replicas::new(identity.clone(), peer_address, pki.clone());
         let leadership = if config.shared_store {
@@ -397,10 +388,11 @@ impl Server {
             server_address: server_address.to_string(),
             advertised_address: advertised.map(|(_, address)| address),
             bookmark_interval: config.bookmark_interval,
-            virtual_clusters,
             metrics: config.metrics,
+            metrics_label: "management",
+            serves_process_metrics: true,
+            version: None,
             ca_pem: pki.ca_cert_pem.clone(),
-            simulated: false,
             audit: config
                 .audit
                 .clone()
@@ -436,11 +428,6 @@ impl Server {
 
     pub fn resources(&self) -> Resources {
         self.state.resources.clone()
-    }
-
-    /// The simulated workload clusters this server hosts (see [`virtual_clusters`]).
-    pub fn virtual_clusters(&self) -> Arc<virtual_clusters::VirtualClusters> {
-        self.state.virtual_clusters.clone()
     }
 
     /// This server's whole HTTP surface as a tower service, with no socket: requests carry

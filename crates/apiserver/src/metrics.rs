@@ -23,7 +23,8 @@ static REQUESTS: LazyLock<Family<Request, Counter>> = LazyLock::new(Family::defa
 
 /// What a request was, in kube-apiserver's verbs.
 pub(crate) struct Served<'a> {
-    pub simulated: bool,
+    /// Which API served it (`management`, or `workload` for a simulated cluster's).
+    pub api: &'static str,
     pub method: &'a axum::http::Method,
     pub content_type: Option<&'a str>,
     pub query: Option<&'a str>,
@@ -57,11 +58,7 @@ impl Served<'_> {
         let (group, resource, _, subresource) = self.resource.unwrap_or_default();
         REQUESTS
             .get_or_create(&Request {
-                api: if self.simulated {
-                    "workload"
-                } else {
-                    "management"
-                },
+                api: self.api,
                 verb: self.verb(),
                 group: group.to_string(),
                 resource: resource.to_string(),
@@ -142,7 +139,7 @@ mod tests {
         for (method, query, resource, verb) in cases {
             let method: axum::http::Method = method.parse().unwrap();
             let served = Served {
-                simulated: false,
+                api: "management",
                 method: &method,
                 content_type: None,
                 query,
@@ -152,7 +149,7 @@ mod tests {
         }
         let method = axum::http::Method::PATCH;
         let apply = Served {
-            simulated: true,
+            api: "workload",
             method: &method,
             content_type: Some("application/apply-patch+yaml"),
             query: None,

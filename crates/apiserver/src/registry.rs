@@ -348,6 +348,15 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// The core Kubernetes kinds every instance serves ([`crate::builtin::core_types`]).
+    pub fn core() -> Registry {
+        let registry = Registry::default();
+        for rt in crate::builtin::core_types() {
+            registry.insert(rt);
+        }
+        registry
+    }
+
     pub fn insert(&self, rt: ResourceType) {
         let key = (rt.group.clone(), rt.plural.clone());
         self.inner
@@ -357,7 +366,7 @@ impl Registry {
     }
 
     /// A new registry serving the same kinds (sharing their definitions), that then changes
-    /// independently: how simulated clusters get the built-in kinds without rebuilding schemas.
+    /// independently: how embedded instances get the built-in kinds without rebuilding schemas.
     pub fn fork(&self) -> Registry {
         let map = self.inner.read().expect("registry lock").clone();
         Registry {

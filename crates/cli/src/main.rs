@@ -702,10 +702,12 @@ async fn rotate_admin(args: StoreArgs) -> anyhow::Result<()> {
 
 /// The management plane's server configuration before flags: the generic server, with the
 /// write rules of the kinds the management plane serves from the crates that own them, and
-/// `plane` (the agents' tunnels, their scope, the cluster proxy).
+/// `plane` (the agents' tunnels, their scope, the cluster proxy) and the `simulated`
+/// workload clusters' route.
 pub fn management_config(
     data_dir: &std::path::Path,
     plane: &lariat_management::Plane,
+    simulated: &lariat_provider_inmemory::simulated::SimulatedClusters,
 ) -> lariat_apiserver::Config {
     let mut config = lariat_apiserver::Config::new(data_dir);
     // Cluster API's kinds and its providers', Fleet's, Rancher's and lariat's own.
@@ -713,6 +715,7 @@ pub fn management_config(
     config.extensions = vec![
         std::sync::Arc::new(plane.clone()),
         std::sync::Arc::new(lariat_management::rancher::Rancher),
+        std::sync::Arc::new(simulated.clone()),
     ];
     // Rancher's Fleet workspaces exist from the first start: `fleet-default` for the clusters
     // lariat provisions or imports, `fleet-local` for the management cluster.
@@ -776,7 +779,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     image.pull_secret = args.agent_image_pull_secret;
     let plane = lariat_management::Plane::new(args.agent_handshake_rate, image)
         .map_err(|e| anyhow::anyhow!(e))?;
-    let mut config = management_config(&args.store.data_dir, &plane);
+    let simulated = lariat_provider_inmemory::simulated::SimulatedClusters::new();
+    let mut config = management_config(&args.store.data_dir, &plane, &simulated);
     config.tls_sans = args.tls_san;
     config.advertise_url = args.advertise_url;
     config.peer_address = args.peer_address;
@@ -861,7 +865,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             ca_checksum: server.ca_checksum(),
         };
         let client = server.controller_client();
-        let virtual_clusters = server.virtual_clusters();
+        simulated.serve_at(&server.handle());
         // Clusters lariat provisions get their agent as imported ones do, with a token that
         // lasts as long as `lariat cluster import`'s (an image pull can take a while).
         let manifests =
@@ -893,7 +897,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                 )),
                 tokio::spawn(providers::run_enabled(
                     caches,
-                    virtual_clusters.clone(),
+                    simulated.clone(),
                     home.clone(),
                     term,
                 )),

@@ -20,8 +20,8 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use lariat_api::capi::labels::PROVIDER_NAME;
 use lariat_api::clusterctl::{self, BOOTSTRAP, CONTROL_PLANE, CORE, INFRASTRUCTURE};
-use lariat_apiserver::virtual_clusters::VirtualClusters;
 use lariat_controllers::cache::Caches;
+use lariat_provider_inmemory::simulated::SimulatedClusters;
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -303,7 +303,7 @@ async fn check_contract(client: &Client, provider: &Builtin) -> anyhow::Result<(
 /// regardless; the `cluster-api` entry is recorded for clusterctl compatibility.
 pub async fn run_enabled(
     caches: Arc<Caches>,
-    clusters: Arc<VirtualClusters>,
+    clusters: SimulatedClusters,
     home: lariat_provider_inmemory::agents::Home,
     stopped: watch::Receiver<bool>,
 ) {
@@ -427,7 +427,7 @@ impl Report {
 fn start(
     provider: &Builtin,
     caches: Arc<Caches>,
-    clusters: Arc<VirtualClusters>,
+    clusters: SimulatedClusters,
     home: lariat_provider_inmemory::agents::Home,
     report: Report,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -476,7 +476,7 @@ fn start(
 async fn run(
     provider: Builtin,
     caches: Arc<Caches>,
-    clusters: Arc<VirtualClusters>,
+    clusters: SimulatedClusters,
     home: lariat_provider_inmemory::agents::Home,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {

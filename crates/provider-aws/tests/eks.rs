@@ -709,15 +709,7 @@ async fn the_agent_is_installed_into_the_new_cluster_and_registers_it() {
     let double = EksDouble::start(&moto.endpoint).await;
     let setup = Setup::start(moto, &double.endpoint).await;
     let lariat = &setup.lariat;
-    lariat
-        .virtual_clusters
-        .ensure("team-a/eks-stand-in")
-        .await
-        .unwrap();
-    let workload = lariat
-        .virtual_clusters
-        .client("team-a/eks-stand-in")
-        .unwrap();
+    let (_stand_in, workload) = common::stand_in_cluster().await;
     let endpoint = EksEndpoint::start(
         &setup.moto.endpoint,
         "team-a_prod-control-plane",
@@ -978,17 +970,7 @@ impl Workers {
             .send()
             .await
             .unwrap();
-        setup
-            .lariat
-            .virtual_clusters
-            .ensure("team-a/eks-stand-in")
-            .await
-            .unwrap();
-        let workload = setup
-            .lariat
-            .virtual_clusters
-            .client("team-a/eks-stand-in")
-            .unwrap();
+        let (_stand_in, workload) = common::stand_in_cluster().await;
         let endpoint = common::eks_double::EksEndpoint::start(
             &setup.moto.endpoint,
             "team-a_prod-control-plane",

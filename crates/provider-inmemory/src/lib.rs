@@ -3,19 +3,20 @@
 
 use std::sync::Arc;
 
+use crate::simulated::SimulatedClusters;
 use futures::StreamExt;
 use kube::Client;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::reflector::ObjectRef;
 use lariat_api::capi::{Cluster, Machine, ObjectReference};
-use lariat_apiserver::virtual_clusters::VirtualClusters;
 use lariat_controllers::cache::Caches;
 use lariat_controllers::controller_on;
 
 pub mod agents;
 pub mod cluster;
 pub mod machine;
+pub mod simulated;
 
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
 pub const VERSION: &str = "v1alpha1";
@@ -23,7 +24,7 @@ pub const VERSION: &str = "v1alpha1";
 pub struct Context {
     pub client: Client,
     pub caches: Arc<Caches>,
-    pub clusters: Arc<VirtualClusters>,
+    pub clusters: SimulatedClusters,
     /// Where in-process agents dial (none: clusters get no agent).
     pub home: Option<agents::Home>,
     pub agents: agents::Agents,
@@ -61,7 +62,7 @@ fn refers_to(
 /// the process's shared caches.
 pub async fn run(
     caches: Arc<Caches>,
-    clusters: Arc<VirtualClusters>,
+    clusters: SimulatedClusters,
     home: Option<agents::Home>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {

@@ -240,7 +240,8 @@ pub async fn run(args: AwsArgs) -> anyhow::Result<()> {
         Default::default(),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    let config = crate::management_config(dir.path(), &plane);
+    let simulated = lariat_provider_inmemory::simulated::SimulatedClusters::new();
+    let config = crate::management_config(dir.path(), &plane, &simulated);
     let server = lariat_apiserver::Server::start(config, store, listener).await?;
     let client = server.local_client();
     let (stop, stopped) = tokio::sync::watch::channel(false);

@@ -25,7 +25,6 @@ pub struct Lariat {
     pub ca_checksum: String,
     /// What installs agents into the clusters it provisions.
     pub import_manifests: lariat_controllers::agent_install::ImportManifests,
-    pub virtual_clusters: Arc<lariat_apiserver::virtual_clusters::VirtualClusters>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     _dir: tempfile::TempDir,
 }
@@ -62,7 +61,6 @@ impl Lariat {
         let client = server.local_client();
         let import_manifests =
             plane.import_manifests(server.handle(), std::time::Duration::from_secs(600));
-        let virtual_clusters = server.virtual_clusters();
         let ca_checksum = server.ca_checksum();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(server.serve(async move {
@@ -72,7 +70,6 @@ impl Lariat {
             url,
             ca_checksum,
             import_manifests,
-            virtual_clusters,
             caches: Caches::new(client.clone()),
             client,
             stop: Some(stop),
@@ -302,4 +299,24 @@ pub fn condition(object: &DynamicObject, type_: &str) -> Option<String> {
                 c["reason"].as_str().unwrap_or_default().to_owned()
             }
         })
+}
+
+/// A workload cluster's API standing in for an EKS cluster's (moto serves none): an embedded
+/// instance of lariat's generic server, as the in-memory provider's simulated clusters are.
+/// Its client works for as long as it is kept.
+pub async fn stand_in_cluster() -> (lariat_apiserver::embedded::Embedded, kube::Client) {
+    let ca = lariat_apiserver::pki::Pki::in_memory_ca("eks-stand-in-ca").unwrap();
+    let config = lariat_apiserver::embedded::EmbeddedConfig {
+        kinds: lariat_apiserver::registry::Registry::core(),
+        namespaces: vec!["default".into(), "kube-system".into()],
+        server_address: "127.0.0.1:443".into(),
+        identity: "eks-stand-in".into(),
+        metrics_label: "workload",
+        version: None,
+    };
+    let api = lariat_apiserver::embedded::Embedded::start(config, &ca)
+        .await
+        .unwrap();
+    let client = api.client();
+    (api, client)
 }

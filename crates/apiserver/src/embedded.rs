@@ -1,0 +1,141 @@
+//! A second instance of the generic server, served by this process inside another's listener:
+//! its own in-memory store, its own kinds (a fork of the core ones), its own trust domain (its
+//! CA, credential records, ServiceAccount key and RBAC, default roles included) and its own
+//! garbage collector, as a real cluster's kube-apiserver and kube-controller-manager have.
+//! The in-memory infrastructure provider builds each simulated workload cluster with one
+//! [`Embedded::start`]; the management plane is the other builder call ([`crate::Server`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use lariat_store::memory::MemoryStore;
+
+use crate::auth::Authenticator;
+use crate::encryption::Cipher;
+use crate::http::{AppState, router};
+use crate::pki::{IssuedCertificate, Pki};
+use crate::rbac::Rbac;
+use crate::registry::Registry;
+use crate::resources::Resources;
+use crate::status::{ApiError, ApiResult};
+
+/// What `/version` reports, when the instance reports something other than the server's own
+/// build: a simulated cluster, the version its control plane's Nodes run.
+#[async_trait::async_trait]
+pub trait VersionSource: Send + Sync + 'static {
+    /// A Kubernetes version such as `v1.30.2`; `None` reports the server's own.
+    async fn version(&self, resources: &Resources) -> Option<String>;
+}
+
+/// How an embedded instance is built.
+pub struct EmbeddedConfig {
+    /// The kinds it serves: a registry of its own (`Registry::fork` shares the schemas).
+    pub kinds: Registry,
+    /// Namespaces that exist from the start.
+    pub namespaces: Vec<String>,
+    /// `host:port` of the listener it is served on (for discovery's server addresses).
+    pub server_address: String,
+    /// The name it leads its own controllers under.
+    pub identity: String,
+    /// The label of its requests in the process's request counter (`api="..."`).
+    pub metrics_label: &'static str,
+    /// What `/version` reports.
+    pub version: Option<Arc<dyn VersionSource>>,
+}
+
+/// A running embedded instance; dropping it stops its garbage collector and RBAC follower.
+pub struct Embedded {
+    state: Arc<AppState>,
+    router: Router,
+    _stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Embedded {
+    /// Builds the instance and starts its background tasks; `ca` is the CA of its trust
+    /// domain, which its client certificates must chain to.
+    pub async fn start(config: EmbeddedConfig, ca: &Pki) -> ApiResult<Embedded> {
+        let store: Arc<dyn lariat_store::Store> = Arc::new(MemoryStore::new());
+        // Its Secrets live only in memory: the key only has to be stable for its lifetime.
+        let cipher = Cipher::from_key(&rand::random::<[u8; 32]>()).map_err(ApiError::internal)?;
+        let resources = Resources::new(store.clone(), config.kinds, cipher);
+        crate::ensure_namespaces(&resources, config.namespaces.iter().map(String::as_str)).await?;
+        // Its own RBAC, default roles included, as a real cluster enforces.
+        crate::rbac::defaults::bootstrap(&resources, &[]).await?;
+        let rbac = Rbac::load(&store, Vec::new())
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let resources = resources.with_rbac(rbac.clone());
+        // Its own service-account key: its tokens are good here only, as a real cluster's.
+        let service_accounts = crate::service_accounts::ServiceAccounts::in_memory(
+            crate::service_accounts::CLUSTER_ISSUER,
+            resources.clone(),
+        )
+        .map_err(ApiError::internal)?;
+        let authenticator = Authenticator::new(store.clone(), &ca.ca_cert_pem)
+            .map_err(ApiError::internal)?
+            .with_service_accounts(Arc::new(service_accounts));
+        let state = Arc::new(AppState {
+            resources,
+            authenticator,
+            authorizer: rbac.clone(),
+            rbac: Some(rbac.clone()),
+            server_address: config.server_address,
+            advertised_address: None,
+            bookmark_interval: Duration::from_secs(60),
+            metrics: None,
+            metrics_label: config.metrics_label,
+            serves_process_metrics: false,
+            version: config.version,
+            ca_pem: String::new(),
+            audit: None,
+            replicas: None,
+            routes: Vec::new(),
+            extensions: Vec::new(),
+            failed_proofs: Default::default(),
+            // Nothing is elected here: its one server leads.
+            leadership: crate::leader::Leadership::sole(config.identity),
+        });
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        // Owner references, foreground deletion and namespaces being deleted, as a real
+        // cluster's kube-controller-manager collects them.
+        tokio::spawn(crate::gc::run(state.resources.clone(), stop.clone()));
+        tokio::spawn(rbac.follow(store, stop));
+        Ok(Embedded {
+            router: router(state.clone()),
+            state,
+            _stop: stop_tx,
+        })
+    }
+
+    /// Its whole HTTP surface, for the route that serves it.
+    pub fn router(&self) -> Router {
+        self.router.clone()
+    }
+
+    /// A kube-rs client served in-process (what its provider manages Nodes with).
+    pub fn client(&self) -> kube::Client {
+        crate::local::client(self.state.clone())
+    }
+
+    /// A client certificate from `ca` for `user` in `groups`, recorded here under `owner`
+    /// for `lifetime`.
+    pub async fn issue_certificate(
+        &self,
+        ca: &Pki,
+        user: &str,
+        groups: &[&str],
+        owner: &str,
+        lifetime: Duration,
+    ) -> ApiResult<IssuedCertificate> {
+        self.state
+            .authenticator
+            .issue_certificate(ca, user, groups, owner, lifetime)
+            .await
+    }
+
+    /// Revokes every credential of `owner`; how many there were.
+    pub async fn revoke(&self, owner: &str) -> ApiResult<usize> {
+        self.state.authenticator.revoke(owner).await
+    }
+}
