@@ -21,7 +21,7 @@
 // as the server makes it; the handlers here return it as the server's own do.
 #![allow(clippy::result_large_err)]
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -48,8 +48,6 @@ pub use manifests::{AgentImage, ImportManifests};
 pub struct Plane {
     tunnels: Arc<hub::Tunnels>,
     records: Arc<records::Records>,
-    /// What fills `records`, taken when the plane starts running.
-    feeds: Arc<Mutex<Option<records::RecordFeeds>>>,
     image: AgentImage,
 }
 
@@ -59,11 +57,9 @@ impl Plane {
     /// refused here, in one line that says how to write it.
     pub fn new(handshakes_per_second: f64, image: AgentImage) -> Result<Plane, String> {
         image.check()?;
-        let (records, feeds) = records::Records::new();
         Ok(Plane {
             tunnels: Arc::new(hub::Tunnels::with_rate(handshakes_per_second)),
-            records,
-            feeds: Arc::new(Mutex::new(Some(feeds))),
+            records: records::Records::new(),
             image,
         })
     }
@@ -126,10 +122,9 @@ impl Extension for Plane {
         server: Handle,
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> Vec<tokio::task::JoinHandle<()>> {
-        let mut tasks = Vec::new();
-        if let Some(feeds) = self.feeds.lock().expect("lock").take() {
-            tasks.push(tokio::spawn(feeds.run(server.client(), stop.clone())));
-        }
+        let mut tasks = vec![tokio::spawn(
+            self.records.clone().run(server.client(), stop.clone()),
+        )];
         if let Some(replicas) = server.replicas() {
             tasks.push(tokio::spawn(reporter::report(
                 self.tunnels.clone(),

@@ -128,12 +128,11 @@ impl Pass<'_> {
         }
         let mut known: HashMap<String, Arc<DynamicObject>> = self
             .records
-            .connections
-            .state()
+            .connections()
             .into_iter()
             .map(|c| (object_key(&c), c))
             .collect();
-        let clusters = self.records.clusters.state();
+        let clusters = self.records.clusters();
         // A tunnel outlives neither its Cluster nor a re-import under the same name. A Cluster
         // the watch has not brought yet is looked for in the store before its tunnel closes.
         let existing: std::collections::HashSet<String> =

@@ -79,9 +79,10 @@ impl SimulatedClusters {
 
     /// Where the clusters are served; an error until the server serves.
     fn listener(&self) -> ApiResult<&Listener> {
-        self.inner.listener.get().ok_or_else(|| {
-            ApiError::internal("the simulated clusters' server does not serve yet")
-        })
+        self.inner
+            .listener
+            .get()
+            .ok_or_else(|| ApiError::internal("the simulated clusters' server does not serve yet"))
     }
 
     /// Creates the simulated cluster `key` (`namespace/name`) if it does not exist; returns
