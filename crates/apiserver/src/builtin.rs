@@ -84,6 +84,7 @@ fn crd_schema() -> Value {
     })
 }
 
+// Long: one entry per core kind, a table read down rather than a procedure to follow.
 /// Resource types for the core and apiextensions kinds.
 pub fn core_types() -> Vec<ResourceType> {
     use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node, Secret};

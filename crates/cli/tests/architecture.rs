@@ -1,4 +1,6 @@
-//! Keeps ARCHITECTURE.md honest: every crate in the workspace is named in it.
+//! Keeps ARCHITECTURE.md honest: every crate in the workspace is named in it. And keeps
+//! functions short enough to read: one over [`LONGEST`] lines says why beside it, or is on
+//! the list of those still to split, which only shrinks.
 
 #[test]
 fn every_crate_is_in_the_architecture_document() {
@@ -17,5 +19,145 @@ fn every_crate_is_in_the_architecture_document() {
     assert!(
         missing.is_empty(),
         "ARCHITECTURE.md does not describe {missing:?}"
+    );
+}
+
+/// The most lines a function runs (signature to closing brace) without a reason beside it.
+const LONGEST: usize = 150;
+
+/// Functions longer than [`LONGEST`] still to split, as `file:function`. The list only
+/// shrinks: a function split below the limit must leave it (the test says so), and no new one
+/// may join it. A long function that should stay whole says why in a `// Long:` comment above
+/// it instead.
+const TO_SPLIT: &[&str] = &[
+    "crates/agent/src/lib.rs:connect_and_serve",
+    "crates/apiserver/src/lib.rs:start",
+    "crates/apiserver/src/protobuf.rs:decode",
+    "crates/apiserver/src/registry.rs:from_crd",
+    "crates/apiserver/src/schema.rs:walk",
+    "crates/cli/src/describe.rs:run",
+    "crates/cli/src/generate.rs:aws_cluster",
+    "crates/cli/src/generate.rs:cluster",
+    "crates/cli/src/main.rs:server",
+    "crates/controllers/src/cache.rs:start",
+    "crates/controllers/src/machine.rs:reconcile",
+    "crates/controllers/src/machine_deployment.rs:reconcile",
+    "crates/controllers/src/machine_health_check.rs:reconcile",
+    "crates/controllers/src/machine_pool.rs:reconcile",
+    "crates/controllers/src/machine_set.rs:reconcile",
+    "crates/fleet/src/bundle.rs:reconcile",
+    "crates/fleet/src/git_repo.rs:reconcile",
+    "crates/fleet/src/lib.rs:run",
+    "crates/management/src/rancher/admission.rs:admit",
+    "crates/management/src/reporter.rs:report_cluster",
+    "crates/provider-aws/src/bootstrap.rs:reconcile",
+    "crates/provider-aws/src/cluster.rs:reconcile",
+    "crates/provider-aws/src/control_plane.rs:continue_provision",
+    "crates/provider-aws/src/control_plane.rs:reconcile",
+    "crates/provider-aws/src/lib.rs:run",
+    "crates/provider-aws/src/machine_pool.rs:provision",
+    "crates/provider-aws/src/machine_pool.rs:reconcile",
+    "crates/provider-aws/src/managed_machine_pool.rs:reconcile",
+    "crates/provider-inmemory/src/cluster.rs:reconcile",
+    "crates/provider-inmemory/src/machine.rs:reconcile",
+    "crates/provider-kubeadm/src/control_plane.rs:reconcile",
+    "crates/provider-kubeadm/src/reconcile.rs:run",
+];
+
+/// Each function under `crates/*/src` with its length in lines and whether a `// Long:`
+/// comment stands above it (its doc comment and attributes between). A function is a line
+/// starting with `fn` (after visibility and `async`), running to the first line that closes
+/// it at its own indentation, as rustfmt lays every function out. Tests are exempt.
+fn functions(root: &std::path::Path) -> Vec<(String, usize, bool)> {
+    fn rust_files(dir: &std::path::Path, files: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                rust_files(&path, files);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let mut files = vec![];
+    for entry in std::fs::read_dir(root.join("crates"))
+        .expect("crates/")
+        .flatten()
+    {
+        rust_files(&entry.path().join("src"), &mut files);
+    }
+    let mut found = vec![];
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("source");
+        let lines: Vec<&str> = text.lines().collect();
+        let relative = file
+            .strip_prefix(root)
+            .unwrap_or(&file)
+            .to_string_lossy()
+            .replace("/./", "/");
+        for (start, line) in lines.iter().enumerate() {
+            let indent = line.len() - line.trim_start().len();
+            let mut rest = line.trim_start();
+            for prefix in ["pub(crate) ", "pub(super) ", "pub ", "async "] {
+                rest = rest.strip_prefix(prefix).unwrap_or(rest);
+            }
+            let Some(name) = rest.strip_prefix("fn ") else {
+                continue;
+            };
+            let name: String = name
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let close = format!("{}}}", " ".repeat(indent));
+            let Some(end) = lines[start..].iter().position(|l| *l == close) else {
+                continue;
+            };
+            // What stands above: attributes, doc comments and comments.
+            let above: Vec<&str> = lines[..start]
+                .iter()
+                .rev()
+                .map(|l| l.trim())
+                .take_while(|l| l.starts_with("#[") || l.starts_with("//"))
+                .collect();
+            if above.iter().any(|l| l.contains("test]")) {
+                continue;
+            }
+            let reason = above.iter().any(|l| l.starts_with("// Long:"));
+            found.push((format!("{relative}:{name}"), end + 1, reason));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_function_runs_long_without_a_reason() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = root.canonicalize().expect("the workspace");
+    let functions = functions(&root);
+    assert!(
+        functions.len() > 1000,
+        "the scan found only {} functions: it no longer reads the sources",
+        functions.len()
+    );
+    let long: Vec<&(String, usize, bool)> = functions
+        .iter()
+        .filter(|(_, lines, reason)| *lines > LONGEST && !reason)
+        .collect();
+    let new: Vec<String> = long
+        .iter()
+        .filter(|(name, _, _)| !TO_SPLIT.contains(&name.as_str()))
+        .map(|(name, lines, _)| format!("{name} ({lines} lines)"))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "functions over {LONGEST} lines: split them, or say why above them in a `// Long:` comment: {new:#?}"
+    );
+    let split: Vec<&&str> = TO_SPLIT
+        .iter()
+        .filter(|listed| !long.iter().any(|(name, _, _)| name == *listed))
+        .collect();
+    assert!(
+        split.is_empty(),
+        "no longer over {LONGEST} lines (or gone): take them off TO_SPLIT: {split:#?}"
     );
 }

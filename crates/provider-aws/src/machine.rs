@@ -9,6 +9,7 @@
 //! so a create retried after a crash finds the first instance (and the client token makes a
 //! request whose answer was lost the same request). Deleting the AWSMachine terminates it.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,118 +99,196 @@ impl Instance {
     }
 }
 
+/// Goes on with a step's value, or ends the reconcile with the action it chose.
+macro_rules! proceed {
+    ($step:expr) => {
+        match $step {
+            ControlFlow::Continue(value) => value,
+            ControlFlow::Break(action) => return Ok(action),
+        }
+    };
+}
+
 pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Cluster API's paused contract, deletion included (see `object_paused`).
     if lariat_controllers::cluster::object_paused(&ctx.caches, &object.metadata).await? {
         return Ok(lariat_controllers::resync());
     }
-    let namespace = object.namespace().unwrap_or_default();
-    let name = object.name_any();
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
-    let aws_machine: AWSMachine = DynamicObject::clone(&object)
-        .try_parse()
-        .map_err(|e| Error::Invalid(format!("AWSMachine {namespace}/{name}: {e}")))?;
-    let machine = match lariat_controllers::object::cluster_api_owner(object.as_ref(), "Machine") {
-        Some(owner) => {
-            ctx.caches
-                .typed::<Machine>()
-                .get(&namespace, &owner)
-                .await?
-        }
-        None => None,
-    };
-    let cluster = object
-        .labels()
-        .get(lariat_api::capi::labels::CLUSTER_NAME)
-        .cloned()
-        .or_else(|| machine.as_ref().map(|m| m.spec.cluster_name.clone()));
-    let mut status_conditions = conditions::existing(&object.data["status"]);
-    let infrastructure = match &cluster {
-        Some(cluster) => crate::cluster_infrastructure(&ctx, &namespace, cluster).await?,
-        None => ClusterInfrastructure::Missing,
-    };
-    let (cluster, infrastructure) = match (cluster, infrastructure) {
-        (Some(cluster), ClusterInfrastructure::Found(infrastructure)) => (cluster, infrastructure),
-        (Some(cluster), ClusterInfrastructure::OtherKind(kind)) => {
-            if object.metadata.deletion_timestamp.is_some() {
-                // Refused before anything was made.
-                remove_finalizer(&api, &object, FINALIZER).await?;
-                return Ok(Action::await_change());
-            }
-            let failure = Failure::new(
-                INSTANCE_READY,
-                "InvalidClusterType",
-                format!(
-                    "lariat's AWSMachines run in EKS clusters (AWSManagedControlPlane) and AWSClusters; Cluster {cluster}'s control plane is a {kind}"
-                ),
-            );
-            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
-        }
-        _ => {
-            if object.metadata.deletion_timestamp.is_none() {
-                // Made before its Cluster or control plane (neither is watched here).
-                return Ok(Action::requeue(
-                    ctx.identities.aws().settings().poll_while_changing,
-                ));
-            }
-            if aws_machine.spec.instance_id.is_none() {
-                // Never launched: nothing to terminate.
-                remove_finalizer(&api, &object, FINALIZER).await?;
-                return Ok(Action::await_change());
-            }
-            // Its control plane (the region and credentials to reach the instance) went
-            // first: the instance would leak if the AWSMachine went too.
-            let failure = Failure::new(
-                INSTANCE_READY,
-                "ControlPlaneGone",
-                format!(
-                    "cannot terminate EC2 instance {}: the Cluster's AWSManagedControlPlane or AWSCluster (its region and identity) is gone; terminate the instance, then remove the finalizer {FINALIZER}",
-                    aws_machine.spec.instance_id.as_deref().unwrap_or_default()
-                ),
-            );
-            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
-        }
-    };
-    let Some(region) = infrastructure.region() else {
-        return Ok(Action::requeue(
-            ctx.identities.aws().settings().poll_while_changing,
-        ));
-    };
-    let session = match ctx
-        .identities
-        .session(&namespace, region, infrastructure.identity())
-        .await
-    {
-        Ok(session) => session,
-        Err(error) => {
-            let failure = Failure::new(INSTANCE_READY, error.reason(), error.to_string());
-            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
-        }
-    };
-    let owner = Owner {
-        namespace: namespace.clone(),
-        cluster: cluster.clone(),
-        additional: aws_machine.spec.additional_tags.clone().unwrap_or_default(),
-    };
-    let poll = ctx.identities.aws().settings().poll_while_changing;
-    // A control-plane machine of an AWSCluster sits behind its load balancer.
-    let load_balancer = infrastructure
-        .load_balancer()
-        .filter(|_| is_control_plane(&object, machine.as_deref()));
-
+    let mut pass = proceed!(Pass::start(&object, &ctx).await?);
     if object.metadata.deletion_timestamp.is_some() {
-        if let Some(entries) = recorded_entries(&object, &aws_machine)
-            && let Err(error) = bootstrap_store::delete(&session, &entries).await
+        return pass.delete().await;
+    }
+    let Some(machine) = pass.machine.clone() else {
+        // Core claims it for its Machine (that write wakes this).
+        return Ok(Action::await_change());
+    };
+    if ensure_finalizer(&pass.api, &object, FINALIZER).await? {
+        return Ok(Action::await_change());
+    }
+    if let Some(field) = unsupported(&pass.aws_machine) {
+        let failure = Failure::new(
+            INSTANCE_READY,
+            "InvalidSpec",
+            format!("spec.{field} is not supported by lariat yet: remove it"),
+        );
+        return pass.fail(failure).await;
+    }
+    let instance = match proceed!(pass.find().await?) {
+        Some(instance) => instance,
+        None => proceed!(pass.launch(&machine).await?),
+    };
+    pass.observe(&machine, instance).await
+}
+
+/// One reconcile of an AWSMachine whose cluster's region and identity are known: its
+/// Machine, its cluster's infrastructure, a session in the region, and the status conditions
+/// it builds.
+struct Pass<'a> {
+    ctx: &'a Context,
+    object: &'a DynamicObject,
+    api: Api<DynamicObject>,
+    name: String,
+    aws_machine: AWSMachine,
+    machine: Option<Arc<Machine>>,
+    cluster: String,
+    infrastructure: Infrastructure,
+    region: String,
+    session: Session,
+    owner: Owner,
+    /// How soon to look again while something changes.
+    poll: Duration,
+    /// The load balancer a control-plane machine of an AWSCluster sits behind.
+    load_balancer: Option<String>,
+    conditions: Vec<Value>,
+}
+
+impl<'a> Pass<'a> {
+    /// Finds what the machine belongs to; ends the reconcile while that is missing or wrong.
+    async fn start(
+        object: &'a DynamicObject,
+        ctx: &'a Context,
+    ) -> Result<ControlFlow<Action, Pass<'a>>, Error> {
+        let namespace = object.namespace().unwrap_or_default();
+        let name = object.name_any();
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
+        let aws_machine: AWSMachine = object
+            .clone()
+            .try_parse()
+            .map_err(|e| Error::Invalid(format!("AWSMachine {namespace}/{name}: {e}")))?;
+        let machine = match lariat_controllers::object::cluster_api_owner(object, "Machine") {
+            Some(owner) => {
+                ctx.caches
+                    .typed::<Machine>()
+                    .get(&namespace, &owner)
+                    .await?
+            }
+            None => None,
+        };
+        let cluster = object
+            .labels()
+            .get(lariat_api::capi::labels::CLUSTER_NAME)
+            .cloned()
+            .or_else(|| machine.as_ref().map(|m| m.spec.cluster_name.clone()));
+        let mut status_conditions = conditions::existing(&object.data["status"]);
+        let infrastructure = match &cluster {
+            Some(cluster) => crate::cluster_infrastructure(ctx, &namespace, cluster).await?,
+            None => ClusterInfrastructure::Missing,
+        };
+        let (cluster, infrastructure) = match (cluster, infrastructure) {
+            (Some(cluster), ClusterInfrastructure::Found(infrastructure)) => {
+                (cluster, infrastructure)
+            }
+            (Some(cluster), ClusterInfrastructure::OtherKind(kind)) => {
+                if object.metadata.deletion_timestamp.is_some() {
+                    // Refused before anything was made.
+                    remove_finalizer(&api, object, FINALIZER).await?;
+                    return Ok(ControlFlow::Break(Action::await_change()));
+                }
+                let failure = Failure::new(
+                    INSTANCE_READY,
+                    "InvalidClusterType",
+                    format!(
+                        "lariat's AWSMachines run in EKS clusters (AWSManagedControlPlane) and AWSClusters; Cluster {cluster}'s control plane is a {kind}"
+                    ),
+                );
+                let action = report(ctx, &api, object, &mut status_conditions, failure).await?;
+                return Ok(ControlFlow::Break(action));
+            }
+            _ => {
+                let action = without_infrastructure(ctx, &api, object, &aws_machine).await?;
+                return Ok(ControlFlow::Break(action));
+            }
+        };
+        let poll = ctx.identities.aws().settings().poll_while_changing;
+        let Some(region) = infrastructure.region().map(String::from) else {
+            return Ok(ControlFlow::Break(Action::requeue(poll)));
+        };
+        let session = match ctx
+            .identities
+            .session(&namespace, &region, infrastructure.identity())
+            .await
+        {
+            Ok(session) => session,
+            Err(error) => {
+                let failure = Failure::new(INSTANCE_READY, error.reason(), error.to_string());
+                let action = report(ctx, &api, object, &mut status_conditions, failure).await?;
+                return Ok(ControlFlow::Break(action));
+            }
+        };
+        let owner = Owner {
+            namespace,
+            cluster: cluster.clone(),
+            additional: aws_machine.spec.additional_tags.clone().unwrap_or_default(),
+        };
+        let load_balancer = infrastructure
+            .load_balancer()
+            .filter(|_| is_control_plane(object, machine.as_deref()));
+        Ok(ControlFlow::Continue(Pass {
+            ctx,
+            object,
+            api,
+            name,
+            aws_machine,
+            machine,
+            cluster,
+            infrastructure,
+            region,
+            session,
+            owner,
+            poll,
+            load_balancer,
+            conditions: status_conditions,
+        }))
+    }
+
+    /// Reports a failure in the status and Events; the reconcile ends with its retry.
+    async fn fail(&mut self, failure: Failure) -> Result<Action, Error> {
+        report(
+            self.ctx,
+            &self.api,
+            self.object,
+            &mut self.conditions,
+            failure,
+        )
+        .await
+    }
+
+    /// Deletes what the machine made: its bootstrap data's entries, its place behind the load
+    /// balancer, then the instance; the finalizer goes once the instance is gone.
+    async fn delete(&mut self) -> Result<Action, Error> {
+        if let Some(entries) = recorded_entries(self.object, &self.aws_machine)
+            && let Err(error) = bootstrap_store::delete(&self.session, &entries).await
         {
             let failure = Failure::new(
                 INSTANCE_READY,
                 &error.code,
                 format!("cannot delete the bootstrap data's entries: {error}"),
             );
-            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+            return self.fail(failure).await;
         }
-        let elb = session.aws().elb(&session.config);
-        let deregistered = match (&load_balancer, &aws_machine.spec.instance_id) {
+        let elb = self.session.aws().elb(&self.session.config);
+        let deregistered = match (&self.load_balancer, &self.aws_machine.spec.instance_id) {
             (Some(balancer), Some(instance)) => {
                 load_balancer::deregister(&elb, balancer, instance).await
             }
@@ -217,98 +296,86 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         };
         if let Err(error) = deregistered {
             let failure = Failure::new(INSTANCE_READY, &error.code, error.to_string());
-            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+            return self.fail(failure).await;
         }
-        return match terminate(&session, &owner, &aws_machine, &name).await {
+        match terminate(&self.session, &self.owner, &self.aws_machine, &self.name).await {
             Ok(Some(instance)) => {
-                if object.data["status"]["instanceState"] != instance.state {
+                if self.object.data["status"]["instanceState"] != instance.state {
                     patch_status(
-                        &api,
-                        &name,
+                        &self.api,
+                        &self.name,
                         json!({"instanceState": instance.state, "ready": false}),
                     )
                     .await?;
                 }
-                Ok(Action::requeue(poll))
+                Ok(Action::requeue(self.poll))
             }
             Ok(None) => {
-                remove_finalizer(&api, &object, FINALIZER).await?;
+                remove_finalizer(&self.api, self.object, FINALIZER).await?;
                 Ok(Action::await_change())
             }
             Err(error) => {
                 let failure = Failure::new(INSTANCE_READY, &error.code, error.to_string());
-                report(&ctx, &api, &object, &mut status_conditions, failure).await
+                self.fail(failure).await
             }
-        };
-    }
-    let Some(machine) = machine else {
-        // Core claims it for its Machine (that write wakes this).
-        return Ok(Action::await_change());
-    };
-    if ensure_finalizer(&api, &object, FINALIZER).await? {
-        return Ok(Action::await_change());
-    }
-    if let Some(field) = unsupported(&aws_machine) {
-        let failure = Failure::new(
-            INSTANCE_READY,
-            "InvalidSpec",
-            format!("spec.{field} is not supported by lariat yet: remove it"),
-        );
-        return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+        }
     }
 
-    let mut instance = match find(&session, &owner, &aws_machine, &name).await {
-        Ok(Lookup::Found(instance)) if !instance.owned => {
-            let failure = Failure::new(
+    /// The machine's instance, if EC2 knows one; ends the reconcile while EC2 cannot say.
+    async fn find(&mut self) -> Result<ControlFlow<Action, Option<Instance>>, Error> {
+        let lookup = find(&self.session, &self.owner, &self.aws_machine, &self.name).await;
+        let failure = match lookup {
+            Ok(Lookup::Found(instance)) if !instance.owned => Failure::new(
                 INSTANCE_READY,
                 "InvalidSpec",
                 format!(
                     "spec.instanceID {} is not this AWSMachine's instance (its ownership and Name tags differ): lariat manages only the instances it launched",
                     instance.id
                 ),
-            );
-            return report(&ctx, &api, &object, &mut status_conditions, failure).await;
-        }
-        Ok(Lookup::Found(instance)) => Some(instance),
-        Ok(Lookup::Unknown(id)) => {
-            // Not a failure: EC2 may not list an instance for a while after launching it.
-            // Looked at again until it does (an instance terminated long ago stays here, as
-            // in Cluster API AWS).
-            let failure = Failure::transient(
-                INSTANCE_READY,
-                "InstanceNotFound",
-                format!("EC2 does not know instance {id} (yet)"),
-            );
-            crate::report_failure(
-                &ctx,
-                &api,
-                &object,
-                &mut status_conditions,
-                failure,
-                json!({}),
-            )
-            .await?;
-            return Ok(Action::requeue(poll));
-        }
-        Ok(Lookup::None) => None,
-        Err(error) => {
-            // A read that failed says nothing of the instance: `ready` stays as it was.
-            let failure = Failure::transient(INSTANCE_READY, &error.code, error.to_string());
-            let wait = crate::report_failure(
-                &ctx,
-                &api,
-                &object,
-                &mut status_conditions,
-                failure,
-                json!({}),
-            )
-            .await?;
-            return Ok(Action::requeue(wait));
-        }
-    };
-    if instance.is_none() {
-        let waiting = if !infrastructure.ready() {
-            let (reason, message) = infrastructure.waiting();
+            ),
+            Ok(Lookup::Found(instance)) => return Ok(ControlFlow::Continue(Some(instance))),
+            Ok(Lookup::None) => return Ok(ControlFlow::Continue(None)),
+            Ok(Lookup::Unknown(id)) => {
+                // Not a failure: EC2 may not list an instance for a while after launching
+                // it. Looked at again until it does (an instance terminated long ago stays
+                // here, as in Cluster API AWS).
+                let failure = Failure::transient(
+                    INSTANCE_READY,
+                    "InstanceNotFound",
+                    format!("EC2 does not know instance {id} (yet)"),
+                );
+                self.report_transient(failure).await?;
+                return Ok(ControlFlow::Break(Action::requeue(self.poll)));
+            }
+            Err(error) => {
+                // A read that failed says nothing of the instance: `ready` stays as it was.
+                let failure = Failure::transient(INSTANCE_READY, &error.code, error.to_string());
+                let wait = self.report_transient(failure).await?;
+                return Ok(ControlFlow::Break(Action::requeue(wait)));
+            }
+        };
+        Ok(ControlFlow::Break(self.fail(failure).await?))
+    }
+
+    /// Reports a failure that says nothing of the instance (`ready` stays as it was); how
+    /// soon to look again.
+    async fn report_transient(&mut self, failure: Failure) -> Result<Duration, Error> {
+        crate::report_failure(
+            self.ctx,
+            &self.api,
+            self.object,
+            &mut self.conditions,
+            failure,
+            json!({}),
+        )
+        .await
+    }
+
+    /// Launches the instance once the cluster's infrastructure and the Machine's bootstrap
+    /// data are there (the condition says which it waits for).
+    async fn launch(&mut self, machine: &Machine) -> Result<ControlFlow<Action, Instance>, Error> {
+        let waiting = if !self.infrastructure.ready() {
+            let (reason, message) = self.infrastructure.waiting();
             Some((reason, message.to_owned()))
         } else if machine.spec.bootstrap.data_secret_name.is_none() {
             Some((
@@ -320,16 +387,21 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         };
         if let Some((reason, message)) = waiting {
             conditions::set(
-                &mut status_conditions,
+                &mut self.conditions,
                 INSTANCE_READY,
                 false,
                 reason,
                 &message,
             );
-            if status_conditions != conditions::existing(&object.data["status"]) {
-                patch_status(&api, &name, json!({"conditions": status_conditions})).await?;
+            if self.conditions != conditions::existing(&self.object.data["status"]) {
+                patch_status(
+                    &self.api,
+                    &self.name,
+                    json!({"conditions": self.conditions}),
+                )
+                .await?;
             }
-            return Ok(Action::requeue(poll));
+            return Ok(ControlFlow::Break(Action::requeue(self.poll)));
         }
         let secret = machine
             .spec
@@ -337,120 +409,164 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             .data_secret_name
             .clone()
             .unwrap_or_default();
-        let user_data = match workers::bootstrap_data(&ctx, &namespace, &cluster, &secret).await? {
-            Ok(data) => data,
-            Err(message) => {
-                let failure = Failure::new(INSTANCE_READY, "WaitingForBootstrapData", message);
-                return report(&ctx, &api, &object, &mut status_conditions, failure).await;
-            }
-        };
-        let user_data = match stash(
-            &ctx,
-            &session,
-            &owner,
-            &api,
-            &object,
-            (&aws_machine, &machine),
-            &infrastructure,
-            region,
+        let namespace = &self.owner.namespace;
+        let user_data =
+            match workers::bootstrap_data(self.ctx, namespace, &self.cluster, &secret).await? {
+                Ok(data) => data,
+                Err(message) => {
+                    let failure = Failure::new(INSTANCE_READY, "WaitingForBootstrapData", message);
+                    return Ok(ControlFlow::Break(self.fail(failure).await?));
+                }
+            };
+        let stashed = stash(
+            self.ctx,
+            &self.session,
+            &self.owner,
+            &self.api,
+            self.object,
+            (&self.aws_machine, machine),
+            &self.infrastructure,
+            &self.region,
             user_data,
         )
-        .await?
-        {
-            Ok(user_data) => user_data,
-            Err(failure) => {
-                return report(&ctx, &api, &object, &mut status_conditions, failure).await;
+        .await?;
+        let launched = match stashed {
+            Ok(user_data) => {
+                create(
+                    &self.session,
+                    &self.owner,
+                    self.object,
+                    &self.aws_machine,
+                    machine,
+                    &self.infrastructure,
+                    &user_data,
+                )
+                .await
             }
+            Err(failure) => Err(failure),
         };
-        let created = match create(
-            &session,
-            &owner,
-            &object,
-            &aws_machine,
-            &machine,
-            &infrastructure,
-            &user_data,
-        )
-        .await
-        {
+        let created = match launched {
             Ok(created) => created,
-            Err(failure) => {
-                return report(&ctx, &api, &object, &mut status_conditions, failure).await;
-            }
+            Err(failure) => return Ok(ControlFlow::Break(self.fail(failure).await?)),
         };
-        ctx.events
+        self.ctx
+            .events
             .publish(
-                object.as_ref(),
+                self.object,
                 "AWSMachine",
                 EventType::Normal,
                 "InstanceCreated",
                 &format!(
                     "created EC2 instance {} ({}) in {}",
-                    created.id, aws_machine.spec.instance_type, created.zone
+                    created.id, self.aws_machine.spec.instance_type, created.zone
                 ),
             )
             .await;
-        instance = Some(created);
-    }
-    let instance = instance.expect("found or created");
-
-    // The instance is recorded in the spec before anything else, as Cluster API AWS does.
-    let provider_id = instance.provider_id();
-    if aws_machine.spec.instance_id.as_deref() != Some(instance.id.as_str())
-        || aws_machine.spec.provider_id.as_deref() != Some(provider_id.as_str())
-    {
-        patch(
-            &api,
-            &name,
-            json!({"spec": {"instanceID": instance.id, "providerID": provider_id}}),
-        )
-        .await?;
+        Ok(ControlFlow::Continue(created))
     }
 
-    let (ready, failure) = match instance.state.as_str() {
-        "running" => (true, None),
-        "pending" => (false, None),
-        // Gone while its Machine still wants it: the Machine fails, and a MachineHealthCheck
-        // (or a person) replaces it, as in Cluster API AWS.
-        "shutting-down" | "terminated" => (
-            false,
-            Some(format!(
-                "EC2 instance {} is {} while its Machine still exists",
-                instance.id, instance.state
-            )),
-        ),
-        _ => (false, None),
-    };
-    // Once the Machine has its Node, or the instance is gone, nobody needs the entries.
-    if let Some(entries) = recorded_entries(&object, &aws_machine)
-        && (failure.is_some() || lariat_controllers::machine::has_node(&machine))
-    {
-        clean_up(&ctx, &session, &api, &object, &entries).await?;
-    }
-    // EKS lets a node join once its role is in aws-auth; kubeadm's token is its ticket.
-    let mut role_mapped = match &infrastructure {
-        Infrastructure::Eks(_) => {
-            workers::map_node_role(
-                &ctx,
-                &session,
-                &api,
-                &object,
-                &cluster,
-                aws_machine.spec.iam_instance_profile.as_deref(),
+    /// Records the instance in the spec and reports what it has become: its state, its
+    /// place behind the load balancer, its node role's mapping, in the status.
+    async fn observe(&mut self, machine: &Machine, instance: Instance) -> Result<Action, Error> {
+        // The instance is recorded in the spec before anything else, as Cluster API AWS does.
+        let provider_id = instance.provider_id();
+        if self.aws_machine.spec.instance_id.as_deref() != Some(instance.id.as_str())
+            || self.aws_machine.spec.provider_id.as_deref() != Some(provider_id.as_str())
+        {
+            patch(
+                &self.api,
+                &self.name,
+                json!({"spec": {"instanceID": instance.id, "providerID": provider_id}}),
             )
-            .await?
+            .await?;
         }
-        Infrastructure::Ec2(_) => Ok(()),
-    };
-    if let Some(balancer) = load_balancer.as_deref().filter(|_| ready) {
-        let elb = session.aws().elb(&session.config);
-        match load_balancer::register(&elb, balancer, &instance.id).await {
+        let (ready, failure) = match instance.state.as_str() {
+            "running" => (true, None),
+            "pending" => (false, None),
+            // Gone while its Machine still wants it: the Machine fails, and a
+            // MachineHealthCheck (or a person) replaces it, as in Cluster API AWS.
+            "shutting-down" | "terminated" => (
+                false,
+                Some(format!(
+                    "EC2 instance {} is {} while its Machine still exists",
+                    instance.id, instance.state
+                )),
+            ),
+            _ => (false, None),
+        };
+        // Once the Machine has its Node, or the instance is gone, nobody needs the entries.
+        if let Some(entries) = recorded_entries(self.object, &self.aws_machine)
+            && (failure.is_some() || lariat_controllers::machine::has_node(machine))
+        {
+            clean_up(self.ctx, &self.session, &self.api, self.object, &entries).await?;
+        }
+        let attached = self.attach(&instance, ready).await?;
+        self.set_conditions(&instance, ready, failure.as_deref(), &attached)
+            .await;
+        let status = json!({
+            "ready": ready,
+            "instanceState": instance.state,
+            "addresses": instance.addresses,
+            "failureReason": failure.as_ref().map(|_| "UpdateError"),
+            "failureMessage": failure,
+            "conditions": self.conditions,
+        });
+        if [
+            "ready",
+            "instanceState",
+            "addresses",
+            "failureReason",
+            "failureMessage",
+            "conditions",
+        ]
+        .iter()
+        .any(|k| self.object.data["status"][*k] != status[*k])
+        {
+            patch_status(&self.api, &self.name, status).await?;
+        }
+        Ok(if ready && attached.is_ok() || failure.is_some() {
+            Action::requeue(self.ctx.identities.aws().settings().sync_period)
+        } else if ready {
+            Action::requeue(Duration::from_secs(60))
+        } else {
+            Action::requeue(self.poll)
+        })
+    }
+
+    /// Lets the node in: its role mapped in aws-auth (EKS lets a node join once its role is
+    /// there; kubeadm's token is its ticket), and a running control-plane instance behind
+    /// its cluster's load balancer. `Err` says what is missing.
+    async fn attach(
+        &mut self,
+        instance: &Instance,
+        ready: bool,
+    ) -> Result<Result<(), String>, Error> {
+        let mut attached = match &self.infrastructure {
+            Infrastructure::Eks(_) => {
+                workers::map_node_role(
+                    self.ctx,
+                    &self.session,
+                    &self.api,
+                    self.object,
+                    &self.cluster,
+                    self.aws_machine.spec.iam_instance_profile.as_deref(),
+                )
+                .await?
+            }
+            Infrastructure::Ec2(_) => Ok(()),
+        };
+        let Some(balancer) = self.load_balancer.clone().filter(|_| ready) else {
+            return Ok(attached);
+        };
+        let elb = self.session.aws().elb(&self.session.config);
+        match load_balancer::register(&elb, &balancer, &instance.id).await {
             Ok(registered) => {
-                conditions::set(&mut status_conditions, "ELBAttached", true, "", "");
+                conditions::set(&mut self.conditions, "ELBAttached", true, "", "");
                 if registered {
-                    ctx.events
+                    self.ctx
+                        .events
                         .publish(
-                            object.as_ref(),
+                            self.object,
                             "AWSMachine",
                             EventType::Normal,
                             "SuccessfulAttachControlPlaneELB",
@@ -468,91 +584,107 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                     instance.id
                 );
                 conditions::set(
-                    &mut status_conditions,
+                    &mut self.conditions,
                     "ELBAttached",
                     false,
                     &error.code,
                     &message,
                 );
-                role_mapped = Err(message);
+                attached = Err(message);
+            }
+        }
+        Ok(attached)
+    }
+
+    /// `InstanceReady` and `Ready` from the instance's state, its `failure` (gone while its
+    /// Machine wants it) and what [`Pass::attach`] found.
+    async fn set_conditions(
+        &mut self,
+        instance: &Instance,
+        ready: bool,
+        failure: Option<&str>,
+        attached: &Result<(), String>,
+    ) {
+        match (failure, ready, attached) {
+            (Some(message), ..) => {
+                // Cluster API AWS's severity and Event: a person (or a MachineHealthCheck)
+                // must replace the machine.
+                crate::mark_failed(
+                    &mut self.conditions,
+                    &Failure::new(INSTANCE_READY, "InstanceTerminated", message),
+                );
+                self.ctx
+                    .events
+                    .publish_once(
+                        self.object,
+                        "AWSMachine",
+                        EventType::Warning,
+                        "InstanceUnexpectedTermination",
+                        message,
+                    )
+                    .await;
+            }
+            (None, true, Ok(())) => {
+                conditions::set(&mut self.conditions, INSTANCE_READY, true, "", "");
+                conditions::set(&mut self.conditions, "Ready", true, "", "");
+            }
+            (None, true, Err(message)) => {
+                conditions::set(&mut self.conditions, INSTANCE_READY, true, "", "");
+                let reason = if self.load_balancer.is_some() {
+                    "ELBAttachFailed"
+                } else {
+                    "NodeRoleMappingFailed"
+                };
+                conditions::set(&mut self.conditions, "Ready", false, reason, message);
+            }
+            (None, false, _) => {
+                let message = format!("EC2 instance {} is {}", instance.id, instance.state);
+                let reason = match instance.state.as_str() {
+                    "pending" => "InstancePending",
+                    _ => "InstanceNotRunning",
+                };
+                conditions::set(
+                    &mut self.conditions,
+                    INSTANCE_READY,
+                    false,
+                    reason,
+                    &message,
+                );
+                conditions::set(&mut self.conditions, "Ready", false, reason, &message);
             }
         }
     }
-    match (&failure, ready, &role_mapped) {
-        (Some(message), ..) => {
-            // Cluster API AWS's severity and Event: a person (or a MachineHealthCheck) must
-            // replace the machine.
-            crate::mark_failed(
-                &mut status_conditions,
-                &Failure::new(INSTANCE_READY, "InstanceTerminated", message.as_str()),
-            );
-            ctx.events
-                .publish_once(
-                    object.as_ref(),
-                    "AWSMachine",
-                    EventType::Warning,
-                    "InstanceUnexpectedTermination",
-                    message,
-                )
-                .await;
-        }
-        (None, true, Ok(())) => {
-            conditions::set(&mut status_conditions, INSTANCE_READY, true, "", "");
-            conditions::set(&mut status_conditions, "Ready", true, "", "");
-        }
-        (None, true, Err(message)) => {
-            conditions::set(&mut status_conditions, INSTANCE_READY, true, "", "");
-            let reason = if load_balancer.is_some() {
-                "ELBAttachFailed"
-            } else {
-                "NodeRoleMappingFailed"
-            };
-            conditions::set(&mut status_conditions, "Ready", false, reason, message);
-        }
-        (None, false, _) => {
-            let message = format!("EC2 instance {} is {}", instance.id, instance.state);
-            let reason = match instance.state.as_str() {
-                "pending" => "InstancePending",
-                _ => "InstanceNotRunning",
-            };
-            conditions::set(
-                &mut status_conditions,
-                INSTANCE_READY,
-                false,
-                reason,
-                &message,
-            );
-            conditions::set(&mut status_conditions, "Ready", false, reason, &message);
-        }
+}
+
+/// An AWSMachine whose Cluster or cluster infrastructure is not (or no longer) there: made
+/// before them, it waits; being deleted, it goes if it never launched, and otherwise says why
+/// its instance cannot be terminated (the region and credentials to reach it went first).
+async fn without_infrastructure(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    aws_machine: &AWSMachine,
+) -> Result<Action, Error> {
+    if object.metadata.deletion_timestamp.is_none() {
+        // Made before its Cluster or control plane (neither is watched here).
+        return Ok(Action::requeue(
+            ctx.identities.aws().settings().poll_while_changing,
+        ));
     }
-    let status = json!({
-        "ready": ready,
-        "instanceState": instance.state,
-        "addresses": instance.addresses,
-        "failureReason": failure.as_ref().map(|_| "UpdateError"),
-        "failureMessage": failure,
-        "conditions": status_conditions,
-    });
-    if [
-        "ready",
-        "instanceState",
-        "addresses",
-        "failureReason",
-        "failureMessage",
-        "conditions",
-    ]
-    .iter()
-    .any(|k| object.data["status"][*k] != status[*k])
-    {
-        patch_status(&api, &name, status).await?;
-    }
-    Ok(if ready && role_mapped.is_ok() || failure.is_some() {
-        Action::requeue(ctx.identities.aws().settings().sync_period)
-    } else if ready {
-        Action::requeue(Duration::from_secs(60))
-    } else {
-        Action::requeue(poll)
-    })
+    let Some(instance) = aws_machine.spec.instance_id.as_deref() else {
+        // Never launched: nothing to terminate.
+        remove_finalizer(api, object, FINALIZER).await?;
+        return Ok(Action::await_change());
+    };
+    let failure = Failure::new(
+        INSTANCE_READY,
+        "ControlPlaneGone",
+        format!(
+            "cannot terminate EC2 instance {instance}: the Cluster's AWSManagedControlPlane or AWSCluster (its region and identity) is gone; terminate the instance, then remove the finalizer {FINALIZER}"
+        ),
+    );
+    let mut status_conditions = conditions::existing(&object.data["status"]);
+    report(ctx, api, object, &mut status_conditions, failure).await
 }
 
 /// The entries the spec records (`spec.cloudInit`), if lariat made them for this machine.

@@ -46,6 +46,7 @@ fn binding(name: &str, role: &str, groups: &[&str]) -> Value {
     })
 }
 
+// Long: kube-apiserver's default roles and bindings, a table read down, one entry each.
 /// The default ClusterRoles and ClusterRoleBindings, as kube-apiserver ships them, with
 /// `edit` and `view` reaching lariat's kinds (`kinds`: each group's plurals). The cluster
 /// proxy (`clusters/proxy`) is in none but `cluster-admin`: what a caller may do downstream

@@ -104,6 +104,7 @@ fn object(
     serde_json::from_value(value).expect("a well-formed object")
 }
 
+// Long: a benchmark's scenario, its steps in the order they run and print their figures.
 pub async fn run(args: AccessArgs) -> anyhow::Result<()> {
     println!(
         "lariat bench access: {} in-memory clusters, one project each; load average {}",

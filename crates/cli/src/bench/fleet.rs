@@ -144,6 +144,7 @@ async fn revision(client: &kube::Client) -> anyhow::Result<i64> {
         .unwrap_or(0))
 }
 
+// Long: a benchmark's scenario, its steps in the order they run and print their figures.
 pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
     println!(
         "lariat bench fleet: {} in-memory clusters x {} bundles, {} GitRepos; load average {}",

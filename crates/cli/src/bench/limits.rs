@@ -142,6 +142,7 @@ fn expect(code: u16, message: &str, wanted: u16, names: &str) -> Result<String, 
     }
 }
 
+// Long: the vectors in the order they run and print, each one line that names its attack.
 pub async fn run(args: LimitsArgs) -> anyhow::Result<()> {
     let server = ServerProcess::start_with(vec![
         "--no-controllers".into(),

@@ -406,6 +406,7 @@ async fn list_seconds(
     Ok((started.elapsed().as_secs_f64(), total))
 }
 
+// Long: a benchmark's scenario, its steps in the order they run and print their figures.
 async fn api(args: ApiArgs) -> anyhow::Result<()> {
     println!(
         "lariat bench api: concurrency {}, load average {}",
@@ -803,6 +804,7 @@ fn requests_per(before: &RequestCounts, after: &RequestCounts, api: &str, per: f
     )
 }
 
+// Long: a benchmark's scenario, its steps in the order they run and print their figures.
 async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
     println!(
         "lariat bench lifecycle: {} clusters x ({} control plane + {} workers), in-memory provider, zero delay; load average {}",
