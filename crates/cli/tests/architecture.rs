@@ -57,7 +57,6 @@ const TO_SPLIT: &[&str] = &[
     "crates/provider-aws/src/lib.rs:run",
     "crates/provider-aws/src/machine_pool.rs:provision",
     "crates/provider-aws/src/machine_pool.rs:reconcile",
-    "crates/provider-aws/src/managed_machine_pool.rs:reconcile",
     "crates/provider-inmemory/src/cluster.rs:reconcile",
     "crates/provider-inmemory/src/machine.rs:reconcile",
     "crates/provider-kubeadm/src/control_plane.rs:reconcile",

@@ -3,8 +3,11 @@
 //! "desired capacity 3 to 5"), `spec.scaling` its bounds; the group is created in the control
 //! plane's private subnets with its own IAM role, and deleted (then the role) with the pool.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
+
+use aws_sdk_eks::types::Nodegroup;
 
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
@@ -83,235 +86,326 @@ pub(crate) async fn owners(ctx: &Context, object: &DynamicObject) -> Result<Opti
     }))
 }
 
+/// Goes on with a step's value, or ends the reconcile with the action it chose.
+macro_rules! proceed {
+    ($step:expr) => {
+        match $step {
+            ControlFlow::Continue(value) => value,
+            ControlFlow::Break(action) => return Ok(action),
+        }
+    };
+}
+
 pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Cluster API's paused contract, deletion included (see `object_paused`).
     if lariat_controllers::cluster::object_paused(&ctx.caches, &object.metadata).await? {
         return Ok(lariat_controllers::resync());
     }
-    let namespace = object.namespace().unwrap_or_default();
-    let name = object.name_any();
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
-    let machine_pool: AWSManagedMachinePool = DynamicObject::clone(&object)
-        .try_parse()
-        .map_err(|e| Error::Invalid(format!("AWSManagedMachinePool {namespace}/{name}: {e}")))?;
-    let Some(Owners {
-        pool,
-        cluster,
-        control_plane,
-    }) = owners(&ctx, &object).await?
-    else {
-        if object.metadata.deletion_timestamp.is_some() {
-            // Never claimed by a cluster: nothing was made in AWS.
-            remove_finalizer(&api, &object, FINALIZER).await?;
-        }
+    let mut pass = proceed!(Pass::start(&object, &ctx).await?);
+    if object.metadata.deletion_timestamp.is_some() {
+        return pass.delete().await;
+    }
+    let Some(pool) = pass.pool.clone() else {
         return Ok(Action::await_change());
     };
-    let mut status_conditions = conditions::existing(&object.data["status"]);
-    let (Some(region), Some(eks_cluster)) = (
-        control_plane.spec.region.clone(),
-        control_plane.spec.eks_cluster_name.clone(),
-    ) else {
-        // The control plane has not made its EKS cluster yet; its change wakes the pool.
-        return Ok(Action::requeue(
-            ctx.identities.aws().settings().poll_while_changing,
-        ));
-    };
-    let session = match ctx
-        .identities
-        .session(
-            &namespace,
-            &region,
-            control_plane.spec.identity_ref.as_ref(),
-        )
-        .await
-    {
-        Ok(session) => session,
-        Err(error) => {
-            return report(
-                &ctx,
-                &api,
-                &object,
-                &mut status_conditions,
-                error.reason(),
-                &error.to_string(),
-            )
-            .await;
-        }
-    };
-    let owner = Owner {
-        namespace: namespace.clone(),
-        cluster,
-        additional: machine_pool
-            .spec
-            .additional_tags
-            .clone()
-            .unwrap_or_default(),
-    };
-    let nodegroup = machine_pool
-        .spec
-        .eks_nodegroup_name
-        .clone()
-        .unwrap_or_else(|| crate::control_plane::eks_name(&namespace, &name));
-    let role_name = machine_pool
-        .spec
-        .role_name
-        .clone()
-        .unwrap_or_else(|| default_role_name(&nodegroup));
-    let eks = session.aws().eks(&session.config);
+    if ensure_finalizer(&pass.api, &object, FINALIZER).await? {
+        return Ok(Action::await_change());
+    }
+    proceed!(pass.wait_for_control_plane().await?);
+    let scaling = proceed!(pass.scaling(&pool).await?);
+    let group = proceed!(pass.group(&pool, scaling).await?);
+    proceed!(pass.scale(&group, scaling).await?);
+    pass.converge(&pool, &group).await
+}
 
-    if object.metadata.deletion_timestamp.is_some() {
-        return match delete(&session, &owner, &eks_cluster, &nodegroup, &role_name).await {
-            Ok(true) => Ok(Action::requeue(
-                ctx.identities.aws().settings().poll_while_changing,
-            )),
-            Ok(false) => {
-                remove_finalizer(&api, &object, FINALIZER).await?;
-                Ok(Action::await_change())
+/// The size a node group keeps: `(min, max, desired)`.
+type Scaling = (i32, i32, i32);
+
+/// One reconcile of an AWSManagedMachinePool whose EKS cluster exists: its owners, a session
+/// in the cluster's region, its node group's names, and the status conditions it builds.
+struct Pass<'a> {
+    ctx: &'a Context,
+    object: &'a Arc<DynamicObject>,
+    api: Api<DynamicObject>,
+    name: String,
+    machine_pool: AWSManagedMachinePool,
+    pool: Option<Arc<MachinePool>>,
+    control_plane: AWSManagedControlPlane,
+    eks_cluster: String,
+    session: Session,
+    owner: Owner,
+    nodegroup: String,
+    role_name: String,
+    conditions: Vec<serde_json::Value>,
+}
+
+impl<'a> Pass<'a> {
+    /// Finds the pool's owners and EKS cluster; ends the reconcile while they are missing.
+    async fn start(
+        object: &'a Arc<DynamicObject>,
+        ctx: &'a Context,
+    ) -> Result<ControlFlow<Action, Pass<'a>>, Error> {
+        let namespace = object.namespace().unwrap_or_default();
+        let name = object.name_any();
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
+        let machine_pool: AWSManagedMachinePool =
+            DynamicObject::clone(object).try_parse().map_err(|e| {
+                Error::Invalid(format!("AWSManagedMachinePool {namespace}/{name}: {e}"))
+            })?;
+        let Some(Owners {
+            pool,
+            cluster,
+            control_plane,
+        }) = owners(ctx, object).await?
+        else {
+            if object.metadata.deletion_timestamp.is_some() {
+                // Never claimed by a cluster: nothing was made in AWS.
+                remove_finalizer(&api, object, FINALIZER).await?;
             }
+            return Ok(ControlFlow::Break(Action::await_change()));
+        };
+        let mut status_conditions = conditions::existing(&object.data["status"]);
+        let (Some(region), Some(eks_cluster)) = (
+            control_plane.spec.region.clone(),
+            control_plane.spec.eks_cluster_name.clone(),
+        ) else {
+            // The control plane has not made its EKS cluster yet; its change wakes the pool.
+            let poll = ctx.identities.aws().settings().poll_while_changing;
+            return Ok(ControlFlow::Break(Action::requeue(poll)));
+        };
+        let identity = control_plane.spec.identity_ref.as_ref();
+        let session = match ctx.identities.session(&namespace, &region, identity).await {
+            Ok(session) => session,
             Err(error) => {
-                report(
-                    &ctx,
-                    &api,
-                    &object,
-                    &mut status_conditions,
-                    "DeletionFailed",
-                    &error.to_string(),
-                )
-                .await
+                let (reason, message) = (error.reason(), error.to_string());
+                let action =
+                    report(ctx, &api, object, &mut status_conditions, reason, &message).await?;
+                return Ok(ControlFlow::Break(action));
             }
         };
+        let nodegroup = machine_pool
+            .spec
+            .eks_nodegroup_name
+            .clone()
+            .unwrap_or_else(|| crate::control_plane::eks_name(&namespace, &name));
+        let role_name = machine_pool
+            .spec
+            .role_name
+            .clone()
+            .unwrap_or_else(|| default_role_name(&nodegroup));
+        let owner = Owner {
+            namespace,
+            cluster,
+            additional: machine_pool
+                .spec
+                .additional_tags
+                .clone()
+                .unwrap_or_default(),
+        };
+        Ok(ControlFlow::Continue(Pass {
+            ctx,
+            object,
+            api,
+            name,
+            machine_pool,
+            pool,
+            control_plane,
+            eks_cluster,
+            session,
+            owner,
+            nodegroup,
+            role_name,
+            conditions: status_conditions,
+        }))
     }
-    let Some(pool) = pool else {
-        return Ok(Action::await_change());
-    };
-    if ensure_finalizer(&api, &object, FINALIZER).await? {
-        return Ok(Action::await_change());
+
+    fn poll(&self) -> Duration {
+        self.ctx.identities.aws().settings().poll_while_changing
     }
-    if control_plane.status.as_ref().is_none_or(|s| !s.ready) {
+
+    /// Reports a failure of the node group; the reconcile ends with its retry.
+    async fn fail(&mut self, reason: &str, message: &str) -> Result<Action, Error> {
+        report(
+            self.ctx,
+            &self.api,
+            self.object,
+            &mut self.conditions,
+            reason,
+            message,
+        )
+        .await
+    }
+
+    /// Deletes the node group, then its role; the finalizer goes once both are gone.
+    async fn delete(&mut self) -> Result<Action, Error> {
+        let deleted = delete(
+            &self.session,
+            &self.owner,
+            &self.eks_cluster,
+            &self.nodegroup,
+            &self.role_name,
+        )
+        .await;
+        match deleted {
+            Ok(true) => Ok(Action::requeue(self.poll())),
+            Ok(false) => {
+                remove_finalizer(&self.api, self.object, FINALIZER).await?;
+                Ok(Action::await_change())
+            }
+            Err(error) => self.fail("DeletionFailed", &error.to_string()).await,
+        }
+    }
+
+    /// Nodes join a ready control plane only: until then the condition says so.
+    async fn wait_for_control_plane(&mut self) -> Result<ControlFlow<Action>, Error> {
+        if self.control_plane.status.as_ref().is_some_and(|s| s.ready) {
+            return Ok(ControlFlow::Continue(()));
+        }
         conditions::set(
-            &mut status_conditions,
+            &mut self.conditions,
             "EKSNodegroupReady",
             false,
             "WaitingForEKSControlPlane",
             "the EKS control plane is not ready yet",
         );
-        if status_conditions != conditions::existing(&object.data["status"]) {
-            patch_status(&api, &name, json!({"conditions": status_conditions})).await?;
+        if self.conditions != conditions::existing(&self.object.data["status"]) {
+            patch_status(
+                &self.api,
+                &self.name,
+                json!({"conditions": self.conditions}),
+            )
+            .await?;
         }
-        return Ok(Action::requeue(
-            ctx.identities.aws().settings().poll_while_changing,
-        ));
+        Ok(ControlFlow::Break(Action::requeue(self.poll())))
     }
 
-    let desired = pool.spec.replicas.unwrap_or(1);
-    let scaling = machine_pool.spec.scaling.clone().unwrap_or_default();
-    let (min, max) = (
-        scaling.min_size.unwrap_or(desired.min(1)),
-        scaling.max_size.unwrap_or(desired.max(1)),
-    );
-    if desired < min || desired > max {
+    /// The size the group keeps: the MachinePool's replicas within `spec.scaling`, refused
+    /// outside it.
+    async fn scaling(&mut self, pool: &MachinePool) -> Result<ControlFlow<Action, Scaling>, Error> {
+        let desired = pool.spec.replicas.unwrap_or(1);
+        let scaling = self.machine_pool.spec.scaling.clone().unwrap_or_default();
+        let (min, max) = (
+            scaling.min_size.unwrap_or(desired.min(1)),
+            scaling.max_size.unwrap_or(desired.max(1)),
+        );
+        if (min..=max).contains(&desired) {
+            return Ok(ControlFlow::Continue((min, max, desired)));
+        }
         let message = format!(
             "MachinePool {} wants {desired} replicas, outside spec.scaling [{min}, {max}]: change the replicas or the scaling bounds",
             pool.name_any()
         );
-        return report(
-            &ctx,
-            &api,
-            &object,
-            &mut status_conditions,
-            "InvalidScaling",
-            &message,
-        )
-        .await;
+        Ok(ControlFlow::Break(
+            self.fail("InvalidScaling", &message).await?,
+        ))
     }
-    let found = match eks
-        .describe_nodegroup()
-        .cluster_name(&eks_cluster)
-        .nodegroup_name(&nodegroup)
-        .send()
-        .await
-        .aws()
-    {
-        Ok(found) => found.nodegroup,
-        Err(error) if error.is_not_found() => None,
-        Err(error) => {
-            return report(
-                &ctx,
-                &api,
-                &object,
-                &mut status_conditions,
-                "EKSNodegroupReconciliationFailed",
-                &error.to_string(),
-            )
-            .await;
-        }
-    };
-    let wanted_version = pool
-        .spec
-        .template
-        .spec
-        .as_ref()
-        .and_then(|s| s.version.as_deref())
-        .and_then(crate::control_plane::eks_version);
-    let group = match found {
-        Some(group) => group,
-        None => {
-            let created = create(
-                &session,
-                &owner,
-                &machine_pool,
-                &control_plane,
-                &eks_cluster,
-                &nodegroup,
-                &role_name,
-                (min, max, desired),
-                wanted_version.clone(),
-                object.uid().unwrap_or_default(),
-            )
-            .await;
-            match created {
-                Ok(group) => {
-                    ctx.events
-                        .publish(
-                            object.as_ref(),
-                            "AWSManagedMachinePool",
-                            EventType::Normal,
-                            "Creating",
-                            &format!("EKS node group {nodegroup} of {desired} nodes requested"),
-                        )
-                        .await;
-                    group
-                }
-                Err(error) => {
-                    return report(
-                        &ctx,
-                        &api,
-                        &object,
-                        &mut status_conditions,
-                        "EKSNodegroupReconciliationFailed",
-                        &error.to_string(),
-                    )
-                    .await;
-                }
+
+    /// The version the MachinePool asks its nodes to run, as EKS names it (`1.31`).
+    fn wanted_version(pool: &MachinePool) -> Option<String> {
+        pool.spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|s| s.version.as_deref())
+            .and_then(crate::control_plane::eks_version)
+    }
+
+    /// The node group as EKS describes it, created when there is none.
+    async fn group(
+        &mut self,
+        pool: &MachinePool,
+        scaling: Scaling,
+    ) -> Result<ControlFlow<Action, Nodegroup>, Error> {
+        let eks = self.session.aws().eks(&self.session.config);
+        let found = eks
+            .describe_nodegroup()
+            .cluster_name(&self.eks_cluster)
+            .nodegroup_name(&self.nodegroup)
+            .send()
+            .await
+            .aws();
+        let failed = match found {
+            Ok(found) if found.nodegroup.is_some() => {
+                return Ok(ControlFlow::Continue(found.nodegroup.expect("some")));
+            }
+            Ok(_) => None,
+            Err(error) if error.is_not_found() => None,
+            Err(error) => Some(error),
+        };
+        let created = match failed {
+            Some(error) => Err(error),
+            None => {
+                create(
+                    &self.session,
+                    &self.owner,
+                    &self.machine_pool,
+                    &self.control_plane,
+                    &self.eks_cluster,
+                    &self.nodegroup,
+                    &self.role_name,
+                    scaling,
+                    Self::wanted_version(pool),
+                    self.object.uid().unwrap_or_default(),
+                )
+                .await
+            }
+        };
+        match created {
+            Ok(group) => {
+                let message = format!(
+                    "EKS node group {} of {} nodes requested",
+                    self.nodegroup, scaling.2
+                );
+                self.event("Creating", &message).await;
+                Ok(ControlFlow::Continue(group))
+            }
+            Err(error) => {
+                let action = self
+                    .fail("EKSNodegroupReconciliationFailed", &error.to_string())
+                    .await?;
+                Ok(ControlFlow::Break(action))
             }
         }
-    };
-    let state = group
-        .status()
-        .map(|s| s.as_str().to_owned())
-        .unwrap_or_default();
-    let current = group.scaling_config();
-    let current_desired = current.and_then(|c| c.desired_size());
-    if state == "ACTIVE"
-        && (current_desired != Some(desired)
-            || current.and_then(|c| c.min_size()) != Some(min)
-            || current.and_then(|c| c.max_size()) != Some(max))
-    {
-        // seed 000: the desired capacity of the group follows the MachinePool.
-        let update = eks
+    }
+
+    async fn event(&self, reason: &str, message: &str) {
+        self.ctx
+            .events
+            .publish(
+                self.object.as_ref(),
+                "AWSManagedMachinePool",
+                EventType::Normal,
+                reason,
+                message,
+            )
+            .await;
+    }
+
+    /// Seed 000: the desired capacity of an active group follows the MachinePool.
+    async fn scale(
+        &mut self,
+        group: &Nodegroup,
+        scaling: Scaling,
+    ) -> Result<ControlFlow<Action>, Error> {
+        let (min, max, desired) = scaling;
+        let current = group.scaling_config();
+        let current_desired = current.and_then(|c| c.desired_size());
+        let active = group.status().is_some_and(|s| s.as_str() == "ACTIVE");
+        if !active
+            || current_desired == Some(desired)
+                && current.and_then(|c| c.min_size()) == Some(min)
+                && current.and_then(|c| c.max_size()) == Some(max)
+        {
+            return Ok(ControlFlow::Continue(()));
+        }
+        let update = self
+            .session
+            .aws()
+            .eks(&self.session.config)
             .update_nodegroup_config()
-            .cluster_name(&eks_cluster)
-            .nodegroup_name(&nodegroup)
+            .cluster_name(&self.eks_cluster)
+            .nodegroup_name(&self.nodegroup)
             .scaling_config(
                 aws_sdk_eks::types::NodegroupScalingConfig::builder()
                     .min_size(min)
@@ -323,63 +417,126 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             .await
             .aws();
         if let Err(error) = update {
-            return report(
-                &ctx,
-                &api,
-                &object,
-                &mut status_conditions,
-                "EKSNodegroupUpdateFailed",
-                &error.to_string(),
-            )
-            .await;
+            let action = self
+                .fail("EKSNodegroupUpdateFailed", &error.to_string())
+                .await?;
+            return Ok(ControlFlow::Break(action));
         }
-        ctx.events
-            .publish(
-                object.as_ref(),
-                "AWSManagedMachinePool",
-                EventType::Normal,
-                "Scaling",
-                &format!(
-                    "EKS node group {nodegroup}: desired size {} to {desired}",
-                    current_desired.unwrap_or_default()
-                ),
-            )
-            .await;
-        return Ok(Action::requeue(Duration::from_secs(1)));
-    }
-    let step = match (&wanted_version, group.version()) {
-        (Some(wanted), Some(running)) if state == "ACTIVE" => {
-            crate::control_plane::version_step(running, wanted)
-        }
-        _ => crate::control_plane::Step::None,
-    };
-    let upgrade = match &step {
-        crate::control_plane::Step::Upgrade { running, .. } => Some(Upgrade {
-            from: running.clone(),
-            to: wanted_version.clone().unwrap_or_default(),
-        }),
-        _ => None,
-    };
-    // The nodes run through an update: ready, as Cluster API AWS says it.
-    let ready = matches!(state.as_str(), "ACTIVE" | "UPDATING");
-    if let crate::control_plane::Step::Downgrade { running, wanted } = &step {
-        // EKS cannot go back; the nodes keep running the version they have.
         let message = format!(
-            "MachinePool {} asks for {wanted}, older than the {running} node group {nodegroup} runs: EKS cannot downgrade; set v{running} or later",
-            pool.name_any()
+            "EKS node group {}: desired size {} to {desired}",
+            self.nodegroup,
+            current_desired.unwrap_or_default()
         );
+        self.event("Scaling", &message).await;
+        Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(1))))
+    }
+
+    /// Brings the group's version to the MachinePool's (after the control plane, never
+    /// back), and reports the group's state in the status.
+    async fn converge(&mut self, pool: &MachinePool, group: &Nodegroup) -> Result<Action, Error> {
+        let state = group
+            .status()
+            .map(|s| s.as_str().to_owned())
+            .unwrap_or_default();
+        let wanted_version = Self::wanted_version(pool);
+        let step = match (&wanted_version, group.version()) {
+            (Some(wanted), Some(running)) if state == "ACTIVE" => {
+                crate::control_plane::version_step(running, wanted)
+            }
+            _ => crate::control_plane::Step::None,
+        };
+        // The nodes run through an update: ready, as Cluster API AWS says it.
+        let ready = matches!(state.as_str(), "ACTIVE" | "UPDATING");
+        match step {
+            crate::control_plane::Step::Downgrade { running, wanted } => {
+                // EKS cannot go back; the nodes keep running the version they have.
+                let message = format!(
+                    "MachinePool {} asks for {wanted}, older than the {running} node group {} runs: EKS cannot downgrade; set v{running} or later",
+                    pool.name_any(),
+                    self.nodegroup
+                );
+                conditions::set(
+                    &mut self.conditions,
+                    "EKSNodegroupReady",
+                    false,
+                    "DowngradeRefused",
+                    &message,
+                );
+                conditions::set(&mut self.conditions, "Ready", true, "", "");
+            }
+            crate::control_plane::Step::Upgrade { running, .. } => {
+                let upgrade = Upgrade {
+                    from: running,
+                    to: wanted_version.unwrap_or_default(),
+                };
+                proceed!(self.upgrade(upgrade).await?);
+                // The nodes still run: the pool stays ready while its group is upgraded.
+                conditions::set(&mut self.conditions, "Ready", true, "", "");
+            }
+            _ => self.report_state(&state),
+        }
+        let status = json!({
+            "ready": ready,
+            // The group's desired size once EKS has it: the instances EKS keeps running.
+            "replicas": if ready { group.scaling_config().and_then(|c| c.desired_size()) } else { None },
+            "conditions": self.conditions,
+        });
+        let stored = &self.object.data["status"];
+        if ["ready", "replicas", "conditions"]
+            .iter()
+            .any(|k| stored[*k] != status[*k])
+        {
+            patch_status(&self.api, &self.name, status).await?;
+        }
+        // Nothing to wait for: done, or refused until the spec changes.
+        let settled = ready
+            && (conditions::is_true(&self.conditions, "EKSNodegroupReady")
+                || self.conditions.iter().any(|c| {
+                    c["type"] == "EKSNodegroupReady" && c["reason"] == "DowngradeRefused"
+                }));
+        Ok(Action::requeue(if settled {
+            self.ctx.identities.aws().settings().sync_period
+        } else {
+            self.poll()
+        }))
+    }
+
+    /// The conditions of a group with no version to change: ready when active, and while
+    /// updating (the nodes keep running), not while it is made.
+    fn report_state(&mut self, state: &str) {
+        if state == "ACTIVE" {
+            conditions::set(&mut self.conditions, "EKSNodegroupReady", true, "", "");
+            conditions::set(&mut self.conditions, "Ready", true, "", "");
+            return;
+        }
+        let message = format!("EKS node group {} is {state}", self.nodegroup);
+        let reason = match state {
+            "UPDATING" => "EKSNodegroupUpdating",
+            _ => "EKSNodegroupCreating",
+        };
         conditions::set(
-            &mut status_conditions,
+            &mut self.conditions,
             "EKSNodegroupReady",
             false,
-            "DowngradeRefused",
+            reason,
             &message,
         );
-        conditions::set(&mut status_conditions, "Ready", true, "", "");
-    } else if let Some(upgrade) = upgrade {
-        // After the control plane, never before: EKS refuses nodes newer than their
-        // control plane, so a pool whose version moved with the cluster's waits for it.
-        let control_plane_version = control_plane
+        let updating = state == "UPDATING";
+        conditions::set(
+            &mut self.conditions,
+            "Ready",
+            updating,
+            if updating { "" } else { reason },
+            if updating { "" } else { &message },
+        );
+    }
+
+    /// Upgrades the group after its control plane, never before: EKS refuses nodes newer
+    /// than their control plane, so a pool whose version moved with the cluster's waits.
+    async fn upgrade(&mut self, upgrade: Upgrade) -> Result<ControlFlow<Action>, Error> {
+        let nodegroup = self.nodegroup.clone();
+        let control_plane_version = self
+            .control_plane
             .status
             .as_ref()
             .and_then(|s| s.version.as_deref())
@@ -394,135 +551,72 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
                 upgrade.from
             );
             conditions::set(
-                &mut status_conditions,
+                &mut self.conditions,
                 "EKSNodegroupReady",
                 false,
                 "WaitingForControlPlaneUpgrade",
                 &message,
             );
-        } else {
-            let retry_after = ctx.identities.aws().settings().sync_period;
-            let upgraded = updates::upgrade(
-                &eks,
-                &eks_cluster,
-                Some(&nodegroup),
-                &object.metadata,
-                &upgrade.to,
-                retry_after,
-            )
-            .await;
-            match upgraded {
-                Ok(updates::Upgrade::Upgrading { record }) => {
-                    if let Some(record) = record {
-                        updates::remember(&api, &object.name_any(), &record).await?;
-                    }
-                }
-                Ok(updates::Upgrade::Failed(why)) => {
-                    // The nodes still run at the old version: `status.ready` stays true, the
-                    // Ready condition says what failed.
-                    let message = format!(
-                        "EKS node group {nodegroup} stays at {}: {why}",
-                        upgrade.from
-                    );
-                    let failure = crate::Failure::new(
-                        "EKSNodegroupReady",
-                        "EKSNodegroupUpgradeFailed",
-                        message,
-                    );
-                    let wait = crate::report_failure(
-                        &ctx,
-                        &api,
-                        &object,
-                        &mut status_conditions,
-                        failure,
-                        json!({}),
-                    )
-                    .await?;
-                    return Ok(Action::requeue(wait.min(retry_after)));
-                }
-                Err(error) => {
-                    return report(
-                        &ctx,
-                        &api,
-                        &object,
-                        &mut status_conditions,
-                        "EKSNodegroupUpgradeFailed",
-                        &error.to_string(),
-                    )
-                    .await;
+            return Ok(ControlFlow::Continue(()));
+        }
+        let retry_after = self.ctx.identities.aws().settings().sync_period;
+        let eks = self.session.aws().eks(&self.session.config);
+        let upgraded = updates::upgrade(
+            &eks,
+            &self.eks_cluster,
+            Some(&nodegroup),
+            &self.object.metadata,
+            &upgrade.to,
+            retry_after,
+        )
+        .await;
+        match upgraded {
+            Ok(updates::Upgrade::Upgrading { record }) => {
+                if let Some(record) = record {
+                    updates::remember(&self.api, &self.name, &record).await?;
                 }
             }
-            let message = format!(
-                "EKS node group {nodegroup}: upgrading from {} to {}",
-                upgrade.from, upgrade.to
-            );
-            ctx.events
-                .publish(
-                    object.as_ref(),
-                    "AWSManagedMachinePool",
-                    EventType::Normal,
-                    "Upgrading",
-                    &message,
+            Ok(updates::Upgrade::Failed(why)) => {
+                // The nodes still run at the old version: `status.ready` stays true, the
+                // Ready condition says what failed.
+                let message = format!(
+                    "EKS node group {nodegroup} stays at {}: {why}",
+                    upgrade.from
+                );
+                let failure =
+                    crate::Failure::new("EKSNodegroupReady", "EKSNodegroupUpgradeFailed", message);
+                let wait = crate::report_failure(
+                    self.ctx,
+                    &self.api,
+                    self.object,
+                    &mut self.conditions,
+                    failure,
+                    json!({}),
                 )
-                .await;
-            conditions::set(
-                &mut status_conditions,
-                "EKSNodegroupReady",
-                false,
-                "EKSNodegroupUpgrading",
-                &message,
-            );
+                .await?;
+                return Ok(ControlFlow::Break(Action::requeue(wait.min(retry_after))));
+            }
+            Err(error) => {
+                let action = self
+                    .fail("EKSNodegroupUpgradeFailed", &error.to_string())
+                    .await?;
+                return Ok(ControlFlow::Break(action));
+            }
         }
-        // The nodes still run: the pool stays ready while its group is upgraded.
-        conditions::set(&mut status_conditions, "Ready", true, "", "");
-    } else if state == "ACTIVE" {
-        conditions::set(&mut status_conditions, "EKSNodegroupReady", true, "", "");
-        conditions::set(&mut status_conditions, "Ready", true, "", "");
-    } else {
-        let message = format!("EKS node group {nodegroup} is {state}");
-        let reason = match state.as_str() {
-            "UPDATING" => "EKSNodegroupUpdating",
-            _ => "EKSNodegroupCreating",
-        };
+        let message = format!(
+            "EKS node group {nodegroup}: upgrading from {} to {}",
+            upgrade.from, upgrade.to
+        );
+        self.event("Upgrading", &message).await;
         conditions::set(
-            &mut status_conditions,
+            &mut self.conditions,
             "EKSNodegroupReady",
             false,
-            reason,
+            "EKSNodegroupUpgrading",
             &message,
         );
-        // An update keeps the nodes running; only a group being made is not ready.
-        conditions::set(
-            &mut status_conditions,
-            "Ready",
-            state == "UPDATING",
-            if state == "UPDATING" { "" } else { reason },
-            if state == "UPDATING" { "" } else { &message },
-        );
+        Ok(ControlFlow::Continue(()))
     }
-    let status = json!({
-        "ready": ready,
-        // The group's desired size once EKS has it: the instances EKS keeps running.
-        "replicas": if ready { current_desired } else { None },
-        "conditions": status_conditions,
-    });
-    if object.data["status"]["ready"] != status["ready"]
-        || object.data["status"]["replicas"] != status["replicas"]
-        || object.data["status"]["conditions"] != status["conditions"]
-    {
-        patch_status(&api, &name, status).await?;
-    }
-    // Nothing to wait for: done, or refused until the spec changes.
-    let settled = ready
-        && (conditions::is_true(&status_conditions, "EKSNodegroupReady")
-            || status_conditions
-                .iter()
-                .any(|c| c["type"] == "EKSNodegroupReady" && c["reason"] == "DowngradeRefused"));
-    Ok(if settled {
-        Action::requeue(ctx.identities.aws().settings().sync_period)
-    } else {
-        Action::requeue(ctx.identities.aws().settings().poll_while_changing)
-    })
 }
 
 /// A node group's version change.
