@@ -51,7 +51,6 @@ const TO_SPLIT: &[&str] = &[
     "crates/management/src/rancher/admission.rs:admit",
     "crates/management/src/reporter.rs:report_cluster",
     "crates/provider-aws/src/bootstrap.rs:reconcile",
-    "crates/provider-aws/src/cluster.rs:reconcile",
     "crates/provider-aws/src/control_plane.rs:continue_provision",
     "crates/provider-aws/src/control_plane.rs:reconcile",
     "crates/provider-aws/src/lib.rs:run",
