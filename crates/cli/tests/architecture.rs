@@ -40,7 +40,6 @@ const TO_SPLIT: &[&str] = &[
     "crates/cli/src/generate.rs:cluster",
     "crates/cli/src/main.rs:server",
     "crates/controllers/src/cache.rs:start",
-    "crates/controllers/src/machine.rs:reconcile",
     "crates/controllers/src/machine_deployment.rs:reconcile",
     "crates/controllers/src/machine_health_check.rs:reconcile",
     "crates/controllers/src/machine_pool.rs:reconcile",

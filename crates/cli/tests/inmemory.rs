@@ -794,6 +794,52 @@ spec:
         "the confused one is told its reference is not a provider's",
         || condition("confused")["reason"] == "InvalidReference",
     );
+    // A Machine naming another Machine's bootstrap config is told so, and keeps saying it
+    // (the generic "waiting for the data" must not cover it).
+    let uid = server.kubectl_ok(&["get", "machine", &machine, "-o", "jsonpath={.metadata.uid}"]);
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"apiVersion: bootstrap.cluster.x-k8s.io/v1beta1
+kind: KubeadmConfig
+metadata:
+  name: claimed
+  ownerReferences:
+  - {{apiVersion: cluster.x-k8s.io/v1beta1, kind: Machine, name: {machine}, uid: {uid}, controller: true}}
+spec: {{joinConfiguration: {{}}}}
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: Machine
+metadata: {{name: borrower}}
+spec:
+  clusterName: sim
+  version: v1.30.0
+  bootstrap:
+    configRef: {{apiVersion: bootstrap.cluster.x-k8s.io/v1beta1, kind: KubeadmConfig, name: claimed}}
+  infrastructureRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: InMemoryMachine, name: borrowed-nothing}}
+"#,
+            uid = uid.trim()
+        ),
+    );
+    eventually(
+        "the borrower is told whose bootstrap config it names",
+        || {
+            let object: Value = serde_json::from_str(
+                &server.kubectl_ok(&["get", "machine", "borrower", "-o", "json"]),
+            )
+            .unwrap();
+            object["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| {
+                    c["type"] == "BootstrapReady"
+                        && c["reason"] == "BootstrapConfigClaimed"
+                        && c["message"].as_str().is_some_and(|m| m.contains(&machine))
+                })
+        },
+    );
+    server.kubectl_ok(&["delete", "machine", "borrower", "--timeout=60s"]);
     let owners = server.kubectl_ok(&[
         "get",
         "inmemorycluster",

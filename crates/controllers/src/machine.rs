@@ -40,7 +40,6 @@ pub fn has_node(machine: &Machine) -> bool {
 
 pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = machine.namespace().unwrap_or_default();
-    let name = machine.name_any();
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
     let cluster_name = machine.spec.cluster_name.clone();
     // As the Cluster's: finalizer, then paused before deletion (see `cluster::object_paused`).
@@ -72,152 +71,23 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
     if machine.owner_references().is_empty() {
         ensure_owner(&api, &machine, owner_reference(cluster.as_ref(), false)).await?;
     }
-    let owner = owner_reference(machine.as_ref(), true);
-    let uid = machine.uid().unwrap_or_default();
     let before = machine.status.clone().unwrap_or_default();
     let mut status = before.clone();
-    let mut list = status.conditions.take().unwrap_or_default();
-
-    let bootstrap = &machine.spec.bootstrap;
-    let bootstrap_ready = match (&bootstrap.data_secret_name, &bootstrap.config_ref) {
-        (Some(_), _) => true,
-        (None, reference) => match reference
-            .as_ref()
-            .and_then(Reference::from_object_reference)
-        {
-            None => false,
-            Some(reference) => match reference.get(&ctx.caches, &namespace).await {
-                Err(Error::InvalidReference(message)) => {
-                    let message = format!("spec.bootstrap.configRef: {message}");
-                    conditions::set(
-                        &mut list,
-                        "BootstrapReady",
-                        false,
-                        "InvalidReference",
-                        &message,
-                    );
-                    false
-                }
-                Err(e) => return Err(e),
-                Ok(None) => false,
-                Ok(Some(config))
-                    if let Some(other) = external::claimed_by_another(&config, "Machine", &uid) =>
-                {
-                    let message = format!(
-                        "spec.bootstrap.configRef: {} {} belongs to Machine {other}",
-                        reference.kind, reference.name
-                    );
-                    conditions::set(
-                        &mut list,
-                        "BootstrapReady",
-                        false,
-                        "BootstrapConfigClaimed",
-                        &message,
-                    );
-                    false
-                }
-                Ok(Some(config)) => {
-                    let config_api = reference.api(&ctx.client, &namespace).await?;
-                    ensure_owner(&config_api, &config, owner.clone()).await?;
-                    object::ensure_labels(&config_api, &config, &labels).await?;
-                    match (
-                        external::ready(&config),
-                        str_at(&config.data, &["status", "dataSecretName"]),
-                    ) {
-                        (true, Some(secret)) => {
-                            patch(
-                                &api,
-                                &name,
-                                json!({"spec": {"bootstrap": {"dataSecretName": secret}}}),
-                            )
-                            .await?;
-                            true
-                        }
-                        _ => false,
-                    }
-                }
-            },
-        },
+    let conditions = status.conditions.take().unwrap_or_default();
+    let mut pass = Pass {
+        owner: owner_reference(machine.as_ref(), true),
+        machine: &machine,
+        ctx: &ctx,
+        api,
+        namespace,
+        labels,
+        status,
+        conditions,
     };
-    conditions::set(
-        &mut list,
-        "BootstrapReady",
-        bootstrap_ready,
-        "WaitingForDataSecret",
-        "waiting for the bootstrap provider to write the bootstrap data",
-    );
-
-    let mut provider_id = machine.spec.provider_id.clone();
-    let infra_ready = match Reference::from_object_reference(&machine.spec.infrastructure_ref) {
-        None => false,
-        Some(reference) => match reference.get(&ctx.caches, &namespace).await {
-            Err(Error::UnknownKind { kind, .. }) => {
-                external::kind_unknown(&mut list, &kind);
-                false
-            }
-            Err(Error::InvalidReference(message)) => {
-                let message = format!("spec.infrastructureRef: {message}");
-                conditions::set(
-                    &mut list,
-                    "InfrastructureReady",
-                    false,
-                    "InvalidReference",
-                    &message,
-                );
-                false
-            }
-            Err(e) => return Err(e),
-            Ok(Some(infra))
-                if let Some(other) = external::claimed_by_another(&infra, "Machine", &uid) =>
-            {
-                let message = format!(
-                    "spec.infrastructureRef: {} {} belongs to Machine {other}",
-                    reference.kind, reference.name
-                );
-                conditions::set(
-                    &mut list,
-                    "InfrastructureReady",
-                    false,
-                    "InfrastructureClaimed",
-                    &message,
-                );
-                false
-            }
-            Ok(None) => {
-                conditions::set(
-                    &mut list,
-                    "InfrastructureReady",
-                    false,
-                    "WaitingForInfrastructure",
-                    &format!("{} {} does not exist", reference.kind, reference.name),
-                );
-                false
-            }
-            Ok(Some(infra)) => {
-                let infra_api = reference.api(&ctx.client, &namespace).await?;
-                ensure_owner(&infra_api, &infra, owner.clone()).await?;
-                object::ensure_labels(&infra_api, &infra, &labels).await?;
-                if let Some(id) = str_at(&infra.data, &["spec", "providerID"])
-                    && provider_id.as_deref() != Some(id)
-                {
-                    patch(&api, &name, json!({"spec": {"providerID": id}})).await?;
-                    provider_id = Some(id.to_string());
-                }
-                if let Some(addresses) = infra.data["status"].get("addresses") {
-                    status.addresses = serde_json::from_value(addresses.clone()).ok();
-                }
-                let (ready, failure) = external::read_infrastructure(&infra, &reference, &mut list);
-                if let Some((reason, message)) = failure {
-                    status.failure_reason = Some(reason);
-                    status.failure_message = Some(message);
-                }
-                ready
-            }
-        },
-    };
-
+    let bootstrap_ready = pass.bootstrap().await?;
+    let (infra_ready, provider_id) = pass.infrastructure().await?;
     let nodes = match &provider_id {
-        Some(_) if infra_ready => ctx.caches.nodes(&namespace, &cluster_name).await?,
+        Some(_) if infra_ready => ctx.caches.nodes(&pass.namespace, &cluster_name).await?,
         _ => None,
     };
     let reachable = nodes.as_ref().is_some_and(|n| n.is_healthy());
@@ -234,89 +104,14 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
             .next(),
         _ => None,
     };
-    match &node {
-        Some(node) => {
-            if !has_node(&machine) {
-                let message = format!(
-                    "Machine {} has Node {}",
-                    machine.name_any(),
-                    node.name_any()
-                );
-                ctx.events
-                    .publish_once(
-                        machine.as_ref(),
-                        "Machine",
-                        crate::events::EventType::Normal,
-                        "SuccessfulSetNodeRef",
-                        &message,
-                    )
-                    .await;
-            }
-            status.node_ref = Some(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(node.name_any()),
-                uid: node.uid(),
-                ..Default::default()
-            });
-            if let Some(info) = node.status.as_ref().and_then(|s| s.node_info.as_ref()) {
-                status.node_info = serde_json::to_value(info)
-                    .and_then(serde_json::from_value)
-                    .ok();
-            }
-            conditions::set(
-                &mut list,
-                "NodeHealthy",
-                node_ready(node),
-                "NodeConditionsFailed",
-                "the node is not Ready",
-            );
-        }
-        None if infra_ready && nodes.is_some() && !reachable => conditions::set(
-            &mut list,
-            "NodeHealthy",
-            false,
-            "NodeInspectionFailed",
-            "the workload cluster's API cannot be watched",
-        ),
-        None => conditions::set(
-            &mut list,
-            "NodeHealthy",
-            false,
-            "WaitingForNodeRef",
-            "the node has not joined yet",
-        ),
-    }
-    let ready = bootstrap_ready && infra_ready && node.is_some();
-    conditions::set(
-        &mut list,
-        "Ready",
-        ready,
-        "WaitingForNode",
-        "the machine is not running yet",
-    );
-    status.phase = Some(if status.failure_reason.is_some() {
-        MachinePhase::Failed
-    } else if node.is_some() {
-        MachinePhase::Running
-    } else if infra_ready {
-        MachinePhase::Provisioned
-    } else if bootstrap_ready || machine.spec.infrastructure_ref.name.is_some() {
-        MachinePhase::Provisioning
-    } else {
-        MachinePhase::Pending
-    });
-    status.bootstrap_ready = Some(bootstrap_ready);
-    status.infrastructure_ready = Some(infra_ready);
-    status.observed_generation = Some(machine.metadata.generation.unwrap_or(0));
-    let kind_unknown = list
-        .iter()
-        .any(|c| c.reason.as_deref() == Some("InfrastructureKindUnknown"));
-    status.conditions = Some(list);
-    if status != before {
-        status.last_updated = Some(object::now_time());
-        write_status(&api, &name, &status).await?;
-    }
+    pass.node(
+        node.as_deref(),
+        infra_ready && nodes.is_some() && !reachable,
+    )
+    .await;
+    let kind_unknown = pass
+        .finish(bootstrap_ready, infra_ready, node.is_some(), &before)
+        .await?;
     Ok(if infra_ready && node.is_none() && !reachable {
         // The workload cluster's API is not up, or not reachable, yet: nothing will say when
         // it is, so look again.
@@ -328,6 +123,261 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
         // Its bootstrap config, infrastructure machine and Node wake it.
         crate::resync()
     })
+}
+
+/// One reconcile of a live Machine of an existing Cluster: what it adopts (its bootstrap
+/// config and infrastructure machine, as their owner, with its cluster label), and the status
+/// it builds.
+struct Pass<'a> {
+    machine: &'a Machine,
+    ctx: &'a Context,
+    api: Api<Machine>,
+    namespace: String,
+    /// The Machine's owner reference, for what it adopts.
+    owner: serde_json::Value,
+    /// The labels what it adopts carries.
+    labels: BTreeMap<String, String>,
+    status: MachineStatus,
+    conditions: Vec<lariat_api::capi::Condition>,
+}
+
+impl Pass<'_> {
+    fn uid(&self) -> String {
+        self.machine.uid().unwrap_or_default()
+    }
+
+    /// Whether the bootstrap data exists: given in the spec, or written by the bootstrap
+    /// provider into the config the Machine adopts (then copied into the spec).
+    async fn bootstrap(&mut self) -> Result<bool, Error> {
+        let bootstrap = &self.machine.spec.bootstrap;
+        let ready = match (&bootstrap.data_secret_name, &bootstrap.config_ref) {
+            (Some(_), _) => true,
+            (None, reference) => match reference
+                .as_ref()
+                .and_then(Reference::from_object_reference)
+            {
+                None => false,
+                Some(reference) => match self.bootstrap_config(&reference).await? {
+                    Some(ready) => ready,
+                    // Refused: the condition says why.
+                    None => return Ok(false),
+                },
+            },
+        };
+        conditions::set(
+            &mut self.conditions,
+            "BootstrapReady",
+            ready,
+            "WaitingForDataSecret",
+            "waiting for the bootstrap provider to write the bootstrap data",
+        );
+        Ok(ready)
+    }
+
+    /// Adopts the bootstrap config `reference` names; whether it has written the data, or
+    /// `None` when the reference is refused (the condition says why).
+    async fn bootstrap_config(&mut self, reference: &Reference) -> Result<Option<bool>, Error> {
+        let refused = |conditions: &mut Vec<_>, reason: &str, message: &str| {
+            conditions::set(conditions, "BootstrapReady", false, reason, message);
+            None
+        };
+        let config = match reference.get(&self.ctx.caches, &self.namespace).await {
+            Err(Error::InvalidReference(message)) => {
+                let message = format!("spec.bootstrap.configRef: {message}");
+                return Ok(refused(&mut self.conditions, "InvalidReference", &message));
+            }
+            Err(e) => return Err(e),
+            Ok(None) => return Ok(Some(false)),
+            Ok(Some(config)) => config,
+        };
+        if let Some(other) = external::claimed_by_another(&config, "Machine", &self.uid()) {
+            let message = format!(
+                "spec.bootstrap.configRef: {} {} belongs to Machine {other}",
+                reference.kind, reference.name
+            );
+            return Ok(refused(
+                &mut self.conditions,
+                "BootstrapConfigClaimed",
+                &message,
+            ));
+        }
+        let config_api = reference.api(&self.ctx.client, &self.namespace).await?;
+        ensure_owner(&config_api, &config, self.owner.clone()).await?;
+        object::ensure_labels(&config_api, &config, &self.labels).await?;
+        match (
+            external::ready(&config),
+            str_at(&config.data, &["status", "dataSecretName"]),
+        ) {
+            (true, Some(secret)) => {
+                patch(
+                    &self.api,
+                    &self.machine.name_any(),
+                    json!({"spec": {"bootstrap": {"dataSecretName": secret}}}),
+                )
+                .await?;
+                Ok(Some(true))
+            }
+            _ => Ok(Some(false)),
+        }
+    }
+
+    /// Adopts the infrastructure machine and reads it (the contract's ready, providerID,
+    /// addresses and failure); whether it is ready, and the providerID the Machine has.
+    async fn infrastructure(&mut self) -> Result<(bool, Option<String>), Error> {
+        let provider_id = self.machine.spec.provider_id.clone();
+        let Some(reference) =
+            Reference::from_object_reference(&self.machine.spec.infrastructure_ref)
+        else {
+            return Ok((false, provider_id));
+        };
+        let refused = |conditions: &mut Vec<_>, reason: &str, message: &str| {
+            conditions::set(conditions, "InfrastructureReady", false, reason, message);
+        };
+        let infra = match reference.get(&self.ctx.caches, &self.namespace).await {
+            Err(Error::UnknownKind { kind, .. }) => {
+                external::kind_unknown(&mut self.conditions, &kind);
+                return Ok((false, provider_id));
+            }
+            Err(Error::InvalidReference(message)) => {
+                let message = format!("spec.infrastructureRef: {message}");
+                refused(&mut self.conditions, "InvalidReference", &message);
+                return Ok((false, provider_id));
+            }
+            Err(e) => return Err(e),
+            Ok(None) => {
+                let message = format!("{} {} does not exist", reference.kind, reference.name);
+                refused(&mut self.conditions, "WaitingForInfrastructure", &message);
+                return Ok((false, provider_id));
+            }
+            Ok(Some(infra)) => infra,
+        };
+        if let Some(other) = external::claimed_by_another(&infra, "Machine", &self.uid()) {
+            let message = format!(
+                "spec.infrastructureRef: {} {} belongs to Machine {other}",
+                reference.kind, reference.name
+            );
+            refused(&mut self.conditions, "InfrastructureClaimed", &message);
+            return Ok((false, provider_id));
+        }
+        let infra_api = reference.api(&self.ctx.client, &self.namespace).await?;
+        ensure_owner(&infra_api, &infra, self.owner.clone()).await?;
+        object::ensure_labels(&infra_api, &infra, &self.labels).await?;
+        let mut provider_id = provider_id;
+        if let Some(id) = str_at(&infra.data, &["spec", "providerID"])
+            && provider_id.as_deref() != Some(id)
+        {
+            let name = self.machine.name_any();
+            patch(&self.api, &name, json!({"spec": {"providerID": id}})).await?;
+            provider_id = Some(id.to_string());
+        }
+        if let Some(addresses) = infra.data["status"].get("addresses") {
+            self.status.addresses = serde_json::from_value(addresses.clone()).ok();
+        }
+        let (ready, failure) =
+            external::read_infrastructure(&infra, &reference, &mut self.conditions);
+        if let Some((reason, message)) = failure {
+            self.status.failure_reason = Some(reason);
+            self.status.failure_message = Some(message);
+        }
+        Ok((ready, provider_id))
+    }
+
+    /// Records the Machine's Node (found by providerID) and its health; `unwatchable` when
+    /// the workload cluster's API cannot be watched.
+    async fn node(&mut self, node: Option<&Node>, unwatchable: bool) {
+        let Some(node) = node else {
+            let (reason, message) = if unwatchable {
+                (
+                    "NodeInspectionFailed",
+                    "the workload cluster's API cannot be watched",
+                )
+            } else {
+                ("WaitingForNodeRef", "the node has not joined yet")
+            };
+            conditions::set(&mut self.conditions, "NodeHealthy", false, reason, message);
+            return;
+        };
+        if !has_node(self.machine) {
+            let message = format!(
+                "Machine {} has Node {}",
+                self.machine.name_any(),
+                node.name_any()
+            );
+            self.ctx
+                .events
+                .publish_once(
+                    self.machine,
+                    "Machine",
+                    crate::events::EventType::Normal,
+                    "SuccessfulSetNodeRef",
+                    &message,
+                )
+                .await;
+        }
+        self.status.node_ref = Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.name_any()),
+            uid: node.uid(),
+            ..Default::default()
+        });
+        if let Some(info) = node.status.as_ref().and_then(|s| s.node_info.as_ref()) {
+            self.status.node_info = serde_json::to_value(info)
+                .and_then(serde_json::from_value)
+                .ok();
+        }
+        conditions::set(
+            &mut self.conditions,
+            "NodeHealthy",
+            node_ready(node),
+            "NodeConditionsFailed",
+            "the node is not Ready",
+        );
+    }
+
+    /// Derives Ready and the phase, and writes the status if it changed from `before`;
+    /// whether the infrastructure's kind is not served.
+    async fn finish(
+        mut self,
+        bootstrap_ready: bool,
+        infra_ready: bool,
+        has_node: bool,
+        before: &MachineStatus,
+    ) -> Result<bool, Error> {
+        let ready = bootstrap_ready && infra_ready && has_node;
+        conditions::set(
+            &mut self.conditions,
+            "Ready",
+            ready,
+            "WaitingForNode",
+            "the machine is not running yet",
+        );
+        let status = &mut self.status;
+        status.phase = Some(if status.failure_reason.is_some() {
+            MachinePhase::Failed
+        } else if has_node {
+            MachinePhase::Running
+        } else if infra_ready {
+            MachinePhase::Provisioned
+        } else if bootstrap_ready || self.machine.spec.infrastructure_ref.name.is_some() {
+            MachinePhase::Provisioning
+        } else {
+            MachinePhase::Pending
+        });
+        status.bootstrap_ready = Some(bootstrap_ready);
+        status.infrastructure_ready = Some(infra_ready);
+        status.observed_generation = Some(self.machine.metadata.generation.unwrap_or(0));
+        let kind_unknown = self
+            .conditions
+            .iter()
+            .any(|c| c.reason.as_deref() == Some("InfrastructureKindUnknown"));
+        status.conditions = Some(self.conditions);
+        if *status != *before {
+            status.last_updated = Some(object::now_time());
+            write_status(&self.api, &self.machine.name_any(), status).await?;
+        }
+        Ok(kind_unknown)
+    }
 }
 
 /// Whether a Node's Ready condition is True.
