@@ -17,44 +17,56 @@ pub trait Strategy: Send + Sync {
     fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause>;
 }
 
-/// The strategies of some kinds, by API group and resource (plural).
-#[derive(Clone, Default)]
-pub struct Strategies {
-    /// By group, then by resource: asked with borrowed names at every write.
-    by_group: BTreeMap<String, BTreeMap<String, Arc<dyn Strategy>>>,
+/// Something each of some resources has (a kind's [`Strategy`], the API server's validators),
+/// by API group and resource (plural): asked with borrowed names at every write.
+pub struct ByResource<T: ?Sized> {
+    by_group: BTreeMap<String, BTreeMap<String, Arc<T>>>,
 }
 
-impl Strategies {
-    /// `strategy` for the resources `plurals` of `group`.
-    pub fn with(
-        mut self,
-        group: &str,
-        plurals: &[&str],
-        strategy: impl Strategy + 'static,
-    ) -> Self {
-        let strategy: Arc<dyn Strategy> = Arc::new(strategy);
+impl<T: ?Sized> Default for ByResource<T> {
+    fn default() -> Self {
+        ByResource {
+            by_group: BTreeMap::new(),
+        }
+    }
+}
+
+impl<T: ?Sized> Clone for ByResource<T> {
+    fn clone(&self) -> Self {
+        ByResource {
+            by_group: self.by_group.clone(),
+        }
+    }
+}
+
+impl<T: ?Sized> ByResource<T> {
+    /// `item` for the resources `plurals` of `group`.
+    pub fn with_shared(mut self, group: &str, plurals: &[&str], item: Arc<T>) -> Self {
         let resources = self.by_group.entry(group.to_string()).or_default();
         for plural in plurals {
-            resources.insert(plural.to_string(), strategy.clone());
+            resources.insert(plural.to_string(), item.clone());
         }
         self
     }
 
-    /// Both sets; `other`'s strategy wins where both have one.
-    pub fn and(mut self, other: Strategies) -> Self {
+    /// Both sets; `other`'s wins where both have one.
+    pub fn and(mut self, other: ByResource<T>) -> Self {
         for (group, resources) in other.by_group {
             self.by_group.entry(group).or_default().extend(resources);
         }
         self
     }
 
-    /// The strategy of `plural` in `group`, if it has one.
-    pub fn get(&self, group: &str, plural: &str) -> Option<&dyn Strategy> {
-        self.by_group.get(group)?.get(plural).map(|s| s.as_ref())
+    /// What `plural` in `group` has, if anything.
+    pub fn get(&self, group: &str, plural: &str) -> Option<&T> {
+        self.by_group
+            .get(group)?
+            .get(plural)
+            .map(|item| item.as_ref())
     }
 }
 
-impl fmt::Debug for Strategies {
+impl<T: ?Sized> fmt::Debug for ByResource<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names = self.by_group.iter().flat_map(|(group, resources)| {
             resources
@@ -62,6 +74,16 @@ impl fmt::Debug for Strategies {
                 .map(move |plural| format!("{plural}.{group}"))
         });
         f.debug_set().entries(names).finish()
+    }
+}
+
+/// The strategies of some kinds.
+pub type Strategies = ByResource<dyn Strategy>;
+
+impl ByResource<dyn Strategy> {
+    /// `strategy` for the resources `plurals` of `group`.
+    pub fn with(self, group: &str, plurals: &[&str], strategy: impl Strategy + 'static) -> Self {
+        self.with_shared(group, plurals, Arc::new(strategy))
     }
 }
 

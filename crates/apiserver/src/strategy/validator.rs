@@ -3,9 +3,6 @@
 //! that read the object alone. The crate that owns the kind hands them to the server in its
 //! configuration (`Config::validators`).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use serde_json::Value;
 
 use crate::identity::User;
@@ -56,53 +53,5 @@ pub trait Validator: Send + Sync {
     ) -> ApiResult<Vec<Cause>>;
 }
 
-/// Validators by group and resource.
-#[derive(Clone, Default)]
-pub struct Validators {
-    by_group: BTreeMap<String, BTreeMap<String, Arc<dyn Validator>>>,
-}
-
-impl Validators {
-    /// `validator` for the resources `plurals` of `group`.
-    pub fn with(
-        mut self,
-        group: &str,
-        plurals: &[&str],
-        validator: impl Validator + 'static,
-    ) -> Validators {
-        let validator: Arc<dyn Validator> = Arc::new(validator);
-        let resources = self.by_group.entry(group.to_string()).or_default();
-        for plural in plurals {
-            resources.insert(plural.to_string(), validator.clone());
-        }
-        self
-    }
-
-    /// Both sets; `other`'s validator wins where both have one.
-    pub fn and(mut self, other: Validators) -> Validators {
-        for (group, resources) in other.by_group {
-            self.by_group.entry(group).or_default().extend(resources);
-        }
-        self
-    }
-
-    /// The validator of `plural` in `group`, if it has one.
-    pub fn get(&self, group: &str, plural: &str) -> Option<&dyn Validator> {
-        self.by_group.get(group)?.get(plural).map(|v| v.as_ref())
-    }
-}
-
-impl std::fmt::Debug for Validators {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<String> = self
-            .by_group
-            .iter()
-            .flat_map(|(group, resources)| {
-                resources
-                    .keys()
-                    .map(move |plural| format!("{plural}.{group}"))
-            })
-            .collect();
-        f.debug_list().entries(names).finish()
-    }
-}
+/// Validators by group and resource (given as `Arc::new(validator)` to `with_shared`).
+pub type Validators = lariat_api::admission::ByResource<dyn Validator>;

@@ -18,11 +18,13 @@ const CAPI_GROUP: &str = "cluster.x-k8s.io";
 /// configuration.
 pub fn validators() -> Validators {
     let plurals: Vec<&str> = lariat_api::rancher::KINDS.iter().map(|(_, p)| *p).collect();
-    Validators::default().with(GROUP, &plurals, Rancher).with(
-        lariat_api::management::GROUP,
-        &["clusteraccesses"],
-        ClusterAccesses,
-    )
+    Validators::default()
+        .with_shared(GROUP, &plurals, std::sync::Arc::new(Rancher))
+        .with_shared(
+            lariat_api::management::GROUP,
+            &["clusteraccesses"],
+            std::sync::Arc::new(ClusterAccesses),
+        )
 }
 
 /// A ClusterAccess is lariat's to write (from Rancher's bindings, `accesses.rs`): anyone else
