@@ -9,7 +9,7 @@
 use schemars::JsonSchema;
 use serde_json::{Value, json};
 
-use crate::registry::{Origin, Printer, ResourceType, StoredAs};
+use crate::registry::{Origin, Printer, Registry, ResourceType, StoredAs};
 
 /// A structural schema for `T`, generated the way kube-derive does for custom resources, with
 /// `metadata` left to the API server.
@@ -82,6 +82,15 @@ fn crd_schema() -> Value {
         },
         "required": ["spec"],
     })
+}
+
+/// A registry of the core Kubernetes kinds every instance serves ([`core_types`]).
+pub fn core_kinds() -> Registry {
+    let registry = Registry::default();
+    for rt in core_types() {
+        registry.insert(rt);
+    }
+    registry
 }
 
 // Long: one entry per core kind, a table read down rather than a procedure to follow.

@@ -13,20 +13,12 @@ use lariat_store::memory::MemoryStore;
 
 use crate::auth::Authenticator;
 use crate::encryption::Cipher;
-use crate::http::{AppState, router};
+use crate::http::{AppState, VersionSource, router};
 use crate::pki::{IssuedCertificate, Pki};
 use crate::rbac::Rbac;
 use crate::registry::Registry;
 use crate::resources::Resources;
 use crate::status::{ApiError, ApiResult};
-
-/// What `/version` reports, when the instance reports something other than the server's own
-/// build: a simulated cluster, the version its control plane's Nodes run.
-#[async_trait::async_trait]
-pub trait VersionSource: Send + Sync + 'static {
-    /// A Kubernetes version such as `v1.30.2`; `None` reports the server's own.
-    async fn version(&self, resources: &Resources) -> Option<String>;
-}
 
 /// How an embedded instance is built.
 pub struct EmbeddedConfig {

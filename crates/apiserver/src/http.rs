@@ -55,7 +55,7 @@ pub struct AppState {
     /// for, not on the instances embedded in it ([`crate::embedded`]).
     pub serves_process_metrics: bool,
     /// What `/version` reports, when not the server's own build.
-    pub version: Option<Arc<dyn crate::embedded::VersionSource>>,
+    pub version: Option<Arc<dyn VersionSource>>,
     /// The CA certificate (PEM) agents check against their `--ca-checksum`.
     pub ca_pem: String,
     /// Where mutating requests and refusals are recorded (`--audit-log-path`).
@@ -71,6 +71,14 @@ pub struct AppState {
     pub failed_proofs: crate::proofs::FailedProofs,
     /// This replica's standing in the controllers' election.
     pub leadership: Arc<crate::leader::Leadership>,
+}
+
+/// What `/version` reports, when the instance reports something other than the server's own
+/// build: a simulated cluster, the version its control plane's Nodes run.
+#[async_trait::async_trait]
+pub trait VersionSource: Send + Sync + 'static {
+    /// A Kubernetes version such as `v1.30.2`; `None` reports the server's own.
+    async fn version(&self, resources: &Resources) -> Option<String>;
 }
 
 pub fn router(state: Arc<AppState>) -> Router {

@@ -55,7 +55,7 @@ pub mod tls;
 pub mod watch;
 
 use crate::auth::Authenticator;
-use crate::registry::Registry;
+
 use crate::resources::{Resources, WriteOptions};
 
 /// Everything `lariat server` can be told.
@@ -282,7 +282,7 @@ impl Server {
         let pki = pki::Pki::load_or_create(&config.data_dir.join("tls"), &sans)?;
         let tls = tls::server_config(&pki).map_err(StartError::Tls)?;
 
-        let registry = Registry::core();
+        let registry = builtin::core_kinds();
         for rt in builtin::lariat_types(&config.kinds) {
             registry.insert(rt);
         }

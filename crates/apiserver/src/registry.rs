@@ -348,15 +348,6 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The core Kubernetes kinds every instance serves ([`crate::builtin::core_types`]).
-    pub fn core() -> Registry {
-        let registry = Registry::default();
-        for rt in crate::builtin::core_types() {
-            registry.insert(rt);
-        }
-        registry
-    }
-
     pub fn insert(&self, rt: ResourceType) {
         let key = (rt.group.clone(), rt.plural.clone());
         self.inner

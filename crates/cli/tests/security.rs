@@ -120,6 +120,29 @@ fn each_simulated_cluster_is_its_own_trust_domain() {
 
     // Each credential works where it belongs.
     assert!(server.kubectl_as(&dev, &["get", "nodes"]).status.success());
+    // Regression: reviews whose route has a path parameter answered 500 inside a simulated
+    // cluster (the management router's own parameters went along).
+    let whoami = server.kubectl_as(
+        &dev,
+        &[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&whoami.stdout),
+        "kubernetes-admin",
+        "{}",
+        String::from_utf8_lossy(&whoami.stderr)
+    );
+    assert!(
+        server
+            .kubectl_as(&dev, &["auth", "can-i", "create", "pods", "-n", "default"])
+            .status
+            .success()
+    );
     assert!(server.kubectl_as(&other, &["get", "ns"]).status.success());
     let proxied = server.proxied_kubeconfig("dev");
     assert!(

@@ -19,9 +19,10 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use lariat_apiserver::embedded::{Embedded, EmbeddedConfig, VersionSource};
+use lariat_apiserver::embedded::{Embedded, EmbeddedConfig};
 use lariat_apiserver::extension::{Extension, Handle};
-use lariat_apiserver::identity::{Peer, User};
+use lariat_apiserver::http::VersionSource;
+use lariat_apiserver::identity::Peer;
 use lariat_apiserver::pki::{Credential, Pki, kubeconfig};
 use lariat_apiserver::registry::Registry;
 use lariat_apiserver::resources::Resources;
@@ -94,7 +95,11 @@ impl SimulatedClusters {
         let ca = Pki::in_memory_ca(&format!("{key}-ca"))
             .map_err(|e| ApiError::internal(e.to_string()))?;
         let config = EmbeddedConfig {
-            kinds: self.inner.kinds.get_or_init(Registry::core).fork(),
+            kinds: self
+                .inner
+                .kinds
+                .get_or_init(lariat_apiserver::builtin::core_kinds)
+                .fork(),
             namespaces: NAMESPACES.map(String::from).to_vec(),
             server_address: self.listener()?.server_address.clone(),
             identity: format!("simulated-{key}"),
@@ -207,12 +212,15 @@ impl SimulatedClusters {
             Ok(uri) => parts.uri = uri,
             Err(_) => return lariat_apiserver::http::not_found_path(&path).into_response(),
         }
-        // Only what the transport proved crosses into the simulated cluster: an identity this
-        // process vouches for on the management plane is no identity there.
-        if let Some(Peer::InProcess(_)) = parts.extensions.get::<Peer>() {
-            parts.extensions.remove::<Peer>();
+        // Only what the transport proved crosses into the simulated cluster: a remote peer (its
+        // address and client certificates). An identity this process vouches for on the
+        // management plane is no identity there, and nothing else the management router put
+        // on the request (its path parameters, say) is the cluster's.
+        let peer = parts.extensions.remove::<Peer>();
+        parts.extensions = Default::default();
+        if let Some(peer @ Peer::Remote { .. }) = peer {
+            parts.extensions.insert(peer);
         }
-        parts.extensions.remove::<User>();
         use tower::ServiceExt;
         match cluster
             .api
@@ -257,9 +265,12 @@ impl VersionSource for ControlPlaneVersion {
             .await
             .ok()?
             .items;
+        // Only what parses as a Kubernetes version: a Node's status is anyone's to write, and
+        // clients refuse a `/version` they cannot parse.
         let version = |n: &Value| {
             n["status"]["nodeInfo"]["kubeletVersion"]
                 .as_str()
+                .filter(|v| lariat_api::KubernetesVersion::parse(v).is_some())
                 .map(String::from)
         };
         let control_plane: Vec<String> = nodes

@@ -307,7 +307,7 @@ pub fn condition(object: &DynamicObject, type_: &str) -> Option<String> {
 pub async fn stand_in_cluster() -> (lariat_apiserver::embedded::Embedded, kube::Client) {
     let ca = lariat_apiserver::pki::Pki::in_memory_ca("eks-stand-in-ca").unwrap();
     let config = lariat_apiserver::embedded::EmbeddedConfig {
-        kinds: lariat_apiserver::registry::Registry::core(),
+        kinds: lariat_apiserver::builtin::core_kinds(),
         namespaces: vec!["default".into(), "kube-system".into()],
         server_address: "127.0.0.1:443".into(),
         identity: "eks-stand-in".into(),
