@@ -153,34 +153,16 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .clone()
         .unwrap_or_else(|| default_role_name(&eks_cluster));
 
+    let scope = Scope {
+        ctx: &ctx,
+        api: &api,
+        object: &object,
+        control_plane: &control_plane,
+        cluster: &cluster,
+        eks_cluster: &eks_cluster,
+    };
     if object.metadata.deletion_timestamp.is_some() {
-        // Looked for only when the cluster asked for one: a listing of the account's providers.
-        let oidc = control_plane.spec.associate_oidc_provider == Some(true)
-            || control_plane
-                .status
-                .as_ref()
-                .is_some_and(|s| s.oidc_provider.as_ref().is_some_and(|p| p.arn.is_some()));
-        return match delete(&session, &owner, &eks_cluster, &role_name, oidc).await {
-            Ok(true) => Ok(Action::requeue(
-                ctx.identities.aws().settings().poll_while_changing,
-            )),
-            Ok(false) => {
-                ctx.events
-                    .publish(
-                        object.as_ref(),
-                        "AWSManagedControlPlane",
-                        EventType::Normal,
-                        "Deleted",
-                        &format!("EKS cluster {eks_cluster} deleted, with the role and network lariat made for it"),
-                    )
-                    .await;
-                remove_finalizer(&api, &object, FINALIZER).await?;
-                Ok(Action::await_change())
-            }
-            Err(failed) => {
-                report_failure(&ctx, &api, &object, &mut status_conditions, failed).await
-            }
-        };
+        return delete_cluster(&scope, &session, &owner, &role_name, &mut status_conditions).await;
     }
     if ensure_finalizer(&api, &object, FINALIZER).await? {
         return Ok(Action::await_change());
@@ -228,26 +210,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     if let Some(update) = &provisioned.requested_update {
         updates::remember(&api, &name, update).await?;
     }
-    // The spec records what was found or made, as Cluster API AWS's does: the VPC, subnets,
-    // EKS name, role and endpoint (the VPC column of `kubectl get` reads it there).
-    let mut spec_patch = json!({
-        "eksClusterName": eks_cluster,
-        "roleName": role_name,
-        "network": provisioned.network.spec_record(),
-    });
-    if let Some(endpoint) = &provisioned.endpoint {
-        spec_patch["controlPlaneEndpoint"] = json!({"host": endpoint, "port": 443});
-    }
-    let current = serde_json::to_value(&control_plane.spec).unwrap_or_default();
-    // The status observes the spec as lariat just recorded it: what lariat wrote there is what
-    // it found, so the next pass need not walk the network again to see it.
-    let mut observed_generation = object.metadata.generation;
-    if !contains(&current, &spec_patch) {
-        let recorded = patch(&api, &name, json!({"spec": spec_patch})).await?;
-        if recorded.metadata.generation == observed_generation.map(|g| g + 1) {
-            observed_generation = recorded.metadata.generation;
-        }
-    }
+    let observed_generation = record_spec(&scope, &role_name, &provisioned).await?;
 
     // An upgrading cluster still serves: it stays ready.
     let ready = matches!(provisioned.status.as_str(), "ACTIVE" | "UPDATING");
@@ -289,6 +252,119 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         )
         .await?;
     }
+    report_status(
+        &scope,
+        &provisioned,
+        additions,
+        observed_generation,
+        &mut status_conditions,
+    )
+    .await
+}
+
+/// What every step of a reconcile works on.
+struct Scope<'a> {
+    ctx: &'a Context,
+    api: &'a Api<DynamicObject>,
+    object: &'a Arc<DynamicObject>,
+    control_plane: &'a AWSManagedControlPlane,
+    /// The Cluster API Cluster's name.
+    cluster: &'a str,
+    eks_cluster: &'a str,
+}
+
+/// Deletes the EKS cluster, then the role and network made for it; the finalizer goes once
+/// they are gone.
+async fn delete_cluster(
+    scope: &Scope<'_>,
+    session: &Session,
+    owner: &Owner,
+    role_name: &str,
+    status_conditions: &mut Vec<Value>,
+) -> Result<Action, Error> {
+    let Scope {
+        ctx,
+        api,
+        object,
+        control_plane,
+        eks_cluster,
+        ..
+    } = *scope;
+    // Looked for only when the cluster asked for one: a listing of the account's providers.
+    let oidc = control_plane.spec.associate_oidc_provider == Some(true)
+        || control_plane
+            .status
+            .as_ref()
+            .is_some_and(|s| s.oidc_provider.as_ref().is_some_and(|p| p.arn.is_some()));
+    match delete(session, owner, eks_cluster, role_name, oidc).await {
+        Ok(true) => Ok(Action::requeue(
+            ctx.identities.aws().settings().poll_while_changing,
+        )),
+        Ok(false) => {
+            ctx.events
+                .publish(
+                    object.as_ref(),
+                    "AWSManagedControlPlane",
+                    EventType::Normal,
+                    "Deleted",
+                    &format!("EKS cluster {eks_cluster} deleted, with the role and network lariat made for it"),
+                )
+                .await;
+            remove_finalizer(api, object, FINALIZER).await?;
+            Ok(Action::await_change())
+        }
+        Err(failed) => report_failure(ctx, api, object, status_conditions, failed).await,
+    }
+}
+
+/// Records what was found or made in the spec, as Cluster API AWS's does: the VPC, subnets,
+/// EKS name, role and endpoint (the VPC column of `kubectl get` reads it there). Returns the
+/// generation the status observes: the spec as just recorded (what lariat wrote there is what
+/// it found, so the next pass need not walk the network again to see it).
+async fn record_spec(
+    scope: &Scope<'_>,
+    role_name: &str,
+    provisioned: &Provisioned,
+) -> Result<Option<i64>, Error> {
+    let mut spec_patch = json!({
+        "eksClusterName": scope.eks_cluster,
+        "roleName": role_name,
+        "network": provisioned.network.spec_record(),
+    });
+    if let Some(endpoint) = &provisioned.endpoint {
+        spec_patch["controlPlaneEndpoint"] = json!({"host": endpoint, "port": 443});
+    }
+    let current = serde_json::to_value(&scope.control_plane.spec).unwrap_or_default();
+    let mut observed_generation = scope.object.metadata.generation;
+    if !contains(&current, &spec_patch) {
+        let name = scope.object.name_any();
+        let recorded = patch(scope.api, &name, json!({"spec": spec_patch})).await?;
+        if recorded.metadata.generation == observed_generation.map(|g| g + 1) {
+            observed_generation = recorded.metadata.generation;
+        }
+    }
+    Ok(observed_generation)
+}
+
+/// Writes the status (ready while EKS serves, failure domains, security groups, addons, the
+/// OIDC provider, conditions) and its Events; the action the reconcile ends with.
+async fn report_status(
+    scope: &Scope<'_>,
+    provisioned: &Provisioned,
+    additions: Additions,
+    observed_generation: Option<i64>,
+    status_conditions: &mut Vec<Value>,
+) -> Result<Action, Error> {
+    let Scope {
+        ctx,
+        api,
+        object,
+        cluster,
+        eks_cluster,
+        ..
+    } = *scope;
+    // An upgrading cluster still serves: it stays ready.
+    let ready = matches!(provisioned.status.as_str(), "ACTIVE" | "UPDATING");
     let failure_domains: serde_json::Map<String, Value> = provisioned
         .network
         .subnets
@@ -331,17 +407,17 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     // Ready.
     let failure = provisioned.failure.as_ref().or(additions.failure.as_ref());
     if let Some(failure) = failure {
-        crate::mark_failed(&mut status_conditions, failure);
+        crate::mark_failed(status_conditions, failure);
     }
     let stored = conditions::existing(&object.data["status"]);
-    conditions::keep_transition_times(&mut status_conditions, &stored);
+    conditions::keep_transition_times(status_conditions, &stored);
     status["conditions"] = json!(status_conditions);
     if !contains(&object.data["status"], &status) {
-        patch_status(&api, &name, status).await?;
+        patch_status(api, &object.name_any(), status).await?;
         if let Some(failure) = failure
             && json!(status_conditions) != object.data["status"]["conditions"]
         {
-            crate::announce_failure(&ctx, &object, failure).await;
+            crate::announce_failure(ctx, object, failure).await;
         }
         if ready
             && !conditions::is_true(
@@ -369,7 +445,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     // Nothing to wait for: done, or refused until the spec changes.
     let settled = !additions.changing
         && ready
-        && (conditions::is_true(&status_conditions, "EKSControlPlaneReady")
+        && (conditions::is_true(status_conditions, "EKSControlPlaneReady")
             || status_conditions
                 .iter()
                 .any(|c| c["type"] == "EKSControlPlaneReady" && c["reason"] == "DowngradeRefused"));

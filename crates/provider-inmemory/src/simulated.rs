@@ -52,22 +52,36 @@ struct Listener {
 
 /// The simulated clusters of one server, and the route that serves them (an [`Extension`] of
 /// the management server). Clones share them.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct SimulatedClusters {
     inner: Arc<Clusters>,
 }
 
-#[derive(Default)]
 struct Clusters {
     clusters: RwLock<HashMap<String, Arc<SimulatedCluster>>>,
     /// The kinds every simulated cluster serves (core kinds, Nodes), built once and forked.
-    kinds: OnceLock<Registry>,
+    kinds: Registry,
     listener: OnceLock<Listener>,
 }
 
+impl Default for SimulatedClusters {
+    fn default() -> Self {
+        SimulatedClusters::new()
+    }
+}
+
 impl SimulatedClusters {
+    /// The kinds' schemas are built here, as the server starts, not when the first cluster is
+    /// asked for: a cluster comes up in the time its InMemoryCluster's first reconcile takes,
+    /// which a restored (`lariat move`) cluster's machines count on.
     pub fn new() -> SimulatedClusters {
-        SimulatedClusters::default()
+        SimulatedClusters {
+            inner: Arc::new(Clusters {
+                clusters: Default::default(),
+                kinds: lariat_apiserver::builtin::core_kinds(),
+                listener: OnceLock::new(),
+            }),
+        }
     }
 
     /// Records where the hosting server listens (once; later calls change nothing).
@@ -95,11 +109,7 @@ impl SimulatedClusters {
         let ca = Pki::in_memory_ca(&format!("{key}-ca"))
             .map_err(|e| ApiError::internal(e.to_string()))?;
         let config = EmbeddedConfig {
-            kinds: self
-                .inner
-                .kinds
-                .get_or_init(lariat_apiserver::builtin::core_kinds)
-                .fork(),
+            kinds: self.inner.kinds.fork(),
             namespaces: NAMESPACES.map(String::from).to_vec(),
             server_address: self.listener()?.server_address.clone(),
             identity: format!("simulated-{key}"),
