@@ -85,6 +85,22 @@ pub trait Object: Cached + serde::de::DeserializeOwned + serde::Serialize {}
 
 impl<K: Cached + serde::de::DeserializeOwned + serde::Serialize> Object for K {}
 
+/// A provider's object as its struct, parsed from the JSON its references reach it as
+/// (Cluster API's contract): the one reading each provider reconciler starts with.
+pub fn parse<K>(object: &DynamicObject) -> Result<K, Error>
+where
+    K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
+{
+    object.clone().try_parse().map_err(|e| {
+        Error::Invalid(format!(
+            "{} {}/{}: {e}",
+            K::kind(&()),
+            object.namespace().unwrap_or_default(),
+            object.name_any()
+        ))
+    })
+}
+
 /// A merge patch of the object's main resource.
 pub async fn patch<K: Object>(api: &Api<K>, name: &str, patch: Value) -> Result<K, Error> {
     Ok(api

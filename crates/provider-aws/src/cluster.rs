@@ -83,10 +83,7 @@ impl<'a> Pass<'a> {
         let name = object.name_any();
         let api: Api<DynamicObject> =
             Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
-        let aws_cluster: AWSCluster = object
-            .clone()
-            .try_parse()
-            .map_err(|e| Error::Invalid(format!("AWSCluster {namespace}/{name}: {e}")))?;
+        let aws_cluster: AWSCluster = lariat_controllers::object::parse(object)?;
         // The owner reference, or (once it had one: an orphaning delete strips it) the label
         // core set with it, so what was made is still found and deleted.
         let cluster = crate::control_plane::owning_cluster(object).or_else(|| {

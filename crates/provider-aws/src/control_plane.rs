@@ -107,9 +107,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     let namespace = object.namespace().unwrap_or_default();
     let name = object.name_any();
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
-    let control_plane: AWSManagedControlPlane = DynamicObject::clone(&object)
-        .try_parse()
-        .map_err(|e| Error::Invalid(format!("AWSManagedControlPlane {namespace}/{name}: {e}")))?;
+    let control_plane: AWSManagedControlPlane = lariat_controllers::object::parse(&object)?;
     let Some(cluster) = owning_cluster(&object) else {
         if object.metadata.deletion_timestamp.is_some() {
             remove_finalizer(&api, &object, FINALIZER).await?;

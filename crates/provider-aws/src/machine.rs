@@ -172,10 +172,7 @@ impl<'a> Pass<'a> {
         let name = object.name_any();
         let api: Api<DynamicObject> =
             Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
-        let aws_machine: AWSMachine = object
-            .clone()
-            .try_parse()
-            .map_err(|e| Error::Invalid(format!("AWSMachine {namespace}/{name}: {e}")))?;
+        let aws_machine: AWSMachine = lariat_controllers::object::parse(object)?;
         let machine = match lariat_controllers::object::cluster_api_owner(object, "Machine") {
             Some(owner) => {
                 ctx.caches

@@ -120,9 +120,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     let namespace = object.namespace().unwrap_or_default();
     let name = object.name_any();
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
-    let machine_pool: AWSMachinePool = DynamicObject::clone(&object)
-        .try_parse()
-        .map_err(|e| Error::Invalid(format!("AWSMachinePool {namespace}/{name}: {e}")))?;
+    let machine_pool: AWSMachinePool = lariat_controllers::object::parse(&object)?;
     let Some(Owners {
         pool,
         cluster,

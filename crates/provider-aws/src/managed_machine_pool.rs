@@ -149,10 +149,7 @@ impl<'a> Pass<'a> {
         let name = object.name_any();
         let api: Api<DynamicObject> =
             Api::namespaced_with(ctx.client.clone(), &namespace, &resource());
-        let machine_pool: AWSManagedMachinePool =
-            DynamicObject::clone(object).try_parse().map_err(|e| {
-                Error::Invalid(format!("AWSManagedMachinePool {namespace}/{name}: {e}"))
-            })?;
+        let machine_pool: AWSManagedMachinePool = lariat_controllers::object::parse(object)?;
         let Some(Owners {
             pool,
             cluster,

@@ -28,9 +28,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     let namespace = object.namespace().unwrap_or_default();
     let name = object.name_any();
     // Read as JSON, as the Cluster's `infrastructureRef` reaches it (Cluster API's contract).
-    let in_memory: InMemoryCluster = DynamicObject::clone(&object)
-        .try_parse()
-        .map_err(|e| Error::Invalid(format!("InMemoryCluster {namespace}/{name}: {e}")))?;
+    let in_memory: InMemoryCluster = lariat_controllers::object::parse(&object)?;
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &namespace, &resource("InMemoryCluster"));
     let key = cluster_key(&namespace, &name);

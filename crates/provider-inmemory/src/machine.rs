@@ -61,7 +61,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     }
     let namespace = object.namespace().unwrap_or_default();
     let name = object.name_any();
-    let machine_spec = parse(&object)?.spec;
+    let machine_spec = lariat_controllers::object::parse::<InMemoryMachine>(&object)?.spec;
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &namespace, &resource("InMemoryMachine"));
     let cluster_name = object
@@ -336,7 +336,7 @@ pub(crate) async fn rejoin_booted(
         .iter()
         .filter(|o| o.metadata.deletion_timestamp.is_none() && o.annotations().contains_key(BOOTED))
     {
-        let Ok(booted) = parse(object) else {
+        let Ok(booted) = lariat_controllers::object::parse::<InMemoryMachine>(object) else {
             continue;
         };
         let (Some(provider_id), Some(owner)) = (
@@ -425,16 +425,4 @@ fn simulated_address(name: &str) -> String {
         (hash >> 8) & 0xff,
         (hash & 0xfe) + 1
     )
-}
-
-/// An InMemoryMachine, read as JSON as Machines' `infrastructureRef` reaches it (Cluster API's
-/// contract), parsed.
-fn parse(object: &DynamicObject) -> Result<InMemoryMachine, Error> {
-    object.clone().try_parse().map_err(|e| {
-        Error::Invalid(format!(
-            "InMemoryMachine {}/{}: {e}",
-            object.namespace().unwrap_or_default(),
-            object.name_any()
-        ))
-    })
 }

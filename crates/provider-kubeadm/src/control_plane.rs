@@ -87,9 +87,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     }
     let namespace = object.namespace().unwrap_or_default();
     let name = object.name_any();
-    let kcp: KubeadmControlPlane = DynamicObject::clone(&object)
-        .try_parse()
-        .map_err(|e| Error::Invalid(format!("KubeadmControlPlane {namespace}/{name}: {e}")))?;
+    let kcp: KubeadmControlPlane = lariat_controllers::object::parse(&object)?;
     let api: Api<KubeadmControlPlane> = Api::namespaced(ctx.client.clone(), &namespace);
     let machines_api: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
     let uid = kcp.uid().unwrap_or_default();
