@@ -22,6 +22,7 @@ use crate::patch::PatchType;
 use crate::resources::{
     DeleteOptions, FieldValidation, ListAt, ListParams, Propagation, Resources, Scope, WriteOptions,
 };
+use crate::sending::Share;
 use crate::status::{ApiError, ApiResult, Cause};
 use crate::table::{self, IncludeObject};
 use crate::watch::WatchParams;
@@ -776,6 +777,7 @@ async fn admit(
                 user.groups.push(crate::rbac::AUTHENTICATED.into());
             }
             identity.user = Some(user.clone());
+            let share = Share::of(&user);
             match impersonation(state, &user, request.headers()) {
                 Ok(Some(impersonated)) => {
                     identity.impersonated = Some(impersonated.clone());
@@ -799,7 +801,10 @@ async fn admit(
                 }
             }
             request.extensions_mut().insert(user);
-            next.run(request).await
+            request.extensions_mut().insert(share.clone());
+            let mut response = next.run(request).await;
+            response.extensions_mut().insert(share);
+            response
         }
         (Err(e), _) => {
             // A credential that could not be checked (the store unavailable) is no refusal:
@@ -1157,7 +1162,7 @@ async fn serve(
     match call.verb {
         "get" => call.get().await,
         "list" => call.list().await,
-        "watch" => watch(state, &call.scope, &call.query, call.format).await,
+        "watch" => watch(state, &call.scope, &call.query, call.format, &call.share()).await,
         "create" if target.subresource.is_some() => call.request_token(take_body(body)).await,
         "create" => call.create(take_body(body)).await,
         "update" => call.update(take_body(body)).await,
@@ -1307,6 +1312,16 @@ impl<'a> Call<'a> {
         self.target.name.as_deref().expect("named")
     }
 
+    /// Whose share of the response budget this call's response takes: the authenticated
+    /// caller's (authentication sets it), not an impersonated user's.
+    fn share(&self) -> Share {
+        self.parts
+            .extensions
+            .get::<Share>()
+            .cloned()
+            .unwrap_or_else(|| Share::of(&self.user))
+    }
+
     fn subresource(&self) -> Option<&str> {
         self.target.subresource.as_deref()
     }
@@ -1403,7 +1418,7 @@ impl<'a> Call<'a> {
         let (resources, scope, rt) = (&self.state.resources, &self.scope, &self.scope.rt);
         let params = list_params(scope, &self.query, false)?;
         if params.limit == 0 && params.continue_token.is_none() {
-            return stream_list(resources, scope, &params, self.format).await;
+            return stream_list(resources, scope, &params, self.format, &self.share()).await;
         }
         let listed = resources.list(scope, &params).await?;
         let mut metadata = json!({"resourceVersion": listed.resource_version.to_string()});
@@ -1628,8 +1643,9 @@ async fn stream_list(
     scope: &Scope,
     params: &ListParams,
     format: Format,
+    share: &Share,
 ) -> ApiResult<Response> {
-    let (revision, items) = resources.list_stream(scope, params).await?;
+    let (revision, items) = resources.list_stream(scope, params, share).await?;
     let metadata = json!({"resourceVersion": revision.to_string()});
     let (head, columns, include) = match format {
         Format::Table(include) => {
@@ -1933,6 +1949,7 @@ async fn watch(
     scope: &Scope,
     query: &HashMap<String, String>,
     format: Format,
+    share: &Share,
 ) -> ApiResult<Response> {
     let resource_version = match query.get("resourceVersion").map(String::as_str) {
         None | Some("") | Some("0") => None,
@@ -1966,7 +1983,7 @@ async fn watch(
         timeout,
         bookmark_interval: state.bookmark_interval,
     };
-    let events = state.resources.watch(scope, params).await?;
+    let events = state.resources.watch(scope, params, share).await?;
     let columns = table::columns(&scope.rt, &scope.version);
     let lines = events.map(move |event| {
         let rendered = match format {

@@ -10,8 +10,8 @@ use serde_json::Value;
 use crate::status::{ApiError, ApiResult};
 
 /// Requests refused by a limit of this module, for `lariat_limit_refusals_total`.
-static REFUSED: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
-const LIMIT_NAMES: [&str; 8] = [
+static REFUSED: [AtomicU64; LIMIT_NAMES.len()] = [const { AtomicU64::new(0) }; LIMIT_NAMES.len()];
+const LIMIT_NAMES: [&str; 9] = [
     "depth",
     "patch_operations",
     "patch_copy_bytes",
@@ -20,6 +20,7 @@ const LIMIT_NAMES: [&str; 8] = [
     "bodies_in_flight",
     "responses_in_flight",
     "stalled_readers",
+    "responses_per_user",
 ];
 
 /// Which limit refused a request.
@@ -35,6 +36,8 @@ pub(crate) enum Limit {
     ResponsesInFlight = 6,
     /// Responses cut because their client stopped reading (`sending.rs`).
     StalledReaders = 7,
+    /// What one user's responses being written may hold (`sending.rs`).
+    ResponsesPerUser = 8,
 }
 
 pub(crate) fn refused(limit: Limit) {

@@ -14,6 +14,7 @@ use crate::objects::{self, Selector, meta_mut, now_rfc3339};
 use crate::patch::{self, PatchType};
 use crate::registry::{Origin, Registry, ResourceType};
 use crate::schema;
+use crate::sending::{Permit, Share};
 use crate::status::{ApiError, ApiResult, Cause};
 
 /// What every write does with fields the schema does not know (`?fieldValidation=`).
@@ -347,17 +348,24 @@ impl Resources {
         &self,
         scope: &Scope,
         params: &ListParams,
+        share: &Share,
     ) -> ApiResult<(i64, BoxStream<'static, ApiResult<Value>>)> {
         let prefix = scope.rt.list_prefix(scope.namespace.as_deref());
         let at = self.revision_to_list_at(params.at).await?;
-        let permit = crate::sending::hold(LIST_PAGE_BYTES)?;
+        let permit = crate::sending::hold(share, LIST_PAGE_BYTES)?;
         let first = self.store.list(&prefix, stream_page(None, at)).await?;
         let revision = first.revision;
         let reading = StreamedPage::new(first, permit);
-        let (this, scope, params) = (self.clone(), scope.clone(), params.clone());
+        let (this, scope, params, share) =
+            (self.clone(), scope.clone(), params.clone(), share.clone());
         let items = stream::unfold(Some(reading), move |reading| {
-            let (this, scope, params, prefix) =
-                (this.clone(), scope.clone(), params.clone(), prefix.clone());
+            let (this, scope, params, prefix, share) = (
+                this.clone(),
+                scope.clone(),
+                params.clone(),
+                prefix.clone(),
+                share.clone(),
+            );
             async move {
                 let mut reading = reading?;
                 loop {
@@ -376,7 +384,7 @@ impl Resources {
                     let start_after = reading.last_key.take()?;
                     // The page read is given back before the next is waited for.
                     drop(reading);
-                    let permit = crate::sending::hold_waiting(LIST_PAGE_BYTES).await;
+                    let permit = crate::sending::hold_waiting(&share, LIST_PAGE_BYTES).await;
                     match this
                         .store
                         .list(&prefix, stream_page(Some(start_after), revision))
@@ -1179,14 +1187,14 @@ struct StreamedPage {
     items: std::vec::IntoIter<KeyValue>,
     /// Where the next page starts; `None` when this is the last.
     last_key: Option<String>,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    _permit: Permit,
 }
 
 impl StreamedPage {
-    fn new(page: lariat_store::ListResult, mut permit: tokio::sync::OwnedSemaphorePermit) -> Self {
+    fn new(page: lariat_store::ListResult, mut permit: Permit) -> Self {
         let bytes: usize = page.items.iter().map(|kv| kv.value.len()).sum();
         // Only what the page holds stays taken.
-        drop(permit.split(LIST_PAGE_BYTES.saturating_sub(bytes)));
+        permit.keep(bytes);
         StreamedPage {
             last_key: page
                 .more

@@ -2,18 +2,25 @@
 //!
 //! A response stays in memory until its client reads it, so a client that asks and never
 //! reads holds what it asked for: the first probe of issue 37 held gigabytes with lists and
-//! watches it did not read. Three rules bound that:
+//! watches it did not read. Four rules bound that:
 //! - every response body is handed to the connection in copies of at most [`CHUNK`] bytes,
 //!   so a connection holds at most one chunk of a response its client does not read;
 //! - a response whose client takes nothing for [`WRITE_STALL`] is cut, and what it held is
 //!   dropped (kube-apiserver's watch cache closes unresponsive watchers the same way);
 //! - what responses hold while being written (whole bodies, and the store pages a streamed
 //!   list reads) is taken from one budget of [`MAX_RESPONSE_BYTES_IN_FLIGHT`]; a request
-//!   that finds it spent is answered 429.
+//!   that finds it spent is answered 429;
+//! - each user may hold at most [`MAX_RESPONSE_BYTES_PER_USER`] of it, and the last
+//!   [`RESERVED_FOR_MASTERS`] are kept for `system:masters` (the admins and the server's own
+//!   controllers), so one tenant with a few hundred unread lists can no longer make everyone
+//!   else's lists wait (kube-apiserver's priority and fairness: a share per flow, and an
+//!   exempt level). A share is the authenticated caller's, not an impersonated user's, so
+//!   impersonating many users buys no more.
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -25,18 +32,25 @@ use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::identity::User;
 use crate::limits::{Limit, refused};
 use crate::status::{ApiError, ApiResult};
 
 /// What responses being written may hold together: 1 GiB. Fixed.
 pub const MAX_RESPONSE_BYTES_IN_FLIGHT: usize = 1024 * 1024 * 1024;
 
+/// What the responses of one user may hold: 128 MiB, 32 store pages. Fixed.
+pub const MAX_RESPONSE_BYTES_PER_USER: usize = 128 * 1024 * 1024;
+
+/// The part of the budget only `system:masters` may take: 256 MiB. Fixed.
+pub const RESERVED_FOR_MASTERS: usize = 256 * 1024 * 1024;
+
 /// How long a client may take nothing of a response before it is cut: 60 s, kube-apiserver's
 /// request timeout. Fixed.
 pub const WRITE_STALL: Duration = Duration::from_secs(60);
 
 /// The largest piece of a body handed to the connection at once.
-const CHUNK: usize = 64 * 1024;
+pub const CHUNK: usize = 64 * 1024;
 
 /// Bodies up to this size go out as they are: the connection caps bound what they hold.
 const SMALL: usize = CHUNK;
@@ -46,38 +60,213 @@ const SMALL: usize = CHUNK;
 /// streams through: the connection holds one chunk of it, not its length.
 const COUNTED_AT_MOST: usize = 16 * 1024 * 1024;
 
-static RESPONSE_BYTES: LazyLock<Arc<Semaphore>> =
-    LazyLock::new(|| Arc::new(Semaphore::new(MAX_RESPONSE_BYTES_IN_FLIGHT)));
+/// The server's response budget.
+static BUDGET: LazyLock<Budget> = LazyLock::new(|| {
+    Budget::new(
+        MAX_RESPONSE_BYTES_IN_FLIGHT,
+        RESERVED_FOR_MASTERS,
+        MAX_RESPONSE_BYTES_PER_USER,
+    )
+});
 
-fn permits(bytes: usize) -> u32 {
-    u32::try_from(bytes.min(MAX_RESPONSE_BYTES_IN_FLIGHT)).unwrap_or(u32::MAX)
+/// Bytes responses may hold: all of it for `system:masters`, all but a reserve for everyone
+/// else, and a share for each user.
+struct Budget {
+    capacity: usize,
+    total: Arc<Semaphore>,
+    /// What users outside `system:masters` draw from (the total less the reserve).
+    unreserved: Arc<Semaphore>,
+    per_user: usize,
+    /// Each user's share while any of its responses holds part of it (or a request of theirs
+    /// is being served): a user nobody refers to any more is forgotten.
+    users: Mutex<HashMap<String, Weak<Semaphore>>>,
 }
 
-/// Takes `bytes` of what responses being written may hold, until the permit is dropped;
-/// a 429 when it is spent.
-pub fn hold(bytes: usize) -> ApiResult<OwnedSemaphorePermit> {
-    RESPONSE_BYTES
-        .clone()
-        .try_acquire_many_owned(permits(bytes))
-        .map_err(|_| {
-            refused(Limit::ResponsesInFlight);
+/// Whose share a response's bytes are taken from; authentication sets it on each request
+/// and its response.
+#[derive(Clone)]
+pub struct Share {
+    name: Arc<str>,
+    /// `None` for `system:masters`, who draw from the whole budget and have no share.
+    user: Option<Arc<Semaphore>>,
+}
+
+impl Share {
+    /// The share of the authenticated caller `user`.
+    pub fn of(user: &User) -> Share {
+        BUDGET.share(user)
+    }
+
+    /// The share all unauthenticated callers have together, as `system:anonymous`.
+    pub fn anonymous() -> Share {
+        static ANONYMOUS: LazyLock<Share> = LazyLock::new(|| {
+            BUDGET.share(&User {
+                name: "system:anonymous".into(),
+                groups: vec!["system:unauthenticated".into()],
+            })
+        });
+        ANONYMOUS.clone()
+    }
+}
+
+/// Part of the budget, given back when dropped.
+pub struct Permit {
+    user: Option<OwnedSemaphorePermit>,
+    unreserved: Option<OwnedSemaphorePermit>,
+    total: OwnedSemaphorePermit,
+}
+
+impl Permit {
+    /// Gives back all but `bytes` of what this permit holds.
+    pub fn keep(&mut self, bytes: usize) {
+        let give_back = |permit: &mut OwnedSemaphorePermit| {
+            let extra = permit.num_permits().saturating_sub(bytes);
+            drop(permit.split(extra));
+        };
+        self.user.as_mut().map(give_back);
+        self.unreserved.as_mut().map(give_back);
+        give_back(&mut self.total);
+    }
+}
+
+impl Budget {
+    fn new(total: usize, reserved: usize, per_user: usize) -> Budget {
+        Budget {
+            capacity: total,
+            total: Arc::new(Semaphore::new(total)),
+            unreserved: Arc::new(Semaphore::new(total.saturating_sub(reserved))),
+            per_user,
+            users: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn share(&self, user: &User) -> Share {
+        if user.groups.iter().any(|g| g == "system:masters") {
+            return Share {
+                name: user.name.as_str().into(),
+                user: None,
+            };
+        }
+        let mut users = self.users.lock().unwrap_or_else(PoisonError::into_inner);
+        let semaphore = match users.get(&user.name).and_then(Weak::upgrade) {
+            Some(semaphore) => semaphore,
+            None => {
+                // Forget users nobody refers to once they are as many as those still held,
+                // so the map grows with the users being served, not with every user seen.
+                if users.len() >= 64 && users.len().is_multiple_of(64) {
+                    users.retain(|_, share| share.strong_count() > 0);
+                }
+                let semaphore = Arc::new(Semaphore::new(self.per_user));
+                users.insert(user.name.clone(), Arc::downgrade(&semaphore));
+                semaphore
+            }
+        };
+        Share {
+            name: user.name.as_str().into(),
+            user: Some(semaphore),
+        }
+    }
+
+    fn try_hold(&self, share: &Share, bytes: usize) -> ApiResult<Permit> {
+        let count = |limit: usize| u32::try_from(bytes.min(limit)).unwrap_or(u32::MAX);
+        let spent = |limit: Limit, message: String| {
+            refused(limit);
             ApiError::TooManyRequests {
-                message: format!(
-                    "responses being written hold {MAX_RESPONSE_BYTES_IN_FLIGHT} bytes, the server's limit; retry shortly"
-                ),
+                message,
                 retry_after_seconds: 1,
             }
+        };
+        let (user, unreserved) = match &share.user {
+            None => (None, None),
+            Some(semaphore) => {
+                let user = semaphore
+                    .clone()
+                    .try_acquire_many_owned(count(self.per_user))
+                    .map_err(|_| {
+                        spent(
+                            Limit::ResponsesPerUser,
+                            format!(
+                                "responses being written to {} hold {} bytes, what one user may hold; read or close the responses already open, or retry shortly",
+                                share.name, self.per_user
+                            ),
+                        )
+                    })?;
+                let unreserved = self
+                    .unreserved
+                    .clone()
+                    .try_acquire_many_owned(count(self.per_user))
+                    .map_err(|_| {
+                        spent(
+                            Limit::ResponsesInFlight,
+                            "responses being written hold what the server allows users outside system:masters; retry shortly".into(),
+                        )
+                    })?;
+                (Some(user), Some(unreserved))
+            }
+        };
+        let total = self
+            .total
+            .clone()
+            .try_acquire_many_owned(count(self.capacity))
+            .map_err(|_| {
+                spent(
+                    Limit::ResponsesInFlight,
+                    "responses being written hold what the server allows; retry shortly".into(),
+                )
+            })?;
+        Ok(Permit {
+            user,
+            unreserved,
+            total,
         })
+    }
+
+    /// Waits for the bytes, in one order (the user's share, the unreserved part, the total) so
+    /// that waiters never hold what another waits for before it.
+    async fn hold_waiting(&self, share: &Share, bytes: usize) -> Permit {
+        let count = |limit: usize| u32::try_from(bytes.min(limit)).unwrap_or(u32::MAX);
+        let closed = "the response budget is never closed";
+        let (user, unreserved) = match &share.user {
+            None => (None, None),
+            Some(semaphore) => {
+                let user = semaphore
+                    .clone()
+                    .acquire_many_owned(count(self.per_user))
+                    .await
+                    .expect(closed);
+                let unreserved = self
+                    .unreserved
+                    .clone()
+                    .acquire_many_owned(count(self.per_user))
+                    .await
+                    .expect(closed);
+                (Some(user), Some(unreserved))
+            }
+        };
+        let total = self
+            .total
+            .clone()
+            .acquire_many_owned(count(self.capacity))
+            .await
+            .expect(closed);
+        Permit {
+            user,
+            unreserved,
+            total,
+        }
+    }
+}
+
+/// Takes `bytes` of what responses being written may hold, from `share`, until the permit is
+/// dropped; a 429 when the user's share or the budget is spent.
+pub fn hold(share: &Share, bytes: usize) -> ApiResult<Permit> {
+    BUDGET.try_hold(share, bytes)
 }
 
 /// Takes `bytes` of the budget, waiting for it: for the next page of a response already
 /// under way, which the clients holding the budget give back as they read or are cut.
-pub async fn hold_waiting(bytes: usize) -> OwnedSemaphorePermit {
-    RESPONSE_BYTES
-        .clone()
-        .acquire_many_owned(permits(bytes))
-        .await
-        .expect("the response budget is never closed")
+pub async fn hold_waiting(share: &Share, bytes: usize) -> Permit {
+    BUDGET.hold_waiting(share, bytes).await
 }
 
 /// Middleware: every response larger than [`SMALL`] is paced. A whole body takes its size
@@ -89,7 +278,13 @@ pub async fn pace(request: Request, next: Next) -> Response {
     let permit = match body.size_hint().exact() {
         Some(size) if size <= SMALL as u64 => return Response::from_parts(parts, body),
         Some(size) => {
-            match hold(usize::try_from(size).map_or(COUNTED_AT_MOST, |s| s.min(COUNTED_AT_MOST))) {
+            let share = parts
+                .extensions
+                .get::<Share>()
+                .cloned()
+                .unwrap_or_else(Share::anonymous);
+            let size = usize::try_from(size).map_or(COUNTED_AT_MOST, |s| s.min(COUNTED_AT_MOST));
+            match hold(&share, size) {
                 Ok(permit) => Some(permit),
                 Err(refusal) => return refusal.into_response(),
             }
@@ -106,14 +301,14 @@ pub async fn pace(request: Request, next: Next) -> Response {
 /// nothing for [`WRITE_STALL`]; `permit` is given back when it ends or is cut.
 pub fn paced(
     body: impl Stream<Item = std::io::Result<Bytes>> + Send + 'static,
-    permit: Option<OwnedSemaphorePermit>,
+    permit: Option<Permit>,
 ) -> Body {
     paced_within(body, permit, WRITE_STALL)
 }
 
 fn paced_within(
     body: impl Stream<Item = std::io::Result<Bytes>> + Send + 'static,
-    permit: Option<OwnedSemaphorePermit>,
+    permit: Option<Permit>,
     stall: Duration,
 ) -> Body {
     let shared = Arc::new(Shared {
@@ -137,7 +332,7 @@ struct Held {
     body: BoxStream<'static, std::io::Result<Bytes>>,
     /// The rest of the body's last item, still to be handed out.
     pending: Bytes,
-    _permit: Option<OwnedSemaphorePermit>,
+    _permit: Option<Permit>,
 }
 
 struct Pacing {
@@ -318,6 +513,88 @@ mod tests {
                 item
             });
         (paced_within(items, None, STALL), dropped)
+    }
+
+    fn user(name: &str, groups: &[&str]) -> User {
+        User {
+            name: name.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn one_user_holds_at_most_its_share_and_others_are_still_served() {
+        let budget = Budget::new(100, 20, 30);
+        let mallory = budget.share(&user("mallory", &["system:authenticated"]));
+        let mut held = vec![];
+        for _ in 0..3 {
+            held.push(budget.try_hold(&mallory, 10).expect("within the share"));
+        }
+        let refused = budget
+            .try_hold(&mallory, 10)
+            .err()
+            .expect("beyond the share");
+        assert!(
+            refused.to_string().contains("what one user may hold"),
+            "{refused}"
+        );
+        // The same user through a second request: the same share.
+        let again = budget.share(&user("mallory", &[]));
+        assert!(budget.try_hold(&again, 1).is_err());
+        let bob = budget.share(&user("bob", &[]));
+        let _bob = budget
+            .try_hold(&bob, 30)
+            .expect("another user has its own share");
+        // Bob and mallory hold 60; the unreserved 80 has 20 left, so a third user is held
+        // to that, and the reserve is for system:masters.
+        let carol = budget.share(&user("carol", &[]));
+        let _carol = budget
+            .try_hold(&carol, 20)
+            .expect("what is left unreserved");
+        assert!(
+            budget.try_hold(&carol, 1).is_err(),
+            "the reserve is not carol's"
+        );
+        let admin = budget.share(&user("admin", &["system:masters"]));
+        let _admin = budget
+            .try_hold(&admin, 20)
+            .expect("system:masters take the reserve");
+        assert!(
+            budget.try_hold(&admin, 1).is_err(),
+            "the total is the total"
+        );
+        // What mallory gives back is hers to take again.
+        held.pop();
+        budget.try_hold(&mallory, 10).expect("given back");
+    }
+
+    #[tokio::test]
+    async fn a_permit_kept_to_its_page_gives_back_the_rest_everywhere() {
+        let budget = Budget::new(100, 20, 40);
+        let mallory = budget.share(&user("mallory", &[]));
+        let mut page = budget.hold_waiting(&mallory, 40).await;
+        assert!(budget.try_hold(&mallory, 1).is_err());
+        page.keep(10);
+        let _rest = budget
+            .try_hold(&mallory, 30)
+            .expect("the user's share given back");
+        assert_eq!(budget.unreserved.available_permits(), 40);
+        assert_eq!(budget.total.available_permits(), 60);
+    }
+
+    #[test]
+    fn users_nobody_refers_to_are_forgotten() {
+        let budget = Budget::new(100, 20, 30);
+        let kept = budget.share(&user("kept", &[]));
+        for n in 0..1000 {
+            drop(budget.share(&user(&format!("user-{n}"), &[])));
+        }
+        let users = budget.users.lock().unwrap().len();
+        assert!(users <= 128, "{users} users remembered");
+        assert!(Arc::ptr_eq(
+            kept.user.as_ref().unwrap(),
+            budget.share(&user("kept", &[])).user.as_ref().unwrap()
+        ));
     }
 
     /// The tests' stall deadline, short so they run in real time.

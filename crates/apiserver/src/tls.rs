@@ -392,6 +392,10 @@ async fn idle(activity: &Activity, timeout: Duration) {
     }
 }
 
+/// Requests one HTTP/2 connection may carry at once: 200, hyper's default (Go's is 250).
+/// Fixed.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 200;
+
 /// Accepts TLS connections until `shutdown` resolves, then gives open requests a few seconds.
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -493,8 +497,13 @@ pub async fn serve(
                 .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(30));
+            // A stream's send buffer is one chunk of a paced body (h2's default, 400 KiB,
+            // let each of a connection's streams hold six more that nobody counts), and a
+            // connection carries at most `MAX_STREAMS_PER_CONNECTION` requests at once.
             builder
                 .http2()
+                .max_send_buf_size(crate::sending::CHUNK)
+                .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
                 .timer(TokioTimer::new())
                 .keep_alive_interval(Duration::from_secs(30))
                 .keep_alive_timeout(Duration::from_secs(20));

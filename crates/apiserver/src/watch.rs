@@ -10,6 +10,7 @@ use lariat_store::EventKind;
 use serde_json::{Value, json};
 
 use crate::resources::{ListParams, Resources, Scope};
+use crate::sending::Share;
 use crate::status::{ApiError, ApiResult};
 
 #[derive(Clone, Debug)]
@@ -131,10 +132,13 @@ impl Fanout {
 }
 
 impl Resources {
+    /// The events of `scope` from `params`' revision; the current state, when asked for, is
+    /// read within `share` of the response budget.
     pub async fn watch(
         &self,
         scope: &Scope,
         params: WatchParams,
+        share: &Share,
     ) -> ApiResult<BoxStream<'static, WatchEvent>> {
         let prefix = scope.rt.list_prefix(scope.namespace.as_deref());
         // The current state, when the watch starts from it, is read page by page as the
@@ -142,7 +146,7 @@ impl Resources {
         let (start, initial) = match params.resource_version {
             Some(rv) if rv > 0 && !params.send_initial_events => (rv, stream::empty().boxed()),
             _ => {
-                let (revision, items) = self.list_stream(scope, &params.list).await?;
+                let (revision, items) = self.list_stream(scope, &params.list, share).await?;
                 let added = items.map(|item| match item {
                     Ok(object) => WatchEvent {
                         kind: "ADDED",

@@ -39,6 +39,7 @@ fn a_hostile_tenant_is_refused_or_bounded_and_others_are_served() {
         "a 2 MB Bundle",
         "1 MB ConfigMap updated",
         "lists and watches of --unread-objects",
+        "200 lists on one HTTP/2 connection by one user",
         "anonymous connections",
         "3 MB SelfSubjectReview over HTTP/2",
     ] {

@@ -315,6 +315,15 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<()> {
     );
 
     vector!(
+        "200 lists on one HTTP/2 connection by one user who reads at 1 KB/s",
+        async {
+            one_user_over_http2(&server, &admin)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    );
+
+    vector!(
         "anonymous connections from two addresses fill their pool",
         async {
             anonymous_connections(&server)
@@ -541,6 +550,107 @@ async fn unread_responses(
     ))
 }
 
+/// 200 whole lists of the 1 MB ConfigMaps `unread_responses` made, on one HTTP/2
+/// connection (curl multiplexes them) by one user who reads each at 1 KB/s: the user's
+/// share of the response budget (`MAX_RESPONSE_BYTES_PER_USER`, 32 pages) bounds what the
+/// server holds for them, the lists beyond it are refused 429, and another user's list of the
+/// same objects is served meanwhile. Before the share, 200 such streams took a server to
+/// 1.2 to 1.7 GB and everyone's lists were refused once the whole budget was spent.
+async fn one_user_over_http2(
+    server: &ServerProcess,
+    admin: &kube::Client,
+) -> anyhow::Result<String> {
+    const STREAMS: usize = 200;
+    /// The user's share (128 MiB), and 64 MiB for what its streams hold beyond their pages
+    /// (the object being written, a chunk in each stream's send buffer). Measured on
+    /// 2026-12-05: 117 MiB in all.
+    const BOUND_MIB: f64 = 192.0;
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "viewers"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "carol"},
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "dave"},
+        ],
+    });
+    let (code, message) = send(
+        admin,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/unread/rolebindings",
+        "application/json",
+        binding.to_string().into_bytes(),
+    )
+    .await?;
+    if !(200..300).contains(&code) {
+        bail!("binding the readers: {code} {message}");
+    }
+    let dave = user_client(server, "dave").await?;
+    user_client(server, "carol").await?;
+    let token = token_of(&server.dir.path().join("carol.yaml"))?;
+    settle().await;
+    let before = rss_mib(server.child.id());
+    let refusals = || async {
+        let metrics = admin
+            .request_text(http::Request::get("/metrics").body(Vec::new())?)
+            .await?;
+        metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(r#"lariat_limit_refusals_total{limit="responses_per_user"} "#)
+            })
+            .and_then(|n| n.parse::<u64>().ok())
+            .context("no responses_per_user refusals in /metrics")
+    };
+    let refused_before = refusals().await?;
+    // The refused lists' Statuses may never reach curl: the streams it does not read hold the
+    // connection's flow-control window. The server's count of refusals says what it did.
+    let mut curl = std::process::Command::new("curl")
+        .args(["-s", "--http2", "--parallel", "--parallel-max", "300"])
+        .args(["--limit-rate", "1K", "-o", "/dev/null"])
+        .arg("--cacert")
+        .arg(server.dir.path().join("tls/ca.crt"))
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .arg(format!(
+            "https://{}/api/v1/namespaces/unread/configmaps?n=[1-{STREAMS}]",
+            server.address
+        ))
+        .spawn()
+        .context("curl")?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let held = rss_mib(server.child.id()) - before;
+    let started = Instant::now();
+    let listed = dave
+        .request_text(http::Request::get("/api/v1/namespaces/unread/configmaps").body(Vec::new())?)
+        .await
+        .context("another user was not served while one user's lists were held");
+    let served = started.elapsed();
+    let refused = refusals().await? - refused_before;
+    let _ = curl.kill();
+    let _ = curl.wait();
+    let listed = listed?;
+    if refused == 0 {
+        bail!("none of {STREAMS} unread lists by one user was refused");
+    }
+    if held > BOUND_MIB {
+        bail!("{STREAMS} unread lists by one user held {held:.0} MiB, more than {BOUND_MIB:.0}");
+    }
+    Ok(format!(
+        "{refused} of {STREAMS} refused 429 (curl keeps 100 streams open), the rest held {held:.0} MiB; another user's list of {} MB served in {} ms",
+        listed.len() / 1_000_000,
+        served.as_millis()
+    ))
+}
+
+/// The bearer token in a kubeconfig `lariat token create` printed.
+fn token_of(kubeconfig: &std::path::Path) -> anyhow::Result<String> {
+    Ok(std::fs::read_to_string(kubeconfig)?
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .with_context(|| format!("no token in {}", kubeconfig.display()))?
+        .to_string())
+}
+
 /// Anonymous TCP connections from 127.0.0.2 and 127.0.0.3 (the server was started with a pool
 /// of 24 for them, 16 per address): the 17th from one address is closed at once, and the admin, from
 /// 127.0.0.1, is still served: the oldest anonymous connection makes room.
@@ -580,12 +690,7 @@ async fn anonymous_connections(server: &ServerProcess) -> anyhow::Result<String>
 /// POSTs `body` with curl over HTTP/2 (kube-rs speaks HTTP/1.1 here), as the admin's token.
 fn curl_http2(server: &ServerProcess, path: &str, body: Vec<u8>) -> anyhow::Result<(u16, String)> {
     use std::io::Write;
-    let kubeconfig = std::fs::read_to_string(server.dir.path().join("kubeconfig-token.yaml"))?;
-    let token = kubeconfig
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token: "))
-        .context("no token in kubeconfig-token.yaml")?
-        .to_string();
+    let token = token_of(&server.dir.path().join("kubeconfig-token.yaml"))?;
     let mut child = std::process::Command::new("curl")
         .args([
             "-s",
