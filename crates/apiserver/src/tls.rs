@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -428,117 +428,15 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        let mut stop = stop_rx.clone();
-        let limits = limits.clone();
-        tokio::spawn(async move {
-            let slot = Arc::new(slot);
-            let tls_stream = match tokio::time::timeout(
-                Duration::from_secs(10),
-                acceptor.accept(stream),
-            )
-            .await
-            {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%address, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%address, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let certificates = tls_stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .filter(|chain| !chain.is_empty())
-                .map(|chain| Arc::new(chain.iter().map(|c| c.clone().into_owned()).collect()));
-            let peer = Peer::Remote {
-                certificates,
-                address,
-            };
-            let activity = Arc::new(Activity::default());
-            let counted = activity.clone();
-            let connection_slot = slot.clone();
-            let connection_limits = limits.clone();
-            let service = hyper::service::service_fn(
-                move |mut request: hyper::Request<hyper::body::Incoming>| {
-                    let in_flight = InFlight::new(&counted);
-                    let http1 = request.version() < hyper::Version::HTTP_2;
-                    request.extensions_mut().insert(peer.clone());
-                    let response = app.clone().oneshot(request.map(axum::body::Body::new));
-                    let slot = connection_slot.clone();
-                    let limits = connection_limits.clone();
-                    async move {
-                        let mut response = response.await?;
-                        if response.extensions().get::<Authenticated>().is_some() {
-                            slot.authenticated();
-                        }
-                        if http1 && slot.should_close(&limits) {
-                            response.headers_mut().insert(
-                                hyper::header::CONNECTION,
-                                hyper::header::HeaderValue::from_static("close"),
-                            );
-                        }
-                        Ok::<_, std::convert::Infallible>(response.map(|body| {
-                            axum::body::Body::new(Tracked {
-                                body,
-                                _in_flight: in_flight,
-                            })
-                        }))
-                    }
-                },
-            );
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30));
-            // A stream's send buffer is one chunk of a paced body (h2's default, 400 KiB,
-            // let each of a connection's streams hold six more that nobody counts), and a
-            // connection carries at most `MAX_STREAMS_PER_CONNECTION` requests at once.
-            builder
-                .http2()
-                .max_send_buf_size(crate::sending::CHUNK)
-                .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
-                .timer(TokioTimer::new())
-                .keep_alive_interval(Duration::from_secs(30))
-                .keep_alive_timeout(Duration::from_secs(20));
-            let connection =
-                builder.serve_connection_with_upgrades(TokioIo::new(tls_stream), service);
-            tokio::pin!(connection);
-            let stopping = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            let result = tokio::select! {
-                result = connection.as_mut() => result,
-                _ = idle(&activity, limits.idle_timeout) => {
-                    tracing::debug!(%address, "closing a connection with no request in flight");
-                    connection.as_mut().graceful_shutdown();
-                    tokio::time::timeout(Duration::from_secs(5), connection.as_mut()).await.unwrap_or(Ok(()))
-                }
-                _ = slot.lifetime(&limits) => {
-                    tracing::debug!(%address, authenticated = slot.is_authenticated(), "closing a connection that reached its maximum age");
-                    connection.as_mut().graceful_shutdown();
-                    tokio::time::timeout(CLOSING_GRACE, connection.as_mut()).await.unwrap_or(Ok(()))
-                }
-                _ = slot.state.evicted.notified() => {
-                    tracing::debug!(%address, "closing an unauthenticated connection to make room for a newer one");
-                    connection.as_mut().graceful_shutdown();
-                    tokio::time::timeout(Duration::from_secs(1), connection.as_mut()).await.unwrap_or(Ok(()))
-                }
-                _ = stopping => {
-                    connection.as_mut().graceful_shutdown();
-                    tokio::time::timeout(Duration::from_secs(5), connection.as_mut()).await.unwrap_or(Ok(()))
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(%address, error = %e, "connection ended with an error");
-            }
-        });
+        tokio::spawn(serve_connection(
+            stream,
+            address,
+            slot,
+            acceptor.clone(),
+            app.clone(),
+            limits.clone(),
+            stop_rx.clone(),
+        ));
     }
     drop(listener);
     let _ = stop_tx.send(true);
@@ -550,4 +448,116 @@ pub async fn serve(
         tracing::info!("closing connections that did not finish within 5s (watches)");
     }
     Ok(())
+}
+
+/// Serves one accepted connection, which holds `slot`: the TLS handshake, then HTTP/1 or
+/// HTTP/2 until the connection ends, is idle, reaches its age, is evicted or the server stops.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    address: SocketAddr,
+    slot: Slot,
+    acceptor: tokio_rustls::TlsAcceptor,
+    app: Router,
+    limits: Limits,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let slot = Arc::new(slot);
+    let tls_stream =
+        match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(%address, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%address, "TLS handshake timed out");
+                return;
+            }
+        };
+    let certificates = tls_stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .filter(|chain| !chain.is_empty())
+        .map(|chain| Arc::new(chain.iter().map(|c| c.clone().into_owned()).collect()));
+    let peer = Peer::Remote {
+        certificates,
+        address,
+    };
+    let activity = Arc::new(Activity::default());
+    let counted = activity.clone();
+    let connection_slot = slot.clone();
+    let connection_limits = limits.clone();
+    let service =
+        hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            let in_flight = InFlight::new(&counted);
+            let http1 = request.version() < hyper::Version::HTTP_2;
+            request.extensions_mut().insert(peer.clone());
+            let response = app.clone().oneshot(request.map(axum::body::Body::new));
+            let slot = connection_slot.clone();
+            let limits = connection_limits.clone();
+            async move {
+                let mut response = response.await?;
+                if response.extensions().get::<Authenticated>().is_some() {
+                    slot.authenticated();
+                }
+                if http1 && slot.should_close(&limits) {
+                    response.headers_mut().insert(
+                        hyper::header::CONNECTION,
+                        hyper::header::HeaderValue::from_static("close"),
+                    );
+                }
+                Ok::<_, std::convert::Infallible>(response.map(|body| {
+                    axum::body::Body::new(Tracked {
+                        body,
+                        _in_flight: in_flight,
+                    })
+                }))
+            }
+        });
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30));
+    // A stream's send buffer is one chunk of a paced body (h2's default, 400 KiB,
+    // let each of a connection's streams hold six more that nobody counts), and a
+    // connection carries at most `MAX_STREAMS_PER_CONNECTION` requests at once.
+    builder
+        .http2()
+        .max_send_buf_size(crate::sending::CHUNK)
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(20));
+    let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls_stream), service);
+    tokio::pin!(connection);
+    let stopping = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        _ = idle(&activity, limits.idle_timeout) => {
+            tracing::debug!(%address, "closing a connection with no request in flight");
+            connection.as_mut().graceful_shutdown();
+            tokio::time::timeout(Duration::from_secs(5), connection.as_mut()).await.unwrap_or(Ok(()))
+        }
+        _ = slot.lifetime(&limits) => {
+            tracing::debug!(%address, authenticated = slot.is_authenticated(), "closing a connection that reached its maximum age");
+            connection.as_mut().graceful_shutdown();
+            tokio::time::timeout(CLOSING_GRACE, connection.as_mut()).await.unwrap_or(Ok(()))
+        }
+        _ = slot.state.evicted.notified() => {
+            tracing::debug!(%address, "closing an unauthenticated connection to make room for a newer one");
+            connection.as_mut().graceful_shutdown();
+            tokio::time::timeout(Duration::from_secs(1), connection.as_mut()).await.unwrap_or(Ok(()))
+        }
+        _ = stopping => {
+            connection.as_mut().graceful_shutdown();
+            tokio::time::timeout(Duration::from_secs(5), connection.as_mut()).await.unwrap_or(Ok(()))
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%address, error = %e, "connection ended with an error");
+    }
 }

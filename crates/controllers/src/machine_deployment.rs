@@ -88,7 +88,6 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     }
     let namespace = deployment.namespace().unwrap_or_default();
-    let name = deployment.name_any();
     let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &namespace);
     let sets_api: Api<MachineSet> = Api::namespaced(ctx.client.clone(), &namespace);
     let cluster_name = deployment.spec.cluster_name.clone();
@@ -143,7 +142,24 @@ pub async fn reconcile(
         ),
     };
 
-    // Rolling update (the only strategy lariat implements; OnDelete leaves old sets alone).
+    roll(&ctx, &deployment, &sets_api, &current, &old, replicas).await?;
+    report_status(&api, &deployment, &current, &old, replicas).await?;
+    // Its MachineSets' changes wake it.
+    Ok(crate::resync())
+}
+
+/// Scales the current set and the old ones towards `replicas`: the current one up as far as
+/// `maxSurge` allows, the old ones down as far as `maxUnavailable` allows, and deletes the
+/// old sets that are empty. Rolling update is the only strategy lariat implements; OnDelete
+/// leaves old sets alone.
+async fn roll(
+    ctx: &Context,
+    deployment: &MachineDeployment,
+    sets_api: &Api<MachineSet>,
+    current: &Arc<MachineSet>,
+    old: &[Arc<MachineSet>],
+    replicas: i64,
+) -> Result<(), Error> {
     let strategy = deployment.spec.strategy.as_ref();
     let on_delete = strategy.and_then(|s| s.type_) == Some(MachineDeploymentStrategyType::OnDelete);
     let rolling = strategy.and_then(|s| s.rolling_update.as_ref());
@@ -167,26 +183,26 @@ pub async fn reconcile(
         max_surge
     };
     let old_replicas: i64 = old.iter().map(|s| replicas_of(s)).sum();
-    let total = replicas_of(&current) + old_replicas;
+    let total = replicas_of(current) + old_replicas;
 
     if old.is_empty() || on_delete {
-        if replicas_of(&current) != replicas {
-            scale(&ctx, &deployment, &sets_api, &current, replicas).await?;
+        if replicas_of(current) != replicas {
+            scale(ctx, deployment, sets_api, current, replicas).await?;
         }
     } else {
         // Scale the new set up as far as the surge allows.
         let room = replicas + max_surge - total;
-        let target_new = (replicas_of(&current) + room.max(0)).min(replicas);
-        if target_new > replicas_of(&current) {
-            scale(&ctx, &deployment, &sets_api, &current, target_new).await?;
+        let target_new = (replicas_of(current) + room.max(0)).min(replicas);
+        if target_new > replicas_of(current) {
+            scale(ctx, deployment, sets_api, current, target_new).await?;
         }
         // Scale old sets down as far as availability allows.
         let available: i64 =
-            available_of(&current) + old.iter().map(|s| available_of(s)).sum::<i64>();
+            available_of(current) + old.iter().map(|s| available_of(s)).sum::<i64>();
         let min_available = replicas - max_unavailable;
         let mut can_remove = (available - min_available).max(0);
         // Machines of old sets that are not available can always go.
-        for set in &old {
+        for set in old {
             let unavailable = (replicas_of(set) - available_of(set)).max(0);
             can_remove += unavailable;
         }
@@ -196,13 +212,13 @@ pub async fn reconcile(
             0
         });
         let mut to_remove = can_remove.min(excess.max(can_remove.min(old_replicas)));
-        for set in &old {
+        for set in old {
             if to_remove == 0 {
                 break;
             }
             let down = to_remove.min(replicas_of(set));
             if down > 0 {
-                scale(&ctx, &deployment, &sets_api, set, replicas_of(set) - down).await?;
+                scale(ctx, deployment, sets_api, set, replicas_of(set) - down).await?;
                 to_remove -= down;
             }
         }
@@ -216,7 +232,18 @@ pub async fn reconcile(
         }
     }
 
-    let all: Vec<&MachineSet> = std::iter::once(&current)
+    Ok(())
+}
+
+/// Writes the deployment's status from its sets' counts, when it changed.
+async fn report_status(
+    api: &Api<MachineDeployment>,
+    deployment: &MachineDeployment,
+    current: &Arc<MachineSet>,
+    old: &[Arc<MachineSet>],
+    replicas: i64,
+) -> Result<(), Error> {
+    let all: Vec<&MachineSet> = std::iter::once(current)
         .chain(old.iter())
         .map(|s| s.as_ref())
         .collect();
@@ -228,7 +255,7 @@ pub async fn reconcile(
         sum(|s| s.ready_replicas),
         sum(|s| s.available_replicas),
     );
-    let updated = counted(&current, |s| s.replicas);
+    let updated = counted(current, |s| s.replicas);
     let phase = if actual < replicas {
         MachineDeploymentPhase::ScalingUp
     } else if actual > replicas {
@@ -245,15 +272,14 @@ pub async fn reconcile(
     status.ready_replicas = Some(ready as i32);
     status.available_replicas = Some(available as i32);
     status.unavailable_replicas = Some((replicas - available).max(0) as i32);
-    status.selector = Some(format!("{DEPLOYMENT_NAME_LABEL}={name}"));
+    status.selector = Some(format!("{DEPLOYMENT_NAME_LABEL}={}", deployment.name_any()));
     status.phase = Some(phase);
     status.observed_generation = Some(deployment.metadata.generation.unwrap_or(0));
     if status != before {
         let status = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
-        patch_status(&api, &name, status).await?;
+        patch_status(api, &deployment.name_any(), status).await?;
     }
-    // Its MachineSets' changes wake it.
-    Ok(crate::resync())
+    Ok(())
 }
 
 /// Records a Normal Event on the MachineDeployment.

@@ -256,42 +256,8 @@ pub async fn reconcile(check: Arc<MachineHealthCheck>, ctx: Arc<Context>) -> Res
         .as_ref()
         .and_then(Reference::from_object_reference);
     for (machine, why) in &unhealthy {
-        if !conditions::is_false(of_machine(machine), HEALTH_CHECK_SUCCEEDED) {
-            let message = format!("Machine {:?} is unhealthy: {why}", machine.name_any());
-            ctx.events
-                .publish(
-                    check.as_ref(),
-                    "MachineHealthCheck",
-                    EventType::Warning,
-                    "MachineMarkedUnhealthy",
-                    &message,
-                )
-                .await;
-        }
-        let mut marks = vec![(HEALTH_CHECK_SUCCEEDED, false, "UnhealthyNode", why.as_str())];
-        // Only machines someone will replace are remediated: those owned by a MachineSet or a
-        // control plane. A lone Machine is reported, not destroyed.
-        let replaceable = machine
-            .owner_references()
-            .iter()
-            .any(|o| o.controller == Some(true));
-        if allowed && replaceable {
-            match &template {
-                // External remediation: a remediation object named after the Machine, from the
-                // template, for another controller to act on (Cluster API's contract).
-                Some(template) => {
-                    external_remediation(&ctx, &namespace, template, machine, &cluster).await?
-                }
-                // The owner (MachineSet, control plane) remediates, by its own rules.
-                None => {
-                    if !conditions::is_false(of_machine(machine), OWNER_REMEDIATED) {
-                        tracing::info!(machinehealthcheck = %format!("{namespace}/{name}"), machine = %machine.name_any(), reason = %why, "asking the owner to remediate an unhealthy machine");
-                    }
-                    marks.push((OWNER_REMEDIATED, false, "WaitingForRemediation", ""))
-                }
-            }
-        }
-        mark(&machines_api, machine, &marks).await?;
+        let template = template.as_ref();
+        mark_unhealthy(&ctx, &check, &machines_api, machine, why, allowed, template).await?;
     }
     if allowed {
         conditions::set(&mut list, "RemediationAllowed", true, "", "");
@@ -321,4 +287,57 @@ pub async fn reconcile(check: Arc<MachineHealthCheck>, ctx: Arc<Context>) -> Res
         patch_status(&api, &name, status).await?;
     }
     Ok(recheck.map_or_else(crate::resync, Action::requeue))
+}
+
+/// Marks an unhealthy Machine (with an Event the first time), and when `maxUnhealthy`
+/// `allowed` it asks for its remediation: from the remediation `template` when there is one,
+/// otherwise by its owner.
+async fn mark_unhealthy(
+    ctx: &Context,
+    check: &MachineHealthCheck,
+    machines_api: &Api<Machine>,
+    machine: &Machine,
+    why: &str,
+    allowed: bool,
+    template: Option<&Reference>,
+) -> Result<(), Error> {
+    let namespace = check.namespace().unwrap_or_default();
+    if !conditions::is_false(of_machine(machine), HEALTH_CHECK_SUCCEEDED) {
+        let message = format!("Machine {:?} is unhealthy: {why}", machine.name_any());
+        ctx.events
+            .publish(
+                check,
+                "MachineHealthCheck",
+                EventType::Warning,
+                "MachineMarkedUnhealthy",
+                &message,
+            )
+            .await;
+    }
+    let mut marks = vec![(HEALTH_CHECK_SUCCEEDED, false, "UnhealthyNode", why)];
+    // Only machines someone will replace are remediated: those owned by a MachineSet or a
+    // control plane. A lone Machine is reported, not destroyed.
+    let replaceable = machine
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true));
+    if allowed && replaceable {
+        match template {
+            // External remediation: a remediation object named after the Machine, from the
+            // template, for another controller to act on (Cluster API's contract).
+            Some(template) => {
+                external_remediation(ctx, &namespace, template, machine, &check.spec.cluster_name)
+                    .await?
+            }
+            // The owner (MachineSet, control plane) remediates, by its own rules.
+            None => {
+                if !conditions::is_false(of_machine(machine), OWNER_REMEDIATED) {
+                    tracing::info!(machinehealthcheck = %format!("{namespace}/{}", check.name_any()), machine = %machine.name_any(), reason = %why, "asking the owner to remediate an unhealthy machine");
+                }
+                marks.push((OWNER_REMEDIATED, false, "WaitingForRemediation", ""))
+            }
+        }
+    }
+    mark(machines_api, machine, &marks).await?;
+    Ok(())
 }

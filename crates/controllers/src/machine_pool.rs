@@ -38,19 +38,7 @@ pub async fn reconcile(pool: Arc<MachinePool>, ctx: Arc<Context>) -> Result<Acti
         return Ok(Action::await_change());
     }
     if pool.metadata.deletion_timestamp.is_some() {
-        // The pool stays until its infrastructure (whose provider's finalizer holds it until
-        // the cloud's instances are gone) and bootstrap config are, so a Cluster deleting its
-        // workers first really waits for them.
-        let spec = pool.spec.template.spec.as_ref();
-        let infrastructure = spec.map(|s| &s.infrastructure_ref);
-        let bootstrap = spec.and_then(|s| s.bootstrap.config_ref.as_ref());
-        if !delete_referenced(&ctx, pool.as_ref(), infrastructure).await?
-            | !delete_referenced(&ctx, pool.as_ref(), bootstrap).await?
-        {
-            return Ok(Action::requeue(Duration::from_secs(1)));
-        }
-        remove_finalizer(&api, pool.as_ref(), FINALIZER).await?;
-        return Ok(Action::await_change());
+        return delete(&ctx, &api, &pool).await;
     }
     if ensure_finalizer(&api, pool.as_ref(), FINALIZER).await? {
         return Ok(Action::await_change());
@@ -85,30 +73,8 @@ pub async fn reconcile(pool: Arc<MachinePool>, ctx: Arc<Context>) -> Result<Acti
         .config_ref
         .as_ref()
         .and_then(Reference::from_object_reference);
-    let mut infrastructure_object = None;
-    for (reference, is_infrastructure) in [(infrastructure, true), (bootstrap.clone(), false)] {
-        let Some(reference) = reference else { continue };
-        let Some(object) = reference.get(&ctx.caches, &namespace).await? else {
-            continue;
-        };
-        let owned_here = object
-            .owner_references()
-            .iter()
-            .any(|o| o.kind == "MachinePool" && o.uid == pool.uid().unwrap_or_default());
-        if !owned_here {
-            let object_api = reference.api(&ctx.client, &namespace).await?;
-            ensure_owner(
-                &object_api,
-                object.as_ref(),
-                owner_reference(pool.as_ref(), true),
-            )
-            .await?;
-            ensure_labels(&object_api, object.as_ref(), &cluster_label).await?;
-        }
-        if is_infrastructure {
-            infrastructure_object = Some(object);
-        }
-    }
+    let infrastructure_object = claim(&ctx, &pool, infrastructure, &cluster_label).await?;
+    claim(&ctx, &pool, bootstrap.clone(), &cluster_label).await?;
 
     let desired = pool.spec.replicas.unwrap_or(1);
     let infrastructure_ready = infrastructure_object
@@ -194,4 +160,57 @@ pub async fn reconcile(pool: Arc<MachinePool>, ctx: Arc<Context>) -> Result<Acti
     }
     // Woken by its objects' changes; the resync covers a change missed by a lagging watch.
     Ok(crate::resync())
+}
+
+/// Deletes what the pool references, and lets the pool go once they are gone.
+async fn delete(
+    ctx: &Context,
+    api: &Api<MachinePool>,
+    pool: &Arc<MachinePool>,
+) -> Result<Action, Error> {
+    // The pool stays until its infrastructure (whose provider's finalizer holds it until
+    // the cloud's instances are gone) and bootstrap config are, so a Cluster deleting its
+    // workers first really waits for them.
+    let spec = pool.spec.template.spec.as_ref();
+    let infrastructure = spec.map(|s| &s.infrastructure_ref);
+    let bootstrap = spec.and_then(|s| s.bootstrap.config_ref.as_ref());
+    if !delete_referenced(ctx, pool.as_ref(), infrastructure).await?
+        | !delete_referenced(ctx, pool.as_ref(), bootstrap).await?
+    {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    remove_finalizer(api, pool.as_ref(), FINALIZER).await?;
+    Ok(Action::await_change())
+}
+
+/// The object `reference` names, owned by the pool and labelled with its cluster (made so
+/// if it is not yet); `None` when there is no reference or no object yet.
+async fn claim(
+    ctx: &Context,
+    pool: &Arc<MachinePool>,
+    reference: Option<Reference>,
+    cluster_label: &std::collections::BTreeMap<String, String>,
+) -> Result<Option<Arc<kube::api::DynamicObject>>, Error> {
+    let namespace = pool.namespace().unwrap_or_default();
+    let Some(reference) = reference else {
+        return Ok(None);
+    };
+    let Some(object) = reference.get(&ctx.caches, &namespace).await? else {
+        return Ok(None);
+    };
+    let owned_here = object
+        .owner_references()
+        .iter()
+        .any(|o| o.kind == "MachinePool" && o.uid == pool.uid().unwrap_or_default());
+    if !owned_here {
+        let object_api = reference.api(&ctx.client, &namespace).await?;
+        ensure_owner(
+            &object_api,
+            object.as_ref(),
+            owner_reference(pool.as_ref(), true),
+        )
+        .await?;
+        ensure_labels(&object_api, object.as_ref(), cluster_label).await?;
+    }
+    Ok(Some(object))
 }

@@ -97,7 +97,7 @@ pub async fn reconcile(set: Arc<MachineSet>, ctx: Arc<Context>) -> Result<Action
             event(&ctx, &set, "SuccessfulDelete", &message).await;
         }
     }
-    let mut machines = healthy;
+    let machines = healthy;
     // Names created or deleted here: the next reconcile must find them so in the cache, or it
     // would count the same Machines again (Cluster API's expectations).
     let mut created = Vec::new();
@@ -138,34 +138,14 @@ pub async fn reconcile(set: Arc<MachineSet>, ctx: Arc<Context>) -> Result<Action
         // Creating a template is not among what wakes a MachineSet: look again shortly.
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
-    let changed: Result<(), Error> = async {
-        if machines.len() < wanted {
-            for _ in machines.len()..wanted {
-                let machine = create_machine(&ctx, &set).await?;
-                created.push(machine.name_any());
-                ensure_clones(&ctx, &set, &machine).await?;
-            }
-        } else if machines.len() > wanted {
-            let policy = set.spec.delete_policy.unwrap_or(MachineSetDeletePolicy::Random);
-            order_for_deletion(&mut machines, policy);
-            for machine in machines.iter().take(machines.len() - wanted) {
-                tracing::info!(machineset = %format!("{namespace}/{name}"), machine = %machine.name_any(), ?policy, "scaling down");
-                match machines_api
-                    .delete(&machine.name_any(), &DeleteParams::default())
-                    .await
-                {
-                    Ok(_) => {
-                        deleted.push(machine.name_any());
-                        let message = format!("Deleted machine {:?}", machine.name_any());
-                        event(&ctx, &set, "SuccessfulDelete", &message).await;
-                    }
-                    Err(kube::Error::Api(e)) if e.code == 404 => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        Ok(())
-    }
+    let changed = scale(
+        &ctx,
+        &set,
+        &machines_api,
+        machines,
+        wanted,
+        (&mut created, &mut deleted),
+    )
     .await;
     // Even when a step failed: what was created or deleted must be seen before the retry.
     ctx.caches
@@ -200,6 +180,48 @@ pub async fn reconcile(set: Arc<MachineSet>, ctx: Arc<Context>) -> Result<Action
     }
     // Its Machines' changes wake it.
     Ok(crate::resync())
+}
+
+/// Creates Machines up to `wanted`, or deletes those beyond it in the order the set's
+/// `deletePolicy` says, noting their names in `created` and `deleted` as it goes (also when a
+/// step fails, so the caller can tell the cache what it did).
+async fn scale(
+    ctx: &Context,
+    set: &Arc<MachineSet>,
+    machines_api: &Api<Machine>,
+    mut machines: Vec<Arc<Machine>>,
+    wanted: usize,
+    (created, deleted): (&mut Vec<String>, &mut Vec<String>),
+) -> Result<(), Error> {
+    if machines.len() < wanted {
+        for _ in machines.len()..wanted {
+            let machine = create_machine(ctx, set).await?;
+            created.push(machine.name_any());
+            ensure_clones(ctx, set, &machine).await?;
+        }
+    } else if machines.len() > wanted {
+        let policy = set
+            .spec
+            .delete_policy
+            .unwrap_or(MachineSetDeletePolicy::Random);
+        order_for_deletion(&mut machines, policy);
+        for machine in machines.iter().take(machines.len() - wanted) {
+            tracing::info!(machineset = %format!("{}/{}", set.namespace().unwrap_or_default(), set.name_any()), machine = %machine.name_any(), ?policy, "scaling down");
+            match machines_api
+                .delete(&machine.name_any(), &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {
+                    deleted.push(machine.name_any());
+                    let message = format!("Deleted machine {:?}", machine.name_any());
+                    event(ctx, set, "SuccessfulDelete", &message).await;
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The machine template's spec; a MachineSet without one cannot make Machines.

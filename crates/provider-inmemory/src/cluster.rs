@@ -76,12 +76,56 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         tracing::warn!(cluster = %key, %error, "not every booted machine rejoined the restarted cluster; each rejoins on its own");
     }
 
-    // The kubeconfig Secret core and users reach the workload cluster with. It is rewritten
-    // when the simulated cluster is new (after a server restart it is a new cluster with a
-    // new CA, so the old credential is void) or no longer points at this server.
+    write_kubeconfig(&ctx, &object, &key, &cluster, created).await?;
+
+    let host = in_memory
+        .spec
+        .control_plane_endpoint
+        .as_ref()
+        .and_then(|e| e.host.as_deref());
+    if host.is_none_or(str::is_empty) {
+        patch(&api, &name, json!({"spec": {"controlPlaneEndpoint": {"host": format!("{name}.{namespace}.inmemory.lariat"), "port": 6443}}})).await?;
+    }
+    let failure_domains = in_memory.spec.failure_domains.clone().unwrap_or_else(|| {
+        ["zone-a", "zone-b", "zone-c"]
+            .map(|zone| {
+                let domain = FailureDomainSpec {
+                    control_plane: Some(true),
+                    attributes: None,
+                };
+                (zone.to_string(), domain)
+            })
+            .into()
+    });
+    let status = in_memory.status.unwrap_or_default();
+    let mut list = conditions::json::existing(&object.data["status"]);
+    conditions::json::set(&mut list, "Ready", true, "", "");
+    let generation = object.metadata.generation.unwrap_or(0);
+    if status.ready != Some(true)
+        || status.failure_domains.as_ref() != Some(&failure_domains)
+        || status.observed_generation != Some(generation)
+    {
+        let status = json!({"ready": true, "failureDomains": failure_domains, "conditions": list, "observedGeneration": generation});
+        patch_status(&api, &name, status).await?;
+    }
+    // Its own changes and its Cluster's wake it.
+    Ok(lariat_controllers::resync())
+}
+
+/// The kubeconfig Secret core and users reach the workload cluster with. It is rewritten
+/// when the simulated cluster is new (after a server restart it is a new cluster with a
+/// new CA, so the old credential is void) or no longer points at this server.
+async fn write_kubeconfig(
+    ctx: &Context,
+    object: &DynamicObject,
+    key: &str,
+    cluster: &str,
+    created: bool,
+) -> Result<(), Error> {
+    let namespace = object.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let secret_name = format!("{cluster}-kubeconfig");
-    let url = ctx.clusters.server_url(&key);
+    let url = ctx.clusters.server_url(key);
     let points_here = |kubeconfig: Option<&[u8]>| {
         kubeconfig.is_some_and(|v| String::from_utf8_lossy(v).contains(&format!("server: {url}\n")))
     };
@@ -107,7 +151,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     if created || !up_to_date {
         let kubeconfig = ctx
             .clusters
-            .kubeconfig(&key)
+            .kubeconfig(key)
             .await
             .map_err(|e| Error::Invalid(e.to_string()))?;
         let secret: Secret = serde_json::from_value(json!({
@@ -145,36 +189,5 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         written?;
     }
 
-    let host = in_memory
-        .spec
-        .control_plane_endpoint
-        .as_ref()
-        .and_then(|e| e.host.as_deref());
-    if host.is_none_or(str::is_empty) {
-        patch(&api, &name, json!({"spec": {"controlPlaneEndpoint": {"host": format!("{name}.{namespace}.inmemory.lariat"), "port": 6443}}})).await?;
-    }
-    let failure_domains = in_memory.spec.failure_domains.clone().unwrap_or_else(|| {
-        ["zone-a", "zone-b", "zone-c"]
-            .map(|zone| {
-                let domain = FailureDomainSpec {
-                    control_plane: Some(true),
-                    attributes: None,
-                };
-                (zone.to_string(), domain)
-            })
-            .into()
-    });
-    let status = in_memory.status.unwrap_or_default();
-    let mut list = conditions::json::existing(&object.data["status"]);
-    conditions::json::set(&mut list, "Ready", true, "", "");
-    let generation = object.metadata.generation.unwrap_or(0);
-    if status.ready != Some(true)
-        || status.failure_domains.as_ref() != Some(&failure_domains)
-        || status.observed_generation != Some(generation)
-    {
-        let status = json!({"ready": true, "failureDomains": failure_domains, "conditions": list, "observedGeneration": generation});
-        patch_status(&api, &name, status).await?;
-    }
-    // Its own changes and its Cluster's wake it.
-    Ok(lariat_controllers::resync())
+    Ok(())
 }

@@ -69,16 +69,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .get("cluster.x-k8s.io/cluster-name")
         .cloned();
     if object.metadata.deletion_timestamp.is_some() {
-        if let Some(cluster) = &cluster_name
-            && let Some(key) = workload_key(&ctx, &namespace, cluster).await?
-            && let Some(client) = ctx.clusters.client(&key)
-        {
-            let _ = Api::<Node>::all(client)
-                .delete(&name, &Default::default())
-                .await;
-        }
-        remove_finalizer(&api, &object, FINALIZER).await?;
-        return Ok(Action::await_change());
+        return delete(&ctx, &api, &object, cluster_name.as_deref()).await;
     }
     if ensure_finalizer(&api, &object, FINALIZER).await? {
         // The write's own watch event brings the object back.
@@ -144,48 +135,10 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         // The write's own watch event brings the object back.
         return Ok(Action::await_change());
     };
-    if behavior.never_boots() {
-        // Once, not at every look: the condition remembers it was said (and the recorder,
-        // while the cached object lags behind its own status).
-        if !list
-            .iter()
-            .any(|c| c["type"] == "Ready" && c["reason"] == "NeverBoots")
-        {
-            ctx.events
-                .publish_once(
-                    object.as_ref(),
-                    "InMemoryMachine",
-                    EventType::Warning,
-                    "NeverBoots",
-                    "failure injection: this machine never boots (spec.behavior.neverBoots)",
-                )
-                .await;
-        }
-        conditions::json::set(
-            &mut list,
-            "Ready",
-            false,
-            "NeverBoots",
-            "failure injection: this machine never boots (spec.behavior.neverBoots)",
-        );
-        update_status(&api, &object, json!({"ready": false, "conditions": list})).await?;
-        return Ok(lariat_controllers::resync());
-    }
-    let delay = behavior.provisioning_delay();
-    if booting_for < delay {
-        conditions::json::set(
-            &mut list,
-            "Ready",
-            false,
-            "Provisioning",
-            &format!(
-                "booting ({}s of {}s)",
-                booting_for.as_secs(),
-                delay.as_secs()
-            ),
-        );
-        update_status(&api, &object, json!({"ready": false, "conditions": list})).await?;
-        return Ok(Action::requeue(delay - booting_for));
+    if let Some(waiting) =
+        not_booted_yet(&ctx, &api, &object, &behavior, booting_for, list.clone()).await?
+    {
+        return Ok(waiting);
     }
 
     let provider_id = lariat_api::infrastructure::in_memory::provider_id(&namespace, &name);
@@ -200,29 +153,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         Some(cache) if cache.is_healthy() => cache.get_now("", &name).is_some(),
         _ => nodes.get_opt(&name).await?.is_some(),
     };
-    let mut booted_now = false;
-    if !joined {
-        let node = simulated_node(&name, &provider_id, &machine)?;
-        match nodes.create(&PostParams::default(), &node).await {
-            Ok(_) => {
-                booted_now = true;
-                let message = format!(
-                    "Simulated machine booted; Node {name} joined with providerID {provider_id}"
-                );
-                ctx.events
-                    .publish(
-                        object.as_ref(),
-                        "InMemoryMachine",
-                        EventType::Normal,
-                        "Booted",
-                        &message,
-                    )
-                    .await;
-            }
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let booted_now = !joined && join(&ctx, &object, &nodes, &machine, &provider_id).await?;
     if booted_now || !annotations.contains_key(BOOTED) {
         patch(
             &api,
@@ -248,38 +179,156 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         if up_for < after {
             return Ok(Action::requeue(after - up_for));
         }
-        // Once: a Node already NotReady keeps the time it turned so (a MachineHealthCheck's
-        // timeout counts from it), however often this machine is reconciled after.
-        let current = nodes.get_opt(&name).await?;
-        let ready = current
-            .as_ref()
-            .and_then(|n| n.status.as_ref()?.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        if !ready {
-            return Ok(lariat_controllers::resync());
-        }
-        let not_ready = json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
-            "message": "failure injection: spec.behavior.nodeNotReadyAfter", "lastHeartbeatTime": lariat_controllers::object::now(),
-            "lastTransitionTime": lariat_controllers::object::now()}]}});
-        nodes
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(not_ready))
-            .await?;
-        let message = format!(
-            "failure injection: Node {name} turned NotReady (spec.behavior.nodeNotReadyAfter)"
-        );
-        ctx.events
-            .publish(
-                object.as_ref(),
-                "InMemoryMachine",
-                EventType::Warning,
-                "NodeNotReady",
-                &message,
-            )
-            .await;
-        return Ok(Action::await_change());
+        return turn_not_ready(&ctx, &object, &nodes).await;
     }
     // Its own changes and its Machine's wake it.
     Ok(lariat_controllers::resync())
+}
+
+/// Whether the machine is still booting (`provisioningDelay`) or never will (`neverBoots`,
+/// said once with an Event): its status says so, and the action to take; `None` once booted.
+async fn not_booted_yet(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    behavior: &lariat_api::infrastructure::in_memory::InMemoryMachineBehavior,
+    booting_for: Duration,
+    mut list: Vec<serde_json::Value>,
+) -> Result<Option<Action>, Error> {
+    if behavior.never_boots() {
+        // Once, not at every look: the condition remembers it was said (and the recorder,
+        // while the cached object lags behind its own status).
+        if !list
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["reason"] == "NeverBoots")
+        {
+            ctx.events
+                .publish_once(
+                    object,
+                    "InMemoryMachine",
+                    EventType::Warning,
+                    "NeverBoots",
+                    "failure injection: this machine never boots (spec.behavior.neverBoots)",
+                )
+                .await;
+        }
+        conditions::json::set(
+            &mut list,
+            "Ready",
+            false,
+            "NeverBoots",
+            "failure injection: this machine never boots (spec.behavior.neverBoots)",
+        );
+        update_status(api, object, json!({"ready": false, "conditions": list})).await?;
+        return Ok(Some(lariat_controllers::resync()));
+    }
+    let delay = behavior.provisioning_delay();
+    if booting_for < delay {
+        conditions::json::set(
+            &mut list,
+            "Ready",
+            false,
+            "Provisioning",
+            &format!(
+                "booting ({}s of {}s)",
+                booting_for.as_secs(),
+                delay.as_secs()
+            ),
+        );
+        update_status(api, object, json!({"ready": false, "conditions": list})).await?;
+        return Ok(Some(Action::requeue(delay - booting_for)));
+    }
+    Ok(None)
+}
+
+/// Removes the machine's Node from its simulated cluster (when the cluster is up), then lets
+/// the machine go.
+async fn delete(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    cluster_name: Option<&str>,
+) -> Result<Action, Error> {
+    let namespace = object.namespace().unwrap_or_default();
+    if let Some(cluster) = cluster_name
+        && let Some(key) = workload_key(ctx, &namespace, cluster).await?
+        && let Some(client) = ctx.clusters.client(&key)
+    {
+        let _ = Api::<Node>::all(client)
+            .delete(&object.name_any(), &Default::default())
+            .await;
+    }
+    remove_finalizer(api, object, FINALIZER).await?;
+    Ok(Action::await_change())
+}
+
+/// Registers the booted machine's Node in its simulated cluster, with an Event; whether this
+/// call made it (false: it was there already).
+async fn join(
+    ctx: &Context,
+    object: &DynamicObject,
+    nodes: &Api<Node>,
+    machine: &Machine,
+    provider_id: &str,
+) -> Result<bool, Error> {
+    let name = object.name_any();
+    let node = simulated_node(&name, provider_id, machine)?;
+    match nodes.create(&PostParams::default(), &node).await {
+        Ok(_) => {
+            let message = format!(
+                "Simulated machine booted; Node {name} joined with providerID {provider_id}"
+            );
+            ctx.events
+                .publish(
+                    object,
+                    "InMemoryMachine",
+                    EventType::Normal,
+                    "Booted",
+                    &message,
+                )
+                .await;
+            Ok(true)
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Failure injection (`nodeNotReadyAfter`): turns the machine's Node NotReady, once: a Node
+/// already NotReady keeps the time it turned so (a MachineHealthCheck's timeout counts from
+/// it), however often the machine is reconciled after.
+async fn turn_not_ready(
+    ctx: &Context,
+    object: &DynamicObject,
+    nodes: &Api<Node>,
+) -> Result<Action, Error> {
+    let name = object.name_any();
+    let current = nodes.get_opt(&name).await?;
+    let ready = current
+        .as_ref()
+        .and_then(|n| n.status.as_ref()?.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    if !ready {
+        return Ok(lariat_controllers::resync());
+    }
+    let not_ready = json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+        "message": "failure injection: spec.behavior.nodeNotReadyAfter", "lastHeartbeatTime": lariat_controllers::object::now(),
+        "lastTransitionTime": lariat_controllers::object::now()}]}});
+    nodes
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(not_ready))
+        .await?;
+    let message =
+        format!("failure injection: Node {name} turned NotReady (spec.behavior.nodeNotReadyAfter)");
+    ctx.events
+        .publish(
+            object,
+            "InMemoryMachine",
+            EventType::Warning,
+            "NodeNotReady",
+            &message,
+        )
+        .await;
+    Ok(Action::await_change())
 }
 
 /// The Node a booted machine registers in its simulated cluster, Ready.

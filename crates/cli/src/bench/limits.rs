@@ -617,7 +617,12 @@ async fn one_user_over_http2(
         ))
         .spawn()
         .context("curl")?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Until the share is spent (curl has opened its streams), and a little more.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while refusals().await? == refused_before && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let held = rss_mib(server.child.id()) - before;
     let started = Instant::now();
     let listed = dave
