@@ -147,15 +147,7 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
     let api: Api<Bundle> = Api::namespaced(ctx.client.clone(), &namespace);
     ctx.caches.typed::<BundleDeployment>().synced().await?;
     if bundle.metadata.deletion_timestamp.is_some() {
-        for bd in deployments_of(&ctx, &namespace, &name) {
-            let bds: Api<BundleDeployment> =
-                Api::namespaced(ctx.client.clone(), &bd.namespace().unwrap_or_default());
-            match bds.delete(&bd.name_any(), &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        delete_deployments(&ctx, &deployments_of(&ctx, &namespace, &name)).await?;
         remove_finalizer(&api, &bundle, FINALIZER).await?;
         return Ok(Action::await_change());
     }
@@ -201,8 +193,8 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
             });
             continue;
         };
-        let manifests = match resolve(&bundle.spec, target) {
-            Ok(manifests) => manifests,
+        let spec = match deployment_spec(&ctx, &bundle, cluster, target).await? {
+            Ok(spec) => spec,
             Err(message) => {
                 standings.push(Standing {
                     cluster: cluster_name,
@@ -211,28 +203,6 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
                 });
                 continue;
             }
-        };
-        let content = serde_json::to_vec(&manifests).map_err(|e| Error::Invalid(e.to_string()))?;
-        let sha = sha256(&content);
-        let content_name = format!("s-{sha}");
-        ensure_content(&ctx, &content_name, content, &sha).await?;
-        let options = BundleDeploymentOptions {
-            default_namespace: target
-                .default_namespace
-                .clone()
-                .or(bundle.spec.default_namespace.clone()),
-            namespace: target.namespace.clone().or(bundle.spec.namespace.clone()),
-            keep_resources: bundle.spec.keep_resources,
-            correct_drift: bundle.spec.correct_drift.clone(),
-        };
-        let options_hash = sha256(&serde_json::to_vec(&options).unwrap_or_default());
-        let spec = BundleDeploymentSpec {
-            deployment_id: Some(format!("{content_name}:{}", &options_hash[..16])),
-            options: Some(options),
-            correct_drift: bundle.spec.correct_drift.clone(),
-            paused: bundle.spec.paused || cluster.spec.paused,
-            depends_on: bundle.spec.depends_on.clone(),
-            ..Default::default()
         };
         wanted.insert((cluster_namespace.clone(), name.clone()));
         let current = existing
@@ -246,32 +216,7 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
             spec,
         });
     }
-    // Which clusters get the new version now (`rolloutStrategy`); the others have it staged.
-    let strategy = bundle.spec.rollout_strategy.clone().unwrap_or_default();
-    let members: Vec<Member<'_>> = planned
-        .iter()
-        .map(|p| Member {
-            cluster: Candidate::of(&p.cluster),
-            current: p
-                .current
-                .as_ref()
-                .is_none_or(|bd| bd.spec.deployment_id == p.spec.deployment_id),
-            unavailable: p.current.as_deref().is_some_and(unavailable),
-            paused: p.spec.paused,
-        })
-        .collect();
-    let (plan, strategy_error) = match rollout::plan(&strategy, &members, &groups) {
-        Ok(plan) => (plan, None),
-        // Nothing new goes out under a strategy that cannot be read.
-        Err(message) => (
-            Plan {
-                promote: members.iter().map(|m| m.current).collect(),
-                partition_of: vec![0; members.len()],
-                ..Default::default()
-            },
-            Some(format!("spec.rolloutStrategy: {message}")),
-        ),
-    };
+    let (plan, strategy_error) = rollout_plan(&bundle, &planned, &groups);
     for (i, planned) in planned.iter().enumerate() {
         let cluster_name = planned.cluster.name_any();
         let mut spec = planned.spec.clone();
@@ -313,21 +258,12 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
             held,
         ));
     }
-    for stale in existing
+    let stale: Vec<Arc<BundleDeployment>> = existing
         .iter()
         .filter(|bd| !wanted.contains(&(bd.namespace().unwrap_or_default(), bd.name_any())))
-    {
-        let bds: Api<BundleDeployment> =
-            Api::namespaced(ctx.client.clone(), &stale.namespace().unwrap_or_default());
-        match bds
-            .delete(&stale.name_any(), &DeleteParams::default())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+        .cloned()
+        .collect();
+    delete_deployments(&ctx, &stale).await?;
     let before = bundle.status.clone().unwrap_or_default();
     let mut status = summarize(&bundle, &before, &standings, strategy_error.as_deref());
     status.max_unavailable = Some(plan.max_unavailable as i32);
@@ -342,6 +278,93 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
     }
     // Its BundleDeployments', clusters' and groups' changes wake it.
     Ok(lariat_controllers::resync())
+}
+
+/// Deletes BundleDeployments, those already gone included.
+async fn delete_deployments(
+    ctx: &Context,
+    deployments: &[Arc<BundleDeployment>],
+) -> Result<(), Error> {
+    for bd in deployments {
+        let bds: Api<BundleDeployment> =
+            Api::namespaced(ctx.client.clone(), &bd.namespace().unwrap_or_default());
+        match bds.delete(&bd.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The BundleDeployment spec of the bundle's newest version for `cluster`, its content
+/// stored; the customization's error when `target`'s cannot be applied.
+async fn deployment_spec(
+    ctx: &Context,
+    bundle: &Bundle,
+    cluster: &FleetCluster,
+    target: &BundleTarget,
+) -> Result<Result<BundleDeploymentSpec, String>, Error> {
+    let manifests = match resolve(&bundle.spec, target) {
+        Ok(manifests) => manifests,
+        Err(message) => return Ok(Err(message)),
+    };
+    let content = serde_json::to_vec(&manifests).map_err(|e| Error::Invalid(e.to_string()))?;
+    let sha = sha256(&content);
+    let content_name = format!("s-{sha}");
+    ensure_content(ctx, &content_name, content, &sha).await?;
+    let options = BundleDeploymentOptions {
+        default_namespace: target
+            .default_namespace
+            .clone()
+            .or(bundle.spec.default_namespace.clone()),
+        namespace: target.namespace.clone().or(bundle.spec.namespace.clone()),
+        keep_resources: bundle.spec.keep_resources,
+        correct_drift: bundle.spec.correct_drift.clone(),
+    };
+    let options_hash = sha256(&serde_json::to_vec(&options).unwrap_or_default());
+    Ok(Ok(BundleDeploymentSpec {
+        deployment_id: Some(format!("{content_name}:{}", &options_hash[..16])),
+        options: Some(options),
+        correct_drift: bundle.spec.correct_drift.clone(),
+        paused: bundle.spec.paused || cluster.spec.paused,
+        depends_on: bundle.spec.depends_on.clone(),
+        ..Default::default()
+    }))
+}
+
+/// Which clusters get the new version now (`rolloutStrategy`); the others have it staged. A
+/// strategy that cannot be read sends nothing new out, and says why.
+fn rollout_plan(
+    bundle: &Bundle,
+    planned: &[Planned],
+    groups: &[&ClusterGroup],
+) -> (Plan, Option<String>) {
+    let strategy = bundle.spec.rollout_strategy.clone().unwrap_or_default();
+    let members: Vec<Member<'_>> = planned
+        .iter()
+        .map(|p| Member {
+            cluster: Candidate::of(&p.cluster),
+            current: p
+                .current
+                .as_ref()
+                .is_none_or(|bd| bd.spec.deployment_id == p.spec.deployment_id),
+            unavailable: p.current.as_deref().is_some_and(unavailable),
+            paused: p.spec.paused,
+        })
+        .collect();
+    match rollout::plan(&strategy, &members, groups) {
+        Ok(plan) => (plan, None),
+        // Nothing new goes out under a strategy that cannot be read.
+        Err(message) => (
+            Plan {
+                promote: members.iter().map(|m| m.current).collect(),
+                partition_of: vec![0; members.len()],
+                ..Default::default()
+            },
+            Some(format!("spec.rolloutStrategy: {message}")),
+        ),
+    }
 }
 
 /// A cluster the bundle goes to, with the new version for it.

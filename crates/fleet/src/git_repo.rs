@@ -176,11 +176,7 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
     let api: Api<GitRepo> = Api::namespaced(ctx.client.clone(), &namespace);
     let clone = ctx.settings.dir.join("git").join(&uid);
     if repo.metadata.deletion_timestamp.is_some() {
-        ctx.fetched.lock().expect("lock").remove(&uid);
-        ctx.webhooks.lock().expect("lock").remove(&uid);
-        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(clone)).await;
-        // Its Bundles are owned by it: the garbage collector deletes them.
-        remove_finalizer(&api, &repo, FINALIZER).await?;
+        forget(&ctx, &api, &repo, clone).await?;
         return Ok(Action::await_change());
     }
     if ensure_finalizer(&api, &repo, FINALIZER).await? {
@@ -247,36 +243,7 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
             .insert(uid.clone(), announced);
     }
     status.last_polling_triggered = Some(lariat_controllers::object::now());
-    let fetched = match credential(&ctx, &repo).await {
-        _ if !file_allowed(&ctx, &repo.spec.repo) => Err((
-            "FileRepositoryNotAllowed",
-            format!(
-                "{} is on the server's own disk: only a file:// URL inside a directory the server allows (lariat server --fleet-file-repos DIR) is read",
-                repo.spec.repo
-            ),
-        )),
-        Err(refused) => Err(refused),
-        Ok(auth) => {
-            let source = Source {
-                url: repo.spec.repo.clone(),
-                reference: match (&repo.spec.revision, &repo.spec.branch) {
-                    (Some(revision), _) if !revision.is_empty() => {
-                        Reference::Revision(revision.clone())
-                    }
-                    (_, Some(branch)) if !branch.is_empty() => Reference::Branch(branch.clone()),
-                    _ => Reference::Branch(DEFAULT_BRANCH.into()),
-                },
-                auth,
-                ca_bundle: repo.spec.ca_bundle.clone().map(|b| b.0),
-            };
-            let (dir, limits) = (clone.clone(), ctx.settings.limits.clone());
-            match tokio::task::spawn_blocking(move || git::fetch(&dir, &source, &limits)).await {
-                Ok(Ok(fetched)) => Ok(fetched.commit),
-                Ok(Err(error)) => Err((reason(&error), error.to_string())),
-                Err(panicked) => Err(("FetchFailed", panicked.to_string())),
-            }
-        }
-    };
+    let fetched = fetch(&ctx, &repo, &clone).await;
     // What stays when a commit cannot be deployed.
     let kept = match &status.commit {
         Some(commit) => format!("commit {} stays deployed", &commit[..commit.len().min(12)]),
@@ -349,6 +316,61 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
     } else {
         Action::requeue(interval)
     })
+}
+
+/// Forgets a deleted GitRepo: its fetch times, its clone on disk, and its finalizer. Its
+/// Bundles are owned by it: the garbage collector deletes them.
+async fn forget(
+    ctx: &Context,
+    api: &Api<GitRepo>,
+    repo: &GitRepo,
+    clone: std::path::PathBuf,
+) -> Result<(), Error> {
+    let uid = repo.uid().unwrap_or_default();
+    ctx.fetched.lock().expect("lock").remove(&uid);
+    ctx.webhooks.lock().expect("lock").remove(&uid);
+    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(clone)).await;
+    remove_finalizer(api, repo, FINALIZER).await?;
+    Ok(())
+}
+
+/// Fetches the repository's branch or revision into `clone`, with the GitRepo's credential;
+/// the commit, or the reason and message it could not be fetched.
+async fn fetch(
+    ctx: &Context,
+    repo: &GitRepo,
+    clone: &std::path::Path,
+) -> Result<String, (&'static str, String)> {
+    match credential(ctx, repo).await {
+        _ if !file_allowed(ctx, &repo.spec.repo) => Err((
+            "FileRepositoryNotAllowed",
+            format!(
+                "{} is on the server's own disk: only a file:// URL inside a directory the server allows (lariat server --fleet-file-repos DIR) is read",
+                repo.spec.repo
+            ),
+        )),
+        Err(refused) => Err(refused),
+        Ok(auth) => {
+            let source = Source {
+                url: repo.spec.repo.clone(),
+                reference: match (&repo.spec.revision, &repo.spec.branch) {
+                    (Some(revision), _) if !revision.is_empty() => {
+                        Reference::Revision(revision.clone())
+                    }
+                    (_, Some(branch)) if !branch.is_empty() => Reference::Branch(branch.clone()),
+                    _ => Reference::Branch(DEFAULT_BRANCH.into()),
+                },
+                auth,
+                ca_bundle: repo.spec.ca_bundle.clone().map(|b| b.0),
+            };
+            let (dir, limits) = (clone.to_path_buf(), ctx.settings.limits.clone());
+            match tokio::task::spawn_blocking(move || git::fetch(&dir, &source, &limits)).await {
+                Ok(Ok(fetched)) => Ok(fetched.commit),
+                Ok(Err(error)) => Err((reason(&error), error.to_string())),
+                Err(panicked) => Err(("FetchFailed", panicked.to_string())),
+            }
+        }
+    }
 }
 
 /// Writes the status if it changed beyond the time of the last fetch (which alone would be a

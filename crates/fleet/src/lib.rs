@@ -138,23 +138,41 @@ fn connections_flipping(caches: &Caches) -> impl futures::Stream<Item = String> 
         })
 }
 
-/// Runs the Fleet controllers until `shutdown` resolves, on the process's shared caches.
 /// GitRepos reconciled (fetched and scanned) at once.
 const GIT_FETCH_CONCURRENCY: u16 = 4;
 
+/// Runs the Fleet controllers until `shutdown` resolves, on the process's shared caches.
 pub async fn run(
     caches: Arc<Caches>,
     settings: Settings,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let context = Arc::new(Context::new(caches.clone(), settings));
-    let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
-    let (context_for_sweeper, shutdown_for_sweeper) = (context.clone(), shutdown.clone());
-    let bundles = caches.typed::<Bundle>();
-    let git_repos = controller_on(&caches.typed::<GitRepo>())
+    let shutdown: Shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    tokio::join!(
+        git_repo_controller(&caches, context.clone(), shutdown.clone()),
+        mirror_controller(&caches, context.clone(), shutdown.clone()),
+        fleet_cluster_controller(&caches, context.clone(), shutdown.clone()),
+        cluster_group_controller(&caches, context.clone(), shutdown.clone()),
+        bundle_controller(&caches, context.clone(), shutdown.clone()),
+        sweep_contents(context, shutdown),
+    );
+}
+
+/// When the controllers stop: shared by all of them.
+type Shutdown =
+    futures::future::Shared<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>;
+
+/// GitRepos, fetched and scanned into Bundles.
+fn git_repo_controller(
+    caches: &Caches,
+    context: Arc<Context>,
+    shutdown: Shutdown,
+) -> impl std::future::Future<Output = ()> + use<> {
+    controller_on(&caches.typed::<GitRepo>())
         // A Bundle's status change rolls up into its GitRepo.
         .watches_shared_stream_with(
-            bundles.changes(),
+            caches.typed::<Bundle>().changes(),
             controller_owner::<GitRepo, Bundle>(()),
             (),
         )
@@ -163,12 +181,19 @@ pub async fn run(
         .with_config(
             kube::runtime::controller::Config::default().concurrency(GIT_FETCH_CONCURRENCY),
         )
-        .graceful_shutdown_on(shutdown.clone())
-        .run(git_repo::reconcile, error_policy, context.clone())
-        .for_each(finished("gitrepo"));
-    // A lariat Cluster's Fleet side is put back when someone deletes its Fleet Cluster or its
-    // namespace.
-    let mirror = controller_on(&caches.typed::<Cluster>())
+        .graceful_shutdown_on(shutdown)
+        .run(git_repo::reconcile, error_policy, context)
+        .for_each(finished("gitrepo"))
+}
+
+/// A lariat Cluster's Fleet side is put back when someone deletes its Fleet Cluster or its
+/// namespace.
+fn mirror_controller(
+    caches: &Caches,
+    context: Arc<Context>,
+    shutdown: Shutdown,
+) -> impl std::future::Future<Output = ()> + use<> {
+    controller_on(&caches.typed::<Cluster>())
         .watches_shared_stream_with(
             caches.typed::<FleetCluster>().changes(),
             |fleet: Arc<FleetCluster>| {
@@ -187,12 +212,19 @@ pub async fn run(
             },
             (),
         )
-        .graceful_shutdown_on(shutdown.clone())
-        .run(cluster::mirror, error_policy, context.clone())
-        .for_each(finished("fleetcluster-mirror"));
-    // A Fleet Cluster counts its BundleDeployments (labelled with its name and workspace).
-    // Its ten bundles turn Ready within moments of each other: one count, not ten.
-    let fleet_clusters = debounced_controller_on(
+        .graceful_shutdown_on(shutdown)
+        .run(cluster::mirror, error_policy, context)
+        .for_each(finished("fleetcluster-mirror"))
+}
+
+/// A Fleet Cluster counts its BundleDeployments (labelled with its name and workspace).
+/// Its ten bundles turn Ready within moments of each other: one count, not ten.
+fn fleet_cluster_controller(
+    caches: &Caches,
+    context: Arc<Context>,
+    shutdown: Shutdown,
+) -> impl std::future::Future<Output = ()> + use<> {
+    debounced_controller_on(
         &caches.typed::<FleetCluster>(),
         std::time::Duration::from_secs(1),
     )
@@ -232,11 +264,18 @@ pub async fn run(
         },
         lariat_api::management::cluster_connection_resource(),
     )
-    .graceful_shutdown_on(shutdown.clone())
-    .run(cluster::reconcile, error_policy, context.clone())
-    .for_each(finished("fleetcluster"));
-    // A ClusterGroup counts the clusters of its namespace its selector chooses.
-    let group_controller = debounced_controller_on(
+    .graceful_shutdown_on(shutdown)
+    .run(cluster::reconcile, error_policy, context)
+    .for_each(finished("fleetcluster"))
+}
+
+/// A ClusterGroup counts the clusters of its namespace its selector chooses.
+fn cluster_group_controller(
+    caches: &Caches,
+    context: Arc<Context>,
+    shutdown: Shutdown,
+) -> impl std::future::Future<Output = ()> + use<> {
+    debounced_controller_on(
         &caches.typed::<ClusterGroup>(),
         std::time::Duration::from_secs(1),
     )
@@ -256,13 +295,20 @@ pub async fn run(
         },
         (),
     )
-    .graceful_shutdown_on(shutdown.clone())
-    .run(cluster_group::reconcile, error_policy, context.clone())
-    .for_each(finished("clustergroup"));
-    // Bundles are woken by their BundleDeployments, and by every change of a cluster or a
-    // ClusterGroup of their namespace (a label change may retarget them).
+    .graceful_shutdown_on(shutdown)
+    .run(cluster_group::reconcile, error_policy, context)
+    .for_each(finished("clustergroup"))
+}
+
+/// Bundles are woken by their BundleDeployments, and by every change of a cluster or a
+/// ClusterGroup of their namespace (a label change may retarget them).
+fn bundle_controller(
+    caches: &Caches,
+    context: Arc<Context>,
+    shutdown: Shutdown,
+) -> impl std::future::Future<Output = ()> + use<> {
     let of_namespace = {
-        let bundles = bundles.clone();
+        let bundles = caches.typed::<Bundle>();
         move |namespace: Option<&str>| -> Vec<ObjectRef<Bundle>> {
             bundles
                 .store()
@@ -278,7 +324,7 @@ pub async fn run(
     // BundleDeployment on it, never every bundle of its namespace.
     let by_cluster = {
         let (bundles, groups, deployments) = (
-            bundles.clone(),
+            caches.typed::<Bundle>(),
             caches.typed::<ClusterGroup>(),
             caches.typed::<BundleDeployment>(),
         );
@@ -321,63 +367,55 @@ pub async fn run(
         }
     };
     // A thousand clusters' BundleDeployments change within moments: summed up once.
-    let bundle_controller =
-        debounced_controller_on(&bundles, std::time::Duration::from_millis(200))
-            .watches_shared_stream_with(
-                caches.typed::<BundleDeployment>().changes(),
-                |bd: Arc<BundleDeployment>| {
-                    let labels = bd.labels();
-                    Some(
-                        ObjectRef::new(labels.get(bundle::BUNDLE_NAME_LABEL)?)
-                            .within(labels.get(bundle::BUNDLE_NAMESPACE_LABEL)?),
-                    )
-                },
-                (),
+    debounced_controller_on(
+        &caches.typed::<Bundle>(),
+        std::time::Duration::from_millis(200),
+    )
+    .watches_shared_stream_with(
+        caches.typed::<BundleDeployment>().changes(),
+        |bd: Arc<BundleDeployment>| {
+            let labels = bd.labels();
+            Some(
+                ObjectRef::new(labels.get(bundle::BUNDLE_NAME_LABEL)?)
+                    .within(labels.get(bundle::BUNDLE_NAMESPACE_LABEL)?),
             )
-            .watches_shared_stream_with(
-                targeting_changes(caches.typed::<FleetCluster>().changes(), cluster_targeting),
-                move |cluster: Arc<FleetCluster>| by_cluster(&cluster),
-                (),
-            )
-            .watches_shared_stream_with(
-                targeting_changes(caches.typed::<ClusterGroup>().changes(), group_targeting),
-                move |group: Arc<ClusterGroup>| by_group(group.metadata.namespace.as_deref()),
-                (),
-            )
-            // An agent going or coming back (not its every heartbeat) changes where its cluster
-            // stands in every bundle of the namespace.
-            .reconcile_on(
-                connections_flipping(&caches).flat_map(move |namespace| {
-                    futures::stream::iter(by_connection(Some(&namespace)))
-                }),
-            )
-            .graceful_shutdown_on(shutdown)
-            .run(bundle::reconcile, error_policy, context)
-            .for_each(finished("bundle"));
-    let sweeper = {
-        let (context, mut shutdown) = (context_for_sweeper, shutdown_for_sweeper);
-        async move {
-            loop {
-                tokio::select! {
-                    _ = &mut shutdown => break,
-                    _ = tokio::time::sleep(content::SWEEP_INTERVAL) => {}
-                }
-                match content::sweep(&context).await {
-                    Ok(0) => {}
-                    Ok(deleted) => {
-                        tracing::info!(deleted, "deleted Contents no BundleDeployment names")
-                    }
-                    Err(error) => tracing::warn!(%error, "cannot sweep unused Contents"),
-                }
-            }
+        },
+        (),
+    )
+    .watches_shared_stream_with(
+        targeting_changes(caches.typed::<FleetCluster>().changes(), cluster_targeting),
+        move |cluster: Arc<FleetCluster>| by_cluster(&cluster),
+        (),
+    )
+    .watches_shared_stream_with(
+        targeting_changes(caches.typed::<ClusterGroup>().changes(), group_targeting),
+        move |group: Arc<ClusterGroup>| by_group(group.metadata.namespace.as_deref()),
+        (),
+    )
+    // An agent going or coming back (not its every heartbeat) changes where its cluster
+    // stands in every bundle of the namespace.
+    .reconcile_on(
+        connections_flipping(caches)
+            .flat_map(move |namespace| futures::stream::iter(by_connection(Some(&namespace)))),
+    )
+    .graceful_shutdown_on(shutdown)
+    .run(bundle::reconcile, error_policy, context)
+    .for_each(finished("bundle"))
+}
+
+/// Deletes, every `content::SWEEP_INTERVAL`, the Contents no BundleDeployment names.
+async fn sweep_contents(context: Arc<Context>, mut shutdown: Shutdown) {
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = tokio::time::sleep(content::SWEEP_INTERVAL) => {}
         }
-    };
-    tokio::join!(
-        git_repos,
-        mirror,
-        fleet_clusters,
-        group_controller,
-        bundle_controller,
-        sweeper
-    );
+        match content::sweep(&context).await {
+            Ok(0) => {}
+            Ok(deleted) => {
+                tracing::info!(deleted, "deleted Contents no BundleDeployment names")
+            }
+            Err(error) => tracing::warn!(%error, "cannot sweep unused Contents"),
+        }
+    }
 }
