@@ -48,8 +48,6 @@ const TO_SPLIT: &[&str] = &[
     "crates/provider-aws/src/lib.rs:run",
     "crates/provider-aws/src/machine_pool.rs:provision",
     "crates/provider-aws/src/machine_pool.rs:reconcile",
-    "crates/provider-kubeadm/src/control_plane.rs:reconcile",
-    "crates/provider-kubeadm/src/reconcile.rs:run",
 ];
 
 /// Each function under `crates/*/src` with its length in lines and whether a `// Long:`

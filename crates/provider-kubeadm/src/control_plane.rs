@@ -95,19 +95,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     let machines: Vec<Arc<Machine>> = machines_cache.indexed(IndexKey::Owner(&uid)).await?;
 
     if kcp.metadata.deletion_timestamp.is_some() {
-        for machine in machines
-            .iter()
-            .filter(|m| m.metadata.deletion_timestamp.is_none())
-        {
-            let _ = machines_api
-                .delete(&machine.name_any(), &DeleteParams::default())
-                .await;
-        }
-        if machines.is_empty() {
-            remove_finalizer(&api, &kcp, FINALIZER).await?;
-            return Ok(Action::await_change());
-        }
-        return Ok(Action::requeue(Duration::from_millis(500)));
+        return delete(&api, &machines_api, &kcp, &machines).await;
     }
     if ensure_finalizer(&api, &kcp, FINALIZER).await? {
         // The write's own watch event brings the object back.
@@ -223,8 +211,47 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         }
     }
 
+    report_status(&api, &kcp, &live, stale.len(), desired, initialized).await?;
+    // Its Machines' and its Cluster's changes wake it.
+    Ok(lariat_controllers::resync())
+}
+
+/// Deletes the control plane's Machines, and lets it go once they are gone.
+async fn delete(
+    api: &Api<KubeadmControlPlane>,
+    machines_api: &Api<Machine>,
+    kcp: &KubeadmControlPlane,
+    machines: &[Arc<Machine>],
+) -> Result<Action, Error> {
+    for machine in machines
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+    {
+        let _ = machines_api
+            .delete(&machine.name_any(), &DeleteParams::default())
+            .await;
+    }
+    if machines.is_empty() {
+        remove_finalizer(api, kcp, FINALIZER).await?;
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(Duration::from_millis(500)))
+}
+
+/// Writes the control plane's counts and conditions when they changed (`Ready`'s flip
+/// counts; its other conditions' messages alone do not).
+async fn report_status(
+    api: &Api<KubeadmControlPlane>,
+    kcp: &KubeadmControlPlane,
+    live: &[&Machine],
+    stale: usize,
+    desired: usize,
+    initialized: bool,
+) -> Result<(), Error> {
+    let running = |m: &Machine| phase(m) == Some(MachinePhase::Running);
+    let stored = kcp.status.clone().unwrap_or_default();
     let ready = live.iter().filter(|m| running(m)).count() as i64;
-    let updated = live.iter().filter(|m| !outdated(&kcp, m)).count() as i64;
+    let updated = live.iter().filter(|m| !outdated(kcp, m)).count() as i64;
     let stored_conditions = stored.conditions.clone().unwrap_or_default();
     let mut list = stored_conditions.clone();
     conditions::set(
@@ -248,9 +275,9 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     conditions::set(
         &mut list,
         "MachinesSpecUpToDate",
-        stale.is_empty(),
+        stale == 0,
         "RollingUpdateInProgress",
-        &format!("{} machines need rollout", stale.len()),
+        &format!("{stale} machines need rollout"),
     );
     conditions::set(
         &mut list,
@@ -259,7 +286,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         "WaitingForMachines",
         "not every control-plane machine runs",
     );
-    let all_ready = initialized && ready as usize == desired && stale.is_empty();
+    let all_ready = initialized && ready as usize == desired && stale == 0;
     conditions::set(
         &mut list,
         "Ready",
@@ -282,7 +309,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         "initialized": initialized,
         "ready": ready > 0,
         "version": version,
-        "selector": format!("{CONTROL_PLANE_NAME_LABEL}={name}"),
+        "selector": format!("{CONTROL_PLANE_NAME_LABEL}={}", kcp.name_any()),
         "conditions": list,
         "observedGeneration": kcp.metadata.generation.unwrap_or(0),
     });
@@ -294,10 +321,9 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .any(|(k, v)| k != "conditions" && stored[k] != *v)
         || conditions::is_true(&list, "Ready") != conditions::is_true(&stored_conditions, "Ready");
     if changed {
-        patch_status(&api, &name, status).await?;
+        patch_status(api, &kcp.name_any(), status).await?;
     }
-    // Its Machines' and its Cluster's changes wake it.
-    Ok(lariat_controllers::resync())
+    Ok(())
 }
 
 /// The failure domains the Cluster offers for control-plane machines, sorted by name.

@@ -270,45 +270,7 @@ impl Scope<'_> {
         if self.status["ready"] == true
             && let Some(secret) = self.status["dataSecretName"].as_str().map(String::from)
         {
-            let mut role = self
-                .caches
-                .secrets()
-                .get(&self.namespace(), &secret)
-                .await?
-                .map(|data| data.labels().get(ROLE_LABEL).cloned().unwrap_or_default());
-            if role.is_none() {
-                // The cache may not show yet the Secret this config wrote a moment ago: only
-                // the API itself can say it was deleted.
-                let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-                    Api::namespaced(self.client.clone(), &self.namespace());
-                role = secrets
-                    .get_opt(&secret)
-                    .await?
-                    .map(|data| data.labels().get(ROLE_LABEL).cloned().unwrap_or_default());
-            }
-            match role {
-                Some(role) => {
-                    cond::mark_true(&mut self.conditions, cond::DATA_SECRET_AVAILABLE);
-                    let init = role == Role::Init.as_str();
-                    if initialized && init {
-                        lock::release(&self.client, &self.namespace(), &self.cluster_name).await?;
-                    }
-                }
-                // Not regenerated: the node may have booted with the old data, and a new
-                // render could differ (another role, another token). Replace the Machine.
-                None => {
-                    cond::mark_false(
-                        &mut self.conditions,
-                        cond::DATA_SECRET_AVAILABLE,
-                        cond::DATA_SECRET_GENERATION_FAILED_REASON,
-                        Severity::Error,
-                        &format!(
-                            "Secret {secret} was deleted after the Machine got it; replace the Machine"
-                        ),
-                    );
-                }
-            }
-            return Ok(Action::await_change());
+            return self.keep_ready(&secret, initialized).await;
         }
         // The Machine already has data (given by the user, or copied before a `lariat move`).
         if let Some(secret) = self.owner.data_secret_name().map(String::from) {
@@ -346,55 +308,10 @@ impl Scope<'_> {
             lock::release(&self.client, &self.namespace(), &self.cluster_name).await?;
         }
 
-        let purposes: &[Purpose] = if role.is_control_plane() {
-            &Purpose::ALL
-        } else {
-            &[Purpose::ClusterCa]
+        let certificates = match self.certificates(role).await? {
+            Ok(certificates) => certificates,
+            Err(waiting) => return Ok(waiting),
         };
-        let certificates =
-            match secrets::certificates(self.caches, self.cluster, purposes, role == Role::Init)
-                .await
-            {
-                Ok(Certificates::Available(certificates)) => {
-                    cond::mark_true(&mut self.conditions, cond::CERTIFICATES_AVAILABLE);
-                    certificates
-                }
-                Ok(Certificates::Missing(names)) => {
-                    cond::mark_false(
-                        &mut self.conditions,
-                        cond::CERTIFICATES_AVAILABLE,
-                        cond::CERTIFICATES_CORRUPTED_REASON,
-                        Severity::Warning,
-                        &format!(
-                            "the cluster is initialized but Secret(s) {} do not exist",
-                            names.join(", ")
-                        ),
-                    );
-                    return Ok(Action::requeue(WAIT));
-                }
-                Ok(Certificates::Corrupted(message)) => {
-                    cond::mark_false(
-                        &mut self.conditions,
-                        cond::CERTIFICATES_AVAILABLE,
-                        cond::CERTIFICATES_CORRUPTED_REASON,
-                        Severity::Error,
-                        &message,
-                    );
-                    return Ok(Action::requeue(Duration::from_secs(30)));
-                }
-                Err(Error::Certificates(e)) => {
-                    cond::mark_false(
-                        &mut self.conditions,
-                        cond::CERTIFICATES_AVAILABLE,
-                        cond::CERTIFICATES_GENERATION_FAILED_REASON,
-                        Severity::Warning,
-                        &e.to_string(),
-                    );
-                    self.finish().await?;
-                    return Err(Error::Certificates(e));
-                }
-                Err(e) => return Err(e),
-            };
 
         let token = match secrets::join_token(self.caches, self.cluster).await? {
             Ok(token) => token,
@@ -452,9 +369,121 @@ impl Scope<'_> {
             }
         };
 
+        if let Some(waiting) = self.write_data(role, &value).await? {
+            return Ok(waiting);
+        }
+        // Contract: the Secret first, then ready.
+        self.status["ready"] = json!(true);
+        self.status["dataSecretName"] = json!(name);
+        cond::mark_true(&mut self.conditions, cond::DATA_SECRET_AVAILABLE);
+        Ok(Action::await_change())
+    }
+
+    /// The cluster's certificates the node's role needs (generated by the init); `Err` with
+    /// the action to wait with while they are missing or unusable (the condition says why).
+    async fn certificates(
+        &mut self,
+        role: Role,
+    ) -> Result<Result<crate::certs::ClusterCertificates, Action>, Error> {
+        let purposes: &[Purpose] = if role.is_control_plane() {
+            &Purpose::ALL
+        } else {
+            &[Purpose::ClusterCa]
+        };
+        match secrets::certificates(self.caches, self.cluster, purposes, role == Role::Init).await {
+            Ok(Certificates::Available(certificates)) => {
+                cond::mark_true(&mut self.conditions, cond::CERTIFICATES_AVAILABLE);
+                Ok(Ok(certificates))
+            }
+            Ok(Certificates::Missing(names)) => {
+                cond::mark_false(
+                    &mut self.conditions,
+                    cond::CERTIFICATES_AVAILABLE,
+                    cond::CERTIFICATES_CORRUPTED_REASON,
+                    Severity::Warning,
+                    &format!(
+                        "the cluster is initialized but Secret(s) {} do not exist",
+                        names.join(", ")
+                    ),
+                );
+                return Ok(Err(Action::requeue(WAIT)));
+            }
+            Ok(Certificates::Corrupted(message)) => {
+                cond::mark_false(
+                    &mut self.conditions,
+                    cond::CERTIFICATES_AVAILABLE,
+                    cond::CERTIFICATES_CORRUPTED_REASON,
+                    Severity::Error,
+                    &message,
+                );
+                return Ok(Err(Action::requeue(Duration::from_secs(30))));
+            }
+            Err(Error::Certificates(e)) => {
+                cond::mark_false(
+                    &mut self.conditions,
+                    cond::CERTIFICATES_AVAILABLE,
+                    cond::CERTIFICATES_GENERATION_FAILED_REASON,
+                    Severity::Warning,
+                    &e.to_string(),
+                );
+                self.finish().await?;
+                return Err(Error::Certificates(e));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+
+    /// A ready config's one duty: its data Secret still there (said in
+    /// `DataSecretAvailable`), and the init lock released once the cluster is initialized.
+    async fn keep_ready(&mut self, secret: &str, initialized: bool) -> Result<Action, Error> {
+        let mut role = self
+            .caches
+            .secrets()
+            .get(&self.namespace(), secret)
+            .await?
+            .map(|data| data.labels().get(ROLE_LABEL).cloned().unwrap_or_default());
+        if role.is_none() {
+            // The cache may not show yet the Secret this config wrote a moment ago: only
+            // the API itself can say it was deleted.
+            let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+                Api::namespaced(self.client.clone(), &self.namespace());
+            role = secrets
+                .get_opt(secret)
+                .await?
+                .map(|data| data.labels().get(ROLE_LABEL).cloned().unwrap_or_default());
+        }
+        match role {
+            Some(role) => {
+                cond::mark_true(&mut self.conditions, cond::DATA_SECRET_AVAILABLE);
+                let init = role == Role::Init.as_str();
+                if initialized && init {
+                    lock::release(&self.client, &self.namespace(), &self.cluster_name).await?;
+                }
+            }
+            // Not regenerated: the node may have booted with the old data, and a new
+            // render could differ (another role, another token). Replace the Machine.
+            None => {
+                cond::mark_false(
+                    &mut self.conditions,
+                    cond::DATA_SECRET_AVAILABLE,
+                    cond::DATA_SECRET_GENERATION_FAILED_REASON,
+                    Severity::Error,
+                    &format!(
+                        "Secret {secret} was deleted after the Machine got it; replace the Machine"
+                    ),
+                );
+            }
+        }
+        Ok(Action::await_change())
+    }
+
+    /// Writes the rendered bootstrap data into the config's Secret, with an Event when it
+    /// changed; the action to wait with when a Secret of that name is not this config's.
+    async fn write_data(&mut self, role: Role, value: &str) -> Result<Option<Action>, Error> {
+        let name = self.config.name_any();
         let mut labels = crate::object::cluster_labels(&self.cluster_name);
         labels.insert(ROLE_LABEL.into(), role.as_str().into());
-        match secrets::write_data_secret(&self.client, self.config, labels, &value).await? {
+        match secrets::write_data_secret(&self.client, self.config, labels, value).await? {
             DataSecret::Foreign => {
                 self.event(
                     EventType::Warning,
@@ -471,7 +500,7 @@ impl Scope<'_> {
                         "Secret {name} exists and is not controlled by this KubeadmConfig; delete or rename it"
                     ),
                 );
-                return Ok(Action::requeue(Duration::from_secs(30)));
+                return Ok(Some(Action::requeue(Duration::from_secs(30))));
             }
             DataSecret::Unchanged => {}
             written => {
@@ -487,11 +516,7 @@ impl Scope<'_> {
                 .await;
             }
         }
-        // Contract: the Secret first, then ready.
-        self.status["ready"] = json!(true);
-        self.status["dataSecretName"] = json!(name);
-        cond::mark_true(&mut self.conditions, cond::DATA_SECRET_AVAILABLE);
-        Ok(Action::await_change())
+        Ok(None)
     }
 
     /// Decides init or join; `None` while the node has to wait (the condition says why).
