@@ -42,12 +42,6 @@ const TO_SPLIT: &[&str] = &[
     "crates/controllers/src/cache.rs:start",
     "crates/management/src/rancher/admission.rs:admit",
     "crates/management/src/reporter.rs:report_cluster",
-    "crates/provider-aws/src/bootstrap.rs:reconcile",
-    "crates/provider-aws/src/control_plane.rs:continue_provision",
-    "crates/provider-aws/src/control_plane.rs:reconcile",
-    "crates/provider-aws/src/lib.rs:run",
-    "crates/provider-aws/src/machine_pool.rs:provision",
-    "crates/provider-aws/src/machine_pool.rs:reconcile",
 ];
 
 /// Each function under `crates/*/src` with its length in lines and whether a `// Long:`

@@ -294,19 +294,16 @@ async fn reconcile(
         ready.then(|| Some((cp.spec.eks_cluster_name.clone()?, endpoint)))?
     });
     let Some((eks_cluster, endpoint)) = ready_cluster else {
-        conditions::set(
-            &mut status_conditions,
-            "DataSecretAvailable",
-            false,
+        let waiting = "the EKS control plane is not ready yet";
+        return wait(
+            &ctx,
+            &api,
+            &object,
+            status_conditions,
             "WaitingForControlPlane",
-            "the EKS control plane is not ready yet",
-        );
-        if status_conditions != conditions::existing(&object.data["status"]) {
-            patch_status(&api, &name, json!({"conditions": status_conditions})).await?;
-        }
-        return Ok(Action::requeue(
-            ctx.identities.aws().settings().poll_while_changing,
-        ));
+            waiting,
+        )
+        .await;
     };
     let ca = ctx
         .caches
@@ -324,19 +321,8 @@ async fn reconcile(
         Ok(script) => script,
         Err(message) if join.ca.is_none() && message.contains("CA") => {
             // Written with the control plane's kubeconfig, in a moment.
-            conditions::set(
-                &mut status_conditions,
-                "DataSecretAvailable",
-                false,
-                "WaitingForKubeconfig",
-                &message,
-            );
-            if status_conditions != conditions::existing(&object.data["status"]) {
-                patch_status(&api, &name, json!({"conditions": status_conditions})).await?;
-            }
-            return Ok(Action::requeue(
-                ctx.identities.aws().settings().poll_while_changing,
-            ));
+            let reason = "WaitingForKubeconfig";
+            return wait(&ctx, &api, &object, status_conditions, reason, &message).await;
         }
         Err(message) => {
             return report(
@@ -349,27 +335,7 @@ async fn reconcile(
             .await;
         }
     };
-    let secret: Secret = serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {lariat_api::capi::labels::CLUSTER_NAME: cluster_name},
-            "ownerReferences": [{"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": kind,
-                                 "name": name, "uid": object.uid().unwrap_or_default(), "controller": true}],
-        },
-        "type": "cluster.x-k8s.io/secret",
-        "data": {"value": base64::engine::general_purpose::STANDARD.encode(&script)},
-    }))
-    .map_err(|e| Error::Invalid(e.to_string()))?;
-    Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
-        .patch(
-            &name,
-            &PatchParams::apply("lariat-eks-bootstrap").force(),
-            &Patch::Apply(&secret),
-        )
-        .await?;
+    write_secret(&ctx, &object, &kind, &cluster_name, &script).await?;
     conditions::set(&mut status_conditions, "DataSecretAvailable", true, "", "");
     let status = json!({
         "ready": true,
@@ -385,6 +351,66 @@ async fn reconcile(
         patch_status(&api, &name, status).await?;
     }
     Ok(Action::await_change())
+}
+
+/// Waits for what rendering needs: the condition says what, and the config looks again
+/// shortly.
+async fn wait(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    mut status_conditions: Vec<serde_json::Value>,
+    reason: &str,
+    message: &str,
+) -> Result<Action, Error> {
+    conditions::set(
+        &mut status_conditions,
+        "DataSecretAvailable",
+        false,
+        reason,
+        message,
+    );
+    if status_conditions != conditions::existing(&object.data["status"]) {
+        let status = json!({"conditions": status_conditions});
+        patch_status(api, &object.name_any(), status).await?;
+    }
+    Ok(Action::requeue(
+        ctx.identities.aws().settings().poll_while_changing,
+    ))
+}
+
+/// Writes the rendered script into the config's data Secret (named as the config, owned by
+/// it), as Cluster API's bootstrap contract asks.
+async fn write_secret(
+    ctx: &Context,
+    object: &DynamicObject,
+    kind: &str,
+    cluster_name: &str,
+    script: &str,
+) -> Result<(), Error> {
+    let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {lariat_api::capi::labels::CLUSTER_NAME: cluster_name},
+            "ownerReferences": [{"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": kind,
+                                 "name": name, "uid": object.uid().unwrap_or_default(), "controller": true}],
+        },
+        "type": "cluster.x-k8s.io/secret",
+        "data": {"value": base64::engine::general_purpose::STANDARD.encode(script)},
+    }))
+    .map_err(|e| Error::Invalid(e.to_string()))?;
+    Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
+        .patch(
+            &name,
+            &PatchParams::apply("lariat-eks-bootstrap").force(),
+            &Patch::Apply(&secret),
+        )
+        .await?;
+    Ok(())
 }
 
 /// A config that cannot be rendered: the condition says why; a change of the config wakes it.

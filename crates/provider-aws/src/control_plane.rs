@@ -210,50 +210,11 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     }
     let observed_generation = record_spec(&scope, &role_name, &provisioned).await?;
 
-    // An upgrading cluster still serves: it stays ready.
-    let ready = matches!(provisioned.status.as_str(), "ACTIVE" | "UPDATING");
-    if ready {
-        ensure_kubeconfig(
-            &ctx,
-            &session,
-            &object,
-            &namespace,
-            &cluster,
-            &eks_cluster,
-            &provisioned,
-        )
-        .await?;
-    }
-    let additions = if ready
-        && provisioned.failure.is_none()
-        && conditions::is_true(&status_conditions, "EKSControlPlaneReady")
-    {
-        reconcile_additions(
-            &session,
-            &owner,
-            &control_plane,
-            &eks_cluster,
-            provisioned.oidc_issuer.as_deref(),
-            &mut status_conditions,
-        )
-        .await
-    } else {
-        Additions::default()
-    };
-    if ready && provisioned.failure.is_none() {
-        reconcile_iam_authenticator(
-            &ctx,
-            &namespace,
-            &cluster,
-            &control_plane,
-            &mut status_conditions,
-        )
-        .await?;
-    }
-    report_status(
+    finish(
         &scope,
+        &session,
+        &owner,
         &provisioned,
-        additions,
         observed_generation,
         &mut status_conditions,
     )
@@ -269,6 +230,67 @@ struct Scope<'a> {
     /// The Cluster API Cluster's name.
     cluster: &'a str,
     eks_cluster: &'a str,
+}
+
+/// Once the EKS cluster is provisioned: its kubeconfig and additions (addons, OIDC provider,
+/// encryption, logging) while it is ready, its IAM authenticator's mappings, and the status.
+async fn finish(
+    scope: &Scope<'_>,
+    session: &Session,
+    owner: &Owner,
+    provisioned: &Provisioned,
+    observed_generation: Option<i64>,
+    status_conditions: &mut Vec<Value>,
+) -> Result<Action, Error> {
+    let namespace = scope.object.namespace().unwrap_or_default();
+    // An upgrading cluster still serves: it stays ready.
+    let ready = matches!(provisioned.status.as_str(), "ACTIVE" | "UPDATING");
+    if ready {
+        ensure_kubeconfig(
+            scope.ctx,
+            session,
+            scope.object,
+            &namespace,
+            scope.cluster,
+            scope.eks_cluster,
+            provisioned,
+        )
+        .await?;
+    }
+    let additions = if ready
+        && provisioned.failure.is_none()
+        && conditions::is_true(status_conditions, "EKSControlPlaneReady")
+    {
+        reconcile_additions(
+            session,
+            owner,
+            scope.control_plane,
+            scope.eks_cluster,
+            provisioned.oidc_issuer.as_deref(),
+            status_conditions,
+        )
+        .await
+    } else {
+        Additions::default()
+    };
+    if ready && provisioned.failure.is_none() {
+        reconcile_iam_authenticator(
+            scope.ctx,
+            &namespace,
+            scope.cluster,
+            scope.control_plane,
+            status_conditions,
+        )
+        .await?;
+    }
+    report_status(
+        scope,
+        provisioned,
+        additions,
+        observed_generation,
+        status_conditions,
+    )
+    .await
 }
 
 /// Deletes the EKS cluster, then the role and network made for it; the finalizer goes once
@@ -949,36 +971,90 @@ async fn continue_provision(
             && !upgrading
             && enabled_logs(cluster.logging()) != enabled_logs(Some(wanted))
     }) {
-        let requested = eks
-            .update_cluster_config()
-            .name(eks_cluster)
-            .logging(wanted_logging)
-            .send()
-            .await
-            .aws();
-        match requested {
-            Ok(_) => {}
-            // An update in progress already.
-            Err(error) if error.code == "ResourceInUseException" => {}
-            Err(error) => {
-                return Err(Failed::aws(
-                    "EKSControlPlaneReady",
-                    "EKSControlPlaneReconciliationFailed",
-                    error,
-                ));
-            }
-        }
-        let message = format!("EKS cluster {eks_cluster}: updating which logs it sends");
-        conditions::set(
-            status_conditions,
-            "EKSControlPlaneReady",
-            false,
-            "EKSControlPlaneUpdating",
-            &message,
-        );
+        update_logging(eks, eks_cluster, wanted_logging, status_conditions).await?;
         upgrading = true;
     }
-    match status.as_str() {
+    record_state(
+        &status,
+        upgrading,
+        eks_cluster,
+        wanted.as_deref(),
+        status_conditions,
+    )?;
+    Ok(Provisioned {
+        failure,
+        requested_update,
+        network,
+        status,
+        endpoint: cluster.endpoint().map(|e| {
+            e.trim_start_matches("https://")
+                .trim_end_matches('/')
+                .to_owned()
+        }),
+        certificate_authority: cluster
+            .certificate_authority()
+            .and_then(|c| c.data())
+            .map(str::to_owned),
+        version: cluster.version().map(str::to_owned),
+        cluster_security_group: cluster
+            .resources_vpc_config()
+            .and_then(|c| c.cluster_security_group_id())
+            .map(str::to_owned),
+        oidc_issuer: cluster
+            .identity()
+            .and_then(|i| i.oidc())
+            .and_then(|o| o.issuer())
+            .map(str::to_owned),
+    })
+}
+
+/// Asks EKS to send the logs the spec wants (an update already under way is taken as
+/// asked), and says so in the conditions.
+async fn update_logging(
+    eks: &aws_sdk_eks::Client,
+    eks_cluster: &str,
+    wanted: aws_sdk_eks::types::Logging,
+    status_conditions: &mut Vec<Value>,
+) -> Result<(), Failed> {
+    let requested = eks
+        .update_cluster_config()
+        .name(eks_cluster)
+        .logging(wanted)
+        .send()
+        .await
+        .aws();
+    match requested {
+        Ok(_) => {}
+        // An update in progress already.
+        Err(error) if error.code == "ResourceInUseException" => {}
+        Err(error) => {
+            return Err(Failed::aws(
+                "EKSControlPlaneReady",
+                "EKSControlPlaneReconciliationFailed",
+                error,
+            ));
+        }
+    }
+    let message = format!("EKS cluster {eks_cluster}: updating which logs it sends");
+    conditions::set(
+        status_conditions,
+        "EKSControlPlaneReady",
+        false,
+        "EKSControlPlaneUpdating",
+        &message,
+    );
+    Ok(())
+}
+
+/// What the EKS cluster's state says in the conditions; a FAILED cluster is a failure.
+fn record_state(
+    status: &str,
+    upgrading: bool,
+    eks_cluster: &str,
+    wanted: Option<&str>,
+    status_conditions: &mut Vec<Value>,
+) -> Result<(), Failed> {
+    match status {
         "ACTIVE" if upgrading => {}
         "ACTIVE" => {
             conditions::set(status_conditions, "EKSControlPlaneReady", true, "", "");
@@ -995,10 +1071,7 @@ async fn continue_provision(
         "UPDATING" => {
             let message = format!(
                 "EKS cluster {eks_cluster} is UPDATING{}",
-                wanted
-                    .as_deref()
-                    .map(|w| format!(" to {w}"))
-                    .unwrap_or_default()
+                wanted.map(|w| format!(" to {w}")).unwrap_or_default()
             );
             conditions::set(
                 status_conditions,
@@ -1026,31 +1099,7 @@ async fn continue_provision(
             );
         }
     }
-    Ok(Provisioned {
-        failure,
-        requested_update,
-        network,
-        status,
-        endpoint: cluster.endpoint().map(|e| {
-            e.trim_start_matches("https://")
-                .trim_end_matches('/')
-                .to_owned()
-        }),
-        certificate_authority: cluster
-            .certificate_authority()
-            .and_then(|c| c.data())
-            .map(str::to_owned),
-        version: cluster.version().map(str::to_owned),
-        cluster_security_group: cluster
-            .resources_vpc_config()
-            .and_then(|c| c.cluster_security_group_id())
-            .map(str::to_owned),
-        oidc_issuer: cluster
-            .identity()
-            .and_then(|i| i.oidc())
-            .and_then(|o| o.issuer())
-            .map(str::to_owned),
-    })
+    Ok(())
 }
 
 async fn create_cluster(

@@ -351,19 +351,48 @@ pub async fn run(
         caches: caches.clone(),
         events: lariat_controllers::events::Recorder::new(client),
     });
-    let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    let shutdown: Shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    tokio::join!(
+        cluster_controllers(&caches, &context, shutdown.clone()),
+        machine_controllers(&caches, &context, shutdown),
+    );
+}
+
+/// When the controllers stop: shared by all of them.
+type Shutdown = futures::future::Shared<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>;
+
+/// The provider's object `reference` names, when it is of `kind`: how a Cluster API
+/// object's change wakes the infrastructure or control plane it references.
+fn referenced(
+    reference: &lariat_api::capi::ObjectReference,
+    kind: &str,
+    resource: kube::core::ApiResource,
+    namespace: Option<&str>,
+) -> Option<ObjectRef<DynamicObject>> {
+    (reference.kind.as_deref() == Some(kind)).then(|| {
+        ObjectRef::<DynamicObject>::new_with(
+            reference.name.as_deref().unwrap_or_default(),
+            resource,
+        )
+        .within(namespace.unwrap_or_default())
+    })
+}
+
+/// The controllers of the cluster-wide kinds: AWSManagedControlPlane, AWSCluster and
+/// AWSManagedCluster.
+async fn cluster_controllers(caches: &Arc<Caches>, context: &Arc<Context>, shutdown: Shutdown) {
     let control_planes = lariat_controllers::controller_on(&caches.of(&control_plane::resource()))
         .watches_shared_stream_with(
             caches.typed::<Cluster>().changes(),
             |cluster: Arc<Cluster>| {
                 let reference = cluster.spec.control_plane_ref.as_ref()?;
-                (reference.kind.as_deref() == Some("AWSManagedControlPlane")).then(|| {
-                    ObjectRef::<DynamicObject>::new_with(
-                        reference.name.as_deref().unwrap_or_default(),
-                        control_plane::resource(),
-                    )
-                    .within(cluster.metadata.namespace.as_deref().unwrap_or_default())
-                })
+                let namespace = cluster.metadata.namespace.as_deref();
+                referenced(
+                    reference,
+                    "AWSManagedControlPlane",
+                    control_plane::resource(),
+                    namespace,
+                )
             },
             (),
         )
@@ -380,13 +409,8 @@ pub async fn run(
             caches.typed::<Cluster>().changes(),
             |cluster: Arc<Cluster>| {
                 let reference = cluster.spec.infrastructure_ref.as_ref()?;
-                (reference.kind.as_deref() == Some("AWSCluster")).then(|| {
-                    ObjectRef::<DynamicObject>::new_with(
-                        reference.name.as_deref().unwrap_or_default(),
-                        cluster::resource(),
-                    )
-                    .within(cluster.metadata.namespace.as_deref().unwrap_or_default())
-                })
+                let namespace = cluster.metadata.namespace.as_deref();
+                referenced(reference, "AWSCluster", cluster::resource(), namespace)
             },
             (),
         )
@@ -403,7 +427,7 @@ pub async fn run(
     let managed_clusters =
         lariat_controllers::controller_on(&caches.of(&managed_cluster::resource()))
             .reconcile_on(lariat_controllers::woken_by_unpause_of(
-                &caches,
+                caches,
                 caches.of(&managed_cluster::resource()),
             ))
             .watches_shared_stream_with(
@@ -413,41 +437,39 @@ pub async fn run(
                     let cluster = clusters_cache
                         .get_now(&namespace, &control_plane::owning_cluster(&control_plane)?)?;
                     let reference = cluster.spec.infrastructure_ref.as_ref()?;
-                    (reference.kind.as_deref() == Some("AWSManagedCluster")).then(|| {
-                        ObjectRef::<DynamicObject>::new_with(
-                            reference.name.as_deref().unwrap_or_default(),
-                            managed_cluster::resource(),
-                        )
-                        .within(&namespace)
-                    })
+                    let resource = managed_cluster::resource();
+                    referenced(reference, "AWSManagedCluster", resource, Some(&namespace))
                 },
                 control_plane::resource(),
             )
-            .graceful_shutdown_on(shutdown.clone())
+            .graceful_shutdown_on(shutdown)
             .run(
                 managed_cluster::reconcile,
                 lariat_controllers::error_policy,
                 context.clone(),
             )
             .for_each(lariat_controllers::finished("awsmanagedcluster"));
+    tokio::join!(clusters, control_planes, managed_clusters);
+}
+
+/// The controllers of the machines' kinds: the node groups, the self-managed pools, the
+/// machines and their bootstrap configs.
+async fn machine_controllers(caches: &Arc<Caches>, context: &Arc<Context>, shutdown: Shutdown) {
+    use lariat_api::capi::{Machine, MachinePool};
     // A node group follows its MachinePool's replicas: a pool's change wakes its group.
     let node_groups =
         lariat_controllers::controller_on(&caches.of(&managed_machine_pool::resource()))
             .reconcile_on(lariat_controllers::woken_by_unpause_of(
-                &caches,
+                caches,
                 caches.of(&managed_machine_pool::resource()),
             ))
             .watches_shared_stream_with(
-                caches.typed::<lariat_api::capi::MachinePool>().changes(),
-                |pool: Arc<lariat_api::capi::MachinePool>| {
+                caches.typed::<MachinePool>().changes(),
+                |pool: Arc<MachinePool>| {
                     let reference = &pool.spec.template.spec.as_ref()?.infrastructure_ref;
-                    (reference.kind.as_deref() == Some("AWSManagedMachinePool")).then(|| {
-                        ObjectRef::<DynamicObject>::new_with(
-                            reference.name.as_deref().unwrap_or_default(),
-                            managed_machine_pool::resource(),
-                        )
-                        .within(pool.metadata.namespace.as_deref().unwrap_or_default())
-                    })
+                    let resource = managed_machine_pool::resource();
+                    let namespace = pool.metadata.namespace.as_deref();
+                    referenced(reference, "AWSManagedMachinePool", resource, namespace)
                 },
                 (),
             )
@@ -461,20 +483,20 @@ pub async fn run(
     // Self-managed pools follow their MachinePool too (its replicas, its bootstrap data).
     let self_managed = lariat_controllers::controller_on(&caches.of(&machine_pool::resource()))
         .reconcile_on(lariat_controllers::woken_by_unpause_of(
-            &caches,
+            caches,
             caches.of(&machine_pool::resource()),
         ))
         .watches_shared_stream_with(
-            caches.typed::<lariat_api::capi::MachinePool>().changes(),
-            |pool: Arc<lariat_api::capi::MachinePool>| {
+            caches.typed::<MachinePool>().changes(),
+            |pool: Arc<MachinePool>| {
                 let reference = &pool.spec.template.spec.as_ref()?.infrastructure_ref;
-                (reference.kind.as_deref() == Some("AWSMachinePool")).then(|| {
-                    ObjectRef::<DynamicObject>::new_with(
-                        reference.name.as_deref().unwrap_or_default(),
-                        machine_pool::resource(),
-                    )
-                    .within(pool.metadata.namespace.as_deref().unwrap_or_default())
-                })
+                let namespace = pool.metadata.namespace.as_deref();
+                referenced(
+                    reference,
+                    "AWSMachinePool",
+                    machine_pool::resource(),
+                    namespace,
+                )
             },
             (),
         )
@@ -488,20 +510,15 @@ pub async fn run(
     // A machine follows its Machine (its bootstrap data, its deletion).
     let machines = lariat_controllers::controller_on(&caches.of(&machine::resource()))
         .reconcile_on(lariat_controllers::woken_by_unpause_of(
-            &caches,
+            caches,
             caches.of(&machine::resource()),
         ))
         .watches_shared_stream_with(
-            caches.typed::<lariat_api::capi::Machine>().changes(),
-            |owner: Arc<lariat_api::capi::Machine>| {
+            caches.typed::<Machine>().changes(),
+            |owner: Arc<Machine>| {
                 let reference = &owner.spec.infrastructure_ref;
-                (reference.kind.as_deref() == Some("AWSMachine")).then(|| {
-                    ObjectRef::<DynamicObject>::new_with(
-                        reference.name.as_deref().unwrap_or_default(),
-                        machine::resource(),
-                    )
-                    .within(owner.metadata.namespace.as_deref().unwrap_or_default())
-                })
+                let namespace = owner.metadata.namespace.as_deref();
+                referenced(reference, "AWSMachine", machine::resource(), namespace)
             },
             (),
         )
@@ -523,7 +540,7 @@ pub async fn run(
             .for_each(lariat_controllers::finished("eksconfig"));
     let nodeadm_configs =
         lariat_controllers::controller_on(&caches.of(&bootstrap::nodeadm_config_resource()))
-            .graceful_shutdown_on(shutdown.clone())
+            .graceful_shutdown_on(shutdown)
             .run(
                 bootstrap::reconcile_nodeadm_config,
                 lariat_controllers::error_policy,
@@ -531,9 +548,6 @@ pub async fn run(
             )
             .for_each(lariat_controllers::finished("nodeadmconfig"));
     tokio::join!(
-        clusters,
-        control_planes,
-        managed_clusters,
         node_groups,
         self_managed,
         machines,

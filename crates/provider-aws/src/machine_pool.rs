@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag as AsgTag};
+use aws_sdk_autoscaling::types::{AutoScalingGroup, LaunchTemplateSpecification, Tag as AsgTag};
 use aws_sdk_ec2::types::{
     LaunchTemplateIamInstanceProfileSpecificationRequest, RequestLaunchTemplateData, ResourceType,
 };
@@ -17,7 +17,8 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::runtime::controller::Action;
-use lariat_api::aws::AWSMachinePool;
+use lariat_api::aws::{AWSMachinePool, AWSManagedControlPlane};
+use lariat_api::capi::MachinePool;
 use lariat_controllers::Error;
 use lariat_controllers::conditions::json as conditions;
 use lariat_controllers::events::EventType;
@@ -189,14 +190,72 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     if ensure_finalizer(&api, &object, FINALIZER).await? {
         return Ok(Action::await_change());
     }
-    let waiting = if control_plane.status.as_ref().is_none_or(|s| !s.ready) {
-        Some((
+    let user_data = match bootstrap_data(&ctx, &control_plane, &pool, &owner).await? {
+        Ok(user_data) => user_data,
+        Err((reason, message)) => {
+            conditions::set(&mut status_conditions, "ASGReady", false, reason, &message);
+            if status_conditions != conditions::existing(&object.data["status"]) {
+                patch_status(&api, &name, json!({"conditions": status_conditions})).await?;
+            }
+            return Ok(Action::requeue(
+                ctx.identities.aws().settings().poll_while_changing,
+            ));
+        }
+    };
+    let plan = match plan(&session, &machine_pool, &pool, &control_plane, user_data).await {
+        Ok(plan) => plan,
+        Err(failed) => return report(&ctx, &api, &object, &mut status_conditions, failed).await,
+    };
+    let outcome = provision(
+        &session,
+        &owner,
+        &object,
+        &name,
+        &template_name,
+        &plan.data,
+        &plan.subnets,
+        plan.scaling,
+    )
+    .await;
+    let provisioned = match outcome {
+        Ok(provisioned) => provisioned,
+        Err(failed) => return report(&ctx, &api, &object, &mut status_conditions, failed).await,
+    };
+    announce(&ctx, &object, &provisioned, &template_name, plan.desired).await;
+    if object.annotations().get(TEMPLATE_HASH) != Some(&plan.data.hash()) {
+        patch(
+            &api,
+            &name,
+            json!({"metadata": {"annotations": {TEMPLATE_HASH: plan.data.hash()}}}),
+        )
+        .await?;
+    }
+    observe(
+        &ctx,
+        &session,
+        &object,
+        &owner,
+        &plan,
+        provisioned,
+        status_conditions,
+    )
+    .await
+}
+
+/// The pool's bootstrap data (user data for its instances); the reason and message to wait
+/// with while the EKS control plane is not ready or the data is not there yet.
+async fn bootstrap_data(
+    ctx: &Context,
+    control_plane: &AWSManagedControlPlane,
+    pool: &MachinePool,
+    owner: &Owner,
+) -> Result<Result<Vec<u8>, (&'static str, String)>, Error> {
+    if control_plane.status.as_ref().is_none_or(|s| !s.ready) {
+        return Ok(Err((
             "WaitingForEKSControlPlane",
             "the EKS control plane is not ready yet".to_owned(),
-        ))
-    } else {
-        None
-    };
+        )));
+    }
     let data_secret = pool
         .spec
         .template
@@ -204,28 +263,26 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .as_ref()
         .and_then(|s| s.bootstrap.data_secret_name.clone());
     let user_data = match &data_secret {
-        Some(secret) => workers::bootstrap_data(&ctx, &namespace, &owner.cluster, secret).await?,
+        Some(secret) => {
+            workers::bootstrap_data(ctx, &owner.namespace, &owner.cluster, secret).await?
+        }
         None => Err(format!(
             "MachinePool {} has no bootstrap data yet",
             pool.name_any()
         )),
     };
-    let waiting = waiting.or_else(|| {
-        user_data
-            .as_ref()
-            .err()
-            .map(|message| ("WaitingForBootstrapData", message.clone()))
-    });
-    let user_data = user_data.ok();
-    if let Some((reason, message)) = waiting {
-        conditions::set(&mut status_conditions, "ASGReady", false, reason, &message);
-        if status_conditions != conditions::existing(&object.data["status"]) {
-            patch_status(&api, &name, json!({"conditions": status_conditions})).await?;
-        }
-        return Ok(Action::requeue(
-            ctx.identities.aws().settings().poll_while_changing,
-        ));
-    }
+    Ok(user_data.map_err(|message| ("WaitingForBootstrapData", message)))
+}
+
+/// What the pool's instances boot from and where, and the size its group keeps; refused
+/// (with the condition's reason) when the spec asks what lariat cannot do.
+async fn plan(
+    session: &Session,
+    machine_pool: &AWSMachinePool,
+    pool: &MachinePool,
+    control_plane: &AWSManagedControlPlane,
+    user_data: Vec<u8>,
+) -> Result<Plan, Failed> {
     let launch_template = &machine_pool.spec.aws_launch_template;
     let version = workers::version(
         pool.spec
@@ -233,9 +290,9 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             .spec
             .as_ref()
             .and_then(|s| s.version.as_deref()),
-        &control_plane,
+        control_plane,
     );
-    let image_id = match workers::ami(
+    let image_id = workers::ami(
         &session,
         launch_template.ami.as_ref(),
         version.as_deref(),
@@ -243,19 +300,13 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         "spec.awsLaunchTemplate.ami",
     )
     .await
-    {
-        Ok(image_id) => image_id,
-        Err(message) => {
-            let failed = Failed("LaunchTemplateReconcileFailed", message);
-            return report(&ctx, &api, &object, &mut status_conditions, failed).await;
-        }
-    };
+    .map_err(|message| Failed("LaunchTemplateReconcileFailed", message))?;
     let security_groups = workers::security_groups(
-        &control_plane,
+        control_plane,
         launch_template.additional_security_groups.iter().flatten(),
     );
     let data = TemplateData {
-        eks_cluster: workers::eks_cluster(&control_plane),
+        eks_cluster: workers::eks_cluster(control_plane),
         image_id,
         instance_type: launch_template.instance_type.clone(),
         instance_profile: launch_template.iam_instance_profile.clone(),
@@ -264,23 +315,22 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             .clone()
             .filter(|k| !k.is_empty()),
         security_groups,
-        user_data: user_data.unwrap_or_default(),
+        user_data,
     };
     let subnets: Vec<String> = match &machine_pool.spec.subnets {
         Some(subnets) => subnets.iter().filter_map(|s| s.id.clone()).collect(),
         None => workers::private_subnets(
-            &control_plane,
+            control_plane,
             machine_pool.spec.availability_zones.as_deref(),
         ),
     };
-    if let Some(field) = unsupported(&machine_pool) {
-        let failed = Failed(
+    if let Some(field) = unsupported(machine_pool) {
+        return Err(Failed(
             "InvalidSpec",
             format!(
                 "spec.{field} is not supported by lariat yet: remove it, or use an AWSManagedMachinePool"
             ),
-        );
-        return report(&ctx, &api, &object, &mut status_conditions, failed).await;
+        ));
     }
     let desired = pool.spec.replicas.unwrap_or(1);
     let externally_scaled = pool
@@ -288,36 +338,48 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .contains_key("cluster.x-k8s.io/replicas-managed-by");
     let (min, max) = (machine_pool.spec.min_size, machine_pool.spec.max_size);
     if !externally_scaled && (desired < min || desired > max) {
-        let failed = Failed(
+        return Err(Failed(
             "InvalidScaling",
             format!(
                 "MachinePool {} wants {desired} replicas, outside [minSize {min}, maxSize {max}]: change the replicas or the bounds",
                 pool.name_any()
             ),
-        );
-        return report(&ctx, &api, &object, &mut status_conditions, failed).await;
+        ));
     }
-
-    let outcome = provision(
-        &session,
-        &owner,
-        &object,
-        &name,
-        &template_name,
-        &data,
-        &subnets,
+    Ok(Plan {
+        data,
+        subnets,
+        desired,
+        externally_scaled,
         // An autoscaler that owns the replicas (Cluster API's annotation) is not fought.
-        (min, max, (!externally_scaled).then_some(desired)),
-    )
-    .await;
-    let provisioned = match outcome {
-        Ok(provisioned) => provisioned,
-        Err(failed) => return report(&ctx, &api, &object, &mut status_conditions, failed).await,
-    };
+        scaling: (min, max, (!externally_scaled).then_some(desired)),
+    })
+}
+
+/// What `plan` decided for one reconcile.
+struct Plan {
+    data: TemplateData,
+    subnets: Vec<String>,
+    desired: i32,
+    externally_scaled: bool,
+    /// `(min, max, desired)`, desired `None` when an autoscaler owns it.
+    scaling: (i32, i32, Option<i32>),
+}
+
+/// Events for what provisioning changed: a new launch template version, a new desired
+/// capacity.
+async fn announce(
+    ctx: &Context,
+    object: &DynamicObject,
+    provisioned: &Provisioned,
+    template_name: &str,
+    desired: i32,
+) {
+    let name = object.name_any();
     if provisioned.new_version {
         ctx.events
             .publish(
-                object.as_ref(),
+                object,
                 "AWSMachinePool",
                 EventType::Normal,
                 "LaunchTemplateUpdated",
@@ -331,7 +393,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     if let Some(from) = provisioned.scaled_from {
         ctx.events
             .publish(
-                object.as_ref(),
+                object,
                 "AWSMachinePool",
                 EventType::Normal,
                 "Scaling",
@@ -339,28 +401,37 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             )
             .await;
     }
-    if object.annotations().get(TEMPLATE_HASH) != Some(&data.hash()) {
-        patch(
-            &api,
-            &name,
-            json!({"metadata": {"annotations": {TEMPLATE_HASH: data.hash()}}}),
-        )
-        .await?;
-    }
+}
+
+/// Records what the group has: its instances in service, the node role mapped, the status
+/// and the provider IDs; when to look again.
+async fn observe(
+    ctx: &Context,
+    session: &Session,
+    object: &DynamicObject,
+    owner: &Owner,
+    plan: &Plan,
+    provisioned: Provisioned,
+    mut status_conditions: Vec<Value>,
+) -> Result<Action, Error> {
+    let name = object.name_any();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &owner.namespace, &resource());
     let in_service = provisioned
         .instances
         .iter()
         .filter(|i| i.state == "InService")
         .count() as i32;
     let role_mapped = workers::map_node_role(
-        &ctx,
-        &session,
+        ctx,
+        session,
         &api,
-        &object,
+        object,
         &owner.cluster,
-        launch_template.iam_instance_profile.as_deref(),
+        plan.data.instance_profile.as_deref(),
     )
     .await?;
+    let (desired, externally_scaled) = (plan.desired, plan.externally_scaled);
     let ready = (externally_scaled || in_service == desired) && role_mapped.is_ok();
     match &role_mapped {
         Ok(()) => conditions::set(&mut status_conditions, "NodeRoleMapped", true, "", ""),
@@ -558,13 +629,55 @@ async fn provision(
     subnets: &[String],
     (min, max, desired): (i32, i32, Option<i32>),
 ) -> Result<Provisioned, Failed> {
-    let aws = session.aws();
-    let ec2 = aws.ec2(&session.config);
+    let (template_id, template_version, new_version) =
+        launch_template(session, owner, object, group_name, template_name, data).await?;
+    let (group, scaled_from) = auto_scaling_group(
+        session,
+        owner,
+        group_name,
+        &template_id,
+        data,
+        subnets,
+        (min, max, desired),
+    )
+    .await?;
+    let instances = group
+        .instances()
+        .iter()
+        .map(|i| Instance {
+            id: i.instance_id().unwrap_or_default().to_owned(),
+            zone: i.availability_zone().unwrap_or_default().to_owned(),
+            state: i
+                .lifecycle_state()
+                .map(|s| s.as_str())
+                .unwrap_or_default()
+                .to_owned(),
+        })
+        .collect();
+    Ok(Provisioned {
+        template_id,
+        template_version: template_version.to_string(),
+        new_version,
+        scaled_from,
+        instances,
+    })
+}
+
+/// The launch template: found by name, made once (a client token makes a retried create the
+/// same request), a new version when what it holds changes. Its id, latest version, and
+/// whether this call made that version.
+async fn launch_template(
+    session: &Session,
+    owner: &Owner,
+    object: &DynamicObject,
+    group_name: &str,
+    template_name: &str,
+    data: &TemplateData,
+) -> Result<(String, i64, bool), Failed> {
+    let ec2 = session.aws().ec2(&session.config);
     let uid = object.uid().unwrap_or_default();
     let template_failed = |e: AwsError| Failed("LaunchTemplateReconcileFailed", e.to_string());
 
-    // The launch template: found by name, made once (a client token makes a retried create
-    // the same request), a new version when what it holds changes.
     let found = match ec2
         .describe_launch_templates()
         .launch_template_names(template_name)
@@ -637,9 +750,21 @@ async fn provision(
             .unwrap_or(template_version + 1);
         new_version = true;
     }
+    Ok((template_id, template_version, new_version))
+}
 
-    // The auto-scaling group, on the template's latest version.
-    let autoscaling = aws.autoscaling(&session.config);
+/// The auto-scaling group, on the launch template's latest version, of the size `scaling`
+/// asks; the group, and the desired capacity it had when this call changed it.
+async fn auto_scaling_group(
+    session: &Session,
+    owner: &Owner,
+    group_name: &str,
+    template_id: &str,
+    data: &TemplateData,
+    subnets: &[String],
+    (min, max, desired): (i32, i32, Option<i32>),
+) -> Result<(AutoScalingGroup, Option<i32>), Failed> {
+    let autoscaling = session.aws().autoscaling(&session.config);
     let group = autoscaling
         .describe_auto_scaling_groups()
         .auto_scaling_group_names(group_name)
@@ -661,8 +786,8 @@ async fn provision(
                     ),
                 ));
             }
-            let other_template = group.launch_template().and_then(|t| t.launch_template_id())
-                != Some(template_id.as_str());
+            let other_template =
+                group.launch_template().and_then(|t| t.launch_template_id()) != Some(template_id);
             let other_subnets = {
                 let mut have: Vec<&str> = group
                     .vpc_zone_identifier()
@@ -690,7 +815,7 @@ async fn provision(
                     .set_desired_capacity(desired)
                     .launch_template(
                         LaunchTemplateSpecification::builder()
-                            .launch_template_id(&template_id)
+                            .launch_template_id(template_id)
                             .version("$Latest")
                             .build(),
                     )
@@ -720,7 +845,7 @@ async fn provision(
                 .auto_scaling_group_name(group_name)
                 .launch_template(
                     LaunchTemplateSpecification::builder()
-                        .launch_template_id(&template_id)
+                        .launch_template_id(template_id)
                         .version("$Latest")
                         .build(),
                 )
@@ -750,26 +875,7 @@ async fn provision(
                 .ok_or_else(|| AwsError::missing("auto-scaling group"))?
         }
     };
-    let instances = group
-        .instances()
-        .iter()
-        .map(|i| Instance {
-            id: i.instance_id().unwrap_or_default().to_owned(),
-            zone: i.availability_zone().unwrap_or_default().to_owned(),
-            state: i
-                .lifecycle_state()
-                .map(|s| s.as_str())
-                .unwrap_or_default()
-                .to_owned(),
-        })
-        .collect();
-    Ok(Provisioned {
-        template_id,
-        template_version: template_version.to_string(),
-        new_version,
-        scaled_from,
-        instances,
-    })
+    Ok((group, scaled_from))
 }
 
 /// Deletes the group (its instances with it), then the launch template. `Ok(true)` while the
