@@ -293,7 +293,7 @@ async fn plan(
         control_plane,
     );
     let image_id = workers::ami(
-        &session,
+        session,
         launch_template.ami.as_ref(),
         version.as_deref(),
         launch_template.instance_type.as_deref(),

@@ -406,7 +406,7 @@ impl Scope<'_> {
                         names.join(", ")
                     ),
                 );
-                return Ok(Err(Action::requeue(WAIT)));
+                Ok(Err(Action::requeue(WAIT)))
             }
             Ok(Certificates::Corrupted(message)) => {
                 cond::mark_false(
@@ -416,7 +416,7 @@ impl Scope<'_> {
                     Severity::Error,
                     &message,
                 );
-                return Ok(Err(Action::requeue(Duration::from_secs(30))));
+                Ok(Err(Action::requeue(Duration::from_secs(30))))
             }
             Err(Error::Certificates(e)) => {
                 cond::mark_false(
@@ -427,9 +427,9 @@ impl Scope<'_> {
                     &e.to_string(),
                 );
                 self.finish().await?;
-                return Err(Error::Certificates(e));
+                Err(Error::Certificates(e))
             }
-            Err(e) => return Err(e),
+            Err(e) => Err(e),
         }
     }
 
