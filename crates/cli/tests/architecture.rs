@@ -40,8 +40,6 @@ const TO_SPLIT: &[&str] = &[
     "crates/cli/src/generate.rs:cluster",
     "crates/cli/src/main.rs:server",
     "crates/controllers/src/cache.rs:start",
-    "crates/management/src/rancher/admission.rs:admit",
-    "crates/management/src/reporter.rs:report_cluster",
 ];
 
 /// Each function under `crates/*/src` with its length in lines and whether a `// Long:`

@@ -572,8 +572,20 @@ async fn report_cluster(
             Err(e) => return Err(e),
         }
     }
-    // The Cluster's own view: a Connected condition, which its controller turns into Ready
-    // for an imported cluster.
+    report_connected(client, cluster, tunnel.as_ref(), &status).await
+}
+
+/// The Cluster's own view of its connection: a Connected condition, which its controller
+/// turns into Ready for an imported cluster, and a warning while its agent is newer than the
+/// server.
+async fn report_connected(
+    client: &kube::Client,
+    cluster: &DynamicObject,
+    tunnel: Option<&Tunnel>,
+    status: &serde_json::Value,
+) -> kube::Result<()> {
+    let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
+    let name = cluster.metadata.name.clone().unwrap_or_default();
     let connected = status["connected"] == true && status["message"] == "";
     let mut conditions = cluster.data["status"]["conditions"]
         .as_array()
@@ -582,7 +594,7 @@ async fn report_cluster(
     let before = conditions.clone();
     // An agent newer than the server is served, with a warning on its Cluster until the
     // replicas are upgraded (`lariat version --matrix`); the warning goes with the agent.
-    if let Some(tunnel) = &tunnel {
+    if let Some(tunnel) = tunnel {
         let since = before
             .iter()
             .find(|c| c["type"] == AGENT_VERSION_CONDITION)

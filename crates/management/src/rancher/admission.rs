@@ -221,28 +221,7 @@ async fn admit(write: Write<'_>, object: &mut Value, old: Option<&Value>) -> Api
                 causes.extend(template_of(&field, name, "cluster", is_new).await?);
             }
         }
-        "roletemplates" => {
-            let own = object["metadata"]["name"].as_str().unwrap_or_default();
-            for (i, name) in list("roleTemplateNames").iter().enumerate() {
-                let field = format!("roleTemplateNames[{i}]");
-                let inherited = name.as_str().unwrap_or_default();
-                let template: Option<RoleTemplate> =
-                    stored(reader, "roletemplates", None, inherited).await?;
-                let why = match template {
-                    None => "no RoleTemplate of that name".to_string(),
-                    Some(t) if t.locked && fresh("roleTemplateNames", name) => {
-                        format!("RoleTemplate {inherited:?} is locked: it takes no new references")
-                    }
-                    Some(_) if inherits(reader, inherited, own).await? => {
-                        format!(
-                            "RoleTemplate {inherited:?} inherits {own:?}: inheritance cannot loop"
-                        )
-                    }
-                    Some(_) => continue,
-                };
-                causes.push(Cause::invalid(field, name, why));
-            }
-        }
+        "roletemplates" => causes.extend(check_inheritance(reader, object, old).await?),
         "globalrolebindings" => {
             let name = &object["globalRoleName"];
             global_role = stored(
@@ -295,27 +274,7 @@ async fn admit(write: Write<'_>, object: &mut Value, old: Option<&Value>) -> Api
         "projectroletemplatebindings" => {
             let template = &object["roleTemplateName"];
             causes.extend(template_of("roleTemplateName", template, "project", true).await?);
-            let namespace = object["metadata"]["namespace"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            let value = object["projectName"].clone();
-            if let Some((cluster, project)) = value.as_str().and_then(|p| p.split_once(':')) {
-                let found: Option<Value> =
-                    stored(reader, "projects", Some(&namespace), project).await?;
-                let of = |p: &Value| {
-                    p["spec"]["clusterName"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string()
-                };
-                match found {
-                    None => causes.push(Cause::invalid("projectName", &value, format!("no Project {project:?} in namespace {namespace:?}: a ProjectRoleTemplateBinding lives beside its Project"))),
-                    Some(p) if of(&p) != cluster => causes.push(Cause::invalid("projectName", &value, format!("Project {project:?} belongs to cluster {:?}", of(&p)))),
-                    // Owned by its Project, so it goes with it, as in Rancher.
-                    Some(p) => owned_by(object, &p),
-                }
-            }
+            causes.extend(check_project(reader, object).await?);
         }
         _ => {}
     }
@@ -332,6 +291,87 @@ async fn admit(write: Write<'_>, object: &mut Value, old: Option<&Value>) -> Api
         confirm_escalation(rbac, user, plural, object, global_role.as_ref())?;
     }
     Ok(causes)
+}
+
+/// A RoleTemplate's inherited templates: each exists, takes a new reference only when not
+/// locked, and does not inherit this one back.
+async fn check_inheritance(
+    reader: &dyn Reader,
+    object: &Value,
+    old: Option<&Value>,
+) -> ApiResult<Vec<Cause>> {
+    // Whether `name` is new in the list (not in the object's old version).
+    let fresh = |name: &Value| {
+        old.is_none_or(|o| {
+            !o["roleTemplateNames"]
+                .as_array()
+                .is_some_and(|list| list.contains(name))
+        })
+    };
+    let mut causes = vec![];
+    let names = object["roleTemplateNames"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let own = object["metadata"]["name"].as_str().unwrap_or_default();
+    for (i, name) in names.iter().enumerate() {
+        let field = format!("roleTemplateNames[{i}]");
+        let inherited = name.as_str().unwrap_or_default();
+        let template: Option<RoleTemplate> =
+            stored(reader, "roletemplates", None, inherited).await?;
+        let why = match template {
+            None => "no RoleTemplate of that name".to_string(),
+            Some(t) if t.locked && fresh(name) => {
+                format!("RoleTemplate {inherited:?} is locked: it takes no new references")
+            }
+            Some(_) if inherits(reader, inherited, own).await? => {
+                format!("RoleTemplate {inherited:?} inherits {own:?}: inheritance cannot loop")
+            }
+            Some(_) => continue,
+        };
+        causes.push(Cause::invalid(field, name, why));
+    }
+    Ok(causes)
+}
+
+/// A ProjectRoleTemplateBinding's Project: beside it, of the cluster it names; the binding
+/// is owned by it, so it goes with it, as in Rancher.
+async fn check_project(reader: &dyn Reader, object: &mut Value) -> ApiResult<Vec<Cause>> {
+    let namespace = object["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let value = object["projectName"].clone();
+    if let Some((cluster, project)) = value.as_str().and_then(|p| p.split_once(':')) {
+        let found: Option<Value> = stored(reader, "projects", Some(&namespace), project).await?;
+        let of = |p: &Value| {
+            p["spec"]["clusterName"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        match found {
+            None => {
+                return Ok(vec![Cause::invalid(
+                    "projectName",
+                    &value,
+                    format!(
+                        "no Project {project:?} in namespace {namespace:?}: a ProjectRoleTemplateBinding lives beside its Project"
+                    ),
+                )]);
+            }
+            Some(p) if of(&p) != cluster => {
+                return Ok(vec![Cause::invalid(
+                    "projectName",
+                    &value,
+                    format!("Project {project:?} belongs to cluster {:?}", of(&p)),
+                )]);
+            }
+            // Owned by its Project, so it goes with it, as in Rancher.
+            Some(p) => owned_by(object, &p),
+        }
+    }
+    Ok(vec![])
 }
 
 /// Escalation prevention for Rancher's kinds: a GlobalRole's rules must be the writer's
