@@ -642,55 +642,7 @@ async fn connect_and_serve(
         None
     };
     let bearer = credential.as_deref().unwrap_or(&home.token);
-    let stream = tls_connect(server, &config.proxy, tls).await?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| Error::Http(e.to_string()))?;
-    tokio::spawn(connection.with_upgrades());
-    let (host, port) = parse_server(server)?;
-    let request = Request::get("/v3/connect")
-        .header(header::HOST, format!("{host}:{port}"))
-        .header(header::CONNECTION, "Upgrade")
-        .header(header::UPGRADE, PROTOCOL)
-        .header(header::AUTHORIZATION, format!("Bearer {bearer}"))
-        .header(VERSION_HEADER, lariat_api::support::LARIAT)
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| Error::Http(e.to_string()))?;
-    let response = tokio::time::timeout(CONNECT_TIMEOUT, sender.send_request(request))
-        .await
-        .map_err(|_| {
-            Error::Http(format!(
-                "no answer to the upgrade within {CONNECT_TIMEOUT:?}"
-            ))
-        })?
-        .map_err(|e| Error::Http(e.to_string()))?;
-    match response.status() {
-        StatusCode::SWITCHING_PROTOCOLS => {}
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
-            let after = response
-                .headers()
-                .get(header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(5);
-            return Err(Error::Busy(Duration::from_secs(after)));
-        }
-        status => {
-            let body = Limited::new(response.into_body(), 64 * 1024)
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            let message = serde_json::from_slice::<serde_json::Value>(&body)
-                .ok()
-                .and_then(|v| v["message"].as_str().map(String::from))
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).to_string());
-            return Err(Error::Refused {
-                status: status.as_u16(),
-                message,
-            });
-        }
-    }
+    let response = request_tunnel(config, server, tls, bearer).await?;
     let newly_issued = response
         .headers()
         .get(CREDENTIAL_HEADER)
@@ -752,6 +704,67 @@ async fn connect_and_serve(
             Ok(())
         }
     }
+}
+
+/// Asks `server` to upgrade a connection to the tunnel, as `bearer`: the server's answer
+/// once it switched protocols; busy (with its Retry-After) or refused (with its message)
+/// otherwise.
+async fn request_tunnel(
+    config: &Config,
+    server: &str,
+    tls: rustls::ClientConfig,
+    bearer: &str,
+) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+    let stream = tls_connect(server, &config.proxy, tls).await?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| Error::Http(e.to_string()))?;
+    tokio::spawn(connection.with_upgrades());
+    let (host, port) = parse_server(server)?;
+    let request = Request::get("/v3/connect")
+        .header(header::HOST, format!("{host}:{port}"))
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::UPGRADE, PROTOCOL)
+        .header(header::AUTHORIZATION, format!("Bearer {bearer}"))
+        .header(VERSION_HEADER, lariat_api::support::LARIAT)
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| Error::Http(e.to_string()))?;
+    let response = tokio::time::timeout(CONNECT_TIMEOUT, sender.send_request(request))
+        .await
+        .map_err(|_| {
+            Error::Http(format!(
+                "no answer to the upgrade within {CONNECT_TIMEOUT:?}"
+            ))
+        })?
+        .map_err(|e| Error::Http(e.to_string()))?;
+    match response.status() {
+        StatusCode::SWITCHING_PROTOCOLS => {}
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+            let after = response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(5);
+            return Err(Error::Busy(Duration::from_secs(after)));
+        }
+        status => {
+            let body = Limited::new(response.into_body(), 64 * 1024)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let message = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["message"].as_str().map(String::from))
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).to_string());
+            return Err(Error::Refused {
+                status: status.as_u16(),
+                message,
+            });
+        }
+    }
+    Ok(response)
 }
 
 /// Forwards one proxied request to the downstream API with the agent's own credential,

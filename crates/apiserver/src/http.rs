@@ -777,7 +777,10 @@ async fn admit(
                 user.groups.push(crate::rbac::AUTHENTICATED.into());
             }
             identity.user = Some(user.clone());
-            let share = Share::of(&user);
+            let share = match peer {
+                Some(Peer::InProcess(_)) => Share::in_process(),
+                _ => Share::of(&user),
+            };
             match impersonation(state, &user, request.headers()) {
                 Ok(Some(impersonated)) => {
                     identity.impersonated = Some(impersonated.clone());
@@ -2011,7 +2014,29 @@ async fn watch(
         line.extend_from_slice(b"\",\"object\":");
         line.extend_from_slice(object);
         line.extend_from_slice(b"}\n");
-        Ok::<_, std::convert::Infallible>(Bytes::from(line))
+        line
+    });
+    // What a watcher has not taken yet counts in its caller's share, as a list's pages do: a
+    // watch whose next change does not fit ends with a 429 Status, and its client watches
+    // again from the last resourceVersion it saw (kube-apiserver ends watchers that fall
+    // behind). A change up to one chunk goes out uncounted: the connection caps bound those.
+    let share = share.clone();
+    let lines = lines.scan(false, move |ended, line| {
+        let item = match (*ended, line.len() <= crate::sending::CHUNK) {
+            (true, _) => None,
+            (false, true) => Some(Bytes::from(line)),
+            (false, false) => Some(crate::sending::counted(&share, line).unwrap_or_else(
+                |refusal| {
+                    *ended = true;
+                    let status = serde_json::to_vec(&refusal.to_status()).unwrap_or_default();
+                    let mut line = b"{\"type\":\"ERROR\",\"object\":".to_vec();
+                    line.extend_from_slice(&status);
+                    line.extend_from_slice(b"}\n");
+                    Bytes::from(line)
+                },
+            )),
+        };
+        futures::future::ready(item.map(Ok::<_, std::convert::Infallible>))
     });
     let mut response = Response::new(Body::from_stream(lines));
     response.headers_mut().insert(

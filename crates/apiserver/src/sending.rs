@@ -10,12 +10,13 @@
 //! - what responses hold while being written (whole bodies, and the store pages a streamed
 //!   list reads) is taken from one budget of [`MAX_RESPONSE_BYTES_IN_FLIGHT`]; a request
 //!   that finds it spent is answered 429;
-//! - each user may hold at most [`MAX_RESPONSE_BYTES_PER_USER`] of it, and the last
-//!   [`RESERVED_FOR_MASTERS`] are kept for `system:masters` (the admins and the server's own
-//!   controllers), so one tenant with a few hundred unread lists can no longer make everyone
-//!   else's lists wait (kube-apiserver's priority and fairness: a share per flow, and an
-//!   exempt level). A share is the authenticated caller's, not an impersonated user's, so
-//!   impersonating many users buys no more.
+//! - each user may hold at most [`MAX_RESPONSE_BYTES_PER_USER`] of it, and users outside
+//!   `system:masters` together all but [`RESERVED_FOR_MASTERS`], so one tenant with a few
+//!   hundred unread lists or watches can no longer make everyone else's lists wait
+//!   (kube-apiserver's priority and fairness: a share per flow, and an exempt level). A
+//!   share is the authenticated caller's, not an impersonated user's, so impersonating many
+//!   users buys no more. The server's own in-process clients are not counted: what they are
+//!   sent never waits on a socket, and its controllers must not wait on what tenants hold.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -42,7 +43,7 @@ pub const MAX_RESPONSE_BYTES_IN_FLIGHT: usize = 1024 * 1024 * 1024;
 /// What the responses of one user may hold: 128 MiB, 32 store pages. Fixed.
 pub const MAX_RESPONSE_BYTES_PER_USER: usize = 128 * 1024 * 1024;
 
-/// The part of the budget only `system:masters` may take: 256 MiB. Fixed.
+/// What users outside `system:masters` leave of the budget, together: 256 MiB. Fixed.
 pub const RESERVED_FOR_MASTERS: usize = 256 * 1024 * 1024;
 
 /// How long a client may take nothing of a response before it is cut: 60 s, kube-apiserver's
@@ -89,9 +90,21 @@ pub struct Share {
     name: Arc<str>,
     /// `None` for `system:masters`, who draw from the whole budget and have no share.
     user: Option<Arc<Semaphore>>,
+    /// False for the server's own in-process clients: what they are sent never waits on a
+    /// socket, and the server's controllers must not wait on what tenants hold.
+    counted: bool,
 }
 
 impl Share {
+    /// The server's own in-process callers (its controllers): not counted.
+    pub fn in_process() -> Share {
+        Share {
+            name: "in-process".into(),
+            user: None,
+            counted: false,
+        }
+    }
+
     /// The share of the authenticated caller `user`.
     pub fn of(user: &User) -> Share {
         BUDGET.share(user)
@@ -113,10 +126,18 @@ impl Share {
 pub struct Permit {
     user: Option<OwnedSemaphorePermit>,
     unreserved: Option<OwnedSemaphorePermit>,
-    total: OwnedSemaphorePermit,
+    total: Option<OwnedSemaphorePermit>,
 }
 
 impl Permit {
+    fn none() -> Permit {
+        Permit {
+            user: None,
+            unreserved: None,
+            total: None,
+        }
+    }
+
     /// Gives back all but `bytes` of what this permit holds.
     pub fn keep(&mut self, bytes: usize) {
         let give_back = |permit: &mut OwnedSemaphorePermit| {
@@ -125,7 +146,7 @@ impl Permit {
         };
         self.user.as_mut().map(give_back);
         self.unreserved.as_mut().map(give_back);
-        give_back(&mut self.total);
+        self.total.as_mut().map(give_back);
     }
 }
 
@@ -145,6 +166,7 @@ impl Budget {
             return Share {
                 name: user.name.as_str().into(),
                 user: None,
+                counted: true,
             };
         }
         let mut users = self.users.lock().unwrap_or_else(PoisonError::into_inner);
@@ -164,10 +186,14 @@ impl Budget {
         Share {
             name: user.name.as_str().into(),
             user: Some(semaphore),
+            counted: true,
         }
     }
 
     fn try_hold(&self, share: &Share, bytes: usize) -> ApiResult<Permit> {
+        if !share.counted {
+            return Ok(Permit::none());
+        }
         let count = |limit: usize| u32::try_from(bytes.min(limit)).unwrap_or(u32::MAX);
         let spent = |limit: Limit, message: String| {
             refused(limit);
@@ -217,13 +243,16 @@ impl Budget {
         Ok(Permit {
             user,
             unreserved,
-            total,
+            total: Some(total),
         })
     }
 
     /// Waits for the bytes, in one order (the user's share, the unreserved part, the total) so
     /// that waiters never hold what another waits for before it.
     async fn hold_waiting(&self, share: &Share, bytes: usize) -> Permit {
+        if !share.counted {
+            return Permit::none();
+        }
         let count = |limit: usize| u32::try_from(bytes.min(limit)).unwrap_or(u32::MAX);
         let closed = "the response budget is never closed";
         let (user, unreserved) = match &share.user {
@@ -252,7 +281,7 @@ impl Budget {
         Permit {
             user,
             unreserved,
-            total,
+            total: Some(total),
         }
     }
 }
@@ -267,6 +296,28 @@ pub fn hold(share: &Share, bytes: usize) -> ApiResult<Permit> {
 /// under way, which the clients holding the budget give back as they read or are cut.
 pub async fn hold_waiting(share: &Share, bytes: usize) -> Permit {
     BUDGET.hold_waiting(share, bytes).await
+}
+
+/// `bytes`, holding their size of `share` until the last of them (or of a slice of them) is
+/// dropped; a 429 when the share or the budget is spent.
+pub fn counted(share: &Share, bytes: Vec<u8>) -> ApiResult<Bytes> {
+    let permit = hold(share, bytes.len())?;
+    Ok(Bytes::from_owner(Counted {
+        bytes,
+        _permit: permit,
+    }))
+}
+
+/// Bytes and the part of the budget they hold.
+struct Counted {
+    bytes: Vec<u8>,
+    _permit: Permit,
+}
+
+impl AsRef<[u8]> for Counted {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
 /// Middleware: every response larger than [`SMALL`] is paced. A whole body takes its size
@@ -580,6 +631,24 @@ mod tests {
             .expect("the user's share given back");
         assert_eq!(budget.unreserved.available_permits(), 40);
         assert_eq!(budget.total.available_permits(), 60);
+    }
+
+    #[test]
+    fn counted_bytes_hold_their_size_until_the_last_slice_goes() {
+        let mallory = Share::of(&user("counted-bytes-test", &["system:authenticated"]));
+        let bytes = counted(&mallory, vec![b'x'; MAX_RESPONSE_BYTES_PER_USER / 2]).unwrap();
+        let rest = bytes.slice(10..);
+        assert!(counted(&mallory, vec![b'x'; MAX_RESPONSE_BYTES_PER_USER / 2 + 1]).is_err());
+        drop(bytes);
+        assert!(
+            counted(&mallory, vec![b'x'; MAX_RESPONSE_BYTES_PER_USER / 2 + 1]).is_err(),
+            "a slice still holds the bytes"
+        );
+        drop(rest);
+        counted(&mallory, vec![b'x'; MAX_RESPONSE_BYTES_PER_USER / 2 + 1]).expect("given back");
+        let in_process = Share::in_process();
+        counted(&in_process, vec![b'x'; MAX_RESPONSE_BYTES_PER_USER + 1])
+            .expect("the server's own callers are not counted");
     }
 
     #[test]

@@ -40,6 +40,7 @@ fn a_hostile_tenant_is_refused_or_bounded_and_others_are_served() {
         "1 MB ConfigMap updated",
         "lists and watches of --unread-objects",
         "200 lists on one HTTP/2 connection by one user",
+        "300 watches on three HTTP/2 connections by one user",
         "anonymous connections",
         "3 MB SelfSubjectReview over HTTP/2",
     ] {

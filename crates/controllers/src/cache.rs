@@ -313,6 +313,138 @@ impl<K> Default for Hooks<K> {
     }
 }
 
+/// What a cache's watch feeds: its store and index, and those who follow its changes.
+struct Feed<K: Cached> {
+    writer: Writer<K>,
+    store: Store<K>,
+    index: Arc<RwLock<Index<K>>>,
+    kind: String,
+    dynamic_type: K::DynamicType,
+    changes: broadcast::Sender<Arc<K>>,
+    on_change: Option<OnChange<K>>,
+    set_synced: watch::Sender<bool>,
+    set_healthy: watch::Sender<bool>,
+    /// The list being received, until it is complete.
+    listing: Option<Index<K>>,
+}
+
+impl<K: Cached> Feed<K> {
+    /// Takes one event of the watch in; whether it completed a list.
+    fn apply(&mut self, event: watcher::Event<DynamicObject>) -> bool {
+        match event {
+            watcher::Event::Init => {
+                self.listing = Some(Index::default());
+                self.writer.apply_watcher_event(&watcher::Event::Init);
+            }
+            watcher::Event::InitApply(object) => {
+                let reference = self.reference_of(&object);
+                let listed = self.listing.get_or_insert_default();
+                listed.insert(reference.clone(), index_keys(&object));
+                let version = object.resource_version().unwrap_or_default();
+                match K::from_json(object) {
+                    Ok(object) => self
+                        .writer
+                        .apply_watcher_event(&watcher::Event::InitApply(object)),
+                    Err(error) => {
+                        self.set_aside(&reference, &error);
+                        let listed = self.listing.get_or_insert_default();
+                        listed.unreadable.insert(
+                            reference,
+                            Unreadable {
+                                error: error.to_string(),
+                                resource_version: version,
+                            },
+                        );
+                    }
+                }
+            }
+            watcher::Event::InitDone => {
+                self.writer.apply_watcher_event(&watcher::Event::InitDone);
+                *self.index.write().expect("lock") = self.listing.take().unwrap_or_default();
+                self.set_synced.send_replace(true);
+                self.set_healthy.send_replace(true);
+                for object in self.store.state() {
+                    self.publish(object);
+                }
+                return true;
+            }
+            watcher::Event::Apply(object) => self.apply_change(object),
+            watcher::Event::Delete(object) => {
+                let reference = self.reference_of(&object);
+                self.index.write().expect("lock").remove(&reference);
+                let gone = K::from_json(object)
+                    .ok()
+                    .map(Arc::new)
+                    .or_else(|| self.store.get(&reference));
+                if let Some(gone) = gone {
+                    self.writer
+                        .apply_watcher_event(&watcher::Event::Delete((*gone).clone()));
+                    self.publish(gone);
+                }
+            }
+        }
+        false
+    }
+
+    /// A change of one object: stored and published, or set aside while it cannot be read
+    /// (and its last readable version taken out of the store).
+    fn apply_change(&mut self, object: DynamicObject) {
+        let reference = self.reference_of(&object);
+        let keys = index_keys(&object);
+        let version = object.resource_version().unwrap_or_default();
+        let readable = K::from_json(object);
+        let mut index = self.index.write().expect("lock");
+        index.insert(reference.clone(), keys);
+        match readable {
+            Ok(object) => {
+                self.writer
+                    .apply_watcher_event(&watcher::Event::Apply(object));
+                drop(index);
+                if let Some(stored) = self.store.get(&reference) {
+                    self.publish(stored);
+                }
+            }
+            Err(error) => {
+                self.set_aside(&reference, &error);
+                index.unreadable.insert(
+                    reference.clone(),
+                    Unreadable {
+                        error: error.to_string(),
+                        resource_version: version,
+                    },
+                );
+                if let Some(stored) = self.store.get(&reference) {
+                    self.writer
+                        .apply_watcher_event(&watcher::Event::Delete((*stored).clone()));
+                }
+            }
+        }
+    }
+
+    fn reference_of(&self, object: &DynamicObject) -> ObjectRef<K> {
+        let reference = ObjectRef::<K>::new_with(
+            object.metadata.name.as_deref().unwrap_or_default(),
+            self.dynamic_type.clone(),
+        );
+        match object.metadata.namespace.as_deref() {
+            Some(namespace) => reference.within(namespace),
+            None => reference,
+        }
+    }
+
+    /// An object that cannot be read is set aside, logged once each.
+    fn set_aside(&self, reference: &ObjectRef<K>, error: &serde_json::Error) {
+        tracing::warn!(kind = %self.kind, object = %reference, %error, "cannot read the object; reconcilers that need it fail until it is fixed");
+    }
+
+    fn publish(&self, object: Arc<K>) {
+        if let Some(on_change) = &self.on_change {
+            on_change(&object);
+        }
+        let _ = self.changes.send(object);
+    }
+}
+
 impl<K: Cached> Cache<K> {
     /// Starts watching the objects of `resource` that match `selector`, through `client`, into
     /// a new cache whose change feed holds `buffer` changes.
@@ -325,7 +457,7 @@ impl<K: Cached> Cache<K> {
     ) -> Cache<K> {
         let dynamic_type = K::dynamic_type(&resource);
         let api: Api<DynamicObject> = Api::all_with(client, &resource);
-        let mut writer = Writer::new(dynamic_type.clone());
+        let writer = Writer::new(dynamic_type.clone());
         let store = writer.as_reader();
         let mut config = watcher::Config::default();
         if !selector.is_empty() {
@@ -335,152 +467,53 @@ impl<K: Cached> Cache<K> {
         let (changes, _) = broadcast::channel(buffer);
         let (set_synced, synced) = watch::channel(false);
         let (set_healthy, healthy) = watch::channel(false);
-        let publish = {
-            let changes = changes.clone();
-            let on_change = hooks.on_change;
-            move |object: Arc<K>| {
-                if let Some(on_change) = &on_change {
-                    on_change(&object);
-                }
-                let _ = changes.send(object);
-            }
+        let mut feed = Feed {
+            writer,
+            store: store.clone(),
+            index: index.clone(),
+            kind: resource.kind.clone(),
+            dynamic_type: dynamic_type.clone(),
+            changes: changes.clone(),
+            on_change: hooks.on_change,
+            set_synced,
+            set_healthy,
+            listing: None,
         };
         let on_error = hooks.on_error;
-        let task = {
-            let (store, index, resource, dynamic_type) = (
-                store.clone(),
-                index.clone(),
-                resource.clone(),
-                dynamic_type.clone(),
-            );
-            tokio::spawn(async move {
-                let reference_of = |object: &DynamicObject| {
-                    let reference = ObjectRef::<K>::new_with(
-                        object.metadata.name.as_deref().unwrap_or_default(),
-                        dynamic_type.clone(),
-                    );
-                    match object.metadata.namespace.as_deref() {
-                        Some(namespace) => reference.within(namespace),
-                        None => reference,
-                    }
-                };
-                // Set aside, logged once each.
-                let set_aside = |reference: &ObjectRef<K>, error: &serde_json::Error| {
-                    tracing::warn!(kind = %resource.kind, object = %reference, %error, "cannot read the object; reconcilers that need it fail until it is fixed");
-                };
-                let mut last_error = String::new();
-                let mut backoff = WATCH_RETRY_FIRST;
-                // The list being received, until it is complete.
-                let mut listing: Option<Index<K>> = None;
-                // One watch (list, then watch) per turn. A failure ends the turn: the next one
-                // lists afresh, so the cache is known complete again when its list is in
-                // (kube-runtime's watcher would resume without saying when it has).
-                loop {
-                    let events = watcher(api.clone(), config.clone());
-                    futures::pin_mut!(events);
-                    while let Some(event) = events.next().await {
-                        let event = match event {
-                            Ok(event) => event,
-                            Err(error) => {
-                                set_healthy.send_replace(false);
-                                // Logged once until it changes or the watch recovers.
-                                if error.to_string() != last_error {
-                                    last_error = error.to_string();
-                                    tracing::warn!(kind = %resource.kind, %error, "watch failed; listing again");
-                                }
-                                on_error(&error);
-                                break;
-                            }
-                        };
-                        match event {
-                            watcher::Event::Init => {
-                                listing = Some(Index::default());
-                                writer.apply_watcher_event(&watcher::Event::Init);
-                            }
-                            watcher::Event::InitApply(object) => {
-                                let reference = reference_of(&object);
-                                let listed = listing.get_or_insert_default();
-                                listed.insert(reference.clone(), index_keys(&object));
-                                let version = object.resource_version().unwrap_or_default();
-                                match K::from_json(object) {
-                                    Ok(object) => writer
-                                        .apply_watcher_event(&watcher::Event::InitApply(object)),
-                                    Err(error) => {
-                                        set_aside(&reference, &error);
-                                        listed.unreadable.insert(
-                                            reference,
-                                            Unreadable {
-                                                error: error.to_string(),
-                                                resource_version: version,
-                                            },
-                                        );
-                                    }
-                                }
-                            }
-                            watcher::Event::InitDone => {
-                                writer.apply_watcher_event(&watcher::Event::InitDone);
-                                *index.write().expect("lock") = listing.take().unwrap_or_default();
+        let kind = resource.kind.clone();
+        let task = tokio::spawn(async move {
+            let mut last_error = String::new();
+            let mut backoff = WATCH_RETRY_FIRST;
+            // One watch (list, then watch) per turn. A failure ends the turn: the next one
+            // lists afresh, so the cache is known complete again when its list is in
+            // (kube-runtime's watcher would resume without saying when it has).
+            loop {
+                let events = watcher(api.clone(), config.clone());
+                futures::pin_mut!(events);
+                while let Some(event) = events.next().await {
+                    match event {
+                        Ok(event) => {
+                            if feed.apply(event) {
                                 last_error.clear();
                                 backoff = WATCH_RETRY_FIRST;
-                                set_synced.send_replace(true);
-                                set_healthy.send_replace(true);
-                                for object in store.state() {
-                                    publish(object);
-                                }
-                            }
-                            watcher::Event::Apply(object) => {
-                                let reference = reference_of(&object);
-                                let keys = index_keys(&object);
-                                let version = object.resource_version().unwrap_or_default();
-                                let readable = K::from_json(object);
-                                let mut index = index.write().expect("lock");
-                                index.insert(reference.clone(), keys);
-                                match readable {
-                                    Ok(object) => {
-                                        writer.apply_watcher_event(&watcher::Event::Apply(object));
-                                        drop(index);
-                                        if let Some(stored) = store.get(&reference) {
-                                            publish(stored);
-                                        }
-                                    }
-                                    Err(error) => {
-                                        set_aside(&reference, &error);
-                                        index.unreadable.insert(
-                                            reference.clone(),
-                                            Unreadable {
-                                                error: error.to_string(),
-                                                resource_version: version,
-                                            },
-                                        );
-                                        if let Some(stored) = store.get(&reference) {
-                                            writer.apply_watcher_event(&watcher::Event::Delete(
-                                                (*stored).clone(),
-                                            ));
-                                        }
-                                    }
-                                }
-                            }
-                            watcher::Event::Delete(object) => {
-                                let reference = reference_of(&object);
-                                index.write().expect("lock").remove(&reference);
-                                let gone = K::from_json(object)
-                                    .ok()
-                                    .map(Arc::new)
-                                    .or_else(|| store.get(&reference));
-                                if let Some(gone) = gone {
-                                    writer.apply_watcher_event(&watcher::Event::Delete(
-                                        (*gone).clone(),
-                                    ));
-                                    publish(gone);
-                                }
                             }
                         }
+                        Err(error) => {
+                            feed.set_healthy.send_replace(false);
+                            // Logged once until it changes or the watch recovers.
+                            if error.to_string() != last_error {
+                                last_error = error.to_string();
+                                tracing::warn!(%kind, %error, "watch failed; listing again");
+                            }
+                            on_error(&error);
+                            break;
+                        }
                     }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(WATCH_RETRY_MAX);
                 }
-            })
-        };
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(WATCH_RETRY_MAX);
+            }
+        });
         Cache {
             resource,
             selector: selector.to_string(),

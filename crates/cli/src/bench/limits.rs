@@ -324,6 +324,15 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<()> {
     );
 
     vector!(
+        "300 watches on three HTTP/2 connections by one user who reads at 1 KB/s, 40 changes of 1 MB",
+        async {
+            one_user_watching(&server, &admin)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    );
+
+    vector!(
         "anonymous connections from two addresses fill their pool",
         async {
             anonymous_connections(&server)
@@ -590,19 +599,7 @@ async fn one_user_over_http2(
     let token = token_of(&server.dir.path().join("carol.yaml"))?;
     settle().await;
     let before = rss_mib(server.child.id());
-    let refusals = || async {
-        let metrics = admin
-            .request_text(http::Request::get("/metrics").body(Vec::new())?)
-            .await?;
-        metrics
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix(r#"lariat_limit_refusals_total{limit="responses_per_user"} "#)
-            })
-            .and_then(|n| n.parse::<u64>().ok())
-            .context("no responses_per_user refusals in /metrics")
-    };
-    let refused_before = refusals().await?;
+    let refused_before = per_user_refusals(admin).await?;
     // The refused lists' Statuses may never reach curl: the streams it does not read hold the
     // connection's flow-control window. The server's count of refusals says what it did.
     let mut curl = std::process::Command::new("curl")
@@ -619,7 +616,7 @@ async fn one_user_over_http2(
         .context("curl")?;
     // Until the share is spent (curl has opened its streams), and a little more.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while refusals().await? == refused_before && Instant::now() < deadline {
+    while per_user_refusals(admin).await? == refused_before && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -630,7 +627,7 @@ async fn one_user_over_http2(
         .await
         .context("another user was not served while one user's lists were held");
     let served = started.elapsed();
-    let refused = refusals().await? - refused_before;
+    let refused = per_user_refusals(admin).await? - refused_before;
     let _ = curl.kill();
     let _ = curl.wait();
     let listed = listed?;
@@ -644,6 +641,92 @@ async fn one_user_over_http2(
         "{refused} of {STREAMS} refused 429 (curl keeps 100 streams open), the rest held {held:.0} MiB; another user's list of {} MB served in {} ms",
         listed.len() / 1_000_000,
         served.as_millis()
+    ))
+}
+
+/// The count of 429s for a user's share, from the server's metrics.
+async fn per_user_refusals(admin: &kube::Client) -> anyhow::Result<u64> {
+    let metrics = admin
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"lariat_limit_refusals_total{limit="responses_per_user"} "#))
+        .and_then(|n| n.parse::<u64>().ok())
+        .context("no responses_per_user refusals in /metrics")
+}
+
+/// 300 watches (three curl processes of 100 HTTP/2 streams) of the `unread` namespace by one
+/// user who reads each at 1 KB/s, while the admin changes 40 of its 1 MB ConfigMaps: what
+/// the watches have not taken counts in the user's share, and the watches that would go past
+/// it end with a 429 Status (clients watch again). Before, each stalled watch held the change
+/// it was writing, uncounted: a probe's 1,000 such watches took a server from 0.4 to 3.7 GB.
+async fn one_user_watching(server: &ServerProcess, admin: &kube::Client) -> anyhow::Result<String> {
+    const WRITES: usize = 40;
+    /// The user's share (128 MiB), and 128 MiB for the writes themselves (the watch cache
+    /// holds 64 MiB of them) and what the streams hold beyond their changes.
+    const BOUND_MIB: f64 = 256.0;
+    let token = token_of(&server.dir.path().join("carol.yaml"))?;
+    let path = "/api/v1/namespaces/unread/configmaps";
+    let listed: serde_json::Value = serde_json::from_str(
+        &admin
+            .request_text(http::Request::get(format!("{path}?limit=1")).body(Vec::new())?)
+            .await?,
+    )?;
+    let revision = listed["metadata"]["resourceVersion"]
+        .as_str()
+        .context("no resourceVersion")?
+        .to_string();
+    settle().await;
+    let before = rss_mib(server.child.id());
+    let refused_before = per_user_refusals(admin).await?;
+    let mut watchers = vec![];
+    for _ in 0..3 {
+        watchers.push(
+            std::process::Command::new("curl")
+                .args(["-s", "--http2", "--parallel", "--parallel-max", "100"])
+                .args(["--limit-rate", "1K", "-o", "/dev/null"])
+                .arg("--cacert")
+                .arg(server.dir.path().join("tls/ca.crt"))
+                .args(["-H", &format!("Authorization: Bearer {token}")])
+                .arg(format!(
+                    "https://{}{path}?watch=true&resourceVersion={revision}&n=[1-100]",
+                    server.address
+                ))
+                .spawn()
+                .context("curl")?,
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for n in 0..WRITES {
+        let object = json!({"metadata": {"name": format!("heavy-{n}")}, "data": {"a": format!("{n}{}", "y".repeat(1_000_000))}});
+        let (code, message) = send(
+            admin,
+            "PUT",
+            &format!("{path}/heavy-{n}"),
+            "application/json",
+            object.to_string().into_bytes(),
+        )
+        .await?;
+        if code != 200 {
+            bail!("update {n}: {code} {message}");
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = rss_mib(server.child.id()) - before;
+    let refused = per_user_refusals(admin).await? - refused_before;
+    for mut watcher in watchers {
+        let _ = watcher.kill();
+        let _ = watcher.wait();
+    }
+    if refused == 0 {
+        bail!("no watch of one user was ended for its share (held {held:.0} MiB)");
+    }
+    if held > BOUND_MIB {
+        bail!("300 stalled watches of one user held {held:.0} MiB, more than {BOUND_MIB:.0}");
+    }
+    Ok(format!(
+        "{refused} watches ended with 429 once the user's share was spent; the server held {held:.0} MiB"
     ))
 }
 
