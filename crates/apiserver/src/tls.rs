@@ -392,6 +392,93 @@ async fn idle(activity: &Activity, timeout: Duration) {
     }
 }
 
+/// A connection's socket that fails a write its client has taken nothing of for `stall`: a
+/// response cut for a stalled reader (`sending.rs`) frees what the server held for it, and
+/// this frees the connection and what the kernel holds for its socket (some megabytes each),
+/// which a connection blocked in a write would otherwise keep as long as its client.
+struct WriteDeadline<IO> {
+    io: IO,
+    stall: Duration,
+    /// Since the write that could not go on: when it must have.
+    blocked: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<IO> WriteDeadline<IO> {
+    fn new(io: IO, stall: Duration) -> Self {
+        WriteDeadline {
+            io,
+            stall,
+            blocked: None,
+        }
+    }
+
+    /// What a write's `Pending` or progress means for the deadline.
+    fn after<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        if polled.is_ready() {
+            self.blocked = None;
+            return polled;
+        }
+        let stall = self.stall;
+        let deadline = self
+            .blocked
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
+        if deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client took nothing of what was written for too long",
+            )));
+        }
+        Poll::Pending
+    }
+}
+
+impl<IO: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteDeadline<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteDeadline<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.after(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.after(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let polled = Pin::new(&mut self.io).poll_flush(cx);
+        self.after(cx, polled)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
 /// Requests one HTTP/2 connection may carry at once: 200, hyper's default (Go's is 250).
 /// Fixed.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 200;
@@ -462,6 +549,7 @@ async fn serve_connection(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let slot = Arc::new(slot);
+    let stream = WriteDeadline::new(stream, crate::sending::WRITE_STALL);
     let tls_stream =
         match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
             Ok(Ok(s)) => s,
@@ -559,5 +647,38 @@ async fn serve_connection(
     };
     if let Err(e) = result {
         tracing::debug!(%address, error = %e, "connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_write_the_client_takes_nothing_of_fails_at_the_deadline_and_progress_resets_it() {
+        let stall = Duration::from_millis(300);
+        let (server, mut client) = tokio::io::duplex(1024);
+        let mut server = WriteDeadline::new(server, stall);
+        // A client that reads, slowly but within the deadline, keeps the connection.
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 1024];
+            for _ in 0..4 {
+                tokio::time::sleep(stall / 2).await;
+                client.read_exact(&mut buf).await.unwrap();
+            }
+            client
+        });
+        for _ in 0..5 {
+            server.write_all(&[b'x'; 1024]).await.expect("the client reads");
+        }
+        let client = reader.await.unwrap();
+        // A client that stops reading fails the write once the deadline passes.
+        let started = std::time::Instant::now();
+        let error = server.write_all(&[b'x'; 2048]).await.unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= stall, "failed before the deadline");
+        drop(client);
     }
 }
