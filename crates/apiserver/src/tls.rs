@@ -671,7 +671,10 @@ mod tests {
             client
         });
         for _ in 0..5 {
-            server.write_all(&[b'x'; 1024]).await.expect("the client reads");
+            server
+                .write_all(&[b'x'; 1024])
+                .await
+                .expect("the client reads");
         }
         let client = reader.await.unwrap();
         // A client that stops reading fails the write once the deadline passes.

@@ -78,7 +78,9 @@ fn is_version(version: &str) -> bool {
             .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
-pub fn cluster(args: &ClusterArgs) -> anyhow::Result<String> {
+/// What every provider's template needs of the arguments: a known provider, names that are
+/// labels, a Kubernetes version lariat supports.
+fn check(args: &ClusterArgs) -> anyhow::Result<()> {
     if !INFRASTRUCTURE_PROVIDERS.contains(&args.infrastructure.as_str()) {
         bail!(
             "unknown infrastructure provider {:?}: lariat can generate clusters for {}",
@@ -110,6 +112,11 @@ pub fn cluster(args: &ClusterArgs) -> anyhow::Result<String> {
     {
         bail!("--kubernetes-version: {refusal}");
     }
+    Ok(())
+}
+
+pub fn cluster(args: &ClusterArgs) -> anyhow::Result<String> {
+    check(args)?;
     if args.infrastructure == "aws" {
         return aws_cluster(args);
     }
@@ -273,7 +280,58 @@ fn aws_cluster(args: &ClusterArgs) -> anyhow::Result<String> {
         ..
     } = args;
     let max = workers.max(10);
-    let workers = if flavor == "eks" {
+    let workers = aws_workers(flavor, args, max);
+    Ok(format!(
+        r#"apiVersion: cluster.x-k8s.io/v1beta1
+kind: Cluster
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  clusterNetwork:
+    pods:
+      cidrBlocks: ["192.168.0.0/16"]
+  infrastructureRef:
+    kind: AWSManagedCluster
+    apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+    name: {name}
+  controlPlaneRef:
+    kind: AWSManagedControlPlane
+    apiVersion: controlplane.cluster.x-k8s.io/v1beta2
+    name: {name}-control-plane
+---
+kind: AWSManagedCluster
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec: {{}}
+---
+kind: AWSManagedControlPlane
+apiVersion: controlplane.cluster.x-k8s.io/v1beta2
+metadata:
+  name: {name}-control-plane
+  namespace: {namespace}
+spec:
+  region: {region}
+  version: {version}
+---
+{workers}"#
+    ))
+}
+
+/// The workers of an AWS flavor, `--worker-machine-count` of them: a MachineDeployment of EC2
+/// instances (`eks`), a self-managed auto-scaling group (`eks-machinepool`) or an EKS
+/// managed node group (`eks-managedmachinepool`).
+fn aws_workers(flavor: &str, args: &ClusterArgs, max: u32) -> String {
+    let ClusterArgs {
+        name,
+        kubernetes_version: version,
+        namespace,
+        worker_machine_count: workers,
+        ..
+    } = args;
+    if flavor == "eks" {
         // A MachineDeployment of single EC2 instances, each booted by nodeadm (Cluster API
         // AWS's `cluster-template-eks.yaml`).
         format!(
@@ -406,44 +464,7 @@ spec:
     maxSize: {max}
 "#
         )
-    };
-    Ok(format!(
-        r#"apiVersion: cluster.x-k8s.io/v1beta1
-kind: Cluster
-metadata:
-  name: {name}
-  namespace: {namespace}
-spec:
-  clusterNetwork:
-    pods:
-      cidrBlocks: ["192.168.0.0/16"]
-  infrastructureRef:
-    kind: AWSManagedCluster
-    apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
-    name: {name}
-  controlPlaneRef:
-    kind: AWSManagedControlPlane
-    apiVersion: controlplane.cluster.x-k8s.io/v1beta2
-    name: {name}-control-plane
----
-kind: AWSManagedCluster
-apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
-metadata:
-  name: {name}
-  namespace: {namespace}
-spec: {{}}
----
-kind: AWSManagedControlPlane
-apiVersion: controlplane.cluster.x-k8s.io/v1beta2
-metadata:
-  name: {name}-control-plane
-  namespace: {namespace}
-spec:
-  region: {region}
-  version: {version}
----
-{workers}"#
-    ))
+    }
 }
 
 #[cfg(test)]

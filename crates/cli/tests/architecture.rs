@@ -35,8 +35,6 @@ const TO_SPLIT: &[&str] = &[
     "crates/apiserver/src/registry.rs:from_crd",
     "crates/apiserver/src/schema.rs:walk",
     "crates/cli/src/describe.rs:run",
-    "crates/cli/src/generate.rs:aws_cluster",
-    "crates/cli/src/generate.rs:cluster",
     "crates/cli/src/main.rs:server",
 ];
 
