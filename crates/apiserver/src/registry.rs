@@ -230,59 +230,7 @@ impl ResourceType {
         match spec["versions"].as_array() {
             Some(list) if !list.is_empty() => {
                 for (i, v) in list.iter().enumerate() {
-                    let name = text(&v["name"]);
-                    if name.is_empty() {
-                        causes.push(Cause::required(format!("spec.versions[{i}].name")));
-                    }
-                    if v["served"].as_bool() == Some(false) {
-                        continue;
-                    }
-                    let schema = v["schema"]["openAPIV3Schema"].clone();
-                    if !schema.is_null() {
-                        crate::schema::check_structural(
-                            &schema,
-                            &format!("spec.versions[{i}].schema.openAPIV3Schema"),
-                            &mut causes,
-                        );
-                    }
-                    let printer_columns = v["additionalPrinterColumns"]
-                        .as_array()
-                        .map(|cols| {
-                            cols.iter()
-                                .map(|c| PrinterColumn {
-                                    name: text(&c["name"]),
-                                    type_: text(&c["type"]),
-                                    format: text(&c["format"]),
-                                    description: text(&c["description"]),
-                                    priority: c["priority"].as_i64().unwrap_or(0),
-                                    json_path: text(&c["jsonPath"]),
-                                    printer: None,
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    let scale = v["subresources"]["scale"]
-                        .as_object()
-                        .map(|s| ScaleSubresource {
-                            spec_replicas_path: s
-                                .get("specReplicasPath")
-                                .map(&text)
-                                .unwrap_or_default(),
-                            status_replicas_path: s
-                                .get("statusReplicasPath")
-                                .map(&text)
-                                .unwrap_or_default(),
-                            label_selector_path: s.get("labelSelectorPath").map(&text),
-                        });
-                    versions.push(VersionInfo {
-                        name,
-                        storage: v["storage"].as_bool().unwrap_or(false),
-                        schema: if schema.is_null() { None } else { Some(schema) },
-                        printer_columns,
-                        status_subresource: v["subresources"]["status"].is_object(),
-                        scale,
-                        deprecated: v["deprecated"].as_bool().unwrap_or(false),
-                    });
+                    versions.extend(served_version(i, v, &mut causes));
                 }
                 if list
                     .iter()
@@ -335,6 +283,59 @@ impl ResourceType {
             stored_as: None,
         })
     }
+}
+
+/// One version of a CRD as served, or `None` when it is not served; what is wrong with it
+/// goes into `causes`.
+fn served_version(i: usize, v: &Value, causes: &mut Vec<Cause>) -> Option<VersionInfo> {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let name = text(&v["name"]);
+    if name.is_empty() {
+        causes.push(Cause::required(format!("spec.versions[{i}].name")));
+    }
+    if v["served"].as_bool() == Some(false) {
+        return None;
+    }
+    let schema = v["schema"]["openAPIV3Schema"].clone();
+    if !schema.is_null() {
+        crate::schema::check_structural(
+            &schema,
+            &format!("spec.versions[{i}].schema.openAPIV3Schema"),
+            causes,
+        );
+    }
+    let printer_columns = v["additionalPrinterColumns"]
+        .as_array()
+        .map(|cols| {
+            cols.iter()
+                .map(|c| PrinterColumn {
+                    name: text(&c["name"]),
+                    type_: text(&c["type"]),
+                    format: text(&c["format"]),
+                    description: text(&c["description"]),
+                    priority: c["priority"].as_i64().unwrap_or(0),
+                    json_path: text(&c["jsonPath"]),
+                    printer: None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let scale = v["subresources"]["scale"]
+        .as_object()
+        .map(|s| ScaleSubresource {
+            spec_replicas_path: s.get("specReplicasPath").map(&text).unwrap_or_default(),
+            status_replicas_path: s.get("statusReplicasPath").map(&text).unwrap_or_default(),
+            label_selector_path: s.get("labelSelectorPath").map(&text),
+        });
+    Some(VersionInfo {
+        name,
+        storage: v["storage"].as_bool().unwrap_or(false),
+        schema: if schema.is_null() { None } else { Some(schema) },
+        printer_columns,
+        status_subresource: v["subresources"]["status"].is_object(),
+        scale,
+        deprecated: v["deprecated"].as_bool().unwrap_or(false),
+    })
 }
 
 /// All served resource types, keyed by (group, plural). Cheap to clone; readers take a

@@ -180,104 +180,110 @@ fn walk(schema: &Value, value: &mut Value, path: &str, findings: &mut Findings) 
                 }
             }
         }
-        Value::String(text) => {
-            let shown = Value::String(text.clone());
-            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
-                && text.chars().count() as u64 > max
-            {
-                findings.causes.push(Cause {
-                    reason: "FieldValueTooLong",
-                    message: format!("Too long: may not be more than {max} bytes"),
-                    field: path.to_string(),
-                });
-            }
-            if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
-                && (text.chars().count() as u64) < min
-            {
-                findings.causes.push(Cause::invalid(
-                    path,
-                    &shown,
-                    format!("should be at least {min} chars long"),
-                ));
-            }
-            if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
-                match compiled(pattern) {
-                    Some(re) if !re.is_match(text) => {
-                        findings.causes.push(Cause::invalid(
-                            path,
-                            &shown,
-                            format!("should match '{pattern}'"),
-                        ));
-                    }
-                    _ => {}
-                }
-            }
-            if schema.get("format").and_then(Value::as_str) == Some("byte") && {
-                use base64::Engine;
-                base64::engine::general_purpose::STANDARD
-                    .decode(text.as_bytes())
-                    .is_err()
-            } {
-                // Bytes are often a secret's (a Secret's data, a key): never echoed.
-                findings.causes.push(Cause::invalid(
-                    path,
-                    &Value::String("<withheld>".into()),
-                    "must be base64-encoded",
-                ));
-            }
-            if schema.get("format").and_then(Value::as_str) == Some("date-time")
-                && chrono::DateTime::parse_from_rfc3339(text).is_err()
-            {
-                findings.causes.push(Cause::invalid(
-                    path,
-                    &shown,
-                    "must be an RFC 3339 date-time",
-                ));
-            }
-        }
-        Value::Number(n) => {
-            let shown = Value::Number(n.clone());
-            let x = n.as_f64().unwrap_or_default();
-            if schema.get("format").and_then(Value::as_str) == Some("int32")
-                && n.as_i64().and_then(|n| i32::try_from(n).ok()).is_none()
-                && n.as_f64()
-                    .is_none_or(|f| f.fract() != 0.0 || f.abs() > i32::MAX as f64)
-            {
-                findings
-                    .causes
-                    .push(Cause::invalid(path, &shown, "must fit in 32 bits"));
-            }
-            let exclusive = |key: &str| schema.get(key).and_then(Value::as_bool).unwrap_or(false);
-            if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
-                && (x < min || (exclusive("exclusiveMinimum") && x == min))
-            {
-                let how = if exclusive("exclusiveMinimum") {
-                    "greater than"
-                } else {
-                    "greater than or equal to"
-                };
-                findings.causes.push(Cause::invalid(
-                    path,
-                    &shown,
-                    format!("should be {how} {min}"),
-                ));
-            }
-            if let Some(max) = schema.get("maximum").and_then(Value::as_f64)
-                && (x > max || (exclusive("exclusiveMaximum") && x == max))
-            {
-                let how = if exclusive("exclusiveMaximum") {
-                    "less than"
-                } else {
-                    "less than or equal to"
-                };
-                findings.causes.push(Cause::invalid(
-                    path,
-                    &shown,
-                    format!("should be {how} {max}"),
-                ));
-            }
-        }
+        Value::String(text) => walk_string(schema, text, path, findings),
+        Value::Number(n) => walk_number(schema, n, path, findings),
         _ => {}
+    }
+}
+
+/// A string's length, pattern and format.
+fn walk_string(schema: &Value, text: &str, path: &str, findings: &mut Findings) {
+    let shown = Value::String(text.to_string());
+    if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+        && text.chars().count() as u64 > max
+    {
+        findings.causes.push(Cause {
+            reason: "FieldValueTooLong",
+            message: format!("Too long: may not be more than {max} bytes"),
+            field: path.to_string(),
+        });
+    }
+    if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+        && (text.chars().count() as u64) < min
+    {
+        findings.causes.push(Cause::invalid(
+            path,
+            &shown,
+            format!("should be at least {min} chars long"),
+        ));
+    }
+    if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
+        match compiled(pattern) {
+            Some(re) if !re.is_match(text) => {
+                findings.causes.push(Cause::invalid(
+                    path,
+                    &shown,
+                    format!("should match '{pattern}'"),
+                ));
+            }
+            _ => {}
+        }
+    }
+    if schema.get("format").and_then(Value::as_str) == Some("byte") && {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .is_err()
+    } {
+        // Bytes are often a secret's (a Secret's data, a key): never echoed.
+        findings.causes.push(Cause::invalid(
+            path,
+            &Value::String("<withheld>".into()),
+            "must be base64-encoded",
+        ));
+    }
+    if schema.get("format").and_then(Value::as_str) == Some("date-time")
+        && chrono::DateTime::parse_from_rfc3339(text).is_err()
+    {
+        findings.causes.push(Cause::invalid(
+            path,
+            &shown,
+            "must be an RFC 3339 date-time",
+        ));
+    }
+}
+
+/// A number's width and bounds.
+fn walk_number(schema: &Value, n: &serde_json::Number, path: &str, findings: &mut Findings) {
+    let shown = Value::Number(n.clone());
+    let x = n.as_f64().unwrap_or_default();
+    if schema.get("format").and_then(Value::as_str) == Some("int32")
+        && n.as_i64().and_then(|n| i32::try_from(n).ok()).is_none()
+        && n.as_f64()
+            .is_none_or(|f| f.fract() != 0.0 || f.abs() > i32::MAX as f64)
+    {
+        findings
+            .causes
+            .push(Cause::invalid(path, &shown, "must fit in 32 bits"));
+    }
+    let exclusive = |key: &str| schema.get(key).and_then(Value::as_bool).unwrap_or(false);
+    if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
+        && (x < min || (exclusive("exclusiveMinimum") && x == min))
+    {
+        let how = if exclusive("exclusiveMinimum") {
+            "greater than"
+        } else {
+            "greater than or equal to"
+        };
+        findings.causes.push(Cause::invalid(
+            path,
+            &shown,
+            format!("should be {how} {min}"),
+        ));
+    }
+    if let Some(max) = schema.get("maximum").and_then(Value::as_f64)
+        && (x > max || (exclusive("exclusiveMaximum") && x == max))
+    {
+        let how = if exclusive("exclusiveMaximum") {
+            "less than"
+        } else {
+            "less than or equal to"
+        };
+        findings.causes.push(Cause::invalid(
+            path,
+            &shown,
+            format!("should be {how} {max}"),
+        ));
     }
 }
 
