@@ -230,6 +230,82 @@ async fn referenced(
         .ok()?
 }
 
+/// Its agent's connection: an imported cluster's, or one lariat installed; `None` for a
+/// cluster no agent serves.
+async fn connection_row(
+    client: &kube::Client,
+    cluster: &DynamicObject,
+) -> anyhow::Result<Option<Row>> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let connections: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &lariat_api::management::cluster_connection_resource(),
+    );
+    let connection = connections.get_opt(&name).await?;
+    if connection.is_none()
+        && !cluster
+            .annotations()
+            .contains_key(lariat_api::management::IMPORTED_ANNOTATION)
+    {
+        return Ok(None);
+    }
+    let status = connection
+        .as_ref()
+        .map(|c| c.data["status"].clone())
+        .unwrap_or_default();
+    let connected = status["connected"] == true;
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    Ok(Some(Row {
+        label: format!("├─Connection - ClusterConnection/{name}"),
+        ready: if connected { "True" } else { "False" }.into(),
+        severity: if connected { "" } else { "Warning" }.into(),
+        reason: if connected { "" } else { "AgentDisconnected" }.into(),
+        since: since(status["lastHeartbeat"].as_str()),
+        message: if connected {
+            format!(
+                "Kubernetes {}, {} nodes ({} ready)",
+                text(&status["kubernetesVersion"]),
+                status["nodeCount"].as_i64().unwrap_or(0),
+                status["readyNodeCount"].as_i64().unwrap_or(0)
+            )
+        } else {
+            status["message"]
+                .as_str()
+                .unwrap_or("its agent has never connected")
+                .to_string()
+        },
+    }))
+}
+
+/// The rows as a table under kubectl-style headings, the NAME column as wide as its longest.
+fn print(rows: Vec<Row>) {
+    let width = rows
+        .iter()
+        .map(|r| r.label.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    println!(
+        "{:<width$}  {:<5}  {:<8}  {:<30}  {:<5}  MESSAGE",
+        "NAME", "READY", "SEVERITY", "REASON", "SINCE"
+    );
+    for r in rows {
+        let pad = width - r.label.chars().count();
+        println!(
+            "{}{}  {:<5}  {:<8}  {:<30}  {:<5}  {}",
+            r.label,
+            " ".repeat(pad),
+            r.ready,
+            r.severity,
+            r.reason,
+            r.since,
+            r.message
+        );
+    }
+}
+
 pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
     let DescribeCommand::Cluster(args) = command;
     let client = crate::connect::client(args.kubeconfig.as_ref()).await?;
@@ -311,45 +387,7 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
             }),
         }
     }
-    // Its agent's connection: an imported cluster's, or one lariat installed.
-    let connections: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        ns,
-        &lariat_api::management::cluster_connection_resource(),
-    );
-    let connection = connections.get_opt(&args.name).await?;
-    if connection.is_some()
-        || cluster
-            .annotations()
-            .contains_key(lariat_api::management::IMPORTED_ANNOTATION)
-    {
-        let status = connection
-            .as_ref()
-            .map(|c| c.data["status"].clone())
-            .unwrap_or_default();
-        let connected = status["connected"] == true;
-        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-        rows.push(Row {
-            label: format!("├─Connection - ClusterConnection/{}", args.name),
-            ready: if connected { "True" } else { "False" }.into(),
-            severity: if connected { "" } else { "Warning" }.into(),
-            reason: if connected { "" } else { "AgentDisconnected" }.into(),
-            since: since(status["lastHeartbeat"].as_str()),
-            message: if connected {
-                format!(
-                    "Kubernetes {}, {} nodes ({} ready)",
-                    text(&status["kubernetesVersion"]),
-                    status["nodeCount"].as_i64().unwrap_or(0),
-                    status["readyNodeCount"].as_i64().unwrap_or(0)
-                )
-            } else {
-                status["message"]
-                    .as_str()
-                    .unwrap_or("its agent has never connected")
-                    .to_string()
-            },
-        });
-    }
+    rows.extend(connection_row(&client, &cluster).await?);
     let control_plane_machines: Vec<&DynamicObject> = machines
         .iter()
         .filter(|m| m.labels().contains_key("cluster.x-k8s.io/control-plane"))
@@ -409,28 +447,6 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
             );
         }
     }
-    let width = rows
-        .iter()
-        .map(|r| r.label.chars().count())
-        .max()
-        .unwrap_or(4)
-        .max(4);
-    println!(
-        "{:<width$}  {:<5}  {:<8}  {:<30}  {:<5}  MESSAGE",
-        "NAME", "READY", "SEVERITY", "REASON", "SINCE"
-    );
-    for r in rows {
-        let pad = width - r.label.chars().count();
-        println!(
-            "{}{}  {:<5}  {:<8}  {:<30}  {:<5}  {}",
-            r.label,
-            " ".repeat(pad),
-            r.ready,
-            r.severity,
-            r.reason,
-            r.since,
-            r.message
-        );
-    }
+    print(rows);
     Ok(())
 }

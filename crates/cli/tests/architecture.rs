@@ -32,7 +32,6 @@ const LONGEST: usize = 150;
 const TO_SPLIT: &[&str] = &[
     "crates/apiserver/src/lib.rs:start",
     "crates/apiserver/src/protobuf.rs:decode",
-    "crates/cli/src/describe.rs:run",
     "crates/cli/src/main.rs:server",
 ];
 
