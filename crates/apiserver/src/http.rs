@@ -2006,7 +2006,7 @@ async fn watch(
             }
             _ => None,
         };
-        // The object's JSON is shared by every watcher the change goes to (watch::Fanout).
+        // The object's JSON is shared by every watcher the change goes to (fanout::Fanout).
         let object = rendered.as_deref().unwrap_or_else(|| event.object.json());
         let mut line = Vec::with_capacity(object.len() + 32);
         line.extend_from_slice(b"{\"type\":\"");

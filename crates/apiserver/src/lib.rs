@@ -22,6 +22,7 @@ pub mod discovery;
 pub mod embedded;
 pub mod encryption;
 pub mod extension;
+pub mod fanout;
 pub mod follow;
 pub mod forwarding;
 pub mod gc;
@@ -202,6 +203,126 @@ pub struct Server {
     rbac: Arc<rbac::Rbac>,
 }
 
+/// The names the server's certificate covers, the address other replicas reach it at, and
+/// the advertised URL's host and address.
+struct Names {
+    sans: Vec<String>,
+    peer_address: String,
+    advertised: Option<(String, String)>,
+}
+
+/// What `--tls-san`, `--peer-address` and `--advertise-url` make of the server's names, each
+/// refused with its flag when it cannot be read.
+fn names(config: &Config, address: SocketAddr) -> Result<Names, StartError> {
+    let mut sans = vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+    ];
+    if !address.ip().is_unspecified() && !sans.contains(&address.ip().to_string()) {
+        sans.push(address.ip().to_string());
+    }
+    let advertised = config
+        .advertise_url
+        .as_deref()
+        .map(|url| pki::server_url(url).map_err(StartError::AdvertiseUrl))
+        .transpose()?;
+    let advertised_host = advertised.as_ref().map(|(host, _)| host.clone());
+    let mut wanted = Vec::new();
+    // `--tls-san a, b` and a trailing comma in LARIAT_TLS_SAN mean what they look like.
+    for san in config.tls_sans.iter().filter(|s| !s.trim().is_empty()) {
+        wanted.push(pki::subject_alt_name(san).map_err(StartError::TlsSan)?);
+    }
+    let peer_address = match &config.peer_address {
+        Some(given) => {
+            let bad = || {
+                StartError::PeerAddress(format!(
+                    "invalid --peer-address {given:?}: expected HOST:PORT, e.g. 10.0.0.5:6443, where the other replicas reach this one"
+                ))
+            };
+            let (host, port) = given.rsplit_once(':').ok_or_else(bad)?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+                return Err(bad());
+            }
+            wanted.push(pki::subject_alt_name(host).map_err(|_| bad())?);
+            given.clone()
+        }
+        None => {
+            let address = replicas::default_address(address);
+            if let Some((host, _)) = address.rsplit_once(':') {
+                wanted.push(
+                    host.trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_string(),
+                );
+            }
+            address
+        }
+    };
+    for san in wanted.into_iter().chain(advertised_host) {
+        if !sans.contains(&san) {
+            sans.push(san);
+        }
+    }
+    Ok(Names {
+        sans,
+        peer_address,
+        advertised,
+    })
+}
+
+/// The store's resources as this server serves them: the core kinds and the configuration's,
+/// the stored CRDs, the namespaces and default RBAC roles every server has, and what each
+/// extension keeps from the first start.
+async fn open_resources(
+    config: &Config,
+    store: &Arc<dyn Store>,
+    key_path: &std::path::Path,
+) -> Result<Resources, StartError> {
+    let registry = builtin::core_kinds();
+    for rt in builtin::lariat_types(&config.kinds) {
+        registry.insert(rt);
+    }
+    let cipher = encryption::Cipher::load_or_create(key_path).map_err(StartError::Encryption)?;
+    if config.encryption_key_file.is_none() {
+        pki::keep_private(key_path)
+            .map_err(|e| StartError::Encryption(format!("{}: {e}", key_path.display())))?;
+    }
+    let resources = Resources::new(store.clone(), registry, cipher)
+        .with_limits(config.resource_limits)
+        .with_strategies(config.strategies.clone())
+        .with_validators(config.validators.clone());
+    load_stored_crds(&resources)
+        .await
+        .map_err(|e| StartError::Store(e.to_string()))?;
+    let builtin: Vec<serde_json::Value> = config
+        .kinds
+        .iter()
+        .map(|crd| serde_json::to_value(crd).expect("CRDs serialize"))
+        .collect();
+    resources
+        .publish_builtin_crds(builtin)
+        .await
+        .map_err(|e| StartError::Store(e.to_string()))?;
+    let namespaces = ["default", "lariat-system"]
+        .into_iter()
+        .chain(config.namespaces.iter().map(String::as_str));
+    ensure_namespaces(&resources, namespaces)
+        .await
+        .map_err(|e| StartError::Store(e.to_string()))?;
+    rbac::defaults::bootstrap(&resources, &config.edit_and_view_groups)
+        .await
+        .map_err(|e| StartError::Store(format!("default RBAC roles: {e}")))?;
+    for extension in &config.extensions {
+        extension
+            .prepare(&resources)
+            .await
+            .map_err(|e| StartError::Store(format!("objects kept from the first start: {e}")))?;
+    }
+    Ok(resources)
+}
+
 impl Server {
     /// Loads (or creates) the PKI and the admin credential, serves the built-in kinds and the
     /// stored CRDs, and writes `<data-dir>/kubeconfig.yaml`.
@@ -211,57 +332,11 @@ impl Server {
         listener: tokio::net::TcpListener,
     ) -> Result<Server, StartError> {
         let address = listener.local_addr()?;
-        let mut sans = vec![
-            "localhost".to_string(),
-            "127.0.0.1".to_string(),
-            "::1".to_string(),
-        ];
-        if !address.ip().is_unspecified() && !sans.contains(&address.ip().to_string()) {
-            sans.push(address.ip().to_string());
-        }
-        let advertised = config
-            .advertise_url
-            .as_deref()
-            .map(|url| pki::server_url(url).map_err(StartError::AdvertiseUrl))
-            .transpose()?;
-        let advertised_host = advertised.as_ref().map(|(host, _)| host.clone());
-        let mut wanted = Vec::new();
-        // `--tls-san a, b` and a trailing comma in LARIAT_TLS_SAN mean what they look like.
-        for san in config.tls_sans.iter().filter(|s| !s.trim().is_empty()) {
-            wanted.push(pki::subject_alt_name(san).map_err(StartError::TlsSan)?);
-        }
-        let peer_address = match &config.peer_address {
-            Some(given) => {
-                let bad = || {
-                    StartError::PeerAddress(format!(
-                        "invalid --peer-address {given:?}: expected HOST:PORT, e.g. 10.0.0.5:6443, where the other replicas reach this one"
-                    ))
-                };
-                let (host, port) = given.rsplit_once(':').ok_or_else(bad)?;
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
-                    return Err(bad());
-                }
-                wanted.push(pki::subject_alt_name(host).map_err(|_| bad())?);
-                given.clone()
-            }
-            None => {
-                let address = replicas::default_address(address);
-                if let Some((host, _)) = address.rsplit_once(':') {
-                    wanted.push(
-                        host.trim_start_matches('[')
-                            .trim_end_matches(']')
-                            .to_string(),
-                    );
-                }
-                address
-            }
-        };
-        for san in wanted.into_iter().chain(advertised_host) {
-            if !sans.contains(&san) {
-                sans.push(san);
-            }
-        }
+        let Names {
+            sans,
+            peer_address,
+            advertised,
+        } = names(&config, address)?;
         let key_path = config
             .encryption_key_file
             .clone()
@@ -282,46 +357,7 @@ impl Server {
         let pki = pki::Pki::load_or_create(&config.data_dir.join("tls"), &sans)?;
         let tls = tls::server_config(&pki).map_err(StartError::Tls)?;
 
-        let registry = builtin::core_kinds();
-        for rt in builtin::lariat_types(&config.kinds) {
-            registry.insert(rt);
-        }
-        let cipher =
-            encryption::Cipher::load_or_create(&key_path).map_err(StartError::Encryption)?;
-        if config.encryption_key_file.is_none() {
-            pki::keep_private(&key_path)
-                .map_err(|e| StartError::Encryption(format!("{}: {e}", key_path.display())))?;
-        }
-        let resources = Resources::new(store.clone(), registry, cipher)
-            .with_limits(config.resource_limits)
-            .with_strategies(config.strategies.clone())
-            .with_validators(config.validators.clone());
-        load_stored_crds(&resources)
-            .await
-            .map_err(|e| StartError::Store(e.to_string()))?;
-        let builtin: Vec<serde_json::Value> = config
-            .kinds
-            .iter()
-            .map(|crd| serde_json::to_value(crd).expect("CRDs serialize"))
-            .collect();
-        resources
-            .publish_builtin_crds(builtin)
-            .await
-            .map_err(|e| StartError::Store(e.to_string()))?;
-        let namespaces = ["default", "lariat-system"]
-            .into_iter()
-            .chain(config.namespaces.iter().map(String::as_str));
-        ensure_namespaces(&resources, namespaces)
-            .await
-            .map_err(|e| StartError::Store(e.to_string()))?;
-        rbac::defaults::bootstrap(&resources, &config.edit_and_view_groups)
-            .await
-            .map_err(|e| StartError::Store(format!("default RBAC roles: {e}")))?;
-        for extension in &config.extensions {
-            extension.prepare(&resources).await.map_err(|e| {
-                StartError::Store(format!("objects kept from the first start: {e}"))
-            })?;
-        }
+        let resources = open_resources(&config, &store, &key_path).await?;
         let sources = config
             .extensions
             .iter()

@@ -119,7 +119,7 @@ const OFFLOAD_BYTES: usize = 64 * 1024;
 pub struct ResourceLimits {
     /// The largest object stored, encoded as JSON (Secrets before encryption).
     pub max_object_bytes: usize,
-    /// What the watch cache's objects may weigh (`watch::Fanout`).
+    /// What the watch cache's objects may weigh (`fanout::Fanout`).
     pub watch_cache_bytes: usize,
 }
 

@@ -385,6 +385,141 @@ fn metadata(meta: Option<ObjectMeta>) -> Value {
     Value::Object(out)
 }
 
+/// A Role or ClusterRole as JSON: its rules and aggregation.
+fn role_json(role: RbacRole) -> Value {
+    let rules: Vec<Value> = role
+        .rules
+        .into_iter()
+        .map(|r| {
+            let mut o = json!({"verbs": r.verbs});
+            for (key, list) in [
+                ("apiGroups", r.api_groups),
+                ("resources", r.resources),
+                ("resourceNames", r.resource_names),
+                ("nonResourceURLs", r.non_resource_urls),
+            ] {
+                // An empty apiGroups is the core group's `[""]` only when sent so.
+                if !list.is_empty() {
+                    o[key] = json!(list);
+                }
+            }
+            o
+        })
+        .collect();
+    let mut o = json!({"metadata": metadata(role.metadata), "rules": rules});
+    if let Some(aggregation) = role.aggregation_rule {
+        let selectors: Vec<Value> = aggregation
+            .cluster_role_selectors
+            .into_iter()
+            .map(|s| {
+                let mut selector = json!({"matchLabels": s.match_labels});
+                if !s.match_expressions.is_empty() {
+                    selector["matchExpressions"] = s
+                        .match_expressions
+                        .into_iter()
+                        .map(|e| {
+                            json!({
+                                "key": e.key, "operator": e.operator, "values": e.values,
+                            })
+                        })
+                        .collect();
+                }
+                selector
+            })
+            .collect();
+        o["aggregationRule"] = json!({"clusterRoleSelectors": selectors});
+    }
+    o
+}
+
+/// A RoleBinding or ClusterRoleBinding as JSON.
+fn binding_json(binding: RbacBinding) -> Value {
+    let subjects: Vec<Value> = binding
+        .subjects
+        .into_iter()
+        .map(|s| {
+            let mut o = json!({"kind": s.kind, "name": s.name});
+            insert_some(
+                o.as_object_mut().expect("object"),
+                "apiGroup",
+                s.api_group.map(Value::from),
+            );
+            insert_some(
+                o.as_object_mut().expect("object"),
+                "namespace",
+                s.namespace.map(Value::from),
+            );
+            o
+        })
+        .collect();
+    let role_ref = binding.role_ref.unwrap_or_default();
+    json!({
+        "metadata": metadata(binding.metadata),
+        "subjects": subjects,
+        "roleRef": {"apiGroup": role_ref.api_group, "kind": role_ref.kind, "name": role_ref.name},
+    })
+}
+
+/// A ServiceAccount as JSON.
+fn service_account_json(account: ServiceAccount) -> Value {
+    let mut o = json!({"metadata": metadata(account.metadata)});
+    let map = o.as_object_mut().expect("object");
+    if !account.secrets.is_empty() {
+        let secrets: Vec<Value> = account
+            .secrets
+            .into_iter()
+            .map(|r| {
+                strings([
+                    ("kind", r.kind),
+                    ("namespace", r.namespace),
+                    ("name", r.name),
+                    ("uid", r.uid),
+                    ("apiVersion", r.api_version),
+                ])
+            })
+            .collect();
+        map.insert("secrets".into(), Value::Array(secrets));
+    }
+    if !account.image_pull_secrets.is_empty() {
+        let names: Vec<Value> = account
+            .image_pull_secrets
+            .into_iter()
+            .map(|r| json!({"name": r.name.unwrap_or_default()}))
+            .collect();
+        map.insert("imagePullSecrets".into(), Value::Array(names));
+    }
+    insert_some(
+        map,
+        "automountServiceAccountToken",
+        account.automount_service_account_token.map(Value::from),
+    );
+    o
+}
+
+/// A TokenRequest as JSON: its spec.
+fn token_request_json(request: TokenRequest) -> Value {
+    let spec = request.spec.unwrap_or_default();
+    let mut out = Map::new();
+    if !spec.audiences.is_empty() {
+        out.insert("audiences".into(), json!(spec.audiences));
+    }
+    insert_some(
+        &mut out,
+        "expirationSeconds",
+        spec.expiration_seconds.map(Value::from),
+    );
+    if let Some(bound) = spec.bound_object_ref {
+        let bound = strings([
+            ("kind", bound.kind),
+            ("apiVersion", bound.api_version),
+            ("name", bound.name),
+            ("uid", bound.uid),
+        ]);
+        out.insert("boundObjectRef".into(), bound);
+    }
+    json!({"metadata": metadata(request.metadata), "spec": out})
+}
+
 /// Decodes a protobuf request body of a core kind into its JSON form.
 pub fn decode(body: &[u8]) -> ApiResult<Value> {
     let bad = |what: String| {
@@ -466,136 +601,17 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
             json!({"metadata": metadata(review.metadata), "spec": spec_json})
         }
         ("rbac.authorization.k8s.io/v1", "Role" | "ClusterRole") => {
-            let role = RbacRole::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
-            let rules: Vec<Value> = role
-                .rules
-                .into_iter()
-                .map(|r| {
-                    let mut o = json!({"verbs": r.verbs});
-                    for (key, list) in [
-                        ("apiGroups", r.api_groups),
-                        ("resources", r.resources),
-                        ("resourceNames", r.resource_names),
-                        ("nonResourceURLs", r.non_resource_urls),
-                    ] {
-                        // An empty apiGroups is the core group's `[""]` only when sent so.
-                        if !list.is_empty() {
-                            o[key] = json!(list);
-                        }
-                    }
-                    o
-                })
-                .collect();
-            let mut o = json!({"metadata": metadata(role.metadata), "rules": rules});
-            if let Some(aggregation) = role.aggregation_rule {
-                let selectors: Vec<Value> = aggregation
-                    .cluster_role_selectors
-                    .into_iter()
-                    .map(|s| {
-                        let mut selector = json!({"matchLabels": s.match_labels});
-                        if !s.match_expressions.is_empty() {
-                            selector["matchExpressions"] = s
-                                .match_expressions
-                                .into_iter()
-                                .map(|e| {
-                                    json!({
-                                        "key": e.key, "operator": e.operator, "values": e.values,
-                                    })
-                                })
-                                .collect();
-                        }
-                        selector
-                    })
-                    .collect();
-                o["aggregationRule"] = json!({"clusterRoleSelectors": selectors});
-            }
-            o
+            role_json(RbacRole::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?)
         }
         ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => {
-            let binding = RbacBinding::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
-            let subjects: Vec<Value> = binding
-                .subjects
-                .into_iter()
-                .map(|s| {
-                    let mut o = json!({"kind": s.kind, "name": s.name});
-                    insert_some(
-                        o.as_object_mut().expect("object"),
-                        "apiGroup",
-                        s.api_group.map(Value::from),
-                    );
-                    insert_some(
-                        o.as_object_mut().expect("object"),
-                        "namespace",
-                        s.namespace.map(Value::from),
-                    );
-                    o
-                })
-                .collect();
-            let role_ref = binding.role_ref.unwrap_or_default();
-            json!({
-                "metadata": metadata(binding.metadata),
-                "subjects": subjects,
-                "roleRef": {"apiGroup": role_ref.api_group, "kind": role_ref.kind, "name": role_ref.name},
-            })
+            binding_json(RbacBinding::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?)
         }
-        ("v1", "ServiceAccount") => {
-            let account = ServiceAccount::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
-            let mut o = json!({"metadata": metadata(account.metadata)});
-            let map = o.as_object_mut().expect("object");
-            if !account.secrets.is_empty() {
-                let secrets: Vec<Value> = account
-                    .secrets
-                    .into_iter()
-                    .map(|r| {
-                        strings([
-                            ("kind", r.kind),
-                            ("namespace", r.namespace),
-                            ("name", r.name),
-                            ("uid", r.uid),
-                            ("apiVersion", r.api_version),
-                        ])
-                    })
-                    .collect();
-                map.insert("secrets".into(), Value::Array(secrets));
-            }
-            if !account.image_pull_secrets.is_empty() {
-                let names: Vec<Value> = account
-                    .image_pull_secrets
-                    .into_iter()
-                    .map(|r| json!({"name": r.name.unwrap_or_default()}))
-                    .collect();
-                map.insert("imagePullSecrets".into(), Value::Array(names));
-            }
-            insert_some(
-                map,
-                "automountServiceAccountToken",
-                account.automount_service_account_token.map(Value::from),
-            );
-            o
-        }
-        ("authentication.k8s.io/v1", "TokenRequest") => {
-            let request = TokenRequest::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;
-            let spec = request.spec.unwrap_or_default();
-            let mut out = Map::new();
-            if !spec.audiences.is_empty() {
-                out.insert("audiences".into(), json!(spec.audiences));
-            }
-            insert_some(
-                &mut out,
-                "expirationSeconds",
-                spec.expiration_seconds.map(Value::from),
-            );
-            if let Some(bound) = spec.bound_object_ref {
-                let bound = strings([
-                    ("kind", bound.kind),
-                    ("apiVersion", bound.api_version),
-                    ("name", bound.name),
-                    ("uid", bound.uid),
-                ]);
-                out.insert("boundObjectRef".into(), bound);
-            }
-            json!({"metadata": metadata(request.metadata), "spec": out})
-        }
+        ("v1", "ServiceAccount") => service_account_json(
+            ServiceAccount::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?,
+        ),
+        ("authentication.k8s.io/v1", "TokenRequest") => token_request_json(
+            TokenRequest::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?,
+        ),
         ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => {
             let review =
                 SelfSubjectRulesReview::decode(raw.as_slice()).map_err(|e| bad(e.to_string()))?;

@@ -126,7 +126,7 @@ pub struct Resources {
     /// Encrypts Secrets at rest.
     cipher: Arc<Cipher>,
     /// Recent changes as watchers see them, decoded and encoded once for all of them.
-    pub(crate) fanout: Arc<crate::watch::Fanout>,
+    pub(crate) fanout: Arc<crate::fanout::Fanout>,
     /// RBAC, which checks writes of roles and bindings against their writer's own rules.
     rbac: Option<Arc<crate::rbac::Rbac>>,
     /// How large a stored object may be.
@@ -166,7 +166,7 @@ impl Resources {
     /// These resources with `limits` on what one object may cost.
     pub fn with_limits(mut self, limits: crate::limits::ResourceLimits) -> Resources {
         self.limits = limits;
-        self.fanout = Arc::new(crate::watch::Fanout::with_max_bytes(
+        self.fanout = Arc::new(crate::fanout::Fanout::with_max_bytes(
             limits.watch_cache_bytes,
         ));
         self

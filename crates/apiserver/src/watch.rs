@@ -1,14 +1,14 @@
 //! Watch: a stream of ADDED / MODIFIED / DELETED / BOOKMARK / ERROR events, resumable from a
 //! resourceVersion, with selectors applied to both the old and the new state of each object.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{self, BoxStream, StreamExt};
 use lariat_store::EventKind;
-use serde_json::{Value, json};
+use serde_json::json;
 
+pub use crate::fanout::WatchedObject;
 use crate::resources::{ListParams, Resources, Scope};
 use crate::sending::Share;
 use crate::status::{ApiError, ApiResult};
@@ -30,105 +30,6 @@ pub struct WatchParams {
 pub struct WatchEvent {
     pub kind: &'static str,
     pub object: Arc<WatchedObject>,
-}
-
-/// An object as watchers see it: decoded once, and rendered as JSON once, however many
-/// watchers it goes to.
-#[derive(Debug)]
-pub struct WatchedObject {
-    pub value: Value,
-    json: OnceLock<Vec<u8>>,
-}
-
-impl WatchedObject {
-    pub fn new(value: Value) -> Arc<WatchedObject> {
-        Arc::new(WatchedObject {
-            value,
-            json: OnceLock::new(),
-        })
-    }
-
-    /// The object's JSON, rendered by the first watcher that needs it.
-    pub fn json(&self) -> &[u8] {
-        self.json
-            .get_or_init(|| serde_json::to_vec(&self.value).unwrap_or_default())
-    }
-}
-
-/// How many recent object versions [`Fanout`] keeps at most.
-const FANOUT_ENTRIES: usize = 2048;
-
-/// The objects of recent changes, by storage key, revision and the apiVersion they are served
-/// at: every watcher of a kind decodes each change (its new and its previous state, for
-/// selectors), so without this N watchers cost N decodes and N encodings of every change.
-///
-/// It is bounded by count and by weight: an object weighs twice its stored JSON (it is held
-/// decoded, and rendered once a watcher needs it), and the oldest go first. An object heavier
-/// than the whole budget is decoded for its watchers and not kept.
-pub struct Fanout {
-    recent: Mutex<FanoutEntries>,
-    max_bytes: usize,
-}
-
-impl Default for Fanout {
-    fn default() -> Self {
-        Fanout::with_max_bytes(crate::limits::DEFAULT_WATCH_CACHE_BYTES)
-    }
-}
-
-type FanoutKey = (String, i64, String);
-
-#[derive(Default)]
-struct FanoutEntries {
-    objects: HashMap<FanoutKey, (Arc<WatchedObject>, usize)>,
-    order: VecDeque<FanoutKey>,
-    bytes: usize,
-}
-
-impl Fanout {
-    pub fn with_max_bytes(max_bytes: usize) -> Fanout {
-        Fanout {
-            recent: Default::default(),
-            max_bytes,
-        }
-    }
-
-    /// What the kept objects weigh now (the `lariat_watch_cache_bytes` metric).
-    pub fn bytes(&self) -> usize {
-        self.recent.lock().expect("lock").bytes
-    }
-
-    fn get_or_decode(
-        &self,
-        key: FanoutKey,
-        stored_bytes: usize,
-        decode: impl FnOnce() -> Option<Value>,
-    ) -> Option<Arc<WatchedObject>> {
-        if let Some((object, _)) = self.recent.lock().expect("lock").objects.get(&key) {
-            return Some(object.clone());
-        }
-        let object = WatchedObject::new(decode()?);
-        let weight = 2 * stored_bytes;
-        if weight > self.max_bytes {
-            return Some(object);
-        }
-        let mut recent = self.recent.lock().expect("lock");
-        if let Some((kept, _)) = recent.objects.get(&key) {
-            return Some(kept.clone());
-        }
-        while recent.order.len() >= FANOUT_ENTRIES || recent.bytes + weight > self.max_bytes {
-            let Some(oldest) = recent.order.pop_front() else {
-                break;
-            };
-            if let Some((_, freed)) = recent.objects.remove(&oldest) {
-                recent.bytes -= freed;
-            }
-        }
-        recent.order.push_back(key.clone());
-        recent.bytes += weight;
-        recent.objects.insert(key, (object.clone(), weight));
-        Some(object)
-    }
 }
 
 impl Resources {

@@ -353,7 +353,7 @@ struct ServerArgs {
 }
 
 /// Users of an OpenID Connect provider (Dex, Keycloak, ...), as kube-apiserver's `--oidc-*`.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 struct OidcArgs {
     /// The provider's issuer URL (https): ID tokens it signs are accepted as bearer tokens.
     #[arg(long)]
@@ -773,74 +773,17 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             )
         })?;
     let mut image = lariat_management::AgentImage::default();
-    if let Some(reference) = args.agent_image {
+    if let Some(reference) = args.agent_image.clone() {
         image.reference = reference;
     }
-    image.pull_secret = args.agent_image_pull_secret;
+    image.pull_secret = args.agent_image_pull_secret.clone();
     let plane = lariat_management::Plane::new(args.agent_handshake_rate, image)
         .map_err(|e| anyhow::anyhow!(e))?;
     let simulated = lariat_provider_inmemory::simulated::SimulatedClusters::new();
     let mut config = management_config(&args.store.data_dir, &plane, &simulated);
-    config.tls_sans = args.tls_san;
-    config.advertise_url = args.advertise_url;
-    config.peer_address = args.peer_address;
-    config.compaction_interval = Duration::from_secs(args.compaction_interval);
-    config.encryption_key_file = args.encryption_key_file;
-    config.metrics = Some(lariat_controllers::metrics::render);
-    config.event_ttl = import::parse_ttl(&args.event_ttl)
-        .map_err(|e| anyhow::anyhow!("{}", e.to_string().replace("--ttl", "--event-ttl")))?;
-    config.service_account_issuer = args.service_account_issuer;
-    config.service_account_max_token_expiration =
-        import::parse_ttl(&args.service_account_max_token_expiration).map_err(|e| {
-            anyhow::anyhow!(
-                "{}",
-                e.to_string()
-                    .replace("--ttl", "--service-account-max-token-expiration")
-            )
-        })?;
-    config.oidc = args.oidc.config()?;
-    config.shared_store = args.store.datastore_endpoint.is_some();
+    configure(&mut config, &args)?;
     config.join_token = join_token;
-    config.audit = args
-        .audit_log_path
-        .map(|path| lariat_apiserver::audit::AuditConfig {
-            path,
-            max_size_megabytes: args.audit_log_maxsize,
-            max_backups: args.audit_log_maxbackup,
-        });
-    config.limits = lariat_apiserver::tls::Limits {
-        max_connections: args.max_connections,
-        max_connections_per_address: args.max_connections_per_client,
-        max_unauthenticated_connections: args.max_unauthenticated_connections.max(1),
-        max_unauthenticated_connections_per_address: args
-            .max_unauthenticated_connections_per_client
-            .max(1),
-        idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
-        max_connection_age: import::parse_ttl(&args.max_connection_age).map_err(|e| {
-            anyhow::anyhow!("{}", e.to_string().replace("--ttl", "--max-connection-age"))
-        })?,
-        ..Default::default()
-    };
-    // Below 1 MiB the server could not hold a ConfigMap or Secret Kubernetes allows, nor its
-    // own CustomResourceDefinitions.
-    const SMALLEST_OBJECT_LIMIT: usize = 1024 * 1024;
-    if args.max_object_bytes < SMALLEST_OBJECT_LIMIT {
-        anyhow::bail!(
-            "--max-object-bytes {} is too small: it must be at least {SMALLEST_OBJECT_LIMIT} (1 MiB, the largest ConfigMap or Secret Kubernetes allows)",
-            args.max_object_bytes
-        );
-    }
-    let fleet_limits = lariat_fleet::Limits {
-        max_file_bytes: args.fleet_max_file_bytes,
-        max_bundle_bytes: args.fleet_max_bundle_bytes,
-        max_files: args.fleet_max_files,
-        allowed_networks: lariat_fleet::limits::parse_networks(&args.fleet_allow_networks)
-            .map_err(|e| anyhow::anyhow!("--fleet-allow-networks: {e}"))?,
-    };
-    config.resource_limits = lariat_apiserver::limits::ResourceLimits {
-        max_object_bytes: args.max_object_bytes,
-        watch_cache_bytes: args.watch_cache_bytes,
-    };
+    let fleet_limits = fleet_limits(&args)?;
     let server = lariat_apiserver::Server::start(config, store, listener).await?;
     eprintln!(
         "lariat server listening on https://{}; kubeconfig: {}",
@@ -955,6 +898,75 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     served?;
     eprintln!("lariat server stopped");
     Ok(())
+}
+
+/// The server's configuration from its flags (beyond the management plane's own).
+fn configure(config: &mut lariat_apiserver::Config, args: &ServerArgs) -> anyhow::Result<()> {
+    config.tls_sans = args.tls_san.clone();
+    config.advertise_url = args.advertise_url.clone();
+    config.peer_address = args.peer_address.clone();
+    config.compaction_interval = Duration::from_secs(args.compaction_interval);
+    config.encryption_key_file = args.encryption_key_file.clone();
+    config.metrics = Some(lariat_controllers::metrics::render);
+    config.event_ttl = import::parse_ttl(&args.event_ttl)
+        .map_err(|e| anyhow::anyhow!("{}", e.to_string().replace("--ttl", "--event-ttl")))?;
+    config.service_account_issuer = args.service_account_issuer.clone();
+    config.service_account_max_token_expiration =
+        import::parse_ttl(&args.service_account_max_token_expiration).map_err(|e| {
+            anyhow::anyhow!(
+                "{}",
+                e.to_string()
+                    .replace("--ttl", "--service-account-max-token-expiration")
+            )
+        })?;
+    config.oidc = args.oidc.clone().config()?;
+    config.shared_store = args.store.datastore_endpoint.is_some();
+    config.audit = args
+        .audit_log_path
+        .clone()
+        .map(|path| lariat_apiserver::audit::AuditConfig {
+            path,
+            max_size_megabytes: args.audit_log_maxsize,
+            max_backups: args.audit_log_maxbackup,
+        });
+    config.limits = lariat_apiserver::tls::Limits {
+        max_connections: args.max_connections,
+        max_connections_per_address: args.max_connections_per_client,
+        max_unauthenticated_connections: args.max_unauthenticated_connections.max(1),
+        max_unauthenticated_connections_per_address: args
+            .max_unauthenticated_connections_per_client
+            .max(1),
+        idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
+        max_connection_age: import::parse_ttl(&args.max_connection_age).map_err(|e| {
+            anyhow::anyhow!("{}", e.to_string().replace("--ttl", "--max-connection-age"))
+        })?,
+        ..Default::default()
+    };
+    // Below 1 MiB the server could not hold a ConfigMap or Secret Kubernetes allows, nor its
+    // own CustomResourceDefinitions.
+    const SMALLEST_OBJECT_LIMIT: usize = 1024 * 1024;
+    if args.max_object_bytes < SMALLEST_OBJECT_LIMIT {
+        anyhow::bail!(
+            "--max-object-bytes {} is too small: it must be at least {SMALLEST_OBJECT_LIMIT} (1 MiB, the largest ConfigMap or Secret Kubernetes allows)",
+            args.max_object_bytes
+        );
+    }
+    config.resource_limits = lariat_apiserver::limits::ResourceLimits {
+        max_object_bytes: args.max_object_bytes,
+        watch_cache_bytes: args.watch_cache_bytes,
+    };
+    Ok(())
+}
+
+/// Fleet's limits on what it reads from git, from their flags.
+fn fleet_limits(args: &ServerArgs) -> anyhow::Result<lariat_fleet::Limits> {
+    Ok(lariat_fleet::Limits {
+        max_file_bytes: args.fleet_max_file_bytes,
+        max_bundle_bytes: args.fleet_max_bundle_bytes,
+        max_files: args.fleet_max_files,
+        allowed_networks: lariat_fleet::limits::parse_networks(&args.fleet_allow_networks)
+            .map_err(|e| anyhow::anyhow!("--fleet-allow-networks: {e}"))?,
+    })
 }
 
 /// How long a stopping server waits for its controllers' reconciles in flight.

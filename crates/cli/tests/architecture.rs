@@ -25,16 +25,6 @@ fn every_crate_is_in_the_architecture_document() {
 /// The most lines a function runs (signature to closing brace) without a reason beside it.
 const LONGEST: usize = 150;
 
-/// Functions longer than [`LONGEST`] still to split, as `file:function`. The list only
-/// shrinks: a function split below the limit must leave it (the test says so), and no new one
-/// may join it. A long function that should stay whole says why in a `// Long:` comment above
-/// it instead.
-const TO_SPLIT: &[&str] = &[
-    "crates/apiserver/src/lib.rs:start",
-    "crates/apiserver/src/protobuf.rs:decode",
-    "crates/cli/src/main.rs:server",
-];
-
 /// Each function under `crates/*/src` with its length in lines and whether a `// Long:`
 /// comment stands above it (its doc comment and attributes between). A function is a line
 /// starting with `fn` (after visibility and `async`), running to the first line that closes
@@ -110,25 +100,13 @@ fn no_function_runs_long_without_a_reason() {
         "the scan found only {} functions: it no longer reads the sources",
         functions.len()
     );
-    let long: Vec<&(String, usize, bool)> = functions
+    let long: Vec<String> = functions
         .iter()
         .filter(|(_, lines, reason)| *lines > LONGEST && !reason)
-        .collect();
-    let new: Vec<String> = long
-        .iter()
-        .filter(|(name, _, _)| !TO_SPLIT.contains(&name.as_str()))
         .map(|(name, lines, _)| format!("{name} ({lines} lines)"))
         .collect();
     assert!(
-        new.is_empty(),
-        "functions over {LONGEST} lines: split them, or say why above them in a `// Long:` comment: {new:#?}"
-    );
-    let split: Vec<&&str> = TO_SPLIT
-        .iter()
-        .filter(|listed| !long.iter().any(|(name, _, _)| name == *listed))
-        .collect();
-    assert!(
-        split.is_empty(),
-        "no longer over {LONGEST} lines (or gone): take them off TO_SPLIT: {split:#?}"
+        long.is_empty(),
+        "functions over {LONGEST} lines: split them, or say why above them in a `// Long:` comment: {long:#?}"
     );
 }
