@@ -98,11 +98,13 @@ pub struct Share {
 impl Share {
     /// The server's own in-process callers (its controllers): not counted.
     pub fn in_process() -> Share {
-        Share {
+        // Made once: every request of the server's own controllers asks for it.
+        static IN_PROCESS: LazyLock<Share> = LazyLock::new(|| Share {
             name: "in-process".into(),
             user: None,
             counted: false,
-        }
+        });
+        IN_PROCESS.clone()
     }
 
     /// The share of the authenticated caller `user`.

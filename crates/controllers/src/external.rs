@@ -97,6 +97,21 @@ pub async fn adopt_template(
     .await
 }
 
+/// The provider object of `kind` (served as `resource`) that a core object's reference names,
+/// in `namespace`: how a Cluster's, a Machine's or a MachinePool's change wakes the
+/// infrastructure, control plane or bootstrap object it references. `None` when the
+/// reference is to another kind or names nothing.
+pub fn refers_to(
+    reference: &ObjectReference,
+    kind: &str,
+    resource: kube::core::ApiResource,
+    namespace: &str,
+) -> Option<kube::runtime::reflector::ObjectRef<DynamicObject>> {
+    let name = reference.name.as_deref()?;
+    (reference.kind.as_deref() == Some(kind))
+        .then(|| kube::runtime::reflector::ObjectRef::new_with(name, resource).within(namespace))
+}
+
 /// The other object of `owner_kind` (a Cluster, a Machine) that already claims `object`, if
 /// any: a provider object another Cluster or Machine owns is not this one's to adopt, nor
 /// to delete with it.

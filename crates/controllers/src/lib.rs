@@ -291,6 +291,15 @@ fn in_namespace_of<O: Cached<DynamicType = ()>>(
     Some(ObjectRef::new(name).within(object.meta().namespace.as_deref()?))
 }
 
+/// When a set of controllers stops, shared by all of them (each takes a clone).
+pub type Shutdown =
+    futures::future::Shared<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>;
+
+/// `signal` as a [`Shutdown`] the controllers of a crate share.
+pub fn shared_shutdown(signal: impl std::future::Future<Output = ()> + Send + 'static) -> Shutdown {
+    futures::future::FutureExt::shared(Box::pin(signal))
+}
+
 /// Runs every core controller until `shutdown` resolves, on `caches`. Clusters and Machines
 /// are woken by the objects they reference, of whatever kind (provider kinds are known only
 /// once referenced, as Cluster API's controllers add watches for them).

@@ -13,6 +13,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use lariat_api::capi::Cluster;
 use lariat_api::fleet::{Bundle, BundleDeployment, ClusterGroup, FleetCluster, GitRepo};
+use lariat_controllers::Shutdown;
 use lariat_controllers::cache::Caches;
 use lariat_controllers::{
     controller_on, controller_owner, debounced_controller_on, error_policy, finished,
@@ -148,7 +149,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let context = Arc::new(Context::new(caches.clone(), settings));
-    let shutdown: Shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    let shutdown = lariat_controllers::shared_shutdown(shutdown);
     tokio::join!(
         git_repo_controller(&caches, context.clone(), shutdown.clone()),
         mirror_controller(&caches, context.clone(), shutdown.clone()),
@@ -158,10 +159,6 @@ pub async fn run(
         sweep_contents(context, shutdown),
     );
 }
-
-/// When the controllers stop: shared by all of them.
-type Shutdown =
-    futures::future::Shared<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>;
 
 /// GitRepos, fetched and scanned into Bundles.
 fn git_repo_controller(

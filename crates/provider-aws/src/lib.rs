@@ -40,13 +40,14 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, PostParams};
-use kube::runtime::reflector::ObjectRef;
 use lariat_api::aws::{
     AWSClusterControllerIdentity, AWSClusterControllerIdentitySpec, AWSManagedControlPlane,
     AllowedNamespaces, CONTROLLER_IDENTITY_NAME,
 };
 use lariat_api::capi::Cluster;
+use lariat_controllers::Shutdown;
 use lariat_controllers::cache::Caches;
+use lariat_controllers::external::refers_to;
 
 pub use identity::{Caller, Identities, IdentityError, Session};
 pub use sdk::{Aws, AwsError, Settings};
@@ -351,31 +352,11 @@ pub async fn run(
         caches: caches.clone(),
         events: lariat_controllers::events::Recorder::new(client),
     });
-    let shutdown: Shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    let shutdown = lariat_controllers::shared_shutdown(shutdown);
     tokio::join!(
         cluster_controllers(&caches, &context, shutdown.clone()),
         machine_controllers(&caches, &context, shutdown),
     );
-}
-
-/// When the controllers stop: shared by all of them.
-type Shutdown = futures::future::Shared<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>;
-
-/// The provider's object `reference` names, when it is of `kind`: how a Cluster API
-/// object's change wakes the infrastructure or control plane it references.
-fn referenced(
-    reference: &lariat_api::capi::ObjectReference,
-    kind: &str,
-    resource: kube::core::ApiResource,
-    namespace: Option<&str>,
-) -> Option<ObjectRef<DynamicObject>> {
-    (reference.kind.as_deref() == Some(kind)).then(|| {
-        ObjectRef::<DynamicObject>::new_with(
-            reference.name.as_deref().unwrap_or_default(),
-            resource,
-        )
-        .within(namespace.unwrap_or_default())
-    })
 }
 
 /// The controllers of the cluster-wide kinds: AWSManagedControlPlane, AWSCluster and
@@ -386,8 +367,8 @@ async fn cluster_controllers(caches: &Arc<Caches>, context: &Arc<Context>, shutd
             caches.typed::<Cluster>().changes(),
             |cluster: Arc<Cluster>| {
                 let reference = cluster.spec.control_plane_ref.as_ref()?;
-                let namespace = cluster.metadata.namespace.as_deref();
-                referenced(
+                let namespace = cluster.metadata.namespace.as_deref()?;
+                refers_to(
                     reference,
                     "AWSManagedControlPlane",
                     control_plane::resource(),
@@ -409,8 +390,8 @@ async fn cluster_controllers(caches: &Arc<Caches>, context: &Arc<Context>, shutd
             caches.typed::<Cluster>().changes(),
             |cluster: Arc<Cluster>| {
                 let reference = cluster.spec.infrastructure_ref.as_ref()?;
-                let namespace = cluster.metadata.namespace.as_deref();
-                referenced(reference, "AWSCluster", cluster::resource(), namespace)
+                let namespace = cluster.metadata.namespace.as_deref()?;
+                refers_to(reference, "AWSCluster", cluster::resource(), namespace)
             },
             (),
         )
@@ -438,7 +419,7 @@ async fn cluster_controllers(caches: &Arc<Caches>, context: &Arc<Context>, shutd
                         .get_now(&namespace, &control_plane::owning_cluster(&control_plane)?)?;
                     let reference = cluster.spec.infrastructure_ref.as_ref()?;
                     let resource = managed_cluster::resource();
-                    referenced(reference, "AWSManagedCluster", resource, Some(&namespace))
+                    refers_to(reference, "AWSManagedCluster", resource, &namespace)
                 },
                 control_plane::resource(),
             )
@@ -468,8 +449,8 @@ async fn machine_controllers(caches: &Arc<Caches>, context: &Arc<Context>, shutd
                 |pool: Arc<MachinePool>| {
                     let reference = &pool.spec.template.spec.as_ref()?.infrastructure_ref;
                     let resource = managed_machine_pool::resource();
-                    let namespace = pool.metadata.namespace.as_deref();
-                    referenced(reference, "AWSManagedMachinePool", resource, namespace)
+                    let namespace = pool.metadata.namespace.as_deref()?;
+                    refers_to(reference, "AWSManagedMachinePool", resource, namespace)
                 },
                 (),
             )
@@ -490,8 +471,8 @@ async fn machine_controllers(caches: &Arc<Caches>, context: &Arc<Context>, shutd
             caches.typed::<MachinePool>().changes(),
             |pool: Arc<MachinePool>| {
                 let reference = &pool.spec.template.spec.as_ref()?.infrastructure_ref;
-                let namespace = pool.metadata.namespace.as_deref();
-                referenced(
+                let namespace = pool.metadata.namespace.as_deref()?;
+                refers_to(
                     reference,
                     "AWSMachinePool",
                     machine_pool::resource(),
@@ -517,8 +498,8 @@ async fn machine_controllers(caches: &Arc<Caches>, context: &Arc<Context>, shutd
             caches.typed::<Machine>().changes(),
             |owner: Arc<Machine>| {
                 let reference = &owner.spec.infrastructure_ref;
-                let namespace = owner.metadata.namespace.as_deref();
-                referenced(reference, "AWSMachine", machine::resource(), namespace)
+                let namespace = owner.metadata.namespace.as_deref()?;
+                refers_to(reference, "AWSMachine", machine::resource(), namespace)
             },
             (),
         )

@@ -6,12 +6,11 @@ use std::sync::Arc;
 use crate::simulated::SimulatedClusters;
 use futures::StreamExt;
 use kube::Client;
-use kube::api::DynamicObject;
 use kube::core::ApiResource;
-use kube::runtime::reflector::ObjectRef;
-use lariat_api::capi::{Cluster, Machine, ObjectReference};
+use lariat_api::capi::{Cluster, Machine};
 use lariat_controllers::cache::Caches;
 use lariat_controllers::controller_on;
+use lariat_controllers::external::refers_to;
 
 pub mod agents;
 pub mod cluster;
@@ -47,17 +46,6 @@ pub fn cluster_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
-/// The in-memory object of `kind` a core object's reference names.
-fn refers_to(
-    reference: &ObjectReference,
-    kind: &str,
-    namespace: &str,
-) -> Option<ObjectRef<DynamicObject>> {
-    let name = reference.name.as_deref()?;
-    (reference.kind.as_deref() == Some(kind))
-        .then(|| ObjectRef::new_with(name, resource(kind)).within(namespace))
-}
-
 /// Runs the InMemoryCluster and InMemoryMachine controllers until `shutdown` resolves, on
 /// the process's shared caches.
 pub async fn run(
@@ -81,10 +69,12 @@ pub async fn run(
             caches.typed::<Cluster>().changes(),
             |cluster: Arc<Cluster>| {
                 let reference = cluster.spec.infrastructure_ref.as_ref()?;
+                let namespace = cluster.metadata.namespace.as_deref()?;
                 refers_to(
                     reference,
                     "InMemoryCluster",
-                    cluster.metadata.namespace.as_deref()?,
+                    resource("InMemoryCluster"),
+                    namespace,
                 )
             },
             (),
@@ -102,10 +92,13 @@ pub async fn run(
         .watches_shared_stream_with(
             caches.typed::<Machine>().changes(),
             |machine: Arc<Machine>| {
+                let reference = &machine.spec.infrastructure_ref;
+                let namespace = machine.metadata.namespace.as_deref()?;
                 refers_to(
-                    &machine.spec.infrastructure_ref,
+                    reference,
                     "InMemoryMachine",
-                    machine.metadata.namespace.as_deref()?,
+                    resource("InMemoryMachine"),
+                    namespace,
                 )
             },
             (),
