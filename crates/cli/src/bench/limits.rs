@@ -604,18 +604,8 @@ async fn one_user_over_http2(
     let refused_before = per_user_refusals(admin).await?;
     // The refused lists' Statuses may never reach curl: the streams it does not read hold the
     // connection's flow-control window. The server's count of refusals says what it did.
-    let mut curl = std::process::Command::new("curl")
-        .args(["-s", "--http2", "--parallel", "--parallel-max", "300"])
-        .args(["--limit-rate", "1K", "-o", "/dev/null"])
-        .arg("--cacert")
-        .arg(server.dir.path().join("tls/ca.crt"))
-        .args(["-H", &format!("Authorization: Bearer {token}")])
-        .arg(format!(
-            "https://{}/api/v1/namespaces/unread/configmaps?n=[1-{STREAMS}]",
-            server.address
-        ))
-        .spawn()
-        .context("curl")?;
+    let path = format!("/api/v1/namespaces/unread/configmaps?n=[1-{STREAMS}]");
+    let mut curl = slow_reader(server, &token, &path, 300)?;
     // Until the share is spent (curl has opened its streams), and a little more.
     let deadline = Instant::now() + Duration::from_secs(30);
     while per_user_refusals(admin).await? == refused_before && Instant::now() < deadline {
@@ -684,20 +674,8 @@ async fn one_user_watching(server: &ServerProcess, admin: &kube::Client) -> anyh
     let refused_before = per_user_refusals(admin).await?;
     let mut watchers = vec![];
     for _ in 0..3 {
-        watchers.push(
-            std::process::Command::new("curl")
-                .args(["-s", "--http2", "--parallel", "--parallel-max", "100"])
-                .args(["--limit-rate", "1K", "-o", "/dev/null"])
-                .arg("--cacert")
-                .arg(server.dir.path().join("tls/ca.crt"))
-                .args(["-H", &format!("Authorization: Bearer {token}")])
-                .arg(format!(
-                    "https://{}{path}?watch=true&resourceVersion={revision}&n=[1-100]",
-                    server.address
-                ))
-                .spawn()
-                .context("curl")?,
-        );
+        let watches = format!("{path}?watch=true&resourceVersion={revision}&n=[1-100]");
+        watchers.push(slow_reader(server, &token, &watches, 100)?);
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     for n in 0..WRITES {
@@ -714,7 +692,13 @@ async fn one_user_watching(server: &ServerProcess, admin: &kube::Client) -> anyh
             bail!("update {n}: {code} {message}");
         }
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Until the share is spent (on a loaded machine curl may open its streams late; they
+    // start from `revision`, so every change still reaches them), and a little more.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while per_user_refusals(admin).await? == refused_before && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let held = rss_mib(server.child.id()) - before;
     let refused = per_user_refusals(admin).await? - refused_before;
     for mut watcher in watchers {
@@ -730,6 +714,31 @@ async fn one_user_watching(server: &ServerProcess, admin: &kube::Client) -> anyh
     Ok(format!(
         "{refused} watches ended with 429 once the user's share was spent; the server held {held:.0} MiB"
     ))
+}
+
+/// curl asking for `path` (a URL glob, `?n=[1-N]`, for N requests) as `token`, at most
+/// `parallel` at once multiplexed over HTTP/2, each read at 1 KB/s and thrown away.
+fn slow_reader(
+    server: &ServerProcess,
+    token: &str,
+    path: &str,
+    parallel: usize,
+) -> anyhow::Result<std::process::Child> {
+    std::process::Command::new("curl")
+        .args([
+            "-s",
+            "--http2",
+            "--parallel",
+            "--parallel-max",
+            &parallel.to_string(),
+        ])
+        .args(["--limit-rate", "1K", "-o", "/dev/null"])
+        .arg("--cacert")
+        .arg(server.dir.path().join("tls/ca.crt"))
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .arg(format!("https://{}{path}", server.address))
+        .spawn()
+        .context("curl")
 }
 
 /// The bearer token in a kubeconfig `lariat token create` printed.
