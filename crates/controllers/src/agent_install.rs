@@ -106,7 +106,7 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, E
     let imported = cluster.spec.infrastructure_ref.is_none();
     if in_memory
         || imported
-        || crate::cluster::paused(&cluster)
+        || cluster.paused()
         || cluster.metadata.deletion_timestamp.is_some()
         || !condition_true(&cluster, "ControlPlaneInitialized")
         || condition_true(&cluster, "Connected")

@@ -13,8 +13,9 @@ use lariat_api::capi::cluster::ClusterPhase;
 use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachinePool, MachineSet};
 use serde_json::json;
 
-use crate::cache::{Cached, IndexKey};
+use crate::cache::IndexKey;
 use crate::events::EventType;
+use crate::external::delete_referenced;
 use crate::external::{self, Reference};
 use crate::object::{
     self, Object, bool_at, ensure_finalizer, ensure_owner, owner_reference, patch, patch_status,
@@ -23,16 +24,7 @@ use crate::object::{
 use crate::{Context, Error, conditions};
 
 pub const FINALIZER: &str = "cluster.cluster.x-k8s.io";
-pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
-
-/// Whether a Cluster is paused (`spec.paused`, or the paused annotation): nothing of it is
-/// reconciled meanwhile.
-pub fn paused(cluster: &Cluster) -> bool {
-    cluster.spec.paused == Some(true)
-        || cluster
-            .annotations()
-            .contains_key(lariat_api::capi::annotations::PAUSED)
-}
+use lariat_api::capi::labels::CLUSTER_NAME as CLUSTER_NAME_LABEL;
 
 /// The Cluster an object belongs to: its cluster-name label, else its Cluster owner.
 pub fn cluster_name_of(meta: &kube::api::ObjectMeta) -> Option<&str> {
@@ -72,7 +64,7 @@ pub async fn object_paused(
         .typed::<Cluster>()
         .get(namespace, cluster)
         .await?
-        .is_some_and(|c| paused(&c)))
+        .is_some_and(|c| c.paused()))
 }
 
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -88,7 +80,7 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         // The write's own watch event brings the Cluster back.
         return Ok(Action::await_change());
     }
-    if paused(&cluster) {
+    if cluster.paused() {
         return Ok(Action::await_change());
     }
     if cluster.metadata.deletion_timestamp.is_some() {
@@ -252,12 +244,13 @@ impl Pass<'_> {
                     false
                 }
                 Ok(Some(infra))
-                    if let Some(other) = external::claimed_by_another(&infra, "Cluster", uid) =>
+                    if let Some(message) = reference.claimed_elsewhere(
+                        &infra,
+                        "spec.infrastructureRef",
+                        "Cluster",
+                        uid,
+                    ) =>
                 {
-                    let message = format!(
-                        "spec.infrastructureRef: {} {} belongs to Cluster {other}",
-                        reference.kind, reference.name
-                    );
                     conditions::set(
                         list,
                         "InfrastructureReady",
@@ -371,12 +364,13 @@ impl Pass<'_> {
                 Err(e) => return Err(e),
                 Ok(None) => (false, false),
                 Ok(Some(cp))
-                    if let Some(other) = external::claimed_by_another(&cp, "Cluster", uid) =>
+                    if let Some(message) = reference.claimed_elsewhere(
+                        &cp,
+                        "spec.controlPlaneRef",
+                        "Cluster",
+                        uid,
+                    ) =>
                 {
-                    let message = format!(
-                        "spec.controlPlaneRef: {} {} belongs to Cluster {other}",
-                        reference.kind, reference.name
-                    );
                     conditions::set(
                         list,
                         "ControlPlaneReady",
@@ -563,35 +557,4 @@ async fn reconcile_delete(
     remove_finalizer(api, cluster, FINALIZER).await?;
     ctx.caches.forget_workload(&namespace, &name);
     Ok(Action::await_change())
-}
-
-/// Deletes the provider object a reference of `owner` (a Cluster or Machine) names, if it is
-/// `owner`'s: an object it does not own, or that another Cluster or Machine claims, is left
-/// alone (a reference alone gives no right to delete). Returns whether nothing is left to wait
-/// for (a kind no longer served has nothing left to delete).
-pub(crate) async fn delete_referenced(
-    ctx: &Context,
-    owner: &impl Cached,
-    reference: Option<&lariat_api::capi::ObjectReference>,
-) -> Result<bool, Error> {
-    let Some(reference) = reference.and_then(Reference::from_object_reference) else {
-        return Ok(true);
-    };
-    let namespace = owner.namespace().unwrap_or_default();
-    let api = match reference.api(&ctx.client, &namespace).await {
-        Ok(api) => api,
-        Err(Error::UnknownKind { .. }) => return Ok(true),
-        Err(e) => return Err(e),
-    };
-    let Some(object) = api.get_opt(&reference.name).await? else {
-        return Ok(true);
-    };
-    let (_, kind) = owner.type_names();
-    let uid = owner.uid().unwrap_or_default();
-    let ours = object.owner_references().iter().any(|o| o.uid == uid);
-    if !ours || external::claimed_by_another(&object, &kind, &uid).is_some() {
-        tracing::info!(object = %format!("{namespace}/{}", owner.name_any()), kind = %reference.kind, name = %reference.name, "not deleting a referenced object that is not this {kind}'s");
-        return Ok(true);
-    }
-    object::delete_if_present(&api, &reference.name).await
 }

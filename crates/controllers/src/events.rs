@@ -12,7 +12,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::cache::Cached;
+use crate::kind::Cached;
 
 /// `Normal` for what went as planned, `Warning` for what a user should look into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

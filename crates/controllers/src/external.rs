@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use lariat_api::capi::{Cluster, Condition, ObjectReference};
 
-use crate::Error;
 use crate::cache::Caches;
+use crate::kind::Cached;
 use crate::object::{api_for, str_at};
+use crate::{Context, Error};
 
 /// A reference as Cluster API objects write it (`apiVersion`, `kind`, `name`).
 #[derive(Clone, Debug, PartialEq)]
@@ -54,6 +55,23 @@ impl Reference {
 
     pub async fn api(&self, client: &Client, namespace: &str) -> Result<Api<DynamicObject>, Error> {
         api_for(client, namespace, &self.api_version, &self.kind).await
+    }
+
+    /// Why `object`, which `field` of an `owner_kind` (a Cluster, a Machine; uid `owner_uid`)
+    /// names by this reference, is not that owner's to adopt: the message of the condition
+    /// that refuses it, when another object of the same kind already owns it.
+    pub fn claimed_elsewhere(
+        &self,
+        object: &DynamicObject,
+        field: &str,
+        owner_kind: &str,
+        owner_uid: &str,
+    ) -> Option<String> {
+        let other = claimed_by_another(object, owner_kind, owner_uid)?;
+        Some(format!(
+            "{field}: {} {} belongs to {owner_kind} {other}",
+            self.kind, self.name
+        ))
     }
 
     /// The object, from the shared cache of its kind.
@@ -302,4 +320,35 @@ pub async fn clone_template(
         Err(e) => return Err(e.into()),
     }
     Ok(target)
+}
+
+/// Deletes the provider object a reference of `owner` (a Cluster or Machine) names, if it is
+/// `owner`'s: an object it does not own, or that another Cluster or Machine claims, is left
+/// alone (a reference alone gives no right to delete). Returns whether nothing is left to wait
+/// for (a kind no longer served has nothing left to delete).
+pub(crate) async fn delete_referenced(
+    ctx: &Context,
+    owner: &impl Cached,
+    reference: Option<&lariat_api::capi::ObjectReference>,
+) -> Result<bool, Error> {
+    let Some(reference) = reference.and_then(Reference::from_object_reference) else {
+        return Ok(true);
+    };
+    let namespace = owner.namespace().unwrap_or_default();
+    let api = match reference.api(&ctx.client, &namespace).await {
+        Ok(api) => api,
+        Err(Error::UnknownKind { .. }) => return Ok(true),
+        Err(e) => return Err(e),
+    };
+    let Some(object) = api.get_opt(&reference.name).await? else {
+        return Ok(true);
+    };
+    let (_, kind) = owner.type_names();
+    let uid = owner.uid().unwrap_or_default();
+    let ours = object.owner_references().iter().any(|o| o.uid == uid);
+    if !ours || claimed_by_another(&object, &kind, &uid).is_some() {
+        tracing::info!(object = %format!("{namespace}/{}", owner.name_any()), kind = %reference.kind, name = %reference.name, "not deleting a referenced object that is not this {kind}'s");
+        return Ok(true);
+    }
+    crate::object::delete_if_present(&api, &reference.name).await
 }

@@ -20,7 +20,8 @@ use lariat_api::capi::{
     Cluster, Machine, MachineDeployment, MachineHealthCheck, MachinePool, MachineSet,
 };
 
-use crate::cache::{Cache, Cached, Caches, IndexKey};
+use crate::cache::{Cache, Caches, IndexKey};
+use crate::kind::Cached;
 
 pub mod agent_install;
 pub mod cache;
@@ -28,6 +29,7 @@ pub mod cluster;
 pub mod conditions;
 pub mod events;
 pub mod external;
+pub mod kind;
 pub mod machine;
 pub mod machine_deployment;
 pub mod machine_health_check;
@@ -426,7 +428,7 @@ pub fn woken_by_unpause_of<K: Cached>(
                 cluster.metadata.namespace.clone().unwrap_or_default(),
                 cluster.name_any(),
             );
-            let now = cluster::paused(&cluster) && cluster.metadata.deletion_timestamp.is_none();
+            let now = cluster.paused() && cluster.metadata.deletion_timestamp.is_none();
             let was = paused.insert(key.clone(), now).unwrap_or(false);
             let woken = if was && !now {
                 objects.indexed_refs(IndexKey::Cluster {

@@ -15,13 +15,13 @@ use lariat_api::capi::{Machine, ObjectReference};
 use serde_json::json;
 
 use crate::cache::IndexKey;
-use crate::cluster::CLUSTER_NAME_LABEL;
 use crate::external::{self, Reference};
 use crate::object::{
     self, ensure_finalizer, ensure_owner, owner_reference, patch, patch_status, remove_finalizer,
     str_at,
 };
 use crate::{Context, Error, conditions};
+use lariat_api::capi::labels::CLUSTER_NAME as CLUSTER_NAME_LABEL;
 
 pub use lariat_api::capi::machine::MACHINE_FINALIZER as FINALIZER;
 
@@ -55,7 +55,7 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
         || ctx
             .cluster(&namespace, &cluster_name)
             .await?
-            .is_some_and(|c| crate::cluster::paused(&c))
+            .is_some_and(|c| c.paused())
     {
         return Ok(Action::await_change());
     }
@@ -190,11 +190,9 @@ impl Pass<'_> {
             Ok(None) => return Ok(Some(false)),
             Ok(Some(config)) => config,
         };
-        if let Some(other) = external::claimed_by_another(&config, "Machine", &self.uid()) {
-            let message = format!(
-                "spec.bootstrap.configRef: {} {} belongs to Machine {other}",
-                reference.kind, reference.name
-            );
+        if let Some(message) =
+            reference.claimed_elsewhere(&config, "spec.bootstrap.configRef", "Machine", &self.uid())
+        {
             return Ok(refused(
                 &mut self.conditions,
                 "BootstrapConfigClaimed",
@@ -251,11 +249,9 @@ impl Pass<'_> {
             }
             Ok(Some(infra)) => infra,
         };
-        if let Some(other) = external::claimed_by_another(&infra, "Machine", &self.uid()) {
-            let message = format!(
-                "spec.infrastructureRef: {} {} belongs to Machine {other}",
-                reference.kind, reference.name
-            );
+        if let Some(message) =
+            reference.claimed_elsewhere(&infra, "spec.infrastructureRef", "Machine", &self.uid())
+        {
             refused(&mut self.conditions, "InfrastructureClaimed", &message);
             return Ok((false, provider_id));
         }
@@ -430,7 +426,7 @@ async fn reconcile_delete(
         Some(&machine.spec.infrastructure_ref),
         machine.spec.bootstrap.config_ref.as_ref(),
     ] {
-        if !crate::cluster::delete_referenced(ctx, machine, reference).await? {
+        if !crate::external::delete_referenced(ctx, machine, reference).await? {
             return Ok(Action::requeue(Duration::from_millis(500)));
         }
     }

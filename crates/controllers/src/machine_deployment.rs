@@ -17,11 +17,11 @@ use lariat_api::capi::{MachineDeployment, MachineSet, MachineSetSpec, MachineTem
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::cluster::CLUSTER_NAME_LABEL;
 use crate::events::EventType;
 use crate::external::Reference;
 use crate::object::{self, owner_reference, patch, patch_status};
 use crate::{Context, Error};
+use lariat_api::capi::labels::CLUSTER_NAME as CLUSTER_NAME_LABEL;
 
 pub use lariat_api::capi::labels::MACHINE_DEPLOYMENT_NAME as DEPLOYMENT_NAME_LABEL;
 pub const TEMPLATE_HASH_LABEL: &str = "machine-template-hash";

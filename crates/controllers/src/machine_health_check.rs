@@ -161,7 +161,7 @@ async fn external_remediation(
         namespace,
         template,
         &machine.name_any(),
-        &json!({crate::cluster::CLUSTER_NAME_LABEL: cluster}),
+        &json!({lariat_api::capi::labels::CLUSTER_NAME: cluster}),
         owner,
     )
     .await?;

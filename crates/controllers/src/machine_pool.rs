@@ -12,13 +12,13 @@ use kube::runtime::controller::Action;
 use lariat_api::capi::{Cluster, MachinePool};
 use serde_json::json;
 
-use crate::cluster::CLUSTER_NAME_LABEL;
-use crate::cluster::delete_referenced;
+use crate::external::delete_referenced;
 use crate::external::{self, Reference};
 use crate::object::{
     ensure_finalizer, ensure_labels, ensure_owner, owner_reference, patch_status, remove_finalizer,
 };
 use crate::{Context, Error};
+use lariat_api::capi::labels::CLUSTER_NAME as CLUSTER_NAME_LABEL;
 
 pub const FINALIZER: &str = "machinepool.cluster.x-k8s.io";
 
@@ -33,7 +33,7 @@ pub async fn reconcile(pool: Arc<MachinePool>, ctx: Arc<Context>) -> Result<Acti
         || ctx
             .cluster(&namespace, &pool.spec.cluster_name)
             .await?
-            .is_some_and(|c| crate::cluster::paused(&c))
+            .is_some_and(|c| c.paused())
     {
         return Ok(Action::await_change());
     }

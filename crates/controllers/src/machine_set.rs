@@ -15,12 +15,12 @@ use lariat_api::capi::{Machine, MachineSet, MachineSpec};
 use serde_json::json;
 
 use crate::cache::IndexKey;
-use crate::cluster::CLUSTER_NAME_LABEL;
 use crate::events::EventType;
 use crate::external::{Reference, clone_target, clone_template};
 use crate::machine::phase;
 use crate::object::{self, owner_reference, patch_status};
 use crate::{Context, Error, conditions};
+use lariat_api::capi::labels::CLUSTER_NAME as CLUSTER_NAME_LABEL;
 
 pub use lariat_api::capi::annotations::DELETE_MACHINE as DELETE_MACHINE_ANNOTATION;
 pub use lariat_api::capi::labels::MACHINE_SET_NAME as SET_NAME_LABEL;

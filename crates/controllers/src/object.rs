@@ -9,7 +9,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::Error;
-use crate::cache::Cached;
+use crate::kind::Cached;
 
 /// The field manager lariat's controllers write as.
 pub const MANAGER: &str = "lariat-controller-manager";

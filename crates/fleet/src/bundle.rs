@@ -272,7 +272,7 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
     status.unavailable_partitions = Some(plan.unavailable_partitions as i32);
     status.partitions = (!plan.partitions.is_empty()).then_some(plan.partitions);
     if status != before {
-        let value = status_patch(&before, &status)?;
+        let value = conditions::status_patch(&before, &status)?;
         tracing::debug!(bundle = %format!("{namespace}/{name}"), patch = %value, "bundle status");
         patch_status(&api, &name, value).await?;
     }
@@ -421,15 +421,6 @@ fn held_because(plan: &Plan, member: usize, paused: bool, strategy_error: Option
             "the new version waits for the rollout: an earlier partition than {name} is over its maxUnavailable"
         )
     }
-}
-
-/// The merge patch from one status to another, removing what the new one no longer says.
-pub fn status_patch<S: serde::Serialize>(
-    before: &S,
-    after: &S,
-) -> Result<serde_json::Value, Error> {
-    let json = |s: &S| serde_json::to_value(s).map_err(|e| Error::Invalid(e.to_string()));
-    Ok(lariat_api::merge_patch_from(&json(before)?, json(after)?))
 }
 
 /// Creates the Content if it does not exist yet (it never changes: its name is its hash).

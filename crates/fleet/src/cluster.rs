@@ -188,7 +188,7 @@ pub async fn reconcile(fleet: Arc<FleetCluster>, ctx: Arc<Context>) -> Result<Ac
         if status != before {
             let namespace = fleet.namespace().unwrap_or_default();
             let api: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), &namespace);
-            let value = crate::bundle::status_patch(&before, &status)?;
+            let value = crate::conditions::status_patch(&before, &status)?;
             patch_status(&api, &fleet.name_any(), value).await?;
         }
         // Its BundleDeployments' changes wake it.

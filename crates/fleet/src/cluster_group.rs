@@ -41,7 +41,7 @@ pub async fn reconcile(group: Arc<ClusterGroup>, ctx: Arc<Context>) -> Result<Ac
     let status = summarize(&before, &members);
     if status != before {
         let api: Api<ClusterGroup> = Api::namespaced(ctx.client.clone(), &namespace);
-        let value = crate::bundle::status_patch(&before, &status)?;
+        let value = crate::conditions::status_patch(&before, &status)?;
         patch_status(&api, &group.name_any(), value).await?;
     }
     // Its clusters' changes wake it.

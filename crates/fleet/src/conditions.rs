@@ -1,7 +1,8 @@
 //! Fleet's conditions (rancher/wrangler's `genericcondition`): times as RFC 3339 strings,
-//! `lastTransitionTime` moving only when the status does.
+//! `lastTransitionTime` moving only when the status does; and the patch that writes a status.
 
 use lariat_api::fleet::FleetCondition;
+use lariat_controllers::Error;
 
 /// Sets a condition as of now; returns whether anything but `lastUpdateTime` changed.
 pub fn set(
@@ -54,4 +55,13 @@ mod tests {
         assert!(is_true(&list, "Ready"));
         assert_eq!(list[0].message, None);
     }
+}
+
+/// The merge patch from one status to another, removing what the new one no longer says.
+pub fn status_patch<S: serde::Serialize>(
+    before: &S,
+    after: &S,
+) -> Result<serde_json::Value, Error> {
+    let json = |s: &S| serde_json::to_value(s).map_err(|e| Error::Invalid(e.to_string()));
+    Ok(lariat_api::merge_patch_from(&json(before)?, json(after)?))
 }

@@ -393,7 +393,7 @@ async fn write(
         status.webhook_commit = None;
         status.last_webhook_time = None;
     }
-    let status = crate::bundle::status_patch(&before, &status)?;
+    let status = crate::conditions::status_patch(&before, &status)?;
     patch_status(api, &repo.name_any(), status).await?;
     Ok(())
 }

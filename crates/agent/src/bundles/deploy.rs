@@ -8,7 +8,7 @@
 //! BundleDeployment's label, is ever deleted, so objects lariat did not create (a namespace
 //! that was there before, another bundle's object) survive a prune or an uninstall.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -20,7 +20,6 @@ use kube::api::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::monitor::Fresh;
 use super::{Agent, Error};
 use crate::CREDENTIAL_NAMESPACE;
 
@@ -119,6 +118,13 @@ pub struct Desired {
     pub key: ObjectKey,
     pub kind: Kind,
     pub object: Value,
+}
+
+/// Objects just written, newer than the watches may show yet, and objects just deleted.
+#[derive(Debug, Default)]
+pub struct Fresh {
+    pub written: BTreeMap<ObjectKey, DynamicObject>,
+    pub deleted: BTreeSet<ObjectKey>,
 }
 
 /// What a BundleDeployment applied.
@@ -719,19 +725,14 @@ pub(super) async fn correct(
     agent: &Agent,
     name: &str,
     desired: &[Desired],
-    seen: &super::monitor::Seen,
+    to_restore: &HashSet<&ObjectKey>,
+    orphaned: &[ObjectKey],
     force: bool,
 ) -> Result<Fresh, String> {
     let mut restored = Fresh::default();
-    let drifted: HashSet<&ObjectKey> = seen
-        .modified
-        .iter()
-        .map(|m| &m.key)
-        .chain(seen.missing.iter())
-        .collect();
     let drifted: Vec<Desired> = desired
         .iter()
-        .filter(|d| drifted.contains(&d.key))
+        .filter(|d| to_restore.contains(&d.key))
         .cloned()
         .collect();
     ensure_namespaces(agent, &drifted).await?;
@@ -753,7 +754,7 @@ pub(super) async fn correct(
             }
         }
     }
-    for orphan in &seen.orphaned {
+    for orphan in orphaned {
         delete_owned(agent, orphan, name).await?;
         restored.deleted.insert(orphan.clone());
     }

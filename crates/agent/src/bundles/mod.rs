@@ -501,7 +501,7 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
             return Ok(Action::requeue(RETRY_FAILED_APPLY));
         }
     };
-    let mut fresh = monitor::Fresh::default();
+    let mut fresh = deploy::Fresh::default();
     if !applied {
         match deploy::apply(&ctx.agent, &name, &ctx.namespace, &options, &desired).await {
             Ok(written) => {
@@ -529,7 +529,15 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
     if let Some(correct) = correct
         && seen.drifted()
     {
-        let restored = deploy::correct(&ctx.agent, &name, &desired, &seen, correct.force).await;
+        let restored = deploy::correct(
+            &ctx.agent,
+            &name,
+            &desired,
+            &seen.to_restore(),
+            &seen.orphaned,
+            correct.force,
+        )
+        .await;
         if let Err(message) = &restored {
             tracing::info!(bundle = %name, %message, "cannot correct drift");
         }

@@ -4,10 +4,9 @@
 //! (missing), or carrying the BundleDeployment's label without being in its manifests
 //! (orphaned). Read from the watches of applied objects, never by polling.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::HashSet;
 
 use kube::ResourceExt;
-use kube::api::DynamicObject;
 use lariat_api::fleet::{
     BundleDeploymentDisplay, BundleDeploymentStatus, DeployedResource, FleetCondition,
     ModifiedStatus, NonReadyStatus, ObjectSummary, ResourceCounts,
@@ -15,7 +14,7 @@ use lariat_api::fleet::{
 use serde_json::{Map, Value};
 
 use super::Agent;
-use super::deploy::{BUNDLE_DEPLOYMENT_LABEL, Desired, ObjectKey};
+use super::deploy::{BUNDLE_DEPLOYMENT_LABEL, Desired, Fresh, ObjectKey};
 
 /// An object that differs from the manifests.
 #[derive(Debug)]
@@ -40,13 +39,15 @@ impl Seen {
     pub fn drifted(&self) -> bool {
         !(self.modified.is_empty() && self.missing.is_empty() && self.orphaned.is_empty())
     }
-}
 
-/// Objects just written, newer than the watches may show yet, and objects just deleted.
-#[derive(Debug, Default)]
-pub struct Fresh {
-    pub written: BTreeMap<ObjectKey, DynamicObject>,
-    pub deleted: BTreeSet<ObjectKey>,
+    /// The objects that correcting the drift applies again: the modified and the missing.
+    pub fn to_restore(&self) -> HashSet<&ObjectKey> {
+        self.modified
+            .iter()
+            .map(|m| &m.key)
+            .chain(self.missing.iter())
+            .collect()
+    }
 }
 
 /// Looks at every object of the manifests and every object labelled as this

@@ -83,6 +83,19 @@ pub struct ClusterSpec {
     pub availability_gates: Option<Vec<ClusterAvailabilityGate>>,
 }
 
+impl Cluster {
+    /// Whether the Cluster is paused (`spec.paused`, or the paused annotation): nothing of it
+    /// is reconciled meanwhile.
+    pub fn paused(&self) -> bool {
+        self.spec.paused == Some(true)
+            || self
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(super::annotations::PAUSED))
+    }
+}
+
 /// A cluster's network settings.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

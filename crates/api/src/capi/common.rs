@@ -6,7 +6,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use super::conditions::{Condition, ConditionStatus, MetaCondition};
-use super::machine::MachineSpec;
 
 /// A reference to another object, e.g. an infrastructure or bootstrap provider's object.
 ///
@@ -95,19 +94,6 @@ pub struct TemplateMetadata {
     /// Annotations to set on the created objects.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
-}
-
-/// The Machine a MachineSet or MachineDeployment stamps out: metadata plus a Machine spec.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct MachineTemplateSpec {
-    /// Labels and annotations for each Machine.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<TemplateMetadata>,
-    /// The spec of each Machine.
-    // Optional in the upstream schema although Go always writes it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub spec: Option<MachineSpec>,
 }
 
 /// How Machine names are generated from their owner's name.

@@ -6,7 +6,7 @@ use kube::core::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{ConditionPolarity, MachineTaint, ObjectReference};
+use super::common::{ConditionPolarity, MachineTaint, ObjectReference, TemplateMetadata};
 use super::conditions::{Condition, MetaCondition};
 
 /// The finalizer the Machine controller keeps on every Machine until its Node is gone.
@@ -303,4 +303,17 @@ pub struct MachineV1Beta2Status {
         extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"])
     )]
     pub conditions: Option<Vec<MetaCondition>>,
+}
+
+/// The Machine a MachineSet or MachineDeployment stamps out: metadata plus a Machine spec.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineTemplateSpec {
+    /// Labels and annotations for each Machine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
+    /// The spec of each Machine.
+    // Optional in the upstream schema although Go always writes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<MachineSpec>,
 }

@@ -6,8 +6,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{MachineNamingStrategy, MachineTemplateSpec, StatusVersion};
+use super::common::{MachineNamingStrategy, StatusVersion};
 use super::conditions::Condition;
+use super::machine::MachineTemplateSpec;
 use super::machine_set::{MachineSetDeletePolicy, ReplicasV1Beta2Status};
 
 /// The desired state of a MachineDeployment.

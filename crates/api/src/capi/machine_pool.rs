@@ -6,8 +6,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{MachineTemplateSpec, ObjectReference, StatusVersion};
+use super::common::{ObjectReference, StatusVersion};
 use super::conditions::Condition;
+use super::machine::MachineTemplateSpec;
 use super::machine_set::ReplicasV1Beta2Status;
 
 /// The desired state of a MachinePool.

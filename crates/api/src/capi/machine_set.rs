@@ -5,8 +5,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{MachineNamingStrategy, MachineTemplateSpec, StatusVersion};
+use super::common::{MachineNamingStrategy, StatusVersion};
 use super::conditions::{Condition, MetaCondition};
+use super::machine::MachineTemplateSpec;
 
 /// The desired state of a MachineSet.
 // Each printcolumn(...) repeats keys such as `type_ = "string"`, which clippy mistakes for

@@ -22,9 +22,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 pub use cluster::{Cluster, ClusterSpec, ClusterStatus};
-pub use common::{MachineTemplateSpec, ObjectReference, TemplateMetadata};
+pub use common::{ObjectReference, TemplateMetadata};
 pub use conditions::{Condition, ConditionSeverity, ConditionStatus};
-pub use machine::{Machine, MachineSpec, MachineStatus};
+pub use machine::{Machine, MachineSpec, MachineStatus, MachineTemplateSpec};
 pub use machine_deployment::{MachineDeployment, MachineDeploymentSpec, MachineDeploymentStatus};
 pub use machine_health_check::{
     MachineHealthCheck, MachineHealthCheckSpec, MachineHealthCheckStatus,

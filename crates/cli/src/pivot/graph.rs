@@ -9,13 +9,13 @@ use anyhow::Context as _;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{ApiCapabilities, Discovery, Scope, verbs};
+use lariat_api::capi::labels::CLUSTER_NAME as CLUSTER_NAME_LABEL;
 use serde_json::Value;
 
 /// clusterctl's labels on a CRD: its objects move (`move`), or move with everything they own
 /// (`move-hierarchy`), even outside Cluster API's groups.
 pub const MOVE_LABEL: &str = "clusterctl.cluster.x-k8s.io/move";
 pub const MOVE_HIERARCHY_LABEL: &str = "clusterctl.cluster.x-k8s.io/move-hierarchy";
-pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// Marks the move's journal, which is never part of what moves.
 pub const JOURNAL_LABEL: &str = "lariat.dev/move-journal";
 
