@@ -484,7 +484,10 @@ impl Resources {
             subresource,
             options,
             requested_rv,
-            |_current| Ok(body.clone()),
+            |current| match current {
+                None if !create_on_update(scope) => Err(scope.not_found(name)),
+                _ => Ok(body.clone()),
+            },
         )
         .await
     }
@@ -1031,6 +1034,11 @@ impl Resources {
             }
         }
     }
+}
+
+/// Whether a PUT of an absent object creates it ([`crate::strategy::CREATE_ON_UPDATE`]).
+fn create_on_update(scope: &Scope) -> bool {
+    crate::strategy::CREATE_ON_UPDATE.contains(&(scope.rt.group.as_str(), scope.rt.plural.as_str()))
 }
 
 /// What a PUT body, or a patch's result, must be before anything else looks at it: an object

@@ -92,6 +92,35 @@ fn each_error_has_its_code_and_reason() {
     );
     assert_eq!(missing["message"], "configmaps \"missing\" not found");
     assert_eq!(missing["details"]["name"], "missing");
+    // A PUT does not create what is absent, but for the kinds whose strategy allows it
+    // (kube-apiserver's AllowCreateOnUpdate: Leases, Endpoints, RBAC, ...).
+    check(
+        &server,
+        t,
+        (
+            "PUT",
+            &format!("{CM}/missing"),
+            json_ct,
+            Some(br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"missing"}}"#),
+        ),
+        (404, "NotFound"),
+    );
+    assert_eq!(
+        server
+            .curl("GET", &format!("{CM}/missing"), Some(t), None, None)
+            .0,
+        404,
+        "the refused PUT created nothing"
+    );
+    let lease = "/apis/coordination.k8s.io/v1/namespaces/default/leases/created-by-put";
+    let (code, text) = server.curl(
+        "PUT",
+        lease,
+        Some(t),
+        json_ct,
+        Some(br#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"created-by-put"}}"#),
+    );
+    assert_eq!(code, 201, "a PUT creates a missing Lease: {text}");
     check(
         &server,
         t,

@@ -16,6 +16,22 @@ pub use crd::accept_builtin as accept_crd;
 pub use rbac::rule_causes;
 pub use validator::{Reader, Validator, Validators, Write};
 
+/// The kinds a PUT creates when the object is absent (kube-apiserver's `AllowCreateOnUpdate`
+/// of their strategies): by API group and resource. Every other kind, custom resources
+/// included, answers a PUT of a missing object with 404, so a mistyped name never creates
+/// an object, as `kubectl replace` users expect.
+pub const CREATE_ON_UPDATE: &[(&str, &str)] = &[
+    ("", "endpoints"),
+    ("", "events"),
+    ("", "limitranges"),
+    ("coordination.k8s.io", "leases"),
+    ("events.k8s.io", "events"),
+    ("rbac.authorization.k8s.io", "roles"),
+    ("rbac.authorization.k8s.io", "clusterroles"),
+    ("rbac.authorization.k8s.io", "rolebindings"),
+    ("rbac.authorization.k8s.io", "clusterrolebindings"),
+];
+
 /// The strategies of the kinds every lariat server serves. CustomResourceDefinitions are
 /// admitted apart ([`crd::admit`]), against the kinds the server serves.
 pub fn builtin() -> Strategies {
