@@ -76,11 +76,10 @@ async fn time_gets(
 }
 
 pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
+    let load = super::load_average();
     println!(
-        "lariat bench agents: {} agents in one process, handshake rate {}/s; load average {}",
-        args.agents,
-        args.handshake_rate,
-        super::load_average()
+        "lariat bench agents: {} agents in one process, handshake rate {}/s; load average {load}",
+        args.agents, args.handshake_rate,
     );
     // Every agent dials from this one address, which the per-client connection cap would
     // otherwise (rightly) treat as one abusive client.
@@ -176,6 +175,17 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
         args.agents as f64 / (back - restarted).as_secs_f64().max(0.001),
         server.cpu_seconds() - cpu_before
     );
+    super::Row::new(&load)
+        .cell(args.agents)
+        .cell(format!("{:.1} s", first.as_secs_f64()))
+        .cell(format!(
+            "{:.1} KiB",
+            (rss - idle_rss) * 1024.0 / args.agents as f64
+        ))
+        .cell(format!("+{:.2} ms", proxy_p50 - direct_p50))
+        .cell(format!("{:.2} ms", proxy_p99))
+        .cell(format!("{:.1} s", back.as_secs_f64()))
+        .print("bench agents");
     let _ = stop_agents.send(true);
     drop(downstream);
     Ok(())

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{
-    Api, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+    Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
 };
 use lariat_controllers::capi;
 use lariat_store::etcd_process::EtcdProcess;
@@ -89,6 +90,50 @@ pub struct ApiArgs {
     /// Updates whose watch delivery is timed.
     #[arg(long, default_value_t = 2000)]
     watched_updates: usize,
+    /// Kinds to measure (comma-separated): ConfigMap (a core kind: the API's own cost), Cluster
+    /// (a Cluster API custom resource: schema validation and defaulting on top).
+    #[arg(long, value_delimiter = ',', default_value = "ConfigMap,Cluster")]
+    kinds: Vec<BenchKind>,
+}
+
+/// A kind `bench api` creates, reads, lists and watches.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+#[value(rename_all = "PascalCase")]
+enum BenchKind {
+    ConfigMap,
+    Cluster,
+}
+
+impl BenchKind {
+    fn api(self, client: kube::Client) -> Api<DynamicObject> {
+        match self {
+            BenchKind::ConfigMap => Api::namespaced_with(
+                client,
+                "default",
+                &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            ),
+            BenchKind::Cluster => clusters(client),
+        }
+    }
+
+    /// An object of the kind, about 400 bytes of JSON either way.
+    fn object(self, name: &str) -> DynamicObject {
+        match self {
+            BenchKind::ConfigMap => serde_json::from_value(json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "labels": {"env": "bench", "shard": (name.len() % 7).to_string()}},
+                "data": {
+                    "endpoint": format!("{name}.example.com:6443"),
+                    "pods": "192.168.0.0/16",
+                    "services": "10.96.0.0/12",
+                    "infrastructure": format!("infrastructure.cluster.x-k8s.io/v1beta1/InMemoryCluster/{name}"),
+                }
+            }))
+            .expect("a valid object"),
+            BenchKind::Cluster => cluster(name),
+        }
+    }
 }
 
 pub async fn run(what: BenchCommand) -> anyhow::Result<()> {
@@ -312,6 +357,64 @@ fn cluster(name: &str) -> DynamicObject {
     .expect("a valid object")
 }
 
+/// One row of a bench's table in docs/benchmarks.md, printed as the bench's last line so
+/// that a run's figures are kept as they were printed: the date, the commit, the load average
+/// when the bench started, then the bench's figures in its table's column order.
+struct Row {
+    cells: Vec<String>,
+}
+
+impl Row {
+    fn new(load_at_start: &str) -> Row {
+        let load = load_at_start.split_whitespace().next().unwrap_or("?");
+        Row {
+            cells: vec![
+                chrono::Utc::now().format("%Y-%m-%d").to_string(),
+                commit(),
+                load.to_string(),
+            ],
+        }
+    }
+
+    fn cell(mut self, value: impl std::fmt::Display) -> Row {
+        self.cells.push(value.to_string());
+        self
+    }
+
+    fn print(&self, bench: &str) {
+        println!(
+            "  row of docs/benchmarks.md's `{bench}` table: | {} |",
+            self.cells.join(" | ")
+        );
+    }
+}
+
+/// The commit this binary was built from: the release build's, else the checkout's (with
+/// `+dirty` for uncommitted changes), else `?`.
+fn commit() -> String {
+    if let Some(commit) = option_env!("LARIAT_COMMIT") {
+        return commit.chars().take(7).collect();
+    }
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match git(&["rev-parse", "--short=7", "HEAD"]) {
+        Some(head)
+            if git(&["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|changes| !changes.is_empty()) =>
+        {
+            format!("{head}+dirty")
+        }
+        Some(head) => head,
+        None => "?".into(),
+    }
+}
+
 /// The machine's load average (1, 5 and 15 minutes), printed with every figure.
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -335,13 +438,22 @@ struct Samples {
 }
 
 impl Samples {
+    fn rate(&self) -> f64 {
+        self.latencies.len() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// The `q` quantile in milliseconds (after [`Samples::line`], which sorts).
+    fn percentile(&self, q: f64) -> f64 {
+        percentile_ms(&self.latencies, q)
+    }
+
     fn line(&mut self, what: &str) -> String {
         self.latencies.sort();
         let pick = |q: f64| percentile_ms(&self.latencies, q);
         format!(
             "  {what:<8} {:>8} ops  {:>9.0} ops/s  p50 {:>7.2} ms  p99 {:>7.2} ms",
             self.latencies.len(),
-            self.latencies.len() as f64 / self.elapsed.as_secs_f64(),
+            self.rate(),
             pick(0.5),
             pick(0.99)
         )
@@ -408,13 +520,17 @@ async fn list_seconds(
 
 // Long: a benchmark's scenario, its steps in the order they run and print their figures.
 async fn api(args: ApiArgs) -> anyhow::Result<()> {
+    let load = load_average();
     println!(
-        "lariat bench api: concurrency {}, load average {}",
-        args.concurrency,
-        load_average()
+        "lariat bench api: concurrency {}, load average {load}",
+        args.concurrency
     );
     for backend in &args.backends {
-        for &objects in &args.objects {
+        for (&kind, &objects) in args
+            .kinds
+            .iter()
+            .flat_map(|kind| args.objects.iter().map(move |objects| (kind, objects)))
+        {
             let etcd = match backend.as_str() {
                 "sqlite" => None,
                 "etcd" => Some(
@@ -424,8 +540,8 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
             };
             let endpoint = etcd.as_ref().map(|e| e.endpoint());
             let server = ServerProcess::start(endpoint.as_deref(), false)?;
-            let api = clusters(server.client().await?);
-            println!("\n{backend}, {objects} Cluster objects");
+            let api = kind.api(server.client().await?);
+            println!("\n{backend}, {objects} {kind:?} objects");
             let (idle_rss, _) = server.memory_mib();
 
             // Create in tenths, timing a full list after each tenth to show how list time grows.
@@ -443,7 +559,7 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
                     async move {
                         api.create(
                             &PostParams::default(),
-                            &cluster(&format!("c{:07}", from + i)),
+                            &kind.object(&format!("c{:07}", from + i)),
                         )
                         .await?;
                         Ok(())
@@ -456,9 +572,9 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
                 growth.push((count, seconds));
             }
             let create_cpu = server.cpu_seconds() - cpu_before;
+            let create_line = creates.line("create");
             println!(
-                "{}   (server CPU {:.1} s, {:.0} µs per create)",
-                creates.line("create"),
+                "{create_line}   (server CPU {:.1} s, {:.0} µs per create)",
                 create_cpu,
                 create_cpu * 1e6 / objects as f64
             );
@@ -473,7 +589,8 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
                 }
             })
             .await?;
-            println!("{}", gets.line("get"));
+            let get_line = gets.line("get");
+            println!("{get_line}");
 
             let (full, count) = list_seconds(&api, None).await?;
             let (paged, _) = list_seconds(&api, Some(500)).await?;
@@ -546,7 +663,8 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
                 latencies: delivery,
                 elapsed: started.elapsed(),
             };
-            println!("{}", patches.line("update"));
+            let update_line = patches.line("update");
+            println!("{update_line}");
             println!("{}   (delivery after acknowledgement)", watch.line("watch"));
 
             let (rss, peak) = server.memory_mib();
@@ -554,6 +672,19 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
                 "  server memory: idle {idle_rss:.0} MiB, now {rss:.0} MiB, peak {peak:.0} MiB ({:.1} KiB per object above idle)",
                 (rss - idle_rss).max(0.0) * 1024.0 / objects as f64
             );
+            Row::new(&load)
+                .cell(backend)
+                .cell(format!("{kind:?}"))
+                .cell(objects)
+                .cell(format!("{:.0}", creates.rate()))
+                .cell(format!("{:.0} µs", create_cpu * 1e6 / objects as f64))
+                .cell(format!("{:.0}", gets.rate()))
+                .cell(format!("{:.0} ms", full * 1000.0))
+                .cell(format!("{:.0}", patches.rate()))
+                .cell(format!("{:.1} ms", watch.percentile(0.99)))
+                .cell(format!("{idle_rss:.0} MiB"))
+                .cell(format!("{rss:.0} MiB"))
+                .print("bench api");
             drop(server);
             drop(etcd);
         }
@@ -806,12 +937,10 @@ fn requests_per(before: &RequestCounts, after: &RequestCounts, api: &str, per: f
 
 // Long: a benchmark's scenario, its steps in the order they run and print their figures.
 async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
+    let load = load_average();
     println!(
-        "lariat bench lifecycle: {} clusters x ({} control plane + {} workers), in-memory provider, zero delay; load average {}",
-        args.clusters,
-        args.control_plane,
-        args.workers,
-        load_average()
+        "lariat bench lifecycle: {} clusters x ({} control plane + {} workers), in-memory provider, zero delay; load average {load}",
+        args.clusters, args.control_plane, args.workers,
     );
     let server = ServerProcess::start(None, true)?;
     let client = server.client().await?;
@@ -897,6 +1026,11 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
         let per_machine = requests_per(&requests_before, &requests_after, api, expected as f64);
         println!("  {api} API requests per machine {per_machine}");
     }
+    let mut row = Row::new(&load)
+        .cell(expected)
+        .cell(format!("{:.1} s", took.as_secs_f64()))
+        .cell(format!("{:.0} ms", cpu * 1000.0 / expected as f64))
+        .cell(format!("{:.1}", revision as f64 / expected as f64));
     println!(
         "  server memory now {rss:.0} MiB, peak {peak:.0} MiB ({:.0} KiB per machine)",
         rss * 1024.0 / expected as f64
@@ -916,6 +1050,9 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
         args.idle_seconds,
         cpu * 100.0 / seconds
     );
+    row = row
+        .cell(format!("{peak:.0} MiB"))
+        .cell(format!("{:.1}%", cpu * 100.0 / seconds));
     for api in ["management", "workload"] {
         let per_second = requests_per(&requests_before, &requests_after, api, seconds);
         println!("  idle {api} API requests per second {per_second}");
@@ -974,5 +1111,7 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
         args.upgrade_workers,
         started.elapsed().as_secs_f64()
     );
+    row.cell(format!("{:.1} s", started.elapsed().as_secs_f64()))
+        .print("bench lifecycle");
     Ok(())
 }
