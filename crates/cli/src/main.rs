@@ -23,6 +23,15 @@ mod token;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Turns transparent huge pages off for this process (and the processes it starts). mimalloc
+/// asks for them on its arenas, and the kernel then backs every arena a thread touches with
+/// 2 MiB pages, zeroed whole on first touch: measured on an idle server, 25 MiB of its 82 MiB
+/// of heap, and 7% of the server's CPU in `bench api` spent zeroing them.
+fn no_huge_pages() {
+    // A kernel without transparent huge pages has nothing to turn off.
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
+}
+
 #[derive(Parser)]
 #[command(
     name = "lariat",
@@ -408,6 +417,7 @@ impl OidcArgs {
 }
 
 fn main() -> std::process::ExitCode {
+    no_huge_pages();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LARIAT_LOG")
