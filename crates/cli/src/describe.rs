@@ -416,7 +416,11 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
         let owned: Vec<&DynamicObject> = machines
             .iter()
             .filter(|m| {
-                m.labels().get("cluster.x-k8s.io/deployment-name") == Some(&deployment.name_any())
+                m.labels()
+                    .get(lariat_api::capi::labels::MACHINE_DEPLOYMENT_NAME)
+                    == Some(&lariat_api::capi::labels::format_value(
+                        &deployment.name_any(),
+                    ))
             })
             .collect();
         let rail = if last_deployment { "    " } else { "  │ " };

@@ -889,3 +889,44 @@ fn a_machine_another_tool_marked_oddly_holds_back_nothing_after_a_restart() {
     });
     assert!(!server.log().contains("cannot be read"), "{}", server.log());
 }
+
+#[test]
+fn a_cluster_whose_name_is_too_long_for_a_label_still_runs_its_machines() {
+    let server = TestServer::start();
+    server.init_inmemory();
+    // 50 characters: "<name>-control-plane" is 64, one more than a label value may be.
+    let name = format!("c{}", "x".repeat(49));
+    let generated = generate_cluster(&[
+        &name,
+        "--infrastructure",
+        "inmemory",
+        "--kubernetes-version",
+        "v1.30.2",
+        "--control-plane-machine-count",
+        "1",
+        "--worker-machine-count",
+        "1",
+    ]);
+    server.apply_ok(&["apply", "-f", "-"], &generated);
+    eventually("both machines are Running", || {
+        let list = machines(&server);
+        list.len() == 2 && list.iter().all(|m| m["status"]["phase"] == "Running")
+    });
+    // As Cluster API labels them: the control plane's name hashed into the label's value, and
+    // the control plane's selector saying the same.
+    let control_plane: Value = serde_json::from_str(&server.kubectl_ok(&[
+        "get",
+        "kubeadmcontrolplane",
+        &format!("{name}-control-plane"),
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let selector = control_plane["status"]["selector"].as_str().unwrap();
+    assert_eq!(
+        selector, "cluster.x-k8s.io/control-plane-name=hash_jKgBfQ_z",
+        "{control_plane}"
+    );
+    let selected = server.kubectl_ok(&["get", "machines", "-l", selector, "-o", "name"]);
+    assert_eq!(selected.lines().count(), 1, "{selected}");
+}

@@ -24,6 +24,7 @@ use crate::{Context, Error};
 use lariat_api::capi::labels::CLUSTER_NAME as CLUSTER_NAME_LABEL;
 
 pub use lariat_api::capi::labels::MACHINE_DEPLOYMENT_NAME as DEPLOYMENT_NAME_LABEL;
+use lariat_api::capi::labels::format_value;
 pub const TEMPLATE_HASH_LABEL: &str = "machine-template-hash";
 
 /// A short, stable hash of the machine template: equal templates share a MachineSet. The
@@ -272,7 +273,10 @@ async fn report_status(
     status.ready_replicas = Some(ready as i32);
     status.available_replicas = Some(available as i32);
     status.unavailable_replicas = Some((replicas - available).max(0) as i32);
-    status.selector = Some(format!("{DEPLOYMENT_NAME_LABEL}={}", deployment.name_any()));
+    status.selector = Some(format!(
+        "{DEPLOYMENT_NAME_LABEL}={}",
+        format_value(&deployment.name_any())
+    ));
     status.phase = Some(phase);
     status.observed_generation = Some(deployment.metadata.generation.unwrap_or(0));
     if status != before {
@@ -330,7 +334,7 @@ async fn create_set(
     let mut template = deployment.spec.template.clone();
     let mut metadata = template.metadata.take().unwrap_or_default();
     let mut labels = metadata.labels.take().unwrap_or_default();
-    labels.insert(DEPLOYMENT_NAME_LABEL.into(), name.clone());
+    labels.insert(DEPLOYMENT_NAME_LABEL.into(), format_value(&name));
     labels.insert(TEMPLATE_HASH_LABEL.into(), hash.to_string());
     labels.insert(
         CLUSTER_NAME_LABEL.into(),
@@ -345,7 +349,7 @@ async fn create_set(
         .clone()
         .unwrap_or_default();
     match_labels.insert(TEMPLATE_HASH_LABEL.into(), hash.to_string());
-    match_labels.insert(DEPLOYMENT_NAME_LABEL.into(), name.clone());
+    match_labels.insert(DEPLOYMENT_NAME_LABEL.into(), format_value(&name));
     let owner = serde_json::from_value(owner_reference(deployment, true))
         .map_err(|e| Error::Invalid(e.to_string()))?;
     let delete_policy = deployment

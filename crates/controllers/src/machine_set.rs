@@ -321,7 +321,10 @@ async fn create_machine(ctx: &Context, set: &MachineSet) -> Result<Machine, Erro
         .unwrap_or_default();
     let mut labels = template_metadata.labels.unwrap_or_default();
     labels.insert(CLUSTER_NAME_LABEL.into(), set.spec.cluster_name.clone());
-    labels.insert(SET_NAME_LABEL.into(), set.name_any());
+    labels.insert(
+        SET_NAME_LABEL.into(),
+        lariat_api::capi::labels::format_value(&set.name_any()),
+    );
     if let Some(deployment) = set
         .labels()
         .get(lariat_api::capi::labels::MACHINE_DEPLOYMENT_NAME)

@@ -31,6 +31,15 @@ pub fn is_true(conditions: &[FleetCondition], type_: &str) -> bool {
         .any(|c| c.type_ == type_ && c.status == "True")
 }
 
+/// The merge patch from one status to another, removing what the new one no longer says.
+pub fn status_patch<S: serde::Serialize>(
+    before: &S,
+    after: &S,
+) -> Result<serde_json::Value, Error> {
+    let json = |s: &S| serde_json::to_value(s).map_err(|e| Error::Invalid(e.to_string()));
+    Ok(lariat_api::merge_patch_from(&json(before)?, json(after)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,13 +64,4 @@ mod tests {
         assert!(is_true(&list, "Ready"));
         assert_eq!(list[0].message, None);
     }
-}
-
-/// The merge patch from one status to another, removing what the new one no longer says.
-pub fn status_patch<S: serde::Serialize>(
-    before: &S,
-    after: &S,
-) -> Result<serde_json::Value, Error> {
-    let json = |s: &S| serde_json::to_value(s).map_err(|e| Error::Invalid(e.to_string()));
-    Ok(lariat_api::merge_patch_from(&json(before)?, json(after)?))
 }

@@ -331,12 +331,19 @@ async fn turn_not_ready(
     Ok(Action::await_change())
 }
 
+/// The hostname a machine named `name` boots with: its name, cut to the 63 characters a
+/// hostname label (and a label's value) may hold, as a kubelet's hostname is.
+fn hostname(name: &str) -> &str {
+    let cut = &name[..name.len().min(63)];
+    cut.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+}
+
 /// The Node a booted machine registers in its simulated cluster, Ready.
 fn simulated_node(name: &str, provider_id: &str, machine: &Machine) -> Result<Node, Error> {
     let control_plane = machine
         .labels()
         .contains_key("cluster.x-k8s.io/control-plane");
-    let mut labels = json!({"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "inmemory"});
+    let mut labels = json!({"kubernetes.io/hostname": hostname(name), "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "inmemory"});
     if control_plane {
         labels["node-role.kubernetes.io/control-plane"] = json!("");
     }

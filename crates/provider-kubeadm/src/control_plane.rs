@@ -26,7 +26,8 @@ use lariat_controllers::cache::{Caches, IndexKey};
 
 pub const FINALIZER: &str = "kubeadm.controlplane.cluster.x-k8s.io";
 pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
-pub const CONTROL_PLANE_NAME_LABEL: &str = "cluster.x-k8s.io/control-plane-name";
+pub use lariat_api::capi::labels::MACHINE_CONTROL_PLANE_NAME as CONTROL_PLANE_NAME_LABEL;
+use lariat_api::capi::labels::format_value;
 
 pub struct Context {
     pub client: kube::Client,
@@ -309,7 +310,7 @@ async fn report_status(
         "initialized": initialized,
         "ready": ready > 0,
         "version": version,
-        "selector": format!("{CONTROL_PLANE_NAME_LABEL}={}", kcp.name_any()),
+        "selector": format!("{CONTROL_PLANE_NAME_LABEL}={}", format_value(&kcp.name_any())),
         "conditions": list,
         "observedGeneration": kcp.metadata.generation.unwrap_or(0),
     });
@@ -489,7 +490,7 @@ async fn create_machine(
     let labels = json!({
         "cluster.x-k8s.io/cluster-name": cluster,
         CONTROL_PLANE_LABEL: "",
-        CONTROL_PLANE_NAME_LABEL: kcp_name,
+        CONTROL_PLANE_NAME_LABEL: format_value(&kcp_name),
     });
     let owner = owner_reference(kcp, true);
     let template = infrastructure_template(kcp)?;
@@ -557,7 +558,7 @@ async fn ensure_parts(
     let labels = json!({
         "cluster.x-k8s.io/cluster-name": cluster,
         CONTROL_PLANE_LABEL: "",
-        CONTROL_PLANE_NAME_LABEL: kcp.name_any(),
+        CONTROL_PLANE_NAME_LABEL: format_value(&kcp.name_any()),
     });
     // The Machine becomes their controller when it adopts them; the control plane is only an
     // owner, so that no object ever has two controllers.
