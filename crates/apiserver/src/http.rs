@@ -1380,7 +1380,30 @@ impl<'a> Call<'a> {
                 self.parts.extensions.get::<Peer>(),
                 Some(Peer::InProcess(_))
             ),
+            create_refused: self.create_refused(),
         })
+    }
+
+    /// Why this update or patch may not create what it names, should it be absent: the
+    /// authorizer's answer for `create` on the same object.
+    fn create_refused(&self) -> Option<ApiError> {
+        if !matches!(self.verb, "update" | "patch") || self.subresource().is_some() {
+            return None;
+        }
+        let attributes = Attributes {
+            verb: "create".into(),
+            group: self.scope.rt.group.clone(),
+            resource: self.scope.rt.plural.clone(),
+            subresource: None,
+            namespace: self.scope.namespace.clone(),
+            name: self.target.name.clone(),
+            path: None,
+        };
+        self.state
+            .authorizer
+            .authorize(&self.user, &attributes)
+            .err()
+            .map(|reason| attributes.forbidden(&self.user, &reason))
     }
 
     /// A written object, answered 201 when the write created it.

@@ -38,6 +38,10 @@ pub struct WriteOptions {
     /// Sent by one of the server's own in-process clients (its controllers), not by a caller
     /// over the network, whatever name the caller goes by.
     pub in_process: bool,
+    /// Why the requester may not create the object, should a PUT or an apply find it absent:
+    /// authorized to update or patch is not authorized to create (kube-apiserver asks the
+    /// authorizer for `create` on that path too). `None`: it may.
+    pub create_refused: Option<ApiError>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -628,6 +632,9 @@ impl Resources {
                 // Creating through PUT or apply, as Kubernetes allows for these kinds.
                 if subresource.is_some() {
                     return Err(scope.not_found(name));
+                }
+                if let Some(refused) = &options.create_refused {
+                    return Err(refused.clone());
                 }
                 let mut body = change(None)?;
                 check_changed_object(&body, name)?;

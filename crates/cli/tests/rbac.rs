@@ -1171,3 +1171,78 @@ fn kubectl_stdin_as(
         .unwrap();
     child.wait_with_output().unwrap()
 }
+
+#[test]
+fn updating_or_patching_does_not_grant_creating() {
+    let server = TestServer::start();
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: change-only, namespace: default}
+rules:
+- apiGroups: ["", "coordination.k8s.io"]
+  resources: [configmaps, leases]
+  verbs: [get, update, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: eve-changes, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: change-only}
+subjects: [{kind: User, name: eve, apiGroup: rbac.authorization.k8s.io}]
+"#,
+    );
+    let eve = user_kubeconfig(&server, "eve", &[], "1h");
+    let lease = |name: &str| {
+        format!(
+            "{{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\",\"metadata\":{{\"name\":\"{name}\",\"namespace\":\"default\"}}}}"
+        )
+    };
+    // A PUT creates a missing Lease, so it needs create, as kube-apiserver asks.
+    let put = kubectl_stdin_as(
+        &server,
+        &eve,
+        &["replace", "-f", "-"],
+        &lease("made-by-eve"),
+    );
+    let text = String::from_utf8_lossy(&put.stderr);
+    assert!(!put.status.success(), "eve may not create by PUT");
+    assert!(text.contains("cannot create"), "{text}");
+    assert!(
+        !server
+            .kubectl(&["get", "lease", "made-by-eve"])
+            .status
+            .success()
+    );
+    // Server-side apply creates too: patch alone does not let it.
+    let apply = kubectl_stdin_as(
+        &server,
+        &eve,
+        &["apply", "--server-side", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied-by-eve, namespace: default}\n",
+    );
+    let text = String::from_utf8_lossy(&apply.stderr);
+    assert!(!apply.status.success(), "eve may not create by apply");
+    assert!(text.contains("cannot create"), "{text}");
+    // What exists, eve changes, by PUT and by apply alike.
+    server.apply_ok(&["apply", "-f", "-"], &lease("shared"));
+    server.kubectl_ok(&["create", "configmap", "shared"]);
+    let put = kubectl_stdin_as(&server, &eve, &["replace", "-f", "-"], &lease("shared"));
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+    let apply = kubectl_stdin_as(
+        &server,
+        &eve,
+        &["apply", "--server-side", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: shared, namespace: default}\ndata: {by: eve}\n",
+    );
+    assert!(
+        apply.status.success(),
+        "{}",
+        String::from_utf8_lossy(&apply.stderr)
+    );
+}

@@ -24,6 +24,7 @@ pub const CREATE_ON_UPDATE: &[(&str, &str)] = &[
     ("", "endpoints"),
     ("", "events"),
     ("", "limitranges"),
+    ("", "services"),
     ("coordination.k8s.io", "leases"),
     ("events.k8s.io", "events"),
     ("rbac.authorization.k8s.io", "roles"),
