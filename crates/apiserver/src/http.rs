@@ -1380,14 +1380,15 @@ impl<'a> Call<'a> {
                 self.parts.extensions.get::<Peer>(),
                 Some(Peer::InProcess(_))
             ),
-            create_refused: self.create_refused(),
+            create_refused: None,
         })
     }
 
-    /// Why this update or patch may not create what it names, should it be absent: the
-    /// authorizer's answer for `create` on the same object.
+    /// Why this PUT or apply may not create what it names, should it be absent: the
+    /// authorizer's answer for `create` on the same object. Asked only of the writes that can
+    /// create (a PUT of a kind created on update, an apply), not of every update and patch.
     fn create_refused(&self) -> Option<ApiError> {
-        if !matches!(self.verb, "update" | "patch") || self.subresource().is_some() {
+        if self.subresource().is_some() {
             return None;
         }
         let attributes = Attributes {
@@ -1506,7 +1507,10 @@ impl<'a> Call<'a> {
     async fn update(&self, body: Body) -> ApiResult<Response> {
         let (resources, scope, name) = (&self.state.resources, &self.scope, self.name());
         let body = read_body(body, &self.parts.headers, false).await?;
-        let options = self.write_options()?;
+        let mut options = self.write_options()?;
+        if crate::resources::creates_on_update(scope) {
+            options.create_refused = self.create_refused();
+        }
         let written = if self.subresource() == Some("scale") {
             resources
                 .update_scale(scope, name, &options, |_| Ok(body.clone()))
@@ -1541,7 +1545,10 @@ impl<'a> Call<'a> {
             ));
         }
         let bytes = read_bytes(body).await?;
-        let options = self.write_options()?;
+        let mut options = self.write_options()?;
+        if patch_type == PatchType::Apply {
+            options.create_refused = self.create_refused();
+        }
         let written = if self.subresource() == Some("scale") {
             if patch_type == PatchType::Apply {
                 return Err(ApiError::UnsupportedMediaType {

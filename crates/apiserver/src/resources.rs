@@ -40,7 +40,7 @@ pub struct WriteOptions {
     pub in_process: bool,
     /// Why the requester may not create the object, should a PUT or an apply find it absent:
     /// authorized to update or patch is not authorized to create (kube-apiserver asks the
-    /// authorizer for `create` on that path too). `None`: it may.
+    /// authorizer for `create` on that path too). `None`: it may, or the write cannot create.
     pub create_refused: Option<ApiError>,
 }
 
@@ -489,7 +489,7 @@ impl Resources {
             options,
             requested_rv,
             |current| match current {
-                None if !create_on_update(scope) => Err(scope.not_found(name)),
+                None if !creates_on_update(scope) => Err(scope.not_found(name)),
                 _ => Ok(body.clone()),
             },
         )
@@ -1044,7 +1044,7 @@ impl Resources {
 }
 
 /// Whether a PUT of an absent object creates it ([`crate::strategy::CREATE_ON_UPDATE`]).
-fn create_on_update(scope: &Scope) -> bool {
+pub(crate) fn creates_on_update(scope: &Scope) -> bool {
     crate::strategy::CREATE_ON_UPDATE.contains(&(scope.rt.group.as_str(), scope.rt.plural.as_str()))
 }
 

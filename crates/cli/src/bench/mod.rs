@@ -449,13 +449,12 @@ impl Samples {
 
     fn line(&mut self, what: &str) -> String {
         self.latencies.sort();
-        let pick = |q: f64| percentile_ms(&self.latencies, q);
         format!(
             "  {what:<8} {:>8} ops  {:>9.0} ops/s  p50 {:>7.2} ms  p99 {:>7.2} ms",
             self.latencies.len(),
             self.rate(),
-            pick(0.5),
-            pick(0.99)
+            self.percentile(0.5),
+            self.percentile(0.99)
         )
     }
 }
@@ -572,9 +571,9 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
                 growth.push((count, seconds));
             }
             let create_cpu = server.cpu_seconds() - cpu_before;
-            let create_line = creates.line("create");
             println!(
-                "{create_line}   (server CPU {:.1} s, {:.0} µs per create)",
+                "{}   (server CPU {:.1} s, {:.0} µs per create)",
+                creates.line("create"),
                 create_cpu,
                 create_cpu * 1e6 / objects as f64
             );
@@ -589,8 +588,7 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
                 }
             })
             .await?;
-            let get_line = gets.line("get");
-            println!("{get_line}");
+            println!("{}", gets.line("get"));
 
             let (full, count) = list_seconds(&api, None).await?;
             let (paged, _) = list_seconds(&api, Some(500)).await?;
@@ -663,8 +661,7 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
                 latencies: delivery,
                 elapsed: started.elapsed(),
             };
-            let update_line = patches.line("update");
-            println!("{update_line}");
+            println!("{}", patches.line("update"));
             println!("{}   (delivery after acknowledgement)", watch.line("watch"));
 
             let (rss, peak) = server.memory_mib();
