@@ -139,16 +139,16 @@ async fn serve(downstream: kube::Client, session: Session) -> Result<(), crate::
     let access_api: Api<DynamicObject> =
         Api::namespaced_with(upstream, namespace, &cluster_access_resource());
     let (wake, mut woken) = mpsc::channel(1);
-    let labelled = || watcher::Config::default().labels(ACCESS_LABEL);
+    let labelled = || crate::watch_config().labels(ACCESS_LABEL);
     let (access, access_watch) = follow_with(
         access_api.clone(),
-        watcher::Config::default().fields(&format!("metadata.name={name}")),
+        crate::watch_config().fields(&format!("metadata.name={name}")),
         wake.clone(),
         cluster_access_resource(),
     );
     let (namespaces, namespaces_watch) = follow(
         Api::all(downstream.clone()),
-        watcher::Config::default(),
+        crate::watch_config(),
         wake.clone(),
     );
     let (roles, roles_watch) = follow(Api::all(downstream.clone()), labelled(), wake.clone());

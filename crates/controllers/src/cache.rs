@@ -780,9 +780,15 @@ impl Caches {
     /// `cluster.x-k8s.io/cluster-name` (kubeconfigs, certificates, bootstrap data), as Cluster
     /// API's controllers cache them. Every other Secret stays out of this process's memory.
     pub fn secrets(&self) -> Arc<Cache> {
+        self.secrets_labelled(lariat_api::capi::labels::CLUSTER_NAME)
+    }
+
+    /// The Secrets `selector` (a label selector) selects, in every namespace: only those are
+    /// held in memory.
+    pub fn secrets_labelled(&self, selector: &str) -> Arc<Cache> {
         self.cache_of::<DynamicObject>(
             &ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
-            lariat_api::capi::labels::CLUSTER_NAME,
+            selector,
             Hooks::default(),
         )
     }

@@ -110,9 +110,8 @@ pub async fn registration_cluster(client: &kube::Client, token: &str) -> Result<
     }
 }
 
-/// Checks a bearer token: first as an agent credential, then as a registration token. Every
-/// refusal says what was wrong, without echoing the secret.
-pub(crate) async fn authenticate(client: &kube::Client, token: &str) -> Result<Identity, ApiError> {
+/// An agent token's id and the SHA-256 (hex) of its secret, if it is shaped as one.
+pub(crate) fn token_parts(token: &str) -> Result<(&str, String), ApiError> {
     let Some((id, secret)) = token.split_once('.') else {
         return Err(unauthorized(
             "malformed agent token: expected <id>.<secret>",
@@ -126,34 +125,63 @@ pub(crate) async fn authenticate(client: &kube::Client, token: &str) -> Result<I
     {
         return Err(unauthorized("malformed agent token id"));
     }
-    let hash = sha256_hex(secret);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    Ok((id, sha256_hex(secret)))
+}
+
+/// The name of the Secret holding the agent credential whose token id is `id`.
+pub(crate) fn credential_secret_name(id: &str) -> String {
+    format!("agent-{id}")
+}
+
+/// What an agent credential Secret (as JSON) says: the Cluster (`namespace/name`) it was
+/// issued for and that Cluster's uid, if it is one and the secret's hash is `hash`.
+pub(crate) fn credential_owner(secret: &serde_json::Value, hash: &str) -> Option<(String, String)> {
+    if secret["type"] != AGENT_CREDENTIAL_TYPE {
+        return None;
+    }
+    let field = |key: &str| -> String {
+        secret["data"][key]
+            .as_str()
+            .and_then(|v| {
+                base64::Engine::decode(&base64::engine::general_purpose::STANDARD, v).ok()
+            })
+            .map(|v| String::from_utf8_lossy(&v).to_string())
+            .unwrap_or_default()
+    };
+    same_secret(field("hash").as_bytes(), hash.as_bytes()).then(|| (field("cluster"), field("uid")))
+}
+
+/// Whether a Cluster (as JSON) is the live one of uid `uid`: a credential dies with its
+/// Cluster, and is not one created again under the same name.
+pub(crate) fn is_live_cluster(cluster: Option<&DynamicObject>, uid: &str) -> bool {
+    cluster
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .and_then(|c| c.metadata.uid.as_deref())
+        .is_some_and(|live| same_secret(live.as_bytes(), uid.as_bytes()))
+}
+
+/// Checks a bearer token: first as an agent credential, then as a registration token. Every
+/// refusal says what was wrong, without echoing the secret.
+pub(crate) async fn authenticate(client: &kube::Client, token: &str) -> Result<Identity, ApiError> {
+    let (id, hash) = token_parts(token)?;
+    let secrets: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &kube::core::ApiResource::erase::<Secret>(&()),
+    );
     if let Some(credential) = secrets
-        .get_opt(&format!("agent-{id}"))
+        .get_opt(&credential_secret_name(id))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
-        .filter(|s| s.type_.as_deref() == Some(AGENT_CREDENTIAL_TYPE))
+        .filter(|s| s.data["type"] == AGENT_CREDENTIAL_TYPE)
     {
-        let data = credential.data.unwrap_or_default();
-        let field = |k: &str| {
-            data.get(k)
-                .map(|v| String::from_utf8_lossy(&v.0).to_string())
-                .unwrap_or_default()
-        };
-        if !same_secret(field("hash").as_bytes(), hash.as_bytes()) {
+        let Some((cluster, uid)) = credential_owner(&credential.data, &hash) else {
             return Err(unauthorized(UNKNOWN_TOKEN));
-        }
-        // A credential dies with its Cluster: one deleted (or deleted and created again under
-        // the same name) no longer has an agent, whatever the garbage collector has not yet
-        // removed.
-        let cluster = field("cluster");
-        match cluster_uid(client, &cluster).await? {
-            Some(uid) if same_secret(uid.as_bytes(), field("uid").as_bytes()) => {}
-            _ => {
-                return Err(unauthorized(
-                    "the cluster this agent credential was issued for no longer exists: import the cluster again",
-                ));
-            }
+        };
+        if !is_live_cluster(live_cluster(client, &cluster).await?.as_ref(), &uid) {
+            return Err(unauthorized(
+                "the cluster this agent credential was issued for no longer exists: import the cluster again",
+            ));
         }
         return Ok(Identity {
             cluster,
@@ -220,21 +248,29 @@ pub(crate) async fn credential_cluster(client: &kube::Client, token: &str) -> Op
     }
 }
 
-/// The uid of the Cluster `namespace/name`, if it exists and is not being deleted.
-pub(crate) async fn cluster_uid(
+/// The Cluster `namespace/name`, read from the store.
+async fn live_cluster(
     client: &kube::Client,
     cluster: &str,
-) -> Result<Option<String>, ApiError> {
+) -> Result<Option<DynamicObject>, ApiError> {
     let Some((namespace, name)) = cluster.split_once('/') else {
         return Ok(None);
     };
     let clusters: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), namespace, &cluster_resource());
-    let found = clusters
+    clusters
         .get_opt(name)
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok(found
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// The uid of the Cluster `namespace/name`, if it exists and is not being deleted.
+pub(crate) async fn cluster_uid(
+    client: &kube::Client,
+    cluster: &str,
+) -> Result<Option<String>, ApiError> {
+    Ok(live_cluster(client, cluster)
+        .await?
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .and_then(|c| c.metadata.uid))
 }

@@ -7,9 +7,6 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use hyper::client::conn::http2::SendRequest;
-use lariat_apiserver::identity::sha256_hex;
-
-use crate::credentials::credential_cluster;
 
 /// A connected agent's tunnel.
 #[derive(Clone)]
@@ -22,24 +19,14 @@ pub(crate) struct Tunnel {
     pub(crate) agent_version: String,
 }
 
-/// Connected tunnels by Cluster (`namespace/name`), the handshake admission budget, and the
-/// agent credentials recently accepted on the API.
+/// Connected tunnels by Cluster (`namespace/name`) and the handshake admission budget.
 pub struct Tunnels {
     pub(crate) connected: Mutex<HashMap<String, Tunnel>>,
     pub(crate) next_id: std::sync::atomic::AtomicU64,
     admission: Mutex<Admission>,
-    /// Agent credentials recently accepted on the API, by the hash of the token: an agent's
-    /// every request would otherwise read its credential and its Cluster again.
-    api_credentials: Mutex<HashMap<String, (String, Instant)>>,
-    /// Wakes the reporter when a tunnel opens or closes.
-    pub(crate) changed: tokio::sync::Notify,
+    /// Wakes the reporter when a tunnel opens or closes, or its cluster's Nodes change.
+    pub(crate) changed: std::sync::Arc<tokio::sync::Notify>,
 }
-
-/// How long an agent credential accepted on the API is trusted without looking again: a
-/// revoked credential (its Cluster deleted, or a new one issued) is refused after at most this.
-const API_CREDENTIAL_TTL: Duration = Duration::from_secs(10);
-/// Accepted credentials remembered at most (the cache is emptied past it).
-const API_CREDENTIALS: usize = 65_536;
 
 /// Handshakes admitted per second: a token bucket, so a reconnection storm after a restart is
 /// spread out by telling agents when to come back instead of melting the server.
@@ -76,36 +63,8 @@ impl Tunnels {
                 refused_now: 0,
                 refused_before: 0,
             }),
-            api_credentials: Mutex::default(),
-            changed: tokio::sync::Notify::new(),
+            changed: Default::default(),
         }
-    }
-
-    /// The Cluster whose live agent credential `token` is, for the API (see
-    /// [`credential_cluster`]), remembered for [`API_CREDENTIAL_TTL`].
-    pub async fn api_credential(&self, client: &kube::Client, token: &str) -> Option<String> {
-        let hash = sha256_hex(token);
-        if let Some((cluster, at)) = self.api_credentials.lock().expect("lock").get(&hash)
-            && at.elapsed() < API_CREDENTIAL_TTL
-        {
-            return Some(cluster.clone());
-        }
-        // Timed from before the lookup, so a slow one does not stretch the window.
-        let looked_at = Instant::now();
-        let cluster = credential_cluster(client, token).await;
-        let mut cache = self.api_credentials.lock().expect("lock");
-        match &cluster {
-            Some(cluster) => {
-                if cache.len() >= API_CREDENTIALS {
-                    cache.clear();
-                }
-                cache.insert(hash, (cluster.clone(), looked_at));
-            }
-            None => {
-                cache.remove(&hash);
-            }
-        }
-        cluster
     }
 
     /// Whether a handshake may proceed now; if not, after how many seconds the agent should

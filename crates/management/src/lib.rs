@@ -35,6 +35,7 @@ pub mod credentials;
 mod handshake;
 pub mod hub;
 pub mod manifests;
+mod nodes;
 mod proxy;
 pub mod rancher;
 mod records;
@@ -95,7 +96,10 @@ impl Extension for Plane {
     /// An agent's cluster credential is an identity of the management plane too, with the
     /// fixed scope of `agents.rs`.
     async fn authenticate(&self, server: &Handle, token: &str) -> Option<User> {
-        let cluster = self.tunnels.api_credential(&server.client(), token).await?;
+        let cluster = match self.records.agent_credential(token) {
+            Some(cluster) => cluster,
+            None => credentials::credential_cluster(&server.client(), token).await?,
+        };
         Some(agents::user(&cluster))
     }
 

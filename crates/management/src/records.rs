@@ -1,5 +1,6 @@
-//! What this replica's watches last saw of the Clusters and their ClusterConnections: the
-//! reporter reads them on every pass, and the proxy asks them which replica holds a tunnel.
+//! What this replica's watches last saw of the Clusters, their ClusterConnections and their
+//! agents' credentials: the reporter reads them on every pass, the proxy asks them which
+//! replica holds a tunnel, and an agent's requests are authenticated against them.
 //! They are the process's one cache implementation (`lariat_controllers::cache`), an instance
 //! of their own: these watches run on every replica, the controllers' only on the leader.
 
@@ -7,9 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::api::DynamicObject;
-use lariat_api::management;
+use lariat_api::management::{self, NAMESPACE};
 use lariat_apiserver::status::ApiError;
 use lariat_controllers::cache::{Cache, Caches};
+
+use crate::credentials::{self, CLUSTER_LABEL};
 
 /// The Clusters and ClusterConnections as this replica's watches last saw them. The reporter
 /// reads them on every pass and the proxy asks them which replica holds a tunnel, so neither
@@ -25,6 +28,8 @@ pub struct Records {
 struct Watched {
     clusters: Arc<Cache>,
     connections: Arc<Cache>,
+    /// The agent credential Secrets (hashed tokens), by [`CLUSTER_LABEL`].
+    credentials: Arc<Cache>,
 }
 
 /// How long a reader waits for the first complete lists before it gives up.
@@ -50,6 +55,7 @@ impl Records {
         *self.watched.lock().expect("lock") = Some(Watched {
             clusters: caches.of(&cluster_resource()),
             connections: caches.of(&management::cluster_connection_resource()),
+            credentials: caches.secrets_labelled(CLUSTER_LABEL),
         });
         let _ = stop.wait_for(|s| *s).await;
         // Dropping the caches ends their watches.
@@ -107,6 +113,23 @@ impl Records {
         Ok(connection.data["status"]["replica"]
             .as_str()
             .map(String::from))
+    }
+
+    /// The Cluster (`namespace/name`) whose agent credential `token` is, as the watches last
+    /// saw the credential and its Cluster; `None` when they do not vouch for it (not listed
+    /// yet, a credential issued a moment ago, a wrong token), and the store is asked instead.
+    /// A revoked credential (its Cluster deleted, or a new one issued) is refused as soon as
+    /// the watch brings the change, not after a time to live.
+    pub(crate) fn agent_credential(&self, token: &str) -> Option<String> {
+        let watched = self.watched()?;
+        let (id, hash) = credentials::token_parts(token).ok()?;
+        let secret = watched
+            .credentials
+            .get_now(NAMESPACE, &credentials::credential_secret_name(id))?;
+        let (cluster, uid) = credentials::credential_owner(&secret.data, &hash)?;
+        let (namespace, name) = cluster.split_once('/')?;
+        let live = watched.clusters.get_now(namespace, name);
+        credentials::is_live_cluster(live.as_deref(), &uid).then_some(cluster)
     }
 
     /// The ClusterConnection of the Cluster `namespace/name`, as last seen.

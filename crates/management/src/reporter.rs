@@ -1,8 +1,9 @@
 //! The reporter: what the agents' connections look like, written where a user looks. Every
 //! replica reports the tunnels it holds (a ClusterConnection per Cluster naming the replica,
-//! and the Cluster's `Connected` condition), at once when one opens or closes and every
-//! [`HEARTBEAT`] besides; the leader also reports the clusters no live replica holds, and
-//! collects expired registration tokens and orphaned credentials.
+//! and the Cluster's `Connected` condition), at once when one opens or closes or a cluster's
+//! Nodes change (watched through the tunnel, `nodes.rs`), and looks again every [`HEARTBEAT`]
+//! besides; the leader also reports the clusters no live replica holds, and collects expired
+//! registration tokens and orphaned credentials.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use serde_json::json;
 
 use crate::credentials::CLUSTER_LABEL;
 use crate::hub::{Tunnel, Tunnels};
+use crate::nodes::{self, NodeWatch};
 use crate::records::{Records, cluster_resource};
 
 /// The Cluster condition that warns of an agent newer than the server.
@@ -27,9 +29,11 @@ pub const AGENT_VERSION_CONDITION: &str = "AgentVersionSupported";
 /// How often the server looks at every Cluster's tunnel. A lost connection shows within this
 /// plus HTTP/2's keep-alive timeout (10 s pings, 10 s to answer): under 30 s.
 pub const HEARTBEAT: Duration = Duration::from_secs(10);
-/// A heartbeat that changed nothing is written at most this often, so idle clusters cost few
-/// writes.
-const HEARTBEAT_WRITE: Duration = Duration::from_secs(60);
+/// How often a connected cluster's version is asked and its `lastHeartbeat` written when
+/// nothing else changed: Fleet's agents check in every 15 minutes, and a write per cluster per
+/// minute was 17 writes a second at 1,000 idle clusters. What changes is written at once: a
+/// connection opening or closing, its Nodes (watched), an API that stops answering.
+const HEARTBEAT_WRITE: Duration = Duration::from_secs(15 * 60);
 
 /// Reports the connections of the agents whose tunnels this replica holds: a
 /// ClusterConnection per Cluster with an agent (or imported) naming this replica in
@@ -49,7 +53,7 @@ pub(crate) async fn report(
     let leader = (server.leadership(), server.controller_client());
     let mut ticker = tokio::time::interval(HEARTBEAT);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut probed: HashMap<String, Instant> = HashMap::new();
+    let mut held = Held::default();
     let mut collected: Option<Instant> = None;
     let mut last_error: Option<String> = None;
     loop {
@@ -72,7 +76,7 @@ pub(crate) async fn report(
             client: &client,
             leader: leading,
         };
-        match pass.run(&mut probed, collect).await {
+        match pass.run(&mut held, collect).await {
             Ok(()) => last_error = None,
             Err(error) => {
                 if last_error.as_ref() != Some(&error) {
@@ -91,6 +95,14 @@ pub(crate) async fn report(
 
 /// How often the leader deletes expired registration tokens and orphaned credentials.
 const GARBAGE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// What this replica keeps of each tunnel it holds (by Cluster, `namespace/name`): when its
+/// cluster's version was last asked, and the watch of its Nodes.
+#[derive(Default)]
+struct Held {
+    asked: HashMap<String, Instant>,
+    nodes: HashMap<String, NodeWatch>,
+}
 
 /// One reporting pass of one replica.
 struct Pass<'a> {
@@ -114,15 +126,11 @@ enum Reporter {
 }
 
 impl Pass<'_> {
-    /// One pass over every Cluster: the connection state of those this replica reports, a
-    /// heartbeat through the tunnel for those due one (every [`HEARTBEAT_WRITE`], or on
-    /// connecting), and, when `collect`, the garbage of expired tokens and orphaned
+    /// One pass over every Cluster: the connection state of those this replica reports (its
+    /// Nodes as watched; its version asked through the tunnel on connecting and every
+    /// [`HEARTBEAT_WRITE`]), and, when `collect`, the garbage of expired tokens and orphaned
     /// credentials.
-    async fn run(
-        &self,
-        probed: &mut HashMap<String, Instant>,
-        collect: bool,
-    ) -> Result<(), String> {
+    async fn run(&self, held: &mut Held, collect: bool) -> Result<(), String> {
         if !self.records.ready().await {
             return Err("the Clusters and ClusterConnections are not listed yet".into());
         }
@@ -183,43 +191,53 @@ impl Pass<'_> {
                 }
                 None => continue,
             };
-            let due = match &reporter {
-                // Probed on connecting, on every heartbeat in the connection's first minute (a
-                // new cluster's Nodes are still coming), then every HEARTBEAT_WRITE. Not on
-                // every pass: in a reconnection storm passes come each second, for thousands.
+            let (ask, nodes) = match &reporter {
+                // The version is asked on connecting, then every HEARTBEAT_WRITE: not on every
+                // pass, which in a reconnection storm come each second, for thousands.
                 Reporter::Holder(tunnel) => {
-                    let every = if tunnel.since.elapsed() < HEARTBEAT_WRITE {
-                        HEARTBEAT / 2
-                    } else {
-                        HEARTBEAT_WRITE
-                    };
-                    !connected
+                    let ask = !connected
                         || holder != me
-                        || probed.get(&key).is_none_or(|at| at.elapsed() >= every)
+                        || held
+                            .asked
+                            .get(&key)
+                            .is_none_or(|at| at.elapsed() >= HEARTBEAT_WRITE);
+                    if ask {
+                        held.asked.insert(key.clone(), Instant::now());
+                    }
+                    let watch = match held.nodes.remove(&key) {
+                        Some(watch) if watch.tunnel == tunnel.id => watch,
+                        _ => NodeWatch::start(tunnel, self.tunnels.changed.clone()),
+                    };
+                    let nodes = watch.seen();
+                    held.nodes.insert(key.clone(), watch);
+                    (ask, nodes)
                 }
-                _ => false,
+                _ => (false, None),
             };
-            if due {
-                probed.insert(key.clone(), Instant::now());
-            }
-            work.push((key, cluster, existing, reporter, due));
+            work.push((key, cluster, existing, reporter, ask, nodes));
         }
         use futures::StreamExt;
         futures::stream::iter(work)
-            .for_each_concurrent(64, |(key, cluster, existing, reporter, due)| async move {
-                let (client, tunnel) = match reporter {
-                    Reporter::Holder(tunnel) => (self.client, Some(tunnel)),
-                    Reporter::FormerHolder => (self.client, None),
-                    Reporter::Leader => (self.leader.unwrap_or(self.client), None),
-                };
-                if let Err(error) =
-                    report_cluster(client, &cluster, existing.as_deref(), tunnel, due, me).await
-                {
-                    tracing::warn!(cluster = %key, %error, "cannot report the agent connection");
-                }
-            })
+            .for_each_concurrent(
+                64,
+                |(key, cluster, existing, reporter, ask, nodes)| async move {
+                    let (client, tunnel) = match reporter {
+                        Reporter::Holder(tunnel) => (self.client, Some(tunnel)),
+                        Reporter::FormerHolder => (self.client, None),
+                        Reporter::Leader => (self.leader.unwrap_or(self.client), None),
+                    };
+                    let known = Known { ask, nodes };
+                    if let Err(error) =
+                        report_cluster(client, &cluster, existing.as_deref(), tunnel, known, me)
+                            .await
+                    {
+                        tracing::warn!(cluster = %key, %error, "cannot report the agent connection");
+                    }
+                },
+            )
             .await;
-        probed.retain(|k, _| self.tunnels.is_connected(k));
+        held.asked.retain(|k, _| self.tunnels.is_connected(k));
+        held.nodes.retain(|k, _| self.tunnels.is_connected(k));
         Ok(())
     }
 }
@@ -364,16 +382,6 @@ async fn collect_garbage(
     Ok(())
 }
 
-/// What one heartbeat through the tunnel saw.
-struct Heartbeat {
-    version: String,
-    nodes: i64,
-    ready: i64,
-    cpu: String,
-    memory: String,
-    pods: String,
-}
-
 async fn get_json(tunnel: &Tunnel, path: &str) -> Result<serde_json::Value, String> {
     // The whole exchange, body included, is bounded in time and size: one stalled or
     // flooding agent must not hold up the reporter for every other cluster.
@@ -405,46 +413,13 @@ async fn get_json(tunnel: &Tunnel, path: &str) -> Result<serde_json::Value, Stri
     .map_err(|_| format!("{path}: no answer within 5s"))?
 }
 
-async fn heartbeat(tunnel: &Tunnel) -> Result<Heartbeat, String> {
+/// The cluster's Kubernetes version, asked through the tunnel.
+async fn version(tunnel: &Tunnel) -> Result<String, String> {
     let version = get_json(tunnel, "/version").await?;
-    let nodes = get_json(tunnel, "/api/v1/nodes").await?;
-    let items = nodes["items"].as_array().cloned().unwrap_or_default();
-    let quantity = |node: &serde_json::Value, key: &str| {
-        node["status"]["capacity"][key]
-            .as_str()
-            .map(|q| k8s_openapi::apimachinery::pkg::api::resource::Quantity(q.to_string()))
-    };
-    let (mut cpu_millis, mut memory_bytes, mut pods) = (0f64, 0f64, 0f64);
-    for node in &items {
-        cpu_millis += quantity(node, "cpu").map_or(0.0, |q| parse_quantity(&q.0) * 1000.0);
-        memory_bytes += quantity(node, "memory").map_or(0.0, |q| parse_quantity(&q.0));
-        pods += quantity(node, "pods").map_or(0.0, |q| parse_quantity(&q.0));
-    }
-    let ready = items
-        .iter()
-        .filter(|n| {
-            n["status"]["conditions"].as_array().is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            })
-        })
-        .count() as i64;
-    Ok(Heartbeat {
-        version: version["gitVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        nodes: items.len() as i64,
-        ready,
-        cpu: format!("{}m", cpu_millis.round() as i64),
-        memory: format!("{}Mi", (memory_bytes / (1024.0 * 1024.0)).round() as i64),
-        pods: format!("{}", pods.round() as i64),
-    })
-}
-
-/// A Kubernetes quantity as a number of base units (0 when it is not one).
-fn parse_quantity(text: &str) -> f64 {
-    lariat_api::parse_quantity(text).unwrap_or(0.0)
+    Ok(version["gitVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string())
 }
 
 fn now() -> String {
@@ -466,14 +441,21 @@ fn agent_version_warning(agent_version: &str, since: Option<String>) -> Option<s
     }
 }
 
-/// Writes one Cluster's ClusterConnection and `Connected` condition; `probe` asks the cluster
-/// (version, Nodes) through the tunnel, otherwise the last heartbeat's figures stay.
+/// What a pass knows of a held tunnel's cluster: whether to ask its version, and its Nodes as
+/// watched.
+struct Known {
+    ask: bool,
+    nodes: nodes::Seen,
+}
+
+/// Writes one Cluster's ClusterConnection and `Connected` condition: what `known` says of it
+/// (the version asked through the tunnel when `known.ask`), the last figures otherwise.
 async fn report_cluster(
     client: &kube::Client,
     cluster: &DynamicObject,
     existing: Option<&DynamicObject>,
     tunnel: Option<Tunnel>,
-    probe: bool,
+    known: Known,
     me: &str,
 ) -> kube::Result<()> {
     let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
@@ -487,8 +469,8 @@ async fn report_cluster(
         .as_ref()
         .map(|c| c.data["status"].clone())
         .unwrap_or(serde_json::Value::Null);
-    let beat = match &tunnel {
-        Some(tunnel) if probe => Some(heartbeat(tunnel).await),
+    let version = match &tunnel {
+        Some(tunnel) if known.ask => Some(version(tunnel).await),
         _ => None,
     };
     let mut status = old.clone();
@@ -504,40 +486,52 @@ async fn report_cluster(
     {
         status["connectedSince"] = json!(tunnel_since(tunnel));
     }
-    match (&tunnel, beat) {
-        // Connected, no heartbeat due: the last figures stand.
-        (Some(_), None) => {}
-        (Some(_), Some(Ok(beat))) => {
-            status["connected"] = json!(true);
-            status["kubernetesVersion"] = json!(beat.version);
-            status["nodeCount"] = json!(beat.nodes);
-            status["readyNodeCount"] = json!(beat.ready);
-            status["capacity"] = json!({"cpu": beat.cpu, "memory": beat.memory, "pods": beat.pods});
-            status["message"] = json!("");
-            status["lastHeartbeat"] = old["lastHeartbeat"].clone();
-            let stale = old["lastHeartbeat"]
-                .as_str()
-                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-                .is_none_or(|t| {
-                    (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
-                        .to_std()
-                        .unwrap_or_default()
-                        >= HEARTBEAT_WRITE
-                });
-            if stale || status != old {
-                status["lastHeartbeat"] = json!(now());
-            }
+    if tunnel.is_some() {
+        status["connected"] = json!(true);
+        if let Some(Ok(version)) = &version {
+            status["kubernetesVersion"] = json!(version);
         }
-        (Some(_), Some(Err(error))) => {
-            status["connected"] = json!(true);
-            status["message"] = json!(format!(
+        if let Some(Ok(figures)) = &known.nodes {
+            status["nodeCount"] = json!(figures.nodes);
+            status["readyNodeCount"] = json!(figures.ready);
+            status["capacity"] =
+                json!({"cpu": figures.cpu, "memory": figures.memory, "pods": figures.pods});
+        }
+        let failed = [
+            version.and_then(Result::err),
+            known.nodes.and_then(Result::err),
+        ]
+        .into_iter()
+        .flatten()
+        .next();
+        status["message"] = match &failed {
+            Some(error) => json!(format!(
                 "the tunnel is up but the cluster's API did not answer: {error}"
-            ));
+            )),
+            None => json!(""),
+        };
+        // Written when anything changed and every HEARTBEAT_WRITE besides, while the cluster's
+        // API answers.
+        status["lastHeartbeat"] = old["lastHeartbeat"].clone();
+        let stale = old["lastHeartbeat"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .is_none_or(|t| {
+                (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+                    .to_std()
+                    .unwrap_or_default()
+                    >= HEARTBEAT_WRITE
+            });
+        if failed.is_none() && (stale || status != old) {
+            status["lastHeartbeat"] = json!(now());
         }
-        _ => {
-            status["connected"] = json!(false);
-            status["message"] = json!("no agent is connected");
+    } else {
+        if old["connected"] == true && old["replica"] == me {
+            // This replica held the tunnel until now: the cluster was reached until now.
+            status["lastHeartbeat"] = json!(now());
         }
+        status["connected"] = json!(false);
+        status["message"] = json!("no agent is connected");
     }
     let mut record = match existing {
         Some(record) => record.clone(),
@@ -667,13 +661,5 @@ mod tests {
         if minor > 0 {
             assert!(agent_version_warning(&format!("{major}.{}.0", minor - 1), None).is_none());
         }
-    }
-
-    #[test]
-    fn quantities() {
-        assert_eq!(parse_quantity("2"), 2.0);
-        assert_eq!(parse_quantity("500m"), 0.5);
-        assert_eq!(parse_quantity("4Gi"), 4.0 * 1024.0 * 1024.0 * 1024.0);
-        assert_eq!(parse_quantity("1k"), 1000.0);
     }
 }

@@ -136,7 +136,7 @@ impl Agent {
                     let api: Api<DynamicObject> =
                         Api::all_with(self.downstream.clone(), &kind.resource);
                     let changed = self.changed.clone();
-                    let config = watcher::Config::default().labels(BUNDLE_DEPLOYMENT_LABEL);
+                    let config = crate::watch_config().labels(BUNDLE_DEPLOYMENT_LABEL);
                     let task = tokio::spawn(
                         watcher(api, config)
                             .default_backoff()
@@ -278,7 +278,7 @@ async fn serve(agent: Arc<Agent>, session: Session) -> Result<(), Error> {
     let (reader, writer) = reflector::store();
     let (cleanups, cleanup_requests) = mpsc::unbounded_channel::<Cleanup>();
     let (dependents, wake) = (reader.clone(), agent.changed.clone());
-    let deployments = watcher(api.clone(), watcher::Config::default())
+    let deployments = watcher(api.clone(), crate::watch_config())
         .default_backoff()
         .reflect(writer)
         .inspect(move |event| {

@@ -69,7 +69,7 @@ pub struct LifecycleArgs {
     #[arg(long, default_value_t = 100)]
     upgrade_workers: u32,
     /// Seconds the idle fleet (every machine Running, nothing changing) is measured for.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 660)]
     idle_seconds: u64,
 }
 

@@ -1,0 +1,213 @@
+//! Each connected cluster's Nodes, watched through its tunnel: the figures its
+//! ClusterConnection shows (how many, how many Ready, their capacity) follow the Nodes as they
+//! change, for one watch per cluster renewed every half hour, where a list of every cluster's
+//! Nodes every minute cost 17 requests a second at 1,000 clusters. Only the figures are kept,
+//! not the Nodes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Body;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::Notify;
+
+use crate::hub::Tunnel;
+
+/// What a cluster's Nodes add up to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct NodeFigures {
+    pub(crate) nodes: i64,
+    pub(crate) ready: i64,
+    /// CPU in millicores, memory in MiB, Pods: their capacities summed.
+    pub(crate) cpu: String,
+    pub(crate) memory: String,
+    pub(crate) pods: String,
+}
+
+/// One Node's part of the figures.
+#[derive(Clone, Copy, Default)]
+struct NodePart {
+    ready: bool,
+    cpu_millis: f64,
+    memory_bytes: f64,
+    pods: f64,
+}
+
+/// What the watch knows: nothing yet, the figures, or why the cluster's API did not answer.
+pub(crate) type Seen = Option<Result<NodeFigures, String>>;
+
+/// The watch of one tunnel's Nodes; dropping it ends the watch.
+pub(crate) struct NodeWatch {
+    /// The tunnel it watches through: a new tunnel needs a new watch.
+    pub(crate) tunnel: u64,
+    seen: Arc<Mutex<Seen>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for NodeWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// How long one watch of a cluster's Nodes runs before it is renewed (kube-apiserver's
+/// default).
+const WATCH_SECONDS: u32 = 1800;
+
+impl NodeWatch {
+    /// Starts watching the Nodes of `tunnel`'s cluster; `changed` is notified whenever what it
+    /// knows changes.
+    pub(crate) fn start(tunnel: &Tunnel, changed: Arc<Notify>) -> NodeWatch {
+        let seen: Arc<Mutex<Seen>> = Arc::default();
+        let api: Api<Node> = Api::all(client_through(tunnel));
+        let config = watcher::Config::default().timeout(WATCH_SECONDS);
+        let task = tokio::spawn({
+            let seen = seen.clone();
+            let mut parts: HashMap<String, NodePart> = HashMap::new();
+            let mut listing: HashMap<String, NodePart> = HashMap::new();
+            watcher(api, config)
+                .default_backoff()
+                .for_each(move |event| {
+                    let now = match event {
+                        Ok(watcher::Event::Init) => {
+                            listing.clear();
+                            None
+                        }
+                        Ok(watcher::Event::InitApply(node)) => {
+                            listing.insert(node_name(&node), part(&node));
+                            None
+                        }
+                        Ok(watcher::Event::InitDone) => {
+                            parts = std::mem::take(&mut listing);
+                            Some(Ok(figures(&parts)))
+                        }
+                        Ok(watcher::Event::Apply(node)) => {
+                            parts.insert(node_name(&node), part(&node));
+                            Some(Ok(figures(&parts)))
+                        }
+                        Ok(watcher::Event::Delete(node)) => {
+                            parts.remove(&node_name(&node));
+                            Some(Ok(figures(&parts)))
+                        }
+                        Err(error) => Some(Err(error.to_string())),
+                    };
+                    if let Some(now) = now {
+                        let mut seen = seen.lock().expect("lock");
+                        if seen.as_ref() != Some(&now) {
+                            *seen = Some(now);
+                            changed.notify_one();
+                        }
+                    }
+                    std::future::ready(())
+                })
+        });
+        NodeWatch {
+            tunnel: tunnel.id,
+            seen,
+            task,
+        }
+    }
+
+    /// What the watch knows now.
+    pub(crate) fn seen(&self) -> Seen {
+        self.seen.lock().expect("lock").clone()
+    }
+}
+
+/// A client of the cluster's API through its agent's tunnel.
+fn client_through(tunnel: &Tunnel) -> kube::Client {
+    let sender = tunnel.sender.clone();
+    let service = tower::service_fn(move |request: axum::http::Request<kube::client::Body>| {
+        let mut sender = sender.clone();
+        async move {
+            sender.ready().await?;
+            let (mut parts, body) = request.into_parts();
+            let path = parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_string();
+            parts.uri = format!("http://agent{path}")
+                .parse()
+                .expect("a path is a URI");
+            sender
+                .send_request(axum::http::Request::from_parts(parts, Body::new(body)))
+                .await
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+fn node_name(node: &Node) -> String {
+    node.metadata.name.clone().unwrap_or_default()
+}
+
+fn part(node: &Node) -> NodePart {
+    let status = node.status.as_ref();
+    let capacity = |key: &str| {
+        status
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get(key))
+            .and_then(|q| lariat_api::parse_quantity(&q.0))
+            .unwrap_or(0.0)
+    };
+    NodePart {
+        ready: status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+        cpu_millis: capacity("cpu") * 1000.0,
+        memory_bytes: capacity("memory"),
+        pods: capacity("pods"),
+    }
+}
+
+fn figures(parts: &HashMap<String, NodePart>) -> NodeFigures {
+    let sum = |f: fn(&NodePart) -> f64| parts.values().map(f).sum::<f64>();
+    NodeFigures {
+        nodes: parts.len() as i64,
+        ready: parts.values().filter(|p| p.ready).count() as i64,
+        cpu: format!("{}m", sum(|p| p.cpu_millis).round() as i64),
+        memory: format!(
+            "{}Mi",
+            (sum(|p| p.memory_bytes) / (1024.0 * 1024.0)).round() as i64
+        ),
+        pods: format!("{}", sum(|p| p.pods).round() as i64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_add_up_the_nodes() {
+        let node = |ready: &str| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n"},
+                "status": {
+                    "capacity": {"cpu": "1500m", "memory": "2Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": ready}],
+                },
+            }))
+            .unwrap()
+        };
+        let parts = HashMap::from([
+            ("a".to_string(), part(&node("True"))),
+            ("b".to_string(), part(&node("False"))),
+        ]);
+        assert_eq!(
+            figures(&parts),
+            NodeFigures {
+                nodes: 2,
+                ready: 1,
+                cpu: "3000m".into(),
+                memory: "4096Mi".into(),
+                pods: "220".into(),
+            }
+        );
+        assert_eq!(figures(&HashMap::new()).cpu, "0m");
+    }
+}
