@@ -43,8 +43,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long the agent's watches run before they are renewed: kube-apiserver's own default
 /// (its `--min-request-timeout`), rather than kube-rs's 290 s, which at 1,000 clusters with
-/// seven watches each is 24 renewals a second for nothing. A watch that dies silently with its
-/// connection is started afresh with the next tunnel (see `connect_and_serve`).
+/// five watches of their own API each is 17 renewals a second for nothing. The management
+/// API ends an agent's watches sooner (`lariat_management::agents::MAX_WATCH`, so a revoked
+/// credential's watch does not last), and a watch that dies silently with its connection is
+/// started afresh with the next tunnel (see `connect_and_serve`).
 pub(crate) const WATCH_SECONDS: u32 = 1800;
 
 /// A watch of [`WATCH_SECONDS`].
@@ -677,10 +679,10 @@ async fn connect_and_serve(
             cluster,
             proxy: config.proxy.intercept(&uri).map(|i| i.uri().clone()),
         };
-        // Sent even when it is the same session: its watches of the management API are
-        // long (WATCH_SECONDS) and may hang on a connection that died with the old tunnel
-        // (the tunnel's pings notice in seconds, a silent watch only when it times out), so
-        // every new tunnel starts them afresh.
+        // Sent even when it is the same session: its watches of the management API may hang
+        // on a connection that died with the old tunnel (the tunnel's pings notice in
+        // seconds, a silent watch only when it times out: the server ends an agent's watches
+        // within 5 minutes), so every new tunnel starts them afresh.
         sessions.send_replace(Some(session));
     }
     let upgraded = hyper::upgrade::on(response)

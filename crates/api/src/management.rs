@@ -41,7 +41,8 @@ pub fn cluster_connection_resource() -> kube::core::ApiResource {
 }
 
 /// A ClusterConnection (same namespace and name as its Cluster, owned by it) is what the server
-/// knows of a Cluster's agent: connected or not, and what the last heartbeat saw downstream.
+/// knows of a Cluster's agent: connected or not, and what it sees downstream (its version at the
+/// last check-in, its Nodes as watched).
 /// The Cluster itself only gets `Connected` and `Ready` conditions, so its schema stays Cluster
 /// API's.
 fn cluster_connection_crd() -> CustomResourceDefinition {
@@ -60,7 +61,7 @@ fn cluster_connection_crd() -> CustomResourceDefinition {
         "properties": {
             "connected": {"type": "boolean", "description": "Whether the agent's tunnel is up."},
             "connectedSince": {"type": "string", "format": "date-time"},
-            "lastHeartbeat": {"type": "string", "format": "date-time", "description": "When the server last reached the cluster's API through the tunnel."},
+            "lastHeartbeat": {"type": "string", "format": "date-time", "description": "When the server last reached the cluster's API through the tunnel: at each check-in (every 15 minutes while connected, as Fleet's agents check in) and as the tunnel closes."},
             "kubernetesVersion": string,
             "nodeCount": {"type": "integer"},
             "readyNodeCount": {"type": "integer"},

@@ -240,6 +240,56 @@ fn an_imported_cluster_is_reached_through_its_agent() {
         "jsonpath={.status.connected} {.status.kubernetesVersion} {.status.nodeCount}",
     ]);
     assert!(connection.starts_with("true v"), "{connection}");
+    // The connection's Node figures follow the cluster's Nodes: a new one is counted, from a
+    // watch through the tunnel rather than a list of every cluster's Nodes each minute.
+    let count = |what: &str| {
+        management
+            .kubectl_ok(&[
+                "get",
+                "clusterconnection",
+                "remote",
+                "-o",
+                &format!("jsonpath={{.status.{what}}}"),
+            ])
+            .parse::<i64>()
+            .unwrap_or(-1)
+    };
+    eventually("the Nodes are counted", || count("nodeCount") >= 0);
+    let nodes_before = count("nodeCount");
+    let ready_before = count("readyNodeCount");
+    let node = serde_json::json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "added-later"},
+        "status": {"capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}]},
+    });
+    let created = downstream.kubectl_stdin(&["create", "-f", "-"], &node.to_string());
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    // A Node's status is its own subresource: written as the kubelet writes it.
+    downstream.kubectl_ok(&[
+        "patch",
+        "node",
+        "added-later",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &serde_json::json!({"status": node["status"]}).to_string(),
+    ]);
+    eventually("the new Node is counted, and counted Ready", || {
+        count("nodeCount") == nodes_before + 1 && count("readyNodeCount") == ready_before + 1
+    });
+    let metrics = downstream.kubectl_ok(&["get", "--raw", "/metrics"]);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("apiserver_request_total{")
+                && l.contains(r#"verb="WATCH""#)
+                && l.contains(r#"resource="nodes""#)),
+        "the cluster's Nodes are watched through the tunnel"
+    );
     // `lariat describe cluster` shows an imported cluster's connection on its own row.
     let described = management.lariat(&["describe", "cluster", "remote"]);
     let described = String::from_utf8_lossy(&described.stdout).to_string();
@@ -400,6 +450,27 @@ fn an_imported_cluster_is_reached_through_its_agent() {
     eventually("the cluster is connected again", || {
         cluster_condition(&management, "remote", "Connected") == "True"
     });
+
+    // The credential dies with its Cluster on the API at once (as soon as the watch brings
+    // the deletion), not after a time to live: 403 (an agent, refused this path) becomes 401.
+    let as_agent = || {
+        management
+            .curl(
+                "GET",
+                "/api/v1/namespaces/default/secrets",
+                Some(&credential),
+                None,
+                None,
+            )
+            .0
+    };
+    assert_eq!(as_agent(), 403);
+    management.kubectl_ok(&["delete", "cluster", "remote", "--wait=false"]);
+    eventually_within(
+        Duration::from_secs(3),
+        "the deleted cluster's credential is refused",
+        || as_agent() == 401,
+    );
 }
 
 #[test]

@@ -240,8 +240,8 @@ impl Agent {
     }
 
     /// The `lastSeen` to record, given the one recorded: the last heartbeat when the agent
-    /// is gone, and while it is connected, a new one every [`CHECK_IN`] (not every heartbeat,
-    /// which would be a write per cluster per minute for nothing).
+    /// is gone, and while it is connected, a new one every [`CHECK_IN`] (the ClusterConnection's
+    /// heartbeat moves as often; a write for each would be for nothing).
     pub fn last_seen(&self, recorded: Option<&str>) -> Option<String> {
         let Some(heartbeat) = self.heartbeat.as_deref() else {
             return recorded.map(str::to_string);

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use futures::StreamExt;
@@ -43,9 +44,21 @@ pub(crate) type Seen = Option<Result<NodeFigures, String>>;
 pub(crate) struct NodeWatch {
     /// The tunnel it watches through: a new tunnel needs a new watch.
     pub(crate) tunnel: u64,
-    seen: Arc<Mutex<Seen>>,
+    state: Arc<Mutex<State>>,
     task: tokio::task::JoinHandle<()>,
 }
+
+/// The last figures, and since when the watch has been failing (and why).
+#[derive(Default)]
+struct State {
+    figures: Option<NodeFigures>,
+    failing: Option<(Instant, String)>,
+}
+
+/// How long a watch may fail before its cluster's API is reported as not answering: a watch
+/// expired (410) or one failed request is listed again at once, and should not flip the
+/// cluster's Connected condition for a moment.
+const FAILING_FOR: Duration = Duration::from_secs(30);
 
 impl Drop for NodeWatch {
     fn drop(&mut self) {
@@ -61,11 +74,11 @@ impl NodeWatch {
     /// Starts watching the Nodes of `tunnel`'s cluster; `changed` is notified whenever what it
     /// knows changes.
     pub(crate) fn start(tunnel: &Tunnel, changed: Arc<Notify>) -> NodeWatch {
-        let seen: Arc<Mutex<Seen>> = Arc::default();
+        let state: Arc<Mutex<State>> = Arc::default();
         let api: Api<Node> = Api::all(client_through(tunnel));
         let config = watcher::Config::default().timeout(WATCH_SECONDS);
         let task = tokio::spawn({
-            let seen = seen.clone();
+            let state = state.clone();
             let mut parts: HashMap<String, NodePart> = HashMap::new();
             let mut listing: HashMap<String, NodePart> = HashMap::new();
             watcher(api, config)
@@ -94,26 +107,40 @@ impl NodeWatch {
                         }
                         Err(error) => Some(Err(error.to_string())),
                     };
-                    if let Some(now) = now {
-                        let mut seen = seen.lock().expect("lock");
-                        if seen.as_ref() != Some(&now) {
-                            *seen = Some(now);
-                            changed.notify_one();
+                    let mut state = state.lock().expect("lock");
+                    match now {
+                        Some(Ok(figures)) => {
+                            let recovered = state.failing.take().is_some();
+                            if recovered || state.figures.as_ref() != Some(&figures) {
+                                state.figures = Some(figures);
+                                changed.notify_one();
+                            }
                         }
+                        // The reporter's next pass sees it, once it has lasted.
+                        Some(Err(error)) => match &mut state.failing {
+                            Some((_, why)) => *why = error,
+                            None => state.failing = Some((Instant::now(), error)),
+                        },
+                        None => {}
                     }
                     std::future::ready(())
                 })
         });
         NodeWatch {
             tunnel: tunnel.id,
-            seen,
+            state,
             task,
         }
     }
 
-    /// What the watch knows now.
+    /// What the watch knows now: its figures, unless it has been failing for
+    /// [`FAILING_FOR`].
     pub(crate) fn seen(&self) -> Seen {
-        self.seen.lock().expect("lock").clone()
+        let state = self.state.lock().expect("lock");
+        match &state.failing {
+            Some((since, why)) if since.elapsed() >= FAILING_FOR => Some(Err(why.clone())),
+            _ => state.figures.clone().map(Ok),
+        }
     }
 }
 

@@ -14,10 +14,11 @@ use lariat_controllers::cache::{Cache, Caches};
 
 use crate::credentials::{self, CLUSTER_LABEL};
 
-/// The Clusters and ClusterConnections as this replica's watches last saw them. The reporter
-/// reads them on every pass and the proxy asks them which replica holds a tunnel, so neither
-/// lists nor reads the store: with 10,000 clusters, a pass a second on every replica listing
-/// both kinds would cost more than the tunnels themselves.
+/// The Clusters, ClusterConnections and agent credentials as this replica's watches last saw
+/// them. The reporter reads them on every pass, the proxy asks them which replica holds a
+/// tunnel, and agents are authenticated against them, so none lists nor reads the store: with
+/// 10,000 clusters, a pass a second on every replica listing both kinds would cost more than
+/// the tunnels themselves, and every agent's watch renewal read a Secret and a Cluster.
 #[derive(Default)]
 pub struct Records {
     /// Filled while the plane runs ([`Records::run`]).
@@ -44,7 +45,7 @@ impl Records {
         self.watched.lock().expect("lock").clone()
     }
 
-    /// Watches Clusters and ClusterConnections through `client` until `stop` (a failed watch
+    /// Watches Clusters, ClusterConnections and agent credentials through `client` until `stop` (a failed watch
     /// lists again after a backoff, each distinct failure logged once, as every cache does).
     pub async fn run(
         self: Arc<Self>,
@@ -122,6 +123,10 @@ impl Records {
     /// the watch brings the change, not after a time to live.
     pub(crate) fn agent_credential(&self, token: &str) -> Option<String> {
         let watched = self.watched()?;
+        // A failing watch keeps what it last saw, which may be a credential revoked since.
+        if !watched.credentials.is_healthy() || !watched.clusters.is_healthy() {
+            return None;
+        }
         let (id, hash) = credentials::token_parts(token).ok()?;
         let secret = watched
             .credentials
