@@ -126,6 +126,7 @@ pub async fn follow<M: Mirror>(
                 matters |= match change.kind {
                     EventKind::Put => mirror.apply(&change.kv.key, Some(&change.kv.value)),
                     EventKind::Delete => mirror.apply(&change.kv.key, None),
+                    EventKind::Progress => false,
                 };
             }
             if matters {

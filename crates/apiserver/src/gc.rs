@@ -214,6 +214,8 @@ async fn collect(resources: &Resources, stop: &mut watch::Receiver<bool>) -> Api
                 let meta = match change.kind {
                     EventKind::Put => decode(resources, &change.kv).map(|o| Meta::of(&o)),
                     EventKind::Delete => None,
+                    // Only asked for by watch_with_progress.
+                    EventKind::Progress => continue,
                 };
                 let previous = index.remove(&key);
                 if let Some(previous) = &previous {

@@ -390,6 +390,14 @@ impl Store for LeaderOnly {
     async fn watch(&self, prefix: &str, after: Revision) -> lariat_store::Result<WatchStream> {
         self.inner.watch(prefix, after).await
     }
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        after: Revision,
+        every: std::time::Duration,
+    ) -> lariat_store::Result<WatchStream> {
+        self.inner.watch_with_progress(prefix, after, every).await
+    }
     async fn current_revision(&self) -> lariat_store::Result<Revision> {
         self.inner.current_revision().await
     }

@@ -860,6 +860,7 @@ impl Resources {
                                             self.registry.remove(&rt.group, &rt.plural);
                                         }
                                 }
+                                lariat_store::EventKind::Progress => {}
                             }
                         }
                         _ => break,

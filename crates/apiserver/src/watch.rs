@@ -64,7 +64,14 @@ impl Resources {
                 (revision, added.chain(stream::iter(end)).boxed())
             }
         };
-        let changes = match self.store.watch(&prefix, start).await {
+        // Bookmarks carry the store's progress past this watch's last event, so a client that
+        // saw nothing for a while resumes from a revision that history still holds (without
+        // it, an idle agent's every renewal after a compaction was a 410 and a new list).
+        let changes = match self
+            .store
+            .watch_with_progress(&prefix, start, params.bookmark_interval / 2)
+            .await
+        {
             Ok(changes) => changes,
             Err(lariat_store::Error::Compacted {
                 requested,
@@ -84,9 +91,17 @@ impl Resources {
         let resources = self.clone();
         let scope_for_events = scope.clone();
         let selectors = params.list.clone();
+        let progress = Arc::new(std::sync::atomic::AtomicI64::new(start));
+        let progressed = progress.clone();
         let events = changes
             .map(move |change| -> Option<WatchEvent> {
                 let change = match change {
+                    Ok(change) if change.kind == EventKind::Progress => {
+                        // Every earlier change has gone out already: the stream is in order.
+                        progressed
+                            .fetch_max(change.revision(), std::sync::atomic::Ordering::Relaxed);
+                        return None;
+                    }
                     Ok(change) => change,
                     Err(e) => {
                         let error: ApiError = e.into();
@@ -136,6 +151,7 @@ impl Resources {
             (Box::pin(events), Box::pin(timeout), start, false),
             move |(mut events, mut timeout, mut last, done)| {
                 let scope = bookmark_scope.clone();
+                let progress = progress.clone();
                 async move {
                     if done {
                         return None;
@@ -152,7 +168,8 @@ impl Resources {
                             Some((event, (events, timeout, last, is_error)))
                         }
                         _ = tokio::time::sleep(interval), if bookmarks => {
-                            Some((bookmark(&scope, last, false), (events, timeout, last, false)))
+                            let at = last.max(progress.load(std::sync::atomic::Ordering::Relaxed));
+                            Some((bookmark(&scope, at, false), (events, timeout, last, false)))
                         }
                     }
                 }

@@ -38,6 +38,11 @@ pub enum EventKind {
     /// A create or an update (`prev` tells which).
     Put,
     Delete,
+    /// No change: every change under the watched prefix up to `kv.mod_revision` has been
+    /// delivered (only on a watch made with [`Store::watch_with_progress`]; `kv` has no key
+    /// and no value). A watch API's bookmarks carry it, so that a client that saw no change
+    /// for a while resumes from a revision history still holds (etcd's progress notify).
+    Progress,
 }
 
 /// One change, as a watch delivers it.
@@ -184,6 +189,19 @@ pub trait Store: Send + Sync + 'static {
     /// then live changes as they happen. `Error::Compacted` (immediately, or as a stream item
     /// if the watcher falls too far behind) when history is gone; the caller re-lists.
     async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream>;
+
+    /// As [`Store::watch`], and, while nothing under `prefix` changes but the store does, an
+    /// [`EventKind::Progress`] event at most every `every`. A backend that cannot tell its
+    /// progress sends none.
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        after: Revision,
+        every: std::time::Duration,
+    ) -> Result<WatchStream> {
+        let _ = every;
+        self.watch(prefix, after).await
+    }
 
     /// The revision of the latest write.
     async fn current_revision(&self) -> Result<Revision>;

@@ -35,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -329,6 +330,34 @@ impl Store for SqliteStore {
     }
 
     async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream> {
+        self.watch_from(prefix, after, None).await
+    }
+
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        after: Revision,
+        every: Duration,
+    ) -> Result<WatchStream> {
+        self.watch_from(prefix, after, Some(every)).await
+    }
+
+    async fn current_revision(&self) -> Result<Revision> {
+        Ok(self.head.load(Ordering::SeqCst))
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        self.write(Op::Compact { revision }).await.map(drop)
+    }
+}
+
+impl SqliteStore {
+    async fn watch_from(
+        &self,
+        prefix: &str,
+        after: Revision,
+        progress_every: Option<Duration>,
+    ) -> Result<WatchStream> {
         let mut watcher = Watcher {
             readers: self.readers.clone(),
             lo: prefix.as_bytes().to_vec(),
@@ -339,6 +368,12 @@ impl Store for SqliteStore {
             pending: VecDeque::new(),
             catching_up: true,
             done: false,
+            progress: progress_every.map(|every| Progress {
+                every,
+                sent_at: Instant::now(),
+                sent: after,
+                seen: after,
+            }),
         };
         // Reading the first page now reports a compacted start revision as an error of this
         // call rather than of the stream.
@@ -348,14 +383,6 @@ impl Store for SqliteStore {
             Some((item, watcher))
         })
         .boxed())
-    }
-
-    async fn current_revision(&self) -> Result<Revision> {
-        Ok(self.head.load(Ordering::SeqCst))
-    }
-
-    async fn compact(&self, revision: Revision) -> Result<()> {
-        self.write(Op::Compact { revision }).await.map(drop)
     }
 }
 
@@ -547,6 +574,43 @@ struct Watcher {
     pending: VecDeque<Event>,
     catching_up: bool,
     done: bool,
+    /// When the watch reports its progress (`Store::watch_with_progress`).
+    progress: Option<Progress>,
+}
+
+/// A watch's progress reports: at most one every `every`, the last at `sent_at`, of `sent`;
+/// `seen` is how far the batches looked at go.
+struct Progress {
+    every: Duration,
+    sent_at: Instant,
+    sent: Revision,
+    seen: Revision,
+}
+
+impl Progress {
+    /// When the next report is due, if there is progress to report.
+    fn due(&self) -> Option<Instant> {
+        (self.seen > self.sent).then(|| self.sent_at + self.every)
+    }
+
+    /// The report of the progress seen, if there is any.
+    fn report(&mut self) -> Option<Event> {
+        if self.seen <= self.sent {
+            return None;
+        }
+        self.sent = self.seen;
+        self.sent_at = Instant::now();
+        Some(Event {
+            kind: EventKind::Progress,
+            kv: KeyValue {
+                key: String::new(),
+                value: Vec::new(),
+                create_revision: 0,
+                mod_revision: self.seen,
+            },
+            prev: None,
+        })
+    }
 }
 
 impl Watcher {
@@ -565,7 +629,21 @@ impl Watcher {
                 }
                 continue;
             }
-            match self.live.recv().await {
+            // A quiet watch reports its progress once it is due, whether or not more comes.
+            let due = self.progress.as_ref().and_then(Progress::due);
+            let received = match due {
+                Some(at) => tokio::select! {
+                    received = self.live.recv() => received,
+                    _ = tokio::time::sleep_until(at.into()) => {
+                        if let Some(event) = self.progress.as_mut().and_then(Progress::report) {
+                            return Some(Ok(event));
+                        }
+                        continue;
+                    }
+                },
+                None => self.live.recv().await,
+            };
+            match received {
                 Ok(live) => {
                     let Live::Events(batch) = &*live else {
                         self.catching_up = true;
@@ -577,6 +655,16 @@ impl Watcher {
                         {
                             self.last = event.revision();
                             self.pending.push_back(event.clone());
+                        }
+                    }
+                    // The whole batch is looked at: every change of the prefix up to its last
+                    // revision is delivered once what it queued is.
+                    if let Some(progress) = &mut self.progress {
+                        let through = batch.iter().map(Event::revision).max().unwrap_or(0);
+                        progress.seen = progress.seen.max(through);
+                        if !self.pending.is_empty() {
+                            // Its own events carry the revision; progress is for quiet.
+                            progress.sent = progress.sent.max(self.last);
                         }
                     }
                 }

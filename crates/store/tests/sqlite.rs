@@ -2,11 +2,11 @@
 //! across reopening, revisions never reused, and watchers that fall behind catching up.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use lariat_store::sqlite::{SqliteOptions, SqliteStore};
-use lariat_store::{Error, ListOptions, Store, conformance};
+use lariat_store::{Error, EventKind, ListOptions, Store, conformance};
 
 fn fresh() -> (tempfile::TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();
@@ -336,4 +336,51 @@ async fn acknowledged_writes_survive_kill_9() {
     let head = store.current_revision().await.unwrap();
     let next = store.create("/after-restart", Vec::new()).await.unwrap();
     assert_eq!(next.mod_revision, head + 1);
+}
+
+/// A watch made with progress says how far the store has gone while its prefix is quiet, so
+/// a client resumes from a revision history still holds; the events of its own prefix still
+/// come in order, and one is never skipped by a progress report.
+#[tokio::test]
+async fn a_quiet_watch_reports_the_stores_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("store.db")).unwrap();
+    let start = store
+        .create("/mine/a", Vec::new())
+        .await
+        .unwrap()
+        .mod_revision;
+    let mut watch = store
+        .watch_with_progress("/mine/", start, Duration::ZERO)
+        .await
+        .unwrap();
+    let elsewhere = store.create("/theirs/x", Vec::new()).await.unwrap();
+    let progress = watch.next().await.unwrap().unwrap();
+    assert_eq!(progress.kind, EventKind::Progress);
+    assert_eq!(progress.revision(), elsewhere.mod_revision);
+    assert!(progress.kv.key.is_empty() && progress.prev.is_none());
+    // A change of its own comes as itself, not as progress.
+    let mine = store.create("/mine/b", Vec::new()).await.unwrap();
+    let event = watch.next().await.unwrap().unwrap();
+    assert_eq!(
+        (event.kind, event.revision()),
+        (EventKind::Put, mine.mod_revision)
+    );
+    // History compacted up to the progress: resuming from it works, where resuming from the
+    // watch's start is gone.
+    store.create("/theirs/y", Vec::new()).await.unwrap();
+    let later = watch.next().await.unwrap().unwrap();
+    assert_eq!(later.kind, EventKind::Progress);
+    store.compact(later.revision()).await.unwrap();
+    assert!(store.watch("/mine/", start).await.is_err());
+    assert!(store.watch("/mine/", later.revision()).await.is_ok());
+    // A plain watch never reports progress.
+    let mut plain = store.watch("/mine/", later.revision()).await.unwrap();
+    store.create("/theirs/z", Vec::new()).await.unwrap();
+    let last = store.create("/mine/c", Vec::new()).await.unwrap();
+    let event = plain.next().await.unwrap().unwrap();
+    assert_eq!(
+        (event.kind, event.revision()),
+        (EventKind::Put, last.mod_revision)
+    );
 }
