@@ -12,7 +12,7 @@ use axum::body::Body;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::sync::Notify;
 
 use crate::hub::Tunnel;
@@ -76,56 +76,7 @@ impl NodeWatch {
     pub(crate) fn start(tunnel: &Tunnel, changed: Arc<Notify>) -> NodeWatch {
         let state: Arc<Mutex<State>> = Arc::default();
         let api: Api<Node> = Api::all(client_through(tunnel));
-        let config = watcher::Config::default().timeout(WATCH_SECONDS);
-        let task = tokio::spawn({
-            let state = state.clone();
-            let mut parts: HashMap<String, NodePart> = HashMap::new();
-            let mut listing: HashMap<String, NodePart> = HashMap::new();
-            watcher(api, config)
-                .default_backoff()
-                .for_each(move |event| {
-                    let now = match event {
-                        Ok(watcher::Event::Init) => {
-                            listing.clear();
-                            None
-                        }
-                        Ok(watcher::Event::InitApply(node)) => {
-                            listing.insert(node_name(&node), part(&node));
-                            None
-                        }
-                        Ok(watcher::Event::InitDone) => {
-                            parts = std::mem::take(&mut listing);
-                            Some(Ok(figures(&parts)))
-                        }
-                        Ok(watcher::Event::Apply(node)) => {
-                            parts.insert(node_name(&node), part(&node));
-                            Some(Ok(figures(&parts)))
-                        }
-                        Ok(watcher::Event::Delete(node)) => {
-                            parts.remove(&node_name(&node));
-                            Some(Ok(figures(&parts)))
-                        }
-                        Err(error) => Some(Err(error.to_string())),
-                    };
-                    let mut state = state.lock().expect("lock");
-                    match now {
-                        Some(Ok(figures)) => {
-                            let recovered = state.failing.take().is_some();
-                            if recovered || state.figures.as_ref() != Some(&figures) {
-                                state.figures = Some(figures);
-                                changed.notify_one();
-                            }
-                        }
-                        // The reporter's next pass sees it, once it has lasted.
-                        Some(Err(error)) => match &mut state.failing {
-                            Some((_, why)) => *why = error,
-                            None => state.failing = Some((Instant::now(), error)),
-                        },
-                        None => {}
-                    }
-                    std::future::ready(())
-                })
-        });
+        let task = tokio::spawn(follow(api, state.clone(), changed));
         NodeWatch {
             tunnel: tunnel.id,
             state,
@@ -144,6 +95,80 @@ impl NodeWatch {
     }
 }
 
+/// Follows the Nodes of `api` into `state`, notifying `changed` when what it knows changes.
+/// A failed watch is listed afresh after a pause (1 s, doubling up to 30 s), as client-go's
+/// reflectors do, rather than resumed: a cluster whose API comes back with no Node changed
+/// would otherwise never say it answers again.
+async fn follow(api: Api<Node>, state: Arc<Mutex<State>>, changed: Arc<Notify>) {
+    let config = watcher::Config::default().timeout(WATCH_SECONDS);
+    let mut pause = Duration::from_secs(1);
+    loop {
+        let mut parts: HashMap<String, NodePart> = HashMap::new();
+        let mut listing: HashMap<String, NodePart> = HashMap::new();
+        let mut events = watcher(api.clone(), config.clone()).boxed();
+        let failure = loop {
+            let Some(event) = events.next().await else {
+                break "the watch of the cluster's Nodes ended".to_string();
+            };
+            match event {
+                Ok(watcher::Event::Init) => listing.clear(),
+                Ok(watcher::Event::InitApply(node)) => {
+                    listing.insert(node_name(&node), part(&node));
+                }
+                Ok(watcher::Event::InitDone) => {
+                    parts = std::mem::take(&mut listing);
+                    pause = Duration::from_secs(1);
+                    answered(&state, figures(&parts), &changed);
+                }
+                Ok(watcher::Event::Apply(node)) => {
+                    parts.insert(node_name(&node), part(&node));
+                    answered(&state, figures(&parts), &changed);
+                }
+                Ok(watcher::Event::Delete(node)) => {
+                    parts.remove(&node_name(&node));
+                    answered(&state, figures(&parts), &changed);
+                }
+                Err(error) => break describe(&error),
+            }
+        };
+        // The reporter's next pass sees it, once it has lasted.
+        {
+            let mut state = state.lock().expect("lock");
+            match &mut state.failing {
+                Some((_, why)) => *why = failure,
+                None => state.failing = Some((Instant::now(), failure)),
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// The cluster's API answered with `figures`.
+fn answered(state: &Mutex<State>, figures: NodeFigures, changed: &Notify) {
+    let mut state = state.lock().expect("lock");
+    let recovered = state.failing.take().is_some();
+    if recovered || state.figures.as_ref() != Some(&figures) {
+        state.figures = Some(figures);
+        changed.notify_one();
+    }
+}
+
+/// Why a watch failed, in the API's own words where it answered.
+fn describe(error: &watcher::Error) -> String {
+    let client = match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => e,
+        watcher::Error::WatchError(status) => return status.message.clone(),
+        other => return other.to_string(),
+    };
+    match client {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
 /// A client of the cluster's API through its agent's tunnel.
 fn client_through(tunnel: &Tunnel) -> kube::Client {
     let sender = tunnel.sender.clone();
@@ -157,12 +182,11 @@ fn client_through(tunnel: &Tunnel) -> kube::Client {
                 .path_and_query()
                 .map_or("/", |p| p.as_str())
                 .to_string();
-            parts.uri = format!("http://agent{path}")
-                .parse()
-                .expect("a path is a URI");
-            sender
+            parts.uri = format!("http://agent{path}").parse()?;
+            let response = sender
                 .send_request(axum::http::Request::from_parts(parts, Body::new(body)))
-                .await
+                .await?;
+            Ok::<_, tower::BoxError>(response)
         }
     });
     kube::Client::new(service, "default")
