@@ -31,6 +31,7 @@ use lariat_apiserver::identity::{Attributes, User};
 use lariat_apiserver::status::ApiResult;
 
 pub mod agents;
+mod bounded;
 pub mod credentials;
 mod handshake;
 pub mod hub;

@@ -15,6 +15,7 @@ use kube::api::Api;
 use kube::runtime::watcher;
 use tokio::sync::Notify;
 
+use crate::bounded::{Allowance, BoundedBody, Limits};
 use crate::hub::Tunnel;
 
 /// What a cluster's Nodes add up to.
@@ -70,6 +71,21 @@ impl Drop for NodeWatch {
 /// default).
 const WATCH_SECONDS: u32 = 1800;
 
+/// What one cluster's Node watch may cost the management plane: a page of its list or one
+/// event at most 16 MiB, arriving within 60 s of its first byte, and 1 MiB a second on
+/// average beyond that burst (a busy 5,000-Node cluster sends well under it).
+const LIMITS: Limits = Limits {
+    line_bytes: 16 * 1024 * 1024,
+    line_time: Duration::from_secs(60),
+    bytes_per_second: 1024 * 1024,
+};
+
+/// The most Nodes counted in one cluster: twice the 5,000 Kubernetes is tested with.
+const MAX_NODES: usize = 10_000;
+
+/// Nodes asked for in one page of the list.
+const PAGE_SIZE: u32 = 100;
+
 impl NodeWatch {
     /// Starts watching the Nodes of `tunnel`'s cluster; `changed` is notified whenever what it
     /// knows changes.
@@ -100,7 +116,9 @@ impl NodeWatch {
 /// reflectors do, rather than resumed: a cluster whose API comes back with no Node changed
 /// would otherwise never say it answers again.
 async fn follow(api: Api<Node>, state: Arc<Mutex<State>>, changed: Arc<Notify>) {
-    let config = watcher::Config::default().timeout(WATCH_SECONDS);
+    let config = watcher::Config::default()
+        .timeout(WATCH_SECONDS)
+        .page_size(PAGE_SIZE);
     let mut pause = Duration::from_secs(1);
     loop {
         let mut parts: HashMap<String, NodePart> = HashMap::new();
@@ -110,6 +128,11 @@ async fn follow(api: Api<Node>, state: Arc<Mutex<State>>, changed: Arc<Notify>) 
             let Some(event) = events.next().await else {
                 break "the watch of the cluster's Nodes ended".to_string();
             };
+            if parts.len().max(listing.len()) > MAX_NODES {
+                break format!(
+                    "the cluster has more than {MAX_NODES} Nodes, the most lariat counts"
+                );
+            }
             match event {
                 Ok(watcher::Event::Init) => listing.clear(),
                 Ok(watcher::Event::InitApply(node)) => {
@@ -169,11 +192,14 @@ fn describe(error: &watcher::Error) -> String {
     }
 }
 
-/// A client of the cluster's API through its agent's tunnel.
+/// A client of the cluster's API through its agent's tunnel, its answers read within
+/// [`LIMITS`].
 fn client_through(tunnel: &Tunnel) -> kube::Client {
     let sender = tunnel.sender.clone();
+    let allowance = Allowance::new(LIMITS);
     let service = tower::service_fn(move |request: axum::http::Request<kube::client::Body>| {
         let mut sender = sender.clone();
+        let allowance = allowance.clone();
         async move {
             sender.ready().await?;
             let (mut parts, body) = request.into_parts();
@@ -186,7 +212,7 @@ fn client_through(tunnel: &Tunnel) -> kube::Client {
             let response = sender
                 .send_request(axum::http::Request::from_parts(parts, Body::new(body)))
                 .await?;
-            Ok::<_, tower::BoxError>(response)
+            Ok::<_, tower::BoxError>(response.map(|body| BoundedBody::new(body, &allowance)))
         }
     });
     kube::Client::new(service, "default")
