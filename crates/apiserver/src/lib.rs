@@ -327,7 +327,7 @@ impl Server {
     /// Loads (or creates) the PKI and the admin credential, serves the built-in kinds and the
     /// stored CRDs, and writes `<data-dir>/kubeconfig.yaml`.
     pub async fn start(
-        config: Config,
+        mut config: Config,
         store: Arc<dyn Store>,
         listener: tokio::net::TcpListener,
     ) -> Result<Server, StartError> {
@@ -358,6 +358,9 @@ impl Server {
         let tls = tls::server_config(&pki).map_err(StartError::Tls)?;
 
         let resources = open_resources(&config, &store, &key_path).await?;
+        // Served now, as the registry's schemas: the CRDs' typed form is not needed again
+        // (9.5 MiB of an idle server's heap, measured with heaptrack).
+        config.kinds = Vec::new();
         let sources = config
             .extensions
             .iter()

@@ -37,10 +37,14 @@ use crate::kind::Cached;
 use crate::object::str_at;
 
 /// How many changes a subscriber may fall behind before it is handed the whole cache again.
-const CHANGES_BUFFER: usize = 16_384;
+/// A subscriber only moves changes into its controller's queue, so it falls behind only when
+/// starved; each buffer is allocated whole up front (tokio's broadcast), 32 bytes a change,
+/// for every cache of the process.
+const CHANGES_BUFFER: usize = 4096;
 
-/// How many changes of all kinds together a subscriber may fall behind.
-const EVERY_CHANGE_BUFFER: usize = 65_536;
+/// How many changes of all kinds together a subscriber may fall behind (it then misses
+/// changes until the periodic resync).
+const EVERY_CHANGE_BUFFER: usize = 16_384;
 
 /// The first wait before a failed watch lists again, doubled up to the second.
 const WATCH_RETRY_FIRST: Duration = Duration::from_millis(500);
@@ -675,7 +679,8 @@ pub struct Caches {
     /// Each workload cluster's Node cache, behind a lock of its own: the Machines of a new
     /// cluster asking at once wait for one cache rather than each making one.
     workloads: Mutex<HashMap<(String, String), WorkloadSlot>>,
-    node_changes: broadcast::Sender<NodeChange>,
+    /// Shared: a slot of the buffer holds a pointer rather than the change.
+    node_changes: broadcast::Sender<Arc<NodeChange>>,
 }
 
 impl Caches {
@@ -802,7 +807,7 @@ impl Caches {
     }
 
     /// Changes of workload clusters' Nodes, for the controllers they concern.
-    pub fn node_changes(&self) -> impl Stream<Item = NodeChange> + Send + 'static {
+    pub fn node_changes(&self) -> impl Stream<Item = Arc<NodeChange>> + Send + 'static {
         tokio_stream::wrappers::BroadcastStream::new(self.node_changes.subscribe())
             .filter_map(|change| std::future::ready(change.ok()))
     }
@@ -854,10 +859,12 @@ impl Caches {
         let (ns, name) = key.clone();
         // Every Node change wakes the Machine with the Node's providerID; a failing watch
         // wakes every Machine of the cluster.
-        let change_of = move |provider_id: Option<String>| NodeChange {
-            namespace: ns.clone(),
-            cluster: name.clone(),
-            provider_id,
+        let change_of = move |provider_id: Option<String>| {
+            Arc::new(NodeChange {
+                namespace: ns.clone(),
+                cluster: name.clone(),
+                provider_id,
+            })
         };
         let (notify_change, notify_error) = (self.node_changes.clone(), self.node_changes.clone());
         let change_of_error = change_of.clone();

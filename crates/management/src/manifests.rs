@@ -36,8 +36,7 @@ impl AgentImage {
     /// Refuses what no container runtime would pull, in one line that says how to write it.
     pub fn check(&self) -> Result<(), String> {
         let reference = &self.reference;
-        // The grammar container runtimes parse references with (distribution/reference).
-        if let Err(error) = oci_spec::distribution::Reference::try_from(reference.as_str()) {
+        if let Err(error) = check_reference(reference) {
             return Err(format!(
                 "invalid --agent-image {reference:?}: {error}; expected an image reference such as registry.example.com/lariat:v1.2.3 (lowercase repository, optional :tag or @sha256:digest)"
             ));
@@ -51,6 +50,30 @@ impl AgentImage {
         }
         Ok(())
     }
+}
+
+/// The grammar container runtimes parse image references with (distribution/reference's
+/// `ReferenceRegexp`, whose `\w` is ASCII, as Go's is), built for the one check and dropped:
+/// the oci-spec crate's parser kept a Unicode-aware compilation of it for the process's life,
+/// 7 MiB of an idle server's heap.
+fn check_reference(reference: &str) -> Result<(), &'static str> {
+    const COMPONENT: &str = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*";
+    const DOMAIN_PART: &str = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])";
+    let domain = format!(r"(?:{DOMAIN_PART}(?:\.{DOMAIN_PART})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?");
+    let name = format!("(?:{domain}/)?{COMPONENT}(?:/{COMPONENT})*");
+    let tag = r"[\w][\w.-]{0,127}";
+    let digest = "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}";
+    let grammar = regex::RegexBuilder::new(&format!("^({name})(?::{tag})?(?:@{digest})?$"))
+        .unicode(false)
+        .build()
+        .expect("the reference grammar compiles");
+    let Some(captures) = grammar.captures(reference) else {
+        return Err("not an image reference");
+    };
+    if captures[1].len() > 255 {
+        return Err("its repository name is longer than 255 characters");
+    }
+    Ok(())
 }
 
 /// The manifests `kubectl apply -f` installs an agent with, into any cluster: its namespace,
@@ -250,6 +273,8 @@ mod tests {
             "lariat",
             "registry.internal/lariat@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
             "Registry.Example.com/lariat:V1",
+            "[fd00::1]:5000/lariat:v1",
+            "a__b/c-d--e.f:v_1.2-3",
         ] {
             assert_eq!(image(ok, Some("regcred")).check(), Ok(()), "{ok}");
         }
@@ -263,10 +288,14 @@ mod tests {
             "lariat:v1:evil",
             "lariat:v1\"",
             "lariat:-v1",
+            "lariat:vé",
+            "[::1/lariat",
         ] {
             assert!(image(bad, None).check().is_err(), "{bad}");
         }
         assert!(image("lariat", Some("Reg_Cred")).check().is_err());
+        let long = format!("registry.example.com/{}", "a".repeat(240));
+        assert!(image(&long, None).check().unwrap_err().contains("255"));
         let manifest = import_manifest(
             "https://lariat.example.com",
             "abcdef.0123456789abcdef",
