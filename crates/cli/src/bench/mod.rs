@@ -558,7 +558,7 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
             };
             let mut growth = vec![];
             // The creates' CPU only: the lists between tenths are timed on their own (they
-            // were counted in until session 30, adding about 90 µs per create at 3,000).
+            // were counted in until session 30).
             let mut create_cpu = 0.0;
             for tenth in 0..10 {
                 let cpu_before = server.cpu_seconds();
