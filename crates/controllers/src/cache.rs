@@ -50,6 +50,11 @@ const EVERY_CHANGE_BUFFER: usize = 16_384;
 const WATCH_RETRY_FIRST: Duration = Duration::from_millis(500);
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(30);
 
+/// How many Node changes of all workload clusters together a subscriber may fall behind (it
+/// then misses changes until the periodic resync): many clusters reconnecting at once list
+/// all their Nodes.
+const EVERY_NODE_CHANGE_BUFFER: usize = 16_384;
+
 /// A workload cluster's Node cache feeds one forwarder: a short buffer is enough.
 const NODE_CHANGES_BUFFER: usize = 1024;
 
@@ -691,7 +696,7 @@ impl Caches {
             held_as_struct: Default::default(),
             every_change: broadcast::channel(EVERY_CHANGE_BUFFER).0,
             workloads: Default::default(),
-            node_changes: broadcast::channel(CHANGES_BUFFER).0,
+            node_changes: broadcast::channel(EVERY_NODE_CHANGE_BUFFER).0,
         })
     }
 

@@ -60,18 +60,33 @@ fn check_reference(reference: &str) -> Result<(), &'static str> {
     const COMPONENT: &str = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*";
     const DOMAIN_PART: &str = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])";
     let domain = format!(r"(?:{DOMAIN_PART}(?:\.{DOMAIN_PART})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?");
-    let name = format!("(?:{domain}/)?{COMPONENT}(?:/{COMPONENT})*");
+    let path = format!("{COMPONENT}(?:/{COMPONENT})*");
     let tag = r"[\w][\w.-]{0,127}";
     let digest = "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}";
-    let grammar = regex::RegexBuilder::new(&format!("^({name})(?::{tag})?(?:@{digest})?$"))
-        .unicode(false)
-        .build()
-        .expect("the reference grammar compiles");
+    let grammar = regex::RegexBuilder::new(&format!(
+        "^(?:({domain})/)?({path})(?::{tag})?(?:@({digest}))?$"
+    ))
+    .unicode(false)
+    .build()
+    .expect("the reference grammar compiles");
     let Some(captures) = grammar.captures(reference) else {
         return Err("not an image reference");
     };
-    if captures[1].len() > 255 {
-        return Err("its repository name is longer than 255 characters");
+    if captures[2].len() > 255 {
+        return Err("its repository path is longer than 255 characters");
+    }
+    // As go-digest parses a digest: a registered algorithm and its length of lowercase hex.
+    if let Some(digest) = captures.get(3) {
+        let (algorithm, hex) = digest.as_str().split_once(':').unwrap_or_default();
+        let length = match algorithm {
+            "sha256" => 64,
+            "sha384" => 96,
+            "sha512" => 128,
+            _ => return Err("its digest's algorithm is not sha256, sha384 or sha512"),
+        };
+        if hex.len() != length || hex.bytes().any(|b| b.is_ascii_uppercase()) {
+            return Err("its digest is not the algorithm's length of lowercase hex");
+        }
     }
     Ok(())
 }
@@ -294,8 +309,21 @@ mod tests {
             assert!(image(bad, None).check().is_err(), "{bad}");
         }
         assert!(image("lariat", Some("Reg_Cred")).check().is_err());
-        let long = format!("registry.example.com/{}", "a".repeat(240));
+        // The path is limited, not the registry's name.
+        let path = format!("registry.example.com/{}", "a".repeat(240));
+        assert_eq!(image(&path, None).check(), Ok(()));
+        let long = format!("registry.example.com/{}", "a".repeat(256));
         assert!(image(&long, None).check().unwrap_err().contains("255"));
+        for digest in [
+            "sha256:0123456789abcdef0123456789abcdef",
+            "sha256:0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF",
+            "md5:0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(
+                image(&format!("lariat@{digest}"), None).check().is_err(),
+                "{digest}"
+            );
+        }
         let manifest = import_manifest(
             "https://lariat.example.com",
             "abcdef.0123456789abcdef",

@@ -80,8 +80,15 @@ const LIMITS: Limits = Limits {
     bytes_per_second: 1024 * 1024,
 };
 
+// A page read at the rate from an empty allowance must arrive well within its time.
+const _: () =
+    assert!(LIMITS.line_bytes as u64 / LIMITS.bytes_per_second * 2 < LIMITS.line_time.as_secs());
+
 /// The most Nodes counted in one cluster: twice the 5,000 Kubernetes is tested with.
 const MAX_NODES: usize = 10_000;
+
+/// How long a cluster with more than [`MAX_NODES`] waits before its Nodes are listed again.
+const OVER_LIMIT_PAUSE: Duration = Duration::from_secs(600);
 
 /// Nodes asked for in one page of the list.
 const PAGE_SIZE: u32 = 100;
@@ -137,6 +144,9 @@ async fn follow(api: Api<Node>, state: Arc<Mutex<State>>, changed: Arc<Notify>) 
                 Ok(watcher::Event::Init) => listing.clear(),
                 Ok(watcher::Event::InitApply(node)) => {
                     listing.insert(node_name(&node), part(&node));
+                    if listing.len() > MAX_NODES {
+                        break too_many();
+                    }
                 }
                 Ok(watcher::Event::InitDone) => {
                     parts = std::mem::take(&mut listing);
@@ -145,6 +155,9 @@ async fn follow(api: Api<Node>, state: Arc<Mutex<State>>, changed: Arc<Notify>) 
                 }
                 Ok(watcher::Event::Apply(node)) => {
                     parts.insert(node_name(&node), part(&node));
+                    if parts.len() > MAX_NODES {
+                        break too_many();
+                    }
                     answered(&state, figures(&parts), &changed);
                 }
                 Ok(watcher::Event::Delete(node)) => {
@@ -154,6 +167,7 @@ async fn follow(api: Api<Node>, state: Arc<Mutex<State>>, changed: Arc<Notify>) 
                 Err(error) => break describe(&error),
             }
         };
+        let failure_is_too_many = failure == too_many();
         // The reporter's next pass sees it, once it has lasted.
         {
             let mut state = state.lock().expect("lock");
@@ -162,9 +176,19 @@ async fn follow(api: Api<Node>, state: Arc<Mutex<State>>, changed: Arc<Notify>) 
                 None => state.failing = Some((Instant::now(), failure)),
             }
         }
+        // A cluster over the limit is not listed again for a while: each list costs the
+        // management plane up to the whole rate.
+        if failure_is_too_many {
+            pause = OVER_LIMIT_PAUSE;
+        }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(30));
     }
+}
+
+/// Why a cluster's Nodes are not counted: more than [`MAX_NODES`].
+fn too_many() -> String {
+    format!("the cluster has more than {MAX_NODES} Nodes, the most lariat counts")
 }
 
 /// The cluster's API answered with `figures`.
