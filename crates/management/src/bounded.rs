@@ -139,8 +139,7 @@ where
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
-                    let data = data.clone();
-                    this.take(&data)?;
+                    this.take(data)?;
                 }
                 Poll::Ready(Some(Ok(frame)))
             }

@@ -135,11 +135,6 @@ async fn follow(api: Api<Node>, state: Arc<Mutex<State>>, changed: Arc<Notify>) 
             let Some(event) = events.next().await else {
                 break "the watch of the cluster's Nodes ended".to_string();
             };
-            if parts.len().max(listing.len()) > MAX_NODES {
-                break format!(
-                    "the cluster has more than {MAX_NODES} Nodes, the most lariat counts"
-                );
-            }
             match event {
                 Ok(watcher::Event::Init) => listing.clear(),
                 Ok(watcher::Event::InitApply(node)) => {
@@ -167,7 +162,6 @@ async fn follow(api: Api<Node>, state: Arc<Mutex<State>>, changed: Arc<Notify>) 
                 Err(error) => break describe(&error),
             }
         };
-        let failure_is_too_many = failure == too_many();
         // The reporter's next pass sees it, once it has lasted.
         {
             let mut state = state.lock().expect("lock");
@@ -178,7 +172,7 @@ async fn follow(api: Api<Node>, state: Arc<Mutex<State>>, changed: Arc<Notify>) 
         }
         // A cluster over the limit is not listed again for a while: each list costs the
         // management plane up to the whole rate.
-        if failure_is_too_many {
+        if parts.len().max(listing.len()) > MAX_NODES {
             pause = OVER_LIMIT_PAUSE;
         }
         tokio::time::sleep(pause).await;

@@ -540,16 +540,12 @@ impl ReadPool {
             .map_err(|_| Error::Unavailable("the sqlite store is closed".into()))?;
         let pool = self.clone();
         tokio::task::spawn_blocking(move || {
-            let idle = pool.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-            let mut conn = match idle {
+            let mut conn = match pool.take_idle() {
                 Some(conn) => conn,
                 None => pool.open().map_err(sql)?,
             };
             let result = read(&mut conn);
-            pool.idle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(conn);
+            pool.put_idle(conn);
             result
         })
         .await
@@ -566,18 +562,25 @@ impl ReadPool {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
     {
-        if let Ok(_permit) = self.permits.try_acquire() {
-            let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-            if let Some(mut conn) = idle {
-                let result = read(&mut conn);
-                self.idle
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(conn);
-                return result;
-            }
+        if let Ok(_permit) = self.permits.try_acquire()
+            && let Some(mut conn) = self.take_idle()
+        {
+            let result = read(&mut conn);
+            self.put_idle(conn);
+            return result;
         }
         self.with(read).await
+    }
+
+    fn take_idle(&self) -> Option<Connection> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    fn put_idle(&self, conn: Connection) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(conn);
     }
 
     fn open(&self) -> rusqlite::Result<Connection> {
