@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
+use kube::ResourceExt;
 use kube::api::{
     Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
     WatchParams,
@@ -161,11 +162,9 @@ struct ServerProcess {
 }
 
 impl ServerProcess {
-    fn start(etcd: Option<&str>, controllers: bool) -> anyhow::Result<ServerProcess> {
-        let mut args: Vec<String> = vec![];
-        if !controllers {
-            args.push("--no-controllers".into());
-        }
+    /// A server without controllers, on SQLite or on the etcd at `etcd`.
+    fn without_controllers(etcd: Option<&str>) -> anyhow::Result<ServerProcess> {
+        let mut args: Vec<String> = vec!["--no-controllers".into()];
         if let Some(endpoint) = etcd {
             args.extend(
                 [
@@ -177,11 +176,7 @@ impl ServerProcess {
                 .map(String::from),
             );
         }
-        let server = ServerProcess::start_with(args)?;
-        if controllers {
-            server.init_inmemory()?;
-        }
-        Ok(server)
+        ServerProcess::start_with(args)
     }
 
     /// `lariat init --infrastructure inmemory` against it.
@@ -545,7 +540,7 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
                 other => bail!("unknown backend {other:?}: use sqlite or etcd"),
             };
             let endpoint = etcd.as_ref().map(|e| e.endpoint());
-            let server = ServerProcess::start(endpoint.as_deref(), false)?;
+            let server = ServerProcess::without_controllers(endpoint.as_deref())?;
             let api = kind.api(server.client().await?);
             println!("\n{backend}, {objects} {kind:?} objects");
             let (idle_rss, _) = server.memory_mib();
@@ -809,25 +804,51 @@ async fn until_running(
     version: &str,
     started: Instant,
 ) -> anyhow::Result<Duration> {
-    let deadline = started + Duration::from_secs(1800);
+    use kube::runtime::watcher::{self, Event};
+    // Watched rather than listed again and again: at 13,000 machines each list would cost the
+    // server as much as the work being timed.
+    let deadline = tokio::time::Instant::from_std(started + Duration::from_secs(1800));
+    let is_running = |m: &DynamicObject| {
+        m.data["status"]["phase"] == "Running"
+            && m.data["spec"]["version"] == version
+            && m.metadata.deletion_timestamp.is_none()
+    };
+    // Each machine's name and whether it runs `version`; how many do.
+    let mut machines: std::collections::HashMap<String, bool> = Default::default();
+    let mut running = 0;
+    let mut listed = false;
+    let mut events = std::pin::pin!(watcher::watcher(api.clone(), watcher::Config::default()));
     loop {
-        let list = api.list(&ListParams::default()).await?;
-        let running = list
-            .items
-            .iter()
-            .filter(|m| {
-                m.data["status"]["phase"] == "Running"
-                    && m.data["spec"]["version"] == version
-                    && m.metadata.deletion_timestamp.is_none()
-            })
-            .count();
-        if running >= expected && list.items.len() == expected {
+        let event = match tokio::time::timeout_at(deadline, events.try_next()).await {
+            Ok(event) => event?.context("the watch of Machines ended")?,
+            Err(_) => {
+                bail!("only {running} of {expected} machines run {version} after 30 minutes");
+            }
+        };
+        match event {
+            Event::Init => {
+                machines.clear();
+                running = 0;
+                listed = false;
+            }
+            Event::InitDone => listed = true,
+            Event::InitApply(m)
+            | Event::Apply(m) => {
+                let now = is_running(&m);
+                if machines.insert(m.name_any(), now) == Some(true) {
+                    running -= 1;
+                }
+                running += usize::from(now);
+            }
+            Event::Delete(m) => {
+                if machines.remove(&m.name_any()) == Some(true) {
+                    running -= 1;
+                }
+            }
+        }
+        if listed && machines.len() == expected && running == expected {
             return Ok(started.elapsed());
         }
-        if Instant::now() > deadline {
-            bail!("only {running} of {expected} machines run {version} after 30 minutes");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
@@ -951,7 +972,7 @@ async fn lifecycle(args: LifecycleArgs) -> anyhow::Result<()> {
         "lariat bench lifecycle: {} clusters x ({} control plane + {} workers), in-memory provider, zero delay; load average {load}",
         args.clusters, args.control_plane, args.workers,
     );
-    let server = ServerProcess::start(None, true)?;
+    let server = ServerProcess::for_inmemory_clusters(args.clusters, vec![])?;
     let client = server.client().await?;
     let machines = machines_api(client.clone());
     let expected = args.clusters * (args.control_plane + args.workers) as usize;

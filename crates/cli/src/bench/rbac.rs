@@ -82,7 +82,7 @@ pub async fn run(args: RbacArgs) -> anyhow::Result<()> {
         args.concurrency,
         load_average()
     );
-    let server = ServerProcess::start(None, false)?;
+    let server = ServerProcess::without_controllers(None)?;
     let admin = server.client().await?;
     let namespaces: Api<DynamicObject> = Api::all_with(
         admin.clone(),
