@@ -91,6 +91,7 @@ impl Resources {
         let resources = self.clone();
         let scope_for_events = scope.clone();
         let selectors = params.list.clone();
+        let everything = selectors.label_selector.is_empty() && selectors.field_selector.is_empty();
         let progress = Arc::new(std::sync::atomic::AtomicI64::new(start));
         let progressed = progress.clone();
         let events = changes
@@ -129,8 +130,15 @@ impl Resources {
                         && selectors.field_selector.matches_fields(&o.value)
                 };
                 let new = decode(&change.kv)?;
-                let old = change.prev.as_ref().and_then(decode);
-                let was = old.as_deref().is_some_and(matches);
+                // Without selectors every earlier state matched: the previous state is not
+                // decoded only to find that out (most watches, the controllers' caches'
+                // among them, select nothing, and a previous state is rarely still cached).
+                let was = if everything {
+                    change.prev.is_some()
+                } else {
+                    let old = change.prev.as_ref().and_then(decode);
+                    old.as_deref().is_some_and(matches)
+                };
                 let is = matches(&new);
                 let kind = match (change.kind, was, is) {
                     (EventKind::Delete, true, _) | (EventKind::Delete, false, true) => "DELETED",

@@ -4,7 +4,8 @@
 //! targeted are deleted. The Bundle's status counts them by state and groups the clusters
 //! that are not ready by cause.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::ByteString;
@@ -176,9 +177,17 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
     let groups: Vec<&ClusterGroup> = groups.iter().map(|g| g.as_ref()).collect();
 
     let existing = deployments_of(&ctx, &namespace, &name);
+    let by_namespace: HashMap<&str, &Arc<BundleDeployment>> = existing
+        .iter()
+        .filter_map(|bd| Some((bd.metadata.namespace.as_deref()?, bd)))
+        .collect();
     let mut wanted: BTreeSet<(String, String)> = BTreeSet::new();
     let mut standings: Vec<Standing> = Vec::new();
     let mut planned: Vec<Planned> = Vec::new();
+    // What each target (by its address in the spec) resolves to, worked out once: every
+    // cluster a target chooses gets the same manifests (a thousand clusters, one YAML parse
+    // and one hash).
+    let mut versions: HashMap<usize, Result<BundleDeploymentSpec, String>> = HashMap::new();
     for cluster in &clusters {
         let Some(target) = target_for(&bundle.spec, &Candidate::of(cluster), &groups) else {
             continue;
@@ -193,9 +202,17 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
             });
             continue;
         };
-        let spec = match deployment_spec(&ctx, &bundle, cluster, target).await? {
-            Ok(spec) => spec,
+        let version = match versions.entry(std::ptr::from_ref(target).addr()) {
+            Entry::Occupied(known) => known.into_mut(),
+            Entry::Vacant(new) => new.insert(version_for(&ctx, &bundle, target).await?),
+        };
+        let spec = match version {
+            Ok(version) => BundleDeploymentSpec {
+                paused: bundle.spec.paused || cluster.spec.paused,
+                ..version.clone()
+            },
             Err(message) => {
+                let message = message.clone();
                 standings.push(Standing {
                     cluster: cluster_name,
                     state: "InvalidCustomization",
@@ -205,9 +222,9 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
             }
         };
         wanted.insert((cluster_namespace.clone(), name.clone()));
-        let current = existing
-            .iter()
-            .find(|bd| bd.namespace().as_deref() == Some(cluster_namespace.as_str()))
+        let current = by_namespace
+            .get(cluster_namespace.as_str())
+            .copied()
             .cloned();
         planned.push(Planned {
             cluster: cluster.clone(),
@@ -297,12 +314,12 @@ async fn delete_deployments(
     Ok(())
 }
 
-/// The BundleDeployment spec of the bundle's newest version for `cluster`, its content
-/// stored; the customization's error when `target`'s cannot be applied.
-async fn deployment_spec(
+/// The BundleDeployment spec of the bundle's newest version for the clusters `target`
+/// chooses (not yet paused for a paused cluster), its content stored; the customization's
+/// error when `target`'s cannot be applied.
+async fn version_for(
     ctx: &Context,
     bundle: &Bundle,
-    cluster: &FleetCluster,
     target: &BundleTarget,
 ) -> Result<Result<BundleDeploymentSpec, String>, Error> {
     let manifests = match resolve(&bundle.spec, target) {
@@ -327,7 +344,6 @@ async fn deployment_spec(
         deployment_id: Some(format!("{content_name}:{}", &options_hash[..16])),
         options: Some(options),
         correct_drift: bundle.spec.correct_drift.clone(),
-        paused: bundle.spec.paused || cluster.spec.paused,
         depends_on: bundle.spec.depends_on.clone(),
         ..Default::default()
     }))
@@ -597,12 +613,36 @@ pub fn normalize(message: &str, cluster: &str) -> String {
         )
         .expect("a valid pattern")
     });
-    // The cluster's name as a word of its own (a cluster called "a" is not every letter a).
-    let without_cluster = match regex::Regex::new(&format!(r"\b{}\b", regex::escape(cluster))) {
-        Ok(name) if !cluster.is_empty() => name.replace_all(message, "<cluster>").into_owned(),
-        _ => message.to_string(),
-    };
-    PATTERNS.replace_all(&without_cluster, "<n>").into_owned()
+    PATTERNS
+        .replace_all(&replace_word(message, cluster, "<cluster>"), "<n>")
+        .into_owned()
+}
+
+/// `text` with each occurrence of `word` as a word of its own (not within a longer word: a
+/// cluster called "a" is not every letter a) replaced. Not a regex: this runs for every
+/// cluster not ready, at every summary of a rollout to thousands of them.
+fn replace_word(text: &str, word: &str, replacement: &str) -> String {
+    if word.is_empty() {
+        return text.to_string();
+    }
+    let in_word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut replaced = String::with_capacity(text.len());
+    let (mut copied, mut from) = (0, 0);
+    while let Some(found) = text[from..].find(word) {
+        let (at, end) = (from + found, from + found + word.len());
+        let before = text[..at].chars().next_back();
+        let after = text[end..].chars().next();
+        if before.is_some_and(in_word) || after.is_some_and(in_word) {
+            // Not a word of its own here; one may still start within it (`a-a` in `xa-a-a`).
+            from = at + text[at..].chars().next().map_or(1, char::len_utf8);
+            continue;
+        }
+        replaced.push_str(&text[copied..at]);
+        replaced.push_str(replacement);
+        (copied, from) = (end, end);
+    }
+    replaced.push_str(&text[copied..]);
+    replaced
 }
 
 /// The Bundle's status from where its clusters stand.
@@ -776,5 +816,11 @@ mod tests {
             short("b"),
             "a one-letter cluster name is not every letter"
         );
+        assert_eq!(
+            replace_word("prod-1 and prod-10, xprod-1, (prod-1)", "prod-1", "<c>"),
+            "<c> and prod-10, xprod-1, (<c>)"
+        );
+        assert_eq!(replace_word("a_b b", "b", "<c>"), "a_b <c>");
+        assert_eq!(replace_word("xa-a-a", "a-a", "<c>"), "xa-<c>");
     }
 }

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -25,12 +25,13 @@ use crate::{Context, Error, kubeadm_config_resource};
 use lariat_api::bootstrap::KubeadmConfigSpec;
 use lariat_api::bootstrap::kubeadm_config::Format;
 use lariat_api::capi::{Cluster, Machine, MachinePool};
-use lariat_controllers::cache::Caches;
+use lariat_controllers::cache::{Caches, IndexKey};
 use lariat_controllers::events::EventType;
 
 /// Label on each data Secret recording which kubeadm role it was rendered for. The init
 /// election reads it: a cluster that already has another node's bootstrap data never gets a
-/// second `kubeadm init`, even if its lock ConfigMap disappears.
+/// second `kubeadm init`, even if its lock ConfigMap disappears (once the Secrets' cache has
+/// seen that data: it is read from the cache, which follows the store by a watch event).
 pub const ROLE_LABEL: &str = "bootstrap.lariat.dev/kubeadm-role";
 
 /// How long a config waits before looking again at something no watch reports (the fallback
@@ -568,26 +569,22 @@ impl Scope<'_> {
     }
 
     /// Another existing config of this cluster that already has bootstrap data, and its role.
+    /// Read from the cache of clusters' Secrets (indexed by cluster), not listed: a list by
+    /// label reads every Secret of the namespace, and each control-plane config waiting for
+    /// the first one asked at every wake-up (at 1,000 clusters, a fifth of the server's CPU).
     async fn other_bootstrap_data(&self) -> Result<Option<(String, String)>, Error> {
-        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-            Api::namespaced(self.client.clone(), &self.namespace());
-        let selector = format!(
-            "{}={},{ROLE_LABEL}",
-            lariat_api::capi::labels::CLUSTER_NAME,
-            self.cluster_name
-        );
-        let configs: Api<DynamicObject> = Api::namespaced_with(
-            self.client.clone(),
-            &self.namespace(),
-            &kubeadm_config_resource(),
-        );
-        for secret in secrets
-            .list(&ListParams::default().labels(&selector))
-            .await?
-            .items
-        {
-            let name = secret.name_any();
-            if name == self.config.name_any() {
+        let secrets = self.caches.secrets();
+        secrets.synced().await?;
+        let namespace = self.namespace();
+        let configs = self.caches.of(&kubeadm_config_resource());
+        for secret in secrets.indexed_now(IndexKey::Cluster {
+            namespace: &namespace,
+            name: &self.cluster_name,
+        }) {
+            let Some(role) = secret.labels().get(ROLE_LABEL) else {
+                continue;
+            };
+            if secret.name_any() == self.config.name_any() {
                 continue;
             }
             let Some(owner) = secret
@@ -598,13 +595,12 @@ impl Scope<'_> {
                 continue;
             };
             // Data whose config is gone (or going) is garbage waiting for collection.
-            let live = configs.get_opt(&owner.name).await?.filter(|c| {
+            let live = configs.get(&namespace, &owner.name).await?.filter(|c| {
                 c.uid().as_deref() == Some(owner.uid.as_str())
                     && c.metadata.deletion_timestamp.is_none()
             });
             if live.is_some() {
-                let role = secret.labels().get(ROLE_LABEL).cloned().unwrap_or_default();
-                return Ok(Some((owner.name.clone(), role)));
+                return Ok(Some((owner.name.clone(), role.clone())));
             }
         }
         Ok(None)

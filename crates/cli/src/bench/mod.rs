@@ -832,8 +832,7 @@ async fn until_running(
                 listed = false;
             }
             Event::InitDone => listed = true,
-            Event::InitApply(m)
-            | Event::Apply(m) => {
+            Event::InitApply(m) | Event::Apply(m) => {
                 let now = is_running(&m);
                 if machines.insert(m.name_any(), now) == Some(true) {
                     running -= 1;
