@@ -17,6 +17,7 @@ pub mod conformance;
 pub mod etcd;
 pub mod etcd_process;
 pub mod memory;
+mod routes;
 pub mod sqlite;
 
 /// A global, monotonically increasing write sequence number. `0` means "none" / "latest".

@@ -24,9 +24,10 @@
 //!
 //! A watcher subscribes to the live events first and then replays the log after its revision
 //! (in pages), dropping live events it already replayed: anything committed after the replay's
-//! snapshot is published after the subscription, so nothing falls in between. A watcher that
-//! falls more than [`SqliteOptions::watch_buffer`] batches behind does not fail: it
-//! resubscribes and catches up from the log again. Only when the history it still needs has
+//! snapshot is published after the subscription, so nothing falls in between. Live events
+//! reach only the watchers whose prefix holds their key (`routes.rs`). A watcher that falls
+//! more than [`SqliteOptions::watch_buffer`] changes behind does not fail: its queue is
+//! dropped and it catches up from the log again. Only when the history it still needs has
 //! been compacted meanwhile does its stream yield [`Error::Compacted`] and end; the caller
 //! re-lists.
 
@@ -40,8 +41,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use futures::StreamExt;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use crate::routes::{Delivery, Routes, Subscription};
 use crate::{
     Error, Event, EventKind, KeyValue, ListOptions, ListResult, Page, Result, Revision, Store,
     WatchStream, prefix_end, range_start,
@@ -54,7 +56,7 @@ pub struct SqliteOptions {
     pub read_connections: usize,
     /// The most writes committed in one transaction.
     pub max_batch: usize,
-    /// Committed batches buffered per live watcher before a slow one falls back to the log.
+    /// Changes queued per live watcher before a slow one falls back to the log.
     pub watch_buffer: usize,
     /// How long a connection waits for a lock held by another process before failing.
     pub busy_timeout: std::time::Duration,
@@ -65,7 +67,7 @@ impl Default for SqliteOptions {
         SqliteOptions {
             read_connections: 4,
             max_batch: 1024,
-            watch_buffer: 256,
+            watch_buffer: 4096,
             busy_timeout: std::time::Duration::from_secs(5),
         }
     }
@@ -79,7 +81,7 @@ pub struct SqliteStore {
     writes: Option<mpsc::UnboundedSender<Request>>,
     writer: Option<JoinHandle<()>>,
     readers: Arc<ReadPool>,
-    events: broadcast::Sender<Arc<Live>>,
+    routes: Arc<Routes>,
     head: Arc<AtomicI64>,
 }
 
@@ -141,18 +143,6 @@ fn restrict_to_owner(path: &Path) -> Result<()> {
 const REPLAY_PAGE: usize = 512;
 const REPLAY_BYTES: usize = 8 * 1024 * 1024;
 
-/// A committed batch whose values weigh more than this is not handed to live watchers: they
-/// are told to read it from the log, so a watcher that lags holds at most
-/// [`SqliteOptions::watch_buffer`] batches of this size, whatever the objects weigh.
-const LIVE_BATCH_BYTES: usize = 1024 * 1024;
-
-/// What the writer publishes to live watchers after each commit.
-enum Live {
-    Events(Vec<Event>),
-    /// A batch too heavy to hand over: read the log up to here.
-    InLog,
-}
-
 /// Copies the database at `path` to `to` (a file that must not exist) while servers may be
 /// writing to it: `VACUUM INTO` reads one consistent snapshot in a read transaction (WAL lets
 /// the writer go on meanwhile) and writes a compact copy, readable as a database of its own.
@@ -211,15 +201,15 @@ impl SqliteStore {
         tx.commit().map_err(sql)?;
 
         let head = Arc::new(AtomicI64::new(head));
-        let (events, _) = broadcast::channel(options.watch_buffer.max(1));
+        let routes = Routes::new(options.watch_buffer);
         let (writes, requests) = mpsc::unbounded_channel();
         let writer = {
-            let events = events.clone();
+            let routes = routes.clone();
             let head = head.clone();
             let max_batch = options.max_batch.max(1);
             std::thread::Builder::new()
                 .name("lariat-store-writer".into())
-                .spawn(move || run_writer(conn, requests, events, head, max_batch))
+                .spawn(move || run_writer(conn, requests, routes, head, max_batch))
                 .map_err(|e| Error::Internal(format!("cannot start the writer thread: {e}")))?
         };
         let readers = Arc::new(ReadPool {
@@ -232,7 +222,7 @@ impl SqliteStore {
             writes: Some(writes),
             writer: Some(writer),
             readers,
-            events,
+            routes,
             head,
         })
     }
@@ -266,6 +256,8 @@ impl Drop for SqliteStore {
         {
             tracing::error!("the sqlite writer thread panicked");
         }
+        // The writer closes them when it finishes; a writer that panicked did not.
+        self.routes.close();
     }
 }
 
@@ -363,7 +355,8 @@ impl SqliteStore {
             lo: prefix.as_bytes().to_vec(),
             hi: prefix_end(prefix.as_bytes()),
             // Subscribing before reading the log is what leaves no gap (see the module doc).
-            live: self.events.subscribe(),
+            live: self.routes.subscribe(prefix.as_bytes()),
+            routes: self.routes.clone(),
             last: after,
             pending: VecDeque::new(),
             catching_up: true,
@@ -372,7 +365,6 @@ impl SqliteStore {
                 every,
                 sent_at: Instant::now(),
                 sent: after,
-                seen: after,
             }),
         };
         // Reading the first page now reports a compacted start revision as an error of this
@@ -595,7 +587,8 @@ struct Watcher {
     readers: Arc<ReadPool>,
     lo: Vec<u8>,
     hi: Vec<u8>,
-    live: broadcast::Receiver<Arc<Live>>,
+    live: Subscription,
+    routes: Arc<Routes>,
     /// The revision of the last event queued (replayed or live); later ones are new.
     last: Revision,
     pending: VecDeque<Event>,
@@ -605,35 +598,35 @@ struct Watcher {
     progress: Option<Progress>,
 }
 
-/// A watch's progress reports: at most one every `every`, the last at `sent_at`, of `sent`;
-/// `seen` is how far the batches looked at go.
+/// A watch's progress reports: at most one every `every`, the last at `sent_at`, of `sent`.
 struct Progress {
     every: Duration,
     sent_at: Instant,
     sent: Revision,
-    seen: Revision,
 }
 
 impl Progress {
-    /// When the next report is due, if there is progress to report.
-    fn due(&self) -> Option<Instant> {
-        (self.seen > self.sent).then(|| self.sent_at + self.every)
+    /// When the next report is due (a zero interval still looks only every 100 ms: a quiet
+    /// watch is not woken by others' changes, and would otherwise spin).
+    fn due(&self) -> Instant {
+        self.sent_at + self.every.max(Duration::from_millis(100))
     }
 
-    /// The report of the progress seen, if there is any.
-    fn report(&mut self) -> Option<Event> {
-        if self.seen <= self.sent {
+    /// The report that every change up to `through` has been delivered, if that is progress;
+    /// the next is due `every` from now either way.
+    fn report(&mut self, through: Revision) -> Option<Event> {
+        self.sent_at = Instant::now();
+        if through <= self.sent {
             return None;
         }
-        self.sent = self.seen;
-        self.sent_at = Instant::now();
+        self.sent = through;
         Some(Event {
             kind: EventKind::Progress,
             kv: KeyValue {
                 key: String::new(),
                 value: Vec::new(),
                 create_revision: 0,
-                mod_revision: self.seen,
+                mod_revision: through,
             },
             prev: None,
         })
@@ -657,12 +650,21 @@ impl Watcher {
                 continue;
             }
             // A quiet watch reports its progress once it is due, whether or not more comes.
-            let due = self.progress.as_ref().and_then(Progress::due);
-            let received = match due {
+            let delivery = match self.progress.as_ref().map(Progress::due) {
                 Some(at) => tokio::select! {
-                    received = self.live.recv() => received,
+                    biased;
+                    delivery = self.live.recv() => delivery,
                     _ = tokio::time::sleep_until(at.into()) => {
-                        if let Some(event) = self.progress.as_mut().and_then(Progress::report) {
+                        // Read before looking at the queue: every change up to it is queued
+                        // for this watcher or already delivered (or it was told it lagged).
+                        let routed = self.routes.routed();
+                        if self.live.has_pending() {
+                            continue;
+                        }
+                        // A replay may have read past what is routed yet: every change of the
+                        // prefix up to `last` has been delivered then.
+                        let report = self.progress.as_mut().and_then(|p| p.report(routed.max(self.last)));
+                        if let Some(event) = report {
                             return Some(Ok(event));
                         }
                         continue;
@@ -670,42 +672,26 @@ impl Watcher {
                 },
                 None => self.live.recv().await,
             };
-            match received {
-                Ok(live) => {
-                    let Live::Events(batch) = &*live else {
-                        self.catching_up = true;
-                        continue;
-                    };
-                    for event in batch.iter() {
-                        let key = event.kv.key.as_bytes();
-                        if event.revision() > self.last && key >= &self.lo[..] && key < &self.hi[..]
-                        {
+            match delivery {
+                Delivery::Events(events) => {
+                    for event in events {
+                        if event.revision() > self.last {
                             self.last = event.revision();
-                            self.pending.push_back(event.clone());
+                            self.pending.push_back(Event::clone(&event));
                         }
                     }
-                    // The whole batch is looked at: every change of the prefix up to its last
-                    // revision is delivered once what it queued is.
-                    if let Some(progress) = &mut self.progress {
-                        let through = batch.iter().map(Event::revision).max().unwrap_or(0);
-                        progress.seen = progress.seen.max(through);
-                        if !self.pending.is_empty() {
-                            // Its own events carry the revision; progress is for quiet.
-                            progress.sent = progress.sent.max(self.last);
-                        }
+                    // Its own events carry the revision; progress is for quiet.
+                    if let Some(progress) = &mut self.progress
+                        && !self.pending.is_empty()
+                    {
+                        progress.sent = progress.sent.max(self.last);
                     }
                 }
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::debug!(
-                        missed,
-                        last = self.last,
-                        "watcher lagged, replaying the log"
-                    );
-                    // A fresh subscription before the replay, as at the start.
-                    self.live = self.live.resubscribe();
+                Delivery::Lagged => {
+                    tracing::debug!(last = self.last, "watcher lagged, replaying the log");
                     self.catching_up = true;
                 }
-                Err(broadcast::error::RecvError::Closed) => {
+                Delivery::Closed => {
                     self.done = true;
                     return Some(Err(Error::Unavailable("the sqlite store is closed".into())));
                 }
@@ -836,7 +822,7 @@ enum Applied {
 fn run_writer(
     mut conn: Connection,
     mut requests: mpsc::UnboundedReceiver<Request>,
-    events: broadcast::Sender<Arc<Live>>,
+    routes: Arc<Routes>,
     head: Arc<AtomicI64>,
     max_batch: usize,
 ) {
@@ -858,7 +844,7 @@ fn run_writer(
                 head.store(new_head, Ordering::SeqCst);
                 // Publishing after the commit, and only when someone listens: a watcher that
                 // subscribes after this check reads the log after it, which has the batch.
-                let published: Vec<Event> = if events.receiver_count() > 0 {
+                let published: Vec<Event> = if !routes.is_empty() {
                     results
                         .iter()
                         .filter_map(|result| match result {
@@ -874,13 +860,7 @@ fn run_writer(
                     let _ = reply.send(result);
                 }
                 if !published.is_empty() {
-                    let weight = page_bytes(&published);
-                    let live = if weight > LIVE_BATCH_BYTES {
-                        Live::InLog
-                    } else {
-                        Live::Events(published)
-                    };
-                    let _ = events.send(Arc::new(live));
+                    routes.publish(published);
                 }
             }
             Err(e) => {
@@ -891,6 +871,8 @@ fn run_writer(
             }
         }
     }
+    // The store was dropped: what was queued is written, and open watches end.
+    routes.close();
 }
 
 type BatchResult = (Vec<Result<Applied>>, Revision);
