@@ -130,23 +130,15 @@ impl Resources {
                         && selectors.field_selector.matches_fields(&o.value)
                 };
                 let new = decode(&change.kv)?;
-                // Without selectors every earlier state matched: the previous state is not
-                // decoded only to find that out (most watches, the controllers' caches'
-                // among them, select nothing, and a previous state is rarely still cached).
+                // Without selectors every earlier state matched: it is not decoded to find that
+                // out (the controllers' caches select nothing; an old state is rarely cached).
                 let was = if everything {
                     change.prev.is_some()
                 } else {
                     let old = change.prev.as_ref().and_then(decode);
                     old.as_deref().is_some_and(matches)
                 };
-                let is = matches(&new);
-                let kind = match (change.kind, was, is) {
-                    (EventKind::Delete, true, _) | (EventKind::Delete, false, true) => "DELETED",
-                    (EventKind::Put, true, true) => "MODIFIED",
-                    (EventKind::Put, false, true) => "ADDED",
-                    (EventKind::Put, true, false) => "DELETED",
-                    _ => return None,
-                };
+                let kind = event_type(change.kind, was, matches(&new))?;
                 Some(WatchEvent { kind, object: new })
             })
             .filter_map(futures::future::ready);
@@ -190,6 +182,18 @@ impl Resources {
             futures::future::ready(event)
         });
         Ok(events.boxed())
+    }
+}
+
+/// What a change is to a watcher, from whether the object matched its selectors before and
+/// after; `None` when it concerns the watcher neither way.
+fn event_type(kind: EventKind, was: bool, is: bool) -> Option<&'static str> {
+    match (kind, was, is) {
+        (EventKind::Delete, true, _) | (EventKind::Delete, false, true) => Some("DELETED"),
+        (EventKind::Put, true, true) => Some("MODIFIED"),
+        (EventKind::Put, false, true) => Some("ADDED"),
+        (EventKind::Put, true, false) => Some("DELETED"),
+        _ => None,
     }
 }
 

@@ -177,16 +177,15 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
     let groups: Vec<&ClusterGroup> = groups.iter().map(|g| g.as_ref()).collect();
 
     let existing = deployments_of(&ctx, &namespace, &name);
-    let by_namespace: HashMap<&str, &Arc<BundleDeployment>> = existing
+    let by_namespace: HashMap<&str, Arc<BundleDeployment>> = existing
         .iter()
-        .filter_map(|bd| Some((bd.metadata.namespace.as_deref()?, bd)))
+        .filter_map(|bd| Some((bd.metadata.namespace.as_deref()?, bd.clone())))
         .collect();
     let mut wanted: BTreeSet<(String, String)> = BTreeSet::new();
     let mut standings: Vec<Standing> = Vec::new();
     let mut planned: Vec<Planned> = Vec::new();
-    // What each target (by its address in the spec) resolves to, worked out once: every
-    // cluster a target chooses gets the same manifests (a thousand clusters, one YAML parse
-    // and one hash).
+    // What each target (by its address in the spec) resolves to, worked out once: all the
+    // clusters it chooses get the same manifests (a thousand clusters, one parse, one hash).
     let mut versions: HashMap<usize, Result<BundleDeploymentSpec, String>> = HashMap::new();
     for cluster in &clusters {
         let Some(target) = target_for(&bundle.spec, &Candidate::of(cluster), &groups) else {
@@ -212,20 +211,16 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
                 ..version.clone()
             },
             Err(message) => {
-                let message = message.clone();
                 standings.push(Standing {
                     cluster: cluster_name,
                     state: "InvalidCustomization",
-                    message,
+                    message: message.clone(),
                 });
                 continue;
             }
         };
         wanted.insert((cluster_namespace.clone(), name.clone()));
-        let current = by_namespace
-            .get(cluster_namespace.as_str())
-            .copied()
-            .cloned();
+        let current = by_namespace.get(cluster_namespace.as_str()).cloned();
         planned.push(Planned {
             cluster: cluster.clone(),
             namespace: cluster_namespace,
