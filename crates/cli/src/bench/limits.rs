@@ -62,14 +62,20 @@ impl Watchdog {
             while !stopped.load(Ordering::SeqCst) {
                 peak = peak.max(rss_mib(pid));
                 let started = Instant::now();
-                let request = http::Request::get("/healthz").body(Vec::new());
-                let answered = match request {
-                    Ok(request) => {
-                        tokio::time::timeout(Duration::from_secs(30), client.request_text(request))
-                            .await
-                    }
-                    Err(_) => break,
+                let healthz = || async {
+                    let request = http::Request::get("/healthz").body(Vec::new())?;
+                    anyhow::Ok(client.request_text(request).await?)
                 };
+                // A request that failed at once (its pooled connection closed by the server
+                // just as it went out, which the client does not retry by itself) is sent
+                // again once: an outage fails twice, and the time of both counts.
+                let answered = tokio::time::timeout(Duration::from_secs(30), async {
+                    match healthz().await {
+                        Ok(answer) => Ok(answer),
+                        Err(_) => healthz().await,
+                    }
+                })
+                .await;
                 worst = worst.max(started.elapsed());
                 if !matches!(answered, Ok(Ok(_))) {
                     worst = worst.max(Duration::from_secs(30));
