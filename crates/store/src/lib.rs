@@ -61,6 +61,12 @@ impl Event {
     pub fn revision(&self) -> Revision {
         self.kv.mod_revision
     }
+
+    /// What its values weigh (the new and the previous one): what bounds on pages and queues
+    /// of changes count.
+    pub(crate) fn value_bytes(&self) -> usize {
+        self.kv.value.len() + self.prev.as_ref().map_or(0, |p| p.value.len())
+    }
 }
 
 #[derive(Clone, Debug, Default)]

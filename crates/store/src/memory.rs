@@ -496,7 +496,7 @@ impl Watcher {
             self.last = change.revision();
             if change.key().starts_with(&self.prefix) {
                 let event = change.event();
-                bytes += event.kv.value.len() + event.prev.as_ref().map_or(0, |p| p.value.len());
+                bytes += event.value_bytes();
                 self.pending.push_back(event);
             }
         }

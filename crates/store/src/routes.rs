@@ -75,7 +75,7 @@ pub(crate) struct Subscription {
 }
 
 fn weight(event: &Event) -> usize {
-    event.kv.key.len() + event.kv.value.len() + event.prev.as_ref().map_or(0, |p| p.value.len())
+    event.kv.key.len() + event.value_bytes()
 }
 
 impl Routes {
@@ -199,6 +199,12 @@ impl Subscription {
             }
             self.mailbox.notify.notified().await;
         }
+    }
+
+    /// The highest revision routed so far: read before [`Subscription::has_pending`], every
+    /// change of this watcher's prefix up to it is queued, or was delivered, or it lagged.
+    pub(crate) fn routed(&self) -> Revision {
+        self.routes.routed()
     }
 
     /// Whether a delivery is waiting (changes, a lag or the end).

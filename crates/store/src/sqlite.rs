@@ -356,7 +356,6 @@ impl SqliteStore {
             hi: prefix_end(prefix.as_bytes()),
             // Subscribing before reading the log is what leaves no gap (see the module doc).
             live: self.routes.subscribe(prefix.as_bytes()),
-            routes: self.routes.clone(),
             last: after,
             pending: VecDeque::new(),
             catching_up: true,
@@ -588,7 +587,6 @@ struct Watcher {
     lo: Vec<u8>,
     hi: Vec<u8>,
     live: Subscription,
-    routes: Arc<Routes>,
     /// The revision of the last event queued (replayed or live); later ones are new.
     last: Revision,
     pending: VecDeque<Event>,
@@ -657,7 +655,7 @@ impl Watcher {
                     _ = tokio::time::sleep_until(at.into()) => {
                         // Read before looking at the queue: every change up to it is queued
                         // for this watcher or already delivered (or it was told it lagged).
-                        let routed = self.routes.routed();
+                        let routed = self.live.routed();
                         if self.live.has_pending() {
                             continue;
                         }
@@ -772,7 +770,7 @@ fn replay(conn: &mut Connection, after: Revision, lo: &[u8], hi: &[u8]) -> Resul
     let mut bytes = 0;
     for row in rows {
         let event = row.map_err(sql)?;
-        bytes += event_bytes(&event);
+        bytes += event.value_bytes();
         page.push(event);
         if bytes >= REPLAY_BYTES {
             break;
@@ -781,12 +779,8 @@ fn replay(conn: &mut Connection, after: Revision, lo: &[u8], hi: &[u8]) -> Resul
     Ok(page)
 }
 
-fn event_bytes(event: &Event) -> usize {
-    event.kv.value.len() + event.prev.as_ref().map_or(0, |p| p.value.len())
-}
-
 fn page_bytes(page: &[Event]) -> usize {
-    page.iter().map(event_bytes).sum()
+    page.iter().map(Event::value_bytes).sum()
 }
 
 enum Op {
