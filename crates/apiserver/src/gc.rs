@@ -118,6 +118,16 @@ impl Index {
         self.objects.insert(key.to_string(), meta);
     }
 
+    /// Whether the object waits on the collector, which is what a resync looks at again:
+    /// being deleted with a finalizer the collector removes, or owned by none of the owners
+    /// the index holds (its owners are then confirmed gone in the store, and it is deleted).
+    /// An object with an owner at hand needs nothing until a change says otherwise; at every
+    /// resync, looking at each one again cost an idle fleet's server a few percent of a core.
+    fn waiting(&self, meta: &Meta) -> bool {
+        meta.needs_attention()
+            && (meta.deleting || !meta.owners.iter().any(|o| self.by_uid.contains_key(&o.uid)))
+    }
+
     /// The keys a change to `key` may affect: itself, its owners, its dependents and its
     /// namespace.
     fn affected(&self, key: &str, meta: &Meta) -> Vec<String> {
@@ -205,7 +215,7 @@ async fn collect(resources: &Resources, stop: &mut watch::Receiver<bool>) -> Api
         tokio::select! {
             _ = stop.changed() => return Ok(()),
             _ = resync.tick() => {
-                pending.extend(index.objects.iter().filter(|(_, m)| m.needs_attention()).map(|(k, _)| k.clone()));
+                pending.extend(index.objects.iter().filter(|(_, m)| index.waiting(m)).map(|(k, _)| k.clone()));
             }
             change = changes.next() => {
                 let Some(change) = change else { return Err(ApiError::internal("store watch ended")) };
@@ -256,9 +266,13 @@ fn options() -> WriteOptions {
 }
 
 async fn process(resources: &Resources, index: &Index, key: &str) -> ApiResult<()> {
-    let Some(meta) = index.objects.get(key).cloned() else {
+    let Some(meta) = index.objects.get(key) else {
         return Ok(());
     };
+    if !index.waiting(meta) {
+        // Every change marks the objects it may affect; most have their owner at hand.
+        return Ok(());
+    }
     let Some((scope, name)) = scope_of(resources, key) else {
         return Ok(());
     };
@@ -316,13 +330,9 @@ async fn process(resources: &Resources, index: &Index, key: &str) -> ApiResult<(
         }
         return Ok(());
     }
-    if meta.owners.is_empty() {
-        return Ok(());
-    }
+    // None of its owners is in the index: each is confirmed gone in the store first.
     for owner in &meta.owners {
-        if index.by_uid.contains_key(&owner.uid)
-            || owner_exists(resources, owner, meta.namespace.as_deref()).await?
-        {
+        if owner_exists(resources, owner, meta.namespace.as_deref()).await? {
             return Ok(());
         }
     }
@@ -468,6 +478,32 @@ pub async fn compact_periodically(
     }
 }
 
+/// What expiring an Event reads of it: when it was last seen, and its name. Read straight
+/// from the stored bytes, the rest of each Event skipped: the whole list is read every minute.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EventSeen<'a> {
+    #[serde(borrow, default)]
+    last_timestamp: Option<&'a str>,
+    #[serde(borrow, default)]
+    event_time: Option<&'a str>,
+    #[serde(borrow, default)]
+    first_timestamp: Option<&'a str>,
+    #[serde(borrow)]
+    metadata: EventMeta<'a>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EventMeta<'a> {
+    #[serde(borrow)]
+    name: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    namespace: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    creation_timestamp: Option<&'a str>,
+}
+
 /// Deletes Events last seen more than `ttl` ago, every minute (kube-apiserver's
 /// `--event-ttl`, one hour by default): they say what happened lately, not forever.
 pub async fn expire_events(resources: Resources, ttl: Duration, mut stop: watch::Receiver<bool>) {
@@ -482,33 +518,68 @@ pub async fn expire_events(resources: Resources, ttl: Duration, mut stop: watch:
         }
         let cutoff = chrono::Utc::now()
             - chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::hours(1));
-        let events = match resources.list(&scope, &Default::default()).await {
-            Ok(listed) => listed.items,
+        let expired = match expired_events(&resources, &scope, cutoff).await {
+            Ok(expired) => expired,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list events to expire them");
                 continue;
             }
         };
-        for event in events {
-            let seen = ["lastTimestamp", "eventTime", "firstTimestamp"]
-                .iter()
-                .find_map(|field| event[field].as_str())
-                .or(event["metadata"]["creationTimestamp"].as_str())
-                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
-            if seen.is_some_and(|t| t < cutoff) {
-                let event_scope = Scope {
-                    namespace: event["metadata"]["namespace"].as_str().map(String::from),
-                    ..scope.clone()
-                };
-                let name = event["metadata"]["name"].as_str().unwrap_or_default();
-                match resources
-                    .delete(&event_scope, name, &Default::default())
-                    .await
-                {
-                    Ok(_) | Err(crate::status::ApiError::NotFound { .. }) => {}
-                    Err(e) => tracing::warn!(error = %e, event = name, "cannot expire an event"),
-                }
+        for (namespace, name) in expired {
+            let event_scope = Scope {
+                namespace,
+                ..scope.clone()
+            };
+            match resources
+                .delete(&event_scope, &name, &Default::default())
+                .await
+            {
+                Ok(_) | Err(crate::status::ApiError::NotFound { .. }) => {}
+                Err(e) => tracing::warn!(error = %e, event = name, "cannot expire an event"),
             }
         }
+    }
+}
+
+/// The Events (namespace, name) last seen before `cutoff`, read from the store page by page.
+async fn expired_events(
+    resources: &Resources,
+    scope: &Scope,
+    cutoff: chrono::DateTime<chrono::Utc>,
+) -> ApiResult<Vec<(Option<String>, String)>> {
+    let prefix = scope.rt.list_prefix(None);
+    let mut options = ListOptions {
+        limit: 1000,
+        max_bytes: crate::resources::LIST_PAGE_BYTES,
+        ..Default::default()
+    };
+    let mut expired = Vec::new();
+    loop {
+        let page = resources.store.list(&prefix, options.clone()).await?;
+        for kv in &page.items {
+            let Ok(bytes) = resources.plaintext_bytes(kv) else {
+                continue;
+            };
+            let Ok(event) = serde_json::from_slice::<EventSeen>(&bytes) else {
+                continue;
+            };
+            let seen = [event.last_timestamp, event.event_time, event.first_timestamp]
+                .into_iter()
+                .flatten()
+                .next()
+                .or(event.metadata.creation_timestamp)
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+            if seen.is_some_and(|t| t < cutoff) {
+                expired.push((
+                    event.metadata.namespace.map(|n| n.into_owned()),
+                    event.metadata.name.into_owned(),
+                ));
+            }
+        }
+        if !page.more {
+            return Ok(expired);
+        }
+        options.start_after = page.items.last().map(|kv| kv.key.clone());
+        options.revision = page.revision;
     }
 }

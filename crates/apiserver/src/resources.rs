@@ -209,9 +209,17 @@ impl Resources {
 
     /// The stored JSON of any value, decrypted when it was stored encrypted.
     pub fn plaintext(&self, kv: &KeyValue) -> ApiResult<Value> {
-        let bytes = self.cipher.decrypt(&kv.value)?;
+        let bytes = self.plaintext_bytes(kv)?;
         serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::internal(format!("stored object {} is corrupt: {e}", kv.key)))
+    }
+
+    /// The stored JSON's bytes, decrypted, for a reader that parses only what it needs.
+    pub(crate) fn plaintext_bytes<'a>(
+        &self,
+        kv: &'a KeyValue,
+    ) -> ApiResult<std::borrow::Cow<'a, [u8]>> {
+        self.cipher.decrypt(&kv.value)
     }
 
     /// The object as clients see it: stored JSON plus the served apiVersion and the

@@ -121,21 +121,35 @@ fn versions_kubeconfigs_and_the_address_remote_clusters_dial() {
     );
 }
 
-/// Events expire after `--event-ttl`, as kube-apiserver's do.
+/// Events expire after `--event-ttl`, as kube-apiserver's do, counted from when each was
+/// last seen.
 #[test]
 fn events_expire() {
     let server = TestServer::start_with(&["--event-ttl", "2s"]);
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    server.apply_ok(
-        &["create", "-f", "-"],
-        &format!(
-            "apiVersion: v1\nkind: Event\nmetadata: {{name: old.1}}\ninvolvedObject: {{kind: ConfigMap, name: x, namespace: default}}\nreason: Test\nmessage: seen once\ntype: Normal\nlastTimestamp: \"{now}\"\n"
-        ),
-    );
+    let at = |time: chrono::DateTime<chrono::Utc>| {
+        time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    let now = chrono::Utc::now();
+    for (name, message, seen) in [
+        ("old.1", "seen once", at(now)),
+        // Last seen an hour from now (a clock ahead): not expired by the time the first is.
+        ("later.1", "seen later", at(now + chrono::Duration::hours(1))),
+    ] {
+        server.apply_ok(
+            &["create", "-f", "-"],
+            &format!(
+                "apiVersion: v1\nkind: Event\nmetadata: {{name: {name}}}\ninvolvedObject: {{kind: ConfigMap, name: x, namespace: default}}\nreason: Test\nmessage: {message}\ntype: Normal\nlastTimestamp: \"{seen}\"\n"
+            ),
+        );
+    }
     assert!(server.kubectl_ok(&["get", "events"]).contains("seen once"));
     eventually_within(Duration::from_secs(15), "the event expires", || {
         !server.kubectl_ok(&["get", "events"]).contains("seen once")
     });
+    assert!(
+        server.kubectl_ok(&["get", "events"]).contains("seen later"),
+        "an Event last seen after the cutoff stays"
+    );
 }
 
 #[test]

@@ -7,6 +7,7 @@
 //! unstructured (see [`cache`]). Conditions are the truth; each kind's `phase` is derived from
 //! them.
 
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -321,7 +322,16 @@ pub async fn run(
             owners_and_referrers(clusters_cache.clone()),
         ))
         .watches_shared_stream_with(
-            machines_cache.changes(),
+            // What a Cluster reads of its Machines: whether a control-plane one is Running.
+            machines_cache.changes_in(|machine, hash| {
+                machine.spec.cluster_name.hash(hash);
+                (machine
+                    .labels()
+                    .contains_key(lariat_api::capi::labels::MACHINE_CONTROL_PLANE)
+                    && machine::phase(machine)
+                        == Some(lariat_api::capi::machine::MachinePhase::Running))
+                    .hash(hash);
+            }),
             |machine: Arc<Machine>| {
                 in_namespace_of::<Cluster>(machine.as_ref(), &machine.spec.cluster_name)
             },
@@ -342,7 +352,7 @@ pub async fn run(
         .for_each(finished("machinedeployment"));
     let sets = controller_on(&sets_cache)
         .watches_shared_stream_with(
-            machines_cache.changes(),
+            machines_cache.changes_in(machine_set::reads_of_machine),
             controller_owner::<MachineSet, Machine>(()),
             (),
         )

@@ -32,6 +32,25 @@ async fn event(ctx: &Context, set: &MachineSet, reason: &str, message: &str) {
         .await;
 }
 
+/// What a MachineSet reads of a Machine (see `Cache::changes_in`): whose it is, its phase
+/// and infrastructure (its count of ready replicas, its clones), and what orders or asks for
+/// its deletion.
+pub fn reads_of_machine(machine: &Machine, hash: &mut std::collections::hash_map::DefaultHasher) {
+    use std::hash::Hash;
+    for owner in machine.owner_references() {
+        (&owner.uid, owner.controller).hash(hash);
+    }
+    let status = machine.status.as_ref();
+    phase(machine).hash(hash);
+    status.and_then(|s| s.infrastructure_ready).hash(hash);
+    status.and_then(|s| s.failure_reason.as_deref()).hash(hash);
+    conditions::needs_owner_remediation(conditions::of_machine(machine)).hash(hash);
+    machine
+        .annotations()
+        .contains_key(DELETE_MACHINE_ANNOTATION)
+        .hash(hash);
+}
+
 /// The machines this set controls (it is their controller owner).
 pub async fn owned_machines(ctx: &Context, set: &MachineSet) -> Result<Vec<Arc<Machine>>, Error> {
     let uid = set.uid().unwrap_or_default();
@@ -359,6 +378,9 @@ async fn create_machine(ctx: &Context, set: &MachineSet) -> Result<Machine, Erro
             labels: Some(labels),
             annotations: template_metadata.annotations,
             owner_references: Some(vec![owner]),
+            // As Cluster API's MachineSet: created with the Machine controller's finalizer,
+            // which saves the Machine a write (and every watcher a wake-up) to add it.
+            finalizers: Some(vec![crate::machine::FINALIZER.to_string()]),
             ..Default::default()
         },
         spec,

@@ -54,6 +54,21 @@ async fn workload_key(
         .map(|infra| cluster_key(namespace, infra)))
 }
 
+/// What an InMemoryMachine reads of its Machine (see `Cache::changes_in`): its bootstrap
+/// data, its cluster, and what its Node is made from.
+pub fn reads_of_machine(machine: &Machine, hash: &mut std::collections::hash_map::DefaultHasher) {
+    use std::hash::Hash;
+    let spec = &machine.spec;
+    spec.bootstrap.data_secret_name.hash(hash);
+    spec.cluster_name.hash(hash);
+    spec.version.hash(hash);
+    spec.failure_domain.hash(hash);
+    machine
+        .labels()
+        .contains_key("cluster.x-k8s.io/control-plane")
+        .hash(hash);
+}
+
 pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Cluster API's paused contract, deletion included (see `object_paused`).
     if lariat_controllers::cluster::object_paused(&ctx.caches, &object.metadata).await? {
@@ -70,10 +85,6 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .cloned();
     if object.metadata.deletion_timestamp.is_some() {
         return delete(&ctx, &api, &object, cluster_name.as_deref()).await;
-    }
-    if ensure_finalizer(&api, &object, FINALIZER).await? {
-        // The write's own watch event brings the object back.
-        return Ok(Action::await_change());
     }
     // Contract: wait for the owning Machine (its ownerReference is a write that wakes this
     // object), and for its bootstrap data (the Machine's change wakes it).
@@ -126,15 +137,26 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     let behavior = machine_spec.behavior();
     let annotations = object.annotations();
     let Some(booting_for) = since(annotations.get(BOOT_STARTED)) else {
+        // The finalizer comes with the boot, in the same write: only from here on is there
+        // something (a Node) to clean up when the machine goes.
+        let mut finalizers = object.finalizers().to_vec();
+        if !finalizers.iter().any(|f| f == FINALIZER) {
+            finalizers.push(FINALIZER.to_string());
+        }
         patch(
             &api,
             &name,
-            json!({"metadata": {"annotations": {BOOT_STARTED: lariat_controllers::object::now()}}}),
+            json!({"metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version(),
+                "annotations": {BOOT_STARTED: lariat_controllers::object::now()}}}),
         )
         .await?;
         // The write's own watch event brings the object back.
         return Ok(Action::await_change());
     };
+    if ensure_finalizer(&api, &object, FINALIZER).await? {
+        // Booting, but someone took the finalizer away: put back before a Node is made.
+        return Ok(Action::await_change());
+    }
     if let Some(waiting) =
         not_booted_yet(&ctx, &api, &object, &behavior, booting_for, list.clone()).await?
     {
@@ -142,9 +164,6 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     }
 
     let provider_id = lariat_api::infrastructure::in_memory::provider_id(&namespace, &name);
-    if machine_spec.provider_id.as_deref() != Some(provider_id.as_str()) {
-        patch(&api, &name, json!({"spec": {"providerID": provider_id}})).await?;
-    }
     let address = simulated_address(&name);
     let nodes: Api<Node> = Api::all(workload);
     // Whether the Node has joined, from core's cache of the cluster's Nodes when it has one (a
@@ -154,13 +173,19 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         _ => nodes.get_opt(&name).await?.is_some(),
     };
     let booted_now = !joined && join(&ctx, &object, &nodes, &machine, &provider_id).await?;
+    // The providerID and the boot time, in one write.
+    let mut booted = serde_json::Map::new();
+    if machine_spec.provider_id.as_deref() != Some(provider_id.as_str()) {
+        booted.insert("spec".into(), json!({"providerID": provider_id}));
+    }
     if booted_now || !annotations.contains_key(BOOTED) {
-        patch(
-            &api,
-            &name,
-            json!({"metadata": {"annotations": {BOOTED: lariat_controllers::object::now()}}}),
-        )
-        .await?;
+        booted.insert(
+            "metadata".into(),
+            json!({"annotations": {BOOTED: lariat_controllers::object::now()}}),
+        );
+    }
+    if !booted.is_empty() {
+        patch(&api, &name, serde_json::Value::Object(booted)).await?;
     }
     conditions::json::set(&mut list, "Ready", true, "", "");
     update_status(

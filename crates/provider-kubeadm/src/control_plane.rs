@@ -510,7 +510,10 @@ async fn create_machine(
     let machine = json!({
         "apiVersion": "cluster.x-k8s.io/v1beta1",
         "kind": "Machine",
+        // With the Machine controller's finalizer, as Cluster API's control plane creates it:
+        // a write (and every watcher's wake-up) fewer.
         "metadata": {"name": name, "namespace": namespace, "labels": machine_labels, "ownerReferences": [owner],
+            "finalizers": [lariat_api::capi::machine::MACHINE_FINALIZER],
             // The template it was made from, so a template change marks it outdated.
             "annotations": {INIT_ANNOTATION: first.to_string(), "cluster.x-k8s.io/cloned-from-name": template.name}},
         "spec": {

@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::Client;
-use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::reflector::ObjectRef;
@@ -126,7 +125,7 @@ pub async fn run_bootstrap(
     let machine_config = config.clone();
     lariat_controllers::controller_on(&configs)
         .watches_shared_stream_with(
-            what_configs_read_changed(caches.typed::<Cluster>().changes()),
+            caches.typed::<Cluster>().changes_in(what_configs_read),
             move |cluster: Arc<Cluster>| {
                 cluster_configs.indexed_refs(IndexKey::Cluster {
                     namespace: cluster.metadata.namespace.as_deref().unwrap_or_default(),
@@ -136,7 +135,7 @@ pub async fn run_bootstrap(
             (),
         )
         .watches_shared_stream_with(
-            caches.typed::<Machine>().changes(),
+            caches.typed::<Machine>().changes_in(reconcile::reads_of_machine),
             move |machine: Arc<Machine>| {
                 let reference = machine.spec.bootstrap.config_ref.as_ref()?;
                 let ours = reference.kind.as_deref() == Some("KubeadmConfig")
@@ -162,37 +161,22 @@ pub async fn run_bootstrap(
         .await;
 }
 
-/// The Cluster changes a KubeadmConfig can act on: its spec, annotations (paused), deletion,
-/// infrastructure readiness and control plane initialization. The rest (the agent's heartbeat,
-/// other conditions) would wake every config of the cluster for nothing.
-fn what_configs_read_changed(
-    clusters: impl futures::Stream<Item = Arc<Cluster>> + Send + 'static,
-) -> impl futures::Stream<Item = Arc<Cluster>> + Send + 'static {
-    let mut seen = std::collections::HashMap::<(String, String), u64>::new();
-    clusters.filter(move |cluster| {
-        use std::hash::{Hash, Hasher};
-        let status = cluster.status.as_ref();
-        let initialized = status.and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-            c.iter()
-                .any(|c| c.is_true(lariat_api::capi::conditions::CONTROL_PLANE_INITIALIZED))
-        });
-        let read = serde_json::json!([
-            cluster.spec,
-            cluster.metadata.annotations,
-            cluster.metadata.deletion_timestamp,
-            status.and_then(|s| s.infrastructure_ready),
-            initialized,
-        ]);
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        read.to_string().hash(&mut hasher);
-        let key = (
-            cluster.metadata.namespace.clone().unwrap_or_default(),
-            cluster.name_any(),
-        );
-        let fingerprint = hasher.finish();
-        let changed = seen.insert(key, fingerprint) != Some(fingerprint);
-        std::future::ready(changed)
-    })
+/// The Cluster changes a KubeadmConfig can act on (see `Cache::changes_in`): its spec,
+/// annotations (paused), infrastructure readiness and control plane initialization. The rest
+/// (the agent's heartbeat, other conditions) would wake every config of the cluster for nothing.
+fn what_configs_read(cluster: &Cluster, hash: &mut std::collections::hash_map::DefaultHasher) {
+    use std::hash::Hash;
+    let status = cluster.status.as_ref();
+    let initialized = status.and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
+        c.iter()
+            .any(|c| c.is_true(lariat_api::capi::conditions::CONTROL_PLANE_INITIALIZED))
+    });
+    serde_json::to_string(&cluster.spec)
+        .unwrap_or_default()
+        .hash(hash);
+    cluster.metadata.annotations.hash(hash);
+    status.and_then(|s| s.infrastructure_ready).hash(hash);
+    initialized.hash(hash);
 }
 
 /// Runs the KubeadmControlPlane controller (provider `control-plane-kubeadm`) until `shutdown`

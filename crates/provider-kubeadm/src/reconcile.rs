@@ -92,6 +92,20 @@ impl ConfigOwner {
     }
 }
 
+/// What a KubeadmConfig reads of its Machine (see `Cache::changes_in`): its cluster, role,
+/// version and bootstrap data.
+pub fn reads_of_machine(machine: &Machine, hash: &mut std::collections::hash_map::DefaultHasher) {
+    use std::hash::Hash;
+    let spec = &machine.spec;
+    spec.cluster_name.hash(hash);
+    spec.version.hash(hash);
+    spec.bootstrap.data_secret_name.hash(hash);
+    machine
+        .labels()
+        .contains_key(lariat_api::capi::labels::MACHINE_CONTROL_PLANE)
+        .hash(hash);
+}
+
 /// The owner reference that makes a Machine (or MachinePool) this config's owner.
 fn owner_reference(config: &DynamicObject) -> Option<(String, String, String, String)> {
     config

@@ -71,20 +71,30 @@ fn commit(repo: &Path, bundles: usize, version: &str) -> anyhow::Result<String> 
     git(repo, &["rev-parse", "HEAD"])
 }
 
-/// A GitRepo of `repo` for the clusters `selector` chooses, polled every `polling` (Fleet's
-/// default, 15 s, when `None`), its objects in `target_namespace` if given (one object
-/// belongs to one bundle: GitRepos of the same repository on one cluster need their own).
+/// The Secret whose `gitlab` token the rollout's GitRepo checks its webhook deliveries by.
+const WEBHOOK_SECRET: &str = "bench-webhook";
+const WEBHOOK_TOKEN: &str = "bench-webhook-token";
+
+/// The URL GitRepos of `repo` follow.
+fn repo_url(repo: &Path) -> String {
+    format!("file://{}", repo.display())
+}
+
+/// A GitRepo of `repo` for the clusters `selector` chooses, polled at Fleet's default
+/// interval (15 s), its objects in `target_namespace` if given (one object belongs to one
+/// bundle: GitRepos of the same repository on one cluster need their own), fetching at once
+/// when a webhook delivery proves `webhook_secret`'s token.
 fn git_repo(
     name: &str,
     repo: &Path,
     selector: serde_json::Value,
-    polling: Option<&str>,
+    webhook_secret: Option<&str>,
     target_namespace: Option<&str>,
 ) -> anyhow::Result<GitRepo> {
-    let mut spec = json!({"repo": format!("file://{}", repo.display()), "branch": "main",
+    let mut spec = json!({"repo": repo_url(repo), "branch": "main",
                           "targets": [{"clusterSelector": selector}]});
-    if let Some(polling) = polling {
-        spec["pollingInterval"] = polling.into();
+    if let Some(secret) = webhook_secret {
+        spec["webhookSecret"] = secret.into();
     }
     if let Some(namespace) = target_namespace {
         spec["targetNamespace"] = namespace.into();
@@ -130,6 +140,23 @@ async fn until_ready(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Announces the push of `commit` to `repo`'s main branch as GitLab does (a `Push Hook`
+/// delivery with the GitRepo's token), to the server's Fleet webhook.
+async fn announce(client: &kube::Client, repo: &Path, commit: &str) -> anyhow::Result<()> {
+    let body = json!({"object_kind": "push", "ref": "refs/heads/main", "checkout_sha": commit,
+                      "project": {"git_http_url": repo_url(repo)}});
+    let request = http::Request::post(lariat_fleet::webhook::PATH)
+        .header("X-Gitlab-Event", "Push Hook")
+        .header("X-Gitlab-Token", WEBHOOK_TOKEN)
+        .header("Content-Type", "application/json")
+        .body(serde_json::to_vec(&body)?)?;
+    let answer = client.request_text(request).await?;
+    if !answer.contains("platform") {
+        bail!("the webhook delivery triggered no fetch of GitRepo platform: {answer}");
+    }
+    Ok(())
 }
 
 /// Store writes so far (the store's revision).
@@ -185,6 +212,17 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
     // 1. One GitRepo, every cluster, every bundle: from the GitRepo to all Ready, then a
     // commit changing every bundle, to all Ready again.
     let repos: Api<GitRepo> = Api::namespaced(client.clone(), WORKSPACE);
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), WORKSPACE);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": WEBHOOK_SECRET},
+                "stringData": {"gitlab": WEBHOOK_TOKEN},
+            }))?,
+        )
+        .await?;
     let desired = args.clusters * args.bundles;
     for (what, commit_of) in [("first rollout", None), ("a new commit", Some("2"))] {
         let cpu_before = server.cpu_seconds();
@@ -200,14 +238,18 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
                             "platform",
                             &repo,
                             json!({"matchLabels": {"env": "bench"}}),
-                            Some("5s"),
+                            Some(WEBHOOK_SECRET),
                             None,
                         )?,
                     )
                     .await?;
                 first.clone()
             }
-            Some(version) => commit(&repo, args.bundles, version)?,
+            Some(version) => {
+                let head = commit(&repo, args.bundles, version)?;
+                announce(&client, &repo, &head).await?;
+                head
+            }
         };
         until_ready(&client, "platform", &head, args.bundles, args.clusters).await?;
         let took = started.elapsed().as_secs_f64();
@@ -217,7 +259,7 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
         let requests_after = requests(&client).await?;
         row = row.cell(format!("{took:.1} s"));
         println!(
-            "  {what}: {desired} BundleDeployments Ready {took:.1} s after the {} (polling every 5 s); server CPU {cpu:.1} s ({:.0}% of one core), store writes {writes} ({:.1} per BundleDeployment), memory {rss:.0} MiB (peak {peak:.0})",
+            "  {what}: {desired} BundleDeployments Ready {took:.1} s after the {} (Fleet's default polling, 15 s; the commit announced by webhook); server CPU {cpu:.1} s ({:.0}% of one core), store writes {writes} ({:.1} per BundleDeployment), memory {rss:.0} MiB (peak {peak:.0})",
             if commit_of.is_some() {
                 "commit"
             } else {
