@@ -146,6 +146,63 @@ async fn a_subscriber_gets_every_object_then_each_change_and_sees_its_own_creati
     assert_eq!(next.name_any(), "after");
 }
 
+/// A subscriber that reads one field of an object is woken by changes of that field, by new
+/// objects and by deletions, and by nothing else: the changes it skips are proven to have
+/// happened by a later change it does get.
+#[tokio::test]
+async fn a_subscriber_of_what_it_reads_skips_the_other_changes() {
+    use std::hash::Hash;
+    let (client, _, _dir) = server(false).await;
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &config_maps());
+    create(
+        &client,
+        &config_maps(),
+        json!({"metadata": {"name": "watched"}, "data": {"read": "1", "other": "1"}}),
+    )
+    .await;
+    let caches = Caches::new(client.clone());
+    let cache = caches.of(&config_maps());
+    cache.synced().await.unwrap();
+    let mut changes = Box::pin(cache.changes_in(|object: &DynamicObject, hash| {
+        object.data["data"]["read"].as_str().hash(hash);
+    }));
+    let mut next = async || {
+        let object = tokio::time::timeout(Duration::from_secs(10), changes.next())
+            .await
+            .expect("a change within 10 s")
+            .unwrap();
+        (
+            object.name_any(),
+            object.data["data"]["read"].as_str().map(String::from),
+            object.data["data"]["other"].as_str().map(String::from),
+        )
+    };
+    assert_eq!(next().await, ("watched".into(), Some("1".into()), Some("1".into())));
+    let merge = |data: serde_json::Value| Patch::Merge(json!({ "data": data }));
+    for other in ["2", "3"] {
+        api.patch("watched", &PatchParams::default(), &merge(json!({"other": other})))
+            .await
+            .unwrap();
+    }
+    api.patch("watched", &PatchParams::default(), &merge(json!({"read": "2"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        next().await,
+        ("watched".into(), Some("2".into()), Some("3".into())),
+        "the two changes of another field were skipped"
+    );
+    create(
+        &client,
+        &config_maps(),
+        json!({"metadata": {"name": "new"}, "data": {"read": "1"}}),
+    )
+    .await;
+    assert_eq!(next().await.0, "new", "a new object is a change");
+    api.delete("watched", &DeleteParams::default()).await.unwrap();
+    assert_eq!(next().await.0, "watched", "a deletion is a change");
+}
+
 #[tokio::test]
 async fn a_kind_is_watched_from_its_first_reference_and_its_changes_reach_every_subscriber() {
     let (client, _, _dir) = server(false).await;
