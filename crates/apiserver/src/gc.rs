@@ -563,12 +563,16 @@ async fn expired_events(
             let Ok(event) = serde_json::from_slice::<EventSeen>(&bytes) else {
                 continue;
             };
-            let seen = [event.last_timestamp, event.event_time, event.first_timestamp]
-                .into_iter()
-                .flatten()
-                .next()
-                .or(event.metadata.creation_timestamp)
-                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+            let seen = [
+                event.last_timestamp,
+                event.event_time,
+                event.first_timestamp,
+            ]
+            .into_iter()
+            .flatten()
+            .next()
+            .or(event.metadata.creation_timestamp)
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
             if seen.is_some_and(|t| t < cutoff) {
                 expired.push((
                     event.metadata.namespace.map(|n| n.into_owned()),

@@ -133,7 +133,11 @@ fn events_expire() {
     for (name, message, seen) in [
         ("old.1", "seen once", at(now)),
         // Last seen an hour from now (a clock ahead): not expired by the time the first is.
-        ("later.1", "seen later", at(now + chrono::Duration::hours(1))),
+        (
+            "later.1",
+            "seen later",
+            at(now + chrono::Duration::hours(1)),
+        ),
     ] {
         server.apply_ok(
             &["create", "-f", "-"],

@@ -19,8 +19,8 @@
 use std::any::Any;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
-use std::hash::{Hash, Hasher};
 use std::fmt::Debug;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -630,7 +630,9 @@ impl<K: Cached> Cache<K> {
             let namespace = meta.namespace.clone().unwrap_or_default();
             let name = meta.name.clone().unwrap_or_default();
             let gone = meta.deletion_timestamp.is_some()
-                || cache.get_now(&namespace, &name).is_none_or(|now| now.meta().uid != meta.uid);
+                || cache
+                    .get_now(&namespace, &name)
+                    .is_none_or(|now| now.meta().uid != meta.uid);
             let changed = if gone {
                 seen.remove(&(namespace, name));
                 true

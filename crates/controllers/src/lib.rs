@@ -330,7 +330,7 @@ pub async fn run(
                     .contains_key(lariat_api::capi::labels::MACHINE_CONTROL_PLANE)
                     && machine::phase(machine)
                         == Some(lariat_api::capi::machine::MachinePhase::Running))
-                    .hash(hash);
+                .hash(hash);
             }),
             |machine: Arc<Machine>| {
                 in_namespace_of::<Cluster>(machine.as_ref(), &machine.spec.cluster_name)

@@ -177,16 +177,27 @@ async fn a_subscriber_of_what_it_reads_skips_the_other_changes() {
             object.data["data"]["other"].as_str().map(String::from),
         )
     };
-    assert_eq!(next().await, ("watched".into(), Some("1".into()), Some("1".into())));
+    assert_eq!(
+        next().await,
+        ("watched".into(), Some("1".into()), Some("1".into()))
+    );
     let merge = |data: serde_json::Value| Patch::Merge(json!({ "data": data }));
     for other in ["2", "3"] {
-        api.patch("watched", &PatchParams::default(), &merge(json!({"other": other})))
-            .await
-            .unwrap();
-    }
-    api.patch("watched", &PatchParams::default(), &merge(json!({"read": "2"})))
+        api.patch(
+            "watched",
+            &PatchParams::default(),
+            &merge(json!({"other": other})),
+        )
         .await
         .unwrap();
+    }
+    api.patch(
+        "watched",
+        &PatchParams::default(),
+        &merge(json!({"read": "2"})),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         next().await,
         ("watched".into(), Some("2".into()), Some("3".into())),
@@ -199,7 +210,9 @@ async fn a_subscriber_of_what_it_reads_skips_the_other_changes() {
     )
     .await;
     assert_eq!(next().await.0, "new", "a new object is a change");
-    api.delete("watched", &DeleteParams::default()).await.unwrap();
+    api.delete("watched", &DeleteParams::default())
+        .await
+        .unwrap();
     assert_eq!(next().await.0, "watched", "a deletion is a change");
 }
 

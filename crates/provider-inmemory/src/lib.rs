@@ -90,7 +90,9 @@ pub async fn run(
     // Machines so that boot starts at once rather than at the next poll.
     let machines = controller_on(&caches.of(&resource("InMemoryMachine")))
         .watches_shared_stream_with(
-            caches.typed::<Machine>().changes_in(machine::reads_of_machine),
+            caches
+                .typed::<Machine>()
+                .changes_in(machine::reads_of_machine),
             |machine: Arc<Machine>| {
                 let reference = &machine.spec.infrastructure_ref;
                 let namespace = machine.metadata.namespace.as_deref()?;

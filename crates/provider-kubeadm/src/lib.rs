@@ -135,7 +135,9 @@ pub async fn run_bootstrap(
             (),
         )
         .watches_shared_stream_with(
-            caches.typed::<Machine>().changes_in(reconcile::reads_of_machine),
+            caches
+                .typed::<Machine>()
+                .changes_in(reconcile::reads_of_machine),
             move |machine: Arc<Machine>| {
                 let reference = machine.spec.bootstrap.config_ref.as_ref()?;
                 let ours = reference.kind.as_deref() == Some("KubeadmConfig")
