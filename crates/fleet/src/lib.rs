@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::ResourceExt;
@@ -74,34 +74,15 @@ impl Context {
     }
 }
 
-/// The changes of `K` that can change where bundles go: their labels, deletion, and what
-/// `also` hashes (their spec); not their status counts, which change with every
-/// BundleDeployment.
-fn targeting_changes<K: kube::Resource + Send + Sync + 'static>(
-    changes: impl Stream<Item = Arc<K>> + Send + 'static,
-    also: impl Fn(&K, &mut std::collections::hash_map::DefaultHasher) + Send + 'static,
-) -> impl Stream<Item = Arc<K>> + Send + 'static {
-    let seen: Mutex<HashMap<String, u64>> = Mutex::default();
-    changes.filter(move |object| {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        object.labels().hash(&mut hasher);
-        object.meta().deletion_timestamp.is_some().hash(&mut hasher);
-        also(object, &mut hasher);
-        let fingerprint = hasher.finish();
-        let uid = object.uid().unwrap_or_default();
-        let changed = seen.lock().expect("lock").insert(uid, fingerprint) != Some(fingerprint);
-        std::future::ready(changed)
-    })
-}
-
-/// What of a Fleet Cluster besides its labels decides where bundles go: its spec, and the
-/// namespace its BundleDeployments are written to.
+/// What of a Fleet Cluster decides where bundles go (see `Cache::changes_in`): its labels,
+/// its spec, and the namespace its BundleDeployments are written to; not its status counts,
+/// which change with every BundleDeployment.
 fn cluster_targeting(
     cluster: &FleetCluster,
     hasher: &mut std::collections::hash_map::DefaultHasher,
 ) {
     use std::hash::Hash;
+    cluster.labels().hash(hasher);
     serde_json::to_string(&cluster.spec)
         .unwrap_or_default()
         .hash(hasher);
@@ -112,9 +93,10 @@ fn cluster_targeting(
         .hash(hasher);
 }
 
-/// What of a ClusterGroup besides its labels decides where bundles go: its selector.
+/// What of a ClusterGroup decides where bundles go: its labels and its selector.
 fn group_targeting(group: &ClusterGroup, hasher: &mut std::collections::hash_map::DefaultHasher) {
     use std::hash::Hash;
+    group.labels().hash(hasher);
     serde_json::to_string(&group.spec)
         .unwrap_or_default()
         .hash(hasher);
@@ -380,12 +362,12 @@ fn bundle_controller(
         (),
     )
     .watches_shared_stream_with(
-        targeting_changes(caches.typed::<FleetCluster>().changes(), cluster_targeting),
+        caches.typed::<FleetCluster>().changes_in(cluster_targeting),
         move |cluster: Arc<FleetCluster>| by_cluster(&cluster),
         (),
     )
     .watches_shared_stream_with(
-        targeting_changes(caches.typed::<ClusterGroup>().changes(), group_targeting),
+        caches.typed::<ClusterGroup>().changes_in(group_targeting),
         move |group: Arc<ClusterGroup>| by_group(group.metadata.namespace.as_deref()),
         (),
     )

@@ -65,7 +65,7 @@ pub fn reads_of_machine(machine: &Machine, hash: &mut std::collections::hash_map
     spec.failure_domain.hash(hash);
     machine
         .labels()
-        .contains_key("cluster.x-k8s.io/control-plane")
+        .contains_key(lariat_api::capi::labels::MACHINE_CONTROL_PLANE)
         .hash(hash);
 }
 
@@ -367,7 +367,7 @@ fn hostname(name: &str) -> &str {
 fn simulated_node(name: &str, provider_id: &str, machine: &Machine) -> Result<Node, Error> {
     let control_plane = machine
         .labels()
-        .contains_key("cluster.x-k8s.io/control-plane");
+        .contains_key(lariat_api::capi::labels::MACHINE_CONTROL_PLANE);
     let mut labels = json!({"kubernetes.io/hostname": hostname(name), "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "inmemory"});
     if control_plane {
         labels["node-role.kubernetes.io/control-plane"] = json!("");
