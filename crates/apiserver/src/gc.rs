@@ -560,8 +560,14 @@ async fn expired_events(
             let Ok(bytes) = resources.plaintext_bytes(kv) else {
                 continue;
             };
-            let Ok(event) = serde_json::from_slice::<EventSeen>(&bytes) else {
-                continue;
+            let event = match serde_json::from_slice::<EventSeen>(&bytes) {
+                Ok(event) => event,
+                Err(e) => {
+                    // Stored Events passed admission; one that does not parse is kept rather
+                    // than guessed about.
+                    tracing::debug!(error = %e, key = ?kv.key, "cannot read an event's times");
+                    continue;
+                }
             };
             let seen = [
                 event.last_timestamp,

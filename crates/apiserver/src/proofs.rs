@@ -12,8 +12,8 @@ use std::time::Instant;
 use crate::status::ApiError;
 
 /// Failed proofs one client address may offer: a burst, then this many per second.
-const FAILURE_BURST: f64 = 60.0;
-const FAILURES_PER_SECOND: f64 = 5.0;
+pub const FAILURE_BURST: f64 = 60.0;
+pub const FAILURES_PER_SECOND: f64 = 5.0;
 /// Addresses whose budget is remembered at most; those with a full budget are forgotten first.
 const FAILURE_ADDRESSES: usize = 65_536;
 

@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{TestServer, eventually, eventually_within, generate_cluster};
+use lariat_apiserver::proofs::{FAILURE_BURST, FAILURES_PER_SECOND};
 use serde_json::{Value, json};
 
 /// A copy of `kubeconfig` pointing at `server` instead, with the same credential.
@@ -948,6 +949,7 @@ fn failed_agent_handshakes_never_starve_a_valid_agent() {
     let bad = format!("Authorization: Bearer {id}.{}", "x".repeat(32));
     let mut args = vec!["--interface", "127.0.0.2", "-H", &bad];
     args.extend(upgrade);
+    let started = Instant::now();
     let codes = curl_many(
         &server,
         &args,
@@ -955,9 +957,13 @@ fn failed_agent_handshakes_never_starve_a_valid_agent() {
     );
     let count = |code: u16| codes.iter().filter(|c| **c == code).count();
     assert_eq!(count(403) + count(429), 2000, "{codes:?}");
+    // The budget refills while the attempts run (slowly on a loaded machine), and the 20
+    // attempts curl has in flight may each pass the check before the others are counted.
+    let budget = FAILURE_BURST + FAILURES_PER_SECOND * started.elapsed().as_secs_f64() + 20.0;
     assert!(
-        count(403) < 200,
-        "failed attempts beyond the per-address budget are turned away before authentication: {} were looked at",
+        (count(403) as f64) <= budget,
+        "failed attempts beyond the per-address budget ({budget:.0} in {:?}) are turned away before authentication: {} were looked at",
+        started.elapsed(),
         count(403)
     );
 
