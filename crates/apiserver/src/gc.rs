@@ -23,9 +23,11 @@ use crate::resources::{
 use crate::status::{ApiError, ApiResult};
 
 const REGISTRY_PREFIX: &str = "/registry/";
+const NAMESPACES_PREFIX: &str = "/registry/core/namespaces/";
 const MANAGER: &str = "lariat-garbage-collector";
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 struct Owner {
     uid: String,
     api_version: String,
@@ -44,32 +46,61 @@ struct Meta {
     deleting: bool,
 }
 
+/// The fields of a stored object the collector reads, parsed from its bytes with the rest
+/// skipped unparsed: the collector sees every write of every kind, and building each whole
+/// object as JSON values only to read its metadata was most of what it cost.
+#[derive(serde::Deserialize)]
+struct Stored {
+    #[serde(default)]
+    metadata: StoredMeta,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct StoredMeta {
+    uid: String,
+    namespace: Option<String>,
+    owner_references: Vec<Owner>,
+    finalizers: Vec<String>,
+    deletion_timestamp: Option<serde::de::IgnoredAny>,
+}
+
+/// A Namespace's finalizers (`spec.finalizers`), which hold its deletion until it is empty.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct StoredNamespace {
+    spec: NamespaceSpec,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct NamespaceSpec {
+    finalizers: Vec<serde::de::IgnoredAny>,
+}
+
 impl Meta {
-    fn of(object: &Value) -> Meta {
-        let meta = &object["metadata"];
-        Meta {
-            uid: meta["uid"].as_str().unwrap_or_default().to_string(),
-            namespace: meta["namespace"].as_str().map(String::from),
-            owners: meta["ownerReferences"]
-                .as_array()
-                .map(|refs| {
-                    refs.iter()
-                        .map(|r| Owner {
-                            uid: r["uid"].as_str().unwrap_or_default().to_string(),
-                            api_version: r["apiVersion"].as_str().unwrap_or_default().to_string(),
-                            kind: r["kind"].as_str().unwrap_or_default().to_string(),
-                            name: r["name"].as_str().unwrap_or_default().to_string(),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-            finalizers: finalizers(object),
-            namespace_finalizers: object["kind"] == "Namespace"
-                && object["spec"]["finalizers"]
-                    .as_array()
-                    .is_some_and(|f| !f.is_empty()),
-            deleting: !meta["deletionTimestamp"].is_null(),
-        }
+    /// What the collector remembers of a stored object; `None` if it cannot be read.
+    fn read(resources: &Resources, kv: &KeyValue) -> Option<Meta> {
+        let bytes = resources.plaintext_bytes(kv).ok()?;
+        let stored: Stored = match serde_json::from_slice(&bytes) {
+            Ok(stored) => stored,
+            Err(e) => {
+                tracing::debug!(key = kv.key, error = %e, "cannot read a stored object's metadata");
+                return None;
+            }
+        };
+        let namespace_finalizers = kv.key.starts_with(NAMESPACES_PREFIX)
+            && serde_json::from_slice::<StoredNamespace>(&bytes)
+                .is_ok_and(|namespace| !namespace.spec.finalizers.is_empty());
+        let meta = stored.metadata;
+        Some(Meta {
+            uid: meta.uid,
+            namespace: meta.namespace,
+            owners: meta.owner_references,
+            finalizers: meta.finalizers,
+            namespace_finalizers,
+            deleting: meta.deletion_timestamp.is_some(),
+        })
     }
 
     /// Whether the collector has something to do for this object itself.
@@ -145,7 +176,7 @@ impl Index {
                 .cloned(),
         );
         if let Some(ns) = &meta.namespace {
-            keys.push(format!("/registry/core/namespaces/{ns}"));
+            keys.push(format!("{NAMESPACES_PREFIX}{ns}"));
         }
         keys
     }
@@ -184,8 +215,8 @@ async fn collect(resources: &Resources, stop: &mut watch::Receiver<bool>) -> Api
     let revision = loop {
         let page = store.list(REGISTRY_PREFIX, options.clone()).await?;
         for kv in &page.items {
-            if let Some(object) = decode(resources, kv) {
-                index.put(&kv.key, Meta::of(&object));
+            if let Some(meta) = Meta::read(resources, kv) {
+                index.put(&kv.key, meta);
             }
         }
         if !page.more {
@@ -222,7 +253,7 @@ async fn collect(resources: &Resources, stop: &mut watch::Receiver<bool>) -> Api
                 let change = change?;
                 let key = change.kv.key.clone();
                 let meta = match change.kind {
-                    EventKind::Put => decode(resources, &change.kv).map(|o| Meta::of(&o)),
+                    EventKind::Put => Meta::read(resources, &change.kv),
                     EventKind::Delete => None,
                     // Only asked for by watch_with_progress.
                     EventKind::Progress => continue,

@@ -215,6 +215,13 @@ impl<K: Cached> Drop for Cache<K> {
     }
 }
 
+/// What a subscriber of a cache is handed: an object, or word that every object was just
+/// handed again because it fell behind.
+enum Change<K> {
+    Object(Arc<K>),
+    Resynced,
+}
+
 /// Told of each change a cache sees.
 type OnChange<K> = Box<dyn Fn(&Arc<K>) + Send + Sync>;
 
@@ -281,12 +288,21 @@ impl<K: Cached> Feed<K> {
                 }
             }
             watcher::Event::InitDone => {
+                let before = self.store.state();
                 self.writer.apply_watcher_event(&watcher::Event::InitDone);
                 *self.index.write().expect("lock") = self.listing.take().unwrap_or_default();
                 self.set_synced.send_replace(true);
                 self.set_healthy.send_replace(true);
                 for object in self.store.state() {
                     self.publish(object);
+                }
+                // Deleted while the watch was down: published as they were last seen, as a
+                // deletion would have been, so that whoever they wake finds them gone.
+                for object in before {
+                    let reference = ObjectRef::from_obj_with(&*object, self.dynamic_type.clone());
+                    if self.store.get(&reference).is_none() {
+                        self.publish(object);
+                    }
                 }
                 return true;
             }
@@ -586,12 +602,29 @@ impl<K: Cached> Cache<K> {
     /// Every object, then every change (an object as it is now, or as it was when deleted).
     /// A subscriber that falls behind is handed every object again, as an informer's resync.
     pub fn changes(&self) -> impl Stream<Item = Arc<K>> + Send + use<K> {
+        self.changes_and_resyncs().filter_map(|change| {
+            std::future::ready(match change {
+                Change::Object(object) => Some(object),
+                Change::Resynced => None,
+            })
+        })
+    }
+
+    /// [`changes`](Self::changes), each resync followed by [`Change::Resynced`].
+    fn changes_and_resyncs(&self) -> impl Stream<Item = Change<K>> + Send + use<K> {
         let receiver = self.changes.subscribe();
         let store = self.store.clone();
         let synced = self.synced.clone();
+        let resyncing = false;
         futures::stream::unfold(
-            (receiver, store, Some(synced), Vec::<Arc<K>>::new()),
-            |(mut receiver, store, mut first, mut pending)| async move {
+            (
+                receiver,
+                store,
+                Some(synced),
+                Vec::<Arc<K>>::new(),
+                resyncing,
+            ),
+            |(mut receiver, store, mut first, mut pending, mut resyncing)| async move {
                 if let Some(synced) = first.take() {
                     // Not synced yet: the first list arrives as changes anyway.
                     if *synced.borrow() {
@@ -599,14 +632,22 @@ impl<K: Cached> Cache<K> {
                     }
                 }
                 loop {
-                    if let Some(object) = pending.pop() {
-                        return Some((object, (receiver, store, None, pending)));
-                    }
-                    match receiver.recv().await {
-                        Ok(object) => return Some((object, (receiver, store, None, pending))),
-                        Err(broadcast::error::RecvError::Lagged(_)) => pending = store.state(),
-                        Err(broadcast::error::RecvError::Closed) => return None,
-                    }
+                    let change = if let Some(object) = pending.pop() {
+                        Change::Object(object)
+                    } else if std::mem::take(&mut resyncing) {
+                        Change::Resynced
+                    } else {
+                        match receiver.recv().await {
+                            Ok(object) => Change::Object(object),
+                            Err(broadcast::error::RecvError::Lagged(_)) => {
+                                pending = store.state();
+                                resyncing = true;
+                                continue;
+                            }
+                            Err(broadcast::error::RecvError::Closed) => return None,
+                        }
+                    };
+                    return Some((change, (receiver, store, None, pending, resyncing)));
                 }
             },
         )
@@ -617,15 +658,35 @@ impl<K: Cached> Cache<K> {
     /// gone. A Machine is written about eight times on its way to Running; a controller that
     /// reads only its version and bootstrap data need not run eight times.
     ///
-    /// Each subscriber keeps one hash per live object; an object's hash is forgotten when it
-    /// is deleted.
+    /// Each subscriber keeps one hash per live object, with the object as last seen (the
+    /// cache's own copy, shared), so that after falling behind it still hands on the objects
+    /// deleted meanwhile; both are forgotten when the object is deleted.
     pub fn changes_in<F>(self: &Arc<Self>, read: F) -> impl Stream<Item = Arc<K>> + Send + use<K, F>
     where
         F: Fn(&K, &mut DefaultHasher) + Send + 'static,
     {
         let cache = self.clone();
-        let mut seen = HashMap::<(String, String), u64>::new();
-        self.changes().filter(move |object| {
+        let mut seen = HashMap::<(String, String), (u64, Arc<K>)>::new();
+        self.changes_and_resyncs().flat_map(move |change| {
+            let object = match change {
+                Change::Object(object) => object,
+                Change::Resynced => {
+                    // What was deleted while this subscriber fell behind.
+                    let gone: Vec<(String, String)> = seen
+                        .iter()
+                        .filter(|((namespace, name), (_, object))| {
+                            cache
+                                .get_now(namespace, name)
+                                .is_none_or(|now| now.meta().uid != object.meta().uid)
+                        })
+                        .map(|(key, _)| key.clone())
+                        .collect();
+                    let gone = gone
+                        .into_iter()
+                        .filter_map(|key| seen.remove(&key).map(|(_, object)| object));
+                    return futures::stream::iter(gone.collect());
+                }
+            };
             let meta = object.meta();
             let namespace = meta.namespace.clone().unwrap_or_default();
             let name = meta.name.clone().unwrap_or_default();
@@ -633,17 +694,23 @@ impl<K: Cached> Cache<K> {
                 || cache
                     .get_now(&namespace, &name)
                     .is_none_or(|now| now.meta().uid != meta.uid);
-            let changed = if gone {
+            if gone {
                 seen.remove(&(namespace, name));
-                true
-            } else {
-                let mut hasher = DefaultHasher::new();
-                meta.uid.hash(&mut hasher);
-                read(object, &mut hasher);
-                let fingerprint = hasher.finish();
-                seen.insert((namespace, name), fingerprint) != Some(fingerprint)
-            };
-            std::future::ready(changed)
+                return futures::stream::iter(vec![object]);
+            }
+            let mut hasher = DefaultHasher::new();
+            meta.uid.hash(&mut hasher);
+            read(&object, &mut hasher);
+            let fingerprint = hasher.finish();
+            match seen.insert((namespace, name), (fingerprint, object.clone())) {
+                Some((before, _)) if before == fingerprint => futures::stream::iter(vec![]),
+                // Deleted and made again while this subscriber fell behind: the one before
+                // is gone.
+                Some((_, replaced)) if replaced.meta().uid != object.meta().uid => {
+                    futures::stream::iter(vec![replaced, object])
+                }
+                _ => futures::stream::iter(vec![object]),
+            }
         })
     }
 
@@ -1067,7 +1134,58 @@ fn self_contained(kubeconfig: &kube::config::Kubeconfig) -> Result<(), &'static 
 
 #[cfg(test)]
 mod tests {
-    use super::self_contained;
+    use super::*;
+
+    /// A watch that fails and lists again may find objects gone that were deleted while it
+    /// was down: no Delete event ever comes for them, so the list itself says so.
+    #[test]
+    fn a_relist_publishes_the_objects_it_no_longer_holds() {
+        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let dynamic_type = <DynamicObject as Cached>::dynamic_type(&resource);
+        let writer = Writer::new(dynamic_type.clone());
+        let store = writer.as_reader();
+        let (changes, mut receiver) = broadcast::channel(16);
+        let mut feed = Feed::<DynamicObject> {
+            writer,
+            store,
+            index: Default::default(),
+            kind: resource.kind.clone(),
+            dynamic_type,
+            changes,
+            on_change: None,
+            set_synced: watch::channel(false).0,
+            set_healthy: watch::channel(false).0,
+            listing: None,
+        };
+        let object = |name: &str| {
+            let mut object = DynamicObject::new(name, &resource).within("default");
+            object.metadata.uid = Some(format!("uid-{name}"));
+            object
+        };
+        let list = |feed: &mut Feed<DynamicObject>, names: &[&str]| {
+            feed.apply(watcher::Event::Init);
+            for name in names {
+                feed.apply(watcher::Event::InitApply(object(name)));
+            }
+            assert!(feed.apply(watcher::Event::InitDone));
+        };
+        let mut published = || {
+            let mut names: Vec<String> = std::iter::from_fn(|| receiver.try_recv().ok())
+                .map(|o| o.name_any())
+                .collect();
+            names.sort();
+            names
+        };
+        list(&mut feed, &["kept", "doomed"]);
+        assert_eq!(published(), ["doomed", "kept"]);
+        list(&mut feed, &["kept", "new"]);
+        assert_eq!(published(), ["doomed", "kept", "new"]);
+        assert!(
+            feed.store
+                .get(&feed.reference_of(&object("doomed")))
+                .is_none()
+        );
+    }
 
     #[test]
     fn only_self_contained_workload_kubeconfigs_are_used() {

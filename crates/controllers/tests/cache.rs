@@ -216,6 +216,88 @@ async fn a_subscriber_of_what_it_reads_skips_the_other_changes() {
     assert_eq!(next().await.0, "watched", "a deletion is a change");
 }
 
+/// A subscriber of what it reads that falls behind (more changes than its buffer holds) is
+/// handed the objects deleted meanwhile, and the one a same-named object replaced: a
+/// controller woken by them would otherwise never learn they are gone.
+#[tokio::test]
+async fn a_subscriber_that_falls_behind_still_hears_of_what_was_deleted() {
+    let (client, _, _dir) = server(false).await;
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &config_maps());
+    for name in ["doomed", "replaced", "busy"] {
+        create(
+            &client,
+            &config_maps(),
+            json!({"metadata": {"name": name}, "data": {"n": "0"}}),
+        )
+        .await;
+    }
+    let caches = Caches::new(client.clone());
+    let cache = caches.of(&config_maps());
+    cache.synced().await.unwrap();
+    // Hashes nothing but the uid: only appearances and disappearances are changes.
+    let mut changes = Box::pin(cache.changes_in(|_: &DynamicObject, _| {}));
+    let mut first = Vec::new();
+    for _ in 0..3 {
+        first.push(changes.next().await.unwrap());
+    }
+    let replaced_uid = first
+        .iter()
+        .find(|o| o.name_any() == "replaced")
+        .and_then(|o| o.uid())
+        .unwrap();
+    api.delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
+    api.delete("replaced", &DeleteParams::default())
+        .await
+        .unwrap();
+    create(
+        &client,
+        &config_maps(),
+        json!({"metadata": {"name": "replaced"}, "data": {"n": "0"}}),
+    )
+    .await;
+    // More changes than a subscriber's buffer (4,096) while this one is not listening.
+    for n in 1..=4200 {
+        api.patch(
+            "busy",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"n": n.to_string()}})),
+        )
+        .await
+        .unwrap();
+    }
+    until("the cache sees the last change", || {
+        cache
+            .get_now(NS, "busy")
+            .is_some_and(|o| o.data["data"]["n"] == "4200")
+    })
+    .await;
+    let mut heard = Vec::new();
+    while let Ok(Some(object)) = tokio::time::timeout(Duration::from_secs(2), changes.next()).await
+    {
+        heard.push((object.name_any(), object.uid().unwrap()));
+    }
+    assert!(
+        heard.iter().any(|(name, _)| name == "doomed"),
+        "the deleted object: {heard:?}"
+    );
+    assert!(
+        heard.contains(&("replaced".to_string(), replaced_uid.clone())),
+        "the replaced object as it was: {heard:?}"
+    );
+    assert!(
+        heard
+            .iter()
+            .any(|(name, uid)| name == "replaced" && *uid != replaced_uid),
+        "its replacement: {heard:?}"
+    );
+    assert!(
+        !heard.iter().any(|(name, _)| name == "busy"),
+        "changes of what is not read are still skipped: {heard:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_kind_is_watched_from_its_first_reference_and_its_changes_reach_every_subscriber() {
     let (client, _, _dir) = server(false).await;

@@ -81,6 +81,30 @@ fn outdated(kcp: &KubeadmControlPlane, machine: &Machine) -> bool {
             .is_some_and(|t| Some(t) != template)
 }
 
+/// What a KubeadmControlPlane reads of its Machines (see `Cache::changes_in`): whose they
+/// are, their version and template (outdated or not), domain, phase, readiness, Node, and the
+/// health checks that ask for remediation. A Machine's other writes (its addresses, the
+/// messages of its conditions) leave the control plane with nothing to do.
+pub fn reads_of_machine(machine: &Machine, hash: &mut std::collections::hash_map::DefaultHasher) {
+    use std::hash::Hash;
+    for owner in machine.owner_references() {
+        (&owner.uid, owner.controller).hash(hash);
+    }
+    let annotations = machine.annotations();
+    for key in ["cluster.x-k8s.io/cloned-from-name", INIT_ANNOTATION] {
+        annotations.get(key).hash(hash);
+    }
+    let spec = &machine.spec;
+    (&spec.version, &spec.failure_domain, &spec.provider_id).hash(hash);
+    let status = machine.status.as_ref();
+    phase(machine).hash(hash);
+    status.and_then(|s| s.infrastructure_ready).hash(hash);
+    has_node(machine).hash(hash);
+    let machine_conditions = conditions::of_machine(machine);
+    conditions::needs_owner_remediation(machine_conditions).hash(hash);
+    conditions::is_false(machine_conditions, conditions::HEALTH_CHECK_SUCCEEDED).hash(hash);
+}
+
 pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Paused before deletion: see `object_paused`.
     if lariat_controllers::cluster::object_paused(&ctx.caches, &object.metadata).await? {

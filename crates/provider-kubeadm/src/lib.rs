@@ -211,7 +211,9 @@ pub async fn run_control_plane(
             (),
         )
         .watches_shared_stream_with(
-            caches.typed::<Machine>().changes(),
+            caches
+                .typed::<Machine>()
+                .changes_in(control_plane::reads_of_machine),
             lariat_controllers::controller_owner::<DynamicObject, Machine>(
                 control_plane::resource(),
             ),
