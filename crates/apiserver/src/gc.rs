@@ -15,7 +15,7 @@ use lariat_store::{EventKind, KeyValue, ListOptions, Store};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::objects::{NAMESPACE_FINALIZER, finalizers};
+use crate::objects::NAMESPACE_FINALIZER;
 use crate::resources::{
     DeleteOptions, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation, Resources, Scope,
     WriteOptions,
@@ -29,10 +29,25 @@ const MANAGER: &str = "lariat-garbage-collector";
 #[derive(Clone, Debug, Default, serde::Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 struct Owner {
+    #[serde(deserialize_with = "null_as_default")]
     uid: String,
+    #[serde(deserialize_with = "null_as_default")]
     api_version: String,
+    #[serde(deserialize_with = "null_as_default")]
     kind: String,
+    #[serde(deserialize_with = "null_as_default")]
     name: String,
+}
+
+/// A field stored as `null` read as absent, as the Value-based reading of metadata did
+/// (admission lets `finalizers: null` and `ownerReferences: null` through, as Kubernetes does).
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de> + Default,
+{
+    use serde::Deserialize;
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 /// What the collector remembers of one object.
@@ -51,16 +66,19 @@ struct Meta {
 /// object as JSON values only to read its metadata was most of what it cost.
 #[derive(serde::Deserialize)]
 struct Stored {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     metadata: StoredMeta,
 }
 
 #[derive(serde::Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
 struct StoredMeta {
+    #[serde(deserialize_with = "null_as_default")]
     uid: String,
     namespace: Option<String>,
+    #[serde(deserialize_with = "null_as_default")]
     owner_references: Vec<Owner>,
+    #[serde(deserialize_with = "null_as_default")]
     finalizers: Vec<String>,
     deletion_timestamp: Option<serde::de::IgnoredAny>,
 }
@@ -69,12 +87,14 @@ struct StoredMeta {
 #[derive(serde::Deserialize, Default)]
 #[serde(default)]
 struct StoredNamespace {
+    #[serde(deserialize_with = "null_as_default")]
     spec: NamespaceSpec,
 }
 
 #[derive(serde::Deserialize, Default)]
 #[serde(default)]
 struct NamespaceSpec {
+    #[serde(deserialize_with = "null_as_default")]
     finalizers: Vec<serde::de::IgnoredAny>,
 }
 

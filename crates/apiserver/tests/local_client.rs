@@ -20,19 +20,24 @@ async fn in_process_client_creates_and_reads() {
             name: Some("local".into()),
             ..Default::default()
         },
+        data: Some([("a".to_string(), "b".to_string())].into()),
         ..Default::default()
     };
     maps.create(&PostParams::default(), &cm).await.unwrap();
     let read = maps.get("local").await.unwrap();
-    let managers: Vec<_> = read
-        .metadata
-        .managed_fields
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|m| m.manager)
-        .collect();
     assert!(read.metadata.uid.is_some());
-    assert!(managers.is_empty() || !managers[0].is_empty());
+    // Its fields are tracked as any client's are: one manager, named after its user agent,
+    // owning what it wrote.
+    let managed = read.metadata.managed_fields.unwrap_or_default();
+    assert_eq!(managed.len(), 1, "{managed:?}");
+    let entry = &managed[0];
+    assert!(
+        entry.manager.as_deref().is_some_and(|m| !m.is_empty()),
+        "{entry:?}"
+    );
+    assert_eq!(entry.operation.as_deref(), Some("Update"), "{entry:?}");
+    let fields = serde_json::to_string(&entry.fields_v1).unwrap();
+    assert!(fields.contains("f:a"), "{fields}");
     let err = maps.get("missing").await.unwrap_err();
     assert!(matches!(err, kube::Error::Api(s) if s.code == 404));
 }

@@ -367,7 +367,7 @@ fn an_imported_cluster_is_reached_through_its_agent() {
         "world"
     );
     let mut watch = Command::new("kubectl")
-        .args(["get", "configmaps", "--watch-only", "-o", "name"])
+        .args(["get", "configmaps", "--watch", "-o", "name"])
         .env("KUBECONFIG", &kubeconfig)
         .env("HOME", &home)
         .stdout(Stdio::piped())
@@ -381,12 +381,19 @@ fn an_imported_cluster_is_reached_through_its_agent() {
             let _ = lines.send(line);
         }
     });
-    std::thread::sleep(Duration::from_secs(1));
+    let until_line = |wanted: &str| loop {
+        let line = seen
+            .recv_timeout(Duration::from_secs(15))
+            .unwrap_or_else(|_| panic!("no {wanted} from the watch through the tunnel"));
+        if line == wanted {
+            break;
+        }
+    };
+    // kubectl lists, prints the list, then watches from the list's resourceVersion: a
+    // ConfigMap created once the list is printed reaches it by the watch alone.
+    until_line("configmap/via-proxy");
     downstream.kubectl_ok(&["create", "configmap", "watched", "--from-literal=a=b"]);
-    let line = seen
-        .recv_timeout(Duration::from_secs(15))
-        .expect("a watch event through the tunnel");
-    assert_eq!(line, "configmap/watched");
+    until_line("configmap/watched");
     let _ = watch.kill();
     let _ = watch.wait();
 
@@ -507,7 +514,21 @@ fn bad_agents_are_refused_with_a_reason_and_the_server_stays_up() {
         &downstream,
     );
     let (short, _) = import_cluster(&management, "guarded", "1s");
-    std::thread::sleep(Duration::from_secs(2));
+    // Started once the token's recorded expiry has passed, as soon as it has.
+    let (short_id, _) = short.split_once('.').unwrap();
+    let expires = management.kubectl_ok(&[
+        "get",
+        "clusterregistrationtoken",
+        short_id,
+        "-n",
+        "lariat-system",
+        "-o",
+        "jsonpath={.spec.expirationTimestamp}",
+    ]);
+    let expires = chrono::DateTime::parse_from_rfc3339(expires.trim()).unwrap();
+    eventually("the short-lived token expires", || {
+        expires < chrono::Utc::now()
+    });
     let expired = Agent::start(dir, "expired", &server, &short, &checksum, &downstream);
     eventually("each bad agent logs why it is refused", || {
         wrong

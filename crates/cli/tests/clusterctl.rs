@@ -224,7 +224,21 @@ fn a_restart_in_the_middle_of_provisioning_resumes_without_duplicates() {
         }
         std::thread::sleep(Duration::from_millis(250));
     }
-    std::thread::sleep(Duration::from_secs(2));
+    // Each owner's count of its machines is written by a pass that saw them all run, after
+    // the restart (none ran before it): that pass found its replicas and made none more.
+    let counted = |resource: &str| {
+        server.kubectl_ok(&[
+            "get",
+            resource,
+            "-o",
+            "jsonpath={.items[0].status.replicas}/{.items[0].status.readyReplicas}",
+        ])
+    };
+    wait(
+        "each owner counts its machines, all running",
+        Duration::from_secs(30),
+        || counted("machinesets") == "4/4" && counted("kubeadmcontrolplanes") == "1/1",
+    );
     assert_eq!(
         machines(&server).len(),
         5,

@@ -640,8 +640,13 @@ fn the_server_runs_from_the_image_as_the_statefulset_runs_it() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let address = loop {
         let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        if let Some(rest) = log.split("listening on https://").nth(1) {
-            break rest.split(';').next().unwrap().to_string();
+        // Up to the `;` after the address: the log may be read mid-line.
+        if let Some((address, _)) = log
+            .split("listening on https://")
+            .nth(1)
+            .and_then(|rest| rest.split_once(';'))
+        {
+            break address.to_string();
         }
         assert!(
             Instant::now() < deadline,

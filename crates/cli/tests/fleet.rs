@@ -1238,8 +1238,19 @@ fn a_rollout_strategy_holds_a_broken_version_at_the_first_cluster() {
         held_back, 2,
         "two hold the old version with the new one staged"
     );
-    // Nothing changed where the rollout did not reach (the failed cluster's API refused it).
-    std::thread::sleep(Duration::from_secs(2));
+    // Nothing changed where the rollout did not reach: their agents apply `deploymentID`,
+    // never the staged version, and report the version the rollout kept applied and ready;
+    // their clusters still have it (the failed cluster's API refused the new one).
+    for kept in deployments
+        .iter()
+        .filter(|bd| bd["spec"]["deploymentID"] != bd["spec"]["stagedDeploymentID"])
+    {
+        assert_eq!(
+            kept["status"]["appliedDeploymentID"], kept["spec"]["deploymentID"],
+            "{kept}"
+        );
+        assert_eq!(kept["status"]["ready"], true, "{kept}");
+    }
     for cluster in ["c-2", "c-3"] {
         assert_eq!(color(cluster, "color"), "blue", "{cluster}");
     }
@@ -1494,11 +1505,25 @@ fn depends_on_holds_a_bundle_back_until_its_dependency_is_ready_and_a_cycle_is_r
         .to_string()
     };
     assert_eq!(owner(), "platform-app");
+    // Removing a bundle deletes only what its record in the cluster names, and the agent
+    // records what it is about to apply after the check that refused the copy: the copy's
+    // removal has nothing to delete.
+    assert!(
+        !in_cluster(&[
+            "get",
+            "configmap",
+            "fleet-bundle-copy-app",
+            "-n",
+            "lariat-system"
+        ])
+        .status
+        .success(),
+        "the refused copy recorded nothing it applied"
+    );
     server.kubectl_ok(&["delete", "gitrepo", "copy", "-n", "fleet-default"]);
     eventually("the copy's bundle is gone", || {
         bundle(&server, "copy-app").is_none()
     });
-    std::thread::sleep(Duration::from_secs(2));
     assert_eq!(owner(), "platform-app", "the first bundle still owns it");
     // Deleting the owner's GitRepo removes it from the cluster: nothing is orphaned.
     server.kubectl_ok(&["delete", "gitrepo", "platform", "-n", "fleet-default"]);
@@ -1629,11 +1654,11 @@ fn a_signed_push_webhook_fetches_at_once_and_a_forged_one_is_refused() {
     // GitHub's ping is answered and does nothing.
     let (code, answer) = deliver(&["X-GitHub-Event: ping".to_string()], "{}");
     assert_eq!(code, 200, "{answer}");
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(
-        git_repo(&server, "platform")["status"]["commit"],
-        first.as_str()
-    );
+    // With polling off, only a push recorded on the GitRepo (`webhookCommit`, written before
+    // the delivery is answered) makes it fetch again: none was.
+    let repo = git_repo(&server, "platform");
+    assert!(repo["status"]["webhookCommit"].is_null(), "{repo}");
+    assert_eq!(repo["status"]["commit"], first.as_str());
 
     // Signed: fetched at once, though polling is off.
     let (code, answer) = deliver(
@@ -1703,7 +1728,8 @@ fn a_signed_push_webhook_fetches_at_once_and_a_forged_one_is_refused() {
     eventually("the guarded one fetches the push", || {
         git_repo(&server, "platform")["status"]["commit"] == fourth.as_str()
     });
-    std::thread::sleep(Duration::from_secs(2));
+    // Every delivery was answered, and a push is recorded on a GitRepo before its answer:
+    // without `webhookCommit`, nothing makes the unguarded one (polling off) fetch again.
     let unguarded = git_repo(&server, "unguarded");
     assert_eq!(unguarded["status"]["commit"], third.as_str());
     assert!(

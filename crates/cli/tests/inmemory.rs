@@ -150,20 +150,22 @@ fn failure_injection_never_boots_and_not_ready_later() {
         let list = machines(&server);
         list.len() == 2 && list.iter().all(|m| m["status"]["phase"] == "Provisioning")
     });
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    // The provider's decision on each machine: it never boots (the boot is where a Node
+    // would come from), so its Machine never runs.
+    eventually("every InMemoryMachine says it never boots", || {
+        server.kubectl_ok(&[
+            "get",
+            "inmemorymachines",
+            "-o",
+            "jsonpath={.items[*].status.conditions[?(@.type==\"Ready\")].reason}",
+        ]) == "NeverBoots NeverBoots"
+    });
     assert!(
         machines(&server)
             .iter()
             .all(|m| m["status"]["phase"] == "Provisioning"),
         "a machine that never boots never runs"
     );
-    let reason = server.kubectl_ok(&[
-        "get",
-        "inmemorymachines",
-        "-o",
-        "jsonpath={.items[0].status.conditions[?(@.type==\"Ready\")].reason}",
-    ]);
-    assert_eq!(reason, "NeverBoots");
     // Said once per machine as a Warning Event, not at every look.
     let warnings = server.kubectl_ok(&[
         "get",
@@ -552,7 +554,9 @@ spec:
         r#"jsonpath={.status.conditions[?(@.type=="HealthCheckSucceeded")].status}"#,
     ]);
     assert_eq!(healthy, "True");
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    // The refusal is the control plane's decision on the member it would remediate (one at a
+    // time): it holds while quorum is short. What it does once a member recovers, below, shows
+    // it deleted nothing meanwhile.
     assert_eq!(control_plane(&server).len(), 3, "nothing was deleted");
 
     // One member recovers: the other unhealthy one is replaced, in its zone. Its zone is read
@@ -577,6 +581,14 @@ spec:
                 .find(|m| !names.contains(&m["metadata"]["name"].as_str().unwrap().to_string()))
                 .expect("a new machine");
             assert_eq!(newcomer["spec"]["failureDomain"], lost_zone);
+            // Woken by the recovery, it remediated the member left unhealthy (there until
+            // then: its zone was read); the other two are still there.
+            for kept in [&names[0], &names[2]] {
+                assert!(
+                    now.iter().any(|m| m["metadata"]["name"] == kept.as_str()),
+                    "{kept} was deleted"
+                );
+            }
             break;
         }
         assert!(
@@ -665,7 +677,26 @@ spec:
             name.as_str()
         );
     }
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    // The health check's decision on each machine: marked unhealthy, and left to the
+    // remediator. Its owner is not asked (`OwnerRemediated`), and only that makes a
+    // MachineSet delete a machine it keeps.
+    let condition = |machine: &str, type_: &str| {
+        server.kubectl_ok(&[
+            "get",
+            "machine",
+            machine,
+            "-o",
+            &format!("jsonpath={{.status.conditions[?(@.type==\"{type_}\")].status}}"),
+        ])
+    };
+    eventually("both machines are marked unhealthy", || {
+        waiting
+            .iter()
+            .all(|name| condition(name, "HealthCheckSucceeded") == "False")
+    });
+    for name in &waiting {
+        assert_eq!(condition(name, "OwnerRemediated"), "", "{name}");
+    }
     assert_eq!(
         machine_names(&server),
         waiting,
@@ -693,7 +724,49 @@ fn a_restart_remediates_no_healthy_machine() {
     server.kill9();
     server.launch();
     eventually("machines run after the restart", || running(&server));
-    std::thread::sleep(std::time::Duration::from_secs(6));
+    // A change of the health check is answered (observedGeneration) only by a pass that
+    // judged the machines by the Nodes of the restarted simulated cluster: it found both
+    // healthy, and none was ever found unhealthy (said with an Event the first time).
+    server.kubectl_ok(&[
+        "patch",
+        "mhc",
+        "sim-workers",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"nodeStartupTimeout":"4s"}}"#,
+    ]);
+    eventually("the health check judges the machines again", || {
+        let judged = server.kubectl_ok(&[
+            "get",
+            "mhc",
+            "sim-workers",
+            "-o",
+            "jsonpath={.metadata.generation} {.status.observedGeneration}",
+        ]);
+        judged
+            .split_once(' ')
+            .is_some_and(|(generation, observed)| generation == observed)
+    });
+    assert_eq!(
+        server.kubectl_ok(&[
+            "get",
+            "mhc",
+            "sim-workers",
+            "-o",
+            "jsonpath={.status.expectedMachines}/{.status.currentHealthy}",
+        ]),
+        "2/2"
+    );
+    let marked = server.kubectl_ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "reason=MachineMarkedUnhealthy",
+        "-o",
+        "name",
+    ]);
+    assert!(marked.trim().is_empty(), "{marked}");
     assert_eq!(
         machine_names(&server),
         before,

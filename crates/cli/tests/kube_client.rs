@@ -188,35 +188,36 @@ async fn watch_resumes_from_a_resource_version_without_gaps() {
         ]
     );
 
-    // kube-runtime's watcher (list, then watch) sees a later change too.
-    let events = kube::runtime::watcher(maps.clone(), kube::runtime::watcher::Config::default());
-    let mut objects = Box::pin(kube::runtime::WatchStreamExt::applied_objects(events));
-    let mut names = vec![];
-    let writer = {
-        let maps = maps.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-            maps.create(&PostParams::default(), &config_map("late", "x"))
-                .await
-                .unwrap();
-        })
-    };
-    while let Some(cm) =
-        tokio::time::timeout(std::time::Duration::from_secs(10), objects.try_next())
+    // kube-runtime's watcher (list, then watch) sees a change made after its list: from the
+    // watch, since it is made only once the list is complete.
+    use kube::runtime::watcher::Event;
+    let mut events = Box::pin(kube::runtime::watcher(
+        maps.clone(),
+        kube::runtime::watcher::Config::default(),
+    ));
+    let mut next = async || {
+        tokio::time::timeout(std::time::Duration::from_secs(10), events.try_next())
             .await
+            .expect("a watcher event within 10 s")
             .unwrap()
             .unwrap()
-    {
-        names.push(cm.metadata.name.unwrap());
-        if names.contains(&"late".to_string()) {
-            break;
+    };
+    let mut listed = vec![];
+    loop {
+        match next().await {
+            Event::InitApply(cm) => listed.push(cm.metadata.name.unwrap()),
+            Event::InitDone => break,
+            _ => {}
         }
     }
-    writer.await.unwrap();
-    assert!(
-        names.contains(&"w5".to_string()) && names.contains(&"late".to_string()),
-        "{names:?}"
-    );
+    assert!(listed.contains(&"w5".to_string()), "{listed:?}");
+    maps.create(&PostParams::default(), &config_map("late", "x"))
+        .await
+        .unwrap();
+    match next().await {
+        Event::Apply(cm) => assert_eq!(cm.metadata.name.as_deref(), Some("late")),
+        other => panic!("the watch's next event is the later creation: {other:?}"),
+    }
 }
 
 #[tokio::test]

@@ -291,28 +291,28 @@ fn status_subresource_and_wait_for_condition() {
     ]);
     let object = json(&server.kubectl_ok(&["get", "cluster", "prod-us-east", "-o", "json"]));
     assert!(object["status"]["phase"].is_null(), "{object}");
-    let waiter = server
+    let mut waiter = server
         .kubectl_command(&[
             "wait",
             "--for=condition=Ready",
             "cluster/prod-us-east",
             "--timeout=20s",
+            "-v=6",
         ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The condition is made true only once kubectl watches: what it then sees came from the
+    // watch, not from its first GET.
+    let log = until_watching(&mut waiter);
     server.kubectl_ok(&[
         "patch", "cluster", "prod-us-east", "--subresource=status", "--type", "merge", "-p",
         r#"{"status":{"phase":"Provisioned","conditions":[{"type":"Ready","status":"True","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}"#,
     ]);
     let output = waiter.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let log = log.join().unwrap();
+    assert!(output.status.success(), "{log}");
     assert!(String::from_utf8_lossy(&output.stdout).contains("condition met"));
     let table = server.kubectl_ok(&["get", "clusters"]);
     assert!(table.contains("Provisioned"), "{table}");
@@ -321,13 +321,14 @@ fn status_subresource_and_wait_for_condition() {
 #[test]
 fn watch_prints_changes_as_they_happen() {
     let server = TestServer::start();
-    let watcher = server
-        .kubectl_command(&["get", "configmaps", "-w", "--request-timeout=4s"])
+    let mut watcher = server
+        .kubectl_command(&["get", "configmaps", "-w", "--request-timeout=4s", "-v=6"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Made once kubectl watches, so that printing it is the watch's doing, not the list's.
+    let log = until_watching(&mut watcher);
     server.apply_ok(
         &["apply", "-f", "-"],
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: watched\ndata:\n  a: b\n",
@@ -337,8 +338,37 @@ fn watch_prints_changes_as_they_happen() {
     assert!(
         stdout.contains("watched"),
         "watch printed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+        log.join().unwrap()
     );
+}
+
+/// Waits (at most 20 s) until a kubectl run with `-v=6` has its watch open: it logs the watch
+/// request once the server answers it. Its log is read on; the returned thread ends with it.
+fn until_watching(kubectl: &mut std::process::Child) -> std::thread::JoinHandle<String> {
+    use std::io::BufRead;
+    let stderr = kubectl.stderr.take().unwrap();
+    let (opened, open) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut log = String::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("watch=true") {
+                let _ = opened.send(());
+            }
+            log.push_str(&line);
+            log.push('\n');
+        }
+        log
+    });
+    if open
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .is_err()
+    {
+        panic!("kubectl opened no watch: {}", reader.join().unwrap());
+    }
+    reader
 }
 
 #[test]

@@ -8,7 +8,6 @@ mod common;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 
 use common::{TestServer, eventually, generate_cluster};
 use serde_json::Value;
@@ -92,6 +91,39 @@ fn machines(server: &TestServer, namespace: &str) -> BTreeSet<(String, String, S
             )
         })
         .collect()
+}
+
+/// Waits until the controller of `resource` `name` has ended a pass that began after this
+/// call. A pass ends by writing the status it worked out, so an `observedGeneration` taken
+/// out is back once one has ended; a pass under way already may be the one that puts it
+/// back, so it is taken out twice: the second time, one that began after the first does.
+fn after_a_whole_pass(server: &TestServer, namespace: &str, resource: &str, name: &str) {
+    for _ in 0..2 {
+        server.kubectl_ok(&[
+            "patch",
+            resource,
+            name,
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"observedGeneration":null}}"#,
+        ]);
+        eventually(&format!("a pass of {resource} {name} ends"), || {
+            !server
+                .kubectl_ok(&[
+                    "get",
+                    resource,
+                    name,
+                    "-n",
+                    namespace,
+                    "-o",
+                    "jsonpath={.status.observedGeneration}",
+                ])
+                .is_empty()
+        });
+    }
 }
 
 fn names(server: &TestServer, namespace: &str, kinds: &str) -> BTreeSet<String> {
@@ -384,7 +416,18 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
             nodes.lines().count() == 3 && nodes.lines().all(|l| l.contains(" Ready "))
         },
     );
-    std::thread::sleep(Duration::from_secs(3));
+    // The machines' owners there have each ended a pass over them since, making or removing
+    // none.
+    let machine_set = target.kubectl_ok(&[
+        "get",
+        "machinesets",
+        "-n",
+        "prod",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ]);
+    after_a_whole_pass(&target, "prod", "machineset", &machine_set);
+    after_a_whole_pass(&target, "prod", "kubeadmcontrolplane", "dev-control-plane");
     assert_eq!(
         machines(&target, "prod"),
         before,

@@ -218,7 +218,12 @@ impl<K: Cached> Drop for Cache<K> {
 /// What a subscriber of a cache is handed: an object, or word that every object was just
 /// handed again because it fell behind.
 enum Change<K> {
-    Object(Arc<K>),
+    /// An object; `resync` when it is handed again because the subscriber fell behind (it
+    /// may have missed any number of changes of it).
+    Object {
+        object: Arc<K>,
+        resync: bool,
+    },
     Resynced,
 }
 
@@ -293,16 +298,21 @@ impl<K: Cached> Feed<K> {
                 *self.index.write().expect("lock") = self.listing.take().unwrap_or_default();
                 self.set_synced.send_replace(true);
                 self.set_healthy.send_replace(true);
-                for object in self.store.state() {
-                    self.publish(object);
-                }
-                // Deleted while the watch was down: published as they were last seen, as a
-                // deletion would have been, so that whoever they wake finds them gone.
+                // Deleted (or deleted and made again) while the watch was down: published as
+                // they were last seen, as their deletion would have been, before what replaced
+                // them, so that whoever they wake finds them gone.
                 for object in before {
                     let reference = ObjectRef::from_obj_with(&*object, self.dynamic_type.clone());
-                    if self.store.get(&reference).is_none() {
+                    let replaced = self
+                        .store
+                        .get(&reference)
+                        .is_none_or(|now| now.meta().uid != object.meta().uid);
+                    if replaced {
                         self.publish(object);
                     }
+                }
+                for object in self.store.state() {
+                    self.publish(object);
                 }
                 return true;
             }
@@ -604,7 +614,7 @@ impl<K: Cached> Cache<K> {
     pub fn changes(&self) -> impl Stream<Item = Arc<K>> + Send + use<K> {
         self.changes_and_resyncs().filter_map(|change| {
             std::future::ready(match change {
-                Change::Object(object) => Some(object),
+                Change::Object { object, .. } => Some(object),
                 Change::Resynced => None,
             })
         })
@@ -633,12 +643,18 @@ impl<K: Cached> Cache<K> {
                 }
                 loop {
                     let change = if let Some(object) = pending.pop() {
-                        Change::Object(object)
+                        Change::Object {
+                            object,
+                            resync: resyncing,
+                        }
                     } else if std::mem::take(&mut resyncing) {
                         Change::Resynced
                     } else {
                         match receiver.recv().await {
-                            Ok(object) => Change::Object(object),
+                            Ok(object) => Change::Object {
+                                object,
+                                resync: false,
+                            },
                             Err(broadcast::error::RecvError::Lagged(_)) => {
                                 pending = store.state();
                                 resyncing = true;
@@ -660,7 +676,8 @@ impl<K: Cached> Cache<K> {
     ///
     /// Each subscriber keeps one hash per live object, with the object as last seen (the
     /// cache's own copy, shared), so that after falling behind it still hands on the objects
-    /// deleted meanwhile; both are forgotten when the object is deleted.
+    /// deleted meanwhile; both are forgotten when the object is deleted. After falling
+    /// behind, every object is handed on again, as by [`changes`](Self::changes).
     pub fn changes_in<F>(self: &Arc<Self>, read: F) -> impl Stream<Item = Arc<K>> + Send + use<K, F>
     where
         F: Fn(&K, &mut DefaultHasher) + Send + 'static,
@@ -668,8 +685,8 @@ impl<K: Cached> Cache<K> {
         let cache = self.clone();
         let mut seen = HashMap::<(String, String), (u64, Arc<K>)>::new();
         self.changes_and_resyncs().flat_map(move |change| {
-            let object = match change {
-                Change::Object(object) => object,
+            let (object, resync) = match change {
+                Change::Object { object, resync } => (object, resync),
                 Change::Resynced => {
                     // What was deleted while this subscriber fell behind.
                     let gone: Vec<(String, String)> = seen
@@ -684,7 +701,7 @@ impl<K: Cached> Cache<K> {
                     let gone = gone
                         .into_iter()
                         .filter_map(|key| seen.remove(&key).map(|(_, object)| object));
-                    return futures::stream::iter(gone.collect());
+                    return futures::stream::iter(gone.collect::<Vec<_>>());
                 }
             };
             let meta = object.meta();
@@ -694,16 +711,26 @@ impl<K: Cached> Cache<K> {
                 || cache
                     .get_now(&namespace, &name)
                     .is_none_or(|now| now.meta().uid != meta.uid);
+            let key = (namespace, name);
             if gone {
-                seen.remove(&(namespace, name));
+                if seen
+                    .get(&key)
+                    .is_some_and(|(_, seen)| seen.meta().uid == meta.uid)
+                {
+                    seen.remove(&key);
+                }
                 return futures::stream::iter(vec![object]);
             }
             let mut hasher = DefaultHasher::new();
             meta.uid.hash(&mut hasher);
             read(&object, &mut hasher);
             let fingerprint = hasher.finish();
-            match seen.insert((namespace, name), (fingerprint, object.clone())) {
-                Some((before, _)) if before == fingerprint => futures::stream::iter(vec![]),
+            match seen.insert(key, (fingerprint, object.clone())) {
+                // Unchanged since the last one handed on; but after falling behind, what
+                // this subscriber's controller last read may have been a change it missed.
+                Some((before, _)) if before == fingerprint && !resync => {
+                    futures::stream::iter(vec![])
+                }
                 // Deleted and made again while this subscriber fell behind: the one before
                 // is gone.
                 Some((_, replaced)) if replaced.meta().uid != object.meta().uid => {
@@ -1157,33 +1184,40 @@ mod tests {
             set_healthy: watch::channel(false).0,
             listing: None,
         };
-        let object = |name: &str| {
+        // "name" or "name@incarnation": a name made again gets another uid.
+        let object = |spec: &str| {
+            let name = spec.split('@').next().unwrap_or_default();
             let mut object = DynamicObject::new(name, &resource).within("default");
-            object.metadata.uid = Some(format!("uid-{name}"));
+            object.metadata.uid = Some(format!("uid-{spec}"));
             object
         };
-        let list = |feed: &mut Feed<DynamicObject>, names: &[&str]| {
+        let list = |feed: &mut Feed<DynamicObject>, specs: &[&str]| {
             feed.apply(watcher::Event::Init);
-            for name in names {
-                feed.apply(watcher::Event::InitApply(object(name)));
+            for spec in specs {
+                feed.apply(watcher::Event::InitApply(object(spec)));
             }
             assert!(feed.apply(watcher::Event::InitDone));
         };
         let mut published = || {
-            let mut names: Vec<String> = std::iter::from_fn(|| receiver.try_recv().ok())
-                .map(|o| o.name_any())
+            let mut uids: Vec<String> = std::iter::from_fn(|| receiver.try_recv().ok())
+                .filter_map(|o| o.uid())
                 .collect();
-            names.sort();
-            names
+            uids.sort();
+            uids
         };
-        list(&mut feed, &["kept", "doomed"]);
-        assert_eq!(published(), ["doomed", "kept"]);
-        list(&mut feed, &["kept", "new"]);
-        assert_eq!(published(), ["doomed", "kept", "new"]);
-        assert!(
-            feed.store
-                .get(&feed.reference_of(&object("doomed")))
-                .is_none()
+        list(&mut feed, &["kept", "doomed", "swapped"]);
+        assert_eq!(published(), ["uid-doomed", "uid-kept", "uid-swapped"]);
+        list(&mut feed, &["kept", "new", "swapped@2"]);
+        assert_eq!(
+            published(),
+            [
+                "uid-doomed",
+                "uid-kept",
+                "uid-new",
+                "uid-swapped",
+                "uid-swapped@2"
+            ],
+            "the gone and the replaced, as they were, and the new list"
         );
     }
 

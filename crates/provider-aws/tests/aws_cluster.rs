@@ -11,6 +11,7 @@ use aws_sdk_ec2::types::{IpPermission, UserIdGroupPair};
 use aws_sdk_elasticloadbalancing::error::ProvideErrorMetadata;
 use common::{NS, Setup, eventually, tagged};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use lariat_provider_aws::Aws;
 use lariat_provider_aws::moto::Moto;
 use serde_json::json;
 
@@ -37,6 +38,24 @@ fn rules_from_groups(permissions: &[IpPermission]) -> Vec<(String, i32, String)>
         .collect();
     rules.sort();
     rules
+}
+
+/// Waits until two more passes of the AWSCluster's controller have begun, counted by their
+/// read of the load balancer: a steady pass makes that one call, a walk makes it once too.
+async fn two_more_passes(aws: &Aws) {
+    let reads = || -> u64 {
+        aws.calls()
+            .iter()
+            .filter(|((_, op), _)| op == "DescribeLoadBalancers")
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let from = reads();
+    eventually("two more passes begin", Duration::from_secs(30), || {
+        let begun = reads() >= from + 2;
+        async move { begun }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -111,10 +130,12 @@ async fn an_aws_cluster_gets_its_network_groups_and_load_balancer_and_deleting_i
         }
     })
     .await;
-    // (A pass its own last writes woke may still walk, finding nothing to change.)
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A pass its own last writes woke may still walk, finding nothing to change: once two
+    // more passes have begun, it has ended (one pass at a time), and the two after those are
+    // steady ones.
+    two_more_passes(&setup.aws).await;
     let before = setup.aws.calls();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    two_more_passes(&setup.aws).await;
     let after = setup.aws.calls();
     let made: Vec<(&(String, String), u64)> = after
         .iter()

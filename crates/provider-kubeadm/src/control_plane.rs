@@ -99,8 +99,11 @@ pub fn reads_of_machine(machine: &Machine, hash: &mut std::collections::hash_map
     let status = machine.status.as_ref();
     phase(machine).hash(hash);
     status.and_then(|s| s.infrastructure_ready).hash(hash);
+    status.and_then(|s| s.bootstrap_ready).hash(hash);
     has_node(machine).hash(hash);
     let machine_conditions = conditions::of_machine(machine);
+    // Whether its Node is Ready: what remediation's quorum counts.
+    conditions::is_true(machine_conditions, "NodeHealthy").hash(hash);
     conditions::needs_owner_remediation(machine_conditions).hash(hash);
     conditions::is_false(machine_conditions, conditions::HEALTH_CHECK_SUCCEEDED).hash(hash);
 }

@@ -325,7 +325,8 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     let chosen = args.git_repos / 2;
-    let cluster = "fleet-0007";
+    // One cluster in the middle of the fleet (whatever its size).
+    let cluster = &format!("fleet-{:04}", args.clusters / 2);
     let namespace = lariat_api::fleet::cluster_namespace(WORKSPACE, cluster);
     let deployments: Api<BundleDeployment> = Api::namespaced(client.clone(), &namespace);
     let theirs = ListParams::default().labels(&format!(

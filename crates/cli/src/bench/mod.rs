@@ -251,11 +251,13 @@ impl ServerProcess {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(rest) = text.split("listening on https://").nth(1) {
-                return Ok((
-                    child,
-                    rest.split(';').next().unwrap_or_default().to_string(),
-                ));
+            // Up to the `;` after the address: the log may be read mid-line.
+            if let Some((address, _)) = text
+                .split("listening on https://")
+                .nth(1)
+                .and_then(|rest| rest.split_once(';'))
+            {
+                return Ok((child, address.to_string()));
             }
             if Instant::now() > deadline {
                 bail!("the server did not start: {text}");

@@ -119,8 +119,13 @@ impl TestServer {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-            if let Some(rest) = text.split("listening on https://").nth(1) {
-                self.address = rest.split(';').next().unwrap_or_default().to_string();
+            // The whole address, up to the `;` after it: the log may be read mid-line.
+            if let Some((address, _)) = text
+                .split("listening on https://")
+                .nth(1)
+                .and_then(|rest| rest.split_once(';'))
+            {
+                self.address = address.to_string();
                 return;
             }
             if let Some(status) = self

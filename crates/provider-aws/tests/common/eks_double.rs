@@ -1,12 +1,24 @@
-//! A TEST DOUBLE for the part of EKS moto lacks, named as such: an HTTP proxy in front of
-//! moto that answers UpdateClusterVersion and UpdateNodegroupVersion (moto answers both with
-//! 404) and shows their effect where AWS does, in DescribeCluster and DescribeNodegroup: the
-//! cluster or group is UPDATING for a while, then ACTIVE at the new version. It can
-//! also point a cluster's endpoint and CA at a stand-in API server (moto's endpoint resolves
-//! nowhere), and answer SSM GetParameter for the parameters AWS publishes under
-//! `/aws/service/` (EKS-optimized AMIs), which moto reserves and does not hold. It also keeps
-//! EKS addons, which moto lacks entirely (`addons` below). Every other request goes to moto
-//! unchanged, so everything moto does implement is still tested against moto.
+//! A TEST DOUBLE for the part of EKS moto lacks, named as such: the authors' model of EKS
+//! where moto (5.2.1, as `scripts/test` installs it) has nothing, each response following what
+//! AWS's API reference documents for it (linked where it is made; what AWS does not document
+//! is marked as the double's own choice). An HTTP proxy in front of moto, it answers:
+//!
+//! - UpdateClusterVersion, UpdateNodegroupVersion and DescribeUpdate, which moto does not route
+//!   (404), and shows their effect where AWS does, in DescribeCluster and DescribeNodegroup:
+//!   the cluster or group is UPDATING for a while, then ACTIVE, at the new version unless the
+//!   update failed;
+//! - the addon calls (CreateAddon, DescribeAddon, ListAddons, UpdateAddon, DeleteAddon, and
+//!   TagResource on an addon's ARN): moto has no addons, and tags only clusters (`addons`
+//!   below);
+//! - SSM GetParameter for the parameters AWS publishes under `/aws/service/` (EKS-optimized
+//!   AMIs): moto implements GetParameter but holds only Amazon Linux, ECS and
+//!   global-infrastructure parameters there, and refuses to put any (reserved names).
+//!
+//! It can also point a cluster's endpoint and CA at a stand-in API server (moto's endpoint
+//! resolves nowhere). Every other request goes to moto unchanged, so everything moto does
+//! implement (clusters, node groups, their config updates, tags on clusters) is still tested
+//! against moto. The double models the sequence of states EKS goes through, not how long they
+//! last (`UPDATING_FOR`, `ADDON_CHANGES_FOR`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,9 +29,17 @@ use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-/// How long an update shows UPDATING (EKS takes tens of minutes).
+/// How long a version update stays `InProgress`, its cluster or node group UPDATING. EKS takes
+/// far longer: AWS says a cluster update "should finish within a few minutes" (in practice a
+/// control plane version update takes ten minutes or more), and a node group's grows with the
+/// nodes it replaces, each drained first, its Pods given up to 15 minutes to leave
+/// (https://docs.aws.amazon.com/eks/latest/userguide/managed-node-update-behavior.html). The
+/// double keeps the sequence of states, not their duration: two seconds lets a test see
+/// UPDATING and then the outcome without waiting as long as EKS.
 const UPDATING_FOR: std::time::Duration = std::time::Duration::from_secs(2);
-/// How long an addon shows CREATING, UPDATING or DELETING.
+/// How long an addon shows CREATING, UPDATING or DELETING. On EKS this commonly takes a minute
+/// or more (it installs the addon in the cluster and waits for it to run); the second is the
+/// double's choice, for the tests' time, as with `UPDATING_FOR`.
 const ADDON_CHANGES_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub struct EksDouble {
@@ -163,6 +183,11 @@ fn segments(uri: &Uri) -> Vec<String> {
         .collect()
 }
 
+/// Answers what moto lacks (see the module's doc), else forwards to moto. Errors are EKS's:
+/// the code in `x-amzn-errortype`, `{"message": ...}` in the body, and the HTTP status AWS's
+/// API reference gives each code (ResourceNotFoundException 404, InvalidParameterException
+/// 400, ResourceInUseException 409, NotFoundException 404); the messages are the double's
+/// unless said otherwise.
 async fn handle(
     State(state): State<Arc<Mutex<Doubled>>>,
     method: Method,
@@ -172,6 +197,18 @@ async fn handle(
 ) -> Response {
     let path = segments(&uri);
     let path: Vec<&str> = path.iter().map(String::as_str).collect();
+    // UpdateClusterVersion, POST /clusters/{name}/updates
+    // (https://docs.aws.amazon.com/eks/latest/APIReference/API_UpdateClusterVersion.html), and
+    // UpdateNodegroupVersion, POST /clusters/{name}/node-groups/{nodegroupName}/update-version
+    // (https://docs.aws.amazon.com/eks/latest/APIReference/API_UpdateNodegroupVersion.html):
+    // 200 with the documented `update` (`id`, `status` InProgress, `type` VersionUpdate,
+    // `params` [{Version}], `errors`), whose ID DescribeUpdate follows. EKS runs it
+    // asynchronously: the cluster moves to UPDATING, then, Failed or Successful, to ACTIVE
+    // (documented for clusters; the double does the same for node groups). The double's own
+    // choices: it refuses nothing (EKS documents InvalidParameterException,
+    // InvalidRequestException, ResourceInUseException and ResourceNotFoundException for these
+    // calls), its IDs are `update-N`, not UUIDs, it leaves out `createdAt` and the
+    // PlatformVersion or ReleaseVersion params here, and `fail_update` decides the outcome.
     let update_of = match (&method, path.as_slice()) {
         (&Method::POST, ["clusters", cluster, "updates"]) => Some(cluster.to_string()),
         (&Method::POST, ["clusters", cluster, "node-groups", group, "update-version"]) => {
@@ -208,6 +245,8 @@ async fn handle(
         return (StatusCode::OK, axum::Json(update)).into_response();
     }
 
+    // Addons and tags on them: moto routes no `/clusters/{name}/addons` path, and its
+    // TagResource finds clusters only (ResourceNotFoundException for any other ARN).
     if path.len() >= 3 && path[0] == "clusters" && path[2] == "addons" {
         let mut state = state.lock().unwrap();
         return addons::handle(&mut state, &method, &uri, &path, &body);
@@ -219,6 +258,14 @@ async fn handle(
             return addons::tag(&mut state, &arn, &body);
         }
     }
+    // DescribeUpdate, GET /clusters/{name}/updates/{updateId}, `nodegroupName` in the query for
+    // a node group's (https://docs.aws.amazon.com/eks/latest/APIReference/API_DescribeUpdate.html):
+    // 200 with the `update`, its `status` one of the documented InProgress | Failed | Cancelled
+    // | Successful (never Cancelled here): InProgress for `UPDATING_FOR`, then Successful, or
+    // Failed with `errors` as EKS's ErrorDetail (`errorCode` such as InsufficientFreeAddresses or
+    // PodEvictionFailure, `errorMessage`, `resourceIds`). An unknown ID is
+    // ResourceNotFoundException, 404. The double knows only version updates' IDs, not the
+    // ones UpdateAddon gives.
     let update_id = match (&method, path.as_slice()) {
         (&Method::GET, ["clusters", _, "updates", id])
         | (&Method::GET, ["clusters", _, "node-groups", _, "updates", id]) => Some(id.to_string()),
@@ -256,6 +303,13 @@ async fn handle(
         }});
         return (StatusCode::OK, axum::Json(update)).into_response();
     }
+    // SSM GetParameter
+    // (https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_GetParameter.html)
+    // of a parameter AWS publishes, such as an EKS-optimized AMI's ID
+    // (https://docs.aws.amazon.com/eks/latest/userguide/retrieve-ami-id.html): 200 with the
+    // documented `Parameter` (`Name`, `Type`, `Value`, `Version`; the double leaves out
+    // `ARN`, `DataType` and `LastModifiedDate`). A name not published goes to moto, which says
+    // ParameterNotFound (400) as SSM does.
     if headers
         .get("x-amz-target")
         .is_some_and(|t| t == "AmazonSSM.GetParameter")
@@ -307,7 +361,9 @@ async fn handle(
                     state.clusters.insert(name.to_owned());
                 }
             }
-            // EKS deletes a cluster's addons with it.
+            // EKS deletes a cluster's addons with it: DeleteCluster requires node groups and
+            // Fargate profiles deleted first, not addons
+            // (https://docs.aws.amazon.com/eks/latest/APIReference/API_DeleteCluster.html).
             (&Method::DELETE, ["clusters", cluster]) => {
                 state.clusters.remove(*cluster);
                 state.addons.remove(*cluster);
@@ -315,6 +371,14 @@ async fn handle(
             _ => {}
         }
     }
+    // DescribeCluster
+    // (https://docs.aws.amazon.com/eks/latest/APIReference/API_DescribeCluster.html),
+    // CreateCluster's answer and DescribeNodegroup
+    // (https://docs.aws.amazon.com/eks/latest/APIReference/API_DescribeNodegroup.html) are
+    // moto's, with what the double changed: `status` UPDATING while an update runs, then
+    // `version` the new one if it succeeded, and the `endpoint` and `certificateAuthority.data`
+    // (base64 CA) `point` set. EKS's move to UPDATING is eventually consistent; the double's is
+    // immediate.
     let read_of = match (&method, path.as_slice()) {
         (&Method::GET, ["clusters", cluster]) => Some((cluster.to_string(), "cluster")),
         (&Method::POST, ["clusters"]) => created["name"]
@@ -511,9 +575,12 @@ async fn serve_endpoint(
 }
 
 /// EKS addons as the EKS API serves them (CreateAddon, DescribeAddon, ListAddons, UpdateAddon,
-/// DeleteAddon): each change shows CREATING, UPDATING or DELETING for a moment, then ACTIVE
-/// (or gone); a name or version EKS does not publish, or configuration values that are not
-/// JSON, are refused as EKS refuses them (`InvalidParameterException`).
+/// DeleteAddon, TagResource): each change shows CREATING, UPDATING or DELETING for
+/// `ADDON_CHANGES_FOR`, then ACTIVE, CREATE_FAILED or UPDATE_FAILED (or gone), of the statuses
+/// EKS documents (CREATING | ACTIVE | CREATE_FAILED | UPDATING | DELETING | DELETE_FAILED |
+/// DEGRADED | UPDATE_FAILED; never DELETE_FAILED or DEGRADED here). An addon is EKS's `Addon`
+/// (https://docs.aws.amazon.com/eks/latest/APIReference/API_Addon.html) with the fields lariat
+/// reads; `health.issues` holds AddonIssue's `code` and `message`.
 mod addons {
     use std::time::Instant;
 
@@ -524,7 +591,9 @@ mod addons {
 
     use super::{ADDON_CHANGES_FOR, Doubled};
 
-    /// The addons EKS publishes (a few of them).
+    /// The addons EKS publishes (a few of them), as DescribeAddonVersions
+    /// (https://docs.aws.amazon.com/eks/latest/APIReference/API_DescribeAddonVersions.html)
+    /// would list them; the double does not answer that call (lariat does not make it).
     const PUBLISHED: [&str; 5] = [
         "vpc-cni",
         "coredns",
@@ -598,6 +667,11 @@ mod addons {
             .into_response()
     }
 
+    /// What CreateAddon and UpdateAddon refuse: EKS documents that the name and version must be
+    /// among those DescribeAddonVersions returns and that configuration values are validated
+    /// against the addon's schema. The refusal, InvalidParameterException (400), is one both
+    /// calls document; that EKS gives it in each case, and the messages, are the double's
+    /// reading. Versions have EKS's form, `v1.19.0-eksbuild.1`; the double's schema is any JSON.
     fn invalid(asked: &Value, name: &str) -> Option<Response> {
         if !PUBLISHED.contains(&name) {
             let message = format!("Addon {name} specified is not supported");
@@ -607,7 +681,6 @@ mod addons {
                 &message,
             ));
         }
-        // EKS's versions: v1.19.0-eksbuild.1.
         let version = asked["addonVersion"].as_str().unwrap_or_default();
         let published = version
             .strip_prefix('v')
@@ -641,7 +714,10 @@ mod addons {
         None
     }
 
-    /// TagResource on an addon's ARN.
+    /// TagResource, POST /tags/{resourceArn}, on an addon's ARN
+    /// (https://docs.aws.amazon.com/eks/latest/APIReference/API_TagResource.html): 200 with an
+    /// empty body; the tags asked are added or replaced and others left, as documented. An
+    /// unknown ARN is NotFoundException (404), as TagResource documents.
     pub fn tag(state: &mut Doubled, arn: &str, body: &Bytes) -> Response {
         let asked: Value = serde_json::from_slice(body).unwrap_or_default();
         let found = state
@@ -661,6 +737,8 @@ mod addons {
         axum::Json(json!({})).into_response()
     }
 
+    /// The calls under `/clusters/{name}/addons`. A cluster not made through the double is
+    /// ResourceNotFoundException (404), with the message moto took from EKS.
     pub fn handle(
         state: &mut Doubled,
         method: &Method,
@@ -683,10 +761,20 @@ mod addons {
         let addons = addons.entry(cluster.clone()).or_default();
         addons.retain(|_, addon| addon.now().is_some());
         match (method, &path[3..]) {
+            // ListAddons (https://docs.aws.amazon.com/eks/latest/APIReference/API_ListAddons.html):
+            // 200 with the documented `addons`, their names; one page, no `nextToken` (the
+            // double's choice).
             (&Method::GET, []) => {
                 let names: Vec<&String> = addons.keys().collect();
                 axum::Json(json!({"addons": names})).into_response()
             }
+            // CreateAddon
+            // (https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateAddon.html):
+            // 200 with the `addon`, CREATING, then ACTIVE, or CREATE_FAILED with the health issue
+            // `fail_addon` set. An addon of that name already there is ResourceInUseException
+            // (409), one of CreateAddon's documented errors (the condition is the double's
+            // reading). Without `addonVersion` EKS picks a default; the double's is
+            // `v1.0.0-eksbuild.1`.
             (&Method::POST, []) => {
                 let name = asked["addonName"].as_str().unwrap_or_default().to_owned();
                 if let Some(refused) = invalid(&asked, &name) {
@@ -714,6 +802,8 @@ mod addons {
             }
             (method, [name, rest @ ..]) => {
                 let name = name.to_string();
+                // DescribeAddon, UpdateAddon and DeleteAddon all document ResourceNotFoundException
+                // (404) for an addon the cluster lacks.
                 let Some(addon) = addons.get_mut(&name) else {
                     let message = format!("No addon: {name} found in cluster: {cluster}");
                     return error(StatusCode::NOT_FOUND, "ResourceNotFoundException", &message);
@@ -723,7 +813,17 @@ mod addons {
                     Some("CREATING" | "UPDATING" | "DELETING")
                 );
                 match (method, rest) {
+                    // DescribeAddon
+                    // (https://docs.aws.amazon.com/eks/latest/APIReference/API_DescribeAddon.html):
+                    // 200 with the `addon` as it is now.
                     (&Method::GET, []) => axum::Json(json!({"addon": addon.body})).into_response(),
+                    // UpdateAddon, POST .../addons/{addonName}/update
+                    // (https://docs.aws.amazon.com/eks/latest/APIReference/API_UpdateAddon.html):
+                    // 200 with the documented `update`, InProgress, type AddonUpdate; the addon
+                    // is UPDATING, then ACTIVE, or UPDATE_FAILED with `fail_addon`'s issue. The
+                    // double's own choices: an addon still CREATING, UPDATING or DELETING is
+                    // ResourceInUseException (409, an error UpdateAddon documents), the update
+                    // carries no `params` or `createdAt`, and DescribeUpdate does not know it.
                     (&Method::POST, ["update"]) => {
                         if busy {
                             let message = format!("Addon {name} is busy");
@@ -782,6 +882,12 @@ mod addons {
                         }});
                         axum::Json(update).into_response()
                     }
+                    // DeleteAddon, DELETE .../addons/{addonName}?preserve=
+                    // (https://docs.aws.amazon.com/eks/latest/APIReference/API_DeleteAddon.html):
+                    // 200 with the `addon`, DELETING, gone after `ADDON_CHANGES_FOR`. `preserve`
+                    // (EKS then leaves the addon's software on the cluster) is only recorded.
+                    // Deleting an addon already DELETING answers the same again (the double's
+                    // choice).
                     (&Method::DELETE, []) => {
                         let preserve = uri.query().is_some_and(|q| q.contains("preserve=true"));
                         if addon.body["status"] != "DELETING" {
