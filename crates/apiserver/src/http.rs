@@ -223,12 +223,10 @@ async fn proven_route(
 ) -> Response {
     let path = request.uri().path().to_string();
     let address = Peer::ip_of(request.extensions());
-    if let Err(refusal) = state
-        .failed_proofs
-        .may_try_or_refuse(address, "refused requests")
-    {
-        return refusal.into_response();
-    }
+    let attempt = match state.failed_proofs.attempt(address, "refused requests") {
+        Ok(attempt) => attempt,
+        Err(refusal) => return refusal.into_response(),
+    };
     // A client still sending its body would otherwise see its connection reset instead of
     // the refusal.
     let (parts, body) = request.into_parts();
@@ -239,7 +237,7 @@ async fn proven_route(
     match handler(crate::local::client(state.clone()), parts.headers, body).await {
         Ok(answer) => axum::Json(answer).into_response(),
         Err((StatusCode::UNAUTHORIZED, _)) => {
-            state.failed_proofs.refused(&path, address);
+            attempt.refused(&path);
             ApiError::Unauthorized.into_response()
         }
         Err((StatusCode::BAD_REQUEST, message)) => ApiError::bad_request(message).into_response(),

@@ -38,49 +38,50 @@ pub struct FailedProofs {
 }
 
 impl FailedProofs {
-    /// Whether `address` still has failed proofs left; if not, in how many seconds it has.
-    pub fn may_try(&self, address: IpAddr) -> Result<(), u64> {
-        let mut failures = self.failures.lock().expect("lock");
-        let Some(bucket) = failures.get_mut(&address) else {
-            return Ok(());
-        };
-        bucket.refill(Instant::now());
-        if bucket.tokens >= 1.0 {
-            Ok(())
-        } else {
-            Err(((1.0 - bucket.tokens) / FAILURES_PER_SECOND)
-                .ceil()
-                .max(1.0) as u64)
-        }
-    }
-
-    /// Refuses, with 429 and its Retry-After, a caller at `address` that has spent its failed
-    /// proofs; `failures` names them in the message ("failed agent handshakes").
-    pub fn may_try_or_refuse(
+    /// An attempt at a proof by a caller at `address`, refused with 429 and its Retry-After
+    /// when the address has spent its failed proofs; `failures` names them in the message
+    /// ("failed agent handshakes").
+    ///
+    /// The failure the attempt may become is paid for up front and repaid unless it is
+    /// refused: attempts in flight together (their proofs are checked against the store)
+    /// would otherwise each find the budget unspent, and an address with twenty connections
+    /// open got twenty failures for every one it had left.
+    pub fn attempt(
         &self,
         address: Option<IpAddr>,
         failures: &str,
-    ) -> Result<(), ApiError> {
-        match address.map(|address| (address, self.may_try(address))) {
-            Some((address, Err(retry_after))) => Err(ApiError::TooManyRequests {
+    ) -> Result<Attempt<'_>, ApiError> {
+        let mut attempt = Attempt {
+            proofs: self,
+            address,
+            paid: false,
+        };
+        let Some(address) = address else {
+            return Ok(attempt);
+        };
+        let mut buckets = self.failures.lock().expect("lock");
+        // An address that never failed has no bucket: its first attempts are counted when
+        // they fail, so valid callers cost no memory here.
+        let Some(bucket) = buckets.get_mut(&address) else {
+            return Ok(attempt);
+        };
+        bucket.refill(Instant::now());
+        if bucket.tokens < 1.0 {
+            let retry_after = ((1.0 - bucket.tokens) / FAILURES_PER_SECOND)
+                .ceil()
+                .max(1.0) as u64;
+            return Err(ApiError::TooManyRequests {
                 message: format!("too many {failures} from {address}; retry in {retry_after}s"),
                 retry_after_seconds: retry_after,
-            }),
-            _ => Ok(()),
+            });
         }
-    }
-
-    /// A proof refused at `path`: counted against `address`, and recorded as a refusal
-    /// (metrics, and the log at most once per interval).
-    pub fn refused(&self, path: &str, address: Option<IpAddr>) {
-        crate::auth::record_refusal(path, address.map(|ip| (ip, 0).into()));
-        if let Some(address) = address {
-            self.failed(address);
-        }
+        bucket.tokens -= 1.0;
+        attempt.paid = true;
+        Ok(attempt)
     }
 
     /// Counts a failed proof against `address`.
-    pub fn failed(&self, address: IpAddr) {
+    fn failed(&self, address: IpAddr) {
         let now = Instant::now();
         let mut failures = self.failures.lock().expect("lock");
         if failures.len() >= FAILURE_ADDRESSES && !failures.contains_key(&address) {
@@ -101,5 +102,48 @@ impl FailedProofs {
         });
         bucket.refill(now);
         bucket.tokens = (bucket.tokens - 1.0).max(0.0);
+    }
+
+    /// Gives back a failure paid for by an attempt that did not fail.
+    fn repay(&self, address: IpAddr) {
+        if let Some(bucket) = self.failures.lock().expect("lock").get_mut(&address) {
+            bucket.tokens = (bucket.tokens + 1.0).min(FAILURE_BURST);
+        }
+    }
+}
+
+/// One attempt at a proof ([`FailedProofs::attempt`]): [`refused`](Attempt::refused) or
+/// [`failed`](Attempt::failed) if it fails; dropped otherwise, which repays what it paid.
+#[must_use = "an attempt that fails must say so"]
+pub struct Attempt<'a> {
+    proofs: &'a FailedProofs,
+    address: Option<IpAddr>,
+    /// Whether a failure was paid for up front.
+    paid: bool,
+}
+
+impl Attempt<'_> {
+    /// The proof was refused at `path`: counted against the address, and recorded as a
+    /// refusal (metrics, and the log at most once per interval).
+    pub fn refused(self, path: &str) {
+        crate::auth::record_refusal(path, self.address.map(|ip| (ip, 0).into()));
+        self.failed();
+    }
+
+    /// The proof failed: counted against the address.
+    pub fn failed(mut self) {
+        if let Some(address) = self.address
+            && !std::mem::take(&mut self.paid)
+        {
+            self.proofs.failed(address);
+        }
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if let (true, Some(address)) = (self.paid, self.address) {
+            self.proofs.repay(address);
+        }
     }
 }

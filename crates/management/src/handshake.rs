@@ -118,9 +118,9 @@ async fn prove(
         ))
         .into_response());
     }
-    server
+    let attempt = server
         .failed_proofs()
-        .may_try_or_refuse(address, "failed agent handshakes")
+        .attempt(address, "failed agent handshakes")
         .map_err(IntoResponse::into_response)?;
     let Some(token) = headers
         .get(header::AUTHORIZATION)
@@ -129,19 +129,18 @@ async fn prove(
         .map(str::to_string)
     else {
         record_refusal("/v3/connect", None);
-        if let Some(address) = address {
-            server.failed_proofs().failed(address);
-        }
+        attempt.failed();
         return Err(ApiError::Unauthorized.into_response());
     };
     let identity = match authenticate(client, &token).await {
         Ok(identity) => identity,
         Err(e @ ApiError::Forbidden { .. }) => {
-            server.failed_proofs().refused("/v3/connect", address);
+            attempt.refused("/v3/connect");
             return Err(e.into_response());
         }
         Err(e) => return Err(e.into_response()),
     };
+    drop(attempt);
     // Held to the support matrix (`lariat version --matrix`). A refusal is a 400, which the
     // agent logs with its message and retries, keeping its credential for after an upgrade.
     let agent_version = headers

@@ -191,18 +191,17 @@ pub(crate) async fn serve(
     };
     // Guessing tokens here is limited per address as at /v3/connect.
     let address = Peer::ip_of(request.extensions());
-    if let Err(refusal) = server
-        .failed_proofs()
-        .may_try_or_refuse(address, "failed attempts")
-    {
-        return refusal.into_response();
-    }
+    let attempt = match server.failed_proofs().attempt(address, "failed attempts") {
+        Ok(attempt) => attempt,
+        Err(refusal) => return refusal.into_response(),
+    };
     if let Err(e) = registration_cluster(&server.client(), token).await {
         if let ApiError::Forbidden { .. } = &e {
-            server.failed_proofs().refused("/v3/import", address);
+            attempt.refused("/v3/import");
         }
         return e.into_response();
     }
+    drop(attempt);
     // The advertised address; else the address the caller used (a load balancer's, say), if
     // it is a plain host[:port].
     let host = server.advertised_address().unwrap_or_else(|| {

@@ -332,7 +332,7 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<()> {
     vector!(
         "300 watches on three HTTP/2 connections by one user who reads at 1 KB/s, 40 changes of 1 MB",
         async {
-            one_user_watching(&server, &admin)
+            one_user_watching(&server, &admin, unread_objects)
                 .await
                 .map_err(|e| e.to_string())
         }
@@ -659,7 +659,12 @@ async fn per_user_refusals(admin: &kube::Client) -> anyhow::Result<u64> {
 /// the watches have not taken counts in the user's share, and the watches that would go past
 /// it end with a 429 Status (clients watch again). Before, each stalled watch held the change
 /// it was writing, uncounted: a probe's 1,000 such watches took a server from 0.4 to 3.7 GB.
-async fn one_user_watching(server: &ServerProcess, admin: &kube::Client) -> anyhow::Result<String> {
+/// The changes go round the `objects` ConfigMaps the unread-responses vector made.
+async fn one_user_watching(
+    server: &ServerProcess,
+    admin: &kube::Client,
+    objects: usize,
+) -> anyhow::Result<String> {
     const WRITES: usize = 40;
     /// The user's share (128 MiB), and 128 MiB for the writes themselves (the watch cache
     /// holds 64 MiB of them) and what the streams hold beyond their changes.
@@ -685,11 +690,12 @@ async fn one_user_watching(server: &ServerProcess, admin: &kube::Client) -> anyh
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     for n in 0..WRITES {
-        let object = json!({"metadata": {"name": format!("heavy-{n}")}, "data": {"a": format!("{n}{}", "y".repeat(1_000_000))}});
+        let name = format!("heavy-{}", n % objects.max(1));
+        let object = json!({"metadata": {"name": name}, "data": {"a": format!("{n}{}", "y".repeat(1_000_000))}});
         let (code, message) = send(
             admin,
             "PUT",
-            &format!("{path}/heavy-{n}"),
+            &format!("{path}/{name}"),
             "application/json",
             object.to_string().into_bytes(),
         )
