@@ -427,11 +427,13 @@ fn the_documented_haproxy_configuration_fronts_three_replicas() {
         "{}",
         String::from_utf8_lossy(&check.stderr)
     );
+    // In the foreground, HAProxy tells of each server its checks mark up or down on stderr.
+    let haproxy_log = dir.path().join("haproxy.log");
     let mut haproxy = Command::new("/usr/sbin/haproxy")
         .args(["-db", "-f"])
         .arg(&path)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&haproxy_log).unwrap())
         .spawn()
         .unwrap();
 
@@ -454,10 +456,18 @@ fn the_documented_haproxy_configuration_fronts_three_replicas() {
         get(&replicas)
     });
     // One replica dies: after HAProxy's check marks it down, every request is served.
+    let logged_before = std::fs::read_to_string(&haproxy_log)
+        .unwrap_or_default()
+        .len();
     let mut dead = replicas.remove(1);
     dead.kill9();
     replicas.insert(1, dead);
-    std::thread::sleep(Duration::from_secs(3));
+    eventually("HAProxy's checks mark the dead replica down", || {
+        std::fs::read_to_string(&haproxy_log)
+            .unwrap_or_default()
+            .get(logged_before..)
+            .is_some_and(|logged| logged.contains("lariat/lariat-2 is DOWN"))
+    });
     for i in 0..20 {
         assert!(
             get(&replicas),
