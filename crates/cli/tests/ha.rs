@@ -43,6 +43,11 @@ fn refused_start(endpoints: &str, data_dir: &std::path::Path, extra: &[&str]) ->
 
 /// The holder of the controllers' Lease, as `kubectl get leases -n lariat-system` shows it.
 fn holder(through: &TestServer) -> String {
+    controllers_lease(through, "holderIdentity")
+}
+
+/// A field of the controllers' Lease's spec ("" while it cannot be read).
+fn controllers_lease(through: &TestServer, field: &str) -> String {
     through
         .kubectl(&[
             "get",
@@ -51,7 +56,7 @@ fn holder(through: &TestServer) -> String {
             "lariat-system",
             "lariat-controllers",
             "-o",
-            "jsonpath={.spec.holderIdentity}",
+            &format!("jsonpath={{.spec.{field}}}"),
         ])
         .stdout
         .iter()
@@ -244,16 +249,9 @@ fn three_replicas_share_one_ca_elect_one_leader_and_survive_faults() {
     );
     // Judged by when the Lease says it was taken, not by when this test's polling (kubectl
     // runs, slow on a loaded machine) noticed; 3 s more for a loaded machine's scheduling.
-    let acquired = replicas[0].kubectl_ok(&[
-        "get",
-        "lease",
-        "-n",
-        "lariat-system",
-        "lariat-controllers",
-        "-o",
-        "jsonpath={.spec.acquireTime}",
-    ]);
-    let acquired = chrono::DateTime::parse_from_rfc3339(acquired.trim()).unwrap();
+    let acquired = controllers_lease(&replicas[0], "acquireTime");
+    let acquired = chrono::DateTime::parse_from_rfc3339(acquired.trim())
+        .unwrap_or_else(|e| panic!("the Lease's acquireTime {acquired:?}: {e}"));
     let takeover = acquired.signed_duration_since(killed_at);
     eprintln!(
         "takeover after kill -9 of the leader: {takeover} by the Lease, noticed after {:?}",
