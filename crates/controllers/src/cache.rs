@@ -302,12 +302,7 @@ impl<K: Cached> Feed<K> {
                 // they were last seen, as their deletion would have been, before what replaced
                 // them, so that whoever they wake finds them gone.
                 for object in before {
-                    let reference = ObjectRef::from_obj_with(&*object, self.dynamic_type.clone());
-                    let replaced = self
-                        .store
-                        .get(&reference)
-                        .is_none_or(|now| now.meta().uid != object.meta().uid);
-                    if replaced {
+                    if !holds(&self.store, &object, &self.dynamic_type) {
                         self.publish(object);
                     }
                 }
@@ -625,15 +620,8 @@ impl<K: Cached> Cache<K> {
         let receiver = self.changes.subscribe();
         let store = self.store.clone();
         let synced = self.synced.clone();
-        let resyncing = false;
         futures::stream::unfold(
-            (
-                receiver,
-                store,
-                Some(synced),
-                Vec::<Arc<K>>::new(),
-                resyncing,
-            ),
+            (receiver, store, Some(synced), Vec::<Arc<K>>::new(), false),
             |(mut receiver, store, mut first, mut pending, mut resyncing)| async move {
                 if let Some(synced) = first.take() {
                     // Not synced yet: the first list arrives as changes anyway.
@@ -689,18 +677,11 @@ impl<K: Cached> Cache<K> {
                 Change::Object { object, resync } => (object, resync),
                 Change::Resynced => {
                     // What was deleted while this subscriber fell behind.
-                    let gone: Vec<(String, String)> = seen
-                        .iter()
-                        .filter(|((namespace, name), (_, object))| {
-                            cache
-                                .get_now(namespace, name)
-                                .is_none_or(|now| now.meta().uid != object.meta().uid)
+                    let gone = seen
+                        .extract_if(|_, (_, object)| {
+                            !holds(&cache.store, object, &cache.dynamic_type)
                         })
-                        .map(|(key, _)| key.clone())
-                        .collect();
-                    let gone = gone
-                        .into_iter()
-                        .filter_map(|key| seen.remove(&key).map(|(_, object)| object));
+                        .map(|(_, (_, object))| object);
                     return futures::stream::iter(gone.collect::<Vec<_>>());
                 }
             };
@@ -708,9 +689,7 @@ impl<K: Cached> Cache<K> {
             let namespace = meta.namespace.clone().unwrap_or_default();
             let name = meta.name.clone().unwrap_or_default();
             let gone = meta.deletion_timestamp.is_some()
-                || cache
-                    .get_now(&namespace, &name)
-                    .is_none_or(|now| now.meta().uid != meta.uid);
+                || !holds(&cache.store, &object, &cache.dynamic_type);
             let key = (namespace, name);
             if gone {
                 if seen
@@ -1056,6 +1035,13 @@ impl Caches {
         }
         Ok(())
     }
+}
+
+/// Whether `store` holds `object` itself (its name with its uid), not a successor or nothing.
+fn holds<K: Cached>(store: &Store<K>, object: &K, dynamic_type: &K::DynamicType) -> bool {
+    store
+        .get(&ObjectRef::from_obj_with(object, dynamic_type.clone()))
+        .is_some_and(|now| now.meta().uid == object.meta().uid)
 }
 
 /// Each object's resourceVersion by namespace and name.
