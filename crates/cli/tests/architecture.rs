@@ -1,6 +1,7 @@
 //! Keeps ARCHITECTURE.md honest: every crate in the workspace is named in it. And keeps
 //! functions short enough to read: one over [`LONGEST`] lines says why beside it, or is on
-//! the list of those still to split, which only shrinks.
+//! the list of those still to split, which only shrinks. And keeps CI's build to one: the
+//! tests resolve every dependency with the release binary's features.
 
 #[test]
 fn every_crate_is_in_the_architecture_document() {
@@ -108,5 +109,58 @@ fn no_function_runs_long_without_a_reason() {
     assert!(
         long.is_empty(),
         "functions over {LONGEST} lines: split them, or say why above them in a `// Long:` comment: {long:#?}"
+    );
+}
+
+/// Each package `cargo tree` lists with the features it is built with, one per line.
+fn resolved(args: &[&str]) -> std::collections::BTreeMap<String, String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .current_dir(root)
+        .args([
+            "tree",
+            "--locked",
+            "--target",
+            "x86_64-unknown-linux-gnu",
+            "--prefix",
+            "none",
+        ])
+        .args(["--format", "{p}|{f}"])
+        .args(args)
+        .output()
+        .expect("cargo tree");
+    assert!(
+        output.status.success(),
+        "cargo tree: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.trim_end_matches(" (*)").split_once('|'))
+        .map(|(package, features)| (package.to_string(), features.to_string()))
+        .collect()
+}
+
+/// scripts/test builds the release binary, then the tests with the same profile and flags so
+/// that they reuse its dependencies. A dev-dependency that turns on one more feature of a shared
+/// crate (tokio's `test-util` did) makes that crate and everything built on it, the AWS SDK's
+/// crates included, compile twice in CI.
+#[test]
+fn the_tests_build_every_dependency_as_the_binary_does() {
+    let binary = resolved(&["--package", "lariat", "--edges", "no-dev"]);
+    let tests = resolved(&["--workspace"]);
+    assert!(binary.len() > 100, "cargo tree listed only {binary:?}");
+    let differ: Vec<String> = binary
+        .iter()
+        .filter_map(|(package, features)| {
+            let theirs = tests.get(package)?;
+            (theirs != features).then(|| format!("{package}: [{features}] vs [{theirs}] in tests"))
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "the tests build these with other features than the binary, so CI builds them and \
+         everything above them twice; drop the feature from the dev-dependency: {differ:#?}"
     );
 }
