@@ -800,9 +800,42 @@ fn a_paused_cluster_changes_nothing_until_it_is_unpaused() {
             &format!(r#"{{"spec":{{"paused":{paused}}}}}"#),
         ])
     };
+    // Cluster API's `Paused` condition of an object, and the generation it was written at.
+    let paused = |kind: &str, name: &str| {
+        let out = server.kubectl_ok(&["get", kind, name, "-o", "json"]);
+        let object: Value = serde_json::from_str(&out).unwrap();
+        let conditions = object["status"]["v1beta2"]["conditions"]
+            .as_array()
+            .cloned();
+        let condition = conditions
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c["type"] == "Paused");
+        (condition, object["metadata"]["generation"].clone())
+    };
     set_paused(true);
+    eventually("the Cluster says it is paused", || {
+        let (condition, _) = paused("cluster", "sim");
+        condition.is_some_and(|c| {
+            c["status"] == "True"
+                && c["reason"] == "Paused"
+                && c["message"] == "Cluster spec.paused is set to true"
+        })
+    });
     server.kubectl_ok(&["scale", "machinedeployment", "sim-workers", "--replicas=3"]);
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    // The MachineDeployment's controller saw the scale (the condition is at the generation the
+    // scale made) and left it: the MachineSet still asks for two Machines, and two exist.
+    eventually("the MachineDeployment's controller sees the scale", || {
+        let (condition, generation) = paused("machinedeployment", "sim-workers");
+        condition.is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation)
+    });
+    let sets = server.kubectl_ok(&[
+        "get",
+        "machinesets",
+        "-o",
+        "jsonpath={.items[*].spec.replicas}",
+    ]);
+    assert_eq!(sets, "2", "a paused cluster's MachineSet is left alone");
     assert_eq!(machines(&server).len(), 2, "a paused cluster is left alone");
     // Unpausing wakes what returned without waiting while it was paused (as `clusterctl move`
     // relies on), not at the next periodic resync minutes later.
@@ -811,6 +844,12 @@ fn a_paused_cluster_changes_nothing_until_it_is_unpaused() {
         let list = machines(&server);
         list.len() == 3 && list.iter().all(|m| m["status"]["phase"] == "Running")
     });
+    let (condition, _) = paused("machinedeployment", "sim-workers");
+    let condition = condition.expect("the Paused condition stays, False");
+    assert_eq!(
+        (&condition["status"], &condition["reason"]),
+        (&Value::from("False"), &Value::from("NotPaused"))
+    );
 }
 
 #[test]

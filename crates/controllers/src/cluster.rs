@@ -2,6 +2,7 @@
 //! readiness as conditions, derives the phase, and deletes in order (workers, control plane,
 //! infrastructure) before it lets the Cluster go.
 
+use crate::paused::V1Beta2Conditions;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,15 +57,19 @@ pub async fn object_paused(
     {
         return Ok(true);
     }
+    Ok(of_object(caches, meta).await?.is_some_and(|c| c.paused()))
+}
+
+/// The Cluster an object belongs to ([`cluster_name_of`]), from the cache.
+pub async fn of_object(
+    caches: &crate::cache::Caches,
+    meta: &kube::api::ObjectMeta,
+) -> Result<Option<Arc<Cluster>>, Error> {
     let (Some(namespace), Some(cluster)) = (meta.namespace.as_deref(), cluster_name_of(meta))
     else {
-        return Ok(false);
+        return Ok(None);
     };
-    Ok(caches
-        .typed::<Cluster>()
-        .get(namespace, cluster)
-        .await?
-        .is_some_and(|c| c.paused()))
+    caches.typed::<Cluster>().get(namespace, cluster).await
 }
 
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -80,7 +85,8 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         // The write's own watch event brings the Cluster back.
         return Ok(Action::await_change());
     }
-    if cluster.paused() {
+    let conditions = cluster.v1beta2_conditions();
+    if crate::paused::check(&api, &cluster.metadata, conditions, Some(&cluster)).await? {
         return Ok(Action::await_change());
     }
     if cluster.metadata.deletion_timestamp.is_some() {

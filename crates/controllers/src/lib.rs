@@ -38,6 +38,7 @@ pub mod machine_pool;
 pub mod machine_set;
 pub mod metrics;
 pub mod object;
+pub mod paused;
 
 /// What a reconcile failed with.
 #[derive(Debug, thiserror::Error)]
@@ -346,7 +347,7 @@ pub async fn run(
             controller_owner::<MachineDeployment, MachineSet>(()),
             (),
         )
-        .reconcile_on(woken_by_unpause::<MachineDeployment>(&caches))
+        .reconcile_on(woken_by_pause_changes::<MachineDeployment>(&caches))
         .graceful_shutdown_on(shutdown.clone())
         .run(machine_deployment::reconcile, error_policy, context.clone())
         .for_each(finished("machinedeployment"));
@@ -356,7 +357,7 @@ pub async fn run(
             controller_owner::<MachineSet, Machine>(()),
             (),
         )
-        .reconcile_on(woken_by_unpause::<MachineSet>(&caches))
+        .reconcile_on(woken_by_pause_changes::<MachineSet>(&caches))
         .graceful_shutdown_on(shutdown.clone())
         .run(machine_set::reconcile, error_policy, context.clone())
         .for_each(finished("machineset"));
@@ -366,7 +367,7 @@ pub async fn run(
             owners_and_referrers(machines_cache.clone()),
         ))
         .reconcile_on(machines_woken_by_nodes(&caches, machines_cache.clone()))
-        .reconcile_on(woken_by_unpause::<Machine>(&caches))
+        .reconcile_on(woken_by_pause_changes::<Machine>(&caches))
         .graceful_shutdown_on(shutdown.clone())
         .run(machine::reconcile, error_policy, context.clone())
         .for_each(finished("machine"));
@@ -396,7 +397,7 @@ pub async fn run(
             (),
         )
         .reconcile_on(node_checks)
-        .reconcile_on(woken_by_unpause::<MachineHealthCheck>(&caches))
+        .reconcile_on(woken_by_pause_changes::<MachineHealthCheck>(&caches))
         .graceful_shutdown_on(shutdown.clone())
         .run(
             machine_health_check::reconcile,
@@ -408,28 +409,30 @@ pub async fn run(
         .reconcile_on(referenced_changes(&caches, |object| {
             owners_of::<MachinePool>(&object)
         }))
-        .reconcile_on(woken_by_unpause::<MachinePool>(&caches))
+        .reconcile_on(woken_by_pause_changes::<MachinePool>(&caches))
         .graceful_shutdown_on(shutdown.clone())
         .run(machine_pool::reconcile, error_policy, context.clone())
         .for_each(finished("machinepool"));
     tokio::join!(clusters, deployments, sets, machines, health_checks, pools);
 }
 
-/// The objects of kind `K` in each Cluster that stops being paused: they returned without
-/// waiting for anything while it was (Cluster API's paused contract), so nothing else would
-/// wake them. A Cluster's other changes (heartbeats, conditions) wake none of them.
-pub fn woken_by_unpause<K: Cached<DynamicType = ()>>(
+/// The objects of kind `K` in each Cluster that is paused or stops being paused: they say so
+/// in their `Paused` condition (see [`paused`]), and they returned without waiting for anything
+/// while it was (Cluster API's paused contract), so nothing else would wake them. A Cluster's
+/// other changes (heartbeats, conditions) wake none of them.
+pub fn woken_by_pause_changes<K: Cached<DynamicType = ()>>(
     caches: &Caches,
 ) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
-    woken_by_unpause_of(caches, caches.typed::<K>())
+    woken_by_pause_changes_of(caches, caches.typed::<K>())
 }
 
-/// [`woken_by_unpause`] for the objects of one cache (providers' kinds, read as JSON).
-pub fn woken_by_unpause_of<K: Cached>(
+/// [`woken_by_pause_changes`] for the objects of one cache (providers' kinds, read as JSON).
+pub fn woken_by_pause_changes_of<K: Cached>(
     caches: &Caches,
     objects: Arc<cache::Cache<K>>,
 ) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
-    let mut paused = std::collections::HashMap::<(String, String), bool>::new();
+    // Why each Cluster is paused (None: it is not), so that a new reason wakes them too.
+    let mut paused = std::collections::HashMap::<(String, String), Option<String>>::new();
     caches
         .typed::<Cluster>()
         .changes()
@@ -438,9 +441,10 @@ pub fn woken_by_unpause_of<K: Cached>(
                 cluster.metadata.namespace.clone().unwrap_or_default(),
                 cluster.name_any(),
             );
-            let now = cluster.paused() && cluster.metadata.deletion_timestamp.is_none();
-            let was = paused.insert(key.clone(), now).unwrap_or(false);
-            let woken = if was && !now {
+            let now = paused::why(Some(&cluster), "Cluster", &cluster.metadata)
+                .filter(|_| cluster.metadata.deletion_timestamp.is_none());
+            let was = paused.insert(key.clone(), now.clone()).flatten();
+            let woken = if was != now {
                 objects.indexed_refs(IndexKey::Cluster {
                     namespace: &key.0,
                     name: &key.1,

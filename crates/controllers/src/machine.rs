@@ -2,6 +2,7 @@
 //! workload cluster by providerID, and derives the phase
 //! (Pending → Provisioning → Provisioned → Running, or Deleting, Failed).
 
+use crate::paused::V1Beta2Conditions;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,20 +50,15 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
         // The write's own watch event brings the Machine back.
         return Ok(Action::await_change());
     }
-    if machine
-        .annotations()
-        .contains_key(lariat_api::capi::annotations::PAUSED)
-        || ctx
-            .cluster(&namespace, &cluster_name)
-            .await?
-            .is_some_and(|c| c.paused())
-    {
+    let cluster = ctx.cluster(&namespace, &cluster_name).await?;
+    let conditions = machine.v1beta2_conditions();
+    if crate::paused::check(&api, &machine.metadata, conditions, cluster.as_deref()).await? {
         return Ok(Action::await_change());
     }
     if machine.metadata.deletion_timestamp.is_some() {
         return reconcile_delete(&machine, &ctx, &api).await;
     }
-    let Some(cluster) = ctx.cluster(&namespace, &cluster_name).await? else {
+    let Some(cluster) = cluster else {
         return Ok(Action::requeue(Duration::from_secs(2)));
     };
     let mut labels = BTreeMap::new();

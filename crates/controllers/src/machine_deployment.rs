@@ -2,6 +2,7 @@
 //! hash of it), scaled to `spec.replicas`; a template or version change rolls machines over to
 //! a new set within `maxSurge` and `maxUnavailable`.
 
+use crate::paused::V1Beta2Conditions;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,7 +96,13 @@ pub async fn reconcile(
     let Some(cluster) = ctx.cluster(&namespace, &cluster_name).await? else {
         return Ok(Action::requeue(Duration::from_secs(2)));
     };
-    if deployment.spec.paused == Some(true) || cluster.spec.paused == Some(true) {
+    let conditions = deployment.v1beta2_conditions();
+    if crate::paused::check(&api, &deployment.metadata, conditions, Some(&cluster)).await? {
+        return Ok(Action::await_change());
+    }
+    // Its own `spec.paused` holds its rollout, as a Deployment's does: not Cluster API's
+    // paused contract, so no `Paused` condition says it.
+    if deployment.spec.paused == Some(true) {
         return Ok(Action::await_change());
     }
     let mut labels = BTreeMap::new();

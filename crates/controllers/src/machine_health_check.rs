@@ -5,6 +5,7 @@
 //! so its owner (MachineSet, control plane) replaces it by its own rules, or, with a
 //! `remediationTemplate`, creates a remediation object for an external remediation controller.
 
+use crate::paused::V1Beta2Conditions;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -179,7 +180,8 @@ pub async fn reconcile(check: Arc<MachineHealthCheck>, ctx: Arc<Context>) -> Res
     let Some(cluster_object) = ctx.cluster(&namespace, &cluster).await? else {
         return Ok(Action::requeue(Duration::from_secs(5)));
     };
-    if cluster_object.spec.paused == Some(true) {
+    let conditions = check.v1beta2_conditions();
+    if crate::paused::check(&api, &check.metadata, conditions, Some(&cluster_object)).await? {
         return Ok(Action::await_change());
     }
     // Owned by its Cluster, as in Cluster API: deleted with it, not left checking nothing.

@@ -3,6 +3,7 @@
 //! infrastructure provider reads the pool's replicas from there and scales the group), and its
 //! status follows what the provider reports. There is no Machine per instance.
 
+use crate::paused::V1Beta2Conditions;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,14 +28,9 @@ pub async fn reconcile(pool: Arc<MachinePool>, ctx: Arc<Context>) -> Result<Acti
     let name = pool.name_any();
     let api: Api<MachinePool> = Api::namespaced(ctx.client.clone(), &namespace);
     // Paused before deletion: see `cluster::object_paused`.
-    if pool
-        .annotations()
-        .contains_key(lariat_api::capi::annotations::PAUSED)
-        || ctx
-            .cluster(&namespace, &pool.spec.cluster_name)
-            .await?
-            .is_some_and(|c| c.paused())
-    {
+    let cluster = ctx.cluster(&namespace, &pool.spec.cluster_name).await?;
+    let conditions = pool.v1beta2_conditions();
+    if crate::paused::check(&api, &pool.metadata, conditions, cluster.as_deref()).await? {
         return Ok(Action::await_change());
     }
     if pool.metadata.deletion_timestamp.is_some() {

@@ -2,6 +2,7 @@
 //! with its own bootstrap config and infrastructure machine cloned from templates, and deleting
 //! surplus machines by the delete policy (Random, Newest, Oldest).
 
+use crate::paused::V1Beta2Conditions;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,7 +80,14 @@ pub async fn reconcile(set: Arc<MachineSet>, ctx: Arc<Context>) -> Result<Action
     let Some(cluster) = ctx.cluster(&namespace, &cluster_name).await? else {
         return Ok(Action::requeue(Duration::from_secs(2)));
     };
-    if cluster.spec.paused == Some(true) {
+    if crate::paused::check(
+        &api,
+        &set.metadata,
+        set.v1beta2_conditions(),
+        Some(&cluster),
+    )
+    .await?
+    {
         return Ok(Action::await_change());
     }
     let mut labels = BTreeMap::new();

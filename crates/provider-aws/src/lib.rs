@@ -407,7 +407,7 @@ async fn cluster_controllers(caches: &Arc<Caches>, context: &Arc<Context>, shutd
     let clusters_cache = caches.typed::<Cluster>();
     let managed_clusters =
         lariat_controllers::controller_on(&caches.of(&managed_cluster::resource()))
-            .reconcile_on(lariat_controllers::woken_by_unpause_of(
+            .reconcile_on(lariat_controllers::woken_by_pause_changes_of(
                 caches,
                 caches.of(&managed_cluster::resource()),
             ))
@@ -440,7 +440,7 @@ async fn machine_controllers(caches: &Arc<Caches>, context: &Arc<Context>, shutd
     // A node group follows its MachinePool's replicas: a pool's change wakes its group.
     let node_groups =
         lariat_controllers::controller_on(&caches.of(&managed_machine_pool::resource()))
-            .reconcile_on(lariat_controllers::woken_by_unpause_of(
+            .reconcile_on(lariat_controllers::woken_by_pause_changes_of(
                 caches,
                 caches.of(&managed_machine_pool::resource()),
             ))
@@ -463,7 +463,7 @@ async fn machine_controllers(caches: &Arc<Caches>, context: &Arc<Context>, shutd
             .for_each(lariat_controllers::finished("awsmanagedmachinepool"));
     // Self-managed pools follow their MachinePool too (its replicas, its bootstrap data).
     let self_managed = lariat_controllers::controller_on(&caches.of(&machine_pool::resource()))
-        .reconcile_on(lariat_controllers::woken_by_unpause_of(
+        .reconcile_on(lariat_controllers::woken_by_pause_changes_of(
             caches,
             caches.of(&machine_pool::resource()),
         ))
@@ -490,7 +490,7 @@ async fn machine_controllers(caches: &Arc<Caches>, context: &Arc<Context>, shutd
         .for_each(lariat_controllers::finished("awsmachinepool"));
     // A machine follows its Machine (its bootstrap data, its deletion).
     let machines = lariat_controllers::controller_on(&caches.of(&machine::resource()))
-        .reconcile_on(lariat_controllers::woken_by_unpause_of(
+        .reconcile_on(lariat_controllers::woken_by_pause_changes_of(
             caches,
             caches.of(&machine::resource()),
         ))

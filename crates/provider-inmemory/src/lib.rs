@@ -105,7 +105,7 @@ pub async fn run(
             },
             (),
         )
-        .reconcile_on(lariat_controllers::woken_by_unpause_of(
+        .reconcile_on(lariat_controllers::woken_by_pause_changes_of(
             &caches,
             caches.of(&resource("InMemoryMachine")),
         ))

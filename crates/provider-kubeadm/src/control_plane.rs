@@ -19,6 +19,7 @@ use lariat_controllers::object::Object;
 use lariat_controllers::object::{
     self as obj, ensure_finalizer, owner_reference, patch_status, remove_finalizer,
 };
+use lariat_controllers::paused::V1Beta2Conditions;
 use lariat_controllers::{Error, conditions};
 use serde_json::{Value, json};
 
@@ -109,14 +110,28 @@ pub fn reads_of_machine(machine: &Machine, hash: &mut std::collections::hash_map
 }
 
 pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
-    // Paused before deletion: see `object_paused`.
-    if lariat_controllers::cluster::object_paused(&ctx.caches, &object.metadata).await? {
-        return Ok(Action::await_change());
-    }
     let namespace = object.namespace().unwrap_or_default();
     let name = object.name_any();
-    let kcp: KubeadmControlPlane = lariat_controllers::object::parse(&object)?;
+    let kcp: KubeadmControlPlane = match lariat_controllers::object::parse(&object) {
+        Ok(kcp) => kcp,
+        // Left alone while paused, even unreadable.
+        Err(_)
+            if lariat_controllers::cluster::object_paused(&ctx.caches, &object.metadata)
+                .await? =>
+        {
+            return Ok(Action::await_change());
+        }
+        Err(e) => return Err(e),
+    };
     let api: Api<KubeadmControlPlane> = Api::namespaced(ctx.client.clone(), &namespace);
+    // Paused before deletion: see `object_paused`.
+    let cluster_of = lariat_controllers::cluster::of_object(&ctx.caches, &kcp.metadata).await?;
+    let conditions = kcp.v1beta2_conditions();
+    if lariat_controllers::paused::check(&api, &kcp.metadata, conditions, cluster_of.as_deref())
+        .await?
+    {
+        return Ok(Action::await_change());
+    }
     let machines_api: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
     let uid = kcp.uid().unwrap_or_default();
     let machines_cache = ctx.caches.typed::<Machine>();
@@ -147,13 +162,6 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
-    if cluster_object.spec.paused == Some(true)
-        || kcp
-            .annotations()
-            .contains_key(lariat_api::capi::annotations::PAUSED)
-    {
-        return Ok(Action::await_change());
-    }
     if cluster_object
         .status
         .as_ref()

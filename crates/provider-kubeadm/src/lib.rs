@@ -190,7 +190,7 @@ pub async fn run_control_plane(
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
     let referred = control_plane::resource();
     lariat_controllers::controller_on(&caches.of(&control_plane::resource()))
-        .reconcile_on(lariat_controllers::woken_by_unpause_of(
+        .reconcile_on(lariat_controllers::woken_by_pause_changes_of(
             &caches,
             caches.of(&control_plane::resource()),
         ))

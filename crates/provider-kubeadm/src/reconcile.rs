@@ -183,10 +183,20 @@ pub async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         return Ok(Action::requeue(WAIT));
     };
     // Contract: no change to the config or anything else while paused.
-    if cluster.spec.paused == Some(true)
-        || config
-            .annotations()
-            .contains_key(lariat_api::capi::annotations::PAUSED)
+    let conditions = &config.data["status"]["v1beta2"]["conditions"];
+    let conditions: Vec<lariat_api::capi::MetaCondition> = match conditions {
+        Value::Null => vec![],
+        conditions => serde_json::from_value(conditions.clone()).map_err(|e| {
+            let config = key(config.as_ref());
+            Error::Invalid(format!(
+                "KubeadmConfig {config}: status.v1beta2.conditions: {e}"
+            ))
+        })?,
+    };
+    let api: Api<lariat_api::bootstrap::KubeadmConfig> =
+        Api::namespaced(ctx.client.clone(), &namespace);
+    if lariat_controllers::paused::check(&api, &config.metadata, &conditions, Some(&cluster))
+        .await?
     {
         return Ok(Action::await_change());
     }

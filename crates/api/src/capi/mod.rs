@@ -23,7 +23,7 @@ use kube::CustomResourceExt;
 
 pub use cluster::{Cluster, ClusterSpec, ClusterStatus};
 pub use common::{ObjectReference, TemplateMetadata};
-pub use conditions::{Condition, ConditionSeverity, ConditionStatus};
+pub use conditions::{Condition, ConditionSeverity, ConditionStatus, MetaCondition};
 pub use machine::{Machine, MachineSpec, MachineStatus, MachineTemplateSpec};
 pub use machine_deployment::{MachineDeployment, MachineDeploymentSpec, MachineDeploymentStatus};
 pub use machine_health_check::{

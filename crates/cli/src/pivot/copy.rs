@@ -209,9 +209,11 @@ impl Server {
                 && moved_from(&written) == Some(object.uid())
                 && written.data["status"] != *status
             {
-                let mut with_status = written.clone();
-                with_status.data["status"] = status.clone();
-                api.replace_status(object.name(), &PostParams::default(), &with_status)
+                // A merge patch, not a replace over the version just created: the target's
+                // controllers may already have written the copy's status (its `Paused`
+                // condition), and the source's status wins whichever came first.
+                let patch = Patch::Merge(serde_json::json!({ "status": status }));
+                api.patch_status(object.name(), &PatchParams::default(), &patch)
                     .await
                     .map_err(|e| {
                         crate::connect::refused(
