@@ -181,8 +181,14 @@ async fn agents_after_a_replica_dies(
     );
     // Each server logs the agents it admits: the share of the one killed is what reconnects.
     let connected_to = |server: &ServerProcess| server.log().matches("agent connected").count();
-    let shares: Vec<usize> = servers.iter().map(connected_to).collect();
-    let victim = 1;
+    let mut shares: Vec<usize> = servers.iter().map(connected_to).collect();
+    while shares.iter().sum::<usize>() < agents && started.elapsed() < Duration::from_secs(900) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        shares = servers.iter().map(connected_to).collect();
+    }
+    // The agents pick their replica themselves: the one holding most tunnels dies, so that
+    // some always have to move however few there are.
+    let victim = (0..servers.len()).max_by_key(|&i| shares[i]).unwrap_or(0);
     let survivors: Vec<usize> = (0..servers.len()).filter(|&i| i != victim).collect();
     let held = tunnels_held(&management, &servers[victim].address).await?;
     let handshakes = |servers: &[ServerProcess]| -> usize {
