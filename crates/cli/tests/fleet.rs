@@ -247,6 +247,34 @@ fn a_git_repo_becomes_bundles_follows_new_commits_and_keeps_the_last_good_one() 
     eventually("the deleted bundle is back", || {
         bundle(&server, "platform-apps").is_some()
     });
+    // So is one whose spec or labels were changed by hand (a poll that finds the commit it
+    // deployed reads it again only then).
+    server.kubectl_ok(&[
+        "patch",
+        "bundle",
+        "platform-apps-web",
+        "-n",
+        "fleet-default",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"defaultNamespace":"elsewhere"}}"#,
+    ]);
+    eventually("the bundle's spec is put back", || {
+        bundle(&server, "platform-apps-web").is_some_and(|b| b["spec"]["defaultNamespace"] == "web")
+    });
+    server.kubectl_ok(&[
+        "label",
+        "--overwrite",
+        "bundle",
+        "platform-apps-web",
+        "-n",
+        "fleet-default",
+        "fleet.cattle.io/commit=forged",
+    ]);
+    eventually("the bundle's labels are put back", || {
+        bundle(&server, "platform-apps-web")
+            .is_some_and(|b| b["metadata"]["labels"]["fleet.cattle.io/commit"] == first.as_str())
+    });
 
     // Another GitRepo whose bundle would take the same name is told so; the first keeps it.
     server.apply_ok(

@@ -387,22 +387,37 @@ fn receive(
     let prepared = connection
         .prepare_fetch(gix::progress::Discard, Default::default())
         .map_err(|e| classify(url, describe(&e), limits))?;
-    // A named reference is looked for among the remote's before anything is downloaded.
+    // A named reference is looked for among the remote's before anything is downloaded, and
+    // nothing is downloaded when it still points where the clone's copy does: most polls find
+    // no new commit, and Fleet too asks first (`git ls-remote`).
     let by_id = !remote_ref.starts_with("refs/");
-    if !by_id
-        && !prepared
+    if !by_id {
+        let advertised = prepared
             .ref_map()
             .remote_refs
             .iter()
-            .any(|r| r.unpack().0 == remote_ref)
-    {
-        return Ok(false);
+            .map(|r| r.unpack())
+            .find(|(name, ..)| *name == remote_ref);
+        let Some((_, target, _)) = advertised else {
+            return Ok(false);
+        };
+        if target.is_some_and(|id| holds(repo, id)) {
+            return Ok(true);
+        }
     }
     prepared
         .with_shallow(Shallow::DepthAtRemote(NonZeroU32::MIN))
         .receive(gix::progress::Discard, &AtomicBool::new(false))
         .map_err(|e| classify(url, describe(&e), limits))?;
     Ok(true)
+}
+
+/// Whether the clone's fetched reference points at `id` already, and has it.
+fn holds(repo: &gix::Repository, id: &gix::oid) -> bool {
+    repo.find_reference(TRACKING)
+        .ok()
+        .and_then(|tracking| tracking.target().try_id().map(ToOwned::to_owned))
+        .is_some_and(|tracked| tracked == id && repo.has_object(id))
 }
 
 /// A remote's host, resolved, with every address checked against the networks the server

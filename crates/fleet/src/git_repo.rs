@@ -9,6 +9,7 @@
 //! connection, with one message whatever is (or is not) there.
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -256,10 +257,26 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
             if repo.spec.paused {
                 None
             } else {
-                // Every fetch: a Bundle deleted or changed by hand is put back (only what
-                // differs is written).
-                match deploy(&ctx, &repo, &clone, &commit).await {
-                    Ok(()) => {
+                // A Bundle deleted or changed by hand is put back at the next fetch (only
+                // what differs is written). While the commit, the spec and the Bundles are
+                // as the last deploy left them, the commit is not read and scanned again.
+                let now = Settled {
+                    commit: commit.clone(),
+                    generation,
+                    bundles: fingerprint(&owned_bundles(&ctx, &repo).await?),
+                };
+                let settled = ctx.settled.lock().expect("lock").get(&uid) == Some(&now);
+                let deployed = match settled {
+                    true => Ok(Some(now.bundles)),
+                    false => deploy(&ctx, &repo, &clone, &commit).await,
+                };
+                match deployed {
+                    Ok(found) => {
+                        let mut known = ctx.settled.lock().expect("lock");
+                        match found {
+                            Some(bundles) => known.insert(uid.clone(), Settled { bundles, ..now }),
+                            None => known.remove(&uid),
+                        };
                         status.commit = Some(commit);
                         None
                     }
@@ -329,6 +346,7 @@ async fn forget(
     let uid = repo.uid().unwrap_or_default();
     ctx.fetched.lock().expect("lock").remove(&uid);
     ctx.webhooks.lock().expect("lock").remove(&uid);
+    ctx.settled.lock().expect("lock").remove(&uid);
     let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(clone)).await;
     remove_finalizer(api, repo, FINALIZER).await?;
     Ok(())
@@ -398,14 +416,37 @@ async fn write(
     Ok(())
 }
 
+/// A GitRepo's commit whose deploy found every Bundle as the commit makes it, the GitRepo's
+/// generation then, and its Bundles' [`fingerprint`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Settled {
+    commit: String,
+    generation: i64,
+    bundles: u64,
+}
+
+/// What of a GitRepo's Bundles a change by hand would alter: which exist (by uid), their
+/// specs (by generation) and their labels.
+fn fingerprint(bundles: &[Arc<Bundle>]) -> u64 {
+    let mut seen: Vec<_> = bundles
+        .iter()
+        .map(|b| (b.uid(), b.metadata.generation, b.labels()))
+        .collect();
+    seen.sort();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    seen.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// Turns the paths of `commit` into the GitRepo's Bundles: each written if it differs, and
-/// those of paths no longer there deleted.
+/// those of paths no longer there deleted. When nothing differed, the [`fingerprint`] of the
+/// Bundles as they were found.
 async fn deploy(
     ctx: &Context,
     repo: &GitRepo,
     clone: &std::path::Path,
     commit: &str,
-) -> Result<(), (&'static str, String)> {
+) -> Result<Option<u64>, (&'static str, String)> {
     let (dir, at) = (clone.to_path_buf(), commit.to_string());
     let (paths, limits) = (
         repo.spec.paths.clone().unwrap_or_default(),
@@ -484,6 +525,7 @@ async fn deploy(
             ),
         ));
     }
+    let mut wrote = false;
     for bundle in scanned {
         let name = scan::bundle_name(&repo.name_any(), &bundle.root);
         let mut labels = bundle.labels;
@@ -498,6 +540,7 @@ async fn deploy(
         if unchanged {
             continue;
         }
+        wrote = true;
         tracing::debug!(bundle = %format!("{namespace}/{name}"), commit, "bundle written");
         let object = Bundle {
             metadata: ObjectMeta {
@@ -533,6 +576,7 @@ async fn deploy(
             })?;
     }
     for stale in existing.iter().filter(|b| !wanted.contains(&b.name_any())) {
+        wrote = true;
         match bundles_api
             .delete(&stale.name_any(), &DeleteParams::default())
             .await
@@ -541,7 +585,7 @@ async fn deploy(
             Err(e) => return Err(("BundleWriteFailed", e.to_string())),
         }
     }
-    Ok(())
+    Ok((!wrote).then(|| fingerprint(&existing)))
 }
 
 /// Why a commit is not deployed: the reason word and the message of the GitRepo's

@@ -58,6 +58,8 @@ pub struct Context {
     fetched: Mutex<HashMap<String, Instant>>,
     /// The webhook commit each GitRepo (by uid) last fetched for.
     webhooks: Mutex<HashMap<String, String>>,
+    /// Each GitRepo's (by uid) last deploy that changed nothing.
+    settled: Mutex<HashMap<String, git_repo::Settled>>,
 }
 
 impl Context {
@@ -70,6 +72,7 @@ impl Context {
             settings,
             fetched: Mutex::default(),
             webhooks: Mutex::default(),
+            settled: Mutex::default(),
         }
     }
 }

@@ -213,7 +213,17 @@ mod http {
         format!("http://{address}")
     }
 
+    /// The requests for git's `upload-pack` service the server has answered (each POST is one
+    /// command: `ls-refs`, or a `fetch` that negotiates and sends a pack).
+    pub static UPLOAD_PACK_POSTS: std::sync::atomic::AtomicUsize =
+        std::sync::atomic::AtomicUsize::new(0);
+
     async fn backend(root: PathBuf, request: Request<Body>) -> Response<Body> {
+        if request.method() == axum::http::Method::POST
+            && request.uri().path().ends_with("/git-upload-pack")
+        {
+            UPLOAD_PACK_POSTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         let expected = format!(
             "Basic {}",
             base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"))
@@ -267,6 +277,12 @@ async fn an_http_repository_is_fetched_and_a_password_is_never_sent_in_clear_tex
     // A public repository over git's smart http.
     let fetched = fetch(format!("{base}/upstream"), None).await.unwrap();
     assert_eq!(fetched.commit, first);
+    // A poll that finds the branch where it was asks for the references only, as
+    // `git ls-remote` would: nothing is negotiated or sent.
+    let posts = || http::UPLOAD_PACK_POSTS.load(std::sync::atomic::Ordering::SeqCst);
+    let before = posts();
+    let again = fetch(format!("{base}/upstream"), None).await.unwrap();
+    assert_eq!((again.commit, posts() - before), (first.clone(), 1));
     let clone = root.path().join("clone");
     assert_eq!(
         git::files(&clone, &first, "manifests", &loopback()).unwrap()[0].0,
