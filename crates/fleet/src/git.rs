@@ -215,10 +215,8 @@ fn fetch_unscrubbed(dir: &Path, source: &Source, limits: &Limits) -> Result<Fetc
         dir: dir.display().to_string(),
         reason,
     };
-    if gix::open_opts(dir, isolated()).is_err() {
-        std::fs::create_dir_all(dir).map_err(|e| local(e.to_string()))?;
-        gix::init_bare(dir).map_err(|e| local(e.to_string()))?;
-    }
+    // The clone's directory (ssh's files go beside it); the clone in it is made on first use.
+    std::fs::create_dir_all(dir).map_err(|e| local(e.to_string()))?;
     // The key and known hosts live in files only for the length of the fetch.
     let mut ssh_files = None;
     let mut overrides = vec![alloc_limit(limits)];
@@ -253,8 +251,16 @@ fn fetch_unscrubbed(dir: &Path, source: &Source, limits: &Limits) -> Result<Fetc
         }
         _ => return Err(GitError::UnsupportedUrl(url.clone())),
     };
-    let repo = gix::open_opts(dir, isolated().config_overrides(overrides))
-        .map_err(|e| local(e.to_string()))?;
+    // Opened once per poll (a poll is mostly this and the remote's references); made on the
+    // first.
+    let open = || gix::open_opts(dir, isolated().config_overrides(overrides.clone()));
+    let repo = match open() {
+        Ok(repo) => repo,
+        Err(_) => {
+            gix::init_bare(dir).map_err(|e| local(e.to_string()))?;
+            open().map_err(|e| local(e.to_string()))?
+        }
+    };
     let received = receive_reference(&repo, source, limits);
     // ssh says why it failed on its standard error, which gix does not read for host keys.
     let received = match (received, &ssh_files) {
