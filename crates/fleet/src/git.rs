@@ -256,6 +256,10 @@ fn fetch_unscrubbed(dir: &Path, source: &Source, limits: &Limits) -> Result<Fetc
     let open = || gix::open_opts(dir, isolated().config_overrides(overrides.clone()));
     let repo = match open() {
         Ok(repo) => repo,
+        // Only an empty directory is new: a clone that does not open says why.
+        Err(error) if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) => {
+            return Err(local(error.to_string()));
+        }
         Err(_) => {
             gix::init_bare(dir).map_err(|e| local(e.to_string()))?;
             open().map_err(|e| local(e.to_string()))?

@@ -213,16 +213,17 @@ mod http {
         format!("http://{address}")
     }
 
-    /// The requests for git's `upload-pack` service the server has answered (each POST is one
-    /// command: `ls-refs`, or a `fetch` that negotiates and sends a pack).
-    pub static UPLOAD_PACK_POSTS: std::sync::atomic::AtomicUsize =
+    /// The requests for git's `upload-pack` service of the repository at `/counted` (each
+    /// POST is one command: `ls-refs`, or a `fetch` that negotiates and sends a pack). Only one
+    /// test fetches that path, so tests running beside it do not add to the count.
+    pub static COUNTED_UPLOAD_PACK_POSTS: std::sync::atomic::AtomicUsize =
         std::sync::atomic::AtomicUsize::new(0);
 
     async fn backend(root: PathBuf, request: Request<Body>) -> Response<Body> {
         if request.method() == axum::http::Method::POST
-            && request.uri().path().ends_with("/git-upload-pack")
+            && request.uri().path() == "/counted/git-upload-pack"
         {
-            UPLOAD_PACK_POSTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            COUNTED_UPLOAD_PACK_POSTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
         let expected = format!(
             "Basic {}",
@@ -279,10 +280,15 @@ async fn an_http_repository_is_fetched_and_a_password_is_never_sent_in_clear_tex
     assert_eq!(fetched.commit, first);
     // A poll that finds the branch where it was asks for the references only, as
     // `git ls-remote` would: nothing is negotiated or sent.
-    let posts = || http::UPLOAD_PACK_POSTS.load(std::sync::atomic::Ordering::SeqCst);
+    std::os::unix::fs::symlink(root.path().join("upstream"), root.path().join("counted")).unwrap();
+    let posts = || http::COUNTED_UPLOAD_PACK_POSTS.load(std::sync::atomic::Ordering::SeqCst);
+    let again = fetch(format!("{base}/counted"), None).await.unwrap();
     let before = posts();
-    let again = fetch(format!("{base}/upstream"), None).await.unwrap();
-    assert_eq!((again.commit, posts() - before), (first.clone(), 1));
+    let again_and_again = fetch(format!("{base}/counted"), None).await.unwrap();
+    assert_eq!(
+        (again.commit, again_and_again.commit, posts() - before),
+        (first.clone(), first.clone(), 1)
+    );
     let clone = root.path().join("clone");
     assert_eq!(
         git::files(&clone, &first, "manifests", &loopback()).unwrap()[0].0,
@@ -328,6 +334,7 @@ fn a_revision_is_a_tag_a_branch_or_a_commit_id() {
         git::fetch(&clone, &pinned, &loopback()).map(|fetched| fetched.commit)
     };
     assert_eq!(at("v1").unwrap(), first, "a tag, peeled to its commit");
+    assert_eq!(at("v1").unwrap(), first, "the same tag, polled again");
     assert_eq!(
         git::files(&clone, &first, "", &loopback()).unwrap()[0].1,
         b"v: 1\n"
@@ -335,6 +342,14 @@ fn a_revision_is_a_tag_a_branch_or_a_commit_id() {
     assert_eq!(at(&second).unwrap(), second, "a commit id");
     assert_eq!(at("stable").unwrap(), first, "a branch");
     assert_eq!(at("main").unwrap(), third);
+    // A tag moved to another commit, and a branch reset to an older one, are followed.
+    run_git(
+        &upstream,
+        &["tag", "-f", "-a", "v1", "-m", "release 1 again", &second],
+    );
+    assert_eq!(at("v1").unwrap(), second, "a moved tag");
+    run_git(&upstream, &["reset", "-q", "--hard", &first]);
+    assert_eq!(at("main").unwrap(), first, "a branch reset");
     assert_eq!(
         at("v9"),
         Err(GitError::NoSuchRevision {
