@@ -257,26 +257,8 @@ pub async fn reconcile(repo: Arc<GitRepo>, ctx: Arc<Context>) -> Result<Action, 
             if repo.spec.paused {
                 None
             } else {
-                // A Bundle deleted or changed by hand is put back at the next fetch (only
-                // what differs is written). While the commit, the spec and the Bundles are
-                // as the last deploy left them, the commit is not read and scanned again.
-                let now = Settled {
-                    commit: commit.clone(),
-                    generation,
-                    bundles: fingerprint(&owned_bundles(&ctx, &repo).await?),
-                };
-                let settled = ctx.settled.lock().expect("lock").get(&uid) == Some(&now);
-                let deployed = match settled {
-                    true => Ok(Some(now.bundles)),
-                    false => deploy(&ctx, &repo, &clone, &commit).await,
-                };
-                match deployed {
-                    Ok(found) => {
-                        let mut known = ctx.settled.lock().expect("lock");
-                        match found {
-                            Some(bundles) => known.insert(uid.clone(), Settled { bundles, ..now }),
-                            None => known.remove(&uid),
-                        };
+                match deploy_unless_settled(&ctx, &repo, &clone, &commit).await? {
+                    Ok(()) => {
                         status.commit = Some(commit);
                         None
                     }
@@ -436,6 +418,44 @@ fn fingerprint(bundles: &[Arc<Bundle>]) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     seen.hash(&mut hasher);
     hasher.finish()
+}
+
+/// Deploys `commit` unless the last deploy found it, the GitRepo's spec and its Bundles as they
+/// are now. A Bundle deleted or changed by hand is put back at the next fetch (only what
+/// differs is written); while nothing changed, the commit is not read and scanned again.
+async fn deploy_unless_settled(
+    ctx: &Context,
+    repo: &GitRepo,
+    clone: &std::path::Path,
+    commit: &str,
+) -> Result<Result<(), Refusal>, Error> {
+    let uid = repo.uid().unwrap_or_default();
+    let now = Settled {
+        commit: commit.to_string(),
+        generation: repo.metadata.generation.unwrap_or(0),
+        bundles: fingerprint(&owned_bundles(ctx, repo).await?),
+    };
+    if ctx.settled.lock().expect("lock").get(&uid) == Some(&now) {
+        return Ok(Ok(()));
+    }
+    let deployed = deploy(ctx, repo, clone, commit).await;
+    let mut known = ctx.settled.lock().expect("lock");
+    match &deployed {
+        Ok(Some(bundles)) => {
+            known.insert(
+                uid,
+                Settled {
+                    bundles: *bundles,
+                    ..now
+                },
+            );
+        }
+        Ok(None) => {
+            known.remove(&uid);
+        }
+        Err(_) => {}
+    }
+    Ok(deployed.map(drop))
 }
 
 /// Turns the paths of `commit` into the GitRepo's Bundles: each written if it differs, and
