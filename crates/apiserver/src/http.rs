@@ -1990,10 +1990,7 @@ async fn watch(
         ),
     };
     if let Some(requested) = resource_version {
-        let current = state.resources.store.current_revision().await?;
-        if requested > current {
-            return Err(ApiError::TooLargeResourceVersion { requested, current });
-        }
+        state.resources.reached(requested).await?;
     }
     // 0, as no value, means the default (as in kube-apiserver).
     let timeout = match query.get("timeoutSeconds").filter(|t| t.as_str() != "0") {

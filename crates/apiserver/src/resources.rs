@@ -2,6 +2,7 @@
 //! Kubernetes object semantics, independent of HTTP so in-process callers share them.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use base64::Engine;
 use futures::stream::{self, BoxStream, StreamExt};
@@ -121,6 +122,10 @@ impl Scope {
 /// Finalizers the API server itself acts on while an object is being deleted.
 pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 pub const ORPHAN_FINALIZER: &str = "orphan";
+
+/// How long a read or watch from a revision the store has not reached waits for it: the 3 s
+/// kube-apiserver's watch cache waits before it answers `ResourceVersionTooLarge`.
+const REVISION_WAIT: Duration = Duration::from_secs(3);
 
 /// Stored objects and the rules that keep them valid.
 #[derive(Clone)]
@@ -263,7 +268,7 @@ impl Resources {
             Some(token) => decode_continue(token)?,
             None => (self.revision_to_list_at(params.at).await?, None),
         };
-        if params.continue_token.is_some() && revision > self.store.current_revision().await? {
+        if params.continue_token.is_some() && self.reached(revision).await.is_err() {
             return Err(ApiError::bad_request(
                 "invalid continue token: it names a revision this server has not reached; start a new list without the continue parameter",
             ));
@@ -334,16 +339,34 @@ impl Resources {
         })
     }
 
+    /// Waits until the store has reached `requested`, for [`REVISION_WAIT`] at most, then
+    /// refuses it as kube-apiserver does (`ResourceVersionTooLarge`). A revision this server
+    /// just handed out can be a moment ahead of the revision the store reports: SQLite's
+    /// readers see a commit before its writer publishes the new head, and an etcd member may
+    /// answer a moment behind another.
+    pub async fn reached(&self, requested: i64) -> ApiResult<()> {
+        let deadline = tokio::time::Instant::now() + REVISION_WAIT;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let current = self.store.current_revision().await?;
+            if requested <= current {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                return Err(ApiError::TooLargeResourceVersion { requested, current });
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
     /// The store revision a list starts at (0: the latest), refusing a revision the store has
     /// not reached as kube-apiserver does.
     async fn revision_to_list_at(&self, at: ListAt) -> ApiResult<i64> {
         let (ListAt::NotOlderThan(requested) | ListAt::Exact(requested)) = at else {
             return Ok(0);
         };
-        let current = self.store.current_revision().await?;
-        if requested > current {
-            return Err(ApiError::TooLargeResourceVersion { requested, current });
-        }
+        self.reached(requested).await?;
         Ok(if let ListAt::Exact(revision) = at {
             revision
         } else {

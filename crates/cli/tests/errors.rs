@@ -462,3 +462,82 @@ fn a_client_certificate_from_another_ca_is_refused() {
         "a forged admin certificate got {code}"
     );
 }
+
+/// A watch from a revision the store has not reached yet waits for it, as kube-apiserver's
+/// watch cache does (up to 3 s), instead of failing at once: a revision just handed out by a
+/// write or a list can be a moment ahead of the one the store reports (issue 41: kubectl
+/// printed "Too large resource version: 2183, current: 2181"). The watch is sent while the
+/// writes that reach its revision are still being made; whether it arrives before or after
+/// them, it answers 200 and streams what comes after its revision.
+#[test]
+fn a_watch_a_little_ahead_of_the_store_waits_for_it() {
+    let server = TestServer::start();
+    let token = server.admin_token();
+    let namespace = "/api/v1/namespaces/ahead";
+    let (code, body) = server.curl(
+        "POST",
+        "/api/v1/namespaces",
+        Some(&token),
+        Some("application/json"),
+        Some(br#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"ahead"}}"#),
+    );
+    assert_eq!(code, 201, "{body}");
+    let (_, list) = server.curl(
+        "GET",
+        &format!("{namespace}/configmaps"),
+        Some(&token),
+        None,
+        None,
+    );
+    let listed: Value = serde_json::from_str(&list).unwrap();
+    let head: i64 = listed["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    const WRITES: i64 = 20;
+    let ahead = head + WRITES - 1;
+    let watch = std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            server.curl(
+                "GET",
+                &format!(
+                    "{namespace}/configmaps?watch=true&resourceVersion={ahead}&timeoutSeconds=2"
+                ),
+                Some(&token),
+                None,
+                None,
+            )
+        });
+        for i in 0..WRITES {
+            let body =
+                json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name": format!("c{i}")}})
+                    .to_string();
+            let (code, text) = server.curl(
+                "POST",
+                &format!("{namespace}/configmaps"),
+                Some(&token),
+                Some("application/json"),
+                Some(body.as_bytes()),
+            );
+            assert_eq!(code, 201, "{text}");
+        }
+        watcher.join().unwrap()
+    });
+    let (code, body) = watch;
+    assert_eq!(code, 200, "{body}");
+    let events: Vec<Value> = body
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert!(
+        events.iter().all(|event| event["type"] == "ADDED"),
+        "{body}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|event| event["object"]["metadata"]["name"] == format!("c{}", WRITES - 1)),
+        "the last write comes after the watch's revision: {body}"
+    );
+}
