@@ -155,9 +155,9 @@ impl Cause {
         Cause {
             reason: "FieldValueTypeInvalid",
             message: format!(
-                "Invalid value: \"{}\": {field_type} expected",
+                "Invalid value: {}: must be of type {expected}, not {}",
+                short_value(value),
                 json_type(value),
-                field_type = expected
             ),
             field: field.into(),
         }
@@ -276,6 +276,18 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The value a user wrote is in the message, not only its JSON type (issue 41: `port:
+    /// eighty` was reported as `Invalid value: "string": integer expected`).
+    #[test]
+    fn a_wrong_type_names_the_value() {
+        let cause = Cause::type_invalid("spec.ports[0].port", &json!("eighty"), "integer");
+        assert_eq!(
+            cause.render(),
+            r#"spec.ports[0].port: Invalid value: "eighty": must be of type integer, not string"#
+        );
+        assert_eq!(cause.reason, "FieldValueTypeInvalid");
+    }
 
     /// Refuses every write, naming itself in the cause's field.
     struct Refuses(&'static str);

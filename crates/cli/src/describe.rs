@@ -258,7 +258,7 @@ async fn connection_row(
     let connected = status["connected"] == true;
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
     Ok(Some(Row {
-        label: format!("├─Connection - ClusterConnection/{name}"),
+        label: format!("Connection - ClusterConnection/{name}"),
         ready: if connected { "True" } else { "False" }.into(),
         severity: if connected { "" } else { "Warning" }.into(),
         reason: if connected { "" } else { "AgentDisconnected" }.into(),
@@ -277,6 +277,23 @@ async fn connection_row(
                 .to_string()
         },
     }))
+}
+
+/// The branches of a tree as rows: `├─` before each but the last (`└─`), and a rail down
+/// the left of what hangs under each but the last.
+fn tree(branches: Vec<(Row, Vec<Row>)>) -> Vec<Row> {
+    let count = branches.len();
+    let mut rows = vec![];
+    for (i, (mut line, children)) in branches.into_iter().enumerate() {
+        let last = i + 1 == count;
+        line.label = format!("{}{}", if last { "└─" } else { "├─" }, line.label);
+        rows.push(line);
+        for mut child in children {
+            child.label = format!("{}{}", if last { "  " } else { "│ " }, child.label);
+            rows.push(child);
+        }
+    }
+    rows
 }
 
 /// The rows as a table under kubectl-style headings, the NAME column as wide as its longest.
@@ -347,8 +364,15 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
             .and_then(|c| c.iter().find(|c| c["type"] == type_))
             .cloned()
     };
+    let control_plane_machines: Vec<&DynamicObject> = machines
+        .iter()
+        .filter(|m| m.labels().contains_key("cluster.x-k8s.io/control-plane"))
+        .collect();
+    // The cluster's branches, each a row and what hangs under it; the last is drawn with `└─`.
+    let mut branches: Vec<(Row, Vec<Row>)> = vec![];
     // Infrastructure and control plane: the object's own Ready, else what the Cluster says of
-    // it (an object nothing reconciles has no status of its own).
+    // it (an object nothing reconciles has no status of its own). The control-plane machines
+    // hang under the control plane.
     for (reference, title, condition) in [
         (
             "infrastructureRef",
@@ -363,8 +387,9 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
         }
         let kind = wanted["kind"].as_str().unwrap_or_default();
         let name = wanted["name"].as_str().unwrap_or_default();
-        let label = format!("├─{title} - {kind}/{name}");
-        match referenced(&client, ns, wanted).await {
+        let label = format!("{title} - {kind}/{name}");
+        let mut children = vec![];
+        let line = match referenced(&client, ns, wanted).await {
             Some(object) => {
                 let mut line = row(label, &object);
                 if !has_ready(&object)
@@ -372,42 +397,46 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
                 {
                     line = from_condition(line.label, &c);
                 }
-                rows.push(line);
                 if show(kind) {
-                    rows.extend(condition_rows("│ ", &object));
+                    children.extend(condition_rows("", &object));
                 }
+                line
             }
-            None => rows.push(Row {
+            None => Row {
                 label,
                 ready: "False".into(),
                 severity: "Warning".into(),
                 reason: "NotFound".into(),
                 since: String::new(),
                 message: format!("{kind} {name} does not exist"),
-            }),
+            },
+        };
+        if reference == "controlPlaneRef" {
+            children.extend(machine_rows(
+                "",
+                &control_plane_machines,
+                args.grouping,
+                show("Machine"),
+            ));
         }
+        branches.push((line, children));
     }
-    rows.extend(connection_row(&client, &cluster).await?);
-    let control_plane_machines: Vec<&DynamicObject> = machines
-        .iter()
-        .filter(|m| m.labels().contains_key("cluster.x-k8s.io/control-plane"))
-        .collect();
     if !control_plane_machines.is_empty() && !cluster.data["spec"]["controlPlaneRef"].is_object() {
-        rows.push(Row::heading("├─ControlPlane"));
+        branches.push((
+            Row::heading("ControlPlane"),
+            machine_rows("", &control_plane_machines, args.grouping, show("Machine")),
+        ));
     }
-    rows.extend(machine_rows(
-        "│ ",
-        &control_plane_machines,
-        args.grouping,
-        show("Machine"),
-    ));
-    rows.push(Row::heading("└─Workers"));
-    let workers = deployments.len() + pools.len();
+    if let Some(connection) = connection_row(&client, &cluster).await? {
+        branches.push((connection, vec![]));
+    }
+    let mut workers = vec![];
+    let count = deployments.len() + pools.len();
     for (d, deployment) in deployments.iter().enumerate() {
-        let last_deployment = d + 1 == workers;
+        let last_deployment = d + 1 == count;
         push(
-            &mut rows,
-            "  ",
+            &mut workers,
+            "",
             if last_deployment { "└─" } else { "├─" },
             "MachineDeployment",
             deployment,
@@ -423,16 +452,16 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
                     ))
             })
             .collect();
-        let rail = if last_deployment { "    " } else { "  │ " };
-        rows.extend(machine_rows(rail, &owned, args.grouping, show("Machine")));
+        let rail = if last_deployment { "  " } else { "│ " };
+        workers.extend(machine_rows(rail, &owned, args.grouping, show("Machine")));
     }
     // MachinePools, each with the provider's object that runs its instances (an EKS node
     // group, an auto-scaling group).
     for (p, pool) in pools.iter().enumerate() {
-        let last = deployments.len() + p + 1 == workers;
+        let last = deployments.len() + p + 1 == count;
         push(
-            &mut rows,
-            "  ",
+            &mut workers,
+            "",
             if last { "└─" } else { "├─" },
             "MachinePool",
             pool,
@@ -442,8 +471,8 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
         let kind = wanted["kind"].as_str().unwrap_or_default();
         if let Some(object) = referenced(&client, ns, wanted).await {
             push(
-                &mut rows,
-                if last { "    " } else { "  │ " },
+                &mut workers,
+                if last { "  " } else { "│ " },
                 "└─",
                 kind,
                 &object,
@@ -451,6 +480,11 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
             );
         }
     }
+    // A cluster without workers (yet) has no Workers branch, as clusterctl draws it.
+    if !workers.is_empty() {
+        branches.push((Row::heading("Workers"), workers));
+    }
+    rows.extend(tree(branches));
     print(rows);
     Ok(())
 }

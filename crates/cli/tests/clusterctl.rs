@@ -118,6 +118,23 @@ fn generate_apply_scale_upgrade_delete() {
     }
     // Machines in the same state are grouped, as clusterctl groups them.
     assert_eq!(tree.matches("3 Machines...").count(), 2, "{tree}");
+    // The control plane's machines hang under the control plane, the workers last.
+    let lines: Vec<&str> = tree.lines().collect();
+    let control_plane = lines
+        .iter()
+        .position(|l| l.starts_with("├─ControlPlane - KubeadmControlPlane/dev-control-plane"))
+        .unwrap_or_else(|| panic!("{tree}"));
+    assert!(
+        lines[control_plane + 1].starts_with("│ └─3 Machines..."),
+        "{tree}"
+    );
+    assert!(lines.iter().any(|l| l.starts_with("└─Workers")), "{tree}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("  └─MachineDeployment/dev-md-0")),
+        "{tree}"
+    );
     assert!(tree.lines().nth(1).unwrap().contains("True"), "{tree}");
     let describe = |extra: &[&str]| {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_lariat"))

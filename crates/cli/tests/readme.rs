@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::TestServer;
+use common::{TestServer, eventually};
 
 /// The first ```sh block after `heading` in the README.
 fn block(heading: &str) -> String {
@@ -141,8 +141,25 @@ fn the_cluster_api_seed_walkthrough_runs_as_written() {
     // What the prose after the block promises.
     let cluster = server.kubectl_ok(&["get", "cluster", "prod-us-east"]);
     assert!(cluster.contains("Provisioning"), "{cluster}");
-    let described = server.kubectl_ok(&["describe", "cluster", "prod-us-east"]);
-    assert!(described.contains("InfrastructureReady"), "{described}");
+    eventually(
+        "the condition names the command that enables the provider",
+        || {
+            let described = server.kubectl_ok(&["describe", "cluster", "prod-us-east"]);
+            described.contains("InfrastructureReady")
+                && described.contains("AWSCluster prod-us-east does not exist yet")
+                && described.contains("run `lariat init --infrastructure aws`")
+        },
+    );
+    // A cluster with no workers yet has no Workers branch; its last branch closes the tree.
+    let tree = server.lariat(&["describe", "cluster", "prod-us-east"]);
+    let tree = String::from_utf8_lossy(&tree.stdout).to_string();
+    assert!(!tree.contains("Workers"), "{tree}");
+    assert!(
+        tree.lines()
+            .last()
+            .is_some_and(|l| l.starts_with("└─ClusterInfrastructure - AWSCluster/prod-us-east")),
+        "{tree}"
+    );
 }
 
 /// The import walkthrough, run as written, with a second lariat server standing in for the

@@ -240,12 +240,21 @@ impl Pass<'_> {
                 }
                 Err(e) => return Err(e),
                 Ok(None) => {
+                    // Which of the two a user must act on: the object, or the provider that
+                    // would reconcile it once it exists.
+                    let missing =
+                        format!("{} {} does not exist yet", reference.kind, reference.name);
+                    let message =
+                        match external::provider_not_enabled(&ctx.caches, &reference).await {
+                            Some(provider) => format!("{missing}; {provider}"),
+                            None => missing,
+                        };
                     conditions::set(
                         list,
                         "InfrastructureReady",
                         false,
                         "WaitingForInfrastructure",
-                        &format!("{} {} does not exist yet", reference.kind, reference.name),
+                        &message,
                     );
                     false
                 }
