@@ -40,7 +40,13 @@ pub struct EmbeddedConfig {
 pub struct Embedded {
     state: Arc<AppState>,
     router: Router,
-    _stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Drop for Embedded {
+    fn drop(&mut self) {
+        // Its routes may outlive it in requests still in flight; its tasks stop now.
+        self.state.stopping.send_replace(true);
+    }
 }
 
 impl Embedded {
@@ -87,8 +93,9 @@ impl Embedded {
             failed_proofs: Default::default(),
             // Nothing is elected here: its one server leads.
             leadership: crate::leader::Leadership::sole(config.identity),
+            stopping: tokio::sync::watch::Sender::new(false),
         });
-        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let stop = state.stopping.subscribe();
         // Owner references, foreground deletion and namespaces being deleted, as a real
         // cluster's kube-controller-manager collects them.
         tokio::spawn(crate::gc::run(state.resources.clone(), stop.clone()));
@@ -96,7 +103,6 @@ impl Embedded {
         Ok(Embedded {
             router: router(state.clone()),
             state,
-            _stop: stop_tx,
         })
     }
 

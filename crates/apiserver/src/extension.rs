@@ -41,6 +41,11 @@ impl Handle {
         crate::local::controller_client(self.state.clone(), self.leadership())
     }
 
+    /// Resolves once the server stops: what holds a connection open (a tunnel) closes then.
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.state.stopped()
+    }
+
     /// This replica's standing in the controllers' election.
     pub fn leadership(&self) -> Arc<Leadership> {
         self.state.leadership.clone()

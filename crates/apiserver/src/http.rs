@@ -72,6 +72,20 @@ pub struct AppState {
     pub failed_proofs: crate::proofs::FailedProofs,
     /// This replica's standing in the controllers' election.
     pub leadership: Arc<crate::leader::Leadership>,
+    /// Set once the server stops: watches end at once and agents' tunnels close (as
+    /// kube-apiserver ends watches when it stops), so that clients go to another replica
+    /// instead of holding the stop up.
+    pub stopping: tokio::sync::watch::Sender<bool>,
+}
+
+impl AppState {
+    /// Resolves once the server stops.
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut stopping = self.stopping.subscribe();
+        async move {
+            let _ = stopping.wait_for(|stopped| *stopped).await;
+        }
+    }
 }
 
 /// What `/version` reports, when the instance reports something other than the server's own
@@ -2011,7 +2025,11 @@ async fn watch(
         timeout,
         bookmark_interval: state.bookmark_interval,
     };
-    let events = state.resources.watch(scope, params, share).await?;
+    let events = state
+        .resources
+        .watch(scope, params, share)
+        .await?
+        .take_until(state.stopped());
     let columns = table::columns(&scope.rt, &scope.version);
     let lines = events.map(move |event| {
         let rendered = match format {

@@ -445,6 +445,7 @@ impl Server {
             extensions: config.extensions.clone(),
             failed_proofs: Default::default(),
             leadership,
+            stopping: tokio::sync::watch::Sender::new(false),
         });
         if config.shared_store {
             replicas
@@ -517,7 +518,7 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), StartError> {
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stop_rx = self.state.stopping.subscribe();
         let election = tokio::spawn(leader::run(
             self.state.leadership.clone(),
             local::client(self.state.clone()),
@@ -577,16 +578,13 @@ impl Server {
         );
         let app = http::router(self.state.clone());
         tracing::info!(address = %self.local_addr(), "serving the Kubernetes API over HTTPS");
-        tls::serve(
-            self.listener,
-            self.tls,
-            app,
-            self.config.limits.clone(),
+        tls::serve(self.listener, self.tls, app, self.config.limits.clone(), {
+            let state = self.state.clone();
             async move {
                 shutdown.await;
-                let _ = stop_tx.send(true);
-            },
-        )
+                state.stopping.send_replace(true);
+            }
+        })
         .await?;
         let _ = tokio::join!(
             election,

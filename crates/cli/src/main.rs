@@ -416,12 +416,17 @@ impl OidcArgs {
     }
 }
 
+/// What is logged without `LARIAT_LOG`. kube-rs's client logs each failed request at ERROR
+/// without the URL ("failed with error client error (Connect)"); lariat's callers report the
+/// same failure once, saying what they were reaching.
+const DEFAULT_LOG: &str = "info,kube_client::client::builder=off";
+
 fn main() -> std::process::ExitCode {
     no_huge_pages();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LARIAT_LOG")
-                .unwrap_or_else(|_| "info".into()),
+                .unwrap_or_else(|_| DEFAULT_LOG.into()),
         )
         .with_writer(std::io::stderr)
         // Colour only for a person at a terminal: log files stay plain text.

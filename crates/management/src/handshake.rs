@@ -226,7 +226,12 @@ async fn hold(
     }
     // Reported at once: the other replicas forward to this one from then on.
     registry.changed.notify_one();
-    let result = connection.await;
+    // A stopping server closes the tunnel at once: its agent reconnects to another replica
+    // (or to this one once it is back) instead of holding the stop up.
+    let result = tokio::select! {
+        result = connection => result,
+        _ = server.stopped() => Ok(()),
+    };
     let mut connected = registry.connected.lock().expect("lock");
     if connected.get(&key).is_some_and(|t| t.id == id) {
         connected.remove(&key);
