@@ -12,6 +12,12 @@ use serde_json::Value;
 
 /// One kind's write rules.
 pub trait Strategy: Send + Sync {
+    /// Fills in what the kind's defaulting webhook fills in, before the schema runs (as
+    /// kube-apiserver calls mutating webhooks before it validates), so that a field the
+    /// schema requires and upstream's webhook completes is not refused. Not called for
+    /// subresource writes.
+    fn default_fields(&self, _object: &mut Value, _old: Option<&Value>) {}
+
     /// Completes `object` (a create when `old` is `None`, else an update of `old`) after the
     /// schema has run, and returns what refuses it; each cause names its field.
     fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause>;

@@ -21,6 +21,8 @@ pub const CORE: &str = "CoreProvider";
 pub const BOOTSTRAP: &str = "BootstrapProvider";
 pub const CONTROL_PLANE: &str = "ControlPlaneProvider";
 pub const INFRASTRUCTURE: &str = "InfrastructureProvider";
+/// The types lariat has no provider of, which clusterctl also writes into its inventory.
+const OTHER_TYPES: [&str; 3] = ["IPAMProvider", "RuntimeExtensionProvider", "AddonProvider"];
 
 /// The inventory name of a provider, as clusterctl names it: `infrastructure-inmemory`.
 pub fn inventory_name(provider_type: &str, name: &str) -> String {
@@ -91,7 +93,7 @@ pub fn crd() -> CustomResourceDefinition {
                         "kind": string,
                         "metadata": {"type": "object"},
                         "providerName": {"type": "string", "description": "The provider's name, e.g. inmemory or kubeadm."},
-                        "type": {"type": "string", "enum": [CORE, BOOTSTRAP, CONTROL_PLANE, INFRASTRUCTURE]},
+                        "type": {"type": "string", "enum": [CORE, BOOTSTRAP, CONTROL_PLANE, INFRASTRUCTURE, OTHER_TYPES[0], OTHER_TYPES[1], OTHER_TYPES[2]]},
                         "version": {"type": "string", "description": "The provider version, e.g. v0.1.0."},
                         "watchedNamespace": {"type": "string", "description": "Unused by lariat: its providers watch every namespace."},
                         "status": {"type": "object", "properties": {

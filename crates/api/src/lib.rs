@@ -114,5 +114,56 @@ pub fn builtin_crds() -> Vec<CustomResourceDefinition> {
     crds.extend(management::crds());
     crds.extend(fleet::crds());
     crds.extend(rancher::crds());
+    crds.iter_mut().for_each(as_upstream_writes_them);
     crds
+}
+
+/// Brings what kube-derive generates to the shape upstream's CRDs have, so they validate as
+/// upstream's do and install unchanged on a real kube-apiserver:
+/// - an optional enum is `nullable: true` with its values only (schemars lists `null` among
+///   them, which kubectl's validation refuses);
+/// - `spec` is not required of a kind whose spec requires nothing (an `InMemoryCluster`
+///   without `spec` is valid upstream); it defaults to `{}`, so stored objects have one.
+fn as_upstream_writes_them(crd: &mut CustomResourceDefinition) {
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        let mut value = serde_json::to_value(&*schema).expect("a schema is JSON");
+        drop_null_from_enums(&mut value);
+        let spec_requires_nothing = value["properties"]["spec"]
+            .get("required")
+            .and_then(serde_json::Value::as_array)
+            .is_none_or(|required| required.is_empty());
+        if spec_requires_nothing
+            && let Some(required) = value
+                .get_mut("required")
+                .and_then(serde_json::Value::as_array_mut)
+            && let Some(at) = required.iter().position(|name| name == "spec")
+        {
+            required.remove(at);
+            if required.is_empty() {
+                value.as_object_mut().expect("object").remove("required");
+            }
+            value["properties"]["spec"]["default"] = serde_json::json!({});
+        }
+        *schema = serde_json::from_value(value).expect("the schema it was");
+    }
+}
+
+fn drop_null_from_enums(node: &mut serde_json::Value) {
+    match node {
+        serde_json::Value::Object(fields) => {
+            if let Some(serde_json::Value::Array(values)) = fields.get_mut("enum") {
+                values.retain(|value| !value.is_null());
+            }
+            fields.values_mut().for_each(drop_null_from_enums);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_null_from_enums),
+        _ => {}
+    }
 }

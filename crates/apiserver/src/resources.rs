@@ -770,6 +770,12 @@ impl Resources {
             }
         };
         causes.extend(metadata_causes(&object["metadata"]));
+        let strategy = self.strategies.get(&rt.group, &rt.plural);
+        if subresource.is_none()
+            && let Some(strategy) = strategy
+        {
+            strategy.default_fields(&mut object, old);
+        }
         let warnings = schema_findings(scope, &mut object, options.validation, &mut causes)?;
         if rt.is_crd() {
             causes.extend(crate::strategy::crd::admit(
@@ -777,7 +783,7 @@ impl Resources {
                 &mut object,
                 old,
             ));
-        } else if let Some(strategy) = self.strategies.get(&rt.group, &rt.plural) {
+        } else if let Some(strategy) = strategy {
             causes.extend(strategy.admit(&mut object, old));
         }
         if let Some(rbac) = &self.rbac

@@ -619,3 +619,127 @@ fn secrets_are_encrypted_at_rest() {
         "a Secret's JSON is stored in the clear"
     );
 }
+
+/// Manifests written against upstream Cluster API apply unchanged (issue 41): what upstream's
+/// schema does not require is not required, and what its defaulting webhooks fill in (a
+/// MachineDeployment's or MachineSet's selector, a version's `v`, the cluster-name label) is
+/// filled in before the schema runs. The CRDs served carry no `null` in an enum, as upstream's
+/// do not, so they install on a real kube-apiserver.
+#[test]
+fn upstream_cluster_api_manifests_apply_unchanged() {
+    let server = TestServer::start();
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: InMemoryCluster
+metadata: {name: bare}
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineDeployment
+metadata: {name: md}
+spec:
+  clusterName: bare
+  template:
+    spec:
+      clusterName: bare
+      version: 1.30.2
+      bootstrap: {dataSecretName: none}
+      infrastructureRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: InMemoryMachineTemplate, name: t}
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineSet
+metadata: {name: ms}
+spec:
+  clusterName: bare
+  template:
+    spec:
+      clusterName: bare
+      bootstrap: {dataSecretName: none}
+      infrastructureRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: InMemoryMachineTemplate, name: t}
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineHealthCheck
+metadata: {name: mhc}
+spec:
+  clusterName: bare
+  selector: {matchLabels: {pool: a}}
+---
+apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3
+kind: Provider
+metadata: {name: ipam-in-cluster, namespace: default}
+type: IPAMProvider
+providerName: in-cluster
+version: v1.0.0
+"#,
+    );
+    let get = |what: &[&str]| json(&server.kubectl_ok(&[&["get"], what, &["-o", "json"]].concat()));
+    assert_eq!(
+        get(&["inmemorycluster", "bare"])["spec"],
+        serde_json::json!({})
+    );
+    let md = get(&["machinedeployment", "md"]);
+    let wanted = serde_json::json!({
+        "cluster.x-k8s.io/cluster-name": "bare",
+        "cluster.x-k8s.io/deployment-name": "md",
+    });
+    assert_eq!(md["spec"]["selector"]["matchLabels"], wanted, "{md}");
+    assert_eq!(md["spec"]["template"]["metadata"]["labels"], wanted, "{md}");
+    assert_eq!(md["spec"]["template"]["spec"]["version"], "v1.30.2");
+    assert_eq!(
+        md["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+        "bare"
+    );
+    let ms = get(&["machineset", "ms"]);
+    assert_eq!(
+        ms["spec"]["selector"]["matchLabels"],
+        serde_json::json!({"cluster.x-k8s.io/set-name": "ms"}),
+        "{ms}"
+    );
+    // A MachineHealthCheck's selector may change; one that selects another cluster may not.
+    server.kubectl_ok(&[
+        "patch",
+        "mhc",
+        "mhc",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"selector":{"matchLabels":{"pool":"b"}}}}"#,
+    ]);
+    let refused = server.kubectl_err(&[
+        "patch",
+        "mhc",
+        "mhc",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"selector":{"matchLabels":{"cluster.x-k8s.io/cluster-name":"other"}}}}"#,
+    ]);
+    assert!(refused.contains("must match spec.clusterName"), "{refused}");
+
+    let crds = server.kubectl_ok(&["get", "crds", "-o", "json"]);
+    fn null_enums(node: &Value, path: &str, found: &mut Vec<String>) {
+        match node {
+            Value::Object(fields) => {
+                if let Some(Value::Array(values)) = fields.get("enum")
+                    && values.iter().any(Value::is_null)
+                {
+                    found.push(path.to_string());
+                }
+                for (key, value) in fields {
+                    null_enums(value, &format!("{path}.{key}"), found);
+                }
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    null_enums(item, &format!("{path}[{i}]"), found);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut found = vec![];
+    null_enums(&json(&crds), "", &mut found);
+    assert!(found.is_empty(), "enums with null: {found:?}");
+    assert!(crds.contains("\"ImagePullPolicy\"") || crds.contains("IfNotPresent"));
+}

@@ -526,10 +526,15 @@ fn unsupported(pool: &AWSMachinePool) -> Option<&'static str> {
         ("ignition", spec.ignition.is_some()),
         ("refreshPreferences", spec.refresh_preferences.is_some()),
         ("capacityRebalance", spec.capacity_rebalance.is_some()),
-        ("defaultCoolDown", spec.default_cool_down.is_some()),
+        // Cluster API AWS's webhook writes both at 300 s, which is also what AWS does with
+        // neither set: only another value would be ignored.
+        (
+            "defaultCoolDown",
+            !is_aws_default_wait(spec.default_cool_down.as_deref()),
+        ),
         (
             "defaultInstanceWarmup",
-            spec.default_instance_warmup.is_some(),
+            !is_aws_default_wait(spec.default_instance_warmup.as_deref()),
         ),
         (
             "availabilityZoneSubnetType",
@@ -948,4 +953,29 @@ async fn report(
     let wait =
         crate::report_failure(ctx, api, object, status_conditions, failure, json!({})).await?;
     Ok(Action::requeue(wait))
+}
+
+/// Whether a Go duration is unset or the 300 s that AWS's auto-scaling groups default their
+/// cool-down and instance warm-up to.
+fn is_aws_default_wait(duration: Option<&str>) -> bool {
+    duration.is_none_or(|d| {
+        lariat_controllers::object::duration(&serde_json::Value::String(d.to_owned()))
+            == Some(std::time::Duration::from_secs(300))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_aws_default_wait;
+
+    /// What Cluster API AWS's webhook writes into every AWSMachinePool is accepted; another
+    /// value, which lariat would not pass on to AWS, is not.
+    #[test]
+    fn upstreams_defaults_are_accepted() {
+        assert!(is_aws_default_wait(None));
+        assert!(is_aws_default_wait(Some("5m0s")));
+        assert!(is_aws_default_wait(Some("300s")));
+        assert!(!is_aws_default_wait(Some("1m")));
+        assert!(!is_aws_default_wait(Some("soon")));
+    }
 }

@@ -3,10 +3,11 @@
 //! cluster names, version formats and minor-version skips, selectors that do not select
 //! their template, and an even number of stacked-etcd control-plane members).
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::KubernetesVersion;
 use crate::admission::{Cause, Strategies, Strategy, immutable};
+use crate::capi::labels;
 
 /// Cluster API's rules for the kinds lariat serves of `cluster.x-k8s.io` and
 /// `controlplane.cluster.x-k8s.io`, for the API server's configuration.
@@ -59,9 +60,48 @@ fn version_causes(object: &Value, old: Option<&Value>, path: &[&str], field: &st
     }
 }
 
+/// The node at `path`, made an object (and its parents) if it is missing or null.
+fn object_at<'a>(object: &'a mut Value, path: &[&str]) -> &'a mut serde_json::Map<String, Value> {
+    let mut node = object;
+    for key in path {
+        if !node[key].is_object() {
+            node[*key] = json!({});
+        }
+        node = &mut node[*key];
+    }
+    node.as_object_mut().expect("made an object")
+}
+
+/// `1.30.2` becomes `v1.30.2`, as Cluster API's defaulting webhooks write a version.
+fn default_version_prefix(object: &mut Value, path: &[&str]) {
+    let (last, parents) = path.split_last().expect("a path");
+    let mut node = &mut *object;
+    for key in parents {
+        node = &mut node[*key];
+    }
+    if let Some(version) = node.get(*last).and_then(Value::as_str)
+        && !version.starts_with('v')
+        && KubernetesVersion::parse(&format!("v{version}")).is_some()
+    {
+        node[*last] = Value::String(format!("v{version}"));
+    }
+}
+
+/// The object's own `cluster.x-k8s.io/cluster-name` label, from `spec.clusterName`.
+fn default_cluster_label(object: &mut Value) {
+    if let Some(cluster) = object["spec"]["clusterName"].as_str().map(str::to_owned) {
+        object_at(object, &["metadata", "labels"])
+            .insert(labels::CLUSTER_NAME.into(), json!(cluster));
+    }
+}
+
 struct Clusters;
 
 impl Strategy for Clusters {
+    fn default_fields(&self, object: &mut Value, _old: Option<&Value>) {
+        default_version_prefix(object, &["spec", "topology", "version"]);
+    }
+
     fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = version_causes(
             object,
@@ -100,6 +140,53 @@ impl Strategy for Clusters {
 struct MachineOwners;
 
 impl Strategy for MachineOwners {
+    /// As Cluster API's webhooks: the cluster-name label; a MachineDeployment or MachineSet
+    /// created without a selector selects its own name's label, put on its template too; a
+    /// MachineDeployment selects (and labels its template with) its cluster. The selector
+    /// and template are completed at creation only: a template's labels are part of its
+    /// hash, and completing one stored before would roll its machines over.
+    fn default_fields(&self, object: &mut Value, old: Option<&Value>) {
+        default_cluster_label(object);
+        if object["kind"] == "Machine" {
+            default_version_prefix(object, &["spec", "version"]);
+            return;
+        }
+        default_version_prefix(object, &["spec", "template", "spec", "version"]);
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if old.is_some() {
+            return;
+        }
+        let own_label = match object["kind"].as_str() {
+            Some("MachineDeployment") => labels::MACHINE_DEPLOYMENT_NAME,
+            Some("MachineSet") => labels::MACHINE_SET_NAME,
+            _ => return,
+        };
+        let selector = &object["spec"]["selector"];
+        let empty = |field: &str| match &selector[field] {
+            Value::Object(o) => o.is_empty(),
+            Value::Array(a) => a.is_empty(),
+            _ => true,
+        };
+        let mut wanted = vec![];
+        if empty("matchLabels") && empty("matchExpressions") {
+            wanted.push((own_label, labels::format_value(&name)));
+        }
+        if own_label == labels::MACHINE_DEPLOYMENT_NAME
+            && let Some(cluster) = object["spec"]["clusterName"].as_str()
+        {
+            wanted.push((labels::CLUSTER_NAME, cluster.to_owned()));
+        }
+        for (key, value) in wanted {
+            object_at(object, &["spec", "selector", "matchLabels"])
+                .insert(key.into(), json!(value));
+            object_at(object, &["spec", "template", "metadata", "labels"])
+                .insert(key.into(), json!(value));
+        }
+    }
+
     fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = immutable(object, old, &["spec", "clusterName"], "spec.clusterName");
         if object["kind"] == "Machine" {
@@ -139,6 +226,11 @@ impl Strategy for MachineOwners {
 struct MachinePools;
 
 impl Strategy for MachinePools {
+    fn default_fields(&self, object: &mut Value, _old: Option<&Value>) {
+        default_cluster_label(object);
+        default_version_prefix(object, &["spec", "template", "spec", "version"]);
+    }
+
     fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = immutable(object, old, &["spec", "clusterName"], "spec.clusterName");
         causes.extend(version_causes(
@@ -160,20 +252,26 @@ impl Strategy for MachinePools {
 }
 
 /// MachineHealthChecks watch one cluster's machines for life, as Cluster API's webhook has it:
-/// the cluster and the selector are fixed at creation, and an empty selector (every machine)
-/// is refused.
+/// the cluster is fixed at creation (the selector may change), an empty selector (every
+/// machine) is refused, and so is one that selects another cluster's machines.
 struct MachineHealthChecks;
 
 impl Strategy for MachineHealthChecks {
+    fn default_fields(&self, object: &mut Value, _old: Option<&Value>) {
+        default_cluster_label(object);
+    }
+
     fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = immutable(object, old, &["spec", "clusterName"], "spec.clusterName");
-        causes.extend(immutable(
-            object,
-            old,
-            &["spec", "selector"],
-            "spec.selector",
-        ));
         let selector = &object["spec"]["selector"];
+        let selected_cluster = &selector["matchLabels"][labels::CLUSTER_NAME];
+        if !selected_cluster.is_null() && selected_cluster != &object["spec"]["clusterName"] {
+            causes.push(Cause::invalid(
+                format!("spec.selector.matchLabels.{}", labels::CLUSTER_NAME),
+                selected_cluster,
+                "must match spec.clusterName",
+            ));
+        }
         let empty = |field: &str| {
             selector[field]
                 .as_object()
@@ -195,6 +293,10 @@ impl Strategy for MachineHealthChecks {
 struct KubeadmControlPlanes;
 
 impl Strategy for KubeadmControlPlanes {
+    fn default_fields(&self, object: &mut Value, _old: Option<&Value>) {
+        default_version_prefix(object, &["spec", "version"]);
+    }
+
     fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = version_causes(object, old, &["spec", "version"], "spec.version");
         let replicas = &object["spec"]["replicas"];
