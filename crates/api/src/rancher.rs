@@ -28,6 +28,16 @@ pub const API_VERSION: &str = "management.cattle.io/v3";
 /// On a downstream Namespace: the project it belongs to, `<cluster>:<project>`.
 pub const PROJECT_ID_ANNOTATION: &str = "field.cattle.io/projectId";
 
+/// The abbreviations Rancher's users type for the bindings (`kubectl get prtb -A`).
+fn short_names(kind: &str) -> Vec<&'static str> {
+    match kind {
+        "GlobalRoleBinding" => vec!["grb"],
+        "ClusterRoleTemplateBinding" => vec!["crtb"],
+        "ProjectRoleTemplateBinding" => vec!["prtb"],
+        _ => vec![],
+    }
+}
+
 /// The plural of each kind, by kind.
 pub const KINDS: [(&str, &str); 6] = [
     ("GlobalRole", "globalroles"),
@@ -245,7 +255,7 @@ fn crd(
         "spec": {
             "group": GROUP,
             "names": {"kind": kind, "listKind": format!("{kind}List"), "plural": plural,
-                      "singular": kind.to_lowercase()},
+                      "singular": kind.to_lowercase(), "shortNames": short_names(kind)},
             "scope": if namespaced { "Namespaced" } else { "Cluster" },
             "versions": [{
                 "name": VERSION, "served": true, "storage": true,

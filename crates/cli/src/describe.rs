@@ -323,6 +323,68 @@ fn print(rows: Vec<Row>) {
     }
 }
 
+/// The Workers branch: each MachineDeployment with its machines, each MachinePool with the
+/// provider's object that runs its instances (an EKS node group, an auto-scaling group).
+async fn worker_rows(
+    client: &kube::Client,
+    ns: &str,
+    deployments: &[DynamicObject],
+    pools: &[DynamicObject],
+    machines: &[DynamicObject],
+    grouping: bool,
+    show: &impl Fn(&str) -> bool,
+) -> Vec<Row> {
+    let mut workers = vec![];
+    let count = deployments.len() + pools.len();
+    for (d, deployment) in deployments.iter().enumerate() {
+        let last_deployment = d + 1 == count;
+        push(
+            &mut workers,
+            "",
+            if last_deployment { "└─" } else { "├─" },
+            "MachineDeployment",
+            deployment,
+            show("MachineDeployment"),
+        );
+        let owned: Vec<&DynamicObject> = machines
+            .iter()
+            .filter(|m| {
+                m.labels()
+                    .get(lariat_api::capi::labels::MACHINE_DEPLOYMENT_NAME)
+                    == Some(&lariat_api::capi::labels::format_value(
+                        &deployment.name_any(),
+                    ))
+            })
+            .collect();
+        let rail = if last_deployment { "  " } else { "│ " };
+        workers.extend(machine_rows(rail, &owned, grouping, show("Machine")));
+    }
+    for (p, pool) in pools.iter().enumerate() {
+        let last = deployments.len() + p + 1 == count;
+        push(
+            &mut workers,
+            "",
+            if last { "└─" } else { "├─" },
+            "MachinePool",
+            pool,
+            show("MachinePool"),
+        );
+        let wanted = &pool.data["spec"]["template"]["spec"]["infrastructureRef"];
+        let kind = wanted["kind"].as_str().unwrap_or_default();
+        if let Some(object) = referenced(client, ns, wanted).await {
+            push(
+                &mut workers,
+                if last { "  " } else { "│ " },
+                "└─",
+                kind,
+                &object,
+                show(kind),
+            );
+        }
+    }
+    workers
+}
+
 pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
     let DescribeCommand::Cluster(args) = command;
     let client = crate::connect::client(args.kubeconfig.as_ref()).await?;
@@ -430,56 +492,16 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
     if let Some(connection) = connection_row(&client, &cluster).await? {
         branches.push((connection, vec![]));
     }
-    let mut workers = vec![];
-    let count = deployments.len() + pools.len();
-    for (d, deployment) in deployments.iter().enumerate() {
-        let last_deployment = d + 1 == count;
-        push(
-            &mut workers,
-            "",
-            if last_deployment { "└─" } else { "├─" },
-            "MachineDeployment",
-            deployment,
-            show("MachineDeployment"),
-        );
-        let owned: Vec<&DynamicObject> = machines
-            .iter()
-            .filter(|m| {
-                m.labels()
-                    .get(lariat_api::capi::labels::MACHINE_DEPLOYMENT_NAME)
-                    == Some(&lariat_api::capi::labels::format_value(
-                        &deployment.name_any(),
-                    ))
-            })
-            .collect();
-        let rail = if last_deployment { "  " } else { "│ " };
-        workers.extend(machine_rows(rail, &owned, args.grouping, show("Machine")));
-    }
-    // MachinePools, each with the provider's object that runs its instances (an EKS node
-    // group, an auto-scaling group).
-    for (p, pool) in pools.iter().enumerate() {
-        let last = deployments.len() + p + 1 == count;
-        push(
-            &mut workers,
-            "",
-            if last { "└─" } else { "├─" },
-            "MachinePool",
-            pool,
-            show("MachinePool"),
-        );
-        let wanted = &pool.data["spec"]["template"]["spec"]["infrastructureRef"];
-        let kind = wanted["kind"].as_str().unwrap_or_default();
-        if let Some(object) = referenced(&client, ns, wanted).await {
-            push(
-                &mut workers,
-                if last { "  " } else { "│ " },
-                "└─",
-                kind,
-                &object,
-                show(kind),
-            );
-        }
-    }
+    let workers = worker_rows(
+        &client,
+        ns,
+        &deployments,
+        &pools,
+        &machines,
+        args.grouping,
+        &show,
+    )
+    .await;
     // A cluster without workers (yet) has no Workers branch, as clusterctl draws it.
     if !workers.is_empty() {
         branches.push((Row::heading("Workers"), workers));

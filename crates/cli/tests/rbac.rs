@@ -852,7 +852,7 @@ groupPrincipalName: auditors
             && summary("projectroletemplatebindings", "alice-member") == "Complete"
             && summary("globalrolebindings", "auditors") == "Complete"
     });
-    let listed = management.kubectl_ok(&["get", "clusterroletemplatebindings"]);
+    let listed = management.kubectl_ok(&["get", "crtb"]);
     assert!(
         listed.contains("STATUS") && listed.contains("Complete"),
         "{listed}"
@@ -919,7 +919,7 @@ groupPrincipalName: auditors
     management.kubectl_ok(&["delete", "project", "p1"]);
     eventually("the project's bindings go with it", || {
         !management
-            .kubectl(&["get", "projectroletemplatebinding", "alice-member"])
+            .kubectl(&["get", "prtb", "alice-member"])
             .status
             .success()
     });

@@ -648,7 +648,8 @@ fn failed(status: &mut BundleDeploymentStatus, message: &str, now: &str) {
     FleetCondition::set(conditions, "Deployed", false, "ErrApplied", message, now);
     FleetCondition::set(conditions, "Ready", false, "ErrApplied", message, now);
     let display = status.display.get_or_insert_with(Default::default);
-    display.deployed = Some(format!("Error: {message}"));
+    // The DEPLOYED column says whether; the STATUS column (the Ready message) says why.
+    display.deployed = Some("False".into());
     display.state = Some("ErrApplied".into());
     status.ready = false;
 }
