@@ -40,13 +40,7 @@ pub struct EmbeddedConfig {
 pub struct Embedded {
     state: Arc<AppState>,
     router: Router,
-}
-
-impl Drop for Embedded {
-    fn drop(&mut self) {
-        // Its routes may outlive it in requests still in flight; its tasks stop now.
-        self.state.stopping.send_replace(true);
-    }
+    _stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl Embedded {
@@ -93,9 +87,11 @@ impl Embedded {
             failed_proofs: Default::default(),
             // Nothing is elected here: its one server leads.
             leadership: crate::leader::Leadership::sole(config.identity),
+            // Its clients and routes may outlive it (what it serves stays readable while they
+            // are kept); only its background tasks stop with it.
             stopping: tokio::sync::watch::Sender::new(false),
         });
-        let stop = state.stopping.subscribe();
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
         // Owner references, foreground deletion and namespaces being deleted, as a real
         // cluster's kube-controller-manager collects them.
         tokio::spawn(crate::gc::run(state.resources.clone(), stop.clone()));
@@ -103,6 +99,7 @@ impl Embedded {
         Ok(Embedded {
             router: router(state.clone()),
             state,
+            _stop: stop_tx,
         })
     }
 

@@ -20,11 +20,14 @@ pub enum TokenCommand {
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
     },
-    /// Revoke tokens by name: they stop working at once.
+    /// Revoke tokens by name, or every token of a user: they stop working at once.
     Revoke {
         /// Token names, as `lariat token list` shows them (`token-...`).
-        #[arg(required = true)]
+        #[arg(required_unless_present = "user")]
         names: Vec<String>,
+        /// Revoke every token of this user.
+        #[arg(long, conflicts_with = "names")]
+        user: Option<String>,
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
     },
@@ -57,7 +60,11 @@ pub async fn run(command: TokenCommand) -> anyhow::Result<()> {
     match command {
         TokenCommand::Create(args) => create(args).await,
         TokenCommand::List { kubeconfig } => list(kubeconfig).await,
-        TokenCommand::Revoke { names, kubeconfig } => revoke(names, kubeconfig).await,
+        TokenCommand::Revoke {
+            names,
+            user,
+            kubeconfig,
+        } => revoke(names, user, kubeconfig).await,
     }
 }
 
@@ -177,9 +184,28 @@ async fn list(kubeconfig: Option<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn revoke(names: Vec<String>, kubeconfig: Option<PathBuf>) -> anyhow::Result<()> {
+async fn revoke(
+    mut names: Vec<String>,
+    user: Option<String>,
+    kubeconfig: Option<PathBuf>,
+) -> anyhow::Result<()> {
     let client = crate::connect::client(kubeconfig.as_ref()).await?;
     let api = tokens(client);
+    if let Some(user) = user {
+        let listed = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| crate::connect::refused(e, "list tokens"))?;
+        names = listed
+            .items
+            .iter()
+            .filter(|t| t.data["spec"]["user"] == user.as_str())
+            .filter_map(|t| t.metadata.name.clone())
+            .collect();
+        if names.is_empty() {
+            bail!("user {user:?} has no tokens: `lariat token list` shows who has");
+        }
+    }
     for name in names {
         // A whole token pasted in names its Token before the colon.
         let name = name.split(':').next().unwrap_or_default().to_string();

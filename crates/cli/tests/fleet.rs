@@ -601,6 +601,13 @@ fn bundles_go_to_the_clusters_their_labels_choose_and_follow_relabelling() {
     let group = &bundle["status"]["failureGroups"][0];
     assert_eq!(group["state"], "WaitApplied", "{bundle}");
     assert_eq!(group["clusters"], serde_json::json!(["a", "b"]), "{bundle}");
+    // The GitRepo carries its Bundles' failure groups too.
+    eventually("the GitRepo's failure groups", || {
+        let groups = &git_repo(&server, "platform")["status"]["failureGroups"];
+        groups[0]["state"] == "WaitApplied"
+            && groups[0]["clusters"] == serde_json::json!(["a", "b"])
+            && groups[0]["count"] == 2
+    });
     let table = server.kubectl_ok(&["get", "gitrepo", "-n", "fleet-default"]);
     assert!(table.contains("0/2"), "{table}");
     // `lariat fleet diagnose` says which clusters, why, and where to look.

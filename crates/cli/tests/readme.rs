@@ -38,13 +38,31 @@ fn path_with_lariat() -> String {
 }
 
 /// A README block as one bash script that stops at the first failure and stops what it put
-/// in the background: a line ending in a `-w` watch runs for five seconds.
+/// in the background: a line ending in a `-w` watch runs for five seconds, and a command the
+/// README shows refused (the next line is a `# Error from server (Forbidden)` comment) must be
+/// refused so.
 fn as_script(lines: impl IntoIterator<Item = impl AsRef<str>>) -> String {
     let mut script = String::from("set -euo pipefail\ntrap 'jobs -p | xargs -r kill' EXIT\n");
-    for line in lines {
-        let line = line.as_ref();
+    let lines: Vec<String> = lines.into_iter().map(|l| l.as_ref().to_string()).collect();
+    for (i, line) in lines.iter().enumerate() {
+        let line = line.as_str();
         let command = line.split("  #").next().unwrap_or_default().trim_end();
-        if command.ends_with(" -w") {
+        let refused = lines
+            .get(i + 1)
+            .and_then(|next| next.strip_prefix("# Error from server ("))
+            .and_then(|rest| rest.split(')').next());
+        // What a cluster's agent applies takes it a moment: a command the README says is
+        // allowed downstream is given ten seconds to become so.
+        let allowed_downstream = line.contains("# allowed, by");
+        if allowed_downstream {
+            script.push_str(&format!(
+                "for _ in $(seq 50); do {command} && break; sleep 0.2; done\n{command}\n"
+            ));
+        } else if let Some(reason) = refused {
+            script.push_str(&format!(
+                "{{ {command} 2>&1 || true; }} | grep -q 'Error from server ({reason})'\n"
+            ));
+        } else if command.ends_with(" -w") {
             script.push_str(&format!("timeout 5 {command} || [ $? = 124 ]\n"));
         } else {
             script.push_str(line);
@@ -257,5 +275,95 @@ fn the_import_walkthrough_runs_as_written() {
         std::fs::read_to_string(work.path().join("edge-via-lariat.yaml"))
             .unwrap()
             .contains("/k8s/clusters/default/edge")
+    );
+}
+
+/// The users-and-tokens block, then the Rancher scopes block, run as written from a directory
+/// whose `lariat-data` is the server's, with an in-memory cluster `edge`: a token for alice,
+/// her namespace and binding, what she may do and what she is refused, a token revoked; then
+/// a Project of edge with alice a member, what she may read in edge and what she may not.
+#[test]
+fn the_rbac_and_project_walkthroughs_run_as_written() {
+    let server = TestServer::start();
+    server.init_inmemory();
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        &common::generate_cluster(&[
+            "edge",
+            "--infrastructure",
+            "inmemory",
+            "--kubernetes-version",
+            "v1.30.2",
+            "--control-plane-machine-count",
+            "1",
+            "--worker-machine-count",
+            "1",
+        ]),
+    );
+    let work = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(server.data_dir(), work.path().join("lariat-data")).unwrap();
+    let bash = |script: &str| {
+        Command::new("bash")
+            .args(["-c", script])
+            .current_dir(work.path())
+            .env("PATH", path_with_lariat())
+            .env("HOME", server.home.path())
+            .env("KUBECONFIG", server.kubeconfig())
+            .output()
+            .unwrap()
+    };
+    let script = as_script(block("Give someone access with a token of their own").lines());
+    assert!(
+        script.contains("grep -q 'Error from server (Forbidden)'"),
+        "{script}"
+    );
+    let output = bash(&script);
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "the walkthrough failed:\n{script}\n{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("namespace/team-a created"), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("token-") && l.contains(" bob ")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("revoked"), "{stdout}");
+    let bob = std::fs::read_to_string(work.path().join("bob.token")).unwrap();
+    let (code, _) = server.curl("GET", "/api/v1/namespaces", Some(bob.trim()), None, None);
+    assert_eq!(code, 401, "a revoked token is refused at once");
+    let tokens = server.lariat(&["token", "list"]);
+    let tokens = String::from_utf8_lossy(&tokens.stdout);
+    assert!(
+        tokens.contains("alice") && !tokens.contains("bob"),
+        "{tokens}"
+    );
+
+    common::eventually_within(
+        std::time::Duration::from_secs(120),
+        "edge is Ready and its agent connected",
+        || {
+            common::cluster_condition(&server, "edge", "Ready") == "True"
+                && common::cluster_condition(&server, "edge", "Connected") == "True"
+        },
+    );
+    let script = as_script(block("## Projects, cluster owners and global roles").lines());
+    assert!(script.contains("for _ in $(seq 50)"), "{script}");
+    let output = bash(&script);
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "the walkthrough failed:\n{script}\n{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("namespace/web annotated"), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("edge") && l.contains("True")),
+        "the ClusterAccess is applied: {stdout}"
     );
 }

@@ -599,6 +599,9 @@ fn standing(
     }
 }
 
+/// The most clusters a failure group names (its `count` counts them all).
+pub const FAILURE_GROUP_CLUSTERS: usize = 50;
+
 /// A message with what differs between clusters taken out (cluster names, hashes, numbers,
 /// times), so clusters failing for the same reason share one group.
 pub fn normalize(message: &str, cluster: &str) -> String {
@@ -678,7 +681,11 @@ fn summarize(
             state: state.to_string(),
             message: members[0].message.clone(),
             count: members.len() as i32,
-            clusters: members.iter().take(50).map(|m| m.cluster.clone()).collect(),
+            clusters: members
+                .iter()
+                .take(FAILURE_GROUP_CLUSTERS)
+                .map(|m| m.cluster.clone())
+                .collect(),
         })
         .collect();
     failure_groups.sort_by(|a, b| b.count.cmp(&a.count).then(a.state.cmp(&b.state)));

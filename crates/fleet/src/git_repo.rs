@@ -715,5 +715,45 @@ async fn roll_up(
     status.desired_ready_clusters = Some(summary.desired_ready);
     status.ready_clusters = Some(summary.ready);
     status.summary = Some(summary);
+    status.failure_groups = failure_groups(&bundles);
     Ok(())
+}
+
+/// The Bundles' failure groups merged by state and cause (as `lariat fleet diagnose` merges
+/// them), so the GitRepo says which clusters have not converged and why. Like the GitRepo's
+/// summary, `count` counts BundleDeployments: a cluster failing in two Bundles counts twice.
+fn failure_groups(bundles: &[Arc<Bundle>]) -> Option<Vec<lariat_api::fleet::FailureGroup>> {
+    let mut merged: BTreeMap<(String, String), lariat_api::fleet::FailureGroup> = BTreeMap::new();
+    for group in bundles
+        .iter()
+        .filter_map(|b| b.status.as_ref()?.failure_groups.as_ref())
+        .flatten()
+    {
+        let key = (
+            group.state.clone(),
+            crate::bundle::normalize(&group.message, ""),
+        );
+        let entry = merged
+            .entry(key)
+            .or_insert_with(|| lariat_api::fleet::FailureGroup {
+                state: group.state.clone(),
+                message: group.message.clone(),
+                ..Default::default()
+            });
+        entry.count += group.count;
+        entry.clusters.extend(group.clusters.iter().cloned());
+    }
+    let mut groups: Vec<_> = merged
+        .into_values()
+        .map(|mut group| {
+            group.clusters.sort();
+            group.clusters.dedup();
+            group
+                .clusters
+                .truncate(crate::bundle::FAILURE_GROUP_CLUSTERS);
+            group
+        })
+        .collect();
+    groups.sort_by(|a, b| b.count.cmp(&a.count).then(a.state.cmp(&b.state)));
+    (!groups.is_empty()).then_some(groups)
 }

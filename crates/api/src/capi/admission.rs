@@ -60,38 +60,47 @@ fn version_causes(object: &Value, old: Option<&Value>, path: &[&str], field: &st
     }
 }
 
-/// The node at `path`, made an object (and its parents) if it is missing or null.
-fn object_at<'a>(object: &'a mut Value, path: &[&str]) -> &'a mut serde_json::Map<String, Value> {
+/// The object at `path`, made (with its parents) where missing or null; `None` where a value
+/// of another type is in the way, which the schema then refuses: defaulting never replaces
+/// what a client wrote.
+fn object_at<'a>(
+    object: &'a mut Value,
+    path: &[&str],
+) -> Option<&'a mut serde_json::Map<String, Value>> {
     let mut node = object;
     for key in path {
-        if !node[key].is_object() {
-            node[*key] = json!({});
+        let child = node.as_object_mut()?.entry(*key).or_insert(Value::Null);
+        if child.is_null() {
+            *child = json!({});
         }
-        node = &mut node[*key];
+        node = child;
     }
-    node.as_object_mut().expect("made an object")
+    node.as_object_mut()
 }
 
 /// `1.30.2` becomes `v1.30.2`, as Cluster API's defaulting webhooks write a version.
 fn default_version_prefix(object: &mut Value, path: &[&str]) {
-    let (last, parents) = path.split_last().expect("a path");
-    let mut node = &mut *object;
-    for key in parents {
-        node = &mut node[*key];
+    let mut node = object;
+    for key in path {
+        match node.get_mut(*key) {
+            Some(child) => node = child,
+            None => return,
+        }
     }
-    if let Some(version) = node.get(*last).and_then(Value::as_str)
+    if let Some(version) = node.as_str()
         && !version.starts_with('v')
         && KubernetesVersion::parse(&format!("v{version}")).is_some()
     {
-        node[*last] = Value::String(format!("v{version}"));
+        *node = Value::String(format!("v{version}"));
     }
 }
 
 /// The object's own `cluster.x-k8s.io/cluster-name` label, from `spec.clusterName`.
 fn default_cluster_label(object: &mut Value) {
-    if let Some(cluster) = object["spec"]["clusterName"].as_str().map(str::to_owned) {
-        object_at(object, &["metadata", "labels"])
-            .insert(labels::CLUSTER_NAME.into(), json!(cluster));
+    if let Some(cluster) = object["spec"]["clusterName"].as_str().map(str::to_owned)
+        && let Some(labels) = object_at(object, &["metadata", "labels"])
+    {
+        labels.insert(labels::CLUSTER_NAME.into(), json!(cluster));
     }
 }
 
@@ -180,10 +189,14 @@ impl Strategy for MachineOwners {
             wanted.push((labels::CLUSTER_NAME, cluster.to_owned()));
         }
         for (key, value) in wanted {
-            object_at(object, &["spec", "selector", "matchLabels"])
-                .insert(key.into(), json!(value));
-            object_at(object, &["spec", "template", "metadata", "labels"])
-                .insert(key.into(), json!(value));
+            for path in [
+                &["spec", "selector", "matchLabels"][..],
+                &["spec", "template", "metadata", "labels"],
+            ] {
+                if let Some(labels) = object_at(object, path) {
+                    labels.insert(key.into(), json!(value));
+                }
+            }
         }
     }
 
@@ -418,8 +431,55 @@ mod tests {
         }
     }
 
+    /// Defaulting fills what is missing or null and never replaces what a client wrote, even
+    /// of the wrong type (the schema refuses that afterwards).
     #[test]
-    fn health_checks_keep_their_cluster_and_selector() {
+    fn defaults_fill_gaps_and_leave_wrong_types_to_the_schema() {
+        let mut md = json!({"kind": "MachineDeployment", "metadata": {"name": "md"},
+            "spec": {"clusterName": "dev", "selector": null, "template": {"spec": {"version": "1.30.2"}}}});
+        MachineOwners.default_fields(&mut md, None);
+        assert_eq!(
+            md["spec"]["selector"]["matchLabels"]["cluster.x-k8s.io/deployment-name"],
+            "md"
+        );
+        assert_eq!(
+            md["spec"]["template"]["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+            "dev"
+        );
+        assert_eq!(md["spec"]["template"]["spec"]["version"], "v1.30.2");
+        for bad in [
+            json!({"kind": "MachineDeployment", "metadata": "x", "spec": "y"}),
+            json!({"kind": "MachineDeployment", "metadata": {"labels": 3}, "spec": {"clusterName": "dev", "selector": "all", "template": 7}}),
+            json!({"kind": "Machine", "spec": {"clusterName": "dev", "version": 1}}),
+            json!({"kind": "MachineSet", "spec": {"template": {"metadata": []}}}),
+        ] {
+            let mut object = bad.clone();
+            MachineOwners.default_fields(&mut object, None);
+            for pointer in [
+                "/metadata",
+                "/metadata/labels",
+                "/spec",
+                "/spec/selector",
+                "/spec/template",
+                "/spec/template/metadata",
+                "/spec/version",
+            ] {
+                if let Some(before) = bad
+                    .pointer(pointer)
+                    .filter(|v| !v.is_null() && !v.is_object())
+                {
+                    assert_eq!(
+                        Some(before),
+                        object.pointer(pointer),
+                        "{pointer} of {object}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn health_checks_keep_their_cluster() {
         let mhc = |cluster: &str, selector: Value| json!({"kind": "MachineHealthCheck", "spec": {"clusterName": cluster, "selector": selector}});
         let pool = |name: &str| json!({"matchLabels": {"pool": name}});
         for (mut object, old, expect) in [
@@ -438,10 +498,15 @@ mod tests {
                 Some(mhc("dev", pool("a"))),
                 vec!["spec.clusterName"],
             ),
+            // The selector may change, but not to another cluster's machines.
+            (mhc("dev", pool("b")), Some(mhc("dev", pool("a"))), vec![]),
             (
-                mhc("dev", pool("b")),
-                Some(mhc("dev", pool("a"))),
-                vec!["spec.selector"],
+                mhc(
+                    "dev",
+                    json!({"matchLabels": {"cluster.x-k8s.io/cluster-name": "prod"}}),
+                ),
+                None,
+                vec!["spec.selector.matchLabels.cluster.x-k8s.io/cluster-name"],
             ),
         ] {
             let causes = MachineHealthChecks.admit(&mut object, old.as_ref());

@@ -134,7 +134,8 @@ pub struct GitRepoStatus {
     /// `Ready`, `Accepted` (the repository could be read), `Stalled`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<FleetCondition>>,
-    /// Clusters that are not ready, grouped by what is wrong (lariat's, beyond Fleet).
+    /// Its Bundles' clusters that are not ready, grouped by what is wrong (lariat's, beyond
+    /// Fleet); `count` counts BundleDeployments, as the summary does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure_groups: Option<Vec<FailureGroup>>,
 }
