@@ -457,6 +457,19 @@ fn an_imported_cluster_is_reached_through_its_agent() {
     eventually("the cluster is connected again", || {
         cluster_condition(&management, "remote", "Connected") == "True"
     });
+    // HEARTBEAT is the new connection's check-in, not the last one before the restart.
+    eventually("the reconnection checked in", || {
+        let times = management.kubectl_ok(&[
+            "get",
+            "clusterconnection",
+            "remote",
+            "-o",
+            "jsonpath={.status.connectedSince} {.status.lastHeartbeat}",
+        ]);
+        let mut times = times.split(' ');
+        let (since, heartbeat) = (times.next().unwrap_or(""), times.next().unwrap_or(""));
+        !since.is_empty() && heartbeat >= since
+    });
 
     // The credential dies with its Cluster on the API at once (as soon as the watch brings
     // the deletion), not after a time to live: 403 (an agent, refused this path) becomes 401.

@@ -194,11 +194,14 @@ impl Pass<'_> {
                 None => continue,
             };
             let (ask, nodes) = match &reporter {
-                // The version is asked on connecting, then at each check-in: not on every
-                // pass, which in a reconnection storm come each second, for thousands.
+                // The version is asked on connecting (a reconnection the record missed
+                // included: HEARTBEAT then shows the new connection, not the old one's last
+                // check-in), then at each check-in: not on every pass, which in a
+                // reconnection storm come each second, for thousands.
                 Reporter::Holder(tunnel) => {
                     let ask = !connected
                         || holder != me
+                        || newer_than_record(tunnel, status)
                         || status.is_none_or(|s| heartbeat_due(&s["lastHeartbeat"]));
                     let watch = match held.nodes.remove(&key) {
                         Some(watch) if watch.tunnel == tunnel.id => watch,
@@ -489,7 +492,9 @@ async fn report_cluster(
         status["agentVersion"] = json!(tunnel.agent_version);
     }
     if let Some(tunnel) = &tunnel
-        && (old["connected"] != true || old["replica"] != me)
+        && (old["connected"] != true
+            || old["replica"] != me
+            || newer_than_record(tunnel, Some(&old)))
     {
         status["connectedSince"] = json!(tunnel_since(tunnel));
     }
