@@ -302,28 +302,30 @@ fn the_rbac_and_project_walkthroughs_run_as_written() {
     );
     let work = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(server.data_dir(), work.path().join("lariat-data")).unwrap();
-    let bash = |script: &str| {
-        Command::new("bash")
+    // Runs a block's script, which must succeed, and returns what it printed.
+    let run = |script: &str| {
+        let output = Command::new("bash")
             .args(["-c", script])
             .current_dir(work.path())
             .env("PATH", path_with_lariat())
             .env("HOME", server.home.path())
             .env("KUBECONFIG", server.kubeconfig())
             .output()
-            .unwrap()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        assert!(
+            output.status.success(),
+            "the walkthrough failed:\n{script}\n{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
     };
     let script = as_script(block("Give someone access with a token of their own").lines());
     assert!(
         script.contains("grep -q 'Error from server (Forbidden)'"),
         "{script}"
     );
-    let output = bash(&script);
-    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-    assert!(
-        output.status.success(),
-        "the walkthrough failed:\n{script}\n{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = run(&script);
     assert!(stdout.contains("namespace/team-a created"), "{stdout}");
     assert!(
         stdout
@@ -352,13 +354,7 @@ fn the_rbac_and_project_walkthroughs_run_as_written() {
     );
     let script = as_script(block("## Projects, cluster owners and global roles").lines());
     assert!(script.contains("for _ in $(seq 50)"), "{script}");
-    let output = bash(&script);
-    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-    assert!(
-        output.status.success(),
-        "the walkthrough failed:\n{script}\n{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = run(&script);
     assert!(stdout.contains("namespace/web annotated"), "{stdout}");
     assert!(
         stdout
