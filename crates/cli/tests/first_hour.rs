@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{TestServer, eventually_within, generate_cluster};
+use common::{TestServer, eventually_within, small_inmemory_cluster};
 
 fn stdout(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
@@ -277,20 +277,7 @@ fn the_agent_image_is_configurable() {
 fn simulated_clusters_look_real_and_columns_are_filled() {
     let server = TestServer::start();
     server.init_inmemory();
-    server.apply_ok(
-        &["apply", "-f", "-"],
-        &generate_cluster(&[
-            "dev",
-            "--infrastructure",
-            "inmemory",
-            "--kubernetes-version",
-            "v1.30.2",
-            "--control-plane-machine-count",
-            "1",
-            "--worker-machine-count",
-            "1",
-        ]),
-    );
+    server.apply_ok(&["apply", "-f", "-"], &small_inmemory_cluster("dev"));
     eventually_within(Duration::from_secs(60), "both machines are Running", || {
         server.kubectl_ok(&["get", "machines", "-o", "jsonpath={.items[*].status.phase}"])
             == "Running Running"

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{TestServer, eventually, generate_cluster};
+use common::{TestServer, eventually, generate_cluster, small_inmemory_cluster};
 use serde_json::Value;
 
 fn manifests(behavior: &str) -> String {
@@ -1008,17 +1008,7 @@ fn a_cluster_whose_name_is_too_long_for_a_label_still_runs_its_machines() {
     server.init_inmemory();
     // 50 characters: "<name>-control-plane" is 64, one more than a label value may be.
     let name = format!("c{}", "x".repeat(49));
-    let generated = generate_cluster(&[
-        &name,
-        "--infrastructure",
-        "inmemory",
-        "--kubernetes-version",
-        "v1.30.2",
-        "--control-plane-machine-count",
-        "1",
-        "--worker-machine-count",
-        "1",
-    ]);
+    let generated = small_inmemory_cluster(&name);
     server.apply_ok(&["apply", "-f", "-"], &generated);
     eventually("both machines are Running", || {
         let list = machines(&server);

@@ -288,17 +288,7 @@ fn the_rbac_and_project_walkthroughs_run_as_written() {
     server.init_inmemory();
     server.apply_ok(
         &["apply", "-f", "-"],
-        &common::generate_cluster(&[
-            "edge",
-            "--infrastructure",
-            "inmemory",
-            "--kubernetes-version",
-            "v1.30.2",
-            "--control-plane-machine-count",
-            "1",
-            "--worker-machine-count",
-            "1",
-        ]),
+        &common::small_inmemory_cluster("edge"),
     );
     let work = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(server.data_dir(), work.path().join("lariat-data")).unwrap();

@@ -452,6 +452,22 @@ pub fn generate_cluster(args: &[&str]) -> String {
     String::from_utf8(output.stdout).expect("utf-8")
 }
 
+/// `lariat generate cluster NAME` for the in-memory provider at v1.30.2 with one control-plane
+/// machine and one worker: the smallest whole cluster.
+pub fn small_inmemory_cluster(name: &str) -> String {
+    generate_cluster(&[
+        name,
+        "--infrastructure",
+        "inmemory",
+        "--kubernetes-version",
+        "v1.30.2",
+        "--control-plane-machine-count",
+        "1",
+        "--worker-machine-count",
+        "1",
+    ])
+}
+
 /// Waits until `check` holds, polling.
 pub fn eventually(what: &str, check: impl FnMut() -> bool) {
     eventually_within(Duration::from_secs(20), what, check)
