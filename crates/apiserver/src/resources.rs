@@ -268,10 +268,15 @@ impl Resources {
             Some(token) => decode_continue(token)?,
             None => (self.revision_to_list_at(params.at).await?, None),
         };
-        if params.continue_token.is_some() && self.reached(revision).await.is_err() {
-            return Err(ApiError::bad_request(
-                "invalid continue token: it names a revision this server has not reached; start a new list without the continue parameter",
-            ));
+        if params.continue_token.is_some() {
+            match self.reached(revision).await {
+                Err(ApiError::TooLargeResourceVersion { .. }) => {
+                    return Err(ApiError::bad_request(
+                        "invalid continue token: it names a revision this server has not reached; start a new list without the continue parameter",
+                    ));
+                }
+                reached => reached?,
+            }
         }
         let filtered = !params.label_selector.is_empty() || !params.field_selector.is_empty();
         let mut items = Vec::new();

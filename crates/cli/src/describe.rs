@@ -94,56 +94,24 @@ fn from_condition(label: String, c: &Value) -> Row {
     }
 }
 
-/// One row for `object` (`Kind/name`) under `rail` + `branch`, and its conditions if asked.
-fn push(
-    rows: &mut Vec<Row>,
-    rail: &str,
-    branch: &str,
-    kind: &str,
-    object: &DynamicObject,
-    conditions: bool,
-) {
-    rows.push(row(
-        format!("{rail}{branch}{kind}/{}", object.name_any()),
-        object,
-    ));
-    if conditions {
-        let below = if branch == "└─" { "  " } else { "│ " };
-        rows.extend(condition_rows(&format!("{rail}{below}"), object));
-    }
-}
-
-/// Every condition but Ready, one row each, under `rail`.
-fn condition_rows(rail: &str, object: &DynamicObject) -> Vec<Row> {
-    let conditions: Vec<&Value> = object.data["status"]["conditions"]
+/// Every condition but Ready, one row each, drawn as leaves of a tree.
+fn condition_rows(object: &DynamicObject) -> Vec<Row> {
+    let leaves = object.data["status"]["conditions"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|c| c["type"] != "Ready")
-        .collect();
-    conditions
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let branch = if i + 1 == conditions.len() {
-                "└─"
-            } else {
-                "├─"
-            };
+        .map(|c| {
             let type_ = c["type"].as_str().unwrap_or_default();
-            from_condition(format!("{rail}{branch}{type_}"), c)
+            (from_condition(type_.to_string(), c), vec![])
         })
-        .collect()
+        .collect();
+    tree(leaves)
 }
 
-/// Machines under `rail`: one row each, or, when grouping, one row per group of two or more
-/// in the same state (`3 Machines...`, naming them), as clusterctl describe prints them.
-fn machine_rows(
-    rail: &str,
-    machines: &[&DynamicObject],
-    grouping: bool,
-    conditions: bool,
-) -> Vec<Row> {
+/// Machines: one row each, or, when grouping, one row per group of two or more in the same
+/// state (`3 Machines...`, naming them), as clusterctl describe prints them.
+fn machine_rows(machines: &[&DynamicObject], grouping: bool, conditions: bool) -> Vec<Row> {
     let mut groups: Vec<(Row, Vec<&DynamicObject>)> = vec![];
     for machine in machines {
         let line = row(String::new(), machine);
@@ -161,26 +129,23 @@ fn machine_rows(
             None => groups.push((line, vec![machine])),
         }
     }
-    let mut rows = vec![];
-    let count = groups.len();
-    for (i, (mut line, members)) in groups.into_iter().enumerate() {
-        let branch = if i + 1 == count { "└─" } else { "├─" };
-        if members.len() == 1 {
-            let mut single = vec![];
-            push(&mut single, rail, branch, "Machine", members[0], conditions);
-            rows.extend(single);
-            continue;
-        }
-        let names: Vec<String> = members.iter().map(|m| m.name_any()).collect();
-        line.label = format!("{rail}{branch}{} Machines...", members.len());
-        line.message = if line.message.is_empty() {
-            format!("See {}", names.join(", "))
-        } else {
-            format!("{} (see {})", line.message, names.join(", "))
-        };
-        rows.push(line);
-    }
-    rows
+    let branches = groups
+        .into_iter()
+        .map(|(mut line, members)| {
+            if let [machine] = members[..] {
+                return node("Machine", machine, conditions);
+            }
+            let names: Vec<String> = members.iter().map(|m| m.name_any()).collect();
+            line.label = format!("{} Machines...", members.len());
+            line.message = if line.message.is_empty() {
+                format!("See {}", names.join(", "))
+            } else {
+                format!("{} (see {})", line.message, names.join(", "))
+            };
+            (line, vec![])
+        })
+        .collect();
+    tree(branches)
 }
 
 fn row(label: String, object: &DynamicObject) -> Row {
@@ -323,6 +288,17 @@ fn print(rows: Vec<Row>) {
     }
 }
 
+/// One object's row (`Kind/name`) and, if asked, its conditions to hang under it.
+fn node(kind: &str, object: &DynamicObject, conditions: bool) -> (Row, Vec<Row>) {
+    let line = row(format!("{kind}/{}", object.name_any()), object);
+    let children = if conditions {
+        condition_rows(object)
+    } else {
+        vec![]
+    };
+    (line, children)
+}
+
 /// The Workers branch: each MachineDeployment with its machines, each MachinePool with the
 /// provider's object that runs its instances (an EKS node group, an auto-scaling group).
 async fn worker_rows(
@@ -334,18 +310,8 @@ async fn worker_rows(
     grouping: bool,
     show: &impl Fn(&str) -> bool,
 ) -> Vec<Row> {
-    let mut workers = vec![];
-    let count = deployments.len() + pools.len();
-    for (d, deployment) in deployments.iter().enumerate() {
-        let last_deployment = d + 1 == count;
-        push(
-            &mut workers,
-            "",
-            if last_deployment { "└─" } else { "├─" },
-            "MachineDeployment",
-            deployment,
-            show("MachineDeployment"),
-        );
+    let mut branches = vec![];
+    for deployment in deployments {
         let owned: Vec<&DynamicObject> = machines
             .iter()
             .filter(|m| {
@@ -356,33 +322,20 @@ async fn worker_rows(
                     ))
             })
             .collect();
-        let rail = if last_deployment { "  " } else { "│ " };
-        workers.extend(machine_rows(rail, &owned, grouping, show("Machine")));
+        let (line, mut children) = node("MachineDeployment", deployment, show("MachineDeployment"));
+        children.extend(machine_rows(&owned, grouping, show("Machine")));
+        branches.push((line, children));
     }
-    for (p, pool) in pools.iter().enumerate() {
-        let last = deployments.len() + p + 1 == count;
-        push(
-            &mut workers,
-            "",
-            if last { "└─" } else { "├─" },
-            "MachinePool",
-            pool,
-            show("MachinePool"),
-        );
+    for pool in pools {
+        let (line, mut children) = node("MachinePool", pool, show("MachinePool"));
         let wanted = &pool.data["spec"]["template"]["spec"]["infrastructureRef"];
         let kind = wanted["kind"].as_str().unwrap_or_default();
         if let Some(object) = referenced(client, ns, wanted).await {
-            push(
-                &mut workers,
-                if last { "  " } else { "│ " },
-                "└─",
-                kind,
-                &object,
-                show(kind),
-            );
+            children.extend(tree(vec![node(kind, &object, show(kind))]));
         }
+        branches.push((line, children));
     }
-    workers
+    tree(branches)
 }
 
 pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
@@ -418,8 +371,13 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
             .iter()
             .any(|k| k.eq_ignore_ascii_case("all") || k.eq_ignore_ascii_case(kind))
     };
-    let mut rows = vec![];
-    push(&mut rows, "", "", "Cluster", &cluster, show("Cluster"));
+    // The Cluster's own conditions run down the rail its branches hang from.
+    let (line, conditions) = node("Cluster", &cluster, show("Cluster"));
+    let mut rows = vec![line];
+    rows.extend(conditions.into_iter().map(|mut c| {
+        c.label = format!("│ {}", c.label);
+        c
+    }));
     let cluster_condition = |type_: &str| {
         cluster.data["status"]["conditions"]
             .as_array()
@@ -460,7 +418,7 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
                     line = from_condition(line.label, &c);
                 }
                 if show(kind) {
-                    children.extend(condition_rows("", &object));
+                    children.extend(condition_rows(&object));
                 }
                 line
             }
@@ -475,7 +433,6 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
         };
         if reference == "controlPlaneRef" {
             children.extend(machine_rows(
-                "",
                 &control_plane_machines,
                 args.grouping,
                 show("Machine"),
@@ -486,7 +443,7 @@ pub async fn run(command: DescribeCommand) -> anyhow::Result<()> {
     if !control_plane_machines.is_empty() && !cluster.data["spec"]["controlPlaneRef"].is_object() {
         branches.push((
             Row::heading("ControlPlane"),
-            machine_rows("", &control_plane_machines, args.grouping, show("Machine")),
+            machine_rows(&control_plane_machines, args.grouping, show("Machine")),
         ));
     }
     if let Some(connection) = connection_row(&client, &cluster).await? {

@@ -147,14 +147,12 @@ pub fn diagnose(repos: &[GitRepo], bundles: &[Bundle], namespace: &str) -> Vec<G
             .into_iter()
             .flatten()
         {
-            let key = (
-                group.state.clone(),
-                lariat_fleet::bundle::normalize(&group.message, ""),
-            );
-            let entry = merged.entry(key).or_insert_with(|| Merged {
-                message: group.message.clone(),
-                ..Default::default()
-            });
+            let entry = merged
+                .entry(lariat_fleet::bundle::cause(group))
+                .or_insert_with(|| Merged {
+                    message: group.message.clone(),
+                    ..Default::default()
+                });
             entry.clusters.extend(group.clusters.iter().cloned());
             entry.bundles.insert(bundle.name_any());
         }

@@ -602,6 +602,12 @@ fn standing(
 /// The most clusters a failure group names (its `count` counts them all).
 pub const FAILURE_GROUP_CLUSTERS: usize = 50;
 
+/// What Bundles' failure groups are merged by (a GitRepo's, `lariat fleet diagnose`): their
+/// state, and their message with what differs between clusters taken out.
+pub fn cause(group: &FailureGroup) -> (String, String) {
+    (group.state.clone(), normalize(&group.message, ""))
+}
+
 /// A message with what differs between clusters taken out (cluster names, hashes, numbers,
 /// times), so clusters failing for the same reason share one group.
 pub fn normalize(message: &str, cluster: &str) -> String {

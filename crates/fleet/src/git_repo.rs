@@ -729,12 +729,8 @@ fn failure_groups(bundles: &[Arc<Bundle>]) -> Option<Vec<lariat_api::fleet::Fail
         .filter_map(|b| b.status.as_ref()?.failure_groups.as_ref())
         .flatten()
     {
-        let key = (
-            group.state.clone(),
-            crate::bundle::normalize(&group.message, ""),
-        );
         let entry = merged
-            .entry(key)
+            .entry(crate::bundle::cause(group))
             .or_insert_with(|| lariat_api::fleet::FailureGroup {
                 state: group.state.clone(),
                 message: group.message.clone(),

@@ -78,6 +78,17 @@ fn object_at<'a>(
     node.as_object_mut()
 }
 
+/// Whether a label selector names neither labels nor expressions (absent, null or empty).
+fn selects_nothing(selector: &Value) -> bool {
+    ["matchLabels", "matchExpressions"]
+        .iter()
+        .all(|field| match &selector[field] {
+            Value::Object(o) => o.is_empty(),
+            Value::Array(a) => a.is_empty(),
+            _ => true,
+        })
+}
+
 /// `1.30.2` becomes `v1.30.2`, as Cluster API's defaulting webhooks write a version.
 fn default_version_prefix(object: &mut Value, path: &[&str]) {
     let mut node = object;
@@ -161,10 +172,6 @@ impl Strategy for MachineOwners {
             return;
         }
         default_version_prefix(object, &["spec", "template", "spec", "version"]);
-        let name = object["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
         if old.is_some() {
             return;
         }
@@ -173,15 +180,10 @@ impl Strategy for MachineOwners {
             Some("MachineSet") => labels::MACHINE_SET_NAME,
             _ => return,
         };
-        let selector = &object["spec"]["selector"];
-        let empty = |field: &str| match &selector[field] {
-            Value::Object(o) => o.is_empty(),
-            Value::Array(a) => a.is_empty(),
-            _ => true,
-        };
         let mut wanted = vec![];
-        if empty("matchLabels") && empty("matchExpressions") {
-            wanted.push((own_label, labels::format_value(&name)));
+        if selects_nothing(&object["spec"]["selector"]) {
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            wanted.push((own_label, labels::format_value(name)));
         }
         if own_label == labels::MACHINE_DEPLOYMENT_NAME
             && let Some(cluster) = object["spec"]["clusterName"].as_str()
@@ -285,14 +287,7 @@ impl Strategy for MachineHealthChecks {
                 "must match spec.clusterName",
             ));
         }
-        let empty = |field: &str| {
-            selector[field]
-                .as_object()
-                .map(|o| o.is_empty())
-                .or_else(|| selector[field].as_array().map(|a| a.is_empty()))
-                .unwrap_or(true)
-        };
-        if empty("matchLabels") && empty("matchExpressions") {
+        if selects_nothing(selector) {
             causes.push(Cause::invalid(
                 "spec.selector",
                 selector,
