@@ -4,6 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use bytes::Bytes;
 use serde_json::Value;
 
 /// An object as watchers see it: decoded once, and rendered as JSON once, however many
@@ -11,7 +12,7 @@ use serde_json::Value;
 #[derive(Debug)]
 pub struct WatchedObject {
     pub value: Value,
-    json: OnceLock<Vec<u8>>,
+    json: OnceLock<Bytes>,
 }
 
 impl WatchedObject {
@@ -22,10 +23,10 @@ impl WatchedObject {
         })
     }
 
-    /// The object's JSON, rendered by the first watcher that needs it.
-    pub fn json(&self) -> &[u8] {
+    /// The object's JSON, rendered by the first watcher that needs it; the others share it.
+    pub fn json(&self) -> &Bytes {
         self.json
-            .get_or_init(|| serde_json::to_vec(&self.value).unwrap_or_default())
+            .get_or_init(|| serde_json::to_vec(&self.value).unwrap_or_default().into())
     }
 }
 

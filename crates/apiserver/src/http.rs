@@ -2042,45 +2042,54 @@ async fn watch(
                     include,
                     metadata,
                 );
-                Some(serde_json::to_vec(&row).unwrap_or_default())
+                Some(Bytes::from(serde_json::to_vec(&row).unwrap_or_default()))
             }
-            Format::Metadata if event.kind != "ERROR" => {
-                Some(serde_json::to_vec(&table::partial(&event.object.value)).unwrap_or_default())
-            }
+            Format::Metadata if event.kind != "ERROR" => Some(Bytes::from(
+                serde_json::to_vec(&table::partial(&event.object.value)).unwrap_or_default(),
+            )),
             _ => None,
         };
         // The object's JSON is shared by every watcher the change goes to (fanout::Fanout).
-        let object = rendered.as_deref().unwrap_or_else(|| event.object.json());
-        let mut line = Vec::with_capacity(object.len() + 32);
-        line.extend_from_slice(b"{\"type\":\"");
-        line.extend_from_slice(event.kind.as_bytes());
-        line.extend_from_slice(b"\",\"object\":");
-        line.extend_from_slice(object);
-        line.extend_from_slice(b"}\n");
-        line
+        let object = rendered.unwrap_or_else(|| event.object.json().clone());
+        let prefix = format!("{{\"type\":\"{}\",\"object\":", event.kind);
+        (prefix, object)
     });
     // What a watcher has not taken yet counts in its caller's share, as a list's pages do: a
     // watch whose next change does not fit ends with a 429 Status, and its client watches
     // again from the last resourceVersion it saw (kube-apiserver ends watchers that fall
-    // behind). A change up to one chunk goes out uncounted: the connection caps bound those.
+    // behind). A change up to one chunk goes out uncounted, in one piece: the connection caps
+    // bound those. A larger one goes out as the object every watcher shares between its
+    // line's two ends, so 300 watchers of a 1 MB change hold one copy of it, not 300.
     let share = share.clone();
-    let lines = lines.scan(false, move |ended, line| {
-        let item = match (*ended, line.len() <= crate::sending::CHUNK) {
-            (true, _) => None,
-            (false, true) => Some(Bytes::from(line)),
-            (false, false) => Some(crate::sending::counted(&share, line).unwrap_or_else(
-                |refusal| {
-                    *ended = true;
-                    let status = serde_json::to_vec(&refusal.to_status()).unwrap_or_default();
-                    let mut line = b"{\"type\":\"ERROR\",\"object\":".to_vec();
-                    line.extend_from_slice(&status);
-                    line.extend_from_slice(b"}\n");
-                    Bytes::from(line)
-                },
-            )),
-        };
-        futures::future::ready(item.map(Ok::<_, std::convert::Infallible>))
-    });
+    let lines = lines
+        .scan(false, move |ended, (prefix, object)| {
+            const SUFFIX: &[u8] = b"}\n";
+            let pieces = match (*ended, prefix.len() + object.len() <= crate::sending::CHUNK) {
+                (true, _) => None,
+                (false, true) => {
+                    let mut line = Vec::with_capacity(prefix.len() + object.len() + 2);
+                    line.extend_from_slice(prefix.as_bytes());
+                    line.extend_from_slice(&object);
+                    line.extend_from_slice(SUFFIX);
+                    Some(vec![Bytes::from(line)])
+                }
+                (false, false) => Some(match crate::sending::counted(&share, object) {
+                    Ok(object) => vec![Bytes::from(prefix), object, Bytes::from_static(SUFFIX)],
+                    Err(refusal) => {
+                        *ended = true;
+                        let status = serde_json::to_vec(&refusal.to_status()).unwrap_or_default();
+                        let mut line = b"{\"type\":\"ERROR\",\"object\":".to_vec();
+                        line.extend_from_slice(&status);
+                        line.extend_from_slice(SUFFIX);
+                        vec![Bytes::from(line)]
+                    }
+                }),
+            };
+            futures::future::ready(pieces)
+        })
+        .flat_map(|pieces| {
+            futures::stream::iter(pieces.into_iter().map(Ok::<_, std::convert::Infallible>))
+        });
     let mut response = Response::new(Body::from_stream(lines));
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -302,8 +302,8 @@ pub async fn hold_waiting(share: &Share, bytes: usize) -> Permit {
 
 /// `bytes`, holding their size of `share` until the last of them (or of a slice of them) is
 /// dropped; a 429 when the share or the budget is spent.
-pub fn counted(share: &Share, bytes: Vec<u8>) -> ApiResult<Bytes> {
-    let permit = hold(share, bytes.len())?;
+pub fn counted<B: AsRef<[u8]> + Send + 'static>(share: &Share, bytes: B) -> ApiResult<Bytes> {
+    let permit = hold(share, bytes.as_ref().len())?;
     Ok(Bytes::from_owner(Counted {
         bytes,
         _permit: permit,
@@ -311,14 +311,14 @@ pub fn counted(share: &Share, bytes: Vec<u8>) -> ApiResult<Bytes> {
 }
 
 /// Bytes and the part of the budget they hold.
-struct Counted {
-    bytes: Vec<u8>,
+struct Counted<B> {
+    bytes: B,
     _permit: Permit,
 }
 
-impl AsRef<[u8]> for Counted {
+impl<B: AsRef<[u8]>> AsRef<[u8]> for Counted<B> {
     fn as_ref(&self) -> &[u8] {
-        &self.bytes
+        self.bytes.as_ref()
     }
 }
 
