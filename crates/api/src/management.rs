@@ -17,6 +17,19 @@ pub const NAMESPACE: &str = "lariat-system";
 /// Marks a Cluster that lariat imported rather than provisioned: its control plane is
 /// whatever the agent reaches, and it is ready once the agent is connected.
 pub const IMPORTED_ANNOTATION: &str = "management.lariat.dev/imported";
+/// The ConfigMap a finished `lariat move` leaves in the source's namespace: one key per
+/// Cluster that left, its value `{"server": URL, "movedAt": RFC 3339}`, so that the proxy
+/// tells the cluster's users where it went.
+pub const MOVED_CONFIGMAP: &str = "lariat-moved";
+
+/// Where a moved Cluster went, as [`MOVED_CONFIGMAP`] records it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MovedTo {
+    pub server: String,
+    pub moved_at: String,
+}
+
 /// The `type` of the Secret holding an agent credential's hash.
 pub const AGENT_CREDENTIAL_TYPE: &str = "management.lariat.dev/agent-credential";
 

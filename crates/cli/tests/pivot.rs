@@ -185,6 +185,28 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
             "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  ownerReferences: [{{apiVersion: cluster.x-k8s.io/v1beta1, kind: Machine, name: {machine}, uid: {machine_uid}}}]\nspec: {{size: 3}}\n---\napiVersion: example.com/v1\nkind: Gadget\nmetadata: {{name: g1}}\nspec: {{clusterName: dev}}\n"
         ),
     );
+    // A Gadget tied to the move only through g1: one dry run names it too.
+    let gadget_uid = source.kubectl_ok(&[
+        "get",
+        "gadget",
+        "g1",
+        "-n",
+        "prod",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    source.apply_ok(
+        &["apply", "-n", "prod", "-f", "-"],
+        &format!(
+            "apiVersion: example.com/v1\nkind: Gadget\nmetadata:\n  name: g2\n  ownerReferences: [{{apiVersion: example.com/v1, kind: Gadget, name: g1, uid: {gadget_uid}}}]\n"
+        ),
+    );
+    // The source records a provider none of prod's objects need (as a refused
+    // `lariat init --infrastructure aws` leaves it): the move does not ask the target for it.
+    source.apply_ok(
+        &["apply", "-f", "-"],
+        "apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Provider\nmetadata: {name: infrastructure-aws, namespace: lariat-system}\ntype: InfrastructureProvider\nproviderName: aws\nversion: v0.0.1\n",
+    );
     // Two imported clusters: one whose agent is connected, one whose agent is gone.
     let downstream = TestServer::start();
     let dark_downstream = TestServer::start();
@@ -250,9 +272,14 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
         "{printed}"
     );
     assert!(
-        printed.contains("--include Gadget/g1 --include Widget/w1"),
+        printed.contains("Gadget/g2 is owned by Gadget/g1 at metadata.ownerReferences[0]"),
         "{printed}"
     );
+    assert!(
+        printed.contains("--include Gadget/g1 --include Gadget/g2 --include Widget/w1"),
+        "{printed}"
+    );
+    assert!(!printed.contains("aws"), "{printed}");
     assert!(
         printed.contains("KubeadmControlPlane/dev-control-plane")
             && printed.contains("MachineHealthCheck/dev-workers"),
@@ -263,12 +290,12 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
     let refused = lariat_move(&source, &["--to-kubeconfig", to, "-n", "prod"]);
     assert!(!refused.status.success());
     assert!(
-        text(&refused).contains("2 objects are tied to the move: --include or --leave each"),
+        text(&refused).contains("3 objects are tied to the move: --include or --leave each"),
         "{}",
         text(&refused)
     );
     // Included, but the target lacks their kinds: refused by name.
-    let includes = ["--include", "Gadget/g1", "--include", "widgets"];
+    let includes = ["--include", "gadgets", "--include", "widgets"];
     let refused = lariat_move(
         &source,
         &[&["--to-kubeconfig", to, "-n", "prod"][..], &includes].concat(),
@@ -307,7 +334,7 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
     );
     assert!(moved.status.success(), "{}", text(&moved));
     let printed = text(&moved);
-    assert!(printed.contains("Moved 31 objects"), "{printed}");
+    assert!(printed.contains("Moved 32 objects"), "{printed}");
     // The connected agent followed; the other is named, with the command that brings it back.
     assert!(
         printed.contains("Agent of Cluster/edge connected to the target"),
@@ -342,6 +369,42 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
             .status
             .success()
     );
+
+    // Its users are told where it went: an admin, and a user whose bindings moved with it.
+    let gone = source.kubectl(&["get", "--raw", "/k8s/clusters/prod/edge/api/v1/namespaces"]);
+    let told = format!(
+        "cluster prod/edge was moved to the management server https://{}",
+        target.address
+    );
+    assert!(!gone.status.success());
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains(&told),
+        "{}",
+        String::from_utf8_lossy(&gone.stderr)
+    );
+    let token = source.lariat(&["token", "create", "--user", "dana", "--print-kubeconfig"]);
+    assert!(token.status.success());
+    let dana = source.dir.path().join("dana.yaml");
+    std::fs::write(&dana, &token.stdout).unwrap();
+    let refused = source.kubectl_as(
+        &dana,
+        &["get", "--raw", "/k8s/clusters/prod/edge/api/v1/namespaces"],
+    );
+    let refused = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        refused.contains("Forbidden") && refused.contains(&told),
+        "{refused}"
+    );
+    // A cluster that never was here is refused as before, naming nothing.
+    let never = source.kubectl_as(
+        &dana,
+        &[
+            "get",
+            "--raw",
+            "/k8s/clusters/prod/nowhere/api/v1/namespaces",
+        ],
+    );
+    assert!(!String::from_utf8_lossy(&never.stderr).contains("moved"));
 
     // The target has the same machines, the custom objects, and owners under their new uids.
     assert_eq!(machines(&target, "prod"), before);

@@ -85,13 +85,19 @@ async fn checked(
         name: name.map(String::from),
         path: None,
     };
-    server
-        .authorizer()
-        .authorize(&user, &attributes)
-        .map_err(|reason| attributes.forbidden(&user, &reason))?;
+    let (namespace, name) = (namespace.unwrap_or_default(), name.unwrap_or_default());
+    if let Err(reason) = server.authorizer().authorize(&user, &attributes) {
+        let refusal = attributes.forbidden(&user, &reason);
+        // The bindings that let a user reach a cluster move with it: say where it went.
+        return Err(match moved(server, &user, namespace, name).await? {
+            Some(went) => ApiError::Forbidden {
+                message: format!("{refusal}; {went}"),
+            },
+            None => refusal,
+        });
+    }
     // A tunnel serves its Cluster while the Cluster lives: the moment it is deleted (or being
     // deleted) the proxy stops, without waiting for the next heartbeat to close the tunnel.
-    let (namespace, name) = (namespace.unwrap_or_default(), name.unwrap_or_default());
     if let Some(scope) = server
         .resources()
         .scope("cluster.x-k8s.io", "clusters", Some(namespace))
@@ -103,7 +109,14 @@ async fn checked(
         };
         if !live {
             plane.tunnels.disconnect(&format!("{namespace}/{name}"));
-            return Err(ApiError::not_found("clusters", "cluster.x-k8s.io", name));
+            let not_found = ApiError::not_found("clusters", "cluster.x-k8s.io", name);
+            return Err(match moved(server, &user, namespace, name).await? {
+                Some(went) => ApiError::NotFound {
+                    message: format!("{not_found}: {went}"),
+                    target: None,
+                },
+                None => not_found,
+            });
         }
     }
     // Another replica holds the tunnel: the request goes there.
@@ -121,6 +134,46 @@ async fn checked(
         }
     }
     Ok((user, None))
+}
+
+/// Where a Cluster that is not here went, as `lariat move` recorded it in the namespace
+/// (`MOVED_CONFIGMAP`), told to authenticated callers: the address of a management server
+/// is no secret (its TLS and its own credentials guard it), and the user needs it.
+async fn moved(
+    server: &Handle,
+    user: &User,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<String>, ApiError> {
+    use lariat_api::management::{MOVED_CONFIGMAP, MovedTo};
+    if user.name == "system:anonymous" {
+        return Ok(None);
+    }
+    let resources = server.resources();
+    let Some(scope) = resources.scope("", "configmaps", Some(namespace)) else {
+        return Ok(None);
+    };
+    let record = match resources.get(&scope, MOVED_CONFIGMAP).await {
+        Ok(record) => record,
+        Err(ApiError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Some(to) = record["data"][name]
+        .as_str()
+        .and_then(|text| serde_json::from_str::<MovedTo>(text).ok())
+    else {
+        return Ok(None);
+    };
+    // A cluster of that name made here since is not the one that left.
+    if let Some(clusters) = resources.scope("cluster.x-k8s.io", "clusters", Some(namespace))
+        && resources.get(&clusters, name).await.is_ok()
+    {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "cluster {namespace}/{name} was moved to the management server {} at {}: ask that server for access and a kubeconfig (lariat kubeconfig {name} -n {namespace} --kubeconfig ITS-KUBECONFIG)",
+        to.server, to.moved_at
+    )))
 }
 
 /// Proxies a request for `/k8s/clusters/<namespace>/<name>/<rest>` into that Cluster's tunnel,

@@ -196,6 +196,14 @@ impl Inventory {
         })
     }
 
+    /// The value of a label of an object's CRD (none for the server's own kinds).
+    pub fn crd_label_value(&self, object: &Object, label: &str) -> Option<&str> {
+        self.crd_labels
+            .get(&(object.group.clone(), object.kind.clone()))?
+            .get(label)
+            .map(String::as_str)
+    }
+
     fn crd_label(&self, object: &Object, label: &str) -> bool {
         self.crd_labels
             .get(&(object.group.clone(), object.kind.clone()))

@@ -181,6 +181,68 @@ impl Journal {
     }
 }
 
+/// Records in the source's namespace where its moved Clusters went (the proxy tells their
+/// users), and takes them out of the target's record, where they are again.
+pub async fn record_moved(
+    source: &kube::Client,
+    target: &kube::Client,
+    target_url: &str,
+    namespace: &str,
+    clusters: &[&str],
+) -> anyhow::Result<()> {
+    use lariat_api::management::{MOVED_CONFIGMAP, MovedTo};
+    let moved_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let mut went = BTreeMap::new();
+    let mut here = BTreeMap::new();
+    for name in clusters {
+        let to = MovedTo {
+            server: target_url.to_string(),
+            moved_at: moved_at.clone(),
+        };
+        went.insert(
+            name.to_string(),
+            serde_json::Value::String(serde_json::to_string(&to)?),
+        );
+        here.insert(name.to_string(), serde_json::Value::Null);
+    }
+    let source_api: Api<ConfigMap> = Api::namespaced(source.clone(), namespace);
+    let patch = serde_json::json!({"data": went});
+    let params = PatchParams::apply(FIELD_MANAGER);
+    match source_api
+        .patch(MOVED_CONFIGMAP, &params, &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            let map: ConfigMap = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": MOVED_CONFIGMAP, "namespace": namespace},
+                "data": went,
+            }))?;
+            source_api
+                .create(&Default::default(), &map)
+                .await
+                .map_err(|e| crate::connect::refused(e, "record where the clusters went"))?;
+        }
+        Err(e) => return Err(crate::connect::refused(e, "record where the clusters went")),
+    }
+    let target_api: Api<ConfigMap> = Api::namespaced(target.clone(), namespace);
+    match target_api
+        .patch(
+            MOVED_CONFIGMAP,
+            &params,
+            &Patch::Merge(&serde_json::json!({"data": here})),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(crate::connect::refused(
+            e,
+            "take the clusters out of the target's record of moved clusters",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

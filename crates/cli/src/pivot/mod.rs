@@ -209,7 +209,7 @@ async fn plan(
         graph.objects.len(),
         graph.summary()
     );
-    let findings = preflight::scan(&inventory, &graph, namespace, &args.leave);
+    let findings = tied(&inventory, namespace, args);
     let mut refusals = preflight::settled(&graph, args.force);
     if let Some(target) = target {
         refusals
@@ -298,6 +298,33 @@ async fn plan(
     Ok(Some(graph))
 }
 
+/// What is tied to the move and neither included nor left: the objects tied to the graph, and
+/// those tied to them in turn once they are included (a Project, then its role bindings), so
+/// one dry run names them all. Empty exactly when the graph itself has nothing tied to it.
+fn tied(inventory: &Inventory, namespace: &str, args: &MoveArgs) -> Vec<preflight::Finding> {
+    let mut include = args.include.clone();
+    let mut findings: Vec<preflight::Finding> = Vec::new();
+    loop {
+        let graph = Graph::discover(inventory, namespace, &include);
+        let mut more = false;
+        for finding in preflight::scan(inventory, &graph, namespace, &args.leave) {
+            if findings.iter().any(|f| f.why == finding.why) {
+                continue;
+            }
+            if !finding.elsewhere && !findings.iter().any(|f| f.selector == finding.selector) {
+                if let Ok(selector) = finding.selector.parse() {
+                    include.push(selector);
+                    more = true;
+                }
+            }
+            findings.push(finding);
+        }
+        if !more {
+            return findings;
+        }
+    }
+}
+
 /// Copy, verify, delete from the source, unpause: from wherever the journal says.
 async fn finish(
     source: &Server,
@@ -341,6 +368,15 @@ async fn finish(
     // Again: the source's Fleet may have made its records anew while the Clusters lived.
     source.forget(&journal.objects).await?;
     unpause(target, &journal, "the target").await?;
+    let moved: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+    journal::record_moved(
+        &source.client,
+        &target.client,
+        &target.url,
+        namespace,
+        &moved,
+    )
+    .await?;
     Journal::remove(&source.client, namespace).await?;
     let graph_summary = graph::count_kinds(journal.objects.iter().map(|e| e.kind.as_str()));
     println!(

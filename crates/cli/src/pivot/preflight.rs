@@ -8,6 +8,9 @@ use std::collections::BTreeSet;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
+use lariat_api::capi::labels::PROVIDER_NAME;
+use lariat_api::clusterctl;
+
 use super::copy::MOVED_FROM;
 use super::graph::{Graph, Index, Inventory, Object, Selector, Served, Target, references};
 
@@ -84,6 +87,9 @@ pub fn scan(
     findings.into_iter().collect()
 }
 
+/// Cluster API's core provider, which every Cluster needs (its CRDs carry no provider label).
+const CORE_PROVIDER: &str = "cluster-api";
+
 /// What the target must have before the move starts.
 pub async fn target(
     graph: &Graph,
@@ -103,33 +109,41 @@ pub async fn target(
             "the target does not serve {kind}: install the provider or CRD that defines it there first"
         ));
     }
-    // The providers the source runs: the target's controllers must take the clusters over.
-    let providers = |objects: Vec<(String, String)>| objects.into_iter().collect::<BTreeSet<_>>();
-    let source_providers = providers(
-        source
-            .objects
-            .iter()
-            .filter(|o| o.group == lariat_api::clusterctl::GROUP && o.kind == "Provider")
-            .filter_map(|o| provider_of(&o.object))
-            .collect(),
-    );
+    // The providers the moved objects need (Cluster API's core, and the provider of each
+    // moved object's kind, by its CRD's `cluster.x-k8s.io/provider` label, as clusterctl
+    // tells them): the target's controllers must take the clusters over. A provider the
+    // source runs for other namespaces is not asked for.
+    let needed: BTreeSet<&str> = graph
+        .objects
+        .iter()
+        .filter_map(|o| source.crd_label_value(o, PROVIDER_NAME))
+        .chain([CORE_PROVIDER])
+        .collect();
+    let source_providers: BTreeSet<(String, String)> = source
+        .objects
+        .iter()
+        .filter(|o| o.group == clusterctl::GROUP && o.kind == "Provider")
+        .filter_map(|o| provider_of(&o.object))
+        .filter(|(kind, name)| needed.contains(clusterctl::inventory_name(kind, name).as_str()))
+        .collect();
     if !source_providers.is_empty() {
         let mut target_providers = BTreeSet::new();
         if let Some((resource, _)) =
             served
                 .discovery()
                 .resolve_gvk(&kube::core::GroupVersionKind::gvk(
-                    lariat_api::clusterctl::GROUP,
+                    clusterctl::GROUP,
                     "v1alpha3",
                     "Provider",
                 ))
         {
             let listed = super::graph::list_all(client, &resource).await?;
-            target_providers = providers(listed.iter().filter_map(provider_of).collect());
+            target_providers = listed.iter().filter_map(provider_of).collect();
         }
         for (kind, name) in source_providers.difference(&target_providers) {
             refusals.push(format!(
-                "the target runs no {kind} {name:?}, which the source does: enable it there first (lariat init --kubeconfig TARGET ...)"
+                "the target runs no {kind} {name:?}, which the moved objects need: enable it there first ({})",
+                init_hint(kind, name)
             ));
         }
     }
@@ -236,6 +250,17 @@ async fn can(
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
+/// The `lariat init` that enables one provider in the target.
+fn init_hint(kind: &str, name: &str) -> String {
+    let flag = match kind {
+        clusterctl::BOOTSTRAP => "--bootstrap",
+        clusterctl::CONTROL_PLANE => "--control-plane",
+        clusterctl::INFRASTRUCTURE => "--infrastructure",
+        _ => return "lariat init --kubeconfig TARGET".to_string(),
+    };
+    format!("lariat init --kubeconfig TARGET {flag} {name}")
+}
+
 fn provider_of(object: &DynamicObject) -> Option<(String, String)> {
     Some((
         object.data["type"].as_str()?.to_string(),
@@ -243,8 +268,11 @@ fn provider_of(object: &DynamicObject) -> Option<(String, String)> {
     ))
 }
 
-/// Objects in a state a move would freeze halfway: being deleted (always refused), or a
-/// cluster still provisioning, scaling or rolling out (refused unless `--force`).
+/// Objects in a state a move would freeze halfway: being deleted (always refused), or, as
+/// clusterctl's own check has it, a cluster whose infrastructure or control plane is still
+/// being provisioned, or a machine with no node yet (refused unless `--force`). A rollout or
+/// a scale that is under way is not refused: its Machines without nodes are, and the
+/// target's controllers carry on with the rest.
 pub fn settled(graph: &Graph, force: bool) -> Vec<String> {
     let mut refusals = Vec::new();
     for object in &graph.objects {
@@ -255,60 +283,48 @@ pub fn settled(graph: &Graph, force: bool) -> Vec<String> {
             ));
             continue;
         }
-        if force {
+        if force || object.group != "cluster.x-k8s.io" {
             continue;
         }
         let data = &object.object.data;
         let status = &data["status"];
-        let unsettled = match (object.group.as_str(), object.kind.as_str()) {
-            ("cluster.x-k8s.io", "Cluster") => {
-                let imported = object
-                    .object
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(lariat_api::management::IMPORTED_ANNOTATION));
-                let phase = status["phase"].as_str().unwrap_or("Pending");
-                (!imported && phase != "Provisioned").then(|| format!("is {phase}"))
+        let unsettled = match object.kind.as_str() {
+            "Cluster" if imported(object) => None,
+            "Cluster" if status["infrastructureReady"] != true => {
+                Some("is still provisioning its infrastructure")
             }
-            ("cluster.x-k8s.io", "Machine") => {
-                let phase = status["phase"].as_str().unwrap_or("Pending");
-                (phase != "Running").then(|| format!("is {phase}"))
+            "Cluster"
+                if data["spec"]["controlPlaneRef"].is_object()
+                    && (status["controlPlaneReady"] != true
+                        || !condition_true(status, "ControlPlaneInitialized")) =>
+            {
+                Some("is still provisioning its control plane")
             }
-            ("cluster.x-k8s.io", "MachineDeployment" | "MachineSet")
-            | ("controlplane.cluster.x-k8s.io", "KubeadmControlPlane") => rolling(data),
+            "Machine" if status["nodeRef"].is_null() => Some("is still provisioning its node"),
             _ => None,
         };
         if let Some(state) = unsettled {
             refusals.push(format!(
-                "{name} {state}: wait until it settles, or pass --force to move it as it is"
+                "{name} {state}: wait until it is provisioned, or pass --force to move it as it is"
             ));
         }
     }
     refusals
 }
 
-/// Whether a replicated object is still scaling or rolling out.
-fn rolling(data: &Value) -> Option<String> {
-    let wanted = data["spec"]["replicas"].as_i64()?;
-    let status = &data["status"];
-    let count = |field: &str| status[field].as_i64().unwrap_or(0);
-    let (replicas, updated, ready) = (
-        count("replicas"),
-        count("updatedReplicas"),
-        count("readyReplicas"),
-    );
-    let updated_known = status.get("updatedReplicas").is_some();
-    if replicas != wanted || ready != wanted || (updated_known && updated != wanted) {
-        Some(format!(
-            "has {replicas} of {wanted} replicas ({ready} ready{}): it is scaling or rolling out",
-            if updated_known {
-                format!(", {updated} up to date")
-            } else {
-                String::new()
-            }
-        ))
-    } else {
-        None
-    }
+fn imported(object: &Object) -> bool {
+    object
+        .object
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(lariat_api::management::IMPORTED_ANNOTATION))
+}
+
+fn condition_true(status: &Value, type_: &str) -> bool {
+    status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == type_ && c["status"] == "True")
 }
