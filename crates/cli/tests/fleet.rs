@@ -928,6 +928,11 @@ fn an_imported_clusters_agent_applies_its_bundles_and_says_what_became_of_them()
     eventually("the GitRepo is ready again", || {
         git_repo(&management, "platform")["status"]["display"]["readyBundleDeployments"] == "1/1"
     });
+    eventually("edge's Fleet Cluster counts its bundle ready", || {
+        workspace_object(&management, "clusters.fleet.cattle.io", "edge")["status"]["display"]
+            ["readyBundles"]
+            == "1/1"
+    });
 
     // A manifest the cluster's API refuses: ErrApplied with the API's own words; what was
     // applied before stays.
@@ -944,6 +949,12 @@ fn an_imported_clusters_agent_applies_its_bundles_and_says_what_became_of_them()
     });
     eventually("the Bundle groups it as ErrApplied", || {
         first_group(&management, "platform")["state"] == "ErrApplied"
+    });
+    // The Fleet Cluster counts it as the Bundle does, by one test of readiness.
+    eventually("edge's Fleet Cluster counts the failed bundle as not ready", || {
+        let fleet = workspace_object(&management, "clusters.fleet.cattle.io", "edge");
+        fleet["status"]["display"]["readyBundles"] == "0/1"
+            && fleet["status"]["display"]["state"] == "NotReady"
     });
     assert_eq!(color(), b"blue");
 

@@ -13,9 +13,9 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use lariat_api::fleet::{
-    Bundle, BundleDeployment, BundleDeploymentOptions, BundleDeploymentSpec, BundleDisplay,
-    BundleSpec, BundleStatus, BundleSummary, BundleTarget, ClusterGroup, Content, ContentFields,
-    FailureGroup, FleetCluster,
+    Bundle, BundleDeployment, BundleDeploymentOptions, BundleDeploymentSpec,
+    BundleDeploymentStatus, BundleDisplay, BundleSpec, BundleStatus, BundleSummary, BundleTarget,
+    ClusterGroup, Content, ContentFields, FailureGroup, FleetCluster,
 };
 use lariat_controllers::Error;
 use lariat_controllers::object::{ensure_finalizer, patch_status, remove_finalizer};
@@ -556,9 +556,7 @@ fn standing(
             .and_then(|c| c.message.clone())
             .unwrap_or_default()
     };
-    let ready = status.is_some_and(|s| {
-        s.ready && s.non_modified && s.applied_deployment_id == spec.deployment_id
-    });
+    let ready = is_ready(status, spec.deployment_id.as_deref());
     let (state, message) = match status {
         _ if !ready && offline_since.is_some() => (
             "Offline",
@@ -597,6 +595,20 @@ fn standing(
         state,
         message,
     }
+}
+
+/// Whether a BundleDeployment's status says it is Ready at `deployment_id`: that version
+/// applied without error, every object ready and unmodified. A Bundle counts its clusters and
+/// a Fleet Cluster its bundles by this one test, so the two never disagree.
+pub fn is_ready(status: Option<&BundleDeploymentStatus>, deployment_id: Option<&str>) -> bool {
+    status.is_some_and(|s| {
+        let failed = s
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Deployed" && c.status == "False");
+        s.ready && s.non_modified && !failed && s.applied_deployment_id.as_deref() == deployment_id
+    })
 }
 
 /// The most clusters a failure group names (its `count` counts them all).
@@ -742,6 +754,26 @@ mod tests {
             content: Some(content.into()),
             encoding: None,
         }
+    }
+
+    #[test]
+    fn ready_means_this_version_applied_without_error_and_every_object_ready() {
+        let status: BundleDeploymentStatus = serde_json::from_value(serde_json::json!({
+            "appliedDeploymentID": "c:1", "ready": true, "nonModified": true,
+            "conditions": [{"type": "Deployed", "status": "True"}],
+        }))
+        .unwrap();
+        assert!(is_ready(Some(&status), Some("c:1")));
+        assert!(!is_ready(Some(&status), Some("c:2")), "another version");
+        assert!(!is_ready(None, Some("c:1")), "never reported");
+        let mut failed = status.clone();
+        failed.conditions.as_mut().unwrap()[0].status = "False".into();
+        assert!(!is_ready(Some(&failed), Some("c:1")), "a failed apply");
+        let modified = BundleDeploymentStatus {
+            non_modified: false,
+            ..status
+        };
+        assert!(!is_ready(Some(&modified), Some("c:1")), "modified");
     }
 
     #[test]

@@ -141,9 +141,7 @@ pub async fn reconcile(fleet: Arc<FleetCluster>, ctx: Arc<Context>) -> Result<Ac
         let ready = mine
             .iter()
             .filter(|bd| {
-                bd.status.as_ref().is_some_and(|s| {
-                    s.ready && s.non_modified && s.applied_deployment_id == bd.spec.deployment_id
-                })
+                crate::bundle::is_ready(bd.status.as_ref(), bd.spec.deployment_id.as_deref())
             })
             .count() as i32;
         let desired = mine.len() as i32;

@@ -654,7 +654,12 @@ fn failed(status: &mut BundleDeploymentStatus, message: &str, now: &str) {
     status.ready = false;
 }
 
-/// Writes the status if it changed: a JSON merge patch that also removes what is gone.
+/// Writes the status if it changed: a JSON merge patch that also removes what is gone. The
+/// patch is made against `bd` as this agent's cache holds it, so it carries `bd`'s
+/// resourceVersion as a precondition: against a newer object (the cache a step behind) the
+/// difference would be wrong (a `ready` dropped as false would leave the server's `true`),
+/// and the server refuses it. The newer object is on its way through the watch, and its
+/// arrival reconciles this BundleDeployment again.
 async fn write_status(
     ctx: &Context,
     bd: &BundleDeployment,
@@ -667,14 +672,26 @@ async fn write_status(
     let new = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
     let old = serde_json::to_value(&before).map_err(|e| Error::Invalid(e.to_string()))?;
     let new = lariat_api::merge_patch_from(&old, new);
-    ctx.api
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": bd.resource_version()},
+        "status": new,
+    });
+    match ctx
+        .api
         .patch_status(
             &bd.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "status": new })),
+            &Patch::Merge(patch),
         )
-        .await?;
-    Ok(())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            tracing::debug!(bundle = %bd.name_any(), "status not written: a newer BundleDeployment is on its way");
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn now() -> String {
