@@ -190,4 +190,8 @@ impl Authorizer for Chain {
             .find_map(|extension| extension.authorize(user, attributes))
             .unwrap_or_else(|| self.inner.authorize(user, attributes))
     }
+
+    fn readable_by_name(&self, user: &User, attributes: &Attributes) -> Vec<String> {
+        self.inner.readable_by_name(user, attributes)
+    }
 }

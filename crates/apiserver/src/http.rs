@@ -1233,6 +1233,53 @@ struct Call<'a> {
     dry_run_values: Vec<String>,
 }
 
+/// A refused list or watch of a resource the caller may read some objects of by name (a
+/// Project member's own Project): the refusal names them, and how to read one, where
+/// kube-apiserver says only "forbidden".
+fn refused_list_hint(
+    state: &AppState,
+    user: &User,
+    attributes: &Attributes,
+    refusal: ApiError,
+) -> ApiError {
+    let listing = matches!(attributes.verb.as_str(), "list" | "watch");
+    if !listing || attributes.name.is_some() || attributes.subresource.is_some() {
+        return refusal;
+    }
+    let names = state.authorizer.readable_by_name(user, attributes);
+    let Some(first) = names.first() else {
+        return refusal;
+    };
+    let resource = if attributes.group.is_empty() {
+        attributes.resource.clone()
+    } else {
+        format!("{}.{}", attributes.resource, attributes.group)
+    };
+    let namespace = attributes
+        .namespace
+        .as_deref()
+        .map(|n| format!(" -n {n}"))
+        .unwrap_or_default();
+    const SHOWN: usize = 20;
+    let more = names.len().saturating_sub(SHOWN);
+    ApiError::Forbidden {
+        message: format!(
+            "{refusal}; you may get {} by name: {}{} (kubectl get {resource} {first}{namespace})",
+            if names.len() == 1 {
+                "this one"
+            } else {
+                "these"
+            },
+            names[..names.len().min(SHOWN)].join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            },
+        ),
+    }
+}
+
 impl<'a> Call<'a> {
     /// Resolves `target` to a served kind and subresource, finds the verb, and authorizes the
     /// caller (the authorizer chain, then the extensions' checks); a watch of a caller whose
@@ -1283,10 +1330,14 @@ impl<'a> Call<'a> {
             name: target.name.clone().or(selected_name),
             path: None,
         };
-        state
-            .authorizer
-            .authorize(&user, &attributes)
-            .map_err(|reason| attributes.forbidden(&user, &reason))?;
+        if let Err(reason) = state.authorizer.authorize(&user, &attributes) {
+            return Err(refused_list_hint(
+                state,
+                &user,
+                &attributes,
+                attributes.forbidden(&user, &reason),
+            ));
+        }
         let server = crate::extension::Handle {
             state: state.clone(),
         };

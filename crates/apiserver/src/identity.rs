@@ -147,6 +147,12 @@ impl Attributes {
 pub trait Authorizer: Send + Sync + 'static {
     /// `Err(reason)` refuses the request with 403 (the reason may be empty).
     fn authorize(&self, user: &User, attributes: &Attributes) -> Result<(), String>;
+
+    /// The objects of `attributes`' resource (and namespace) that `user` may `get` by name
+    /// (rules with `resourceNames`): what a refused list tells the caller it may read.
+    fn readable_by_name(&self, _user: &User, _attributes: &Attributes) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Every authenticated user may do everything: the simulated workload clusters' authorizer,

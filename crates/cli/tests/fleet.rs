@@ -929,8 +929,7 @@ fn an_imported_clusters_agent_applies_its_bundles_and_says_what_became_of_them()
         git_repo(&management, "platform")["status"]["display"]["readyBundleDeployments"] == "1/1"
     });
     eventually("edge's Fleet Cluster counts its bundle ready", || {
-        workspace_object(&management, "clusters.fleet.cattle.io", "edge")["status"]["display"]
-            ["readyBundles"]
+        workspace_object(&management, "clusters.fleet.cattle.io", "edge")["status"]["display"]["readyBundles"]
             == "1/1"
     });
 
@@ -951,11 +950,14 @@ fn an_imported_clusters_agent_applies_its_bundles_and_says_what_became_of_them()
         first_group(&management, "platform")["state"] == "ErrApplied"
     });
     // The Fleet Cluster counts it as the Bundle does, by one test of readiness.
-    eventually("edge's Fleet Cluster counts the failed bundle as not ready", || {
-        let fleet = workspace_object(&management, "clusters.fleet.cattle.io", "edge");
-        fleet["status"]["display"]["readyBundles"] == "0/1"
-            && fleet["status"]["display"]["state"] == "NotReady"
-    });
+    eventually(
+        "edge's Fleet Cluster counts the failed bundle as not ready",
+        || {
+            let fleet = workspace_object(&management, "clusters.fleet.cattle.io", "edge");
+            fleet["status"]["display"]["readyBundles"] == "0/1"
+                && fleet["status"]["display"]["state"] == "NotReady"
+        },
+    );
     assert_eq!(color(), b"blue");
 
     // The agent's credential reaches its own BundleDeployments and nothing else.

@@ -707,6 +707,24 @@ groupPrincipalName: auditors
         proxied(&carol, "c2"),
     );
 
+    // On lariat, alice reads her Project by name; a list is refused, naming it.
+    let output = management.kubectl_as(&alice, &["get", "project", "p1", "-n", "default"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let output = management.kubectl_as(&alice, &["get", "projects", "-n", "default"]);
+    let refused = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success()
+            && refused.contains("you may get this one by name: p1 (kubectl get projects.management.cattle.io p1 -n default)"),
+        "{refused}"
+    );
+    // Bob, whose binding names no Project, is refused with nothing named.
+    let output = management.kubectl_as(&bob, &["get", "projects", "-n", "default"]);
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("by name"));
+
     // Alice works in her project's namespaces of c1, and nowhere else.
     eventually_within(Duration::from_secs(30), "alice reaches her project", || {
         run(&c1, &alice_c1, &["get", "configmaps", "-n", "web"]).0

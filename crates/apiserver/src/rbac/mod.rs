@@ -553,6 +553,30 @@ impl Authorizer for Rbac {
         // As kube-apiserver's RBAC authorizer: a refusal has no reason beyond the request.
         if allowed { Ok(()) } else { Err(String::new()) }
     }
+
+    fn readable_by_name(&self, user: &User, attributes: &Attributes) -> Vec<String> {
+        let index = self.current();
+        let mut names: Vec<String> = Vec::new();
+        for grant in index.grants(user, attributes.namespace.as_deref()) {
+            for rule in grant.rules.iter() {
+                let Some(first) = rule.resource_names.iter().flatten().next() else {
+                    continue;
+                };
+                let get = Attributes {
+                    verb: "get".into(),
+                    subresource: None,
+                    name: Some(first.clone()),
+                    ..attributes.clone()
+                };
+                if allows(rule, &get) {
+                    names.extend(rule.resource_names.iter().flatten().cloned());
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
 }
 
 fn has(list: &Option<Vec<String>>, wanted: &str) -> bool {
