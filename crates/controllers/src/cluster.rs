@@ -11,7 +11,9 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use lariat_api::capi::cluster::ClusterPhase;
-use lariat_api::capi::{Cluster, Machine, MachineDeployment, MachinePool, MachineSet};
+use lariat_api::capi::{
+    Cluster, ConditionSeverity, Machine, MachineDeployment, MachinePool, MachineSet,
+};
 use serde_json::json;
 
 use crate::cache::IndexKey;
@@ -111,7 +113,11 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         labels,
     };
     let infra_ready = pass.infrastructure(&mut status, &mut list).await?;
-    let (cp_initialized, cp_ready) = pass.control_plane(&mut list).await?;
+    let ControlPlane {
+        initialized: cp_initialized,
+        ready: cp_ready,
+        why_not,
+    } = pass.control_plane(&list).await?;
     conditions::set(
         &mut list,
         "ControlPlaneInitialized",
@@ -119,14 +125,24 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         "WaitingForControlPlane",
         "the control plane is not initialized yet",
     );
-    conditions::set(
-        &mut list,
-        "ControlPlaneReady",
-        cp_ready,
-        "WaitingForControlPlane",
-        "the control plane is not ready yet",
-    );
-    let ready = infra_ready && cp_ready;
+    match why_not {
+        Some((reason, message, severity)) => {
+            conditions::set(&mut list, "ControlPlaneReady", false, &reason, &message);
+            if let Some(condition) = list.iter_mut().find(|c| c.type_ == "ControlPlaneReady") {
+                condition.severity = Some(severity);
+            }
+        }
+        None => conditions::set(
+            &mut list,
+            "ControlPlaneReady",
+            cp_ready,
+            "WaitingForControlPlane",
+            "the control plane is not ready yet",
+        ),
+    }
+    // A control plane that serves but reports a failure (an upgrade EKS refused) leaves the
+    // Cluster not Ready, saying why; `status.controlPlaneReady` still says it serves.
+    let ready = infra_ready && conditions::is_true(&list, "ControlPlaneReady");
     // Ready summarizes, as Cluster API's does: when not ready it repeats the reason and
     // message of the first condition that is not, so the most useful words (a provider to
     // enable, say) show on the Cluster itself.
@@ -319,8 +335,8 @@ impl Pass<'_> {
     /// The control plane: whether it is initialized (its API answers) and ready.
     async fn control_plane(
         &self,
-        list: &mut Vec<lariat_api::capi::Condition>,
-    ) -> Result<(bool, bool), Error> {
+        list: &[lariat_api::capi::Condition],
+    ) -> Result<ControlPlane, Error> {
         let Pass {
             cluster,
             ctx,
@@ -348,36 +364,23 @@ impl Pass<'_> {
                 // Pending; Ready follows the connection.
                 let connected = conditions::is_true(list, "Connected");
                 let initialized = connected || conditions::is_true(list, "ControlPlaneInitialized");
-                (initialized, connected)
+                ControlPlane::plain(initialized, connected)
             }
             None => {
                 let running = control_plane_machines_running(ctx, namespace, name).await?;
-                (running, running)
+                ControlPlane::plain(running, running)
             }
             Some(reference) => match reference.get(&ctx.caches, namespace).await {
-                Err(Error::UnknownKind { kind, .. }) => {
-                    conditions::set(
-                        list,
-                        "ControlPlaneReady",
-                        false,
-                        "ControlPlaneKindUnknown",
-                        &format!("{kind} is not served"),
-                    );
-                    (false, false)
-                }
-                Err(Error::InvalidReference(message)) => {
-                    let message = format!("spec.controlPlaneRef: {message}");
-                    conditions::set(
-                        list,
-                        "ControlPlaneReady",
-                        false,
-                        "InvalidReference",
-                        &message,
-                    );
-                    (false, false)
-                }
+                Err(Error::UnknownKind { kind, .. }) => ControlPlane::not_ready(
+                    "ControlPlaneKindUnknown",
+                    format!("{kind} is not served"),
+                ),
+                Err(Error::InvalidReference(message)) => ControlPlane::not_ready(
+                    "InvalidReference",
+                    format!("spec.controlPlaneRef: {message}"),
+                ),
                 Err(e) => return Err(e),
-                Ok(None) => (false, false),
+                Ok(None) => ControlPlane::plain(false, false),
                 Ok(Some(cp))
                     if let Some(message) = reference.claimed_elsewhere(
                         &cp,
@@ -386,23 +389,19 @@ impl Pass<'_> {
                         uid,
                     ) =>
                 {
-                    conditions::set(
-                        list,
-                        "ControlPlaneReady",
-                        false,
-                        "ControlPlaneClaimed",
-                        &message,
-                    );
-                    (false, false)
+                    ControlPlane::not_ready("ControlPlaneClaimed", message)
                 }
                 Ok(Some(cp)) => {
                     let cp_api = reference.api(&ctx.client, namespace).await?;
                     ensure_owner(&cp_api, &cp, owner.clone()).await?;
                     object::ensure_labels(&cp_api, &cp, labels).await?;
-                    (
-                        bool_at(&cp.data, &["status", "initialized"]),
-                        external::ready(&cp),
-                    )
+                    ControlPlane {
+                        initialized: bool_at(&cp.data, &["status", "initialized"]),
+                        ready: external::ready(&cp),
+                        why_not: external::ready(&cp)
+                            .then(|| external::failing(&cp))
+                            .flatten(),
+                    }
                 }
             },
         })
@@ -458,6 +457,33 @@ impl Pass<'_> {
                 .await;
         }
         Ok(())
+    }
+}
+
+/// What the Cluster's control plane says: initialized, ready (`status.controlPlaneReady`),
+/// and, when the Cluster's `ControlPlaneReady` condition must say more than "not ready yet",
+/// its reason, message and severity.
+struct ControlPlane {
+    initialized: bool,
+    ready: bool,
+    why_not: Option<(String, String, ConditionSeverity)>,
+}
+
+impl ControlPlane {
+    fn plain(initialized: bool, ready: bool) -> ControlPlane {
+        ControlPlane {
+            initialized,
+            ready,
+            why_not: None,
+        }
+    }
+
+    fn not_ready(reason: &str, message: String) -> ControlPlane {
+        ControlPlane {
+            initialized: false,
+            ready: false,
+            why_not: Some((reason.to_string(), message, ConditionSeverity::Info)),
+        }
     }
 }
 

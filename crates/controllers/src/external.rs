@@ -154,6 +154,29 @@ pub fn ready(object: &DynamicObject) -> bool {
     crate::object::bool_at(&object.data, &["status", "ready"])
 }
 
+/// A provider object's `Ready` condition when it reports a failure a person should look at
+/// (False, severity Warning or Error), though the object may still serve: its reason,
+/// message and severity, as Cluster API mirrors them onto the Cluster.
+pub fn failing(
+    object: &DynamicObject,
+) -> Option<(String, String, lariat_api::capi::ConditionSeverity)> {
+    use lariat_api::capi::ConditionSeverity;
+    let ready = object.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready" && c["status"] == "False")?;
+    let severity = match ready["severity"].as_str()? {
+        "Error" => ConditionSeverity::Error,
+        "Warning" => ConditionSeverity::Warning,
+        _ => return None,
+    };
+    Some((
+        ready["reason"].as_str().unwrap_or_default().to_string(),
+        ready["message"].as_str().unwrap_or_default().to_string(),
+        severity,
+    ))
+}
+
 pub fn failure(object: &DynamicObject) -> Option<(String, String)> {
     let reason = str_at(&object.data, &["status", "failureReason"])?;
     let message = str_at(&object.data, &["status", "failureMessage"]).unwrap_or_default();

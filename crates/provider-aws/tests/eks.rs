@@ -639,10 +639,26 @@ async fn an_upgrade_goes_control_plane_first_then_node_groups() {
     // What the conditions say while it runs.
     let mut seen_control_plane = std::collections::BTreeSet::new();
     let mut seen_pool = std::collections::BTreeSet::new();
+    let mut seen_cluster = std::collections::BTreeSet::new();
+    let clusters: Api<lariat_api::capi::Cluster> = Api::namespaced(setup.lariat.client.clone(), NS);
+    let cluster_ready = |cluster: &lariat_api::capi::Cluster| {
+        let ready = cluster
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .find(|c| c.type_ == "Ready")?;
+        Some(
+            ready
+                .reason
+                .clone()
+                .unwrap_or_else(|| format!("{:?}", ready.status)),
+        )
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let control_plane = control_planes.get("prod-control-plane").await.unwrap();
         let pool = node_pools.get("prod-pool-0").await.unwrap();
+        seen_cluster.extend(cluster_ready(&clusters.get("prod").await.unwrap()));
         seen_control_plane.extend(condition(&control_plane, "EKSControlPlaneReady"));
         seen_pool.extend(condition(&pool, "EKSNodegroupReady"));
         assert_eq!(
@@ -689,6 +705,17 @@ async fn an_upgrade_goes_control_plane_first_then_node_groups() {
         seen_control_plane.contains("EKSControlPlaneUpgradeFailed"),
         "{seen_control_plane:?}"
     );
+    // The Cluster is not Ready while its control plane's upgrade failed, and says why; it is
+    // again once the upgrade is through.
+    assert!(
+        seen_cluster.contains("EKSControlPlaneUpgradeFailed"),
+        "{seen_cluster:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cluster_ready(&clusters.get("prod").await.unwrap()).as_deref() != Some("True") {
+        assert!(Instant::now() < deadline, "the Cluster is Ready again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let events: Api<k8s_openapi::api::core::v1::Event> =
         Api::namespaced(setup.lariat.client.clone(), NS);
     let events = events.list(&Default::default()).await.unwrap().items;
