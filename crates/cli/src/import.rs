@@ -27,20 +27,30 @@ pub struct ImportArgs {
     /// How long the registration token works, e.g. 30m, 24h.
     #[arg(long, default_value = "24h")]
     ttl: String,
+    /// Write the registration token to this file (readable by you only) instead of printing
+    /// it: the printed commands read it from there, so it stays out of terminals, shell
+    /// history and `ps`.
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
     /// Kubeconfig of the lariat server [default: $KUBECONFIG, ~/.kube/config, ./lariat-data/kubeconfig.yaml].
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("registration").required(true).args(["token", "token_file"])))]
 pub struct AgentArgs {
     /// The lariat server, https://HOST:PORT; or several replicas' URLs separated by commas,
     /// tried in turn.
     #[arg(long, env = "LARIAT_SERVER")]
     server: String,
-    /// The registration token from `lariat cluster import`.
+    /// The registration token from `lariat cluster import` (visible in `ps`: prefer
+    /// --token-file or $LARIAT_TOKEN).
     #[arg(long, env = "LARIAT_TOKEN", hide_env_values = true)]
-    token: String,
+    token: Option<String>,
+    /// A file holding the registration token (`lariat cluster import --token-file`).
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
     /// sha256 of the server's CA certificate (PEM), from `lariat cluster import`.
     #[arg(long, env = "LARIAT_CA_CHECKSUM")]
     ca_checksum: String,
@@ -187,6 +197,18 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     );
     println!("Registration token {id} expires {expires}; revoke it with:");
     println!("  kubectl delete clusterregistrationtoken {id} -n {NAMESPACE}\n");
+    let token = match &args.token_file {
+        Some(path) => {
+            write_secret_file(path, &token)?;
+            println!("Registration token written to {}", path.display());
+            format!("$(cat {})", shell_word(path))
+        }
+        None => token,
+    };
+    let token_flag = match &args.token_file {
+        Some(path) => format!("--token-file {}", shell_word(path)),
+        None => format!("--token {token}"),
+    };
     println!("Install the agent in the cluster (run with that cluster's kubeconfig):");
     println!("  curl --insecure -sfL {server}/v3/import/{token}.yaml | kubectl apply -f -");
     println!(
@@ -194,9 +216,62 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     );
     println!("Or run the agent anywhere that reaches both:");
     println!(
-        "  lariat agent --server {server} --token {token} --ca-checksum {checksum} --kubeconfig CLUSTER_KUBECONFIG"
+        "  lariat agent --server {server} {token_flag} --ca-checksum {checksum} --kubeconfig CLUSTER_KUBECONFIG"
     );
     Ok(())
+}
+
+/// Writes `text` to a new file only its owner may read (an existing one is replaced).
+fn write_secret_file(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot write the token to {}", path.display()))?;
+    writeln!(file, "{text}")
+        .with_context(|| format!("cannot write the token to {}", path.display()))
+}
+
+/// A path as one shell word, quoted when it needs to be.
+fn shell_word(path: &std::path::Path) -> String {
+    let text = path.display().to_string();
+    if text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+:@".contains(c))
+    {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+/// The registration token: given, or read from its file.
+fn registration_token(args: &AgentArgs) -> anyhow::Result<String> {
+    if let Some(token) = &args.token {
+        return Ok(token.clone());
+    }
+    let path = args
+        .token_file
+        .as_ref()
+        .context("--token or --token-file is required")?;
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "cannot read --token-file {}: pass the file lariat cluster import --token-file wrote",
+            path.display()
+        )
+    })?;
+    let token = text.trim();
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        bail!(
+            "--token-file {} holds no token: expected the one line lariat cluster import --token-file writes",
+            path.display()
+        );
+    }
+    Ok(token.to_string())
 }
 
 pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
@@ -219,9 +294,10 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
             args.server
         );
     }
+    let token = registration_token(&args)?;
     eprintln!("lariat agent dialling {}", args.server);
     lariat_agent::run(
-        lariat_agent::Config::new(args.server, args.token, args.ca_checksum, downstream),
+        lariat_agent::Config::new(args.server, token, args.ca_checksum, downstream),
         crate::shutdown_signal(),
     )
     .await;

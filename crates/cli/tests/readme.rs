@@ -238,11 +238,32 @@ fn the_import_walkthrough_runs_as_written() {
             .unwrap_or_else(|| panic!("{flag} in {printed}"))
             .to_string()
     };
-    let (token, checksum) = (after("--token "), after("--ca-checksum "));
+    let checksum = after("--ca-checksum ");
+    assert!(
+        printed.contains("--token-file edge.token") && !printed.contains("--token "),
+        "the token stays in its file: {printed}"
+    );
+    let token_file = work.path().join("edge.token");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    // A file that holds no token is refused in one line, before anything is dialled.
+    std::fs::write(work.path().join("empty.token"), "\n").unwrap();
+    let refused = bash(
+        "lariat agent --server https://127.0.0.1:1 --token-file empty.token --ca-checksum x --kubeconfig edge.kubeconfig",
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("--token-file empty.token holds no token"),
+        "{refused:?}"
+    );
+    assert!(!printed.contains(token.trim()), "{printed}");
 
     let lines = lines.map(|line| {
         line.replace("SERVER", &server.address)
-            .replace("TOKEN", &token)
             .replace("SHA256", &checksum)
     });
     let script = as_script(lines);
