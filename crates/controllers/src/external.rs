@@ -206,14 +206,39 @@ pub fn read_infrastructure(
     conditions: &mut Vec<Condition>,
 ) -> (bool, Option<(String, String)>) {
     let ready = ready(infra);
-    crate::conditions::set(
-        conditions,
-        "InfrastructureReady",
-        ready,
-        "WaitingForInfrastructure",
-        &format!("{} {} is not ready", reference.kind, reference.name),
-    );
+    let (reason, message) = why_not_ready(infra, reference);
+    crate::conditions::set(conditions, "InfrastructureReady", ready, &reason, &message);
     (ready, failure(infra))
+}
+
+/// Why a provider object is not ready, for the condition that waits on it: its own `Ready`
+/// condition's reason and words when it gives them (as Cluster API mirrors them), else
+/// "not ready".
+pub fn why_not_ready(object: &DynamicObject, reference: &Reference) -> (String, String) {
+    let said = object.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready" && c["status"] == "False")
+        .and_then(|c| {
+            let reason = c["reason"].as_str().filter(|r| !r.is_empty())?;
+            let message = c["message"].as_str().unwrap_or_default();
+            Some((reason.to_string(), message.to_string()))
+        });
+    match said {
+        Some((reason, message)) if !message.is_empty() => (
+            reason,
+            format!("{} {}: {message}", reference.kind, reference.name),
+        ),
+        Some((reason, _)) => (
+            reason,
+            format!("{} {} is not ready", reference.kind, reference.name),
+        ),
+        None => (
+            "WaitingForInfrastructure".to_string(),
+            format!("{} {} is not ready", reference.kind, reference.name),
+        ),
+    }
 }
 
 /// Marks `InfrastructureReady` False because the referenced kind is not served at all.

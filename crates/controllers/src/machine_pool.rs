@@ -10,7 +10,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use lariat_api::capi::{Cluster, MachinePool};
+use lariat_api::capi::{Cluster, Condition, ConditionStatus, MachinePool};
 use serde_json::json;
 
 use crate::external::delete_referenced;
@@ -18,7 +18,7 @@ use crate::external::{self, Reference};
 use crate::object::{
     ensure_finalizer, ensure_labels, ensure_owner, owner_reference, patch_status, remove_finalizer,
 };
-use crate::{Context, Error};
+use crate::{Context, Error, conditions};
 use lariat_api::capi::labels::CLUSTER_NAME as CLUSTER_NAME_LABEL;
 
 pub const FINALIZER: &str = "machinepool.cluster.x-k8s.io";
@@ -69,7 +69,7 @@ pub async fn reconcile(pool: Arc<MachinePool>, ctx: Arc<Context>) -> Result<Acti
         .config_ref
         .as_ref()
         .and_then(Reference::from_object_reference);
-    let infrastructure_object = claim(&ctx, &pool, infrastructure, &cluster_label).await?;
+    let infrastructure_object = claim(&ctx, &pool, infrastructure.clone(), &cluster_label).await?;
     claim(&ctx, &pool, bootstrap.clone(), &cluster_label).await?;
 
     let desired = pool.spec.replicas.unwrap_or(1);
@@ -117,6 +117,14 @@ pub async fn reconcile(pool: Arc<MachinePool>, ctx: Arc<Context>) -> Result<Acti
     } else {
         "Running"
     };
+    let ready_replicas = if infrastructure_ready { replicas } else { 0 };
+    let conditions = pool_conditions(
+        &pool,
+        infrastructure.as_ref(),
+        infrastructure_object.as_deref(),
+        bootstrap_ready,
+        (ready_replicas, desired),
+    );
     let provider_ids = infrastructure_object
         .as_ref()
         .and_then(|o| o.data["spec"]["providerIDList"].as_array().cloned());
@@ -124,9 +132,10 @@ pub async fn reconcile(pool: Arc<MachinePool>, ctx: Arc<Context>) -> Result<Acti
         "replicas": replicas,
         // Instances are counted ready once the provider reports them in the group (the Nodes
         // of a cluster lariat cannot reach are not looked at).
-        "readyReplicas": if infrastructure_ready { replicas } else { 0 },
-        "availableReplicas": if infrastructure_ready { replicas } else { 0 },
-        "unavailableReplicas": (desired - if infrastructure_ready { replicas } else { 0 }).max(0),
+        "readyReplicas": ready_replicas,
+        "availableReplicas": ready_replicas,
+        "unavailableReplicas": (desired - ready_replicas).max(0),
+        "conditions": conditions,
         "infrastructureReady": infrastructure_ready,
         "bootstrapReady": bootstrap_ready,
         "phase": phase,
@@ -156,6 +165,65 @@ pub async fn reconcile(pool: Arc<MachinePool>, ctx: Arc<Context>) -> Result<Acti
     }
     // Woken by its objects' changes; the resync covers a change missed by a lagging watch.
     Ok(crate::resync())
+}
+
+/// The pool's conditions, as Cluster API's: its infrastructure (with the provider's own
+/// reason and words), its bootstrap data, its replicas, and Ready summing them up with the
+/// first that is not, so a pool still provisioning says what it waits for.
+fn pool_conditions(
+    pool: &MachinePool,
+    infrastructure: Option<&Reference>,
+    infrastructure_object: Option<&kube::api::DynamicObject>,
+    bootstrap_ready: bool,
+    (ready, desired): (i32, i32),
+) -> Vec<Condition> {
+    let mut list = pool
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    match (infrastructure, infrastructure_object) {
+        (Some(reference), Some(object)) => {
+            external::read_infrastructure(object, reference, &mut list);
+        }
+        (Some(reference), None) => conditions::set(
+            &mut list,
+            "InfrastructureReady",
+            false,
+            "WaitingForInfrastructure",
+            &format!("{} {} does not exist yet", reference.kind, reference.name),
+        ),
+        (None, _) => {}
+    }
+    conditions::set(
+        &mut list,
+        "BootstrapReady",
+        bootstrap_ready,
+        "WaitingForDataSecret",
+        "the bootstrap config has no data Secret yet",
+    );
+    conditions::set(
+        &mut list,
+        "ReplicasReady",
+        ready >= desired,
+        "WaitingForReplicasReady",
+        &format!("{ready} of {desired} replicas are ready"),
+    );
+    let blocking = ["InfrastructureReady", "BootstrapReady", "ReplicasReady"]
+        .into_iter()
+        .find_map(|type_| {
+            list.iter()
+                .find(|c| c.type_ == type_ && c.status != ConditionStatus::True)
+                .map(|c| {
+                    (
+                        c.reason.clone().unwrap_or_default(),
+                        c.message.clone().unwrap_or_default(),
+                    )
+                })
+        });
+    let (reason, message) = blocking.clone().unwrap_or_default();
+    conditions::set(&mut list, "Ready", blocking.is_none(), &reason, &message);
+    list
 }
 
 /// Deletes what the pool references, and lets the pool go once they are gone.

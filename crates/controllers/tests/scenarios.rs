@@ -189,6 +189,9 @@ async fn reconcile(kind: &str, name: &str, ctx: Arc<Context>) -> Result<(), Erro
         "MachineHealthCheck" => machine_health_check::reconcile(get(&ctx, name).await, ctx)
             .await
             .map(drop),
+        "MachinePool" => machine_pool::reconcile(get(&ctx, name).await, ctx)
+            .await
+            .map(drop),
         other => panic!("no reconciler for {other}"),
     }
 }
@@ -307,6 +310,11 @@ async fn machine_set() {
 #[tokio::test]
 async fn machine() {
     run("machine.yaml").await;
+}
+
+#[tokio::test]
+async fn machine_pool() {
+    run("machine_pool.yaml").await;
 }
 
 #[tokio::test]
