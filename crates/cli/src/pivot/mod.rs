@@ -311,11 +311,12 @@ fn tied(inventory: &Inventory, namespace: &str, args: &MoveArgs) -> Vec<prefligh
             if findings.iter().any(|f| f.why == finding.why) {
                 continue;
             }
-            if !finding.elsewhere && !findings.iter().any(|f| f.selector == finding.selector) {
-                if let Ok(selector) = finding.selector.parse() {
-                    include.push(selector);
-                    more = true;
-                }
+            if !finding.elsewhere
+                && !findings.iter().any(|f| f.selector == finding.selector)
+                && let Ok(selector) = finding.selector.parse()
+            {
+                include.push(selector);
+                more = true;
             }
             findings.push(finding);
         }
