@@ -374,3 +374,37 @@ fn the_rbac_and_project_walkthroughs_run_as_written() {
         "the ClusterAccess is applied: {stdout}"
     );
 }
+
+/// The Fleet walkthrough, run as written from a directory whose `repos` the server may fetch
+/// from (started as the README says): an in-memory cluster, a git repository made on the
+/// spot, a GitRepo targeting the cluster by label, and the ConfigMap in the cluster itself.
+#[test]
+fn the_fleet_walkthrough_runs_as_written() {
+    let work = tempfile::tempdir().unwrap();
+    let repos = work.path().join("repos");
+    std::fs::create_dir_all(&repos).unwrap();
+    let server = TestServer::start_with(&["--fleet-file-repos", repos.to_str().unwrap()]);
+    let script = as_script(block("## Fleet: manifests from git").lines());
+    let output = Command::new("bash")
+        .args(["-c", &script])
+        .current_dir(work.path())
+        .env("PATH", path_with_lariat())
+        .env("HOME", server.home.path())
+        .env("KUBECONFIG", server.kubeconfig())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the walkthrough failed:\n{script}\n{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("gitrepo.fleet.cattle.io/platform condition met"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l.starts_with("settings ")),
+        "the ConfigMap, read in the cluster: {stdout}"
+    );
+}
