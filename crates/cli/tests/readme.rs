@@ -408,3 +408,98 @@ fn the_fleet_walkthrough_runs_as_written() {
         "the ConfigMap, read in the cluster: {stdout}"
     );
 }
+
+/// The move block, run as written against three servers: `prod` of the source holds an
+/// in-memory cluster and two objects that name it (Widget w1, moved; Report weekly, left);
+/// `target.yaml` and `fresh.yaml` are the other two servers' kubeconfigs.
+#[test]
+fn the_move_block_runs_as_written() {
+    let crd = |kind: &str| {
+        let plural = format!("{}s", kind.to_lowercase());
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: {plural}.example.com}}\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {{kind: {kind}, plural: {plural}}}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}\n"
+        )
+    };
+    let (source, target, fresh) = (
+        TestServer::start(),
+        TestServer::start(),
+        TestServer::start(),
+    );
+    for server in [&source, &target, &fresh] {
+        server.init_inmemory();
+        server.apply_ok(&["apply", "-f", "-"], &crd("Widget"));
+    }
+    source.apply_ok(&["apply", "-f", "-"], &crd("Report"));
+    source.kubectl_ok(&["create", "namespace", "prod"]);
+    source.apply_ok(
+        &["apply", "-f", "-"],
+        &common::generate_cluster(&[
+            "dev",
+            "-n",
+            "prod",
+            "--infrastructure",
+            "inmemory",
+            "--kubernetes-version",
+            "v1.30.2",
+            "--control-plane-machine-count",
+            "1",
+            "--worker-machine-count",
+            "1",
+        ]),
+    );
+    source.apply_ok(
+        &["apply", "-n", "prod", "-f", "-"],
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {clusterName: dev}\n---\napiVersion: example.com/v1\nkind: Report\nmetadata: {name: weekly}\nspec: {clusterName: dev}\n",
+    );
+    common::eventually_within(
+        std::time::Duration::from_secs(60),
+        "dev's machines have their nodes",
+        || {
+            let nodes = source.kubectl_ok(&[
+                "get",
+                "machines",
+                "-n",
+                "prod",
+                "-o",
+                "jsonpath={.items[*].status.nodeRef.name}",
+            ]);
+            nodes.split_whitespace().count() == 2
+        },
+    );
+    let work = tempfile::tempdir().unwrap();
+    std::fs::copy(target.kubeconfig(), work.path().join("target.yaml")).unwrap();
+    std::fs::copy(fresh.kubeconfig(), work.path().join("fresh.yaml")).unwrap();
+    let script = as_script(block("## Moving clusters to another server").lines());
+    let output = Command::new("bash")
+        .args(["-c", &script])
+        .current_dir(work.path())
+        .env("PATH", path_with_lariat())
+        .env("HOME", source.home.path())
+        .env("KUBECONFIG", source.kubeconfig())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the block failed:\n{script}\n{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("Report/weekly references Cluster/dev at spec.clusterName")
+            && stdout.contains("--include Report/weekly --include Widget/w1"),
+        "the dry run names both and the command: {stdout}"
+    );
+    assert!(stdout.contains("Moved "), "{stdout}");
+    assert!(stdout.contains("Restored "), "{stdout}");
+    for server in [&target, &fresh] {
+        server.kubectl_ok(&["get", "cluster", "dev", "-n", "prod"]);
+        server.kubectl_ok(&["get", "widget", "w1", "-n", "prod"]);
+    }
+    source.kubectl_ok(&["get", "report", "weekly", "-n", "prod"]);
+    assert!(
+        !source
+            .kubectl(&["get", "cluster", "dev", "-n", "prod"])
+            .status
+            .success()
+    );
+}
