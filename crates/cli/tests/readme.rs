@@ -580,3 +580,58 @@ fn the_aws_walkthrough_runs_as_written_against_moto() {
         assert!(stdout.contains(expected), "{expected}: {stdout}");
     }
 }
+
+/// The backup block while the server runs (into this test's directory rather than /backups),
+/// then the rotation block: the server stopped, `lariat admin rotate`, and the block's
+/// `lariat server` (the test's server started again on the same data directory). The old
+/// admin kubeconfig is refused after it, the new one works, and the backup serves the data.
+#[test]
+fn the_backup_and_rotation_blocks_run_as_written() {
+    let mut server = TestServer::start();
+    server.kubectl_ok(&["create", "configmap", "kept", "--from-literal=k=v"]);
+    let work = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(server.data_dir(), work.path().join("lariat-data")).unwrap();
+    let backups = work.path().join("backups");
+    let home = server.home.path().to_path_buf();
+    let bash = |script: &str| {
+        let output = Command::new("bash")
+            .args(["-c", script])
+            .current_dir(work.path())
+            .env("PATH", path_with_lariat())
+            .env("HOME", &home)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        assert!(
+            output.status.success(),
+            "the block failed:\n{script}\n{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
+    };
+    let backup = block("is backed up while it runs").replace("/backups", backups.to_str().unwrap());
+    bash(&as_script(backup.lines()));
+    let copy = backups.join("lariat-2026-12-03");
+    assert!(copy.is_dir(), "{copy:?}");
+
+    let old = work.path().join("old-admin.yaml");
+    std::fs::copy(server.kubeconfig(), &old).unwrap();
+    let rotation = block("To replace the admin credentials on purpose");
+    let (rotate, restart) = rotation.trim_end().split_once('\n').unwrap();
+    assert!(restart.starts_with("lariat server "), "{restart}");
+    server.terminate();
+    bash(&as_script([rotate]));
+    server.launch();
+    // The old kubeconfig at the server's new address: its certificate is refused.
+    let server_url = format!("https://{}", server.address);
+    let refused = server.kubectl_as(&old, &["--server", &server_url, "get", "namespaces"]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("You must be logged in"),
+        "the old admin certificate is refused: {said}"
+    );
+    assert_eq!(
+        server.kubectl_ok(&["get", "configmap", "kept", "-o", "jsonpath={.data.k}"]),
+        "v"
+    );
+}
