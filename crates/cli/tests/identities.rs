@@ -375,6 +375,41 @@ impl SigningKey {
     }
 }
 
+/// The README's OIDC block as written, with this test's provider in place of Dex (and its CA
+/// and signing algorithm, which the README's public provider needs neither of): a member of
+/// the provider's `sre` group is cluster-admin through the binding the block creates.
+#[test]
+fn the_readmes_oidc_block_runs_as_written() {
+    let provider = Provider::start();
+    let key = SigningKey::new("k1");
+    provider.publish(&[&key]);
+    let block = common::readme_block("sign in with its ID tokens").replace("\\\n", " ");
+    let mut commands = block.lines().filter(|l| !l.trim().is_empty());
+    let start = commands.next().unwrap();
+    let flags = start
+        .strip_prefix("lariat server ")
+        .unwrap_or_else(|| panic!("the block starts the server: {start}"))
+        .replace("https://dex.example.com", &provider.issuer);
+    let mut args: Vec<&str> = flags.split_whitespace().collect();
+    let ca = provider.ca.to_str().unwrap();
+    args.extend(["--oidc-ca-file", ca, "--oidc-signing-algs", "ES256"]);
+    let server = TestServer::start_with(&args);
+    for command in commands {
+        let words: Vec<&str> = command.split_whitespace().collect();
+        assert_eq!(words[0], "kubectl", "{command}");
+        server.kubectl_ok(&words[1..]);
+    }
+    let now = chrono::Utc::now().timestamp();
+    let token = key.sign(&json!({
+        "iss": provider.issuer, "aud": "lariat", "sub": "1",
+        "email": "sam@example.com", "email_verified": true, "groups": ["sre"],
+        "iat": now, "exp": now + 600,
+    }));
+    let sam = token_kubeconfig(&server, "sam", &token);
+    let (ok, answer) = kubectl_as(&server, &sam, &["auth", "can-i", "*", "*"]);
+    assert!(ok && answer.trim() == "yes", "{answer}");
+}
+
 #[test]
 fn oidc_id_tokens_are_checked_against_the_providers_rotating_keys() {
     let provider = Provider::start();

@@ -6,23 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{TestServer, eventually};
-
-/// The first ```sh block after `heading` in the README.
-fn block(heading: &str) -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-        .expect("README.md");
-    let section = readme
-        .split(heading)
-        .nth(1)
-        .unwrap_or_else(|| panic!("README has no {heading:?}"));
-    section
-        .split("```sh\n")
-        .nth(1)
-        .and_then(|rest| rest.split("```").next())
-        .expect("a sh block")
-        .to_string()
-}
+use common::{TestServer, eventually, readme_block as block};
 
 /// `PATH` with the built `lariat` first.
 fn path_with_lariat() -> String {

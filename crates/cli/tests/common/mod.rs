@@ -468,6 +468,23 @@ pub fn small_inmemory_cluster(name: &str) -> String {
     ])
 }
 
+/// The first ```sh block after `anchor` (a heading, or words just before the block) in the
+/// README: the tests that run the README's blocks as written read them here.
+pub fn readme_block(anchor: &str) -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let section = readme
+        .split(anchor)
+        .nth(1)
+        .unwrap_or_else(|| panic!("README has no {anchor:?}"));
+    section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a sh block")
+        .to_string()
+}
+
 /// Waits until `check` holds, polling.
 pub fn eventually(what: &str, check: impl FnMut() -> bool) {
     eventually_within(Duration::from_secs(20), what, check)
