@@ -879,3 +879,97 @@ fn an_etcd_snapshot_restores_the_replicas_with_their_token() {
     );
     assert!(refused.contains("join token"), "{refused}");
 }
+
+/// The README's first HA block as written, on one machine: its `ETCD` this test's three etcd
+/// members, and each of "the three machines" a directory and a port of its own in place of
+/// `0.0.0.0:6443`. The three servers share one CA, and what one writes the others read.
+#[test]
+fn the_readmes_three_servers_share_one_ca_and_their_data() {
+    let etcd = EtcdCluster::start(3).expect("start etcd (apt-get install -y etcd-server)");
+    let block = common::readme_block("Run three servers on one etcd cluster").replace("\\\n", " ");
+    let lines: Vec<&str> = block.lines().filter(|l| !l.trim().is_empty()).collect();
+    let [token_line, etcd_line, comment, server_line] = lines[..] else {
+        panic!("the block's four commands: {block}")
+    };
+    assert!(
+        etcd_line.starts_with("ETCD=") && comment.starts_with('#'),
+        "{block}"
+    );
+    let token = Command::new("bash")
+        .args(["-c", &format!("{token_line}\necho $TOKEN")])
+        .output()
+        .unwrap();
+    let token = String::from_utf8_lossy(&token.stdout).trim().to_string();
+    assert_eq!(token.len(), 64, "{token}");
+    let work = tempfile::tempdir().unwrap();
+    let mut servers = vec![];
+    let mut addresses = vec![];
+    for i in 1..=3 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let address = format!("127.0.0.1:{port}");
+        let dir = work.path().join(format!("machine-{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let line = server_line.replace("0.0.0.0:6443", &address);
+        let log = std::fs::File::create(dir.join("server.log")).unwrap();
+        servers.push(
+            Command::new("bash")
+                .args(["-c", &format!("exec {line}")])
+                .current_dir(&dir)
+                .env("PATH", common::path_with_lariat())
+                .env("TOKEN", &token)
+                .env("ETCD", etcd.endpoints())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+        addresses.push((dir, address));
+    }
+    let kubectl = |(dir, address): &(std::path::PathBuf, String), args: &[&str]| {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(dir.join("lariat-data/kubeconfig.yaml"))
+            .args(["--server", &format!("https://{address}")])
+            .args(["--tls-server-name", "lariat.example.com"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for machine in &addresses {
+        eventually_within(Duration::from_secs(60), "each server serves", || {
+            kubectl(machine, &["get", "namespaces"]).status.success()
+        });
+    }
+    let first = &addresses[0];
+    assert!(
+        kubectl(
+            first,
+            &["create", "configmap", "shared", "--from-literal=k=v"]
+        )
+        .status
+        .success()
+    );
+    let cas: Vec<Vec<u8>> = addresses
+        .iter()
+        .map(|machine| kubectl(machine, &["get", "--raw", "/cacerts"]).stdout)
+        .collect();
+    assert!(
+        !cas[0].is_empty() && cas.iter().all(|ca| *ca == cas[0]),
+        "one CA"
+    );
+    for machine in &addresses[1..] {
+        let read = kubectl(
+            machine,
+            &["get", "configmap", "shared", "-o", "jsonpath={.data.k}"],
+        );
+        assert_eq!(String::from_utf8_lossy(&read.stdout), "v");
+    }
+    for mut server in servers {
+        let _ = server.kill();
+        let _ = server.wait();
+    }
+}

@@ -6,20 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{TestServer, eventually, readme_block as block};
-
-/// `PATH` with the built `lariat` first.
-fn path_with_lariat() -> String {
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lariat"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    )
-}
+use common::{TestServer, eventually, path_with_lariat, readme_block as block};
 
 /// A README block as one bash script that stops at the first failure and stops what it put
 /// in the background: a line ending in a `-w` watch runs for five seconds, and a command the

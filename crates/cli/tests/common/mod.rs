@@ -485,6 +485,19 @@ pub fn readme_block(anchor: &str) -> String {
         .to_string()
 }
 
+/// `PATH` with the built `lariat` first.
+pub fn path_with_lariat() -> String {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_lariat"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
 /// Waits until `check` holds, polling.
 pub fn eventually(what: &str, check: impl FnMut() -> bool) {
     eventually_within(Duration::from_secs(20), what, check)
