@@ -968,6 +968,20 @@ fn the_readmes_three_servers_share_one_ca_and_their_data() {
         );
         assert_eq!(String::from_utf8_lossy(&read.stdout), "v");
     }
+    // The block that lists their Leases: the controllers' and one per replica.
+    let leases = common::readme_block("Each replica also keeps a Lease of its own");
+    let command = leases.lines().next().unwrap().trim();
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(words[..2], ["kubectl", "get"], "{command}");
+    eventually_within(
+        Duration::from_secs(30),
+        "the Leases the README shows",
+        || {
+            let listed = kubectl(first, &words[1..]);
+            let listed = String::from_utf8_lossy(&listed.stdout);
+            listed.contains("lariat-controllers") && listed.matches("lariat-replica-").count() == 3
+        },
+    );
     for mut server in servers {
         let _ = server.kill();
         let _ = server.wait();

@@ -401,6 +401,56 @@ fn the_fleet_walkthrough_runs_as_written() {
         stdout.lines().any(|l| l.starts_with("settings ")),
         "the ConfigMap, read in the cluster: {stdout}"
     );
+    // Then the blocks after it: a cluster imported into the workspace (its agent is not run
+    // here: its BundleDeployment waits for it), and the webhook secret given to the GitRepo.
+    for anchor in [
+        "so import clusters for Fleet into it",
+        "give the GitRepo the secret",
+    ] {
+        let script = as_script(block(anchor).lines());
+        let output = Command::new("bash")
+            .args(["-c", &script])
+            .current_dir(work.path())
+            .env("PATH", path_with_lariat())
+            .env("HOME", server.home.path())
+            .env("KUBECONFIG", server.kubeconfig())
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{script}\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    assert_eq!(
+        server
+            .kubectl_ok(&[
+                "get",
+                "bundledeployments",
+                "-A",
+                "-l",
+                "fleet.cattle.io/cluster=edge",
+                "-o",
+                "name"
+            ])
+            .lines()
+            .count(),
+        1,
+        "the imported cluster has its BundleDeployment"
+    );
+    assert_eq!(
+        server.kubectl_ok(&[
+            "get",
+            "gitrepo",
+            "platform",
+            "-n",
+            "fleet-default",
+            "-o",
+            "jsonpath={.spec.webhookSecret}"
+        ]),
+        "hooks"
+    );
 }
 
 /// The move block, run as written against three servers: `prod` of the source holds an
@@ -604,5 +654,112 @@ fn the_backup_and_rotation_blocks_run_as_written() {
     assert_eq!(
         server.kubectl_ok(&["get", "configmap", "kept", "-o", "jsonpath={.data.k}"]),
         "v"
+    );
+}
+
+/// The anchors the tests read README blocks by (`readme_block`), with the test file that
+/// runs each block.
+const RUN: &[(&str, &str)] = &[
+    (
+        "## Walkthrough: the Cluster API seed, with kubectl",
+        "readme.rs",
+    ),
+    (
+        "## Walkthrough: a whole cluster on the in-memory provider",
+        "readme.rs",
+    ),
+    (
+        "## Walkthrough: import a cluster lariat did not create",
+        "readme.rs",
+    ),
+    ("## Moving clusters to another server", "readme.rs"),
+    ("## Fleet: manifests from git", "readme.rs"),
+    ("so import clusters for Fleet into it", "readme.rs"),
+    ("give the GitRepo the secret", "readme.rs"),
+    (
+        "## AWS: EKS clusters, as Cluster API AWS makes them",
+        "readme.rs",
+    ),
+    ("Without an AWS account, moto stands in", "readme.rs"),
+    ("Run three servers on one etcd cluster", "ha.rs"),
+    ("Each replica also keeps a Lease of its own", "ha.rs"),
+    ("is backed up while it runs", "readme.rs"),
+    ("Give someone access with a token of their own", "readme.rs"),
+    ("ServiceAccounts get short-lived signed tokens", "readme.rs"),
+    ("sign in with its ID tokens", "identities.rs"),
+    ("## Projects, cluster owners and global roles", "readme.rs"),
+    ("To replace the admin credentials on purpose", "readme.rs"),
+];
+
+/// The blocks no test runs as written, and why each cannot be.
+const NOT_RUN: &[(&str, &str)] = &[
+    (
+        "## Quick start",
+        "it is CI itself: `.ci/run` runs scripts/test, and the server is what every test starts",
+    ),
+    (
+        "## Releases, the image, and lariat in a cluster",
+        "CI's release stage runs scripts/release, and tests/distribution.rs checks what it makes",
+    ),
+    (
+        "holds the key and the server's host keys",
+        "it reaches GitHub over ssh; tests/fleet.rs fetches over ssh from a local sshd with the same kind of Secret",
+    ),
+    (
+        "Inspect and publish it with skopeo",
+        "it publishes to registries; tests/distribution.rs inspects and runs the image it names",
+    ),
+    (
+        "an overlay changes\n  them",
+        "it needs a cluster that runs Pods; tests/distribution.rs validates deploy/ against a lariat server with a strict server-side dry run",
+    ),
+    (
+        "**Replicas on etcd** are backed up with etcd's snapshot",
+        "it restores three etcd members on three machines; tests/ha.rs runs the same etcdctl snapshot save and restore against this machine's etcd",
+    ),
+    (
+        "## Benchmarks",
+        "each bench takes minutes at these sizes; tests/benches.rs runs every one at small sizes",
+    ),
+];
+
+/// Every ```sh block of the README is run as written by a test (`RUN`), or says why it cannot
+/// be (`NOT_RUN`): a new block nobody runs fails here.
+#[test]
+fn every_shell_block_of_the_readme_is_run_by_a_test() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let block_at = |anchor: &str| {
+        let at = readme
+            .find(anchor)
+            .unwrap_or_else(|| panic!("README has no {anchor:?}"));
+        at + readme[at..].find("```sh\n").expect("a sh block after it")
+    };
+    let tests_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/");
+    let mut covered = std::collections::BTreeSet::new();
+    for (anchor, file) in RUN {
+        let source = std::fs::read_to_string(format!("{tests_dir}{file}")).unwrap();
+        assert!(
+            source.contains(&format!("{anchor:?}")),
+            "tests/{file} reads no block by {anchor:?}"
+        );
+        covered.insert(block_at(anchor));
+    }
+    for (anchor, _why) in NOT_RUN {
+        covered.insert(block_at(anchor));
+    }
+    let mut missing = vec![];
+    for (at, _) in readme.match_indices("```sh\n") {
+        if !covered.contains(&at) {
+            let line = readme[..at].lines().count() + 1;
+            missing.push(format!(
+                "line {line}: {}",
+                readme[at + 6..].lines().next().unwrap_or_default()
+            ));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "README blocks no test runs: {missing:#?}"
     );
 }
