@@ -170,15 +170,18 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
     }
     let before = machines(&source, "prod");
     let (machine, ..) = before.iter().next().unwrap().clone();
-    let machine_uid = source.kubectl_ok(&[
-        "get",
-        "machine",
-        &machine,
-        "-n",
-        "prod",
-        "-o",
-        "jsonpath={.metadata.uid}",
-    ]);
+    let uid_of = |resource: &str, name: &str| {
+        source.kubectl_ok(&[
+            "get",
+            resource,
+            name,
+            "-n",
+            "prod",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+    };
+    let machine_uid = uid_of("machine", &machine);
     source.apply_ok(
         &["apply", "-n", "prod", "-f", "-"],
         &format!(
@@ -186,15 +189,7 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
         ),
     );
     // A Gadget tied to the move only through g1: one dry run names it too.
-    let gadget_uid = source.kubectl_ok(&[
-        "get",
-        "gadget",
-        "g1",
-        "-n",
-        "prod",
-        "-o",
-        "jsonpath={.metadata.uid}",
-    ]);
+    let gadget_uid = uid_of("gadget", "g1");
     source.apply_ok(
         &["apply", "-n", "prod", "-f", "-"],
         &format!(

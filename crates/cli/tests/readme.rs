@@ -4,9 +4,37 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 
 use common::{TestServer, eventually, path_with_lariat, readme_block as block};
+
+/// bash in `dir`, with the built `lariat` first on PATH, `home` as HOME and, when given,
+/// `kubeconfig` as KUBECONFIG (else none).
+fn bash(dir: &Path, home: &Path, kubeconfig: Option<&Path>) -> Command {
+    let mut command = Command::new("bash");
+    command
+        .current_dir(dir)
+        .env("PATH", path_with_lariat())
+        .env("HOME", home);
+    match kubeconfig {
+        Some(kubeconfig) => command.env("KUBECONFIG", kubeconfig),
+        None => command.env_remove("KUBECONFIG"),
+    };
+    command
+}
+
+/// Runs `script` with `command`; it must succeed. What it printed.
+fn run_ok(mut command: Command, script: &str) -> String {
+    let output = command.args(["-c", script]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "the script failed:\n{script}\n{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
 
 /// A README block as one bash script that stops at the first failure and stops what it put
 /// in the background: a line ending in a `-w` watch runs for five seconds, and a command the
@@ -102,20 +130,7 @@ fn the_cluster_api_seed_walkthrough_runs_as_written() {
         script.contains("timeout 5 kubectl get clusters -w"),
         "{script}"
     );
-    let output = Command::new("bash")
-        .args(["-c", &script])
-        .current_dir(work.path())
-        .env("PATH", path_with_lariat())
-        .env("HOME", server.home.path())
-        .env_remove("KUBECONFIG")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the walkthrough failed:\n{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = run_ok(bash(work.path(), server.home.path(), None), &script);
     assert!(
         stdout.contains("clusters "),
         "api-resources lists clusters: {stdout}"
@@ -181,14 +196,14 @@ fn the_import_walkthrough_runs_as_written() {
     std::fs::write(&edge, renamed).unwrap();
     let kubeconfig = format!("{}:{}", server.kubeconfig().display(), edge.display());
     let bash = |script: &str| {
-        Command::new("bash")
-            .args(["-c", script])
-            .current_dir(work.path())
-            .env("PATH", path_with_lariat())
-            .env("HOME", server.home.path())
-            .env("KUBECONFIG", &kubeconfig)
-            .output()
-            .unwrap()
+        bash(
+            work.path(),
+            server.home.path(),
+            Some(Path::new(&kubeconfig)),
+        )
+        .args(["-c", script])
+        .output()
+        .unwrap()
     };
 
     let mut lines = block("## Walkthrough: import a cluster lariat did not create")
@@ -284,23 +299,12 @@ fn the_rbac_and_project_walkthroughs_run_as_written() {
     );
     let work = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(server.data_dir(), work.path().join("lariat-data")).unwrap();
-    // Runs a block's script, which must succeed, and returns what it printed.
+    let kubeconfig = server.kubeconfig();
     let run = |script: &str| {
-        let output = Command::new("bash")
-            .args(["-c", script])
-            .current_dir(work.path())
-            .env("PATH", path_with_lariat())
-            .env("HOME", server.home.path())
-            .env("KUBECONFIG", server.kubeconfig())
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-        assert!(
-            output.status.success(),
-            "the walkthrough failed:\n{script}\n{stdout}{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        stdout
+        run_ok(
+            bash(work.path(), server.home.path(), Some(&kubeconfig)),
+            script,
+        )
     };
     let script = as_script(block("Give someone access with a token of their own").lines());
     assert!(
@@ -378,21 +382,14 @@ fn the_fleet_walkthrough_runs_as_written() {
     let repos = work.path().join("repos");
     std::fs::create_dir_all(&repos).unwrap();
     let server = TestServer::start_with(&["--fleet-file-repos", repos.to_str().unwrap()]);
-    let script = as_script(block("## Fleet: manifests from git").lines());
-    let output = Command::new("bash")
-        .args(["-c", &script])
-        .current_dir(work.path())
-        .env("PATH", path_with_lariat())
-        .env("HOME", server.home.path())
-        .env("KUBECONFIG", server.kubeconfig())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the walkthrough failed:\n{script}\n{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let kubeconfig = server.kubeconfig();
+    let run = |script: &str| {
+        run_ok(
+            bash(work.path(), server.home.path(), Some(&kubeconfig)),
+            script,
+        )
+    };
+    let stdout = run(&as_script(block("## Fleet: manifests from git").lines()));
     assert!(
         stdout.contains("gitrepo.fleet.cattle.io/platform condition met"),
         "{stdout}"
@@ -407,21 +404,7 @@ fn the_fleet_walkthrough_runs_as_written() {
         "so import clusters for Fleet into it",
         "give the GitRepo the secret",
     ] {
-        let script = as_script(block(anchor).lines());
-        let output = Command::new("bash")
-            .args(["-c", &script])
-            .current_dir(work.path())
-            .env("PATH", path_with_lariat())
-            .env("HOME", server.home.path())
-            .env("KUBECONFIG", server.kubeconfig())
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{script}\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        run(&as_script(block(anchor).lines()));
     }
     assert_eq!(
         server
@@ -477,19 +460,7 @@ fn the_move_block_runs_as_written() {
     source.kubectl_ok(&["create", "namespace", "prod"]);
     source.apply_ok(
         &["apply", "-f", "-"],
-        &common::generate_cluster(&[
-            "dev",
-            "-n",
-            "prod",
-            "--infrastructure",
-            "inmemory",
-            "--kubernetes-version",
-            "v1.30.2",
-            "--control-plane-machine-count",
-            "1",
-            "--worker-machine-count",
-            "1",
-        ]),
+        &common::small_inmemory_cluster_with("dev", &["-n", "prod"]),
     );
     source.apply_ok(
         &["apply", "-n", "prod", "-f", "-"],
@@ -514,19 +485,9 @@ fn the_move_block_runs_as_written() {
     std::fs::copy(target.kubeconfig(), work.path().join("target.yaml")).unwrap();
     std::fs::copy(fresh.kubeconfig(), work.path().join("fresh.yaml")).unwrap();
     let script = as_script(block("## Moving clusters to another server").lines());
-    let output = Command::new("bash")
-        .args(["-c", &script])
-        .current_dir(work.path())
-        .env("PATH", path_with_lariat())
-        .env("HOME", source.home.path())
-        .env("KUBECONFIG", source.kubeconfig())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the block failed:\n{script}\n{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = run_ok(
+        bash(work.path(), source.home.path(), Some(&source.kubeconfig())),
+        &script,
     );
     assert!(
         stdout.contains("Report/weekly references Cluster/dev at spec.clusterName")
@@ -578,20 +539,13 @@ fn the_aws_walkthrough_runs_as_written_against_moto() {
     let work = tempfile::tempdir().unwrap();
     let kubeconfig = work.path().join("lariat-data/kubeconfig.yaml");
     let home = tempfile::tempdir().unwrap();
-    let output = Command::new("bash")
-        .args(["-c", &format!("{script}\nkubectl wait --for=jsonpath='{{.status.phase}}'=Provisioned cluster/prod --timeout=2m\n")])
-        .current_dir(work.path())
-        .env("PATH", path_with_lariat())
-        .env("HOME", home.path())
-        .env("KUBECONFIG", &kubeconfig)
-        .env_remove("AWS_PROFILE")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the walkthrough failed:\n{script}\n{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
+    let mut command = bash(work.path(), home.path(), Some(&kubeconfig));
+    command.env_remove("AWS_PROFILE");
+    let stdout = run_ok(
+        command,
+        &format!(
+            "{script}\nkubectl wait --for=jsonpath='{{.status.phase}}'=Provisioned cluster/prod --timeout=2m\n"
+        ),
     );
     for expected in [
         "machinepool.cluster.x-k8s.io/prod-pool-0 scaled",
@@ -614,24 +568,9 @@ fn the_backup_and_rotation_blocks_run_as_written() {
     std::os::unix::fs::symlink(server.data_dir(), work.path().join("lariat-data")).unwrap();
     let backups = work.path().join("backups");
     let home = server.home.path().to_path_buf();
-    let bash = |script: &str| {
-        let output = Command::new("bash")
-            .args(["-c", script])
-            .current_dir(work.path())
-            .env("PATH", path_with_lariat())
-            .env("HOME", &home)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-        assert!(
-            output.status.success(),
-            "the block failed:\n{script}\n{stdout}{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        stdout
-    };
+    let run = |script: &str| run_ok(bash(work.path(), &home, None), script);
     let backup = block("is backed up while it runs").replace("/backups", backups.to_str().unwrap());
-    bash(&as_script(backup.lines()));
+    run(&as_script(backup.lines()));
     let copy = backups.join("lariat-2026-12-03");
     assert!(copy.is_dir(), "{copy:?}");
 
@@ -641,7 +580,7 @@ fn the_backup_and_rotation_blocks_run_as_written() {
     let (rotate, restart) = rotation.trim_end().split_once('\n').unwrap();
     assert!(restart.starts_with("lariat server "), "{restart}");
     server.terminate();
-    bash(&as_script([rotate]));
+    run(&as_script([rotate]));
     server.launch();
     // The old kubeconfig at the server's new address: its certificate is refused.
     let server_url = format!("https://{}", server.address);

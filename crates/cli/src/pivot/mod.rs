@@ -369,15 +369,20 @@ async fn finish(
     // Again: the source's Fleet may have made its records anew while the Clusters lived.
     source.forget(&journal.objects).await?;
     unpause(target, &journal, "the target").await?;
+    // Best effort: the move is done whether or not its users can be told where it went (a
+    // record grown past one object's size, say), so a failure here is said, not fatal.
     let moved: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
-    journal::record_moved(
+    if let Err(e) = journal::record_moved(
         &source.client,
         &target.client,
         &target.url,
         namespace,
         &moved,
     )
-    .await?;
+    .await
+    {
+        eprintln!("warning: the move is done, but where its clusters went is not recorded: {e:#}");
+    }
     Journal::remove(&source.client, namespace).await?;
     let graph_summary = graph::count_kinds(journal.objects.iter().map(|e| e.kind.as_str()));
     println!(

@@ -455,7 +455,12 @@ pub fn generate_cluster(args: &[&str]) -> String {
 /// `lariat generate cluster NAME` for the in-memory provider at v1.30.2 with one control-plane
 /// machine and one worker: the smallest whole cluster.
 pub fn small_inmemory_cluster(name: &str) -> String {
-    generate_cluster(&[
+    small_inmemory_cluster_with(name, &[])
+}
+
+/// The same, with more `lariat generate cluster` arguments (`-n NAMESPACE`).
+pub fn small_inmemory_cluster_with(name: &str, more: &[&str]) -> String {
+    let mut args = vec![
         name,
         "--infrastructure",
         "inmemory",
@@ -465,7 +470,9 @@ pub fn small_inmemory_cluster(name: &str) -> String {
         "1",
         "--worker-machine-count",
         "1",
-    ])
+    ];
+    args.extend_from_slice(more);
+    generate_cluster(&args)
 }
 
 /// The first ```sh block after `anchor` (a heading, or words just before the block) in the
