@@ -17,10 +17,17 @@ pub const NAMESPACE: &str = "lariat-system";
 /// Marks a Cluster that lariat imported rather than provisioned: its control plane is
 /// whatever the agent reaches, and it is ready once the agent is connected.
 pub const IMPORTED_ANNOTATION: &str = "management.lariat.dev/imported";
-/// The ConfigMap a finished `lariat move` leaves in the source's namespace: one key per
-/// Cluster that left, its value `{"server": URL, "movedAt": RFC 3339}`, so that the proxy
-/// tells the cluster's users where it went.
+/// The ConfigMap a finished `lariat move` leaves on the source for the namespace it moved
+/// ([`moved_record`]): one key per Cluster that left, its value `{"server": URL, "movedAt":
+/// RFC 3339}`, so that the proxy tells the cluster's users where it went.
 pub const MOVED_CONFIGMAP: &str = "lariat-moved";
+
+/// Where the record of namespace `namespace`'s moved Clusters is kept: in [`NAMESPACE`], which
+/// only administrators write, so that a user who may write ConfigMaps in the moved namespace
+/// cannot forge where its clusters went.
+pub fn moved_record(namespace: &str) -> (&'static str, String) {
+    (NAMESPACE, format!("{MOVED_CONFIGMAP}-{namespace}"))
+}
 
 /// Where a moved Cluster went, as [`MOVED_CONFIGMAP`] records it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

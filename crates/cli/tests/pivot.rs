@@ -390,7 +390,24 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
         refused.contains("Forbidden") && refused.contains(&told),
         "{refused}"
     );
-    // A cluster that never was here is refused as before, naming nothing.
+    // The record is where only administrators write; one made in the namespace (by anyone
+    // who may write ConfigMaps there) is not read. A cluster that never was here is refused
+    // as before, naming nothing.
+    source.kubectl_ok(&[
+        "get",
+        "configmap",
+        "lariat-moved-prod",
+        "-n",
+        "lariat-system",
+    ]);
+    source.kubectl_ok(&[
+        "create",
+        "configmap",
+        "lariat-moved",
+        "-n",
+        "prod",
+        r#"--from-literal=nowhere={"server":"https://evil.example","movedAt":"2026-01-01T00:00:00Z"}"#,
+    ]);
     let never = source.kubectl_as(
         &dana,
         &[

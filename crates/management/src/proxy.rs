@@ -136,24 +136,26 @@ async fn checked(
     Ok((user, None))
 }
 
-/// Where a Cluster that is not here went, as `lariat move` recorded it in the namespace
-/// (`MOVED_CONFIGMAP`), told to authenticated callers: the address of a management server
-/// is no secret (its TLS and its own credentials guard it), and the user needs it.
+/// Where a Cluster that is not here went, as `lariat move` recorded it (`moved_record`, kept
+/// where only administrators write), told to authenticated callers: the address of a
+/// management server is no secret (its TLS and its own credentials guard it), and the user
+/// needs it.
 async fn moved(
     server: &Handle,
     user: &User,
     namespace: &str,
     name: &str,
 ) -> Result<Option<String>, ApiError> {
-    use lariat_api::management::{MOVED_CONFIGMAP, MovedTo};
+    use lariat_api::management::{MovedTo, moved_record};
     if user.name == "system:anonymous" {
         return Ok(None);
     }
     let resources = server.resources();
-    let Some(scope) = resources.scope("", "configmaps", Some(namespace)) else {
+    let (record_namespace, record_name) = moved_record(namespace);
+    let Some(scope) = resources.scope("", "configmaps", Some(record_namespace)) else {
         return Ok(None);
     };
-    let record = match resources.get(&scope, MOVED_CONFIGMAP).await {
+    let record = match resources.get(&scope, &record_name).await {
         Ok(record) => record,
         Err(ApiError::NotFound { .. }) => return Ok(None),
         Err(e) => return Err(e),

@@ -190,7 +190,8 @@ pub async fn record_moved(
     namespace: &str,
     clusters: &[&str],
 ) -> anyhow::Result<()> {
-    use lariat_api::management::{MOVED_CONFIGMAP, MovedTo};
+    use lariat_api::management::{MovedTo, moved_record};
+    let (record_namespace, record_name) = moved_record(namespace);
     let moved_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let mut went = BTreeMap::new();
     let mut here = BTreeMap::new();
@@ -205,17 +206,17 @@ pub async fn record_moved(
         );
         here.insert(name.to_string(), serde_json::Value::Null);
     }
-    let source_api: Api<ConfigMap> = Api::namespaced(source.clone(), namespace);
+    let source_api: Api<ConfigMap> = Api::namespaced(source.clone(), record_namespace);
     let patch = serde_json::json!({"data": went});
     let params = PatchParams::apply(FIELD_MANAGER);
     match source_api
-        .patch(MOVED_CONFIGMAP, &params, &Patch::Merge(&patch))
+        .patch(&record_name, &params, &Patch::Merge(&patch))
         .await
     {
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 404 => {
             let map: ConfigMap = serde_json::from_value(serde_json::json!({
-                "metadata": {"name": MOVED_CONFIGMAP, "namespace": namespace},
+                "metadata": {"name": record_name, "namespace": record_namespace},
                 "data": went,
             }))?;
             source_api
@@ -225,10 +226,10 @@ pub async fn record_moved(
         }
         Err(e) => return Err(crate::connect::refused(e, "record where the clusters went")),
     }
-    let target_api: Api<ConfigMap> = Api::namespaced(target.clone(), namespace);
+    let target_api: Api<ConfigMap> = Api::namespaced(target.clone(), record_namespace);
     match target_api
         .patch(
-            MOVED_CONFIGMAP,
+            &record_name,
             &params,
             &Patch::Merge(&serde_json::json!({"data": here})),
         )
