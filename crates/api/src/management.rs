@@ -29,12 +29,18 @@ pub fn moved_record(namespace: &str) -> (&'static str, String) {
     (NAMESPACE, format!("{MOVED_CONFIGMAP}-{namespace}"))
 }
 
-/// Where a moved Cluster went, as [`MOVED_CONFIGMAP`] records it.
+/// Where a moved Cluster went, as [`MOVED_CONFIGMAP`] records it, and who is told: the users
+/// and groups the moved bindings named (Rancher's role template bindings and RoleBindings),
+/// whose access left with the cluster.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MovedTo {
     pub server: String,
     pub moved_at: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 }
 
 /// The `type` of the Secret holding an agent credential's hash.

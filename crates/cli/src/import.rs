@@ -27,9 +27,9 @@ pub struct ImportArgs {
     /// How long the registration token works, e.g. 30m, 24h.
     #[arg(long, default_value = "24h")]
     ttl: String,
-    /// Write the registration token to this file (readable by you only) instead of printing
-    /// it: the printed commands read it from there, so it stays out of terminals, shell
-    /// history and `ps`.
+    /// Write the registration token to this new file (readable by you only; an existing path
+    /// is refused) instead of printing it: the printed commands read it from there, so it
+    /// stays out of terminals and shell history, and `lariat agent --token-file` out of `ps`.
     #[arg(long, value_name = "PATH")]
     token_file: Option<PathBuf>,
     /// Kubeconfig of the lariat server [default: $KUBECONFIG, ~/.kube/config, ./lariat-data/kubeconfig.yaml].
@@ -38,7 +38,6 @@ pub struct ImportArgs {
 }
 
 #[derive(clap::Args)]
-#[command(group(clap::ArgGroup::new("registration").required(true).args(["token", "token_file"])))]
 pub struct AgentArgs {
     /// The lariat server, https://HOST:PORT; or several replicas' URLs separated by commas,
     /// tried in turn.
@@ -138,6 +137,12 @@ pub(crate) async fn server_url(
 
 pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     let ttl = parse_ttl(&args.ttl)?;
+    // The token's file is made first (never over an existing path), so a path that cannot be
+    // written refuses the import before a Cluster or a token exists.
+    let mut token_file = match &args.token_file {
+        Some(path) => Some(TokenFile::create(path)?),
+        None => None,
+    };
     let client = crate::connect::client(args.kubeconfig.as_ref()).await?;
     let server = server_url(&client, args.kubeconfig.as_ref()).await?;
     let clusters: Api<DynamicObject> = Api::namespaced_with(
@@ -197,11 +202,11 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     );
     println!("Registration token {id} expires {expires}; revoke it with:");
     println!("  kubectl delete clusterregistrationtoken {id} -n {NAMESPACE}\n");
-    let token = match &args.token_file {
-        Some(path) => {
-            write_secret_file(path, &token)?;
-            println!("Registration token written to {}", path.display());
-            format!("$(cat {})", shell_word(path))
+    let token = match token_file.as_mut() {
+        Some(file) => {
+            file.write(&token)?;
+            println!("Registration token written to {}", file.path.display());
+            format!("$(cat {})", shell_word(&file.path))
         }
         None => token,
     };
@@ -221,19 +226,50 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes `text` to a new file only its owner may read (an existing one is replaced).
-fn write_secret_file(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let _ = std::fs::remove_file(path);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("cannot write the token to {}", path.display()))?;
-    writeln!(file, "{text}")
-        .with_context(|| format!("cannot write the token to {}", path.display()))
+/// The file `--token-file` names: made empty, only its owner may read it, before the import
+/// does anything; filled with the token once there is one; removed if the import fails first.
+struct TokenFile {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+}
+
+impl TokenFile {
+    fn create(path: &std::path::Path) -> anyhow::Result<TokenFile> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => anyhow::anyhow!(
+                    "--token-file {} exists: remove it, or name a new file",
+                    path.display()
+                ),
+                _ => anyhow::anyhow!("cannot create --token-file {}: {e}", path.display()),
+            })?;
+        Ok(TokenFile {
+            path: path.to_path_buf(),
+            file: Some(file),
+        })
+    }
+
+    fn write(&mut self, token: &str) -> anyhow::Result<()> {
+        use std::io::Write as _;
+        let mut file = self.file.take().context("the token is written once")?;
+        writeln!(file, "{token}")
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("cannot write the token to {}", self.path.display()))
+    }
+}
+
+impl Drop for TokenFile {
+    fn drop(&mut self) {
+        // Still open: the import failed before the token was written.
+        if self.file.take().is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// A path as one shell word, quoted when it needs to be.
@@ -249,29 +285,49 @@ fn shell_word(path: &std::path::Path) -> String {
     }
 }
 
-/// The registration token: given, or read from its file.
+/// The registration token: given (`--token`, `$LARIAT_TOKEN`), or read from its file.
 fn registration_token(args: &AgentArgs) -> anyhow::Result<String> {
-    if let Some(token) = &args.token {
-        return Ok(token.clone());
-    }
-    let path = args
-        .token_file
-        .as_ref()
-        .context("--token or --token-file is required")?;
-    let text = std::fs::read_to_string(path).with_context(|| {
-        format!(
-            "cannot read --token-file {}: pass the file lariat cluster import --token-file wrote",
-            path.display()
-        )
-    })?;
-    let token = text.trim();
-    if token.is_empty() || token.contains(char::is_whitespace) {
-        bail!(
+    use std::io::Read as _;
+    /// A token is some tens of bytes: a file past this is not one (nor is /dev/zero).
+    const MAX_TOKEN_FILE: u64 = 4096;
+    let path = match (&args.token, &args.token_file) {
+        (Some(_), Some(_)) => {
+            bail!("a token is given twice: --token (or $LARIAT_TOKEN) and --token-file; pass one")
+        }
+        (Some(token), None) => return Ok(token.clone()),
+        (None, Some(path)) => path,
+        (None, None) => bail!(
+            "no registration token: pass --token-file PATH (from lariat cluster import --token-file), --token, or $LARIAT_TOKEN"
+        ),
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_TOKEN_FILE + 1).read_to_string(&mut text))
+        .with_context(|| {
+            format!(
+                "cannot read --token-file {}: pass the file lariat cluster import --token-file wrote",
+                path.display()
+            )
+        })?;
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    match lines[..] {
+        [token] if text.len() as u64 <= MAX_TOKEN_FILE && !token.contains(char::is_whitespace) => {
+            Ok(token.to_string())
+        }
+        [] => bail!(
             "--token-file {} holds no token: expected the one line lariat cluster import --token-file writes",
             path.display()
-        );
+        ),
+        _ => bail!(
+            "--token-file {} holds more than a token ({} lines): expected the one line lariat cluster import --token-file writes",
+            path.display(),
+            lines.len()
+        ),
     }
-    Ok(token.to_string())
 }
 
 pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {

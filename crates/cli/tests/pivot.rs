@@ -196,6 +196,14 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
             "apiVersion: example.com/v1\nkind: Gadget\nmetadata:\n  name: g2\n  ownerReferences: [{{apiVersion: example.com/v1, kind: Gadget, name: g1, uid: {gadget_uid}}}]\n"
         ),
     );
+    // A ConfigMap g2 owns: it moves with g2, and the dry run says so.
+    let g2_uid = uid_of("gadget", "g2");
+    source.apply_ok(
+        &["apply", "-n", "prod", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: g2-data\n  ownerReferences: [{{apiVersion: example.com/v1, kind: Gadget, name: g2, uid: {g2_uid}}}]\n"
+        ),
+    );
     // The source records a provider none of prod's objects need (as a refused
     // `lariat init --infrastructure aws` leaves it): the move does not ask the target for it.
     source.apply_ok(
@@ -276,6 +284,10 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
     );
     assert!(!printed.contains("aws"), "{printed}");
     assert!(
+        printed.contains("takes these along too (what they own):\n  ConfigMap/g2-data"),
+        "{printed}"
+    );
+    assert!(
         printed.contains("KubeadmControlPlane/dev-control-plane")
             && printed.contains("MachineHealthCheck/dev-workers"),
         "{printed}"
@@ -323,13 +335,19 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
     for kind in ["Widget", "Gadget"] {
         target.apply_ok(&["apply", "-f", "-"], &crd(kind));
     }
+    // dana reaches edge through a ClusterRoleTemplateBinding, which moves with it.
+    source.apply_ok(
+        &["apply", "-f", "-"],
+        "apiVersion: management.cattle.io/v3\nkind: ClusterRoleTemplateBinding\nmetadata: {name: dana-edge, namespace: prod}\nclusterName: edge\nroleTemplateName: cluster-member\nuserName: dana\n",
+    );
+    let includes = [&includes[..], &["--include", "clusterroletemplatebindings"]].concat();
     let moved = lariat_move(
         &source,
         &[&["--to-kubeconfig", to, "-n", "prod"][..], &includes].concat(),
     );
     assert!(moved.status.success(), "{}", text(&moved));
     let printed = text(&moved);
-    assert!(printed.contains("Moved 32 objects"), "{printed}");
+    assert!(printed.contains("Moved 34 objects"), "{printed}");
     // The connected agent followed; the other is named, with the command that brings it back.
     assert!(
         printed.contains("Agent of Cluster/edge connected to the target"),
@@ -377,10 +395,14 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
         "{}",
         String::from_utf8_lossy(&gone.stderr)
     );
-    let token = source.lariat(&["token", "create", "--user", "dana", "--print-kubeconfig"]);
-    assert!(token.status.success());
-    let dana = source.dir.path().join("dana.yaml");
-    std::fs::write(&dana, &token.stdout).unwrap();
+    let user = |name: &str| {
+        let token = source.lariat(&["token", "create", "--user", name, "--print-kubeconfig"]);
+        assert!(token.status.success());
+        let path = source.dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, &token.stdout).unwrap();
+        path
+    };
+    let (dana, eve) = (user("dana"), user("eve"));
     let refused = source.kubectl_as(
         &dana,
         &["get", "--raw", "/k8s/clusters/prod/edge/api/v1/namespaces"],
@@ -388,6 +410,16 @@ fn a_namespace_moves_with_what_the_preflight_names_and_the_target_takes_over() {
     let refused = String::from_utf8_lossy(&refused.stderr);
     assert!(
         refused.contains("Forbidden") && refused.contains(&told),
+        "{refused}"
+    );
+    // Eve, whom no moved binding named, learns nothing of it.
+    let refused = source.kubectl_as(
+        &eve,
+        &["get", "--raw", "/k8s/clusters/prod/edge/api/v1/namespaces"],
+    );
+    let refused = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        refused.contains("Forbidden") && !refused.contains("moved"),
         "{refused}"
     );
     // The record is where only administrators write; one made in the namespace (by anyone

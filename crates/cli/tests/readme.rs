@@ -247,6 +247,19 @@ fn the_import_walkthrough_runs_as_written() {
         "{refused:?}"
     );
     assert!(!printed.contains(token.trim()), "{printed}");
+    // An existing path is never overwritten, and nothing is made when it is refused.
+    let again = bash("lariat cluster import edge-2 --token-file edge.token");
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("--token-file edge.token exists"),
+        "{again:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap(), token);
+    assert!(
+        !server
+            .kubectl(&["get", "cluster", "edge-2"])
+            .status
+            .success()
+    );
 
     let lines = lines.map(|line| {
         line.replace("SERVER", &server.address)

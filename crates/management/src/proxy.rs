@@ -88,8 +88,9 @@ async fn checked(
     let (namespace, name) = (namespace.unwrap_or_default(), name.unwrap_or_default());
     if let Err(reason) = server.authorizer().authorize(&user, &attributes) {
         let refusal = attributes.forbidden(&user, &reason);
-        // The bindings that let a user reach a cluster move with it: say where it went.
-        return Err(match moved(server, &user, namespace, name).await? {
+        // The bindings that let a user reach a cluster move with it: say where it went, to
+        // those the moved bindings named.
+        return Err(match moved(server, &user, namespace, name, false).await? {
             Some(went) => ApiError::Forbidden {
                 message: format!("{refusal}; {went}"),
             },
@@ -110,7 +111,7 @@ async fn checked(
         if !live {
             plane.tunnels.disconnect(&format!("{namespace}/{name}"));
             let not_found = ApiError::not_found("clusters", "cluster.x-k8s.io", name);
-            return Err(match moved(server, &user, namespace, name).await? {
+            return Err(match moved(server, &user, namespace, name, true).await? {
                 Some(went) => ApiError::NotFound {
                     message: format!("{not_found}: {went}"),
                     target: None,
@@ -137,14 +138,15 @@ async fn checked(
 }
 
 /// Where a Cluster that is not here went, as `lariat move` recorded it (`moved_record`, kept
-/// where only administrators write), told to authenticated callers: the address of a
-/// management server is no secret (its TLS and its own credentials guard it), and the user
-/// needs it.
+/// where only administrators write). Told to a caller who may use that cluster's proxy here
+/// (`authorized`), or whom the moved bindings named: not to every signed-in user, who could
+/// otherwise probe names for clusters that left. Only an `https` URL in plain text is told.
 async fn moved(
     server: &Handle,
     user: &User,
     namespace: &str,
     name: &str,
+    authorized: bool,
 ) -> Result<Option<String>, ApiError> {
     use lariat_api::management::{MovedTo, moved_record};
     if user.name == "system:anonymous" {
@@ -166,6 +168,16 @@ async fn moved(
     else {
         return Ok(None);
     };
+    let named = to.users.iter().any(|u| *u == user.name)
+        || to.groups.iter().any(|g| user.groups.contains(g));
+    let plain = |text: &str| !text.chars().any(|c| c.is_control() || c.is_whitespace());
+    if !(authorized || named)
+        || !to.server.starts_with("https://")
+        || !plain(&to.server)
+        || !plain(&to.moved_at)
+    {
+        return Ok(None);
+    }
     // A cluster of that name made here since is not the one that left.
     if let Some(clusters) = resources.scope("cluster.x-k8s.io", "clusters", Some(namespace))
         && resources.get(&clusters, name).await.is_ok()

@@ -188,17 +188,25 @@ pub async fn record_moved(
     target: &kube::Client,
     target_url: &str,
     namespace: &str,
-    clusters: &[&str],
+    moved: &[Entry],
 ) -> anyhow::Result<()> {
     use lariat_api::management::{MovedTo, moved_record};
     let (record_namespace, record_name) = moved_record(namespace);
     let moved_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let (users, groups) = bound_subjects(target, moved).await;
+    let clusters: Vec<&str> = moved
+        .iter()
+        .filter(|e| e.is_cluster())
+        .map(|e| e.name.as_str())
+        .collect();
     let mut went = BTreeMap::new();
     let mut here = BTreeMap::new();
     for name in clusters {
         let to = MovedTo {
             server: target_url.to_string(),
             moved_at: moved_at.clone(),
+            users: users.clone(),
+            groups: groups.clone(),
         };
         went.insert(
             name.to_string(),
@@ -242,6 +250,54 @@ pub async fn record_moved(
             "take the clusters out of the target's record of moved clusters",
         )),
     }
+}
+
+/// The users and groups the moved bindings name (Rancher's role template bindings and
+/// RoleBindings), as the target holds them now: whose access left with the clusters.
+async fn bound_subjects(target: &kube::Client, moved: &[Entry]) -> (Vec<String>, Vec<String>) {
+    use std::collections::BTreeSet;
+    let (mut users, mut groups) = (BTreeSet::new(), BTreeSet::new());
+    for entry in moved {
+        let gvk = entry.gvk();
+        let rancher = gvk.group == lariat_api::rancher::GROUP
+            && matches!(
+                entry.kind.as_str(),
+                "ClusterRoleTemplateBinding" | "ProjectRoleTemplateBinding"
+            );
+        let rbac = gvk.group == "rbac.authorization.k8s.io" && entry.kind == "RoleBinding";
+        if !(rancher || rbac) {
+            continue;
+        }
+        let resource = kube::core::ApiResource::from_gvk(&gvk);
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(target.clone(), &entry.namespace, &resource);
+        let Ok(object) = api.get(&entry.name).await else {
+            continue;
+        };
+        let subjects: Vec<(String, String)> = if rbac {
+            object.data["subjects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| Some((s["kind"].as_str()?.into(), s["name"].as_str()?.into())))
+                .collect()
+        } else {
+            serde_json::from_value::<lariat_api::rancher::Subjects>(object.data.clone())
+                .ok()
+                .and_then(|s| s.subject())
+                .map(|s| (s.kind, s.name))
+                .into_iter()
+                .collect()
+        };
+        for (kind, name) in subjects {
+            match kind.as_str() {
+                "User" => users.insert(name),
+                "Group" => groups.insert(name),
+                _ => false,
+            };
+        }
+    }
+    (users.into_iter().collect(), groups.into_iter().collect())
 }
 
 #[cfg(test)]

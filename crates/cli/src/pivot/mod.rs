@@ -209,7 +209,7 @@ async fn plan(
         graph.objects.len(),
         graph.summary()
     );
-    let findings = tied(&inventory, namespace, args);
+    let (findings, would_be) = tied(&inventory, namespace, args);
     let mut refusals = preflight::settled(&graph, args.force);
     if let Some(target) = target {
         refusals
@@ -219,6 +219,22 @@ async fn plan(
         println!("\nObjects, in the order they would be created:");
         for object in &graph.objects {
             println!("  {}", object.display(namespace));
+        }
+        let members = graph.uids();
+        let more: Vec<String> = would_be
+            .objects
+            .iter()
+            .filter(|o| {
+                !members.contains(o.uid())
+                    && !findings.iter().any(|f| f.left == o.display(namespace))
+            })
+            .map(|o| o.display(namespace))
+            .collect();
+        if !more.is_empty() {
+            println!("\nWhat the command below includes takes these along too (what they own):");
+            for object in more {
+                println!("  {object}");
+            }
         }
     }
     if !findings.is_empty() {
@@ -301,7 +317,13 @@ async fn plan(
 /// What is tied to the move and neither included nor left: the objects tied to the graph, and
 /// those tied to them in turn once they are included (a Project, then its role bindings), so
 /// one dry run names them all. Empty exactly when the graph itself has nothing tied to it.
-fn tied(inventory: &Inventory, namespace: &str, args: &MoveArgs) -> Vec<preflight::Finding> {
+/// Also returns the graph those inclusions would make, which may take more along (what a
+/// Project owns), so a dry run names that too.
+fn tied(
+    inventory: &Inventory,
+    namespace: &str,
+    args: &MoveArgs,
+) -> (Vec<preflight::Finding>, Graph) {
     let mut include = args.include.clone();
     let mut findings: Vec<preflight::Finding> = Vec::new();
     loop {
@@ -321,7 +343,7 @@ fn tied(inventory: &Inventory, namespace: &str, args: &MoveArgs) -> Vec<prefligh
             findings.push(finding);
         }
         if !more {
-            return findings;
+            return (findings, graph);
         }
     }
 }
@@ -371,13 +393,12 @@ async fn finish(
     unpause(target, &journal, "the target").await?;
     // Best effort: the move is done whether or not its users can be told where it went (a
     // record grown past one object's size, say), so a failure here is said, not fatal.
-    let moved: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
     if let Err(e) = journal::record_moved(
         &source.client,
         &target.client,
         &target.url,
         namespace,
-        &moved,
+        &journal.objects,
     )
     .await
     {
