@@ -168,8 +168,7 @@ async fn moved(
     else {
         return Ok(None);
     };
-    let named = to.users.iter().any(|u| *u == user.name)
-        || to.groups.iter().any(|g| user.groups.contains(g));
+    let named = to.users.contains(&user.name) || to.groups.iter().any(|g| user.groups.contains(g));
     let plain = |text: &str| !text.chars().any(|c| c.is_control() || c.is_whitespace());
     if !(authorized || named)
         || !to.server.starts_with("https://")
