@@ -59,6 +59,14 @@ struct FanoutEntries {
     objects: HashMap<FanoutKey, (Arc<WatchedObject>, usize)>,
     order: VecDeque<FanoutKey>,
     bytes: usize,
+    /// Objects pushed out of the budget, which a watcher may still hold (one that has not
+    /// sent them yet): a watcher that comes to the same change later shares that copy rather
+    /// than decoding and rendering its own. They weigh nothing here (whoever holds them pays,
+    /// in its share); the dead are swept once they outnumber the kept.
+    evicted: HashMap<FanoutKey, std::sync::Weak<WatchedObject>>,
+    /// The size of `evicted` at which the dead are swept next: twice what the last sweep
+    /// kept, so sweeping stays linear in what is inserted.
+    sweep_at: usize,
 }
 
 impl Fanout {
@@ -80,8 +88,14 @@ impl Fanout {
         stored_bytes: usize,
         decode: impl FnOnce() -> Option<Value>,
     ) -> Option<Arc<WatchedObject>> {
-        if let Some((object, _)) = self.recent.lock().expect("lock").objects.get(&key) {
-            return Some(object.clone());
+        {
+            let recent = self.recent.lock().expect("lock");
+            if let Some((object, _)) = recent.objects.get(&key) {
+                return Some(object.clone());
+            }
+            if let Some(held) = recent.evicted.get(&key).and_then(std::sync::Weak::upgrade) {
+                return Some(held);
+            }
         }
         let object = WatchedObject::new(decode()?);
         let weight = 2 * stored_bytes;
@@ -96,13 +110,48 @@ impl Fanout {
             let Some(oldest) = recent.order.pop_front() else {
                 break;
             };
-            if let Some((_, freed)) = recent.objects.remove(&oldest) {
+            if let Some((gone, freed)) = recent.objects.remove(&oldest) {
                 recent.bytes -= freed;
+                recent.evicted.insert(oldest, Arc::downgrade(&gone));
             }
+        }
+        if recent.evicted.len() > recent.sweep_at.max(FANOUT_ENTRIES) {
+            recent.evicted.retain(|_, held| held.strong_count() > 0);
+            recent.sweep_at = 2 * recent.evicted.len();
         }
         recent.order.push_back(key.clone());
         recent.bytes += weight;
         recent.objects.insert(key, (object.clone(), weight));
         Some(object)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(revision: i64) -> FanoutKey {
+        ("/registry/configmaps/a/x".into(), revision, "v1".into())
+    }
+
+    #[test]
+    fn a_change_pushed_out_but_still_held_is_shared_not_decoded_again() {
+        // Room for one object of 100 bytes (each weighs twice its size).
+        let fanout = Fanout::with_max_bytes(200);
+        let decode = || Some(serde_json::json!({"data": {"a": "b"}}));
+        let held = fanout.get_or_decode(key(1), 100, decode).unwrap();
+        let _second = fanout.get_or_decode(key(2), 100, decode).unwrap();
+        assert_eq!(fanout.bytes(), 200, "the first was pushed out");
+        let again = fanout
+            .get_or_decode(key(1), 100, || panic!("decoded again"))
+            .unwrap();
+        assert!(Arc::ptr_eq(&held, &again));
+        drop((held, again));
+        let mut decoded = false;
+        fanout.get_or_decode(key(1), 100, || {
+            decoded = true;
+            decode()
+        });
+        assert!(decoded, "once nobody holds it, it is decoded again");
     }
 }
