@@ -1250,11 +1250,7 @@ fn refused_list_hint(
     let Some(first) = names.first() else {
         return refusal;
     };
-    let resource = if attributes.group.is_empty() {
-        attributes.resource.clone()
-    } else {
-        format!("{}.{}", attributes.resource, attributes.group)
-    };
+    let resource = attributes.qualified_resource();
     let namespace = attributes
         .namespace
         .as_deref()

@@ -104,6 +104,15 @@ impl Attributes {
     /// The 403 for a refused request, in kube-apiserver's words (`deployments.apps is
     /// forbidden: User "alice" cannot list resource "deployments" in API group "apps" in
     /// the namespace "team-b"`), with the authorizer's reason if any.
+    /// The resource as kubectl names it across groups: `projects.management.cattle.io`.
+    pub fn qualified_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        }
+    }
+
     pub fn forbidden(&self, user: &User, reason: &str) -> ApiError {
         let mut message = match &self.path {
             Some(path) => format!(
@@ -115,11 +124,7 @@ impl Attributes {
                     Some(sub) => format!("{}/{sub}", self.resource),
                     None => self.resource.clone(),
                 };
-                let qualified = if self.group.is_empty() {
-                    self.resource.clone()
-                } else {
-                    format!("{}.{}", self.resource, self.group)
-                };
+                let qualified = self.qualified_resource();
                 let object = match &self.name {
                     Some(name) => format!("{qualified} {name:?}"),
                     None => qualified,

@@ -395,12 +395,11 @@ impl Pass<'_> {
                     let cp_api = reference.api(&ctx.client, namespace).await?;
                     ensure_owner(&cp_api, &cp, owner.clone()).await?;
                     object::ensure_labels(&cp_api, &cp, labels).await?;
+                    let ready = external::ready(&cp);
                     ControlPlane {
                         initialized: bool_at(&cp.data, &["status", "initialized"]),
-                        ready: external::ready(&cp),
-                        why_not: external::ready(&cp)
-                            .then(|| external::failing(&cp))
-                            .flatten(),
+                        ready,
+                        why_not: ready.then(|| external::failing(&cp)).flatten(),
                     }
                 }
             },

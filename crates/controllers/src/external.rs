@@ -154,6 +154,14 @@ pub fn ready(object: &DynamicObject) -> bool {
     crate::object::bool_at(&object.data, &["status", "ready"])
 }
 
+/// A provider object's `Ready` condition when it is False.
+fn ready_false(object: &DynamicObject) -> Option<&serde_json::Value> {
+    object.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready" && c["status"] == "False")
+}
+
 /// A provider object's `Ready` condition when it reports a failure a person should look at
 /// (False, severity Warning or Error), though the object may still serve: its reason,
 /// message and severity, as Cluster API mirrors them onto the Cluster.
@@ -161,10 +169,7 @@ pub fn failing(
     object: &DynamicObject,
 ) -> Option<(String, String, lariat_api::capi::ConditionSeverity)> {
     use lariat_api::capi::ConditionSeverity;
-    let ready = object.data["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "Ready" && c["status"] == "False")?;
+    let ready = ready_false(object)?;
     let severity = match ready["severity"].as_str()? {
         "Error" => ConditionSeverity::Error,
         "Warning" => ConditionSeverity::Warning,
@@ -214,30 +219,22 @@ pub fn read_infrastructure(
 /// Why a provider object is not ready, for the condition that waits on it: its own `Ready`
 /// condition's reason and words when it gives them (as Cluster API mirrors them), else
 /// "not ready".
-pub fn why_not_ready(object: &DynamicObject, reference: &Reference) -> (String, String) {
-    let said = object.data["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "Ready" && c["status"] == "False")
-        .and_then(|c| {
-            let reason = c["reason"].as_str().filter(|r| !r.is_empty())?;
-            let message = c["message"].as_str().unwrap_or_default();
-            Some((reason.to_string(), message.to_string()))
-        });
+fn why_not_ready(object: &DynamicObject, reference: &Reference) -> (String, String) {
+    let not_ready = format!("{} {} is not ready", reference.kind, reference.name);
+    let said = ready_false(object).and_then(|c| {
+        let reason = c["reason"].as_str().filter(|r| !r.is_empty())?;
+        Some((
+            reason.to_string(),
+            c["message"].as_str().unwrap_or_default(),
+        ))
+    });
     match said {
-        Some((reason, message)) if !message.is_empty() => (
+        Some((reason, "")) => (reason, not_ready),
+        Some((reason, message)) => (
             reason,
             format!("{} {}: {message}", reference.kind, reference.name),
         ),
-        Some((reason, _)) => (
-            reason,
-            format!("{} {} is not ready", reference.kind, reference.name),
-        ),
-        None => (
-            "WaitingForInfrastructure".to_string(),
-            format!("{} {} is not ready", reference.kind, reference.name),
-        ),
+        None => ("WaitingForInfrastructure".to_string(), not_ready),
     }
 }
 

@@ -6,10 +6,10 @@
 use std::collections::BTreeSet;
 
 use kube::api::{Api, DynamicObject};
-use serde_json::Value;
 
 use lariat_api::capi::labels::PROVIDER_NAME;
 use lariat_api::clusterctl;
+use lariat_controllers::conditions::json as conditions;
 
 use super::copy::MOVED_FROM;
 use super::graph::{Graph, Index, Inventory, Object, Selector, Served, Target, references};
@@ -296,7 +296,9 @@ pub fn settled(graph: &Graph, force: bool) -> Vec<String> {
             "Cluster"
                 if data["spec"]["controlPlaneRef"].is_object()
                     && (status["controlPlaneReady"] != true
-                        || !condition_true(status, "ControlPlaneInitialized")) =>
+                        || !status["conditions"].as_array().is_some_and(|list| {
+                            conditions::is_true(list, "ControlPlaneInitialized")
+                        })) =>
             {
                 Some("is still provisioning its control plane")
             }
@@ -319,12 +321,4 @@ fn imported(object: &Object) -> bool {
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key(lariat_api::management::IMPORTED_ANNOTATION))
-}
-
-fn condition_true(status: &Value, type_: &str) -> bool {
-    status["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == type_ && c["status"] == "True")
 }
