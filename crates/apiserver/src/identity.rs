@@ -101,10 +101,7 @@ impl Attributes {
         }
     }
 
-    /// The 403 for a refused request, in kube-apiserver's words (`deployments.apps is
-    /// forbidden: User "alice" cannot list resource "deployments" in API group "apps" in
-    /// the namespace "team-b"`), with the authorizer's reason if any.
-    /// The resource as kubectl names it across groups: `projects.management.cattle.io`.
+    /// The resource as kubectl names it across groups: `deployments.apps`.
     pub fn qualified_resource(&self) -> String {
         if self.group.is_empty() {
             self.resource.clone()
@@ -113,6 +110,9 @@ impl Attributes {
         }
     }
 
+    /// The 403 for a refused request, in kube-apiserver's words (`deployments.apps is
+    /// forbidden: User "alice" cannot list resource "deployments" in API group "apps" in
+    /// the namespace "team-b"`), with the authorizer's reason if any.
     pub fn forbidden(&self, user: &User, reason: &str) -> ApiError {
         let mut message = match &self.path {
             Some(path) => format!(
