@@ -80,6 +80,139 @@ fn age() -> Value {
     json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})
 }
 
+/// A field's default, by its path of property names from the kind's root.
+type Default = (&'static [&'static str], fn() -> Value);
+
+const DEPLOYMENT_DEFAULTS: &[Default] = &[
+    (&["spec", "replicas"], || json!(1)),
+    (&["spec", "revisionHistoryLimit"], || json!(10)),
+    (&["spec", "progressDeadlineSeconds"], || json!(600)),
+    (
+        &["spec", "strategy"],
+        || json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
+    ),
+    (&["spec", "strategy", "type"], || json!("RollingUpdate")),
+];
+const STATEFUL_SET_DEFAULTS: &[Default] = &[
+    (&["spec", "replicas"], || json!(1)),
+    (&["spec", "revisionHistoryLimit"], || json!(10)),
+    (&["spec", "podManagementPolicy"], || json!("OrderedReady")),
+    (
+        &["spec", "updateStrategy"],
+        || json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+    ),
+    (&["spec", "updateStrategy", "type"], || {
+        json!("RollingUpdate")
+    }),
+    (
+        &["spec", "persistentVolumeClaimRetentionPolicy"],
+        || json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+    ),
+];
+const DAEMON_SET_DEFAULTS: &[Default] = &[
+    (&["spec", "revisionHistoryLimit"], || json!(10)),
+    (
+        &["spec", "updateStrategy"],
+        || json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
+    ),
+    (&["spec", "updateStrategy", "type"], || {
+        json!("RollingUpdate")
+    }),
+];
+const REPLICA_SET_DEFAULTS: &[Default] = &[(&["spec", "replicas"], || json!(1))];
+const JOB_DEFAULTS: &[Default] = &[
+    (&["spec", "parallelism"], || json!(1)),
+    (&["spec", "backoffLimit"], || json!(6)),
+    (&["spec", "completionMode"], || json!("NonIndexed")),
+    (&["spec", "suspend"], || json!(false)),
+];
+const CRON_JOB_DEFAULTS: &[Default] = &[
+    (&["spec", "concurrencyPolicy"], || json!("Allow")),
+    (&["spec", "suspend"], || json!(false)),
+    (&["spec", "successfulJobsHistoryLimit"], || json!(3)),
+    (&["spec", "failedJobsHistoryLimit"], || json!(1)),
+];
+const SERVICE_DEFAULTS: &[Default] = &[
+    (&["spec", "type"], || json!("ClusterIP")),
+    (&["spec", "sessionAffinity"], || json!("None")),
+    (&["spec", "internalTrafficPolicy"], || json!("Cluster")),
+];
+
+/// A property's default, by its name.
+type FieldDefault = (&'static str, fn() -> Value);
+
+/// What every Pod spec and container gets by default, wherever it sits (a Pod's, a
+/// Deployment's template, a CronJob's job template).
+const POD_SPEC_DEFAULTS: &[FieldDefault] = &[
+    ("restartPolicy", || json!("Always")),
+    ("dnsPolicy", || json!("ClusterFirst")),
+    ("schedulerName", || json!("default-scheduler")),
+    ("terminationGracePeriodSeconds", || json!(30)),
+    ("enableServiceLinks", || json!(true)),
+];
+const CONTAINER_DEFAULTS: &[FieldDefault] = &[
+    ("terminationMessagePath", || json!("/dev/termination-log")),
+    ("terminationMessagePolicy", || json!("File")),
+];
+
+/// `schema` with the defaults kube-apiserver gives a built-in workload kind where they do
+/// not depend on other fields (its `SetDefaults_*` functions), as schema defaults: kubectl
+/// reads them (`rollout status` refuses a StatefulSet without an update strategy type), and
+/// so do the simulated clusters' controllers.
+fn defaulted(mut schema: Value, defaults: &[Default]) -> Value {
+    for (path, value) in defaults {
+        let mut node = &mut schema;
+        for key in *path {
+            node = &mut node["properties"][*key];
+        }
+        node["default"] = value();
+    }
+    default_pods(&mut schema);
+    schema
+}
+
+fn default_pods(schema: &mut Value) {
+    let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
+        if let Some(items) = schema.get_mut("items") {
+            default_pods(items);
+        }
+        return;
+    };
+    let pod_spec =
+        properties.contains_key("containers") && properties.contains_key("restartPolicy");
+    let container =
+        properties.contains_key("image") && properties.contains_key("terminationMessagePath");
+    let defaults = match (pod_spec, container) {
+        (true, _) => POD_SPEC_DEFAULTS,
+        (_, true) => CONTAINER_DEFAULTS,
+        _ => &[],
+    };
+    for (field, value) in defaults {
+        if let Some(sub) = properties.get_mut(*field) {
+            sub["default"] = value();
+        }
+    }
+    for sub in properties.values_mut() {
+        default_pods(sub);
+    }
+}
+
+/// A definition with the `scale` subresource over `spec.replicas`, as Deployments,
+/// StatefulSets and ReplicaSets have it (`kubectl scale`).
+fn scalable(mut definition: Value) -> Value {
+    for version in definition["spec"]["versions"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        version["subresources"]["scale"] = json!({
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+        });
+    }
+    definition
+}
+
 /// The schema of a CustomResourceDefinition as stored: the spec's deep shape is checked by
 /// `ResourceType::from_crd`, which gives better errors than a schema could.
 fn crd_schema() -> Value {
@@ -270,14 +403,14 @@ pub fn core_types() -> Vec<ResourceType> {
             ]),
             false,
         ),
-        definition(
+        scalable(definition(
             "apps",
             "v1",
             "Deployment",
             "deployments",
             true,
             &["deploy"],
-            schema_of::<k8s_openapi::api::apps::v1::Deployment>(),
+            defaulted(schema_of::<k8s_openapi::api::apps::v1::Deployment>(), DEPLOYMENT_DEFAULTS),
             json!([
                 {"name": "Ready", "type": "string", "jsonPath": ".status.readyReplicas"},
                 {"name": "Up-to-date", "type": "integer", "jsonPath": ".status.updatedReplicas"},
@@ -285,23 +418,23 @@ pub fn core_types() -> Vec<ResourceType> {
                 age(),
             ]),
             true,
-        ),
+        )),
         // What `deploy/` runs lariat itself with, so its manifests can be checked against a
         // lariat server (`kubectl apply --dry-run=server`) and applied to simulated clusters.
-        definition(
+        scalable(definition(
             "apps",
             "v1",
             "StatefulSet",
             "statefulsets",
             true,
             &["sts"],
-            schema_of::<k8s_openapi::api::apps::v1::StatefulSet>(),
+            defaulted(schema_of::<k8s_openapi::api::apps::v1::StatefulSet>(), STATEFUL_SET_DEFAULTS),
             json!([
-                {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+                {"name": "Ready", "type": "string", "jsonPath": ".status.readyReplicas"},
                 age(),
             ]),
             true,
-        ),
+        )),
         definition(
             "",
             "v1",
@@ -309,7 +442,7 @@ pub fn core_types() -> Vec<ResourceType> {
             "services",
             true,
             &["svc"],
-            schema_of::<k8s_openapi::api::core::v1::Service>(),
+            defaulted(schema_of::<k8s_openapi::api::core::v1::Service>(), SERVICE_DEFAULTS),
             json!([
                 {"name": "Type", "type": "string", "jsonPath": ".spec.type"},
                 {"name": "Cluster-IP", "type": "string", "jsonPath": ".spec.clusterIP"},
@@ -357,6 +490,18 @@ pub fn core_types() -> Vec<ResourceType> {
         ),
     ]
     .map(|d| ResourceType::from_crd(&d, Origin::Core).expect("core definitions are valid"));
+    for rt in others
+        .iter_mut()
+        .filter(|rt| rt.kind == "Deployment" || rt.kind == "StatefulSet")
+    {
+        for version in &mut rt.versions {
+            for column in &mut version.printer_columns {
+                if column.name == "Ready" {
+                    column.printer = Some(Printer::ReadyReplicas);
+                }
+            }
+        }
+    }
     for rt in others.iter_mut().filter(|rt| rt.kind == "Node") {
         for version in &mut rt.versions {
             for column in &mut version.printer_columns {
@@ -470,6 +615,136 @@ fn events_k8s_io() -> ResourceType {
     events
 }
 
+/// A cluster that runs workloads: [`core_kinds`] and the kinds its controllers, scheduler and
+/// kubelets act on (Pods, ReplicaSets, DaemonSets, Jobs, CronJobs, EndpointSlices). What a
+/// simulated workload cluster serves; the management plane runs no Pods, so it serves none.
+pub fn workload_kinds() -> Registry {
+    let registry = core_kinds();
+    for rt in workload_types() {
+        registry.insert(rt);
+    }
+    registry
+}
+
+// Long: one entry per workload kind, a table read down rather than a procedure to follow.
+/// Resource types for the kinds only a cluster that runs workloads serves.
+pub fn workload_types() -> Vec<ResourceType> {
+    use k8s_openapi::api::{apps::v1 as apps, batch::v1 as batch, core::v1 as core};
+    let mut types = [
+        definition(
+            "",
+            "v1",
+            "Pod",
+            "pods",
+            true,
+            &["po"],
+            defaulted(schema_of::<core::Pod>(), &[]),
+            json!([
+                {"name": "Ready", "type": "string", "jsonPath": ".status.containerStatuses"},
+                {"name": "Status", "type": "string", "jsonPath": ".status.phase"},
+                {"name": "Restarts", "type": "string", "jsonPath": ".status.containerStatuses"},
+                age(),
+                {"name": "IP", "type": "string", "jsonPath": ".status.podIP", "priority": 1},
+                {"name": "Node", "type": "string", "jsonPath": ".spec.nodeName", "priority": 1},
+            ]),
+            true,
+        ),
+        scalable(definition(
+            "apps",
+            "v1",
+            "ReplicaSet",
+            "replicasets",
+            true,
+            &["rs"],
+            defaulted(schema_of::<apps::ReplicaSet>(), REPLICA_SET_DEFAULTS),
+            json!([
+                {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+                {"name": "Current", "type": "integer", "jsonPath": ".status.replicas"},
+                {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+                age(),
+            ]),
+            true,
+        )),
+        definition(
+            "apps",
+            "v1",
+            "DaemonSet",
+            "daemonsets",
+            true,
+            &["ds"],
+            defaulted(schema_of::<apps::DaemonSet>(), DAEMON_SET_DEFAULTS),
+            json!([
+                {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredNumberScheduled"},
+                {"name": "Current", "type": "integer", "jsonPath": ".status.currentNumberScheduled"},
+                {"name": "Ready", "type": "integer", "jsonPath": ".status.numberReady"},
+                {"name": "Up-to-date", "type": "integer", "jsonPath": ".status.updatedNumberScheduled"},
+                {"name": "Available", "type": "integer", "jsonPath": ".status.numberAvailable"},
+                age(),
+            ]),
+            true,
+        ),
+        definition(
+            "batch",
+            "v1",
+            "Job",
+            "jobs",
+            true,
+            &[],
+            defaulted(schema_of::<batch::Job>(), JOB_DEFAULTS),
+            json!([
+                {"name": "Succeeded", "type": "integer", "jsonPath": ".status.succeeded"},
+                {"name": "Completions", "type": "integer", "jsonPath": ".spec.completions"},
+                age(),
+            ]),
+            true,
+        ),
+        definition(
+            "batch",
+            "v1",
+            "CronJob",
+            "cronjobs",
+            true,
+            &["cj"],
+            defaulted(schema_of::<batch::CronJob>(), CRON_JOB_DEFAULTS),
+            json!([
+                {"name": "Schedule", "type": "string", "jsonPath": ".spec.schedule"},
+                {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend"},
+                {"name": "Last Schedule", "type": "date", "jsonPath": ".status.lastScheduleTime"},
+                age(),
+            ]),
+            true,
+        ),
+        definition(
+            "discovery.k8s.io",
+            "v1",
+            "EndpointSlice",
+            "endpointslices",
+            true,
+            &[],
+            schema_of::<k8s_openapi::api::discovery::v1::EndpointSlice>(),
+            json!([
+                {"name": "AddressType", "type": "string", "jsonPath": ".addressType"},
+                age(),
+            ]),
+            false,
+        ),
+    ]
+    .map(|d| ResourceType::from_crd(&d, Origin::Core).expect("workload definitions are valid"));
+    for rt in types.iter_mut().filter(|rt| rt.kind == "Pod") {
+        for version in &mut rt.versions {
+            for column in &mut version.printer_columns {
+                column.printer = match column.name.as_str() {
+                    "Ready" => Some(Printer::PodReady),
+                    "Status" => Some(Printer::PodStatus),
+                    "Restarts" => Some(Printer::PodRestarts),
+                    _ => None,
+                };
+            }
+        }
+    }
+    types.into()
+}
+
 /// Resource types for the kinds a configuration serves beyond the core ones (`Config::kinds`),
 /// from their CRDs.
 pub fn lariat_types(
@@ -540,11 +815,17 @@ mod tests {
         same::<coordination::v1::Lease>();
         same::<networking::v1::NetworkPolicy>();
         same::<events::v1::Event>();
+        same::<core::Pod>();
+        same::<apps::v1::ReplicaSet>();
+        same::<apps::v1::DaemonSet>();
+        same::<k8s_openapi::api::batch::v1::Job>();
+        same::<k8s_openapi::api::batch::v1::CronJob>();
+        same::<k8s_openapi::api::discovery::v1::EndpointSlice>();
     }
 
     #[test]
     fn core_schemas_are_structural_and_typed() {
-        for rt in core_types() {
+        for rt in core_types().into_iter().chain(workload_types()) {
             let schema = rt.storage_version().schema.as_ref().expect("schema");
             let mut causes = vec![];
             crate::schema::check_structural(schema, &rt.kind, &mut causes);

@@ -47,6 +47,16 @@ pub enum Printer {
     /// When an Event was last seen: its series' last observation, its last timestamp, or
     /// else when it first happened, as kube-apiserver's event printer picks.
     EventLastSeen,
+    /// A Deployment's or StatefulSet's ready replicas out of those wanted, `2/3`.
+    ReadyReplicas,
+    /// A Pod's ready containers out of all, `1/2`.
+    PodReady,
+    /// A Pod's status as kubectl words it: a container's waiting or terminated reason
+    /// (`ImagePullBackOff`, `CrashLoopBackOff`, `Completed`), `Init:1/2`, `Terminating`, or the
+    /// phase.
+    PodStatus,
+    /// A Pod's restarts, with how long ago the last one was: `3 (42s ago)`.
+    PodRestarts,
 }
 
 /// A kind served from another kind's objects, as Kubernetes serves events.k8s.io/v1 Events

@@ -168,6 +168,43 @@ fn print(printer: Printer, object: &Value) -> String {
                 involved["name"].as_str().unwrap_or_default()
             )
         }
+        Printer::PodReady => {
+            let statuses = object["status"]["containerStatuses"].as_array();
+            let ready = statuses
+                .into_iter()
+                .flatten()
+                .filter(|c| c["ready"] == true)
+                .count();
+            let total = object["spec"]["containers"]
+                .as_array()
+                .map_or(0, |c| c.len());
+            format!("{ready}/{total}")
+        }
+        Printer::PodStatus => pod_status(object),
+        Printer::ReadyReplicas => format!(
+            "{}/{}",
+            object["status"]["readyReplicas"].as_i64().unwrap_or(0),
+            object["spec"]["replicas"].as_i64().unwrap_or(1)
+        ),
+        Printer::PodRestarts => {
+            let statuses = object["status"]["containerStatuses"].as_array();
+            let mut restarts = 0;
+            let mut last: Option<chrono::DateTime<chrono::FixedOffset>> = None;
+            for status in statuses.into_iter().flatten() {
+                restarts += status["restartCount"].as_i64().unwrap_or(0);
+                let finished = status["lastState"]["terminated"]["finishedAt"]
+                    .as_str()
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+                last = last.max(finished);
+            }
+            match last {
+                Some(at) if restarts > 0 => format!(
+                    "{restarts} ({} ago)",
+                    human_duration(chrono::Utc::now().signed_duration_since(at))
+                ),
+                _ => restarts.to_string(),
+            }
+        }
         Printer::NodeRoles => {
             let labels = object["metadata"]["labels"].as_object();
             let mut roles: Vec<&str> = labels
@@ -192,6 +229,70 @@ fn print(printer: Printer, object: &Value) -> String {
             }
         }
     }
+}
+
+/// A Pod's STATUS column, by kubectl's rules (its `printPod`): an init container still at
+/// work, else the last container's waiting or terminated reason, else the phase; `Terminating`
+/// once it is being deleted.
+fn pod_status(pod: &Value) -> String {
+    let status = &pod["status"];
+    let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(String::from);
+    let mut reason = text(&status["reason"])
+        .or_else(|| text(&status["phase"]))
+        .unwrap_or_else(|| "Pending".into());
+    let empty = vec![];
+    let inits = status["initContainerStatuses"].as_array().unwrap_or(&empty);
+    let init_total = pod["spec"]["initContainers"]
+        .as_array()
+        .map_or(0, |c| c.len());
+    let mut initializing = false;
+    for (done, init) in inits.iter().enumerate() {
+        let terminated = &init["state"]["terminated"];
+        if terminated["exitCode"] == 0 && terminated.is_object() {
+            continue;
+        }
+        initializing = true;
+        reason = if terminated.is_object() {
+            match text(&terminated["reason"]) {
+                Some(why) => format!("Init:{why}"),
+                None => format!("Init:ExitCode:{}", terminated["exitCode"]),
+            }
+        } else {
+            match text(&init["state"]["waiting"]["reason"]) {
+                Some(why) if why != "PodInitializing" => format!("Init:{why}"),
+                _ => format!("Init:{done}/{init_total}"),
+            }
+        };
+        break;
+    }
+    if !initializing {
+        let mut running_and_ready = false;
+        let containers = status["containerStatuses"].as_array().unwrap_or(&empty);
+        for container in containers.iter().rev() {
+            let state = &container["state"];
+            if let Some(why) = text(&state["waiting"]["reason"]) {
+                reason = why;
+            } else if let Some(why) = text(&state["terminated"]["reason"]) {
+                reason = why;
+            } else if state["terminated"].is_object() {
+                reason = format!("ExitCode:{}", state["terminated"]["exitCode"]);
+            } else if container["ready"] == true && state["running"].is_object() {
+                running_and_ready = true;
+            }
+        }
+        if reason == "Completed" && running_and_ready {
+            let ready = status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            reason = if ready { "Running" } else { "NotReady" }.into();
+        }
+    }
+    if !pod["metadata"]["deletionTimestamp"].is_null() {
+        reason = "Terminating".into();
+    }
+    reason
 }
 
 /// Ages as kubectl shows them (`45s`, `3m12s`, `5h`, `2d3h`), computed by the server as
@@ -408,6 +509,36 @@ mod tests {
             assert_eq!(status(Printer::NodeStatus, node.clone()), expect_status);
             assert_eq!(status(Printer::NodeRoles, node), expect_roles);
         }
+    }
+
+    #[test]
+    fn pods_print_as_kubectl_shows_them() {
+        let pod = |status: Value| json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}]}, "status": status});
+        let running = pod(json!({"phase": "Running", "containerStatuses": [
+            {"name": "a", "ready": true, "restartCount": 0, "state": {"running": {}}},
+            {"name": "b", "ready": false, "restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+             "lastState": {"terminated": {"finishedAt": "2020-01-01T00:00:00Z"}}},
+        ]}));
+        assert_eq!(print(Printer::PodReady, &running), "1/2");
+        assert_eq!(print(Printer::PodStatus, &running), "CrashLoopBackOff");
+        assert!(print(Printer::PodRestarts, &running).starts_with("3 ("));
+        let pending = pod(json!({"phase": "Pending", "containerStatuses": [
+            {"name": "a", "state": {"waiting": {"reason": "ImagePullBackOff"}}},
+        ]}));
+        assert_eq!(print(Printer::PodStatus, &pending), "ImagePullBackOff");
+        assert_eq!(print(Printer::PodRestarts, &pending), "0");
+        let done = pod(json!({"phase": "Succeeded", "containerStatuses": [
+            {"name": "a", "state": {"terminated": {"reason": "Completed", "exitCode": 0}}},
+        ]}));
+        assert_eq!(print(Printer::PodStatus, &done), "Completed");
+        let mut leaving = done.clone();
+        leaving["metadata"]["deletionTimestamp"] = json!("2020-01-01T00:00:00Z");
+        assert_eq!(print(Printer::PodStatus, &leaving), "Terminating");
+        let initializing = json!({"spec": {"initContainers": [{"name": "i"}], "containers": [{"name": "a"}]},
+            "status": {"phase": "Pending", "initContainerStatuses": [{"name": "i", "state": {"running": {}}}]}});
+        assert_eq!(print(Printer::PodStatus, &initializing), "Init:0/1");
+        let deployment = json!({"spec": {"replicas": 3}, "status": {"readyReplicas": 2}});
+        assert_eq!(print(Printer::ReadyReplicas, &deployment), "2/3");
     }
 
     #[test]

@@ -56,7 +56,23 @@ impl Recorder {
         reason: &str,
         message: &str,
     ) {
-        self.record(object, kind, type_, reason, message, false)
+        let component = format!("{}-controller", kind.to_lowercase());
+        self.record(&component, object, kind, type_, reason, message, false)
+            .await;
+    }
+
+    /// Like [`publish`](Self::publish), in the name of `component` (`default-scheduler`,
+    /// `kubelet`) rather than the kind's controller.
+    pub async fn publish_as(
+        &self,
+        component: &str,
+        object: &impl Cached,
+        kind: &str,
+        type_: EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        self.record(component, object, kind, type_, reason, message, false)
             .await;
     }
 
@@ -76,12 +92,16 @@ impl Recorder {
         if self.published.lock().expect("lock").contains_key(&key) {
             return;
         }
-        self.record(object, kind, type_, reason, message, true)
+        let component = format!("{}-controller", kind.to_lowercase());
+        self.record(&component, object, kind, type_, reason, message, true)
             .await;
     }
 
+    // The component as Kubernetes' own controllers name it: `machineset-controller`.
+    #[allow(clippy::too_many_arguments)]
     async fn record(
         &self,
+        component: &str,
         object: &impl Cached,
         kind: &str,
         type_: EventType,
@@ -89,10 +109,8 @@ impl Recorder {
         message: &str,
         once: bool,
     ) {
-        // The component Kubernetes' own controllers name: `machineset-controller`.
-        let component = format!("{}-controller", kind.to_lowercase());
         let event = Occurrence {
-            component: &component,
+            component,
             kind,
             type_,
             reason,

@@ -16,6 +16,7 @@ pub mod agents;
 pub mod cluster;
 pub mod machine;
 pub mod simulated;
+mod workloads;
 
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
 pub const VERSION: &str = "v1alpha1";

@@ -11,6 +11,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use lariat_api::capi::{Cluster, Machine};
 use lariat_api::infrastructure::InMemoryMachine;
+use lariat_api::infrastructure::in_memory::{InMemoryPodBehavior, POD_BEHAVIOR_ANNOTATION};
 use lariat_controllers::events::EventType;
 use lariat_controllers::object::{ensure_finalizer, patch, patch_status, remove_finalizer};
 use lariat_controllers::{Error, conditions};
@@ -172,7 +173,16 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         Some(cache) if cache.is_healthy() => cache.get_now("", &name).is_some(),
         _ => nodes.get_opt(&name).await?.is_some(),
     };
-    let booted_now = !joined && join(&ctx, &object, &nodes, &machine, &provider_id).await?;
+    let booted_now = !joined
+        && join(
+            &ctx,
+            &object,
+            &nodes,
+            &machine,
+            &provider_id,
+            behavior.pods.as_ref(),
+        )
+        .await?;
     // The providerID and the boot time, in one write.
     let mut booted = serde_json::Map::new();
     if machine_spec.provider_id.as_deref() != Some(provider_id.as_str()) {
@@ -295,9 +305,10 @@ async fn join(
     nodes: &Api<Node>,
     machine: &Machine,
     provider_id: &str,
+    pods: Option<&InMemoryPodBehavior>,
 ) -> Result<bool, Error> {
     let name = object.name_any();
-    let node = simulated_node(&name, provider_id, machine)?;
+    let node = simulated_node(&name, provider_id, machine, pods)?;
     match nodes.create(&PostParams::default(), &node).await {
         Ok(_) => {
             let message = format!(
@@ -364,7 +375,13 @@ fn hostname(name: &str) -> &str {
 }
 
 /// The Node a booted machine registers in its simulated cluster, Ready.
-fn simulated_node(name: &str, provider_id: &str, machine: &Machine) -> Result<Node, Error> {
+/// The kubelet's failure injection (`behavior.pods`) rides on it as an annotation.
+fn simulated_node(
+    name: &str,
+    provider_id: &str,
+    machine: &Machine,
+    pods: Option<&InMemoryPodBehavior>,
+) -> Result<Node, Error> {
     let control_plane = machine
         .labels()
         .contains_key(lariat_api::capi::labels::MACHINE_CONTROL_PLANE);
@@ -376,9 +393,20 @@ fn simulated_node(name: &str, provider_id: &str, machine: &Machine) -> Result<No
         labels["topology.kubernetes.io/zone"] = json!(zone);
     }
     let address = simulated_address(name);
+    // kubeadm taints control-plane Nodes so that only what tolerates it runs there.
+    let taints = if control_plane {
+        json!([{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}])
+    } else {
+        json!([])
+    };
+    let mut annotations = json!({});
+    if let Some(pods) = pods {
+        let text = serde_json::to_string(pods).map_err(|e| Error::Invalid(e.to_string()))?;
+        annotations[POD_BEHAVIOR_ANNOTATION] = json!(text);
+    }
     serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"providerID": provider_id},
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": {"providerID": provider_id, "taints": taints},
         "status": {
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status (simulated)",
                 "lastHeartbeatTime": lariat_controllers::object::now(), "lastTransitionTime": lariat_controllers::object::now()}],
@@ -443,7 +471,12 @@ pub(crate) async fn rejoin_booted(
         match nodes
             .create(
                 &PostParams::default(),
-                &simulated_node(&name, provider_id, &machine)?,
+                &simulated_node(
+                    &name,
+                    provider_id,
+                    &machine,
+                    booted.spec.behavior().pods.as_ref(),
+                )?,
             )
             .await
         {

@@ -41,6 +41,8 @@ struct SimulatedCluster {
     api: Embedded,
     /// The cluster's own CA, which signs its client certificates.
     ca: Pki,
+    /// Its controllers, scheduler and kubelets, stopped with it.
+    _workloads: crate::workloads::Simulation,
 }
 
 /// Where the clusters are served: known once the server that hosts them runs.
@@ -59,7 +61,8 @@ pub struct SimulatedClusters {
 
 struct Clusters {
     clusters: RwLock<HashMap<String, Arc<SimulatedCluster>>>,
-    /// The kinds every simulated cluster serves (core kinds, Nodes), built once and forked.
+    /// The kinds every simulated cluster serves (core and workload kinds), built once and
+    /// forked.
     kinds: Registry,
     listener: OnceLock<Listener>,
 }
@@ -78,7 +81,7 @@ impl SimulatedClusters {
         SimulatedClusters {
             inner: Arc::new(Clusters {
                 clusters: Default::default(),
-                kinds: lariat_apiserver::builtin::core_kinds(),
+                kinds: lariat_apiserver::builtin::workload_kinds(),
                 listener: OnceLock::new(),
             }),
         }
@@ -121,7 +124,15 @@ impl SimulatedClusters {
         if clusters.contains_key(key) {
             return Ok(false);
         }
-        clusters.insert(key.to_string(), Arc::new(SimulatedCluster { api, ca }));
+        let workloads = crate::workloads::start(api.client());
+        clusters.insert(
+            key.to_string(),
+            Arc::new(SimulatedCluster {
+                api,
+                ca,
+                _workloads: workloads,
+            }),
+        );
         Ok(true)
     }
 

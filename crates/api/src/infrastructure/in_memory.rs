@@ -219,6 +219,86 @@ pub struct InMemoryMachineBehavior {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(crate::schema::DURATION_PATTERN))]
     pub node_not_ready_after: Option<Duration>,
+    /// Failure injection for the Pods that run on the machine's Node, by their containers'
+    /// images.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pods: Option<InMemoryPodBehavior>,
+}
+
+/// The annotation of a simulated Node that carries its [`InMemoryPodBehavior`] (as JSON), for
+/// the simulated kubelet; written when the Node joins, and anyone who may annotate the Node
+/// may change it there.
+pub const POD_BEHAVIOR_ANNOTATION: &str = "inmemory.infrastructure.cluster.x-k8s.io/pod-behavior";
+
+/// How the Pods on a simulated Node fail, by their containers' images. Each entry is a
+/// pattern where `*` stands for any text (`*:broken`, `registry.invalid/*`), matched against
+/// the image as the Pod names it and as the runtime names it (`docker.io/library/nginx:1.27`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InMemoryPodBehavior {
+    /// Images that cannot be pulled: the container waits in `ErrImagePull`, then
+    /// `ImagePullBackOff`, and the Pod stays Pending.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 256)))]
+    pub image_pull_failures: Vec<String>,
+    /// Images whose containers exit with code 1 a second after each start: restarted after
+    /// a back-off that doubles from 10 s to 300 s (`CrashLoopBackOff`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 256)))]
+    pub crash_loops: Vec<String>,
+    /// Images whose containers run but never pass their readiness probe.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 256)))]
+    pub never_ready: Vec<String>,
+}
+
+/// What becomes of a container on a simulated Node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerFate {
+    Runs,
+    PullFails,
+    CrashLoops,
+    NeverReady,
+}
+
+impl InMemoryPodBehavior {
+    /// The fate of a container of `image` (as the Pod names it, and as the runtime does).
+    pub fn fate(&self, image: &str, normalized: &str) -> ContainerFate {
+        let any = |patterns: &[String]| {
+            patterns
+                .iter()
+                .any(|p| glob(p, image) || glob(p, normalized))
+        };
+        if any(&self.image_pull_failures) {
+            ContainerFate::PullFails
+        } else if any(&self.crash_loops) {
+            ContainerFate::CrashLoops
+        } else if any(&self.never_ready) {
+            ContainerFate::NeverReady
+        } else {
+            ContainerFate::Runs
+        }
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` matches any run of characters.
+fn glob(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.ends_with(last)
 }
 
 impl InMemoryMachineBehavior {
@@ -320,4 +400,37 @@ pub struct InMemoryMachineTemplateStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<BTreeMap<String, crate::schema::Quantity>>")]
     pub capacity: Option<BTreeMap<String, Quantity>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_patterns_match_as_globs() {
+        let behavior = InMemoryPodBehavior {
+            image_pull_failures: vec!["*:broken".into()],
+            crash_loops: vec!["docker.io/library/crashy*".into()],
+            never_ready: vec!["ghcr.io/*/slow:*".into()],
+        };
+        let fate = |image: &str, full: &str| behavior.fate(image, full);
+        assert_eq!(
+            fate("nginx:broken", "docker.io/library/nginx:broken"),
+            ContainerFate::PullFails
+        );
+        assert_eq!(
+            fate("crashy", "docker.io/library/crashy:latest"),
+            ContainerFate::CrashLoops
+        );
+        assert_eq!(
+            fate("ghcr.io/org/slow:v1", "ghcr.io/org/slow:v1"),
+            ContainerFate::NeverReady
+        );
+        assert_eq!(
+            fate("nginx", "docker.io/library/nginx:latest"),
+            ContainerFate::Runs
+        );
+        assert!(glob("a*b*c", "axxbyyc") && !glob("a*b*c", "axxbyy") && glob("*", ""));
+        assert!(glob("abc", "abc") && !glob("abc", "abcd"));
+    }
 }

@@ -1,0 +1,278 @@
+//! The Job controller: Pods from the template, `parallelism` at a time, until `completions`
+//! of them succeed (the Job is then `Complete`), or more than `backoffLimit` fail, or it runs
+//! past `activeDeadlineSeconds` (then `Failed`); `Indexed` Jobs give each Pod its completion
+//! index; a finished Job is deleted `ttlSecondsAfterFinished` later. Simulated Pods that do
+//! not restart always succeed a second after they start (see the kubelet), unless failure
+//! injection says otherwise.
+
+use chrono::{DateTime, Utc};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use lariat_controllers::events::EventType;
+use serde_json::{Value, json};
+
+use super::deployments::same_status;
+use super::replica_sets::{active, ready};
+use super::world::{World, controlled_by, deleting};
+use super::{
+    Action, Kind, Note, Plan, condition, controller_reference, parse_time, set_condition, timestamp,
+};
+
+const COMPONENT: &str = "job-controller";
+const INDEX: &str = "batch.kubernetes.io/job-completion-index";
+
+pub fn plan(world: &World, now: DateTime<Utc>) -> Plan {
+    let mut plan = Plan::default();
+    for job in world.jobs.iter().filter(|j| !deleting(*j)) {
+        reconcile(world, job, now, &mut plan);
+    }
+    plan
+}
+
+fn finished(status: &Value) -> Option<DateTime<Utc>> {
+    ["Complete", "Failed"].iter().find_map(|type_| {
+        condition(status, type_)
+            .filter(|c| c["status"] == "True")
+            .map(|c| parse_time(&c["lastTransitionTime"]).unwrap_or_default())
+    })
+}
+
+// Long: counting, then the three ways a Job ends, then the Pods to start, then status.
+fn reconcile(world: &World, job: &DynamicObject, now: DateTime<Utc>, plan: &mut Plan) {
+    let uid = job.uid().unwrap_or_default();
+    let namespace = job.namespace().unwrap_or_default();
+    let spec = &job.data["spec"];
+    let current = &job.data["status"];
+    let pods: Vec<&DynamicObject> = world
+        .pods
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(&namespace) && controlled_by(*p, &uid))
+        .collect();
+    let phase = |p: &&DynamicObject| p.data["status"]["phase"].as_str().map(String::from);
+    let running: Vec<&&DynamicObject> = pods.iter().filter(|p| active(p)).collect();
+    let succeeded = pods
+        .iter()
+        .filter(|p| phase(p).as_deref() == Some("Succeeded"))
+        .count() as i64;
+    let failed = pods
+        .iter()
+        .filter(|p| phase(p).as_deref() == Some("Failed"))
+        .count() as i64;
+    if let Some(at) = finished(current) {
+        if let Some(ttl) = spec["ttlSecondsAfterFinished"].as_i64() {
+            if (now - at).num_seconds() >= ttl {
+                plan.actions.push(Action::Delete {
+                    kind: Kind::Job,
+                    object: job.clone(),
+                });
+            } else {
+                plan.due_at(at, ttl, now);
+            }
+        }
+        return;
+    }
+    let completions = spec["completions"].as_i64();
+    let parallelism = spec["parallelism"].as_i64().unwrap_or(1).max(0);
+    let backoff_limit = spec["backoffLimit"].as_i64().unwrap_or(6);
+    let stamp = timestamp(now);
+    let start = parse_time(&current["startTime"]);
+    let mut conditions = current["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut ended: Option<(&str, &str, String)> = None;
+    if failed > backoff_limit {
+        ended = Some((
+            "Failed",
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit".into(),
+        ));
+    } else if let (Some(deadline), Some(start)) = (spec["activeDeadlineSeconds"].as_i64(), start) {
+        if (now - start).num_seconds() >= deadline {
+            ended = Some((
+                "Failed",
+                "DeadlineExceeded",
+                "Job was active longer than specified deadline".into(),
+            ));
+        } else {
+            plan.due_at(start, deadline, now);
+        }
+    }
+    let done = match completions {
+        Some(n) => succeeded >= n,
+        // Without completions: done once one succeeded and none runs.
+        None => succeeded > 0 && running.is_empty(),
+    };
+    if ended.is_none() && done {
+        ended = Some((
+            "Complete",
+            "CompletionsReached",
+            "Reached expected number of succeeded pods".into(),
+        ));
+    }
+    let suspended = spec["suspend"] == true;
+    match &ended {
+        Some((type_, reason, message)) => {
+            for pod in &running {
+                plan.actions.push(Action::Delete {
+                    kind: Kind::Pod,
+                    object: (**pod).clone(),
+                });
+            }
+            let criteria = if *type_ == "Complete" {
+                "SuccessCriteriaMet"
+            } else {
+                "FailureTarget"
+            };
+            set_condition(
+                &mut conditions,
+                criteria,
+                "True",
+                reason,
+                message,
+                &stamp,
+                false,
+            );
+            set_condition(
+                &mut conditions,
+                type_,
+                "True",
+                reason,
+                message,
+                &stamp,
+                false,
+            );
+            let type_event = if *type_ == "Complete" {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            };
+            let reason_event = if *type_ == "Complete" {
+                "Completed"
+            } else {
+                *reason
+            };
+            plan.actions.push(Action::Event {
+                kind: Kind::Job,
+                object: job.clone(),
+                note: Note {
+                    component: COMPONENT,
+                    type_: type_event,
+                    reason: reason_event,
+                    message: if *type_ == "Complete" {
+                        "Job completed".into()
+                    } else {
+                        message.clone()
+                    },
+                },
+            });
+        }
+        None if !suspended => {
+            let remaining = completions.map_or(parallelism, |n| (n - succeeded).max(0));
+            let wanted = parallelism.min(remaining);
+            let missing = (wanted - running.len() as i64).max(0);
+            let indexed = spec["completionMode"] == "Indexed";
+            let mut taken: Vec<i64> = pods
+                .iter()
+                .filter(|p| active(p) || phase(p).as_deref() == Some("Succeeded"))
+                .filter_map(|p| p.annotations().get(INDEX).and_then(|i| i.parse().ok()))
+                .collect();
+            for _ in 0..missing {
+                let index = if indexed {
+                    let free = (0..completions.unwrap_or(1)).find(|i| !taken.contains(i));
+                    let Some(free) = free else { break };
+                    taken.push(free);
+                    Some(free)
+                } else {
+                    None
+                };
+                plan.actions.push(Action::Create {
+                    kind: Kind::Pod,
+                    object: pod_for(job, index),
+                    announce: Some(Box::new((
+                        job.clone(),
+                        Kind::Job,
+                        Note {
+                            component: COMPONENT,
+                            type_: EventType::Normal,
+                            reason: "SuccessfulCreate",
+                            message: "Created pod: ".into(),
+                        },
+                    ))),
+                });
+            }
+        }
+        None => {}
+    }
+    let mut status = json!({
+        "active": if ended.is_some() { 0 } else { running.len() },
+        "succeeded": succeeded,
+        "failed": failed,
+        "ready": running.iter().filter(|p| ready(p)).count(),
+        "terminating": 0,
+        "conditions": conditions,
+    });
+    if let Some(start) = current["startTime"].as_str() {
+        status["startTime"] = start.into();
+    } else if !suspended {
+        status["startTime"] = stamp.clone().into();
+    }
+    match &ended {
+        Some(("Complete", ..)) => status["completionTime"] = stamp.into(),
+        _ if !current["completionTime"].is_null() => {
+            status["completionTime"] = current["completionTime"].clone()
+        }
+        _ => {}
+    }
+    if !same_status(current, &status) {
+        plan.actions.push(Action::Patch {
+            kind: Kind::Job,
+            object: job.clone(),
+            status: true,
+            patch: json!({"status": status}),
+        });
+    }
+}
+
+/// A Pod of the Job, labelled as the controller labels them.
+fn pod_for(job: &DynamicObject, index: Option<i64>) -> DynamicObject {
+    let template = &job.data["spec"]["template"];
+    let name = job.name_any();
+    let uid = job.uid().unwrap_or_default();
+    let mut labels = template["metadata"]["labels"].clone();
+    if !labels.is_object() {
+        labels = json!({});
+    }
+    for (key, value) in [
+        ("batch.kubernetes.io/controller-uid", &uid),
+        ("batch.kubernetes.io/job-name", &name),
+        ("controller-uid", &uid),
+        ("job-name", &name),
+    ] {
+        labels[key] = value.as_str().into();
+    }
+    let mut annotations = template["metadata"]["annotations"].clone();
+    if !annotations.is_object() {
+        annotations = json!({});
+    }
+    let generate_name = match index {
+        Some(i) => {
+            annotations[INDEX] = i.to_string().into();
+            labels[INDEX] = i.to_string().into();
+            format!("{name}-{i}-")
+        }
+        None => format!("{name}-"),
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "generateName": generate_name,
+            "namespace": job.namespace(),
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [controller_reference(job, Kind::Job)],
+        },
+        "spec": template["spec"].clone(),
+    }))
+    .expect("a well-formed Pod")
+}

@@ -1,0 +1,252 @@
+//! Services: a ClusterIP from the service range (`10.96.0.0/12`) for each Service that has
+//! none, node ports for NodePort and LoadBalancer Services, a load balancer address from the
+//! simulated cloud for LoadBalancer ones, and the EndpointSlice controller: one slice per
+//! Service with a selector, naming its Pods' addresses, whether each is ready, and the ports
+//! its `targetPort`s resolve to.
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, Utc};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
+
+use super::replica_sets::ready;
+use super::world::{World, deleting};
+use super::{Action, Kind, Plan, controller_reference, selects};
+
+const SERVICE_NAME: &str = "kubernetes.io/service-name";
+const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+const CONTROLLER: &str = "endpointslice-controller.k8s.io";
+
+pub fn plan(world: &World, _now: DateTime<Utc>) -> Plan {
+    let mut plan = Plan::default();
+    let mut cluster_ips: HashSet<String> = world
+        .services
+        .iter()
+        .filter_map(|s| s.data["spec"]["clusterIP"].as_str().map(String::from))
+        .collect();
+    let mut node_ports: HashSet<i64> = world
+        .services
+        .iter()
+        .flat_map(|s| {
+            s.data["spec"]["ports"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|p| p["nodePort"].as_i64())
+        .collect();
+    let mut balancers: HashSet<String> = world
+        .services
+        .iter()
+        .filter_map(|s| {
+            s.data["status"]["loadBalancer"]["ingress"][0]["ip"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    for service in world.services.iter().filter(|s| !deleting(*s)) {
+        allocate(
+            &mut plan,
+            service,
+            &mut cluster_ips,
+            &mut node_ports,
+            &mut balancers,
+        );
+        endpoints(world, service, &mut plan);
+    }
+    plan
+}
+
+fn free<T: std::hash::Hash + Eq + Clone>(
+    taken: &mut HashSet<T>,
+    candidates: impl Iterator<Item = T>,
+) -> Option<T> {
+    candidates.into_iter().find(|c| taken.insert(c.clone()))
+}
+
+/// What the API server and the cloud give a Service: its ClusterIP, node ports, and a load
+/// balancer's address.
+fn allocate(
+    plan: &mut Plan,
+    service: &DynamicObject,
+    cluster_ips: &mut HashSet<String>,
+    node_ports: &mut HashSet<i64>,
+    balancers: &mut HashSet<String>,
+) {
+    let spec = &service.data["spec"];
+    let type_ = spec["type"].as_str().unwrap_or("ClusterIP");
+    if type_ == "ExternalName" {
+        return;
+    }
+    let mut patch = json!({});
+    if spec["clusterIP"].as_str().is_none_or(str::is_empty) {
+        let ip = free(
+            cluster_ips,
+            (1..4096u32).map(|n| format!("10.96.{}.{}", n / 254, n % 254 + 1)),
+        );
+        if let Some(ip) = ip {
+            patch["spec"]["clusterIP"] = ip.clone().into();
+            patch["spec"]["clusterIPs"] = json!([ip]);
+        }
+    }
+    if matches!(type_, "NodePort" | "LoadBalancer") {
+        let mut ports = spec["ports"].as_array().cloned().unwrap_or_default();
+        let mut changed = false;
+        for port in &mut ports {
+            if port["nodePort"].as_i64().is_none()
+                && let Some(n) = free(node_ports, 30000..32768)
+            {
+                port["nodePort"] = n.into();
+                changed = true;
+            }
+        }
+        if changed {
+            patch["spec"]["ports"] = Value::Array(ports);
+        }
+    }
+    if patch.as_object().is_some_and(|p| !p.is_empty()) {
+        plan.actions.push(Action::Patch {
+            kind: Kind::Service,
+            object: service.clone(),
+            status: false,
+            patch,
+        });
+    }
+    if type_ == "LoadBalancer"
+        && service.data["status"]["loadBalancer"]["ingress"]
+            .as_array()
+            .is_none_or(|i| i.is_empty())
+        && let Some(ip) = free(balancers, (1..=254).map(|n| format!("172.18.255.{n}")))
+    {
+        plan.actions.push(Action::Patch {
+            kind: Kind::Service,
+            object: service.clone(),
+            status: true,
+            patch: json!({"status": {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"}]}}}),
+        });
+    }
+}
+
+/// The port a Service port sends to on `pod`: its `targetPort` by number, or by the name of a
+/// container port.
+fn target_port(port: &Value, pod: &DynamicObject) -> Option<i64> {
+    match &port["targetPort"] {
+        Value::Number(n) => n.as_i64(),
+        Value::String(name) => name.parse().ok().or_else(|| {
+            pod.data["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|c| c["ports"].as_array().into_iter().flatten())
+                .find(|p| p["name"] == name.as_str())
+                .and_then(|p| p["containerPort"].as_i64())
+        }),
+        _ => port["port"].as_i64(),
+    }
+}
+
+// Long: selecting the Pods, building the slice, creating or updating it.
+fn endpoints(world: &World, service: &DynamicObject, plan: &mut Plan) {
+    let namespace = service.namespace().unwrap_or_default();
+    let name = service.name_any();
+    let spec = &service.data["spec"];
+    let ours = |s: &&DynamicObject| {
+        s.namespace().as_deref() == Some(&namespace)
+            && s.labels().get(SERVICE_NAME) == Some(&name)
+            && s.labels().get(MANAGED_BY).map(String::as_str) == Some(CONTROLLER)
+    };
+    let slices: Vec<&DynamicObject> = world.endpoint_slices.iter().filter(ours).collect();
+    let Some(selector) = spec["selector"].as_object().filter(|s| !s.is_empty()) else {
+        // Without a selector the Service's endpoints are someone else's to write.
+        return;
+    };
+    let selector = json!({"matchLabels": selector});
+    let pods: Vec<&DynamicObject> = world
+        .pods
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(&namespace))
+        .filter(|p| p.data["status"]["podIP"].is_string())
+        .filter(|p| {
+            !matches!(
+                p.data["status"]["phase"].as_str(),
+                Some("Succeeded" | "Failed")
+            )
+        })
+        .filter(|p| {
+            selects(
+                &selector,
+                &serde_json::to_value(p.labels()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let service_ports = spec["ports"].as_array().cloned().unwrap_or_default();
+    let ports: Vec<Value> = service_ports
+        .iter()
+        .map(|port| {
+            let number = pods
+                .first()
+                .and_then(|p| target_port(port, p))
+                .or_else(|| port["port"].as_i64());
+            let mut out = json!({"protocol": port["protocol"].as_str().unwrap_or("TCP")});
+            if let Some(number) = number {
+                out["port"] = number.into();
+            }
+            if let Some(name) = port["name"].as_str() {
+                out["name"] = name.into();
+            }
+            out
+        })
+        .collect();
+    let mut endpoints: Vec<Value> = pods
+        .iter()
+        .map(|pod| {
+            let is_ready = ready(pod) && !deleting(*pod);
+            let mut endpoint = json!({
+                "addresses": [pod.data["status"]["podIP"]],
+                "conditions": {"ready": is_ready, "serving": ready(pod), "terminating": deleting(*pod)},
+                "targetRef": {"kind": "Pod", "namespace": namespace, "name": pod.name_any(), "uid": pod.uid()},
+            });
+            if let Some(node) = pod.data["spec"]["nodeName"].as_str() {
+                endpoint["nodeName"] = node.into();
+            }
+            endpoint
+        })
+        .collect();
+    endpoints.sort_by_key(|e| e["targetRef"]["name"].as_str().map(String::from));
+    let body = json!({"addressType": "IPv4", "endpoints": endpoints, "ports": ports});
+    match slices.first() {
+        Some(slice) => {
+            let same = ["addressType", "endpoints", "ports"].iter().all(|k| {
+                slice.data[*k] == body[*k]
+                    || (slice.data[*k].is_null()
+                        && body[*k].as_array().is_some_and(|a| a.is_empty()))
+            });
+            if !same {
+                plan.actions.push(Action::Patch {
+                    kind: Kind::EndpointSlice,
+                    object: (*slice).clone(),
+                    status: false,
+                    patch: body,
+                });
+            }
+        }
+        None => {
+            let mut slice = body;
+            slice["apiVersion"] = "discovery.k8s.io/v1".into();
+            slice["kind"] = "EndpointSlice".into();
+            slice["metadata"] = json!({
+                "generateName": format!("{name}-"),
+                "namespace": namespace,
+                "labels": {SERVICE_NAME: name, MANAGED_BY: CONTROLLER},
+                "ownerReferences": [controller_reference(service, Kind::Service)],
+            });
+            plan.actions.push(Action::Create {
+                kind: Kind::EndpointSlice,
+                object: serde_json::from_value(slice).expect("a well-formed EndpointSlice"),
+                announce: None,
+            });
+        }
+    }
+}
