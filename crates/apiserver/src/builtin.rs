@@ -138,27 +138,12 @@ const SERVICE_DEFAULTS: &[Default] = &[
     (&["spec", "internalTrafficPolicy"], || json!("Cluster")),
 ];
 
-/// A property's default, by its name.
-type FieldDefault = (&'static str, fn() -> Value);
-
-/// What every Pod spec and container gets by default, wherever it sits (a Pod's, a
-/// Deployment's template, a CronJob's job template).
-const POD_SPEC_DEFAULTS: &[FieldDefault] = &[
-    ("restartPolicy", || json!("Always")),
-    ("dnsPolicy", || json!("ClusterFirst")),
-    ("schedulerName", || json!("default-scheduler")),
-    ("terminationGracePeriodSeconds", || json!(30)),
-    ("enableServiceLinks", || json!(true)),
-];
-const CONTAINER_DEFAULTS: &[FieldDefault] = &[
-    ("terminationMessagePath", || json!("/dev/termination-log")),
-    ("terminationMessagePolicy", || json!("File")),
-];
-
-/// `schema` with the defaults kube-apiserver gives a built-in workload kind where they do
-/// not depend on other fields (its `SetDefaults_*` functions), as schema defaults: kubectl
+/// `schema` with the defaults kube-apiserver gives a built-in workload kind's spec where they
+/// do not depend on other fields (its `SetDefaults_*` functions), as schema defaults: kubectl
 /// reads them (`rollout status` refuses a StatefulSet without an update strategy type), and
-/// so do the simulated clusters' controllers.
+/// so do the simulated clusters' controllers. A Pod template's own defaults
+/// (`terminationMessagePath`, ...) are left out: the schema has no list-map keys for its
+/// containers, so a defaulted container would differ from every applier's and conflict.
 fn defaulted(mut schema: Value, defaults: &[Default]) -> Value {
     for (path, value) in defaults {
         let mut node = &mut schema;
@@ -167,34 +152,7 @@ fn defaulted(mut schema: Value, defaults: &[Default]) -> Value {
         }
         node["default"] = value();
     }
-    default_pods(&mut schema);
     schema
-}
-
-fn default_pods(schema: &mut Value) {
-    let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
-        if let Some(items) = schema.get_mut("items") {
-            default_pods(items);
-        }
-        return;
-    };
-    let pod_spec =
-        properties.contains_key("containers") && properties.contains_key("restartPolicy");
-    let container =
-        properties.contains_key("image") && properties.contains_key("terminationMessagePath");
-    let defaults = match (pod_spec, container) {
-        (true, _) => POD_SPEC_DEFAULTS,
-        (_, true) => CONTAINER_DEFAULTS,
-        _ => &[],
-    };
-    for (field, value) in defaults {
-        if let Some(sub) = properties.get_mut(*field) {
-            sub["default"] = value();
-        }
-    }
-    for sub in properties.values_mut() {
-        default_pods(sub);
-    }
 }
 
 /// A definition with the `scale` subresource over `spec.replicas`, as Deployments,
@@ -638,7 +596,7 @@ pub fn workload_types() -> Vec<ResourceType> {
             "pods",
             true,
             &["po"],
-            defaulted(schema_of::<core::Pod>(), &[]),
+            schema_of::<core::Pod>(),
             json!([
                 {"name": "Ready", "type": "string", "jsonPath": ".status.containerStatuses"},
                 {"name": "Status", "type": "string", "jsonPath": ".status.phase"},

@@ -1452,8 +1452,9 @@ fn depends_on_holds_a_bundle_back_until_its_dependency_is_ready_and_a_cycle_is_r
         &upstream,
         "  pollingInterval: 5s\n  targets:\n  - clusterName: solo\n",
     );
-    // The database is applied but not ready (no Deployment controller runs there), so the
-    // app waits, and says for what.
+    // The database is applied but not ready (its Pods cannot be scheduled: the cluster's one
+    // Node is its control plane, tainted as kubeadm taints it), so the app waits, and says
+    // for what.
     eventually_within(
         Duration::from_secs(60),
         "the app waits for the database",
@@ -1477,18 +1478,19 @@ fn depends_on_holds_a_bundle_back_until_its_dependency_is_ready_and_a_cycle_is_r
             .status
             .success()
     );
-    // The database becomes ready: the app follows.
-    in_cluster(&[
-        "patch",
-        "deployment",
-        "db",
-        "-n",
-        "team-a",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"observedGeneration":1,"replicas":2,"updatedReplicas":2,"availableReplicas":2}}"#,
+    assert!(
+        String::from_utf8_lossy(&in_cluster(&["describe", "pods", "-n", "team-a"]).stdout)
+            .contains("untolerated taint {node-role.kubernetes.io/control-plane: }")
+    );
+    // The control plane takes workloads too, as on a one-Node cluster: the database becomes
+    // ready and the app follows.
+    let untainted = in_cluster(&[
+        "taint",
+        "nodes",
+        "--all",
+        "node-role.kubernetes.io/control-plane-",
     ]);
+    assert!(untainted.status.success(), "{untainted:?}");
     eventually_within(
         Duration::from_secs(30),
         "the app is applied once the database is ready",
