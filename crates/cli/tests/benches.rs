@@ -140,6 +140,30 @@ fn bench_lifecycle() {
 }
 
 #[test]
+fn bench_workloads() {
+    let output = bench(&[
+        "workloads",
+        "--clusters",
+        "2",
+        "--workers",
+        "1",
+        "--deployments",
+        "2",
+        "--replicas",
+        "3",
+        "--idle-seconds",
+        "2",
+    ]);
+    assert!(
+        output.contains("all 4 Deployments Available (12 Pods Running)"),
+        "{output}"
+    );
+    let row = &rows(&output, "bench workloads")[0];
+    assert_eq!((row[3].as_str(), row[4].as_str()), ("2", "12"), "{row:?}");
+    assert!(number(&row[6]) > 0.0, "server CPU per Pod: {row:?}");
+}
+
+#[test]
 fn bench_agents() {
     let output = bench(&["agents", "--agents", "5", "--latency-requests", "20"]);
     assert!(output.contains("all 5 agents back in"), "{output}");

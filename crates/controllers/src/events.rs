@@ -88,12 +88,26 @@ impl Recorder {
         reason: &str,
         message: &str,
     ) {
+        let component = format!("{}-controller", kind.to_lowercase());
+        self.publish_once_as(&component, object, kind, type_, reason, message)
+            .await;
+    }
+
+    /// Like [`publish_once`](Self::publish_once), in the name of `component`.
+    pub async fn publish_once_as(
+        &self,
+        component: &str,
+        object: &impl Cached,
+        kind: &str,
+        type_: EventType,
+        reason: &str,
+        message: &str,
+    ) {
         let key = dedup_key(object, type_, reason, message);
         if self.published.lock().expect("lock").contains_key(&key) {
             return;
         }
-        let component = format!("{}-controller", kind.to_lowercase());
-        self.record(&component, object, kind, type_, reason, message, true)
+        self.record(component, object, kind, type_, reason, message, true)
             .await;
     }
 

@@ -25,6 +25,7 @@ mod fleet;
 mod ha;
 mod limits;
 mod rbac;
+mod workloads;
 
 #[derive(clap::Subcommand)]
 pub enum BenchCommand {
@@ -56,6 +57,9 @@ pub enum BenchCommand {
     /// large objects watched, anonymous connections, oversized bodies over HTTP/2): whether
     /// the limit held, peak memory and the worst /healthz latency during each.
     Limits(limits::LimitsArgs),
+    /// In-memory clusters that run Deployments: time until every one is Available, server
+    /// CPU and memory per Pod, and the idle cost with every Pod Running.
+    Workloads(workloads::WorkloadsArgs),
 }
 
 #[derive(clap::Args)]
@@ -148,6 +152,7 @@ pub async fn run(what: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Access(args) => access::run(args).await,
         BenchCommand::Ha(args) => ha::run(args).await,
         BenchCommand::Limits(args) => limits::run(args).await,
+        BenchCommand::Workloads(args) => workloads::run(args).await,
     }
 }
 

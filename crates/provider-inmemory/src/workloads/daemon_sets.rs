@@ -15,15 +15,19 @@ use super::deployments::{same_status, template_hash};
 use super::replica_sets::{active, ready};
 use super::scheduler::{matches_node, tolerates};
 use super::stateful_sets::REVISION_LABEL;
-use super::world::{World, controlled_by, deleting};
+use super::world::{World, by_controller, deleting};
+
+/// Pods by the uid of their controller.
+type Owned<'a> = std::collections::HashMap<String, Vec<&'a DynamicObject>>;
 use super::{Action, Kind, Note, Plan, controller_reference, int_or_percent};
 
 const COMPONENT: &str = "daemonset-controller";
 
 pub fn plan(world: &World, _now: DateTime<Utc>) -> Plan {
     let mut plan = Plan::default();
+    let owned = by_controller(&world.pods);
     for set in world.daemon_sets.iter().filter(|s| !deleting(*s)) {
-        reconcile(world, set, &mut plan);
+        reconcile(world, &owned, set, &mut plan);
     }
     plan
 }
@@ -54,7 +58,7 @@ fn daemon_tolerations(template_spec: &Value) -> Value {
 }
 
 // Long: which Nodes should run a Pod, what to create, delete and roll, then status.
-fn reconcile(world: &World, set: &DynamicObject, plan: &mut Plan) {
+fn reconcile(world: &World, owned: &Owned, set: &DynamicObject, plan: &mut Plan) {
     let uid = set.uid().unwrap_or_default();
     let namespace = set.namespace().unwrap_or_default();
     let spec = &set.data["spec"];
@@ -62,10 +66,12 @@ fn reconcile(world: &World, set: &DynamicObject, plan: &mut Plan) {
     let mut template_spec = spec["template"]["spec"].clone();
     template_spec["tolerations"] = daemon_tolerations(&template_spec);
     let as_pod = json!({"spec": template_spec});
-    let pods: Vec<&DynamicObject> = world
-        .pods
-        .iter()
-        .filter(|p| p.namespace().as_deref() == Some(&namespace) && controlled_by(*p, &uid))
+    let pods: Vec<&DynamicObject> = owned
+        .get(&uid)
+        .into_iter()
+        .flatten()
+        .copied()
+        .filter(|p| p.namespace().as_deref() == Some(&namespace))
         .filter(|p| !deleting(*p))
         .collect();
     let node_of = |pod: &DynamicObject| -> Option<String> {
@@ -80,9 +86,15 @@ fn reconcile(world: &World, set: &DynamicObject, plan: &mut Plan) {
                 .map(String::from)
             })
     };
-    let eligible: Vec<String> = world
+    let eligible: std::collections::BTreeSet<String> = world
         .nodes
         .iter()
+        // A template that names its Node runs there only.
+        .filter(|node| {
+            spec["template"]["spec"]["nodeName"]
+                .as_str()
+                .is_none_or(|n| n.is_empty() || n == node.name_any())
+        })
         .filter(|node| {
             matches_node(&as_pod, node)
                 && node.data["spec"]["taints"]
@@ -104,11 +116,14 @@ fn reconcile(world: &World, set: &DynamicObject, plan: &mut Plan) {
     .max(1);
     let mut unavailable = 0;
     let mut stale = vec![];
+    let mut by_node: std::collections::HashMap<String, Vec<&&DynamicObject>> = Default::default();
+    for pod in &pods {
+        if let Some(node) = node_of(pod) {
+            by_node.entry(node).or_default().push(pod);
+        }
+    }
     for node in &eligible {
-        let on_node: Vec<&&DynamicObject> = pods
-            .iter()
-            .filter(|p| node_of(p).as_deref() == Some(node))
-            .collect();
+        let on_node = by_node.get(node).cloned().unwrap_or_default();
         match on_node.first() {
             None => {
                 plan.actions.push(Action::Create {
@@ -121,7 +136,8 @@ fn reconcile(world: &World, set: &DynamicObject, plan: &mut Plan) {
                             component: COMPONENT,
                             type_: EventType::Normal,
                             reason: "SuccessfulCreate",
-                            message: "Created pod: ".into(),
+                            message: "Created pod: {name}".into(),
+                            once: false,
                         },
                     ))),
                 });
@@ -132,10 +148,17 @@ fn reconcile(world: &World, set: &DynamicObject, plan: &mut Plan) {
                     // A failed daemon Pod is replaced.
                     delete(plan, set, pod);
                     unavailable += 1;
+                } else if pod.labels().get(REVISION_LABEL) != Some(&revision) {
+                    if ready(pod) {
+                        stale.push(**pod);
+                    } else {
+                        // An old Pod that is not available costs nothing to replace: it goes
+                        // outside the budget, or a broken version could never be fixed.
+                        delete(plan, set, pod);
+                        unavailable += 1;
+                    }
                 } else if !ready(pod) {
                     unavailable += 1;
-                } else if pod.labels().get(REVISION_LABEL) != Some(&revision) {
-                    stale.push(**pod);
                 }
                 // More than one on a Node: the extra ones go.
                 for extra in on_node.iter().skip(1) {
@@ -176,6 +199,7 @@ fn delete(plan: &mut Plan, set: &DynamicObject, pod: &DynamicObject) {
             type_: EventType::Normal,
             reason: "SuccessfulDelete",
             message: format!("Deleted pod: {}", pod.name_any()),
+            once: false,
         },
     });
 }
@@ -183,7 +207,7 @@ fn delete(plan: &mut Plan, set: &DynamicObject, pod: &DynamicObject) {
 fn status(
     set: &DynamicObject,
     pods: &[&DynamicObject],
-    eligible: &[String],
+    eligible: &std::collections::BTreeSet<String>,
     revision: &str,
     plan: &mut Plan,
     node_of: impl Fn(&DynamicObject) -> Option<String>,

@@ -101,7 +101,12 @@ fn reconcile(world: &World, deployment: &DynamicObject, now: DateTime<Utc>, plan
     }
     let Some(new_index) = new_index else {
         if !paused {
-            let revision = owned.iter().map(Owned::revision).max().unwrap_or(0) + 1;
+            let revision = owned
+                .iter()
+                .map(Owned::revision)
+                .max()
+                .unwrap_or(0)
+                .saturating_add(1);
             let old_total: i64 = owned.iter().map(|o| o.replicas).sum();
             let initial = if recreate && old_total > 0 {
                 0
@@ -159,15 +164,10 @@ fn reconcile(world: &World, deployment: &DynamicObject, now: DateTime<Utc>, plan
             patch: json!({"metadata": {"annotations": {REVISION: new_revision}}}),
         });
     }
-    status(
-        plan,
-        deployment,
-        &owned,
-        new_index,
-        wanted,
-        unavailable,
-        now,
-    );
+    // Recreate allows no unavailable replica for the Available condition (kube's
+    // MaxUnavailable is 0 for it), though its rollout takes all of them down.
+    let allowed = if recreate { 0 } else { unavailable };
+    status(plan, deployment, &owned, new_index, wanted, allowed, now);
 }
 
 /// Rolling update: the new ReplicaSet up to what maxSurge allows, the old ones down to what
@@ -276,6 +276,7 @@ fn scaled(plan: &mut Plan, deployment: &DynamicObject, name: &str, from: i64, to
             type_: EventType::Normal,
             reason: "ScalingReplicaSet",
             message: format!("Scaled {direction} replica set {name} from {from} to {to}"),
+            once: false,
         },
     });
 }

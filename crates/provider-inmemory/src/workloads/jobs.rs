@@ -13,7 +13,10 @@ use serde_json::{Value, json};
 
 use super::deployments::same_status;
 use super::replica_sets::{active, ready};
-use super::world::{World, controlled_by, deleting};
+use super::world::{World, by_controller, deleting};
+
+/// Pods by the uid of their controller.
+type Owned<'a> = std::collections::HashMap<String, Vec<&'a DynamicObject>>;
 use super::{
     Action, Kind, Note, Plan, condition, controller_reference, parse_time, set_condition, timestamp,
 };
@@ -23,8 +26,9 @@ const INDEX: &str = "batch.kubernetes.io/job-completion-index";
 
 pub fn plan(world: &World, now: DateTime<Utc>) -> Plan {
     let mut plan = Plan::default();
+    let owned = by_controller(&world.pods);
     for job in world.jobs.iter().filter(|j| !deleting(*j)) {
-        reconcile(world, job, now, &mut plan);
+        reconcile(&owned, job, now, &mut plan);
     }
     plan
 }
@@ -38,15 +42,17 @@ fn finished(status: &Value) -> Option<DateTime<Utc>> {
 }
 
 // Long: counting, then the three ways a Job ends, then the Pods to start, then status.
-fn reconcile(world: &World, job: &DynamicObject, now: DateTime<Utc>, plan: &mut Plan) {
+fn reconcile(owned: &Owned, job: &DynamicObject, now: DateTime<Utc>, plan: &mut Plan) {
     let uid = job.uid().unwrap_or_default();
     let namespace = job.namespace().unwrap_or_default();
     let spec = &job.data["spec"];
     let current = &job.data["status"];
-    let pods: Vec<&DynamicObject> = world
-        .pods
-        .iter()
-        .filter(|p| p.namespace().as_deref() == Some(&namespace) && controlled_by(*p, &uid))
+    let pods: Vec<&DynamicObject> = owned
+        .get(&uid)
+        .into_iter()
+        .flatten()
+        .copied()
+        .filter(|p| p.namespace().as_deref() == Some(&namespace))
         .collect();
     let phase = |p: &&DynamicObject| p.data["status"]["phase"].as_str().map(String::from);
     let running: Vec<&&DynamicObject> = pods.iter().filter(|p| active(p)).collect();
@@ -164,15 +170,17 @@ fn reconcile(world: &World, job: &DynamicObject, now: DateTime<Utc>, plan: &mut 
                     } else {
                         message.clone()
                     },
+                    once: false,
                 },
             });
         }
         None if !suspended => {
             let remaining = completions.map_or(parallelism, |n| (n - succeeded).max(0));
             let wanted = parallelism.min(remaining);
-            let missing = (wanted - running.len() as i64).max(0);
+            // At most a burst per round, as the controller creates them.
+            let missing = (wanted - running.len() as i64).clamp(0, 500);
             let indexed = spec["completionMode"] == "Indexed";
-            let mut taken: Vec<i64> = pods
+            let mut taken: std::collections::BTreeSet<i64> = pods
                 .iter()
                 .filter(|p| active(p) || phase(p).as_deref() == Some("Succeeded"))
                 .filter_map(|p| p.annotations().get(INDEX).and_then(|i| i.parse().ok()))
@@ -181,7 +189,7 @@ fn reconcile(world: &World, job: &DynamicObject, now: DateTime<Utc>, plan: &mut 
                 let index = if indexed {
                     let free = (0..completions.unwrap_or(1)).find(|i| !taken.contains(i));
                     let Some(free) = free else { break };
-                    taken.push(free);
+                    taken.insert(free);
                     Some(free)
                 } else {
                     None
@@ -196,7 +204,8 @@ fn reconcile(world: &World, job: &DynamicObject, now: DateTime<Utc>, plan: &mut 
                             component: COMPONENT,
                             type_: EventType::Normal,
                             reason: "SuccessfulCreate",
-                            message: "Created pod: ".into(),
+                            message: "Created pod: {name}".into(),
+                            once: false,
                         },
                     ))),
                 });

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::deployments::same_status;
 use super::replica_sets::active;
-use super::scheduler::node_ready;
+use super::scheduler::{node_ready, tolerates};
 use super::world::{World, deleting};
 use super::{Action, Kind, Note, Plan, condition, parse_time, set_condition, timestamp};
 use lariat_api::infrastructure::in_memory::{
@@ -30,6 +30,8 @@ const COMPONENT: &str = "kubelet";
 /// How long a Pod stays on a Node that is not Ready unless it tolerates longer, as the
 /// DefaultTolerationSeconds admission plugin gives every Pod.
 const DEFAULT_TOLERATION_SECONDS: i64 = 300;
+/// How long a Pod bound to a Node that does not exist is kept before it is deleted.
+const ORPHAN_QUARANTINE_SECONDS: i64 = 40;
 /// How long a simulated container that does not restart runs before it exits 0.
 const RUN_SECONDS: i64 = 1;
 
@@ -40,8 +42,13 @@ pub fn plan(world: &World, now: DateTime<Utc>) -> Plan {
         .iter()
         .filter_map(|p| p.data["status"]["podIP"].as_str().map(String::from))
         .collect();
-    let mut nodes: Vec<String> = world.nodes.iter().map(|n| n.name_any()).collect();
-    nodes.sort();
+    // Each Node's place among them, for its Pods' address range (the objects iterate by name).
+    let node_index: std::collections::HashMap<String, usize> = world
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name_any(), i))
+        .collect();
     for pod in world.pods.iter().filter(|p| !deleting(*p)) {
         let Some(node_name) = pod.data["spec"]["nodeName"]
             .as_str()
@@ -50,10 +57,20 @@ pub fn plan(world: &World, now: DateTime<Utc>) -> Plan {
             continue;
         };
         let Some(node) = world.nodes.get("", node_name) else {
-            plan.actions.push(Action::Delete {
-                kind: Kind::Pod,
-                object: pod.clone(),
-            });
+            // Bound to a Node that does not exist: the Pod garbage collector deletes it after
+            // a quarantine (a Node may be about to register).
+            let created = pod
+                .creation_timestamp()
+                .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
+                .unwrap_or(now);
+            if (now - created).num_seconds() >= ORPHAN_QUARANTINE_SECONDS {
+                plan.actions.push(Action::Delete {
+                    kind: Kind::Pod,
+                    object: pod.clone(),
+                });
+            } else {
+                plan.due_at(created, ORPHAN_QUARANTINE_SECONDS, now);
+            }
             continue;
         };
         if !active(pod) {
@@ -63,7 +80,7 @@ pub fn plan(world: &World, now: DateTime<Utc>) -> Plan {
             node_not_ready(&mut plan, pod, node, now);
             continue;
         }
-        let index = nodes.iter().position(|n| n == node_name).unwrap_or(0);
+        let index = node_index.get(node_name).copied().unwrap_or(0);
         run(&mut plan, pod, node, index, &mut addresses, now);
     }
     plan
@@ -97,20 +114,19 @@ fn node_not_ready(plan: &mut Plan, pod: &DynamicObject, node: &DynamicObject, no
                 type_: EventType::Warning,
                 reason: "NodeNotReady",
                 message: "Node is not ready".into(),
+                once: false,
             },
         });
     }
     let since = condition(&node.data["status"], "Ready")
         .and_then(|c| parse_time(&c["lastTransitionTime"]))
         .unwrap_or(now);
+    let taint = json!({"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"});
     let tolerated = pod.data["spec"]["tolerations"]
         .as_array()
         .into_iter()
         .flatten()
-        .find(|t| {
-            t["key"] == "node.kubernetes.io/not-ready"
-                && matches!(t["effect"].as_str(), None | Some("NoExecute"))
-        })
+        .find(|t| tolerates(&json!({"spec": {"tolerations": [t]}}), &taint))
         .map_or(Some(DEFAULT_TOLERATION_SECONDS), |t| {
             t["tolerationSeconds"].as_i64()
         });
@@ -134,6 +150,7 @@ fn node_not_ready(plan: &mut Plan, pod: &DynamicObject, node: &DynamicObject, no
                 pod.namespace().unwrap_or_default(),
                 pod.name_any()
             ),
+            once: false,
         },
     });
     plan.actions.push(Action::Delete {
@@ -217,7 +234,9 @@ fn run(
             name,
         };
         let (status, ready) = container.status(&behavior, plan, now);
-        any_started |= status["started"] == true || container.has_run();
+        any_started |= status["started"] == true
+            || status["restartCount"].as_i64().unwrap_or(0) > 0
+            || container.has_run();
         if !ready {
             not_ready.push(container.name.clone());
         }
@@ -336,6 +355,7 @@ impl Container<'_> {
                 type_,
                 reason,
                 message,
+                once: false,
             },
         });
     }
@@ -365,7 +385,11 @@ impl Container<'_> {
         let mut status = json!({
             "name": self.name,
             "image": image,
-            "imageID": image_id(&image),
+            // The digest is what the last report said, unless the image changed.
+            "imageID": match self.previous("/imageID").as_str() {
+                Some(id) if self.previous("/image") == image.as_str() && !id.is_empty() => id.to_string(),
+                _ => image_id(&image),
+            },
             "restartCount": restarts,
             // Never null: a merge patch's null removes the field, and the next round would
             // write it again.
@@ -591,6 +615,7 @@ fn started_events(plan: &mut Plan, pod: &DynamicObject, fates: &[ContainerFate])
                     type_: EventType::Normal,
                     reason,
                     message,
+                    once: false,
                 },
             });
         }

@@ -1,5 +1,5 @@
 //! Workloads in a simulated cluster: what a real cluster's workload controllers (Deployments,
-//! ReplicaSets, StatefulSets, DaemonSets, Jobs, Services' endpoints), its scheduler and each
+//! ReplicaSets, StatefulSets, DaemonSets, Jobs, CronJobs, Services' endpoints), its scheduler and each
 //! Node's kubelet do for the objects users apply, acted out on the cluster's own API through
 //! kube-rs, as those components act on a real one.
 //!
@@ -10,6 +10,7 @@
 //! passes are tested without a server. A round ends with when the next one is due without a
 //! change (a readiness delay, a minimum ready time, a progress deadline).
 
+mod cron_jobs;
 mod daemon_sets;
 mod deployments;
 mod jobs;
@@ -62,7 +63,11 @@ async fn run(client: Client) {
     let mut due: Option<tokio::time::Instant> = None;
     loop {
         let woken = tokio::select! {
-            change = changes.next() => change,
+            change = changes.next() => match change {
+                Some(change) => Some(change),
+                // Every watch ended: the cluster is gone.
+                None => return,
+            },
             _ = sleep_until(due) => None,
         };
         if let Some(change) = woken {
@@ -75,9 +80,18 @@ async fn run(client: Client) {
         if !world.synced() {
             continue;
         }
-        due = round(&mut world, &mut writer)
-            .await
-            .map(|after| tokio::time::Instant::now() + after);
+        // A pass that panics on some object's odd field loses that round, not the cluster's
+        // whole simulation.
+        let outcome = std::panic::AssertUnwindSafe(round(&mut world, &mut writer))
+            .catch_unwind()
+            .await;
+        due = match outcome {
+            Ok(after) => after.map(|after| tokio::time::Instant::now() + after),
+            Err(_) => {
+                tracing::error!("simulated workloads: a round panicked; trying again");
+                Some(tokio::time::Instant::now() + RETRY)
+            }
+        };
     }
 }
 
@@ -110,11 +124,12 @@ fn watch(client: &Client, kind: Kind) -> BoxStream<'static, Change> {
 async fn round(world: &mut World, writer: &mut Writer) -> Option<Duration> {
     // In the order each one's writes feed the next: owners make Pods, the scheduler places
     // them, the kubelets start them, and Services find their addresses.
-    let passes: [fn(&World, DateTime<Utc>) -> Plan; 8] = [
+    let passes: [fn(&World, DateTime<Utc>) -> Plan; 9] = [
         deployments::plan,
         replica_sets::plan,
         stateful_sets::plan,
         daemon_sets::plan,
+        cron_jobs::plan,
         jobs::plan,
         scheduler::plan,
         kubelet::plan,
@@ -145,9 +160,13 @@ impl Due {
 
     /// Due `seconds` after `since`, as seen at `now` (at once when past).
     pub fn at(&mut self, since: DateTime<Utc>, seconds: i64, now: DateTime<Utc>) {
-        let left = (since + chrono::TimeDelta::seconds(seconds) - now)
-            .to_std()
-            .unwrap_or(Duration::ZERO);
+        // Whatever a user wrote (a year of seconds, or 2^62): at most a day away, never a
+        // panic.
+        let seconds = seconds.clamp(0, 86_400);
+        let at = since
+            .checked_add_signed(chrono::TimeDelta::seconds(seconds))
+            .unwrap_or(now);
+        let left = (at - now).to_std().unwrap_or(Duration::ZERO);
         // A second's grace: timestamps are whole seconds.
         self.within(Some(left + Duration::from_millis(50)));
     }
@@ -175,13 +194,16 @@ pub struct Note {
     pub type_: EventType,
     pub reason: &'static str,
     pub message: String,
+    /// Said once by this process, not counted up each time it is concluded again (what a
+    /// round concludes anew from an unchanged object).
+    pub once: bool,
 }
 
 /// One write.
 #[derive(Debug)]
 pub enum Action {
-    /// Creates the object; `announce` is recorded about `owner` with the new object's name
-    /// after the message (`Created pod: web-7d4b9-x2k4q`).
+    /// Creates the object; `announce` is recorded about its owner once it is made, with the
+    /// new object's name for `{name}` in the message (`Created pod: web-7d4b9-x2k4q`).
     Create {
         kind: Kind,
         object: DynamicObject,
@@ -247,7 +269,7 @@ impl Writer {
                     Ok(created) => {
                         if let Some(announce) = announce {
                             let (owner, owner_kind, mut note) = *announce;
-                            note.message.push_str(&created.name_any());
+                            note.message = note.message.replace("{name}", &created.name_any());
                             self.note(&owner, owner_kind, &note).await;
                         }
                         world.objects(kind).record(created);
@@ -277,7 +299,14 @@ impl Writer {
                         .api(kind, &object)
                         .delete(&object.name_any(), &DeleteParams::background())
                         .await;
-                    world.objects(kind).forget(&object);
+                    // Gone, or was already: forgotten until the watch says otherwise.
+                    match &deleted {
+                        Ok(_) => world.objects(kind).forget(&object),
+                        Err(kube::Error::Api(status)) if status.code == 404 => {
+                            world.objects(kind).forget(&object)
+                        }
+                        Err(_) => {}
+                    }
                     deleted.map(|_| ())
                 }
                 Action::Event { kind, object, note } => {
@@ -309,16 +338,29 @@ impl Writer {
             api_version: kind.resource().api_version,
             kind: kind_name.clone(),
         });
-        self.events
-            .publish_as(
-                note.component,
-                &object,
-                &kind_name,
-                note.type_,
-                note.reason,
-                &note.message,
-            )
-            .await;
+        if note.once {
+            self.events
+                .publish_once_as(
+                    note.component,
+                    &object,
+                    &kind_name,
+                    note.type_,
+                    note.reason,
+                    &note.message,
+                )
+                .await;
+        } else {
+            self.events
+                .publish_as(
+                    note.component,
+                    &object,
+                    &kind_name,
+                    note.type_,
+                    note.reason,
+                    &note.message,
+                )
+                .await;
+        }
     }
 }
 
@@ -391,7 +433,7 @@ pub fn int_or_percent(value: &Value, total: i64, default: &str, round_up: bool) 
         value
     };
     if let Some(n) = value.as_i64() {
-        return n.max(0);
+        return n.clamp(0, i64::from(i32::MAX));
     }
     let Some(percent) = value
         .as_str()
@@ -400,7 +442,7 @@ pub fn int_or_percent(value: &Value, total: i64, default: &str, round_up: bool) 
     else {
         return 0;
     };
-    let scaled = percent.max(0) * total;
+    let scaled = percent.clamp(0, 100_000).saturating_mul(total.max(0));
     if round_up {
         (scaled + 99) / 100
     } else {
@@ -410,7 +452,10 @@ pub fn int_or_percent(value: &Value, total: i64, default: &str, round_up: bool) 
 
 /// A replica count field, 1 when unset as the API defaults it.
 pub fn replicas(spec: &Value) -> i64 {
-    spec["replicas"].as_i64().unwrap_or(1).max(0)
+    spec["replicas"]
+        .as_i64()
+        .unwrap_or(1)
+        .clamp(0, i64::from(i32::MAX))
 }
 
 /// The owner reference that makes `owner` the controller of what carries it.

@@ -10,7 +10,10 @@ use lariat_controllers::events::EventType;
 use serde_json::json;
 
 use super::deployments::same_status;
-use super::world::{World, controlled_by, deleting};
+use super::world::{World, by_controller, deleting};
+
+/// Pods by the uid of their controller.
+type Owned<'a> = std::collections::HashMap<String, Vec<&'a DynamicObject>>;
 use super::{Action, Kind, Note, Plan, condition, controller_reference, parse_time, replicas};
 
 const COMPONENT: &str = "replicaset-controller";
@@ -20,8 +23,9 @@ const BURST: usize = 500;
 
 pub fn plan(world: &World, now: DateTime<Utc>) -> Plan {
     let mut plan = Plan::default();
+    let owned = by_controller(&world.pods);
     for rs in world.replica_sets.iter().filter(|rs| !deleting(*rs)) {
-        reconcile(world, rs, now, &mut plan);
+        reconcile(&owned, rs, now, &mut plan);
     }
     plan
 }
@@ -40,14 +44,16 @@ pub fn ready(pod: &DynamicObject) -> bool {
     condition(&pod.data["status"], "Ready").is_some_and(|c| c["status"] == "True")
 }
 
-fn reconcile(world: &World, rs: &DynamicObject, now: DateTime<Utc>, plan: &mut Plan) {
+fn reconcile(owned: &Owned, rs: &DynamicObject, now: DateTime<Utc>, plan: &mut Plan) {
     let uid = rs.uid().unwrap_or_default();
     let namespace = rs.namespace().unwrap_or_default();
     let spec = &rs.data["spec"];
-    let mut pods: Vec<&DynamicObject> = world
-        .pods
-        .iter()
-        .filter(|p| p.namespace().as_deref() == Some(&namespace) && controlled_by(*p, &uid))
+    let mut pods: Vec<&DynamicObject> = owned
+        .get(&uid)
+        .into_iter()
+        .flatten()
+        .copied()
+        .filter(|p| p.namespace().as_deref() == Some(&namespace))
         .filter(|p| active(p))
         .collect();
     let wanted = replicas(spec) as usize;
@@ -63,7 +69,8 @@ fn reconcile(world: &World, rs: &DynamicObject, now: DateTime<Utc>, plan: &mut P
                         component: COMPONENT,
                         type_: EventType::Normal,
                         reason: "SuccessfulCreate",
-                        message: "Created pod: ".into(),
+                        message: "Created pod: {name}".into(),
+                        once: false,
                     },
                 ))),
             });
@@ -93,6 +100,7 @@ fn reconcile(world: &World, rs: &DynamicObject, now: DateTime<Utc>, plan: &mut P
                     type_: EventType::Normal,
                     reason: "SuccessfulDelete",
                     message: format!("Deleted pod: {}", pod.name_any()),
+                    once: false,
                 },
             });
         }

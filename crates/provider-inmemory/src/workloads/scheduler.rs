@@ -98,8 +98,8 @@ pub fn tolerates(pod: &Value, taint: &Value) -> bool {
         .into_iter()
         .flatten()
         .any(|t| {
-            let key_matches =
-                t["key"].is_null() && t["operator"] == "Exists" || t["key"] == taint["key"];
+            let any_key = t["key"].as_str().is_none_or(str::is_empty);
+            let key_matches = any_key && t["operator"] == "Exists" || t["key"] == taint["key"];
             let effect_matches = t["effect"].is_null()
                 || t["effect"].as_str() == Some("")
                 || t["effect"] == taint["effect"];
@@ -112,10 +112,14 @@ pub fn tolerates(pod: &Value, taint: &Value) -> bool {
 
 /// Why the Node cannot take the Pod, in the scheduler's words; `None` when it can.
 fn unfit(pod: &Value, node: &DynamicObject, used: Requests) -> Option<String> {
-    if !node_ready(node) {
+    // The taints the node lifecycle controller puts on a Node that is not Ready or is
+    // cordoned, which a Pod (a DaemonSet's) may tolerate.
+    let not_ready = json!({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"});
+    if !node_ready(node) && !tolerates(pod, &not_ready) {
         return Some("node(s) had untolerated taint {node.kubernetes.io/not-ready: }".into());
     }
-    if node.data["spec"]["unschedulable"] == true {
+    let cordoned = json!({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"});
+    if node.data["spec"]["unschedulable"] == true && !tolerates(pod, &cordoned) {
         return Some("node(s) were unschedulable".into());
     }
     let taints = node.data["spec"]["taints"].as_array();
@@ -245,6 +249,7 @@ fn bind(plan: &mut Plan, pod: &DynamicObject, node: &str) {
                 pod.namespace().unwrap_or_default(),
                 pod.name_any()
             ),
+            once: false,
         },
     });
 }
@@ -300,6 +305,7 @@ fn unschedulable(
             type_: EventType::Warning,
             reason: "FailedScheduling",
             message,
+            once: false,
         },
     });
 }

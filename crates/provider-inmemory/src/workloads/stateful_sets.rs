@@ -14,22 +14,28 @@ use serde_json::json;
 
 use super::deployments::{same_status, template_hash};
 use super::replica_sets::{active, ready};
-use super::world::{World, controlled_by, deleting};
+use super::world::{World, by_controller, deleting};
+
+/// Pods by the uid of their controller.
+type Owned<'a> = std::collections::HashMap<String, Vec<&'a DynamicObject>>;
 use super::{Action, Kind, Note, Plan, controller_reference, replicas};
 
 const COMPONENT: &str = "statefulset-controller";
+/// At most this many Pods made per StatefulSet in one round.
+const BURST: usize = 500;
 pub const REVISION_LABEL: &str = "controller-revision-hash";
 
 pub fn plan(world: &World, _now: DateTime<Utc>) -> Plan {
     let mut plan = Plan::default();
+    let owned = by_controller(&world.pods);
     for set in world.stateful_sets.iter().filter(|s| !deleting(*s)) {
-        reconcile(world, set, &mut plan);
+        reconcile(&owned, set, &mut plan);
     }
     plan
 }
 
 // Long: creation, scaling down and the rolling update in the controller's order, then status.
-fn reconcile(world: &World, set: &DynamicObject, plan: &mut Plan) {
+fn reconcile(owned: &Owned, set: &DynamicObject, plan: &mut Plan) {
     let uid = set.uid().unwrap_or_default();
     let namespace = set.namespace().unwrap_or_default();
     let name = set.name_any();
@@ -45,19 +51,27 @@ fn reconcile(world: &World, set: &DynamicObject, plan: &mut Plan) {
             .strip_prefix(&format!("{name}-"))
             .and_then(|n| n.parse().ok())
     };
-    let mut pods: Vec<(i64, &DynamicObject)> = world
-        .pods
-        .iter()
-        .filter(|p| p.namespace().as_deref() == Some(&namespace) && controlled_by(*p, &uid))
+    let mut pods: Vec<(i64, &DynamicObject)> = owned
+        .get(&uid)
+        .into_iter()
+        .flatten()
+        .copied()
+        .filter(|p| p.namespace().as_deref() == Some(&namespace))
         .filter_map(|p| Some((ordinal(p)?, p)))
         .collect();
     pods.sort_by_key(|(i, _)| *i);
+    let by_ordinal: std::collections::HashMap<i64, &DynamicObject> =
+        pods.iter().map(|(i, p)| (*i, *p)).collect();
     let parallel = spec["podManagementPolicy"] == "Parallel";
     let healthy = |p: &DynamicObject| active(p) && ready(p) && !deleting(p);
     let mut waiting = false;
-    // Make the missing ordinals, in order.
-    for i in start..start + wanted {
-        match pods.iter().find(|(o, _)| *o == i) {
+    let mut made = 0;
+    // Make the missing ordinals, in order (at most a burst per round).
+    for i in start..start.saturating_add(wanted) {
+        if made >= BURST {
+            break;
+        }
+        match by_ordinal.get(&i).map(|p| (i, *p)).as_ref() {
             Some((_, pod)) => {
                 // A finished or failed Pod is replaced, as the controller replaces it.
                 if !active(pod) && !deleting(*pod) {
@@ -74,14 +88,21 @@ fn reconcile(world: &World, set: &DynamicObject, plan: &mut Plan) {
                 plan.actions.push(Action::Create {
                     kind: Kind::Pod,
                     object: pod_for(set, i, &revision),
-                    announce: None,
+                    announce: Some(Box::new((
+                        set.clone(),
+                        Kind::StatefulSet,
+                        Note {
+                            component: COMPONENT,
+                            type_: EventType::Normal,
+                            reason: "SuccessfulCreate",
+                            message: format!(
+                                "create Pod {{name}} in StatefulSet {name} successful"
+                            ),
+                            once: false,
+                        },
+                    ))),
                 });
-                event(
-                    plan,
-                    set,
-                    "SuccessfulCreate",
-                    format!("create Pod {name}-{i} in StatefulSet {name} successful"),
-                );
+                made += 1;
                 waiting = true;
             }
             None => {}
@@ -162,6 +183,7 @@ fn event(plan: &mut Plan, set: &DynamicObject, reason: &'static str, message: St
             type_: EventType::Normal,
             reason,
             message,
+            once: false,
         },
     });
 }
@@ -182,7 +204,7 @@ fn status(set: &DynamicObject, pods: &[(i64, &DynamicObject)], revision: &str, p
         _ => revision.to_string(),
     };
     let ready_count = live.iter().filter(|p| ready(p)).count();
-    let mut status = json!({
+    let status = json!({
         "observedGeneration": set.metadata.generation.unwrap_or(0),
         "replicas": live.len(),
         "readyReplicas": ready_count,
@@ -193,13 +215,6 @@ fn status(set: &DynamicObject, pods: &[(i64, &DynamicObject)], revision: &str, p
         "updateRevision": revision,
         "collisionCount": current["collisionCount"].as_i64().unwrap_or(0),
     });
-    if let Some(selector) = set.data["spec"]["selector"]["matchLabels"].as_object() {
-        let text: Vec<String> = selector
-            .iter()
-            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-            .collect();
-        status["selector"] = text.join(",").into();
-    }
     if !same_status(current, &status) {
         plan.actions.push(Action::Patch {
             kind: Kind::StatefulSet,

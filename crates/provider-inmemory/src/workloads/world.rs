@@ -1,5 +1,5 @@
-//! What the simulation knows of its cluster: every Node, Pod, ReplicaSet and Deployment (as
-//! JSON under typed metadata), fed by one watch per kind and by the answers to its own
+//! What the simulation knows of its cluster: its Nodes, Pods and workload objects (as JSON
+//! under typed metadata), fed by one watch per kind and by the answers to its own
 //! writes, so that a pass that creates a ReplicaSet sees it in the next pass of the same
 //! round rather than creating it again.
 
@@ -129,12 +129,13 @@ pub enum Kind {
     StatefulSet,
     DaemonSet,
     Job,
+    CronJob,
     Service,
     EndpointSlice,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Node,
         Kind::Pod,
         Kind::ReplicaSet,
@@ -142,6 +143,7 @@ impl Kind {
         Kind::StatefulSet,
         Kind::DaemonSet,
         Kind::Job,
+        Kind::CronJob,
         Kind::Service,
         Kind::EndpointSlice,
     ];
@@ -156,6 +158,7 @@ impl Kind {
             Kind::StatefulSet => ApiResource::erase::<apps::StatefulSet>(&()),
             Kind::DaemonSet => ApiResource::erase::<apps::DaemonSet>(&()),
             Kind::Job => ApiResource::erase::<batch::Job>(&()),
+            Kind::CronJob => ApiResource::erase::<batch::CronJob>(&()),
             Kind::Service => ApiResource::erase::<core::Service>(&()),
             Kind::EndpointSlice => {
                 ApiResource::erase::<k8s_openapi::api::discovery::v1::EndpointSlice>(&())
@@ -180,6 +183,7 @@ pub struct World {
     pub stateful_sets: Objects<DynamicObject>,
     pub daemon_sets: Objects<DynamicObject>,
     pub jobs: Objects<DynamicObject>,
+    pub cron_jobs: Objects<DynamicObject>,
     pub services: Objects<DynamicObject>,
     pub endpoint_slices: Objects<DynamicObject>,
 }
@@ -194,6 +198,7 @@ impl World {
             Kind::StatefulSet => &mut self.stateful_sets,
             Kind::DaemonSet => &mut self.daemon_sets,
             Kind::Job => &mut self.jobs,
+            Kind::CronJob => &mut self.cron_jobs,
             Kind::Service => &mut self.services,
             Kind::EndpointSlice => &mut self.endpoint_slices,
         }
@@ -208,6 +213,22 @@ impl World {
     pub fn synced(&mut self) -> bool {
         Kind::ALL.iter().all(|kind| self.objects(*kind).synced)
     }
+}
+
+/// The objects of one kind by the uid of their controller (built once per pass, so an
+/// owner finds its own without scanning every object).
+pub fn by_controller(objects: &Objects<DynamicObject>) -> HashMap<String, Vec<&DynamicObject>> {
+    let mut index: HashMap<String, Vec<&DynamicObject>> = HashMap::new();
+    for object in objects.iter() {
+        if let Some(owner) = object
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+        {
+            index.entry(owner.uid.clone()).or_default().push(object);
+        }
+    }
+    index
 }
 
 /// Whether `object` is controlled by the object with `uid` (its controller owner reference).
