@@ -187,21 +187,7 @@ fn reconcile(world: &World, owned: &Owned, set: &DynamicObject, plan: &mut Plan)
 }
 
 fn delete(plan: &mut Plan, set: &DynamicObject, pod: &DynamicObject) {
-    plan.actions.push(Action::Delete {
-        kind: Kind::Pod,
-        object: pod.clone(),
-    });
-    plan.actions.push(Action::Event {
-        kind: Kind::DaemonSet,
-        object: set.clone(),
-        note: Note {
-            component: COMPONENT,
-            type_: EventType::Normal,
-            reason: "SuccessfulDelete",
-            message: format!("Deleted pod: {}", pod.name_any()),
-            once: false,
-        },
-    });
+    plan.delete_pod(set, Kind::DaemonSet, COMPONENT, pod);
 }
 
 fn status(

@@ -180,6 +180,32 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Deletes an owner's Pod, and says so about the owner as its controller does
+    /// (`Deleted pod: web-7d4b9-x2k4q`).
+    fn delete_pod(
+        &mut self,
+        owner: &DynamicObject,
+        owner_kind: Kind,
+        component: &'static str,
+        pod: &DynamicObject,
+    ) {
+        self.actions.push(Action::Delete {
+            kind: Kind::Pod,
+            object: pod.clone(),
+        });
+        self.actions.push(Action::Event {
+            kind: owner_kind,
+            object: owner.clone(),
+            note: Note {
+                component,
+                type_: EventType::Normal,
+                reason: "SuccessfulDelete",
+                message: format!("Deleted pod: {}", pod.name_any()),
+                once: false,
+            },
+        });
+    }
+
     fn due_at(&mut self, since: DateTime<Utc>, seconds: i64, now: DateTime<Utc>) {
         let mut due = Due(self.due);
         due.at(since, seconds, now);

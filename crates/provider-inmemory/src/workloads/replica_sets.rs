@@ -88,21 +88,7 @@ fn reconcile(owned: &Owned, rs: &DynamicObject, now: DateTime<Utc>, plan: &mut P
         });
         let extra = (pods.len() - wanted).min(BURST);
         for pod in pods.drain(..extra) {
-            plan.actions.push(Action::Delete {
-                kind: Kind::Pod,
-                object: pod.clone(),
-            });
-            plan.actions.push(Action::Event {
-                kind: Kind::ReplicaSet,
-                object: rs.clone(),
-                note: Note {
-                    component: COMPONENT,
-                    type_: EventType::Normal,
-                    reason: "SuccessfulDelete",
-                    message: format!("Deleted pod: {}", pod.name_any()),
-                    once: false,
-                },
-            });
+            plan.delete_pod(rs, Kind::ReplicaSet, COMPONENT, pod);
         }
     }
     status(rs, &pods, now, plan);
