@@ -34,6 +34,9 @@ pub struct EmbeddedConfig {
     pub metrics_label: &'static str,
     /// What `/version` reports.
     pub version: Option<Arc<dyn VersionSource>>,
+    /// What answers beside its kinds (a simulated kubelet's Pod logs and exec); their tasks,
+    /// objects and grants are not taken: whoever builds the instance runs its own.
+    pub extensions: Vec<Arc<dyn crate::extension::Extension>>,
 }
 
 /// A running embedded instance; dropping it stops its garbage collector and RBAC follower.
@@ -83,7 +86,7 @@ impl Embedded {
             audit: None,
             replicas: None,
             routes: Vec::new(),
-            extensions: Vec::new(),
+            extensions: config.extensions,
             failed_proofs: Default::default(),
             // Nothing is elected here: its one server leads.
             leadership: crate::leader::Leadership::sole(config.identity),

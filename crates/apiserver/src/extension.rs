@@ -10,10 +10,14 @@
 //! ahead of RBAC in the chain (as the Node authorizer decides for kubelets and has no opinion
 //! on anyone else), and post-start hooks.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::http::Method;
+use axum::response::Response;
+use serde_json::Value;
 
 use crate::http::AppState;
 use crate::identity::{Attributes, Authorizer, User};
@@ -169,6 +173,56 @@ pub trait Extension: Send + Sync + 'static {
     fn grant_source(&self) -> Option<Box<dyn GrantSource>> {
         None
     }
+
+    /// Whether this extension answers `subresource` of `group`/`plural` objects, and how it
+    /// is authorized; `None` for every subresource it does not answer.
+    fn connects(&self, _group: &str, _plural: &str, _subresource: &str) -> Option<Connect> {
+        None
+    }
+
+    /// The answer to a request on a subresource [`Extension::connects`] claims, once the
+    /// server has authorized it and found its object.
+    async fn connect(&self, _server: &Handle, connection: Connection<'_>) -> ApiResult<Response> {
+        Err(crate::status::ApiError::internal(format!(
+            "no answer for the {} subresource",
+            connection.subresource
+        )))
+    }
+}
+
+/// A subresource answered by what runs an object, not by the store: kube-apiserver's connect
+/// subresources (a Pod's `log`, `exec`, `attach` and `portforward`), which it hands to the
+/// kubelet of the Pod's Node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Connect {
+    /// Read with GET, authorized as `get` (a Pod's `log`).
+    Read,
+    /// Runs something in the object, authorized as `create` whichever way the stream is
+    /// opened: kube-apiserver authorizes a WebSocket exec's GET as a create since 1.31, so
+    /// that reading Pods is not running commands in them.
+    Run,
+}
+
+impl Connect {
+    /// The verb a request of `method` is authorized as; `None` where the subresource takes
+    /// no such method.
+    pub(crate) fn verb(self, method: &Method) -> Option<&'static str> {
+        match (self, method) {
+            (Connect::Read, &Method::GET) => Some("get"),
+            (Connect::Run, &Method::GET | &Method::POST) => Some("create"),
+            _ => None,
+        }
+    }
+}
+
+/// An authorized request on a connect subresource.
+pub struct Connection<'a> {
+    /// `log`, `exec`, ...
+    pub subresource: &'a str,
+    /// The object, as stored.
+    pub object: Value,
+    /// The request's query parameters (`container`, `previous`, `command`, ...).
+    pub query: &'a HashMap<String, String>,
 }
 
 impl std::fmt::Debug for dyn Extension {

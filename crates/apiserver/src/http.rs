@@ -1174,6 +1174,14 @@ async fn serve(
     }
     let target = target.ok_or_else(|| not_found_path(&path))?;
     let call = Call::authorized(state, &parts, target, query).await?;
+    if let Some(sub) = call.subresource()
+        && let Some((extension, _)) = connecter(state, &call.scope.rt, sub)
+    {
+        let server = crate::extension::Handle {
+            state: state.clone(),
+        };
+        return call.connect(&server, extension.as_ref(), sub).await;
+    }
     match call.verb {
         "get" => call.get().await,
         "list" => call.list().await,
@@ -1295,7 +1303,15 @@ impl<'a> Call<'a> {
             .cloned()
             .ok_or(ApiError::Unauthorized)?;
         let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
-        let Some(verb) = target.verb(&parts.method, watching) else {
+        let connect = target
+            .subresource
+            .as_deref()
+            .and_then(|sub| connecter(state, rt, sub));
+        let verb = match connect {
+            Some((_, connect)) => connect.verb(&parts.method),
+            None => target.verb(&parts.method, watching),
+        };
+        let Some(verb) = verb else {
             return Err(ApiError::MethodNotAllowed {
                 message: format!(
                     "the server does not allow this method on the requested resource ({} {path})",
@@ -1480,6 +1496,22 @@ impl<'a> Call<'a> {
             self.format,
             &written.warnings,
         )
+    }
+
+    /// A connect subresource: its object, handed to the extension that answers it.
+    async fn connect(
+        &self,
+        server: &crate::extension::Handle,
+        extension: &dyn crate::extension::Extension,
+        subresource: &str,
+    ) -> ApiResult<Response> {
+        let object = self.state.resources.get(&self.scope, self.name()).await?;
+        let connection = crate::extension::Connection {
+            subresource,
+            object,
+            query: &self.query,
+        };
+        extension.connect(server, connection).await
     }
 
     async fn get(&self) -> ApiResult<Response> {
@@ -1692,6 +1724,22 @@ impl<'a> Call<'a> {
     }
 }
 
+/// The extension that answers subresource `sub` of `rt`'s objects, and how it is authorized.
+fn connecter<'s>(
+    state: &'s AppState,
+    rt: &crate::registry::ResourceType,
+    sub: &str,
+) -> Option<(
+    &'s Arc<dyn crate::extension::Extension>,
+    crate::extension::Connect,
+)> {
+    state.extensions.iter().find_map(|extension| {
+        extension
+            .connects(&rt.group, &rt.plural, sub)
+            .map(|connect| (extension, connect))
+    })
+}
+
 /// The served kind and subresource `target` names, as a [`Scope`]; 404 for what is not served.
 fn resolve(state: &AppState, target: &Target, path: &str) -> ApiResult<Scope> {
     let rt = state
@@ -1706,6 +1754,7 @@ fn resolve(state: &AppState, target: &Target, path: &str) -> ApiResult<Scope> {
         None => {}
         Some("status") if served.status_subresource => {}
         Some("scale") if served.scale.is_some() => {}
+        Some(sub) if connecter(state, &rt, sub).is_some() => {}
         Some("token")
             if rt.group.is_empty()
                 && rt.plural == "serviceaccounts"

@@ -1165,6 +1165,12 @@ fn lariat_api_namespace(namespace: &str, name: &str) -> String {
 
 /// In-memory clusters in `fleet-default`, each labelled `region=REGION`.
 fn in_memory_clusters(server: &TestServer, clusters: &[(&str, &str)]) {
+    in_memory_clusters_whose_pods(server, clusters, "");
+}
+
+/// In-memory clusters whose Nodes' kubelets fail Pods as `pods` (the YAML of the machine
+/// template's `behavior.pods`, indented under it) says.
+fn in_memory_clusters_whose_pods(server: &TestServer, clusters: &[(&str, &str)], pods: &str) {
     server.init_inmemory();
     for (name, region) in clusters {
         let manifests = common::generate_cluster(&[
@@ -1180,6 +1186,7 @@ fn in_memory_clusters(server: &TestServer, clusters: &[(&str, &str)]) {
             "-n",
             "fleet-default",
         ]);
+        let manifests = manifests.replace("      behavior:\n", &format!("      behavior:\n{pods}"));
         server.apply_ok(&["apply", "-f", "-"], &manifests);
         server.kubectl_ok(&[
             "label",
@@ -1415,6 +1422,60 @@ fn in_memory_clusters_converge_and_a_customisation_that_breaks_one_names_only_it
         ],
     );
     assert_eq!(output.stdout, b"3");
+}
+
+#[test]
+fn clusters_whose_pods_fail_alike_are_one_failure_group_in_their_pods_words() {
+    let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(&work.path().join("repos"));
+    in_memory_clusters_whose_pods(
+        &server,
+        &[("eu-1", "eu"), ("eu-2", "eu")],
+        "        pods:\n          imagePullFailures: [\"*:broken\"]\n",
+    );
+    let upstream = work.path().join("repos/platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    // The clusters have one Node, the tainted control plane, which the Deployment tolerates.
+    commit(
+        &upstream,
+        &[
+            ("app/fleet.yaml", "defaultNamespace: default\n"),
+            (
+                "app/web.yaml",
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      tolerations: [{key: node-role.kubernetes.io/control-plane, effect: NoSchedule}]\n      containers: [{name: web, image: \"nginx:broken\"}]\n",
+            ),
+        ],
+    );
+    apply_platform_git_repo(&server, &upstream, "  targets:\n  - clusterSelector: {}\n");
+    eventually_within(
+        Duration::from_secs(120),
+        "both clusters fail alike, in their Pods' words",
+        || {
+            let group = first_group(&server, "platform-app");
+            group["clusters"] == serde_json::json!(["eu-1", "eu-2"])
+                && group["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("ImagePullBackOff"))
+        },
+    );
+    let group = first_group(&server, "platform-app");
+    let message = group["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Deployment default/web: 0/1 replicas available")
+            && message.contains(
+                ": container web: ImagePullBackOff: Back-off pulling image \"nginx:broken\""
+            ),
+        "{group}"
+    );
+    let output = server.lariat(&["fleet", "diagnose", "platform"]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.starts_with("2 clusters  NotReady")
+            && text.contains("ImagePullBackOff")
+            && text.contains("clusters: eu-1, eu-2"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -520,6 +520,32 @@ fn injected_failures_show_as_a_real_clusters_do() {
     assert!(restarts.parse::<i64>().unwrap() >= 1, "{restarts}");
     let unready = k(&["describe", "pod", "-l", "app=unready"]);
     assert!(unready.contains("Readiness probe failed"), "{unready}");
+
+    // Logs and exec answer as a real cluster's kubelet does, with a Status that says why.
+    let refused = |args: &[&str]| {
+        let mut full = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
+        full.extend_from_slice(args);
+        let output = server.kubectl(&full);
+        assert!(!output.status.success(), "{args:?} was not refused");
+        String::from_utf8_lossy(&output.stderr).trim().to_string()
+    };
+    let said = refused(&["logs", "deployment/broken"]);
+    assert!(
+        said.starts_with("Error from server (BadRequest): container \"nginx\" in pod \"broken-")
+            && said.ends_with("is waiting to start: trying and failing to pull image"),
+        "{said}"
+    );
+    assert_eq!(
+        k(&["logs", "deployment/unready"]),
+        "",
+        "a container that wrote nothing"
+    );
+    assert_eq!(k(&["logs", "--previous", "deployment/crashy"]), "");
+    let said = refused(&["exec", "deployment/unready", "--", "true"]);
+    assert!(
+        said.contains("BadRequest") && said.contains("no process runs"),
+        "{said}"
+    );
     // None of the three is Available, and the Deployment says so.
     for app in ["broken", "crashy", "unready"] {
         assert_eq!(

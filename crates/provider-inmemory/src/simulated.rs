@@ -118,6 +118,7 @@ impl SimulatedClusters {
             identity: format!("simulated-{key}"),
             metrics_label: "workload",
             version: Some(Arc::new(ControlPlaneVersion)),
+            extensions: vec![Arc::new(crate::workloads::KubeletApi)],
         };
         let api = Embedded::start(config, &ca).await?;
         let mut clusters = self.inner.clusters.write().expect("lock");

@@ -423,6 +423,10 @@ const UPSTREAM_CONCURRENCY: u16 = 4;
 /// How long after an apply that failed the agent tries again: the API's refusal will not
 /// change by itself, so this paces retries rather than racing them.
 const RETRY_FAILED_APPLY: Duration = Duration::from_secs(30);
+/// How soon a BundleDeployment whose workloads are not ready is looked at again: their Pods'
+/// reasons change without their workload's status changing (ErrImagePull becomes
+/// ImagePullBackOff, a crash becomes CrashLoopBackOff), and no watch of Pods wakes it.
+const PODS_LOOKED_AT_AGAIN: Duration = Duration::from_secs(15);
 /// A BundleDeployment is looked at again this often even if nothing changed.
 const RESYNC: Duration = Duration::from_secs(600);
 
@@ -546,6 +550,9 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
     }
     monitor::report(&mut status, &deployment_id, &desired, &seen, &now);
     write_status(&ctx, &bd, status).await?;
+    if seen.pods_looked_at {
+        return Ok(Action::requeue(PODS_LOOKED_AT_AGAIN));
+    }
     Ok(Action::requeue(RESYNC))
 }
 

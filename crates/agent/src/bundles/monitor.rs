@@ -33,6 +33,9 @@ pub struct Seen {
     pub modified: Vec<Modified>,
     pub missing: Vec<ObjectKey>,
     pub orphaned: Vec<ObjectKey>,
+    /// Whether a workload not ready had its Pods looked at: their state changes wake
+    /// nothing, so what they say is looked at again sooner (see `reconcile`).
+    pub pods_looked_at: bool,
 }
 
 impl Seen {
@@ -78,7 +81,13 @@ pub(super) async fn observe(
                 patch,
             });
         }
-        if let Some(summary) = readiness(&wanted.key.kind, &live) {
+        if let Some(mut summary) = readiness(&wanted.key.kind, &live) {
+            if runs_pods(&wanted.key.kind) {
+                seen.pods_looked_at = true;
+                if let Some(problem) = pod_problem(agent, &live).await {
+                    summary.message.get_or_insert_with(Vec::new).push(problem);
+                }
+            }
             seen.not_ready.push((wanted.key.clone(), summary));
         }
     }
@@ -106,6 +115,134 @@ pub(super) async fn observe(
     }
     seen.orphaned.sort();
     seen
+}
+
+/// The kinds whose readiness is their Pods': what a Pod says (ImagePullBackOff,
+/// CrashLoopBackOff, Unschedulable) is why they are not ready.
+fn runs_pods(kind: &str) -> bool {
+    matches!(
+        kind,
+        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job"
+    )
+}
+
+/// The most Pods of one workload looked at for a reason: one page of a list by its selector.
+const PODS_LOOKED_AT: u32 = 50;
+
+/// Why a workload that is not ready is not, in its Pods' words: the first Pod with a problem
+/// among the first [`PODS_LOOKED_AT`] its selector matches, as `kubectl describe pod` would
+/// show it. Asked only of workloads that are not ready; `None` when no Pod says more.
+async fn pod_problem(agent: &Agent, workload: &Value) -> Option<String> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, ListParams};
+    let namespace = workload["metadata"]["namespace"].as_str()?;
+    let selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector =
+        serde_json::from_value(workload["spec"]["selector"].clone()).ok()?;
+    let selector = kube::core::Selector::try_from(selector).ok()?;
+    if selector.selects_all() {
+        return None;
+    }
+    let pods: Api<Pod> = Api::namespaced(agent.downstream.clone(), namespace);
+    let params = ListParams::default()
+        .labels_from(&selector)
+        .limit(PODS_LOOKED_AT);
+    let pods = pods.list(&params).await.ok()?;
+    pods.items.iter().find_map(|pod| {
+        let problem = problem_of(pod)?;
+        Some(format!("pod {}: {problem}", pod.name_any()))
+    })
+}
+
+/// What is wrong with one Pod, if anything: its containers' waiting reasons (not the
+/// ordinary ones of a start), a failed run, the scheduler's refusal, a readiness that does
+/// not come. Words that differ between clusters (a Pod's UID) are left out, so that failure
+/// groups gather clusters failing alike.
+fn problem_of(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let condition = |type_: &str| {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == type_ && c.status == "False")
+    };
+    if let Some(unscheduled) = condition("PodScheduled") {
+        return Some(format!(
+            "{}: {}",
+            unscheduled.reason.as_deref().unwrap_or("Unschedulable"),
+            unscheduled.message.as_deref().unwrap_or_default()
+        ));
+    }
+    if status.phase.as_deref() == Some("Failed") {
+        return Some(format!(
+            "{}: {}",
+            status.reason.as_deref().unwrap_or("Failed"),
+            status.message.as_deref().unwrap_or("the Pod failed")
+        ));
+    }
+    let containers = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .map(|c| ("init container ", c))
+        .chain(
+            status
+                .container_statuses
+                .iter()
+                .flatten()
+                .map(|c| ("container ", c)),
+        );
+    for (what, container) in containers {
+        let state = container.state.as_ref();
+        if let Some(waiting) = state.and_then(|s| s.waiting.as_ref()) {
+            let reason = waiting.reason.as_deref().unwrap_or_default();
+            match reason {
+                "" | "ContainerCreating" | "PodInitializing" => {}
+                // Its message names the Pod's UID; the last exit says more.
+                "CrashLoopBackOff" => {
+                    let last = container
+                        .last_state
+                        .as_ref()
+                        .and_then(|s| s.terminated.as_ref());
+                    let exit = last.map_or(String::new(), |t| {
+                        format!(
+                            ", last exit code {} ({})",
+                            t.exit_code,
+                            t.reason.as_deref().unwrap_or("Error")
+                        )
+                    });
+                    return Some(format!(
+                        "{what}{}: CrashLoopBackOff{exit}, restarted {} times",
+                        container.name, container.restart_count
+                    ));
+                }
+                _ => {
+                    return Some(format!(
+                        "{what}{}: {reason}: {}",
+                        container.name,
+                        waiting.message.as_deref().unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        if let Some(terminated) = state.and_then(|s| s.terminated.as_ref())
+            && terminated.exit_code != 0
+        {
+            return Some(format!(
+                "{what}{}: exited with code {} ({})",
+                container.name,
+                terminated.exit_code,
+                terminated.reason.as_deref().unwrap_or("Error")
+            ));
+        }
+    }
+    condition("ContainersReady").map(|c| {
+        format!(
+            "{}: {}",
+            c.reason.as_deref().unwrap_or("ContainersNotReady"),
+            c.message.as_deref().unwrap_or_default()
+        )
+    })
 }
 
 /// The manifest as the API stores it: a Secret's `stringData` is kept as `data`.

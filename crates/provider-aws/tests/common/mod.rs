@@ -313,6 +313,7 @@ pub async fn stand_in_cluster() -> (lariat_apiserver::embedded::Embedded, kube::
         identity: "eks-stand-in".into(),
         metrics_label: "workload",
         version: None,
+        extensions: Vec::new(),
     };
     let api = lariat_apiserver::embedded::Embedded::start(config, &ca)
         .await

@@ -1,5 +1,6 @@
 //! The Job controller: Pods from the template, `parallelism` at a time, until `completions`
-//! of them succeed (the Job is then `Complete`), or more than `backoffLimit` fail, or it runs
+//! of them succeed (the Job is then `Complete`), or more than `backoffLimit` fail (each failed
+//! Pod replaced after the controller's doubling back-off), or it runs
 //! past `activeDeadlineSeconds` (then `Failed`); `Indexed` Jobs give each Pod its completion
 //! index; a finished Job is deleted `ttlSecondsAfterFinished` later. Simulated Pods that do
 //! not restart always succeed a second after they start (see the kubelet), unless failure
@@ -178,7 +179,20 @@ fn reconcile(owned: &Owned, job: &DynamicObject, now: DateTime<Utc>, plan: &mut 
             let remaining = completions.map_or(parallelism, |n| (n - succeeded).max(0));
             let wanted = parallelism.min(remaining);
             // At most a burst per round, as the controller creates them.
-            let missing = (wanted - running.len() as i64).clamp(0, 500);
+            let mut missing = (wanted - running.len() as i64).clamp(0, 500);
+            // After failures, a new Pod only once the back-off since the last one is over.
+            let last_failure = pods
+                .iter()
+                .filter(|p| phase(p).as_deref() == Some("Failed"))
+                .filter_map(|p| finished_at(p))
+                .max();
+            if let Some(at) = last_failure {
+                let delay = failure_back_off(failed);
+                if (now - at).num_seconds() < delay {
+                    plan.due_at(at, delay, now);
+                    missing = 0;
+                }
+            }
             let indexed = spec["completionMode"] == "Indexed";
             let mut taken: std::collections::BTreeSet<i64> = pods
                 .iter()
@@ -243,6 +257,22 @@ fn reconcile(owned: &Owned, job: &DynamicObject, now: DateTime<Utc>, plan: &mut 
     }
 }
 
+/// How long the Job controller waits after the `failed`th failure before a new Pod: 10 s,
+/// doubled with each failure, at most 6 minutes.
+fn failure_back_off(failed: i64) -> i64 {
+    let doublings = (failed - 1).clamp(0, 6) as u32;
+    (10 * 2i64.pow(doublings)).min(360)
+}
+
+/// When a Pod's last container ended.
+fn finished_at(pod: &DynamicObject) -> Option<DateTime<Utc>> {
+    pod.data["status"]["containerStatuses"]
+        .as_array()?
+        .iter()
+        .filter_map(|c| parse_time(&c["state"]["terminated"]["finishedAt"]))
+        .max()
+}
+
 /// A Pod of the Job, labelled as the controller labels them.
 fn pod_for(job: &DynamicObject, index: Option<i64>) -> DynamicObject {
     let template = &job.data["spec"]["template"];
@@ -284,4 +314,16 @@ fn pod_for(job: &DynamicObject, index: Option<i64>) -> DynamicObject {
         "spec": template["spec"].clone(),
     }))
     .expect("a well-formed Pod")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_back_off_doubling_up_to_six_minutes() {
+        let delays: Vec<i64> = (1..=8).map(failure_back_off).collect();
+        assert_eq!(delays, [10, 20, 40, 80, 160, 320, 360, 360]);
+        assert_eq!(failure_back_off(i64::MAX), 360);
+    }
 }

@@ -15,6 +15,7 @@ mod daemon_sets;
 mod deployments;
 mod jobs;
 mod kubelet;
+mod kubelet_api;
 mod replica_sets;
 mod scheduler;
 mod services;
@@ -33,6 +34,7 @@ use kube::{Client, ResourceExt};
 use lariat_controllers::events::{EventType, Recorder};
 use serde_json::Value;
 
+pub use kubelet_api::KubeletApi;
 use world::{Change, Kind, World};
 
 /// How soon a round that failed to write is tried again.

@@ -157,9 +157,22 @@ fn endpoints(world: &World, service: &DynamicObject, plan: &mut Plan) {
             && s.labels().get(SERVICE_NAME) == Some(&name)
             && s.labels().get(MANAGED_BY).map(String::as_str) == Some(CONTROLLER)
     };
-    let slices: Vec<&DynamicObject> = world.endpoint_slices.iter().filter(ours).collect();
+    let mut slices: Vec<&DynamicObject> = world
+        .endpoint_slices
+        .iter()
+        .filter(ours)
+        .filter(|s| !deleting(*s))
+        .collect();
+    slices.sort_by_key(|s| s.name_any());
     let Some(selector) = spec["selector"].as_object().filter(|s| !s.is_empty()) else {
-        // Without a selector the Service's endpoints are someone else's to write.
+        // Without a selector the Service's endpoints are someone else's to write: the slices
+        // this controller wrote while it had one go.
+        for slice in slices {
+            plan.actions.push(Action::Delete {
+                kind: Kind::EndpointSlice,
+                object: slice.clone(),
+            });
+        }
         return;
     };
     let selector = json!({"matchLabels": selector});
@@ -215,8 +228,37 @@ fn endpoints(world: &World, service: &DynamicObject, plan: &mut Plan) {
         })
         .collect();
     endpoints.sort_by_key(|e| e["targetRef"]["name"].as_str().map(String::from));
-    let body = json!({"addressType": "IPv4", "endpoints": endpoints, "ports": ports});
-    match slices.first() {
+    // At most MAX_ENDPOINTS_PER_SLICE to a slice, as the controller's default; a Service with
+    // no endpoints keeps one empty slice.
+    let mut chunks: Vec<&[Value]> = endpoints.chunks(MAX_ENDPOINTS_PER_SLICE).collect();
+    if chunks.is_empty() {
+        chunks.push(&[]);
+    }
+    for (at, chunk) in chunks.iter().enumerate() {
+        let body = json!({"addressType": "IPv4", "endpoints": chunk, "ports": ports});
+        write_slice(plan, service, slices.get(at).copied(), body);
+    }
+    for extra in slices.iter().skip(chunks.len()) {
+        plan.actions.push(Action::Delete {
+            kind: Kind::EndpointSlice,
+            object: (*extra).clone(),
+        });
+    }
+}
+
+/// The EndpointSlice controller's `--max-endpoints-per-slice` default.
+const MAX_ENDPOINTS_PER_SLICE: usize = 100;
+
+/// Writes one slice of `service`'s endpoints: `slice` updated where it differs, or a new one.
+fn write_slice(
+    plan: &mut Plan,
+    service: &DynamicObject,
+    slice: Option<&DynamicObject>,
+    body: Value,
+) {
+    let namespace = service.namespace().unwrap_or_default();
+    let name = service.name_any();
+    match slice {
         Some(slice) => {
             let same = ["addressType", "endpoints", "ports"].iter().all(|k| {
                 slice.data[*k] == body[*k]
@@ -248,5 +290,106 @@ fn endpoints(world: &World, service: &DynamicObject, plan: &mut Plan) {
                 announce: None,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(value: Value) -> DynamicObject {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn service(selector: Value) -> DynamicObject {
+        object(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "a", "uid": "s1", "resourceVersion": "1"},
+            "spec": {"clusterIP": "10.96.0.1", "selector": selector,
+                     "ports": [{"port": 80, "protocol": "TCP"}]},
+        }))
+    }
+
+    fn pod(n: usize) -> DynamicObject {
+        object(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("web-{n:03}"), "namespace": "a", "uid": format!("p{n}"),
+                         "resourceVersion": "1", "labels": {"app": "web"}},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Running", "podIP": format!("10.244.{}.{}", n / 250, n % 250 + 1),
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+    }
+
+    fn slice(name: &str) -> DynamicObject {
+        object(json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": "a", "uid": name, "resourceVersion": "1",
+                         "labels": {SERVICE_NAME: "web", MANAGED_BY: CONTROLLER}},
+            "addressType": "IPv4", "endpoints": [],
+        }))
+    }
+
+    /// (creates, patches, deletes) of EndpointSlices, each with its endpoint count.
+    fn slice_writes(plan: &Plan) -> (Vec<usize>, Vec<usize>, Vec<String>) {
+        let count = |o: &Value| o["endpoints"].as_array().map_or(0, Vec::len);
+        let mut writes = (vec![], vec![], vec![]);
+        for action in &plan.actions {
+            match action {
+                Action::Create {
+                    kind: Kind::EndpointSlice,
+                    object,
+                    ..
+                } => writes.0.push(count(&object.data)),
+                Action::Patch {
+                    kind: Kind::EndpointSlice,
+                    patch,
+                    ..
+                } => writes.1.push(count(patch)),
+                Action::Delete {
+                    kind: Kind::EndpointSlice,
+                    object,
+                } => writes.2.push(object.name_any()),
+                _ => {}
+            }
+        }
+        writes
+    }
+
+    #[test]
+    fn slices_hold_a_hundred_endpoints_and_go_with_the_selector() {
+        let mut world = World::default();
+        world.services.record(service(json!({"app": "web"})));
+        for n in 0..250 {
+            world.pods.record(pod(n));
+        }
+        world.endpoint_slices.record(slice("web-a"));
+        assert_eq!(
+            slice_writes(&plan(&world, Utc::now())),
+            (vec![100, 50], vec![100], vec![])
+        );
+
+        // Fewer Pods than slices: the extra slices go.
+        world.endpoint_slices.record(slice("web-b"));
+        world.endpoint_slices.record(slice("web-c"));
+        world.endpoint_slices.record(slice("web-d"));
+        let mut fewer = World::default();
+        std::mem::swap(&mut fewer.endpoint_slices, &mut world.endpoint_slices);
+        fewer.services.record(service(json!({"app": "web"})));
+        for n in 0..120 {
+            fewer.pods.record(pod(n));
+        }
+        let (created, patched, deleted) = slice_writes(&plan(&fewer, Utc::now()));
+        assert_eq!((created, patched), (vec![], vec![100, 20]));
+        assert_eq!(deleted, ["web-c", "web-d"]);
+
+        // Without a selector, the controller's slices are deleted.
+        let mut unselected = World::default();
+        unselected.services.record(service(json!({})));
+        unselected.endpoint_slices.record(slice("web-a"));
+        assert_eq!(
+            slice_writes(&plan(&unselected, Utc::now())),
+            (vec![], vec![], vec!["web-a".to_string()])
+        );
     }
 }
