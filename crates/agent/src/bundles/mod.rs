@@ -63,6 +63,11 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("{0}")]
     Invalid(String),
+    /// The status was not written: the BundleDeployment changed since it was read. The newer
+    /// one is on its way through the watch, which may not reconcile it again (a status-only
+    /// change), so the reconcile is tried again shortly.
+    #[error("the BundleDeployment changed while its status was written")]
+    Stale,
 }
 
 /// What outlives one session with the server: the cluster's side (what was applied, the
@@ -142,8 +147,13 @@ impl Agent {
                             .default_backoff()
                             .reflect(writer)
                             .for_each(move |event| {
+                                // A listing's objects wake their owners too: a change made
+                                // while the watch started (a Deployment's controller writing
+                                // its status right after the apply) arrives in the listing.
                                 if let Ok(
-                                    watcher::Event::Apply(object) | watcher::Event::Delete(object),
+                                    watcher::Event::Apply(object)
+                                    | watcher::Event::Delete(object)
+                                    | watcher::Event::InitApply(object),
                                 ) = event
                                     && let Some(owner) =
                                         object.labels().get(BUNDLE_DEPLOYMENT_LABEL)
@@ -427,6 +437,9 @@ const RETRY_FAILED_APPLY: Duration = Duration::from_secs(30);
 /// reasons change without their workload's status changing (ErrImagePull becomes
 /// ImagePullBackOff, a crash becomes CrashLoopBackOff), and no watch of Pods wakes it.
 const PODS_LOOKED_AT_AGAIN: Duration = Duration::from_secs(15);
+/// How soon a reconcile whose status write found a newer BundleDeployment runs again (by
+/// then the watch has brought the newer one).
+const STALE_RETRY: Duration = Duration::from_millis(500);
 /// A BundleDeployment is looked at again this often even if nothing changed.
 const RESYNC: Duration = Duration::from_secs(600);
 
@@ -616,6 +629,9 @@ fn describe(selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSele
 }
 
 fn error_policy(bd: Arc<BundleDeployment>, error: &Error, _ctx: Arc<Context>) -> Action {
+    if let Error::Stale = error {
+        return Action::requeue(STALE_RETRY);
+    }
     tracing::warn!(bundle = %bd.name_any(), %error, "cannot deploy a bundle; retrying");
     Action::requeue(Duration::from_secs(10))
 }
@@ -665,8 +681,9 @@ fn failed(status: &mut BundleDeploymentStatus, message: &str, now: &str) {
 /// patch is made against `bd` as this agent's cache holds it, so it carries `bd`'s
 /// resourceVersion as a precondition: against a newer object (the cache a step behind) the
 /// difference would be wrong (a `ready` dropped as false would leave the server's `true`),
-/// and the server refuses it. The newer object is on its way through the watch, and its
-/// arrival reconciles this BundleDeployment again.
+/// and the server refuses it. The newer object is on its way through the watch; its arrival
+/// need not reconcile this BundleDeployment again (a change of status alone does not), so
+/// the refusal is [`Error::Stale`], and the reconcile runs again shortly.
 async fn write_status(
     ctx: &Context,
     bd: &BundleDeployment,
@@ -695,7 +712,7 @@ async fn write_status(
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 409 => {
             tracing::debug!(bundle = %bd.name_any(), "status not written: a newer BundleDeployment is on its way");
-            Ok(())
+            Err(Error::Stale)
         }
         Err(e) => Err(e.into()),
     }

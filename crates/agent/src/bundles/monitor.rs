@@ -82,7 +82,10 @@ pub(super) async fn observe(
             });
         }
         if let Some(mut summary) = readiness(&wanted.key.kind, &live) {
-            if runs_pods(&wanted.key.kind) {
+            // Until its controller has seen the change, its Pods are the old ones'.
+            let seen_by_controller =
+                int(&live["status"]["observedGeneration"]) >= int(&live["metadata"]["generation"]);
+            if runs_pods(&wanted.key.kind) && seen_by_controller {
                 seen.pods_looked_at = true;
                 if let Some(problem) = pod_problem(agent, &live).await {
                     summary.message.get_or_insert_with(Vec::new).push(problem);

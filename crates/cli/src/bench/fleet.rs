@@ -22,7 +22,7 @@ pub struct FleetArgs {
     /// In-memory clusters (each with one control-plane machine and its agent).
     #[arg(long, default_value_t = 1000)]
     clusters: usize,
-    /// Bundles in the repository every cluster gets (one ConfigMap each).
+    /// Bundles in the repository every cluster gets (one Deployment of one replica each).
     #[arg(long, default_value_t = 10)]
     bundles: usize,
     /// GitRepos present when one cluster is relabelled into one of them.
@@ -52,7 +52,10 @@ fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
 }
 
-/// Writes `bundles` directories (bundles) of one ConfigMap each, `version` in their data, and commits.
+/// Writes `bundles` directories (bundles) of one Deployment each, `version` in its Pods'
+/// template (so that a new version rolls a new Pod out), and commits. Each bundle is Ready
+/// once its Deployment is Available: its Pod scheduled on the cluster's one Node (the control
+/// plane, which it tolerates) and Ready.
 fn commit(repo: &Path, bundles: usize, version: &str) -> anyhow::Result<String> {
     for i in 0..bundles {
         let dir = repo.join(format!("bundle-{i:02}"));
@@ -60,9 +63,22 @@ fn commit(repo: &Path, bundles: usize, version: &str) -> anyhow::Result<String> 
         // A fleet.yaml makes the directory a bundle of its own.
         std::fs::write(dir.join("fleet.yaml"), "defaultNamespace: bench\n")?;
         std::fs::write(
-            dir.join("settings.yaml"),
+            dir.join("app.yaml"),
             format!(
-                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings-{i:02}\n  namespace: bench\ndata:\n  version: \"{version}\"\n"
+                "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: app-{i:02}, namespace: bench}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: app-{i:02}}}}}
+  template:
+    metadata:
+      labels: {{app: app-{i:02}}}
+      annotations: {{bench.lariat.dev/version: \"{version}\"}}
+    spec:
+      tolerations: [{{key: node-role.kubernetes.io/control-plane, effect: NoSchedule}}]
+      containers: [{{name: app, image: \"nginx:1.27\"}}]
+"
             ),
         )?;
     }
@@ -259,7 +275,7 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
         let requests_after = requests(&client).await?;
         row = row.cell(format!("{took:.1} s"));
         println!(
-            "  {what}: {desired} BundleDeployments Ready {took:.1} s after the {} (Fleet's default polling, 15 s; the commit announced by webhook); server CPU {cpu:.1} s ({:.0}% of one core), store writes {writes} ({:.1} per BundleDeployment), memory {rss:.0} MiB (peak {peak:.0})",
+            "  {what}: {desired} BundleDeployments Ready (each a Deployment Available) {took:.1} s after the {} (Fleet's default polling, 15 s; the commit announced by webhook); server CPU {cpu:.1} s ({:.0}% of one core), store writes {writes} ({:.1} per BundleDeployment), memory {rss:.0} MiB (peak {peak:.0})",
             if commit_of.is_some() {
                 "commit"
             } else {
