@@ -1377,7 +1377,12 @@ impl<'a> Call<'a> {
             state,
             parts,
             target,
-            format: negotiate(&parts.headers, &query)?,
+            // A connect subresource answers in its own type (a log is text), and reads its
+            // object as JSON.
+            format: match connect {
+                Some(_) => Format::Json,
+                None => negotiate(&parts.headers, &query)?,
+            },
             dry_run_values: query_values(parts.uri.query(), "dryRun"),
             scope,
             query,

@@ -170,6 +170,50 @@ fn a_deployment_rolls_out_and_rolls_again_through_the_proxy() {
     });
     let out = k(&["rollout", "status", "deployment/web", "--timeout=30s"]);
     assert!(out.contains("successfully rolled out"), "{out}");
+
+    // Undo goes back to the first template, whose ReplicaSet becomes revision 3.
+    k(&["rollout", "undo", "deployment/web"]);
+    let out = k(&["rollout", "status", "deployment/web", "--timeout=30s"]);
+    assert!(out.contains("successfully rolled out"), "{out}");
+    let revision = || {
+        k(&[
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "jsonpath={.metadata.annotations.deployment\\.kubernetes\\.io/revision} {.spec.template.spec.containers[0].image}",
+        ])
+    };
+    eventually("the undone template is revision 3", || {
+        revision() == "3 nginx:1.26"
+    });
+    let history = k(&["rollout", "history", "deployment/web"]);
+    assert!(
+        history.contains("2 ") && history.contains("3 ") && !history.contains("1 "),
+        "{history}"
+    );
+
+    // Paused, it says so, and it changes nothing until resumed.
+    k(&["rollout", "pause", "deployment/web"]);
+    let progressing = || {
+        k(&[
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Progressing\")].reason}",
+        ])
+    };
+    eventually("Progressing says DeploymentPaused", || {
+        progressing() == "DeploymentPaused"
+    });
+    k(&["set", "image", "deployment/web", "nginx=nginx:1.28"]);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(revision(), "3 nginx:1.28", "no rollout while paused");
+    k(&["rollout", "resume", "deployment/web"]);
+    let out = k(&["rollout", "status", "deployment/web", "--timeout=30s"]);
+    assert!(out.contains("successfully rolled out"), "{out}");
+    assert_eq!(revision(), "4 nginx:1.28");
 }
 
 #[test]

@@ -141,24 +141,38 @@ impl Agent {
                     let api: Api<DynamicObject> =
                         Api::all_with(self.downstream.clone(), &kind.resource);
                     let changed = self.changed.clone();
+                    let mut listed = std::collections::BTreeSet::new();
                     let config = crate::watch_config().labels(BUNDLE_DEPLOYMENT_LABEL);
                     let task = tokio::spawn(
                         watcher(api, config)
                             .default_backoff()
                             .reflect(writer)
                             .for_each(move |event| {
-                                // A listing's objects wake their owners too: a change made
-                                // while the watch started (a Deployment's controller writing
-                                // its status right after the apply) arrives in the listing.
-                                if let Ok(
-                                    watcher::Event::Apply(object)
-                                    | watcher::Event::Delete(object)
-                                    | watcher::Event::InitApply(object),
-                                ) = event
-                                    && let Some(owner) =
-                                        object.labels().get(BUNDLE_DEPLOYMENT_LABEL)
-                                {
-                                    let _ = changed.send(owner.clone());
+                                let owner = |object: &DynamicObject| {
+                                    object.labels().get(BUNDLE_DEPLOYMENT_LABEL).cloned()
+                                };
+                                match event {
+                                    Ok(
+                                        watcher::Event::Apply(object)
+                                        | watcher::Event::Delete(object),
+                                    ) => {
+                                        if let Some(owner) = owner(&object) {
+                                            let _ = changed.send(owner);
+                                        }
+                                    }
+                                    // A listing's objects wake their owners too, once the
+                                    // store holds the listing: a change made while the
+                                    // watch started (a Deployment's controller writing its
+                                    // status right after the apply) arrives in it.
+                                    Ok(watcher::Event::InitApply(object)) => {
+                                        listed.extend(owner(&object));
+                                    }
+                                    Ok(watcher::Event::InitDone) => {
+                                        for owner in std::mem::take(&mut listed) {
+                                            let _ = changed.send(owner);
+                                        }
+                                    }
+                                    _ => {}
                                 }
                                 std::future::ready(())
                             }),
@@ -437,6 +451,8 @@ const RETRY_FAILED_APPLY: Duration = Duration::from_secs(30);
 /// reasons change without their workload's status changing (ErrImagePull becomes
 /// ImagePullBackOff, a crash becomes CrashLoopBackOff), and no watch of Pods wakes it.
 const PODS_LOOKED_AT_AGAIN: Duration = Duration::from_secs(15);
+/// How soon, once the Pods said the same as the last time.
+const PODS_UNCHANGED_LOOKED_AT_AGAIN: Duration = Duration::from_secs(60);
 /// How soon a reconcile whose status write found a newer BundleDeployment runs again (by
 /// then the watch has brought the newer one).
 const STALE_RETRY: Duration = Duration::from_millis(500);
@@ -562,9 +578,16 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
         seen = monitor::observe(&ctx.agent, &name, &desired, &restored).await;
     }
     monitor::report(&mut status, &deployment_id, &desired, &seen, &now);
+    let changed = bd.status.as_ref() != Some(&status);
     write_status(&ctx, &bd, status).await?;
     if seen.pods_looked_at {
-        return Ok(Action::requeue(PODS_LOOKED_AT_AGAIN));
+        // Sooner while what the Pods say changes, then less often.
+        let again = if changed {
+            PODS_LOOKED_AT_AGAIN
+        } else {
+            PODS_UNCHANGED_LOOKED_AT_AGAIN
+        };
+        return Ok(Action::requeue(again));
     }
     Ok(Action::requeue(RESYNC))
 }

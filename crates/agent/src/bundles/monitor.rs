@@ -82,14 +82,26 @@ pub(super) async fn observe(
             });
         }
         if let Some(mut summary) = readiness(&wanted.key.kind, &live) {
-            // Until its controller has seen the change, its Pods are the old ones'.
-            let seen_by_controller =
-                int(&live["status"]["observedGeneration"]) >= int(&live["metadata"]["generation"]);
-            if runs_pods(&wanted.key.kind) && seen_by_controller {
-                seen.pods_looked_at = true;
-                if let Some(problem) = pod_problem(agent, &live).await {
-                    summary.message.get_or_insert_with(Vec::new).push(problem);
+            let problem = match wanted.key.kind.as_str() {
+                "Pod" => serde_json::from_value(live.clone())
+                    .ok()
+                    .and_then(|pod| problem_of(&pod)),
+                // Until its controller has seen the change, its Pods are the old ones' (a
+                // Job's status has no observedGeneration: its Pods are always its own); a
+                // workload that failed for good says why itself.
+                kind if runs_pods(kind)
+                    && !summary.error
+                    && (kind == "Job"
+                        || int(&live["status"]["observedGeneration"])
+                            >= int(&live["metadata"]["generation"])) =>
+                {
+                    seen.pods_looked_at = true;
+                    pod_problem(agent, &live).await
                 }
+                _ => None,
+            };
+            if let Some(problem) = problem {
+                summary.message.get_or_insert_with(Vec::new).push(problem);
             }
             seen.not_ready.push((wanted.key.clone(), summary));
         }
@@ -123,10 +135,7 @@ pub(super) async fn observe(
 /// The kinds whose readiness is their Pods': what a Pod says (ImagePullBackOff,
 /// CrashLoopBackOff, Unschedulable) is why they are not ready.
 fn runs_pods(kind: &str) -> bool {
-    matches!(
-        kind,
-        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job"
-    )
+    matches!(kind, "Deployment" | "StatefulSet" | "DaemonSet" | "Job")
 }
 
 /// The most Pods of one workload looked at for a reason: one page of a list by its selector.
@@ -150,16 +159,20 @@ async fn pod_problem(agent: &Agent, workload: &Value) -> Option<String> {
         .labels_from(&selector)
         .limit(PODS_LOOKED_AT);
     let pods = pods.list(&params).await.ok()?;
-    pods.items.iter().find_map(|pod| {
-        let problem = problem_of(pod)?;
-        Some(format!("pod {}: {problem}", pod.name_any()))
-    })
+    // Pods on their way out (an old ReplicaSet's) are not why it is not ready.
+    pods.items
+        .iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .find_map(problem_of)
+        .map(|problem| format!("its Pods: {problem}"))
 }
 
 /// What is wrong with one Pod, if anything: its containers' waiting reasons (not the
 /// ordinary ones of a start), a failed run, the scheduler's refusal, a readiness that does
-/// not come. Words that differ between clusters (a Pod's UID) are left out, so that failure
-/// groups gather clusters failing alike.
+/// not come. Words that differ between clusters or from one look to the next are left out
+/// (the Pod's name and UID, restart counts, a registry's own words for a failed pull, which
+/// a kubelet alternates with ImagePullBackOff), so that failure groups gather clusters failing
+/// alike and an unchanged failure writes no new status.
 fn problem_of(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
     let status = pod.status.as_ref()?;
     let condition = |type_: &str| {
@@ -214,9 +227,24 @@ fn problem_of(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
                             t.reason.as_deref().unwrap_or("Error")
                         )
                     });
+                    return Some(format!("{what}{}: CrashLoopBackOff{exit}", container.name));
+                }
+                "ErrImagePull" | "ImagePullBackOff" => {
+                    // The image as the Pod names it, as the kubelet's back-off says it.
+                    let image = pod
+                        .spec
+                        .iter()
+                        .flat_map(|spec| {
+                            spec.containers
+                                .iter()
+                                .chain(spec.init_containers.iter().flatten())
+                        })
+                        .find(|c| c.name == container.name)
+                        .and_then(|c| c.image.clone())
+                        .unwrap_or_else(|| container.image.clone());
                     return Some(format!(
-                        "{what}{}: CrashLoopBackOff{exit}, restarted {} times",
-                        container.name, container.restart_count
+                        "{what}{}: ImagePullBackOff: Back-off pulling image {image:?}",
+                        container.name
                     ));
                 }
                 _ => {
@@ -588,7 +616,7 @@ pub(super) fn report(
         .map(|(key, summary)| {
             format!(
                 "{key}: {}",
-                summary.message.clone().unwrap_or_default().join(", ")
+                summary.message.clone().unwrap_or_default().join("; ")
             )
         })
         .collect();
@@ -803,6 +831,44 @@ mod tests {
         let live = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
             "data": {"password": "aHVudGVyMg=="}});
         assert_eq!(differences(&desired, &live, "", &mut Vec::new()), None);
+    }
+
+    #[test]
+    fn a_pods_problem_is_said_without_what_differs_between_clusters() {
+        let pod = |status: Value| -> k8s_openapi::api::core::v1::Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "web-7d9f8c6b5-x2k4p", "uid": "4f3a-9b"},
+                "spec": {"containers": [{"name": "web", "image": "nginx:broken"}]},
+                "status": status,
+            }))
+            .unwrap()
+        };
+        let pulling = |reason: &str| {
+            problem_of(&pod(json!({"phase": "Pending", "containerStatuses": [{
+                "name": "web", "image": "docker.io/library/nginx:broken", "imageID": "",
+                "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": reason, "message": "rpc error: registry says no"}}}]})))
+        };
+        let said = "container web: ImagePullBackOff: Back-off pulling image \"nginx:broken\"";
+        assert_eq!(pulling("ErrImagePull").as_deref(), Some(said));
+        assert_eq!(pulling("ImagePullBackOff").as_deref(), Some(said));
+        assert_eq!(pulling("ContainerCreating"), None);
+        let crashing = problem_of(&pod(json!({"phase": "Running", "containerStatuses": [{
+            "name": "web", "image": "nginx", "imageID": "", "ready": false, "restartCount": 7,
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+            "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                  "message": "back-off 5m0s restarting failed container=web pod=web_default(4f3a-9b)"}}}]})));
+        assert_eq!(
+            crashing.as_deref(),
+            Some("container web: CrashLoopBackOff, last exit code 1 (Error)")
+        );
+        let unscheduled = problem_of(&pod(json!({"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/1 nodes are available: 1 node(s) had untolerated taint."}]})));
+        assert_eq!(
+            unscheduled.as_deref(),
+            Some("Unschedulable: 0/1 nodes are available: 1 node(s) had untolerated taint.")
+        );
     }
 
     #[test]

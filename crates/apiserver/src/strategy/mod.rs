@@ -1,5 +1,5 @@
 //! The write rules of the kinds the generic server owns (core v1, events, RBAC,
-//! apiextensions, lariat's tokens) as [`Strategy`]s; every other kind's come from the crate
+//! apiextensions, lariat's tokens, the Jobs simulated clusters serve) as [`Strategy`]s; every other kind's come from the crate
 //! that owns it, handed to the server in its configuration ([`crate::Config::strategies`]).
 //! The generic verbs (`resources.rs`) ask the set by group and resource and name no kind.
 
@@ -11,6 +11,7 @@ mod events;
 mod rbac;
 mod tokens;
 mod validator;
+mod workloads;
 
 pub use crd::accept_builtin as accept_crd;
 pub use rbac::rule_causes;
@@ -40,6 +41,7 @@ pub fn builtin() -> Strategies {
         .with("", &["secrets"], core::Secrets)
         .with("", &["configmaps"], core::ConfigMaps)
         .with("", &["namespaces"], core::Namespaces)
+        .with("batch", &["jobs"], workloads::Jobs)
         .with("", &["events"], events::Events)
         .with("events.k8s.io", &["events"], events::EventsV1)
         .with("management.lariat.dev", &["tokens"], tokens::Tokens)

@@ -19,6 +19,7 @@ use super::{
 const COMPONENT: &str = "deployment-controller";
 pub const TEMPLATE_HASH: &str = "pod-template-hash";
 const REVISION: &str = "deployment.kubernetes.io/revision";
+const REVISION_HISTORY: &str = "deployment.kubernetes.io/revision-history";
 
 pub fn plan(world: &World, now: DateTime<Utc>) -> Plan {
     let mut plan = Plan::default();
@@ -155,7 +156,26 @@ fn reconcile(world: &World, deployment: &DynamicObject, now: DateTime<Utc>, plan
         }
         clean_up_history(plan, spec, &owned, new_index);
     }
-    let new_revision = owned[new_index].revision().to_string();
+    let mut new_revision = owned[new_index].revision();
+    let newest = owned.iter().map(Owned::revision).max().unwrap_or(0);
+    if !paused && new_revision < newest {
+        // Back to an older template (`kubectl rollout undo`): its ReplicaSet becomes the newest
+        // revision, and remembers the one it was, as the controller records it.
+        let was = new_revision.to_string();
+        new_revision = newest.saturating_add(1);
+        let history = match owned[new_index].rs.annotations().get(REVISION_HISTORY) {
+            Some(history) if !history.is_empty() => format!("{history},{was}"),
+            _ => was,
+        };
+        plan.actions.push(Action::Patch {
+            kind: Kind::ReplicaSet,
+            object: owned[new_index].rs.clone(),
+            status: false,
+            patch: json!({"metadata": {"annotations": {
+                REVISION: new_revision.to_string(), REVISION_HISTORY: history}}}),
+        });
+    }
+    let new_revision = new_revision.to_string();
     if deployment.annotations().get(REVISION) != Some(&new_revision) {
         plan.actions.push(Action::Patch {
             kind: Kind::Deployment,
@@ -376,7 +396,29 @@ fn status(
     let last_progress = super::condition(current, "Progressing")
         .and_then(|c| parse_time(&c["lastUpdateTime"]))
         .unwrap_or(now);
-    if complete {
+    let progress_reason = super::condition(current, "Progressing")
+        .and_then(|c| c["reason"].as_str())
+        .unwrap_or_default();
+    // A paused Deployment makes no progress and misses no deadline; resumed, its deadline
+    // counts from then.
+    let paused = deployment.data["spec"]["paused"] == true;
+    if paused || progress_reason == "DeploymentPaused" {
+        let (reason, message) = if paused {
+            ("DeploymentPaused", "Deployment is paused")
+        } else {
+            plan.due_at(now, deadline, now);
+            ("DeploymentResumed", "Deployment is resumed")
+        };
+        set_condition(
+            &mut conditions,
+            "Progressing",
+            "Unknown",
+            reason,
+            message,
+            &stamp,
+            true,
+        );
+    } else if complete {
         set_condition(
             &mut conditions,
             "Progressing",

@@ -180,14 +180,26 @@ fn reconcile(owned: &Owned, job: &DynamicObject, now: DateTime<Utc>, plan: &mut 
             let wanted = parallelism.min(remaining);
             // At most a burst per round, as the controller creates them.
             let mut missing = (wanted - running.len() as i64).clamp(0, 500);
-            // After failures, a new Pod only once the back-off since the last one is over.
-            let last_failure = pods
+            // After failures, a new Pod only once the back-off since the last one is over; a
+            // success starts the count again, as the controller counts it.
+            let ended = |wanted: &str| {
+                pods.iter()
+                    .filter(|p| phase(p).as_deref() == Some(wanted))
+                    .filter_map(|p| finished_at(p))
+                    .collect::<Vec<_>>()
+            };
+            let last_success = ended("Succeeded").into_iter().max();
+            let failures = ended("Failed");
+            let recent = failures
                 .iter()
-                .filter(|p| phase(p).as_deref() == Some("Failed"))
-                .filter_map(|p| finished_at(p))
-                .max();
-            if let Some(at) = last_failure {
-                let delay = failure_back_off(failed);
+                .filter(|at| Some(**at) > last_success)
+                .count() as i64;
+            if let Some(at) = failures
+                .into_iter()
+                .max()
+                .filter(|at| Some(*at) > last_success)
+            {
+                let delay = failure_back_off(recent);
                 if (now - at).num_seconds() < delay {
                     plan.due_at(at, delay, now);
                     missing = 0;
@@ -264,11 +276,11 @@ fn failure_back_off(failed: i64) -> i64 {
     (10 * 2i64.pow(doublings)).min(360)
 }
 
-/// When a Pod's last container ended.
+/// When a Pod's last container (init containers included) ended.
 fn finished_at(pod: &DynamicObject) -> Option<DateTime<Utc>> {
-    pod.data["status"]["containerStatuses"]
-        .as_array()?
+    ["initContainerStatuses", "containerStatuses"]
         .iter()
+        .flat_map(|list| pod.data["status"][list].as_array().into_iter().flatten())
         .filter_map(|c| parse_time(&c["state"]["terminated"]["finishedAt"]))
         .max()
 }

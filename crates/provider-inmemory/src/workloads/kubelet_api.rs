@@ -83,6 +83,15 @@ fn log_options(name: &str, query: &HashMap<String, String>) -> ApiResult<bool> {
     number("tailLines", 0);
     number("limitBytes", 1);
     let since = number("sinceSeconds", 1);
+    if let Some(time) = query.get("sinceTime")
+        && chrono::DateTime::parse_from_rfc3339(time).is_err()
+    {
+        causes.push(Cause::invalid(
+            "sinceTime",
+            &json!(time),
+            "must be a time in RFC 3339 form",
+        ));
+    }
     if since.is_some() && query.contains_key("sinceTime") {
         causes.push(Cause::forbidden(
             "sinceSeconds",
@@ -140,7 +149,7 @@ fn container(pod: &Value, query: &HashMap<String, String>) -> ApiResult<String> 
         None => match containers.as_slice() {
             [only] => Ok(only.clone()),
             [] => Err(ApiError::bad_request(format!(
-                "no containers found in pod {name}"
+                "a container name must be specified for pod {name}"
             ))),
             several => {
                 let mut message = format!(
@@ -225,6 +234,9 @@ fn refuse_stream(stream: &str, pod: &Value, query: &HashMap<String, String>) -> 
         Ok(container) => container,
         Err(refusal) => return refusal,
     };
+    if pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
+        return ApiError::bad_request(format!("pod {name} does not have a host assigned"));
+    }
     let running =
         container_status(pod, &container).is_some_and(|s| !s["state"]["running"].is_null());
     if !running {
@@ -317,7 +329,7 @@ mod tests {
                 ("container", "app"),
                 ("tailLines", "-1"),
                 ("sinceSeconds", "5"),
-                ("sinceTime", "2026-12-07T00:00:00Z"),
+                ("sinceTime", "yesterday"),
                 ("follow", "maybe"),
             ]),
         )
@@ -326,7 +338,7 @@ mod tests {
             panic!("{refusal:?}")
         };
         let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
-        assert_eq!(fields, ["tailLines", "sinceSeconds", "follow"]);
+        assert_eq!(fields, ["tailLines", "sinceTime", "sinceSeconds", "follow"]);
     }
 
     #[test]
@@ -339,6 +351,12 @@ mod tests {
             "container not found (\"app\")"
         );
         assert!(exec(&pod(None), "app").contains("no process runs"));
+        let mut pending = pod(Some("ContainerCreating"));
+        pending["spec"]["nodeName"] = Value::Null;
+        assert_eq!(
+            exec(&pending, "app"),
+            "pod web-1 does not have a host assigned"
+        );
         let mut done = pod(None);
         done["status"]["phase"] = json!("Succeeded");
         assert_eq!(

@@ -228,22 +228,61 @@ fn endpoints(world: &World, service: &DynamicObject, plan: &mut Plan) {
         })
         .collect();
     endpoints.sort_by_key(|e| e["targetRef"]["name"].as_str().map(String::from));
-    // At most MAX_ENDPOINTS_PER_SLICE to a slice, as the controller's default; a Service with
-    // no endpoints keeps one empty slice.
-    let mut chunks: Vec<&[Value]> = endpoints.chunks(MAX_ENDPOINTS_PER_SLICE).collect();
-    if chunks.is_empty() {
-        chunks.push(&[]);
-    }
+    let chunks = place(&slices, endpoints);
+    // A Service with no endpoints keeps one empty slice; other empty slices go.
+    let all_empty = chunks.iter().all(Vec::is_empty);
     for (at, chunk) in chunks.iter().enumerate() {
+        let slice = slices.get(at).copied();
+        if chunk.is_empty() && !(all_empty && at == 0) {
+            if let Some(slice) = slice {
+                plan.actions.push(Action::Delete {
+                    kind: Kind::EndpointSlice,
+                    object: slice.clone(),
+                });
+            }
+            continue;
+        }
         let body = json!({"addressType": "IPv4", "endpoints": chunk, "ports": ports});
-        write_slice(plan, service, slices.get(at).copied(), body);
+        write_slice(plan, service, slice, body);
     }
-    for extra in slices.iter().skip(chunks.len()) {
-        plan.actions.push(Action::Delete {
-            kind: Kind::EndpointSlice,
-            object: (*extra).clone(),
-        });
+}
+
+/// The endpoints of each slice: every endpoint stays in the slice that holds it (as the
+/// controller keeps them, so one Pod more or less rewrites one slice, not every one after
+/// it); new ones fill the slices with room, then new slices, at most
+/// [`MAX_ENDPOINTS_PER_SLICE`] each. One entry per existing slice (in `slices`' order), then
+/// the new ones.
+fn place(slices: &[&DynamicObject], endpoints: Vec<Value>) -> Vec<Vec<Value>> {
+    let name = |e: &Value| e["targetRef"]["name"].as_str().map(String::from);
+    let mut holder = std::collections::HashMap::new();
+    for (at, slice) in slices.iter().enumerate() {
+        for endpoint in slice.data["endpoints"].as_array().into_iter().flatten() {
+            if let Some(name) = name(endpoint) {
+                holder.insert(name, at);
+            }
+        }
     }
+    let mut chunks: Vec<Vec<Value>> = vec![Vec::new(); slices.len().max(1)];
+    let mut unplaced = Vec::new();
+    for endpoint in endpoints {
+        match name(&endpoint).and_then(|n| holder.get(&n).copied()) {
+            Some(at) if chunks[at].len() < MAX_ENDPOINTS_PER_SLICE => chunks[at].push(endpoint),
+            _ => unplaced.push(endpoint),
+        }
+    }
+    for endpoint in unplaced {
+        match chunks
+            .iter_mut()
+            .find(|c| c.len() < MAX_ENDPOINTS_PER_SLICE)
+        {
+            Some(chunk) => chunk.push(endpoint),
+            None => chunks.push(vec![endpoint]),
+        }
+    }
+    for chunk in &mut chunks {
+        chunk.sort_by_key(|e| name(e));
+    }
+    chunks
 }
 
 /// The EndpointSlice controller's `--max-endpoints-per-slice` default.
@@ -382,6 +421,71 @@ mod tests {
         let (created, patched, deleted) = slice_writes(&plan(&fewer, Utc::now()));
         assert_eq!((created, patched), (vec![], vec![100, 20]));
         assert_eq!(deleted, ["web-c", "web-d"]);
+
+        // One Pod gone rewrites the one slice that held it.
+        let held = |name: &str, pods: std::ops::Range<usize>| {
+            let mut slice = slice(name);
+            let endpoints: Vec<Value> = pods
+                .map(|n| json!({"targetRef": {"name": format!("web-{n:03}")}}))
+                .collect();
+            slice.data["endpoints"] = json!(endpoints);
+            slice
+        };
+        let mut one_gone = World::default();
+        one_gone.services.record(service(json!({"app": "web"})));
+        for n in (0..150).filter(|n| *n != 5) {
+            one_gone.pods.record(pod(n));
+        }
+        one_gone.endpoint_slices.record(held("web-a", 0..100));
+        one_gone.endpoint_slices.record(held("web-b", 100..150));
+        let planned = plan(&one_gone, Utc::now());
+        let patched: Vec<String> = planned
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Patch {
+                    kind: Kind::EndpointSlice,
+                    object,
+                    ..
+                } => Some(object.name_any()),
+                _ => None,
+            })
+            .collect();
+        // web-b's endpoints gain their conditions and addresses here; web-a loses web-005.
+        assert!(patched.contains(&"web-a".to_string()), "{patched:?}");
+        let (created, _, deleted) = slice_writes(&planned);
+        assert!(created.is_empty() && deleted.is_empty());
+        let web_a = planned
+            .actions
+            .iter()
+            .find_map(|a| match a {
+                Action::Patch {
+                    kind: Kind::EndpointSlice,
+                    object,
+                    patch,
+                    ..
+                } if object.name_any() == "web-a" => Some(patch.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(web_a["endpoints"].as_array().unwrap().len(), 99);
+        let web_b = planned
+            .actions
+            .iter()
+            .find_map(|a| match a {
+                Action::Patch {
+                    kind: Kind::EndpointSlice,
+                    object,
+                    patch,
+                    ..
+                } if object.name_any() == "web-b" => Some(patch.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(
+            web_b["endpoints"][0]["targetRef"]["name"], "web-100",
+            "nothing moved to web-b"
+        );
 
         // Without a selector, the controller's slices are deleted.
         let mut unselected = World::default();
