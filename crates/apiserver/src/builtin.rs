@@ -132,6 +132,17 @@ const CRON_JOB_DEFAULTS: &[Default] = &[
     (&["spec", "successfulJobsHistoryLimit"], || json!(3)),
     (&["spec", "failedJobsHistoryLimit"], || json!(1)),
 ];
+const CLAIM_DEFAULTS: &[Default] = &[(&["spec", "volumeMode"], || json!("Filesystem"))];
+const VOLUME_DEFAULTS: &[Default] = &[
+    (&["spec", "volumeMode"], || json!("Filesystem")),
+    (&["spec", "persistentVolumeReclaimPolicy"], || {
+        json!("Retain")
+    }),
+];
+const STORAGE_CLASS_DEFAULTS: &[Default] = &[
+    (&["reclaimPolicy"], || json!("Delete")),
+    (&["volumeBindingMode"], || json!("Immediate")),
+];
 const SERVICE_DEFAULTS: &[Default] = &[
     (&["spec", "type"], || json!("ClusterIP")),
     (&["spec", "sessionAffinity"], || json!("None")),
@@ -671,6 +682,62 @@ pub fn workload_types() -> Vec<ResourceType> {
                 age(),
             ]),
             true,
+        ),
+        definition(
+            "",
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            true,
+            &["pvc"],
+            defaulted(schema_of::<core::PersistentVolumeClaim>(), CLAIM_DEFAULTS),
+            json!([
+                {"name": "Status", "type": "string", "jsonPath": ".status.phase"},
+                {"name": "Volume", "type": "string", "jsonPath": ".spec.volumeName"},
+                {"name": "Capacity", "type": "string", "jsonPath": ".status.capacity.storage"},
+                {"name": "StorageClass", "type": "string", "jsonPath": ".spec.storageClassName"},
+                age(),
+                {"name": "VolumeMode", "type": "string", "jsonPath": ".spec.volumeMode", "priority": 1},
+            ]),
+            true,
+        ),
+        definition(
+            "",
+            "v1",
+            "PersistentVolume",
+            "persistentvolumes",
+            false,
+            &["pv"],
+            defaulted(schema_of::<core::PersistentVolume>(), VOLUME_DEFAULTS),
+            json!([
+                {"name": "Capacity", "type": "string", "jsonPath": ".spec.capacity.storage"},
+                {"name": "Reclaim Policy", "type": "string", "jsonPath": ".spec.persistentVolumeReclaimPolicy"},
+                {"name": "Status", "type": "string", "jsonPath": ".status.phase"},
+                {"name": "Claim", "type": "string", "jsonPath": ".spec.claimRef.name"},
+                {"name": "StorageClass", "type": "string", "jsonPath": ".spec.storageClassName"},
+                age(),
+            ]),
+            true,
+        ),
+        definition(
+            "storage.k8s.io",
+            "v1",
+            "StorageClass",
+            "storageclasses",
+            false,
+            &["sc"],
+            defaulted(
+                schema_of::<k8s_openapi::api::storage::v1::StorageClass>(),
+                STORAGE_CLASS_DEFAULTS,
+            ),
+            json!([
+                {"name": "Provisioner", "type": "string", "jsonPath": ".provisioner"},
+                {"name": "ReclaimPolicy", "type": "string", "jsonPath": ".reclaimPolicy"},
+                {"name": "VolumeBindingMode", "type": "string", "jsonPath": ".volumeBindingMode"},
+                {"name": "AllowVolumeExpansion", "type": "boolean", "jsonPath": ".allowVolumeExpansion"},
+                age(),
+            ]),
+            false,
         ),
         definition(
             "discovery.k8s.io",

@@ -1431,20 +1431,29 @@ fn clusters_whose_pods_fail_alike_are_one_failure_group_in_their_pods_words() {
     in_memory_clusters_whose_pods(
         &server,
         &[("eu-1", "eu"), ("eu-2", "eu")],
-        "        pods:\n          imagePullFailures: [\"*:broken\"]\n",
+        "        pods:\n          imagePullFailures: [\"*:broken\"]\n          crashLoops: [\"*:crash\"]\n          neverReady: [\"*:unready\"]\n",
     );
     let upstream = work.path().join("repos/platform");
     std::fs::create_dir_all(&upstream).unwrap();
     git(&upstream, &["init", "-q", "-b", "main"]);
-    // The clusters have one Node, the tainted control plane, which the Deployment tolerates.
+    // The clusters have one Node, the tainted control plane, which the Deployments tolerate;
+    // each Deployment fails in one of the three ways the Nodes inject.
+    let deployment = |name: &str, image: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      tolerations: [{{key: node-role.kubernetes.io/control-plane, effect: NoSchedule}}]\n      containers: [{{name: {name}, image: \"{image}\"}}]\n"
+        )
+    };
+    let manifests = [
+        deployment("web", "nginx:broken"),
+        deployment("worker", "busybox:crash"),
+        deployment("api", "nginx:unready"),
+    ]
+    .join("---\n");
     commit(
         &upstream,
         &[
             ("app/fleet.yaml", "defaultNamespace: default\n"),
-            (
-                "app/web.yaml",
-                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      tolerations: [{key: node-role.kubernetes.io/control-plane, effect: NoSchedule}]\n      containers: [{name: web, image: \"nginx:broken\"}]\n",
-            ),
+            ("app/deployments.yaml", &manifests),
         ],
     );
     apply_platform_git_repo(&server, &upstream, "  targets:\n  - clusterSelector: {}\n");
@@ -1454,20 +1463,22 @@ fn clusters_whose_pods_fail_alike_are_one_failure_group_in_their_pods_words() {
         || {
             let group = first_group(&server, "platform-app");
             group["clusters"] == serde_json::json!(["eu-1", "eu-2"])
-                && group["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("ImagePullBackOff"))
+                && group["message"].as_str().is_some_and(|m| {
+                    m.contains("ImagePullBackOff")
+                        && m.contains("CrashLoopBackOff")
+                        && m.contains("ContainersNotReady")
+                })
         },
     );
     let group = first_group(&server, "platform-app");
     let message = group["message"].as_str().unwrap();
-    assert!(
-        message.starts_with("Deployment default/web: 0/1 replicas available")
-            && message.contains(
-                ": container web: ImagePullBackOff: Back-off pulling image \"nginx:broken\""
-            ),
-        "{group}"
-    );
+    for said in [
+        "Deployment default/web: 0/1 replicas available: Deployment does not have minimum availability.; its Pods: container web: ImagePullBackOff: Back-off pulling image \"nginx:broken\"",
+        "Deployment default/worker: 0/1 replicas available: Deployment does not have minimum availability.; its Pods: container worker: CrashLoopBackOff, last exit code 1 (Error)",
+        "Deployment default/api: 0/1 replicas available: Deployment does not have minimum availability.; its Pods: ContainersNotReady: containers with unready status: [api]",
+    ] {
+        assert!(message.contains(said), "{said:?} missing: {group}");
+    }
     let output = server.lariat(&["fleet", "diagnose", "platform"]);
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(

@@ -359,6 +359,11 @@ spec:
       - name: db
         image: postgres:16
         readinessProbe: {initialDelaySeconds: 2, exec: {command: ["true"]}}
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 5Gi}}
 "#,
     );
     eventually("db-0 runs", || {
@@ -393,6 +398,45 @@ spec:
         ]),
         "db-2/db"
     );
+    // Each ordinal's claim, made before its Pod, bound to a volume of the size it asks from the
+    // default class; the Pod mounts its own.
+    let claims = k(&["get", "pvc", "--no-headers"]);
+    for ordinal in 0..3 {
+        let line = claims
+            .lines()
+            .find(|l| l.starts_with(&format!("data-db-{ordinal} ")))
+            .unwrap_or_else(|| panic!("no claim data-db-{ordinal}:\n{claims}"));
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(
+            (fields[1], fields[3], fields[4]),
+            ("Bound", "5Gi", "standard"),
+            "{line}"
+        );
+        assert!(fields[2].starts_with("pvc-"), "{line}");
+    }
+    assert_eq!(
+        k(&[
+            "get",
+            "pod",
+            "db-1",
+            "-o",
+            "jsonpath={.spec.volumes[?(@.name==\"data\")].persistentVolumeClaim.claimName}"
+        ]),
+        "data-db-1"
+    );
+    let volumes = k(&["get", "pv", "--no-headers"]);
+    assert_eq!(volumes.lines().count(), 3, "{volumes}");
+    assert!(
+        volumes.contains("Delete") && volumes.contains("Bound"),
+        "{volumes}"
+    );
+    // A claim of a class that does not exist stays Pending, and says why.
+    apply(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: fast}\nspec:\n  storageClassName: fast\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 1Gi}}\n",
+    );
+    eventually("the claim says its class is missing", || {
+        k(&["describe", "pvc", "fast"]).contains("storageclass.storage.k8s.io \"fast\" not found")
+    });
 
     // A DaemonSet: one Pod per worker (the control plane is tainted), and one on a new worker.
     apply(

@@ -121,6 +121,17 @@ impl SimulatedClusters {
             extensions: vec![Arc::new(crate::workloads::KubeletApi)],
         };
         let api = Embedded::start(config, &ca).await?;
+        // Its one StorageClass, the default, as kind's clusters have `standard`.
+        let classes: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+            api.client(),
+            &kube::api::ApiResource::erase::<k8s_openapi::api::storage::v1::StorageClass>(&()),
+        );
+        let class = serde_json::from_value(crate::workloads::default_storage_class())
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        classes
+            .create(&Default::default(), &class)
+            .await
+            .map_err(|e| ApiError::internal(format!("the default StorageClass: {e}")))?;
         let mut clusters = self.inner.clusters.write().expect("lock");
         if clusters.contains_key(key) {
             return Ok(false);

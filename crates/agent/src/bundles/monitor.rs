@@ -210,25 +210,27 @@ fn problem_of(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
         );
     for (what, container) in containers {
         let state = container.state.as_ref();
+        let last_failure = container
+            .last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .filter(|t| t.exit_code != 0);
+        let crash_loop = |last: Option<&k8s_openapi::api::core::v1::ContainerStateTerminated>| {
+            let exit = last.map_or(String::new(), |t| {
+                format!(
+                    ", last exit code {} ({})",
+                    t.exit_code,
+                    t.reason.as_deref().unwrap_or("Error")
+                )
+            });
+            format!("{what}{}: CrashLoopBackOff{exit}", container.name)
+        };
         if let Some(waiting) = state.and_then(|s| s.waiting.as_ref()) {
             let reason = waiting.reason.as_deref().unwrap_or_default();
             match reason {
                 "" | "ContainerCreating" | "PodInitializing" => {}
                 // Its message names the Pod's UID; the last exit says more.
-                "CrashLoopBackOff" => {
-                    let last = container
-                        .last_state
-                        .as_ref()
-                        .and_then(|s| s.terminated.as_ref());
-                    let exit = last.map_or(String::new(), |t| {
-                        format!(
-                            ", last exit code {} ({})",
-                            t.exit_code,
-                            t.reason.as_deref().unwrap_or("Error")
-                        )
-                    });
-                    return Some(format!("{what}{}: CrashLoopBackOff{exit}", container.name));
-                }
+                "CrashLoopBackOff" => return Some(crash_loop(last_failure)),
                 "ErrImagePull" | "ImagePullBackOff" => {
                     // The image as the Pod names it, as the kubelet's back-off says it.
                     let image = pod
@@ -255,6 +257,11 @@ fn problem_of(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
                     ));
                 }
             }
+        }
+        // Running again between crashes, not ready: the same loop, said the same way.
+        if state.is_some_and(|s| s.running.is_some()) && !container.ready && last_failure.is_some()
+        {
+            return Some(crash_loop(last_failure));
         }
         if let Some(terminated) = state.and_then(|s| s.terminated.as_ref())
             && terminated.exit_code != 0

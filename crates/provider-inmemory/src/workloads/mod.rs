@@ -20,6 +20,7 @@ mod replica_sets;
 mod scheduler;
 mod services;
 mod stateful_sets;
+mod volumes;
 mod world;
 
 use std::collections::HashSet;
@@ -35,6 +36,7 @@ use lariat_controllers::events::{EventType, Recorder};
 use serde_json::Value;
 
 pub use kubelet_api::KubeletApi;
+pub use volumes::default_storage_class;
 use world::{Change, Kind, World};
 
 /// How soon a round that failed to write is tried again.
@@ -124,15 +126,17 @@ fn watch(client: &Client, kind: Kind) -> BoxStream<'static, Change> {
 /// One pass of every component over what is known; when the next round is due if nothing
 /// changes before.
 async fn round(world: &mut World, writer: &mut Writer) -> Option<Duration> {
-    // In the order each one's writes feed the next: owners make Pods, the scheduler places
-    // them, the kubelets start them, and Services find their addresses.
-    let passes: [fn(&World, DateTime<Utc>) -> Plan; 9] = [
+    // In the order each one's writes feed the next: owners make Pods (and a StatefulSet its
+    // claims), volumes are bound, the scheduler places the Pods, the kubelets start them, and
+    // Services find their addresses.
+    let passes: [fn(&World, DateTime<Utc>) -> Plan; 10] = [
         deployments::plan,
         replica_sets::plan,
         stateful_sets::plan,
         daemon_sets::plan,
         cron_jobs::plan,
         jobs::plan,
+        volumes::plan,
         scheduler::plan,
         kubelet::plan,
         services::plan,

@@ -204,6 +204,15 @@ pub fn plan(world: &World, now: DateTime<Utc>) -> Plan {
             && active(p)
     });
     for pod in pending {
+        // Its claims first: a Pod waits for them to exist and be bound, on any Node.
+        if let Some(reason) = unbound_claim(world, pod) {
+            let n = nodes.len();
+            let message = format!(
+                "0/{n} nodes are available: {reason}. preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling."
+            );
+            unschedulable(&mut plan, pod, message, now);
+            continue;
+        }
         let mut why: BTreeMap<String, usize> = BTreeMap::new();
         let mut best: Option<(f64, &str)> = None;
         for node in &nodes {
@@ -224,7 +233,7 @@ pub fn plan(world: &World, now: DateTime<Utc>) -> Plan {
                 *used.entry(node.to_string()).or_default() += requests(&pod.data);
                 bind(&mut plan, pod, node);
             }
-            None => unschedulable(&mut plan, pod, nodes.len(), &why, now),
+            None => unschedulable(&mut plan, pod, message(nodes.len(), &why), now),
         }
     }
     plan
@@ -268,14 +277,24 @@ pub fn message(nodes: usize, why: &BTreeMap<String, usize>) -> String {
     )
 }
 
-fn unschedulable(
-    plan: &mut Plan,
-    pod: &DynamicObject,
-    nodes: usize,
-    why: &BTreeMap<String, usize>,
-    now: DateTime<Utc>,
-) {
-    let message = message(nodes, why);
+/// Why a Pod's claims keep it from any Node, in the scheduler's words; `None` when they are
+/// all bound.
+fn unbound_claim(world: &World, pod: &DynamicObject) -> Option<String> {
+    let namespace = pod.namespace().unwrap_or_default();
+    let mut unbound = false;
+    for name in super::volumes::claims_of(pod) {
+        match world.claims.get(&namespace, name) {
+            None => return Some(format!("persistentvolumeclaim {name:?} not found")),
+            Some(claim) if deleting(claim) => {
+                return Some(format!("persistentvolumeclaim {name:?} is being deleted"));
+            }
+            Some(claim) => unbound |= claim.data["status"]["phase"] != "Bound",
+        }
+    }
+    unbound.then(|| "pod has unbound immediate PersistentVolumeClaims".to_string())
+}
+
+fn unschedulable(plan: &mut Plan, pod: &DynamicObject, message: String, now: DateTime<Utc>) {
     let status = &pod.data["status"];
     // Said once per reason, not every round.
     if condition(status, "PodScheduled").is_some_and(|c| c["message"] == message.as_str()) {

@@ -3,8 +3,10 @@
 //! (`podManagementPolicy: OrderedReady`, the default) or all at once (`Parallel`), removed
 //! from the highest ordinal down, and replaced one at a time from the highest ordinal down to
 //! `partition` when the template changes (`updateStrategy: RollingUpdate`). The status
-//! carries the revisions `kubectl rollout status` compares. Volume claim templates are not
-//! simulated: a simulated cluster serves no PersistentVolumeClaims.
+//! carries the revisions `kubectl rollout status` compares. Each Pod's claims from the
+//! `volumeClaimTemplates` (`data-web-0`) are made before it, kept when it goes, and deleted
+//! with the StatefulSet only when `persistentVolumeClaimRetentionPolicy.whenDeleted` says
+//! `Delete`.
 
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
@@ -30,8 +32,79 @@ pub fn plan(world: &World, _now: DateTime<Utc>) -> Plan {
     let owned = by_controller(&world.pods);
     for set in world.stateful_sets.iter().filter(|s| !deleting(*s)) {
         reconcile(&owned, set, &mut plan);
+        claims(world, set, &mut plan);
     }
     plan
+}
+
+/// The claim templates' claims of every wanted ordinal that are missing, made as the
+/// controller makes them before the Pod (`data-web-0`).
+fn claims(world: &World, set: &DynamicObject, plan: &mut Plan) {
+    let spec = &set.data["spec"];
+    let Some(templates) = spec["volumeClaimTemplates"].as_array() else {
+        return;
+    };
+    let namespace = set.namespace().unwrap_or_default();
+    let start = spec["ordinals"]["start"].as_i64().unwrap_or(0);
+    let wanted = replicas(spec).clamp(0, BURST as i64);
+    let delete_with_set = spec["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete";
+    for i in start..start.saturating_add(wanted) {
+        for template in templates {
+            let name = claim_name(template, set, i);
+            if world.claims.get(&namespace, &name).is_some() {
+                continue;
+            }
+            let mut labels = spec["selector"]["matchLabels"].clone();
+            if !labels.is_object() {
+                labels = json!({});
+            }
+            for (key, value) in template["metadata"]["labels"]
+                .as_object()
+                .into_iter()
+                .flatten()
+            {
+                labels[key] = value.clone();
+            }
+            let mut metadata = json!({"name": name, "namespace": namespace, "labels": labels});
+            if delete_with_set {
+                let mut owner = controller_reference(set, Kind::StatefulSet);
+                owner["controller"] = false.into();
+                metadata["ownerReferences"] = json!([owner]);
+            }
+            let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                               "metadata": metadata, "spec": template["spec"]});
+            let Ok(claim) = serde_json::from_value(claim) else {
+                continue;
+            };
+            let set_name = set.name_any();
+            plan.actions.push(Action::Create {
+                kind: Kind::PersistentVolumeClaim,
+                object: claim,
+                announce: Some(Box::new((
+                    set.clone(),
+                    Kind::StatefulSet,
+                    Note {
+                        component: COMPONENT,
+                        type_: EventType::Normal,
+                        reason: "SuccessfulCreate",
+                        message: format!(
+                            "create Claim {{name}} Pod {set_name}-{i} in StatefulSet {set_name} success"
+                        ),
+                        once: false,
+                    },
+                ))),
+            });
+        }
+    }
+}
+
+/// The claim of template `template` for ordinal `i`: `TEMPLATE-SET-I`.
+fn claim_name(template: &serde_json::Value, set: &DynamicObject, i: i64) -> String {
+    format!(
+        "{}-{}-{i}",
+        template["metadata"]["name"].as_str().unwrap_or_default(),
+        set.name_any()
+    )
 }
 
 // Long: creation, scaling down and the rolling update in the controller's order, then status.
@@ -247,6 +320,20 @@ fn pod_for(set: &DynamicObject, i: i64, revision: &str) -> DynamicObject {
     }
     let mut spec = template["spec"].clone();
     spec["hostname"] = name.clone().into();
+    // Each claim template's volume is the ordinal's own claim.
+    for claim in set.data["spec"]["volumeClaimTemplates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let volume_name = claim["metadata"]["name"].clone();
+        let volume = json!({"name": volume_name,
+                            "persistentVolumeClaim": {"claimName": claim_name(claim, set, i)}});
+        let mut volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
+        volumes.retain(|v| v["name"] != volume_name);
+        volumes.push(volume);
+        spec["volumes"] = serde_json::Value::Array(volumes);
+    }
     if let Some(service) = set.data["spec"]["serviceName"]
         .as_str()
         .filter(|s| !s.is_empty())

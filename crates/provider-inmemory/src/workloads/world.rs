@@ -132,10 +132,13 @@ pub enum Kind {
     CronJob,
     Service,
     EndpointSlice,
+    PersistentVolumeClaim,
+    PersistentVolume,
+    StorageClass,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Node,
         Kind::Pod,
         Kind::ReplicaSet,
@@ -146,6 +149,9 @@ impl Kind {
         Kind::CronJob,
         Kind::Service,
         Kind::EndpointSlice,
+        Kind::PersistentVolumeClaim,
+        Kind::PersistentVolume,
+        Kind::StorageClass,
     ];
 
     pub fn resource(self) -> ApiResource {
@@ -162,6 +168,11 @@ impl Kind {
             Kind::Service => ApiResource::erase::<core::Service>(&()),
             Kind::EndpointSlice => {
                 ApiResource::erase::<k8s_openapi::api::discovery::v1::EndpointSlice>(&())
+            }
+            Kind::PersistentVolumeClaim => ApiResource::erase::<core::PersistentVolumeClaim>(&()),
+            Kind::PersistentVolume => ApiResource::erase::<core::PersistentVolume>(&()),
+            Kind::StorageClass => {
+                ApiResource::erase::<k8s_openapi::api::storage::v1::StorageClass>(&())
             }
         }
     }
@@ -186,6 +197,9 @@ pub struct World {
     pub cron_jobs: Objects<DynamicObject>,
     pub services: Objects<DynamicObject>,
     pub endpoint_slices: Objects<DynamicObject>,
+    pub claims: Objects<DynamicObject>,
+    pub volumes: Objects<DynamicObject>,
+    pub storage_classes: Objects<DynamicObject>,
 }
 
 impl World {
@@ -201,6 +215,9 @@ impl World {
             Kind::CronJob => &mut self.cron_jobs,
             Kind::Service => &mut self.services,
             Kind::EndpointSlice => &mut self.endpoint_slices,
+            Kind::PersistentVolumeClaim => &mut self.claims,
+            Kind::PersistentVolume => &mut self.volumes,
+            Kind::StorageClass => &mut self.storage_classes,
         }
     }
 
