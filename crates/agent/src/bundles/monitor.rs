@@ -210,11 +210,10 @@ fn problem_of(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
         );
     for (what, container) in containers {
         let state = container.state.as_ref();
-        let last_failure = container
+        let last_exit = container
             .last_state
             .as_ref()
-            .and_then(|s| s.terminated.as_ref())
-            .filter(|t| t.exit_code != 0);
+            .and_then(|s| s.terminated.as_ref());
         let crash_loop = |last: Option<&k8s_openapi::api::core::v1::ContainerStateTerminated>| {
             let exit = last.map_or(String::new(), |t| {
                 format!(
@@ -230,7 +229,7 @@ fn problem_of(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
             match reason {
                 "" | "ContainerCreating" | "PodInitializing" => {}
                 // Its message names the Pod's UID; the last exit says more.
-                "CrashLoopBackOff" => return Some(crash_loop(last_failure)),
+                "CrashLoopBackOff" => return Some(crash_loop(last_exit)),
                 "ErrImagePull" | "ImagePullBackOff" => {
                     // The image as the Pod names it, as the kubelet's back-off says it.
                     let image = pod
@@ -258,10 +257,20 @@ fn problem_of(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
                 }
             }
         }
-        // Running again between crashes, not ready: the same loop, said the same way.
-        if state.is_some_and(|s| s.running.is_some()) && !container.ready && last_failure.is_some()
+        // Running again between recent crashes, not ready yet: the same loop, said the same
+        // way (a crash long ago, past the kubelet's longest back-off, is not a loop).
+        let recent_crash = last_exit.filter(|t| {
+            t.exit_code != 0
+                && t.finished_at.as_ref().is_some_and(|at| {
+                    k8s_openapi::jiff::Timestamp::now().as_second() - at.0.as_second() < 300
+                })
+        });
+        if state.is_some_and(|s| s.running.is_some())
+            && !container.ready
+            && container.restart_count > 0
+            && recent_crash.is_some()
         {
-            return Some(crash_loop(last_failure));
+            return Some(crash_loop(recent_crash));
         }
         if let Some(terminated) = state.and_then(|s| s.terminated.as_ref())
             && terminated.exit_code != 0

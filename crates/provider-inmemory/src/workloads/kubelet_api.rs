@@ -5,6 +5,10 @@
 //! container runs here: a log is empty, as a container's that wrote nothing, and a stream
 //! into a container is refused with a Status that says why, never a 404 for an unknown path.
 
+// The generic server's `ApiError` is a Kubernetes Status with its causes, as large as it must
+// be; its answers are returned as the server's own are.
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 
 use axum::http::{StatusCode, header};

@@ -351,6 +351,15 @@ impl Writer {
                 // Someone else's change came first, or the object is gone: the watch says
                 // what is true now.
                 Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
+                // Refused as invalid (a claim template whose name makes no valid claim name):
+                // trying again will not help until its owner changes, and that change starts a
+                // round of its own. Logged once, not retried every second.
+                Err(kube::Error::Api(status)) if status.code == 422 => {
+                    let text = status.message.clone();
+                    if self.logged.len() < 100 && self.logged.insert(text.clone()) {
+                        tracing::warn!(error = %text, "simulated workloads: a write was refused");
+                    }
+                }
                 Err(error) => {
                     all_made = false;
                     let text = error.to_string();

@@ -205,13 +205,22 @@ pub fn plan(world: &World, now: DateTime<Utc>) -> Plan {
     });
     for pod in pending {
         // Its claims first: a Pod waits for them to exist and be bound, on any Node.
-        if let Some(reason) = unbound_claim(world, pod) {
-            let n = nodes.len();
-            let message = format!(
-                "0/{n} nodes are available: {reason}. preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling."
-            );
-            unschedulable(&mut plan, pod, message, now);
-            continue;
+        match unbound_claim(world, pod) {
+            Claims::Bound => {}
+            // Its volume is made now that a Pod uses it; no word until it is.
+            Claims::Provisioning => continue,
+            Claims::Unfit(reason) => {
+                let n = nodes.len();
+                let message = if n == 0 {
+                    message(0, &BTreeMap::new())
+                } else {
+                    format!(
+                        "0/{n} nodes are available: {reason}. preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling."
+                    )
+                };
+                unschedulable(&mut plan, pod, message, now);
+                continue;
+            }
         }
         let mut why: BTreeMap<String, usize> = BTreeMap::new();
         let mut best: Option<(f64, &str)> = None;
@@ -277,21 +286,46 @@ pub fn message(nodes: usize, why: &BTreeMap<String, usize>) -> String {
     )
 }
 
-/// Why a Pod's claims keep it from any Node, in the scheduler's words; `None` when they are
-/// all bound.
-fn unbound_claim(world: &World, pod: &DynamicObject) -> Option<String> {
+/// Where a Pod's claims stand.
+enum Claims {
+    Bound,
+    /// Unbound claims of `WaitForFirstConsumer` classes only: provisioned for this Pod.
+    Provisioning,
+    /// Why they keep it from any Node, in the scheduler's words.
+    Unfit(String),
+}
+
+fn unbound_claim(world: &World, pod: &DynamicObject) -> Claims {
     let namespace = pod.namespace().unwrap_or_default();
-    let mut unbound = false;
+    let mut waiting = false;
     for name in super::volumes::claims_of(pod) {
-        match world.claims.get(&namespace, name) {
-            None => return Some(format!("persistentvolumeclaim {name:?} not found")),
+        let claim = match world.claims.get(&namespace, name) {
+            None => return Claims::Unfit(format!("persistentvolumeclaim {name:?} not found")),
             Some(claim) if deleting(claim) => {
-                return Some(format!("persistentvolumeclaim {name:?} is being deleted"));
+                return Claims::Unfit(format!("persistentvolumeclaim {name:?} is being deleted"));
             }
-            Some(claim) => unbound |= claim.data["status"]["phase"] != "Bound",
+            Some(claim) => claim,
+        };
+        if claim.data["status"]["phase"] == "Bound" {
+            continue;
         }
+        let class = claim.data["spec"]["storageClassName"]
+            .as_str()
+            .unwrap_or_default();
+        let later = world
+            .storage_classes
+            .get("", class)
+            .is_some_and(|c| c.data["volumeBindingMode"] == "WaitForFirstConsumer");
+        if !later {
+            return Claims::Unfit("pod has unbound immediate PersistentVolumeClaims".into());
+        }
+        waiting = true;
     }
-    unbound.then(|| "pod has unbound immediate PersistentVolumeClaims".to_string())
+    if waiting {
+        Claims::Provisioning
+    } else {
+        Claims::Bound
+    }
 }
 
 fn unschedulable(plan: &mut Plan, pod: &DynamicObject, message: String, now: DateTime<Utc>) {

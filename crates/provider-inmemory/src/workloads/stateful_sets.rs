@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::deployments::{same_status, template_hash};
 use super::replica_sets::{active, ready};
-use super::world::{World, by_controller, deleting};
+use super::world::{Objects, World, by_controller, deleting};
 
 /// Pods by the uid of their controller.
 type Owned<'a> = std::collections::HashMap<String, Vec<&'a DynamicObject>>;
@@ -31,70 +31,67 @@ pub fn plan(world: &World, _now: DateTime<Utc>) -> Plan {
     let mut plan = Plan::default();
     let owned = by_controller(&world.pods);
     for set in world.stateful_sets.iter().filter(|s| !deleting(*s)) {
-        reconcile(&owned, set, &mut plan);
-        claims(world, set, &mut plan);
+        reconcile(&owned, &world.claims, set, &mut plan);
     }
     plan
 }
 
-/// The claim templates' claims of every wanted ordinal that are missing, made as the
-/// controller makes them before the Pod (`data-web-0`).
-fn claims(world: &World, set: &DynamicObject, plan: &mut Plan) {
+/// Ordinal `i`'s claims from the claim templates that are missing, made as the controller
+/// makes them, just before the Pod (`data-web-0`).
+fn claims_for(existing: &Objects<DynamicObject>, set: &DynamicObject, i: i64, plan: &mut Plan) {
     let spec = &set.data["spec"];
-    let Some(templates) = spec["volumeClaimTemplates"].as_array() else {
-        return;
-    };
     let namespace = set.namespace().unwrap_or_default();
-    let start = spec["ordinals"]["start"].as_i64().unwrap_or(0);
-    let wanted = replicas(spec).clamp(0, BURST as i64);
     let delete_with_set = spec["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete";
-    for i in start..start.saturating_add(wanted) {
-        for template in templates {
-            let name = claim_name(template, set, i);
-            if world.claims.get(&namespace, &name).is_some() {
-                continue;
-            }
-            let mut labels = spec["selector"]["matchLabels"].clone();
-            if !labels.is_object() {
-                labels = json!({});
-            }
-            for (key, value) in template["metadata"]["labels"]
-                .as_object()
-                .into_iter()
-                .flatten()
-            {
-                labels[key] = value.clone();
-            }
-            let mut metadata = json!({"name": name, "namespace": namespace, "labels": labels});
-            if delete_with_set {
-                let mut owner = controller_reference(set, Kind::StatefulSet);
-                owner["controller"] = false.into();
-                metadata["ownerReferences"] = json!([owner]);
-            }
-            let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                               "metadata": metadata, "spec": template["spec"]});
-            let Ok(claim) = serde_json::from_value(claim) else {
-                continue;
-            };
-            let set_name = set.name_any();
-            plan.actions.push(Action::Create {
-                kind: Kind::PersistentVolumeClaim,
-                object: claim,
-                announce: Some(Box::new((
-                    set.clone(),
-                    Kind::StatefulSet,
-                    Note {
-                        component: COMPONENT,
-                        type_: EventType::Normal,
-                        reason: "SuccessfulCreate",
-                        message: format!(
-                            "create Claim {{name}} Pod {set_name}-{i} in StatefulSet {set_name} success"
-                        ),
-                        once: false,
-                    },
-                ))),
-            });
+    let set_name = set.name_any();
+    for template in spec["volumeClaimTemplates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let name = claim_name(template, set, i);
+        if existing.get(&namespace, &name).is_some() {
+            continue;
         }
+        // The template's labels, under the set's selector (which wins, as upstream).
+        let mut labels = template["metadata"]["labels"].clone();
+        if !labels.is_object() {
+            labels = json!({});
+        }
+        let selector = spec["selector"]["matchLabels"].as_object();
+        for (key, value) in selector.into_iter().flatten() {
+            labels[key] = value.clone();
+        }
+        let mut metadata = json!({"name": name, "namespace": namespace, "labels": labels});
+        if template["metadata"]["annotations"].is_object() {
+            metadata["annotations"] = template["metadata"]["annotations"].clone();
+        }
+        if delete_with_set {
+            let mut owner = controller_reference(set, Kind::StatefulSet);
+            owner["controller"] = false.into();
+            metadata["ownerReferences"] = json!([owner]);
+        }
+        let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                           "metadata": metadata, "spec": template["spec"]});
+        let Ok(claim) = serde_json::from_value(claim) else {
+            continue;
+        };
+        plan.actions.push(Action::Create {
+            kind: Kind::PersistentVolumeClaim,
+            object: claim,
+            announce: Some(Box::new((
+                set.clone(),
+                Kind::StatefulSet,
+                Note {
+                    component: COMPONENT,
+                    type_: EventType::Normal,
+                    reason: "SuccessfulCreate",
+                    message: format!(
+                        "create Claim {{name}} Pod {set_name}-{i} in StatefulSet {set_name} success"
+                    ),
+                    once: false,
+                },
+            ))),
+        });
     }
 }
 
@@ -108,7 +105,7 @@ fn claim_name(template: &serde_json::Value, set: &DynamicObject, i: i64) -> Stri
 }
 
 // Long: creation, scaling down and the rolling update in the controller's order, then status.
-fn reconcile(owned: &Owned, set: &DynamicObject, plan: &mut Plan) {
+fn reconcile(owned: &Owned, claims: &Objects<DynamicObject>, set: &DynamicObject, plan: &mut Plan) {
     let uid = set.uid().unwrap_or_default();
     let namespace = set.namespace().unwrap_or_default();
     let name = set.name_any();
@@ -158,6 +155,7 @@ fn reconcile(owned: &Owned, set: &DynamicObject, plan: &mut Plan) {
                 }
             }
             None if !waiting || parallel => {
+                claims_for(claims, set, i, plan);
                 plan.actions.push(Action::Create {
                     kind: Kind::Pod,
                     object: pod_for(set, i, &revision),

@@ -78,6 +78,17 @@ fn bind(world: &World, claim: &DynamicObject, default_class: Option<&str>, plan:
     let namespace = claim.namespace().unwrap_or_default();
     let name = claim.name_any();
     let class = match spec["storageClassName"].as_str() {
+        // No class, on purpose: only a volume made by hand may bind it.
+        Some("") => {
+            event(
+                plan,
+                claim,
+                EventType::Normal,
+                "FailedBinding",
+                "no persistent volumes available for this claim and no storage class is set".into(),
+            );
+            return;
+        }
         Some(class) => class,
         None => {
             match default_class {
@@ -239,9 +250,12 @@ pub fn claims_of(pod: &DynamicObject) -> impl Iterator<Item = &str> {
 /// A volume whose claim is gone: deleted (`Delete`) or `Released` (`Retain`).
 fn reclaim(world: &World, volume: &DynamicObject, plan: &mut Plan) {
     let claim_ref = &volume.data["spec"]["claimRef"];
-    let (Some(namespace), Some(name)) =
-        (claim_ref["namespace"].as_str(), claim_ref["name"].as_str())
-    else {
+    // A volume reserved for a claim by name only (no uid yet) is not an orphan.
+    let (Some(namespace), Some(name), Some(_)) = (
+        claim_ref["namespace"].as_str(),
+        claim_ref["name"].as_str(),
+        claim_ref["uid"].as_str(),
+    ) else {
         return;
     };
     let claim = world.claims.get(namespace, name);
