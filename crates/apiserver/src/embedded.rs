@@ -1,9 +1,10 @@
 //! A second instance of the generic server, served by this process inside another's listener:
 //! its own in-memory store, its own kinds (a fork of the core ones), its own trust domain (its
 //! CA, credential records, ServiceAccount key and RBAC, default roles included) and its own
-//! garbage collector, as a real cluster's kube-apiserver and kube-controller-manager have.
-//! The in-memory infrastructure provider builds each simulated workload cluster with one
-//! [`Embedded::start`]; the management plane is the other builder call ([`crate::Server`]).
+//! garbage collector, history compaction and Event expiry, as a real cluster's kube-apiserver
+//! and kube-controller-manager have. The in-memory infrastructure provider builds each
+//! simulated workload cluster with one [`Embedded::start`]; the management plane is the other
+//! builder call ([`crate::Server`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,11 @@ use crate::rbac::Rbac;
 use crate::registry::Registry;
 use crate::resources::Resources;
 use crate::status::{ApiError, ApiResult};
+
+/// How often an embedded instance compacts its store's history (kube-apiserver's default).
+const COMPACTION_INTERVAL: Duration = Duration::from_secs(300);
+/// How long an embedded instance keeps an Event (kube-apiserver's `--event-ttl` default).
+const EVENT_TTL: Duration = Duration::from_secs(3600);
 
 /// How an embedded instance is built.
 pub struct EmbeddedConfig {
@@ -98,6 +104,20 @@ impl Embedded {
         // Owner references, foreground deletion and namespaces being deleted, as a real
         // cluster's kube-controller-manager collects them.
         tokio::spawn(crate::gc::run(state.resources.clone(), stop.clone()));
+        // Its history and its Events kept as long as the server's own (five minutes, an
+        // hour), as a real cluster's kube-apiserver compacts etcd and expires Events: without
+        // them each instance would hold its store's whole history budget and every Event
+        // ever recorded, which a thousand simulated clusters multiply.
+        tokio::spawn(crate::gc::compact_periodically(
+            store.clone(),
+            COMPACTION_INTERVAL,
+            stop.clone(),
+        ));
+        tokio::spawn(crate::gc::expire_events(
+            state.resources.clone(),
+            EVENT_TTL,
+            stop.clone(),
+        ));
         tokio::spawn(rbac.follow(store, stop));
         Ok(Embedded {
             router: router(state.clone()),
