@@ -1174,13 +1174,11 @@ async fn serve(
     }
     let target = target.ok_or_else(|| not_found_path(&path))?;
     let call = Call::authorized(state, &parts, target, query).await?;
-    if let Some(sub) = call.subresource()
-        && let Some((extension, _)) = connecter(state, &call.scope.rt, sub)
-    {
+    if let Some(extension) = call.connecter {
         let server = crate::extension::Handle {
             state: state.clone(),
         };
-        return call.connect(&server, extension.as_ref(), sub).await;
+        return call.connect(&server, extension.as_ref()).await;
     }
     match call.verb {
         "get" => call.get().await,
@@ -1239,6 +1237,8 @@ struct Call<'a> {
     user: User,
     verb: &'static str,
     dry_run_values: Vec<String>,
+    /// The extension that answers this request's connect subresource, if it is one.
+    connecter: Option<&'a Arc<dyn crate::extension::Extension>>,
 }
 
 /// A refused list or watch of a resource the caller may read some objects of by name (a
@@ -1295,7 +1295,7 @@ impl<'a> Call<'a> {
         query: HashMap<String, String>,
     ) -> ApiResult<Call<'a>> {
         let path = parts.uri.path();
-        let scope = resolve(state, target, path)?;
+        let (scope, connect) = resolve(state, target, path)?;
         let rt = &scope.rt;
         let user = parts
             .extensions
@@ -1303,10 +1303,6 @@ impl<'a> Call<'a> {
             .cloned()
             .ok_or(ApiError::Unauthorized)?;
         let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
-        let connect = target
-            .subresource
-            .as_deref()
-            .and_then(|sub| connecter(state, rt, sub));
         let verb = match connect {
             Some((_, connect)) => connect.verb(&parts.method),
             None => target.verb(&parts.method, watching),
@@ -1384,6 +1380,7 @@ impl<'a> Call<'a> {
                 None => negotiate(&parts.headers, &query)?,
             },
             dry_run_values: query_values(parts.uri.query(), "dryRun"),
+            connecter: connect.map(|(extension, _)| extension),
             scope,
             query,
             user,
@@ -1508,11 +1505,10 @@ impl<'a> Call<'a> {
         &self,
         server: &crate::extension::Handle,
         extension: &dyn crate::extension::Extension,
-        subresource: &str,
     ) -> ApiResult<Response> {
         let object = self.state.resources.get(&self.scope, self.name()).await?;
         let connection = crate::extension::Connection {
-            subresource,
+            subresource: self.subresource().unwrap_or_default(),
             object,
             query: &self.query,
         };
@@ -1745,8 +1741,19 @@ fn connecter<'s>(
     })
 }
 
-/// The served kind and subresource `target` names, as a [`Scope`]; 404 for what is not served.
-fn resolve(state: &AppState, target: &Target, path: &str) -> ApiResult<Scope> {
+/// The served kind and subresource `target` names, as a [`Scope`], with the extension that
+/// answers it when it is a connect subresource; 404 for what is not served.
+fn resolve<'s>(
+    state: &'s AppState,
+    target: &Target,
+    path: &str,
+) -> ApiResult<(
+    Scope,
+    Option<(
+        &'s Arc<dyn crate::extension::Extension>,
+        crate::extension::Connect,
+    )>,
+)> {
     let rt = state
         .resources
         .registry
@@ -1755,11 +1762,15 @@ fn resolve(state: &AppState, target: &Target, path: &str) -> ApiResult<Scope> {
         return Err(not_found_path(path));
     }
     let served = rt.version(&target.version).expect("resolved version");
+    let connect = target
+        .subresource
+        .as_deref()
+        .and_then(|sub| connecter(state, &rt, sub));
     match target.subresource.as_deref() {
         None => {}
+        _ if connect.is_some() => {}
         Some("status") if served.status_subresource => {}
         Some("scale") if served.scale.is_some() => {}
-        Some(sub) if connecter(state, &rt, sub).is_some() => {}
         Some("token")
             if rt.group.is_empty()
                 && rt.plural == "serviceaccounts"
@@ -1775,11 +1786,12 @@ fn resolve(state: &AppState, target: &Target, path: &str) -> ApiResult<Scope> {
             });
         }
     }
-    Ok(Scope {
+    let scope = Scope {
         rt: rt.clone(),
         version: target.version.clone(),
         namespace: target.namespace.clone(),
-    })
+    };
+    Ok((scope, connect))
 }
 
 /// Writes a whole list as it is read: the envelope first, then each item, so the server never

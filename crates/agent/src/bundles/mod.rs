@@ -578,8 +578,7 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
         seen = monitor::observe(&ctx.agent, &name, &desired, &restored).await;
     }
     monitor::report(&mut status, &deployment_id, &desired, &seen, &now);
-    let changed = bd.status.as_ref() != Some(&status);
-    write_status(&ctx, &bd, status).await?;
+    let changed = write_status(&ctx, &bd, status).await?;
     if seen.pods_looked_at {
         // Sooner while what the Pods say changes, then less often.
         let again = if changed {
@@ -700,8 +699,8 @@ fn failed(status: &mut BundleDeploymentStatus, message: &str, now: &str) {
     status.ready = false;
 }
 
-/// Writes the status if it changed: a JSON merge patch that also removes what is gone. The
-/// patch is made against `bd` as this agent's cache holds it, so it carries `bd`'s
+/// Writes the status if it changed, and says whether it did: a JSON merge patch that also
+/// removes what is gone. The patch is made against `bd` as this agent's cache holds it, so it carries `bd`'s
 /// resourceVersion as a precondition: against a newer object (the cache a step behind) the
 /// difference would be wrong (a `ready` dropped as false would leave the server's `true`),
 /// and the server refuses it. The newer object is on its way through the watch; its arrival
@@ -711,10 +710,10 @@ async fn write_status(
     ctx: &Context,
     bd: &BundleDeployment,
     status: BundleDeploymentStatus,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let before = bd.status.clone().unwrap_or_default();
     if before == status {
-        return Ok(());
+        return Ok(false);
     }
     let new = serde_json::to_value(&status).map_err(|e| Error::Invalid(e.to_string()))?;
     let old = serde_json::to_value(&before).map_err(|e| Error::Invalid(e.to_string()))?;
@@ -732,7 +731,7 @@ async fn write_status(
         )
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(_) => Ok(true),
         Err(kube::Error::Api(status)) if status.code == 409 => {
             tracing::debug!(bundle = %bd.name_any(), "status not written: a newer BundleDeployment is on its way");
             Err(Error::Stale)

@@ -8,7 +8,6 @@
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use lariat_controllers::events::EventType;
 use serde_json::{Value, json};
 
 use super::deployments::{same_status, template_hash};
@@ -19,7 +18,7 @@ use super::world::{World, by_controller, deleting};
 
 /// Pods by the uid of their controller.
 type Owned<'a> = std::collections::HashMap<String, Vec<&'a DynamicObject>>;
-use super::{Action, Kind, Note, Plan, controller_reference, int_or_percent};
+use super::{Action, Kind, Plan, controller_reference, int_or_percent};
 
 const COMPONENT: &str = "daemonset-controller";
 
@@ -126,21 +125,14 @@ fn reconcile(world: &World, owned: &Owned, set: &DynamicObject, plan: &mut Plan)
         let on_node = by_node.get(node).cloned().unwrap_or_default();
         match on_node.first() {
             None => {
-                plan.actions.push(Action::Create {
-                    kind: Kind::Pod,
-                    object: pod_for(set, node, &revision, &template_spec),
-                    announce: Some(Box::new((
-                        set.clone(),
-                        Kind::DaemonSet,
-                        Note {
-                            component: COMPONENT,
-                            type_: EventType::Normal,
-                            reason: "SuccessfulCreate",
-                            message: "Created pod: {name}".into(),
-                            once: false,
-                        },
-                    ))),
-                });
+                plan.create_for(
+                    set,
+                    Kind::DaemonSet,
+                    COMPONENT,
+                    Kind::Pod,
+                    pod_for(set, node, &revision, &template_spec),
+                    "Created pod: {name}".into(),
+                );
                 unavailable += 1;
             }
             Some(pod) => {

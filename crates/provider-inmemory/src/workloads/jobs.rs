@@ -220,21 +220,14 @@ fn reconcile(owned: &Owned, job: &DynamicObject, now: DateTime<Utc>, plan: &mut 
                 } else {
                     None
                 };
-                plan.actions.push(Action::Create {
-                    kind: Kind::Pod,
-                    object: pod_for(job, index),
-                    announce: Some(Box::new((
-                        job.clone(),
-                        Kind::Job,
-                        Note {
-                            component: COMPONENT,
-                            type_: EventType::Normal,
-                            reason: "SuccessfulCreate",
-                            message: "Created pod: {name}".into(),
-                            once: false,
-                        },
-                    ))),
-                });
+                plan.create_for(
+                    job,
+                    Kind::Job,
+                    COMPONENT,
+                    Kind::Pod,
+                    pod_for(job, index),
+                    "Created pod: {name}".into(),
+                );
             }
         }
         None => {}

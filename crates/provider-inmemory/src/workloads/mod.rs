@@ -186,6 +186,31 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Creates `object` for `owner`, which says so once it is made, as its controller does
+    /// (`SuccessfulCreate`, `{name}` in `message` standing for the made object's name).
+    fn create_for(
+        &mut self,
+        owner: &DynamicObject,
+        owner_kind: Kind,
+        component: &'static str,
+        kind: Kind,
+        object: DynamicObject,
+        message: String,
+    ) {
+        let note = Note {
+            component,
+            type_: EventType::Normal,
+            reason: "SuccessfulCreate",
+            message,
+            once: false,
+        };
+        self.actions.push(Action::Create {
+            kind,
+            object,
+            announce: Some(Box::new((owner.clone(), owner_kind, note))),
+        });
+    }
+
     /// Deletes an owner's Pod, and says so about the owner as its controller does
     /// (`Deleted pod: web-7d4b9-x2k4q`).
     fn delete_pod(
@@ -284,6 +309,11 @@ impl Writer {
         }
     }
 
+    /// Whether error `text` is new, so logged (each distinct one once, at most 100 kept).
+    fn first_time(&mut self, text: &str) -> bool {
+        self.logged.len() < 100 && self.logged.insert(text.to_string())
+    }
+
     /// Whether every write was made (a conflict counts as made: the watch brings the news).
     async fn execute(&mut self, world: &mut World, actions: Vec<Action>) -> bool {
         let mut all_made = true;
@@ -355,15 +385,14 @@ impl Writer {
                 // trying again will not help until its owner changes, and that change starts a
                 // round of its own. Logged once, not retried every second.
                 Err(kube::Error::Api(status)) if status.code == 422 => {
-                    let text = status.message.clone();
-                    if self.logged.len() < 100 && self.logged.insert(text.clone()) {
-                        tracing::warn!(error = %text, "simulated workloads: a write was refused");
+                    if self.first_time(&status.message) {
+                        tracing::warn!(error = %status.message, "simulated workloads: a write was refused");
                     }
                 }
                 Err(error) => {
                     all_made = false;
                     let text = error.to_string();
-                    if self.logged.len() < 100 && self.logged.insert(text.clone()) {
+                    if self.first_time(&text) {
                         tracing::warn!(error = %text, "simulated workloads: a write failed");
                     }
                 }

@@ -6,7 +6,6 @@
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use lariat_controllers::events::EventType;
 use serde_json::json;
 
 use super::deployments::same_status;
@@ -14,7 +13,7 @@ use super::world::{World, by_controller, deleting};
 
 /// Pods by the uid of their controller.
 type Owned<'a> = std::collections::HashMap<String, Vec<&'a DynamicObject>>;
-use super::{Action, Kind, Note, Plan, condition, controller_reference, parse_time, replicas};
+use super::{Action, Kind, Plan, condition, controller_reference, parse_time, replicas};
 
 const COMPONENT: &str = "replicaset-controller";
 /// At most this many Pods created or deleted per ReplicaSet in one round, as the
@@ -59,21 +58,14 @@ fn reconcile(owned: &Owned, rs: &DynamicObject, now: DateTime<Utc>, plan: &mut P
     let wanted = replicas(spec) as usize;
     if pods.len() < wanted {
         for _ in 0..(wanted - pods.len()).min(BURST) {
-            plan.actions.push(Action::Create {
-                kind: Kind::Pod,
-                object: pod_for(rs),
-                announce: Some(Box::new((
-                    rs.clone(),
-                    Kind::ReplicaSet,
-                    Note {
-                        component: COMPONENT,
-                        type_: EventType::Normal,
-                        reason: "SuccessfulCreate",
-                        message: "Created pod: {name}".into(),
-                        once: false,
-                    },
-                ))),
-            });
+            plan.create_for(
+                rs,
+                Kind::ReplicaSet,
+                COMPONENT,
+                Kind::Pod,
+                pod_for(rs),
+                "Created pod: {name}".into(),
+            );
         }
     } else if pods.len() > wanted {
         // The least useful first: unscheduled, then pending, then not ready, then the

@@ -395,6 +395,23 @@ mod tests {
         writes
     }
 
+    /// The patch `planned` makes to slice `name`.
+    fn slice_patch(planned: &Plan, name: &str) -> Value {
+        planned
+            .actions
+            .iter()
+            .find_map(|a| match a {
+                Action::Patch {
+                    kind: Kind::EndpointSlice,
+                    object,
+                    patch,
+                    ..
+                } if object.name_any() == name => Some(patch.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no patch of {name}"))
+    }
+
     #[test]
     fn slices_hold_a_hundred_endpoints_and_go_with_the_selector() {
         let mut world = World::default();
@@ -455,33 +472,9 @@ mod tests {
         assert!(patched.contains(&"web-a".to_string()), "{patched:?}");
         let (created, _, deleted) = slice_writes(&planned);
         assert!(created.is_empty() && deleted.is_empty());
-        let web_a = planned
-            .actions
-            .iter()
-            .find_map(|a| match a {
-                Action::Patch {
-                    kind: Kind::EndpointSlice,
-                    object,
-                    patch,
-                    ..
-                } if object.name_any() == "web-a" => Some(patch.clone()),
-                _ => None,
-            })
-            .unwrap();
+        let web_a = slice_patch(&planned, "web-a");
         assert_eq!(web_a["endpoints"].as_array().unwrap().len(), 99);
-        let web_b = planned
-            .actions
-            .iter()
-            .find_map(|a| match a {
-                Action::Patch {
-                    kind: Kind::EndpointSlice,
-                    object,
-                    patch,
-                    ..
-                } if object.name_any() == "web-b" => Some(patch.clone()),
-                _ => None,
-            })
-            .unwrap();
+        let web_b = slice_patch(&planned, "web-b");
         assert_eq!(
             web_b["endpoints"][0]["targetRef"]["name"], "web-100",
             "nothing moved to web-b"

@@ -75,23 +75,14 @@ fn claims_for(existing: &Objects<DynamicObject>, set: &DynamicObject, i: i64, pl
         let Ok(claim) = serde_json::from_value(claim) else {
             continue;
         };
-        plan.actions.push(Action::Create {
-            kind: Kind::PersistentVolumeClaim,
-            object: claim,
-            announce: Some(Box::new((
-                set.clone(),
-                Kind::StatefulSet,
-                Note {
-                    component: COMPONENT,
-                    type_: EventType::Normal,
-                    reason: "SuccessfulCreate",
-                    message: format!(
-                        "create Claim {{name}} Pod {set_name}-{i} in StatefulSet {set_name} success"
-                    ),
-                    once: false,
-                },
-            ))),
-        });
+        plan.create_for(
+            set,
+            Kind::StatefulSet,
+            COMPONENT,
+            Kind::PersistentVolumeClaim,
+            claim,
+            format!("create Claim {{name}} Pod {set_name}-{i} in StatefulSet {set_name} success"),
+        );
     }
 }
 
@@ -156,23 +147,14 @@ fn reconcile(owned: &Owned, claims: &Objects<DynamicObject>, set: &DynamicObject
             }
             None if !waiting || parallel => {
                 claims_for(claims, set, i, plan);
-                plan.actions.push(Action::Create {
-                    kind: Kind::Pod,
-                    object: pod_for(set, i, &revision),
-                    announce: Some(Box::new((
-                        set.clone(),
-                        Kind::StatefulSet,
-                        Note {
-                            component: COMPONENT,
-                            type_: EventType::Normal,
-                            reason: "SuccessfulCreate",
-                            message: format!(
-                                "create Pod {{name}} in StatefulSet {name} successful"
-                            ),
-                            once: false,
-                        },
-                    ))),
-                });
+                plan.create_for(
+                    set,
+                    Kind::StatefulSet,
+                    COMPONENT,
+                    Kind::Pod,
+                    pod_for(set, i, &revision),
+                    format!("create Pod {{name}} in StatefulSet {name} successful"),
+                );
                 made += 1;
                 waiting = true;
             }
