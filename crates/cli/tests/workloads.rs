@@ -634,6 +634,57 @@ fn injected_failures_show_as_a_real_clusters_do() {
         said.contains("BadRequest") && said.contains("no process runs"),
         "{said}"
     );
+    // Someone who may only read Pods reads no logs and runs nothing in them (asked of the
+    // cluster's own API: through the proxy, impersonation is the management plane's).
+    let direct = server.workload_kubeconfig_in("default", "web");
+    let refused_there = |args: &[&str]| {
+        let mut full = vec!["--kubeconfig", direct.to_str().unwrap()];
+        full.extend_from_slice(args);
+        let output = server.kubectl(&full);
+        assert!(!output.status.success(), "{args:?} was not refused");
+        String::from_utf8_lossy(&output.stderr).trim().to_string()
+    };
+    let there = |args: &[&str]| kubectl_in(&server, &direct, args);
+    there(&["create", "serviceaccount", "reader"]);
+    there(&[
+        "create",
+        "role",
+        "pod-reader",
+        "--verb=get,list",
+        "--resource=pods",
+    ]);
+    there(&[
+        "create",
+        "rolebinding",
+        "pod-reader",
+        "--role=pod-reader",
+        "--serviceaccount=default:reader",
+    ]);
+    let reader = "--as=system:serviceaccount:default:reader";
+    let pod = there(&["get", "pods", "-l", "app=unready", "-o", "name", reader]);
+    let pod = pod.trim();
+    let said = refused_there(&["logs", pod, reader]);
+    assert!(
+        said.contains("Forbidden") && said.contains("\"pods/log\""),
+        "{said}"
+    );
+    let said = refused_there(&["exec", pod, reader, "--", "true"]);
+    assert!(
+        said.contains("Forbidden") && said.contains("\"pods/exec\""),
+        "{said}"
+    );
+    // The management plane serves no Pods: the same paths are not found there.
+    let output = server.kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/namespaces/default/{pod}/log"),
+    ]);
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("NotFound"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     // None of the three is Available, and the Deployment says so.
     for app in ["broken", "crashy", "unready"] {
         assert_eq!(
