@@ -1725,15 +1725,18 @@ impl<'a> Call<'a> {
     }
 }
 
+/// The extension that answers a connect subresource, and how the subresource is authorized.
+type Connecter<'s> = (
+    &'s Arc<dyn crate::extension::Extension>,
+    crate::extension::Connect,
+);
+
 /// The extension that answers subresource `sub` of `rt`'s objects, and how it is authorized.
 fn connecter<'s>(
     state: &'s AppState,
     rt: &crate::registry::ResourceType,
     sub: &str,
-) -> Option<(
-    &'s Arc<dyn crate::extension::Extension>,
-    crate::extension::Connect,
-)> {
+) -> Option<Connecter<'s>> {
     state.extensions.iter().find_map(|extension| {
         extension
             .connects(&rt.group, &rt.plural, sub)
@@ -1747,13 +1750,7 @@ fn resolve<'s>(
     state: &'s AppState,
     target: &Target,
     path: &str,
-) -> ApiResult<(
-    Scope,
-    Option<(
-        &'s Arc<dyn crate::extension::Extension>,
-        crate::extension::Connect,
-    )>,
-)> {
+) -> ApiResult<(Scope, Option<Connecter<'s>>)> {
     let rt = state
         .resources
         .registry
