@@ -15,6 +15,7 @@ use lariat_store::memory::MemoryStore;
 use crate::auth::Authenticator;
 use crate::encryption::Cipher;
 use crate::http::{AppState, VersionSource, router};
+use crate::limits::ResourceLimits;
 use crate::pki::{IssuedCertificate, Pki};
 use crate::rbac::Rbac;
 use crate::registry::Registry;
@@ -25,6 +26,11 @@ use crate::status::{ApiError, ApiResult};
 const COMPACTION_INTERVAL: Duration = Duration::from_secs(300);
 /// How long an embedded instance keeps an Event (kube-apiserver's `--event-ttl` default).
 const EVENT_TTL: Duration = Duration::from_secs(3600);
+/// What an embedded instance's watch cache may hold: its watchers are few (a simulated
+/// cluster's workload controllers, its agent, the management plane's Node watch), so the
+/// cache only bridges a change from the first of them to the last; a thousand instances at
+/// the server's 64 MiB would be a budget of 64 GiB.
+const WATCH_CACHE_BYTES: usize = 512 * 1024;
 
 /// How an embedded instance is built.
 pub struct EmbeddedConfig {
@@ -59,7 +65,11 @@ impl Embedded {
         let store: Arc<dyn lariat_store::Store> = Arc::new(MemoryStore::new());
         // Its Secrets live only in memory: the key only has to be stable for its lifetime.
         let cipher = Cipher::from_key(&rand::random::<[u8; 32]>()).map_err(ApiError::internal)?;
-        let resources = Resources::new(store.clone(), config.kinds, cipher);
+        let resources =
+            Resources::new(store.clone(), config.kinds, cipher).with_limits(ResourceLimits {
+                watch_cache_bytes: WATCH_CACHE_BYTES,
+                ..ResourceLimits::default()
+            });
         crate::ensure_namespaces(&resources, config.namespaces.iter().map(String::as_str)).await?;
         // Its own RBAC, default roles included, as a real cluster enforces.
         crate::rbac::defaults::bootstrap(&resources, &[]).await?;

@@ -2,10 +2,13 @@
 //! for every watcher they go to.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::Value;
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// An object as watchers see it: decoded once, and rendered as JSON once, however many
 /// watchers it goes to.
@@ -33,21 +36,41 @@ impl WatchedObject {
 /// How many recent object versions [`Fanout`] keeps at most.
 const FANOUT_ENTRIES: usize = 2048;
 
+/// How long [`Fanout`] keeps an object: every watcher following a kind takes a change within
+/// moments of the others, and one that comes later (a watch resumed from an old revision)
+/// still shares the copy while anyone holds it. Kept longer, objects only cost memory: an idle
+/// server's cache, or a thousand simulated clusters' caches, held their last 2,048 changes
+/// decoded for good.
+pub const FANOUT_AGE: Duration = Duration::from_secs(10);
+
 /// The objects of recent changes, by storage key, revision and the apiVersion they are served
 /// at: every watcher of a kind decodes each change (its new and its previous state, for
 /// selectors), so without this N watchers cost N decodes and N encodings of every change.
 ///
-/// It is bounded by count and by weight: an object weighs twice its stored JSON (it is held
-/// decoded, and rendered once a watcher needs it), and the oldest go first. An object heavier
-/// than the whole budget is decoded for its watchers and not kept.
+/// It is bounded by count, by weight and by age: an object weighs what it holds decoded
+/// ([`decoded_weight`]) and its JSON, the oldest go first, and none stays past its age (a
+/// task started with the first object takes them out, and ends with the cache). An object
+/// heavier than the whole budget is decoded for its watchers and not kept.
 pub struct Fanout {
-    recent: Mutex<FanoutEntries>,
+    recent: Arc<Mutex<FanoutEntries>>,
     max_bytes: usize,
+    max_age: Duration,
+    /// Wakes the task that expires objects when one arrives in an empty cache, and when the
+    /// cache is dropped.
+    arrived: Arc<Notify>,
+    expiring: OnceLock<()>,
 }
 
 impl Default for Fanout {
     fn default() -> Self {
-        Fanout::with_max_bytes(crate::limits::DEFAULT_WATCH_CACHE_BYTES)
+        Fanout::new(crate::limits::DEFAULT_WATCH_CACHE_BYTES, FANOUT_AGE)
+    }
+}
+
+impl Drop for Fanout {
+    fn drop(&mut self) {
+        // Its expiring task finds the cache gone and ends.
+        self.arrived.notify_one();
     }
 }
 
@@ -57,23 +80,62 @@ pub(crate) type FanoutKey = (String, i64, String);
 #[derive(Default)]
 struct FanoutEntries {
     objects: HashMap<FanoutKey, (Arc<WatchedObject>, usize)>,
-    order: VecDeque<FanoutKey>,
+    /// Oldest first, with when each was kept.
+    order: VecDeque<(Instant, FanoutKey)>,
     bytes: usize,
     /// Objects pushed out of the budget, which a watcher may still hold (one that has not
     /// sent them yet): a watcher that comes to the same change later shares that copy rather
     /// than decoding and rendering its own. They weigh nothing here (whoever holds them pays,
     /// in its share); the dead are swept once they outnumber the kept.
-    evicted: HashMap<FanoutKey, std::sync::Weak<WatchedObject>>,
+    evicted: HashMap<FanoutKey, Weak<WatchedObject>>,
     /// The size of `evicted` at which the dead are swept next: twice what the last sweep
     /// kept, so sweeping stays linear in what is inserted.
     sweep_at: usize,
 }
 
+impl FanoutEntries {
+    /// Pushes out the oldest object; false when there is none.
+    fn push_out_oldest(&mut self) -> bool {
+        let Some((_, oldest)) = self.order.pop_front() else {
+            return false;
+        };
+        if let Some((gone, freed)) = self.objects.remove(&oldest) {
+            self.bytes -= freed;
+            self.evicted.insert(oldest, Arc::downgrade(&gone));
+        }
+        if self.evicted.len() > self.sweep_at.max(FANOUT_ENTRIES) {
+            self.evicted.retain(|_, held| held.strong_count() > 0);
+            self.sweep_at = 2 * self.evicted.len();
+        }
+        true
+    }
+
+    /// Pushes out what was kept `max_age` or longer ago; when the oldest left was kept.
+    fn expire(&mut self, now: Instant, max_age: Duration) -> Option<Instant> {
+        while let Some((kept, _)) = self.order.front() {
+            if now.saturating_duration_since(*kept) < max_age {
+                return Some(*kept);
+            }
+            self.push_out_oldest();
+        }
+        // Nothing kept: nobody shares what was pushed out any more either, once its holders
+        // let go, and the map's memory goes back.
+        self.evicted.retain(|_, held| held.strong_count() > 0);
+        self.evicted.shrink_to_fit();
+        self.objects.shrink_to_fit();
+        self.order.shrink_to_fit();
+        None
+    }
+}
+
 impl Fanout {
-    pub fn with_max_bytes(max_bytes: usize) -> Fanout {
+    pub fn new(max_bytes: usize, max_age: Duration) -> Fanout {
         Fanout {
             recent: Default::default(),
             max_bytes,
+            max_age,
+            arrived: Default::default(),
+            expiring: OnceLock::new(),
         }
     }
 
@@ -93,12 +155,13 @@ impl Fanout {
             if let Some((object, _)) = recent.objects.get(&key) {
                 return Some(object.clone());
             }
-            if let Some(held) = recent.evicted.get(&key).and_then(std::sync::Weak::upgrade) {
+            if let Some(held) = recent.evicted.get(&key).and_then(Weak::upgrade) {
                 return Some(held);
             }
         }
         let object = WatchedObject::new(decode()?);
-        let weight = 2 * stored_bytes;
+        // Decoded, and rendered once a watcher needs it.
+        let weight = decoded_weight(&object.value) + stored_bytes;
         if weight > self.max_bytes {
             return Some(object);
         }
@@ -107,22 +170,66 @@ impl Fanout {
             return Some(kept.clone());
         }
         while recent.order.len() >= FANOUT_ENTRIES || recent.bytes + weight > self.max_bytes {
-            let Some(oldest) = recent.order.pop_front() else {
+            if !recent.push_out_oldest() {
                 break;
-            };
-            if let Some((gone, freed)) = recent.objects.remove(&oldest) {
-                recent.bytes -= freed;
-                recent.evicted.insert(oldest, Arc::downgrade(&gone));
             }
         }
-        if recent.evicted.len() > recent.sweep_at.max(FANOUT_ENTRIES) {
-            recent.evicted.retain(|_, held| held.strong_count() > 0);
-            recent.sweep_at = 2 * recent.evicted.len();
+        if recent.order.is_empty() {
+            self.start_expiring();
+            self.arrived.notify_one();
         }
-        recent.order.push_back(key.clone());
+        recent.order.push_back((Instant::now(), key.clone()));
         recent.bytes += weight;
         recent.objects.insert(key, (object.clone(), weight));
         Some(object)
+    }
+
+    /// Starts, once, the task that takes objects out at their age (none outside a runtime:
+    /// then the budget alone bounds the cache).
+    fn start_expiring(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.expiring.get_or_init(|| {
+            let recent = Arc::downgrade(&self.recent);
+            let arrived = self.arrived.clone();
+            let max_age = self.max_age;
+            runtime.spawn(async move {
+                loop {
+                    let oldest = {
+                        let Some(recent) = recent.upgrade() else {
+                            return;
+                        };
+                        let mut recent = recent.lock().expect("lock");
+                        recent.expire(Instant::now(), max_age)
+                    };
+                    match oldest {
+                        Some(kept) => tokio::time::sleep_until(kept + max_age).await,
+                        None => arrived.notified().await,
+                    }
+                }
+            });
+        });
+    }
+}
+
+/// About what `value` holds on the heap once decoded, beyond the `Value` itself: a map entry's
+/// slot in an `IndexMap` (hash, key and value, and its index) and its key, an array's
+/// elements, strings. Several times the object's JSON for typical objects (field names and
+/// short values), which is why the weight is not guessed from the JSON's size.
+pub fn decoded_weight(value: &Value) -> usize {
+    const VALUE: usize = std::mem::size_of::<Value>();
+    const MAP_ENTRY: usize = VALUE + std::mem::size_of::<String>() + 2 * 8 + 2;
+    match value {
+        Value::String(s) => s.capacity(),
+        Value::Array(items) => {
+            items.capacity() * VALUE + items.iter().map(decoded_weight).sum::<usize>()
+        }
+        Value::Object(map) => map
+            .iter()
+            .map(|(key, value)| MAP_ENTRY + key.capacity() + decoded_weight(value))
+            .sum(),
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
     }
 }
 
@@ -136,12 +243,13 @@ mod tests {
 
     #[test]
     fn a_change_pushed_out_but_still_held_is_shared_not_decoded_again() {
-        // Room for one object of 100 bytes (each weighs twice its size).
-        let fanout = Fanout::with_max_bytes(200);
         let decode = || Some(serde_json::json!({"data": {"a": "b"}}));
+        // Room for one object of 100 bytes of JSON.
+        let weight = decoded_weight(&decode().unwrap()) + 100;
+        let fanout = Fanout::new(weight, FANOUT_AGE);
         let held = fanout.get_or_decode(key(1), 100, decode).unwrap();
         let _second = fanout.get_or_decode(key(2), 100, decode).unwrap();
-        assert_eq!(fanout.bytes(), 200, "the first was pushed out");
+        assert_eq!(fanout.bytes(), weight, "the first was pushed out");
         let again = fanout
             .get_or_decode(key(1), 100, || panic!("decoded again"))
             .unwrap();
@@ -153,5 +261,48 @@ mod tests {
             decode()
         });
         assert!(decoded, "once nobody holds it, it is decoded again");
+    }
+
+    #[tokio::test]
+    async fn objects_leave_at_their_age_and_an_empty_cache_keeps_nothing() {
+        let fanout = Fanout::new(1 << 20, Duration::from_millis(100));
+        let decode = || Some(serde_json::json!({"data": {"a": "b"}}));
+        let held = fanout.get_or_decode(key(1), 100, decode).unwrap();
+        fanout.get_or_decode(key(2), 100, decode).unwrap();
+        assert!(fanout.bytes() > 0);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while fanout.bytes() > 0 {
+            assert!(Instant::now() < deadline, "nothing expired");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // One still held is shared; the other is decoded again.
+        let again = fanout
+            .get_or_decode(key(1), 100, || panic!("decoded again"))
+            .unwrap();
+        assert!(Arc::ptr_eq(&held, &again));
+        let mut decoded = false;
+        fanout.get_or_decode(key(2), 100, || {
+            decoded = true;
+            decode()
+        });
+        assert!(decoded);
+        // Objects arriving after the cache emptied expire too.
+        while fanout.bytes() > 0 {
+            assert!(Instant::now() < deadline + Duration::from_secs(5), "not expired");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[test]
+    fn an_object_weighs_what_it_holds_decoded() {
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-1", "namespace": "default", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "web", "image": "nginx:1.27", "ports": [{"containerPort": 80}]}]},
+        });
+        let json = serde_json::to_vec(&pod).unwrap().len();
+        let weight = decoded_weight(&pod);
+        // Field names and short values: several times the JSON.
+        assert!(weight > 3 * json, "{weight} bytes decoded for {json} of JSON");
     }
 }

@@ -175,8 +175,9 @@ impl Resources {
     /// These resources with `limits` on what one object may cost.
     pub fn with_limits(mut self, limits: crate::limits::ResourceLimits) -> Resources {
         self.limits = limits;
-        self.fanout = Arc::new(crate::fanout::Fanout::with_max_bytes(
+        self.fanout = Arc::new(crate::fanout::Fanout::new(
             limits.watch_cache_bytes,
+            crate::fanout::FANOUT_AGE,
         ));
         self
     }
