@@ -30,7 +30,7 @@ const EVENT_TTL: Duration = Duration::from_secs(3600);
 /// cluster's workload controllers, its agent, the management plane's Node watch), so the
 /// cache only bridges a change from the first of them to the last; a thousand instances at
 /// the server's 64 MiB would be a budget of 64 GiB.
-const WATCH_CACHE_BYTES: usize = 512 * 1024;
+const WATCH_CACHE_BYTES: usize = 1024 * 1024;
 
 /// How an embedded instance is built.
 pub struct EmbeddedConfig {

@@ -160,8 +160,7 @@ impl Fanout {
             }
         }
         let object = WatchedObject::new(decode()?);
-        // Decoded, and rendered once a watcher needs it.
-        let weight = decoded_weight(&object.value) + stored_bytes;
+        let weight = WEIGHT_PER_JSON_BYTE * stored_bytes;
         if weight > self.max_bytes {
             return Some(object);
         }
@@ -213,25 +212,12 @@ impl Fanout {
     }
 }
 
-/// About what `value` holds on the heap once decoded, beyond the `Value` itself: a map entry's
-/// slot in an `IndexMap` (hash, key and value, and its index) and its key, an array's
-/// elements, strings. Several times the object's JSON for typical objects (field names and
-/// short values), which is why the weight is not guessed from the JSON's size.
-pub fn decoded_weight(value: &Value) -> usize {
-    const VALUE: usize = std::mem::size_of::<Value>();
-    const MAP_ENTRY: usize = VALUE + std::mem::size_of::<String>() + 2 * 8 + 2;
-    match value {
-        Value::String(s) => s.capacity(),
-        Value::Array(items) => {
-            items.capacity() * VALUE + items.iter().map(decoded_weight).sum::<usize>()
-        }
-        Value::Object(map) => map
-            .iter()
-            .map(|(key, value)| MAP_ENTRY + key.capacity() + decoded_weight(value))
-            .sum(),
-        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
-    }
-}
+/// What an object weighs in the cache for each byte of its JSON: about what it holds decoded
+/// (a map entry's slot in an `IndexMap`, with its hash, key and value, and its index; an
+/// array's elements; strings) for typical objects, field names and short values, which the
+/// tests measure, plus the JSON once rendered. Weighed at twice its JSON, as this cache once
+/// did, a thousand simulated clusters' caches held several times what they were thought to.
+const WEIGHT_PER_JSON_BYTE: usize = 7;
 
 #[cfg(test)]
 mod tests {
@@ -245,7 +231,7 @@ mod tests {
     fn a_change_pushed_out_but_still_held_is_shared_not_decoded_again() {
         let decode = || Some(serde_json::json!({"data": {"a": "b"}}));
         // Room for one object of 100 bytes of JSON.
-        let weight = decoded_weight(&decode().unwrap()) + 100;
+        let weight = WEIGHT_PER_JSON_BYTE * 100;
         let fanout = Fanout::new(weight, FANOUT_AGE);
         let held = fanout.get_or_decode(key(1), 100, decode).unwrap();
         let _second = fanout.get_or_decode(key(2), 100, decode).unwrap();
@@ -293,16 +279,52 @@ mod tests {
         }
     }
 
+    /// About what `value` holds on the heap once decoded, beyond the `Value` itself.
+    fn decoded_weight(value: &Value) -> usize {
+        const VALUE: usize = std::mem::size_of::<Value>();
+        // Hash, key and value in the entries, and the entry's index in the table.
+        const MAP_ENTRY: usize = 8 + std::mem::size_of::<String>() + VALUE + 8 + 1;
+        match value {
+            Value::String(s) => s.capacity(),
+            Value::Array(items) => {
+                items.capacity() * VALUE + items.iter().map(decoded_weight).sum::<usize>()
+            }
+            Value::Object(map) => map
+                .iter()
+                .map(|(key, value)| MAP_ENTRY + key.capacity() + decoded_weight(value))
+                .sum(),
+            Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        }
+    }
+
     #[test]
-    fn an_object_weighs_what_it_holds_decoded() {
+    fn an_object_weighs_about_what_it_holds_decoded_and_rendered() {
         let pod = serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "web-1", "namespace": "default", "labels": {"app": "web"}},
-            "spec": {"containers": [{"name": "web", "image": "nginx:1.27", "ports": [{"containerPort": 80}]}]},
+            "metadata": {"name": "web-5d9c7b-x2x7k", "namespace": "default", "uid": "0b0c5c1e-8a43-4a4f-9d1e-3c3b9f1d8a21",
+                "resourceVersion": "4812", "creationTimestamp": "2026-12-07T05:00:00Z",
+                "labels": {"app": "web", "pod-template-hash": "5d9c7b"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d9c7b", "uid": "9f0e2a3b-1c4d-4e5f-8a9b-0c1d2e3f4a5b", "controller": true, "blockOwnerDeletion": true}]},
+            "spec": {"containers": [{"name": "web", "image": "nginx:1.27", "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                "resources": {}, "terminationMessagePath": "/dev/termination-log", "imagePullPolicy": "IfNotPresent"}],
+                "restartPolicy": "Always", "dnsPolicy": "ClusterFirst", "nodeName": "worker-1", "schedulerName": "default-scheduler"},
+            "status": {"phase": "Running", "podIP": "10.244.1.7", "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-07T05:00:03Z"},
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-12-07T05:00:00Z"}]},
         });
-        let json = serde_json::to_vec(&pod).unwrap().len();
-        let weight = decoded_weight(&pod);
-        // Field names and short values: several times the JSON.
-        assert!(weight > 3 * json, "{weight} bytes decoded for {json} of JSON");
+        let config_map = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": "default", "resourceVersion": "17", "uid": "2c1b4a5d-6e7f-4a8b-9c0d-1e2f3a4b5c6d"},
+            "data": {"mode": "fast", "replicas": "3", "region": "eu-west-1"},
+        });
+        for object in [pod, config_map] {
+            let json = serde_json::to_vec(&object).unwrap().len();
+            let held = decoded_weight(&object) + json;
+            let weighed = WEIGHT_PER_JSON_BYTE * json;
+            assert!(
+                held * 2 > weighed && weighed * 2 > held,
+                "weighed {weighed} bytes, holds {held} for {json} bytes of JSON"
+            );
+        }
     }
 }

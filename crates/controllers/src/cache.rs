@@ -57,8 +57,11 @@ const WATCH_RETRY_MAX: Duration = Duration::from_secs(30);
 /// all their Nodes.
 const EVERY_NODE_CHANGE_BUFFER: usize = 16_384;
 
-/// A workload cluster's Node cache feeds one forwarder: a short buffer is enough.
-const NODE_CHANGES_BUFFER: usize = 1024;
+/// A workload cluster's Node cache feeds its changes to the process-wide Node broadcast
+/// through its hooks; a subscriber of its own that falls behind is handed the cluster's few
+/// Nodes again. Allocated whole for every workload cluster, 32 bytes a change: 1,024 was
+/// 32 KiB a cluster.
+const NODE_CHANGES_BUFFER: usize = 64;
 
 /// How long a read waits for a cache's first list before it fails (the reconcile is retried).
 const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
