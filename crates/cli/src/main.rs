@@ -306,7 +306,8 @@ struct ServerArgs {
     /// otherwise.
     #[arg(long, value_name = "NETWORKS", default_value = "")]
     fleet_allow_networks: String,
-    /// How long an Event is kept after it was last seen, e.g. 1h, 30m.
+    /// How long an Event is kept after it was last seen, e.g. 1h, 30m (expired Events are
+    /// looked for every sixth of it, at most every 10 minutes).
     #[arg(long, default_value = "1h")]
     event_ttl: String,
     /// Open connections allowed in total.
