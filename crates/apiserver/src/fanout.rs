@@ -274,7 +274,10 @@ mod tests {
         assert!(decoded);
         // Objects arriving after the cache emptied expire too.
         while fanout.bytes() > 0 {
-            assert!(Instant::now() < deadline + Duration::from_secs(5), "not expired");
+            assert!(
+                Instant::now() < deadline + Duration::from_secs(5),
+                "not expired"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
