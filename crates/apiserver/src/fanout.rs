@@ -47,9 +47,9 @@ pub const FANOUT_AGE: Duration = Duration::from_secs(10);
 /// at: every watcher of a kind decodes each change (its new and its previous state, for
 /// selectors), so without this N watchers cost N decodes and N encodings of every change.
 ///
-/// It is bounded by count, by weight and by age: an object weighs what it holds decoded
-/// ([`decoded_weight`]) and its JSON, the oldest go first, and none stays past its age (a
-/// task started with the first object takes them out, and ends with the cache). An object
+/// It is bounded by count, by weight and by age: an object weighs `WEIGHT_PER_JSON_BYTE`
+/// times its JSON, the oldest go first, and none stays past its age (a task started with the
+/// first object takes them out; it ends at its next wake-up once the cache is gone). An object
 /// heavier than the whole budget is decoded for its watchers and not kept.
 pub struct Fanout {
     recent: Arc<Mutex<FanoutEntries>>,
@@ -121,6 +121,7 @@ impl FanoutEntries {
         // Nothing kept: nobody shares what was pushed out any more either, once its holders
         // let go, and the map's memory goes back.
         self.evicted.retain(|_, held| held.strong_count() > 0);
+        self.sweep_at = 2 * self.evicted.len();
         self.evicted.shrink_to_fit();
         self.objects.shrink_to_fit();
         self.order.shrink_to_fit();
@@ -165,8 +166,12 @@ impl Fanout {
             return Some(object);
         }
         let mut recent = self.recent.lock().expect("lock");
+        // Another watcher decoded it meanwhile: its copy is the one shared.
         if let Some((kept, _)) = recent.objects.get(&key) {
             return Some(kept.clone());
+        }
+        if let Some(held) = recent.evicted.get(&key).and_then(Weak::upgrade) {
+            return Some(held);
         }
         while recent.order.len() >= FANOUT_ENTRIES || recent.bytes + weight > self.max_bytes {
             if !recent.push_out_oldest() {
@@ -202,8 +207,8 @@ impl Fanout {
                         let mut recent = recent.lock().expect("lock");
                         recent.expire(Instant::now(), max_age)
                     };
-                    match oldest {
-                        Some(kept) => tokio::time::sleep_until(kept + max_age).await,
+                    match oldest.and_then(|kept| kept.checked_add(max_age)) {
+                        Some(due) => tokio::time::sleep_until(due).await,
                         None => arrived.notified().await,
                     }
                 }

@@ -530,7 +530,7 @@ pub async fn compact_periodically(
 }
 
 /// What expiring an Event reads of it: when it was last seen, and its name. Read straight
-/// from the stored bytes, the rest of each Event skipped: the whole list is read every minute.
+/// from the stored bytes, the rest of each Event skipped: the whole list is read at every look.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct EventSeen<'a> {

@@ -17,6 +17,7 @@ pub mod conformance;
 pub mod etcd;
 pub mod etcd_process;
 pub mod memory;
+mod progress;
 mod routes;
 pub mod sqlite;
 

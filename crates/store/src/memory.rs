@@ -48,6 +48,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use tokio::sync::watch;
 
+use crate::progress::Progress;
 use crate::{
     Error, Event, EventKind, KeyValue, ListOptions, ListResult, Page, Result, Revision, Store,
     WatchStream,
@@ -293,6 +294,35 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+impl MemoryStore {
+    /// A watch of `prefix` after `after`, reporting its progress when `progress` says.
+    fn watch_from(
+        &self,
+        prefix: &str,
+        after: Revision,
+        progress: Option<Progress>,
+    ) -> Result<WatchStream> {
+        let mut watcher = Watcher {
+            state: self.state.clone(),
+            written: self.written.subscribe(),
+            prefix: prefix.to_owned(),
+            last: after,
+            pending: VecDeque::new(),
+            closed: false,
+            done: false,
+            progress,
+        };
+        // Reading the first page now reports a compacted start revision as an error of this
+        // call rather than of the stream.
+        watcher.read_log()?;
+        Ok(futures::stream::unfold(watcher, |mut watcher| async move {
+            let item = watcher.next().await?;
+            Some((item, watcher))
+        })
+        .boxed())
+    }
+}
+
 #[async_trait]
 impl Store for MemoryStore {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
@@ -384,23 +414,16 @@ impl Store for MemoryStore {
     }
 
     async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream> {
-        let mut watcher = Watcher {
-            state: self.state.clone(),
-            written: self.written.subscribe(),
-            prefix: prefix.to_owned(),
-            last: after,
-            pending: VecDeque::new(),
-            closed: false,
-            done: false,
-        };
-        // Reading the first page now reports a compacted start revision as an error of this
-        // call rather than of the stream.
-        watcher.read_log()?;
-        Ok(futures::stream::unfold(watcher, |mut watcher| async move {
-            let item = watcher.next().await?;
-            Some((item, watcher))
-        })
-        .boxed())
+        self.watch_from(prefix, after, None)
+    }
+
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        after: Revision,
+        every: std::time::Duration,
+    ) -> Result<WatchStream> {
+        self.watch_from(prefix, after, Some(Progress::new(every, after)))
     }
 
     async fn current_revision(&self) -> Result<Revision> {
@@ -442,12 +465,17 @@ struct Watcher {
     /// The store was dropped: deliver what the log still has, then end.
     closed: bool,
     done: bool,
+    /// When the watch reports its progress (`Store::watch_with_progress`).
+    progress: Option<Progress>,
 }
 
 impl Watcher {
     async fn next(&mut self) -> Option<Result<Event>> {
         loop {
             if let Some(event) = self.pending.pop_front() {
+                if let Some(progress) = &mut self.progress {
+                    progress.delivered(event.revision());
+                }
                 return Some(Ok(event));
             }
             if self.done {
@@ -467,8 +495,23 @@ impl Watcher {
                     "the memory store was dropped".into(),
                 )));
             }
-            if self.written.changed().await.is_err() {
-                self.closed = true;
+            // Caught up: every change up to `last` has been read, and none pending matched.
+            let Some(due) = self.progress.as_ref().map(Progress::due) else {
+                if self.written.changed().await.is_err() {
+                    self.closed = true;
+                }
+                continue;
+            };
+            tokio::select! {
+                written = self.written.changed() => if written.is_err() {
+                    self.closed = true;
+                },
+                _ = tokio::time::sleep_until(due.into()) => {
+                    let last = self.last;
+                    if let Some(report) = self.progress.as_mut().and_then(|p| p.report(last)) {
+                        return Some(Ok(report));
+                    }
+                }
             }
         }
     }
@@ -509,6 +552,39 @@ impl Watcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A quiet watch hears how far the store has moved, so that a watch resumed from what it
+    /// heard starts inside the history that compaction keeps; a watch asking for none hears
+    /// nothing but its own changes.
+    #[tokio::test]
+    async fn a_quiet_watch_reports_its_progress() {
+        let store = MemoryStore::new();
+        let mut quiet = store
+            .watch_with_progress("/a/", 0, std::time::Duration::from_millis(50))
+            .await
+            .unwrap();
+        let mut plain = store.watch("/a/", 0).await.unwrap();
+        let elsewhere = store.create("/b/x", b"1".to_vec()).await.unwrap();
+        let heard = tokio::time::timeout(std::time::Duration::from_secs(5), quiet.next())
+            .await
+            .expect("a progress report")
+            .unwrap()
+            .unwrap();
+        assert_eq!(heard.kind, EventKind::Progress);
+        assert_eq!(heard.revision(), elsewhere.mod_revision);
+        let mine = store.create("/a/y", b"2".to_vec()).await.unwrap();
+        let next = quiet.next().await.unwrap().unwrap();
+        assert_eq!(
+            (next.kind, next.revision()),
+            (EventKind::Put, mine.mod_revision)
+        );
+        let plain_first = plain.next().await.unwrap().unwrap();
+        assert_eq!(
+            plain_first.kind,
+            EventKind::Put,
+            "no progress without asking"
+        );
+    }
 
     /// Bounded cost: a burst of large writes is compacted as it exceeds the history budget,
     /// instead of staying in memory until the next periodic compaction.

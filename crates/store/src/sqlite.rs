@@ -36,13 +36,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use crate::progress::Progress;
 use crate::routes::{Delivery, Routes, Subscription};
 use crate::{
     Error, Event, EventKind, KeyValue, ListOptions, ListResult, Page, Result, Revision, Store,
@@ -360,11 +361,7 @@ impl SqliteStore {
             pending: VecDeque::new(),
             catching_up: true,
             done: false,
-            progress: progress_every.map(|every| Progress {
-                every,
-                sent_at: Instant::now(),
-                sent: after,
-            }),
+            progress: progress_every.map(|every| Progress::new(every, after)),
         };
         // Reading the first page now reports a compacted start revision as an error of this
         // call rather than of the stream.
@@ -596,41 +593,6 @@ struct Watcher {
     progress: Option<Progress>,
 }
 
-/// A watch's progress reports: at most one every `every`, the last at `sent_at`, of `sent`.
-struct Progress {
-    every: Duration,
-    sent_at: Instant,
-    sent: Revision,
-}
-
-impl Progress {
-    /// When the next report is due (a zero interval still looks only every 100 ms: a quiet
-    /// watch is not woken by others' changes, and would otherwise spin).
-    fn due(&self) -> Instant {
-        self.sent_at + self.every.max(Duration::from_millis(100))
-    }
-
-    /// The report that every change up to `through` has been delivered, if that is progress;
-    /// the next is due `every` from now either way.
-    fn report(&mut self, through: Revision) -> Option<Event> {
-        self.sent_at = Instant::now();
-        if through <= self.sent {
-            return None;
-        }
-        self.sent = through;
-        Some(Event {
-            kind: EventKind::Progress,
-            kv: KeyValue {
-                key: String::new(),
-                value: Vec::new(),
-                create_revision: 0,
-                mod_revision: through,
-            },
-            prev: None,
-        })
-    }
-}
-
 impl Watcher {
     async fn next(&mut self) -> Option<Result<Event>> {
         loop {
@@ -682,7 +644,7 @@ impl Watcher {
                     if let Some(progress) = &mut self.progress
                         && !self.pending.is_empty()
                     {
-                        progress.sent = progress.sent.max(self.last);
+                        progress.delivered(self.last);
                     }
                 }
                 Delivery::Lagged => {
