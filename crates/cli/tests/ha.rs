@@ -623,14 +623,17 @@ fn every_replica_serves_every_clusters_proxy_through_the_replica_holding_its_tun
         "the holder is the replica the agent dialled"
     );
 
-    // Every replica serves the cluster: the two without its tunnel forward to the one with it.
+    // Every replica serves the cluster: the two without its tunnel forward to the one with it,
+    // once they have seen the record that names it (until then a request gets a 503 that says
+    // so, as the README tells).
     for (i, replica) in replicas.iter().enumerate() {
-        let output = namespaces_through(replica, "remote");
-        assert!(
-            output.status.success()
-                && String::from_utf8_lossy(&output.stdout).contains("namespace/lariat-system"),
-            "replica {i} (holder {holder}): {}",
-            String::from_utf8_lossy(&output.stderr)
+        eventually(
+            &format!("replica {i} (holder {holder}) serves the cluster"),
+            || {
+                let output = namespaces_through(replica, "remote");
+                output.status.success()
+                    && String::from_utf8_lossy(&output.stdout).contains("namespace/lariat-system")
+            },
         );
     }
     // As the caller: the downstream cluster sees lariat's admin, not a replica.
