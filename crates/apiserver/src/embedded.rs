@@ -29,10 +29,11 @@ const EVENT_TTL: Duration = Duration::from_secs(3600);
 /// How often an embedded instance's watches carry a bookmark (and its store's watches their
 /// progress, at half of it): a bookmark's revision may be half an interval old when it is
 /// sent and the next comes an interval later, so a watch renewed after a quiet spell resumes
-/// from at most one and a half intervals back, inside the five minutes of history its
-/// compaction keeps. Not every minute, as the server's: over a thousand simulated clusters'
-/// 16,000 watches that was hundreds of wake-ups a second of an idle fleet.
-const BOOKMARK_INTERVAL: Duration = Duration::from_secs(180);
+/// from at most one and a half intervals back, inside the history its compaction keeps (at
+/// least one compaction interval). Three minutes, not every minute as the server's: over a
+/// thousand simulated clusters' 16,000 watches that was hundreds of wake-ups a second of an
+/// idle fleet.
+const BOOKMARK_INTERVAL: Duration = Duration::from_secs(COMPACTION_INTERVAL.as_secs() * 3 / 5);
 /// What an embedded instance's watch cache may hold: its watchers are few (a simulated
 /// cluster's workload controllers, its agent, the management plane's Node watch), so the
 /// cache only bridges a change from the first of them to the last; a thousand instances at

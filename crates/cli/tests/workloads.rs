@@ -10,10 +10,23 @@ use std::path::Path;
 use common::{TestServer, eventually, eventually_within, small_inmemory_cluster};
 use serde_json::Value;
 
-fn kubectl_in(server: &TestServer, kubeconfig: &Path, args: &[&str]) -> String {
+/// `args` for kubectl with `kubeconfig`.
+fn with_kubeconfig<'a>(kubeconfig: &'a Path, args: &[&'a str]) -> Vec<&'a str> {
     let mut full = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
     full.extend_from_slice(args);
-    server.kubectl_ok(&full)
+    full
+}
+
+fn kubectl_in(server: &TestServer, kubeconfig: &Path, args: &[&str]) -> String {
+    server.kubectl_ok(&with_kubeconfig(kubeconfig, args))
+}
+
+/// What kubectl says when `args`, which must fail, is refused there.
+fn kubectl_err_in(server: &TestServer, kubeconfig: &Path, args: &[&str]) -> String {
+    server
+        .kubectl_err(&with_kubeconfig(kubeconfig, args))
+        .trim()
+        .to_string()
 }
 
 fn pods(server: &TestServer, kubeconfig: &Path, selector: &str) -> Vec<Value> {
@@ -610,13 +623,7 @@ fn injected_failures_show_as_a_real_clusters_do() {
     assert!(unready.contains("Readiness probe failed"), "{unready}");
 
     // Logs and exec answer as a real cluster's kubelet does, with a Status that says why.
-    let refused = |args: &[&str]| {
-        let mut full = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
-        full.extend_from_slice(args);
-        let output = server.kubectl(&full);
-        assert!(!output.status.success(), "{args:?} was not refused");
-        String::from_utf8_lossy(&output.stderr).trim().to_string()
-    };
+    let refused = |args: &[&str]| kubectl_err_in(&server, &kubeconfig, args);
     let said = refused(&["logs", "deployment/broken"]);
     assert!(
         said.starts_with("Error from server (BadRequest): container \"nginx\" in pod \"broken-")
@@ -637,13 +644,7 @@ fn injected_failures_show_as_a_real_clusters_do() {
     // Someone who may only read Pods reads no logs and runs nothing in them (asked of the
     // cluster's own API: through the proxy, impersonation is the management plane's).
     let direct = server.workload_kubeconfig_in("default", "web");
-    let refused_there = |args: &[&str]| {
-        let mut full = vec!["--kubeconfig", direct.to_str().unwrap()];
-        full.extend_from_slice(args);
-        let output = server.kubectl(&full);
-        assert!(!output.status.success(), "{args:?} was not refused");
-        String::from_utf8_lossy(&output.stderr).trim().to_string()
-    };
+    let refused_there = |args: &[&str]| kubectl_err_in(&server, &direct, args);
     let there = |args: &[&str]| kubectl_in(&server, &direct, args);
     there(&["create", "serviceaccount", "reader"]);
     there(&[

@@ -496,17 +496,13 @@ impl Watcher {
                 )));
             }
             // Caught up: every change up to `last` has been read, and none pending matched.
-            let Some(due) = self.progress.as_ref().map(Progress::due) else {
-                if self.written.changed().await.is_err() {
-                    self.closed = true;
-                }
-                continue;
-            };
+            let due = self.progress.as_ref().map(Progress::due);
+            let at = due.unwrap_or_else(std::time::Instant::now).into();
             tokio::select! {
                 written = self.written.changed() => if written.is_err() {
                     self.closed = true;
                 },
-                _ = tokio::time::sleep_until(due.into()) => {
+                _ = tokio::time::sleep_until(at), if due.is_some() => {
                     let last = self.last;
                     if let Some(report) = self.progress.as_mut().and_then(|p| p.report(last)) {
                         return Some(Ok(report));
