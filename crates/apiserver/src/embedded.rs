@@ -63,6 +63,9 @@ pub struct EmbeddedConfig {
 pub struct Embedded {
     state: Arc<AppState>,
     router: Router,
+    /// Built once: a provider asks for it at every reconcile of a machine, and a new client
+    /// is a new router and a new task.
+    client: kube::Client,
     _stop: tokio::sync::watch::Sender<bool>,
 }
 
@@ -137,8 +140,10 @@ impl Embedded {
             stop.clone(),
         ));
         tokio::spawn(rbac.follow(store, stop));
+        let router = router(state.clone());
         Ok(Embedded {
-            router: router(state.clone()),
+            client: crate::local::client_of(router.clone()),
+            router,
             state,
             _stop: stop_tx,
         })
@@ -151,7 +156,7 @@ impl Embedded {
 
     /// A kube-rs client served in-process (what its provider manages Nodes with).
     pub fn client(&self) -> kube::Client {
-        crate::local::client(self.state.clone())
+        self.client.clone()
     }
 
     /// A client certificate from `ca` for `user` in `groups`, recorded here under `owner`

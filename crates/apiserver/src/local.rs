@@ -15,7 +15,13 @@ use crate::leader::Leadership;
 pub const CONTROLLER_USER: &str = "system:lariat:controller-manager";
 
 pub fn client(state: Arc<AppState>) -> kube::Client {
-    gated_client(state, None)
+    client_of(router(state))
+}
+
+/// A client served by `app`, an already built router: building one (every route, every
+/// extension's) costs more than most requests, so what asks often keeps its client.
+pub fn client_of(app: axum::Router) -> kube::Client {
+    gated_client(app, None)
 }
 
 /// The client the elected controllers write through: while this replica does not hold the
@@ -23,11 +29,10 @@ pub fn client(state: Arc<AppState>) -> kube::Client {
 /// replica that lost the lease stops writing before another may start, whatever its
 /// reconciles still have in flight. Reads pass: caches may fill before a term begins.
 pub fn controller_client(state: Arc<AppState>, leadership: Arc<Leadership>) -> kube::Client {
-    gated_client(state, Some(leadership))
+    gated_client(router(state), Some(leadership))
 }
 
-fn gated_client(state: Arc<AppState>, leadership: Option<Arc<Leadership>>) -> kube::Client {
-    let app = router(state);
+fn gated_client(app: axum::Router, leadership: Option<Arc<Leadership>>) -> kube::Client {
     let identity = Peer::InProcess(User {
         name: CONTROLLER_USER.into(),
         groups: vec!["system:masters".into()],
