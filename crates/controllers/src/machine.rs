@@ -79,6 +79,7 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
         labels,
         status,
         conditions,
+        generation: machine.metadata.generation.unwrap_or(0),
     };
     let bootstrap_ready = pass.bootstrap().await?;
     let (infra_ready, provider_id) = pass.infrastructure().await?;
@@ -135,11 +136,24 @@ struct Pass<'a> {
     labels: BTreeMap<String, String>,
     status: MachineStatus,
     conditions: Vec<lariat_api::capi::Condition>,
+    /// The Machine's generation, as this pass's own spec writes (bootstrap data, providerID)
+    /// left it: the status it writes has observed them, so it says so rather than take a
+    /// second status write, and a second wake-up of every watcher, at the next pass.
+    generation: i64,
 }
 
 impl Pass<'_> {
     fn uid(&self) -> String {
         self.machine.uid().unwrap_or_default()
+    }
+
+    /// Takes the generation of the Machine as this pass's own spec write returned it, when
+    /// that write is the only change since the Machine this pass read (another writer's change
+    /// in between is not observed yet: the next pass reads it).
+    fn observe(&mut self, written: &Machine) {
+        if written.metadata.generation == Some(self.generation + 1) {
+            self.generation += 1;
+        }
     }
 
     /// Whether the bootstrap data exists: given in the spec, or written by the bootstrap
@@ -203,12 +217,13 @@ impl Pass<'_> {
             str_at(&config.data, &["status", "dataSecretName"]),
         ) {
             (true, Some(secret)) => {
-                patch(
+                let patched = patch(
                     &self.api,
                     &self.machine.name_any(),
                     json!({"spec": {"bootstrap": {"dataSecretName": secret}}}),
                 )
                 .await?;
+                self.observe(&patched);
                 Ok(Some(true))
             }
             _ => Ok(Some(false)),
@@ -259,7 +274,8 @@ impl Pass<'_> {
             && provider_id.as_deref() != Some(id)
         {
             let name = self.machine.name_any();
-            patch(&self.api, &name, json!({"spec": {"providerID": id}})).await?;
+            let patched = patch(&self.api, &name, json!({"spec": {"providerID": id}})).await?;
+            self.observe(&patched);
             provider_id = Some(id.to_string());
         }
         if let Some(addresses) = infra.data["status"].get("addresses") {
@@ -358,7 +374,7 @@ impl Pass<'_> {
         });
         status.bootstrap_ready = Some(bootstrap_ready);
         status.infrastructure_ready = Some(infra_ready);
-        status.observed_generation = Some(self.machine.metadata.generation.unwrap_or(0));
+        status.observed_generation = Some(self.generation);
         let kind_unknown = self
             .conditions
             .iter()

@@ -194,15 +194,23 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             json!({"annotations": {BOOTED: lariat_controllers::object::now()}}),
         );
     }
+    // The status below observes the providerID this pass wrote itself: the generation that
+    // write made, when nobody else changed the spec in between (else a second status write,
+    // and a second wake-up of every watcher, would follow only to say so).
+    let mut generation = object.metadata.generation.unwrap_or(0);
     if !booted.is_empty() {
-        patch(&api, &name, serde_json::Value::Object(booted)).await?;
+        let spec_written = booted.contains_key("spec");
+        let written = patch(&api, &name, serde_json::Value::Object(booted)).await?;
+        if spec_written && written.metadata.generation == Some(generation + 1) {
+            generation += 1;
+        }
     }
     conditions::json::set(&mut list, "Ready", true, "", "");
     update_status(
         &api,
         &object,
         json!({"ready": true, "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}], "conditions": list,
-               "observedGeneration": object.metadata.generation.unwrap_or(0)}),
+               "observedGeneration": generation}),
     )
     .await?;
 
