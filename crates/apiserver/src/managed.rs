@@ -209,20 +209,31 @@ pub struct Writer {
 /// Records an ordinary write (create, update, patch): the fields whose value changed move to
 /// `writer`'s `Update` entry.
 pub fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
-    let mut list = match old {
-        Some(old) => entries(old),
-        None => vec![],
+    let subresource = writer.subresource.as_deref();
+    let Some(old) = old else {
+        let mut list = vec![];
+        let created = leaves(new, subresource);
+        if !created.is_empty() {
+            upsert(&mut list, writer, "Update", created, false);
+        }
+        store_entries(new, list);
+        return;
     };
-    let before = old
-        .map(|o| leaves(o, writer.subresource.as_deref()))
-        .unwrap_or_default();
-    let after = leaves(new, writer.subresource.as_deref());
-    let changed: FieldSet = after
-        .iter()
-        .filter(|p| old.and_then(|o| lookup(o, p)) != lookup(new, p))
-        .cloned()
-        .collect();
-    let removed: FieldSet = before.difference(&after).cloned().collect();
+    let (changed, removed) = changes(old, new, subresource);
+    if changed.is_empty() && removed.is_empty() {
+        // Nobody's fields moved: the entries stay as stored, whatever the request carried
+        // (most writes, a controller's status write among them, are here).
+        let entries = &old["metadata"]["managedFields"];
+        let meta = crate::objects::meta_mut(new);
+        if meta.get("managedFields").unwrap_or(&Value::Null) != entries {
+            match entries {
+                Value::Null => meta.remove("managedFields"),
+                entries => meta.insert("managedFields".into(), entries.clone()),
+            };
+        }
+        return;
+    }
+    let mut list = entries(old);
     for entry in &mut list {
         entry
             .fields
@@ -232,6 +243,119 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
         upsert(&mut list, writer, "Update", changed, false);
     }
     store_entries(new, list);
+}
+
+/// What a write changed of the fields `leaves` tracks, found in one walk of both objects: the
+/// leaves of `new` whose value differs from `old`'s (new ones included), and the leaves of
+/// `old` that `new` no longer has.
+fn changes(old: &Value, new: &Value, subresource: Option<&str>) -> (FieldSet, FieldSet) {
+    let mut found = Changes::default();
+    let tracked = |key: &str| match key {
+        "apiVersion" | "kind" => false,
+        "status" => subresource == Some("status"),
+        _ => subresource != Some("status"),
+    };
+    let empty = Map::new();
+    let (old_fields, new_fields) = (
+        old.as_object().unwrap_or(&empty),
+        new.as_object().unwrap_or(&empty),
+    );
+    let mut path = Vec::new();
+    for (key, value) in new_fields.iter().filter(|(key, _)| tracked(key)) {
+        let before = old_fields.get(key);
+        path.push(key.clone());
+        if key == "metadata" {
+            let before = before.and_then(Value::as_object).unwrap_or(&empty);
+            let after = value.as_object().unwrap_or(&empty);
+            for (mkey, mvalue) in after
+                .iter()
+                .filter(|(k, _)| !SERVER_METADATA.contains(&k.as_str()))
+            {
+                path.push(mkey.clone());
+                found.walk(before.get(mkey), mvalue, &mut path);
+                path.pop();
+            }
+            for (mkey, mvalue) in before.iter().filter(|(k, _)| {
+                !SERVER_METADATA.contains(&k.as_str()) && !after.contains_key(k.as_str())
+            }) {
+                path.push(mkey.clone());
+                collect(mvalue, path.clone(), &mut found.removed);
+                path.pop();
+            }
+        } else {
+            found.walk(before, value, &mut path);
+        }
+        path.pop();
+    }
+    for (key, value) in old_fields
+        .iter()
+        .filter(|(key, _)| tracked(key) && !new_fields.contains_key(key.as_str()))
+    {
+        if key == "metadata" {
+            let meta = value.as_object().unwrap_or(&empty);
+            for (mkey, mvalue) in meta
+                .iter()
+                .filter(|(k, _)| !SERVER_METADATA.contains(&k.as_str()))
+            {
+                collect(mvalue, vec![key.clone(), mkey.clone()], &mut found.removed);
+            }
+        } else {
+            collect(value, vec![key.clone()], &mut found.removed);
+        }
+    }
+    (found.changed, found.removed)
+}
+
+#[derive(Default)]
+struct Changes {
+    changed: FieldSet,
+    removed: FieldSet,
+}
+
+impl Changes {
+    /// Compares `new` at `path` with what `old` had there.
+    fn walk(&mut self, old: Option<&Value>, new: &Value, path: &mut FieldPath) {
+        let old_fields = old.and_then(Value::as_object).filter(|m| !m.is_empty());
+        match new {
+            Value::Object(fields) if !fields.is_empty() => {
+                for (key, child) in fields {
+                    path.push(key.clone());
+                    self.walk(old_fields.and_then(|m| m.get(key)), child, path);
+                    path.pop();
+                }
+                match old_fields {
+                    Some(before) => {
+                        for (key, child) in before
+                            .iter()
+                            .filter(|(k, _)| !fields.contains_key(k.as_str()))
+                        {
+                            let mut gone = path.clone();
+                            gone.push(key.clone());
+                            collect(child, gone, &mut self.removed);
+                        }
+                    }
+                    // The old value here was a leaf; the new one's leaves are deeper.
+                    None if old.is_some() => {
+                        self.removed.insert(path.clone());
+                    }
+                    None => {}
+                }
+            }
+            leaf => {
+                if old != Some(leaf) {
+                    self.changed.insert(path.clone());
+                }
+                // An object before: its leaves are gone, this one replaces them.
+                if let Some(before) = old_fields {
+                    for (key, child) in before {
+                        let mut gone = path.clone();
+                        gone.push(key.clone());
+                        collect(child, gone, &mut self.removed);
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn upsert(
@@ -395,6 +519,66 @@ mod tests {
             .filter(|e| e.fields.contains(&path))
             .map(|e| e.manager)
             .collect()
+    }
+
+    /// A random JSON tree over a few keys, so that two trees share paths often: objects
+    /// (some empty), lists, scalars and nulls, as far as `depth`.
+    fn random_tree(rng: &mut impl rand::Rng, depth: u32) -> Value {
+        let choice = if depth == 0 {
+            rng.random_range(2..6)
+        } else {
+            rng.random_range(0..6)
+        };
+        match choice {
+            0 | 1 => Value::Object(
+                (0..rng.random_range(0..4))
+                    .map(|_| {
+                        let key =
+                            ["a", "b", "c", "status", "metadata", "kind"][rng.random_range(0..6)];
+                        (key.to_string(), random_tree(rng, depth - 1))
+                    })
+                    .collect(),
+            ),
+            2 => json!([rng.random_range(0..3)]),
+            3 => json!(rng.random_range(0..3)),
+            4 => Value::Null,
+            _ => json!({}),
+        }
+    }
+
+    /// The one-walk diff says what comparing every leaf of both objects says (how it was
+    /// computed before: each leaf's path built and looked up in both).
+    #[test]
+    fn changes_are_what_comparing_every_leaf_finds() {
+        use rand::Rng;
+        let mut rng = rand::rng();
+        for _ in 0..20_000 {
+            let old = random_tree(&mut rng, 4);
+            let new = if rng.random_range(0..10) < 3 {
+                old.clone()
+            } else {
+                random_tree(&mut rng, 4)
+            };
+            let mut metadata_new = new.clone();
+            if rng.random_range(0..2) == 0 && metadata_new.is_object() {
+                metadata_new["metadata"] = json!({"labels": random_tree(&mut rng, 2), "name": "x"});
+            }
+            for subresource in [None, Some("status")] {
+                let before = leaves(&old, subresource);
+                let after = leaves(&metadata_new, subresource);
+                let changed: FieldSet = after
+                    .iter()
+                    .filter(|p| lookup(&old, p) != lookup(&metadata_new, p))
+                    .cloned()
+                    .collect();
+                let removed: FieldSet = before.difference(&after).cloned().collect();
+                assert_eq!(
+                    changes(&old, &metadata_new, subresource),
+                    (changed, removed),
+                    "{old} -> {metadata_new} ({subresource:?})"
+                );
+            }
+        }
     }
 
     #[test]
