@@ -136,24 +136,36 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     };
 
     let behavior = machine_spec.behavior();
-    let annotations = object.annotations();
-    let Some(booting_for) = since(annotations.get(BOOT_STARTED)) else {
-        // The finalizer comes with the boot, in the same write: only from here on is there
-        // something (a Node) to clean up when the machine goes.
-        let mut finalizers = object.finalizers().to_vec();
-        if !finalizers.iter().any(|f| f == FINALIZER) {
-            finalizers.push(FINALIZER.to_string());
+    let provider_id = lariat_api::infrastructure::in_memory::provider_id(&namespace, &name);
+    // Whether this pass wrote the boot time itself, just before the Node it makes.
+    let mut booted_in_first_write = false;
+    let object = match since(object.annotations().get(BOOT_STARTED)) {
+        Some(_) => object,
+        None => {
+            // The finalizer comes with the boot, in the same write: only from here on is there
+            // something (a Node) to clean up when the machine goes.
+            let mut finalizers = object.finalizers().to_vec();
+            if !finalizers.iter().any(|f| f == FINALIZER) {
+                finalizers.push(FINALIZER.to_string());
+            }
+            let now = lariat_controllers::object::now();
+            let mut start = json!({"metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version(),
+                "annotations": {BOOT_STARTED: now}}});
+            if !behavior.provisioning_delay().is_zero() || behavior.never_boots() {
+                patch(&api, &name, start).await?;
+                // The write's own watch event brings the object back.
+                return Ok(Action::await_change());
+            }
+            // Nothing to wait for: it boots in this pass, its providerID and boot time in the
+            // same write (one write, and one wake-up of its Machine, fewer per machine).
+            start["metadata"]["annotations"][BOOTED] = json!(now);
+            start["spec"] = json!({"providerID": provider_id});
+            booted_in_first_write = true;
+            Arc::new(patch(&api, &name, start).await?)
         }
-        patch(
-            &api,
-            &name,
-            json!({"metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version(),
-                "annotations": {BOOT_STARTED: lariat_controllers::object::now()}}}),
-        )
-        .await?;
-        // The write's own watch event brings the object back.
-        return Ok(Action::await_change());
     };
+    let annotations = object.annotations();
+    let booting_for = since(annotations.get(BOOT_STARTED)).unwrap_or_default();
     if ensure_finalizer(&api, &object, FINALIZER).await? {
         // Booting, but someone took the finalizer away: put back before a Node is made.
         return Ok(Action::await_change());
@@ -164,7 +176,6 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         return Ok(waiting);
     }
 
-    let provider_id = lariat_api::infrastructure::in_memory::provider_id(&namespace, &name);
     let address = simulated_address(&name);
     let nodes: Api<Node> = Api::all(workload);
     // Whether the Node has joined, from core's cache of the cluster's Nodes when it has one (a
@@ -185,10 +196,10 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         .await?;
     // The providerID and the boot time, in one write.
     let mut booted = serde_json::Map::new();
-    if machine_spec.provider_id.as_deref() != Some(provider_id.as_str()) {
+    if object.data["spec"]["providerID"].as_str() != Some(provider_id.as_str()) {
         booted.insert("spec".into(), json!({"providerID": provider_id}));
     }
-    if booted_now || !annotations.contains_key(BOOTED) {
+    if (booted_now && !booted_in_first_write) || !annotations.contains_key(BOOTED) {
         booted.insert(
             "metadata".into(),
             json!({"annotations": {BOOTED: lariat_controllers::object::now()}}),
