@@ -155,40 +155,42 @@ struct Entry {
 fn entries(object: &Value) -> Vec<Entry> {
     object["metadata"]["managedFields"]
         .as_array()
-        .map(|list| {
-            list.iter()
-                .map(|e| Entry {
-                    manager: e["manager"].as_str().unwrap_or_default().to_string(),
-                    operation: e["operation"].as_str().unwrap_or("Update").to_string(),
-                    api_version: e["apiVersion"].as_str().unwrap_or_default().to_string(),
-                    subresource: e["subresource"].as_str().map(String::from),
-                    time: e["time"].as_str().unwrap_or_default().to_string(),
-                    fields: decode(&e["fieldsV1"]),
-                })
-                .collect()
-        })
+        .map(|list| list.iter().map(entry).collect())
         .unwrap_or_default()
 }
 
+fn entry(raw: &Value) -> Entry {
+    Entry {
+        manager: raw["manager"].as_str().unwrap_or_default().to_string(),
+        operation: raw["operation"].as_str().unwrap_or("Update").to_string(),
+        api_version: raw["apiVersion"].as_str().unwrap_or_default().to_string(),
+        subresource: raw["subresource"].as_str().map(String::from),
+        time: raw["time"].as_str().unwrap_or_default().to_string(),
+        fields: decode(&raw["fieldsV1"]),
+    }
+}
+
+/// The stored form of an entry; none for an entry that owns nothing.
+fn stored_form(entry: Entry) -> Option<Value> {
+    if entry.fields.is_empty() {
+        return None;
+    }
+    let mut v = json!({
+        "manager": entry.manager,
+        "operation": entry.operation,
+        "apiVersion": entry.api_version,
+        "time": entry.time,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": encode(&entry.fields),
+    });
+    if let Some(sub) = entry.subresource {
+        v["subresource"] = json!(sub);
+    }
+    Some(v)
+}
+
 fn store_entries(object: &mut Value, list: Vec<Entry>) {
-    let rendered: Vec<Value> = list
-        .into_iter()
-        .filter(|e| !e.fields.is_empty())
-        .map(|e| {
-            let mut v = json!({
-                "manager": e.manager,
-                "operation": e.operation,
-                "apiVersion": e.api_version,
-                "time": e.time,
-                "fieldsType": "FieldsV1",
-                "fieldsV1": encode(&e.fields),
-            });
-            if let Some(sub) = e.subresource {
-                v["subresource"] = json!(sub);
-            }
-            v
-        })
-        .collect();
+    let rendered: Vec<Value> = list.into_iter().filter_map(stored_form).collect();
     let meta = crate::objects::meta_mut(object);
     if rendered.is_empty() {
         meta.remove("managedFields");
@@ -233,16 +235,84 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
         }
         return;
     }
-    let mut list = entries(old);
-    for entry in &mut list {
+    // Only the entries the write touches are decoded and rendered again: the writer's own,
+    // and those that owned a field it changed or removed. The others (a controller's status
+    // write leaves its creator's alone) stay as stored.
+    let stored = old["metadata"]["managedFields"].as_array();
+    let mut writers = stored
+        .into_iter()
+        .flatten()
+        .filter(|raw| is_entry_of(raw, writer, "Update"));
+    let writers_entry = writers.next();
+    let mut rendered = Vec::new();
+    // The writer's entry, decoded, and where it goes among the others.
+    let mut own: Option<(usize, Entry)> = None;
+    for raw in stored.into_iter().flatten() {
+        let is_own = writers_entry.is_some_and(|entry| std::ptr::eq(entry, raw));
+        if !is_own
+            && !changed
+                .iter()
+                .chain(&removed)
+                .any(|path| owns(&raw["fieldsV1"], path))
+        {
+            rendered.push(raw.clone());
+            continue;
+        }
+        let mut entry = entry(raw);
         entry
             .fields
             .retain(|p| !changed.contains(p) && !removed.contains(p));
+        if is_own {
+            own = Some((rendered.len(), entry));
+            rendered.push(Value::Null);
+        } else {
+            rendered.extend(stored_form(entry));
+        }
     }
+    let (at, mut list) = match own {
+        Some((at, entry)) => (at, vec![entry]),
+        None => (rendered.len(), vec![]),
+    };
     if !changed.is_empty() {
         upsert(&mut list, writer, "Update", changed, false);
     }
-    store_entries(new, list);
+    match list.pop().and_then(stored_form) {
+        Some(entry) if at < rendered.len() => rendered[at] = entry,
+        Some(entry) => rendered.push(entry),
+        None if at < rendered.len() => {
+            rendered.remove(at);
+        }
+        None => {}
+    }
+    let meta = crate::objects::meta_mut(new);
+    if rendered.is_empty() {
+        meta.remove("managedFields");
+    } else {
+        meta.insert("managedFields".into(), Value::Array(rendered));
+    }
+}
+
+/// Whether a stored entry is `writer`'s for `operation`.
+fn is_entry_of(raw: &Value, writer: &Writer, operation: &str) -> bool {
+    raw["manager"].as_str().unwrap_or_default() == writer.manager
+        && raw["operation"].as_str().unwrap_or("Update") == operation
+        && raw["subresource"].as_str() == writer.subresource.as_deref()
+}
+
+/// Whether `FieldsV1` owns `path`: it has the path's node, and that node is a leaf (as
+/// [`decode`] reads them).
+fn owns(fields: &Value, path: &[String]) -> bool {
+    let node = path.iter().try_fold(fields, |node, key| {
+        node.as_object()?
+            .iter()
+            .find(|(k, _)| k.strip_prefix("f:") == Some(key.as_str()))
+            .map(|(_, child)| child)
+    });
+    node.is_some_and(|node| {
+        !node
+            .as_object()
+            .is_some_and(|m| m.keys().any(|k| k.starts_with("f:")))
+    })
 }
 
 /// What a write changed of the fields `leaves` tracks, found in one walk of both objects: the
@@ -578,6 +648,84 @@ mod tests {
                     "{old} -> {metadata_new} ({subresource:?})"
                 );
             }
+        }
+    }
+
+    /// What recording a write did before it decoded only the entries it touches: every entry
+    /// decoded, the changed and removed fields taken from each, the writer's entry upserted,
+    /// every entry rendered again.
+    fn record_update_decoding_every_entry(old: &Value, new: &mut Value, writer: &Writer) {
+        let subresource = writer.subresource.as_deref();
+        let mut list = entries(old);
+        let (before, after) = (leaves(old, subresource), leaves(new, subresource));
+        let changed: FieldSet = after
+            .iter()
+            .filter(|p| lookup(old, p) != lookup(new, p))
+            .cloned()
+            .collect();
+        let removed: FieldSet = before.difference(&after).cloned().collect();
+        for entry in &mut list {
+            entry
+                .fields
+                .retain(|p| !changed.contains(p) && !removed.contains(p));
+        }
+        if !changed.is_empty() {
+            upsert(&mut list, writer, "Update", changed, false);
+        }
+        store_entries(new, list);
+    }
+
+    #[test]
+    fn recorded_writes_are_what_decoding_every_entry_records() {
+        use rand::Rng;
+        let mut rng = rand::rng();
+        let mut object = |rng: &mut rand::rngs::ThreadRng| {
+            json!({"metadata": {"name": "x", "labels": random_tree(rng, 2)},
+                "spec": random_tree(rng, 3), "status": random_tree(rng, 3)})
+        };
+        let writers: Vec<Writer> = ["a", "b", "c"]
+            .into_iter()
+            .flat_map(|manager| {
+                [None, Some("status".to_string())].map(|subresource| Writer {
+                    subresource,
+                    ..writer(manager)
+                })
+            })
+            .collect();
+        let without_times = |object: &Value| {
+            let mut entries = object["metadata"]["managedFields"].clone();
+            for entry in entries.as_array_mut().into_iter().flatten() {
+                entry.as_object_mut().unwrap().remove("time");
+            }
+            entries
+        };
+        for _ in 0..3_000 {
+            let mut current = object(&mut rng);
+            record_update(
+                None,
+                &mut current,
+                &writers[rng.random_range(0..writers.len())],
+            );
+            for _ in 0..rng.random_range(0..6) {
+                let mut next = object(&mut rng);
+                let writer = &writers[rng.random_range(0..writers.len())];
+                record_update(Some(&current), &mut next, writer);
+                current = next;
+            }
+            let mut new = if rng.random_range(0..4) == 0 {
+                current.clone()
+            } else {
+                object(&mut rng)
+            };
+            let mut expected = new.clone();
+            let writer = &writers[rng.random_range(0..writers.len())];
+            record_update(Some(&current), &mut new, writer);
+            record_update_decoding_every_entry(&current, &mut expected, writer);
+            assert_eq!(
+                without_times(&new),
+                without_times(&expected),
+                "{current} by {writer:?}"
+            );
         }
     }
 
