@@ -679,7 +679,7 @@ mod tests {
     fn recorded_writes_are_what_decoding_every_entry_records() {
         use rand::Rng;
         let mut rng = rand::rng();
-        let mut object = |rng: &mut rand::rngs::ThreadRng| {
+        let object = |rng: &mut rand::rngs::ThreadRng| {
             json!({"metadata": {"name": "x", "labels": random_tree(rng, 2)},
                 "spec": random_tree(rng, 3), "status": random_tree(rng, 3)})
         };
