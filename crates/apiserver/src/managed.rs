@@ -222,23 +222,30 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
         return;
     };
     let (changed, removed) = changes(old, new, subresource);
-    if changed.is_empty() && removed.is_empty() {
+    let stored = old["metadata"]["managedFields"].as_array();
+    let canonical = |raw: &&Value| is_canonical(raw);
+    if changed.is_empty()
+        && removed.is_empty()
+        && stored.is_none_or(|s| s.iter().all(|e| canonical(&e)))
+    {
         // Nobody's fields moved: the entries stay as stored, whatever the request carried
         // (most writes, a controller's status write among them, are here).
-        let entries = &old["metadata"]["managedFields"];
         let meta = crate::objects::meta_mut(new);
-        if meta.get("managedFields").unwrap_or(&Value::Null) != entries {
-            match entries {
-                Value::Null => meta.remove("managedFields"),
-                entries => meta.insert("managedFields".into(), entries.clone()),
-            };
+        match stored.filter(|entries| !entries.is_empty()) {
+            None => {
+                meta.remove("managedFields");
+            }
+            Some(entries) => {
+                if meta.get("managedFields").and_then(Value::as_array) != Some(entries) {
+                    meta.insert("managedFields".into(), Value::Array(entries.clone()));
+                }
+            }
         }
         return;
     }
     // Only the entries the write touches are decoded and rendered again: the writer's own,
     // and those that owned a field it changed or removed. The others (a controller's status
     // write leaves its creator's alone) stay as stored.
-    let stored = old["metadata"]["managedFields"].as_array();
     let mut writers = stored
         .into_iter()
         .flatten()
@@ -250,6 +257,7 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
     for raw in stored.into_iter().flatten() {
         let is_own = writers_entry.is_some_and(|entry| std::ptr::eq(entry, raw));
         if !is_own
+            && is_canonical(raw)
             && !changed
                 .iter()
                 .chain(&removed)
@@ -290,6 +298,40 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
     } else {
         meta.insert("managedFields".into(), Value::Array(rendered));
     }
+}
+
+/// Whether a stored entry is as [`stored_form`] writes one, so that keeping it is rendering it
+/// again: a client that wrote managedFields itself (with no field manager, nothing is
+/// recorded) may have stored anything, which the next recorded write puts in shape.
+fn is_canonical(raw: &Value) -> bool {
+    fn fields_only(node: &Value) -> bool {
+        node.as_object().is_some_and(|m| {
+            m.iter()
+                .all(|(key, child)| key.starts_with("f:") && fields_only(child))
+        })
+    }
+    let Some(entry) = raw.as_object() else {
+        return false;
+    };
+    let text = |key: &str| entry.get(key).is_some_and(Value::is_string);
+    let known = [
+        "manager",
+        "operation",
+        "apiVersion",
+        "time",
+        "fieldsType",
+        "fieldsV1",
+    ];
+    text("manager")
+        && text("operation")
+        && text("apiVersion")
+        && text("time")
+        && entry["fieldsType"] == "FieldsV1"
+        && entry["fieldsV1"].as_object().is_some_and(|m| !m.is_empty())
+        && fields_only(&entry["fieldsV1"])
+        && entry.iter().all(|(key, value)| {
+            known.contains(&key.as_str()) || (key == "subresource" && value.is_string())
+        })
 }
 
 /// Whether a stored entry is `writer`'s for `operation`.
@@ -712,11 +754,29 @@ mod tests {
                 record_update(Some(&current), &mut next, writer);
                 current = next;
             }
+            // What a client that records no manager may have stored, and may send.
+            let written_by_a_client = [
+                json!(null),
+                json!([]),
+                json!("text"),
+                json!([{"manager": "x", "fieldsV1": {}}]),
+                json!([{"manager": "a", "operation": "Update", "apiVersion": "v1", "time": "t",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {".": {}, "f:a": {}}}}]),
+                json!([7, {"manager": "b", "operation": "Update", "apiVersion": "v1", "time": "t",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}, "subresource": "status"}]),
+            ];
+            if rng.random_range(0..4) == 0 {
+                let chosen = rng.random_range(0..written_by_a_client.len());
+                current["metadata"]["managedFields"] = written_by_a_client[chosen].clone();
+            }
             let mut new = if rng.random_range(0..4) == 0 {
                 current.clone()
             } else {
                 object(&mut rng)
             };
+            if rng.random_range(0..4) == 0 {
+                new["metadata"]["managedFields"] = json!(null);
+            }
             let mut expected = new.clone();
             let writer = &writers[rng.random_range(0..writers.len())];
             record_update(Some(&current), &mut new, writer);

@@ -332,8 +332,9 @@ impl Scope<'_> {
             ));
         }
 
-        let Some(role) = self.elect(initialized).await? else {
-            return Ok(Action::requeue(CLUSTER_WAIT));
+        let role = match self.elect(initialized).await? {
+            Ok(role) => role,
+            Err(waiting) => return Ok(waiting),
         };
         if role != Role::Init {
             // Initialized: nobody inits any more, so the lock has done its job.
@@ -551,14 +552,18 @@ impl Scope<'_> {
         Ok(None)
     }
 
-    /// Decides init or join; `None` while the node has to wait (the condition says why).
+    /// Decides init or join; `Err` with the action to wait with while the node has to wait
+    /// (the condition says why).
     ///
     /// Joins wait for the Cluster's `ControlPlaneInitialized`. Before that, one control-plane
     /// Machine inits: it must be a control-plane Machine whose config is not join-only, no other
     /// config of the cluster may have bootstrap data already, and it must hold the init lock.
-    async fn elect(&mut self, initialized: bool) -> Result<Option<Role>, Error> {
+    /// What the Cluster's watch reports ends a wait at once; the lock's holder going away, or
+    /// the other config's data, is reported by nothing this config watches, so those waits
+    /// look again after [`WAIT`].
+    async fn elect(&mut self, initialized: bool) -> Result<Result<Role, Action>, Error> {
         if initialized {
-            return Ok(Some(if self.owner.is_control_plane() {
+            return Ok(Ok(if self.owner.is_control_plane() {
                 Role::JoinControlPlane
             } else {
                 Role::JoinWorker
@@ -567,11 +572,10 @@ impl Scope<'_> {
         let waiting =
             |who: &str| format!("waiting for the control plane to be initialized ({who})");
         if !self.owner.is_control_plane() || join_only(&self.spec) {
-            self.wait(
+            return Ok(Err(self.wait(
                 cond::WAITING_FOR_CONTROL_PLANE_AVAILABLE_REASON,
                 &waiting("this node joins it"),
-            );
-            return Ok(None);
+            )));
         }
         if let Some((other, role)) = self.other_bootstrap_data().await? {
             let who = match role.as_str() {
@@ -582,19 +586,19 @@ impl Scope<'_> {
                 cond::WAITING_FOR_CONTROL_PLANE_AVAILABLE_REASON,
                 &waiting(&who),
             );
-            return Ok(None);
+            return Ok(Err(Action::requeue(WAIT)));
         }
         let Some(machine) = self.owner.machine() else {
-            return Ok(None);
+            return Ok(Err(Action::requeue(CLUSTER_WAIT)));
         };
         match lock::acquire(&self.client, self.cluster, machine).await? {
-            Lock::Held => Ok(Some(Role::Init)),
+            Lock::Held => Ok(Ok(Role::Init)),
             Lock::HeldBy(holder) => {
                 self.wait(
                     cond::WAITING_FOR_CONTROL_PLANE_AVAILABLE_REASON,
                     &waiting(&format!("Machine {holder} holds the init lock")),
                 );
-                Ok(None)
+                Ok(Err(Action::requeue(WAIT)))
             }
         }
     }
