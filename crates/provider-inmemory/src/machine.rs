@@ -141,28 +141,14 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     let mut booted_in_first_write = false;
     let object = match since(object.annotations().get(BOOT_STARTED)) {
         Some(_) => object,
-        None => {
-            // The finalizer comes with the boot, in the same write: only from here on is there
-            // something (a Node) to clean up when the machine goes.
-            let mut finalizers = object.finalizers().to_vec();
-            if !finalizers.iter().any(|f| f == FINALIZER) {
-                finalizers.push(FINALIZER.to_string());
+        None => match start_booting(&api, &object, &behavior, &provider_id).await? {
+            Some(started) => {
+                booted_in_first_write = true;
+                started
             }
-            let now = lariat_controllers::object::now();
-            let mut start = json!({"metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version(),
-                "annotations": {BOOT_STARTED: now}}});
-            if !behavior.provisioning_delay().is_zero() || behavior.never_boots() {
-                patch(&api, &name, start).await?;
-                // The write's own watch event brings the object back.
-                return Ok(Action::await_change());
-            }
-            // Nothing to wait for: it boots in this pass, its providerID and boot time in the
-            // same write (one write, and one wake-up of its Machine, fewer per machine).
-            start["metadata"]["annotations"][BOOTED] = json!(now);
-            start["spec"] = json!({"providerID": provider_id});
-            booted_in_first_write = true;
-            Arc::new(patch(&api, &name, start).await?)
-        }
+            // The write's own watch event brings the object back.
+            None => return Ok(Action::await_change()),
+        },
     };
     let annotations = object.annotations();
     let booting_for = since(annotations.get(BOOT_STARTED)).unwrap_or_default();
@@ -194,28 +180,9 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             behavior.pods.as_ref(),
         )
         .await?;
-    // The providerID and the boot time, in one write.
-    let mut booted = serde_json::Map::new();
-    if object.data["spec"]["providerID"].as_str() != Some(provider_id.as_str()) {
-        booted.insert("spec".into(), json!({"providerID": provider_id}));
-    }
-    if (booted_now && !booted_in_first_write) || !annotations.contains_key(BOOTED) {
-        booted.insert(
-            "metadata".into(),
-            json!({"annotations": {BOOTED: lariat_controllers::object::now()}}),
-        );
-    }
-    // The status below observes the providerID this pass wrote itself: the generation that
-    // write made, when nobody else changed the spec in between (else a second status write,
-    // and a second wake-up of every watcher, would follow only to say so).
-    let mut generation = object.metadata.generation.unwrap_or(0);
-    if !booted.is_empty() {
-        let spec_written = booted.contains_key("spec");
-        let written = patch(&api, &name, serde_json::Value::Object(booted)).await?;
-        if spec_written && written.metadata.generation == Some(generation + 1) {
-            generation += 1;
-        }
-    }
+    let record_boot_time =
+        (booted_now && !booted_in_first_write) || !annotations.contains_key(BOOTED);
+    let generation = record_boot(&api, &object, &provider_id, record_boot_time).await?;
     conditions::json::set(&mut list, "Ready", true, "", "");
     update_status(
         &api,
@@ -237,6 +204,65 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     }
     // Its own changes and its Machine's wake it.
     Ok(lariat_controllers::resync())
+}
+
+/// Writes the providerID and the boot time where they are missing (or the Node was just made),
+/// in one write; the generation the status can say it observed: the one that write made,
+/// when nobody else changed the spec in between (else a second status write, and a second
+/// wake-up of every watcher, would follow only to say so).
+async fn record_boot(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    provider_id: &str,
+    boot_time: bool,
+) -> Result<i64, Error> {
+    let mut booted = serde_json::Map::new();
+    if object.data["spec"]["providerID"].as_str() != Some(provider_id) {
+        booted.insert("spec".into(), json!({"providerID": provider_id}));
+    }
+    if boot_time {
+        booted.insert(
+            "metadata".into(),
+            json!({"annotations": {BOOTED: lariat_controllers::object::now()}}),
+        );
+    }
+    let generation = object.metadata.generation.unwrap_or(0);
+    if booted.is_empty() {
+        return Ok(generation);
+    }
+    let spec_written = booted.contains_key("spec");
+    let written = patch(api, &object.name_any(), serde_json::Value::Object(booted)).await?;
+    Ok(match written.metadata.generation {
+        Some(next) if spec_written && next == generation + 1 => next,
+        _ => generation,
+    })
+}
+
+/// The machine's first look at its bootstrap data starts its boot. The finalizer comes with
+/// the boot, in the same write: only from here on is there something (a Node) to clean up
+/// when the machine goes. With nothing to wait for (no provisioning delay) it boots in the
+/// same pass, its providerID and boot time in that write too (one write, and one wake-up of
+/// its Machine, fewer per machine): the object as written, or `None` when it waits.
+async fn start_booting(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    behavior: &lariat_api::infrastructure::in_memory::InMemoryMachineBehavior,
+    provider_id: &str,
+) -> Result<Option<Arc<DynamicObject>>, Error> {
+    let mut finalizers = object.finalizers().to_vec();
+    if !finalizers.iter().any(|f| f == FINALIZER) {
+        finalizers.push(FINALIZER.to_string());
+    }
+    let now = lariat_controllers::object::now();
+    let mut start = json!({"metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version(),
+        "annotations": {BOOT_STARTED: now}}});
+    if !behavior.provisioning_delay().is_zero() || behavior.never_boots() {
+        patch(api, &object.name_any(), start).await?;
+        return Ok(None);
+    }
+    start["metadata"]["annotations"][BOOTED] = json!(now);
+    start["spec"] = json!({"providerID": provider_id});
+    Ok(Some(Arc::new(patch(api, &object.name_any(), start).await?)))
 }
 
 /// Whether the machine is still booting (`provisioningDelay`) or never will (`neverBoots`,
