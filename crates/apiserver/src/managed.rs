@@ -34,8 +34,21 @@ const SERVER_METADATA: [&str; 9] = [
 /// subresource and is tracked only there.
 pub fn leaves(object: &Value, subresource: Option<&str>) -> FieldSet {
     let mut set = FieldSet::new();
+    for (path, value) in tracked_roots(object, subresource) {
+        collect(value, path, &mut set);
+    }
+    set
+}
+
+/// Where the fields a manager can own start in `object`, with their values: each top-level
+/// field the write's subresource tracks, and each metadata field the server does not own.
+fn tracked_roots<'a>(
+    object: &'a Value,
+    subresource: Option<&str>,
+) -> BTreeMap<FieldPath, &'a Value> {
+    let mut roots = BTreeMap::new();
     let Some(fields) = object.as_object() else {
-        return set;
+        return roots;
     };
     for (key, value) in fields {
         let tracked = match key.as_str() {
@@ -47,18 +60,16 @@ pub fn leaves(object: &Value, subresource: Option<&str>) -> FieldSet {
             continue;
         }
         if key == "metadata" {
-            if let Some(meta) = value.as_object() {
-                for (mkey, mvalue) in meta {
-                    if !SERVER_METADATA.contains(&mkey.as_str()) {
-                        collect(mvalue, vec!["metadata".into(), mkey.clone()], &mut set);
-                    }
+            for (mkey, mvalue) in value.as_object().into_iter().flatten() {
+                if !SERVER_METADATA.contains(&mkey.as_str()) {
+                    roots.insert(vec![key.clone(), mkey.clone()], mvalue);
                 }
             }
         } else {
-            collect(value, vec![key.clone()], &mut set);
+            roots.insert(vec![key.clone()], value);
         }
     }
-    set
+    roots
 }
 
 fn collect(value: &Value, path: FieldPath, set: &mut FieldSet) {
@@ -190,7 +201,11 @@ fn stored_form(entry: Entry) -> Option<Value> {
 }
 
 fn store_entries(object: &mut Value, list: Vec<Entry>) {
-    let rendered: Vec<Value> = list.into_iter().filter_map(stored_form).collect();
+    set_entries(object, list.into_iter().filter_map(stored_form).collect());
+}
+
+/// Sets the object's `managedFields` to `rendered`, or removes them when there are none.
+fn set_entries(object: &mut Value, rendered: Vec<Value>) {
     let meta = crate::objects::meta_mut(object);
     if rendered.is_empty() {
         meta.remove("managedFields");
@@ -223,10 +238,7 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
     };
     let (changed, removed) = changes(old, new, subresource);
     let stored = old["metadata"]["managedFields"].as_array();
-    let canonical = |raw: &&Value| is_canonical(raw);
-    if changed.is_empty()
-        && removed.is_empty()
-        && stored.is_none_or(|s| s.iter().all(|e| canonical(&e)))
+    if changed.is_empty() && removed.is_empty() && stored.is_none_or(|s| s.iter().all(is_canonical))
     {
         // Nobody's fields moved: the entries stay as stored, whatever the request carried
         // (most writes, a controller's status write among them, are here).
@@ -246,11 +258,10 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
     // Only the entries the write touches are decoded and rendered again: the writer's own,
     // and those that owned a field it changed or removed. The others (a controller's status
     // write leaves its creator's alone) stay as stored.
-    let mut writers = stored
+    let writers_entry = stored
         .into_iter()
         .flatten()
-        .filter(|raw| is_entry_of(raw, writer, "Update"));
-    let writers_entry = writers.next();
+        .find(|raw| is_entry_of(raw, writer, "Update"));
     let mut rendered = Vec::new();
     // The writer's entry, decoded, and where it goes among the others.
     let mut own: Option<(usize, Entry)> = None;
@@ -292,12 +303,7 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer) {
         }
         None => {}
     }
-    let meta = crate::objects::meta_mut(new);
-    if rendered.is_empty() {
-        meta.remove("managedFields");
-    } else {
-        meta.insert("managedFields".into(), Value::Array(rendered));
-    }
+    set_entries(new, rendered);
 }
 
 /// Whether a stored entry is as [`stored_form`] writes one, so that keeping it is rendering it
@@ -361,59 +367,19 @@ fn owns(fields: &Value, path: &[String]) -> bool {
 /// leaves of `new` whose value differs from `old`'s (new ones included), and the leaves of
 /// `old` that `new` no longer has.
 fn changes(old: &Value, new: &Value, subresource: Option<&str>) -> (FieldSet, FieldSet) {
-    let mut found = Changes::default();
-    let tracked = |key: &str| match key {
-        "apiVersion" | "kind" => false,
-        "status" => subresource == Some("status"),
-        _ => subresource != Some("status"),
-    };
-    let empty = Map::new();
-    let (old_fields, new_fields) = (
-        old.as_object().unwrap_or(&empty),
-        new.as_object().unwrap_or(&empty),
+    let (before, after) = (
+        tracked_roots(old, subresource),
+        tracked_roots(new, subresource),
     );
-    let mut path = Vec::new();
-    for (key, value) in new_fields.iter().filter(|(key, _)| tracked(key)) {
-        let before = old_fields.get(key);
-        path.push(key.clone());
-        if key == "metadata" {
-            let before = before.and_then(Value::as_object).unwrap_or(&empty);
-            let after = value.as_object().unwrap_or(&empty);
-            for (mkey, mvalue) in after
-                .iter()
-                .filter(|(k, _)| !SERVER_METADATA.contains(&k.as_str()))
-            {
-                path.push(mkey.clone());
-                found.walk(before.get(mkey), mvalue, &mut path);
-                path.pop();
-            }
-            for (mkey, mvalue) in before.iter().filter(|(k, _)| {
-                !SERVER_METADATA.contains(&k.as_str()) && !after.contains_key(k.as_str())
-            }) {
-                path.push(mkey.clone());
-                collect(mvalue, path.clone(), &mut found.removed);
-                path.pop();
-            }
-        } else {
-            found.walk(before, value, &mut path);
-        }
-        path.pop();
+    let mut found = Changes::default();
+    for (path, value) in &after {
+        found.walk(before.get(path).copied(), value, &mut path.clone());
     }
-    for (key, value) in old_fields
-        .iter()
-        .filter(|(key, _)| tracked(key) && !new_fields.contains_key(key.as_str()))
+    for (path, value) in before
+        .into_iter()
+        .filter(|(path, _)| !after.contains_key(path))
     {
-        if key == "metadata" {
-            let meta = value.as_object().unwrap_or(&empty);
-            for (mkey, mvalue) in meta
-                .iter()
-                .filter(|(k, _)| !SERVER_METADATA.contains(&k.as_str()))
-            {
-                collect(mvalue, vec![key.clone(), mkey.clone()], &mut found.removed);
-            }
-        } else {
-            collect(value, vec![key.clone()], &mut found.removed);
-        }
+        collect(value, path, &mut found.removed);
     }
     (found.changed, found.removed)
 }
