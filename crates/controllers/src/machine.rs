@@ -137,8 +137,7 @@ struct Pass<'a> {
     status: MachineStatus,
     conditions: Vec<lariat_api::capi::Condition>,
     /// The Machine's generation, as this pass's own spec writes (bootstrap data, providerID)
-    /// left it: the status it writes has observed them, so it says so rather than take a
-    /// second status write, and a second wake-up of every watcher, at the next pass.
+    /// left it (see `object::observed_after_own_write`).
     generation: i64,
 }
 
@@ -147,13 +146,9 @@ impl Pass<'_> {
         self.machine.uid().unwrap_or_default()
     }
 
-    /// Takes the generation of the Machine as this pass's own spec write returned it, when
-    /// that write is the only change since the Machine this pass read (another writer's change
-    /// in between is not observed yet: the next pass reads it).
+    /// Takes the generation of the Machine as this pass's own spec write returned it.
     fn observe(&mut self, written: &Machine) {
-        if written.metadata.generation == Some(self.generation + 1) {
-            self.generation += 1;
-        }
+        self.generation = object::observed_after_own_write(self.generation, &written.metadata);
     }
 
     /// Whether the bootstrap data exists: given in the spec, or written by the bootstrap

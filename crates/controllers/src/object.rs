@@ -108,6 +108,18 @@ pub async fn patch<K: Object>(api: &Api<K>, name: &str, patch: Value) -> Result<
         .await?)
 }
 
+/// The generation a status written after a pass's own spec write may say it observed: the one
+/// that write made, when it is the only change since the `read` generation the pass started
+/// from (another writer's change in between is not observed yet: the next pass reads it).
+/// Saying so spares a second status write, and a second wake-up of every watcher, whose only
+/// news would be `observedGeneration`.
+pub fn observed_after_own_write(read: i64, written: &kube::api::ObjectMeta) -> i64 {
+    match written.generation {
+        Some(next) if next == read + 1 => next,
+        _ => read,
+    }
+}
+
 /// A merge patch of the status subresource.
 pub async fn patch_status<K: Object>(api: &Api<K>, name: &str, status: Value) -> Result<K, Error> {
     Ok(api

@@ -207,9 +207,8 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
 }
 
 /// Writes the providerID and the boot time where they are missing (or the Node was just made),
-/// in one write; the generation the status can say it observed: the one that write made,
-/// when nobody else changed the spec in between (else a second status write, and a second
-/// wake-up of every watcher, would follow only to say so).
+/// in one write; the generation the status can say it observed (see
+/// `lariat_controllers::object::observed_after_own_write`).
 async fn record_boot(
     api: &Api<DynamicObject>,
     object: &DynamicObject,
@@ -232,10 +231,13 @@ async fn record_boot(
     }
     let spec_written = booted.contains_key("spec");
     let written = patch(api, &object.name_any(), serde_json::Value::Object(booted)).await?;
-    Ok(match written.metadata.generation {
-        Some(next) if spec_written && next == generation + 1 => next,
-        _ => generation,
-    })
+    if !spec_written {
+        return Ok(generation);
+    }
+    Ok(lariat_controllers::object::observed_after_own_write(
+        generation,
+        &written.metadata,
+    ))
 }
 
 /// The machine's first look at its bootstrap data starts its boot. The finalizer comes with
