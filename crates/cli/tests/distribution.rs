@@ -61,6 +61,11 @@ fn the_release_binary_is_static_stripped_versioned_and_checksummed() {
         !dynamic.contains("(NEEDED)"),
         "no shared libraries:\n{dynamic}"
     );
+    // crates/cli/build.rs: packed, the relocations take kilobytes rather than 4 MB.
+    assert!(
+        dynamic.contains("(RELR)"),
+        "relative relocations packed (DT_RELR):\n{dynamic}"
+    );
     let sections = output_of(
         Command::new("readelf")
             .args(["--sections", "--wide"])
