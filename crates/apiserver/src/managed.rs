@@ -163,6 +163,16 @@ struct Entry {
     fields: FieldSet,
 }
 
+impl Entry {
+    /// Whether this is `writer`'s entry for `operation` (one per manager, operation and
+    /// subresource); [`is_entry_of`] asks the same of a stored entry.
+    fn is_of(&self, writer: &Writer, operation: &str) -> bool {
+        self.manager == writer.manager
+            && self.operation == operation
+            && self.subresource == writer.subresource
+    }
+}
+
 fn entries(object: &Value) -> Vec<Entry> {
     object["metadata"]["managedFields"]
         .as_array()
@@ -340,7 +350,8 @@ fn is_canonical(raw: &Value) -> bool {
         })
 }
 
-/// Whether a stored entry is `writer`'s for `operation`.
+/// Whether a stored entry is `writer`'s for `operation`, as [`Entry::is_of`] decides for a
+/// decoded one.
 fn is_entry_of(raw: &Value, writer: &Writer, operation: &str) -> bool {
     raw["manager"].as_str().unwrap_or_default() == writer.manager
         && raw["operation"].as_str().unwrap_or("Update") == operation
@@ -443,11 +454,8 @@ fn upsert(
     fields: FieldSet,
     replace: bool,
 ) {
-    let subresource = writer.subresource.clone();
     let time = now_rfc3339();
-    match list.iter_mut().find(|e| {
-        e.manager == writer.manager && e.operation == operation && e.subresource == subresource
-    }) {
+    match list.iter_mut().find(|e| e.is_of(writer, operation)) {
         Some(entry) => {
             if replace {
                 entry.fields = fields;
@@ -461,7 +469,7 @@ fn upsert(
             manager: writer.manager.clone(),
             operation: operation.to_string(),
             api_version: writer.api_version.clone(),
-            subresource,
+            subresource: writer.subresource.clone(),
             time,
             fields,
         }),
@@ -478,10 +486,7 @@ pub fn apply(
 ) -> ApiResult<Value> {
     let wanted = leaves(applied, writer.subresource.as_deref());
     let mut list = current.map(entries).unwrap_or_default();
-    let subresource = writer.subresource.clone();
-    let is_mine = |e: &Entry| {
-        e.manager == writer.manager && e.operation == "Apply" && e.subresource == subresource
-    };
+    let is_mine = |e: &Entry| e.is_of(writer, "Apply");
 
     // A field conflicts when another manager owns it and this apply would change its value.
     let mut conflicts: BTreeMap<String, Vec<FieldPath>> = BTreeMap::new();

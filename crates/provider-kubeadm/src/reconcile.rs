@@ -266,7 +266,9 @@ impl Scope<'_> {
         })
     }
 
-    fn wait(&mut self, reason: &str, message: &str) -> Action {
+    /// Says what the config waits for, and looks again `after` ([`CLUSTER_WAIT`] for what the
+    /// Cluster's watch reports, [`WAIT`] for what nothing it watches reports).
+    fn wait(&mut self, reason: &str, message: &str, after: Duration) -> Action {
         cond::mark_false(
             &mut self.conditions,
             cond::DATA_SECRET_AVAILABLE,
@@ -274,7 +276,7 @@ impl Scope<'_> {
             Severity::Info,
             message,
         );
-        Action::requeue(CLUSTER_WAIT)
+        Action::requeue(after)
     }
 
     /// A problem only a change to the spec fixes: reported, not retried.
@@ -329,6 +331,7 @@ impl Scope<'_> {
                     "waiting for Cluster {}'s infrastructure to be ready",
                     self.cluster_name
                 ),
+                CLUSTER_WAIT,
             ));
         }
 
@@ -395,6 +398,7 @@ impl Scope<'_> {
                         "waiting for Cluster {}'s spec.controlPlaneEndpoint",
                         self.cluster_name
                     ),
+                    CLUSTER_WAIT,
                 ));
             }
             Err(e) => {
@@ -575,6 +579,7 @@ impl Scope<'_> {
             return Ok(Err(self.wait(
                 cond::WAITING_FOR_CONTROL_PLANE_AVAILABLE_REASON,
                 &waiting("this node joins it"),
+                CLUSTER_WAIT,
             )));
         }
         if let Some((other, role)) = self.other_bootstrap_data().await? {
@@ -582,24 +587,22 @@ impl Scope<'_> {
                 "init" => format!("KubeadmConfig {other} has the init data"),
                 _ => format!("KubeadmConfig {other} already joined this cluster"),
             };
-            self.wait(
+            return Ok(Err(self.wait(
                 cond::WAITING_FOR_CONTROL_PLANE_AVAILABLE_REASON,
                 &waiting(&who),
-            );
-            return Ok(Err(Action::requeue(WAIT)));
+                WAIT,
+            )));
         }
         let Some(machine) = self.owner.machine() else {
             return Ok(Err(Action::requeue(CLUSTER_WAIT)));
         };
         match lock::acquire(&self.client, self.cluster, machine).await? {
             Lock::Held => Ok(Ok(Role::Init)),
-            Lock::HeldBy(holder) => {
-                self.wait(
-                    cond::WAITING_FOR_CONTROL_PLANE_AVAILABLE_REASON,
-                    &waiting(&format!("Machine {holder} holds the init lock")),
-                );
-                Ok(Err(Action::requeue(WAIT)))
-            }
+            Lock::HeldBy(holder) => Ok(Err(self.wait(
+                cond::WAITING_FOR_CONTROL_PLANE_AVAILABLE_REASON,
+                &waiting(&format!("Machine {holder} holds the init lock")),
+                WAIT,
+            ))),
         }
     }
 
