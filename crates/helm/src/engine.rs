@@ -1,0 +1,224 @@
+//! Renders a chart's templates as Helm's engine does: every template of the chart and its
+//! subcharts in one template set (so `define`s are shared, the parent's winning), each
+//! rendered with its own chart's `.Values`, `.Chart` and `.Files`, and Go's `<no value>`
+//! for a missing key written as nothing.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use gtmpl_ng::{Context, Limits, Template, Value};
+use serde_json::{Map, Value as Json, json};
+
+use crate::chart::Chart;
+use crate::functions::{self, ENTRY, ENTRY_BODY, Lookup, RenderScope};
+use crate::{HelmError, semver, values};
+
+/// The release a chart is rendered for (`.Release`).
+#[derive(Clone, Debug)]
+pub struct Release {
+    pub name: String,
+    pub namespace: String,
+    pub revision: u64,
+    pub is_upgrade: bool,
+}
+
+/// What the target cluster serves (`.Capabilities`).
+#[derive(Clone, Debug)]
+pub struct Capabilities {
+    /// `v1.28.9`, as the cluster's `/version` says it.
+    pub kube_version: String,
+    /// `apps/v1`, and `apps/v1/Deployment` for each kind, as discovery lists them.
+    pub api_versions: Vec<String>,
+}
+
+impl Default for Capabilities {
+    /// What `helm template` assumes with no cluster: Kubernetes v1.20.0 and the built-in
+    /// API groups.
+    fn default() -> Self {
+        let api_versions = [
+            "v1", "admissionregistration.k8s.io/v1", "apiextensions.k8s.io/v1", "apiregistration.k8s.io/v1",
+            "apps/v1", "authentication.k8s.io/v1", "authorization.k8s.io/v1", "autoscaling/v1", "autoscaling/v2",
+            "batch/v1", "certificates.k8s.io/v1", "coordination.k8s.io/v1", "discovery.k8s.io/v1",
+            "events.k8s.io/v1", "flowcontrol.apiserver.k8s.io/v1", "networking.k8s.io/v1", "node.k8s.io/v1",
+            "policy/v1", "rbac.authorization.k8s.io/v1", "scheduling.k8s.io/v1", "storage.k8s.io/v1",
+        ];
+        Capabilities { kube_version: "v1.20.0".into(), api_versions: api_versions.map(String::from).to_vec() }
+    }
+}
+
+/// How one render is bounded.
+#[derive(Clone, Debug)]
+pub struct Bounds {
+    /// Wall time for the whole chart.
+    pub time: Duration,
+    /// Bytes the chart's templates may write, `include`s counted.
+    pub output_bytes: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds { time: Duration::from_secs(10), output_bytes: 64 << 20 }
+    }
+}
+
+/// The rendered templates by name (`chart/templates/x.yaml`), partials left out, and the
+/// chart's `NOTES.txt`.
+#[derive(Debug, Default)]
+pub struct Rendered {
+    pub files: BTreeMap<String, String>,
+    pub notes: String,
+}
+
+/// Renders `chart` with the user's values over its defaults.
+pub fn render(
+    chart: &Chart,
+    user_values: &Map<String, Json>,
+    release: &Release,
+    capabilities: &Capabilities,
+    lookup: Option<Rc<dyn Lookup>>,
+    bounds: &Bounds,
+) -> Result<Rendered, HelmError> {
+    if chart.is_library() {
+        return Err(HelmError::Chart {
+            file: "Chart.yaml".into(),
+            message: "library charts are not installable".into(),
+        });
+    }
+    let mut chart = chart.clone();
+    values::enable_dependencies(&mut chart, user_values);
+    let kube_version = &chart.metadata.kube_version;
+    if !kube_version.is_empty() && !semver::satisfies(kube_version, &capabilities.kube_version).unwrap_or(false) {
+        return Err(HelmError::Chart {
+            file: "Chart.yaml".into(),
+            message: format!(
+                "chart requires kubeVersion: {kube_version} which is incompatible with Kubernetes {}",
+                capabilities.kube_version
+            ),
+        });
+    }
+    let values = values::coalesce(&chart, user_values);
+    let top = json!({
+        "Release": {"Name": release.name, "Namespace": release.namespace, "IsUpgrade": release.is_upgrade,
+            "IsInstall": !release.is_upgrade, "Revision": release.revision, "Service": "Helm"},
+        "Values": values,
+    });
+    let mut templates = Vec::new();
+    collect(&chart, &top, capabilities_value(capabilities), "", true, &mut templates);
+
+    // Helm parses the deepest paths first, so that a parent's `define` replaces a subchart's.
+    templates.sort_by(|a, b| {
+        let depth = |t: &Collected| t.name.matches('/').count();
+        depth(b).cmp(&depth(a)).then_with(|| b.name.cmp(&a.name))
+    });
+    let limits = Limits::default().with_output_bytes(bounds.output_bytes).with_deadline(bounds.time);
+    let mut set = Template::with_limits(limits);
+    set.name = ENTRY.into();
+    set.add_funcs(&functions::all());
+    set.add_template(ENTRY, ENTRY_BODY).map_err(|e| HelmError::Template { message: e.to_string() })?;
+    for t in &templates {
+        set.add_template(t.name.clone(), t.source.clone())
+            .map_err(|e| HelmError::Template { message: format!("parse error in {:?}: {e}", t.name) })?;
+    }
+    let set = Rc::new(set);
+    let _scope = functions::enter(RenderScope {
+        template: set.clone(),
+        lookup,
+        depth: 0,
+        deadline: Instant::now() + bounds.time,
+        included_bytes: 0,
+        max_bytes: bounds.output_bytes,
+    });
+    let mut rendered = Rendered::default();
+    let root_notes = format!("{}/templates/NOTES.txt", chart.name());
+    for t in templates.iter().rev() {
+        let base = t.name.rsplit('/').next().unwrap_or("");
+        if base.starts_with('_') {
+            continue;
+        }
+        let mut data = t.context.clone();
+        if let Value::Map(map) = &mut data {
+            let template = json!({"Name": t.name, "BasePath": t.base_path});
+            map.insert("Template".into(), functions::from_json_value(template));
+        }
+        let output = set
+            .render(&Context::from(Value::Array(vec![Value::String(t.name.clone()), data])))
+            .map_err(|e| HelmError::Template { message: e.to_string() })?
+            .replace("<no value>", "");
+        if t.name.ends_with("/NOTES.txt") {
+            if t.name == root_notes {
+                rendered.notes = output;
+            }
+        } else {
+            rendered.files.insert(t.name.clone(), output);
+        }
+    }
+    Ok(rendered)
+}
+
+struct Collected {
+    name: String,
+    source: String,
+    base_path: String,
+    context: Value,
+}
+
+/// Every template of `chart` and its subcharts, each with the context it renders in.
+fn collect(chart: &Chart, parent: &Json, capabilities: Value, prefix: &str, is_root: bool, out: &mut Vec<Collected>) -> Json {
+    let scoped_values = if is_root {
+        parent["Values"].clone()
+    } else {
+        match &parent["Values"][chart.name()] {
+            Json::Object(table) => Json::Object(table.clone()),
+            _ => Json::Object(Map::new()),
+        }
+    };
+    let path = format!("{prefix}{}", chart.name());
+    let mut context = json!({
+        "Chart": chart.metadata_value(is_root),
+        "Release": parent["Release"],
+        "Values": scoped_values,
+    });
+    let mut subcharts = Map::new();
+    for sub in &chart.dependencies {
+        let sub_context = collect(sub, &context, capabilities.clone(), &format!("{path}/charts/"), false, out);
+        subcharts.insert(sub.name().to_string(), sub_context);
+    }
+    context["Subcharts"] = Json::Object(subcharts);
+    let mut value = functions::from_json_value(context.clone());
+    if let Value::Map(map) = &mut value {
+        map.insert("Capabilities".into(), capabilities);
+        map.insert("Files".into(), crate::files::files_value(&chart.files));
+    }
+    for template in &chart.templates {
+        // A library chart's only templates are its partials.
+        let base = template.name.rsplit('/').next().unwrap_or("");
+        if chart.is_library() && !base.starts_with('_') {
+            continue;
+        }
+        out.push(Collected {
+            name: format!("{path}/{}", template.name),
+            source: crate::files::rewrite_method_calls(&String::from_utf8_lossy(&template.data)),
+            base_path: format!("{path}/templates"),
+            context: value.clone(),
+        });
+    }
+    context
+}
+
+fn capabilities_value(capabilities: &Capabilities) -> Value {
+    let version = semver::Version::parse(&capabilities.kube_version);
+    let (major, minor) = version.map(|v| v.major_minor()).unwrap_or_default();
+    let kube = json!({
+        "Version": capabilities.kube_version, "GitVersion": capabilities.kube_version,
+        "Major": major.to_string(), "Minor": minor.to_string(),
+    });
+    let mut value = functions::from_json_value(json!({
+        "KubeVersion": kube,
+        "HelmVersion": {"Version": "v3.18.0", "GitCommit": "", "GitTreeState": "", "GoVersion": ""},
+    }));
+    if let Value::Map(map) = &mut value {
+        map.insert("APIVersions".into(), crate::files::api_versions_value(&capabilities.api_versions));
+    }
+    value
+}

@@ -1,0 +1,374 @@
+//! Helm's template functions: gtmpl-ng's Sprig set, with Helm's own added (`include`,
+//! `tpl`, `required`, `lookup`, the YAML and JSON conversions) and the Sprig functions it
+//! lacks (`nindent`, `join`, `splitList`, `sortAlpha`, `semverCompare`, ...).
+//!
+//! Template functions are bare `fn` pointers, so the ones that need the render they run
+//! in (the chart's templates for `include`, the cluster for `lookup`) read it from the
+//! thread, where [`crate::engine`] installs it for the length of one render.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Instant;
+
+use gtmpl_ng::{Context, Func, FuncError, Template, Value};
+use serde_json::Value as Json;
+
+use crate::goyaml;
+use crate::semver;
+
+/// How deep `include` and `tpl` may nest. Helm allows 1,000 references to one name; a
+/// render's stack is finite, so lariat stops far earlier and says so.
+pub const MAX_INCLUDE_DEPTH: usize = 100;
+
+/// Reads an object from the cluster a chart is installed into, for `lookup`.
+pub trait Lookup {
+    /// `name` empty lists; the answer is the object, a `List`, or `None` when absent.
+    fn lookup(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Result<Option<Json>, String>;
+}
+
+/// What the functions of one render share: the chart's template set and the cluster.
+pub(crate) struct RenderScope {
+    pub template: Rc<Template>,
+    pub lookup: Option<Rc<dyn Lookup>>,
+    pub depth: usize,
+    /// Each `include` is a render of its own, with its own budget from gtmpl-ng; these
+    /// bound the chart's render as a whole, so that templates including each other
+    /// twice at every level cannot multiply past them.
+    pub deadline: Instant,
+    pub included_bytes: usize,
+    pub max_bytes: usize,
+}
+
+thread_local! {
+    static SCOPE: RefCell<Option<RenderScope>> = const { RefCell::new(None) };
+}
+
+/// Installs `scope` for the current thread until the guard drops.
+pub(crate) fn enter(scope: RenderScope) -> ScopeGuard {
+    SCOPE.with(|s| *s.borrow_mut() = Some(scope));
+    ScopeGuard
+}
+
+pub(crate) struct ScopeGuard;
+
+impl Drop for ScopeGuard {
+    fn drop(&mut self) {
+        SCOPE.with(|s| *s.borrow_mut() = None);
+    }
+}
+
+/// The name of the entry template that renders any named template with any data.
+pub(crate) const ENTRY: &str = "lariat.entry";
+pub(crate) const ENTRY_BODY: &str = "{{- template (index . 0) (index . 1) -}}";
+
+/// Every function a chart's templates may call.
+pub(crate) fn all() -> Vec<(&'static str, Func)> {
+    let mut funcs: Vec<(&'static str, Func)> = gtmpl_ng::helm_functions::HELM_FUNCTIONS.to_vec();
+    funcs.extend([
+        ("include", include as Func),
+        ("tpl", tpl),
+        ("required", required),
+        ("fail", fail),
+        ("lookup", lookup),
+        ("toYaml", to_yaml),
+        ("mustToYaml", to_yaml),
+        ("fromYaml", from_yaml),
+        ("fromYamlArray", from_yaml_array),
+        ("toJson", to_json),
+        ("mustToJson", to_json),
+        ("toRawJson", to_json),
+        ("mustToRawJson", to_json),
+        ("toPrettyJson", to_pretty_json),
+        ("mustToPrettyJson", to_pretty_json),
+        ("fromJson", from_json),
+        ("fromJsonArray", from_json_array),
+        ("nindent", nindent),
+        ("join", join),
+        ("splitList", split_list),
+        ("split", split),
+        ("sortAlpha", sort_alpha),
+        ("tuple", tuple),
+        ("semverCompare", semver_compare),
+        ("getHostByName", get_host_by_name),
+        ("lariatMethod", crate::files::method),
+    ]);
+    funcs
+}
+
+fn arg<'a>(args: &'a [Value], i: usize, function: &str) -> Result<&'a Value, FuncError> {
+    args.get(i).ok_or_else(|| FuncError::AtLeastXArgs(function.into(), i + 1))
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Nil | Value::NoValue => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn generic(message: impl Into<String>) -> FuncError {
+    FuncError::Generic(message.into())
+}
+
+/// Renders a named template with `data` and returns its text (`include "name" .`).
+fn include(args: &[Value]) -> Result<Value, FuncError> {
+    let name = text(arg(args, 0, "include")?);
+    let data = args.get(1).cloned().unwrap_or(Value::Nil);
+    let template = SCOPE.with(|s| {
+        let mut scope = s.borrow_mut();
+        let scope = scope.as_mut().ok_or_else(|| generic("include: called outside a chart render"))?;
+        if scope.depth >= MAX_INCLUDE_DEPTH {
+            return Err(generic(format!(
+                "include {name:?}: templates nest more than {MAX_INCLUDE_DEPTH} deep (a template that includes itself?)"
+            )));
+        }
+        if Instant::now() > scope.deadline {
+            return Err(generic(format!("include {name:?}: the chart's render ran out of time")));
+        }
+        scope.depth += 1;
+        Ok(scope.template.clone())
+    })?;
+    let rendered = template.render(&Context::from(Value::Array(vec![Value::String(name), data])));
+    let over_budget = SCOPE.with(|s| {
+        let mut scope = s.borrow_mut();
+        let scope = scope.as_mut()?;
+        scope.depth -= 1;
+        scope.included_bytes += rendered.as_ref().map_or(0, String::len);
+        (scope.included_bytes > scope.max_bytes).then_some(scope.max_bytes)
+    });
+    if let Some(max) = over_budget {
+        return Err(generic(format!("include: the chart's templates wrote more than {max} bytes")));
+    }
+    rendered.map(Value::String).map_err(|e| generic(e.to_string()))
+}
+
+/// Renders a string as a template with `data` (`tpl .Values.text .`).
+fn tpl(args: &[Value]) -> Result<Value, FuncError> {
+    let source = text(arg(args, 0, "tpl")?);
+    let data = args.get(1).cloned().unwrap_or(Value::Nil);
+    let mut template = Template::with_name("gotpl");
+    template.add_funcs(&all());
+    let rewritten = crate::files::rewrite_method_calls(&source);
+    template.add_template("gotpl", rewritten).map_err(|e| generic(format!("cannot parse template {source:?}: {e}")))?;
+    let entered = SCOPE.with(|s| {
+        let mut scope = s.borrow_mut();
+        let scope = scope.as_mut().ok_or_else(|| generic("tpl: called outside a chart render"))?;
+        if scope.depth >= MAX_INCLUDE_DEPTH {
+            return Err(generic(format!("tpl: templates nest more than {MAX_INCLUDE_DEPTH} deep")));
+        }
+        scope.depth += 1;
+        Ok(())
+    });
+    entered?;
+    let rendered = template.render(&Context::from(data));
+    SCOPE.with(|s| {
+        if let Some(scope) = s.borrow_mut().as_mut() {
+            scope.depth -= 1;
+        }
+    });
+    rendered
+        .map(|out| Value::String(out.replace("<no value>", "")))
+        .map_err(|e| generic(format!("error during tpl function execution for {source:?}: {e}")))
+}
+
+/// Helm's `required`: fails on nil and on the empty string, nothing else.
+fn required(args: &[Value]) -> Result<Value, FuncError> {
+    let message = text(arg(args, 0, "required")?);
+    match args.get(1).unwrap_or(&Value::Nil) {
+        Value::Nil | Value::NoValue => Err(generic(message)),
+        Value::String(s) if s.is_empty() => Err(generic(message)),
+        value => Ok(value.clone()),
+    }
+}
+
+fn fail(args: &[Value]) -> Result<Value, FuncError> {
+    Err(generic(text(arg(args, 0, "fail")?)))
+}
+
+/// `lookup "v1" "Secret" "ns" "name"`: the object from the cluster, or an empty map when
+/// it is absent or no cluster is there (as `helm template` answers).
+fn lookup(args: &[Value]) -> Result<Value, FuncError> {
+    let field = |i| args.get(i).map(text).ok_or_else(|| FuncError::ExactlyXArgs("lookup".into(), 4));
+    let (api_version, kind, namespace, name) = (field(0)?, field(1)?, field(2)?, field(3)?);
+    let client = SCOPE.with(|s| s.borrow().as_ref().and_then(|scope| scope.lookup.clone()));
+    let Some(client) = client else { return Ok(Value::Map(Default::default())) };
+    match client.lookup(&api_version, &kind, &namespace, &name) {
+        Ok(Some(object)) => Ok(from_json_value(object)),
+        Ok(None) => Ok(Value::Map(Default::default())),
+        Err(e) => Err(generic(format!("lookup {api_version} {kind} {namespace}/{name}: {e}"))),
+    }
+}
+
+/// A template value as JSON, maps' keys in Go's order (sorted), as `json.Marshal` has them.
+pub(crate) fn to_json_value(value: &Value) -> Json {
+    match value {
+        Value::Nil | Value::NoValue | Value::Function(_) => Json::Null,
+        Value::Bool(b) => Json::Bool(*b),
+        Value::String(s) => Json::String(s.clone()),
+        Value::Number(n) => match n.kind() {
+            gtmpl_ng::NumberKind::Unsigned(u) => Json::from(u),
+            gtmpl_ng::NumberKind::Signed(i) => Json::from(i),
+            gtmpl_ng::NumberKind::Float(f) => serde_json::Number::from_f64(f).map_or(Json::Null, Json::Number),
+        },
+        Value::Array(items) => Json::Array(items.iter().map(to_json_value).collect()),
+        Value::Map(map) | Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            Json::Object(keys.into_iter().map(|k| (k.clone(), to_json_value(&map[k]))).collect())
+        }
+    }
+}
+
+/// JSON as a template value: objects become maps, whose missing keys read as no value.
+pub(crate) fn from_json_value(value: Json) -> Value {
+    match value {
+        Json::Null => Value::Nil,
+        Json::Bool(b) => Value::Bool(b),
+        Json::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+            (Some(u), _, _) => Value::from(u),
+            (_, Some(i), _) => Value::from(i),
+            (_, _, f) => Value::from(f.unwrap_or(0.0)),
+        },
+        Json::String(s) => Value::String(s),
+        Json::Array(items) => Value::Array(items.into_iter().map(from_json_value).collect()),
+        Json::Object(map) => Value::Map(map.into_iter().map(|(k, v)| (k, from_json_value(v))).collect()),
+    }
+}
+
+fn to_yaml(args: &[Value]) -> Result<Value, FuncError> {
+    let yaml = goyaml::to_string(&to_json_value(arg(args, 0, "toYaml")?));
+    Ok(Value::String(yaml.strip_suffix('\n').unwrap_or(&yaml).to_string()))
+}
+
+/// `fromYaml`: a map, or a map holding `Error` when the text is not one (as Helm does).
+fn from_yaml(args: &[Value]) -> Result<Value, FuncError> {
+    let source = text(arg(args, 0, "fromYaml")?);
+    Ok(match serde_yaml_ng::from_str::<Json>(&source) {
+        Ok(Json::Object(map)) => from_json_value(Json::Object(map)),
+        Ok(Json::Null) => Value::Map(Default::default()),
+        Ok(_) => error_map("error unmarshaling JSON: cannot unmarshal into map"),
+        Err(e) => error_map(&e.to_string()),
+    })
+}
+
+fn from_yaml_array(args: &[Value]) -> Result<Value, FuncError> {
+    let source = text(arg(args, 0, "fromYamlArray")?);
+    Ok(match serde_yaml_ng::from_str::<Json>(&source) {
+        Ok(Json::Array(items)) => from_json_value(Json::Array(items)),
+        Ok(Json::Null) => Value::Array(Vec::new()),
+        Ok(_) => Value::Array(vec![Value::String("error unmarshaling JSON: not an array".into())]),
+        Err(e) => Value::Array(vec![Value::String(e.to_string())]),
+    })
+}
+
+fn error_map(message: &str) -> Value {
+    Value::Map([("Error".to_string(), Value::String(message.to_string()))].into_iter().collect())
+}
+
+fn to_json(args: &[Value]) -> Result<Value, FuncError> {
+    let json = serde_json::to_string(&to_json_value(arg(args, 0, "toJson")?)).map_err(|e| generic(e.to_string()))?;
+    Ok(Value::String(json))
+}
+
+fn to_pretty_json(args: &[Value]) -> Result<Value, FuncError> {
+    let value = to_json_value(arg(args, 0, "toPrettyJson")?);
+    let json = serde_json::to_string_pretty(&value).map_err(|e| generic(e.to_string()))?;
+    Ok(Value::String(json))
+}
+
+fn from_json(args: &[Value]) -> Result<Value, FuncError> {
+    let source = text(arg(args, 0, "fromJson")?);
+    Ok(match serde_json::from_str::<Json>(&source) {
+        Ok(Json::Object(map)) => from_json_value(Json::Object(map)),
+        Ok(_) => error_map("json: cannot unmarshal into map"),
+        Err(e) => error_map(&e.to_string()),
+    })
+}
+
+fn from_json_array(args: &[Value]) -> Result<Value, FuncError> {
+    let source = text(arg(args, 0, "fromJsonArray")?);
+    Ok(match serde_json::from_str::<Json>(&source) {
+        Ok(Json::Array(items)) => from_json_value(Json::Array(items)),
+        Ok(_) => Value::Array(vec![Value::String("json: cannot unmarshal into array".into())]),
+        Err(e) => Value::Array(vec![Value::String(e.to_string())]),
+    })
+}
+
+fn count(value: &Value, function: &str) -> Result<usize, FuncError> {
+    match value {
+        Value::Number(n) => n.as_i64().map(|i| i.max(0) as usize).ok_or_else(|| generic(format!("{function}: not a count"))),
+        Value::String(s) => s.trim().parse().map_err(|_| generic(format!("{function}: {s:?} is not a count"))),
+        _ => Err(generic(format!("{function}: the first argument is a count of spaces"))),
+    }
+}
+
+/// `nindent N text`: a newline, then `text` with every line indented by N spaces.
+fn nindent(args: &[Value]) -> Result<Value, FuncError> {
+    let spaces = count(arg(args, 0, "nindent")?, "nindent")?;
+    let limit = gtmpl_ng::limits::active().function_output.unwrap_or(usize::MAX);
+    let body = text(arg(args, 1, "nindent")?);
+    let pad = " ".repeat(spaces.min(limit));
+    let indented = format!("\n{pad}{}", body.replace('\n', &format!("\n{pad}")));
+    if indented.len() > limit {
+        return Err(FuncError::TooMuchOutput {
+            function: "nindent".into(),
+            count: indented.len(),
+            what: "characters".into(),
+            limit,
+        });
+    }
+    Ok(Value::String(indented))
+}
+
+fn strings_of(value: &Value) -> Vec<String> {
+    match value {
+        Value::Array(items) => items.iter().map(text).collect(),
+        Value::Nil | Value::NoValue => Vec::new(),
+        other => vec![text(other)],
+    }
+}
+
+/// `join sep list`.
+fn join(args: &[Value]) -> Result<Value, FuncError> {
+    let separator = text(arg(args, 0, "join")?);
+    Ok(Value::String(strings_of(arg(args, 1, "join")?).join(&separator)))
+}
+
+/// `splitList sep text`.
+fn split_list(args: &[Value]) -> Result<Value, FuncError> {
+    let separator = text(arg(args, 0, "splitList")?);
+    let source = text(arg(args, 1, "splitList")?);
+    Ok(Value::Array(source.split(separator.as_str()).map(|s| Value::String(s.into())).collect()))
+}
+
+/// `split sep text`: a map `_0`, `_1`, ... of the parts.
+fn split(args: &[Value]) -> Result<Value, FuncError> {
+    let separator = text(arg(args, 0, "split")?);
+    let source = text(arg(args, 1, "split")?);
+    Ok(Value::Map(
+        source.split(separator.as_str()).enumerate().map(|(i, s)| (format!("_{i}"), Value::String(s.into()))).collect(),
+    ))
+}
+
+fn sort_alpha(args: &[Value]) -> Result<Value, FuncError> {
+    let mut items = strings_of(arg(args, 0, "sortAlpha")?);
+    items.sort();
+    Ok(Value::Array(items.into_iter().map(Value::String).collect()))
+}
+
+fn tuple(args: &[Value]) -> Result<Value, FuncError> {
+    Ok(Value::Array(args.to_vec()))
+}
+
+/// `semverCompare ">=1.19-0" .Capabilities.KubeVersion.GitVersion`.
+fn semver_compare(args: &[Value]) -> Result<Value, FuncError> {
+    let constraint = text(arg(args, 0, "semverCompare")?);
+    let version = text(arg(args, 1, "semverCompare")?);
+    semver::satisfies(&constraint, &version).map(Value::Bool).map_err(generic)
+}
+
+/// Helm answers DNS lookups with "" unless `--enable-dns`; lariat never resolves.
+fn get_host_by_name(_: &[Value]) -> Result<Value, FuncError> {
+    Ok(Value::String(String::new()))
+}
