@@ -13,6 +13,7 @@ mod connect;
 mod describe;
 mod fleet;
 mod generate;
+mod helm;
 mod import;
 mod pivot;
 mod providers;
@@ -98,6 +99,11 @@ enum Command {
     Admin {
         #[command(subcommand)]
         what: AdminCommand,
+    },
+    /// Render Helm charts as Fleet bundles render them.
+    Helm {
+        #[command(subcommand)]
+        what: helm::HelmCommand,
     },
     /// Measure the server and print figures.
     Bench {
@@ -443,6 +449,7 @@ fn main() -> std::process::ExitCode {
             Command::Server(args) => server(*args).await,
             Command::Bench { what } => bench::run(what).await,
             Command::Generate { what } => generate::run(what),
+            Command::Helm { what } => helm::run(what),
             Command::Init(args) => providers::init(args).await,
             Command::Move(args) => pivot::run(*args).await,
             Command::Cluster {

@@ -86,12 +86,10 @@ pub struct Dependency {
     pub alias: String,
 }
 
+/// A scalar as its YAML text: `appVersion: 1.10` is "1.10", as sigs.k8s.io/yaml gives a
+/// string field, not the float 1.1.
 fn scalar_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
-    Ok(match Value::deserialize(deserializer)? {
-        Value::Null => String::new(),
-        Value::String(s) => s,
-        other => other.to_string(),
-    })
+    Ok(Option::<String>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 impl Chart {
@@ -136,7 +134,10 @@ impl Chart {
             if let Some(rest) = name.strip_prefix("charts/") {
                 match rest.split_once('/') {
                     Some((sub, path)) => {
-                        subcharts.entry(sub).or_default().insert(path.to_string(), data.clone());
+                        subcharts
+                            .entry(sub)
+                            .or_default()
+                            .insert(path.to_string(), data.clone());
                     }
                     None if rest.ends_with(".tgz") || rest.ends_with(".tar.gz") => {
                         return Err(HelmError::Chart {
@@ -148,16 +149,21 @@ impl Chart {
                 }
                 continue;
             }
-            let file = File { name: name.clone(), data: data.clone() };
+            let file = File {
+                name: name.clone(),
+                data: data.clone(),
+            };
             match name.as_str() {
-                "Chart.yaml" | "values.yaml" | "values.schema.json" | "Chart.lock" | "requirements.yaml"
-                | "requirements.lock" => {}
+                "Chart.yaml" | "values.yaml" | "values.schema.json" | "Chart.lock"
+                | "requirements.yaml" | "requirements.lock" => {}
                 _ if name.starts_with("templates/") => chart.templates.push(file),
                 _ => chart.files.push(file),
             }
         }
         for (sub, sub_files) in subcharts {
-            chart.dependencies.push(Chart::load_at(&sub_files, &format!("{at}charts/{sub}/"))?);
+            chart
+                .dependencies
+                .push(Chart::load_at(&sub_files, &format!("{at}charts/{sub}/"))?);
         }
         Ok(chart)
     }
@@ -173,7 +179,10 @@ impl Chart {
     /// The chart's CRDs (`crds/*.yaml`, `*.yml`, `*.json`), as Helm installs them first.
     pub fn crds(&self) -> impl Iterator<Item = &File> {
         self.files.iter().filter(|f| {
-            f.name.starts_with("crds/") && [".yaml", ".yml", ".json"].iter().any(|ext| f.name.ends_with(ext))
+            f.name.starts_with("crds/")
+                && [".yaml", ".yml", ".json"]
+                    .iter()
+                    .any(|ext| f.name.ends_with(ext))
         })
     }
 
@@ -227,15 +236,27 @@ pub fn read_values(data: &[u8], file: &str) -> Result<Map<String, Value>, HelmEr
     match parse_yaml::<Value>(data, file)? {
         Value::Object(map) => Ok(map),
         Value::Null => Ok(Map::new()),
-        _ => Err(HelmError::Chart { file: file.into(), message: "values must be a YAML mapping".into() }),
+        _ => Err(HelmError::Chart {
+            file: file.into(),
+            message: "values must be a YAML mapping".into(),
+        }),
     }
 }
 
-pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(data: &[u8], file: &str) -> Result<T, HelmError> {
+pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(
+    data: &[u8],
+    file: &str,
+) -> Result<T, HelmError> {
     if data.iter().all(u8::is_ascii_whitespace) {
         return serde_json::from_value(Value::Null)
             .or_else(|_| serde_json::from_value(Value::Object(Map::new())))
-            .map_err(|e| HelmError::Chart { file: file.into(), message: e.to_string() });
+            .map_err(|e| HelmError::Chart {
+                file: file.into(),
+                message: e.to_string(),
+            });
     }
-    serde_yaml_ng::from_slice(data).map_err(|e| HelmError::Chart { file: file.into(), message: e.to_string() })
+    serde_yaml_ng::from_slice(data).map_err(|e| HelmError::Chart {
+        file: file.into(),
+        message: e.to_string(),
+    })
 }

@@ -37,13 +37,32 @@ impl Default for Capabilities {
     /// API groups.
     fn default() -> Self {
         let api_versions = [
-            "v1", "admissionregistration.k8s.io/v1", "apiextensions.k8s.io/v1", "apiregistration.k8s.io/v1",
-            "apps/v1", "authentication.k8s.io/v1", "authorization.k8s.io/v1", "autoscaling/v1", "autoscaling/v2",
-            "batch/v1", "certificates.k8s.io/v1", "coordination.k8s.io/v1", "discovery.k8s.io/v1",
-            "events.k8s.io/v1", "flowcontrol.apiserver.k8s.io/v1", "networking.k8s.io/v1", "node.k8s.io/v1",
-            "policy/v1", "rbac.authorization.k8s.io/v1", "scheduling.k8s.io/v1", "storage.k8s.io/v1",
+            "v1",
+            "admissionregistration.k8s.io/v1",
+            "apiextensions.k8s.io/v1",
+            "apiregistration.k8s.io/v1",
+            "apps/v1",
+            "authentication.k8s.io/v1",
+            "authorization.k8s.io/v1",
+            "autoscaling/v1",
+            "autoscaling/v2",
+            "batch/v1",
+            "certificates.k8s.io/v1",
+            "coordination.k8s.io/v1",
+            "discovery.k8s.io/v1",
+            "events.k8s.io/v1",
+            "flowcontrol.apiserver.k8s.io/v1",
+            "networking.k8s.io/v1",
+            "node.k8s.io/v1",
+            "policy/v1",
+            "rbac.authorization.k8s.io/v1",
+            "scheduling.k8s.io/v1",
+            "storage.k8s.io/v1",
         ];
-        Capabilities { kube_version: "v1.20.0".into(), api_versions: api_versions.map(String::from).to_vec() }
+        Capabilities {
+            kube_version: "v1.20.0".into(),
+            api_versions: api_versions.map(String::from).to_vec(),
+        }
     }
 }
 
@@ -58,7 +77,10 @@ pub struct Bounds {
 
 impl Default for Bounds {
     fn default() -> Self {
-        Bounds { time: Duration::from_secs(10), output_bytes: 64 << 20 }
+        Bounds {
+            time: Duration::from_secs(10),
+            output_bytes: 64 << 20,
+        }
     }
 }
 
@@ -88,7 +110,9 @@ pub fn render(
     let mut chart = chart.clone();
     values::enable_dependencies(&mut chart, user_values);
     let kube_version = &chart.metadata.kube_version;
-    if !kube_version.is_empty() && !semver::satisfies(kube_version, &capabilities.kube_version).unwrap_or(false) {
+    if !kube_version.is_empty()
+        && !semver::satisfies(kube_version, &capabilities.kube_version).unwrap_or(false)
+    {
         return Err(HelmError::Chart {
             file: "Chart.yaml".into(),
             message: format!(
@@ -104,21 +128,35 @@ pub fn render(
         "Values": values,
     });
     let mut templates = Vec::new();
-    collect(&chart, &top, capabilities_value(capabilities), "", true, &mut templates);
+    collect(
+        &chart,
+        &top,
+        capabilities_value(capabilities),
+        "",
+        true,
+        &mut templates,
+    );
 
     // Helm parses the deepest paths first, so that a parent's `define` replaces a subchart's.
     templates.sort_by(|a, b| {
         let depth = |t: &Collected| t.name.matches('/').count();
         depth(b).cmp(&depth(a)).then_with(|| b.name.cmp(&a.name))
     });
-    let limits = Limits::default().with_output_bytes(bounds.output_bytes).with_deadline(bounds.time);
+    let limits = Limits::default()
+        .with_output_bytes(bounds.output_bytes)
+        .with_deadline(bounds.time);
     let mut set = Template::with_limits(limits);
     set.name = ENTRY.into();
     set.add_funcs(&functions::all());
-    set.add_template(ENTRY, ENTRY_BODY).map_err(|e| HelmError::Template { message: e.to_string() })?;
+    set.add_template(ENTRY, ENTRY_BODY)
+        .map_err(|e| HelmError::Template {
+            message: e.to_string(),
+        })?;
     for t in &templates {
         set.add_template(t.name.clone(), t.source.clone())
-            .map_err(|e| HelmError::Template { message: format!("parse error in {:?}: {e}", t.name) })?;
+            .map_err(|e| HelmError::Template {
+                message: format!("parse error in {:?}: {e}", t.name),
+            })?;
     }
     let set = Rc::new(set);
     let _scope = functions::enter(RenderScope {
@@ -142,8 +180,13 @@ pub fn render(
             map.insert("Template".into(), functions::from_json_value(template));
         }
         let output = set
-            .render(&Context::from(Value::Array(vec![Value::String(t.name.clone()), data])))
-            .map_err(|e| HelmError::Template { message: e.to_string() })?
+            .render(&Context::from(Value::Array(vec![
+                Value::String(t.name.clone()),
+                data,
+            ])))
+            .map_err(|e| HelmError::Template {
+                message: e.to_string(),
+            })?
             .replace("<no value>", "");
         if t.name.ends_with("/NOTES.txt") {
             if t.name == root_notes {
@@ -164,7 +207,14 @@ struct Collected {
 }
 
 /// Every template of `chart` and its subcharts, each with the context it renders in.
-fn collect(chart: &Chart, parent: &Json, capabilities: Value, prefix: &str, is_root: bool, out: &mut Vec<Collected>) -> Json {
+fn collect(
+    chart: &Chart,
+    parent: &Json,
+    capabilities: Value,
+    prefix: &str,
+    is_root: bool,
+    out: &mut Vec<Collected>,
+) -> Json {
     let scoped_values = if is_root {
         parent["Values"].clone()
     } else {
@@ -181,7 +231,14 @@ fn collect(chart: &Chart, parent: &Json, capabilities: Value, prefix: &str, is_r
     });
     let mut subcharts = Map::new();
     for sub in &chart.dependencies {
-        let sub_context = collect(sub, &context, capabilities.clone(), &format!("{path}/charts/"), false, out);
+        let sub_context = collect(
+            sub,
+            &context,
+            capabilities.clone(),
+            &format!("{path}/charts/"),
+            false,
+            out,
+        );
         subcharts.insert(sub.name().to_string(), sub_context);
     }
     context["Subcharts"] = Json::Object(subcharts);
@@ -218,7 +275,10 @@ fn capabilities_value(capabilities: &Capabilities) -> Value {
         "HelmVersion": {"Version": "v3.18.0", "GitCommit": "", "GitTreeState": "", "GoVersion": ""},
     }));
     if let Value::Map(map) = &mut value {
-        map.insert("APIVersions".into(), crate::files::api_versions_value(&capabilities.api_versions));
+        map.insert(
+            "APIVersions".into(),
+            crate::files::api_versions_value(&capabilities.api_versions),
+        );
     }
     value
 }

@@ -17,7 +17,12 @@ const VERSIONS: &str = "__versions";
 pub(crate) fn files_value(files: &[File]) -> Value {
     let contents = files
         .iter()
-        .map(|f| (f.name.clone(), Value::String(String::from_utf8_lossy(&f.data).into_owned())))
+        .map(|f| {
+            (
+                f.name.clone(),
+                Value::String(String::from_utf8_lossy(&f.data).into_owned()),
+            )
+        })
         .collect();
     files_object(contents)
 }
@@ -31,8 +36,10 @@ fn files_object(contents: HashMap<String, Value>) -> Value {
         ("AsConfig", as_config),
         ("AsSecrets", as_secrets),
     ];
-    let mut object: HashMap<String, Value> =
-        methods.into_iter().map(|(name, f)| (name.to_string(), Value::Function(Function { f }))).collect();
+    let mut object: HashMap<String, Value> = methods
+        .into_iter()
+        .map(|(name, f)| (name.to_string(), Value::Function(Function { f })))
+        .collect();
     object.insert(FILES.into(), Value::Map(contents));
     Value::Object(object)
 }
@@ -58,14 +65,21 @@ fn name_arg(args: &[Value], method: &str) -> Result<String, FuncError> {
 /// `.Files.Get "path"`: the file's text, or "" when the chart has no such file.
 fn get(args: &[Value]) -> Result<Value, FuncError> {
     let name = name_arg(args, "Get")?;
-    Ok(contents(args)?.get(&name).cloned().unwrap_or(Value::String(String::new())))
+    Ok(contents(args)?
+        .get(&name)
+        .cloned()
+        .unwrap_or(Value::String(String::new())))
 }
 
 fn lines(args: &[Value]) -> Result<Value, FuncError> {
     let name = name_arg(args, "Lines")?;
-    let Some(Value::String(text)) = contents(args)?.get(&name) else { return Ok(Value::Array(Vec::new())) };
+    let Some(Value::String(text)) = contents(args)?.get(&name) else {
+        return Ok(Value::Array(Vec::new()));
+    };
     let text = text.strip_suffix('\n').unwrap_or(text);
-    Ok(Value::Array(text.split('\n').map(|l| Value::String(l.into())).collect()))
+    Ok(Value::Array(
+        text.split('\n').map(|l| Value::String(l.into())).collect(),
+    ))
 }
 
 /// `.Files.Glob "config/*.yaml"`: the files whose paths match, as Files again.
@@ -87,11 +101,16 @@ fn as_config(args: &[Value]) -> Result<Value, FuncError> {
 
 /// The files as a Secret's `data`: base name to base64.
 fn as_secrets(args: &[Value]) -> Result<Value, FuncError> {
-    let map = by_base_name(contents(args)?, |text| base64::engine::general_purpose::STANDARD.encode(text));
+    let map = by_base_name(contents(args)?, |text| {
+        base64::engine::general_purpose::STANDARD.encode(text)
+    });
     Ok(Value::String(yaml_without_newline(map)))
 }
 
-fn by_base_name(files: &HashMap<String, Value>, encode: impl Fn(&str) -> String) -> serde_json::Map<String, serde_json::Value> {
+fn by_base_name(
+    files: &HashMap<String, Value>,
+    encode: impl Fn(&str) -> String,
+) -> serde_json::Map<String, serde_json::Value> {
     files
         .iter()
         .map(|(name, value)| {
@@ -134,9 +153,13 @@ fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
             }
             false
         }
-        Some(b'?') => name.first().is_some_and(|&c| c != b'/') && glob_match(&pattern[1..], &name[1..]),
+        Some(b'?') => {
+            name.first().is_some_and(|&c| c != b'/') && glob_match(&pattern[1..], &name[1..])
+        }
         Some(b'[') => {
-            let Some(end) = pattern.iter().position(|&c| c == b']') else { return false };
+            let Some(end) = pattern.iter().position(|&c| c == b']') else {
+                return false;
+            };
             let set = &pattern[1..end];
             let (negate, set) = match set.first() {
                 Some(b'!') | Some(b'^') => (true, &set[1..]),
@@ -157,7 +180,9 @@ fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
             hit != negate && glob_match(&pattern[end + 1..], &name[1..])
         }
         Some(b'{') => {
-            let Some(end) = pattern.iter().position(|&c| c == b'}') else { return false };
+            let Some(end) = pattern.iter().position(|&c| c == b'}') else {
+                return false;
+            };
             let rest = &pattern[end + 1..];
             pattern[1..end].split(|&c| c == b',').any(|alternative| {
                 let mut candidate = alternative.to_vec();
@@ -172,32 +197,23 @@ fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
 pub(crate) fn api_versions_value(versions: &[String]) -> Value {
     let mut object = HashMap::new();
     object.insert("Has".to_string(), Value::Function(Function { f: has }));
-    object.insert(VERSIONS.to_string(), Value::Array(versions.iter().map(|v| Value::String(v.clone())).collect()));
+    object.insert(
+        VERSIONS.to_string(),
+        Value::Array(versions.iter().map(|v| Value::String(v.clone())).collect()),
+    );
     Value::Object(object)
 }
 
 /// `.Capabilities.APIVersions.Has "apps/v1"` (or `"apps/v1/Deployment"`).
 fn has(args: &[Value]) -> Result<Value, FuncError> {
     let Some(Value::Object(object)) = args.first() else {
-        return Err(FuncError::Generic("APIVersions.Has: not an APIVersions object".into()));
+        return Err(FuncError::Generic(
+            "APIVersions.Has: not an APIVersions object".into(),
+        ));
     };
     let wanted = name_arg(args, "Has")?;
     let found = matches!(object.get(VERSIONS), Some(Value::Array(list)) if list.iter().any(|v| matches!(v, Value::String(s) if *s == wanted)));
     Ok(Value::Bool(found))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::glob_match;
-
-    #[test]
-    fn globs_as_helm_does() {
-        assert!(glob_match(b"config/*.yaml", b"config/a.yaml"));
-        assert!(!glob_match(b"config/*.yaml", b"config/sub/a.yaml"));
-        assert!(glob_match(b"config/**.yaml", b"config/sub/a.yaml"));
-        assert!(glob_match(b"files/{a,b}.txt", b"files/b.txt"));
-        assert!(glob_match(b"f?le[0-9]", b"file7"));
-    }
 }
 
 /// gtmpl-ng calls a method only without arguments (`.Files.AsConfig`); Go calls
@@ -255,8 +271,12 @@ pub(crate) fn rewrite_method_calls(source: &str) -> String {
 
 /// `lariatMethod receiver "Name" args...`: calls the receiver's method with arguments.
 pub(crate) fn method(args: &[Value]) -> Result<Value, FuncError> {
-    let (Some(receiver @ Value::Object(object)), Some(Value::String(name))) = (args.first(), args.get(1)) else {
-        return Err(FuncError::Generic("a method call needs an object and a method name".into()));
+    let (Some(receiver @ Value::Object(object)), Some(Value::String(name))) =
+        (args.first(), args.get(1))
+    else {
+        return Err(FuncError::Generic(
+            "a method call needs an object and a method name".into(),
+        ));
     };
     let Some(Value::Function(function)) = object.get(name) else {
         return Err(FuncError::Generic(format!("no method {name}")));
@@ -264,4 +284,18 @@ pub(crate) fn method(args: &[Value]) -> Result<Value, FuncError> {
     let mut call = vec![receiver.clone()];
     call.extend_from_slice(&args[2..]);
     (function.f)(&call)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs_as_helm_does() {
+        assert!(glob_match(b"config/*.yaml", b"config/a.yaml"));
+        assert!(!glob_match(b"config/*.yaml", b"config/sub/a.yaml"));
+        assert!(glob_match(b"config/**.yaml", b"config/sub/a.yaml"));
+        assert!(glob_match(b"files/{a,b}.txt", b"files/b.txt"));
+        assert!(glob_match(b"f?le[0-9]", b"file7"));
+    }
 }

@@ -23,7 +23,13 @@ pub const MAX_INCLUDE_DEPTH: usize = 100;
 /// Reads an object from the cluster a chart is installed into, for `lookup`.
 pub trait Lookup {
     /// `name` empty lists; the answer is the object, a `List`, or `None` when absent.
-    fn lookup(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Result<Option<Json>, String>;
+    fn lookup(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Json>, String>;
 }
 
 /// What the functions of one render share: the chart's template set and the cluster.
@@ -96,7 +102,8 @@ pub(crate) fn all() -> Vec<(&'static str, Func)> {
 }
 
 fn arg<'a>(args: &'a [Value], i: usize, function: &str) -> Result<&'a Value, FuncError> {
-    args.get(i).ok_or_else(|| FuncError::AtLeastXArgs(function.into(), i + 1))
+    args.get(i)
+        .ok_or_else(|| FuncError::AtLeastXArgs(function.into(), i + 1))
 }
 
 fn text(value: &Value) -> String {
@@ -129,7 +136,10 @@ fn include(args: &[Value]) -> Result<Value, FuncError> {
         scope.depth += 1;
         Ok(scope.template.clone())
     })?;
-    let rendered = template.render(&Context::from(Value::Array(vec![Value::String(name), data])));
+    let rendered = template.render(&Context::from(Value::Array(vec![
+        Value::String(name),
+        data,
+    ])));
     let over_budget = SCOPE.with(|s| {
         let mut scope = s.borrow_mut();
         let scope = scope.as_mut()?;
@@ -138,9 +148,13 @@ fn include(args: &[Value]) -> Result<Value, FuncError> {
         (scope.included_bytes > scope.max_bytes).then_some(scope.max_bytes)
     });
     if let Some(max) = over_budget {
-        return Err(generic(format!("include: the chart's templates wrote more than {max} bytes")));
+        return Err(generic(format!(
+            "include: the chart's templates wrote more than {max} bytes"
+        )));
     }
-    rendered.map(Value::String).map_err(|e| generic(e.to_string()))
+    rendered
+        .map(Value::String)
+        .map_err(|e| generic(e.to_string()))
 }
 
 /// Renders a string as a template with `data` (`tpl .Values.text .`).
@@ -150,12 +164,18 @@ fn tpl(args: &[Value]) -> Result<Value, FuncError> {
     let mut template = Template::with_name("gotpl");
     template.add_funcs(&all());
     let rewritten = crate::files::rewrite_method_calls(&source);
-    template.add_template("gotpl", rewritten).map_err(|e| generic(format!("cannot parse template {source:?}: {e}")))?;
+    template
+        .add_template("gotpl", rewritten)
+        .map_err(|e| generic(format!("cannot parse template {source:?}: {e}")))?;
     let entered = SCOPE.with(|s| {
         let mut scope = s.borrow_mut();
-        let scope = scope.as_mut().ok_or_else(|| generic("tpl: called outside a chart render"))?;
+        let scope = scope
+            .as_mut()
+            .ok_or_else(|| generic("tpl: called outside a chart render"))?;
         if scope.depth >= MAX_INCLUDE_DEPTH {
-            return Err(generic(format!("tpl: templates nest more than {MAX_INCLUDE_DEPTH} deep")));
+            return Err(generic(format!(
+                "tpl: templates nest more than {MAX_INCLUDE_DEPTH} deep"
+            )));
         }
         scope.depth += 1;
         Ok(())
@@ -169,7 +189,11 @@ fn tpl(args: &[Value]) -> Result<Value, FuncError> {
     });
     rendered
         .map(|out| Value::String(out.replace("<no value>", "")))
-        .map_err(|e| generic(format!("error during tpl function execution for {source:?}: {e}")))
+        .map_err(|e| {
+            generic(format!(
+                "error during tpl function execution for {source:?}: {e}"
+            ))
+        })
 }
 
 /// Helm's `required`: fails on nil and on the empty string, nothing else.
@@ -189,14 +213,22 @@ fn fail(args: &[Value]) -> Result<Value, FuncError> {
 /// `lookup "v1" "Secret" "ns" "name"`: the object from the cluster, or an empty map when
 /// it is absent or no cluster is there (as `helm template` answers).
 fn lookup(args: &[Value]) -> Result<Value, FuncError> {
-    let field = |i| args.get(i).map(text).ok_or_else(|| FuncError::ExactlyXArgs("lookup".into(), 4));
+    let field = |i| {
+        args.get(i)
+            .map(text)
+            .ok_or_else(|| FuncError::ExactlyXArgs("lookup".into(), 4))
+    };
     let (api_version, kind, namespace, name) = (field(0)?, field(1)?, field(2)?, field(3)?);
     let client = SCOPE.with(|s| s.borrow().as_ref().and_then(|scope| scope.lookup.clone()));
-    let Some(client) = client else { return Ok(Value::Map(Default::default())) };
+    let Some(client) = client else {
+        return Ok(Value::Map(Default::default()));
+    };
     match client.lookup(&api_version, &kind, &namespace, &name) {
         Ok(Some(object)) => Ok(from_json_value(object)),
         Ok(None) => Ok(Value::Map(Default::default())),
-        Err(e) => Err(generic(format!("lookup {api_version} {kind} {namespace}/{name}: {e}"))),
+        Err(e) => Err(generic(format!(
+            "lookup {api_version} {kind} {namespace}/{name}: {e}"
+        ))),
     }
 }
 
@@ -209,13 +241,19 @@ pub(crate) fn to_json_value(value: &Value) -> Json {
         Value::Number(n) => match n.kind() {
             gtmpl_ng::NumberKind::Unsigned(u) => Json::from(u),
             gtmpl_ng::NumberKind::Signed(i) => Json::from(i),
-            gtmpl_ng::NumberKind::Float(f) => serde_json::Number::from_f64(f).map_or(Json::Null, Json::Number),
+            gtmpl_ng::NumberKind::Float(f) => {
+                serde_json::Number::from_f64(f).map_or(Json::Null, Json::Number)
+            }
         },
         Value::Array(items) => Json::Array(items.iter().map(to_json_value).collect()),
         Value::Map(map) | Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
             keys.sort();
-            Json::Object(keys.into_iter().map(|k| (k.clone(), to_json_value(&map[k]))).collect())
+            Json::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), to_json_value(&map[k])))
+                    .collect(),
+            )
         }
     }
 }
@@ -232,13 +270,19 @@ pub(crate) fn from_json_value(value: Json) -> Value {
         },
         Json::String(s) => Value::String(s),
         Json::Array(items) => Value::Array(items.into_iter().map(from_json_value).collect()),
-        Json::Object(map) => Value::Map(map.into_iter().map(|(k, v)| (k, from_json_value(v))).collect()),
+        Json::Object(map) => Value::Map(
+            map.into_iter()
+                .map(|(k, v)| (k, from_json_value(v)))
+                .collect(),
+        ),
     }
 }
 
 fn to_yaml(args: &[Value]) -> Result<Value, FuncError> {
     let yaml = goyaml::to_string(&to_json_value(arg(args, 0, "toYaml")?));
-    Ok(Value::String(yaml.strip_suffix('\n').unwrap_or(&yaml).to_string()))
+    Ok(Value::String(
+        yaml.strip_suffix('\n').unwrap_or(&yaml).to_string(),
+    ))
 }
 
 /// `fromYaml`: a map, or a map holding `Error` when the text is not one (as Helm does).
@@ -257,17 +301,24 @@ fn from_yaml_array(args: &[Value]) -> Result<Value, FuncError> {
     Ok(match serde_yaml_ng::from_str::<Json>(&source) {
         Ok(Json::Array(items)) => from_json_value(Json::Array(items)),
         Ok(Json::Null) => Value::Array(Vec::new()),
-        Ok(_) => Value::Array(vec![Value::String("error unmarshaling JSON: not an array".into())]),
+        Ok(_) => Value::Array(vec![Value::String(
+            "error unmarshaling JSON: not an array".into(),
+        )]),
         Err(e) => Value::Array(vec![Value::String(e.to_string())]),
     })
 }
 
 fn error_map(message: &str) -> Value {
-    Value::Map([("Error".to_string(), Value::String(message.to_string()))].into_iter().collect())
+    Value::Map(
+        [("Error".to_string(), Value::String(message.to_string()))]
+            .into_iter()
+            .collect(),
+    )
 }
 
 fn to_json(args: &[Value]) -> Result<Value, FuncError> {
-    let json = serde_json::to_string(&to_json_value(arg(args, 0, "toJson")?)).map_err(|e| generic(e.to_string()))?;
+    let json = serde_json::to_string(&to_json_value(arg(args, 0, "toJson")?))
+        .map_err(|e| generic(e.to_string()))?;
     Ok(Value::String(json))
 }
 
@@ -290,23 +341,35 @@ fn from_json_array(args: &[Value]) -> Result<Value, FuncError> {
     let source = text(arg(args, 0, "fromJsonArray")?);
     Ok(match serde_json::from_str::<Json>(&source) {
         Ok(Json::Array(items)) => from_json_value(Json::Array(items)),
-        Ok(_) => Value::Array(vec![Value::String("json: cannot unmarshal into array".into())]),
+        Ok(_) => Value::Array(vec![Value::String(
+            "json: cannot unmarshal into array".into(),
+        )]),
         Err(e) => Value::Array(vec![Value::String(e.to_string())]),
     })
 }
 
 fn count(value: &Value, function: &str) -> Result<usize, FuncError> {
     match value {
-        Value::Number(n) => n.as_i64().map(|i| i.max(0) as usize).ok_or_else(|| generic(format!("{function}: not a count"))),
-        Value::String(s) => s.trim().parse().map_err(|_| generic(format!("{function}: {s:?} is not a count"))),
-        _ => Err(generic(format!("{function}: the first argument is a count of spaces"))),
+        Value::Number(n) => n
+            .as_i64()
+            .map(|i| i.max(0) as usize)
+            .ok_or_else(|| generic(format!("{function}: not a count"))),
+        Value::String(s) => s
+            .trim()
+            .parse()
+            .map_err(|_| generic(format!("{function}: {s:?} is not a count"))),
+        _ => Err(generic(format!(
+            "{function}: the first argument is a count of spaces"
+        ))),
     }
 }
 
 /// `nindent N text`: a newline, then `text` with every line indented by N spaces.
 fn nindent(args: &[Value]) -> Result<Value, FuncError> {
     let spaces = count(arg(args, 0, "nindent")?, "nindent")?;
-    let limit = gtmpl_ng::limits::active().function_output.unwrap_or(usize::MAX);
+    let limit = gtmpl_ng::limits::active()
+        .function_output
+        .unwrap_or(usize::MAX);
     let body = text(arg(args, 1, "nindent")?);
     let pad = " ".repeat(spaces.min(limit));
     let indented = format!("\n{pad}{}", body.replace('\n', &format!("\n{pad}")));
@@ -332,14 +395,21 @@ fn strings_of(value: &Value) -> Vec<String> {
 /// `join sep list`.
 fn join(args: &[Value]) -> Result<Value, FuncError> {
     let separator = text(arg(args, 0, "join")?);
-    Ok(Value::String(strings_of(arg(args, 1, "join")?).join(&separator)))
+    Ok(Value::String(
+        strings_of(arg(args, 1, "join")?).join(&separator),
+    ))
 }
 
 /// `splitList sep text`.
 fn split_list(args: &[Value]) -> Result<Value, FuncError> {
     let separator = text(arg(args, 0, "splitList")?);
     let source = text(arg(args, 1, "splitList")?);
-    Ok(Value::Array(source.split(separator.as_str()).map(|s| Value::String(s.into())).collect()))
+    Ok(Value::Array(
+        source
+            .split(separator.as_str())
+            .map(|s| Value::String(s.into()))
+            .collect(),
+    ))
 }
 
 /// `split sep text`: a map `_0`, `_1`, ... of the parts.
@@ -347,7 +417,11 @@ fn split(args: &[Value]) -> Result<Value, FuncError> {
     let separator = text(arg(args, 0, "split")?);
     let source = text(arg(args, 1, "split")?);
     Ok(Value::Map(
-        source.split(separator.as_str()).enumerate().map(|(i, s)| (format!("_{i}"), Value::String(s.into()))).collect(),
+        source
+            .split(separator.as_str())
+            .enumerate()
+            .map(|(i, s)| (format!("_{i}"), Value::String(s.into())))
+            .collect(),
     ))
 }
 
@@ -365,7 +439,9 @@ fn tuple(args: &[Value]) -> Result<Value, FuncError> {
 fn semver_compare(args: &[Value]) -> Result<Value, FuncError> {
     let constraint = text(arg(args, 0, "semverCompare")?);
     let version = text(arg(args, 1, "semverCompare")?);
-    semver::satisfies(&constraint, &version).map(Value::Bool).map_err(generic)
+    semver::satisfies(&constraint, &version)
+        .map(Value::Bool)
+        .map_err(generic)
 }
 
 /// Helm answers DNS lookups with "" unless `--enable-dns`; lariat never resolves.

@@ -159,7 +159,13 @@ impl Emitter {
         self.indention = true;
     }
 
-    fn indicator(&mut self, text: &str, need_whitespace: bool, is_whitespace: bool, is_indention: bool) {
+    fn indicator(
+        &mut self,
+        text: &str,
+        need_whitespace: bool,
+        is_whitespace: bool,
+        is_indention: bool,
+    ) {
         if need_whitespace && !self.whitespace {
             self.put(' ');
         }
@@ -273,7 +279,12 @@ impl Emitter {
                 }
                 spaces = false;
             } else if c == ' ' {
-                if allow_breaks && !spaces && self.column > BEST_WIDTH && i > 0 && i < chars.len() - 1 {
+                if allow_breaks
+                    && !spaces
+                    && self.column > BEST_WIDTH
+                    && i > 0
+                    && i < chars.len() - 1
+                {
                     self.write_indent();
                     if chars.get(i + 1) == Some(&' ') {
                         self.put('\\');
@@ -388,8 +399,8 @@ impl Analysis {
             let followed_by_whitespace = chars.get(i + 1).is_none_or(|&n| n == ' ' || n == '\t');
             let first = i == 0;
             match c {
-                '#' | ',' | '[' | ']' | '{' | '}' | '&' | '*' | '!' | '|' | '>' | '\'' | '"' | '%'
-                | '@' | '`'
+                '#' | ',' | '[' | ']' | '{' | '}' | '&' | '*' | '!' | '|' | '>' | '\'' | '"'
+                | '%' | '@' | '`'
                     if first =>
                 {
                     block_indicators = true
@@ -481,10 +492,10 @@ fn escape(c: char) -> Option<char> {
 /// 1.1 boolean or null, not an integer in any of Go's bases, not a float, not a timestamp.
 fn resolves_to_string(s: &str) -> bool {
     const SPECIAL: &[&str] = &[
-        "y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON", "n", "N", "no", "No",
-        "NO", "false", "False", "FALSE", "off", "Off", "OFF", "", "~", "null", "Null", "NULL", ".nan",
-        ".NaN", ".NAN", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF",
-        "<<",
+        "y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON", "n", "N", "no",
+        "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF", "", "~", "null", "Null",
+        "NULL", ".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf",
+        "-.Inf", "-.INF", "<<",
     ];
     if SPECIAL.contains(&s) {
         return false;
@@ -506,17 +517,18 @@ fn resolves_to_string(s: &str) -> bool {
 /// `0x`, `0o`, `0b` or a leading-zero octal.
 fn go_parses_int(s: &str) -> bool {
     let unsigned = s.strip_prefix(['+', '-']).unwrap_or(s);
-    let (digits, radix) = if let Some(hex) = unsigned.strip_prefix("0x").or(unsigned.strip_prefix("0X")) {
-        (hex, 16)
-    } else if let Some(oct) = unsigned.strip_prefix("0o").or(unsigned.strip_prefix("0O")) {
-        (oct, 8)
-    } else if let Some(bin) = unsigned.strip_prefix("0b").or(unsigned.strip_prefix("0B")) {
-        (bin, 2)
-    } else if unsigned.len() > 1 && unsigned.starts_with('0') {
-        (&unsigned[1..], 8)
-    } else {
-        (unsigned, 10)
-    };
+    let (digits, radix) =
+        if let Some(hex) = unsigned.strip_prefix("0x").or(unsigned.strip_prefix("0X")) {
+            (hex, 16)
+        } else if let Some(oct) = unsigned.strip_prefix("0o").or(unsigned.strip_prefix("0O")) {
+            (oct, 8)
+        } else if let Some(bin) = unsigned.strip_prefix("0b").or(unsigned.strip_prefix("0B")) {
+            (bin, 2)
+        } else if unsigned.len() > 1 && unsigned.starts_with('0') {
+            (&unsigned[1..], 8)
+        } else {
+            (unsigned, 10)
+        };
     !digits.is_empty() && u64::from_str_radix(digits, radix).is_ok()
 }
 
@@ -571,7 +583,10 @@ fn is_time(t: &str) -> bool {
     let clock = t.split(['+', '-']).next().unwrap_or("");
     let clock = clock.split('.').next().unwrap_or("");
     let fields: Vec<&str> = clock.split(':').collect();
-    fields.len() == 3 && fields.iter().all(|f| (1..=2).contains(&f.len()) && f.bytes().all(|b| b.is_ascii_digit()))
+    fields.len() == 3
+        && fields
+            .iter()
+            .all(|f| (1..=2).contains(&f.len()) && f.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn is_base60_float(s: &str) -> bool {
@@ -618,14 +633,22 @@ pub(crate) fn go_format_g(f: f64) -> String {
         return ".nan".into();
     }
     if f.is_infinite() {
-        return if f > 0.0 { ".inf".into() } else { "-.inf".into() };
+        return if f > 0.0 {
+            ".inf".into()
+        } else {
+            "-.inf".into()
+        };
     }
     let scientific = format!("{f:e}");
     let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
     let exponent: i32 = exponent.parse().unwrap_or(0);
     // strconv.FormatFloat(f, 'g', -1, 64): the exponent form below 1e-4 and from 1e6 on.
     if !(-4..6).contains(&exponent) {
-        return format!("{mantissa}e{}{:02}", if exponent < 0 { '-' } else { '+' }, exponent.abs());
+        return format!(
+            "{mantissa}e{}{:02}",
+            if exponent < 0 { '-' } else { '+' },
+            exponent.abs()
+        );
     }
     format!("{f}")
 }
@@ -643,7 +666,11 @@ fn natural_order(a: &str, b: &str) -> Ordering {
             return ar[i].cmp(&br[i]);
         }
         if al || bl {
-            return if bl { Ordering::Less } else { Ordering::Greater };
+            return if bl {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            };
         }
         let (mut an, mut bn) = (0i64, 0i64);
         if ar[i] == '0' || br[i] == '0' {
@@ -659,12 +686,16 @@ fn natural_order(a: &str, b: &str) -> Ordering {
         }
         let mut ai = i;
         while ai < ar.len() && ar[ai].is_ascii_digit() {
-            an = an.wrapping_mul(10).wrapping_add(i64::from(ar[ai] as u8 - b'0'));
+            an = an
+                .wrapping_mul(10)
+                .wrapping_add(i64::from(ar[ai] as u8 - b'0'));
             ai += 1;
         }
         let mut bi = i;
         while bi < br.len() && br[bi].is_ascii_digit() {
-            bn = bn.wrapping_mul(10).wrapping_add(i64::from(br[bi] as u8 - b'0'));
+            bn = bn
+                .wrapping_mul(10)
+                .wrapping_add(i64::from(br[bi] as u8 - b'0'));
             bi += 1;
         }
         if an != bn {
@@ -687,18 +718,34 @@ mod tests {
     fn writes_as_go_yaml_v2() {
         let cases = [
             (json!({"b": 1, "a": "x"}), "a: x\nb: 1\n"),
-            (json!({"list": ["a", "b"], "m": {}, "s": []}), "list:\n- a\n- b\nm: {}\ns: []\n"),
-            (json!([{"a": 1, "b": [1, 2]}]), "- a: 1\n  b:\n  - 1\n  - 2\n"),
-            (json!({"t": "true", "n": "123", "e": "", "f": "1.5", "h": "0x1F", "y": "y"}),
+            (
+                json!({"list": ["a", "b"], "m": {}, "s": []}),
+                "list:\n- a\n- b\nm: {}\ns: []\n",
+            ),
+            (
+                json!([{"a": 1, "b": [1, 2]}]),
+                "- a: 1\n  b:\n  - 1\n  - 2\n",
+            ),
+            (
+                json!({"t": "true", "n": "123", "e": "", "f": "1.5", "h": "0x1F", "y": "y"}),
                 // Keys too: `y` and `n` are YAML 1.1 booleans.
-                "e: \"\"\nf: \"1.5\"\nh: \"0x1F\"\n\"n\": \"123\"\nt: \"true\"\n\"y\": \"y\"\n"),
-            (json!({"c": "a: b", "s": "*x", "d": "-", "w": " lead", "p": "1.2.3"}),
-                "c: 'a: b'\nd: '-'\np: 1.2.3\ns: '*x'\nw: ' lead'\n"),
+                "e: \"\"\nf: \"1.5\"\nh: \"0x1F\"\n\"n\": \"123\"\nt: \"true\"\n\"y\": \"y\"\n",
+            ),
+            (
+                json!({"c": "a: b", "s": "*x", "d": "-", "w": " lead", "p": "1.2.3"}),
+                "c: 'a: b'\nd: '-'\np: 1.2.3\ns: '*x'\nw: ' lead'\n",
+            ),
             (json!({"m": "line1\nline2"}), "m: |-\n  line1\n  line2\n"),
             (json!({"m": "line1\n"}), "m: |\n  line1\n"),
             (json!({"m": "tab\there"}), "m: \"tab\\there\"\n"),
-            (json!({"date": "2020-01-02", "time": "12:30"}), "date: \"2020-01-02\"\ntime: \"12:30\"\n"),
-            (json!({"a10": 1, "a2": 2, "a_b": 3, "aB": 4}), "a_b: 3\na2: 2\na10: 1\naB: 4\n"),
+            (
+                json!({"date": "2020-01-02", "time": "12:30"}),
+                "date: \"2020-01-02\"\ntime: \"12:30\"\n",
+            ),
+            (
+                json!({"a10": 1, "a2": 2, "a_b": 3, "aB": 4}),
+                "a_b: 3\na2: 2\na10: 1\naB: 4\n",
+            ),
             (json!(1.5), "1.5\n"),
             (json!(1234567.5), "1.2345675e+06\n"),
             (json!("plain"), "plain\n"),

@@ -32,18 +32,57 @@ pub struct Hook {
 
 /// Helm's install order of kinds; kinds not listed go after, alphabetically.
 const INSTALL_ORDER: &[&str] = &[
-    "PriorityClass", "Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange", "PodSecurityPolicy",
-    "PodDisruptionBudget", "ServiceAccount", "Secret", "SecretList", "ConfigMap", "StorageClass",
-    "PersistentVolume", "PersistentVolumeClaim", "CustomResourceDefinition", "ClusterRole", "ClusterRoleList",
-    "ClusterRoleBinding", "ClusterRoleBindingList", "Role", "RoleList", "RoleBinding", "RoleBindingList",
-    "Service", "DaemonSet", "Pod", "ReplicationController", "ReplicaSet", "Deployment", "HorizontalPodAutoscaler",
-    "StatefulSet", "Job", "CronJob", "IngressClass", "Ingress", "APIService", "MutatingWebhookConfiguration",
+    "PriorityClass",
+    "Namespace",
+    "NetworkPolicy",
+    "ResourceQuota",
+    "LimitRange",
+    "PodSecurityPolicy",
+    "PodDisruptionBudget",
+    "ServiceAccount",
+    "Secret",
+    "SecretList",
+    "ConfigMap",
+    "StorageClass",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleList",
+    "ClusterRoleBinding",
+    "ClusterRoleBindingList",
+    "Role",
+    "RoleList",
+    "RoleBinding",
+    "RoleBindingList",
+    "Service",
+    "DaemonSet",
+    "Pod",
+    "ReplicationController",
+    "ReplicaSet",
+    "Deployment",
+    "HorizontalPodAutoscaler",
+    "StatefulSet",
+    "Job",
+    "CronJob",
+    "IngressClass",
+    "Ingress",
+    "APIService",
+    "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
 ];
 
 const HOOK_EVENTS: &[&str] = &[
-    "pre-install", "post-install", "pre-delete", "post-delete", "pre-upgrade", "post-upgrade", "pre-rollback",
-    "post-rollback", "test", "test-success",
+    "pre-install",
+    "post-install",
+    "pre-delete",
+    "post-delete",
+    "pre-upgrade",
+    "post-upgrade",
+    "pre-rollback",
+    "post-rollback",
+    "test",
+    "test-success",
 ];
 
 #[derive(Deserialize, Default)]
@@ -76,7 +115,11 @@ pub fn split_documents(text: &str) -> Vec<String> {
         }
     }
     documents.push(current);
-    documents.into_iter().filter(|d| !d.trim().is_empty()).map(|d| d.trim_start().to_string()).collect()
+    documents
+        .into_iter()
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| d.trim_start().to_string())
+        .collect()
 }
 
 /// Splits and orders rendered templates into hooks and manifests.
@@ -89,9 +132,10 @@ pub fn sort(files: &BTreeMap<String, String>) -> Result<(Vec<Hook>, Vec<Manifest
             continue;
         }
         for content in split_documents(text) {
-            let head: Head = serde_yaml_ng::from_str(&content).map_err(|e| HelmError::Template {
-                message: format!("YAML parse error on {source}: {e}"),
-            })?;
+            let head: Head =
+                serde_yaml_ng::from_str(&content).map_err(|e| HelmError::Template {
+                    message: format!("YAML parse error on {source}: {e}"),
+                })?;
             let metadata = head.metadata.unwrap_or_default();
             let annotations = metadata.annotations.unwrap_or_default();
             let manifest = Manifest {
@@ -100,7 +144,12 @@ pub fn sort(files: &BTreeMap<String, String>) -> Result<(Vec<Hook>, Vec<Manifest
                 kind: head.kind.unwrap_or_default(),
                 name: metadata.name.unwrap_or_default(),
             };
-            let annotation = |key: &str| annotations.get(key).and_then(|v| v.as_str()).map(str::to_string);
+            let annotation = |key: &str| {
+                annotations
+                    .get(key)
+                    .and_then(|v| v.as_str())
+                    .map(str::to_string)
+            };
             let Some(events) = annotation("helm.sh/hook") else {
                 manifests.push(manifest);
                 continue;
@@ -112,11 +161,18 @@ pub fn sort(files: &BTreeMap<String, String>) -> Result<(Vec<Hook>, Vec<Manifest
             }
             let list = |key: &str| {
                 annotation(key)
-                    .map(|v| v.split(',').map(|p| p.trim().to_lowercase()).filter(|p| !p.is_empty()).collect())
+                    .map(|v| {
+                        v.split(',')
+                            .map(|p| p.trim().to_lowercase())
+                            .filter(|p| !p.is_empty())
+                            .collect()
+                    })
                     .unwrap_or_default()
             };
             hooks.push(Hook {
-                weight: annotation("helm.sh/hook-weight").and_then(|w| w.trim().parse().ok()).unwrap_or(0),
+                weight: annotation("helm.sh/hook-weight")
+                    .and_then(|w| w.trim().parse().ok())
+                    .unwrap_or(0),
                 delete_policies: list("helm.sh/hook-delete-policy"),
                 events,
                 manifest,
@@ -140,11 +196,21 @@ fn kind_order(a: &str, b: &str) -> std::cmp::Ordering {
 
 /// What `helm template` prints: CRDs when asked, the manifests in install order, then
 /// the hooks (tests left out when asked).
-pub fn template_output(chart: &Chart, hooks: &[Hook], manifests: &[Manifest], include_crds: bool, skip_tests: bool) -> String {
+pub fn template_output(
+    chart: &Chart,
+    hooks: &[Hook],
+    manifests: &[Manifest],
+    include_crds: bool,
+    skip_tests: bool,
+) -> String {
     let mut body = String::new();
     if include_crds {
         for crd in crds_with_subcharts(chart, "") {
-            body.push_str(&format!("---\n# Source: {}\n{}\n", crd.0, String::from_utf8_lossy(&crd.1)));
+            body.push_str(&format!(
+                "---\n# Source: {}\n{}\n",
+                crd.0,
+                String::from_utf8_lossy(&crd.1)
+            ));
         }
     }
     for m in manifests {
@@ -152,10 +218,18 @@ pub fn template_output(chart: &Chart, hooks: &[Hook], manifests: &[Manifest], in
     }
     let mut out = format!("{}\n", body.trim());
     for hook in hooks {
-        if skip_tests && hook.events.iter().any(|e| e == "test" || e == "test-success") {
+        if skip_tests
+            && hook
+                .events
+                .iter()
+                .any(|e| e == "test" || e == "test-success")
+        {
             continue;
         }
-        out.push_str(&format!("---\n# Source: {}\n{}\n", hook.manifest.source, hook.manifest.content));
+        out.push_str(&format!(
+            "---\n# Source: {}\n{}\n",
+            hook.manifest.source, hook.manifest.content
+        ));
     }
     out
 }
@@ -163,8 +237,10 @@ pub fn template_output(chart: &Chart, hooks: &[Hook], manifests: &[Manifest], in
 /// The CRDs of a chart and its subcharts, by their path under the top chart.
 pub fn crds_with_subcharts(chart: &Chart, prefix: &str) -> Vec<(String, Vec<u8>)> {
     let path = format!("{prefix}{}", chart.name());
-    let mut out: Vec<(String, Vec<u8>)> =
-        chart.crds().map(|f| (format!("{path}/{}", f.name), f.data.clone())).collect();
+    let mut out: Vec<(String, Vec<u8>)> = chart
+        .crds()
+        .map(|f| (format!("{path}/{}", f.name), f.data.clone()))
+        .collect();
     for sub in &chart.dependencies {
         out.extend(crds_with_subcharts(sub, &format!("{path}/charts/")));
     }

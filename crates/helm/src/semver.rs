@@ -38,7 +38,9 @@ impl Version {
     }
 
     fn compare(&self, other: &Version) -> Ordering {
-        self.numbers.cmp(&other.numbers).then_with(|| compare_prerelease(&self.pre, &other.pre))
+        self.numbers
+            .cmp(&other.numbers)
+            .then_with(|| compare_prerelease(&self.pre, &other.pre))
     }
 }
 
@@ -73,7 +75,8 @@ fn compare_prerelease(a: &str, b: &str) -> Ordering {
 /// Whether `version` meets `constraint`. A prerelease version meets only constraints that
 /// name a prerelease themselves (hence charts' `>=1.19-0`).
 pub(crate) fn satisfies(constraint: &str, version: &str) -> Result<bool, String> {
-    let version = Version::parse(version).ok_or_else(|| format!("invalid semantic version {version:?}"))?;
+    let version =
+        Version::parse(version).ok_or_else(|| format!("invalid semantic version {version:?}"))?;
     for alternative in constraint.split("||") {
         let mut all = true;
         for term in terms(alternative)? {
@@ -104,16 +107,22 @@ impl Bound {
         if let Some(not) = &self.not {
             return v.compare(not) != Ordering::Equal;
         }
-        let above = self.low.as_ref().is_none_or(|(low, inclusive)| match v.compare(low) {
-            Ordering::Greater => true,
-            Ordering::Equal => *inclusive,
-            Ordering::Less => false,
-        });
-        let below = self.high.as_ref().is_none_or(|(high, inclusive)| match v.compare(high) {
-            Ordering::Less => true,
-            Ordering::Equal => *inclusive,
-            Ordering::Greater => false,
-        });
+        let above = self
+            .low
+            .as_ref()
+            .is_none_or(|(low, inclusive)| match v.compare(low) {
+                Ordering::Greater => true,
+                Ordering::Equal => *inclusive,
+                Ordering::Less => false,
+            });
+        let below = self
+            .high
+            .as_ref()
+            .is_none_or(|(high, inclusive)| match v.compare(high) {
+                Ordering::Less => true,
+                Ordering::Equal => *inclusive,
+                Ordering::Greater => false,
+            });
         above && below
     }
 }
@@ -127,7 +136,13 @@ struct Partial {
 fn partial(text: &str) -> Result<Partial, String> {
     let text = text.trim().trim_start_matches(['v', 'V']);
     if text.is_empty() || text == "*" || text == "x" || text == "X" {
-        return Ok(Partial { version: Version { numbers: [0; 3], pre: String::new() }, given: 0 });
+        return Ok(Partial {
+            version: Version {
+                numbers: [0; 3],
+                pre: String::new(),
+            },
+            given: 0,
+        });
     }
     let core = text.split('+').next().unwrap_or("");
     let (numbers_text, pre) = match core.split_once('-') {
@@ -143,10 +158,15 @@ fn partial(text: &str) -> Result<Partial, String> {
         if matches!(part, "x" | "X" | "*") {
             break;
         }
-        numbers[i] = part.parse().map_err(|_| format!("improper constraint: {text}"))?;
+        numbers[i] = part
+            .parse()
+            .map_err(|_| format!("improper constraint: {text}"))?;
         given = i + 1;
     }
-    Ok(Partial { version: Version { numbers, pre }, given })
+    Ok(Partial {
+        version: Version { numbers, pre },
+        given,
+    })
 }
 
 /// The smallest version past every one that `p` covers (`1.2` → `1.3.0`).
@@ -158,7 +178,10 @@ fn next_after(p: &Partial) -> Option<Version> {
         2 => numbers = [numbers[0], numbers[1] + 1, 0],
         _ => return None,
     }
-    Some(Version { numbers, pre: String::new() })
+    Some(Version {
+        numbers,
+        pre: String::new(),
+    })
 }
 
 fn terms(alternative: &str) -> Result<Vec<Bound>, String> {
@@ -171,7 +194,12 @@ fn terms(alternative: &str) -> Result<Vec<Bound>, String> {
             _ if high.given == 0 => None,
             _ => Some((high.version, true)),
         };
-        return Ok(vec![Bound { low: Some((low.version, true)), high, not: None, allows_pre }]);
+        return Ok(vec![Bound {
+            low: Some((low.version, true)),
+            high,
+            not: None,
+            allows_pre,
+        }]);
     }
     let mut bounds = Vec::new();
     let normalized = alternative.replace(',', " ");
@@ -186,22 +214,39 @@ fn terms(alternative: &str) -> Result<Vec<Bound>, String> {
         bounds.push(term(&token)?);
     }
     if bounds.is_empty() {
-        bounds.push(Bound { low: None, high: None, not: None, allows_pre: false });
+        bounds.push(Bound {
+            low: None,
+            high: None,
+            not: None,
+            allows_pre: false,
+        });
     }
     Ok(bounds)
 }
 
 fn term(token: &str) -> Result<Bound, String> {
-    let split = token.find(|c: char| !"<>=!~^".contains(c)).unwrap_or(token.len());
+    let split = token
+        .find(|c: char| !"<>=!~^".contains(c))
+        .unwrap_or(token.len());
     let (op, rest) = token.split_at(split);
     let p = partial(rest)?;
     let allows_pre = !p.version.pre.is_empty();
     let v = p.version.clone();
-    let bound = |low: Option<(Version, bool)>, high: Option<(Version, bool)>| Bound { low, high, not: None, allows_pre };
+    let bound = |low: Option<(Version, bool)>, high: Option<(Version, bool)>| Bound {
+        low,
+        high,
+        not: None,
+        allows_pre,
+    };
     Ok(match op {
         "" | "=" if p.given < 3 => bound(Some((v, true)), next_after(&p).map(|n| (n, false))),
         "" | "=" => bound(Some((v.clone(), true)), Some((v, true))),
-        "!=" => Bound { low: None, high: None, not: Some(v), allows_pre },
+        "!=" => Bound {
+            low: None,
+            high: None,
+            not: Some(v),
+            allows_pre,
+        },
         ">" if p.given < 3 => bound(next_after(&p).map(|n| (n, true)).or(Some((v, false))), None),
         ">" => bound(Some((v, false)), None),
         ">=" | "=>" => bound(Some((v, true)), None),
@@ -210,9 +255,15 @@ fn term(token: &str) -> Result<Bound, String> {
         "<=" | "=<" => bound(None, Some((v, true))),
         "~" | "~>" => {
             let high = if p.given <= 1 {
-                Version { numbers: [v.numbers[0] + 1, 0, 0], pre: String::new() }
+                Version {
+                    numbers: [v.numbers[0] + 1, 0, 0],
+                    pre: String::new(),
+                }
             } else {
-                Version { numbers: [v.numbers[0], v.numbers[1] + 1, 0], pre: String::new() }
+                Version {
+                    numbers: [v.numbers[0], v.numbers[1] + 1, 0],
+                    pre: String::new(),
+                }
             };
             bound(Some((v, true)), Some((high, false)))
         }
@@ -225,7 +276,16 @@ fn term(token: &str) -> Result<Bound, String> {
             } else {
                 [0, 0, patch + 1]
             };
-            bound(Some((v, true)), Some((Version { numbers: high, pre: String::new() }, false)))
+            bound(
+                Some((v, true)),
+                Some((
+                    Version {
+                        numbers: high,
+                        pre: String::new(),
+                    },
+                    false,
+                )),
+            )
         }
         _ => return Err(format!("improper constraint: {token}")),
     })
@@ -256,7 +316,11 @@ mod tests {
             (">= 1.16.0", "v1.20.0", true),
         ];
         for (constraint, version, expected) in cases {
-            assert_eq!(satisfies(constraint, version), Ok(expected), "{constraint} {version}");
+            assert_eq!(
+                satisfies(constraint, version),
+                Ok(expected),
+                "{constraint} {version}"
+            );
         }
         assert!(satisfies(">=a.b", "1.0.0").is_err());
     }

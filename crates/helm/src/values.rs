@@ -18,12 +18,16 @@ pub fn coalesce(chart: &Chart, user: &Map<String, Value>) -> Map<String, Value> 
 fn coalesce_chart(chart: &Chart, dest: &mut Map<String, Value>) {
     coalesce_defaults(chart, dest);
     for sub in &chart.dependencies {
-        let entry = dest.entry(sub.name().to_string()).or_insert_with(|| Value::Object(Map::new()));
+        let entry = dest
+            .entry(sub.name().to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
         if !entry.is_object() {
             continue;
         }
         let parent_globals = dest.get("global").cloned();
-        let Some(Value::Object(sub_values)) = dest.get_mut(sub.name()) else { continue };
+        let Some(Value::Object(sub_values)) = dest.get_mut(sub.name()) else {
+            continue;
+        };
         copy_globals(sub_values, parent_globals);
         coalesce_chart(sub, sub_values);
     }
@@ -31,7 +35,9 @@ fn coalesce_chart(chart: &Chart, dest: &mut Map<String, Value>) {
 
 /// The parent's `global` over the subchart's own: the parent's wins.
 fn copy_globals(sub: &mut Map<String, Value>, parent: Option<Value>) {
-    let Some(Value::Object(parent)) = parent else { return };
+    let Some(Value::Object(parent)) = parent else {
+        return;
+    };
     let mut globals = match sub.remove("global") {
         Some(Value::Object(g)) => g,
         Some(other) => {
@@ -65,7 +71,9 @@ fn coalesce_defaults(chart: &Chart, dest: &mut Map<String, Value>) {
                 dest.remove(key);
             }
             Some(Value::Object(user_table)) => {
-                let Value::Object(default_table) = default else { continue };
+                let Value::Object(default_table) = default else {
+                    continue;
+                };
                 let mut defaults = default_table.clone();
                 // A subchart's table keeps its nulls: they delete the subchart's own defaults.
                 let is_subchart = chart.dependencies.iter().any(|d| d.name() == key);
@@ -92,8 +100,16 @@ fn coalesce_defaults(chart: &Chart, dest: &mut Map<String, Value>) {
 
 /// `src` under `dst`: what `dst` lacks is taken from `src`; a `null` in `dst` deletes
 /// the key (unless merging, which keeps it for a subchart to read).
-pub(crate) fn coalesce_tables(dst: &mut Map<String, Value>, mut src: Map<String, Value>, merge: bool) {
-    let src_non_null: Vec<String> = src.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k.clone()).collect();
+pub(crate) fn coalesce_tables(
+    dst: &mut Map<String, Value>,
+    mut src: Map<String, Value>,
+    merge: bool,
+) {
+    let src_non_null: Vec<String> = src
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, _)| k.clone())
+        .collect();
     for (key, value) in dst.iter() {
         if value.is_null() {
             src.insert(key.clone(), Value::Null);
@@ -113,6 +129,19 @@ pub(crate) fn coalesce_tables(dst: &mut Map<String, Value>, mut src: Map<String,
                 }
             }
             Some(_) => {}
+        }
+    }
+}
+
+/// One values file over another, as `helm -f a.yaml -f b.yaml` layers them: `layer`
+/// wins, tables merged key by key.
+pub fn merge_over(base: &mut Map<String, Value>, layer: Map<String, Value>) {
+    for (key, value) in layer {
+        match (base.get_mut(&key), value) {
+            (Some(Value::Object(table)), Value::Object(over)) => merge_over(table, over),
+            (_, value) => {
+                base.insert(key, value);
+            }
         }
     }
 }
@@ -138,11 +167,22 @@ fn enable_at(chart: &mut Chart, values: &Map<String, Value>, path: &str) {
     }
     let loaded = std::mem::take(&mut chart.dependencies);
     let requested = |sub: &Chart| {
-        chart.metadata.dependencies.iter().any(|d| d.name == sub.name() && version_matches(&d.version, sub))
+        chart
+            .metadata
+            .dependencies
+            .iter()
+            .any(|d| d.name == sub.name() && version_matches(&d.version, sub))
     };
-    let mut kept: Vec<Chart> = loaded.iter().filter(|sub| !requested(sub)).cloned().collect();
+    let mut kept: Vec<Chart> = loaded
+        .iter()
+        .filter(|sub| !requested(sub))
+        .cloned()
+        .collect();
     for dependency in &mut chart.metadata.dependencies {
-        if let Some(sub) = loaded.iter().find(|s| s.name() == dependency.name && version_matches(&dependency.version, s)) {
+        if let Some(sub) = loaded
+            .iter()
+            .find(|s| s.name() == dependency.name && version_matches(&dependency.version, s))
+        {
             let mut sub = sub.clone();
             if !dependency.alias.is_empty() {
                 sub.metadata.name = dependency.alias.clone();
@@ -163,13 +203,24 @@ fn enable_at(chart: &mut Chart, values: &Map<String, Value>, path: &str) {
     for dependency in &chart.metadata.dependencies {
         let mut enabled = true;
         if let Some(tags) = tags {
-            let states: Vec<bool> = dependency.tags.iter().filter_map(|t| tags.get(t)?.as_bool()).collect();
+            let states: Vec<bool> = dependency
+                .tags
+                .iter()
+                .filter_map(|t| tags.get(t)?.as_bool())
+                .collect();
             if !states.is_empty() && !states.contains(&true) {
                 enabled = false;
             }
         }
-        for condition in dependency.condition.split(',').map(str::trim).filter(|c| !c.is_empty()) {
-            if let Some(state) = path_value(&coalesced, &format!("{path}{condition}")).and_then(Value::as_bool) {
+        for condition in dependency
+            .condition
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+        {
+            if let Some(state) =
+                path_value(&coalesced, &format!("{path}{condition}")).and_then(Value::as_bool)
+            {
                 enabled = state;
                 break;
             }
@@ -178,8 +229,13 @@ fn enable_at(chart: &mut Chart, values: &Map<String, Value>, path: &str) {
             disabled.push(dependency.name.clone());
         }
     }
-    chart.dependencies.retain(|sub| !disabled.contains(&sub.metadata.name));
-    chart.metadata.dependencies.retain(|d| !disabled.contains(&d.name));
+    chart
+        .dependencies
+        .retain(|sub| !disabled.contains(&sub.metadata.name));
+    chart
+        .metadata
+        .dependencies
+        .retain(|d| !disabled.contains(&d.name));
     for sub in &mut chart.dependencies {
         let sub_path = format!("{path}{}.", sub.metadata.name);
         enable_at(sub, &coalesced, &sub_path);
@@ -212,7 +268,14 @@ mod tests {
     #[test]
     fn user_values_override_defaults_and_null_deletes_one() {
         let mut dst = map(json!({"a": {"x": 1, "gone": null}, "b": 2}));
-        coalesce_tables(&mut dst, map(json!({"a": {"x": 0, "y": 3, "gone": 4}, "c": 5})), false);
-        assert_eq!(Value::Object(dst), json!({"a": {"x": 1, "y": 3}, "b": 2, "c": 5}));
+        coalesce_tables(
+            &mut dst,
+            map(json!({"a": {"x": 0, "y": 3, "gone": 4}, "c": 5})),
+            false,
+        );
+        assert_eq!(
+            Value::Object(dst),
+            json!({"a": {"x": 1, "y": 3}, "b": 2, "c": 5})
+        );
     }
 }

@@ -20,7 +20,11 @@ fn load_dir(dir: &Path) -> BTreeMap<String, Vec<u8>> {
             if path.is_dir() {
                 stack.push(path);
             } else {
-                let name = path.strip_prefix(dir).unwrap().to_string_lossy().replace('\\', "/");
+                let name = path
+                    .strip_prefix(dir)
+                    .unwrap()
+                    .to_string_lossy()
+                    .replace('\\', "/");
                 files.insert(name, std::fs::read(&path).unwrap());
             }
         }
@@ -47,7 +51,11 @@ fn set_path(values: &mut Map<String, Value>, path: &str, value: Value) {
     let last = parts.pop().unwrap();
     let mut current = values;
     for part in parts {
-        current = current.entry(part).or_insert_with(|| json!({})).as_object_mut().unwrap();
+        current = current
+            .entry(part)
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .unwrap();
     }
     current.insert(last.to_string(), value);
 }
@@ -68,40 +76,94 @@ fn template(case: &Case) -> Result<String, String> {
     if let Some(version) = case.kube_version {
         capabilities.kube_version = format!("v{version}");
     }
-    capabilities.api_versions.extend(case.api_versions.iter().map(|v| v.to_string()));
-    let release =
-        Release { name: "release-name".into(), namespace: "default".into(), revision: 1, is_upgrade: false };
-    let rendered =
-        render(&chart, &values, &release, &capabilities, None, &Bounds::default()).map_err(|e| e.to_string())?;
+    capabilities
+        .api_versions
+        .extend(case.api_versions.iter().map(|v| v.to_string()));
+    let release = Release {
+        name: "release-name".into(),
+        namespace: "default".into(),
+        revision: 1,
+        is_upgrade: false,
+    };
+    let rendered = render(
+        &chart,
+        &values,
+        &release,
+        &capabilities,
+        None,
+        &Bounds::default(),
+    )
+    .map_err(|e| e.to_string())?;
     let (hooks, sorted) = manifests::sort(&rendered.files).map_err(|e| e.to_string())?;
-    Ok(manifests::template_output(&chart, &hooks, &sorted, case.include_crds, case.skip_tests))
+    Ok(manifests::template_output(
+        &chart,
+        &hooks,
+        &sorted,
+        case.include_crds,
+        case.skip_tests,
+    ))
 }
 
 fn cases() -> Vec<Case> {
     vec![
-        Case { chart: "subchart", golden: "template.txt", ..Case::default() },
-        Case { chart: "subchart", golden: "template-set.txt", set: vec![("service.name", json!("apache"))], ..Case::default() },
+        Case {
+            chart: "subchart",
+            golden: "template.txt",
+            ..Case::default()
+        },
+        Case {
+            chart: "subchart",
+            golden: "template-set.txt",
+            set: vec![("service.name", json!("apache"))],
+            ..Case::default()
+        },
         Case {
             chart: "subchart",
             golden: "template-values-files.txt",
             values_file: Some("charts/subchartA/values.yaml"),
             ..Case::default()
         },
-        Case { chart: "subchart", golden: "template-with-kube-version.txt", kube_version: Some("1.16.0"), ..Case::default() },
+        Case {
+            chart: "subchart",
+            golden: "template-with-kube-version.txt",
+            kube_version: Some("1.16.0"),
+            ..Case::default()
+        },
         Case {
             chart: "subchart",
             golden: "template-with-api-version.txt",
             api_versions: vec!["helm.k8s.io/test", "helm.k8s.io/test2"],
             ..Case::default()
         },
-        Case { chart: "subchart", golden: "template-with-crds.txt", include_crds: true, ..Case::default() },
-        Case { chart: "subchart", golden: "template-skip-tests.txt", skip_tests: true, ..Case::default() },
-        Case { chart: "object-order", golden: "object-order.txt", ..Case::default() },
-        Case { chart: "issue-9027", golden: "issue-9027.txt", ..Case::default() },
+        Case {
+            chart: "subchart",
+            golden: "template-with-crds.txt",
+            include_crds: true,
+            ..Case::default()
+        },
+        Case {
+            chart: "subchart",
+            golden: "template-skip-tests.txt",
+            skip_tests: true,
+            ..Case::default()
+        },
+        Case {
+            chart: "object-order",
+            golden: "object-order.txt",
+            ..Case::default()
+        },
+        Case {
+            chart: "issue-9027",
+            golden: "issue-9027.txt",
+            ..Case::default()
+        },
         Case {
             chart: "subchart",
             golden: "template-subchart-cm.txt",
-            set: vec![("configmap.enabled", json!(true)), ("subchartb.enabled", json!(true))],
+            set: vec![
+                ("configmap.enabled", json!(true)),
+                ("subchartb.enabled", json!(true)),
+            ],
             ..Case::default()
         },
         Case {
@@ -120,7 +182,11 @@ fn cases() -> Vec<Case> {
             values_file: Some("extra_values.yaml"),
             ..Case::default()
         },
-        Case { chart: "chart-with-template-lib-dep", golden: "template-chart-with-template-lib-dep.txt", ..Case::default() },
+        Case {
+            chart: "chart-with-template-lib-dep",
+            golden: "template-chart-with-template-lib-dep.txt",
+            ..Case::default()
+        },
     ]
 }
 
@@ -128,7 +194,8 @@ fn cases() -> Vec<Case> {
 fn helm_template_golden_files_match_byte_for_byte() {
     let mut failures = Vec::new();
     for case in cases() {
-        let expected = std::fs::read_to_string(Path::new(DATA).join("output").join(case.golden)).unwrap();
+        let expected =
+            std::fs::read_to_string(Path::new(DATA).join("output").join(case.golden)).unwrap();
         match template(&case) {
             Ok(actual) if actual == expected => {}
             Ok(actual) => failures.push(format!(
@@ -140,7 +207,13 @@ fn helm_template_golden_files_match_byte_for_byte() {
             Err(e) => failures.push(format!("{} ({}): error {e}", case.golden, case.chart)),
         }
     }
-    assert!(failures.is_empty(), "{} of {} golden files differ:\n\n{}", failures.len(), cases().len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} golden files differ:\n\n{}",
+        failures.len(),
+        cases().len(),
+        failures.join("\n\n")
+    );
 }
 
 fn first_difference(expected: &str, actual: &str) -> String {
@@ -149,14 +222,22 @@ fn first_difference(expected: &str, actual: &str) -> String {
             return format!("line {}: expected {e:?}\n         actual   {a:?}", i + 1);
         }
     }
-    format!("lengths differ: expected {} lines, actual {}", expected.lines().count(), actual.lines().count())
+    format!(
+        "lengths differ: expected {} lines, actual {}",
+        expected.lines().count(),
+        actual.lines().count()
+    )
 }
 
 #[test]
 fn a_chart_type_helm_does_not_know_is_refused() {
-    let case = Case { chart: "lib-chart", ..Case::default() };
+    let case = Case {
+        chart: "lib-chart",
+        ..Case::default()
+    };
     let error = template(&case).unwrap_err();
-    let expected = std::fs::read_to_string(Path::new(DATA).join("output/template-lib-chart.txt")).unwrap();
+    let expected =
+        std::fs::read_to_string(Path::new(DATA).join("output/template-lib-chart.txt")).unwrap();
     let expected = expected.trim().trim_start_matches("Error: ");
     assert!(error.contains(expected), "{error}");
 }

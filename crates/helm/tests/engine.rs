@@ -1,0 +1,209 @@
+//! The renderer's behaviour beyond Helm's golden files: Helm's own functions, `.Files`,
+//! and the bounds a chart from a git repository cannot get past.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use lariat_helm::{Bounds, Capabilities, Chart, HelmError, Release, render};
+use serde_json::{Map, json};
+
+fn chart(templates: &[(&str, &str)], extra: &[(&str, &str)]) -> Chart {
+    let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    files.insert(
+        "Chart.yaml".into(),
+        b"apiVersion: v2\nname: demo\nversion: 0.1.0\nappVersion: 1.10\n".to_vec(),
+    );
+    files.insert(
+        "values.yaml".into(),
+        b"name: web\nreplicas: 2\nlabels:\n  tier: front\n".to_vec(),
+    );
+    for (name, text) in templates {
+        files.insert(format!("templates/{name}"), text.as_bytes().to_vec());
+    }
+    for (name, text) in extra {
+        files.insert(name.to_string(), text.as_bytes().to_vec());
+    }
+    Chart::load(&files).unwrap()
+}
+
+fn release() -> Release {
+    Release {
+        name: "rel".into(),
+        namespace: "apps".into(),
+        revision: 1,
+        is_upgrade: false,
+    }
+}
+
+fn render_one(chart: &Chart, bounds: &Bounds) -> Result<String, HelmError> {
+    let rendered = render(
+        chart,
+        &Map::new(),
+        &release(),
+        &Capabilities::default(),
+        None,
+        bounds,
+    )?;
+    Ok(rendered
+        .files
+        .into_values()
+        .collect::<Vec<_>>()
+        .join("---\n"))
+}
+
+#[test]
+fn helm_functions_render_as_helm_writes_them() {
+    let template = r#"{{- define "demo.labels" -}}
+app: {{ .Values.name }}
+{{ toYaml .Values.labels }}
+{{- end -}}
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-{{ .Chart.Name }}
+  labels:
+    {{- include "demo.labels" . | nindent 4 }}
+data:
+  version: {{ .Chart.AppVersion | quote }}
+  replicas: {{ .Values.replicas | quote }}
+  greeting: {{ tpl "hello {{ .Values.name }}" . }}
+  kube: {{ semverCompare ">=1.19-0" .Capabilities.KubeVersion.GitVersion | quote }}
+  apps: {{ .Capabilities.APIVersions.Has "apps/v1" | quote }}
+  missing: "{{ .Values.nothing }}"
+  joined: {{ list "a" "b" | join "," }}
+  file: {{ .Files.Get "files/greeting.txt" | trim }}
+  {{- (.Files.Glob "files/*.txt").AsConfig | nindent 2 }}
+"#;
+    let c = chart(
+        &[("cm.yaml", template)],
+        &[("files/greeting.txt", "hi there\n")],
+    );
+    let out = render_one(&c, &Bounds::default()).unwrap();
+    let expected = "kind: ConfigMap
+metadata:
+  name: rel-demo
+  labels:
+    app: web
+    tier: front
+data:
+  version: \"1.10\"
+  replicas: \"2\"
+  greeting: hello web
+  kube: \"true\"
+  apps: \"true\"
+  missing: \"\"
+  joined: a,b
+  file: hi there
+  greeting.txt: |
+    hi there
+";
+    assert_eq!(out, expected);
+}
+
+#[test]
+fn required_names_the_template_and_line() {
+    let c = chart(
+        &[(
+            "cm.yaml",
+            "kind: ConfigMap\nname: {{ required \"set .Values.host\" .Values.host }}\n",
+        )],
+        &[],
+    );
+    let error = render_one(&c, &Bounds::default()).unwrap_err().to_string();
+    assert!(error.contains("demo/templates/cm.yaml:2"), "{error}");
+    assert!(error.contains("set .Values.host"), "{error}");
+}
+
+#[test]
+fn a_template_that_includes_itself_is_stopped() {
+    let c = chart(
+        &[(
+            "loop.yaml",
+            "{{- define \"loop\" }}{{ include \"loop\" . }}{{ end }}{{ include \"loop\" . }}",
+        )],
+        &[],
+    );
+    let error = render_one(&c, &Bounds::default()).unwrap_err().to_string();
+    assert!(error.contains("nest more than"), "{error}");
+}
+
+#[test]
+fn templates_that_multiply_through_include_are_bounded() {
+    // Each level includes the next twice: 2^40 renders unless something stops it.
+    let mut helpers = String::new();
+    for level in 0..40 {
+        helpers.push_str(&format!(
+            "{{{{- define \"l{level}\" }}}}{{{{ include \"l{next}\" . }}}}{{{{ include \"l{next}\" . }}}}{{{{ end }}}}\n",
+            next = level + 1
+        ));
+    }
+    helpers.push_str("{{- define \"l40\" }}xxxxxxxxxxxxxxxx{{ end }}\n");
+    let c = chart(
+        &[
+            ("_helpers.tpl", &helpers),
+            ("boom.yaml", "{{ include \"l0\" . }}"),
+        ],
+        &[],
+    );
+    let bounds = Bounds {
+        time: Duration::from_secs(2),
+        output_bytes: 1 << 20,
+    };
+    let started = Instant::now();
+    let error = render_one(&c, &bounds).unwrap_err().to_string();
+    assert!(
+        error.contains("more than") || error.contains("time"),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn user_values_reach_the_templates_and_a_null_deletes_a_default() {
+    let c = chart(
+        &[(
+            "cm.yaml",
+            "name: {{ .Values.name }}\nlabels: {{ .Values.labels | toJson }}\n",
+        )],
+        &[],
+    );
+    let user = json!({"name": "api", "labels": {"tier": null, "team": "a"}});
+    let rendered = render(
+        &c,
+        user.as_object().unwrap(),
+        &release(),
+        &Capabilities::default(),
+        None,
+        &Bounds::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        rendered.files["demo/templates/cm.yaml"],
+        "name: api\nlabels: {\"team\":\"a\"}\n"
+    );
+}
+
+#[test]
+fn a_chart_without_a_name_or_with_a_bad_values_file_is_refused_with_the_file() {
+    let mut files = BTreeMap::new();
+    files.insert(
+        "Chart.yaml".to_string(),
+        b"apiVersion: v2\nversion: 1.0.0\n".to_vec(),
+    );
+    assert_eq!(
+        Chart::load(&files).unwrap_err().to_string(),
+        "Chart.yaml: name is required"
+    );
+    files.insert(
+        "Chart.yaml".to_string(),
+        b"apiVersion: v2\nname: x\nversion: 1.0.0\n".to_vec(),
+    );
+    files.insert("values.yaml".to_string(), b"- a list\n".to_vec());
+    assert_eq!(
+        Chart::load(&files).unwrap_err().to_string(),
+        "values.yaml: values must be a YAML mapping"
+    );
+}
