@@ -1860,3 +1860,112 @@ fn a_signed_push_webhook_fetches_at_once_and_a_forged_one_is_refused() {
     );
     assert!(!server.log().contains("s3cret") && !server.log().contains("t0ken"));
 }
+
+const CHART_YAML: &str = "apiVersion: v2\nname: web\nversion: 0.1.0\nappVersion: \"1.25\"\n";
+const CHART_VALUES: &str = "color: green\nimage: nginx\n";
+const CHART_HELPERS: &str = r#"{{- define "web.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+"#;
+const CHART_CONFIG_MAP: &str = r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-settings
+  labels:
+    {{- include "web.labels" . | nindent 4 }}
+data:
+  color: {{ .Values.color | quote }}
+  image: {{ required "values: image is required" .Values.image | quote }}
+  namespace: {{ .Release.Namespace }}
+  kube: "{{ .Capabilities.KubeVersion.Major }}.{{ .Capabilities.KubeVersion.Minor }}"
+  {{- if semverCompare ">=1.25-0" .Capabilities.KubeVersion.GitVersion }}
+  modern: "true"
+  {{- end }}
+  {{- if .Capabilities.APIVersions.Has "apps/v1/Deployment" }}
+  deployments: "served"
+  {{- end }}
+"#;
+
+/// The ConfigMap `name` in namespace `namespace` of in-memory cluster `cluster`.
+fn workload_config_map(server: &TestServer, cluster: &str, namespace: &str, name: &str) -> Value {
+    let kubeconfig = server.workload_kubeconfig_in("fleet-default", cluster);
+    let output = server.kubectl_as(
+        &kubeconfig,
+        &["get", "configmap", name, "-n", namespace, "-o", "json"],
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_helm_chart_in_the_repository_renders_per_cluster_and_a_broken_one_fails_alone() {
+    let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(&work.path().join("repos"));
+    in_memory_clusters(&server, &[("eu-1", "eu"), ("us-1", "us")]);
+    let upstream = work.path().join("repos/platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    commit(
+        &upstream,
+        &[
+            ("plain/settings.yaml", CONFIG_MAP),
+            (
+                "web/fleet.yaml",
+                "defaultNamespace: web\nhelm:\n  chart: ./chart\n  releaseName: shop\n  values:\n    color: blue\ntargetCustomizations:\n- name: us\n  clusterSelector: {matchLabels: {region: us}}\n  helm:\n    values:\n      color: red\n",
+            ),
+            ("web/chart/Chart.yaml", CHART_YAML),
+            ("web/chart/values.yaml", CHART_VALUES),
+            ("web/chart/templates/_helpers.tpl", CHART_HELPERS),
+            ("web/chart/templates/configmap.yaml", CHART_CONFIG_MAP),
+        ],
+    );
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  pollingInterval: 5s\n  paths: [plain, web]\n  targets:\n  - clusterSelector: {}\n",
+    );
+    eventually_within(
+        Duration::from_secs(120),
+        "both bundles ready on both clusters",
+        || git_repo(&server, "platform")["status"]["display"]["readyBundleDeployments"] == "4/4",
+    );
+    // Rendered on each cluster with its own values and its own version (v1.30.2) and groups.
+    for (cluster, color) in [("eu-1", "blue"), ("us-1", "red")] {
+        let settings = workload_config_map(&server, cluster, "web", "shop-settings");
+        let data = &settings["data"];
+        assert_eq!(data["color"], color, "{cluster}: {settings}");
+        assert_eq!(data["image"], "nginx", "{settings}");
+        assert_eq!(data["namespace"], "web", "{settings}");
+        assert_eq!(data["kube"], "1.30", "{settings}");
+        assert_eq!(data["modern"], "true", "{settings}");
+        assert_eq!(data["deployments"], "served", "{settings}");
+        assert_eq!(
+            settings["metadata"]["labels"]["app.kubernetes.io/instance"], "shop",
+            "{settings}"
+        );
+    }
+    // A template that fails names its file and line on the chart's bundle; the other bundle
+    // of the same commit stays deployed and ready.
+    commit(
+        &upstream,
+        &[("web/chart/values.yaml", "color: green\nimage: \"\"\n")],
+    );
+    eventually_within(
+        Duration::from_secs(120),
+        "the chart's bundle failed",
+        || first_group(&server, "platform-web")["state"] == "ErrApplied",
+    );
+    let group = first_group(&server, "platform-web");
+    let message = group["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("web/templates/configmap.yaml:9:")
+            && message.contains("values: image is required"),
+        "{group}"
+    );
+    assert!(!message.contains("lariat.entry"), "{message}");
+    let plain = bundle(&server, "platform-plain").unwrap();
+    assert_eq!(
+        plain["status"]["display"]["readyClusters"], "2/2",
+        "{plain}"
+    );
+}

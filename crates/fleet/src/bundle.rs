@@ -104,6 +104,25 @@ pub fn resolve(spec: &BundleSpec, target: &BundleTarget) -> Result<Vec<Value>, S
     Ok(documents.into_values().flatten().collect())
 }
 
+/// A Helm bundle's Content: its files, each `{"name", "content"}`, for the agent to render.
+pub fn chart_files(spec: &BundleSpec) -> Vec<Value> {
+    spec.resources
+        .iter()
+        .flatten()
+        .filter_map(|r| Some(serde_json::json!({"name": r.name.clone()?, "content": r.content.clone().unwrap_or_default()})))
+        .collect()
+}
+
+/// A Helm release's name for a bundle, as Fleet names it when `releaseName` is not set: the
+/// bundle's name, within Helm's 53 characters.
+pub fn release_name(bundle: &str) -> String {
+    if bundle.len() <= 53 {
+        return bundle.to_string();
+    }
+    let hash = &sha256(bundle.as_bytes())[..8];
+    format!("{}-{hash}", bundle[..44].trim_end_matches(['-', '.']))
+}
+
 /// The documents of a YAML (or JSON) file, empty ones left out.
 fn parse(name: &str, text: &str) -> Result<Vec<Value>, String> {
     crate::yaml::documents(text)
@@ -317,9 +336,24 @@ async fn version_for(
     bundle: &Bundle,
     target: &BundleTarget,
 ) -> Result<Result<BundleDeploymentSpec, String>, Error> {
-    let manifests = match resolve(&bundle.spec, target) {
-        Ok(manifests) => manifests,
-        Err(message) => return Ok(Err(message)),
+    // A chart's files go to the agent as they are (it renders them against its cluster);
+    // plain manifests are resolved here, once per target.
+    let helm = bundle.spec.helm.as_ref().map(|helm| {
+        let mut options = match &target.helm {
+            Some(over) => helm.customized(over),
+            None => helm.clone(),
+        };
+        options
+            .release_name
+            .get_or_insert_with(|| release_name(&bundle.name_any()));
+        options
+    });
+    let manifests = match &helm {
+        Some(_) => chart_files(&bundle.spec),
+        None => match resolve(&bundle.spec, target) {
+            Ok(manifests) => manifests,
+            Err(message) => return Ok(Err(message)),
+        },
     };
     let content = serde_json::to_vec(&manifests).map_err(|e| Error::Invalid(e.to_string()))?;
     let sha = sha256(&content);
@@ -333,6 +367,7 @@ async fn version_for(
         namespace: target.namespace.clone().or(bundle.spec.namespace.clone()),
         keep_resources: bundle.spec.keep_resources,
         correct_drift: bundle.spec.correct_drift.clone(),
+        helm,
     };
     let options_hash = sha256(&serde_json::to_vec(&options).unwrap_or_default());
     Ok(Ok(BundleDeploymentSpec {

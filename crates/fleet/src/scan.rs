@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 
 use lariat_api::fleet::{
-    BundleRef, BundleResource, BundleSpec, BundleTarget, CorrectDrift, RolloutStrategy, Target,
-    YamlOptions,
+    BundleRef, BundleResource, BundleSpec, BundleTarget, CorrectDrift, HelmOptions,
+    RolloutStrategy, Target, YamlOptions,
 };
 use serde::Deserialize;
 
@@ -20,6 +20,8 @@ use crate::limits::{LimitError, Limits};
 
 /// The options file of a bundle root.
 pub const FLEET_YAML: &str = "fleet.yaml";
+/// What makes a directory a Helm chart.
+const CHART_YAML: &str = "Chart.yaml";
 
 /// A bundle made from one root of a repository.
 #[derive(Clone, Debug, PartialEq)]
@@ -54,10 +56,11 @@ struct FleetYaml {
     correct_drift: Option<CorrectDrift>,
     paused: Option<bool>,
     yaml: Option<YamlOptions>,
+    helm: Option<HelmOptions>,
 }
 
-/// Reads a `fleet.yaml`; Fleet's Helm and Kustomize options are named as what lariat does
-/// not do yet, rather than as unknown fields.
+/// Reads a `fleet.yaml`; Fleet's Kustomize options are named as what lariat does not do
+/// yet, rather than as unknown fields.
 fn fleet_yaml(file: &str, content: &[u8]) -> Result<FleetYaml, ScanError> {
     let fail = |reason: String| ScanError {
         file: file.to_string(),
@@ -69,10 +72,10 @@ fn fleet_yaml(file: &str, content: &[u8]) -> Result<FleetYaml, ScanError> {
         Some(document) => document.map_err(|e| fail(format!("is not YAML: {e}")))?,
         None => serde_json::Value::Null,
     };
-    for unsupported in ["helm", "kustomize"] {
+    for unsupported in ["kustomize"] {
         if raw.get(unsupported).is_some() {
             return Err(fail(format!(
-                "{unsupported} is not supported by lariat yet (plain manifests, fleet.yaml options and overlays are)"
+                "{unsupported} is not supported by lariat yet (plain manifests, Helm charts in the repository, fleet.yaml options and overlays are)"
             )));
         }
     }
@@ -227,6 +230,13 @@ pub fn plan<'a>(
     let roots = roots(listing.iter().map(|e| e.path.as_str()), &paths)?;
     let mut totals: BTreeMap<&str, u64> = BTreeMap::new();
     let mut wanted = Vec::new();
+    // A root with a chart in it is read whole: a chart's templates and helpers are not
+    // manifests, and the agent renders them all.
+    let charts: Vec<&String> = listing
+        .iter()
+        .filter(|e| e.path.rsplit('/').next() == Some(CHART_YAML))
+        .filter_map(|e| owner(&e.path, &roots, &paths))
+        .collect();
     for entry in listing {
         let Some(root) = owner(&entry.path, &roots, &paths) else {
             continue;
@@ -241,7 +251,10 @@ pub fn plan<'a>(
         }
         let total = totals.entry(root.as_str()).or_default();
         *total = total.saturating_add(entry.size);
-        if is_manifest(&entry.path) || entry.path == join(root, FLEET_YAML) {
+        if is_manifest(&entry.path)
+            || entry.path == join(root, FLEET_YAML)
+            || charts.contains(&root)
+        {
             wanted.push(entry);
         }
     }
@@ -285,13 +298,22 @@ pub fn bundles(
             Some((file, content)) => fleet_yaml(file, content)?,
             None => FleetYaml::default(),
         };
+        let helm = helm_options(root, &options, files)?;
         let mut resources = Vec::new();
-        for (file, content) in files.iter().filter(|(f, _)| is_manifest(f)) {
+        for (file, content) in files
+            .iter()
+            .filter(|(f, _)| helm.is_some() || is_manifest(f))
+        {
             // The deepest root above the file owns it.
             if owner(file, &roots, &paths) != Some(root) {
                 continue;
             }
-            check_manifest(file, content)?;
+            if file == &join(root, FLEET_YAML) {
+                continue;
+            }
+            if helm.is_none() {
+                check_manifest(file, content)?;
+            }
             let name = if root.is_empty() {
                 file.clone()
             } else {
@@ -320,6 +342,7 @@ pub fn bundles(
             keep_resources: repo_options.keep_resources || options.keep_resources.unwrap_or(false),
             correct_drift: repo_options.correct_drift.clone().or(options.correct_drift),
             yaml: options.yaml,
+            helm,
             paused: options.paused.unwrap_or(false),
             depends_on: options.depends_on,
             rollout_strategy: options.rollout_strategy,
@@ -333,6 +356,75 @@ pub fn bundles(
         });
     }
     Ok(bundles)
+}
+
+/// A root's Helm options, when it deploys a chart: its `fleet.yaml` says `helm:`, or it
+/// holds a `Chart.yaml` itself. The chart is loaded here, so that a broken one is refused
+/// with its file before anything is deployed.
+fn helm_options(
+    root: &str,
+    options: &FleetYaml,
+    files: &[(String, Vec<u8>)],
+) -> Result<Option<HelmOptions>, ScanError> {
+    let fleet_yaml = join(root, FLEET_YAML);
+    let is_chart = files.iter().any(|(f, _)| *f == join(root, CHART_YAML));
+    let Some(mut helm) = options
+        .helm
+        .clone()
+        .or_else(|| is_chart.then(HelmOptions::default))
+    else {
+        return Ok(None);
+    };
+    let refuse = |reason: String| ScanError {
+        file: fleet_yaml.clone(),
+        reason,
+    };
+    let chart = helm.chart.clone().unwrap_or_default();
+    if helm.repo.is_some() || helm.version.is_some() || chart.contains("://") {
+        return Err(refuse(
+            "helm: charts from Helm repositories and OCI registries are not supported by lariat yet; \
+             put the chart in the repository and set helm.chart to its directory"
+                .into(),
+        ));
+    }
+    let chart_dir = chart.trim_start_matches("./").trim_matches('/').to_string();
+    if chart_dir.split('/').any(|part| part == "..") {
+        return Err(refuse(format!(
+            "helm.chart {chart:?} leaves the bundle's directory"
+        )));
+    }
+    let chart_root = if chart_dir.is_empty() {
+        root.to_string()
+    } else {
+        join(root, &chart_dir)
+    };
+    let prefix = if chart_root.is_empty() {
+        String::new()
+    } else {
+        format!("{chart_root}/")
+    };
+    let chart_files: BTreeMap<String, Vec<u8>> = files
+        .iter()
+        .filter_map(|(f, content)| Some((f.strip_prefix(&prefix)?.to_string(), content.clone())))
+        .filter(|(f, _)| f != FLEET_YAML || !chart_dir.is_empty())
+        .collect();
+    lariat_helm::Chart::load(&chart_files).map_err(|e| match e {
+        lariat_helm::HelmError::Chart { file, message } => ScanError {
+            file: join(&chart_root, &file),
+            reason: message,
+        },
+        other => refuse(other.to_string()),
+    })?;
+    for values_file in helm.values_files.iter().flatten() {
+        let path = join(root, values_file.trim_start_matches("./"));
+        if !files.iter().any(|(f, _)| *f == path) {
+            return Err(refuse(format!(
+                "helm.valuesFiles: {values_file} is not in the bundle"
+            )));
+        }
+    }
+    helm.chart = Some(chart_dir);
+    Ok(Some(helm))
 }
 
 /// The options a GitRepo sets for all its bundles.
@@ -552,7 +644,7 @@ mod tests {
         assert!(error.reason.contains("YAML aliases repeat"), "{error}");
         let error = bundles(
             &[
-                file("fleet.yaml", "helm:\n  chart: x\n"),
+                file("fleet.yaml", "kustomize:\n  dir: x\n"),
                 file("a.yaml", CM),
             ],
             &[],
@@ -561,7 +653,35 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(error.file, "fleet.yaml");
-        assert!(error.reason.contains("helm is not supported"), "{error}");
+        assert!(
+            error.reason.contains("kustomize is not supported"),
+            "{error}"
+        );
+        let error = bundles(
+            &[
+                file("fleet.yaml", "helm:\n  chart: x\n"),
+                file("a.yaml", CM),
+            ],
+            &[],
+            &[],
+            &options,
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "x/Chart.yaml: a chart needs a Chart.yaml"
+        );
+        let error = bundles(
+            &[file(
+                "fleet.yaml",
+                "helm:\n  repo: https://charts.example.com\n  chart: web\n",
+            )],
+            &[],
+            &[],
+            &options,
+        )
+        .unwrap_err();
+        assert!(error.reason.contains("Helm repositories"), "{error}");
         let error = bundles(
             &[file("fleet.yaml", "bogus: 1\n"), file("a.yaml", CM)],
             &[],
@@ -627,5 +747,67 @@ mod tests {
         );
         let error = bundles(&[file("a.yaml", CM)], &["missing".into()], &[], &options).unwrap_err();
         assert_eq!(error.file, "missing");
+    }
+
+    #[test]
+    fn a_chart_is_bundled_whole_and_its_templates_are_not_read_as_manifests() {
+        let files = [
+            file(
+                "app/fleet.yaml",
+                "helm:\n  chart: ./chart\n  releaseName: web\n  values:\n    replicas: 3\n",
+            ),
+            file(
+                "app/chart/Chart.yaml",
+                "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+            ),
+            file(
+                "app/chart/templates/cm.yaml",
+                "kind: ConfigMap\nname: {{ .Release.Name }}\n",
+            ),
+            file(
+                "app/chart/templates/_helpers.tpl",
+                "{{ define \"x\" }}{{ end }}",
+            ),
+            file(
+                "plain/Chart.yaml",
+                "apiVersion: v2\nname: plain\nversion: 1.0.0\n",
+            ),
+            file(
+                "plain/templates/a.yaml",
+                "{{ if .Values.x }}x: 1{{ end }}\n",
+            ),
+        ];
+        let scanned = bundles(
+            &files,
+            &["app".into(), "plain".into()],
+            &[],
+            &RepoOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(scanned.len(), 2);
+        let app = &scanned[0];
+        let helm = app.spec.helm.as_ref().unwrap();
+        assert_eq!(helm.chart.as_deref(), Some("chart"));
+        assert_eq!(helm.release_name.as_deref(), Some("web"));
+        let names: Vec<_> = app
+            .spec
+            .resources
+            .iter()
+            .flatten()
+            .filter_map(|r| r.name.clone())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "chart/Chart.yaml",
+                "chart/templates/cm.yaml",
+                "chart/templates/_helpers.tpl"
+            ]
+        );
+        // A root holding a Chart.yaml is a chart without a fleet.yaml saying so.
+        assert_eq!(
+            scanned[1].spec.helm.as_ref().unwrap().chart.as_deref(),
+            Some("")
+        );
     }
 }

@@ -185,7 +185,7 @@ pub fn render(
                 data,
             ])))
             .map_err(|e| HelmError::Template {
-                message: e.to_string(),
+                message: without_entry(&e.to_string()),
             })?
             .replace("<no value>", "");
         if t.name.ends_with("/NOTES.txt") {
@@ -197,6 +197,16 @@ pub fn render(
         }
     }
     Ok(rendered)
+}
+
+/// An error's text without the frames of lariat's entry template, which the chart's author
+/// never wrote.
+fn without_entry(message: &str) -> String {
+    message
+        .lines()
+        .filter(|line| !line.contains(ENTRY))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 struct Collected {

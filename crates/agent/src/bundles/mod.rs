@@ -14,6 +14,7 @@
 //!   BundleDeployments that were deleted.
 
 mod deploy;
+mod helm;
 mod monitor;
 
 use std::collections::HashMap;
@@ -85,6 +86,9 @@ struct Agent {
     changed: broadcast::Sender<String>,
     /// Contents by name (they never change), those of current BundleDeployments only.
     contents: Mutex<HashMap<String, Arc<Vec<Value>>>>,
+    /// Helm bundles' rendered objects by deployment ID, current BundleDeployments' only: a
+    /// chart is rendered once per version, as Helm renders at install and upgrade.
+    rendered: Mutex<HashMap<String, Arc<Vec<Value>>>>,
     /// Namespaces seen to exist (forgotten when an apply fails: one may have been deleted).
     namespaces: Mutex<std::collections::HashSet<String>>,
     /// The version of each BundleDeployment applied by this process (its status says the
@@ -233,6 +237,7 @@ pub(crate) async fn run(downstream: kube::Client, sessions: watch::Receiver<Opti
         watches: Default::default(),
         changed: broadcast::channel(CHANGED_BUFFER).0,
         contents: Default::default(),
+        rendered: Default::default(),
         namespaces: Default::default(),
         applied_versions: Default::default(),
         locks: Default::default(),
@@ -531,7 +536,19 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
         .next()
         .unwrap_or_default()
         .to_string();
-    let manifests = content(&ctx, &content_name).await?;
+    let mut manifests = content(&ctx, &content_name).await?;
+    let mut options = options;
+    if let Some(helm) = options.helm.clone() {
+        options.default_namespace = Some(helm::release_namespace(&options));
+        manifests = match rendered(&ctx, &deployment_id, &manifests, &options, &helm).await {
+            Ok(objects) => objects,
+            Err(message) => {
+                failed(&mut status, &message, &now);
+                write_status(&ctx, &bd, status).await?;
+                return Ok(Action::requeue(RETRY_FAILED_APPLY));
+            }
+        };
+    }
     let desired = match deploy::desired(&ctx.agent, &name, &manifests, &options).await {
         Ok(desired) => desired,
         Err(message) => {
@@ -664,6 +681,40 @@ fn error_policy(bd: Arc<BundleDeployment>, error: &Error, _ctx: Arc<Context>) ->
     Action::requeue(Duration::from_secs(10))
 }
 
+/// A Helm bundle's objects for version `deployment_id`, rendered once.
+async fn rendered(
+    ctx: &Context,
+    deployment_id: &str,
+    files: &[Value],
+    options: &lariat_api::fleet::BundleDeploymentOptions,
+    helm: &lariat_api::fleet::HelmOptions,
+) -> Result<Arc<Vec<Value>>, String> {
+    if let Some(found) = ctx.agent.rendered.lock().expect("lock").get(deployment_id) {
+        return Ok(found.clone());
+    }
+    let objects = Arc::new(helm::render(&ctx.agent.downstream, files, options, helm).await?);
+    let wanted = current_versions(ctx);
+    let mut rendered = ctx.agent.rendered.lock().expect("lock");
+    rendered.retain(|id, _| wanted.contains(id));
+    rendered.insert(deployment_id.to_string(), objects.clone());
+    Ok(objects)
+}
+
+/// The deployment IDs the BundleDeployments name now, deployed or staged.
+fn current_versions(ctx: &Context) -> std::collections::HashSet<String> {
+    ctx.deployments
+        .state()
+        .iter()
+        .flat_map(|bd| {
+            [
+                bd.spec.deployment_id.clone(),
+                bd.spec.staged_deployment_id.clone(),
+            ]
+        })
+        .flatten()
+        .collect()
+}
+
 /// The manifests of a Content (read once: a Content never changes, its name is its hash).
 async fn content(ctx: &Context, name: &str) -> Result<Arc<Vec<Value>>, Error> {
     if let Some(found) = ctx.agent.contents.lock().expect("lock").get(name) {
@@ -676,17 +727,9 @@ async fn content(ctx: &Context, name: &str) -> Result<Arc<Vec<Value>>, Error> {
     let manifests = Arc::new(manifests);
     let mut contents = ctx.agent.contents.lock().expect("lock");
     // Keep only what the BundleDeployments name now.
-    let wanted: std::collections::HashSet<String> = ctx
-        .deployments
-        .state()
+    let wanted: std::collections::HashSet<String> = current_versions(ctx)
         .iter()
-        .flat_map(|bd| {
-            [&bd.spec.deployment_id, &bd.spec.staged_deployment_id]
-                .into_iter()
-                .flatten()
-                .filter_map(|id| id.split(':').next().map(String::from))
-                .collect::<Vec<_>>()
-        })
+        .filter_map(|id| id.split(':').next().map(String::from))
         .collect();
     contents.retain(|name, _| wanted.contains(name));
     contents.insert(name.to_string(), manifests.clone());

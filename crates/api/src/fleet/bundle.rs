@@ -56,6 +56,9 @@ pub struct BundleSpec {
     /// Overlays applied on every target.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub yaml: Option<YamlOptions>,
+    /// The bundle deploys a Helm chart: which, and how.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub helm: Option<super::HelmOptions>,
     /// Deploy nothing new meanwhile.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
@@ -119,6 +122,9 @@ pub struct BundleTarget {
     /// Overlays applied there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub yaml: Option<YamlOptions>,
+    /// Helm options there: values merged over the bundle's, the rest replacing them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub helm: Option<super::HelmOptions>,
     /// Matching clusters get nothing (a way to exclude them).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub do_not_deploy: bool,

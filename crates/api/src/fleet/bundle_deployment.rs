@@ -81,6 +81,9 @@ pub struct BundleDeploymentOptions {
     /// Restore objects changed downstream.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub correct_drift: Option<CorrectDrift>,
+    /// The Content is a Helm chart's files, rendered and released by the agent so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub helm: Option<super::HelmOptions>,
 }
 
 /// What the agent applied and what it sees downstream.

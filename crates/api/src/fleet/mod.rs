@@ -21,6 +21,7 @@ mod cluster_group;
 mod common;
 mod content;
 mod git_repo;
+mod helm;
 
 pub use bundle::{
     Bundle, BundleDisplay, BundleRef, BundleResource, BundleSpec, BundleStatus, BundleTarget,
@@ -39,6 +40,7 @@ pub use common::{
 };
 pub use content::{Content, ContentFields, ContentStatus};
 pub use git_repo::{GitRepo, GitRepoDisplay, GitRepoSpec, GitRepoStatus};
+pub use helm::HelmOptions;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -1,0 +1,252 @@
+//! A Helm bundle on this cluster: its chart rendered against this cluster, as Fleet's agent
+//! renders it — `.Capabilities` from this cluster's version and API groups, `lookup` reading
+//! from it — into the objects the rest of the agent applies and monitors, the chart's CRDs
+//! first.
+//!
+//! A render is paid once per version: it is kept by deployment ID, as Helm renders at
+//! install and upgrade, not at every look.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams};
+use lariat_api::fleet::{BundleDeploymentOptions, HelmOptions};
+use lariat_helm::chart::read_values;
+use lariat_helm::functions::Lookup;
+use lariat_helm::{Bounds, Capabilities, Chart, Release, manifests};
+use serde_json::{Map, Value};
+
+/// How long a render may take when the bundle does not say (`helm.timeoutSeconds`).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The stack of a render's thread: templates nest, and `include` renders within a render.
+const RENDER_STACK: usize = 16 << 20;
+
+/// The namespace a Helm bundle's release lives in, and its objects that name none.
+pub(super) fn release_namespace(options: &BundleDeploymentOptions) -> String {
+    options
+        .namespace
+        .clone()
+        .or_else(|| options.default_namespace.clone())
+        .unwrap_or_else(|| "default".to_string())
+}
+
+/// The objects of a Helm bundle's chart on this cluster, or why it cannot be rendered
+/// (naming the file, template and line).
+pub(super) async fn render(
+    downstream: &kube::Client,
+    files: &[Value],
+    options: &BundleDeploymentOptions,
+    helm: &HelmOptions,
+) -> Result<Vec<Value>, String> {
+    let bundle: BTreeMap<String, Vec<u8>> = files
+        .iter()
+        .filter_map(|f| {
+            Some((
+                f["name"].as_str()?.to_string(),
+                f["content"].as_str()?.as_bytes().to_vec(),
+            ))
+        })
+        .collect();
+    let chart_dir = helm.chart.clone().unwrap_or_default();
+    let prefix = if chart_dir.is_empty() {
+        String::new()
+    } else {
+        format!("{chart_dir}/")
+    };
+    let chart_files: BTreeMap<String, Vec<u8>> = bundle
+        .iter()
+        .filter_map(|(name, data)| Some((name.strip_prefix(&prefix)?.to_string(), data.clone())))
+        .collect();
+    let chart = Chart::load(&chart_files).map_err(|e| format!("{prefix}{e}"))?;
+    let mut values = Map::new();
+    for file in helm.values_files.iter().flatten() {
+        let name = file.trim_start_matches("./");
+        let data = bundle
+            .get(name)
+            .ok_or_else(|| format!("helm.valuesFiles: {file} is not in the bundle"))?;
+        lariat_helm::values::merge_over(
+            &mut values,
+            read_values(data, name).map_err(|e| e.to_string())?,
+        );
+    }
+    lariat_helm::values::merge_over(&mut values, helm.values.clone().unwrap_or_default());
+    let capabilities = capabilities(downstream)
+        .await
+        .map_err(|e| format!("cannot read this cluster's version and API groups: {e}"))?;
+    let release = Release {
+        name: helm.release_name.clone().unwrap_or_default(),
+        namespace: release_namespace(options),
+        revision: 1,
+        is_upgrade: false,
+    };
+    let timeout = u64::try_from(helm.timeout_seconds)
+        .ok()
+        .filter(|s| *s > 0)
+        .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
+    let bounds = Bounds {
+        time: timeout,
+        ..Bounds::default()
+    };
+    let client = downstream.clone();
+    let runtime = tokio::runtime::Handle::current();
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("helm-render".into())
+        .stack_size(RENDER_STACK)
+        .spawn(move || {
+            let lookup: Rc<dyn Lookup> = Rc::new(ClusterLookup {
+                client,
+                runtime,
+                timeout,
+            });
+            let rendered = lariat_helm::render(
+                &chart,
+                &values,
+                &release,
+                &capabilities,
+                Some(lookup),
+                &bounds,
+            )
+            .map_err(|e| e.to_string())
+            .and_then(|rendered| objects(&chart, &rendered));
+            let _ = sender.send(rendered);
+        })
+        .map_err(|e| format!("cannot start a render: {e}"))?;
+    receiver
+        .await
+        .map_err(|_| "the render stopped before it finished".to_string())?
+}
+
+/// The chart's CRDs, then its manifests in Helm's install order, as objects. Hooks other
+/// than tests are refused by name: lariat does not run them yet, and leaving one out
+/// silently (a migration Job) would deploy a release that is not what Helm deploys.
+fn objects(chart: &Chart, rendered: &lariat_helm::Rendered) -> Result<Vec<Value>, String> {
+    let (hooks, sorted) = manifests::sort(&rendered.files).map_err(|e| e.to_string())?;
+    if let Some(hook) = hooks
+        .iter()
+        .find(|h| !h.events.iter().all(|e| e == "test" || e == "test-success"))
+    {
+        return Err(format!(
+            "{}: Helm hooks ({} on {} {}) are not supported by lariat yet",
+            hook.manifest.source,
+            hook.events.join(","),
+            hook.manifest.kind,
+            hook.manifest.name
+        ));
+    }
+    let mut objects = Vec::new();
+    let crds = manifests::crds_with_subcharts(chart, "");
+    let documents = crds
+        .iter()
+        .flat_map(|(source, data)| {
+            manifests::split_documents(&String::from_utf8_lossy(data))
+                .into_iter()
+                .map(move |d| (source.clone(), d))
+        })
+        .chain(sorted.into_iter().map(|m| (m.source, m.content)));
+    for (source, document) in documents {
+        let value: Value =
+            serde_yaml_ng::from_str(&document).map_err(|e| format!("{source}: {e}"))?;
+        if !value.is_null() {
+            objects.push(value);
+        }
+    }
+    Ok(objects)
+}
+
+/// What `.Capabilities` says: this cluster's version and every group version and kind it serves.
+async fn capabilities(client: &kube::Client) -> Result<Capabilities, kube::Error> {
+    let version = client.apiserver_version().await?;
+    let mut api_versions = Vec::new();
+    for core in client.list_core_api_versions().await?.versions {
+        for resource in client.list_core_api_resources(&core).await?.resources {
+            api_versions.push(format!("{core}/{}", resource.kind));
+        }
+        api_versions.push(core);
+    }
+    for group in client.list_api_groups().await?.groups {
+        for version in group.versions {
+            if let Ok(resources) = client
+                .list_api_group_resources(&version.group_version)
+                .await
+            {
+                api_versions.extend(
+                    resources
+                        .resources
+                        .iter()
+                        .map(|r| format!("{}/{}", version.group_version, r.kind)),
+                );
+            }
+            api_versions.push(version.group_version);
+        }
+    }
+    api_versions.sort();
+    api_versions.dedup();
+    Ok(Capabilities {
+        kube_version: version.git_version,
+        api_versions,
+    })
+}
+
+/// `lookup` against this cluster, from the render's thread.
+struct ClusterLookup {
+    client: kube::Client,
+    runtime: tokio::runtime::Handle,
+    timeout: Duration,
+}
+
+impl Lookup for ClusterLookup {
+    fn lookup(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, String> {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let client = self.client.clone();
+        let (namespace, name) = (namespace.to_string(), name.to_string());
+        let read = async move {
+            let (resource, capabilities) = match kube::discovery::pinned_kind(&client, &gvk).await {
+                Ok(found) => found,
+                // Helm answers a kind the cluster does not serve with an empty map.
+                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+                Err(e) => return Err(e.to_string()),
+            };
+            let api: Api<DynamicObject> = if capabilities.scope
+                == kube::discovery::Scope::Namespaced
+                && !namespace.is_empty()
+            {
+                Api::namespaced_with(client, &namespace, &resource)
+            } else {
+                Api::all_with(client, &resource)
+            };
+            if name.is_empty() {
+                let list = api
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let items: Vec<Value> = list
+                    .items
+                    .iter()
+                    .filter_map(|o| serde_json::to_value(o).ok())
+                    .collect();
+                return Ok(Some(
+                    serde_json::json!({"apiVersion": "v1", "kind": format!("{kind}List"), "items": items}),
+                ));
+            }
+            match api.get_opt(&name).await {
+                Ok(found) => Ok(found.and_then(|o| serde_json::to_value(o).ok())),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let timeout = self.timeout;
+        self.runtime.block_on(async move {
+            tokio::time::timeout(timeout, read)
+                .await
+                .unwrap_or_else(|_| Err("timed out".into()))
+        })
+    }
+}
