@@ -1887,6 +1887,40 @@ data:
   {{- end }}
 "#;
 
+/// Revision `version` of Helm release `release` in cluster `cluster`, decoded as Helm decodes
+/// its Secret (base64, gzip, JSON); null when there is none.
+fn helm_release(
+    server: &TestServer,
+    cluster: &str,
+    namespace: &str,
+    release: &str,
+    version: u32,
+) -> Value {
+    use base64::Engine as _;
+    use std::io::Read as _;
+    let kubeconfig = server.workload_kubeconfig_in("fleet-default", cluster);
+    let name = format!("sh.helm.release.v1.{release}.v{version}");
+    let output = server.kubectl_as(
+        &kubeconfig,
+        &["get", "secret", &name, "-n", namespace, "-o", "json"],
+    );
+    let Ok(secret) = serde_json::from_slice::<Value>(&output.stdout) else {
+        return Value::Null;
+    };
+    assert_eq!(secret["type"], "helm.sh/release.v1", "{secret}");
+    assert_eq!(secret["metadata"]["labels"]["owner"], "helm", "{secret}");
+    let engine = base64::engine::general_purpose::STANDARD;
+    let once = engine
+        .decode(secret["data"]["release"].as_str().unwrap())
+        .unwrap();
+    let gzipped = engine.decode(once).unwrap();
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(gzipped.as_slice())
+        .read_to_end(&mut json)
+        .unwrap();
+    serde_json::from_slice(&json).unwrap()
+}
+
 /// The ConfigMap `name` in namespace `namespace` of in-memory cluster `cluster`.
 fn workload_config_map(server: &TestServer, cluster: &str, namespace: &str, name: &str) -> Value {
     let kubeconfig = server.workload_kubeconfig_in("fleet-default", cluster);
@@ -1944,6 +1978,41 @@ fn a_helm_chart_in_the_repository_renders_per_cluster_and_a_broken_one_fails_alo
             "{settings}"
         );
     }
+    // Each cluster keeps the release as Helm does: `helm list` and `helm history` read these.
+    let v1 = helm_release(&server, "eu-1", "web", "shop", 1);
+    assert_eq!(v1["info"]["status"], "deployed", "{v1}");
+    assert_eq!(v1["info"]["description"], "Install complete", "{v1}");
+    assert_eq!(v1["config"]["color"], "blue", "{v1}");
+    assert_eq!(v1["chart"]["metadata"]["name"], "web", "{v1}");
+    assert!(
+        v1["manifest"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("---\n# Source: web/templates/configmap.yaml\n")),
+        "{v1}"
+    );
+    // What Helm itself would take as its own: the release's marks on every object.
+    let settings = workload_config_map(&server, "eu-1", "web", "shop-settings");
+    assert_eq!(
+        settings["metadata"]["annotations"]["meta.helm.sh/release-name"],
+        "shop"
+    );
+    assert_eq!(
+        settings["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "Helm"
+    );
+    // New values are an upgrade: revision 2 deployed, revision 1 superseded.
+    commit(
+        &upstream,
+        &[("web/chart/values.yaml", "color: green\nimage: httpd\n")],
+    );
+    eventually_within(Duration::from_secs(120), "the upgrade reached eu-1", || {
+        workload_config_map(&server, "eu-1", "web", "shop-settings")["data"]["image"] == "httpd"
+    });
+    eventually_within(Duration::from_secs(30), "revision 2 recorded", || {
+        helm_release(&server, "eu-1", "web", "shop", 2)["info"]["status"] == "deployed"
+    });
+    let v1 = helm_release(&server, "eu-1", "web", "shop", 1);
+    assert_eq!(v1["info"]["status"], "superseded", "{v1}");
     // A template that fails names its file and line on the chart's bundle; the other bundle
     // of the same commit stays deployed and ready.
     commit(
@@ -1967,5 +2036,114 @@ fn a_helm_chart_in_the_repository_renders_per_cluster_and_a_broken_one_fails_alo
     assert_eq!(
         plain["status"]["display"]["readyClusters"], "2/2",
         "{plain}"
+    );
+}
+
+#[test]
+fn a_chart_deploys_over_an_object_only_when_told_and_its_release_history_goes_with_it() {
+    let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(&work.path().join("repos"));
+    in_memory_clusters(&server, &[("eu-1", "eu")]);
+    // Someone made the chart's ConfigMap by hand before the chart came.
+    eventually_within(Duration::from_secs(60), "the cluster's kubeconfig", || {
+        server
+            .kubectl(&["get", "secret", "eu-1-kubeconfig", "-n", "fleet-default"])
+            .status
+            .success()
+    });
+    eventually_within(Duration::from_secs(60), "the cluster's API answers", || {
+        let kubeconfig = server.workload_kubeconfig_in("fleet-default", "eu-1");
+        server
+            .kubectl_as(&kubeconfig, &["create", "namespace", "web"])
+            .status
+            .success()
+    });
+    let kubeconfig = server.workload_kubeconfig_in("fleet-default", "eu-1");
+    let created = server.kubectl_as(
+        &kubeconfig,
+        &[
+            "create",
+            "configmap",
+            "shop-settings",
+            "-n",
+            "web",
+            "--from-literal=color=hand-made",
+        ],
+    );
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let upstream = work.path().join("repos/platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    let fleet_yaml = "defaultNamespace: web\nhelm:\n  releaseName: shop\n";
+    commit(
+        &upstream,
+        &[
+            ("web/fleet.yaml", fleet_yaml),
+            ("web/Chart.yaml", CHART_YAML),
+            ("web/values.yaml", CHART_VALUES),
+            ("web/templates/_helpers.tpl", CHART_HELPERS),
+            ("web/templates/configmap.yaml", CHART_CONFIG_MAP),
+        ],
+    );
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  pollingInterval: 5s\n  paths: [web]\n  targets:\n  - clusterSelector: {}\n",
+    );
+    // As Helm refuses: the object is no release's.
+    eventually_within(
+        Duration::from_secs(120),
+        "the bundle refuses the hand-made object",
+        || {
+            first_group(&server, "platform-web")["message"]
+                .as_str()
+                .is_some_and(|m| {
+                    m.contains("ConfigMap web/shop-settings exists and is not part of release shop")
+                })
+        },
+    );
+    assert_eq!(
+        workload_config_map(&server, "eu-1", "web", "shop-settings")["data"]["color"],
+        "hand-made"
+    );
+    commit(
+        &upstream,
+        &[(
+            "web/fleet.yaml",
+            &format!("{fleet_yaml}  takeOwnership: true\n"),
+        )],
+    );
+    eventually_within(Duration::from_secs(120), "taken over", || {
+        workload_config_map(&server, "eu-1", "web", "shop-settings")["data"]["color"] == "green"
+    });
+    assert_eq!(
+        helm_release(&server, "eu-1", "web", "shop", 1)["info"]["status"],
+        "deployed"
+    );
+    // maxHistory 1 keeps only the newest revision, as `helm upgrade --history-max 1`.
+    commit(
+        &upstream,
+        &[
+            (
+                "web/fleet.yaml",
+                &format!("{fleet_yaml}  takeOwnership: true\n  maxHistory: 1\n"),
+            ),
+            ("web/values.yaml", "color: teal\nimage: nginx\n"),
+        ],
+    );
+    eventually_within(Duration::from_secs(120), "revision 2 alone", || {
+        helm_release(&server, "eu-1", "web", "shop", 2)["info"]["status"] == "deployed"
+            && helm_release(&server, "eu-1", "web", "shop", 1).is_null()
+    });
+    // The bundle goes: so does the release's history, as `helm uninstall` leaves none.
+    server.kubectl_ok(&["delete", "gitrepo", "platform", "-n", "fleet-default"]);
+    eventually_within(
+        Duration::from_secs(120),
+        "the release history is gone",
+        || helm_release(&server, "eu-1", "web", "shop", 1).is_null(),
     );
 }

@@ -138,6 +138,8 @@ pub struct Record {
     pub resources: BTreeSet<ObjectKey>,
     /// Those that were there before it: released, never deleted.
     pub adopted: BTreeSet<ObjectKey>,
+    /// The Helm release it recorded, `namespace/name`: its history goes with it.
+    pub helm_release: Option<String>,
 }
 
 fn record_name(bundle_deployment: &str) -> String {
@@ -173,6 +175,7 @@ fn parse_record(cm: &ConfigMap) -> Option<Record> {
         keep_resources: data.get("keepResources").is_some_and(|v| v == "true"),
         resources: set("resources")?,
         adopted: set("adopted")?,
+        helm_release: data.get("helmRelease").cloned(),
     })
 }
 
@@ -191,6 +194,10 @@ async fn write_record(agent: &Agent, name: &str, record: &Record) -> Result<(), 
                  "keepResources": record.keep_resources.to_string(),
                  "resources": json(&record.resources)?, "adopted": json(&record.adopted)?},
     });
+    let mut body = body;
+    if let Some(release) = &record.helm_release {
+        body["data"]["helmRelease"] = release.clone().into();
+    }
     records(agent)
         .patch(
             &record_name(name),
@@ -258,6 +265,13 @@ pub(super) async fn uninstall(agent: &Agent, name: &str) -> Result<(), Error> {
         };
         write_record(agent, name, &remaining).await?;
         return Err(Error::Invalid(message));
+    }
+    if let Some((namespace, release)) = record
+        .helm_release
+        .as_deref()
+        .and_then(|r| r.split_once('/'))
+    {
+        super::release::remove(&agent.downstream, namespace, release).await?;
     }
     match records(agent)
         .delete(&record_name(name), &DeleteParams::default())
@@ -557,10 +571,21 @@ async fn ensure_namespaces(agent: &Agent, desired: &[Desired]) -> Result<(), Str
 
 /// The objects among `keys` that exist already without this BundleDeployment's label: they
 /// are adopted (applied over, never deleted). The agent's own namespace always is.
+/// `namespace/name` of a Helm bundle's release.
+fn helm_release(options: &lariat_api::fleet::BundleDeploymentOptions) -> Option<String> {
+    let helm = options.helm.as_ref()?;
+    Some(format!(
+        "{}/{}",
+        super::helm::release_namespace(options),
+        helm.release_name.clone().unwrap_or_default()
+    ))
+}
+
 async fn found_already(
     agent: &Agent,
     keys: &[&Desired],
     bundle_deployment: &str,
+    options: &lariat_api::fleet::BundleDeploymentOptions,
 ) -> Result<BTreeSet<ObjectKey>, String> {
     let mut adopted = BTreeSet::new();
     for desired in keys {
@@ -592,6 +617,25 @@ async fn found_already(
                 "{} is deployed by bundle {owner} already: one object cannot belong to two bundles",
                 desired.key
             ));
+        }
+        // Helm deploys over an object only if it is its release's, or told to take it.
+        if let (Some(helm), Some(object)) = (&options.helm, &existing) {
+            let release = helm.release_name.clone().unwrap_or_default();
+            let release_namespace = super::helm::release_namespace(options);
+            let ours = object
+                .labels()
+                .get(BUNDLE_DEPLOYMENT_LABEL)
+                .map(String::as_str)
+                == Some(bundle_deployment);
+            if !ours
+                && !helm.take_ownership
+                && !super::helm::belongs_to(object, &release, &release_namespace)
+            {
+                return Err(format!(
+                    "{} exists and is not part of release {release}: set helm.takeOwnership to deploy over it",
+                    desired.key
+                ));
+            }
         }
         let foreign = existing.is_some_and(|o| {
             o.labels().get(BUNDLE_DEPLOYMENT_LABEL).map(String::as_str) != Some(bundle_deployment)
@@ -626,12 +670,13 @@ pub(super) async fn apply(
         .collect();
     let mut adopted = previous.adopted.clone();
     if !new.is_empty() {
-        adopted.extend(found_already(agent, &new, name).await?);
+        adopted.extend(found_already(agent, &new, name, options).await?);
         let intent = Record {
             namespace: namespace.to_string(),
             keep_resources: options.keep_resources,
             resources: previous.resources.union(&wanted).cloned().collect(),
             adopted: adopted.clone(),
+            helm_release: helm_release(options),
         };
         write_record(agent, name, &intent)
             .await
@@ -687,6 +732,7 @@ pub(super) async fn apply(
         keep_resources: options.keep_resources,
         adopted: adopted.intersection(&resources).cloned().collect(),
         resources,
+        helm_release: helm_release(options),
     };
     if record(agent, name).await.ok().flatten().as_ref() != Some(&done) {
         write_record(agent, name, &done)

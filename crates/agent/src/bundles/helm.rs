@@ -15,6 +15,8 @@ use lariat_api::fleet::{BundleDeploymentOptions, HelmOptions};
 use lariat_helm::chart::read_values;
 use lariat_helm::functions::Lookup;
 use lariat_helm::{Bounds, Capabilities, Chart, Release, manifests};
+
+use super::release::ReleaseData;
 use serde_json::{Map, Value};
 
 /// How long a render may take when the bundle does not say (`helm.timeoutSeconds`).
@@ -31,6 +33,30 @@ pub(super) fn release_namespace(options: &BundleDeploymentOptions) -> String {
         .unwrap_or_else(|| "default".to_string())
 }
 
+/// A Helm bundle's chart rendered for this cluster: the objects to apply, and the release
+/// to record once they are.
+#[derive(Debug)]
+pub(super) struct Rendered {
+    pub objects: std::sync::Arc<Vec<Value>>,
+    pub release: ReleaseData,
+}
+
+/// On every object a release deploys, as Helm marks them: how `helm upgrade` knows its own.
+const RELEASE_NAME: &str = "meta.helm.sh/release-name";
+const RELEASE_NAMESPACE: &str = "meta.helm.sh/release-namespace";
+
+/// Whether `object` (as it is in the cluster) is part of release `name` in `namespace`.
+pub(super) fn belongs_to(object: &kube::api::DynamicObject, name: &str, namespace: &str) -> bool {
+    let annotations = &object.metadata.annotations;
+    let get = |key: &str| {
+        annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    };
+    get(RELEASE_NAME) == Some(name) && get(RELEASE_NAMESPACE) == Some(namespace)
+}
+
 /// The objects of a Helm bundle's chart on this cluster, or why it cannot be rendered
 /// (naming the file, template and line).
 pub(super) async fn render(
@@ -38,7 +64,7 @@ pub(super) async fn render(
     files: &[Value],
     options: &BundleDeploymentOptions,
     helm: &HelmOptions,
-) -> Result<Vec<Value>, String> {
+) -> Result<Rendered, String> {
     let bundle: BTreeMap<String, Vec<u8>> = files
         .iter()
         .filter_map(|f| {
@@ -88,6 +114,8 @@ pub(super) async fn render(
         time: timeout,
         ..Bounds::default()
     };
+    let chart_json = super::release::chart_json(&chart_files, &chart);
+    let config = Value::Object(values.clone());
     let client = downstream.clone();
     let runtime = tokio::runtime::Handle::current();
     let (sender, receiver) = tokio::sync::oneshot::channel();
@@ -109,7 +137,21 @@ pub(super) async fn render(
                 &bounds,
             )
             .map_err(|e| e.to_string())
-            .and_then(|rendered| objects(&chart, &rendered));
+            .and_then(|rendered| {
+                let (objects, manifest) = objects(&chart, &rendered, &release)?;
+                let data = ReleaseData {
+                    name: release.name.clone(),
+                    namespace: release.namespace.clone(),
+                    chart: chart_json,
+                    config,
+                    manifest,
+                    notes: rendered.notes,
+                };
+                Ok(Rendered {
+                    objects: std::sync::Arc::new(objects),
+                    release: data,
+                })
+            });
             let _ = sender.send(rendered);
         })
         .map_err(|e| format!("cannot start a render: {e}"))?;
@@ -118,10 +160,15 @@ pub(super) async fn render(
         .map_err(|_| "the render stopped before it finished".to_string())?
 }
 
-/// The chart's CRDs, then its manifests in Helm's install order, as objects. Hooks other
-/// than tests are refused by name: lariat does not run them yet, and leaving one out
-/// silently (a migration Job) would deploy a release that is not what Helm deploys.
-fn objects(chart: &Chart, rendered: &lariat_helm::Rendered) -> Result<Vec<Value>, String> {
+/// The chart's CRDs, then its manifests in Helm's install order, as objects marked as the
+/// release's, and the release's manifest text. Hooks other than tests are refused by name:
+/// lariat does not run them yet, and leaving one out silently (a migration Job) would
+/// deploy a release that is not what Helm deploys.
+fn objects(
+    chart: &Chart,
+    rendered: &lariat_helm::Rendered,
+    release: &Release,
+) -> Result<(Vec<Value>, String), String> {
     let (hooks, sorted) = manifests::sort(&rendered.files).map_err(|e| e.to_string())?;
     if let Some(hook) = hooks
         .iter()
@@ -135,6 +182,10 @@ fn objects(chart: &Chart, rendered: &lariat_helm::Rendered) -> Result<Vec<Value>
             hook.manifest.name
         ));
     }
+    let manifest: String = sorted
+        .iter()
+        .map(|m| format!("---\n# Source: {}\n{}\n", m.source, m.content))
+        .collect();
     let mut objects = Vec::new();
     let crds = manifests::crds_with_subcharts(chart, "");
     let documents = crds
@@ -142,17 +193,46 @@ fn objects(chart: &Chart, rendered: &lariat_helm::Rendered) -> Result<Vec<Value>
         .flat_map(|(source, data)| {
             manifests::split_documents(&String::from_utf8_lossy(data))
                 .into_iter()
-                .map(move |d| (source.clone(), d))
+                .map(move |d| (source.clone(), d, true))
         })
-        .chain(sorted.into_iter().map(|m| (m.source, m.content)));
-    for (source, document) in documents {
-        let value: Value =
+        .chain(sorted.into_iter().map(|m| (m.source, m.content, false)));
+    for (source, document, from_crds_dir) in documents {
+        let mut value: Value =
             serde_yaml_ng::from_str(&document).map_err(|e| format!("{source}: {e}"))?;
-        if !value.is_null() {
-            objects.push(value);
+        if value.is_null() {
+            continue;
         }
+        // Helm marks what it renders as the release's; not the CRDs of crds/, which it
+        // installs once and never upgrades or deletes.
+        if !from_crds_dir {
+            mark(&mut value, release);
+        }
+        objects.push(value);
     }
-    Ok(objects)
+    Ok((objects, manifest))
+}
+
+/// Helm's marks of a release's object: `app.kubernetes.io/managed-by: Helm` and the release's
+/// name and namespace as annotations.
+fn mark(object: &mut Value, release: &Release) {
+    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if let Some(labels) = metadata
+        .entry("labels")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+    {
+        labels.insert("app.kubernetes.io/managed-by".into(), "Helm".into());
+    }
+    if let Some(annotations) = metadata
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+    {
+        annotations.insert(RELEASE_NAME.into(), release.name.clone().into());
+        annotations.insert(RELEASE_NAMESPACE.into(), release.namespace.clone().into());
+    }
 }
 
 /// What `.Capabilities` says: this cluster's version and every group version and kind it serves.

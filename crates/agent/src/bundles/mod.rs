@@ -16,6 +16,7 @@
 mod deploy;
 mod helm;
 mod monitor;
+mod release;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -88,7 +89,7 @@ struct Agent {
     contents: Mutex<HashMap<String, Arc<Vec<Value>>>>,
     /// Helm bundles' rendered objects by deployment ID, current BundleDeployments' only: a
     /// chart is rendered once per version, as Helm renders at install and upgrade.
-    rendered: Mutex<HashMap<String, Arc<Vec<Value>>>>,
+    rendered: Mutex<HashMap<String, Arc<helm::Rendered>>>,
     /// Namespaces seen to exist (forgotten when an apply fails: one may have been deleted).
     namespaces: Mutex<std::collections::HashSet<String>>,
     /// The version of each BundleDeployment applied by this process (its status says the
@@ -538,10 +539,14 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
         .to_string();
     let mut manifests = content(&ctx, &content_name).await?;
     let mut options = options;
+    let mut release = None;
     if let Some(helm) = options.helm.clone() {
         options.default_namespace = Some(helm::release_namespace(&options));
         manifests = match rendered(&ctx, &deployment_id, &manifests, &options, &helm).await {
-            Ok(objects) => objects,
+            Ok(rendered) => {
+                release = Some(rendered.clone());
+                rendered.objects.clone()
+            }
             Err(message) => {
                 failed(&mut status, &message, &now);
                 write_status(&ctx, &bd, status).await?;
@@ -559,7 +564,20 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
     };
     let mut fresh = deploy::Fresh::default();
     if !applied {
-        match deploy::apply(&ctx.agent, &name, &ctx.namespace, &options, &desired).await {
+        let applied =
+            match deploy::apply(&ctx.agent, &name, &ctx.namespace, &options, &desired).await {
+                Ok(written) => match &release {
+                    Some(rendered) => {
+                        let max_history = options.helm.as_ref().map_or(0, |h| h.max_history);
+                        release::record(&ctx.agent.downstream, &rendered.release, max_history)
+                            .await
+                            .map(|()| written)
+                    }
+                    None => Ok(written),
+                },
+                Err(message) => Err(message),
+            };
+        match applied {
             Ok(written) => {
                 fresh = written;
                 ctx.agent
@@ -688,16 +706,16 @@ async fn rendered(
     files: &[Value],
     options: &lariat_api::fleet::BundleDeploymentOptions,
     helm: &lariat_api::fleet::HelmOptions,
-) -> Result<Arc<Vec<Value>>, String> {
+) -> Result<Arc<helm::Rendered>, String> {
     if let Some(found) = ctx.agent.rendered.lock().expect("lock").get(deployment_id) {
         return Ok(found.clone());
     }
-    let objects = Arc::new(helm::render(&ctx.agent.downstream, files, options, helm).await?);
+    let fresh = Arc::new(helm::render(&ctx.agent.downstream, files, options, helm).await?);
     let wanted = current_versions(ctx);
     let mut rendered = ctx.agent.rendered.lock().expect("lock");
     rendered.retain(|id, _| wanted.contains(id));
-    rendered.insert(deployment_id.to_string(), objects.clone());
-    Ok(objects)
+    rendered.insert(deployment_id.to_string(), fresh.clone());
+    Ok(fresh)
 }
 
 /// The deployment IDs the BundleDeployments name now, deployed or staged.

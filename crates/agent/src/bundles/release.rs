@@ -1,0 +1,248 @@
+//! Helm's record of a release in this cluster, kept as Helm's Secret driver keeps it: one
+//! Secret per revision, `sh.helm.release.v1.<release>.v<N>` of type `helm.sh/release.v1`,
+//! labelled `owner=helm`, `name`, `status`, `version`, holding the release as JSON, gzipped
+//! and base64-encoded. So `helm list`, `helm history` and `helm get values` run by a user on
+//! this cluster show what lariat deployed, and a `helm upgrade` by hand continues from it
+//! (Fleet's agent deploys through Helm, and leaves the same).
+
+use std::io::{Read, Write};
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const SECRET_TYPE: &str = "helm.sh/release.v1";
+/// Helm's own cap on what it decodes; a release Secret larger than this is not Helm's.
+const MAX_RELEASE_BYTES: u64 = 16 << 20;
+
+/// What one revision of a release holds, besides its number and state.
+#[derive(Clone, Debug)]
+pub(super) struct ReleaseData {
+    pub name: String,
+    pub namespace: String,
+    /// Helm's chart as it stores it: metadata, templates, values, files.
+    pub chart: Value,
+    /// The values given for this release (what `helm get values` prints).
+    pub config: Value,
+    /// The rendered manifests, as `helm get manifest` prints them.
+    pub manifest: String,
+    pub notes: String,
+}
+
+fn base64() -> base64::engine::GeneralPurpose {
+    base64::engine::general_purpose::STANDARD
+}
+
+/// The release as Helm's Secret driver encodes it: JSON, gzip, base64.
+fn encode(release: &Value) -> Result<String, String> {
+    let json = serde_json::to_vec(release).map_err(|e| e.to_string())?;
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gzip.write_all(&json).map_err(|e| e.to_string())?;
+    Ok(base64().encode(gzip.finish().map_err(|e| e.to_string())?))
+}
+
+/// A release Secret's `release`, decoded (gzipped or not, as Helm reads both).
+pub(super) fn decode(data: &[u8]) -> Result<Value, String> {
+    let bytes = base64()
+        .decode(data)
+        .map_err(|e| format!("not base64: {e}"))?;
+    let json = if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(bytes.as_slice())
+            .take(MAX_RELEASE_BYTES)
+            .read_to_end(&mut out)
+            .map_err(|e| format!("not gzip: {e}"))?;
+        out
+    } else {
+        bytes
+    };
+    serde_json::from_slice(&json).map_err(|e| format!("not a release: {e}"))
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+fn secret(
+    name: &str,
+    namespace: &str,
+    version: i64,
+    status: &str,
+    release: &Value,
+) -> Result<Secret, String> {
+    let body = json!({
+        "apiVersion": "v1", "kind": "Secret", "type": SECRET_TYPE,
+        "metadata": {
+            "name": format!("sh.helm.release.v1.{name}.v{version}"),
+            "namespace": namespace,
+            "labels": {"name": name, "owner": "helm", "status": status, "version": version.to_string(),
+                "modifiedAt": chrono::Utc::now().timestamp().to_string()},
+        },
+        "data": {"release": base64().encode(encode(release)?)},
+    });
+    serde_json::from_value(body).map_err(|e| e.to_string())
+}
+
+fn version_of(secret: &Secret) -> i64 {
+    secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("version"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn release_of(secret: &Secret) -> Option<Value> {
+    decode(&secret.data.as_ref()?.get("release")?.0).ok()
+}
+
+/// Records a new revision of the release, unless its latest already holds these manifests
+/// and values (an apply repeated after a restart is not an upgrade). Older deployed revisions
+/// become `superseded`; beyond `max_history` (when above 0) the oldest are deleted.
+pub(super) async fn record(
+    client: &kube::Client,
+    data: &ReleaseData,
+    max_history: i32,
+) -> Result<(), String> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &data.namespace);
+    let selector = format!("owner=helm,name={}", data.name);
+    let mut revisions = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| format!("cannot read release {}'s history: {e}", data.name))?
+        .items;
+    revisions.retain(|s| s.type_.as_deref() == Some(SECRET_TYPE));
+    revisions.sort_by_key(version_of);
+    let latest = revisions.last().and_then(release_of);
+    if let Some(latest) = &latest
+        && latest["manifest"] == data.manifest.as_str()
+        && latest["config"] == data.config
+        && latest["info"]["status"] == "deployed"
+    {
+        return Ok(());
+    }
+    let version = revisions.last().map_or(0, version_of) + 1;
+    let first_deployed = revisions
+        .first()
+        .and_then(release_of)
+        .and_then(|r| r["info"]["first_deployed"].as_str().map(String::from))
+        .unwrap_or_else(now);
+    let release = json!({
+        "name": data.name,
+        "info": {
+            "first_deployed": first_deployed, "last_deployed": now(), "deleted": "0001-01-01T00:00:00Z",
+            "description": if version == 1 { "Install complete" } else { "Upgrade complete" },
+            "status": "deployed", "notes": data.notes,
+        },
+        "chart": data.chart, "config": data.config, "manifest": data.manifest,
+        "version": version, "namespace": data.namespace,
+    });
+    api.create(
+        &PostParams::default(),
+        &secret(&data.name, &data.namespace, version, "deployed", &release)?,
+    )
+    .await
+    .map_err(|e| {
+        format!(
+            "cannot record release {} revision {version}: {e}",
+            data.name
+        )
+    })?;
+    for older in &revisions {
+        let Some(mut old) = release_of(older) else {
+            continue;
+        };
+        if old["info"]["status"] != "deployed" {
+            continue;
+        }
+        old["info"]["status"] = json!("superseded");
+        let replaced = secret(
+            &data.name,
+            &data.namespace,
+            version_of(older),
+            "superseded",
+            &old,
+        )?;
+        let patch =
+            json!({"metadata": {"labels": replaced.metadata.labels}, "data": replaced.data});
+        api.patch(
+            &older.metadata.name.clone().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot mark release {} revision {} superseded: {e}",
+                data.name,
+                version_of(older)
+            )
+        })?;
+    }
+    let keep = usize::try_from(max_history).unwrap_or(0);
+    if keep > 0 && revisions.len() + 1 > keep {
+        for gone in &revisions[..revisions.len() + 1 - keep] {
+            let name = gone.metadata.name.clone().unwrap_or_default();
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(format!("cannot delete release history {name}: {e}")),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Deletes every revision of a release, as `helm uninstall` does.
+pub(super) async fn remove(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<(), kube::Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let selector = format!("owner=helm,name={name}");
+    for secret in api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+    {
+        if secret.type_.as_deref() != Some(SECRET_TYPE) {
+            continue;
+        }
+        match api
+            .delete(
+                &secret.metadata.name.unwrap_or_default(),
+                &DeleteParams::default(),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Helm's chart as a release stores it: metadata as `Chart.yaml` says it, templates and other
+/// files base64-encoded, and the chart's own values.
+pub(super) fn chart_json(
+    files: &std::collections::BTreeMap<String, Vec<u8>>,
+    chart: &lariat_helm::Chart,
+) -> Value {
+    let file = |name: &str, data: &[u8]| json!({"name": name, "data": base64().encode(data)});
+    let metadata: Value = files
+        .get("Chart.yaml")
+        .and_then(|data| serde_yaml_ng::from_slice(data).ok())
+        .unwrap_or(Value::Null);
+    json!({
+        "metadata": metadata,
+        "lock": null,
+        "templates": chart.templates.iter().map(|f| file(&f.name, &f.data)).collect::<Vec<_>>(),
+        "values": chart.values,
+        "schema": chart.schema.as_ref().map(|s| base64().encode(s)),
+        "files": chart.files.iter().map(|f| file(&f.name, &f.data)).collect::<Vec<_>>(),
+    })
+}
