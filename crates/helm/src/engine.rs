@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gtmpl_ng::{Context, Limits, Template, Value};
@@ -92,13 +93,49 @@ pub struct Rendered {
     pub notes: String,
 }
 
-/// Renders `chart` with the user's values over its defaults.
+/// The stack of a render's thread. Templates nest, `include` renders within a render, and
+/// values a template builds (a `dict` inside a `dict`, once per iteration) are dropped
+/// recursively: a render runs on a thread of its own with room for all of it, so that no
+/// chart can overflow the stack of the process that renders it. Only the pages used are paid.
+const RENDER_STACK: usize = 64 << 20;
+/// Iterations one render may run in all (gtmpl-ng's default is 1,000,000): what bounds how
+/// deep a template can nest the values it builds, and so the stack their drop needs.
+const MAX_ITERATIONS: usize = 200_000;
+
+/// Renders `chart` with the user's values over its defaults, on a thread of its own (see
+/// [`RENDER_STACK`]); blocks until it is done, within `bounds`.
 pub fn render(
     chart: &Chart,
     user_values: &Map<String, Json>,
     release: &Release,
     capabilities: &Capabilities,
-    lookup: Option<Rc<dyn Lookup>>,
+    lookup: Option<Arc<dyn Lookup + Send + Sync>>,
+    bounds: &Bounds,
+) -> Result<Rendered, HelmError> {
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name("helm-render".into())
+            .stack_size(RENDER_STACK)
+            .spawn_scoped(scope, || {
+                render_here(chart, user_values, release, capabilities, lookup, bounds)
+            })
+            .map_err(|e| HelmError::Template {
+                message: format!("cannot start a render: {e}"),
+            })?;
+        thread.join().unwrap_or_else(|_| {
+            Err(HelmError::Template {
+                message: "the render failed unexpectedly".into(),
+            })
+        })
+    })
+}
+
+fn render_here(
+    chart: &Chart,
+    user_values: &Map<String, Json>,
+    release: &Release,
+    capabilities: &Capabilities,
+    lookup: Option<Arc<dyn Lookup + Send + Sync>>,
     bounds: &Bounds,
 ) -> Result<Rendered, HelmError> {
     if chart.is_library() {
@@ -144,7 +181,8 @@ pub fn render(
     });
     let limits = Limits::default()
         .with_output_bytes(bounds.output_bytes)
-        .with_deadline(bounds.time);
+        .with_deadline(bounds.time)
+        .with_total_iterations(MAX_ITERATIONS);
     let mut set = Template::with_limits(limits);
     set.name = ENTRY.into();
     set.add_funcs(&functions::all());

@@ -133,65 +133,140 @@ fn yaml_without_newline(map: serde_json::Map<String, serde_json::Value>) -> Stri
 }
 
 /// A glob over `/`-separated paths: `*` and `?` stay within a segment, `**` crosses them,
-/// `[abc]` and `{a,b}` choose.
+/// `[abc]` and `{a,b}` choose. Matched in time proportional to pattern × path (a pattern
+/// comes from the chart: `**a**a**a…` must not backtrack exponentially).
 fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
-    match pattern.first() {
-        None => name.is_empty(),
-        Some(b'*') if pattern.get(1) == Some(&b'*') => {
-            let rest = &pattern[2..];
-            (0..=name.len()).any(|i| glob_match(rest, &name[i..]))
-        }
-        Some(b'*') => {
-            let rest = &pattern[1..];
-            for i in 0..=name.len() {
-                if glob_match(rest, &name[i..]) {
-                    return true;
-                }
-                if name.get(i) == Some(&b'/') {
-                    break;
-                }
-            }
-            false
-        }
-        Some(b'?') => {
-            name.first().is_some_and(|&c| c != b'/') && glob_match(&pattern[1..], &name[1..])
-        }
-        Some(b'[') => {
-            let Some(end) = pattern.iter().position(|&c| c == b']') else {
-                return false;
-            };
-            let set = &pattern[1..end];
-            let (negate, set) = match set.first() {
-                Some(b'!') | Some(b'^') => (true, &set[1..]),
-                _ => (false, set),
-            };
-            let Some(&c) = name.first() else { return false };
-            let mut hit = false;
-            let mut i = 0;
-            while i < set.len() {
-                if i + 2 < set.len() && set[i + 1] == b'-' {
-                    hit |= (set[i]..=set[i + 2]).contains(&c);
-                    i += 3;
-                } else {
-                    hit |= set[i] == c;
-                    i += 1;
-                }
-            }
-            hit != negate && glob_match(&pattern[end + 1..], &name[1..])
-        }
-        Some(b'{') => {
-            let Some(end) = pattern.iter().position(|&c| c == b'}') else {
-                return false;
-            };
-            let rest = &pattern[end + 1..];
-            pattern[1..end].split(|&c| c == b',').any(|alternative| {
-                let mut candidate = alternative.to_vec();
-                candidate.extend_from_slice(rest);
-                glob_match(&candidate, name)
-            })
-        }
-        Some(&c) => name.first() == Some(&c) && glob_match(&pattern[1..], &name[1..]),
+    expand_braces(pattern, 0)
+        .iter()
+        .any(|alternative| matches(&tokens(alternative), name))
+}
+
+/// `{a,b}` alternatives spelled out, at most 256 of them (more matches nothing).
+fn expand_braces(pattern: &[u8], depth: usize) -> Vec<Vec<u8>> {
+    const MAX_ALTERNATIVES: usize = 256;
+    let Some(open) = pattern.iter().position(|&c| c == b'{') else {
+        return vec![pattern.to_vec()];
+    };
+    let Some(close) = pattern[open..]
+        .iter()
+        .position(|&c| c == b'}')
+        .map(|c| c + open)
+    else {
+        return vec![pattern.to_vec()];
+    };
+    if depth > 8 {
+        return Vec::new();
     }
+    let mut out = Vec::new();
+    for choice in pattern[open + 1..close].split(|&c| c == b',') {
+        let mut candidate = pattern[..open].to_vec();
+        candidate.extend_from_slice(choice);
+        candidate.extend_from_slice(&pattern[close + 1..]);
+        out.extend(expand_braces(&candidate, depth + 1));
+        if out.len() > MAX_ALTERNATIVES {
+            return Vec::new();
+        }
+    }
+    out
+}
+
+enum Token {
+    /// `*` (`crosses`: false) or `**`.
+    Star {
+        crosses: bool,
+    },
+    Any,
+    Class {
+        set: Vec<(u8, u8)>,
+        negate: bool,
+    },
+    Byte(u8),
+}
+
+fn tokens(pattern: &[u8]) -> Vec<Token> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < pattern.len() {
+        match pattern[i] {
+            b'*' if pattern.get(i + 1) == Some(&b'*') => {
+                out.push(Token::Star { crosses: true });
+                i += 2;
+            }
+            b'*' => {
+                out.push(Token::Star { crosses: false });
+                i += 1;
+            }
+            b'?' => {
+                out.push(Token::Any);
+                i += 1;
+            }
+            b'[' if pattern[i..].contains(&b']') => {
+                let end = i + pattern[i..].iter().position(|&c| c == b']').unwrap_or(0);
+                let mut body = &pattern[i + 1..end];
+                let negate = matches!(body.first(), Some(b'!') | Some(b'^'));
+                if negate {
+                    body = &body[1..];
+                }
+                let mut set = Vec::new();
+                let mut k = 0;
+                while k < body.len() {
+                    if k + 2 < body.len() && body[k + 1] == b'-' {
+                        set.push((body[k], body[k + 2]));
+                        k += 3;
+                    } else {
+                        set.push((body[k], body[k]));
+                        k += 1;
+                    }
+                }
+                out.push(Token::Class { set, negate });
+                i = end + 1;
+            }
+            c => {
+                out.push(Token::Byte(c));
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Runs the pattern as a set of positions over the path, one byte at a time.
+fn matches(tokens: &[Token], name: &[u8]) -> bool {
+    let n = tokens.len();
+    // A star matches nothing too: a position at a star also stands after it.
+    let close = |states: &mut Vec<bool>| {
+        for i in 0..n {
+            if states[i] && matches!(tokens[i], Token::Star { .. }) {
+                states[i + 1] = true;
+            }
+        }
+    };
+    let mut states = vec![false; n + 1];
+    states[0] = true;
+    close(&mut states);
+    for &c in name {
+        let mut next = vec![false; n + 1];
+        for i in 0..n {
+            if !states[i] {
+                continue;
+            }
+            match &tokens[i] {
+                Token::Star { crosses } => {
+                    if *crosses || c != b'/' {
+                        next[i] = true;
+                    }
+                }
+                Token::Any => next[i + 1] |= c != b'/',
+                Token::Class { set, negate } => {
+                    next[i + 1] |= set.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c)) != *negate;
+                }
+                Token::Byte(b) => next[i + 1] |= *b == c,
+            }
+        }
+        close(&mut next);
+        states = next;
+    }
+    states[n]
 }
 
 pub(crate) fn api_versions_value(versions: &[String]) -> Value {
@@ -297,5 +372,8 @@ mod tests {
         assert!(glob_match(b"config/**.yaml", b"config/sub/a.yaml"));
         assert!(glob_match(b"files/{a,b}.txt", b"files/b.txt"));
         assert!(glob_match(b"f?le[0-9]", b"file7"));
+        // Linear, not exponential: this pattern backtracks 2^40 ways in a naive matcher.
+        let pattern = "**a".repeat(40) + "b";
+        assert!(!glob_match(pattern.as_bytes(), "a".repeat(200).as_bytes()));
     }
 }

@@ -35,7 +35,7 @@ pub trait Lookup {
 /// What the functions of one render share: the chart's template set and the cluster.
 pub(crate) struct RenderScope {
     pub template: Rc<Template>,
-    pub lookup: Option<Rc<dyn Lookup>>,
+    pub lookup: Option<std::sync::Arc<dyn Lookup + Send + Sync>>,
     pub depth: usize,
     /// Each `include` is a render of its own, with its own budget from gtmpl-ng; these
     /// bound the chart's render as a whole, so that templates including each other
@@ -161,7 +161,9 @@ fn include(args: &[Value]) -> Result<Value, FuncError> {
 fn tpl(args: &[Value]) -> Result<Value, FuncError> {
     let source = text(arg(args, 0, "tpl")?);
     let data = args.get(1).cloned().unwrap_or(Value::Nil);
-    let mut template = Template::with_name("gotpl");
+    // The render's own limits, not gtmpl-ng's defaults.
+    let mut template = Template::with_limits(gtmpl_ng::limits::active());
+    template.name = "gotpl".into();
     template.add_funcs(&all());
     let rewritten = crate::files::rewrite_method_calls(&source);
     template
@@ -233,6 +235,8 @@ fn lookup(args: &[Value]) -> Result<Value, FuncError> {
 }
 
 /// A template value as JSON, maps' keys in Go's order (sorted), as `json.Marshal` has them.
+/// Recursive: gtmpl-ng refuses a function result nested deeper than 128 levels, and values
+/// files and lookups are read within the same depth by their parsers.
 pub(crate) fn to_json_value(value: &Value) -> Json {
     match value {
         Value::Nil | Value::NoValue | Value::Function(_) => Json::Null,

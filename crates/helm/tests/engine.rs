@@ -207,3 +207,16 @@ fn a_chart_without_a_name_or_with_a_bad_values_file_is_refused_with_the_file() {
         "values.yaml: values must be a YAML mapping"
     );
 }
+
+#[test]
+fn a_value_built_without_end_is_refused_not_a_crash() {
+    // 90,000 levels of dict in dict: refused (gtmpl-ng allows a function's result 128
+    // levels), an error rather than a stack overflow in toYaml or in its drop.
+    let template = "{{ $x := dict }}{{ range until 300 }}{{ range until 300 }}{{ $x = dict \"a\" $x }}{{ end }}{{ end }}{{ toYaml $x }}";
+    let c = chart(&[("deep.yaml", template)], &[]);
+    let error = render_one(&c, &Bounds::default()).unwrap_err().to_string();
+    assert!(
+        error.contains("deep.yaml:1") && error.contains("nested deeper"),
+        "{error}"
+    );
+}

@@ -7,7 +7,6 @@
 //! install and upgrade, not at every look.
 
 use std::collections::BTreeMap;
-use std::rc::Rc;
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams};
@@ -21,8 +20,9 @@ use serde_json::{Map, Value};
 
 /// How long a render may take when the bundle does not say (`helm.timeoutSeconds`).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The stack of a render's thread: templates nest, and `include` renders within a render.
-const RENDER_STACK: usize = 16 << 20;
+/// The longest a render may take whatever the bundle says: a repository's author cannot
+/// hold an agent's CPU longer.
+const MAX_RENDER_SECONDS: u64 = 60;
 
 /// The namespace a Helm bundle's release lives in, and its objects that name none.
 pub(super) fn release_namespace(options: &BundleDeploymentOptions) -> String {
@@ -109,55 +109,47 @@ pub(super) async fn render(
     let timeout = u64::try_from(helm.timeout_seconds)
         .ok()
         .filter(|s| *s > 0)
-        .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
+        .map_or(DEFAULT_TIMEOUT, |s| {
+            Duration::from_secs(s.min(MAX_RENDER_SECONDS))
+        });
     let bounds = Bounds {
         time: timeout,
         ..Bounds::default()
     };
     let chart_json = super::release::chart_json(&chart_files, &chart);
     let config = Value::Object(values.clone());
-    let client = downstream.clone();
-    let runtime = tokio::runtime::Handle::current();
-    let (sender, receiver) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("helm-render".into())
-        .stack_size(RENDER_STACK)
-        .spawn(move || {
-            let lookup: Rc<dyn Lookup> = Rc::new(ClusterLookup {
-                client,
-                runtime,
-                timeout,
-            });
-            let rendered = lariat_helm::render(
-                &chart,
-                &values,
-                &release,
-                &capabilities,
-                Some(lookup),
-                &bounds,
-            )
-            .map_err(|e| e.to_string())
-            .and_then(|rendered| {
-                let (objects, manifest) = objects(&chart, &rendered, &release)?;
-                let data = ReleaseData {
-                    name: release.name.clone(),
-                    namespace: release.namespace.clone(),
-                    chart: chart_json,
-                    config,
-                    manifest,
-                    notes: rendered.notes,
-                };
-                Ok(Rendered {
-                    objects: std::sync::Arc::new(objects),
-                    release: data,
-                })
-            });
-            let _ = sender.send(rendered);
+    let lookup: std::sync::Arc<dyn Lookup + Send + Sync> = std::sync::Arc::new(ClusterLookup {
+        client: downstream.clone(),
+        runtime: tokio::runtime::Handle::current(),
+        timeout,
+    });
+    // The render blocks (lookups wait on this runtime): off the async workers.
+    tokio::task::spawn_blocking(move || {
+        let rendered = lariat_helm::render(
+            &chart,
+            &values,
+            &release,
+            &capabilities,
+            Some(lookup),
+            &bounds,
+        )
+        .map_err(|e| e.to_string())?;
+        let (objects, manifest) = objects(&chart, &rendered, &release)?;
+        let data = ReleaseData {
+            name: release.name.clone(),
+            namespace: release.namespace.clone(),
+            chart: chart_json,
+            config,
+            manifest,
+            notes: rendered.notes,
+        };
+        Ok(Rendered {
+            objects: std::sync::Arc::new(objects),
+            release: data,
         })
-        .map_err(|e| format!("cannot start a render: {e}"))?;
-    receiver
-        .await
-        .map_err(|_| "the render stopped before it finished".to_string())?
+    })
+    .await
+    .map_err(|_| "the render stopped before it finished".to_string())?
 }
 
 /// The chart's CRDs, then its manifests in Helm's install order, as objects marked as the
