@@ -92,10 +92,9 @@ pub fn run(command: HelmCommand) -> anyhow::Result<()> {
         None,
         &Bounds::default(),
     )?;
-    let (hooks, sorted) = manifests::sort(&rendered.files)?;
     print!(
         "{}",
-        manifests::template_output(&chart, &hooks, &sorted, args.include_crds, args.skip_tests)
+        manifests::template_output(&rendered, args.include_crds, args.skip_tests)?
     );
     Ok(())
 }

@@ -1861,6 +1861,22 @@ fn a_signed_push_webhook_fetches_at_once_and_a_forged_one_is_refused() {
     assert!(!server.log().contains("s3cret") && !server.log().contains("t0ken"));
 }
 
+const WIDGET_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  names: {kind: Widget, plural: widgets, singular: widget}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+";
+
 const CHART_YAML: &str = "apiVersion: v2\nname: web\nversion: 0.1.0\nappVersion: \"1.25\"\n";
 const CHART_VALUES: &str = "color: green\nimage: nginx\n";
 const CHART_HELPERS: &str = r#"{{- define "web.labels" -}}
@@ -1878,6 +1894,7 @@ data:
   color: {{ .Values.color | quote }}
   image: {{ required "values: image is required" .Values.image | quote }}
   namespace: {{ .Release.Namespace }}
+  revision: "{{ .Release.Revision }}"
   kube: "{{ .Capabilities.KubeVersion.Major }}.{{ .Capabilities.KubeVersion.Minor }}"
   {{- if semverCompare ">=1.25-0" .Capabilities.KubeVersion.GitVersion }}
   modern: "true"
@@ -1973,6 +1990,7 @@ fn a_helm_chart_in_the_repository_renders_per_cluster_and_a_broken_one_fails_alo
         assert_eq!(data["kube"], "1.30", "{settings}");
         assert_eq!(data["modern"], "true", "{settings}");
         assert_eq!(data["deployments"], "served", "{settings}");
+        assert_eq!(data["revision"], "1", "{settings}");
         assert_eq!(
             settings["metadata"]["labels"]["app.kubernetes.io/instance"], "shop",
             "{settings}"
@@ -1984,6 +2002,8 @@ fn a_helm_chart_in_the_repository_renders_per_cluster_and_a_broken_one_fails_alo
     assert_eq!(v1["info"]["description"], "Install complete", "{v1}");
     assert_eq!(v1["config"]["color"], "blue", "{v1}");
     assert_eq!(v1["chart"]["metadata"]["name"], "web", "{v1}");
+    // Helm's own JSON: a string where Helm has a string field.
+    assert_eq!(v1["chart"]["metadata"]["appVersion"], "1.25", "{v1}");
     assert!(
         v1["manifest"]
             .as_str()
@@ -2013,6 +2033,8 @@ fn a_helm_chart_in_the_repository_renders_per_cluster_and_a_broken_one_fails_alo
     });
     let v1 = helm_release(&server, "eu-1", "web", "shop", 1);
     assert_eq!(v1["info"]["status"], "superseded", "{v1}");
+    let settings = workload_config_map(&server, "eu-1", "web", "shop-settings");
+    assert_eq!(settings["data"]["revision"], "2", "{settings}");
     // A template that fails names its file and line on the chart's bundle; the other bundle
     // of the same commit stays deployed and ready.
     commit(
@@ -2087,6 +2109,7 @@ fn a_chart_deploys_over_an_object_only_when_told_and_its_release_history_goes_wi
             ("web/values.yaml", CHART_VALUES),
             ("web/templates/_helpers.tpl", CHART_HELPERS),
             ("web/templates/configmap.yaml", CHART_CONFIG_MAP),
+            ("web/crds/widgets.yaml", WIDGET_CRD),
         ],
     );
     apply_platform_git_repo(
@@ -2139,11 +2162,29 @@ fn a_chart_deploys_over_an_object_only_when_told_and_its_release_history_goes_wi
         helm_release(&server, "eu-1", "web", "shop", 2)["info"]["status"] == "deployed"
             && helm_release(&server, "eu-1", "web", "shop", 1).is_null()
     });
+    // The chart's crds/ were installed first, and are not the release's.
+    let crd = server.kubectl_as(
+        &kubeconfig,
+        &["get", "crd", "widgets.example.com", "-o", "json"],
+    );
+    let crd: Value = serde_json::from_slice(&crd.stdout).unwrap_or(Value::Null);
+    assert_eq!(crd["spec"]["group"], "example.com", "{crd}");
+    assert!(
+        crd["metadata"]["annotations"]["meta.helm.sh/release-name"].is_null(),
+        "{crd}"
+    );
     // The bundle goes: so does the release's history, as `helm uninstall` leaves none.
     server.kubectl_ok(&["delete", "gitrepo", "platform", "-n", "fleet-default"]);
     eventually_within(
         Duration::from_secs(120),
         "the release history is gone",
         || helm_release(&server, "eu-1", "web", "shop", 1).is_null(),
+    );
+    // Helm never deletes the CRDs of crds/ (their custom resources would go with them).
+    let kept = server.kubectl_as(&kubeconfig, &["get", "crd", "widgets.example.com"]);
+    assert!(
+        kept.status.success(),
+        "{}",
+        String::from_utf8_lossy(&kept.stderr)
     );
 }

@@ -15,7 +15,7 @@ use kube::runtime::controller::Action;
 use lariat_api::fleet::{
     Bundle, BundleDeployment, BundleDeploymentOptions, BundleDeploymentSpec,
     BundleDeploymentStatus, BundleDisplay, BundleSpec, BundleStatus, BundleSummary, BundleTarget,
-    ClusterGroup, Content, ContentFields, FailureGroup, FleetCluster,
+    ClusterGroup, Content, ContentFields, FailureGroup, FleetCluster, HelmOptions,
 };
 use lariat_controllers::Error;
 use lariat_controllers::object::{ensure_finalizer, patch_status, remove_finalizer};
@@ -102,6 +102,30 @@ pub fn resolve(spec: &BundleSpec, target: &BundleTarget) -> Result<Vec<Value>, S
         }
     }
     Ok(documents.into_values().flatten().collect())
+}
+
+/// A target's `helm` over the bundle's: its values merged key by key over these, the other
+/// options it sets replacing the bundle's (a target cannot change the chart: `scan` refuses).
+fn customized(base: &HelmOptions, over: &HelmOptions) -> HelmOptions {
+    let mut values = base.values.clone().unwrap_or_default();
+    lariat_helm::values::merge_over(&mut values, over.values.clone().unwrap_or_default());
+    HelmOptions {
+        release_name: over.release_name.clone().or(base.release_name.clone()),
+        values: (!values.is_empty()).then_some(values),
+        values_files: over.values_files.clone().or(base.values_files.clone()),
+        max_history: if over.max_history != 0 {
+            over.max_history
+        } else {
+            base.max_history
+        },
+        take_ownership: over.take_ownership || base.take_ownership,
+        timeout_seconds: if over.timeout_seconds != 0 {
+            over.timeout_seconds
+        } else {
+            base.timeout_seconds
+        },
+        ..base.clone()
+    }
 }
 
 /// A Helm bundle's Content: its files, each `{"name", "content"}`, for the agent to render.
@@ -340,7 +364,7 @@ async fn version_for(
     // plain manifests are resolved here, once per target.
     let helm = bundle.spec.helm.as_ref().map(|helm| {
         let mut options = match &target.helm {
-            Some(over) => helm.customized(over),
+            Some(over) => customized(helm, over),
             None => helm.clone(),
         };
         options

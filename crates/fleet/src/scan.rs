@@ -90,6 +90,13 @@ fn fleet_yaml(file: &str, content: &[u8]) -> Result<FleetYaml, ScanError> {
         if let Some(problem) = crate::target::target_problem(&customization.target) {
             return Err(fail(format!("targetCustomizations[{i}].{problem}")));
         }
+        if let Some(helm) = &customization.helm
+            && (helm.chart.is_some() || helm.repo.is_some() || helm.version.is_some())
+        {
+            return Err(fail(format!(
+                "targetCustomizations[{i}].helm: a target changes values and release options, not the chart (chart, repo, version)"
+            )));
+        }
     }
     for (i, dependency) in parsed.depends_on.iter().flatten().enumerate() {
         if let Some(problem) = dependency
@@ -682,6 +689,22 @@ mod tests {
         )
         .unwrap_err();
         assert!(error.reason.contains("Helm repositories"), "{error}");
+        let error = bundles(
+            &[file(
+                "fleet.yaml",
+                "helm:\n  chart: x\ntargetCustomizations:\n- name: eu\n  clusterName: eu-1\n  helm:\n    chart: y\n",
+            )],
+            &[],
+            &[],
+            &options,
+        )
+        .unwrap_err();
+        assert!(
+            error
+                .reason
+                .starts_with("targetCustomizations[0].helm: a target changes values"),
+            "{error}"
+        );
         let error = bundles(
             &[file("fleet.yaml", "bogus: 1\n"), file("a.yaml", CM)],
             &[],

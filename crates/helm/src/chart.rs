@@ -9,6 +9,9 @@ use serde_json::{Map, Value};
 
 use crate::HelmError;
 
+/// How deep subcharts may nest (`charts/a/charts/b/...`); real charts nest two or three.
+pub const MAX_SUBCHART_DEPTH: usize = 8;
+
 /// One file of a chart, by its path inside the chart.
 #[derive(Clone, Debug, PartialEq)]
 pub struct File {
@@ -31,44 +34,65 @@ pub struct Chart {
 }
 
 /// `Chart.yaml`. Strings that YAML reads as numbers (`appVersion: 1.10`) stay strings.
+/// Written as Helm writes its metadata to a release: its JSON names, empty fields left out.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Metadata {
     #[serde(deserialize_with = "scalar_string")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub api_version: String,
     #[serde(deserialize_with = "scalar_string")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub name: String,
     #[serde(deserialize_with = "scalar_string")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub version: String,
     #[serde(deserialize_with = "scalar_string")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub kube_version: String,
     #[serde(deserialize_with = "scalar_string")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub description: String,
     #[serde(rename = "type", deserialize_with = "scalar_string")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub chart_type: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub keywords: Vec<String>,
     #[serde(deserialize_with = "scalar_string")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub home: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub dependencies: Vec<Dependency>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub maintainers: Vec<Maintainer>,
     #[serde(deserialize_with = "scalar_string")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub icon: String,
     #[serde(deserialize_with = "scalar_string")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub app_version: String,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deprecated: bool,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
     #[serde(deserialize_with = "scalar_string")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub condition: String,
     #[serde(deserialize_with = "scalar_string")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub tags: String,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Maintainer {
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub email: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub url: String,
 }
 
@@ -76,13 +100,21 @@ pub struct Maintainer {
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Dependency {
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub name: String,
     #[serde(deserialize_with = "scalar_string")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub version: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub repository: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub condition: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(rename = "import-values")]
     pub import_values: Vec<Value>,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub alias: String,
 }
 
@@ -100,6 +132,14 @@ impl Chart {
     }
 
     fn load_at(files: &BTreeMap<String, Vec<u8>>, at: &str) -> Result<Chart, HelmError> {
+        // Each level copies the files below it: a chart nesting `charts/a/charts/a/...`
+        // would pay its size once per level.
+        if at.matches("charts/").count() > MAX_SUBCHART_DEPTH {
+            return Err(HelmError::Chart {
+                file: format!("{at}Chart.yaml"),
+                message: format!("subcharts nest more than {MAX_SUBCHART_DEPTH} deep"),
+            });
+        }
         let chart_yaml = files.get("Chart.yaml").ok_or_else(|| HelmError::Chart {
             file: format!("{at}Chart.yaml"),
             message: "a chart needs a Chart.yaml".into(),
@@ -132,6 +172,10 @@ impl Chart {
         let mut subcharts: BTreeMap<&str, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
         for (name, data) in files {
             if let Some(rest) = name.strip_prefix("charts/") {
+                // Helm skips subcharts whose names start with `_` or `.`.
+                if rest.starts_with(['_', '.']) {
+                    continue;
+                }
                 match rest.split_once('/') {
                     Some((sub, path)) => {
                         subcharts
@@ -156,7 +200,16 @@ impl Chart {
             match name.as_str() {
                 "Chart.yaml" | "values.yaml" | "values.schema.json" | "Chart.lock"
                 | "requirements.yaml" | "requirements.lock" => {}
-                _ if name.starts_with("templates/") => chart.templates.push(file),
+                // Helm ignores hidden files under templates/ (`templates/.?*`).
+                _ if name.starts_with("templates/") => {
+                    if !name
+                        .rsplit('/')
+                        .next()
+                        .is_some_and(|base| base.starts_with('.'))
+                    {
+                        chart.templates.push(file);
+                    }
+                }
                 _ => chart.files.push(file),
             }
         }

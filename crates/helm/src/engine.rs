@@ -34,8 +34,8 @@ pub struct Capabilities {
 }
 
 impl Default for Capabilities {
-    /// What `helm template` assumes with no cluster: Kubernetes v1.20.0 and the built-in
-    /// API groups.
+    /// Helm's fallback when no cluster is asked (its golden files are made with it):
+    /// Kubernetes v1.20.0, and the built-in API groups.
     fn default() -> Self {
         let api_versions = [
             "v1",
@@ -67,12 +67,15 @@ impl Default for Capabilities {
     }
 }
 
-/// How one render is bounded.
+/// How one chart's render is bounded as a whole: every template, `include` and `tpl` of it
+/// (each render is also bounded by gtmpl-ng: iterations, nesting, its own output).
 #[derive(Clone, Debug)]
 pub struct Bounds {
     /// Wall time for the whole chart.
     pub time: Duration,
-    /// Bytes the chart's templates may write, `include`s counted.
+    /// Bytes the chart's templates may write, `include`s counted. Nested renders hold their
+    /// output until they return, so a chart can hold this many bytes per level of nesting
+    /// ([`crate::functions::MAX_INCLUDE_DEPTH`]) at once.
     pub output_bytes: usize,
 }
 
@@ -80,7 +83,7 @@ impl Default for Bounds {
     fn default() -> Self {
         Bounds {
             time: Duration::from_secs(10),
-            output_bytes: 64 << 20,
+            output_bytes: 16 << 20,
         }
     }
 }
@@ -91,6 +94,9 @@ impl Default for Bounds {
 pub struct Rendered {
     pub files: BTreeMap<String, String>,
     pub notes: String,
+    /// The CRDs (`crds/`) of the chart and of the subcharts it renders with, by path, as
+    /// Helm installs them before anything else, once.
+    pub crds: Vec<(String, Vec<u8>)>,
 }
 
 /// The stack of a render's thread. Templates nest, `include` renders within a render, and
@@ -165,6 +171,7 @@ fn render_here(
         "Values": values,
     });
     let mut templates = Vec::new();
+    let mut contexts = Vec::new();
     collect(
         &chart,
         &top,
@@ -172,6 +179,7 @@ fn render_here(
         "",
         true,
         &mut templates,
+        &mut contexts,
     );
 
     // Helm parses the deepest paths first, so that a parent's `define` replaces a subchart's.
@@ -205,14 +213,28 @@ fn render_here(
         included_bytes: 0,
         max_bytes: bounds.output_bytes,
     });
-    let mut rendered = Rendered::default();
+    let mut rendered = Rendered {
+        crds: crate::manifests::crds_with_subcharts(&chart, ""),
+        ..Rendered::default()
+    };
     let root_notes = format!("{}/templates/NOTES.txt", chart.name());
+    let deadline = Instant::now() + bounds.time;
+    let mut written = 0usize;
     for t in templates.iter().rev() {
         let base = t.name.rsplit('/').next().unwrap_or("");
         if base.starts_with('_') {
             continue;
         }
-        let mut data = t.context.clone();
+        // Each render is bounded by gtmpl-ng on its own; these bound the chart's as a whole.
+        if Instant::now() > deadline {
+            return Err(HelmError::Template {
+                message: format!(
+                    "the chart's render took longer than {:?}, at {}",
+                    bounds.time, t.name
+                ),
+            });
+        }
+        let mut data = contexts[t.context].clone();
         if let Value::Map(map) = &mut data {
             let template = json!({"Name": t.name, "BasePath": t.base_path});
             map.insert("Template".into(), functions::from_json_value(template));
@@ -226,6 +248,15 @@ fn render_here(
                 message: without_entry(&e.to_string()),
             })?
             .replace("<no value>", "");
+        written += output.len();
+        if written > bounds.output_bytes {
+            return Err(HelmError::Template {
+                message: format!(
+                    "the chart's templates wrote more than {} bytes, at {}",
+                    bounds.output_bytes, t.name
+                ),
+            });
+        }
         if t.name.ends_with("/NOTES.txt") {
             if t.name == root_notes {
                 rendered.notes = output;
@@ -251,7 +282,9 @@ struct Collected {
     name: String,
     source: String,
     base_path: String,
-    context: Value,
+    /// Which of the contexts it renders in: one per chart, cloned for one render at a time,
+    /// so a chart's values and files are held once however many templates it has.
+    context: usize,
 }
 
 /// Every template of `chart` and its subcharts, each with the context it renders in.
@@ -262,6 +295,7 @@ fn collect(
     prefix: &str,
     is_root: bool,
     out: &mut Vec<Collected>,
+    contexts: &mut Vec<Value>,
 ) -> Json {
     let scoped_values = if is_root {
         parent["Values"].clone()
@@ -286,6 +320,7 @@ fn collect(
             &format!("{path}/charts/"),
             false,
             out,
+            contexts,
         );
         subcharts.insert(sub.name().to_string(), sub_context);
     }
@@ -295,6 +330,8 @@ fn collect(
         map.insert("Capabilities".into(), capabilities);
         map.insert("Files".into(), crate::files::files_value(&chart.files));
     }
+    contexts.push(value);
+    let index = contexts.len() - 1;
     for template in &chart.templates {
         // A library chart's only templates are its partials.
         let base = template.name.rsplit('/').next().unwrap_or("");
@@ -305,7 +342,7 @@ fn collect(
             name: format!("{path}/{}", template.name),
             source: crate::files::rewrite_method_calls(&String::from_utf8_lossy(&template.data)),
             base_path: format!("{path}/templates"),
-            context: value.clone(),
+            context: index,
         });
     }
     context

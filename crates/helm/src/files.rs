@@ -84,10 +84,10 @@ fn lines(args: &[Value]) -> Result<Value, FuncError> {
 
 /// `.Files.Glob "config/*.yaml"`: the files whose paths match, as Files again.
 fn glob(args: &[Value]) -> Result<Value, FuncError> {
-    let pattern = name_arg(args, "Glob")?;
+    let pattern = Glob::new(name_arg(args, "Glob")?.as_bytes())?;
     let matched = contents(args)?
         .iter()
-        .filter(|(name, _)| glob_match(pattern.as_bytes(), name.as_bytes()))
+        .filter(|(name, _)| pattern.matches(name.as_bytes()))
         .map(|(n, v)| (n.clone(), v.clone()))
         .collect();
     Ok(files_object(matched))
@@ -133,41 +133,59 @@ fn yaml_without_newline(map: serde_json::Map<String, serde_json::Value>) -> Stri
 }
 
 /// A glob over `/`-separated paths: `*` and `?` stay within a segment, `**` crosses them,
-/// `[abc]` and `{a,b}` choose. Matched in time proportional to pattern × path (a pattern
-/// comes from the chart: `**a**a**a…` must not backtrack exponentially).
-fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
-    expand_braces(pattern, 0)
-        .iter()
-        .any(|alternative| matches(&tokens(alternative), name))
+/// `[abc]` and `{a,b}` choose. Compiled once per `.Files.Glob`, and matched in time
+/// proportional to pattern × path: a pattern comes from the chart, and `**a**a…` must not
+/// backtrack exponentially, nor `{,,}{,,}…` expand without end.
+struct Glob {
+    alternatives: Vec<Vec<Token>>,
 }
 
-/// `{a,b}` alternatives spelled out, at most 256 of them (more matches nothing).
-fn expand_braces(pattern: &[u8], depth: usize) -> Vec<Vec<u8>> {
-    const MAX_ALTERNATIVES: usize = 256;
-    let Some(open) = pattern.iter().position(|&c| c == b'{') else {
-        return vec![pattern.to_vec()];
-    };
-    let Some(close) = pattern[open..]
-        .iter()
-        .position(|&c| c == b'}')
-        .map(|c| c + open)
-    else {
-        return vec![pattern.to_vec()];
-    };
-    if depth > 8 {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    for choice in pattern[open + 1..close].split(|&c| c == b',') {
-        let mut candidate = pattern[..open].to_vec();
-        candidate.extend_from_slice(choice);
-        candidate.extend_from_slice(&pattern[close + 1..]);
-        out.extend(expand_braces(&candidate, depth + 1));
-        if out.len() > MAX_ALTERNATIVES {
-            return Vec::new();
+/// The longest glob pattern, and the most alternatives its braces may spell out.
+const MAX_GLOB_BYTES: usize = 1024;
+const MAX_GLOB_ALTERNATIVES: usize = 256;
+
+impl Glob {
+    fn new(pattern: &[u8]) -> Result<Glob, FuncError> {
+        if pattern.len() > MAX_GLOB_BYTES {
+            return Err(FuncError::Generic(format!(
+                ".Files.Glob: a pattern is at most {MAX_GLOB_BYTES} bytes"
+            )));
         }
+        let mut done: Vec<Vec<u8>> = Vec::new();
+        let mut pending = vec![pattern.to_vec()];
+        while let Some(current) = pending.pop() {
+            let open = current.iter().position(|&c| c == b'{');
+            let close =
+                open.and_then(|o| current[o..].iter().position(|&c| c == b'}').map(|c| c + o));
+            let (Some(open), Some(close)) = (open, close) else {
+                done.push(current);
+                continue;
+            };
+            for choice in current[open + 1..close].split(|&c| c == b',') {
+                let mut candidate = current[..open].to_vec();
+                candidate.extend_from_slice(choice);
+                candidate.extend_from_slice(&current[close + 1..]);
+                pending.push(candidate);
+            }
+            if done.len() + pending.len() > MAX_GLOB_ALTERNATIVES {
+                return Err(FuncError::Generic(format!(
+                    ".Files.Glob: the pattern's braces spell out more than {MAX_GLOB_ALTERNATIVES} alternatives"
+                )));
+            }
+        }
+        Ok(Glob {
+            alternatives: done.iter().map(|a| tokens(a)).collect(),
+        })
     }
-    out
+
+    fn matches(&self, name: &[u8]) -> bool {
+        self.alternatives.iter().any(|tokens| matches(tokens, name))
+    }
+}
+
+#[cfg(test)]
+fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
+    Glob::new(pattern).is_ok_and(|g| g.matches(name))
 }
 
 enum Token {
@@ -200,8 +218,8 @@ fn tokens(pattern: &[u8]) -> Vec<Token> {
                 out.push(Token::Any);
                 i += 1;
             }
-            b'[' if pattern[i..].contains(&b']') => {
-                let end = i + pattern[i..].iter().position(|&c| c == b']').unwrap_or(0);
+            b'[' if let Some(length) = pattern[i..].iter().position(|&c| c == b']') => {
+                let end = i + length;
                 let mut body = &pattern[i + 1..end];
                 let negate = matches!(body.first(), Some(b'!') | Some(b'^'));
                 if negate {
@@ -363,7 +381,7 @@ pub(crate) fn method(args: &[Value]) -> Result<Value, FuncError> {
 
 #[cfg(test)]
 mod tests {
-    use super::glob_match;
+    use super::{Glob, glob_match};
 
     #[test]
     fn globs_as_helm_does() {
@@ -375,5 +393,7 @@ mod tests {
         // Linear, not exponential: this pattern backtracks 2^40 ways in a naive matcher.
         let pattern = "**a".repeat(40) + "b";
         assert!(!glob_match(pattern.as_bytes(), "a".repeat(200).as_bytes()));
+        // Ten groups of eleven choices would be 11^10 alternatives: refused at once.
+        assert!(Glob::new("{,,,,,,,,,,}".repeat(10).as_bytes()).is_err());
     }
 }

@@ -16,9 +16,10 @@ use serde_json::Value as Json;
 use crate::goyaml;
 use crate::semver;
 
-/// How deep `include` and `tpl` may nest. Helm allows 1,000 references to one name; a
-/// render's stack is finite, so lariat stops far earlier and says so.
-pub const MAX_INCLUDE_DEPTH: usize = 100;
+/// How deep `include` and `tpl` may nest. Helm allows 1,000 references to one name; each
+/// level holds a render's stack and output until it returns, so lariat stops far earlier
+/// (real charts nest a handful deep) and says so.
+pub const MAX_INCLUDE_DEPTH: usize = 32;
 
 /// Reads an object from the cluster a chart is installed into, for `lookup`.
 pub trait Lookup {
@@ -178,6 +179,9 @@ fn tpl(args: &[Value]) -> Result<Value, FuncError> {
             return Err(generic(format!(
                 "tpl: templates nest more than {MAX_INCLUDE_DEPTH} deep"
             )));
+        }
+        if Instant::now() > scope.deadline {
+            return Err(generic("tpl: the chart's render ran out of time"));
         }
         scope.depth += 1;
         Ok(())
@@ -368,24 +372,43 @@ fn count(value: &Value, function: &str) -> Result<usize, FuncError> {
     }
 }
 
+/// What one function call may hand back, by the render's limits.
+fn output_limit() -> usize {
+    gtmpl_ng::limits::active()
+        .function_output
+        .unwrap_or(usize::MAX)
+}
+
+/// Refuses an output of `size` bytes past the render's limit, before it is built.
+fn check_output(function: &str, size: Option<usize>) -> Result<(), FuncError> {
+    let limit = output_limit();
+    match size {
+        Some(size) if size <= limit => Ok(()),
+        size => Err(FuncError::TooMuchOutput {
+            function: function.into(),
+            count: size.unwrap_or(usize::MAX),
+            what: "characters".into(),
+            limit,
+        }),
+    }
+}
+
 /// `nindent N text`: a newline, then `text` with every line indented by N spaces.
 fn nindent(args: &[Value]) -> Result<Value, FuncError> {
     let spaces = count(arg(args, 0, "nindent")?, "nindent")?;
-    let limit = gtmpl_ng::limits::active()
-        .function_output
-        .unwrap_or(usize::MAX);
     let body = text(arg(args, 1, "nindent")?);
-    let pad = " ".repeat(spaces.min(limit));
-    let indented = format!("\n{pad}{}", body.replace('\n', &format!("\n{pad}")));
-    if indented.len() > limit {
-        return Err(FuncError::TooMuchOutput {
-            function: "nindent".into(),
-            count: indented.len(),
-            what: "characters".into(),
-            limit,
-        });
-    }
-    Ok(Value::String(indented))
+    let lines = body.matches('\n').count() + 1;
+    check_output(
+        "nindent",
+        spaces
+            .checked_mul(lines)
+            .and_then(|pad| pad.checked_add(body.len() + 1)),
+    )?;
+    let pad = " ".repeat(spaces);
+    Ok(Value::String(format!(
+        "\n{pad}{}",
+        body.replace('\n', &format!("\n{pad}"))
+    )))
 }
 
 fn strings_of(value: &Value) -> Vec<String> {
@@ -399,9 +422,15 @@ fn strings_of(value: &Value) -> Vec<String> {
 /// `join sep list`.
 fn join(args: &[Value]) -> Result<Value, FuncError> {
     let separator = text(arg(args, 0, "join")?);
-    Ok(Value::String(
-        strings_of(arg(args, 1, "join")?).join(&separator),
-    ))
+    let items = strings_of(arg(args, 1, "join")?);
+    let size = items
+        .iter()
+        .try_fold(0usize, |total, item| total.checked_add(item.len()))
+        .and_then(|total| {
+            total.checked_add(separator.len().checked_mul(items.len().saturating_sub(1))?)
+        });
+    check_output("join", size)?;
+    Ok(Value::String(items.join(&separator)))
 }
 
 /// `splitList sep text`.

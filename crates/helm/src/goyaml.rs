@@ -80,8 +80,9 @@ impl Emitter {
                 self.pop_indent();
             }
             Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort_by(|a, b| natural_order(a, b));
+                let keys = merge_sort(map.keys().collect(), &|a: &&String, b: &&String| {
+                    natural_order(a, b)
+                });
                 self.increase_indent(false, false);
                 for key in keys {
                     self.write_indent();
@@ -575,7 +576,15 @@ fn is_timestamp(s: &str) -> bool {
     if !number(month, 12) || !number(day, 31) {
         return false;
     }
-    date_end == s.len() || is_time(&s[date_end + 1..])
+    if date_end == s.len() {
+        return true;
+    }
+    // go-yaml's forms: `2006-1-2T15:4:5.999999999Z07:00` (a zone required after `T`) and
+    // `2006-1-2 15:4:5.999999999` (none allowed after a space).
+    let time = &s[date_end + 1..];
+    let zoned = time.ends_with('Z') || time.rfind(['+', '-']).is_some_and(|at| at > 0);
+    let with_zone = s.as_bytes()[date_end] != b' ';
+    zoned == with_zone && is_time(time)
 }
 
 fn is_time(t: &str) -> bool {
@@ -651,6 +660,31 @@ pub(crate) fn go_format_g(f: f64) -> String {
         );
     }
     format!("{f}")
+}
+
+/// A stable merge sort that never fails: go-yaml's key order is not a total order (`9` <
+/// `10` < `1a` < `9`), and the standard library's sorts may panic on such an order.
+fn merge_sort<T: Copy>(items: Vec<T>, order: &dyn Fn(&T, &T) -> Ordering) -> Vec<T> {
+    if items.len() <= 1 {
+        return items;
+    }
+    let mut right = items;
+    let left = right.drain(..right.len() / 2).collect();
+    let (left, right) = (merge_sort(left, order), merge_sort(right, order));
+    let mut out = Vec::with_capacity(left.len() + right.len());
+    let (mut i, mut j) = (0, 0);
+    while i < left.len() && j < right.len() {
+        if order(&right[j], &left[i]) == Ordering::Less {
+            out.push(right[j]);
+            j += 1;
+        } else {
+            out.push(left[i]);
+            i += 1;
+        }
+    }
+    out.extend_from_slice(&left[i..]);
+    out.extend_from_slice(&right[j..]);
+    out
 }
 
 /// go-yaml v2's key order: letters after other characters, runs of digits compared as
@@ -754,6 +788,12 @@ mod tests {
         for (value, expected) in cases {
             assert_eq!(to_string(&value), expected, "{value}");
         }
+        // Not a total order, and no panic for it.
+        let keys: serde_json::Map<String, Value> = ["9", "10", "1a", "a", "_"]
+            .iter()
+            .map(|k| (k.to_string(), json!(1)))
+            .collect();
+        assert_eq!(to_string(&Value::Object(keys)).lines().count(), 5);
     }
 
     #[test]

@@ -194,30 +194,28 @@ fn kind_order(a: &str, b: &str) -> std::cmp::Ordering {
     }
 }
 
-/// What `helm template` prints: CRDs when asked, the manifests in install order, then
+/// What `helm template` prints: the CRDs when asked, the manifests in install order, then
 /// the hooks (tests left out when asked).
 pub fn template_output(
-    chart: &Chart,
-    hooks: &[Hook],
-    manifests: &[Manifest],
+    rendered: &crate::Rendered,
     include_crds: bool,
     skip_tests: bool,
-) -> String {
+) -> Result<String, HelmError> {
+    let (hooks, manifests) = sort(&rendered.files)?;
     let mut body = String::new();
     if include_crds {
-        for crd in crds_with_subcharts(chart, "") {
+        for (source, data) in &rendered.crds {
             body.push_str(&format!(
-                "---\n# Source: {}\n{}\n",
-                crd.0,
-                String::from_utf8_lossy(&crd.1)
+                "---\n# Source: {source}\n{}\n",
+                String::from_utf8_lossy(data)
             ));
         }
     }
-    for m in manifests {
+    for m in &manifests {
         body.push_str(&format!("---\n# Source: {}\n{}\n", m.source, m.content));
     }
     let mut out = format!("{}\n", body.trim());
-    for hook in hooks {
+    for hook in &hooks {
         if skip_tests
             && hook
                 .events
@@ -231,7 +229,7 @@ pub fn template_output(
             hook.manifest.source, hook.manifest.content
         ));
     }
-    out
+    Ok(out)
 }
 
 /// The CRDs of a chart and its subcharts, by their path under the top chart.

@@ -94,14 +94,8 @@ fn template(case: &Case) -> Result<String, String> {
         &Bounds::default(),
     )
     .map_err(|e| e.to_string())?;
-    let (hooks, sorted) = manifests::sort(&rendered.files).map_err(|e| e.to_string())?;
-    Ok(manifests::template_output(
-        &chart,
-        &hooks,
-        &sorted,
-        case.include_crds,
-        case.skip_tests,
-    ))
+    manifests::template_output(&rendered, case.include_crds, case.skip_tests)
+        .map_err(|e| e.to_string())
 }
 
 fn cases() -> Vec<Case> {

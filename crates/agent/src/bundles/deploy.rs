@@ -381,8 +381,17 @@ pub(super) async fn desired(
     agent: &Agent,
     bundle_deployment: &str,
     manifests: &[Value],
+    definitions: &[Value],
     options: &lariat_api::fleet::BundleDeploymentOptions,
 ) -> Result<Vec<Desired>, String> {
+    // The CustomResourceDefinitions that may define the manifests' kinds before this
+    // cluster serves them: among the manifests, or installed beside them (a chart's crds/).
+    let defining: Vec<Value> = definitions
+        .iter()
+        .chain(manifests)
+        .filter(|m| m["kind"] == "CustomResourceDefinition")
+        .cloned()
+        .collect();
     let mut desired = Vec::with_capacity(manifests.len());
     let mut seen = HashSet::new();
     for (index, manifest) in manifests.iter().enumerate() {
@@ -400,7 +409,7 @@ pub(super) async fn desired(
         else {
             return Err(format!("{kind} {} of the manifests has no name", index + 1));
         };
-        let found = kind_of(agent, api_version, kind, manifests).await?;
+        let found = kind_of(agent, api_version, kind, &defining).await?;
         let mut object = manifest.clone();
         let namespace = found.namespaced.then(|| {
             options
@@ -569,8 +578,6 @@ async fn ensure_namespaces(agent: &Agent, desired: &[Desired]) -> Result<(), Str
     Ok(())
 }
 
-/// The objects among `keys` that exist already without this BundleDeployment's label: they
-/// are adopted (applied over, never deleted). The agent's own namespace always is.
 /// `namespace/name` of a Helm bundle's release.
 fn helm_release(options: &lariat_api::fleet::BundleDeploymentOptions) -> Option<String> {
     let helm = options.helm.as_ref()?;
@@ -581,6 +588,9 @@ fn helm_release(options: &lariat_api::fleet::BundleDeploymentOptions) -> Option<
     ))
 }
 
+/// The objects among `keys` that exist already without this BundleDeployment's label: they
+/// are adopted (applied over, never deleted). The agent's own namespace always is. For a
+/// Helm bundle, one that is not the release's is refused unless `takeOwnership`.
 async fn found_already(
     agent: &Agent,
     keys: &[&Desired],
@@ -671,6 +681,14 @@ pub(super) async fn apply(
     let mut adopted = previous.adopted.clone();
     if !new.is_empty() {
         adopted.extend(found_already(agent, &new, name, options).await?);
+        // Helm leaves an object annotated `helm.sh/resource-policy: keep` when it goes.
+        adopted.extend(
+            new.iter()
+                .filter(|d| {
+                    d.object["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+                })
+                .map(|d| d.key.clone()),
+        );
         let intent = Record {
             namespace: namespace.to_string(),
             keep_resources: options.keep_resources,

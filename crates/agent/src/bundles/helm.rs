@@ -38,6 +38,8 @@ pub(super) fn release_namespace(options: &BundleDeploymentOptions) -> String {
 #[derive(Debug)]
 pub(super) struct Rendered {
     pub objects: std::sync::Arc<Vec<Value>>,
+    /// The chart's CRDs (`crds/`): created when absent, never updated or deleted, as Helm.
+    pub crds: Vec<Value>,
     pub release: ReleaseData,
 }
 
@@ -61,6 +63,7 @@ pub(super) fn belongs_to(object: &kube::api::DynamicObject, name: &str, namespac
 /// (naming the file, template and line).
 pub(super) async fn render(
     downstream: &kube::Client,
+    bundle_deployment: &str,
     files: &[Value],
     options: &BundleDeploymentOptions,
     helm: &HelmOptions,
@@ -100,11 +103,15 @@ pub(super) async fn render(
     let capabilities = capabilities(downstream)
         .await
         .map_err(|e| format!("cannot read this cluster's version and API groups: {e}"))?;
+    let name = helm.release_name.clone().unwrap_or_default();
+    let namespace = release_namespace(options);
+    let (revision, is_upgrade) =
+        super::release::next_revision(downstream, &namespace, &name, bundle_deployment).await?;
     let release = Release {
-        name: helm.release_name.clone().unwrap_or_default(),
-        namespace: release_namespace(options),
-        revision: 1,
-        is_upgrade: false,
+        name,
+        namespace,
+        revision,
+        is_upgrade,
     };
     let timeout = u64::try_from(helm.timeout_seconds)
         .ok()
@@ -116,7 +123,8 @@ pub(super) async fn render(
         time: timeout,
         ..Bounds::default()
     };
-    let chart_json = super::release::chart_json(&chart_files, &chart);
+    let chart_json = super::release::chart_json(&chart);
+    let keeper = bundle_deployment.to_string();
     let config = Value::Object(values.clone());
     let lookup: std::sync::Arc<dyn Lookup + Send + Sync> = std::sync::Arc::new(ClusterLookup {
         client: downstream.clone(),
@@ -133,8 +141,9 @@ pub(super) async fn render(
             Some(lookup),
             &bounds,
         )
-        .map_err(|e| e.to_string())?;
-        let (objects, manifest) = objects(&chart, &rendered, &release)?;
+        .map_err(|e| truncated(&e.to_string()))?;
+        let (objects, manifest) = objects(&rendered, &release)?;
+        let crds = crds(&rendered)?;
         let data = ReleaseData {
             name: release.name.clone(),
             namespace: release.namespace.clone(),
@@ -142,9 +151,11 @@ pub(super) async fn render(
             config,
             manifest,
             notes: rendered.notes,
+            bundle_deployment: keeper,
         };
         Ok(Rendered {
             objects: std::sync::Arc::new(objects),
+            crds,
             release: data,
         })
     })
@@ -152,12 +163,26 @@ pub(super) async fn render(
     .map_err(|_| "the render stopped before it finished".to_string())?
 }
 
-/// The chart's CRDs, then its manifests in Helm's install order, as objects marked as the
-/// release's, and the release's manifest text. Hooks other than tests are refused by name:
-/// lariat does not run them yet, and leaving one out silently (a migration Job) would
-/// deploy a release that is not what Helm deploys.
+/// The most of a render's error that reaches the BundleDeployment's status: a template's
+/// `fail` writes what it likes, and the status is read upstream.
+const MAX_MESSAGE: usize = 1024;
+
+fn truncated(message: &str) -> String {
+    if message.len() <= MAX_MESSAGE {
+        return message.to_string();
+    }
+    let mut end = MAX_MESSAGE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &message[..end])
+}
+
+/// The chart's manifests in Helm's install order, as objects marked as the release's, and
+/// the release's manifest text. Hooks other than tests are refused by name: lariat does not
+/// run them yet, and leaving one out silently (a migration Job) would deploy a release
+/// that is not what Helm deploys.
 fn objects(
-    chart: &Chart,
     rendered: &lariat_helm::Rendered,
     release: &Release,
 ) -> Result<(Vec<Value>, String), String> {
@@ -179,29 +204,55 @@ fn objects(
         .map(|m| format!("---\n# Source: {}\n{}\n", m.source, m.content))
         .collect();
     let mut objects = Vec::new();
-    let crds = manifests::crds_with_subcharts(chart, "");
-    let documents = crds
-        .iter()
-        .flat_map(|(source, data)| {
-            manifests::split_documents(&String::from_utf8_lossy(data))
-                .into_iter()
-                .map(move |d| (source.clone(), d, true))
-        })
-        .chain(sorted.into_iter().map(|m| (m.source, m.content, false)));
-    for (source, document, from_crds_dir) in documents {
+    for m in sorted {
         let mut value: Value =
-            serde_yaml_ng::from_str(&document).map_err(|e| format!("{source}: {e}"))?;
-        if value.is_null() {
-            continue;
-        }
-        // Helm marks what it renders as the release's; not the CRDs of crds/, which it
-        // installs once and never upgrades or deletes.
-        if !from_crds_dir {
+            serde_yaml_ng::from_str(&m.content).map_err(|e| format!("{}: {e}", m.source))?;
+        if !value.is_null() {
             mark(&mut value, release);
+            objects.push(value);
         }
-        objects.push(value);
     }
     Ok((objects, manifest))
+}
+
+/// The chart's CRDs as objects.
+fn crds(rendered: &lariat_helm::Rendered) -> Result<Vec<Value>, String> {
+    let mut out = Vec::new();
+    for (source, data) in &rendered.crds {
+        for document in manifests::split_documents(&String::from_utf8_lossy(data)) {
+            let value: Value =
+                serde_yaml_ng::from_str(&document).map_err(|e| format!("{source}: {e}"))?;
+            if !value.is_null() {
+                out.push(value);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Creates the CRDs that are not there yet; one that is, is left as it is (Helm neither
+/// upgrades nor deletes `crds/`).
+pub(super) async fn install_crds(client: &kube::Client, crds: &[Value]) -> Result<(), String> {
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        "customresourcedefinitions",
+    );
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    for crd in crds {
+        let object: DynamicObject =
+            serde_json::from_value(crd.clone()).map_err(|e| format!("a CRD of the chart: {e}"))?;
+        match api.create(&kube::api::PostParams::default(), &object).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => {
+                return Err(format!(
+                    "cannot create CustomResourceDefinition {}: {e}",
+                    object.metadata.name.unwrap_or_default()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Helm's marks of a release's object: `app.kubernetes.io/managed-by: Helm` and the release's

@@ -542,7 +542,7 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
     let mut release = None;
     if let Some(helm) = options.helm.clone() {
         options.default_namespace = Some(helm::release_namespace(&options));
-        manifests = match rendered(&ctx, &deployment_id, &manifests, &options, &helm).await {
+        manifests = match rendered(&ctx, &name, &deployment_id, &manifests, &options, &helm).await {
             Ok(rendered) => {
                 release = Some(rendered.clone());
                 rendered.objects.clone()
@@ -554,7 +554,11 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
             }
         };
     }
-    let desired = match deploy::desired(&ctx.agent, &name, &manifests, &options).await {
+    let crds = release
+        .as_ref()
+        .map(|r| r.crds.as_slice())
+        .unwrap_or_default();
+    let desired = match deploy::desired(&ctx.agent, &name, &manifests, crds, &options).await {
         Ok(desired) => desired,
         Err(message) => {
             failed(&mut status, &message, &now);
@@ -564,19 +568,27 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
     };
     let mut fresh = deploy::Fresh::default();
     if !applied {
-        let applied =
-            match deploy::apply(&ctx.agent, &name, &ctx.namespace, &options, &desired).await {
-                Ok(written) => match &release {
-                    Some(rendered) => {
-                        let max_history = options.helm.as_ref().map_or(0, |h| h.max_history);
-                        release::record(&ctx.agent.downstream, &rendered.release, max_history)
-                            .await
-                            .map(|()| written)
-                    }
-                    None => Ok(written),
-                },
-                Err(message) => Err(message),
-            };
+        let crds_installed = match &release {
+            Some(rendered) => helm::install_crds(&ctx.agent.downstream, &rendered.crds).await,
+            None => Ok(()),
+        };
+        let applied = match crds_installed {
+            Err(message) => Err(message),
+            Ok(()) => {
+                match deploy::apply(&ctx.agent, &name, &ctx.namespace, &options, &desired).await {
+                    Ok(written) => match &release {
+                        Some(rendered) => {
+                            let max_history = options.helm.as_ref().map_or(0, |h| h.max_history);
+                            release::record(&ctx.agent.downstream, &rendered.release, max_history)
+                                .await
+                                .map(|()| written)
+                        }
+                        None => Ok(written),
+                    },
+                    Err(message) => Err(message),
+                }
+            }
+        };
         match applied {
             Ok(written) => {
                 fresh = written;
@@ -702,6 +714,7 @@ fn error_policy(bd: Arc<BundleDeployment>, error: &Error, _ctx: Arc<Context>) ->
 /// A Helm bundle's objects for version `deployment_id`, rendered once.
 async fn rendered(
     ctx: &Context,
+    name: &str,
     deployment_id: &str,
     files: &[Value],
     options: &lariat_api::fleet::BundleDeploymentOptions,
@@ -710,7 +723,7 @@ async fn rendered(
     if let Some(found) = ctx.agent.rendered.lock().expect("lock").get(deployment_id) {
         return Ok(found.clone());
     }
-    let fresh = Arc::new(helm::render(&ctx.agent.downstream, files, options, helm).await?);
+    let fresh = Arc::new(helm::render(&ctx.agent.downstream, name, files, options, helm).await?);
     let wanted = current_versions(ctx);
     let mut rendered = ctx.agent.rendered.lock().expect("lock");
     rendered.retain(|id, _| wanted.contains(id));

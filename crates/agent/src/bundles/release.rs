@@ -2,8 +2,9 @@
 //! Secret per revision, `sh.helm.release.v1.<release>.v<N>` of type `helm.sh/release.v1`,
 //! labelled `owner=helm`, `name`, `status`, `version`, holding the release as JSON, gzipped
 //! and base64-encoded. So `helm list`, `helm history` and `helm get values` run by a user on
-//! this cluster show what lariat deployed, and a `helm upgrade` by hand continues from it
-//! (Fleet's agent deploys through Helm, and leaves the same).
+//! this cluster show what lariat deployed, and a `helm upgrade` by hand finds the release and
+//! its objects (marked as Helm marks them) as its own (Fleet's agent deploys through Helm,
+//! and leaves the same).
 
 use std::io::{Read, Write};
 
@@ -12,8 +13,11 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
+use super::BUNDLE_DEPLOYMENT_LABEL;
+
 const SECRET_TYPE: &str = "helm.sh/release.v1";
-/// Helm's own cap on what it decodes; a release Secret larger than this is not Helm's.
+/// The most a release may inflate to when read back: a Secret holds at most 1 MiB, and a
+/// release Secret in the cluster can have been written by anyone who may write Secrets.
 const MAX_RELEASE_BYTES: u64 = 16 << 20;
 
 /// What one revision of a release holds, besides its number and state.
@@ -28,6 +32,8 @@ pub(super) struct ReleaseData {
     /// The rendered manifests, as `helm get manifest` prints them.
     pub manifest: String,
     pub notes: String,
+    /// The BundleDeployment that keeps the release (a label on its Secrets).
+    pub bundle_deployment: String,
 }
 
 fn base64() -> base64::engine::GeneralPurpose {
@@ -65,19 +71,20 @@ fn now() -> String {
 }
 
 fn secret(
-    name: &str,
-    namespace: &str,
+    data: &ReleaseData,
     version: i64,
     status: &str,
     release: &Value,
 ) -> Result<Secret, String> {
+    let name = &data.name;
     let body = json!({
         "apiVersion": "v1", "kind": "Secret", "type": SECRET_TYPE,
         "metadata": {
             "name": format!("sh.helm.release.v1.{name}.v{version}"),
-            "namespace": namespace,
+            "namespace": data.namespace,
             "labels": {"name": name, "owner": "helm", "status": status, "version": version.to_string(),
-                "modifiedAt": chrono::Utc::now().timestamp().to_string()},
+                "createdAt": chrono::Utc::now().timestamp().to_string(),
+                BUNDLE_DEPLOYMENT_LABEL: data.bundle_deployment},
         },
         "data": {"release": base64().encode(encode(release)?)},
     });
@@ -96,6 +103,39 @@ fn version_of(secret: &Secret) -> i64 {
 
 fn release_of(secret: &Secret) -> Option<Value> {
     decode(&secret.data.as_ref()?.get("release")?.0).ok()
+}
+
+/// The revision the next install or upgrade of release `name` will be, and whether one is
+/// there already (an upgrade), for `.Release.Revision` and `.Release.IsUpgrade`. A release
+/// another bundle keeps is refused: two bundles would take turns upgrading one release, and
+/// the first to go would delete the other's history.
+pub(super) async fn next_revision(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    bundle_deployment: &str,
+) -> Result<(u64, bool), String> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let selector = format!("owner=helm,name={name}");
+    let revisions: Vec<Secret> = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| format!("cannot read release {name}'s history: {e}"))?
+        .items
+        .into_iter()
+        .filter(|s| s.type_.as_deref() == Some(SECRET_TYPE))
+        .collect();
+    let keeper = revisions
+        .iter()
+        .filter_map(|s| s.metadata.labels.as_ref()?.get(BUNDLE_DEPLOYMENT_LABEL))
+        .find(|keeper| *keeper != bundle_deployment);
+    if let Some(keeper) = keeper {
+        return Err(format!(
+            "release {name} in namespace {namespace} is bundle {keeper}'s: give this bundle another helm.releaseName"
+        ));
+    }
+    let latest = revisions.iter().map(version_of).max().unwrap_or(0);
+    Ok((u64::try_from(latest).unwrap_or(0) + 1, latest > 0))
 }
 
 /// Records a new revision of the release, unless its latest already holds these manifests
@@ -141,7 +181,7 @@ pub(super) async fn record(
     });
     api.create(
         &PostParams::default(),
-        &secret(&data.name, &data.namespace, version, "deployed", &release)?,
+        &secret(data, version, "deployed", &release)?,
     )
     .await
     .map_err(|e| {
@@ -158,13 +198,7 @@ pub(super) async fn record(
             continue;
         }
         old["info"]["status"] = json!("superseded");
-        let replaced = secret(
-            &data.name,
-            &data.namespace,
-            version_of(older),
-            "superseded",
-            &old,
-        )?;
+        let replaced = secret(data, version_of(older), "superseded", &old)?;
         let patch =
             json!({"metadata": {"labels": replaced.metadata.labels}, "data": replaced.data});
         api.patch(
@@ -226,17 +260,11 @@ pub(super) async fn remove(
     Ok(())
 }
 
-/// Helm's chart as a release stores it: metadata as `Chart.yaml` says it, templates and other
-/// files base64-encoded, and the chart's own values.
-pub(super) fn chart_json(
-    files: &std::collections::BTreeMap<String, Vec<u8>>,
-    chart: &lariat_helm::Chart,
-) -> Value {
+/// Helm's chart as a release stores it: metadata under Helm's JSON names, templates and
+/// other files base64-encoded, and the chart's own values.
+pub(super) fn chart_json(chart: &lariat_helm::Chart) -> Value {
     let file = |name: &str, data: &[u8]| json!({"name": name, "data": base64().encode(data)});
-    let metadata: Value = files
-        .get("Chart.yaml")
-        .and_then(|data| serde_yaml_ng::from_slice(data).ok())
-        .unwrap_or(Value::Null);
+    let metadata = serde_json::to_value(&chart.metadata).unwrap_or(Value::Null);
     json!({
         "metadata": metadata,
         "lock": null,
