@@ -133,7 +133,13 @@ pub fn chart_files(spec: &BundleSpec) -> Vec<Value> {
     spec.resources
         .iter()
         .flatten()
-        .filter_map(|r| Some(serde_json::json!({"name": r.name.clone()?, "content": r.content.clone().unwrap_or_default()})))
+        .filter_map(|r| {
+            let mut file = serde_json::json!({"name": r.name.clone()?, "content": r.content.clone().unwrap_or_default()});
+            if let Some(encoding) = &r.encoding {
+                file["encoding"] = encoding.clone().into();
+            }
+            Some(file)
+        })
         .collect()
 }
 

@@ -9,6 +9,8 @@
 
 use std::collections::BTreeMap;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use lariat_api::fleet::{
     BundleRef, BundleResource, BundleSpec, BundleTarget, CorrectDrift, HelmOptions,
     RolloutStrategy, Target, YamlOptions,
@@ -326,10 +328,16 @@ pub fn bundles(
             } else {
                 file[root.len() + 1..].to_string()
             };
+            // A chart's binary files (an icon, a keystore) travel base64-encoded, as Fleet
+            // carries them; manifests are text by the check above.
+            let (content, encoding) = match std::str::from_utf8(content) {
+                Ok(text) => (text.to_string(), None),
+                Err(_) => (BASE64.encode(content), Some("base64".to_string())),
+            };
             resources.push(BundleResource {
                 name: Some(name),
-                content: Some(String::from_utf8_lossy(content).into_owned()),
-                encoding: None,
+                content: Some(content),
+                encoding,
             });
         }
         if resources.is_empty() {
@@ -826,6 +834,32 @@ mod tests {
                 "chart/templates/cm.yaml",
                 "chart/templates/_helpers.tpl"
             ]
+        );
+        // A binary file of a chart travels base64-encoded, byte for byte.
+        let binary = bundles(
+            &[
+                file("Chart.yaml", "apiVersion: v2\nname: icon\nversion: 1.0.0\n"),
+                (
+                    "files/icon.png".to_string(),
+                    vec![0x89, 0x50, 0xff, 0x00, 0xfe],
+                ),
+            ],
+            &[],
+            &[],
+            &RepoOptions::default(),
+        )
+        .unwrap();
+        let icon = binary[0]
+            .spec
+            .resources
+            .iter()
+            .flatten()
+            .find(|r| r.name.as_deref() == Some("files/icon.png"))
+            .unwrap();
+        assert_eq!(icon.encoding.as_deref(), Some("base64"));
+        assert_eq!(
+            BASE64.decode(icon.content.as_deref().unwrap()).unwrap(),
+            [0x89, 0x50, 0xff, 0x00, 0xfe]
         );
         // A root holding a Chart.yaml is a chart without a fleet.yaml saying so.
         assert_eq!(

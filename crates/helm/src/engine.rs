@@ -152,6 +152,7 @@ fn render_here(
     }
     let mut chart = chart.clone();
     values::enable_dependencies(&mut chart, user_values);
+    values::import_values(&mut chart);
     let kube_version = &chart.metadata.kube_version;
     if !kube_version.is_empty()
         && !semver::satisfies(kube_version, &capabilities.kube_version).unwrap_or(false)
@@ -205,8 +206,14 @@ fn render_here(
             })?;
     }
     let set = Rc::new(set);
+    let definitions = templates
+        .iter()
+        .filter(|t| t.source.contains("define"))
+        .map(|t| (t.name.clone(), t.source.clone()))
+        .collect();
     let _scope = functions::enter(RenderScope {
         template: set.clone(),
+        definitions: Rc::new(definitions),
         lookup,
         depth: 0,
         deadline: Instant::now() + bounds.time,

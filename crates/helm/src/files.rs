@@ -1,117 +1,110 @@
-//! The objects templates call methods on: `.Files` (`Get`, `GetBytes`, `Glob`, `Lines`,
-//! `AsConfig`, `AsSecrets`) and `.Capabilities.APIVersions` (`Has`).
+//! `.Files` (`Get`, `GetBytes`, `Glob`, `Lines`, `AsConfig`, `AsSecrets`) and
+//! `.Capabilities.APIVersions` (`Has`), as Go templates call them.
 //!
-//! gtmpl-ng calls a function held in a field with the object that holds it first, so each
-//! object carries its data in a field of its own beside its methods.
+//! In Helm, `.Files` is a map of path to content with methods, and `APIVersions` a list with
+//! one. Here they are that map and that list, so `range $path, $_ := .Files.Glob "x/*"`,
+//! `len` and `if` see what Go's see; their methods, which gtmpl-ng cannot call on a map (nor
+//! with arguments on anything), are rewritten in the template's source to calls of
+//! [`method`]: `.Files.Get "a"` is `lariatMethod .Files "Get" "a"`, and
+//! `(.Files.Glob "x/*").AsConfig` is `(lariatMethod (.Files.Glob ...) "AsConfig")`.
 
 use base64::Engine as _;
-use gtmpl_ng::{Func, FuncError, Function, Value};
+use gtmpl_ng::{FuncError, Value};
 use std::collections::HashMap;
 
 use crate::chart::File;
 use crate::goyaml;
 
-const FILES: &str = "__files";
-const VERSIONS: &str = "__versions";
-
 pub(crate) fn files_value(files: &[File]) -> Value {
-    let contents = files
-        .iter()
-        .map(|f| {
-            (
-                f.name.clone(),
-                Value::String(String::from_utf8_lossy(&f.data).into_owned()),
-            )
-        })
-        .collect();
-    files_object(contents)
+    Value::Map(
+        files
+            .iter()
+            .map(|f| {
+                (
+                    f.name.clone(),
+                    Value::String(String::from_utf8_lossy(&f.data).into_owned()),
+                )
+            })
+            .collect(),
+    )
 }
 
-fn files_object(contents: HashMap<String, Value>) -> Value {
-    let methods: [(&str, Func); 6] = [
-        ("Get", get),
-        ("GetBytes", get),
-        ("Glob", glob),
-        ("Lines", lines),
-        ("AsConfig", as_config),
-        ("AsSecrets", as_secrets),
-    ];
-    let mut object: HashMap<String, Value> = methods
-        .into_iter()
-        .map(|(name, f)| (name.to_string(), Value::Function(Function { f })))
-        .collect();
-    object.insert(FILES.into(), Value::Map(contents));
-    Value::Object(object)
+pub(crate) fn api_versions_value(versions: &[String]) -> Value {
+    Value::Array(versions.iter().map(|v| Value::String(v.clone())).collect())
 }
 
-fn contents(args: &[Value]) -> Result<&HashMap<String, Value>, FuncError> {
-    match args.first() {
-        Some(Value::Object(object)) => match object.get(FILES) {
-            Some(Value::Map(files)) => Ok(files),
-            _ => Err(FuncError::Generic(".Files: not a Files object".into())),
-        },
-        _ => Err(FuncError::Generic(".Files: not a Files object".into())),
-    }
-}
-
-fn name_arg(args: &[Value], method: &str) -> Result<String, FuncError> {
-    match args.get(1) {
+/// `lariatMethod receiver "Name" args...`: a method of `.Files` (a map) or of
+/// `.Capabilities.APIVersions` (a list).
+pub(crate) fn method(args: &[Value]) -> Result<Value, FuncError> {
+    let name = match args.get(1) {
+        Some(Value::String(name)) => name.as_str(),
+        _ => {
+            return Err(FuncError::Generic(
+                "a method call needs a method name".into(),
+            ));
+        }
+    };
+    let argument = || match args.get(2) {
         Some(Value::String(s)) => Ok(s.clone()),
         Some(other) => Ok(other.to_string()),
-        None => Err(FuncError::ExactlyXArgs(format!(".Files.{method}"), 1)),
+        None => Err(FuncError::ExactlyXArgs(name.to_string(), 1)),
+    };
+    match (args.first(), name) {
+        (Some(Value::Map(files)), "Get" | "GetBytes") => Ok(files
+            .get(&argument()?)
+            .cloned()
+            .unwrap_or(Value::String(String::new()))),
+        (Some(Value::Map(files)), "Lines") => Ok(lines(files, &argument()?)),
+        (Some(Value::Map(files)), "Glob") => glob(files, &argument()?),
+        (Some(Value::Map(files)), "AsConfig") => {
+            Ok(Value::String(as_yaml(files, |text| text.to_string())))
+        }
+        (Some(Value::Map(files)), "AsSecrets") => Ok(Value::String(as_yaml(files, |text| {
+            base64::engine::general_purpose::STANDARD.encode(text)
+        }))),
+        (Some(Value::Array(versions)), "Has") => {
+            let wanted = argument()?;
+            Ok(Value::Bool(
+                versions
+                    .iter()
+                    .any(|v| matches!(v, Value::String(s) if *s == wanted)),
+            ))
+        }
+        (receiver, _) => Err(FuncError::Generic(format!(
+            "{name} is not a method of {}",
+            receiver.map_or("nothing".to_string(), |r| r
+                .to_string()
+                .chars()
+                .take(40)
+                .collect())
+        ))),
     }
 }
 
-/// `.Files.Get "path"`: the file's text, or "" when the chart has no such file.
-fn get(args: &[Value]) -> Result<Value, FuncError> {
-    let name = name_arg(args, "Get")?;
-    Ok(contents(args)?
-        .get(&name)
-        .cloned()
-        .unwrap_or(Value::String(String::new())))
-}
-
-fn lines(args: &[Value]) -> Result<Value, FuncError> {
-    let name = name_arg(args, "Lines")?;
-    let Some(Value::String(text)) = contents(args)?.get(&name) else {
-        return Ok(Value::Array(Vec::new()));
+/// `.Files.Lines "path"`: the file's lines, without a last empty one.
+fn lines(files: &HashMap<String, Value>, name: &str) -> Value {
+    let Some(Value::String(text)) = files.get(name) else {
+        return Value::Array(Vec::new());
     };
     let text = text.strip_suffix('\n').unwrap_or(text);
-    Ok(Value::Array(
-        text.split('\n').map(|l| Value::String(l.into())).collect(),
-    ))
+    Value::Array(text.split('\n').map(|l| Value::String(l.into())).collect())
 }
 
 /// `.Files.Glob "config/*.yaml"`: the files whose paths match, as Files again.
-fn glob(args: &[Value]) -> Result<Value, FuncError> {
-    let pattern = Glob::new(name_arg(args, "Glob")?.as_bytes())?;
-    let matched = contents(args)?
-        .iter()
-        .filter(|(name, _)| pattern.matches(name.as_bytes()))
-        .map(|(n, v)| (n.clone(), v.clone()))
-        .collect();
-    Ok(files_object(matched))
+fn glob(files: &HashMap<String, Value>, pattern: &str) -> Result<Value, FuncError> {
+    let pattern = Glob::new(pattern.as_bytes())?;
+    Ok(Value::Map(
+        files
+            .iter()
+            .filter(|(name, _)| pattern.matches(name.as_bytes()))
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect(),
+    ))
 }
 
-/// The files as a ConfigMap's `data`: base name to text, as YAML.
-fn as_config(args: &[Value]) -> Result<Value, FuncError> {
-    let map = by_base_name(contents(args)?, |text| text.to_string());
-    Ok(Value::String(yaml_without_newline(map)))
-}
-
-/// The files as a Secret's `data`: base name to base64.
-fn as_secrets(args: &[Value]) -> Result<Value, FuncError> {
-    let map = by_base_name(contents(args)?, |text| {
-        base64::engine::general_purpose::STANDARD.encode(text)
-    });
-    Ok(Value::String(yaml_without_newline(map)))
-}
-
-fn by_base_name(
-    files: &HashMap<String, Value>,
-    encode: impl Fn(&str) -> String,
-) -> serde_json::Map<String, serde_json::Value> {
-    files
+/// The files as a ConfigMap's or a Secret's `data`: base name to (encoded) text, as YAML.
+fn as_yaml(files: &HashMap<String, Value>, encode: impl Fn(&str) -> String) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = files
         .iter()
         .map(|(name, value)| {
             let base = name.rsplit('/').next().unwrap_or(name).to_string();
@@ -121,13 +114,7 @@ fn by_base_name(
             };
             (base, serde_json::Value::String(encode(text)))
         })
-        .collect()
-}
-
-fn yaml_without_newline(map: serde_json::Map<String, serde_json::Value>) -> String {
-    if map.is_empty() {
-        return String::new();
-    }
+        .collect();
     let yaml = goyaml::to_string(&serde_json::Value::Object(map));
     yaml.strip_suffix('\n').unwrap_or(&yaml).to_string()
 }
@@ -287,40 +274,16 @@ fn matches(tokens: &[Token], name: &[u8]) -> bool {
     states[n]
 }
 
-pub(crate) fn api_versions_value(versions: &[String]) -> Value {
-    let mut object = HashMap::new();
-    object.insert("Has".to_string(), Value::Function(Function { f: has }));
-    object.insert(
-        VERSIONS.to_string(),
-        Value::Array(versions.iter().map(|v| Value::String(v.clone())).collect()),
-    );
-    Value::Object(object)
-}
-
-/// `.Capabilities.APIVersions.Has "apps/v1"` (or `"apps/v1/Deployment"`).
-fn has(args: &[Value]) -> Result<Value, FuncError> {
-    let Some(Value::Object(object)) = args.first() else {
-        return Err(FuncError::Generic(
-            "APIVersions.Has: not an APIVersions object".into(),
-        ));
-    };
-    let wanted = name_arg(args, "Has")?;
-    let found = matches!(object.get(VERSIONS), Some(Value::Array(list)) if list.iter().any(|v| matches!(v, Value::String(s) if *s == wanted)));
-    Ok(Value::Bool(found))
-}
-
-/// gtmpl-ng calls a method only without arguments (`.Files.AsConfig`); Go calls
-/// `.Files.Get "a"` too. Inside each action, outside string literals, such calls on
-/// `.Files` and `.APIVersions` are rewritten to `lariatMethod .Files "Get" "a"`, which
-/// [`method`] dispatches to the same function.
+/// Rewrites the method calls of `.Files` and `.APIVersions` in a template's actions (see
+/// the module's documentation), never inside a string literal.
 pub(crate) fn rewrite_method_calls(source: &str) -> String {
     static CALL: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         regex::Regex::new(
-            r"(?P<receiver>(?:\$[A-Za-z0-9_]*)?(?:\.[A-Za-z_][A-Za-z0-9_]*)*\.(?:Files|APIVersions))\.(?P<method>Get|GetBytes|Glob|Lines|Has)\b",
+            r"(?P<receiver>(?:\$[A-Za-z0-9_]*)?(?:\.[A-Za-z_][A-Za-z0-9_]*)*\.(?:Files|APIVersions))\.(?P<method>Get|GetBytes|Glob|Lines|AsConfig|AsSecrets|Has)\b",
         )
         .expect("the method-call pattern is valid")
     });
-    if !source.contains(".Files.") && !source.contains(".APIVersions.") {
+    if !source.contains("Files") && !source.contains(".APIVersions.") {
         return source.to_string();
     }
     let mut out = String::with_capacity(source.len());
@@ -330,53 +293,106 @@ pub(crate) fn rewrite_method_calls(source: &str) -> String {
         let action = &rest[open..];
         let close = action.find("}}").map_or(action.len(), |c| c + 2);
         let (action, after) = action.split_at(close);
-        // Rewrite the code between string literals, never inside one.
-        let mut in_string: Option<char> = None;
-        let mut segment = String::new();
-        let mut chars = action.chars().peekable();
-        while let Some(c) = chars.next() {
-            match in_string {
-                Some(quote) => {
-                    out.push(c);
-                    if c == '\\' && quote == '"' {
-                        if let Some(escaped) = chars.next() {
-                            out.push(escaped);
-                        }
-                    } else if c == quote {
-                        in_string = None;
-                    }
-                }
-                None if c == '"' || c == '`' => {
-                    out.push_str(&CALL.replace_all(&segment, "lariatMethod $receiver \"$method\""));
-                    segment.clear();
-                    out.push(c);
-                    in_string = Some(c);
-                }
-                None => segment.push(c),
-            }
+        let mut rewritten = String::with_capacity(action.len());
+        for (code, literal) in pieces(action) {
+            rewritten.push_str(&CALL.replace_all(code, "lariatMethod $receiver \"$method\""));
+            rewritten.push_str(literal);
         }
-        out.push_str(&CALL.replace_all(&segment, "lariatMethod $receiver \"$method\""));
+        out.push_str(&rewrite_parenthesized(&rewritten));
         rest = after;
     }
     out.push_str(rest);
     out
 }
 
-/// `lariatMethod receiver "Name" args...`: calls the receiver's method with arguments.
-pub(crate) fn method(args: &[Value]) -> Result<Value, FuncError> {
-    let (Some(receiver @ Value::Object(object)), Some(Value::String(name))) =
-        (args.first(), args.get(1))
-    else {
-        return Err(FuncError::Generic(
-            "a method call needs an object and a method name".into(),
-        ));
-    };
-    let Some(Value::Function(function)) = object.get(name) else {
-        return Err(FuncError::Generic(format!("no method {name}")));
-    };
-    let mut call = vec![receiver.clone()];
-    call.extend_from_slice(&args[2..]);
-    (function.f)(&call)
+/// An action as code and the string literal after it, in turn.
+fn pieces(action: &str) -> Vec<(&str, &str)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let bytes = action.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'"' || bytes[i] == b'`' {
+            let quote = bytes[i];
+            let mut end = i + 1;
+            while end < bytes.len() && bytes[end] != quote {
+                end += if bytes[end] == b'\\' && quote == b'"' {
+                    2
+                } else {
+                    1
+                };
+            }
+            let end = (end + 1).min(bytes.len());
+            out.push((&action[start..i], &action[i..end]));
+            start = end;
+            i = end;
+        } else {
+            i += 1;
+        }
+    }
+    out.push((&action[start..], ""));
+    out
+}
+
+/// `(X).AsConfig` and `(X).AsSecrets`, outside string literals, as `(lariatMethod (X) "AsConfig")`.
+fn rewrite_parenthesized(action: &str) -> String {
+    let mut text = action.to_string();
+    for method in ["AsConfig", "AsSecrets"] {
+        let suffix = format!(").{method}");
+        let mut from = 0;
+        while let Some(found) = text[from..].find(&suffix).map(|at| at + from) {
+            let end = found + suffix.len();
+            if text[end..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
+                || in_literal(&text, found)
+            {
+                from = end;
+                continue;
+            }
+            let Some(open) = matching_open(&text, found) else {
+                from = end;
+                continue;
+            };
+            let replacement = format!("(lariatMethod {} \"{method}\")", &text[open..=found]);
+            text.replace_range(open..end, &replacement);
+            from = open + replacement.len();
+        }
+    }
+    text
+}
+
+/// Whether byte `at` of an action is inside a string literal.
+fn in_literal(action: &str, at: usize) -> bool {
+    let mut offset = 0;
+    for (code, literal) in pieces(action) {
+        offset += code.len();
+        if at >= offset && at < offset + literal.len() {
+            return true;
+        }
+        offset += literal.len();
+    }
+    false
+}
+
+/// The `(` that the `)` at byte `close` closes, outside string literals.
+fn matching_open(action: &str, close: usize) -> Option<usize> {
+    let bytes = action.as_bytes();
+    let mut depth = 0usize;
+    for at in (0..=close).rev() {
+        if in_literal(action, at) {
+            continue;
+        }
+        match bytes[at] {
+            b')' => depth += 1,
+            b'(' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(at);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -395,5 +411,16 @@ mod tests {
         assert!(!glob_match(pattern.as_bytes(), "a".repeat(200).as_bytes()));
         // Ten groups of eleven choices would be 11^10 alternatives: refused at once.
         assert!(Glob::new("{,,,,,,,,,,}".repeat(10).as_bytes()).is_err());
+    }
+
+    #[test]
+    fn method_calls_are_rewritten_outside_strings() {
+        let rewritten = super::rewrite_method_calls(
+            r#"a {{ .Files.Get "x.Files.Get" }} {{ (.Files.Glob "c/*").AsConfig | indent 2 }} {{ $.Capabilities.APIVersions.Has "v1" }} .Files.Get"#,
+        );
+        assert_eq!(
+            rewritten,
+            r#"a {{ lariatMethod .Files "Get" "x.Files.Get" }} {{ (lariatMethod (lariatMethod .Files "Glob" "c/*") "AsConfig") | indent 2 }} {{ lariatMethod $.Capabilities.APIVersions "Has" "v1" }} .Files.Get"#
+        );
     }
 }

@@ -36,6 +36,8 @@ pub trait Lookup {
 /// What the functions of one render share: the chart's template set and the cluster.
 pub(crate) struct RenderScope {
     pub template: Rc<Template>,
+    /// The chart's templates that `define` something, by name, for `tpl`.
+    pub definitions: Rc<Vec<(String, String)>>,
     pub lookup: Option<std::sync::Arc<dyn Lookup + Send + Sync>>,
     pub depth: usize,
     /// Each `include` is a render of its own, with its own budget from gtmpl-ng; these
@@ -166,6 +168,17 @@ fn tpl(args: &[Value]) -> Result<Value, FuncError> {
     let mut template = Template::with_limits(gtmpl_ng::limits::active());
     template.name = "gotpl".into();
     template.add_funcs(&all());
+    // `include` reaches the chart's templates through the render's set; `{{ template }}`
+    // can only reach those parsed with the text, so the chart's `define`s come along then.
+    if source.contains("template") {
+        let definitions =
+            SCOPE.with(|s| s.borrow().as_ref().map(|scope| scope.definitions.clone()));
+        for (name, text) in definitions.iter().flat_map(|d| d.iter()) {
+            template
+                .add_template(name.clone(), text.clone())
+                .map_err(|e| generic(format!("tpl: {name}: {e}")))?;
+        }
+    }
     let rewritten = crate::files::rewrite_method_calls(&source);
     template
         .add_template("gotpl", rewritten)

@@ -242,6 +242,58 @@ fn enable_at(chart: &mut Chart, values: &Map<String, Value>, path: &str) {
     }
 }
 
+/// Copies what each dependency's `import-values` names into the parent's values, under the
+/// parent's own (Helm's `processDependencyImportValues`): `{child: a.b, parent: x}` puts the
+/// subchart's `a.b` table at `x`, and a plain name `n` merges the subchart's `exports.n` into
+/// the parent's top level. Children first, so an import can carry a grandchild's.
+pub fn import_values(chart: &mut Chart) {
+    for sub in &mut chart.dependencies {
+        import_values(sub);
+    }
+    if chart
+        .metadata
+        .dependencies
+        .iter()
+        .all(|d| d.import_values.is_empty())
+    {
+        return;
+    }
+    let current = coalesce(chart, &Map::new());
+    let mut imported = Map::new();
+    for dependency in &chart.metadata.dependencies {
+        for item in &dependency.import_values {
+            let (child, parent) = match item {
+                Value::String(name) => (format!("exports.{name}"), ".".to_string()),
+                Value::Object(pair) => {
+                    let text = |key: &str| match pair.get(key) {
+                        Some(Value::String(s)) => s.clone(),
+                        Some(other) => other.to_string(),
+                        None => String::new(),
+                    };
+                    (text("child"), text("parent"))
+                }
+                _ => continue,
+            };
+            let Some(Value::Object(table)) =
+                path_value(&current, &format!("{}.{child}", dependency.name))
+            else {
+                continue;
+            };
+            let mut placed = table.clone();
+            if parent != "." {
+                for key in parent.split('.').rev() {
+                    placed = Map::from_iter([(key.to_string(), Value::Object(placed))]);
+                }
+            }
+            coalesce_tables(&mut imported, placed, true);
+        }
+    }
+    // The parent's own values win over what it imports.
+    let mut values = current;
+    coalesce_tables(&mut values, imported, true);
+    chart.values = values;
+}
+
 fn version_matches(constraint: &str, chart: &Chart) -> bool {
     constraint.is_empty() || semver::satisfies(constraint, &chart.metadata.version).unwrap_or(false)
 }

@@ -220,3 +220,76 @@ fn a_value_built_without_end_is_refused_not_a_crash() {
         "{error}"
     );
 }
+
+#[test]
+fn files_range_and_count_as_go_templates_see_them() {
+    let template = r#"count: {{ len (.Files.Glob "conf/*") }}
+{{- range $path, $_ := .Files.Glob "conf/*" }}
+{{ $path }}: {{ $.Files.Get $path | trim }}
+{{- end }}
+lines: {{ .Files.Lines "conf/b.txt" | join "," }}
+secrets:
+  {{- (.Files.Glob "conf/a.txt").AsSecrets | nindent 2 }}
+has: {{ .Capabilities.APIVersions.Has "apps/v1" }} {{ .Capabilities.APIVersions.Has "nope/v1" }}
+"#;
+    let c = chart(
+        &[("list.yaml", template)],
+        &[
+            ("conf/a.txt", "alpha\n"),
+            ("conf/b.txt", "one\ntwo\n"),
+            ("other/c.txt", "x"),
+        ],
+    );
+    let out = render_one(&c, &Bounds::default()).unwrap();
+    assert_eq!(
+        out,
+        "count: 2\nconf/a.txt: alpha\nconf/b.txt: one\ntwo\nlines: one,two\nsecrets:\n  a.txt: YWxwaGEK\nhas: true false\n"
+    );
+}
+
+#[test]
+fn tpl_reaches_the_charts_named_templates() {
+    let c = chart(
+        &[
+            (
+                "_helpers.tpl",
+                "{{- define \"demo.name\" -}}web-{{ .Values.name }}{{- end -}}",
+            ),
+            (
+                "cm.yaml",
+                "a: {{ tpl \"{{ template \\\"demo.name\\\" . }}\" . }}\nb: {{ tpl \"{{ include \\\"demo.name\\\" . | upper }}\" . }}\n",
+            ),
+        ],
+        &[],
+    );
+    assert_eq!(
+        render_one(&c, &Bounds::default()).unwrap(),
+        "a: web-web\nb: WEB-WEB\n"
+    );
+}
+
+#[test]
+fn import_values_bring_a_subcharts_exports_under_the_parents_own() {
+    let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let parent = "apiVersion: v2\nname: app\nversion: 1.0.0\ndependencies:\n- name: db\n  version: 1.x\n  import-values:\n  - data\n  - child: settings\n    parent: imported.db\n";
+    files.insert("Chart.yaml".into(), parent.as_bytes().to_vec());
+    files.insert("values.yaml".into(), b"port: 8080\n".to_vec());
+    files.insert(
+        "templates/cm.yaml".into(),
+        b"port: {{ .Values.port }}\nuser: {{ .Values.user }}\nsize: {{ .Values.imported.db.size }}\n".to_vec(),
+    );
+    files.insert(
+        "charts/db/Chart.yaml".into(),
+        b"apiVersion: v2\nname: db\nversion: 1.2.0\n".to_vec(),
+    );
+    files.insert(
+        "charts/db/values.yaml".into(),
+        b"exports:\n  data:\n    user: admin\n    port: 5432\nsettings:\n  size: 10Gi\n".to_vec(),
+    );
+    let c = Chart::load(&files).unwrap();
+    // The parent's own port wins over the imported one.
+    assert_eq!(
+        render_one(&c, &Bounds::default()).unwrap(),
+        "port: 8080\nuser: admin\nsize: 10Gi\n"
+    );
+}

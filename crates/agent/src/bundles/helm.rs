@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use base64::Engine as _;
 use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams};
 use lariat_api::fleet::{BundleDeploymentOptions, HelmOptions};
 use lariat_helm::chart::read_values;
@@ -68,15 +69,24 @@ pub(super) async fn render(
     options: &BundleDeploymentOptions,
     helm: &HelmOptions,
 ) -> Result<Rendered, String> {
-    let bundle: BTreeMap<String, Vec<u8>> = files
-        .iter()
-        .filter_map(|f| {
-            Some((
-                f["name"].as_str()?.to_string(),
-                f["content"].as_str()?.as_bytes().to_vec(),
-            ))
-        })
-        .collect();
+    let mut bundle: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for file in files {
+        let (Some(name), Some(content)) = (file["name"].as_str(), file["content"].as_str()) else {
+            continue;
+        };
+        let data = match file["encoding"].as_str() {
+            None | Some("") => content.as_bytes().to_vec(),
+            Some("base64") => base64::engine::general_purpose::STANDARD
+                .decode(content)
+                .map_err(|e| format!("{name}: not base64: {e}"))?,
+            Some(other) => {
+                return Err(format!(
+                    "{name}: encoding {other:?} is not one lariat reads"
+                ));
+            }
+        };
+        bundle.insert(name.to_string(), data);
+    }
     let chart_dir = helm.chart.clone().unwrap_or_default();
     let prefix = if chart_dir.is_empty() {
         String::new()
