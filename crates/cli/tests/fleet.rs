@@ -2188,3 +2188,117 @@ fn a_chart_deploys_over_an_object_only_when_told_and_its_release_history_goes_wi
         String::from_utf8_lossy(&kept.stderr)
     );
 }
+
+#[test]
+fn chart_values_layer_as_fleet_layers_them_files_over_inline_and_the_cluster_over_both() {
+    let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(&work.path().join("repos"));
+    in_memory_clusters(&server, &[("eu-1", "eu")]);
+    eventually_within(Duration::from_secs(60), "the cluster's kubeconfig", || {
+        server
+            .kubectl(&["get", "secret", "eu-1-kubeconfig", "-n", "fleet-default"])
+            .status
+            .success()
+    });
+    let kubeconfig = server.workload_kubeconfig_in("fleet-default", "eu-1");
+    eventually_within(Duration::from_secs(60), "the cluster's API answers", || {
+        server
+            .kubectl_as(&kubeconfig, &["create", "namespace", "web"])
+            .status
+            .success()
+    });
+    // Values kept in the cluster itself, as an operator leaves them for Fleet to read.
+    for args in [
+        vec![
+            "create",
+            "configmap",
+            "shop-values",
+            "-n",
+            "web",
+            "--from-literal=values.yaml=image: from-configmap\n",
+        ],
+        vec![
+            "create",
+            "secret",
+            "generic",
+            "shop-secret",
+            "-n",
+            "web",
+            "--from-literal=extra.yaml=color: from-secret\n",
+        ],
+    ] {
+        let output = server.kubectl_as(&kubeconfig, &args);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let upstream = work.path().join("repos/platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    commit(
+        &upstream,
+        &[
+            (
+                "web/fleet.yaml",
+                "defaultNamespace: web\nhelm:\n  releaseName: shop\n  values: {color: inline, image: inline, extra: inline}\n  valuesFiles: [prod.yaml]\n",
+            ),
+            ("web/prod.yaml", "color: from-file\nimage: from-file\n"),
+            ("web/Chart.yaml", CHART_YAML),
+            ("web/values.yaml", CHART_VALUES),
+            ("web/templates/_helpers.tpl", CHART_HELPERS),
+            ("web/templates/configmap.yaml", CHART_CONFIG_MAP),
+        ],
+    );
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  pollingInterval: 5s\n  paths: [web]\n  targets:\n  - clusterSelector: {}\n",
+    );
+    eventually_within(
+        Duration::from_secs(120),
+        "deployed from the files' values",
+        || {
+            workload_config_map(&server, "eu-1", "web", "shop-settings")["data"]["color"]
+                == "from-file"
+        },
+    );
+    assert_eq!(
+        workload_config_map(&server, "eu-1", "web", "shop-settings")["data"]["image"],
+        "from-file"
+    );
+    // The cluster's values, over the rest: a ConfigMap's, then a Secret's.
+    commit(
+        &upstream,
+        &[(
+            "web/fleet.yaml",
+            "defaultNamespace: web\nhelm:\n  releaseName: shop\n  values: {color: inline, image: inline}\n  valuesFiles: [prod.yaml]\n  valuesFrom:\n  - configMapKeyRef: {name: shop-values}\n  - secretKeyRef: {name: shop-secret, key: extra.yaml}\n",
+        )],
+    );
+    eventually_within(
+        Duration::from_secs(120),
+        "deployed from the cluster's values",
+        || {
+            let data = &workload_config_map(&server, "eu-1", "web", "shop-settings")["data"];
+            data["color"] == "from-secret" && data["image"] == "from-configmap"
+        },
+    );
+    // A values source that is not there fails this bundle, naming it.
+    commit(
+        &upstream,
+        &[(
+            "web/fleet.yaml",
+            "defaultNamespace: web\nhelm:\n  releaseName: shop\n  valuesFrom:\n  - configMapKeyRef: {name: missing-values}\n",
+        )],
+    );
+    eventually_within(
+        Duration::from_secs(120),
+        "the missing ConfigMap named",
+        || {
+            first_group(&server, "platform-web")["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("helm.valuesFrom: ConfigMap web/missing-values"))
+        },
+    );
+}

@@ -104,15 +104,31 @@ pub fn resolve(spec: &BundleSpec, target: &BundleTarget) -> Result<Vec<Value>, S
     Ok(documents.into_values().flatten().collect())
 }
 
-/// A target's `helm` over the bundle's: its values merged key by key over these, the other
-/// options it sets replacing the bundle's (a target cannot change the chart: `scan` refuses).
-fn customized(base: &HelmOptions, over: &HelmOptions) -> HelmOptions {
-    let mut values = base.values.clone().unwrap_or_default();
-    lariat_helm::values::merge_over(&mut values, over.values.clone().unwrap_or_default());
-    HelmOptions {
-        release_name: over.release_name.clone().or(base.release_name.clone()),
+/// A target's `helm` over the bundle's, as Fleet combines them: each side's `valuesFiles`
+/// (files of the bundle) merged over its own `values`, then the target's values merged key by
+/// key over the bundle's; its `valuesFrom` after the bundle's; the other options it sets
+/// replacing the bundle's (a target cannot change the chart: `scan` refuses it).
+fn customized(
+    spec: &BundleSpec,
+    base: &HelmOptions,
+    over: Option<&HelmOptions>,
+) -> Result<HelmOptions, String> {
+    let mut values = values_with_files(spec, base)?;
+    let mut values_from = base.values_from.clone().unwrap_or_default();
+    if let Some(over) = over {
+        lariat_helm::values::merge_over(&mut values, values_with_files(spec, over)?);
+        for item in over.values_from.iter().flatten() {
+            if !values_from.contains(item) {
+                values_from.push(item.clone());
+            }
+        }
+    }
+    let over = over.cloned().unwrap_or_default();
+    Ok(HelmOptions {
+        release_name: over.release_name.or(base.release_name.clone()),
         values: (!values.is_empty()).then_some(values),
-        values_files: over.values_files.clone().or(base.values_files.clone()),
+        values_files: None,
+        values_from: (!values_from.is_empty()).then_some(values_from),
         max_history: if over.max_history != 0 {
             over.max_history
         } else {
@@ -125,7 +141,29 @@ fn customized(base: &HelmOptions, over: &HelmOptions) -> HelmOptions {
             base.timeout_seconds
         },
         ..base.clone()
+    })
+}
+
+/// `values`, with each of `valuesFiles` (files of the bundle) merged over them in order.
+fn values_with_files(
+    spec: &BundleSpec,
+    helm: &HelmOptions,
+) -> Result<serde_json::Map<String, Value>, String> {
+    let mut values = helm.values.clone().unwrap_or_default();
+    for file in helm.values_files.iter().flatten() {
+        let name = file.trim_start_matches("./");
+        let content = spec
+            .resources
+            .iter()
+            .flatten()
+            .find(|r| r.name.as_deref() == Some(name))
+            .and_then(|r| r.content.as_deref())
+            .ok_or_else(|| format!("helm.valuesFiles: {file} is not in the bundle"))?;
+        let layer =
+            lariat_helm::chart::read_values(content.as_bytes(), name).map_err(|e| e.to_string())?;
+        lariat_helm::values::merge_over(&mut values, layer);
     }
+    Ok(values)
 }
 
 /// A Helm bundle's Content: its files, each `{"name", "content"}`, for the agent to render.
@@ -368,16 +406,21 @@ async fn version_for(
 ) -> Result<Result<BundleDeploymentSpec, String>, Error> {
     // A chart's files go to the agent as they are (it renders them against its cluster);
     // plain manifests are resolved here, once per target.
-    let helm = bundle.spec.helm.as_ref().map(|helm| {
-        let mut options = match &target.helm {
-            Some(over) => customized(helm, over),
-            None => helm.clone(),
-        };
-        options
-            .release_name
-            .get_or_insert_with(|| release_name(&bundle.name_any()));
-        options
-    });
+    let helm = match bundle
+        .spec
+        .helm
+        .as_ref()
+        .map(|helm| customized(&bundle.spec, helm, target.helm.as_ref()))
+    {
+        None => None,
+        Some(Err(message)) => return Ok(Err(message)),
+        Some(Ok(mut options)) => {
+            options
+                .release_name
+                .get_or_insert_with(|| release_name(&bundle.name_any()));
+            Some(options)
+        }
+    };
     let manifests = match &helm {
         Some(_) => chart_files(&bundle.spec),
         None => match resolve(&bundle.spec, target) {

@@ -98,18 +98,11 @@ pub(super) async fn render(
         .filter_map(|(name, data)| Some((name.strip_prefix(&prefix)?.to_string(), data.clone())))
         .collect();
     let chart = Chart::load(&chart_files).map_err(|e| format!("{prefix}{e}"))?;
-    let mut values = Map::new();
-    for file in helm.values_files.iter().flatten() {
-        let name = file.trim_start_matches("./");
-        let data = bundle
-            .get(name)
-            .ok_or_else(|| format!("helm.valuesFiles: {file} is not in the bundle"))?;
-        lariat_helm::values::merge_over(
-            &mut values,
-            read_values(data, name).map_err(|e| e.to_string())?,
-        );
+    // `values` hold the bundle's valuesFiles already (merged when the bundle was read).
+    let mut values = helm.values.clone().unwrap_or_default();
+    for item in helm.values_from.iter().flatten() {
+        values_from(downstream, item, &release_namespace(options), &mut values).await?;
     }
-    lariat_helm::values::merge_over(&mut values, helm.values.clone().unwrap_or_default());
     let capabilities = capabilities(downstream)
         .await
         .map_err(|e| format!("cannot read this cluster's version and API groups: {e}"))?;
@@ -286,6 +279,72 @@ fn mark(object: &mut Value, release: &Release) {
         annotations.insert(RELEASE_NAME.into(), release.name.clone().into());
         annotations.insert(RELEASE_NAMESPACE.into(), release.namespace.clone().into());
     }
+}
+
+/// Merges the values a `valuesFrom` entry names, a ConfigMap's then a Secret's, over
+/// `values` (as Fleet's agent reads them: the release's namespace unless one is named, the
+/// key `values.yaml` unless one is).
+async fn values_from(
+    client: &kube::Client,
+    item: &lariat_api::fleet::ValuesFrom,
+    release_namespace: &str,
+    values: &mut Map<String, Value>,
+) -> Result<(), String> {
+    let place = |r: &lariat_api::fleet::KeyRef| {
+        (
+            r.name.clone().unwrap_or_default(),
+            r.namespace
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| release_namespace.to_string()),
+            r.key
+                .clone()
+                .filter(|k| !k.is_empty())
+                .unwrap_or_else(|| "values.yaml".to_string()),
+        )
+    };
+    if let Some(reference) = &item.config_map_key_ref {
+        let (name, namespace, key) = place(reference);
+        let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(client.clone(), &namespace);
+        let found = api
+            .get(&name)
+            .await
+            .map_err(|e| format!("helm.valuesFrom: ConfigMap {namespace}/{name}: {e}"))?;
+        let text = found
+            .data
+            .and_then(|d| d.get(&key).cloned())
+            .ok_or_else(|| {
+                format!("helm.valuesFrom: ConfigMap {namespace}/{name} has no key {key}")
+            })?;
+        let layer = read_values(
+            text.as_bytes(),
+            &format!("ConfigMap {namespace}/{name} key {key}"),
+        )
+        .map_err(|e| e.to_string())?;
+        lariat_helm::values::merge_over(values, layer);
+    }
+    if let Some(reference) = &item.secret_key_ref {
+        let (name, namespace, key) = place(reference);
+        let api: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(client.clone(), &namespace);
+        let found = api
+            .get(&name)
+            .await
+            .map_err(|e| format!("helm.valuesFrom: Secret {namespace}/{name}: {e}"))?;
+        let data = found
+            .data
+            .and_then(|d| d.get(&key).cloned())
+            .ok_or_else(|| {
+                format!("helm.valuesFrom: Secret {namespace}/{name} has no key {key}")
+            })?;
+        // Named, never quoted: the values may be secret.
+        let layer = read_values(&data.0, "").map_err(|_| {
+            format!("helm.valuesFrom: Secret {namespace}/{name} key {key} is not YAML values")
+        })?;
+        lariat_helm::values::merge_over(values, layer);
+    }
+    Ok(())
 }
 
 /// What `.Capabilities` says: this cluster's version and every group version and kind it serves.

@@ -578,7 +578,9 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
                 match deploy::apply(&ctx.agent, &name, &ctx.namespace, &options, &desired).await {
                     Ok(written) => match &release {
                         Some(rendered) => {
+                            // Fleet keeps two revisions unless told otherwise.
                             let max_history = options.helm.as_ref().map_or(0, |h| h.max_history);
+                            let max_history = if max_history == 0 { 2 } else { max_history };
                             release::record(&ctx.agent.downstream, &rendered.release, max_history)
                                 .await
                                 .map(|()| written)

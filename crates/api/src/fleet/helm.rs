@@ -32,10 +32,16 @@ pub struct HelmOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<crate::schema::PreserveUnknownObject>")]
     pub values: Option<Map<String, Value>>,
-    /// Files of the bundle to read values from, in order, under `values`.
+    /// Files of the bundle to read values from, in order, over `values` (read when the
+    /// bundle is, so a BundleDeployment's `values` already hold them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub values_files: Option<Vec<String>>,
-    /// How many release revisions to keep in the cluster (Helm's `--history-max`); 0 keeps all.
+    /// ConfigMaps and Secrets of the cluster to read values from when deploying, over the
+    /// rest (a Secret's after a ConfigMap's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub values_from: Option<Vec<ValuesFrom>>,
+    /// How many release revisions to keep in the cluster (Helm's `--history-max`); 0 keeps
+    /// Fleet's default, 2.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub max_history: i32,
     /// Deploy over objects another release or no release owns.
@@ -48,4 +54,31 @@ pub struct HelmOptions {
 
 fn is_zero(n: &i32) -> bool {
     *n == 0
+}
+
+/// Values read from the cluster a bundle deploys to (Fleet's `ValuesFrom`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValuesFrom {
+    /// A key of a ConfigMap holding values as YAML.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<KeyRef>,
+    /// A key of a Secret holding values as YAML.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<KeyRef>,
+}
+
+/// A key of a ConfigMap or Secret in the cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyRef {
+    /// Its name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its namespace; by default the release's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The key; by default `values.yaml`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }

@@ -40,7 +40,7 @@ pub use common::{
 };
 pub use content::{Content, ContentFields, ContentStatus};
 pub use git_repo::{GitRepo, GitRepoDisplay, GitRepoSpec, GitRepoStatus};
-pub use helm::HelmOptions;
+pub use helm::{HelmOptions, KeyRef, ValuesFrom};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
