@@ -1940,6 +1940,14 @@ fn helm_release(
 
 /// The ConfigMap `name` in namespace `namespace` of in-memory cluster `cluster`.
 fn workload_config_map(server: &TestServer, cluster: &str, namespace: &str, name: &str) -> Value {
+    let kubeconfig_secret = format!("{cluster}-kubeconfig");
+    if !server
+        .kubectl(&["get", "secret", &kubeconfig_secret, "-n", "fleet-default"])
+        .status
+        .success()
+    {
+        return Value::Null;
+    }
     let kubeconfig = server.workload_kubeconfig_in("fleet-default", cluster);
     let output = server.kubectl_as(
         &kubeconfig,
@@ -2301,4 +2309,122 @@ fn chart_values_layer_as_fleet_layers_them_files_over_inline_and_the_cluster_ove
                 .is_some_and(|m| m.contains("helm.valuesFrom: ConfigMap web/missing-values"))
         },
     );
+}
+
+const HOOK_JOB: &str = r#"apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ .Release.Name }}-migrate
+  annotations:
+    helm.sh/hook: pre-install,pre-upgrade
+    helm.sh/hook-weight: "-5"
+    helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      tolerations: [{operator: Exists}]
+      containers: [{name: migrate, image: {{ .Values.migrateImage | default "busybox:1" }}}]
+"#;
+const HOOK_CONFIG_MAP: &str = r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-post
+  annotations:
+    helm.sh/hook: post-install,post-upgrade
+data:
+  revision: "{{ .Release.Revision }}"
+"#;
+
+#[test]
+fn chart_hooks_run_around_the_release_and_a_failing_one_stops_the_upgrade() {
+    let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(&work.path().join("repos"));
+    in_memory_clusters_whose_pods(
+        &server,
+        &[("eu-1", "eu")],
+        "        pods:\n          crashLoops: [\"*:crash\"]\n",
+    );
+    let upstream = work.path().join("repos/platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    commit(
+        &upstream,
+        &[
+            (
+                "web/fleet.yaml",
+                "defaultNamespace: web\nhelm:\n  releaseName: shop\n",
+            ),
+            ("web/Chart.yaml", CHART_YAML),
+            ("web/values.yaml", CHART_VALUES),
+            ("web/templates/_helpers.tpl", CHART_HELPERS),
+            ("web/templates/configmap.yaml", CHART_CONFIG_MAP),
+            ("web/templates/pre-job.yaml", HOOK_JOB),
+            ("web/templates/post-configmap.yaml", HOOK_CONFIG_MAP),
+        ],
+    );
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  pollingInterval: 5s\n  paths: [web]\n  targets:\n  - clusterSelector: {}\n",
+    );
+    eventually_within(Duration::from_secs(120), "installed with its hooks", || {
+        workload_config_map(&server, "eu-1", "web", "shop-post")["data"]["revision"] == "1"
+    });
+    let kubeconfig = server.workload_kubeconfig_in("fleet-default", "eu-1");
+    // The pre-install Job ran before the release's objects and, succeeded, was deleted.
+    let job = server.kubectl_as(&kubeconfig, &["get", "job", "shop-migrate", "-n", "web"]);
+    assert!(
+        !job.status.success(),
+        "the succeeded hook Job is still there"
+    );
+    let v1 = helm_release(&server, "eu-1", "web", "shop", 1);
+    let hooks = v1["hooks"].as_array().cloned().unwrap_or_default();
+    let summary: Vec<(String, String)> = hooks
+        .iter()
+        .map(|h| {
+            (
+                h["name"].as_str().unwrap_or_default().to_string(),
+                h["last_run"]["phase"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("shop-migrate".to_string(), "Succeeded".to_string()),
+            ("shop-post".to_string(), "Succeeded".to_string())
+        ],
+        "{v1}"
+    );
+    // Hooks are not the release's objects.
+    let post = workload_config_map(&server, "eu-1", "web", "shop-post");
+    assert!(
+        post["metadata"]["annotations"]["meta.helm.sh/release-name"].is_null(),
+        "{post}"
+    );
+    // An upgrade whose pre-upgrade hook fails stops there: the release's objects stay as they were.
+    commit(
+        &upstream,
+        &[(
+            "web/values.yaml",
+            "color: purple\nimage: nginx\nmigrateImage: busybox:crash\n",
+        )],
+    );
+    eventually_within(Duration::from_secs(120), "the failing hook named", || {
+        first_group(&server, "platform-web")["message"]
+            .as_str()
+            .is_some_and(|m| {
+                m.contains("pre-upgrade hook Job shop-migrate (web/templates/pre-job.yaml) failed")
+            })
+    });
+    assert_eq!(
+        workload_config_map(&server, "eu-1", "web", "shop-settings")["data"]["color"],
+        "green"
+    );
+    assert!(helm_release(&server, "eu-1", "web", "shop", 2).is_null());
 }

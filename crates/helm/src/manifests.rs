@@ -184,7 +184,8 @@ pub fn sort(files: &BTreeMap<String, String>) -> Result<(Vec<Hook>, Vec<Manifest
     Ok((hooks, manifests))
 }
 
-fn kind_order(a: &str, b: &str) -> std::cmp::Ordering {
+/// Helm's install order of two kinds.
+pub fn kind_order(a: &str, b: &str) -> std::cmp::Ordering {
     let rank = |k: &str| INSTALL_ORDER.iter().position(|x| *x == k);
     match (rank(a), rank(b)) {
         (Some(x), Some(y)) => x.cmp(&y),

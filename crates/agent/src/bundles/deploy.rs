@@ -529,7 +529,7 @@ async fn delete_owned(
 }
 
 /// Creates namespace `name` if this agent has not seen it exist yet.
-async fn ensure_namespace(agent: &Agent, name: &str) -> Result<(), String> {
+pub(super) async fn ensure_namespace(agent: &Agent, name: &str) -> Result<(), String> {
     if agent.namespaces.lock().expect("lock").contains(name) {
         return Ok(());
     }

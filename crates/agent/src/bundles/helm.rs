@@ -16,11 +16,14 @@ use lariat_helm::chart::read_values;
 use lariat_helm::functions::Lookup;
 use lariat_helm::{Bounds, Capabilities, Chart, Release, manifests};
 
+use super::hooks::Hook;
 use super::release::ReleaseData;
 use serde_json::{Map, Value};
 
 /// How long a render may take when the bundle does not say (`helm.timeoutSeconds`).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a hook may run when the bundle does not say: Helm's `--timeout` default.
+const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(300);
 /// The longest a render may take whatever the bundle says: a repository's author cannot
 /// hold an agent's CPU longer.
 const MAX_RENDER_SECONDS: u64 = 60;
@@ -41,6 +44,10 @@ pub(super) struct Rendered {
     pub objects: std::sync::Arc<Vec<Value>>,
     /// The chart's CRDs (`crds/`): created when absent, never updated or deleted, as Helm.
     pub crds: Vec<Value>,
+    /// Its install and upgrade hooks, in the order they run.
+    pub hooks: Vec<Hook>,
+    /// How long a hook may take (`helm.timeoutSeconds`, Helm's five minutes by default).
+    pub hook_timeout: Duration,
     pub release: ReleaseData,
 }
 
@@ -127,6 +134,10 @@ pub(super) async fn render(
         ..Bounds::default()
     };
     let chart_json = super::release::chart_json(&chart);
+    let hook_timeout = u64::try_from(helm.timeout_seconds)
+        .ok()
+        .filter(|s| *s > 0)
+        .map_or(DEFAULT_HOOK_TIMEOUT, Duration::from_secs);
     let keeper = bundle_deployment.to_string();
     let config = Value::Object(values.clone());
     let lookup: std::sync::Arc<dyn Lookup + Send + Sync> = std::sync::Arc::new(ClusterLookup {
@@ -145,7 +156,7 @@ pub(super) async fn render(
             &bounds,
         )
         .map_err(|e| truncated(&e.to_string()))?;
-        let (objects, manifest) = objects(&rendered, &release)?;
+        let (objects, hooks, manifest) = objects(&rendered, &release)?;
         let crds = crds(&rendered)?;
         let data = ReleaseData {
             name: release.name.clone(),
@@ -155,10 +166,13 @@ pub(super) async fn render(
             manifest,
             notes: rendered.notes,
             bundle_deployment: keeper,
+            is_upgrade: release.is_upgrade,
         };
         Ok(Rendered {
             objects: std::sync::Arc::new(objects),
             crds,
+            hooks,
+            hook_timeout,
             release: data,
         })
     })
@@ -181,27 +195,36 @@ fn truncated(message: &str) -> String {
     format!("{}...", &message[..end])
 }
 
-/// The chart's manifests in Helm's install order, as objects marked as the release's, and
-/// the release's manifest text. Hooks other than tests are refused by name: lariat does not
-/// run them yet, and leaving one out silently (a migration Job) would deploy a release
-/// that is not what Helm deploys.
+/// The hook events of an install or an upgrade: the ones lariat runs.
+const RUN_EVENTS: [&str; 4] = ["pre-install", "post-install", "pre-upgrade", "post-upgrade"];
+
+/// The chart's manifests in Helm's install order, as objects marked as the release's; its
+/// install and upgrade hooks in the order they run; and the release's manifest text.
 fn objects(
     rendered: &lariat_helm::Rendered,
     release: &Release,
-) -> Result<(Vec<Value>, String), String> {
+) -> Result<(Vec<Value>, Vec<Hook>, String), String> {
     let (hooks, sorted) = manifests::sort(&rendered.files).map_err(|e| e.to_string())?;
-    if let Some(hook) = hooks
-        .iter()
-        .find(|h| !h.events.iter().all(|e| e == "test" || e == "test-success"))
+    let mut runnable = Vec::new();
+    for hook in hooks
+        .into_iter()
+        .filter(|h| h.events.iter().any(|e| RUN_EVENTS.contains(&e.as_str())))
     {
-        return Err(format!(
-            "{}: Helm hooks ({} on {} {}) are not supported by lariat yet",
-            hook.manifest.source,
-            hook.events.join(","),
-            hook.manifest.kind,
-            hook.manifest.name
-        ));
+        let m = &hook.manifest;
+        let object: Value =
+            serde_yaml_ng::from_str(&m.content).map_err(|e| format!("{}: {e}", m.source))?;
+        runnable.push(Hook {
+            object,
+            kind: m.kind.clone(),
+            name: m.name.clone(),
+            source: m.source.clone(),
+            manifest: m.content.clone(),
+            events: hook.events,
+            weight: hook.weight,
+            delete_policies: hook.delete_policies,
+        });
     }
+    super::hooks::sort(&mut runnable);
     let manifest: String = sorted
         .iter()
         .map(|m| format!("---\n# Source: {}\n{}\n", m.source, m.content))
@@ -215,7 +238,7 @@ fn objects(
             objects.push(value);
         }
     }
-    Ok((objects, manifest))
+    Ok((objects, runnable, manifest))
 }
 
 /// The chart's CRDs as objects.

@@ -15,6 +15,7 @@
 
 mod deploy;
 mod helm;
+mod hooks;
 mod monitor;
 mod release;
 
@@ -537,23 +538,16 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
         .next()
         .unwrap_or_default()
         .to_string();
-    let mut manifests = content(&ctx, &content_name).await?;
-    let mut options = options;
-    let mut release = None;
-    if let Some(helm) = options.helm.clone() {
-        options.default_namespace = Some(helm::release_namespace(&options));
-        manifests = match rendered(&ctx, &name, &deployment_id, &manifests, &options, &helm).await {
-            Ok(rendered) => {
-                release = Some(rendered.clone());
-                rendered.objects.clone()
-            }
+    let content = content(&ctx, &content_name).await?;
+    let (manifests, options, release) =
+        match for_this_cluster(&ctx, &name, &deployment_id, content, options).await {
+            Ok(resolved) => resolved,
             Err(message) => {
                 failed(&mut status, &message, &now);
                 write_status(&ctx, &bd, status).await?;
                 return Ok(Action::requeue(RETRY_FAILED_APPLY));
             }
         };
-    }
     let crds = release
         .as_ref()
         .map(|r| r.crds.as_slice())
@@ -568,29 +562,7 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
     };
     let mut fresh = deploy::Fresh::default();
     if !applied {
-        let crds_installed = match &release {
-            Some(rendered) => helm::install_crds(&ctx.agent.downstream, &rendered.crds).await,
-            None => Ok(()),
-        };
-        let applied = match crds_installed {
-            Err(message) => Err(message),
-            Ok(()) => {
-                match deploy::apply(&ctx.agent, &name, &ctx.namespace, &options, &desired).await {
-                    Ok(written) => match &release {
-                        Some(rendered) => {
-                            // Fleet keeps two revisions unless told otherwise.
-                            let max_history = options.helm.as_ref().map_or(0, |h| h.max_history);
-                            let max_history = if max_history == 0 { 2 } else { max_history };
-                            release::record(&ctx.agent.downstream, &rendered.release, max_history)
-                                .await
-                                .map(|()| written)
-                        }
-                        None => Ok(written),
-                    },
-                    Err(message) => Err(message),
-                }
-            }
-        };
+        let applied = apply_version(&ctx, &name, &options, &desired, release.as_deref()).await;
         match applied {
             Ok(written) => {
                 fresh = written;
@@ -644,6 +616,40 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
         return Ok(Action::requeue(again));
     }
     Ok(Action::requeue(RESYNC))
+}
+
+/// Applies a version. A Helm bundle's is installed or upgraded as Helm does: its CRDs
+/// first, then its pre-hooks, its objects, its post-hooks, and the release's record last.
+async fn apply_version(
+    ctx: &Context,
+    name: &str,
+    options: &lariat_api::fleet::BundleDeploymentOptions,
+    desired: &[deploy::Desired],
+    release: Option<&helm::Rendered>,
+) -> Result<deploy::Fresh, String> {
+    let Some(rendered) = release else {
+        return deploy::apply(&ctx.agent, name, &ctx.namespace, options, desired).await;
+    };
+    let client = &ctx.agent.downstream;
+    helm::install_crds(client, &rendered.crds).await?;
+    let (pre, post) = if rendered.release.is_upgrade {
+        ("pre-upgrade", "post-upgrade")
+    } else {
+        ("pre-install", "post-install")
+    };
+    let namespace = &rendered.release.namespace;
+    // As Fleet installs with `--create-namespace`: the release's namespace is there before
+    // its hooks run.
+    deploy::ensure_namespace(&ctx.agent, namespace).await?;
+    let timeout = rendered.hook_timeout;
+    let mut ran = hooks::run(client, &rendered.hooks, pre, namespace, timeout).await?;
+    let written = deploy::apply(&ctx.agent, name, &ctx.namespace, options, desired).await?;
+    ran.extend(hooks::run(client, &rendered.hooks, post, namespace, timeout).await?);
+    // Fleet keeps two revisions unless told otherwise.
+    let max_history = options.helm.as_ref().map_or(0, |h| h.max_history);
+    let max_history = if max_history == 0 { 2 } else { max_history };
+    release::record(client, &rendered.release, &ran, max_history).await?;
+    Ok(written)
 }
 
 /// Why a BundleDeployment waits for others (Fleet's `dependsOn`).
@@ -711,6 +717,30 @@ fn error_policy(bd: Arc<BundleDeployment>, error: &Error, _ctx: Arc<Context>) ->
     }
     tracing::warn!(bundle = %bd.name_any(), %error, "cannot deploy a bundle; retrying");
     Action::requeue(Duration::from_secs(10))
+}
+
+/// What a version applies here: a Content's manifests as they are, or a Helm bundle's chart
+/// rendered for this cluster (its objects, in its release's namespace, and the release).
+async fn for_this_cluster(
+    ctx: &Context,
+    name: &str,
+    deployment_id: &str,
+    content: Arc<Vec<Value>>,
+    mut options: lariat_api::fleet::BundleDeploymentOptions,
+) -> Result<
+    (
+        Arc<Vec<Value>>,
+        lariat_api::fleet::BundleDeploymentOptions,
+        Option<Arc<helm::Rendered>>,
+    ),
+    String,
+> {
+    let Some(helm) = options.helm.clone() else {
+        return Ok((content, options, None));
+    };
+    options.default_namespace = Some(helm::release_namespace(&options));
+    let release = rendered(ctx, name, deployment_id, &content, &options, &helm).await?;
+    Ok((release.objects.clone(), options, Some(release)))
 }
 
 /// A Helm bundle's objects for version `deployment_id`, rendered once.

@@ -34,6 +34,8 @@ pub(super) struct ReleaseData {
     pub notes: String,
     /// The BundleDeployment that keeps the release (a label on its Secrets).
     pub bundle_deployment: String,
+    /// Whether a revision was there before this one.
+    pub is_upgrade: bool,
 }
 
 fn base64() -> base64::engine::GeneralPurpose {
@@ -144,6 +146,7 @@ pub(super) async fn next_revision(
 pub(super) async fn record(
     client: &kube::Client,
     data: &ReleaseData,
+    hooks: &[Value],
     max_history: i32,
 ) -> Result<(), String> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &data.namespace);
@@ -176,7 +179,7 @@ pub(super) async fn record(
             "description": if version == 1 { "Install complete" } else { "Upgrade complete" },
             "status": "deployed", "notes": data.notes,
         },
-        "chart": data.chart, "config": data.config, "manifest": data.manifest,
+        "chart": data.chart, "config": data.config, "manifest": data.manifest, "hooks": hooks,
         "version": version, "namespace": data.namespace,
     });
     api.create(
