@@ -152,15 +152,23 @@ fn values_with_files(
     let mut values = helm.values.clone().unwrap_or_default();
     for file in helm.values_files.iter().flatten() {
         let name = file.trim_start_matches("./");
-        let content = spec
+        let resource = spec
             .resources
             .iter()
             .flatten()
             .find(|r| r.name.as_deref() == Some(name))
-            .and_then(|r| r.content.as_deref())
             .ok_or_else(|| format!("helm.valuesFiles: {file} is not in the bundle"))?;
-        let layer =
-            lariat_helm::chart::read_values(content.as_bytes(), name).map_err(|e| e.to_string())?;
+        let text = resource.content.as_deref().unwrap_or_default();
+        let data = match resource.encoding.as_deref() {
+            Some("base64") => {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .map_err(|e| format!("helm.valuesFiles: {file}: {e}"))?
+            }
+            _ => text.as_bytes().to_vec(),
+        };
+        let layer = lariat_helm::chart::read_values(&data, name).map_err(|e| e.to_string())?;
         lariat_helm::values::merge_over(&mut values, layer);
     }
     Ok(values)

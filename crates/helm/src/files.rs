@@ -15,18 +15,43 @@ use std::collections::HashMap;
 use crate::chart::File;
 use crate::goyaml;
 
+/// A binary file's entry in `.Files`: its bytes base64-encoded under this key, since a
+/// template's strings are text. `AsSecrets` encodes the bytes themselves; `Get` refuses.
+const BINARY: &str = "lariat.binary.base64";
+
 pub(crate) fn files_value(files: &[File]) -> Value {
     Value::Map(
         files
             .iter()
             .map(|f| {
-                (
-                    f.name.clone(),
-                    Value::String(String::from_utf8_lossy(&f.data).into_owned()),
-                )
+                let value = match std::str::from_utf8(&f.data) {
+                    Ok(text) => Value::String(text.to_string()),
+                    Err(_) => Value::Map(
+                        [(
+                            BINARY.to_string(),
+                            Value::String(
+                                base64::engine::general_purpose::STANDARD.encode(&f.data),
+                            ),
+                        )]
+                        .into_iter()
+                        .collect(),
+                    ),
+                };
+                (f.name.clone(), value)
             })
             .collect(),
     )
+}
+
+/// A file's text, or why it has none.
+fn text_of(name: &str, value: &Value) -> Result<String, FuncError> {
+    match value {
+        Value::String(text) => Ok(text.clone()),
+        Value::Map(map) if map.contains_key(BINARY) => Err(FuncError::Generic(format!(
+            ".Files: {name} is binary, not text (.Files.AsSecrets encodes it)"
+        ))),
+        _ => Ok(String::new()),
+    }
 }
 
 pub(crate) fn api_versions_value(versions: &[String]) -> Value {
@@ -50,18 +75,18 @@ pub(crate) fn method(args: &[Value]) -> Result<Value, FuncError> {
         None => Err(FuncError::ExactlyXArgs(name.to_string(), 1)),
     };
     match (args.first(), name) {
-        (Some(Value::Map(files)), "Get" | "GetBytes") => Ok(files
-            .get(&argument()?)
-            .cloned()
-            .unwrap_or(Value::String(String::new()))),
+        (Some(Value::Map(files)), "Get" | "GetBytes") => {
+            let name = argument()?;
+            match files.get(&name) {
+                Some(value) => text_of(&name, value).map(Value::String),
+                None => Ok(Value::String(String::new())),
+            }
+        }
+
         (Some(Value::Map(files)), "Lines") => Ok(lines(files, &argument()?)),
         (Some(Value::Map(files)), "Glob") => glob(files, &argument()?),
-        (Some(Value::Map(files)), "AsConfig") => {
-            Ok(Value::String(as_yaml(files, |text| text.to_string())))
-        }
-        (Some(Value::Map(files)), "AsSecrets") => Ok(Value::String(as_yaml(files, |text| {
-            base64::engine::general_purpose::STANDARD.encode(text)
-        }))),
+        (Some(Value::Map(files)), "AsConfig") => as_yaml(files, false).map(Value::String),
+        (Some(Value::Map(files)), "AsSecrets") => as_yaml(files, true).map(Value::String),
         (Some(Value::Array(versions)), "Has") => {
             let wanted = argument()?;
             Ok(Value::Bool(
@@ -103,20 +128,21 @@ fn glob(files: &HashMap<String, Value>, pattern: &str) -> Result<Value, FuncErro
 }
 
 /// The files as a ConfigMap's or a Secret's `data`: base name to (encoded) text, as YAML.
-fn as_yaml(files: &HashMap<String, Value>, encode: impl Fn(&str) -> String) -> String {
-    let map: serde_json::Map<String, serde_json::Value> = files
-        .iter()
-        .map(|(name, value)| {
-            let base = name.rsplit('/').next().unwrap_or(name).to_string();
-            let text = match value {
-                Value::String(s) => s.as_str(),
-                _ => "",
-            };
-            (base, serde_json::Value::String(encode(text)))
-        })
-        .collect();
+fn as_yaml(files: &HashMap<String, Value>, secrets: bool) -> Result<String, FuncError> {
+    let mut map = serde_json::Map::new();
+    for (name, value) in files {
+        let base = name.rsplit('/').next().unwrap_or(name).to_string();
+        let encoded = match (value, secrets) {
+            (Value::Map(binary), true) if binary.contains_key(BINARY) => binary[BINARY].to_string(),
+            (value, true) => {
+                base64::engine::general_purpose::STANDARD.encode(text_of(name, value)?)
+            }
+            (value, false) => text_of(name, value)?,
+        };
+        map.insert(base, serde_json::Value::String(encoded));
+    }
     let yaml = goyaml::to_string(&serde_json::Value::Object(map));
-    yaml.strip_suffix('\n').unwrap_or(&yaml).to_string()
+    Ok(yaml.strip_suffix('\n').unwrap_or(&yaml).to_string())
 }
 
 /// A glob over `/`-separated paths: `*` and `?` stay within a segment, `**` crosses them,
@@ -274,8 +300,15 @@ fn matches(tokens: &[Token], name: &[u8]) -> bool {
     states[n]
 }
 
+/// An action longer than this is left as it is: no template a person writes has one, and
+/// rewriting is linear in it, but it should not be paid for a chart's deliberate giant.
+const MAX_REWRITTEN_ACTION: usize = 64 << 10;
+/// Parenthesized method calls rewritten in one action at most.
+const MAX_PARENTHESIZED: usize = 64;
+
 /// Rewrites the method calls of `.Files` and `.APIVersions` in a template's actions (see
-/// the module's documentation), never inside a string literal.
+/// the module's documentation), never inside a string, raw string, character or comment.
+/// One pass finds the actions, another each one's literals: linear in the source.
 pub(crate) fn rewrite_method_calls(source: &str) -> String {
     static CALL: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         regex::Regex::new(
@@ -287,112 +320,139 @@ pub(crate) fn rewrite_method_calls(source: &str) -> String {
         return source.to_string();
     }
     let mut out = String::with_capacity(source.len());
-    let mut rest = source;
-    while let Some(open) = rest.find("{{") {
-        out.push_str(&rest[..open]);
-        let action = &rest[open..];
-        let close = action.find("}}").map_or(action.len(), |c| c + 2);
-        let (action, after) = action.split_at(close);
-        let mut rewritten = String::with_capacity(action.len());
-        for (code, literal) in pieces(action) {
-            rewritten.push_str(&CALL.replace_all(code, "lariatMethod $receiver \"$method\""));
-            rewritten.push_str(literal);
-        }
-        out.push_str(&rewrite_parenthesized(&rewritten));
-        rest = after;
-    }
-    out.push_str(rest);
-    out
-}
-
-/// An action as code and the string literal after it, in turn.
-fn pieces(action: &str) -> Vec<(&str, &str)> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    let bytes = action.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'"' || bytes[i] == b'`' {
-            let quote = bytes[i];
-            let mut end = i + 1;
-            while end < bytes.len() && bytes[end] != quote {
-                end += if bytes[end] == b'\\' && quote == b'"' {
-                    2
-                } else {
-                    1
-                };
-            }
-            let end = (end + 1).min(bytes.len());
-            out.push((&action[start..i], &action[i..end]));
-            start = end;
-            i = end;
+    let mut copied = 0;
+    for (start, end) in actions(source) {
+        out.push_str(&source[copied..start]);
+        let action = &source[start..end];
+        if action.len() > MAX_REWRITTEN_ACTION {
+            out.push_str(action);
         } else {
-            i += 1;
+            let action = rewrite_parenthesized(action);
+            let literals = literal_ranges(&action);
+            let mut at = 0;
+            for range in literals.iter().cloned().chain(std::iter::once(action.len()..action.len())) {
+                out.push_str(&CALL.replace_all(
+                    &action[at..range.start],
+                    "lariatMethod $receiver \"$method\"",
+                ));
+                out.push_str(&action[range.clone()]);
+                at = range.end;
+            }
         }
+        copied = end;
     }
-    out.push((&action[start..], ""));
+    out.push_str(&source[copied..]);
     out
 }
 
-/// `(X).AsConfig` and `(X).AsSecrets`, outside string literals, as `(lariatMethod (X) "AsConfig")`.
-fn rewrite_parenthesized(action: &str) -> String {
-    let mut text = action.to_string();
-    for method in ["AsConfig", "AsSecrets"] {
-        let suffix = format!(").{method}");
-        let mut from = 0;
-        while let Some(found) = text[from..].find(&suffix).map(|at| at + from) {
-            let end = found + suffix.len();
-            if text[end..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
-                || in_literal(&text, found)
-            {
-                from = end;
-                continue;
-            }
-            let Some(open) = matching_open(&text, found) else {
-                from = end;
-                continue;
-            };
-            let replacement = format!("(lariatMethod {} \"{method}\")", &text[open..=found]);
-            text.replace_range(open..end, &replacement);
-            from = open + replacement.len();
-        }
+/// The byte ranges of the actions (`{{` to `}}`) of a template, a `}}` inside a literal or
+/// comment not ending one.
+fn actions(source: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(open) = source[from..].find("{{").map(|o| o + from) {
+        let body = &source[open..];
+        let end = close_of(body).map_or(source.len(), |c| open + c);
+        out.push((open, end));
+        from = end;
     }
-    text
+    out
 }
 
-/// Whether byte `at` of an action is inside a string literal.
-fn in_literal(action: &str, at: usize) -> bool {
-    let mut offset = 0;
-    for (code, literal) in pieces(action) {
-        offset += code.len();
-        if at >= offset && at < offset + literal.len() {
-            return true;
-        }
-        offset += literal.len();
-    }
-    false
-}
-
-/// The `(` that the `)` at byte `close` closes, outside string literals.
-fn matching_open(action: &str, close: usize) -> Option<usize> {
+/// Where the action that `action` starts with ends (just after its `}}`).
+fn close_of(action: &str) -> Option<usize> {
     let bytes = action.as_bytes();
-    let mut depth = 0usize;
-    for at in (0..=close).rev() {
-        if in_literal(action, at) {
-            continue;
-        }
-        match bytes[at] {
-            b')' => depth += 1,
-            b'(' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(at);
-                }
-            }
-            _ => {}
+    let mut i = 2;
+    while i < bytes.len() {
+        match literal_end(bytes, i) {
+            Some(end) => i = end,
+            None if bytes[i..].starts_with(b"}}") => return Some(i + 2),
+            None => i += 1,
         }
     }
     None
+}
+
+/// If a literal or comment starts at `i`, where it ends (past its closing delimiter).
+fn literal_end(bytes: &[u8], i: usize) -> Option<usize> {
+    let find = |from: usize, close: &[u8], escapes: bool| {
+        let mut j = from;
+        while j < bytes.len() {
+            if escapes && bytes[j] == b'\\' {
+                j += 2;
+            } else if bytes[j..].starts_with(close) {
+                return j + close.len();
+            } else {
+                j += 1;
+            }
+        }
+        bytes.len()
+    };
+    match bytes[i] {
+        b'"' => Some(find(i + 1, b"\"", true)),
+        b'`' => Some(find(i + 1, b"`", false)),
+        b'\'' => Some(find(i + 1, b"'", true)),
+        b'/' if bytes.get(i + 1) == Some(&b'*') => Some(find(i + 2, b"*/", false)),
+        _ => None,
+    }
+}
+
+/// The literals and comments of one action.
+fn literal_ranges(action: &str) -> Vec<std::ops::Range<usize>> {
+    let bytes = action.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match literal_end(bytes, i) {
+            Some(end) => {
+                out.push(i..end);
+                i = end;
+            }
+            None => i += 1,
+        }
+    }
+    out
+}
+
+/// `(X).AsConfig` and `(X).AsSecrets`, outside literals, as `(lariatMethod (X) "AsConfig")`.
+fn rewrite_parenthesized(action: &str) -> String {
+    let mut text = action.to_string();
+    for _ in 0..MAX_PARENTHESIZED {
+        // Literals masked out, so that parentheses and names inside them do not count.
+        let mut masked = text.clone().into_bytes();
+        for range in literal_ranges(&text) {
+            masked[range].fill(b'_');
+        }
+        let mut stack = Vec::new();
+        let mut found = None;
+        for (at, &byte) in masked.iter().enumerate() {
+            match byte {
+                b'(' => stack.push(at),
+                b')' => {
+                    let open = stack.pop();
+                    let rest = &masked[at + 1..];
+                    let method = ["AsConfig", "AsSecrets"].into_iter().find(|m| {
+                        rest.starts_with(format!(".{m}").as_bytes())
+                            && !rest
+                                .get(m.len() + 1)
+                                .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_')
+                    });
+                    if let (Some(open), Some(method)) = (open, method) {
+                        found = Some((open, at, method));
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some((open, close, method)) = found else {
+            break;
+        };
+        let end = close + 1 + method.len() + 1;
+        let replacement = format!("(lariatMethod {} \"{method}\")", &text[open..=close]);
+        text.replace_range(open..end, &replacement);
+    }
+    text
 }
 
 #[cfg(test)]
@@ -421,6 +481,28 @@ mod tests {
         assert_eq!(
             rewritten,
             r#"a {{ lariatMethod .Files "Get" "x.Files.Get" }} {{ (lariatMethod (lariatMethod .Files "Glob" "c/*") "AsConfig") | indent 2 }} {{ lariatMethod $.Capabilities.APIVersions "Has" "v1" }} .Files.Get"#
+        );
+        // `}}`, parentheses and calls inside strings, raw strings and comments stay as they are.
+        let source = r#"{{ replace "}}" "" (.Files.Get "a") }}{{ $x := "}}{{ .Files.Get" }}{{/* .Files.Get ")" */}}{{ `(.Files.Get).AsConfig` }}"#;
+        assert_eq!(
+            super::rewrite_method_calls(source),
+            r#"{{ replace "}}" "" (lariatMethod .Files "Get" "a") }}{{ $x := "}}{{ .Files.Get" }}{{/* .Files.Get ")" */}}{{ `(.Files.Get).AsConfig` }}"#
+        );
+    }
+
+    #[test]
+    fn rewriting_a_giant_action_is_linear() {
+        // 50,000 unmatched `x).AsConfig`: quadratic matching would not finish.
+        let source = format!(
+            "{{{{ {} .Files.Get \"a\" }}}}",
+            "x).AsConfig ".repeat(50_000)
+        );
+        let started = std::time::Instant::now();
+        let _ = super::rewrite_method_calls(&source);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
         );
     }
 }

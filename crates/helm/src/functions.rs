@@ -182,7 +182,7 @@ fn tpl(args: &[Value]) -> Result<Value, FuncError> {
     let rewritten = crate::files::rewrite_method_calls(&source);
     template
         .add_template("gotpl", rewritten)
-        .map_err(|e| generic(format!("cannot parse template {source:?}: {e}")))?;
+        .map_err(|e| generic(format!("tpl: cannot parse its template: {e}")))?;
     let entered = SCOPE.with(|s| {
         let mut scope = s.borrow_mut();
         let scope = scope
@@ -208,11 +208,7 @@ fn tpl(args: &[Value]) -> Result<Value, FuncError> {
     });
     rendered
         .map(|out| Value::String(out.replace("<no value>", "")))
-        .map_err(|e| {
-            generic(format!(
-                "error during tpl function execution for {source:?}: {e}"
-            ))
-        })
+        .map_err(|e| generic(format!("tpl: {e}")))
 }
 
 /// Helm's `required`: fails on nil and on the empty string, nothing else.

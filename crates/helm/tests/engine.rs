@@ -293,3 +293,32 @@ fn import_values_bring_a_subcharts_exports_under_the_parents_own() {
         "port: 8080\nuser: admin\nsize: 10Gi\n"
     );
 }
+
+#[test]
+fn a_binary_file_is_encoded_whole_by_as_secrets_and_refused_as_text() {
+    let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    files.insert(
+        "Chart.yaml".into(),
+        b"apiVersion: v2\nname: ks\nversion: 1.0.0\n".to_vec(),
+    );
+    files.insert(
+        "files/keystore.jks".into(),
+        vec![0xfe, 0xed, 0xfe, 0xed, 0x00, 0xff],
+    );
+    files.insert(
+        "templates/secret.yaml".into(),
+        b"data:\n  {{- (.Files.Glob \"files/*\").AsSecrets | nindent 2 }}\n".to_vec(),
+    );
+    let c = Chart::load(&files).unwrap();
+    assert_eq!(
+        render_one(&c, &Bounds::default()).unwrap(),
+        "data:\n  keystore.jks: /u3+7QD/\n"
+    );
+    files.insert(
+        "templates/secret.yaml".into(),
+        b"x: {{ .Files.Get \"files/keystore.jks\" }}\n".to_vec(),
+    );
+    let c = Chart::load(&files).unwrap();
+    let error = render_one(&c, &Bounds::default()).unwrap_err().to_string();
+    assert!(error.contains("files/keystore.jks is binary"), "{error}");
+}

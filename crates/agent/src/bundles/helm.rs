@@ -24,6 +24,8 @@ use serde_json::{Map, Value};
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a hook may run when the bundle does not say: Helm's `--timeout` default.
 const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(300);
+/// The longest a hook may hold one of the agent's workers, whatever the bundle says.
+const MAX_HOOK_SECONDS: u64 = 600;
 /// The longest a render may take whatever the bundle says: a repository's author cannot
 /// hold an agent's CPU longer.
 const MAX_RENDER_SECONDS: u64 = 60;
@@ -137,7 +139,9 @@ pub(super) async fn render(
     let hook_timeout = u64::try_from(helm.timeout_seconds)
         .ok()
         .filter(|s| *s > 0)
-        .map_or(DEFAULT_HOOK_TIMEOUT, Duration::from_secs);
+        .map_or(DEFAULT_HOOK_TIMEOUT, |s| {
+            Duration::from_secs(s.min(MAX_HOOK_SECONDS))
+        });
     let keeper = bundle_deployment.to_string();
     let config = Value::Object(values.clone());
     let lookup: std::sync::Arc<dyn Lookup + Send + Sync> = std::sync::Arc::new(ClusterLookup {

@@ -42,23 +42,27 @@ impl Hook {
     }
 
     fn deletes_when(&self, policy: &str) -> bool {
+        // Helm never deletes a CRD hook: its custom resources would go with it.
+        if self.kind == "CustomResourceDefinition" {
+            return false;
+        }
         // Helm 3 deletes a hook's previous object before creating it unless told otherwise.
         (self.delete_policies.is_empty() && policy == "before-hook-creation")
             || self.delete_policies.iter().any(|p| p == policy)
     }
 }
 
-/// Helm's order of hooks: by weight, then by the kinds' install order, then by name.
+/// Helm's order of hooks: by weight, then by name (they come in the kinds' install order,
+/// which a stable sort keeps between hooks of one weight and name).
 pub(super) fn sort(hooks: &mut [Hook]) {
-    hooks.sort_by(|a, b| {
-        a.weight
-            .cmp(&b.weight)
-            .then_with(|| lariat_helm::manifests::kind_order(&a.kind, &b.kind))
-            .then_with(|| a.name.cmp(&b.name))
-    });
+    hooks.sort_by(|a, b| lariat_helm::manifests::kind_order(&a.kind, &b.kind));
+    hooks.sort_by(|a, b| a.weight.cmp(&b.weight).then_with(|| a.name.cmp(&b.name)));
 }
 
-/// Runs the hooks for `event`, in order; returns each as the release records it.
+/// Runs the hooks for `event`, in order; returns each as the release records it. As Helm,
+/// `hook-succeeded` deletes the hooks once all of the event's have succeeded (a
+/// ServiceAccount hook is there for the Job hook after it), in reverse; when one fails, it
+/// goes by `hook-failed` and those that succeeded before it by `hook-succeeded`.
 pub(super) async fn run(
     client: &kube::Client,
     hooks: &[Hook],
@@ -67,32 +71,61 @@ pub(super) async fn run(
     timeout: Duration,
 ) -> Result<Vec<Value>, String> {
     let mut ran = Vec::new();
+    let mut succeeded: Vec<(&Hook, Api<DynamicObject>)> = Vec::new();
     for hook in hooks.iter().filter(|h| h.events.iter().any(|e| e == event)) {
         let started = now();
-        let outcome = tokio::time::timeout(timeout, run_one(client, hook, namespace))
-            .await
-            .unwrap_or_else(|_| Err(format!("did not finish within {}s", timeout.as_secs())));
+        let outcome = match tokio::time::timeout(timeout, run_one(client, hook, namespace)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err((
+                format!("did not finish within {}s", timeout.as_secs()),
+                None,
+            )),
+        };
         let phase = if outcome.is_ok() {
             "Succeeded"
         } else {
             "Failed"
         };
         ran.push(hook.release_json(&started, &now(), phase));
-        if let Err(reason) = outcome {
-            return Err(format!(
-                "{event} hook {} {} ({}) failed: {reason}",
-                hook.kind, hook.name, hook.source
-            ));
+        match outcome {
+            Ok(api) => succeeded.push((hook, api)),
+            Err((reason, api)) => {
+                if let Some(api) = api
+                    && hook.deletes_when("hook-failed")
+                {
+                    delete_and_wait(&api, hook).await?;
+                }
+                delete_succeeded(&succeeded).await?;
+                return Err(format!(
+                    "{event} hook {} {} ({}) failed: {reason}",
+                    hook.kind, hook.name, hook.source
+                ));
+            }
         }
     }
+    delete_succeeded(&succeeded).await?;
     Ok(ran)
 }
 
+/// The succeeded hooks `hook-succeeded` deletes, last first.
+async fn delete_succeeded(succeeded: &[(&Hook, Api<DynamicObject>)]) -> Result<(), String> {
+    for (hook, api) in succeeded.iter().rev() {
+        if hook.deletes_when("hook-succeeded") {
+            delete_and_wait(api, hook).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A hook's failure, and its API when it was created (to delete it by `hook-failed`).
+type HookFailure = (String, Option<Api<DynamicObject>>);
+
+/// Creates one hook and waits for it; its API, to delete it by, however it ended.
 async fn run_one(
     client: &kube::Client,
     hook: &Hook,
     release_namespace: &str,
-) -> Result<(), String> {
+) -> Result<Api<DynamicObject>, HookFailure> {
     let api_version = hook.object["apiVersion"].as_str().unwrap_or_default();
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, &hook.kind);
@@ -100,13 +133,17 @@ async fn run_one(
         kube::discovery::pinned_kind(client, &gvk)
             .await
             .map_err(|e| {
-                format!(
-                    "this cluster does not serve {} in {api_version}: {e}",
-                    hook.kind
+                (
+                    format!(
+                        "this cluster does not serve {} in {api_version}: {}",
+                        hook.kind,
+                        said(e)
+                    ),
+                    None,
                 )
             })?;
     let mut object: DynamicObject =
-        serde_json::from_value(hook.object.clone()).map_err(|e| e.to_string())?;
+        serde_json::from_value(hook.object.clone()).map_err(|e| (e.to_string(), None))?;
     let api: Api<DynamicObject> = if capabilities.scope == kube::discovery::Scope::Namespaced {
         let namespace = object
             .metadata
@@ -120,19 +157,20 @@ async fn run_one(
         Api::all_with(client.clone(), &resource)
     };
     if hook.deletes_when("before-hook-creation") {
-        delete_and_wait(&api, &hook.name).await?;
+        delete_and_wait(&api, hook).await.map_err(|e| (e, None))?;
     }
     let created = api
         .create(&PostParams::default(), &object)
         .await
         .map_err(|e| match e {
-            kube::Error::Api(e) if e.code == 409 => {
+            kube::Error::Api(e) if e.code == 409 => (
                 format!(
                     "{} {} exists already (its delete policy keeps it)",
                     hook.kind, hook.name
-                )
-            }
-            other => other.to_string(),
+                ),
+                None,
+            ),
+            other => (said(other), None),
         })?;
     let outcome = match hook.kind.as_str() {
         "Job" | "Pod" => await_condition(
@@ -145,15 +183,10 @@ async fn run_one(
         .and_then(|last| verdict(&hook.kind, last.as_ref())),
         _ => Ok(()),
     };
-    let policy = if outcome.is_ok() {
-        "hook-succeeded"
-    } else {
-        "hook-failed"
-    };
-    if hook.deletes_when(policy) {
-        delete_and_wait(&api, &hook.name).await?;
+    match outcome {
+        Ok(()) => Ok(api),
+        Err(reason) => Err((reason, Some(api))),
     }
-    outcome
 }
 
 /// Whether the hook object is done: a Job complete or failed, a Pod succeeded or failed; or
@@ -190,8 +223,9 @@ fn job_conditions(object: &DynamicObject) -> Vec<(String, String)> {
 
 /// Why a finished hook failed, in its own status's words.
 fn verdict(kind: &str, object: Option<&DynamicObject>) -> Result<(), String> {
+    // Gone (a Job's `ttlSecondsAfterFinished`) counts as done, as Helm's watch counts it.
     let Some(object) = object else {
-        return Err("it was deleted before it finished".into());
+        return Ok(());
     };
     let status = &object.data["status"];
     let succeeded = match kind {
@@ -214,7 +248,8 @@ fn verdict(kind: &str, object: Option<&DynamicObject>) -> Result<(), String> {
     Err(reason.to_string())
 }
 
-async fn delete_and_wait(api: &Api<DynamicObject>, name: &str) -> Result<(), String> {
+async fn delete_and_wait(api: &Api<DynamicObject>, hook: &Hook) -> Result<(), String> {
+    let name = hook.name.as_str();
     let params = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         ..Default::default()
