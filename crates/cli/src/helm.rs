@@ -66,7 +66,7 @@ pub fn run(command: HelmCommand) -> anyhow::Result<()> {
                 "--set {assignment:?}: expected key.path=value, for example --set image.tag=1.2.3"
             );
         };
-        set_path(&mut values, path, parse_scalar(text));
+        lariat_helm::values::set_path(&mut values, path, parse_scalar(text));
     }
     let mut capabilities = Capabilities {
         kube_version: format!("v{}", args.kube_version.trim_start_matches('v')),
@@ -133,23 +133,6 @@ fn read_chart(dir: &Path) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
         }
     }
     Ok(files)
-}
-
-fn set_path(values: &mut Map<String, Value>, path: &str, value: Value) {
-    let mut parts: Vec<&str> = path.split('.').collect();
-    let last = parts.pop().unwrap_or_default();
-    let mut current = values;
-    for part in parts {
-        let entry = current
-            .entry(part)
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !entry.is_object() {
-            *entry = Value::Object(Map::new());
-        }
-        let Value::Object(next) = entry else { return };
-        current = next;
-    }
-    current.insert(last.to_string(), value);
 }
 
 /// `--set` reads `true`, `false`, `null` and integers as such, as Helm's strvals does.

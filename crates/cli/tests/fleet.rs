@@ -1904,6 +1904,30 @@ data:
   {{- end }}
 "#;
 
+/// The kubeconfig of in-memory cluster `cluster`, once it answers, with namespace `namespace`
+/// made in it.
+fn workload_with_namespace(
+    server: &TestServer,
+    cluster: &str,
+    namespace: &str,
+) -> std::path::PathBuf {
+    let secret = format!("{cluster}-kubeconfig");
+    eventually_within(Duration::from_secs(60), "the cluster's kubeconfig", || {
+        server
+            .kubectl(&["get", "secret", &secret, "-n", "fleet-default"])
+            .status
+            .success()
+    });
+    let kubeconfig = server.workload_kubeconfig_in("fleet-default", cluster);
+    eventually_within(Duration::from_secs(60), "the cluster's API answers", || {
+        server
+            .kubectl_as(&kubeconfig, &["create", "namespace", namespace])
+            .status
+            .success()
+    });
+    kubeconfig
+}
+
 /// Revision `version` of Helm release `release` in cluster `cluster`, decoded as Helm decodes
 /// its Secret (base64, gzip, JSON); null when there is none.
 fn helm_release(
@@ -2075,20 +2099,7 @@ fn a_chart_deploys_over_an_object_only_when_told_and_its_release_history_goes_wi
     let server = serving_repositories_in(&work.path().join("repos"));
     in_memory_clusters(&server, &[("eu-1", "eu")]);
     // Someone made the chart's ConfigMap by hand before the chart came.
-    eventually_within(Duration::from_secs(60), "the cluster's kubeconfig", || {
-        server
-            .kubectl(&["get", "secret", "eu-1-kubeconfig", "-n", "fleet-default"])
-            .status
-            .success()
-    });
-    eventually_within(Duration::from_secs(60), "the cluster's API answers", || {
-        let kubeconfig = server.workload_kubeconfig_in("fleet-default", "eu-1");
-        server
-            .kubectl_as(&kubeconfig, &["create", "namespace", "web"])
-            .status
-            .success()
-    });
-    let kubeconfig = server.workload_kubeconfig_in("fleet-default", "eu-1");
+    let kubeconfig = workload_with_namespace(&server, "eu-1", "web");
     let created = server.kubectl_as(
         &kubeconfig,
         &[
@@ -2202,19 +2213,7 @@ fn chart_values_layer_as_fleet_layers_them_files_over_inline_and_the_cluster_ove
     let work = tempfile::tempdir().unwrap();
     let server = serving_repositories_in(&work.path().join("repos"));
     in_memory_clusters(&server, &[("eu-1", "eu")]);
-    eventually_within(Duration::from_secs(60), "the cluster's kubeconfig", || {
-        server
-            .kubectl(&["get", "secret", "eu-1-kubeconfig", "-n", "fleet-default"])
-            .status
-            .success()
-    });
-    let kubeconfig = server.workload_kubeconfig_in("fleet-default", "eu-1");
-    eventually_within(Duration::from_secs(60), "the cluster's API answers", || {
-        server
-            .kubectl_as(&kubeconfig, &["create", "namespace", "web"])
-            .status
-            .success()
-    });
+    let kubeconfig = workload_with_namespace(&server, "eu-1", "web");
     // Values kept in the cluster itself, as an operator leaves them for Fleet to read.
     for args in [
         vec![

@@ -330,7 +330,11 @@ pub(crate) fn rewrite_method_calls(source: &str) -> String {
             let action = rewrite_parenthesized(action);
             let literals = literal_ranges(&action);
             let mut at = 0;
-            for range in literals.iter().cloned().chain(std::iter::once(action.len()..action.len())) {
+            for range in literals
+                .iter()
+                .cloned()
+                .chain(std::iter::once(action.len()..action.len()))
+            {
                 out.push_str(&CALL.replace_all(
                     &action[at..range.start],
                     "lariatMethod $receiver \"$method\"",

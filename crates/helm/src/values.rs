@@ -298,6 +298,25 @@ fn version_matches(constraint: &str, chart: &Chart) -> bool {
     constraint.is_empty() || semver::satisfies(constraint, &chart.metadata.version).unwrap_or(false)
 }
 
+/// Sets `a.b.c` in `values` to `value`, as `--set a.b.c=value` does (tables made on the way,
+/// a scalar in the way replaced by one).
+pub fn set_path(values: &mut Map<String, Value>, path: &str, value: Value) {
+    let mut parts: Vec<&str> = path.split('.').collect();
+    let last = parts.pop().unwrap_or_default();
+    let mut current = values;
+    for part in parts {
+        let entry = current
+            .entry(part)
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !entry.is_object() {
+            *entry = Value::Object(Map::new());
+        }
+        let Value::Object(next) = entry else { return };
+        current = next;
+    }
+    current.insert(last.to_string(), value);
+}
+
 /// `a.b.c` in `values`.
 pub(crate) fn path_value<'a>(values: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
     let mut parts = path.split('.');

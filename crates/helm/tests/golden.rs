@@ -46,20 +46,6 @@ struct Case {
     skip_tests: bool,
 }
 
-fn set_path(values: &mut Map<String, Value>, path: &str, value: Value) {
-    let mut parts: Vec<&str> = path.split('.').collect();
-    let last = parts.pop().unwrap();
-    let mut current = values;
-    for part in parts {
-        current = current
-            .entry(part)
-            .or_insert_with(|| json!({}))
-            .as_object_mut()
-            .unwrap();
-    }
-    current.insert(last.to_string(), value);
-}
-
 /// `helm template` as the golden case runs it, or its error.
 fn template(case: &Case) -> Result<String, String> {
     let chart_dir = Path::new(DATA).join("testcharts").join(case.chart);
@@ -70,7 +56,7 @@ fn template(case: &Case) -> Result<String, String> {
         values = read_values(&data, file).map_err(|e| e.to_string())?;
     }
     for (path, value) in &case.set {
-        set_path(&mut values, path, value.clone());
+        lariat_helm::values::set_path(&mut values, path, value.clone());
     }
     let mut capabilities = Capabilities::default();
     if let Some(version) = case.kube_version {
