@@ -201,7 +201,7 @@ pub fn release_name(bundle: &str) -> String {
 
 /// The documents of a YAML (or JSON) file, empty ones left out.
 fn parse(name: &str, text: &str) -> Result<Vec<Value>, String> {
-    crate::yaml::documents(text)
+    lariat_yaml::documents(text)
         .into_iter()
         .map(|document| document.map_err(|e| format!("{name}: {e}")))
         .filter(|d| !matches!(d, Ok(Value::Null)))

@@ -31,7 +31,6 @@ pub mod rollout;
 pub mod scan;
 pub mod target;
 pub mod webhook;
-pub mod yaml;
 
 pub use limits::Limits;
 

@@ -70,7 +70,7 @@ fn fleet_yaml(file: &str, content: &[u8]) -> Result<FleetYaml, ScanError> {
     };
     let text = std::str::from_utf8(content).map_err(|_| fail("is not UTF-8 text".into()))?;
     // fleet.yaml is one document.
-    let raw = match crate::yaml::documents(text).into_iter().next() {
+    let raw = match lariat_yaml::documents(text).into_iter().next() {
         Some(document) => document.map_err(|e| fail(format!("is not YAML: {e}")))?,
         None => serde_json::Value::Null,
     };
@@ -138,7 +138,7 @@ fn check_manifest(path: &str, content: &[u8]) -> Result<(), ScanError> {
         reason,
     };
     let text = std::str::from_utf8(content).map_err(|_| fail("is not UTF-8 text".into()))?;
-    for (index, document) in crate::yaml::documents(text).into_iter().enumerate() {
+    for (index, document) in lariat_yaml::documents(text).into_iter().enumerate() {
         let value = document.map_err(|e| fail(format!("is not YAML: {e}")))?;
         if value.is_null() {
             continue;

@@ -1,0 +1,385 @@
+//! Where in an object a transformer writes, as kustomize's default configuration says: a
+//! path of field names (a list on the way is entered element by element), for every kind
+//! or one group and kind, creating missing fields or not.
+
+use serde_json::{Map, Value};
+
+use crate::resource::Id;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FieldSpec {
+    /// `None` for every group; `Some("")` for the core group.
+    pub group: Option<&'static str>,
+    /// `None` for every kind.
+    pub kind: Option<&'static str>,
+    pub path: &'static [&'static str],
+    /// Missing maps on the path are created.
+    pub create: bool,
+}
+
+impl FieldSpec {
+    pub fn selects(&self, id: &Id) -> bool {
+        self.group.is_none_or(|g| g == id.group) && self.kind.is_none_or(|k| k == id.kind)
+    }
+}
+
+const fn any(path: &'static [&'static str]) -> FieldSpec {
+    FieldSpec {
+        group: None,
+        kind: None,
+        path,
+        create: true,
+    }
+}
+
+const fn of(
+    kind: &'static str,
+    group: Option<&'static str>,
+    path: &'static [&'static str],
+    create: bool,
+) -> FieldSpec {
+    FieldSpec {
+        group,
+        kind: Some(kind),
+        path,
+        create,
+    }
+}
+
+const TEMPLATE_LABELS: &[&str] = &["spec", "template", "metadata", "labels"];
+const TEMPLATE_ANNOTATIONS: &[&str] = &["spec", "template", "metadata", "annotations"];
+const MATCH_LABELS: &[&str] = &["spec", "selector", "matchLabels"];
+const APPS: Option<&str> = Some("apps");
+const BATCH: Option<&str> = Some("batch");
+
+/// The labels of pod templates (and a CronJob's job template): where `commonLabels` and `labels[].includeTemplates` also go.
+pub(crate) const TEMPLATE_LABEL_FIELDS: &[FieldSpec] = &[
+    of("ReplicationController", Some(""), TEMPLATE_LABELS, true),
+    of("Deployment", None, TEMPLATE_LABELS, true),
+    of("ReplicaSet", None, TEMPLATE_LABELS, true),
+    of("DaemonSet", None, TEMPLATE_LABELS, true),
+    of("StatefulSet", APPS, TEMPLATE_LABELS, true),
+    of("Job", BATCH, TEMPLATE_LABELS, true),
+    of(
+        "CronJob",
+        BATCH,
+        &["spec", "jobTemplate", "metadata", "labels"],
+        true,
+    ),
+    of(
+        "CronJob",
+        BATCH,
+        &[
+            "spec",
+            "jobTemplate",
+            "spec",
+            "template",
+            "metadata",
+            "labels",
+        ],
+        true,
+    ),
+];
+
+/// The labels of a StatefulSet's volume claim templates: where `commonLabels` and
+/// `labels[].includeVolumeClaimTemplates` also go.
+pub(crate) const CLAIM_TEMPLATE_LABEL_FIELDS: &[FieldSpec] = &[of(
+    "StatefulSet",
+    APPS,
+    &["spec", "volumeClaimTemplates", "metadata", "labels"],
+    true,
+)];
+
+/// Label selectors: where `commonLabels` and `labels[].includeSelectors` also go, so that
+/// what selects pods still selects the pods it labelled.
+pub(crate) const SELECTOR_FIELDS: &[FieldSpec] = &[
+    of("Service", Some(""), &["spec", "selector"], true),
+    of(
+        "ReplicationController",
+        Some(""),
+        &["spec", "selector"],
+        true,
+    ),
+    of("Deployment", None, MATCH_LABELS, true),
+    of("ReplicaSet", None, MATCH_LABELS, true),
+    of("DaemonSet", None, MATCH_LABELS, true),
+    of("StatefulSet", APPS, MATCH_LABELS, true),
+    of("Job", BATCH, MATCH_LABELS, false),
+    of(
+        "CronJob",
+        BATCH,
+        &["spec", "jobTemplate", "spec", "selector", "matchLabels"],
+        false,
+    ),
+    of("PodDisruptionBudget", Some("policy"), MATCH_LABELS, false),
+    of(
+        "NetworkPolicy",
+        Some("networking.k8s.io"),
+        &["spec", "podSelector", "matchLabels"],
+        false,
+    ),
+    of(
+        "NetworkPolicy",
+        Some("networking.k8s.io"),
+        &["spec", "ingress", "from", "podSelector", "matchLabels"],
+        false,
+    ),
+    of(
+        "NetworkPolicy",
+        Some("networking.k8s.io"),
+        &["spec", "egress", "to", "podSelector", "matchLabels"],
+        false,
+    ),
+    of(
+        "Deployment",
+        APPS,
+        &[
+            "spec",
+            "template",
+            "spec",
+            "affinity",
+            "podAffinity",
+            "preferredDuringSchedulingIgnoredDuringExecution",
+            "podAffinityTerm",
+            "labelSelector",
+            "matchLabels",
+        ],
+        false,
+    ),
+    of(
+        "Deployment",
+        APPS,
+        &[
+            "spec",
+            "template",
+            "spec",
+            "affinity",
+            "podAffinity",
+            "requiredDuringSchedulingIgnoredDuringExecution",
+            "labelSelector",
+            "matchLabels",
+        ],
+        false,
+    ),
+    of(
+        "Deployment",
+        APPS,
+        &[
+            "spec",
+            "template",
+            "spec",
+            "affinity",
+            "podAntiAffinity",
+            "preferredDuringSchedulingIgnoredDuringExecution",
+            "podAffinityTerm",
+            "labelSelector",
+            "matchLabels",
+        ],
+        false,
+    ),
+    of(
+        "Deployment",
+        APPS,
+        &[
+            "spec",
+            "template",
+            "spec",
+            "affinity",
+            "podAntiAffinity",
+            "requiredDuringSchedulingIgnoredDuringExecution",
+            "labelSelector",
+            "matchLabels",
+        ],
+        false,
+    ),
+    of(
+        "Deployment",
+        APPS,
+        &[
+            "spec",
+            "template",
+            "spec",
+            "topologySpreadConstraints",
+            "labelSelector",
+            "matchLabels",
+        ],
+        false,
+    ),
+    of(
+        "StatefulSet",
+        APPS,
+        &[
+            "spec",
+            "template",
+            "spec",
+            "affinity",
+            "podAffinity",
+            "preferredDuringSchedulingIgnoredDuringExecution",
+            "podAffinityTerm",
+            "labelSelector",
+            "matchLabels",
+        ],
+        false,
+    ),
+    of(
+        "StatefulSet",
+        APPS,
+        &[
+            "spec",
+            "template",
+            "spec",
+            "affinity",
+            "podAffinity",
+            "requiredDuringSchedulingIgnoredDuringExecution",
+            "labelSelector",
+            "matchLabels",
+        ],
+        false,
+    ),
+    of(
+        "StatefulSet",
+        APPS,
+        &[
+            "spec",
+            "template",
+            "spec",
+            "affinity",
+            "podAntiAffinity",
+            "preferredDuringSchedulingIgnoredDuringExecution",
+            "podAffinityTerm",
+            "labelSelector",
+            "matchLabels",
+        ],
+        false,
+    ),
+    of(
+        "StatefulSet",
+        APPS,
+        &[
+            "spec",
+            "template",
+            "spec",
+            "affinity",
+            "podAntiAffinity",
+            "requiredDuringSchedulingIgnoredDuringExecution",
+            "labelSelector",
+            "matchLabels",
+        ],
+        false,
+    ),
+    of(
+        "StatefulSet",
+        APPS,
+        &[
+            "spec",
+            "template",
+            "spec",
+            "topologySpreadConstraints",
+            "labelSelector",
+            "matchLabels",
+        ],
+        false,
+    ),
+];
+
+/// An object's own labels.
+pub(crate) const METADATA_LABELS: &[FieldSpec] = &[any(&["metadata", "labels"])];
+
+/// Where `commonAnnotations` go: the object and its pod templates.
+pub(crate) const ANNOTATION_FIELDS: &[FieldSpec] = &[
+    any(&["metadata", "annotations"]),
+    of(
+        "ReplicationController",
+        Some(""),
+        TEMPLATE_ANNOTATIONS,
+        true,
+    ),
+    of("Deployment", None, TEMPLATE_ANNOTATIONS, true),
+    of("ReplicaSet", None, TEMPLATE_ANNOTATIONS, true),
+    of("DaemonSet", None, TEMPLATE_ANNOTATIONS, true),
+    of("StatefulSet", None, TEMPLATE_ANNOTATIONS, true),
+    of("Job", BATCH, TEMPLATE_ANNOTATIONS, true),
+    of(
+        "CronJob",
+        BATCH,
+        &["spec", "jobTemplate", "metadata", "annotations"],
+        true,
+    ),
+    of(
+        "CronJob",
+        BATCH,
+        &[
+            "spec",
+            "jobTemplate",
+            "spec",
+            "template",
+            "metadata",
+            "annotations",
+        ],
+        true,
+    ),
+];
+
+/// Where a kind keeps its pod spec.
+pub(crate) fn pod_spec_path(kind: &str) -> Option<&'static [&'static str]> {
+    Some(match kind {
+        "Pod" => &["spec"],
+        "PodTemplate" => &["template", "spec"],
+        "Deployment"
+        | "ReplicaSet"
+        | "DaemonSet"
+        | "StatefulSet"
+        | "Job"
+        | "ReplicationController" => &["spec", "template", "spec"],
+        "CronJob" => &["spec", "jobTemplate", "spec", "template", "spec"],
+        _ => return None,
+    })
+}
+
+/// Calls `f` on every value at `path` below `value`, entering each element of a list on
+/// the way; with `create`, missing fields on the way (and at the end) are made empty maps.
+pub(crate) fn visit(value: &mut Value, path: &[&str], create: bool, f: &mut dyn FnMut(&mut Value)) {
+    if let Value::Array(items) = value {
+        for item in items {
+            visit(item, path, create, f);
+        }
+        return;
+    }
+    let Some((first, rest)) = path.split_first() else {
+        f(value);
+        return;
+    };
+    let Value::Object(map) = value else {
+        return;
+    };
+    if !map.contains_key(*first) {
+        if !create {
+            return;
+        }
+        map.insert((*first).to_string(), Value::Object(Map::new()));
+    }
+    if let Some(next) = map.get_mut(*first) {
+        if next.is_null() && create {
+            *next = Value::Object(Map::new());
+        }
+        visit(next, rest, create, f);
+    }
+}
+
+/// Sets each of `pairs` in the map at each of `specs`' places in `object`.
+pub(crate) fn add_pairs(
+    object: &mut Value,
+    id: &Id,
+    specs: &[FieldSpec],
+    pairs: &Map<String, Value>,
+) {
+    for spec in specs.iter().filter(|s| s.selects(id)) {
+        visit(object, spec.path, spec.create, &mut |place| {
+            if let Value::Object(map) = place {
+                for (key, value) in pairs {
+                    map.insert(key.clone(), value.clone());
+                }
+            }
+        });
+    }
+}
