@@ -2427,3 +2427,128 @@ fn chart_hooks_run_around_the_release_and_a_failing_one_stops_the_upgrade() {
     );
     assert!(helm_release(&server, "eu-1", "web", "shop", 2).is_null());
 }
+
+const KUSTOMIZE_BASE: &str = "resources:\n- namespace.yaml\n- account.yaml\nconfigMapGenerator:\n- name: settings\n  literals:\n  - color=blue\n";
+const KUSTOMIZE_ACCOUNT: &str = "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: runner\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: runner\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: view\nsubjects:\n- kind: ServiceAccount\n  name: runner\n";
+
+/// The objects of `resource` in namespace `namespace` of in-memory cluster `cluster`.
+fn workload_items(
+    server: &TestServer,
+    cluster: &str,
+    resource: &str,
+    namespace: &str,
+) -> Vec<Value> {
+    let kubeconfig = server.workload_kubeconfig_in("fleet-default", cluster);
+    let output = server.kubectl_as(
+        &kubeconfig,
+        &["get", resource, "-n", namespace, "-o", "json"],
+    );
+    let list: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn a_kustomization_builds_per_target_overlay_and_a_broken_overlay_fails_only_its_clusters() {
+    let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(&work.path().join("repos"));
+    in_memory_clusters(&server, &[("eu-1", "eu"), ("us-1", "us")]);
+    let upstream = work.path().join("repos/platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    // Fleet's usual layout: a base, one overlay per region, fleet.yaml choosing the overlay
+    // by the cluster's labels.
+    commit(
+        &upstream,
+        &[
+            ("plain/settings.yaml", CONFIG_MAP),
+            (
+                "shop/fleet.yaml",
+                "kustomize:\n  dir: overlays/eu\ntargetCustomizations:\n- name: us\n  clusterSelector: {matchLabels: {region: us}}\n  kustomize:\n    dir: overlays/us\n",
+            ),
+            ("shop/base/kustomization.yaml", KUSTOMIZE_BASE),
+            (
+                "shop/base/namespace.yaml",
+                "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: placeholder\n",
+            ),
+            ("shop/base/account.yaml", KUSTOMIZE_ACCOUNT),
+            (
+                "shop/overlays/eu/kustomization.yaml",
+                "resources:\n- ../../base\nnamespace: shop\nnamePrefix: eu-\n",
+            ),
+            (
+                "shop/overlays/us/kustomization.yaml",
+                "resources:\n- ../../base\nnamespace: shop\nnamePrefix: us-\ncommonLabels:\n  region: us\nconfigMapGenerator:\n- name: settings\n  behavior: merge\n  files:\n  - motd.txt\n  literals:\n  - color=red\n",
+            ),
+            ("shop/overlays/us/motd.txt", "welcome <west>\n"),
+        ],
+    );
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  pollingInterval: 5s\n  paths: [plain, shop]\n  targets:\n  - clusterSelector: {}\n",
+    );
+    eventually_within(
+        Duration::from_secs(120),
+        "both bundles ready on both clusters",
+        || git_repo(&server, "platform")["status"]["display"]["readyBundleDeployments"] == "4/4",
+    );
+    // Each cluster has its overlay's build: the prefix, the namespace, the generated
+    // ConfigMap with kustomize's hash, and the RoleBinding naming the renamed account.
+    for (cluster, color) in [("eu-1", "blue"), ("us-1", "red")] {
+        let maps = workload_items(&server, cluster, "configmaps", "shop");
+        let settings = maps
+            .iter()
+            .find(|m| {
+                m["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(&format!("{}-settings-", &cluster[..2])))
+            })
+            .unwrap_or_else(|| panic!("{cluster}: {maps:?}"));
+        assert_eq!(settings["data"]["color"], color, "{settings}");
+        let bindings = workload_items(&server, cluster, "rolebindings", "shop");
+        let subject = &bindings[0]["subjects"][0];
+        assert_eq!(
+            subject["name"],
+            format!("{}-runner", &cluster[..2]),
+            "{bindings:?}"
+        );
+        assert_eq!(subject["namespace"], "shop", "{bindings:?}");
+    }
+    let us = workload_items(&server, "us-1", "configmaps", "shop");
+    let settings = us.iter().find(|m| m["data"]["color"] == "red").unwrap();
+    assert_eq!(
+        settings["data"]["motd.txt"], "welcome <west>\n",
+        "{settings}"
+    );
+    assert_eq!(settings["metadata"]["labels"]["region"], "us", "{settings}");
+    // An overlay whose patch names an object the build does not have fails its clusters
+    // alone, naming the file; the base's other overlay and the plain bundle stay ready.
+    commit(
+        &upstream,
+        &[(
+            "shop/overlays/us/kustomization.yaml",
+            "resources:\n- ../../base\nnamespace: shop\npatches:\n- patch: |\n    apiVersion: v1\n    kind: ConfigMap\n    metadata:\n      name: nosuch\n    data:\n      x: y\n",
+        )],
+    );
+    eventually_within(
+        Duration::from_secs(120),
+        "the us cluster's build failed",
+        || first_group(&server, "platform-shop")["clusters"] == serde_json::json!(["us-1"]),
+    );
+    let group = first_group(&server, "platform-shop");
+    let message = group["message"].as_str().unwrap_or_default();
+    // Files are named within the bundle, as in Fleet.
+    assert!(
+        message.starts_with("kustomize: overlays/us/kustomization.yaml: ")
+            && message.contains("nosuch"),
+        "{group}"
+    );
+    assert_eq!(group["state"], "InvalidCustomization", "{group}");
+    let plain = bundle(&server, "platform-plain").unwrap();
+    assert_eq!(
+        plain["status"]["display"]["readyClusters"], "2/2",
+        "{plain}"
+    );
+    let eu = workload_items(&server, "eu-1", "configmaps", "shop");
+    assert!(eu.iter().any(|m| m["data"]["color"] == "blue"), "{eu:?}");
+}

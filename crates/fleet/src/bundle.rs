@@ -37,10 +37,14 @@ const MANAGER: &str = "lariat-fleet";
 /// Directory of a bundle whose files customize it per target (`yaml.overlays`).
 const OVERLAYS: &str = "overlays/";
 
-/// The manifests of a bundle for one target: every document of its files (overlays aside),
-/// with the target's overlays applied (a file of the overlay replaces or adds the file of the
-/// same name; `<name>_patch.yaml` merge-patches each document of `<name>.yaml`).
+/// The manifests of a bundle for one target: its kustomization built, when kustomize builds
+/// it; else every document of its files (overlays aside), with the target's overlays
+/// applied (a file of the overlay replaces or adds the file of the same name;
+/// `<name>_patch.yaml` merge-patches each document of `<name>.yaml`).
 pub fn resolve(spec: &BundleSpec, target: &BundleTarget) -> Result<Vec<Value>, String> {
+    if is_kustomized(spec, target) {
+        return kustomized(spec, target);
+    }
     let resources = spec.resources.as_deref().unwrap_or_default();
     let content = |name: &str| -> Option<&str> {
         resources
@@ -144,6 +148,47 @@ fn customized(
     })
 }
 
+/// A file of a bundle, as it is in the repository (binary files travel base64-encoded).
+fn file_bytes(resource: &lariat_api::fleet::BundleResource) -> Result<Vec<u8>, String> {
+    let name = resource.name.as_deref().unwrap_or_default();
+    let text = resource.content.as_deref().unwrap_or_default();
+    match resource.encoding.as_deref() {
+        Some("base64") => {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(|e| format!("{name}: {e}"))
+        }
+        None | Some("") => Ok(text.as_bytes().to_vec()),
+        Some(other) => Err(format!("{name}: encoding {other:?} is not base64")),
+    }
+}
+
+/// Whether a bundle is built with kustomize for `target`.
+pub fn is_kustomized(spec: &BundleSpec, target: &BundleTarget) -> bool {
+    spec.kustomize.is_some() || target.kustomize.is_some()
+}
+
+/// A kustomize bundle's objects for one target: the kustomization of the target's
+/// `kustomize.dir` (else the bundle's, else its root) built as Fleet's agent builds it, the
+/// bundle's files standing for the repository.
+fn kustomized(spec: &BundleSpec, target: &BundleTarget) -> Result<Vec<Value>, String> {
+    let dir = target
+        .kustomize
+        .as_ref()
+        .or(spec.kustomize.as_ref())
+        .and_then(|k| k.dir.clone())
+        .unwrap_or_default();
+    let mut files = lariat_kustomize::Files::new();
+    for resource in spec.resources.iter().flatten() {
+        if let Some(name) = &resource.name {
+            files.insert(name.clone(), file_bytes(resource)?);
+        }
+    }
+    lariat_kustomize::build(&files, &dir, lariat_kustomize::Bounds::default())
+        .map_err(|e| format!("kustomize: {e}"))
+}
+
 /// `values`, with each of `valuesFiles` (files of the bundle) merged over them in order.
 fn values_with_files(
     spec: &BundleSpec,
@@ -158,16 +203,7 @@ fn values_with_files(
             .flatten()
             .find(|r| r.name.as_deref() == Some(name))
             .ok_or_else(|| format!("helm.valuesFiles: {file} is not in the bundle"))?;
-        let text = resource.content.as_deref().unwrap_or_default();
-        let data = match resource.encoding.as_deref() {
-            Some("base64") => {
-                use base64::Engine as _;
-                base64::engine::general_purpose::STANDARD
-                    .decode(text)
-                    .map_err(|e| format!("helm.valuesFiles: {file}: {e}"))?
-            }
-            _ => text.as_bytes().to_vec(),
-        };
+        let data = file_bytes(resource).map_err(|e| format!("helm.valuesFiles: {e}"))?;
         let layer = lariat_helm::chart::read_values(&data, name).map_err(|e| e.to_string())?;
         lariat_helm::values::merge_over(&mut values, layer);
     }
@@ -429,12 +465,20 @@ async fn version_for(
             Some(options)
         }
     };
-    let manifests = match &helm {
-        Some(_) => chart_files(&bundle.spec),
-        None => match resolve(&bundle.spec, target) {
-            Ok(manifests) => manifests,
-            Err(message) => return Ok(Err(message)),
-        },
+    let resolved = match &helm {
+        Some(_) => Ok(chart_files(&bundle.spec)),
+        // kustomize builds cost more than reading manifests: off the async threads.
+        None if is_kustomized(&bundle.spec, target) => {
+            let (spec, target) = (bundle.spec.clone(), target.clone());
+            tokio::task::spawn_blocking(move || resolve(&spec, &target))
+                .await
+                .map_err(|e| Error::Invalid(format!("kustomize build: {e}")))?
+        }
+        None => resolve(&bundle.spec, target),
+    };
+    let manifests = match resolved {
+        Ok(manifests) => manifests,
+        Err(message) => return Ok(Err(message)),
     };
     let content = serde_json::to_vec(&manifests).map_err(|e| Error::Invalid(e.to_string()))?;
     let sha = sha256(&content);

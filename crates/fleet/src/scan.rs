@@ -13,7 +13,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use lariat_api::fleet::{
     BundleRef, BundleResource, BundleSpec, BundleTarget, CorrectDrift, HelmOptions,
-    RolloutStrategy, Target, YamlOptions,
+    KustomizeOptions, RolloutStrategy, Target, YamlOptions,
 };
 use serde::Deserialize;
 
@@ -59,10 +59,10 @@ struct FleetYaml {
     paused: Option<bool>,
     yaml: Option<YamlOptions>,
     helm: Option<HelmOptions>,
+    kustomize: Option<KustomizeOptions>,
 }
 
-/// Reads a `fleet.yaml`; Fleet's Kustomize options are named as what lariat does not do
-/// yet, rather than as unknown fields.
+/// Reads a `fleet.yaml`.
 fn fleet_yaml(file: &str, content: &[u8]) -> Result<FleetYaml, ScanError> {
     let fail = |reason: String| ScanError {
         file: file.to_string(),
@@ -74,13 +74,6 @@ fn fleet_yaml(file: &str, content: &[u8]) -> Result<FleetYaml, ScanError> {
         Some(document) => document.map_err(|e| fail(format!("is not YAML: {e}")))?,
         None => serde_json::Value::Null,
     };
-    for unsupported in ["kustomize"] {
-        if raw.get(unsupported).is_some() {
-            return Err(fail(format!(
-                "{unsupported} is not supported by lariat yet (plain manifests, Helm charts in the repository, fleet.yaml options and overlays are)"
-            )));
-        }
-    }
     if raw.is_null() {
         return Ok(FleetYaml::default());
     }
@@ -97,6 +90,31 @@ fn fleet_yaml(file: &str, content: &[u8]) -> Result<FleetYaml, ScanError> {
         {
             return Err(fail(format!(
                 "targetCustomizations[{i}].helm: a target changes values and release options, not the chart (chart, repo, version)"
+            )));
+        }
+    }
+    let kustomize_dirs = parsed
+        .kustomize
+        .iter()
+        .map(|k| ("kustomize".to_string(), k))
+        .chain(
+            parsed
+                .target_customizations
+                .iter()
+                .flatten()
+                .enumerate()
+                .filter_map(|(i, c)| {
+                    Some((
+                        format!("targetCustomizations[{i}].kustomize"),
+                        c.kustomize.as_ref()?,
+                    ))
+                }),
+        );
+    for (field, kustomize) in kustomize_dirs {
+        let dir = kustomize.dir.as_deref().unwrap_or_default();
+        if dir.starts_with('/') || dir.split('/').any(|part| part == "..") {
+            return Err(fail(format!(
+                "{field}.dir {dir:?} leaves the bundle's directory; name a directory within it"
             )));
         }
     }
@@ -239,11 +257,15 @@ pub fn plan<'a>(
     let roots = roots(listing.iter().map(|e| e.path.as_str()), &paths)?;
     let mut totals: BTreeMap<&str, u64> = BTreeMap::new();
     let mut wanted = Vec::new();
-    // A root with a chart in it is read whole: a chart's templates and helpers are not
-    // manifests, and the agent renders them all.
+    // A root with a chart or a kustomization in it is read whole: a chart's templates and
+    // helpers are not manifests, and the agent renders them all; a kustomization's patches
+    // and generators' files are not either, and kustomize reads them.
     let charts: Vec<&String> = listing
         .iter()
-        .filter(|e| e.path.rsplit('/').next() == Some(CHART_YAML))
+        .filter(|e| {
+            let name = e.path.rsplit('/').next().unwrap_or_default();
+            name == CHART_YAML || lariat_kustomize::KUSTOMIZATION_FILES.contains(&name)
+        })
         .filter_map(|e| owner(&e.path, &roots, &paths))
         .collect();
     for entry in listing {
@@ -308,11 +330,10 @@ pub fn bundles(
             None => FleetYaml::default(),
         };
         let helm = helm_options(root, &options, files)?;
+        let kustomize = kustomize_options(root, &options, files, helm.is_some())?;
+        let whole = helm.is_some() || kustomize.is_some();
         let mut resources = Vec::new();
-        for (file, content) in files
-            .iter()
-            .filter(|(f, _)| helm.is_some() || is_manifest(f))
-        {
+        for (file, content) in files.iter().filter(|(f, _)| whole || is_manifest(f)) {
             // The deepest root above the file owns it.
             if owner(file, &roots, &paths) != Some(root) {
                 continue;
@@ -320,7 +341,7 @@ pub fn bundles(
             if file == &join(root, FLEET_YAML) {
                 continue;
             }
-            if helm.is_none() {
+            if !whole {
                 check_manifest(file, content)?;
             }
             let name = if root.is_empty() {
@@ -328,8 +349,8 @@ pub fn bundles(
             } else {
                 file[root.len() + 1..].to_string()
             };
-            // A chart's binary files (an icon, a keystore) travel base64-encoded, as Fleet
-            // carries them; manifests are text by the check above.
+            // A chart's or a kustomization's binary files (an icon, a keystore) travel
+            // base64-encoded, as Fleet carries them; manifests are text by the check above.
             let (content, encoding) = match std::str::from_utf8(content) {
                 Ok(text) => (text.to_string(), None),
                 Err(_) => (BASE64.encode(content), Some("base64".to_string())),
@@ -358,6 +379,7 @@ pub fn bundles(
             correct_drift: repo_options.correct_drift.clone().or(options.correct_drift),
             yaml: options.yaml,
             helm,
+            kustomize,
             paused: options.paused.unwrap_or(false),
             depends_on: options.depends_on,
             rollout_strategy: options.rollout_strategy,
@@ -371,6 +393,35 @@ pub fn bundles(
         });
     }
     Ok(bundles)
+}
+
+/// A root's kustomize options, when kustomize builds it, as Fleet decides: its `fleet.yaml`
+/// says `kustomize:` (for the bundle or a target), or it holds a kustomization itself.
+fn kustomize_options(
+    root: &str,
+    options: &FleetYaml,
+    files: &[(String, Vec<u8>)],
+    helm: bool,
+) -> Result<Option<KustomizeOptions>, ScanError> {
+    let at_root = lariat_kustomize::KUSTOMIZATION_FILES
+        .iter()
+        .any(|name| files.iter().any(|(f, _)| *f == join(root, name)));
+    let for_targets = options
+        .target_customizations
+        .iter()
+        .flatten()
+        .any(|c| c.kustomize.is_some());
+    let kustomize = options
+        .kustomize
+        .clone()
+        .or_else(|| (at_root || for_targets).then(KustomizeOptions::default));
+    if helm && kustomize.is_some() {
+        return Err(ScanError {
+            file: join(root, FLEET_YAML),
+            reason: "helm and kustomize together (kustomize over a chart's output) are not supported by lariat yet; deploy the chart and the kustomization as two bundles".into(),
+        });
+    }
+    Ok(kustomize)
 }
 
 /// A root's Helm options, when it deploys a chart: its `fleet.yaml` says `helm:`, or it
@@ -659,7 +710,7 @@ mod tests {
         assert!(error.reason.contains("YAML aliases repeat"), "{error}");
         let error = bundles(
             &[
-                file("fleet.yaml", "kustomize:\n  dir: x\n"),
+                file("fleet.yaml", "kustomize:\n  dir: ../x\n"),
                 file("a.yaml", CM),
             ],
             &[],
@@ -668,10 +719,7 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(error.file, "fleet.yaml");
-        assert!(
-            error.reason.contains("kustomize is not supported"),
-            "{error}"
-        );
+        assert!(error.reason.contains("leaves the bundle"), "{error}");
         let error = bundles(
             &[
                 file("fleet.yaml", "helm:\n  chart: x\n"),

@@ -271,7 +271,9 @@ fn affix(set: &mut [Resource], affix: &str, prefix: bool) {
 /// `commonLabels` (the object, its templates and its selectors) and `labels` (the object,
 /// and what each entry includes).
 fn label(set: &mut [Resource], k: &Kustomization) {
-    let mut layers: Vec<(Map<String, Value>, Vec<&[FieldSpec]>)> = Vec::new();
+    // Each layer: its labels, and where they go.
+    type Layer = (Map<String, Value>, Vec<&'static [FieldSpec]>);
+    let mut layers: Vec<Layer> = Vec::new();
     if !k.common_labels.is_empty() {
         layers.push((
             pairs(&k.common_labels),

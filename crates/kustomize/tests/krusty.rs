@@ -58,8 +58,7 @@ struct Case {
 fn read_case(text: &str) -> Case {
     let mut files = Files::new();
     let (mut dir, mut expected) = (String::new(), String::new());
-    let mut sections = text.split("\n=== ").skip(1).peekable();
-    while let Some(section) = sections.next() {
+    for section in text.split("\n=== ").skip(1) {
         let (header, body) = section.split_once('\n').unwrap_or((section, ""));
         if let Some(path) = header.strip_prefix("file ") {
             files.insert(path.to_string(), body.as_bytes().to_vec());

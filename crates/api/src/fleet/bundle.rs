@@ -7,7 +7,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    BundleSummary, CorrectDrift, FailureGroup, FleetCondition, Target, YamlOptions,
+    BundleSummary, CorrectDrift, FailureGroup, FleetCondition, KustomizeOptions, Target,
+    YamlOptions,
 };
 
 /// The manifests of one path at one commit, and the clusters they go to.
@@ -59,6 +60,9 @@ pub struct BundleSpec {
     /// The bundle deploys a Helm chart: which, and how.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub helm: Option<super::HelmOptions>,
+    /// The bundle is built with kustomize, from this directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kustomize: Option<KustomizeOptions>,
     /// Deploy nothing new meanwhile.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
@@ -125,6 +129,9 @@ pub struct BundleTarget {
     /// Helm options there: values merged over the bundle's, the rest replacing them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub helm: Option<super::HelmOptions>,
+    /// The kustomization built there (an overlay's directory, typically).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kustomize: Option<KustomizeOptions>,
     /// Matching clusters get nothing (a way to exclude them).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub do_not_deploy: bool,

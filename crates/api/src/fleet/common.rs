@@ -117,6 +117,15 @@ pub struct YamlOptions {
     pub overlays: Option<Vec<String>>,
 }
 
+/// A bundle built with kustomize (Fleet's `KustomizeOptions`): the directory of its
+/// `kustomization.yaml`, relative to the bundle (its root by default).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizeOptions {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+}
+
 /// How many BundleDeployments are in each state (Fleet's `BundleSummary`).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

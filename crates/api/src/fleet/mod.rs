@@ -36,7 +36,8 @@ pub use cluster::{
 };
 pub use cluster_group::{ClusterGroup, ClusterGroupDisplay, ClusterGroupSpec, ClusterGroupStatus};
 pub use common::{
-    BundleSummary, CorrectDrift, FailureGroup, FleetCondition, ResourceCounts, Target, YamlOptions,
+    BundleSummary, CorrectDrift, FailureGroup, FleetCondition, KustomizeOptions, ResourceCounts,
+    Target, YamlOptions,
 };
 pub use content::{Content, ContentFields, ContentStatus};
 pub use git_repo::{GitRepo, GitRepoDisplay, GitRepoSpec, GitRepoStatus};
