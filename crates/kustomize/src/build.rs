@@ -312,10 +312,10 @@ impl Loader<'_> {
                         let mut object = Value::Object(map);
                         stringify_metadata(&mut object);
                         let id = Id::of(&object);
-                        if id.kind.is_empty() || id.version.is_empty() {
+                        if id.kind.is_empty() {
                             return Err(Error::new(
                                 path,
-                                format!("document {} has no apiVersion or kind", index + 1),
+                                format!("document {} has no kind", index + 1),
                             ));
                         }
                         if id.name.is_empty() {

@@ -86,7 +86,7 @@ pub(crate) const TEMPLATE_LABEL_FIELDS: &[FieldSpec] = &[
 pub(crate) const CLAIM_TEMPLATE_LABEL_FIELDS: &[FieldSpec] = &[of(
     "StatefulSet",
     APPS,
-    &["spec", "volumeClaimTemplates", "metadata", "labels"],
+    &["spec", "volumeClaimTemplates[]", "metadata", "labels"],
     true,
 )];
 
@@ -337,7 +337,8 @@ pub(crate) fn pod_spec_path(kind: &str) -> Option<&'static [&'static str]> {
 }
 
 /// Calls `f` on every value at `path` below `value`, entering each element of a list on
-/// the way; with `create`, missing fields on the way (and at the end) are made empty maps.
+/// the way; with `create`, missing fields on the way (and at the end) are made empty maps,
+/// except a list's (a field written `name[]`), which is never made up.
 pub(crate) fn visit(value: &mut Value, path: &[&str], create: bool, f: &mut dyn FnMut(&mut Value)) {
     if let Value::Array(items) = value {
         for item in items {
@@ -352,14 +353,18 @@ pub(crate) fn visit(value: &mut Value, path: &[&str], create: bool, f: &mut dyn 
     let Value::Object(map) = value else {
         return;
     };
-    if !map.contains_key(*first) {
-        if !create {
+    let (first, create_here) = match first.strip_suffix("[]") {
+        Some(list) => (list, false),
+        None => (*first, create),
+    };
+    if !map.contains_key(first) {
+        if !create_here {
             return;
         }
-        map.insert((*first).to_string(), Value::Object(Map::new()));
+        map.insert(first.to_string(), Value::Object(Map::new()));
     }
-    if let Some(next) = map.get_mut(*first) {
-        if next.is_null() && create {
+    if let Some(next) = map.get_mut(first) {
+        if next.is_null() && create_here {
             *next = Value::Object(Map::new());
         }
         visit(next, rest, create, f);
