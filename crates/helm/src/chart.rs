@@ -127,11 +127,16 @@ fn scalar_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D
 impl Chart {
     /// Loads a chart from its files, keyed by path inside the chart (`Chart.yaml`,
     /// `templates/deployment.yaml`, `charts/sub/Chart.yaml`).
+    /// Packaged subcharts (`charts/*.tgz`) are unpacked, within [`crate::archive::Budget`].
     pub fn load(files: &BTreeMap<String, Vec<u8>>) -> Result<Chart, HelmError> {
-        Chart::load_at(files, "")
+        Chart::load_at(files, "", &mut crate::archive::Budget::default())
     }
 
-    fn load_at(files: &BTreeMap<String, Vec<u8>>, at: &str) -> Result<Chart, HelmError> {
+    fn load_at(
+        files: &BTreeMap<String, Vec<u8>>,
+        at: &str,
+        budget: &mut crate::archive::Budget,
+    ) -> Result<Chart, HelmError> {
         // Each level copies the files below it: a chart nesting `charts/a/charts/a/...`
         // would pay its size once per level.
         if at.matches("charts/").count() > MAX_SUBCHART_DEPTH {
@@ -169,7 +174,9 @@ impl Chart {
             files: Vec::new(),
             dependencies: Vec::new(),
         };
+        // A subchart is a directory under charts/ or an archive there.
         let mut subcharts: BTreeMap<&str, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
+        let mut archives: BTreeMap<&str, &[u8]> = BTreeMap::new();
         for (name, data) in files {
             if let Some(rest) = name.strip_prefix("charts/") {
                 // Helm skips subcharts whose names start with `_` or `.`.
@@ -184,10 +191,7 @@ impl Chart {
                             .insert(path.to_string(), data.clone());
                     }
                     None if rest.ends_with(".tgz") || rest.ends_with(".tar.gz") => {
-                        return Err(HelmError::Chart {
-                            file: format!("{at}{name}"),
-                            message: "packaged subcharts are not supported yet: unpack it into charts/ as a directory".into(),
-                        });
+                        archives.insert(rest, data);
                     }
                     None => {}
                 }
@@ -214,9 +218,18 @@ impl Chart {
             }
         }
         for (sub, sub_files) in subcharts {
+            chart.dependencies.push(Chart::load_at(
+                &sub_files,
+                &format!("{at}charts/{sub}/"),
+                budget,
+            )?);
+        }
+        for (archive, data) in archives {
+            let name = format!("{at}charts/{archive}");
+            let sub_files = crate::archive::unpack(&name, data, budget)?;
             chart
                 .dependencies
-                .push(Chart::load_at(&sub_files, &format!("{at}charts/{sub}/"))?);
+                .push(Chart::load_at(&sub_files, &format!("{name}/"), budget)?);
         }
         Ok(chart)
     }

@@ -9,6 +9,7 @@
 //!   install order, and `helm template`'s text.
 //! - [`goyaml`]: `toYaml` byte for byte as Go's YAML library writes it.
 
+pub mod archive;
 pub mod chart;
 pub mod engine;
 mod files;

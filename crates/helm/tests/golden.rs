@@ -167,6 +167,12 @@ fn cases() -> Vec<Case> {
             golden: "template-chart-with-template-lib-dep.txt",
             ..Case::default()
         },
+        // The same library chart, packaged: charts/common-0.0.5.tgz.
+        Case {
+            chart: "chart-with-template-lib-archive-dep",
+            golden: "template-chart-with-template-lib-archive-dep.txt",
+            ..Case::default()
+        },
     ]
 }
 
