@@ -347,6 +347,9 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
                     state: "InvalidCustomization",
                     message: message.clone(),
                 });
+                // What the cluster runs stays: a version that cannot be made is no reason
+                // to take the last good one away.
+                wanted.insert((cluster_namespace, name.clone()));
                 continue;
             }
         };
@@ -448,6 +451,12 @@ async fn version_for(
     bundle: &Bundle,
     target: &BundleTarget,
 ) -> Result<Result<BundleDeploymentSpec, String>, Error> {
+    if let Some(error) = bundle
+        .annotations()
+        .get(crate::charts::CHART_ERROR_ANNOTATION)
+    {
+        return Ok(Err(error.clone()));
+    }
     // A chart's files go to the agent as they are (it renders them against its cluster);
     // plain manifests are resolved here, once per target.
     let helm = match bundle

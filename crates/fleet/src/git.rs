@@ -597,6 +597,58 @@ fn environment_proxies() -> Vec<(String, reqwest::Proxy)> {
     proxies
 }
 
+/// The authorities of a PEM bundle (`caBundle`), refused if it holds none.
+pub(crate) fn certificates(
+    pem: Option<&[u8]>,
+) -> Result<Option<Vec<reqwest::Certificate>>, GitError> {
+    let Some(pem) = pem else {
+        return Ok(None);
+    };
+    let certificates = reqwest::Certificate::from_pem_bundle(pem)
+        .map_err(|e| GitError::InvalidCaBundle(describe(&e)))?;
+    if certificates.is_empty() {
+        return Err(GitError::InvalidCaBundle(
+            "no BEGIN CERTIFICATE block in it (it is the PEM text, base64-encoded once more in the GitRepo)".into(),
+        ));
+    }
+    Ok(Some(certificates))
+}
+
+/// Sets up an https client as every client of Fleet's is: it connects only to addresses
+/// `limits` allow (every name it resolves checked, every IP address it is sent to refused
+/// unless allowed), through the proxies of the server's environment, also trusting
+/// `certificates`.
+pub(crate) fn guarded_client(
+    limits: &Limits,
+    certificates: Option<Vec<reqwest::Certificate>>,
+) -> impl FnMut(reqwest::blocking::ClientBuilder) -> reqwest::blocking::ClientBuilder
++ Send
++ Sync
++ 'static {
+    let proxies = environment_proxies();
+    let guard = Arc::new(Guard {
+        limits: limits.clone(),
+        proxies: proxies.iter().map(|(host, _)| host.clone()).collect(),
+    });
+    let refusing = refusing_proxy(limits.clone());
+    move |builder| {
+        let mut builder = builder.dns_resolver(guard.clone()).proxy(refusing.clone());
+        for (_, proxy) in &proxies {
+            builder = builder.proxy(proxy.clone());
+        }
+        if let Some(certificates) = &certificates {
+            builder = builder.tls_certs_merge(certificates.clone());
+        }
+        builder
+    }
+}
+
+/// Whether an error (as [`describe`] words it) is [`Guard`]'s refusal of where a request was
+/// going.
+pub(crate) fn is_refusal(described: &str) -> bool {
+    described.contains(REFUSED)
+}
+
 /// Transport options whose https client connects only to addresses `limits` allow and also
 /// trusts the authorities of `pem`; `None` for a URL that is not http(s).
 fn guarded(
@@ -606,19 +658,7 @@ fn guarded(
     limits: &Limits,
 ) -> Result<Option<Box<dyn std::any::Any>>, GitError> {
     use gix::protocol::transport::client::blocking_io::http;
-    let certificates = match pem {
-        None => None,
-        Some(pem) => {
-            let certificates = reqwest::Certificate::from_pem_bundle(pem)
-                .map_err(|e| GitError::InvalidCaBundle(describe(&e)))?;
-            if certificates.is_empty() {
-                return Err(GitError::InvalidCaBundle(
-                    "no BEGIN CERTIFICATE block in it (it is the PEM text, base64-encoded once more in the GitRepo)".into(),
-                ));
-            }
-            Some(certificates)
-        }
-    };
+    let certificates = certificates(pem)?;
     let options = repo
         .transport_options(gix::bstr::BStr::new(url), None)
         .map_err(|e| GitError::Local {
@@ -628,23 +668,9 @@ fn guarded(
     let Some(Ok(mut options)) = options.map(|o| o.downcast::<http::Options>()) else {
         return Ok(None);
     };
-    let proxies = environment_proxies();
-    let guard = Arc::new(Guard {
-        limits: limits.clone(),
-        proxies: proxies.iter().map(|(host, _)| host.clone()).collect(),
-    });
-    let refusing = refusing_proxy(limits.clone());
+    let mut configure = guarded_client(limits, certificates);
     let backend = http::reqwest::Options {
-        configure_client: Some(Box::new(move |builder| {
-            let mut builder = builder.dns_resolver(guard.clone()).proxy(refusing.clone());
-            for (_, proxy) in &proxies {
-                builder = builder.proxy(proxy.clone());
-            }
-            if let Some(certificates) = &certificates {
-                builder = builder.tls_certs_merge(certificates.clone());
-            }
-            Ok(builder)
-        })),
+        configure_client: Some(Box::new(move |builder| Ok(configure(builder)))),
         configure_request: None,
     };
     options.backend = Some(std::sync::Arc::new(std::sync::Mutex::new(backend)));
@@ -725,7 +751,7 @@ fn alloc_limit(limits: &Limits) -> String {
 }
 
 /// An error and its causes, one line ("what failed: why: ...").
-fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut cause = error.source();
     while let Some(error) = cause {

@@ -125,6 +125,72 @@ async fn credential(
     }
 }
 
+/// What charts from Helm repositories are fetched with: `spec.helmSecretName`'s credential
+/// (`username`, `password`; `cacerts` added to `caBundle`), for the repositories
+/// `spec.helmRepoURLRegex` matches.
+async fn chart_access(
+    ctx: &Context,
+    repo: &GitRepo,
+) -> Result<crate::charts::RepoAccess, (&'static str, String)> {
+    let mut ca = repo.spec.ca_bundle.as_ref().map(|b| b.0.clone());
+    let url_pattern = match repo.spec.helm_repo_url_regex.as_deref() {
+        None | Some("") => None,
+        Some(pattern) => Some(
+            regex::Regex::new(pattern)
+                .map_err(|e| ("InvalidCredential", format!("spec.helmRepoURLRegex: {e}")))?,
+        ),
+    };
+    let Some(name) = repo.spec.helm_secret_name.as_deref() else {
+        return Ok(crate::charts::RepoAccess {
+            auth: None,
+            url_pattern,
+            ca,
+        });
+    };
+    let namespace = repo.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let secret = secrets.get_opt(name).await.map_err(|e| {
+        (
+            "CredentialNotFound",
+            format!("cannot read Secret {namespace}/{name}: {e}"),
+        )
+    })?;
+    let Some(secret) = secret else {
+        return Err((
+            "CredentialNotFound",
+            format!("spec.helmSecretName: Secret {namespace}/{name} does not exist"),
+        ));
+    };
+    let mut data = secret.data.unwrap_or_default();
+    let mut take = |key: &str| {
+        data.remove(key)
+            .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+    };
+    let auth = match (take("username"), take("password")) {
+        (Some(username), Some(password)) => Some(BasicAuth { username, password }),
+        (None, None) => None,
+        _ => {
+            return Err((
+                "InvalidCredential",
+                format!(
+                    "Secret {namespace}/{name} (helmSecretName) needs both username and password"
+                ),
+            ));
+        }
+    };
+    if let Some(cacerts) = take("cacerts") {
+        let mut bundle = ca.unwrap_or_default();
+        bundle.push(b'\n');
+        bundle.extend(cacerts.into_bytes());
+        ca = Some(bundle);
+    }
+    Ok(crate::charts::RepoAccess {
+        auth,
+        url_pattern,
+        ca,
+    })
+}
+
 /// Whether a repository URL may be fetched: any remote one, and a `file://` one only inside
 /// a directory the server allows (after resolving `..` and symlinks).
 fn file_allowed(ctx: &Context, url: &str) -> bool {
@@ -480,13 +546,27 @@ async fn deploy(
         keep_resources: repo.spec.keep_resources,
         correct_drift: repo.spec.correct_drift.clone(),
     };
-    let scanned = scan::bundles(
+    let mut scanned = scan::bundles(
         &files,
         repo.spec.paths.as_deref().unwrap_or_default(),
         repo.spec.targets.as_deref().unwrap_or_default(),
         &options,
     )
     .map_err(|e| ("InvalidBundle", e.to_string()))?;
+    let mut chart_errors = vec![None; scanned.len()];
+    if scanned
+        .iter()
+        .any(|b| b.spec.helm.as_ref().is_some_and(scan::is_remote))
+    {
+        let access = chart_access(ctx, repo).await?;
+        let limits = ctx.settings.limits.clone();
+        (scanned, chart_errors) = tokio::task::spawn_blocking(move || {
+            let errors = crate::charts::fetch_all(&mut scanned, &access, &limits);
+            (scanned, errors)
+        })
+        .await
+        .map_err(|e| ("FetchFailed", e.to_string()))?;
+    }
     let namespace = repo.namespace().unwrap_or_default();
     let bundles_api: Api<Bundle> = Api::namespaced(ctx.client.clone(), &namespace);
     let existing = owned_bundles(ctx, repo)
@@ -546,15 +626,21 @@ async fn deploy(
         ));
     }
     let mut wrote = false;
-    for bundle in scanned {
+    for (bundle, chart_error) in scanned.into_iter().zip(chart_errors) {
         let name = scan::bundle_name(&repo.name_any(), &bundle.root);
         let mut labels = bundle.labels;
         labels.insert(REPO_NAME_LABEL.into(), repo.name_any());
         labels.insert(COMMIT_LABEL.into(), commit.to_string());
+        let annotations: BTreeMap<String, String> = chart_error
+            .map(|e| (crate::charts::CHART_ERROR_ANNOTATION.to_string(), e))
+            .into_iter()
+            .collect();
         let unchanged = existing.iter().any(|b| {
             b.name_any() == name
                 && b.spec == bundle.spec
                 && labels.iter().all(|(k, v)| b.labels().get(k) == Some(v))
+                && b.annotations().get(crate::charts::CHART_ERROR_ANNOTATION)
+                    == annotations.get(crate::charts::CHART_ERROR_ANNOTATION)
         });
 
         if unchanged {
@@ -567,6 +653,7 @@ async fn deploy(
                 name: Some(name.clone()),
                 namespace: Some(namespace.clone()),
                 labels: Some(labels),
+                annotations: (!annotations.is_empty()).then_some(annotations),
                 owner_references: Some(vec![owner.clone()]),
                 ..Default::default()
             },

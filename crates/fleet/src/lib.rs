@@ -20,6 +20,7 @@ use lariat_controllers::{
 };
 
 pub mod bundle;
+pub mod charts;
 pub mod cluster;
 pub mod cluster_group;
 pub mod conditions;

@@ -446,11 +446,18 @@ fn helm_options(
         reason,
     };
     let chart = helm.chart.clone().unwrap_or_default();
-    if helm.repo.is_some() || helm.version.is_some() || chart.contains("://") {
+    if is_remote(&helm) {
+        // Fetched once the commit is read (crate::charts), not here: scanning reads no network.
+        if chart.is_empty() {
+            return Err(refuse(
+                "helm.repo names a repository; helm.chart names the chart in it".into(),
+            ));
+        }
+        return Ok(Some(helm));
+    }
+    if helm.version.is_some() {
         return Err(refuse(
-            "helm: charts from Helm repositories and OCI registries are not supported by lariat yet; \
-             put the chart in the repository and set helm.chart to its directory"
-                .into(),
+            "helm.version chooses a chart's version in helm.repo; a chart in the repository has its own".into(),
         ));
     }
     let chart_dir = chart.trim_start_matches("./").trim_matches('/').to_string();
@@ -474,7 +481,15 @@ fn helm_options(
         .filter_map(|(f, content)| Some((f.strip_prefix(&prefix)?.to_string(), content.clone())))
         .filter(|(f, _)| f != FLEET_YAML || !chart_dir.is_empty())
         .collect();
-    lariat_helm::Chart::load(&chart_files).map_err(|e| match e {
+    let loaded = match chart_dir.strip_suffix(".tgz") {
+        // A packaged chart kept in the repository.
+        Some(_) => match files.iter().find(|(f, _)| *f == chart_root) {
+            Some((_, archive)) => lariat_helm::Chart::load_archive(&chart_dir, archive),
+            None => return Err(refuse(format!("helm.chart {chart:?} is not in the bundle"))),
+        },
+        None => lariat_helm::Chart::load(&chart_files),
+    };
+    loaded.map_err(|e| match e {
         lariat_helm::HelmError::Chart { file, message } => ScanError {
             file: join(&chart_root, &file),
             reason: message,
@@ -491,6 +506,15 @@ fn helm_options(
     }
     helm.chart = Some(chart_dir);
     Ok(Some(helm))
+}
+
+/// Whether a bundle's chart is fetched from a Helm repository or a URL.
+pub fn is_remote(helm: &HelmOptions) -> bool {
+    let chart = helm.chart.as_deref().unwrap_or_default();
+    helm.repo.as_deref().is_some_and(|r| !r.is_empty())
+        || ["https://", "http://", "oci://"]
+            .iter()
+            .any(|scheme| chart.starts_with(scheme))
 }
 
 /// The options a GitRepo sets for all its bundles.

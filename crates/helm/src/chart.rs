@@ -132,6 +132,13 @@ impl Chart {
         Chart::load_at(files, "", &mut crate::archive::Budget::default())
     }
 
+    /// Loads a packaged chart (`name`, a `.tgz` as `helm package` writes it).
+    pub fn load_archive(name: &str, archive: &[u8]) -> Result<Chart, HelmError> {
+        let mut budget = crate::archive::Budget::default();
+        let files = crate::archive::unpack(name, archive, &mut budget)?;
+        Chart::load_at(&files, &format!("{name}/"), &mut budget)
+    }
+
     fn load_at(
         files: &BTreeMap<String, Vec<u8>>,
         at: &str,

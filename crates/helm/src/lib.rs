@@ -16,7 +16,7 @@ mod files;
 pub mod functions;
 pub mod goyaml;
 pub mod manifests;
-mod semver;
+pub mod semver;
 pub mod values;
 
 pub use chart::Chart;

@@ -72,6 +72,38 @@ fn compare_prerelease(a: &str, b: &str) -> Ordering {
     }
 }
 
+/// The newest of `versions` that meets `constraint` (a version or a range, as `helm install
+/// --version` takes it), or, with none, the newest that is not a prerelease, as Helm picks a
+/// chart's version from a repository's index; versions that do not parse are passed over.
+pub fn newest<'a>(
+    constraint: Option<&str>,
+    versions: impl IntoIterator<Item = &'a str>,
+) -> Result<Option<&'a str>, String> {
+    let constraint = constraint.map(str::trim).filter(|c| !c.is_empty());
+    if let Some(c) = constraint {
+        // Validate the constraint even when no version is offered.
+        satisfies(c, "0.0.0")?;
+    }
+    let mut best: Option<(Version, &str)> = None;
+    for text in versions {
+        let Some(version) = Version::parse(text) else {
+            continue;
+        };
+        let fits = match constraint {
+            Some(c) => satisfies(c, text)?,
+            None => version.pre.is_empty(),
+        };
+        if fits
+            && best
+                .as_ref()
+                .is_none_or(|(b, _)| version.compare(b) == Ordering::Greater)
+        {
+            best = Some((version, text));
+        }
+    }
+    Ok(best.map(|(_, text)| text))
+}
+
 /// Whether `version` meets `constraint`. A prerelease version meets only constraints that
 /// name a prerelease themselves (hence charts' `>=1.19-0`).
 pub(crate) fn satisfies(constraint: &str, version: &str) -> Result<bool, String> {

@@ -233,16 +233,22 @@ impl Loader<'_> {
             _ => {}
         }
         self.stack.push(dir.to_string());
+        let mut added = Vec::new();
         for entry in k.resources.iter().chain(&k.bases) {
-            let added = self.resource_entry(&file, dir, entry)?;
-            self.add(&file, &mut set, added)?;
+            // An entry costs something even when its file is empty.
+            self.charge(&file, 256)?;
+            added.extend(self.resource_entry(&file, dir, entry)?);
+            self.check_count(&file, set.len() + added.len())?;
         }
+        self.add(&file, &mut set, added)?;
         let generated = k
             .config_map_generator
             .iter()
             .map(|args| (args, false))
             .chain(k.secret_generator.iter().map(|args| (args, true)));
         for (args, secret) in generated {
+            // Each costs a pass over the build (to merge, or to check it is new).
+            self.charge(&file, 1024 + set.len() * 64)?;
             let (behavior, resource) =
                 generators::generate(self, &file, dir, args, k.generator_options.as_ref(), secret)?;
             self.absorb(&file, &mut set, behavior, resource)?;
@@ -385,7 +391,11 @@ impl Loader<'_> {
             }
             set.push(resource);
         }
-        if set.len() > self.bounds.max_resources {
+        self.check_count(file, set.len())
+    }
+
+    fn check_count(&self, file: &str, count: usize) -> Result<(), Error> {
+        if count > self.bounds.max_resources {
             return Err(Error::new(
                 file,
                 format!(

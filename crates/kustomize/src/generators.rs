@@ -79,9 +79,8 @@ pub(crate) fn generate(
             .map(|(k, v)| (k.clone(), json!(BASE64.encode(v))))
             .collect();
         object["type"] = json!(args.secret_type.as_deref().unwrap_or("Opaque"));
-        if !encoded.is_empty() {
-            object["data"] = Value::Object(encoded);
-        }
+        // A Secret always has its data, if empty (a ConfigMap has none then).
+        object["data"] = Value::Object(encoded);
     } else {
         let (mut text, mut binary) = (Map::new(), Map::new());
         for (key, value) in &data {
@@ -241,42 +240,40 @@ fn is_env_name(key: &str) -> bool {
 }
 
 /// What a generated object with `behavior` merge or replace does to `base`, the one from a
-/// base of the same name: merge adds and overrides data, labels and annotations; replace
-/// takes the new data. The base's name and history stay.
+/// base of the same name, as kustomize does it: the generated object takes its place (its
+/// type, its immutability), under the base's name and history; merge keeps the base's data,
+/// labels and annotations under the generated ones, replace only the labels and annotations.
 pub(crate) fn absorb(base: &mut Resource, generated: Resource, behavior: Behavior) {
-    let fields = ["data", "binaryData", "stringData"];
-    if behavior == Behavior::Replace {
-        for field in fields {
-            base.object.as_object_mut().map(|o| o.remove(field));
-        }
-    }
-    for field in fields {
-        if let Some(Value::Object(new)) = generated.object.get(field) {
-            let object = base.object.as_object_mut().expect("resources are objects");
-            let entry = object
-                .entry(field)
-                .or_insert_with(|| Value::Object(Map::new()));
-            if let Value::Object(old) = entry {
-                old.extend(new.clone());
-            } else {
-                *entry = Value::Object(new.clone());
+    let mut object = generated.object;
+    if behavior == Behavior::Merge {
+        for field in ["data", "binaryData", "stringData"] {
+            if let Some(Value::Object(old)) = base.object.get(field) {
+                let mut merged = old.clone();
+                if let Some(Value::Object(new)) = object.get(field) {
+                    merged.extend(new.clone());
+                }
+                object[field] = Value::Object(merged);
             }
         }
     }
     for field in ["labels", "annotations"] {
-        if let Some(Value::Object(new)) = generated.object["metadata"].get(field) {
-            let entry = base
-                .metadata()
-                .entry(field)
-                .or_insert_with(|| Value::Object(Map::new()));
-            if let Value::Object(old) = entry {
-                old.extend(new.clone());
+        if let Some(Value::Object(old)) = base.object["metadata"].get(field) {
+            let mut merged = old.clone();
+            if let Some(Value::Object(new)) = object["metadata"].get(field) {
+                merged.extend(new.clone());
+            }
+            object["metadata"][field] = Value::Object(merged);
+        }
+    }
+    for field in ["name", "namespace"] {
+        match base.object["metadata"].get(field) {
+            Some(value) => object["metadata"][field] = value.clone(),
+            None => {
+                object["metadata"].as_object_mut().map(|m| m.remove(field));
             }
         }
     }
-    if generated.object.get("immutable").is_some() {
-        base.object["immutable"] = json!(true);
-    }
+    base.object = object;
     base.needs_hash = base.needs_hash && generated.needs_hash;
 }
 

@@ -247,6 +247,21 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ),
 ];
 
+/// Removes every null field (a key written with nothing after it), at any depth.
+fn drop_nulls(value: &mut Value) {
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        match value {
+            Value::Object(map) => {
+                map.retain(|_, v| !v.is_null());
+                pending.extend(map.values_mut());
+            }
+            Value::Array(items) => pending.extend(items.iter_mut()),
+            _ => {}
+        }
+    }
+}
+
 /// Reads a kustomization file, and says which it is.
 pub(crate) fn parse(file: &str, content: &[u8]) -> Result<(Kind, Kustomization), Error> {
     let fail = |message: String| Error::new(file, message);
@@ -261,7 +276,10 @@ pub(crate) fn parse(file: &str, content: &[u8]) -> Result<(Kind, Kustomization),
             // Read by kustomize only to know what the file is.
             map.remove("apiVersion");
             map.remove("metadata");
-            Value::Object(map)
+            let mut value = Value::Object(map);
+            // `resources:` with every entry commented out is an empty list, as in kustomize.
+            drop_nulls(&mut value);
+            value
         }
         _ => return Err(fail("is not a mapping of kustomization fields".into())),
     };

@@ -3,6 +3,8 @@
 //! other was renamed by a prefix, a suffix, a hash or a patch, the reference is changed to
 //! its new name, choosing the referred object as kustomize chooses it.
 
+use std::collections::HashMap;
+
 use serde_json::{Value, json};
 
 use crate::Error;
@@ -265,6 +267,22 @@ pub(crate) fn fix_references(set: &mut [Resource]) -> Result<(), Error> {
             suffixes: r.suffixes.clone(),
         })
         .collect();
+    // Old name and kind to the objects that had them: a reference is looked up, not searched.
+    let mut by_old_name: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+    for (index, candidate) in candidates.iter().enumerate() {
+        for id in &candidate.previous {
+            let entry = by_old_name
+                .entry((id.kind.as_str(), id.name.as_str()))
+                .or_default();
+            if entry.last() != Some(&index) {
+                entry.push(index);
+            }
+        }
+    }
+    let lookup = Lookup {
+        candidates: &candidates,
+        by_old_name: &by_old_name,
+    };
     for referrer in set.iter_mut() {
         let referrer_id = referrer.id();
         let (prefixes, suffixes) = (referrer.prefixes.clone(), referrer.suffixes.clone());
@@ -294,7 +312,7 @@ pub(crate) fn fix_references(set: &mut [Resource]) -> Result<(), Error> {
                 role_ref: role_ref.as_deref(),
             };
             visit(&mut referrer.object, &path, false, &mut |place| {
-                if let Err(e) = update(place, &context, &candidates) {
+                if let Err(e) = update(place, &context, &lookup) {
                     failure.get_or_insert(e);
                 }
             });
@@ -304,6 +322,12 @@ pub(crate) fn fix_references(set: &mut [Resource]) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// The renamed objects, and where to find them by an old name.
+struct Lookup<'a> {
+    candidates: &'a [Candidate],
+    by_old_name: &'a HashMap<(&'a str, &'a str), Vec<usize>>,
 }
 
 struct Context<'a> {
@@ -320,7 +344,7 @@ fn roleref_kind(object: &Value, reference: &Reference) -> Option<String> {
         .flatten()
 }
 
-fn update(place: &mut Value, context: &Context, candidates: &[Candidate]) -> Result<(), String> {
+fn update(place: &mut Value, context: &Context, candidates: &Lookup) -> Result<(), String> {
     match place {
         Value::String(name) => {
             if let Some(referral) = choose(name, None, context, candidates)? {
@@ -363,16 +387,15 @@ fn choose<'c>(
     name: &str,
     namespace: Option<&str>,
     context: &Context,
-    candidates: &'c [Candidate],
+    lookup: &Lookup<'c>,
 ) -> Result<Option<&'c Candidate>, String> {
     let kind = context.role_ref.unwrap_or(context.reference.kind);
-    let mut chosen: Vec<&Candidate> = candidates
+    let Some(indices) = lookup.by_old_name.get(&(kind, name)) else {
+        return Ok(None);
+    };
+    let mut chosen: Vec<&Candidate> = indices
         .iter()
-        .filter(|c| {
-            c.previous
-                .iter()
-                .any(|id| id.name == name && id.kind == kind)
-        })
+        .map(|&i| &lookup.candidates[i])
         .filter(|c| {
             namespace.is_none_or(|ns| {
                 let effective = if ns.is_empty() { "default" } else { ns };

@@ -2,24 +2,13 @@
 //! key, lists of objects by the key their elements share, `$patch: delete` and `replace`),
 //! JSON 6902 patches, and the selectors that say which objects a patch is for.
 
-use regex::Regex;
+use regex::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
 use crate::Error;
+use crate::build::Loader;
 use crate::kustomization::{PatchOptions, Selector};
 use crate::resource::{Id, Resource};
-
-/// The fields kustomize merges a list of objects by, when its elements all have one: the
-/// first such, in this order (kustomize's associative keys for kinds without a schema).
-const ASSOCIATIVE_KEYS: [&str; 7] = [
-    "mountPath",
-    "devicePath",
-    "ip",
-    "type",
-    "topologyKey",
-    "name",
-    "containerPort",
-];
 
 /// Which objects of `set` a patch's `target` selects: group, version and kind as they are
 /// now; name and namespace (regular expressions, whole) as they were read or are now;
@@ -29,23 +18,27 @@ pub(crate) fn select(
     set: &[Resource],
     selector: &Selector,
 ) -> Result<Vec<usize>, Error> {
+    // As kustomize reads a target: each field a regular expression of the whole value.
     let pattern = |field: &Option<String>| -> Result<Option<Regex>, Error> {
         field
             .as_ref()
             .filter(|p| !p.is_empty())
             .map(|p| {
-                Regex::new(&format!("^(?:{p})$"))
+                RegexBuilder::new(&format!("^(?:{p})$"))
+                    .size_limit(1 << 20)
+                    .build()
                     .map_err(|e| Error::new(file, format!("patch target {p:?}: {e}")))
             })
             .transpose()
     };
+    let group = pattern(&selector.group)?;
+    let version = pattern(&selector.version)?;
+    let kind = pattern(&selector.kind)?;
     let name = pattern(&selector.name)?;
     let namespace = pattern(&selector.namespace)?;
     let labels = parse_selector(file, selector.label_selector.as_deref())?;
     let annotations = parse_selector(file, selector.annotation_selector.as_deref())?;
-    let wanted = |want: &Option<String>, have: &str| {
-        want.as_deref().is_none_or(|w| w.is_empty() || w == have)
-    };
+    let fits = |re: &Option<Regex>, value: &str| re.as_ref().is_none_or(|re| re.is_match(value));
     let mut chosen = Vec::new();
     for (index, resource) in set.iter().enumerate() {
         let current = resource.id();
@@ -54,17 +47,12 @@ pub(crate) fn select(
             .first()
             .cloned()
             .unwrap_or_else(|| current.clone());
-        let name_fits = |id: &Id| name.as_ref().is_none_or(|re| re.is_match(&id.name));
-        let namespace_fits = |id: &Id| {
-            namespace
-                .as_ref()
-                .is_none_or(|re| re.is_match(&id.namespace))
-        };
-        if wanted(&selector.group, &current.group)
-            && wanted(&selector.version, &current.version)
-            && wanted(&selector.kind, &current.kind)
-            && (name_fits(&original) || name_fits(&current))
-            && (namespace_fits(&original) || namespace_fits(&current))
+        if fits(&group, &current.group)
+            && fits(&version, &current.version)
+            && fits(&kind, &current.kind)
+            && (fits(&name, &original.name) || fits(&name, &current.name))
+            && (fits(&namespace, original.effective_namespace())
+                || fits(&namespace, current.effective_namespace()))
             && labels
                 .iter()
                 .all(|r| r.matches(resource.object["metadata"].get("labels")))
@@ -212,24 +200,77 @@ pub(crate) fn parse_body(file: &str, text: &str) -> Result<Body, Error> {
     Ok(Body::Strategic(documents))
 }
 
-/// Applies a JSON 6902 patch to `resource`.
+/// Applies a JSON 6902 patch to `resource`, one operation at a time, each one's result
+/// weighed against the build's budget (a `copy` can double an object) and its nesting
+/// bounded, so no patch can make an object the build cannot afford or walk.
 pub(crate) fn apply_json6902(
+    loader: &mut Loader,
     file: &str,
     resource: &mut Resource,
     patch: &json_patch::Patch,
 ) -> Result<(), Error> {
     let before = resource.id();
     let mut object = resource.object.clone();
-    json_patch::patch(&mut object, patch)
-        .map_err(|e| Error::new(file, format!("JSON patch on {before}: {e}")))?;
-    if !object.is_object() {
-        return Err(Error::new(
-            file,
-            format!("JSON patch on {before} leaves no object"),
-        ));
+    for operation in &patch.0 {
+        json_patch::patch(&mut object, std::slice::from_ref(operation))
+            .map_err(|e| Error::new(file, format!("JSON patch on {before}: {e}")))?;
+        let (bytes, depth) = weight(&object);
+        if depth > MAX_NESTING {
+            return Err(Error::new(
+                file,
+                format!("JSON patch on {before} nests its fields more than {MAX_NESTING} deep"),
+            ));
+        }
+        loader.charge(file, bytes)?;
     }
     resource.object = object;
+    check_shape(&resource.object)
+        .map_err(|e| Error::new(file, format!("JSON patch on {before} {e}")))?;
     remember(resource, before);
+    Ok(())
+}
+
+/// How deep an object's fields may nest once patched: 128, as deep as YAML is read.
+const MAX_NESTING: usize = 128;
+
+/// What a value weighs, about (64 bytes a node, and its strings), and how deep it nests;
+/// walked without recursion, whatever its depth.
+fn weight(value: &Value) -> (usize, usize) {
+    let (mut bytes, mut deepest) = (0usize, 0usize);
+    let mut pending = vec![(value, 1usize)];
+    while let Some((value, depth)) = pending.pop() {
+        deepest = deepest.max(depth);
+        bytes = bytes.saturating_add(64);
+        match value {
+            Value::String(s) => bytes = bytes.saturating_add(s.len()),
+            Value::Array(items) => pending.extend(items.iter().map(|v| (v, depth + 1))),
+            Value::Object(map) => {
+                for (key, v) in map {
+                    bytes = bytes.saturating_add(key.len());
+                    pending.push((v, depth + 1));
+                }
+            }
+            _ => {}
+        }
+    }
+    (bytes, deepest)
+}
+
+/// What every object of a build must still be after a patch: a mapping with a kind and
+/// a metadata mapping naming it.
+fn check_shape(object: &Value) -> Result<(), String> {
+    if !object.is_object() {
+        return Err("leaves no object".into());
+    }
+    if object["kind"].as_str().is_none_or(str::is_empty) {
+        return Err("leaves it without a kind".into());
+    }
+    if object["metadata"]["name"]
+        .as_str()
+        .is_none_or(str::is_empty)
+    {
+        return Err("leaves it without metadata.name".into());
+    }
     Ok(())
 }
 
@@ -239,9 +280,9 @@ pub(crate) fn apply_strategic(
     resource: &mut Resource,
     patch: &Value,
     options: PatchOptions,
-) -> bool {
+) -> Result<bool, String> {
     if patch.get("$patch").and_then(Value::as_str) == Some("delete") {
-        return true;
+        return Ok(true);
     }
     let before = resource.id();
     let mut patch = patch.clone();
@@ -257,11 +298,53 @@ pub(crate) fn apply_strategic(
             metadata.remove("namespace");
         }
     }
+    let schema = Schema {
+        builtin: is_builtin_group(&before.group),
+        service: before.kind == "Service" && before.group.is_empty(),
+    };
+    let original = resource.object.clone();
     if let (Value::Object(target), Value::Object(patch)) = (&mut resource.object, &patch) {
-        merge_map(target, patch);
+        merge_map(target, patch, schema);
+    }
+    if let Err(problem) = check_shape(&resource.object) {
+        resource.object = original;
+        return Err(format!("the patch of {before} {problem}"));
     }
     remember(resource, before);
-    false
+    Ok(false)
+}
+
+/// What kustomize knows of a kind's lists: for Kubernetes' own kinds, the key each list of
+/// objects is merged by (its `patchMergeKey`); for any other, nothing: lists are replaced.
+#[derive(Clone, Copy)]
+struct Schema {
+    builtin: bool,
+    /// A Service, whose `ports` are merged by `port`, not by `containerPort`.
+    service: bool,
+}
+
+/// The API groups of Kubernetes' own kinds, whose schemas kustomize has.
+fn is_builtin_group(group: &str) -> bool {
+    matches!(
+        group,
+        "" | "apps"
+            | "batch"
+            | "autoscaling"
+            | "policy"
+            | "networking.k8s.io"
+            | "rbac.authorization.k8s.io"
+            | "storage.k8s.io"
+            | "scheduling.k8s.io"
+            | "admissionregistration.k8s.io"
+            | "apiextensions.k8s.io"
+            | "apiregistration.k8s.io"
+            | "certificates.k8s.io"
+            | "coordination.k8s.io"
+            | "discovery.k8s.io"
+            | "events.k8s.io"
+            | "node.k8s.io"
+            | "extensions"
+    )
 }
 
 /// Keeps the id `resource` had before a patch renamed it.
@@ -273,7 +356,7 @@ fn remember(resource: &mut Resource, before: Id) {
     }
 }
 
-fn merge_map(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
+fn merge_map(target: &mut Map<String, Value>, patch: &Map<String, Value>, schema: Schema) {
     if patch.get("$patch").and_then(Value::as_str) == Some("replace") {
         *target = cleaned(patch);
         return;
@@ -298,13 +381,13 @@ fn merge_map(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
                 target.remove(key);
             }
             Value::Object(inner) => match target.get_mut(key) {
-                Some(Value::Object(existing)) => merge_map(existing, inner),
+                Some(Value::Object(existing)) => merge_map(existing, inner, schema),
                 _ => {
                     target.insert(key.clone(), Value::Object(cleaned(inner)));
                 }
             },
             Value::Array(items) => match target.get_mut(key) {
-                Some(Value::Array(existing)) => merge_list(existing, items, key),
+                Some(Value::Array(existing)) => merge_list(existing, items, key, schema),
                 _ => {
                     target.insert(key.clone(), Value::Array(cleaned_list(items)));
                 }
@@ -316,7 +399,7 @@ fn merge_map(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
     }
 }
 
-fn merge_list(target: &mut Vec<Value>, patch: &[Value], field: &str) {
+fn merge_list(target: &mut Vec<Value>, patch: &[Value], field: &str, schema: Schema) {
     let directive = |v: &Value| v.get("$patch").and_then(Value::as_str).map(str::to_string);
     if patch
         .iter()
@@ -331,7 +414,16 @@ fn merge_list(target: &mut Vec<Value>, patch: &[Value], field: &str) {
         );
         return;
     }
-    let Some(key) = merge_key(field, target, patch) else {
+    if schema.builtin && field == "finalizers" {
+        // A set of strings, merged.
+        for item in patch {
+            if !target.contains(item) {
+                target.push(item.clone());
+            }
+        }
+        return;
+    }
+    let Some(key) = merge_key(field, schema) else {
         *target = cleaned_list(patch);
         return;
     };
@@ -350,7 +442,7 @@ fn merge_list(target: &mut Vec<Value>, patch: &[Value], field: &str) {
         match (directive(item).as_deref(), existing) {
             (Some("delete"), _) => {}
             (_, Some(Value::Object(mut existing))) => {
-                merge_map(&mut existing, fields);
+                merge_map(&mut existing, fields, schema);
                 merged.push(Value::Object(existing));
             }
             _ => merged.push(Value::Object(cleaned(fields))),
@@ -360,20 +452,31 @@ fn merge_list(target: &mut Vec<Value>, patch: &[Value], field: &str) {
     *target = merged;
 }
 
-/// The key a list of objects is merged by, if its elements all have one.
-fn merge_key(field: &str, target: &[Value], patch: &[Value]) -> Option<&'static str> {
-    let all_have = |key: &str| {
-        !patch.is_empty()
-            && patch
-                .iter()
-                .chain(target)
-                .all(|v| v.get(key).is_some_and(|k| !k.is_null()))
-    };
-    // Kubernetes merges a container's ports by number, a Service's by port.
-    if field == "ports" {
-        return ["containerPort", "port"].into_iter().find(|k| all_have(k));
+/// The key a list of Kubernetes' own objects is merged by (its `patchMergeKey`); none for
+/// a list another kind holds, or one Kubernetes replaces whole.
+fn merge_key(field: &str, schema: Schema) -> Option<&'static str> {
+    if !schema.builtin {
+        return None;
     }
-    ASSOCIATIVE_KEYS.into_iter().find(|k| all_have(k))
+    Some(match field {
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets"
+        | "resourceClaims"
+        | "readinessGates" => "name",
+        "volumeMounts" => "mountPath",
+        "volumeDevices" => "devicePath",
+        "hostAliases" => "ip",
+        "conditions" => "type",
+        "topologySpreadConstraints" => "topologyKey",
+        "ownerReferences" => "uid",
+        "ports" if schema.service => "port",
+        "ports" => "containerPort",
+        _ => return None,
+    })
 }
 
 /// A patch's map as a value to insert: directives and nulls left out.

@@ -28,7 +28,7 @@ impl Id {
     }
 
     /// Kubernetes' `default` namespace is what no namespace means.
-    fn effective_namespace(&self) -> &str {
+    pub fn effective_namespace(&self) -> &str {
         if self.namespace.is_empty() || self.is_cluster_scoped() {
             "default"
         } else {

@@ -22,6 +22,7 @@ pub(crate) fn apply(
     set: &mut Vec<Resource>,
 ) -> Result<(), Error> {
     for entry in &k.patches_strategic_merge {
+        loader.charge(file, 4096 + set.len() * 64)?;
         let text = patch_text(loader, dir, entry)?;
         let Body::Strategic(patches) = patch::parse_body(file, &text)? else {
             return Err(Error::new(
@@ -39,17 +40,22 @@ pub(crate) fn apply(
         patch_entry(loader, file, dir, set, entry, false)?;
     }
     if let Some(namespace) = k.namespace.as_deref().filter(|n| !n.is_empty()) {
+        loader.charge(file, set.len() * (namespace.len() + 64))?;
         set_namespace(set, namespace);
     }
-    if let Some(prefix) = k.name_prefix.as_deref().filter(|p| !p.is_empty()) {
-        affix(set, prefix, true);
+    for (affixed, prefix) in [(&k.name_prefix, true), (&k.name_suffix, false)] {
+        if let Some(affixed) = affixed.as_deref().filter(|a| !a.is_empty()) {
+            // Each object's new name, and the old one it keeps.
+            let names: usize = set.iter().map(|r| 2 * r.name().len() + affixed.len()).sum();
+            loader.charge(file, names)?;
+            affix(set, affixed, prefix);
+        }
     }
-    if let Some(suffix) = k.name_suffix.as_deref().filter(|s| !s.is_empty()) {
-        affix(set, suffix, false);
-    }
-    label(set, k);
+    label(loader, file, set, k)?;
     let annotations = pairs(&k.common_annotations);
     if !annotations.is_empty() {
+        // At most the object's and its template's.
+        loader.charge(file, 2 * set.len() * weight_of(&annotations))?;
         for resource in set.iter_mut() {
             let id = resource.id();
             add_pairs(&mut resource.object, &id, ANNOTATION_FIELDS, &annotations);
@@ -59,12 +65,14 @@ pub(crate) fn apply(
         patch_entry(loader, file, dir, set, entry, true)?;
     }
     for replica in &k.replicas {
+        let mut found = false;
         for resource in set.iter_mut() {
             let counted = matches!(
                 resource.kind(),
                 "Deployment" | "ReplicationController" | "ReplicaSet" | "StatefulSet"
             );
             if counted && resource.ids().any(|id| id.name == replica.name) {
+                found = true;
                 let object = resource
                     .object
                     .as_object_mut()
@@ -74,6 +82,15 @@ pub(crate) fn apply(
                     spec.insert("replicas".into(), json!(replica.count));
                 }
             }
+        }
+        if !found {
+            return Err(Error::new(
+                file,
+                format!(
+                    "replicas: no Deployment, ReplicaSet, ReplicationController or StatefulSet named {:?}",
+                    replica.name
+                ),
+            ));
         }
     }
     for image in k.images.iter().chain(&k.image_tags) {
@@ -131,11 +148,12 @@ fn patch_entry(
         }
     };
     let options = entry.options.unwrap_or_default();
+    // Each entry costs its selectors' compilation and a pass over the build, matching or not.
+    loader.charge(file, 4096 + set.len() * 64)?;
     match (patch::parse_body(file, &text)?, &entry.target) {
         (Body::Json6902(operations), Some(target)) => {
             for index in patch::select(file, set, target)? {
-                loader.charge(file, text.len())?;
-                patch::apply_json6902(file, &mut set[index], &operations)?;
+                patch::apply_json6902(loader, file, &mut set[index], &operations)?;
             }
         }
         (Body::Json6902(_), None) => {
@@ -156,7 +174,9 @@ fn patch_entry(
             for one in &patches {
                 for &index in &chosen {
                     loader.charge(file, text.len())?;
-                    if patch::apply_strategic(&mut set[index], one, options) {
+                    if patch::apply_strategic(&mut set[index], one, options)
+                        .map_err(|e| Error::new(file, e))?
+                    {
                         deleted.push(index);
                     }
                 }
@@ -194,7 +214,7 @@ fn strategic_by_id(
             file,
             serde_json::to_string(one).map(|s| s.len()).unwrap_or(0),
         )?;
-        if patch::apply_strategic(&mut set[index], one, options) {
+        if patch::apply_strategic(&mut set[index], one, options).map_err(|e| Error::new(file, e))? {
             deleted.push(index);
         }
     }
@@ -268,23 +288,17 @@ fn affix(set: &mut [Resource], affix: &str, prefix: bool) {
     }
 }
 
-/// `commonLabels` (the object, its templates and its selectors) and `labels` (the object,
-/// and what each entry includes).
-fn label(set: &mut [Resource], k: &Kustomization) {
+/// `labels` (the object, and what each entry includes), then `commonLabels` (the object,
+/// its templates and its selectors), which so win where both set a key, as in kustomize.
+fn label(
+    loader: &mut Loader,
+    file: &str,
+    set: &mut [Resource],
+    k: &Kustomization,
+) -> Result<(), Error> {
     // Each layer: its labels, and where they go.
     type Layer = (Map<String, Value>, Vec<&'static [FieldSpec]>);
     let mut layers: Vec<Layer> = Vec::new();
-    if !k.common_labels.is_empty() {
-        layers.push((
-            pairs(&k.common_labels),
-            vec![
-                METADATA_LABELS,
-                TEMPLATE_LABEL_FIELDS,
-                CLAIM_TEMPLATE_LABEL_FIELDS,
-                SELECTOR_FIELDS,
-            ],
-        ));
-    }
     for entry in &k.labels {
         let mut specs = vec![METADATA_LABELS];
         if entry.include_selectors {
@@ -303,7 +317,20 @@ fn label(set: &mut [Resource], k: &Kustomization) {
         }
         layers.push((pairs(&entry.pairs), specs));
     }
+    if !k.common_labels.is_empty() {
+        layers.push((
+            pairs(&k.common_labels),
+            vec![
+                METADATA_LABELS,
+                TEMPLATE_LABEL_FIELDS,
+                CLAIM_TEMPLATE_LABEL_FIELDS,
+                SELECTOR_FIELDS,
+            ],
+        ));
+    }
     for (labels, specs) in &layers {
+        // The object, a template or two, a selector or two: four places at most, about.
+        loader.charge(file, 4 * set.len() * weight_of(labels))?;
         for resource in set.iter_mut() {
             let id = resource.id();
             for spec in specs {
@@ -311,6 +338,15 @@ fn label(set: &mut [Resource], k: &Kustomization) {
             }
         }
     }
+    Ok(())
+}
+
+/// What a set of labels or annotations weighs, written once.
+fn weight_of(pairs: &Map<String, Value>) -> usize {
+    pairs
+        .iter()
+        .map(|(k, v)| 64 + k.len() + v.as_str().map_or(0, str::len))
+        .sum()
 }
 
 /// An image reference's name, tag and digest.
@@ -351,7 +387,13 @@ fn new_image(current: &str, image: &Image) -> Option<String> {
         tag = Some(new_tag);
         digest = None;
     }
-    if let Some(suffix) = image.tag_suffix.as_deref().filter(|s| !s.is_empty()) {
+    let replaced =
+        image.new_tag.is_some() || image.digest.as_deref().is_some_and(|d| !d.is_empty());
+    if let Some(suffix) = image
+        .tag_suffix
+        .as_deref()
+        .filter(|s| !s.is_empty() && !replaced)
+    {
         tag = Some(format!("{}{suffix}", tag.unwrap_or_default()));
     }
     if let Some(new_digest) = image.digest.as_deref().filter(|d| !d.is_empty()) {

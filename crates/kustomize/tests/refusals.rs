@@ -165,3 +165,129 @@ fn a_secret_generator_encodes_and_hashes_and_references_follow() {
         name
     );
 }
+
+#[test]
+fn json_patches_cannot_grow_an_object_past_the_budget_or_nest_it_without_end() {
+    // Each copy doubles /data: forty would make 2^40 of it.
+    let mut operations = String::from("[");
+    for i in 0..40 {
+        operations.push_str(&format!(
+            r#"{{"op":"copy","from":"/data","path":"/data/k{i}"}},"#
+        ));
+    }
+    operations.push_str(r#"{"op":"add","path":"/data/x","value":"y"}]"#);
+    let kustomization = format!(
+        "resources:\n- cm.yaml\npatches:\n- target: {{kind: ConfigMap}}\n  patch: '{operations}'\n"
+    );
+    let message = error(
+        &[
+            ("kustomization.yaml", &kustomization),
+            ("cm.yaml", CONFIG_MAP),
+        ],
+        "",
+    );
+    assert!(message.contains("more than 67108864 bytes"), "{message}");
+    // Copying a map into itself nests it one level deeper each time.
+    let mut operations = String::from("[");
+    let mut path = String::from("/data");
+    for _ in 0..200 {
+        operations.push_str(&format!(
+            r#"{{"op":"add","path":"{path}/d","value":{{}}}},"#
+        ));
+        path.push_str("/d");
+    }
+    operations.push_str(r#"{"op":"add","path":"/data/z","value":"y"}]"#);
+    let kustomization = format!(
+        "resources:\n- cm.yaml\npatches:\n- target: {{kind: ConfigMap}}\n  patch: '{operations}'\n"
+    );
+    let message = error(
+        &[
+            ("kustomization.yaml", &kustomization),
+            ("cm.yaml", CONFIG_MAP),
+        ],
+        "",
+    );
+    assert!(message.contains("more than 128 deep"), "{message}");
+    // A patch that leaves an object without its metadata is an error, not a crash.
+    for patch in [
+        r#"'[{"op":"replace","path":"/metadata","value":1}]'"#,
+        "|\n    apiVersion: v1\n    kind: ConfigMap\n    metadata: x\n",
+    ] {
+        let kustomization = format!(
+            "namespace: x\nresources:\n- cm.yaml\npatches:\n- target: {{kind: ConfigMap}}\n  patch: {patch}\n"
+        );
+        let message = error(
+            &[
+                ("kustomization.yaml", &kustomization),
+                ("cm.yaml", CONFIG_MAP),
+            ],
+            "",
+        );
+        assert!(message.contains("without metadata.name"), "{message}");
+    }
+}
+
+#[test]
+fn kustomizations_read_as_kustomize_reads_them() {
+    const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  template:\n    spec:\n      containers:\n      - name: web\n        image: nginx\n        env:\n        - {name: A, value: a}\n";
+    const RULE: &str = "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n  name: rules\nspec:\n  groups:\n  - name: a\n    rules: []\n  - name: b\n    rules: []\n";
+    let built = build(
+        &files(&[
+            (
+                "kustomization.yaml",
+                "resources:\n- web.yaml\n- rule.yaml\n# - old.yaml\ncommonLabels:\npatches:\n- target: {kind: Deployment|StatefulSet}\n  patch: |\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata: {name: any}\n    spec:\n      template:\n        spec:\n          containers:\n          - name: web\n            env:\n            - {name: B, value: b}\n- patch: |\n    apiVersion: monitoring.coreos.com/v1\n    kind: PrometheusRule\n    metadata: {name: rules}\n    spec:\n      groups:\n      - name: a\n        rules: [{alert: x}]\nreplicas:\n- name: web\n  count: 3\n",
+            ),
+            ("web.yaml", DEPLOYMENT),
+            ("rule.yaml", RULE),
+        ]),
+        "",
+        Bounds::default(),
+    )
+    .unwrap();
+    // A Deployment's env is merged by name; a custom kind's list is replaced whole.
+    let env = &built[0]["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert_eq!(env.as_array().unwrap().len(), 2, "{env}");
+    assert_eq!(built[0]["spec"]["replicas"], 3);
+    let groups = built[1]["spec"]["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    let message = error(
+        &[
+            (
+                "kustomization.yaml",
+                "resources:\n- web.yaml\nreplicas:\n- name: nosuch\n  count: 2\n",
+            ),
+            ("web.yaml", DEPLOYMENT),
+        ],
+        "",
+    );
+    assert!(message.contains("replicas: no Deployment"), "{message}");
+}
+
+#[test]
+fn a_merging_generator_takes_the_bases_place_with_its_own_type() {
+    let built = build(
+        &files(&[
+            (
+                "base/kustomization.yaml",
+                "secretGenerator:\n- name: tls\n  type: kubernetes.io/tls\n  literals: [tls.crt=a, tls.key=b]\n",
+            ),
+            (
+                "overlay/kustomization.yaml",
+                "namePrefix: o-\nresources: [../base]\nsecretGenerator:\n- name: tls\n  behavior: merge\n  literals: [tls.crt=c]\n",
+            ),
+        ]),
+        "overlay",
+        Bounds::default(),
+    )
+    .unwrap();
+    let secret = &built[0];
+    assert_eq!(secret["type"], "Opaque", "{secret}");
+    assert_eq!(secret["data"]["tls.crt"], "Yw==", "{secret}");
+    assert_eq!(secret["data"]["tls.key"], "Yg==", "{secret}");
+    assert!(
+        secret["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("o-tls-")
+    );
+}

@@ -102,11 +102,22 @@ pub(super) async fn render(
     } else {
         format!("{chart_dir}/")
     };
-    let chart_files: BTreeMap<String, Vec<u8>> = bundle
-        .iter()
-        .filter_map(|(name, data)| Some((name.strip_prefix(&prefix)?.to_string(), data.clone())))
-        .collect();
-    let chart = Chart::load(&chart_files).map_err(|e| format!("{prefix}{e}"))?;
+    let chart = match bundle
+        .get(&chart_dir)
+        .filter(|_| chart_dir.ends_with(".tgz"))
+    {
+        // A packaged chart: fetched from a Helm repository, or kept so in git.
+        Some(archive) => Chart::load_archive(&chart_dir, archive).map_err(|e| e.to_string())?,
+        None => {
+            let chart_files: BTreeMap<String, Vec<u8>> = bundle
+                .iter()
+                .filter_map(|(name, data)| {
+                    Some((name.strip_prefix(&prefix)?.to_string(), data.clone()))
+                })
+                .collect();
+            Chart::load(&chart_files).map_err(|e| format!("{prefix}{e}"))?
+        }
+    };
     // `values` hold the bundle's valuesFiles already (merged when the bundle was read).
     let mut values = helm.values.clone().unwrap_or_default();
     for item in helm.values_from.iter().flatten() {

@@ -74,6 +74,14 @@ pub struct GitRepoSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<crate::schema::Bytes>")]
     pub ca_bundle: Option<k8s_openapi::ByteString>,
+    /// The Secret (same namespace) with the credential for charts from Helm repositories
+    /// (`helm.repo`): `username` and `password`, and `cacerts` (PEM) for a private authority.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub helm_secret_name: Option<String>,
+    /// Only Helm repositories whose URL matches this regular expression get
+    /// `helmSecretName`'s credential (every https one when unset).
+    #[serde(rename = "helmRepoURLRegex", skip_serializing_if = "Option::is_none")]
+    pub helm_repo_url_regex: Option<String>,
     /// The Secret (same namespace) holding the webhook secrets deliveries must prove: its
     /// `github` and `gitlab` keys (else `gitjob-webhook` in `lariat-system` is used).
     #[serde(skip_serializing_if = "Option::is_none")]
