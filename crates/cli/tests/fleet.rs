@@ -79,13 +79,13 @@ fn a_fleet_field_lariat_does_not_implement_is_refused_not_ignored() {
     let server = TestServer::start();
     let manifest = SEED_GIT_REPO.replace(
         "  branch: main\n",
-        "  branch: main\n  helmSecretName: creds\n",
+        "  branch: main\n  helmSecretNameForPaths: creds\n",
     );
     let output = server.kubectl_stdin(&["apply", "-f", "-"], &manifest);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "applied: {stderr}");
     assert!(
-        stderr.contains("helmSecretName") && stderr.contains("unknown field"),
+        stderr.contains("helmSecretNameForPaths") && stderr.contains("unknown field"),
         "{stderr}"
     );
 }
@@ -2551,4 +2551,200 @@ fn a_kustomization_builds_per_target_overlay_and_a_broken_overlay_fails_only_its
     );
     let eu = workload_items(&server, "eu-1", "configmaps", "shop");
     assert!(eu.iter().any(|m| m["data"]["color"] == "blue"), "{eu:?}");
+    // The us cluster keeps running its last good build meanwhile.
+    let us = workload_items(&server, "us-1", "configmaps", "shop");
+    assert!(us.iter().any(|m| m["data"]["color"] == "red"), "{us:?}");
+}
+
+/// A Helm repository served over https by Python's http.server (a real server, not lariat's
+/// code), answering only with the `charts`/`s3cret` password: `index.yaml` and the archives
+/// in `dir`. Returns the server (killed on drop), its URL and its authority's PEM.
+struct HelmRepository {
+    child: std::process::Child,
+    url: String,
+    ca: String,
+}
+
+impl Drop for HelmRepository {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const HELM_REPOSITORY_SERVER: &str = r#"
+import base64, http.server, ssl, sys
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self):
+        expected = "Basic " + base64.b64encode(b"charts:s3cret").decode()
+        if self.headers.get("Authorization") != expected:
+            self.send_response(401); self.end_headers(); return
+        super().do_GET()
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: Handler(*a, directory=sys.argv[1]))
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(sys.argv[2], sys.argv[3])
+server.socket = context.wrap_socket(server.socket, server_side=True)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// Packages chart `web` at `version` into `dir` with `tar`, as `helm package` lays it out.
+fn package_web_chart(dir: &Path, version: &str) -> String {
+    let build = dir.join(format!("build-{version}/web"));
+    std::fs::create_dir_all(build.join("templates")).unwrap();
+    std::fs::write(
+        build.join("Chart.yaml"),
+        format!("apiVersion: v2\nname: web\nversion: {version}\nappVersion: \"{version}\"\n"),
+    )
+    .unwrap();
+    std::fs::write(build.join("values.yaml"), "color: blue\n").unwrap();
+    std::fs::write(
+        build.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-settings\ndata:\n  color: {{ .Values.color }}\n  version: {{ .Chart.Version | quote }}\n",
+    )
+    .unwrap();
+    let archive = format!("web-{version}.tgz");
+    let status = Command::new("tar")
+        .args(["czf", &archive, "-C"])
+        .arg(dir.join(format!("build-{version}")))
+        .arg("web")
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(std::fs::read(dir.join(&archive)).unwrap());
+    format!("  - version: {version}\n    urls: [{archive}]\n    digest: {digest:x}\n")
+}
+
+fn helm_repository(dir: &Path) -> HelmRepository {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut index = String::from("apiVersion: v1\nentries:\n  web:\n");
+    for version in ["1.1.0", "1.2.0", "1.2.3"] {
+        index.push_str(&package_web_chart(dir, version));
+    }
+    std::fs::write(dir.join("index.yaml"), index).unwrap();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let tls = dir.with_file_name("tls");
+    std::fs::create_dir_all(&tls).unwrap();
+    std::fs::write(tls.join("tls.crt"), leaf.pem()).unwrap();
+    std::fs::write(tls.join("tls.key"), key.serialize_pem()).unwrap();
+    let mut child = Command::new("python3")
+        .args(["-c", HELM_REPOSITORY_SERVER])
+        .arg(dir)
+        .arg(tls.join("tls.crt"))
+        .arg(tls.join("tls.key"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    HelmRepository {
+        child,
+        url: format!("https://127.0.0.1:{}", line.trim()),
+        ca: ca_pem,
+    }
+}
+
+#[test]
+fn a_chart_from_a_helm_repository_is_fetched_with_the_git_repos_credential_and_deployed() {
+    use base64::Engine as _;
+    let work = tempfile::tempdir().unwrap();
+    let charts = helm_repository(&work.path().join("charts"));
+    let repos = work.path().join("repos");
+    std::fs::create_dir_all(&repos).unwrap();
+    // The repository listens on loopback, which the server reaches only when told.
+    let server = TestServer::start_with(&[
+        "--fleet-file-repos",
+        repos.to_str().unwrap(),
+        "--fleet-allow-networks",
+        "127.0.0.0/8",
+    ]);
+    in_memory_clusters(&server, &[("eu-1", "eu")]);
+    server.apply_ok(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: helm-repo\n  namespace: fleet-default\ntype: kubernetes.io/basic-auth\nstringData:\n  username: charts\n  password: s3cret\n",
+    );
+    let upstream = repos.join("platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    commit(
+        &upstream,
+        &[
+            ("plain/settings.yaml", CONFIG_MAP),
+            (
+                "web/fleet.yaml",
+                &format!(
+                    "defaultNamespace: web\nhelm:\n  repo: {}\n  chart: web\n  version: \"~1.2.0\"\n  releaseName: shop\n  values:\n    color: red\n",
+                    charts.url
+                ),
+            ),
+        ],
+    );
+    let ca = base64::engine::general_purpose::STANDARD.encode(&charts.ca);
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        &format!(
+            "  pollingInterval: 5s\n  paths: [plain, web]\n  helmSecretName: helm-repo\n  caBundle: {ca}\n  targets:\n  - clusterSelector: {{}}\n"
+        ),
+    );
+    eventually_within(Duration::from_secs(120), "both bundles ready", || {
+        git_repo(&server, "platform")["status"]["display"]["readyBundleDeployments"] == "2/2"
+    });
+    // The newest version the range allows, rendered with the bundle's values.
+    let settings = workload_config_map(&server, "eu-1", "web", "shop-settings");
+    assert_eq!(settings["data"]["color"], "red", "{settings}");
+    assert_eq!(settings["data"]["version"], "1.2.3", "{settings}");
+    let release = helm_release(&server, "eu-1", "web", "shop", 1);
+    assert_eq!(
+        release["chart"]["metadata"]["version"], "1.2.3",
+        "{release}"
+    );
+    // A version the repository does not have fails that bundle alone, saying why; its
+    // cluster keeps running what it had, and the other bundle of the commit is untouched.
+    commit(
+        &upstream,
+        &[(
+            "web/fleet.yaml",
+            &format!(
+                "defaultNamespace: web\nhelm:\n  repo: {}\n  chart: web\n  version: \">=2\"\n  releaseName: shop\n",
+                charts.url
+            ),
+        )],
+    );
+    eventually_within(
+        Duration::from_secs(120),
+        "the chart's bundle says its chart cannot be fetched",
+        || first_group(&server, "platform-web")["state"] == "InvalidCustomization",
+    );
+    let group = first_group(&server, "platform-web");
+    let message = group["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("web/fleet.yaml: chart \"web\" from https://127.0.0.1:")
+            && message.contains("no version of \"web\" that meets \">=2\""),
+        "{group}"
+    );
+    let settings = workload_config_map(&server, "eu-1", "web", "shop-settings");
+    assert_eq!(settings["data"]["version"], "1.2.3", "{settings}");
+    let plain = bundle(&server, "platform-plain").unwrap();
+    assert_eq!(
+        plain["status"]["display"]["readyClusters"], "1/1",
+        "{plain}"
+    );
 }

@@ -361,7 +361,8 @@ pub fn bundles(
                 encoding,
             });
         }
-        if resources.is_empty() {
+        // A chart from a Helm repository needs no file of the repository's own.
+        if resources.is_empty() && !helm.as_ref().is_some_and(is_remote) {
             continue;
         }
         // A fleet.yaml customization comes first; the GitRepo's own targets follow, and also
@@ -758,17 +759,34 @@ mod tests {
             error.to_string(),
             "x/Chart.yaml: a chart needs a Chart.yaml"
         );
+        // A chart from a Helm repository is fetched once the commit is read, not here.
+        let remote = bundles(
+            &[file(
+                "fleet.yaml",
+                "helm:\n  repo: https://charts.example.com\n  chart: web\n  version: ~1.2\n",
+            )],
+            &[],
+            &[],
+            &options,
+        )
+        .unwrap();
+        let helm = remote[0].spec.helm.as_ref().unwrap();
+        assert_eq!(helm.version.as_deref(), Some("~1.2"));
+        assert!(is_remote(helm));
         let error = bundles(
             &[file(
                 "fleet.yaml",
-                "helm:\n  repo: https://charts.example.com\n  chart: web\n",
+                "helm:\n  repo: https://charts.example.com\n",
             )],
             &[],
             &[],
             &options,
         )
         .unwrap_err();
-        assert!(error.reason.contains("Helm repositories"), "{error}");
+        assert!(
+            error.reason.contains("helm.chart names the chart"),
+            "{error}"
+        );
         let error = bundles(
             &[file(
                 "fleet.yaml",

@@ -141,61 +141,15 @@ mod http {
     use axum::http::{Request, Response, StatusCode};
     use base64::Engine;
 
-    /// A certificate authority, and a certificate it signed for 127.0.0.1.
-    pub fn authority() -> (String, tokio_rustls::TlsAcceptor) {
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
-        let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).unwrap();
-        let key = rcgen::KeyPair::generate().unwrap();
-        let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
-            .unwrap()
-            .signed_by(&key, &issuer)
-            .unwrap();
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let config = rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![leaf.der().clone()],
-                rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
-            )
-            .unwrap();
-        (
-            ca_pem,
-            tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)),
-        )
-    }
+    pub use super::common::authority;
 
     /// Serves the repositories under `root` over https with `acceptor`'s certificate.
     pub async fn serve_tls(root: PathBuf, acceptor: tokio_rustls::TlsAcceptor) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
         let app = axum::Router::new().fallback(move |request: Request<Body>| {
             let root = root.clone();
             async move { backend(root, request).await }
         });
-        tokio::spawn(async move {
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
-                    return;
-                };
-                let (acceptor, app) = (acceptor.clone(), app.clone());
-                tokio::spawn(async move {
-                    // A client that does not trust the certificate hangs up here.
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let service = hyper_util::service::TowerToHyperService::new(app);
-                    let _ = hyper_util::server::conn::auto::Builder::new(
-                        hyper_util::rt::TokioExecutor::new(),
-                    )
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                    .await;
-                });
-            }
-        });
-        format!("https://{address}")
+        super::common::serve_tls(app, acceptor).await
     }
 
     pub const USER: &str = "deploy";

@@ -1,0 +1,324 @@
+//! Charts from Helm repositories: a real chart archive made by `tar`, served over https by a
+//! repository that wants a password, fetched as a commit's bundles are read.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use axum::body::Body;
+use axum::http::{Request, Response, StatusCode};
+use base64::Engine as _;
+use lariat_api::fleet::{BundleSpec, HelmOptions};
+use lariat_fleet::charts::{self, ChartError, ChartSource, RepoAccess};
+use lariat_fleet::git::BasicAuth;
+use lariat_fleet::scan::ScannedBundle;
+use sha2::{Digest, Sha256};
+
+const USER: &str = "charts";
+const PASSWORD: &str = "s3cret";
+
+/// `web-VERSION.tgz`, packaged as `helm package` does (the chart under its own directory).
+fn package(dir: &Path, version: &str) -> Vec<u8> {
+    let chart = dir.join(format!("build-{version}/web"));
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        format!("apiVersion: v2\nname: web\nversion: {version}\n"),
+    )
+    .unwrap();
+    std::fs::write(chart.join("values.yaml"), "color: blue\n").unwrap();
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  color: {{ .Values.color }}\n",
+    )
+    .unwrap();
+    let archive = dir.join(format!("web-{version}.tgz"));
+    let status = Command::new("tar")
+        .arg("czf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(dir.join(format!("build-{version}")))
+        .arg("web")
+        .status()
+        .expect("run tar");
+    assert!(status.success());
+    std::fs::read(archive).unwrap()
+}
+
+/// A Helm repository over https: `index.yaml` and the archives, behind basic auth.
+async fn repository(dir: &Path) -> (String, String) {
+    let mut index = String::from("apiVersion: v1\nentries:\n  web:\n");
+    let mut archives = std::collections::HashMap::new();
+    for version in ["1.1.0", "1.2.0", "1.3.0-rc.1"] {
+        let archive = package(dir, version);
+        let digest = format!("{:x}", Sha256::digest(&archive));
+        index.push_str(&format!(
+            "  - version: {version}\n    urls: [web-{version}.tgz]\n    digest: {digest}\n"
+        ));
+        archives.insert(format!("/charts/web-{version}.tgz"), archive);
+    }
+    // An entry whose archive is not the one the index vouches for.
+    index.push_str(&format!(
+        "  bad:\n  - version: 1.0.0\n    urls: [web-1.1.0.tgz]\n    digest: {}\n",
+        "0".repeat(64)
+    ));
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"))
+    );
+    let app = axum::Router::new().fallback(move |request: Request<Body>| {
+        let (index, archives, expected) = (index.clone(), archives.clone(), expected.clone());
+        async move {
+            let authorized = request
+                .headers()
+                .get("authorization")
+                .is_some_and(|v| v.as_bytes() == expected.as_bytes());
+            if !authorized {
+                return Response::builder()
+                    .status(StatusCode::UNAUTHORIZED)
+                    .body(Body::empty())
+                    .unwrap();
+            }
+            let path = request.uri().path();
+            let body = match path {
+                "/charts/index.yaml" => Some(index.into_bytes()),
+                _ => archives.get(path).cloned(),
+            };
+            match body {
+                Some(body) => Response::new(Body::from(body)),
+                None => Response::builder()
+                    .status(StatusCode::NOT_FOUND)
+                    .body(Body::empty())
+                    .unwrap(),
+            }
+        }
+    });
+    let (ca, acceptor) = common::authority();
+    (common::serve_tls(app, acceptor).await, ca)
+}
+
+fn source<'a>(
+    repo: &'a str,
+    chart: &'a str,
+    version: Option<&'a str>,
+    auth: Option<&'a BasicAuth>,
+    ca: &'a str,
+) -> ChartSource<'a> {
+    ChartSource {
+        repo: Some(repo),
+        chart,
+        version,
+        auth,
+        ca: Some(ca.as_bytes()),
+    }
+}
+
+/// Runs blocking fetches off the test's runtime, as the GitRepo controller does.
+async fn fetch_off(
+    repo: String,
+    chart: &'static str,
+    version: Option<&'static str>,
+    auth: Option<BasicAuth>,
+    ca: String,
+    limits: lariat_fleet::Limits,
+) -> Result<charts::FetchedChart, ChartError> {
+    tokio::task::spawn_blocking(move || {
+        charts::fetch(&source(&repo, chart, version, auth.as_ref(), &ca), &limits)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chart_is_fetched_from_its_repository_at_the_version_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let (base, ca) = repository(dir.path()).await;
+    let repo = format!("{base}/charts");
+    let auth = BasicAuth {
+        username: USER.into(),
+        password: PASSWORD.into(),
+    };
+    let limits = common::loopback();
+    // No version: the newest stable one; a range: the newest in it; a prerelease only asked for.
+    for (version, expected) in [
+        (None, "1.2.0"),
+        (Some("~1.1"), "1.1.0"),
+        (Some(">=1.3.0-0"), "1.3.0-rc.1"),
+        (Some("1.2.0"), "1.2.0"),
+    ] {
+        let fetched = fetch_off(
+            repo.clone(),
+            "web",
+            version,
+            Some(auth.clone()),
+            ca.clone(),
+            limits.clone(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(fetched.version, expected, "{version:?}");
+        let chart = lariat_helm::Chart::load_archive("web.tgz", &fetched.archive).unwrap();
+        assert_eq!(chart.name(), "web");
+    }
+    let wrong = BasicAuth {
+        username: USER.into(),
+        password: "guess".into(),
+    };
+    let refused = fetch_off(
+        repo.clone(),
+        "web",
+        None,
+        Some(wrong),
+        ca.clone(),
+        limits.clone(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(refused, ChartError::Status { status: 401, .. }),
+        "{refused}"
+    );
+    assert!(!refused.to_string().contains("guess"));
+    let missing = fetch_off(
+        repo.clone(),
+        "nosuch",
+        None,
+        Some(auth.clone()),
+        ca.clone(),
+        limits.clone(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        missing.to_string().contains("has no chart \"nosuch\""),
+        "{missing}"
+    );
+    let none = fetch_off(
+        repo.clone(),
+        "web",
+        Some(">=2"),
+        Some(auth.clone()),
+        ca.clone(),
+        limits.clone(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        none.to_string()
+            .contains("no version of \"web\" that meets \">=2\""),
+        "{none}"
+    );
+    let forged = fetch_off(
+        repo.clone(),
+        "bad",
+        None,
+        Some(auth.clone()),
+        ca.clone(),
+        limits.clone(),
+    )
+    .await
+    .unwrap_err();
+    assert!(forged.to_string().contains("not the index's"), "{forged}");
+    // An authority the repository's certificate is not signed by.
+    let (other, _) = common::authority();
+    let untrusted = fetch_off(
+        repo.clone(),
+        "web",
+        None,
+        Some(auth.clone()),
+        other,
+        limits.clone(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(untrusted, ChartError::Unreachable { .. }),
+        "{untrusted}"
+    );
+    // Loopback is not a network the server may fetch from by default.
+    let refused = fetch_off(
+        repo.clone(),
+        "web",
+        None,
+        Some(auth.clone()),
+        ca.clone(),
+        lariat_fleet::Limits::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(refused, ChartError::NetworkNotAllowed { .. }),
+        "{refused}"
+    );
+    // An archive larger than a bundle may be.
+    let small = lariat_fleet::Limits {
+        max_bundle_bytes: 100,
+        ..limits.clone()
+    };
+    let large = fetch_off(
+        repo.clone(),
+        "web",
+        None,
+        Some(auth.clone()),
+        ca.clone(),
+        small,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(large, ChartError::TooLarge { .. }), "{large}");
+}
+
+fn helm_bundle(root: &str, chart: &str) -> ScannedBundle {
+    ScannedBundle {
+        root: root.into(),
+        labels: Default::default(),
+        spec: BundleSpec {
+            helm: Some(HelmOptions {
+                chart: Some(chart.into()),
+                repo: Some("REPO".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_carries_its_fetched_chart_and_a_chart_that_fails_stays_with_its_bundle() {
+    let dir = tempfile::tempdir().unwrap();
+    let (base, ca) = repository(dir.path()).await;
+    let repo = format!("{base}/charts");
+    let mut bundles = vec![helm_bundle("web", "web"), helm_bundle("other", "nosuch")];
+    for bundle in &mut bundles {
+        bundle.spec.helm.as_mut().unwrap().repo = Some(repo.clone());
+    }
+    let access = RepoAccess {
+        auth: Some(BasicAuth {
+            username: USER.into(),
+            password: PASSWORD.into(),
+        }),
+        // Credentials only for this repository.
+        url_pattern: Some(regex::Regex::new(&regex::escape(&repo)).unwrap()),
+        ca: Some(ca.into_bytes()),
+    };
+    let (bundles, errors) = tokio::task::spawn_blocking(move || {
+        let errors = charts::fetch_all(&mut bundles, &access, &common::loopback());
+        (bundles, errors)
+    })
+    .await
+    .unwrap();
+    let web = &bundles[0].spec;
+    assert_eq!(errors[0], None);
+    let chart = web.helm.as_ref().unwrap().chart.clone().unwrap();
+    assert_eq!(chart, ".fleet-charts/web-1.2.0.tgz");
+    let file = &web.resources.as_ref().unwrap()[0];
+    assert_eq!(file.name.as_deref(), Some(chart.as_str()));
+    assert_eq!(file.encoding.as_deref(), Some("base64"));
+    let error = errors[1].as_deref().unwrap();
+    assert!(
+        error.starts_with("other/fleet.yaml: chart \"nosuch\" from https://"),
+        "{error}"
+    );
+    assert!(bundles[1].spec.resources.is_none());
+}
