@@ -286,25 +286,7 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
     if ensure_finalizer(&api, &bundle, FINALIZER).await? {
         return Ok(Action::await_change());
     }
-    let clusters_cache = ctx.caches.typed::<FleetCluster>();
-    clusters_cache.synced().await?;
-    let groups_cache = ctx.caches.typed::<ClusterGroup>();
-    groups_cache.synced().await?;
-    let in_namespace = |ns: Option<&str>| ns == Some(namespace.as_str());
-    let mut clusters: Vec<Arc<FleetCluster>> = clusters_cache
-        .store()
-        .state()
-        .into_iter()
-        .filter(|c| in_namespace(c.metadata.namespace.as_deref()))
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .collect();
-    clusters.sort_by_key(|c| c.name_any());
-    let groups: Vec<Arc<ClusterGroup>> = groups_cache
-        .store()
-        .state()
-        .into_iter()
-        .filter(|g| in_namespace(g.metadata.namespace.as_deref()))
-        .collect();
+    let (clusters, groups) = workspace_members(&ctx, &namespace).await?;
     let groups: Vec<&ClusterGroup> = groups.iter().map(|g| g.as_ref()).collect();
 
     let existing = deployments_of(&ctx, &namespace, &name);
@@ -424,6 +406,34 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
     }
     // Its BundleDeployments', clusters' and groups' changes wake it.
     Ok(lariat_controllers::resync())
+}
+
+/// The clusters (by name, those being deleted left out) and cluster groups of a workspace,
+/// from the shared caches.
+async fn workspace_members(
+    ctx: &Context,
+    namespace: &str,
+) -> Result<(Vec<Arc<FleetCluster>>, Vec<Arc<ClusterGroup>>), Error> {
+    let clusters_cache = ctx.caches.typed::<FleetCluster>();
+    clusters_cache.synced().await?;
+    let groups_cache = ctx.caches.typed::<ClusterGroup>();
+    groups_cache.synced().await?;
+    let in_namespace = |ns: Option<&str>| ns == Some(namespace);
+    let mut clusters: Vec<Arc<FleetCluster>> = clusters_cache
+        .store()
+        .state()
+        .into_iter()
+        .filter(|c| in_namespace(c.metadata.namespace.as_deref()))
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .collect();
+    clusters.sort_by_key(|c| c.name_any());
+    let groups = groups_cache
+        .store()
+        .state()
+        .into_iter()
+        .filter(|g| in_namespace(g.metadata.namespace.as_deref()))
+        .collect();
+    Ok((clusters, groups))
 }
 
 /// Deletes BundleDeployments, those already gone included.

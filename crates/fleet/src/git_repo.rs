@@ -125,6 +125,72 @@ async fn credential(
     }
 }
 
+/// The Bundle each of `scanned` makes, refused when two paths make the same one or another
+/// GitRepo already makes it.
+fn bundle_names(
+    ctx: &Context,
+    repo: &GitRepo,
+    namespace: &str,
+    scanned: &[scan::ScannedBundle],
+) -> Result<Vec<String>, (&'static str, String)> {
+    let mut wanted: Vec<String> = Vec::new();
+    let mut roots: Vec<&str> = Vec::new();
+    let taken = ctx.caches.typed::<Bundle>();
+    for bundle in scanned {
+        let name = scan::bundle_name(&repo.name_any(), &bundle.root);
+        if let Some(index) = wanted.iter().position(|w| *w == name) {
+            return Err((
+                "BundleNameTaken",
+                format!(
+                    "paths {:?} and {:?} both make Bundle {name}: rename one",
+                    roots[index], bundle.root
+                ),
+            ));
+        }
+        if let Some(other) = taken.get_now(namespace, &name).and_then(|b| {
+            b.owner_references()
+                .iter()
+                .find(|o| o.controller == Some(true) && o.uid != repo.uid().unwrap_or_default())
+                .map(|o| o.name.clone())
+        }) {
+            return Err((
+                "BundleNameTaken",
+                format!(
+                    "path {:?} makes Bundle {name}, which GitRepo {other} already makes: rename the path or the GitRepo",
+                    bundle.root
+                ),
+            ));
+        }
+        wanted.push(name);
+        roots.push(&bundle.root);
+    }
+    Ok(wanted)
+}
+
+/// The bundles with the charts they fetch from Helm repositories in them, and why each
+/// that could not be fetched was not (off the async threads: fetching blocks).
+async fn fetch_charts(
+    ctx: &Context,
+    repo: &GitRepo,
+    mut scanned: Vec<scan::ScannedBundle>,
+) -> Result<(Vec<scan::ScannedBundle>, Vec<Option<String>>), (&'static str, String)> {
+    if !scanned
+        .iter()
+        .any(|b| b.spec.helm.as_ref().is_some_and(scan::is_remote))
+    {
+        let none = vec![None; scanned.len()];
+        return Ok((scanned, none));
+    }
+    let access = chart_access(ctx, repo).await?;
+    let limits = ctx.settings.limits.clone();
+    tokio::task::spawn_blocking(move || {
+        let errors = crate::charts::fetch_all(&mut scanned, &access, &limits);
+        (scanned, errors)
+    })
+    .await
+    .map_err(|e| ("FetchFailed", e.to_string()))
+}
+
 /// What charts from Helm repositories are fetched with: `spec.helmSecretName`'s credential
 /// (`username`, `password`; `cacerts` added to `caBundle`), for the repositories
 /// `spec.helmRepoURLRegex` matches.
@@ -546,27 +612,14 @@ async fn deploy(
         keep_resources: repo.spec.keep_resources,
         correct_drift: repo.spec.correct_drift.clone(),
     };
-    let mut scanned = scan::bundles(
+    let scanned = scan::bundles(
         &files,
         repo.spec.paths.as_deref().unwrap_or_default(),
         repo.spec.targets.as_deref().unwrap_or_default(),
         &options,
     )
     .map_err(|e| ("InvalidBundle", e.to_string()))?;
-    let mut chart_errors = vec![None; scanned.len()];
-    if scanned
-        .iter()
-        .any(|b| b.spec.helm.as_ref().is_some_and(scan::is_remote))
-    {
-        let access = chart_access(ctx, repo).await?;
-        let limits = ctx.settings.limits.clone();
-        (scanned, chart_errors) = tokio::task::spawn_blocking(move || {
-            let errors = crate::charts::fetch_all(&mut scanned, &access, &limits);
-            (scanned, errors)
-        })
-        .await
-        .map_err(|e| ("FetchFailed", e.to_string()))?;
-    }
+    let (scanned, chart_errors) = fetch_charts(ctx, repo, scanned).await?;
     let namespace = repo.namespace().unwrap_or_default();
     let bundles_api: Api<Bundle> = Api::namespaced(ctx.client.clone(), &namespace);
     let existing = owned_bundles(ctx, repo)
@@ -575,37 +628,7 @@ async fn deploy(
     let owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference =
         serde_json::from_value(owner_reference(repo, true))
             .map_err(|e| ("BundleWriteFailed", e.to_string()))?;
-    let mut wanted: Vec<String> = Vec::new();
-    let mut roots: Vec<&str> = Vec::new();
-    let taken = ctx.caches.typed::<Bundle>();
-    for bundle in &scanned {
-        let name = scan::bundle_name(&repo.name_any(), &bundle.root);
-        if let Some(index) = wanted.iter().position(|w| *w == name) {
-            return Err((
-                "BundleNameTaken",
-                format!(
-                    "paths {:?} and {:?} both make Bundle {name}: rename one",
-                    roots[index], bundle.root
-                ),
-            ));
-        }
-        if let Some(other) = taken.get_now(&namespace, &name).and_then(|b| {
-            b.owner_references()
-                .iter()
-                .find(|o| o.controller == Some(true) && o.uid != repo.uid().unwrap_or_default())
-                .map(|o| o.name.clone())
-        }) {
-            return Err((
-                "BundleNameTaken",
-                format!(
-                    "path {:?} makes Bundle {name}, which GitRepo {other} already makes: rename the path or the GitRepo",
-                    bundle.root
-                ),
-            ));
-        }
-        wanted.push(name);
-        roots.push(&bundle.root);
-    }
+    let wanted = bundle_names(ctx, repo, &namespace, &scanned)?;
     let graph: Vec<_> = scanned
         .iter()
         .zip(&wanted)

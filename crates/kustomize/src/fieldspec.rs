@@ -2,6 +2,8 @@
 //! path of field names (a list on the way is entered element by element), for every kind
 //! or one group and kind, creating missing fields or not.
 
+use std::sync::LazyLock;
+
 use serde_json::{Map, Value};
 
 use crate::resource::Id;
@@ -46,53 +48,48 @@ const fn of(
     }
 }
 
-const TEMPLATE_LABELS: &[&str] = &["spec", "template", "metadata", "labels"];
-const TEMPLATE_ANNOTATIONS: &[&str] = &["spec", "template", "metadata", "annotations"];
+const TEMPLATE_METADATA_PATH: &[&str] = &["spec", "template", "metadata"];
 const MATCH_LABELS: &[&str] = &["spec", "selector", "matchLabels"];
 const APPS: Option<&str> = Some("apps");
 const BATCH: Option<&str> = Some("batch");
 
-/// The labels of pod templates (and a CronJob's job template): where `commonLabels` and `labels[].includeTemplates` also go.
-pub(crate) const TEMPLATE_LABEL_FIELDS: &[FieldSpec] = &[
-    of("ReplicationController", Some(""), TEMPLATE_LABELS, true),
-    of("Deployment", None, TEMPLATE_LABELS, true),
-    of("ReplicaSet", None, TEMPLATE_LABELS, true),
-    of("DaemonSet", None, TEMPLATE_LABELS, true),
-    of("StatefulSet", APPS, TEMPLATE_LABELS, true),
-    of("Job", BATCH, TEMPLATE_LABELS, true),
+/// An object's own metadata: where its labels and annotations are.
+pub(crate) const METADATA: &[FieldSpec] = &[any(&["metadata"])];
+
+/// The metadata of the pods (and jobs) a kind makes: where `commonLabels`,
+/// `labels[].includeTemplates` and `commonAnnotations` also go.
+pub(crate) const TEMPLATE_METADATA: &[FieldSpec] = &[
     of(
-        "CronJob",
-        BATCH,
-        &["spec", "jobTemplate", "metadata", "labels"],
+        "ReplicationController",
+        Some(""),
+        TEMPLATE_METADATA_PATH,
         true,
     ),
+    of("Deployment", None, TEMPLATE_METADATA_PATH, true),
+    of("ReplicaSet", None, TEMPLATE_METADATA_PATH, true),
+    of("DaemonSet", None, TEMPLATE_METADATA_PATH, true),
+    of("StatefulSet", None, TEMPLATE_METADATA_PATH, true),
+    of("Job", BATCH, TEMPLATE_METADATA_PATH, true),
+    of("CronJob", BATCH, &["spec", "jobTemplate", "metadata"], true),
     of(
         "CronJob",
         BATCH,
-        &[
-            "spec",
-            "jobTemplate",
-            "spec",
-            "template",
-            "metadata",
-            "labels",
-        ],
+        &["spec", "jobTemplate", "spec", "template", "metadata"],
         true,
     ),
 ];
 
-/// The labels of a StatefulSet's volume claim templates: where `commonLabels` and
+/// The metadata of a StatefulSet's volume claim templates: where `commonLabels` and
 /// `labels[].includeVolumeClaimTemplates` also go.
-pub(crate) const CLAIM_TEMPLATE_LABEL_FIELDS: &[FieldSpec] = &[of(
+pub(crate) const CLAIM_TEMPLATE_METADATA: &[FieldSpec] = &[of(
     "StatefulSet",
     APPS,
-    &["spec", "volumeClaimTemplates[]", "metadata", "labels"],
+    &["spec", "volumeClaimTemplates[]", "metadata"],
     true,
 )];
 
-/// Label selectors: where `commonLabels` and `labels[].includeSelectors` also go, so that
-/// what selects pods still selects the pods it labelled.
-pub(crate) const SELECTOR_FIELDS: &[FieldSpec] = &[
+/// The label selectors of workloads and policies themselves.
+const SELECTORS: &[FieldSpec] = &[
     of("Service", Some(""), &["spec", "selector"], true),
     of(
         "ReplicationController",
@@ -130,195 +127,77 @@ pub(crate) const SELECTOR_FIELDS: &[FieldSpec] = &[
         &["spec", "egress", "to", "podSelector", "matchLabels"],
         false,
     ),
-    of(
-        "Deployment",
-        APPS,
-        &[
-            "spec",
-            "template",
-            "spec",
-            "affinity",
-            "podAffinity",
-            "preferredDuringSchedulingIgnoredDuringExecution",
-            "podAffinityTerm",
-            "labelSelector",
-            "matchLabels",
-        ],
-        false,
-    ),
-    of(
-        "Deployment",
-        APPS,
-        &[
-            "spec",
-            "template",
-            "spec",
-            "affinity",
-            "podAffinity",
-            "requiredDuringSchedulingIgnoredDuringExecution",
-            "labelSelector",
-            "matchLabels",
-        ],
-        false,
-    ),
-    of(
-        "Deployment",
-        APPS,
-        &[
-            "spec",
-            "template",
-            "spec",
-            "affinity",
-            "podAntiAffinity",
-            "preferredDuringSchedulingIgnoredDuringExecution",
-            "podAffinityTerm",
-            "labelSelector",
-            "matchLabels",
-        ],
-        false,
-    ),
-    of(
-        "Deployment",
-        APPS,
-        &[
-            "spec",
-            "template",
-            "spec",
-            "affinity",
-            "podAntiAffinity",
-            "requiredDuringSchedulingIgnoredDuringExecution",
-            "labelSelector",
-            "matchLabels",
-        ],
-        false,
-    ),
-    of(
-        "Deployment",
-        APPS,
-        &[
-            "spec",
-            "template",
-            "spec",
-            "topologySpreadConstraints",
-            "labelSelector",
-            "matchLabels",
-        ],
-        false,
-    ),
-    of(
-        "StatefulSet",
-        APPS,
-        &[
-            "spec",
-            "template",
-            "spec",
-            "affinity",
-            "podAffinity",
-            "preferredDuringSchedulingIgnoredDuringExecution",
-            "podAffinityTerm",
-            "labelSelector",
-            "matchLabels",
-        ],
-        false,
-    ),
-    of(
-        "StatefulSet",
-        APPS,
-        &[
-            "spec",
-            "template",
-            "spec",
-            "affinity",
-            "podAffinity",
-            "requiredDuringSchedulingIgnoredDuringExecution",
-            "labelSelector",
-            "matchLabels",
-        ],
-        false,
-    ),
-    of(
-        "StatefulSet",
-        APPS,
-        &[
-            "spec",
-            "template",
-            "spec",
-            "affinity",
-            "podAntiAffinity",
-            "preferredDuringSchedulingIgnoredDuringExecution",
-            "podAffinityTerm",
-            "labelSelector",
-            "matchLabels",
-        ],
-        false,
-    ),
-    of(
-        "StatefulSet",
-        APPS,
-        &[
-            "spec",
-            "template",
-            "spec",
-            "affinity",
-            "podAntiAffinity",
-            "requiredDuringSchedulingIgnoredDuringExecution",
-            "labelSelector",
-            "matchLabels",
-        ],
-        false,
-    ),
-    of(
-        "StatefulSet",
-        APPS,
-        &[
-            "spec",
-            "template",
-            "spec",
-            "topologySpreadConstraints",
-            "labelSelector",
-            "matchLabels",
-        ],
-        false,
-    ),
 ];
 
-/// An object's own labels.
-pub(crate) const METADATA_LABELS: &[FieldSpec] = &[any(&["metadata", "labels"])];
-
-/// Where `commonAnnotations` go: the object and its pod templates.
-pub(crate) const ANNOTATION_FIELDS: &[FieldSpec] = &[
-    any(&["metadata", "annotations"]),
-    of(
-        "ReplicationController",
-        Some(""),
-        TEMPLATE_ANNOTATIONS,
-        true,
-    ),
-    of("Deployment", None, TEMPLATE_ANNOTATIONS, true),
-    of("ReplicaSet", None, TEMPLATE_ANNOTATIONS, true),
-    of("DaemonSet", None, TEMPLATE_ANNOTATIONS, true),
-    of("StatefulSet", None, TEMPLATE_ANNOTATIONS, true),
-    of("Job", BATCH, TEMPLATE_ANNOTATIONS, true),
-    of(
-        "CronJob",
-        BATCH,
-        &["spec", "jobTemplate", "metadata", "annotations"],
-        true,
-    ),
-    of(
-        "CronJob",
-        BATCH,
-        &[
-            "spec",
-            "jobTemplate",
-            "spec",
-            "template",
-            "metadata",
-            "annotations",
-        ],
-        true,
-    ),
+/// Where a Deployment's or StatefulSet's pods select other pods by label (affinity terms,
+/// spread constraints): where `commonLabels` go too, if there, so the terms still select
+/// the pods they did.
+const POD_SELECTOR_PATHS: &[&[&str]] = &[
+    &[
+        "spec",
+        "template",
+        "spec",
+        "affinity",
+        "podAffinity",
+        "preferredDuringSchedulingIgnoredDuringExecution",
+        "podAffinityTerm",
+        "labelSelector",
+        "matchLabels",
+    ],
+    &[
+        "spec",
+        "template",
+        "spec",
+        "affinity",
+        "podAffinity",
+        "requiredDuringSchedulingIgnoredDuringExecution",
+        "labelSelector",
+        "matchLabels",
+    ],
+    &[
+        "spec",
+        "template",
+        "spec",
+        "affinity",
+        "podAntiAffinity",
+        "preferredDuringSchedulingIgnoredDuringExecution",
+        "podAffinityTerm",
+        "labelSelector",
+        "matchLabels",
+    ],
+    &[
+        "spec",
+        "template",
+        "spec",
+        "affinity",
+        "podAntiAffinity",
+        "requiredDuringSchedulingIgnoredDuringExecution",
+        "labelSelector",
+        "matchLabels",
+    ],
+    &[
+        "spec",
+        "template",
+        "spec",
+        "topologySpreadConstraints",
+        "labelSelector",
+        "matchLabels",
+    ],
 ];
+
+/// Label selectors: where `commonLabels` and `labels[].includeSelectors` also go, so that
+/// what selects pods still selects the pods it labelled.
+pub(crate) static SELECTOR_FIELDS: LazyLock<Vec<FieldSpec>> = LazyLock::new(|| {
+    let mut fields = SELECTORS.to_vec();
+    for kind in ["Deployment", "StatefulSet"] {
+        fields.extend(
+            POD_SELECTOR_PATHS
+                .iter()
+                .map(|path| of(kind, APPS, path, false)),
+        );
+    }
+    fields
+});
 
 /// Where a kind keeps its pod spec.
 pub(crate) fn pod_spec_path(kind: &str) -> Option<&'static [&'static str]> {
@@ -371,15 +250,18 @@ pub(crate) fn visit(value: &mut Value, path: &[&str], create: bool, f: &mut dyn 
     }
 }
 
-/// Sets each of `pairs` in the map at each of `specs`' places in `object`.
+/// Sets each of `pairs` in the map at each of `specs`' places in `object` (at their `leaf`
+/// field, `labels` or `annotations`, when given).
 pub(crate) fn add_pairs(
     object: &mut Value,
     id: &Id,
     specs: &[FieldSpec],
+    leaf: Option<&str>,
     pairs: &Map<String, Value>,
 ) {
     for spec in specs.iter().filter(|s| s.selects(id)) {
-        visit(object, spec.path, spec.create, &mut |place| {
+        let path: Vec<&str> = spec.path.iter().copied().chain(leaf).collect();
+        visit(object, &path, spec.create, &mut |place| {
             if let Value::Object(map) = place {
                 for (key, value) in pairs {
                     map.insert(key.clone(), value.clone());

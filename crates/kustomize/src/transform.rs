@@ -7,8 +7,8 @@ use serde_json::{Map, Value, json};
 use crate::Error;
 use crate::build::Loader;
 use crate::fieldspec::{
-    ANNOTATION_FIELDS, CLAIM_TEMPLATE_LABEL_FIELDS, FieldSpec, METADATA_LABELS, SELECTOR_FIELDS,
-    TEMPLATE_LABEL_FIELDS, add_pairs, visit,
+    CLAIM_TEMPLATE_METADATA, FieldSpec, METADATA, SELECTOR_FIELDS, TEMPLATE_METADATA, add_pairs,
+    visit,
 };
 use crate::kustomization::{Image, Kustomization, Patch, PatchOptions, pairs};
 use crate::patch::{self, Body};
@@ -58,7 +58,15 @@ pub(crate) fn apply(
         loader.charge(file, 2 * set.len() * weight_of(&annotations))?;
         for resource in set.iter_mut() {
             let id = resource.id();
-            add_pairs(&mut resource.object, &id, ANNOTATION_FIELDS, &annotations);
+            for specs in [METADATA, TEMPLATE_METADATA] {
+                add_pairs(
+                    &mut resource.object,
+                    &id,
+                    specs,
+                    Some("annotations"),
+                    &annotations,
+                );
+            }
         }
     }
     for entry in &k.patches_json6902 {
@@ -296,45 +304,46 @@ fn label(
     set: &mut [Resource],
     k: &Kustomization,
 ) -> Result<(), Error> {
-    // Each layer: its labels, and where they go.
-    type Layer = (Map<String, Value>, Vec<&'static [FieldSpec]>);
+    // Each layer: its labels, and where they go: metadata's `labels` field, or a selector.
+    type Layer = (
+        Map<String, Value>,
+        Vec<(&'static [FieldSpec], Option<&'static str>)>,
+    );
+    const LABELS: Option<&str> = Some("labels");
+    let everywhere = || {
+        vec![
+            (METADATA, LABELS),
+            (TEMPLATE_METADATA, LABELS),
+            (CLAIM_TEMPLATE_METADATA, LABELS),
+            (SELECTOR_FIELDS.as_slice(), None),
+        ]
+    };
     let mut layers: Vec<Layer> = Vec::new();
     for entry in &k.labels {
-        let mut specs = vec![METADATA_LABELS];
-        if entry.include_selectors {
-            specs.extend([
-                TEMPLATE_LABEL_FIELDS,
-                CLAIM_TEMPLATE_LABEL_FIELDS,
-                SELECTOR_FIELDS,
-            ]);
+        let specs = if entry.include_selectors {
+            everywhere()
         } else {
+            let mut specs = vec![(METADATA, LABELS)];
             if entry.include_templates {
-                specs.push(TEMPLATE_LABEL_FIELDS);
+                specs.push((TEMPLATE_METADATA, LABELS));
             }
             if entry.include_volume_claim_templates {
-                specs.push(CLAIM_TEMPLATE_LABEL_FIELDS);
+                specs.push((CLAIM_TEMPLATE_METADATA, LABELS));
             }
-        }
+            specs
+        };
         layers.push((pairs(&entry.pairs), specs));
     }
     if !k.common_labels.is_empty() {
-        layers.push((
-            pairs(&k.common_labels),
-            vec![
-                METADATA_LABELS,
-                TEMPLATE_LABEL_FIELDS,
-                CLAIM_TEMPLATE_LABEL_FIELDS,
-                SELECTOR_FIELDS,
-            ],
-        ));
+        layers.push((pairs(&k.common_labels), everywhere()));
     }
     for (labels, specs) in &layers {
         // The object, a template or two, a selector or two: four places at most, about.
         loader.charge(file, 4 * set.len() * weight_of(labels))?;
         for resource in set.iter_mut() {
             let id = resource.id();
-            for spec in specs {
-                add_pairs(&mut resource.object, &id, spec, labels);
+            for (spec, leaf) in specs {
+                add_pairs(&mut resource.object, &id, spec, *leaf, labels);
             }
         }
     }
