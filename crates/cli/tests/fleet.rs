@@ -2701,7 +2701,7 @@ fn a_chart_from_a_helm_repository_is_fetched_with_the_git_repos_credential_and_d
         &server,
         &upstream,
         &format!(
-            "  pollingInterval: 5s\n  paths: [plain, web]\n  helmSecretName: helm-repo\n  caBundle: {ca}\n  targets:\n  - clusterSelector: {{}}\n"
+            "  pollingInterval: 5s\n  paths: [plain, web]\n  helmSecretName: helm-repo\n  helmRepoURLRegex: 'https://127\\.0\\.0\\.1:'\n  caBundle: {ca}\n  targets:\n  - clusterSelector: {{}}\n"
         ),
     );
     eventually_within(Duration::from_secs(120), "both bundles ready", || {

@@ -8,7 +8,9 @@
 //! credentials only over https, each answer bounded in size and time, and the archive checked
 //! against the digest the index gives.
 
+use std::collections::HashMap;
 use std::io::Read;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -75,90 +77,186 @@ struct IndexEntry {
 
 /// Fetches the chart `source` names, within `limits` (its archive at most a bundle's size).
 pub fn fetch(source: &ChartSource, limits: &Limits) -> Result<FetchedChart, ChartError> {
-    let certificates =
-        git::certificates(source.ca).map_err(|e| ChartError::Invalid(e.to_string()))?;
-    let mut configure = git::guarded_client(limits, certificates);
-    let client = configure(reqwest::blocking::Client::builder().timeout(REQUEST_TIMEOUT))
-        .build()
-        .map_err(|e| ChartError::Invalid(git::describe(&e)))?;
-    let Some(repo) = source.repo else {
-        let url = parse(source.chart)?;
-        let archive = get(&client, &url, source.auth, limits.max_bundle_bytes)?;
-        let version = source.version.unwrap_or_default().to_string();
-        return Ok(FetchedChart { version, archive });
-    };
-    let base = parse(&format!("{}/", repo.trim_end_matches('/')))?;
-    let index_url = base
-        .join("index.yaml")
-        .map_err(|e| ChartError::Invalid(e.to_string()))?;
-    let text = get(&client, &index_url, source.auth, MAX_INDEX_BYTES)?;
-    let text = String::from_utf8(text)
-        .map_err(|_| ChartError::Invalid(format!("{index_url} is not UTF-8 text")))?;
-    let document = lariat_yaml::documents(&text)
-        .into_iter()
-        .next()
-        .unwrap_or(Ok(serde_json::Value::Null))
-        .map_err(|e| ChartError::Invalid(format!("{index_url} is not YAML: {e}")))?;
-    let index: Index = serde_json::from_value(document).map_err(|e| {
-        ChartError::Invalid(format!("{index_url} is not a Helm repository index: {e}"))
-    })?;
-    let entries = index
-        .entries
-        .get(source.chart)
-        .ok_or_else(|| ChartError::Invalid(format!("{repo} has no chart {:?}", source.chart)))?;
-    let version =
-        lariat_helm::semver::newest(source.version, entries.iter().map(|e| e.version.as_str()))
-            .map_err(|e| ChartError::Invalid(format!("helm.version: {e}")))?
-            .ok_or_else(|| {
-                ChartError::Invalid(format!(
-                    "{repo} has no version of {:?} that meets {:?}",
-                    source.chart,
-                    source.version.unwrap_or("the newest stable")
-                ))
-            })?;
-    let entry = entries
-        .iter()
-        .find(|e| e.version == version)
-        .expect("chosen among them");
-    let first = entry.urls.first().ok_or_else(|| {
-        ChartError::Invalid(format!(
-            "{index_url}: {} {version} has no URL",
-            source.chart
-        ))
-    })?;
-    let url = base
-        .join(first)
-        .map_err(|e| ChartError::Invalid(format!("{first}: {e}")))?;
-    // Credentials go to the repository's own host only.
-    let auth = source.auth.filter(|_| {
-        url.host_str() == base.host_str()
-            && url.port_or_known_default() == base.port_or_known_default()
-    });
-    let archive = get(&client, &url, auth, limits.max_bundle_bytes)?;
-    if let Some(expected) = entry.digest.as_deref().filter(|d| !d.is_empty()) {
-        let actual = format!("{:x}", Sha256::digest(&archive));
-        if !actual.eq_ignore_ascii_case(expected) {
+    Fetcher::new(source.ca, limits)?.fetch(source)
+}
+
+/// Fetches charts for one commit: one https client, each repository's index read once,
+/// each archive downloaded once, and all archives together within a bundle's size.
+struct Fetcher {
+    client: reqwest::blocking::Client,
+    limits: Limits,
+    indexes: HashMap<String, Arc<Index>>,
+    archives: HashMap<String, Arc<Vec<u8>>>,
+    fetched_bytes: u64,
+}
+
+/// The longest `helm.version` read: 256 bytes (real ranges are a few dozen).
+const MAX_VERSION_BYTES: usize = 256;
+/// Redirects followed, each to https only.
+const MAX_REDIRECTS: usize = 5;
+
+impl Fetcher {
+    fn new(ca: Option<&[u8]>, limits: &Limits) -> Result<Fetcher, ChartError> {
+        let certificates = git::certificates(ca).map_err(|e| ChartError::Invalid(e.to_string()))?;
+        let mut configure = git::guarded_client(limits, certificates);
+        // A redirect may not leave https (reqwest drops the credential on another host).
+        let redirects = reqwest::redirect::Policy::custom(|attempt| {
+            if attempt.previous().len() >= MAX_REDIRECTS {
+                attempt.error("too many redirects")
+            } else if attempt.url().scheme() != "https" {
+                attempt.error("a redirect away from https")
+            } else {
+                attempt.follow()
+            }
+        });
+        let builder = reqwest::blocking::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .redirect(redirects);
+        let client = configure(builder)
+            .build()
+            .map_err(|e| ChartError::Invalid(git::describe(&e)))?;
+        Ok(Fetcher {
+            client,
+            limits: limits.clone(),
+            indexes: HashMap::new(),
+            archives: HashMap::new(),
+            fetched_bytes: 0,
+        })
+    }
+
+    fn fetch(&mut self, source: &ChartSource) -> Result<FetchedChart, ChartError> {
+        if source.version.is_some_and(|v| v.len() > MAX_VERSION_BYTES) {
             return Err(ChartError::Invalid(format!(
-                "{url}: its SHA-256 is {actual}, not the index's {expected}"
+                "helm.version is longer than {MAX_VERSION_BYTES} bytes"
             )));
         }
+        let Some(repo) = source.repo else {
+            let url = parse(source.chart)?;
+            let archive = self.archive(&url, source.auth)?;
+            let version = source.version.unwrap_or_default().to_string();
+            return Ok(FetchedChart {
+                version,
+                archive: archive.to_vec(),
+            });
+        };
+        let base = parse(&format!("{}/", repo.trim_end_matches('/')))?;
+        let index = self.index(&base, source.auth)?;
+        let entries = index.entries.get(source.chart).ok_or_else(|| {
+            ChartError::Invalid(format!("{} has no chart {:?}", shown(&base), source.chart))
+        })?;
+        let version =
+            lariat_helm::semver::newest(source.version, entries.iter().map(|e| e.version.as_str()))
+                .map_err(|e| ChartError::Invalid(format!("helm.version: {e}")))?
+                .ok_or_else(|| {
+                    ChartError::Invalid(format!(
+                        "{} has no version of {:?} that meets {:?}",
+                        shown(&base),
+                        source.chart,
+                        source.version.unwrap_or("the newest stable")
+                    ))
+                })?;
+        let Some(entry) = entries.iter().find(|e| e.version == version) else {
+            return Err(ChartError::Invalid(format!("{version}: not in the index")));
+        };
+        let first = entry.urls.first().ok_or_else(|| {
+            ChartError::Invalid(format!(
+                "{}: {} {version} has no URL",
+                shown(&base),
+                source.chart
+            ))
+        })?;
+        let url = base
+            .join(first)
+            .map_err(|e| ChartError::Invalid(format!("{first}: {e}")))?;
+        // Credentials go to the repository's own host only.
+        let same_origin = url.host_str() == base.host_str()
+            && url.port_or_known_default() == base.port_or_known_default();
+        let archive = self.archive(&url, source.auth.filter(|_| same_origin))?;
+        if let Some(expected) = entry.digest.as_deref().filter(|d| !d.is_empty()) {
+            let actual = format!("{:x}", Sha256::digest(archive.as_slice()));
+            if !actual.eq_ignore_ascii_case(expected) {
+                return Err(ChartError::Invalid(format!(
+                    "{}: its SHA-256 is {actual}, not the index's {expected}",
+                    shown(&url)
+                )));
+            }
+        }
+        Ok(FetchedChart {
+            version: version.to_string(),
+            archive: archive.to_vec(),
+        })
     }
-    Ok(FetchedChart {
-        version: version.to_string(),
-        archive,
-    })
+
+    /// A repository's index, read once per commit.
+    fn index(
+        &mut self,
+        base: &reqwest::Url,
+        auth: Option<&BasicAuth>,
+    ) -> Result<Arc<Index>, ChartError> {
+        if let Some(index) = self.indexes.get(base.as_str()) {
+            return Ok(index.clone());
+        }
+        let url = base
+            .join("index.yaml")
+            .map_err(|e| ChartError::Invalid(e.to_string()))?;
+        let text = get(&self.client, &url, auth, MAX_INDEX_BYTES)?;
+        let invalid = |what: &str| ChartError::Invalid(format!("{} {what}", shown(&url)));
+        let text = String::from_utf8(text).map_err(|_| invalid("is not UTF-8 text"))?;
+        // Not quoted: an error could show what the answer holds.
+        let document = lariat_yaml::documents(&text)
+            .into_iter()
+            .next()
+            .unwrap_or(Ok(serde_json::Value::Null))
+            .map_err(|_| invalid("is not YAML"))?;
+        let index: Index = serde_json::from_value(document).map_err(|_| {
+            invalid("is not a Helm repository index (entries of versions and urls)")
+        })?;
+        let index = Arc::new(index);
+        self.indexes.insert(base.to_string(), index.clone());
+        Ok(index)
+    }
+
+    /// An archive, downloaded once per commit; all of a commit's together at most a
+    /// bundle's size.
+    fn archive(
+        &mut self,
+        url: &reqwest::Url,
+        auth: Option<&BasicAuth>,
+    ) -> Result<Arc<Vec<u8>>, ChartError> {
+        if let Some(archive) = self.archives.get(url.as_str()) {
+            return Ok(archive.clone());
+        }
+        let left = self
+            .limits
+            .max_bundle_bytes
+            .saturating_sub(self.fetched_bytes);
+        let archive = get(&self.client, url, auth, left)?;
+        self.fetched_bytes += archive.len() as u64;
+        let archive = Arc::new(archive);
+        self.archives.insert(url.to_string(), archive.clone());
+        Ok(archive)
+    }
+}
+
+/// A URL as errors show it: without a password it may hold.
+fn shown(url: &reqwest::Url) -> String {
+    let mut url = url.clone();
+    let _ = url.set_password(None);
+    url.to_string()
 }
 
 fn parse(url: &str) -> Result<reqwest::Url, ChartError> {
-    let parsed =
-        reqwest::Url::parse(url).map_err(|e| ChartError::Invalid(format!("{url}: {e}")))?;
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| ChartError::Invalid(format!("helm.repo or helm.chart is not a URL: {e}")))?;
     match parsed.scheme() {
         "https" | "http" => Ok(parsed),
         "oci" => Err(ChartError::Invalid(format!(
-            "{url}: charts from OCI registries are not supported by lariat yet; use the chart's Helm repository, or put the chart in the git repository"
+            "{}: charts from OCI registries are not supported by lariat yet; use the chart's Helm repository, or put the chart in the git repository",
+            shown(&parsed)
         ))),
         other => Err(ChartError::Invalid(format!(
-            "{url}: {other}:// is not a Helm repository URL (https://)"
+            "{}: {other}:// is not a Helm repository URL (https://)",
+            shown(&parsed)
         ))),
     }
 }
@@ -170,7 +268,7 @@ fn get(
     auth: Option<&BasicAuth>,
     limit: u64,
 ) -> Result<Vec<u8>, ChartError> {
-    let shown = url.to_string();
+    let shown = shown(url);
     let mut request = client.get(url.clone());
     if let Some(auth) = auth {
         if url.scheme() != "https" {
@@ -224,19 +322,41 @@ pub const FETCHED_CHARTS_DIR: &str = ".fleet-charts";
 pub const CHART_ERROR_ANNOTATION: &str = "fleet.lariat.dev/chart-error";
 
 /// The credential and authorities a GitRepo gives charts from Helm repositories:
-/// `helmSecretName`'s `username`/`password` (for repositories `helmRepoURLRegex` matches)
-/// and `cacerts`, with `caBundle`.
+/// `helmSecretName`'s `username`/`password`, for the repositories whose URL
+/// `helmRepoURLRegex` matches from its start (none without it, as in Fleet: a credential is
+/// never sent where the GitRepo did not say), and `cacerts`, with `caBundle`.
 pub struct RepoAccess {
-    pub auth: Option<BasicAuth>,
-    pub url_pattern: Option<regex::Regex>,
-    pub ca: Option<Vec<u8>>,
+    auth: Option<BasicAuth>,
+    /// `helmRepoURLRegex`, anchored at the start (`^(?:...)`).
+    url_pattern: Option<regex::Regex>,
+    ca: Option<Vec<u8>>,
 }
 
 impl RepoAccess {
+    pub fn new(
+        auth: Option<BasicAuth>,
+        url_pattern: Option<&str>,
+        ca: Option<Vec<u8>>,
+    ) -> Result<RepoAccess, regex::Error> {
+        let url_pattern = url_pattern
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                regex::RegexBuilder::new(&format!("^(?:{p})"))
+                    .size_limit(1 << 20)
+                    .build()
+            })
+            .transpose()?;
+        Ok(RepoAccess {
+            auth,
+            url_pattern,
+            ca,
+        })
+    }
+
     fn auth_for(&self, url: &str) -> Option<&BasicAuth> {
         self.auth
             .as_ref()
-            .filter(|_| self.url_pattern.as_ref().is_none_or(|p| p.is_match(url)))
+            .filter(|_| self.url_pattern.as_ref().is_some_and(|p| p.is_match(url)))
     }
 }
 
@@ -250,6 +370,7 @@ pub fn fetch_all(
 ) -> Vec<Option<String>> {
     use base64::Engine as _;
     let mut errors = Vec::with_capacity(bundles.len());
+    let mut fetcher = Fetcher::new(access.ca.as_deref(), limits);
     for bundle in bundles.iter_mut() {
         let Some(helm) = bundle
             .spec
@@ -273,18 +394,32 @@ pub fn fetch_all(
             Some(repo) => format!("chart {chart:?} from {repo}"),
             None => format!("chart {chart}"),
         };
-        let fetched = fetch(&source, limits)
+        let fetched = fetcher
+            .as_mut()
             .map_err(|e| e.to_string())
+            .and_then(|fetcher| fetcher.fetch(&source).map_err(|e| e.to_string()))
             .and_then(|fetched| {
                 let name = chart
                     .rsplit('/')
                     .next()
                     .unwrap_or("chart")
                     .trim_end_matches(".tgz");
-                let file = match repo {
-                    Some(_) => format!("{FETCHED_CHARTS_DIR}/{name}-{}.tgz", fetched.version),
-                    None => format!("{FETCHED_CHARTS_DIR}/{name}.tgz"),
+                let stem = match repo {
+                    Some(_) => format!("{name}-{}", fetched.version),
+                    None => name.to_string(),
                 };
+                // A file name of the bundle: what the repository says, tamed.
+                let stem: String = stem
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect();
+                let file = format!("{FETCHED_CHARTS_DIR}/{}.tgz", stem.trim_start_matches('.'));
                 lariat_helm::Chart::load_archive(&file, &fetched.archive)
                     .map(|_| (file, fetched.archive))
                     .map_err(|e| e.to_string())

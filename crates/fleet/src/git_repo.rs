@@ -192,26 +192,20 @@ async fn fetch_charts(
 }
 
 /// What charts from Helm repositories are fetched with: `spec.helmSecretName`'s credential
-/// (`username`, `password`; `cacerts` added to `caBundle`), for the repositories
-/// `spec.helmRepoURLRegex` matches.
+/// (`username`, `password`; `cacerts` added to `caBundle`), for the repositories whose URL
+/// `spec.helmRepoURLRegex` matches (none without it, as in Fleet).
 async fn chart_access(
     ctx: &Context,
     repo: &GitRepo,
 ) -> Result<crate::charts::RepoAccess, (&'static str, String)> {
     let mut ca = repo.spec.ca_bundle.as_ref().map(|b| b.0.clone());
-    let url_pattern = match repo.spec.helm_repo_url_regex.as_deref() {
-        None | Some("") => None,
-        Some(pattern) => Some(
-            regex::Regex::new(pattern)
-                .map_err(|e| ("InvalidCredential", format!("spec.helmRepoURLRegex: {e}")))?,
-        ),
+    let pattern = repo.spec.helm_repo_url_regex.as_deref();
+    let access = |auth, ca| {
+        crate::charts::RepoAccess::new(auth, pattern, ca)
+            .map_err(|e| ("InvalidCredential", format!("spec.helmRepoURLRegex: {e}")))
     };
     let Some(name) = repo.spec.helm_secret_name.as_deref() else {
-        return Ok(crate::charts::RepoAccess {
-            auth: None,
-            url_pattern,
-            ca,
-        });
+        return access(None, ca);
     };
     let namespace = repo.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -250,11 +244,7 @@ async fn chart_access(
         bundle.extend(cacerts.into_bytes());
         ca = Some(bundle);
     }
-    Ok(crate::charts::RepoAccess {
-        auth,
-        url_pattern,
-        ca,
-    })
+    access(auth, ca)
 }
 
 /// Whether a repository URL may be fetched: any remote one, and a `file://` one only inside
@@ -620,6 +610,7 @@ async fn deploy(
     )
     .map_err(|e| ("InvalidBundle", e.to_string()))?;
     let (scanned, chart_errors) = fetch_charts(ctx, repo, scanned).await?;
+    let fetch_failed = chart_errors.iter().any(Option::is_some);
     let namespace = repo.namespace().unwrap_or_default();
     let bundles_api: Api<Bundle> = Api::namespaced(ctx.client.clone(), &namespace);
     let existing = owned_bundles(ctx, repo)
@@ -715,7 +706,8 @@ async fn deploy(
             Err(e) => return Err(("BundleWriteFailed", e.to_string())),
         }
     }
-    Ok((!wrote).then(|| fingerprint(&existing)))
+    // A chart that could not be fetched is tried again at the next poll, not settled.
+    Ok((!wrote && !fetch_failed).then(|| fingerprint(&existing)))
 }
 
 /// Why a commit is not deployed: the reason word and the message of the GitRepo's

@@ -293,15 +293,33 @@ async fn a_bundle_carries_its_fetched_chart_and_a_chart_that_fails_stays_with_it
     for bundle in &mut bundles {
         bundle.spec.helm.as_mut().unwrap().repo = Some(repo.clone());
     }
-    let access = RepoAccess {
-        auth: Some(BasicAuth {
+    let auth = || {
+        Some(BasicAuth {
             username: USER.into(),
             password: PASSWORD.into(),
-        }),
-        // Credentials only for this repository.
-        url_pattern: Some(regex::Regex::new(&regex::escape(&repo)).unwrap()),
-        ca: Some(ca.into_bytes()),
+        })
     };
+    // Without helmRepoURLRegex, or with one that does not match from the URL's start, no
+    // credential is sent: the repository refuses.
+    for pattern in [None, Some("charts"), Some("evil|https://127")] {
+        let access = RepoAccess::new(auth(), pattern, Some(ca.clone().into_bytes())).unwrap();
+        let mut one = vec![helm_bundle("web", "web")];
+        one[0].spec.helm.as_mut().unwrap().repo = Some(repo.clone());
+        let errors = tokio::task::spawn_blocking(move || {
+            charts::fetch_all(&mut one, &access, &common::loopback())
+        })
+        .await
+        .unwrap();
+        let error = errors[0].as_deref().unwrap_or_default();
+        if pattern == Some("evil|https://127") {
+            assert_eq!(errors[0], None, "{pattern:?}");
+        } else {
+            assert!(error.contains("answered 401"), "{pattern:?}: {error}");
+        }
+    }
+    // Credentials only for this repository.
+    let access =
+        RepoAccess::new(auth(), Some(&regex::escape(&repo)), Some(ca.into_bytes())).unwrap();
     let (bundles, errors) = tokio::task::spawn_blocking(move || {
         let errors = charts::fetch_all(&mut bundles, &access, &common::loopback());
         (bundles, errors)

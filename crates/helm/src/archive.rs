@@ -41,15 +41,28 @@ pub fn unpack(
         message,
     };
     let mut files = BTreeMap::new();
-    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(archive));
-    let entries = tar
-        .entries()
-        .map_err(|e| fail(format!("is not a gzipped tar archive: {e}")))?;
+    // Every byte the tar reader takes counts, headers included: a long-name or pax header
+    // is read whole into memory before any entry is seen.
+    let limited = Limited {
+        inner: flate2::read::GzDecoder::new(archive),
+        left: budget.left,
+    };
+    let mut tar = tar::Archive::new(limited);
+    let over = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::FileTooLarge {
+            fail(format!(
+                "decompresses to more than {MAX_DECOMPRESSED_BYTES} bytes with the chart's other archives"
+            ))
+        } else {
+            fail(format!("is not a gzipped tar archive: {e}"))
+        }
+    };
+    let entries = tar.entries().map_err(over)?;
     for (count, entry) in entries.enumerate() {
         if count >= MAX_ENTRIES {
             return Err(fail(format!("holds more than {MAX_ENTRIES} entries")));
         }
-        let mut entry = entry.map_err(|e| fail(format!("is not a gzipped tar archive: {e}")))?;
+        let mut entry = entry.map_err(over)?;
         if !entry.header().entry_type().is_file() {
             continue;
         }
@@ -69,21 +82,41 @@ pub fn unpack(
         if size > MAX_FILE_BYTES {
             return Err(fail(format!("{path}: more than {MAX_FILE_BYTES} bytes")));
         }
-        if size > budget.left {
-            return Err(fail(format!(
-                "decompresses to more than {MAX_DECOMPRESSED_BYTES} bytes with the chart's other archives"
-            )));
-        }
         let mut data = Vec::with_capacity(size as usize);
         (&mut entry)
             .take(size)
             .read_to_end(&mut data)
-            .map_err(|e| fail(format!("{path}: {e}")))?;
-        budget.left -= data.len() as u64;
+            .map_err(over)?;
         files.insert(inside.to_string(), data);
     }
+    budget.left = tar.into_inner().left;
     if !files.contains_key("Chart.yaml") {
         return Err(fail("holds no Chart.yaml below its top directory".into()));
     }
     Ok(files)
+}
+
+/// A reader that fails once more than `left` bytes were asked of it.
+struct Limited<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Limited<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            // More data is an error, the end of the archive is not.
+            let mut probe = [0u8; 1];
+            return match self.inner.read(&mut probe)? {
+                0 => Ok(0),
+                _ => Err(std::io::ErrorKind::FileTooLarge.into()),
+            };
+        }
+        let wanted = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let read = self.inner.read(&mut buf[..wanted])?;
+        self.left -= read as u64;
+        Ok(read)
+    }
 }

@@ -84,3 +84,27 @@ fn archives_that_climb_out_or_inflate_are_refused() {
     let error = archive::unpack("charts/db.tgz", &empty, &mut Budget::default()).unwrap_err();
     assert!(error.to_string().contains("no Chart.yaml"), "{error}");
 }
+
+#[test]
+fn a_long_name_header_cannot_inflate_past_the_budget() {
+    // A GNU long-name entry whose name is 8 MiB: tar reads it whole before any entry.
+    let mut raw = Vec::new();
+    let mut header = tar::Header::new_gnu();
+    let name = vec![b'a'; 8 * 1024 * 1024];
+    header.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
+    header.set_entry_type(tar::EntryType::GNULongName);
+    header.set_size(name.len() as u64);
+    header.set_cksum();
+    raw.extend_from_slice(header.as_bytes());
+    raw.extend_from_slice(&name);
+    raw.resize(raw.len().div_ceil(512) * 512, 0);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut gz, &raw).unwrap();
+    let archive = gz.finish().unwrap();
+    let mut budget = Budget { left: 1024 * 1024 };
+    let error = archive::unpack("charts/x.tgz", &archive, &mut budget).unwrap_err();
+    assert!(
+        error.to_string().contains("decompresses to more than"),
+        "{error}"
+    );
+}
