@@ -187,6 +187,19 @@ impl Fetcher {
         })
     }
 
+    /// Refuses a URL whose host the limits refuse, before any request, as a git remote's:
+    /// the https client checks every address it connects to itself, but through a proxy of
+    /// the server's environment it connects only to the proxy.
+    fn check(&self, url: &reqwest::Url) -> Result<(), ChartError> {
+        match git::checked_host(url.as_str(), &self.limits) {
+            Ok(_) => Ok(()),
+            Err(git::GitError::NetworkNotAllowed { .. }) => {
+                Err(ChartError::NetworkNotAllowed { url: shown(url) })
+            }
+            Err(e) => Err(ChartError::Invalid(format!("{}: {e}", shown(url)))),
+        }
+    }
+
     /// A repository's index, read once per commit.
     fn index(
         &mut self,
@@ -199,6 +212,7 @@ impl Fetcher {
         let url = base
             .join("index.yaml")
             .map_err(|e| ChartError::Invalid(e.to_string()))?;
+        self.check(&url)?;
         let text = get(&self.client, &url, auth, MAX_INDEX_BYTES)?;
         let invalid = |what: &str| ChartError::Invalid(format!("{} {what}", shown(&url)));
         let text = String::from_utf8(text).map_err(|_| invalid("is not UTF-8 text"))?;

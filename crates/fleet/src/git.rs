@@ -444,7 +444,7 @@ fn holds(repo: &gix::Repository, id: &gix::oid) -> bool {
 /// - ssh: OpenSSH connects to the checked address (`HostName`), the known hosts still matched
 ///   against the URL's host (`HostKeyAlias`).
 #[derive(Debug)]
-struct Checked {
+pub(crate) struct Checked {
     host: String,
     port: u16,
     addresses: Vec<SocketAddr>,
@@ -467,7 +467,7 @@ impl Checked {
 /// Resolves `url`'s host (no DNS for an IP address) and refuses it, before any connection,
 /// if one of its addresses is in a network `limits` do not allow. `None` when the name does
 /// not resolve: nothing is reached then.
-fn checked_host(url: &str, limits: &Limits) -> Result<Option<Checked>, GitError> {
+pub(crate) fn checked_host(url: &str, limits: &Limits) -> Result<Option<Checked>, GitError> {
     let parsed = gix::url::parse(gix::bstr::BStr::new(url))
         .map_err(|_| GitError::UnsupportedUrl(url.to_string()))?;
     let (Some(host), Some(port)) = (parsed.host_unbracketed(), parsed.port_or_default()) else {
