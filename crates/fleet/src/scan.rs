@@ -260,7 +260,7 @@ pub fn plan<'a>(
     // A root with a chart or a kustomization in it is read whole: a chart's templates and
     // helpers are not manifests, and the agent renders them all; a kustomization's patches
     // and generators' files are not either, and kustomize reads them.
-    let charts: Vec<&String> = listing
+    let read_whole: Vec<&String> = listing
         .iter()
         .filter(|e| {
             let name = e.path.rsplit('/').next().unwrap_or_default();
@@ -284,7 +284,7 @@ pub fn plan<'a>(
         *total = total.saturating_add(entry.size);
         if is_manifest(&entry.path)
             || entry.path == join(root, FLEET_YAML)
-            || charts.contains(&root)
+            || read_whole.contains(&root)
         {
             wanted.push(entry);
         }
@@ -477,18 +477,22 @@ fn helm_options(
     } else {
         format!("{chart_root}/")
     };
-    let chart_files: BTreeMap<String, Vec<u8>> = files
-        .iter()
-        .filter_map(|(f, content)| Some((f.strip_prefix(&prefix)?.to_string(), content.clone())))
-        .filter(|(f, _)| f != FLEET_YAML || !chart_dir.is_empty())
-        .collect();
     let loaded = match chart_dir.strip_suffix(".tgz") {
         // A packaged chart kept in the repository.
         Some(_) => match files.iter().find(|(f, _)| *f == chart_root) {
             Some((_, archive)) => lariat_helm::Chart::load_archive(&chart_dir, archive),
             None => return Err(refuse(format!("helm.chart {chart:?} is not in the bundle"))),
         },
-        None => lariat_helm::Chart::load(&chart_files),
+        None => {
+            let chart_files: BTreeMap<String, Vec<u8>> = files
+                .iter()
+                .filter_map(|(f, content)| {
+                    Some((f.strip_prefix(&prefix)?.to_string(), content.clone()))
+                })
+                .filter(|(f, _)| f != FLEET_YAML || !chart_dir.is_empty())
+                .collect();
+            lariat_helm::Chart::load(&chart_files)
+        }
     };
     loaded.map_err(|e| match e {
         lariat_helm::HelmError::Chart { file, message } => ScanError {

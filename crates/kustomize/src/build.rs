@@ -365,16 +365,11 @@ impl Loader<'_> {
         added: Vec<Resource>,
     ) -> Result<(), Error> {
         let key = |id: &Id| {
-            let namespace = if id.namespace.is_empty() || id.is_cluster_scoped() {
-                "default".to_string()
-            } else {
-                id.namespace.clone()
-            };
             (
                 id.group.clone(),
                 id.version.clone(),
                 id.kind.clone(),
-                namespace,
+                id.effective_namespace().to_string(),
                 id.name.clone(),
             )
         };

@@ -399,13 +399,10 @@ fn choose<'c>(
         .filter(|c| {
             namespace.is_none_or(|ns| {
                 let effective = if ns.is_empty() { "default" } else { ns };
-                c.previous.iter().chain([&c.current]).any(|id| {
-                    (if id.namespace.is_empty() {
-                        "default"
-                    } else {
-                        &id.namespace
-                    }) == effective
-                })
+                c.previous
+                    .iter()
+                    .chain([&c.current])
+                    .any(|id| id.effective_namespace() == effective)
             })
         })
         .filter(|c| {
