@@ -48,6 +48,9 @@ pub struct TemplateArgs {
     /// Leave out test hooks.
     #[arg(long)]
     skip_tests: bool,
+    /// Render without checking the values against values.schema.json.
+    #[arg(long)]
+    skip_schema_validation: bool,
 }
 
 pub fn run(command: HelmCommand) -> anyhow::Result<()> {
@@ -83,6 +86,7 @@ pub fn run(command: HelmCommand) -> anyhow::Result<()> {
         namespace: args.namespace,
         revision: 1,
         is_upgrade: false,
+        skip_schema_validation: args.skip_schema_validation,
     };
     let rendered = render(
         &chart,

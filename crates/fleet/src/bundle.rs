@@ -128,7 +128,11 @@ fn customized(
         }
     }
     let over = over.cloned().unwrap_or_default();
+    let mut template_values = base.template_values.clone().unwrap_or_default();
+    template_values.extend(over.template_values.unwrap_or_default());
     Ok(HelmOptions {
+        template_values: (!template_values.is_empty()).then_some(template_values),
+        disable_pre_process: over.disable_pre_process || base.disable_pre_process,
         release_name: over.release_name.or(base.release_name.clone()),
         values: (!values.is_empty()).then_some(values),
         values_files: None,
@@ -139,6 +143,7 @@ fn customized(
             base.max_history
         },
         take_ownership: over.take_ownership || base.take_ownership,
+        skip_schema_validation: over.skip_schema_validation || base.skip_schema_validation,
         timeout_seconds: if over.timeout_seconds != 0 {
             over.timeout_seconds
         } else {
@@ -318,11 +323,13 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
             Entry::Occupied(known) => known.into_mut(),
             Entry::Vacant(new) => new.insert(version_for(&ctx, &bundle, target).await?),
         };
-        let spec = match version {
-            Ok(version) => BundleDeploymentSpec {
+        let spec = match version.as_ref().map_err(Clone::clone).and_then(|version| {
+            Ok(BundleDeploymentSpec {
                 paused: bundle.spec.paused || cluster.spec.paused,
-                ..version.clone()
-            },
+                ..made_for(version, cluster)?
+            })
+        }) {
+            Ok(spec) => spec,
             Err(message) => {
                 standings.push(Standing {
                     cluster: cluster_name,
@@ -513,14 +520,52 @@ async fn version_for(
         correct_drift: bundle.spec.correct_drift.clone(),
         helm,
     };
-    let options_hash = sha256(&serde_json::to_vec(&options).unwrap_or_default());
     Ok(Ok(BundleDeploymentSpec {
-        deployment_id: Some(format!("{content_name}:{}", &options_hash[..16])),
+        deployment_id: Some(deployment_id(&content_name, &options)),
         options: Some(options),
         correct_drift: bundle.spec.correct_drift.clone(),
         depends_on: bundle.spec.depends_on.clone(),
         ..Default::default()
     }))
+}
+
+/// `version` for one cluster: its Helm values made for the cluster when they hold templates or
+/// label references ([`crate::templating`]), the deployment ID following them.
+fn made_for(
+    version: &BundleDeploymentSpec,
+    cluster: &FleetCluster,
+) -> Result<BundleDeploymentSpec, String> {
+    let Some(options) = &version.options else {
+        return Ok(version.clone());
+    };
+    let Some(helm) = options
+        .helm
+        .as_ref()
+        .filter(|h| crate::templating::per_cluster(h))
+    else {
+        return Ok(version.clone());
+    };
+    let options = BundleDeploymentOptions {
+        helm: Some(crate::templating::for_cluster(helm, cluster)?),
+        ..options.clone()
+    };
+    let content_name = version
+        .deployment_id
+        .as_deref()
+        .and_then(|id| id.split_once(':'))
+        .map(|(content, _)| content.to_string())
+        .unwrap_or_default();
+    Ok(BundleDeploymentSpec {
+        deployment_id: Some(deployment_id(&content_name, &options)),
+        options: Some(options),
+        ..version.clone()
+    })
+}
+
+/// A version's ID: its content and the hash of the options it is applied with.
+fn deployment_id(content_name: &str, options: &BundleDeploymentOptions) -> String {
+    let options_hash = sha256(&serde_json::to_vec(options).unwrap_or_default());
+    format!("{content_name}:{}", &options_hash[..16])
 }
 
 /// Which clusters get the new version now (`rolloutStrategy`); the others have it staged. A

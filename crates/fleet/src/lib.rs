@@ -31,6 +31,7 @@ pub mod limits;
 pub mod rollout;
 pub mod scan;
 pub mod target;
+pub mod templating;
 pub mod webhook;
 
 pub use limits::Limits;

@@ -22,6 +22,9 @@ pub struct Release {
     pub namespace: String,
     pub revision: u64,
     pub is_upgrade: bool,
+    /// Render without checking the values against `values.schema.json` (Helm's
+    /// `--skip-schema-validation`, Fleet's `skipSchemaValidation`).
+    pub skip_schema_validation: bool,
 }
 
 /// What the target cluster serves (`.Capabilities`).
@@ -118,13 +121,18 @@ pub fn render(
     lookup: Option<Arc<dyn Lookup + Send + Sync>>,
     bounds: &Bounds,
 ) -> Result<Rendered, HelmError> {
+    on_render_thread(|| render_here(chart, user_values, release, capabilities, lookup, bounds))
+}
+
+/// Runs `work` on a thread of its own with [`RENDER_STACK`], and waits for it.
+fn on_render_thread<T: Send>(
+    work: impl FnOnce() -> Result<T, HelmError> + Send,
+) -> Result<T, HelmError> {
     std::thread::scope(|scope| {
         let thread = std::thread::Builder::new()
             .name("helm-render".into())
             .stack_size(RENDER_STACK)
-            .spawn_scoped(scope, || {
-                render_here(chart, user_values, release, capabilities, lookup, bounds)
-            })
+            .spawn_scoped(scope, work)
             .map_err(|e| HelmError::Template {
                 message: format!("cannot start a render: {e}"),
             })?;
@@ -134,6 +142,85 @@ pub fn render(
             })
         })
     })
+}
+
+/// Renders one template that is not a chart's (Fleet's `helm.values` templates) with `data`:
+/// Go's `text/template` with Sprig's functions only (no `include`, `tpl`, `lookup`, `env`),
+/// its actions between `delimiters` (Go's `Delims`), bounded as a chart's render is. A missing
+/// key prints as Go prints it, `<no value>`.
+pub fn render_text(
+    name: &str,
+    source: &str,
+    delimiters: (&str, &str),
+    data: &Json,
+    bounds: &Bounds,
+) -> Result<String, HelmError> {
+    let source = with_braces(source, delimiters).map_err(|message| HelmError::Template {
+        message: format!("template: {name}: {message}"),
+    })?;
+    on_render_thread(|| {
+        let limits = Limits::default()
+            .with_output_bytes(bounds.output_bytes)
+            .with_deadline(bounds.time)
+            .with_total_iterations(MAX_ITERATIONS);
+        let mut template = Template::with_limits(limits);
+        template.name = name.into();
+        template.add_funcs(&functions::sprig());
+        template.parse(source).map_err(|e| HelmError::Template {
+            message: e.to_string(),
+        })?;
+        template
+            .render(&Context::from(functions::from_json_value(data.clone())))
+            .map_err(|e| HelmError::Template {
+                message: e.to_string(),
+            })
+    })
+}
+
+/// A template whose actions are between `delimiters` rewritten with Go's default `{{ }}`
+/// (gtmpl-ng has no others): text that holds `{{` is quoted as an action, and each action
+/// ends at the first right delimiter outside its strings and comments, as Go's lexer ends it.
+fn with_braces(source: &str, (left, right): (&str, &str)) -> Result<String, String> {
+    let quote_braces = |text: &str| text.replace("{{", "{{\"{{\"}}");
+    let mut out = String::with_capacity(source.len() + 16);
+    let mut rest = source;
+    while let Some(start) = rest.find(left) {
+        out.push_str(&quote_braces(&rest[..start]));
+        out.push_str("{{");
+        rest = &rest[start + left.len()..];
+        let end = action_end(rest, right)
+            .ok_or_else(|| format!("unclosed action (no {right:?} after {left:?})"))?;
+        out.push_str(&rest[..end]);
+        out.push_str("}}");
+        rest = &rest[end + right.len()..];
+    }
+    out.push_str(&quote_braces(rest));
+    Ok(out)
+}
+
+/// Where the action at the start of `text` ends: the first `right` outside a quoted string,
+/// raw string, character constant or comment.
+fn action_end(text: &str, right: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if text[i..].starts_with(right) {
+            return Some(i);
+        }
+        match bytes[i] {
+            quote @ (b'"' | b'\'') => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != quote {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'`' => i += text[i + 1..].find('`')? + 1,
+            b'/' if text[i..].starts_with("/*") => i += text[i..].find("*/")? + 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 fn render_here(
@@ -166,6 +253,9 @@ fn render_here(
         });
     }
     let values = values::coalesce(&chart, user_values);
+    if !release.skip_schema_validation {
+        crate::schema::validate(&chart, &values)?;
+    }
     let top = json!({
         "Release": {"Name": release.name, "Namespace": release.namespace, "IsUpgrade": release.is_upgrade,
             "IsInstall": !release.is_upgrade, "Revision": release.revision, "Service": "Helm"},

@@ -70,27 +70,39 @@ impl Drop for ScopeGuard {
 pub(crate) const ENTRY: &str = "lariat.entry";
 pub(crate) const ENTRY_BODY: &str = "{{- template (index . 0) (index . 1) -}}";
 
-/// Every function a chart's templates may call.
+/// Every function a chart's templates may call: Sprig's and Helm's own.
 pub(crate) fn all() -> Vec<(&'static str, Func)> {
-    let mut funcs: Vec<(&'static str, Func)> = gtmpl_ng::helm_functions::HELM_FUNCTIONS.to_vec();
+    let mut funcs = sprig();
     funcs.extend([
         ("include", include as Func),
         ("tpl", tpl),
         ("required", required),
-        ("fail", fail),
         ("lookup", lookup),
         ("toYaml", to_yaml),
         ("mustToYaml", to_yaml),
         ("fromYaml", from_yaml),
         ("fromYamlArray", from_yaml_array),
+        ("fromJson", from_json),
+        ("fromJsonArray", from_json_array),
+        ("getHostByName", get_host_by_name),
+        ("lariatMethod", crate::files::method),
+    ]);
+    funcs
+}
+
+/// Sprig's functions, as a Go program registers them (`sprig.TxtFuncMap`), without `env`,
+/// `expandenv` and `getHostByName`: what a template that is not a chart's may call (Fleet's
+/// `helm.values` templates). Some are lariat's where gtmpl-ng's differ from Go's output.
+pub(crate) fn sprig() -> Vec<(&'static str, Func)> {
+    let mut funcs: Vec<(&'static str, Func)> = gtmpl_ng::helm_functions::HELM_FUNCTIONS.to_vec();
+    funcs.extend([
+        ("fail", fail as Func),
         ("toJson", to_json),
         ("mustToJson", to_json),
         ("toRawJson", to_json),
         ("mustToRawJson", to_json),
         ("toPrettyJson", to_pretty_json),
         ("mustToPrettyJson", to_pretty_json),
-        ("fromJson", from_json),
-        ("fromJsonArray", from_json_array),
         ("nindent", nindent),
         ("join", join),
         ("splitList", split_list),
@@ -98,8 +110,6 @@ pub(crate) fn all() -> Vec<(&'static str, Func)> {
         ("sortAlpha", sort_alpha),
         ("tuple", tuple),
         ("semverCompare", semver_compare),
-        ("getHostByName", get_host_by_name),
-        ("lariatMethod", crate::files::method),
     ]);
     funcs
 }

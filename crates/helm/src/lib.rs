@@ -3,6 +3,7 @@
 //! - [`chart`]: a chart and its subcharts loaded from their files.
 //! - [`values`]: the user's values coalesced over each chart's defaults; subcharts
 //!   switched on and off by `condition` and `tags`.
+//! - [`schema`]: the values checked against each chart's `values.schema.json`.
 //! - [`engine`]: every template rendered with Go's `text/template` semantics (gtmpl-ng)
 //!   and Helm's functions ([`functions`]), `.Files` and `.Capabilities` ([`files`]).
 //! - [`manifests`]: the rendered documents split, hooks set apart, kinds in Helm's
@@ -16,6 +17,7 @@ mod files;
 pub mod functions;
 pub mod goyaml;
 pub mod manifests;
+pub mod schema;
 pub mod semver;
 pub mod values;
 

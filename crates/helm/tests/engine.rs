@@ -32,6 +32,7 @@ fn release() -> Release {
         namespace: "apps".into(),
         revision: 1,
         is_upgrade: false,
+        skip_schema_validation: false,
     }
 }
 

@@ -44,6 +44,7 @@ struct Case {
     api_versions: Vec<&'static str>,
     include_crds: bool,
     skip_tests: bool,
+    skip_schema_validation: bool,
 }
 
 /// `helm template` as the golden case runs it, or its error.
@@ -70,6 +71,7 @@ fn template(case: &Case) -> Result<String, String> {
         namespace: "default".into(),
         revision: 1,
         is_upgrade: false,
+        skip_schema_validation: case.skip_schema_validation,
     };
     let rendered = render(
         &chart,
@@ -226,4 +228,100 @@ fn a_chart_type_helm_does_not_know_is_refused() {
         std::fs::read_to_string(Path::new(DATA).join("output/template-lib-chart.txt")).unwrap();
     let expected = expected.trim().trim_start_matches("Error: ");
     assert!(error.contains(expected), "{error}");
+}
+
+/// Helm's install cases with `values.schema.json` (`pkg/cmd/install_test.go`): the values
+/// that meet the schemas render, and the others fail with Helm's message, byte for byte.
+#[test]
+fn values_are_checked_against_each_charts_schema_with_helms_messages() {
+    let parent = "chart-with-schema-and-subchart";
+    let cases = [
+        (
+            Case {
+                chart: "chart-with-schema",
+                ..Case::default()
+            },
+            None,
+        ),
+        (
+            Case {
+                chart: "chart-with-schema-negative",
+                ..Case::default()
+            },
+            Some("schema-negative.txt"),
+        ),
+        (
+            Case {
+                chart: "chart-with-schema",
+                values_file: Some("extra-values.yaml"),
+                ..Case::default()
+            },
+            Some("schema-negative.txt"),
+        ),
+        (
+            Case {
+                chart: "chart-with-schema",
+                set: vec![("age", json!(-5))],
+                ..Case::default()
+            },
+            Some("schema-negative-cli.txt"),
+        ),
+        (
+            Case {
+                chart: parent,
+                ..Case::default()
+            },
+            Some("subchart-schema-negative.txt"),
+        ),
+        (
+            Case {
+                chart: parent,
+                set: vec![
+                    ("lastname", json!("doe")),
+                    ("subchart-with-schema.age", json!(25)),
+                ],
+                ..Case::default()
+            },
+            None,
+        ),
+        (
+            Case {
+                chart: parent,
+                set: vec![
+                    ("lastname", json!("doe")),
+                    ("subchart-with-schema.age", json!(-25)),
+                ],
+                ..Case::default()
+            },
+            Some("subchart-schema-cli-negative.txt"),
+        ),
+        (
+            Case {
+                chart: parent,
+                set: vec![
+                    ("lastname", json!("doe")),
+                    ("subchart-with-schema.age", json!(-25)),
+                ],
+                skip_schema_validation: true,
+                ..Case::default()
+            },
+            None,
+        ),
+    ];
+    for (case, golden) in cases {
+        let result = template(&case);
+        match golden {
+            None => assert!(result.is_ok(), "{}: {result:?}", case.chart),
+            Some(golden) => {
+                let expected =
+                    std::fs::read_to_string(Path::new(DATA).join("output").join(golden)).unwrap();
+                let expected = expected
+                    .strip_prefix("Error: INSTALLATION FAILED: ")
+                    .unwrap()
+                    .strip_suffix('\n')
+                    .unwrap();
+                assert_eq!(result.unwrap_err(), expected, "{golden}");
+            }
+        }
+    }
 }

@@ -135,6 +135,7 @@ pub(super) async fn render(
         namespace,
         revision,
         is_upgrade,
+        skip_schema_validation: helm.skip_schema_validation,
     };
     let timeout = u64::try_from(helm.timeout_seconds)
         .ok()

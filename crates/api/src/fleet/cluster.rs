@@ -45,6 +45,11 @@ pub struct FleetClusterSpec {
     /// Deploy nothing new to this cluster meanwhile.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// Values of this cluster for its bundles' `helm.values` templates
+    /// (`${ .ClusterValues.x }`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<crate::schema::PreserveUnknownObject>")]
+    pub template_values: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// How the cluster's bundles are doing.

@@ -28,10 +28,19 @@ pub struct HelmOptions {
         regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
     )]
     pub release_name: Option<String>,
-    /// Values over the chart's `values.yaml` (and over `valuesFiles`).
+    /// Values over the chart's `values.yaml` (and over `valuesFiles`). Strings may be Go
+    /// templates in `${ }` (`${ .ClusterLabels.region }`), rendered for each cluster, and a
+    /// string `global.fleet.clusterLabels.<label>` becomes that label's value, as in Fleet.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<crate::schema::PreserveUnknownObject>")]
     pub values: Option<Map<String, Value>>,
+    /// Values each given as a Go template in `${ }`, rendered for each cluster and read as
+    /// YAML, each replacing the key of the same name in `values`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template_values: Option<std::collections::BTreeMap<String, String>>,
+    /// Take `values` as they are: no `${ }` templates, no cluster labels.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disable_pre_process: bool,
     /// Files of the bundle to read values from, in order, over `values` (read when the
     /// bundle is, so a BundleDeployment's `values` already hold them).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -47,6 +56,9 @@ pub struct HelmOptions {
     /// Deploy over objects another release or no release owns.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub take_ownership: bool,
+    /// Render without checking the values against the chart's `values.schema.json`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_schema_validation: bool,
     /// How long a render and its install may take, in seconds.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub timeout_seconds: i32,
