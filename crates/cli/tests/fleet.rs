@@ -1902,7 +1902,11 @@ data:
   {{- if .Capabilities.APIVersions.Has "apps/v1/Deployment" }}
   deployments: "served"
   {{- end }}
+  {{- with .Values.region }}
+  region: {{ . | quote }}
+  {{- end }}
 "#;
+const CHART_SCHEMA: &str = r#"{"properties": {"color": {"type": "string"}, "image": {"type": "string"}}}"#;
 
 /// The kubeconfig of in-memory cluster `cluster`, once it answers, with namespace `namespace`
 /// made in it.
@@ -1994,10 +1998,11 @@ fn a_helm_chart_in_the_repository_renders_per_cluster_and_a_broken_one_fails_alo
             ("plain/settings.yaml", CONFIG_MAP),
             (
                 "web/fleet.yaml",
-                "defaultNamespace: web\nhelm:\n  chart: ./chart\n  releaseName: shop\n  values:\n    color: blue\ntargetCustomizations:\n- name: us\n  clusterSelector: {matchLabels: {region: us}}\n  helm:\n    values:\n      color: red\n",
+                "defaultNamespace: web\nhelm:\n  chart: ./chart\n  releaseName: shop\n  values:\n    color: blue\n    region: ${ .ClusterLabels.region }-${ .ClusterName }\ntargetCustomizations:\n- name: us\n  clusterSelector: {matchLabels: {region: us}}\n  helm:\n    values:\n      color: red\n",
             ),
             ("web/chart/Chart.yaml", CHART_YAML),
             ("web/chart/values.yaml", CHART_VALUES),
+            ("web/chart/values.schema.json", CHART_SCHEMA),
             ("web/chart/templates/_helpers.tpl", CHART_HELPERS),
             ("web/chart/templates/configmap.yaml", CHART_CONFIG_MAP),
         ],
@@ -2012,11 +2017,13 @@ fn a_helm_chart_in_the_repository_renders_per_cluster_and_a_broken_one_fails_alo
         "both bundles ready on both clusters",
         || git_repo(&server, "platform")["status"]["display"]["readyBundleDeployments"] == "4/4",
     );
-    // Rendered on each cluster with its own values and its own version (v1.30.2) and groups.
-    for (cluster, color) in [("eu-1", "blue"), ("us-1", "red")] {
+    // Rendered on each cluster with its own values and its own version (v1.30.2) and groups;
+    // `${ }` values made for each cluster from its labels and name, as Fleet makes them.
+    for (cluster, color, region) in [("eu-1", "blue", "eu-eu-1"), ("us-1", "red", "us-us-1")] {
         let settings = workload_config_map(&server, cluster, "web", "shop-settings");
         let data = &settings["data"];
         assert_eq!(data["color"], color, "{cluster}: {settings}");
+        assert_eq!(data["region"], region, "{cluster}: {settings}");
         assert_eq!(data["image"], "nginx", "{settings}");
         assert_eq!(data["namespace"], "web", "{settings}");
         assert_eq!(data["kube"], "1.30", "{settings}");
@@ -2086,6 +2093,21 @@ fn a_helm_chart_in_the_repository_renders_per_cluster_and_a_broken_one_fails_alo
         "{group}"
     );
     assert!(!message.contains("lariat.entry"), "{message}");
+    // Values that do not meet the chart's values.schema.json fail as Helm fails them.
+    commit(
+        &upstream,
+        &[("web/chart/values.yaml", "color: green\nimage: 5\n")],
+    );
+    eventually_within(Duration::from_secs(120), "the schema refused it", || {
+        first_group(&server, "platform-web")["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("at '/image': got number, want string"))
+    });
+    let message = first_group(&server, "platform-web")["message"].to_string();
+    assert!(
+        message.contains("values don't meet the specifications of the schema(s)"),
+        "{message}"
+    );
     let plain = bundle(&server, "platform-plain").unwrap();
     assert_eq!(
         plain["status"]["display"]["readyClusters"], "2/2",
