@@ -1906,7 +1906,8 @@ data:
   region: {{ . | quote }}
   {{- end }}
 "#;
-const CHART_SCHEMA: &str = r#"{"properties": {"color": {"type": "string"}, "image": {"type": "string"}}}"#;
+const CHART_SCHEMA: &str =
+    r#"{"properties": {"color": {"type": "string"}, "image": {"type": "string"}}}"#;
 
 /// The kubeconfig of in-memory cluster `cluster`, once it answers, with namespace `namespace`
 /// made in it.

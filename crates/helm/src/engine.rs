@@ -437,7 +437,7 @@ fn collect(
         }
         out.push(Collected {
             name: format!("{path}/{}", template.name),
-            source: crate::files::rewrite_method_calls(&String::from_utf8_lossy(&template.data)),
+            source: crate::files::rewrite_actions(&String::from_utf8_lossy(&template.data)),
             base_path: format!("{path}/templates"),
             context: index,
         });

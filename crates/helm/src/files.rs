@@ -7,6 +7,9 @@
 //! with arguments on anything), are rewritten in the template's source to calls of
 //! [`method`]: `.Files.Get "a"` is `lariatMethod .Files "Get" "a"`, and
 //! `(.Files.Glob "x/*").AsConfig` is `(lariatMethod (.Files.Glob ...) "AsConfig")`.
+//!
+//! The same pass rewrites a raw string (`` `a\.b` ``) that holds a backslash as the quoted
+//! string Go reads it as (`"a\\.b"`): gtmpl-ng reads escapes in raw strings too.
 
 use base64::Engine as _;
 use gtmpl_ng::{FuncError, Value};
@@ -307,16 +310,18 @@ const MAX_REWRITTEN_ACTION: usize = 64 << 10;
 const MAX_PARENTHESIZED: usize = 64;
 
 /// Rewrites the method calls of `.Files` and `.APIVersions` in a template's actions (see
-/// the module's documentation), never inside a string, raw string, character or comment.
-/// One pass finds the actions, another each one's literals: linear in the source.
-pub(crate) fn rewrite_method_calls(source: &str) -> String {
+/// the module's documentation), never inside a string, raw string, character or comment,
+/// and raw strings with a backslash as quoted strings. One pass finds the actions, another
+/// each one's literals: linear in the source.
+pub(crate) fn rewrite_actions(source: &str) -> String {
     static CALL: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         regex::Regex::new(
             r"(?P<receiver>(?:\$[A-Za-z0-9_]*)?(?:\.[A-Za-z_][A-Za-z0-9_]*)*\.(?:Files|APIVersions))\.(?P<method>Get|GetBytes|Glob|Lines|AsConfig|AsSecrets|Has)\b",
         )
         .expect("the method-call pattern is valid")
     });
-    if !source.contains("Files") && !source.contains(".APIVersions.") {
+    let methods = source.contains("Files") || source.contains(".APIVersions.");
+    if !methods && !source.contains('`') {
         return source.to_string();
     }
     let mut out = String::with_capacity(source.len());
@@ -327,7 +332,11 @@ pub(crate) fn rewrite_method_calls(source: &str) -> String {
         if action.len() > MAX_REWRITTEN_ACTION {
             out.push_str(action);
         } else {
-            let action = rewrite_parenthesized(action);
+            let action = if methods {
+                rewrite_parenthesized(action)
+            } else {
+                action.to_string()
+            };
             let literals = literal_ranges(&action);
             let mut at = 0;
             for range in literals
@@ -335,11 +344,13 @@ pub(crate) fn rewrite_method_calls(source: &str) -> String {
                 .cloned()
                 .chain(std::iter::once(action.len()..action.len()))
             {
-                out.push_str(&CALL.replace_all(
-                    &action[at..range.start],
-                    "lariatMethod $receiver \"$method\"",
-                ));
-                out.push_str(&action[range.clone()]);
+                let code = &action[at..range.start];
+                if methods {
+                    out.push_str(&CALL.replace_all(code, "lariatMethod $receiver \"$method\""));
+                } else {
+                    out.push_str(code);
+                }
+                out.push_str(&quoted_raw_string(&action[range.clone()]));
                 at = range.end;
             }
         }
@@ -347,6 +358,32 @@ pub(crate) fn rewrite_method_calls(source: &str) -> String {
     }
     out.push_str(&source[copied..]);
     out
+}
+
+/// A raw string holding a backslash as the quoted string with the same value; any other
+/// literal as it is.
+fn quoted_raw_string(literal: &str) -> std::borrow::Cow<'_, str> {
+    let Some(inner) = literal
+        .strip_prefix('`')
+        .and_then(|l| l.strip_suffix('`'))
+        .filter(|inner| inner.contains('\\'))
+    else {
+        return literal.into();
+    };
+    let mut quoted = String::with_capacity(literal.len() + 8);
+    quoted.push('"');
+    for c in inner.chars() {
+        match c {
+            '\\' => quoted.push_str("\\\\"),
+            '"' => quoted.push_str("\\\""),
+            '\n' => quoted.push_str("\\n"),
+            '\r' => quoted.push_str("\\r"),
+            '\t' => quoted.push_str("\\t"),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted.into()
 }
 
 /// The byte ranges of the actions (`{{` to `}}`) of a template, a `}}` inside a literal or
@@ -479,7 +516,7 @@ mod tests {
 
     #[test]
     fn method_calls_are_rewritten_outside_strings() {
-        let rewritten = super::rewrite_method_calls(
+        let rewritten = super::rewrite_actions(
             r#"a {{ .Files.Get "x.Files.Get" }} {{ (.Files.Glob "c/*").AsConfig | indent 2 }} {{ $.Capabilities.APIVersions.Has "v1" }} .Files.Get"#,
         );
         assert_eq!(
@@ -489,8 +526,16 @@ mod tests {
         // `}}`, parentheses and calls inside strings, raw strings and comments stay as they are.
         let source = r#"{{ replace "}}" "" (.Files.Get "a") }}{{ $x := "}}{{ .Files.Get" }}{{/* .Files.Get ")" */}}{{ `(.Files.Get).AsConfig` }}"#;
         assert_eq!(
-            super::rewrite_method_calls(source),
+            super::rewrite_actions(source),
             r#"{{ replace "}}" "" (lariatMethod .Files "Get" "a") }}{{ $x := "}}{{ .Files.Get" }}{{/* .Files.Get ")" */}}{{ `(.Files.Get).AsConfig` }}"#
+        );
+    }
+
+    #[test]
+    fn raw_strings_with_a_backslash_become_the_quoted_strings_go_reads() {
+        assert_eq!(
+            super::rewrite_actions(r#"{{ regexMatch `^a\.b"c$` .x }} `t\` {{ `plain` }}"#),
+            r#"{{ regexMatch "^a\\.b\"c$" .x }} `t\` {{ `plain` }}"#
         );
     }
 
@@ -502,7 +547,7 @@ mod tests {
             "x).AsConfig ".repeat(50_000)
         );
         let started = std::time::Instant::now();
-        let _ = super::rewrite_method_calls(&source);
+        let _ = super::rewrite_actions(&source);
         assert!(
             started.elapsed() < std::time::Duration::from_secs(5),
             "{:?}",

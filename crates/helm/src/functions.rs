@@ -70,6 +70,11 @@ impl Drop for ScopeGuard {
 pub(crate) const ENTRY: &str = "lariat.entry";
 pub(crate) const ENTRY_BODY: &str = "{{- template (index . 0) (index . 1) -}}";
 
+/// The names of every function a chart's templates may call.
+pub fn names() -> Vec<&'static str> {
+    all().into_iter().map(|(name, _)| name).collect()
+}
+
 /// Every function a chart's templates may call: Sprig's and Helm's own.
 pub(crate) fn all() -> Vec<(&'static str, Func)> {
     let mut funcs = sprig();
@@ -109,7 +114,10 @@ pub(crate) fn sprig() -> Vec<(&'static str, Func)> {
         ("split", split),
         ("sortAlpha", sort_alpha),
         ("tuple", tuple),
+        ("has", has),
+        ("mustHas", has),
         ("semverCompare", semver_compare),
+        ("semver", semver_of),
     ]);
     funcs
 }
@@ -189,7 +197,7 @@ fn tpl(args: &[Value]) -> Result<Value, FuncError> {
                 .map_err(|e| generic(format!("tpl: {name}: {e}")))?;
         }
     }
-    let rewritten = crate::files::rewrite_method_calls(&source);
+    let rewritten = crate::files::rewrite_actions(&source);
     template
         .add_template("gotpl", rewritten)
         .map_err(|e| generic(format!("tpl: cannot parse its template: {e}")))?;
@@ -483,8 +491,47 @@ fn sort_alpha(args: &[Value]) -> Result<Value, FuncError> {
     Ok(Value::Array(items.into_iter().map(Value::String).collect()))
 }
 
+/// `has needle list`, Sprig's order (the list last, so that `$list | has x` reads);
+/// gtmpl-ng's takes the list first. A nil list holds nothing.
+fn has(args: &[Value]) -> Result<Value, FuncError> {
+    let needle = format!("{:?}", arg(args, 0, "has")?);
+    match arg(args, 1, "has")? {
+        Value::Array(items) => Ok(Value::Bool(
+            items.iter().any(|item| format!("{item:?}") == needle),
+        )),
+        Value::Nil | Value::NoValue => Ok(Value::Bool(false)),
+        _ => Err(generic("has: the second argument must be a list")),
+    }
+}
+
 fn tuple(args: &[Value]) -> Result<Value, FuncError> {
     Ok(Value::Array(args.to_vec()))
+}
+
+/// `semver "1.2.3-rc.1+b5"`: Sprig's version object, as a map of the fields templates read
+/// (`.Major`, `.Minor`, `.Patch`, `.Prerelease`, `.Metadata`, `.Original`).
+fn semver_of(args: &[Value]) -> Result<Value, FuncError> {
+    let original = text(arg(args, 0, "semver")?);
+    let version = semver::Version::parse(&original)
+        .ok_or_else(|| generic(format!("semver: {original:?} is not a semantic version")))?;
+    let (major, minor) = version.major_minor();
+    let metadata = original.split_once('+').map_or("", |(_, m)| m).to_string();
+    Ok(Value::Map(
+        [
+            ("Major", Value::from(major)),
+            ("Minor", Value::from(minor)),
+            ("Patch", Value::from(version.patch())),
+            (
+                "Prerelease",
+                Value::String(version.prerelease().to_string()),
+            ),
+            ("Metadata", Value::String(metadata)),
+            ("Original", Value::String(original.clone())),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+    ))
 }
 
 /// `semverCompare ">=1.19-0" .Capabilities.KubeVersion.GitVersion`.

@@ -37,6 +37,14 @@ impl Version {
         (self.numbers[0], self.numbers[1])
     }
 
+    pub(crate) fn patch(&self) -> u64 {
+        self.numbers[2]
+    }
+
+    pub(crate) fn prerelease(&self) -> &str {
+        &self.pre
+    }
+
     fn compare(&self, other: &Version) -> Ordering {
         self.numbers
             .cmp(&other.numbers)

@@ -2,35 +2,16 @@
 //! against lariat's renderer: the same charts, the same flags, and the output compared
 //! byte for byte with Helm's expected files (tests/data/helm, see its NOTICE).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use lariat_helm::chart::read_values;
 use lariat_helm::{Bounds, Capabilities, Chart, Release, manifests, render};
 use serde_json::{Map, Value, json};
 
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/helm");
+mod common;
+use common::load_dir;
 
-fn load_dir(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(current) = stack.pop() {
-        for entry in std::fs::read_dir(&current).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                let name = path
-                    .strip_prefix(dir)
-                    .unwrap()
-                    .to_string_lossy()
-                    .replace('\\', "/");
-                files.insert(name, std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    files
-}
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/helm");
 
 #[derive(Default)]
 struct Case {
