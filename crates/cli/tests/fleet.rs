@@ -2771,3 +2771,72 @@ fn a_chart_from_a_helm_repository_is_fetched_with_the_git_repos_credential_and_d
         "{plain}"
     );
 }
+
+/// Four widely used charts (lariat-helm's test data: ingress-nginx, cert-manager, Bitnami's
+/// nginx, kube-state-metrics), each rendered by `lariat helm template` with its defaults and
+/// with one other values file, and every object accepted by a simulated cluster's
+/// `kubectl apply --dry-run=server`, as a real cluster would be asked.
+#[test]
+fn widely_used_charts_render_to_objects_a_cluster_accepts() {
+    let server = TestServer::start();
+    in_memory_clusters(&server, &[("charts-1", "eu")]);
+    let kubeconfig = workload_with_namespace(&server, "charts-1", "apps");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../helm/tests/data");
+    for chart in [
+        "ingress-nginx",
+        "cert-manager",
+        "nginx",
+        "kube-state-metrics",
+    ] {
+        let dir = data.join("charts").join(chart);
+        let custom = data.join("chart-values").join(format!("{chart}.yaml"));
+        for values in [None, Some(custom.to_str().unwrap())] {
+            let mut args = vec![
+                "helm",
+                "template",
+                dir.to_str().unwrap(),
+                "--name",
+                "it",
+                "--namespace",
+                "apps",
+                "--kube-version",
+                "1.30.2",
+            ];
+            args.extend(values.map(|file| ["--values", file]).into_iter().flatten());
+            let rendered = Command::new(env!("CARGO_BIN_EXE_lariat"))
+                .args(&args)
+                .output()
+                .unwrap();
+            let manifests = String::from_utf8_lossy(&rendered.stdout).to_string();
+            assert!(
+                rendered.status.success(),
+                "{chart} {values:?}: {}",
+                String::from_utf8_lossy(&rendered.stderr)
+            );
+            let objects = manifests.matches("\nkind: ").count();
+            let kubeconfig = kubeconfig.to_str().unwrap();
+            let applied = server.kubectl_stdin(
+                &[
+                    "--kubeconfig",
+                    kubeconfig,
+                    "apply",
+                    "--dry-run=server",
+                    "-f",
+                    "-",
+                ],
+                &manifests,
+            );
+            let out = String::from_utf8_lossy(&applied.stdout);
+            assert!(
+                applied.status.success(),
+                "{chart} {values:?}: {}\n{out}",
+                String::from_utf8_lossy(&applied.stderr)
+            );
+            assert_eq!(
+                out.matches("(server dry run)").count(),
+                objects,
+                "{chart} {values:?}: {out}"
+            );
+        }
+    }
+}

@@ -116,6 +116,10 @@ pub(crate) fn sprig() -> Vec<(&'static str, Func)> {
         ("tuple", tuple),
         ("has", has),
         ("mustHas", has),
+        ("regexReplaceAll", regex_replace_all),
+        ("mustRegexReplaceAll", regex_replace_all),
+        ("regexReplaceAllLiteral", regex_replace_all_literal),
+        ("mustRegexReplaceAllLiteral", regex_replace_all_literal),
         ("semverCompare", semver_compare),
         ("semver", semver_of),
     ]);
@@ -502,6 +506,42 @@ fn has(args: &[Value]) -> Result<Value, FuncError> {
         Value::Nil | Value::NoValue => Ok(Value::Bool(false)),
         _ => Err(generic("has: the second argument must be a list")),
     }
+}
+
+/// `regexReplaceAll regex text replacement`, Sprig's order (gtmpl-ng's takes the replacement
+/// second); `$1` and `${name}` in the replacement expand as in Go.
+fn regex_replace_all(args: &[Value]) -> Result<Value, FuncError> {
+    replace_matches(args, "regexReplaceAll", false)
+}
+
+/// `regexReplaceAllLiteral regex text replacement`: the replacement as it is written.
+fn regex_replace_all_literal(args: &[Value]) -> Result<Value, FuncError> {
+    replace_matches(args, "regexReplaceAllLiteral", true)
+}
+
+/// Replaces match by match, so that the output is bounded as it grows (a short text with many
+/// matches and a long replacement would otherwise be built whole before it is measured).
+fn replace_matches(args: &[Value], function: &str, literal: bool) -> Result<Value, FuncError> {
+    let pattern = text(arg(args, 0, function)?);
+    let source = text(arg(args, 1, function)?);
+    let replacement = text(arg(args, 2, function)?);
+    let regex = regex::Regex::new(&pattern).map_err(|e| generic(format!("{function}: {e}")))?;
+    let mut out = String::with_capacity(source.len());
+    let mut copied = 0;
+    for captures in regex.captures_iter(&source) {
+        let whole = captures.get(0).expect("group 0 is the match");
+        out.push_str(&source[copied..whole.start()]);
+        if literal {
+            out.push_str(&replacement);
+        } else {
+            captures.expand(&replacement, &mut out);
+        }
+        copied = whole.end();
+        check_output(function, Some(out.len()))?;
+    }
+    out.push_str(&source[copied..]);
+    check_output(function, Some(out.len()))?;
+    Ok(Value::String(out))
 }
 
 fn tuple(args: &[Value]) -> Result<Value, FuncError> {

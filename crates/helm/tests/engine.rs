@@ -323,3 +323,24 @@ fn a_binary_file_is_encoded_whole_by_as_secrets_and_refused_as_text() {
     let error = render_one(&c, &Bounds::default()).unwrap_err().to_string();
     assert!(error.contains("files/keystore.jks is binary"), "{error}");
 }
+
+/// Sprig's functions as Sprig orders their arguments (the value a pipeline passes comes
+/// last), where gtmpl-ng's differ, and Bitnami's fullname, which uses two of them.
+#[test]
+fn sprig_functions_take_sprigs_arguments_in_sprigs_order() {
+    let template = r#"has: {{ list "a" "b" | has "b" }} {{ has "c" (list "a") }} {{ has "x" .Values.nothing }}
+replace: {{ regexReplaceAll "(-?[^a-z\\d\\-])+-?" (lower "My_Release") "-" }}
+expand: {{ regexReplaceAll "a(x*)b" "-ab-axxb-" "${1}W" }}
+literal: {{ regexReplaceAllLiteral "a(x*)b" "-ab-axxb-" "${1}" }}
+semver: {{ $v := semver "1.29.1-debian-12+b1" }}{{ printf "%d.%d.%d %s %s" $v.Major $v.Minor $v.Patch $v.Prerelease $v.Metadata }}
+"#;
+    let out = render_one(&chart(&[("t.yaml", template)], &[]), &Bounds::default()).unwrap();
+    assert_eq!(
+        out,
+        "has: true false false\nreplace: my-release\nexpand: -W-xxW-\nliteral: -${1}-${1}-\nsemver: 1.29.1 debian-12 b1\n"
+    );
+    // A replacement that would grow past the output limit stops as it grows.
+    let blowup = r#"{{ regexReplaceAll "" (repeat 100000 "a") (repeat 10000 "b") }}"#;
+    let error = render_one(&chart(&[("t.yaml", blowup)], &[]), &Bounds::default()).unwrap_err();
+    assert!(error.to_string().contains("regexReplaceAll"), "{error}");
+}
