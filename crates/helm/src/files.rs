@@ -320,8 +320,17 @@ pub(crate) fn rewrite_actions(source: &str) -> String {
         )
         .expect("the method-call pattern is valid")
     });
+    // `{{ $_ := set $dict "k" v }}` as `{{ $dict = set $dict "k" v }}`: gtmpl-ng's dicts are
+    // values, so the change must be assigned back to be seen (see `crate::sprig`).
+    static CHANGE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"^\{\{(?P<trim>-?\s*)\$_\s*:=\s*(?P<function>set|unset|merge|mustMerge|mergeOverwrite|mustMergeOverwrite)\s+(?P<dict>\$[A-Za-z_][A-Za-z0-9_]*)(?P<after>\s)",
+        )
+        .expect("the change pattern is valid")
+    });
     let methods = source.contains("Files") || source.contains(".APIVersions.");
-    if !methods && !source.contains('`') {
+    let changes = source.contains("$_");
+    if !methods && !changes && !source.contains('`') {
         return source.to_string();
     }
     let mut out = String::with_capacity(source.len());
@@ -332,10 +341,15 @@ pub(crate) fn rewrite_actions(source: &str) -> String {
         if action.len() > MAX_REWRITTEN_ACTION {
             out.push_str(action);
         } else {
-            let action = if methods {
-                rewrite_parenthesized(action)
+            let action = if changes {
+                CHANGE.replace(action, "{{$trim$dict = $function $dict$after")
             } else {
-                action.to_string()
+                action.into()
+            };
+            let action = if methods {
+                rewrite_parenthesized(&action)
+            } else {
+                action.into_owned()
             };
             let literals = literal_ranges(&action);
             let mut at = 0;

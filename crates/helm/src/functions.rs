@@ -114,24 +114,19 @@ pub(crate) fn sprig() -> Vec<(&'static str, Func)> {
         ("split", split),
         ("sortAlpha", sort_alpha),
         ("tuple", tuple),
-        ("has", has),
-        ("mustHas", has),
-        ("regexReplaceAll", regex_replace_all),
-        ("mustRegexReplaceAll", regex_replace_all),
-        ("regexReplaceAllLiteral", regex_replace_all_literal),
-        ("mustRegexReplaceAllLiteral", regex_replace_all_literal),
         ("semverCompare", semver_compare),
         ("semver", semver_of),
     ]);
+    funcs.extend(crate::sprig::CORRECTIONS);
     funcs
 }
 
-fn arg<'a>(args: &'a [Value], i: usize, function: &str) -> Result<&'a Value, FuncError> {
+pub(crate) fn arg<'a>(args: &'a [Value], i: usize, function: &str) -> Result<&'a Value, FuncError> {
     args.get(i)
         .ok_or_else(|| FuncError::AtLeastXArgs(function.into(), i + 1))
 }
 
-fn text(value: &Value) -> String {
+pub(crate) fn text(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
         Value::Nil | Value::NoValue => String::new(),
@@ -139,7 +134,7 @@ fn text(value: &Value) -> String {
     }
 }
 
-fn generic(message: impl Into<String>) -> FuncError {
+pub(crate) fn generic(message: impl Into<String>) -> FuncError {
     FuncError::Generic(message.into())
 }
 
@@ -411,7 +406,7 @@ fn output_limit() -> usize {
 }
 
 /// Refuses an output of `size` bytes past the render's limit, before it is built.
-fn check_output(function: &str, size: Option<usize>) -> Result<(), FuncError> {
+pub(crate) fn check_output(function: &str, size: Option<usize>) -> Result<(), FuncError> {
     let limit = output_limit();
     match size {
         Some(size) if size <= limit => Ok(()),
@@ -493,55 +488,6 @@ fn sort_alpha(args: &[Value]) -> Result<Value, FuncError> {
     let mut items = strings_of(arg(args, 0, "sortAlpha")?);
     items.sort();
     Ok(Value::Array(items.into_iter().map(Value::String).collect()))
-}
-
-/// `has needle list`, Sprig's order (the list last, so that `$list | has x` reads);
-/// gtmpl-ng's takes the list first. A nil list holds nothing.
-fn has(args: &[Value]) -> Result<Value, FuncError> {
-    let needle = format!("{:?}", arg(args, 0, "has")?);
-    match arg(args, 1, "has")? {
-        Value::Array(items) => Ok(Value::Bool(
-            items.iter().any(|item| format!("{item:?}") == needle),
-        )),
-        Value::Nil | Value::NoValue => Ok(Value::Bool(false)),
-        _ => Err(generic("has: the second argument must be a list")),
-    }
-}
-
-/// `regexReplaceAll regex text replacement`, Sprig's order (gtmpl-ng's takes the replacement
-/// second); `$1` and `${name}` in the replacement expand as in Go.
-fn regex_replace_all(args: &[Value]) -> Result<Value, FuncError> {
-    replace_matches(args, "regexReplaceAll", false)
-}
-
-/// `regexReplaceAllLiteral regex text replacement`: the replacement as it is written.
-fn regex_replace_all_literal(args: &[Value]) -> Result<Value, FuncError> {
-    replace_matches(args, "regexReplaceAllLiteral", true)
-}
-
-/// Replaces match by match, so that the output is bounded as it grows (a short text with many
-/// matches and a long replacement would otherwise be built whole before it is measured).
-fn replace_matches(args: &[Value], function: &str, literal: bool) -> Result<Value, FuncError> {
-    let pattern = text(arg(args, 0, function)?);
-    let source = text(arg(args, 1, function)?);
-    let replacement = text(arg(args, 2, function)?);
-    let regex = regex::Regex::new(&pattern).map_err(|e| generic(format!("{function}: {e}")))?;
-    let mut out = String::with_capacity(source.len());
-    let mut copied = 0;
-    for captures in regex.captures_iter(&source) {
-        let whole = captures.get(0).expect("group 0 is the match");
-        out.push_str(&source[copied..whole.start()]);
-        if literal {
-            out.push_str(&replacement);
-        } else {
-            captures.expand(&replacement, &mut out);
-        }
-        copied = whole.end();
-        check_output(function, Some(out.len()))?;
-    }
-    out.push_str(&source[copied..]);
-    check_output(function, Some(out.len()))?;
-    Ok(Value::String(out))
 }
 
 fn tuple(args: &[Value]) -> Result<Value, FuncError> {

@@ -8,6 +8,7 @@
 //!   and Helm's functions ([`functions`]), `.Files` and `.Capabilities` ([`files`]).
 //! - [`manifests`]: the rendered documents split, hooks set apart, kinds in Helm's
 //!   install order, and `helm template`'s text.
+//! - `sprig`: Sprig's functions where gtmpl-ng's differ from Sprig's.
 //! - [`goyaml`]: `toYaml` byte for byte as Go's YAML library writes it.
 
 pub mod archive;
@@ -19,6 +20,7 @@ pub mod goyaml;
 pub mod manifests;
 pub mod schema;
 pub mod semver;
+mod sprig;
 pub mod values;
 
 pub use chart::Chart;

@@ -328,7 +328,26 @@ fn a_binary_file_is_encoded_whole_by_as_secrets_and_refused_as_text() {
 /// last), where gtmpl-ng's differ, and Bitnami's fullname, which uses two of them.
 #[test]
 fn sprig_functions_take_sprigs_arguments_in_sprigs_order() {
-    let template = r#"has: {{ list "a" "b" | has "b" }} {{ has "c" (list "a") }} {{ has "x" .Values.nothing }}
+    let template = r#"{{- $d := dict "a" (dict "x" 1) "e" "" -}}
+{{- $_ := set $d "k" "v" -}}
+{{- $_ := unset $d "gone" -}}
+{{- $m := merge (dict "a" (dict "y" 2) "e" "filled" "b" 1) $d -}}
+{{- $o := mergeOverwrite (dict "a" (dict "y" 2) "b" 1) (dict "a" (dict "x" 3) "b" "") -}}
+set: {{ $d.k }}
+merge: {{ toJson $m }}
+mergeOverwrite: {{ toJson $o }}
+dig: {{ dig "a" "x" "none" $d }} {{ dig "a" "q" "none" $d }}
+pluck: {{ pluck "b" (dict "b" 1) (dict "c" 2) (dict "b" 3) | toJson }}
+get: [{{ get $d "nope" }}]
+title: {{ title "hello wide-world" }} {{ untitle "Hello World" }}
+trim: {{ trimSuffix "-" "foo--" }} {{ trimPrefix "-" "--foo" }} {{ trimAll "$-" "$-x-$" }}
+quote: {{ quote "a\"b" "c" .Values.nothing }} {{ squote "a" "b" }} [{{ cat "a" .Values.nothing "b" }}]
+substr: {{ substr 0 63 "short" }} {{ substr 2 -1 "hello" }} {{ substr -1 2 "hello" }}
+int: {{ int 3.7 }} {{ int "abc" }} {{ int "010" }} {{ int "0x1f" }} {{ int "4.00" }} {{ float64 "2.5" }} {{ atoi " 5" }}
+first: [{{ first (list) }}] {{ last (list 1 2) }} {{ compact (list "a" "" 0 "b") | toJson }}
+kinds: {{ kindOf (list 1) }} {{ kindIs "map" $d }} {{ typeOf "s" }} {{ kindIs "invalid" .Values.nothing }} {{ toString .Values.nothing }}
+keys: {{ keys (dict "b" 1) (dict "a" 2) | toJson }}
+has: {{ list "a" "b" | has "b" }} {{ has "c" (list "a") }} {{ has "x" .Values.nothing }}
 replace: {{ regexReplaceAll "(-?[^a-z\\d\\-])+-?" (lower "My_Release") "-" }}
 expand: {{ regexReplaceAll "a(x*)b" "-ab-axxb-" "${1}W" }}
 literal: {{ regexReplaceAllLiteral "a(x*)b" "-ab-axxb-" "${1}" }}
@@ -337,7 +356,7 @@ semver: {{ $v := semver "1.29.1-debian-12+b1" }}{{ printf "%d.%d.%d %s %s" $v.Ma
     let out = render_one(&chart(&[("t.yaml", template)], &[]), &Bounds::default()).unwrap();
     assert_eq!(
         out,
-        "has: true false false\nreplace: my-release\nexpand: -W-xxW-\nliteral: -${1}-${1}-\nsemver: 1.29.1 debian-12 b1\n"
+        "set: v\nmerge: {\"a\":{\"x\":1,\"y\":2},\"b\":1,\"e\":\"filled\",\"k\":\"v\"}\nmergeOverwrite: {\"a\":{\"x\":3,\"y\":2},\"b\":1}\ndig: 1 none\npluck: [1,3]\nget: []\ntitle: Hello Wide-World hello world\ntrim: foo- -foo x\nquote: \"a\\\"b\" \"c\" 'a' 'b' [a b]\nsubstr: short llo he\nint: 3 0 8 31 4 2.5 0\nfirst: [] 2 [\"a\",\"b\"]\nkinds: slice true string true <nil>\nkeys: [\"a\",\"b\"]\nhas: true false false\nreplace: my-release\nexpand: -W-xxW-\nliteral: -${1}-${1}-\nsemver: 1.29.1 debian-12 b1\n"
     );
     // A replacement that would grow past the output limit stops as it grows.
     let blowup = r#"{{ regexReplaceAll "" (repeat 100000 "a") (repeat 10000 "b") }}"#;

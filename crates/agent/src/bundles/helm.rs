@@ -7,7 +7,8 @@
 //! install and upgrade, not at every look.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams};
@@ -29,6 +30,35 @@ const MAX_HOOK_SECONDS: u64 = 600;
 /// The longest a render may take whatever the bundle says: a repository's author cannot
 /// hold an agent's CPU longer.
 const MAX_RENDER_SECONDS: u64 = 60;
+
+/// How long this cluster's discovery stands for `.Capabilities`: Helm reads it once per
+/// command; an agent deploying many charts reads it at most this often, and again after it
+/// installs CRDs (which add kinds).
+const CAPABILITIES_LIFETIME: Duration = Duration::from_secs(30);
+
+/// This cluster's `.Capabilities`, read from discovery when older than
+/// [`CAPABILITIES_LIFETIME`] or forgotten; renders that start together wait for one read.
+#[derive(Default)]
+pub(super) struct CapabilitiesCache(tokio::sync::Mutex<Option<(Instant, Arc<Capabilities>)>>);
+
+impl CapabilitiesCache {
+    async fn get(&self, client: &kube::Client) -> Result<Arc<Capabilities>, kube::Error> {
+        let mut known = self.0.lock().await;
+        if let Some((read, capabilities)) = &*known
+            && read.elapsed() < CAPABILITIES_LIFETIME
+        {
+            return Ok(capabilities.clone());
+        }
+        let fresh = Arc::new(capabilities(client).await?);
+        *known = Some((Instant::now(), fresh.clone()));
+        Ok(fresh)
+    }
+
+    /// The next render reads discovery again.
+    pub(super) async fn forget(&self) {
+        *self.0.lock().await = None;
+    }
+}
 
 /// The namespace a Helm bundle's release lives in, and its objects that name none.
 pub(super) fn release_namespace(options: &BundleDeploymentOptions) -> String {
@@ -73,6 +103,7 @@ pub(super) fn belongs_to(object: &kube::api::DynamicObject, name: &str, namespac
 /// (naming the file, template and line).
 pub(super) async fn render(
     downstream: &kube::Client,
+    known_capabilities: &CapabilitiesCache,
     bundle_deployment: &str,
     files: &[Value],
     options: &BundleDeploymentOptions,
@@ -123,7 +154,8 @@ pub(super) async fn render(
     for item in helm.values_from.iter().flatten() {
         values_from(downstream, item, &release_namespace(options), &mut values).await?;
     }
-    let capabilities = capabilities(downstream)
+    let capabilities = known_capabilities
+        .get(downstream)
         .await
         .map_err(|e| format!("cannot read this cluster's version and API groups: {e}"))?;
     let name = helm.release_name.clone().unwrap_or_default();

@@ -91,6 +91,8 @@ struct Agent {
     /// Helm bundles' rendered objects by deployment ID, current BundleDeployments' only: a
     /// chart is rendered once per version, as Helm renders at install and upgrade.
     rendered: Mutex<HashMap<String, Arc<helm::Rendered>>>,
+    /// This cluster's `.Capabilities` for renders.
+    capabilities: helm::CapabilitiesCache,
     /// Namespaces seen to exist (forgotten when an apply fails: one may have been deleted).
     namespaces: Mutex<std::collections::HashSet<String>>,
     /// The version of each BundleDeployment applied by this process (its status says the
@@ -240,6 +242,7 @@ pub(crate) async fn run(downstream: kube::Client, sessions: watch::Receiver<Opti
         changed: broadcast::channel(CHANGED_BUFFER).0,
         contents: Default::default(),
         rendered: Default::default(),
+        capabilities: Default::default(),
         namespaces: Default::default(),
         applied_versions: Default::default(),
         locks: Default::default(),
@@ -632,6 +635,9 @@ async fn apply_version(
     };
     let client = &ctx.agent.downstream;
     helm::install_crds(client, &rendered.crds).await?;
+    if !rendered.crds.is_empty() {
+        ctx.agent.capabilities.forget().await;
+    }
     let (pre, post) = if rendered.release.is_upgrade {
         ("pre-upgrade", "post-upgrade")
     } else {
@@ -755,7 +761,17 @@ async fn rendered(
     if let Some(found) = ctx.agent.rendered.lock().expect("lock").get(deployment_id) {
         return Ok(found.clone());
     }
-    let fresh = Arc::new(helm::render(&ctx.agent.downstream, name, files, options, helm).await?);
+    let fresh = Arc::new(
+        helm::render(
+            &ctx.agent.downstream,
+            &ctx.agent.capabilities,
+            name,
+            files,
+            options,
+            helm,
+        )
+        .await?,
+    );
     let wanted = current_versions(ctx);
     let mut rendered = ctx.agent.rendered.lock().expect("lock");
     rendered.retain(|id, _| wanted.contains(id));

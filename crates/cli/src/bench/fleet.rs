@@ -32,6 +32,11 @@ pub struct FleetArgs {
     /// resyncs (ten minutes) and watch renewals fall inside the window.
     #[arg(long, default_value_t = 660)]
     idle_seconds: u64,
+    /// Each bundle a Helm chart (a Deployment, its Service and ServiceAccount, named by the
+    /// usual helpers) rendered and released by each cluster's agent, instead of the plain
+    /// Deployment.
+    #[arg(long)]
+    helm: bool,
 }
 
 const WORKSPACE: &str = lariat_api::fleet::DEFAULT_WORKSPACE;
@@ -53,13 +58,18 @@ fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
 }
 
 /// Writes `bundles` directories (bundles) of one Deployment each, `version` in its Pods'
-/// template (so that a new version rolls a new Pod out), and commits. Each bundle is Ready
-/// once its Deployment is Available: its Pod scheduled on the cluster's one Node (the control
-/// plane, which it tolerates) and Ready.
-fn commit(repo: &Path, bundles: usize, version: &str) -> anyhow::Result<String> {
+/// template (so that a new version rolls a new Pod out), and commits; with `helm`, each
+/// bundle is a chart and `version` one of its values (a new version is a Helm upgrade). Each
+/// bundle is Ready once its Deployment is Available: its Pod scheduled on the cluster's one
+/// Node (the control plane, which it tolerates) and Ready.
+fn commit(repo: &Path, bundles: usize, version: &str, helm: bool) -> anyhow::Result<String> {
     for i in 0..bundles {
         let dir = repo.join(format!("bundle-{i:02}"));
         std::fs::create_dir_all(&dir)?;
+        if helm {
+            write_chart(&dir, i, version)?;
+            continue;
+        }
         // A fleet.yaml makes the directory a bundle of its own.
         std::fs::write(dir.join("fleet.yaml"), "defaultNamespace: bench\n")?;
         std::fs::write(
@@ -86,6 +96,118 @@ spec:
     git(repo, &["commit", "-q", "-m", version])?;
     git(repo, &["rev-parse", "HEAD"])
 }
+
+/// Bundle `i` as a chart as `helm create` lays one out: helpers naming and labelling the
+/// objects, a Deployment, its Service and ServiceAccount, values for the image and
+/// tolerations; `version` in the fleet.yaml's values.
+fn write_chart(dir: &Path, i: usize, version: &str) -> anyhow::Result<()> {
+    let chart = dir.join("chart");
+    std::fs::create_dir_all(chart.join("templates"))?;
+    let files = [
+        (
+            "fleet.yaml".to_string(),
+            format!("defaultNamespace: bench\nhelm:\n  chart: ./chart\n  releaseName: app-{i:02}\n  values:\n    version: \"{version}\"\n"),
+        ),
+        (
+            "chart/Chart.yaml".into(),
+            "apiVersion: v2\nname: app\ndescription: A web application\ntype: application\nversion: 0.1.0\nappVersion: \"1.27\"\n".into(),
+        ),
+        (
+            "chart/values.yaml".into(),
+            "replicaCount: 1\nimage:\n  repository: nginx\n  tag: \"\"\nversion: \"\"\nservice:\n  type: ClusterIP\n  port: 80\ntolerations:\n- key: node-role.kubernetes.io/control-plane\n  effect: NoSchedule\nresources: {}\n".into(),
+        ),
+        ("chart/templates/_helpers.tpl".into(), CHART_HELPERS.into()),
+        ("chart/templates/deployment.yaml".into(), CHART_DEPLOYMENT.into()),
+        ("chart/templates/service.yaml".into(), CHART_SERVICE.into()),
+        ("chart/templates/serviceaccount.yaml".into(), CHART_SERVICE_ACCOUNT.into()),
+    ];
+    for (name, content) in files {
+        std::fs::write(dir.join(name), content)?;
+    }
+    Ok(())
+}
+
+const CHART_HELPERS: &str = r#"{{- define "app.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "app.fullname" -}}
+{{- if contains (include "app.name" .) .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name (include "app.name" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "app.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "app.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "app.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "app.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+"#;
+
+const CHART_DEPLOYMENT: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ include "app.fullname" . }}
+  labels:
+    {{- include "app.labels" . | nindent 4 }}
+spec:
+  replicas: {{ .Values.replicaCount }}
+  selector:
+    matchLabels:
+      {{- include "app.selectorLabels" . | nindent 6 }}
+  template:
+    metadata:
+      annotations:
+        bench.lariat.dev/version: {{ .Values.version | quote }}
+      labels:
+        {{- include "app.selectorLabels" . | nindent 8 }}
+    spec:
+      serviceAccountName: {{ include "app.fullname" . }}
+      {{- with .Values.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      containers:
+      - name: {{ .Chart.Name }}
+        image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+        ports:
+        - name: http
+          containerPort: {{ .Values.service.port }}
+        resources:
+          {{- toYaml .Values.resources | nindent 10 }}
+"#;
+
+const CHART_SERVICE: &str = r#"apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "app.fullname" . }}
+  labels:
+    {{- include "app.labels" . | nindent 4 }}
+spec:
+  type: {{ .Values.service.type }}
+  ports:
+  - port: {{ .Values.service.port }}
+    targetPort: http
+    name: http
+  selector:
+    {{- include "app.selectorLabels" . | nindent 4 }}
+"#;
+
+const CHART_SERVICE_ACCOUNT: &str = r#"apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ include "app.fullname" . }}
+  labels:
+    {{- include "app.labels" . | nindent 4 }}
+"#;
 
 /// The Secret whose `gitlab` token the rollout's GitRepo checks its webhook deliveries by.
 const WEBHOOK_SECRET: &str = "bench-webhook";
@@ -192,8 +314,15 @@ async fn revision(client: &kube::Client) -> anyhow::Result<i64> {
 pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
     let load = load_average();
     println!(
-        "lariat bench fleet: {} in-memory clusters x {} bundles, {} GitRepos; load average {load}",
-        args.clusters, args.bundles, args.git_repos,
+        "lariat bench fleet: {} in-memory clusters x {} {} bundles, {} GitRepos; load average {load}",
+        args.clusters,
+        args.bundles,
+        if args.helm {
+            "Helm chart"
+        } else {
+            "Deployment"
+        },
+        args.git_repos,
     );
     let mut row = super::Row::new(&load)
         .cell(args.clusters)
@@ -202,7 +331,7 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
     let repo = repos_dir.path().join("platform");
     std::fs::create_dir_all(&repo)?;
     git(&repo, &["init", "-q", "-b", "main"])?;
-    let first = commit(&repo, args.bundles, "1")?;
+    let first = commit(&repo, args.bundles, "1", args.helm)?;
     let server = ServerProcess::for_inmemory_clusters(
         args.clusters,
         vec![
@@ -262,7 +391,7 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
                 first.clone()
             }
             Some(version) => {
-                let head = commit(&repo, args.bundles, version)?;
+                let head = commit(&repo, args.bundles, version, args.helm)?;
                 announce(&client, &repo, &head).await?;
                 head
             }
