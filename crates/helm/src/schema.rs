@@ -45,13 +45,13 @@ fn validate_into(
     values: &Map<String, Value>,
     report: &mut String,
 ) -> Result<(), HelmError> {
-    if let Some(schema) = &chart.schema {
-        if let Some(failure) = check(schema, values).map_err(|message| HelmError::Chart {
+    if let Some(schema) = &chart.schema
+        && let Some(failure) = check(schema, values).map_err(|message| HelmError::Chart {
             file: format!("{}/values.schema.json", chart.name()),
             message,
-        })? {
-            let _ = write!(report, "{}:\n{failure}\n", chart.name());
-        }
+        })?
+    {
+        let _ = write!(report, "{}:\n{failure}\n", chart.name());
     }
     for sub in &chart.dependencies {
         match values.get(sub.name()) {
@@ -140,10 +140,10 @@ impl<'a> Unfolding<'a> {
                 for child in subschemas(keyword, value) {
                     size = size.saturating_add(self.size(child));
                 }
-                if matches!(keyword.as_str(), "$ref" | "$recursiveRef" | "$dynamicRef") {
-                    if let Some(target) = value.as_str().and_then(|r| self.resolve(r)) {
-                        size = size.saturating_add(self.size(target));
-                    }
+                if matches!(keyword.as_str(), "$ref" | "$recursiveRef" | "$dynamicRef")
+                    && let Some(target) = value.as_str().and_then(|r| self.resolve(r))
+                {
+                    size = size.saturating_add(self.size(target));
                 }
                 if size > MAX_UNFOLDED_SUBSCHEMAS {
                     break;

@@ -170,7 +170,8 @@ fn merge_into(dst: &mut HashMap<String, Value>, src: &HashMap<String, Value>, ov
             Some(Value::Map(inner) | Value::Object(inner)) if map_of(value).is_some() => {
                 merge_into(inner, map_of(value).expect("checked"), overwrite);
             }
-            Some(existing) if !is_empty(existing) && !(overwrite && !is_empty(value)) => {}
+            // Kept: a value the destination holds, unless a non-empty one overwrites it.
+            Some(existing) if !is_empty(existing) && (!overwrite || is_empty(value)) => {}
             _ => {
                 dst.insert(key.clone(), value.clone());
             }
