@@ -7,6 +7,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use kube::ResourceExt;
@@ -305,6 +306,7 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
     // What each target (by its address in the spec) resolves to, worked out once: all the
     // clusters it chooses get the same manifests (a thousand clusters, one parse, one hash).
     let mut versions: HashMap<usize, Result<BundleDeploymentSpec, String>> = HashMap::new();
+    let mut templating = Duration::ZERO;
     for cluster in &clusters {
         let Some(target) = target_for(&bundle.spec, &Candidate::of(cluster), &groups) else {
             continue;
@@ -323,13 +325,15 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action,
             Entry::Occupied(known) => known.into_mut(),
             Entry::Vacant(new) => new.insert(version_for(&ctx, &bundle, target).await?),
         };
-        let spec = match version.as_ref().map_err(Clone::clone).and_then(|version| {
-            Ok(BundleDeploymentSpec {
+        let made = match version {
+            Ok(version) => made_for(version, cluster, &mut templating).await,
+            Err(message) => Err(message.clone()),
+        };
+        let spec = match made {
+            Ok(made) => BundleDeploymentSpec {
                 paused: bundle.spec.paused || cluster.spec.paused,
-                ..made_for(version, cluster)?
-            })
-        }) {
-            Ok(spec) => spec,
+                ..made
+            },
             Err(message) => {
                 standings.push(Standing {
                     cluster: cluster_name,
@@ -529,24 +533,41 @@ async fn version_for(
     }))
 }
 
+/// What a bundle's values templates may take in one reconcile, its clusters together: the
+/// templates are a repository author's, run on the management plane.
+const TEMPLATING_BUDGET: Duration = Duration::from_secs(10);
+
 /// `version` for one cluster: its Helm values made for the cluster when they hold templates or
-/// label references ([`crate::templating`]), the deployment ID following them.
-fn made_for(
+/// label references ([`crate::templating`]), off the async threads, the deployment ID
+/// following them; `spent` is the bundle's templating so far.
+async fn made_for(
     version: &BundleDeploymentSpec,
-    cluster: &FleetCluster,
+    cluster: &Arc<FleetCluster>,
+    spent: &mut Duration,
 ) -> Result<BundleDeploymentSpec, String> {
     let Some(options) = &version.options else {
         return Ok(version.clone());
     };
-    let Some(helm) = options
-        .helm
-        .as_ref()
-        .filter(|h| crate::templating::per_cluster(h))
-    else {
+    let Some(helm) = options.helm.as_ref().filter(|h| crate::templating::per_cluster(h)) else {
         return Ok(version.clone());
     };
+    if *spent > TEMPLATING_BUDGET {
+        return Err(format!(
+            "helm.values: this bundle's templates took more than {}s for its clusters together; \
+             make them simpler or set disablePreProcess",
+            TEMPLATING_BUDGET.as_secs()
+        ));
+    }
+    let started = Instant::now();
+    let (helm, made_cluster) = (helm.clone(), cluster.clone());
+    let helm = tokio::task::spawn_blocking(move || {
+        crate::templating::for_cluster(&helm, &made_cluster)
+    })
+    .await
+    .map_err(|e| format!("helm.values: {e}"))??;
+    *spent += started.elapsed();
     let options = BundleDeploymentOptions {
-        helm: Some(crate::templating::for_cluster(helm, cluster)?),
+        helm: Some(helm),
         ..options.clone()
     };
     let content_name = version

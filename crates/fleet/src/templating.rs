@@ -25,6 +25,13 @@ const MAX_LABEL_DEPTH: usize = 50;
 const DELIMITERS: (&str, &str) = ("${", "}");
 /// What a missing key prints as in a Go template.
 const NO_VALUE: &str = "<no value>";
+/// What one values template may take: values are small, and the templates run on the
+/// management plane for every cluster (the bundle's budget over all of them is
+/// `bundle::TEMPLATING_BUDGET`).
+const TEMPLATE_BOUNDS: lariat_helm::Bounds = lariat_helm::Bounds {
+    time: std::time::Duration::from_secs(1),
+    output_bytes: 1 << 20,
+};
 
 /// Whether `helm`'s values must be made for each cluster.
 pub fn per_cluster(helm: &HelmOptions) -> bool {
@@ -86,8 +93,7 @@ pub fn for_cluster(helm: &HelmOptions, cluster: &FleetCluster) -> Result<HelmOpt
 }
 
 fn render(name: &str, source: &str, context: &Value) -> Result<String, String> {
-    let bounds = lariat_helm::Bounds::default();
-    let rendered = lariat_helm::engine::render_text(name, source, DELIMITERS, context, &bounds)
+    let rendered = lariat_helm::engine::render_text(name, source, DELIMITERS, context, &TEMPLATE_BOUNDS)
         .map_err(|e| format!("{name}: {e}"))?;
     if rendered.contains(NO_VALUE) && !source.contains(NO_VALUE) {
         return Err(format!(
