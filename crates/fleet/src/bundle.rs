@@ -548,7 +548,11 @@ async fn made_for(
     let Some(options) = &version.options else {
         return Ok(version.clone());
     };
-    let Some(helm) = options.helm.as_ref().filter(|h| crate::templating::per_cluster(h)) else {
+    let Some(helm) = options
+        .helm
+        .as_ref()
+        .filter(|h| crate::templating::per_cluster(h))
+    else {
         return Ok(version.clone());
     };
     if *spent > TEMPLATING_BUDGET {
@@ -560,11 +564,10 @@ async fn made_for(
     }
     let started = Instant::now();
     let (helm, made_cluster) = (helm.clone(), cluster.clone());
-    let helm = tokio::task::spawn_blocking(move || {
-        crate::templating::for_cluster(&helm, &made_cluster)
-    })
-    .await
-    .map_err(|e| format!("helm.values: {e}"))??;
+    let helm =
+        tokio::task::spawn_blocking(move || crate::templating::for_cluster(&helm, &made_cluster))
+            .await
+            .map_err(|e| format!("helm.values: {e}"))??;
     *spent += started.elapsed();
     let options = BundleDeploymentOptions {
         helm: Some(helm),

@@ -19,6 +19,8 @@ use sha2::{Digest, Sha256};
 use crate::git::{self, BasicAuth};
 use crate::limits::Limits;
 
+mod oci;
+
 /// A repository's `index.yaml`, at most: 32 MiB (large public repositories' indexes run to
 /// tens of MB). Fixed.
 pub const MAX_INDEX_BYTES: u64 = 32 * 1024 * 1024;
@@ -129,6 +131,17 @@ impl Fetcher {
             return Err(ChartError::Invalid(format!(
                 "helm.version is longer than {MAX_VERSION_BYTES} bytes"
             )));
+        }
+        let oci = match source.repo {
+            Some(repo) if repo.starts_with("oci://") => {
+                Some(format!("{}/{}", repo.trim_end_matches('/'), source.chart))
+            }
+            None if source.chart.starts_with("oci://") => Some(source.chart.to_string()),
+            _ => None,
+        };
+        if let Some(reference) = oci {
+            let reference = oci::Reference::parse(&reference)?;
+            return oci::pull(self, &reference, source.version, source.auth);
         }
         let Some(repo) = source.repo else {
             let url = parse(source.chart)?;
@@ -264,10 +277,6 @@ fn parse(url: &str) -> Result<reqwest::Url, ChartError> {
         .map_err(|e| ChartError::Invalid(format!("helm.repo or helm.chart is not a URL: {e}")))?;
     match parsed.scheme() {
         "https" | "http" => Ok(parsed),
-        "oci" => Err(ChartError::Invalid(format!(
-            "{}: charts from OCI registries are not supported by lariat yet; use the chart's Helm repository, or put the chart in the git repository",
-            shown(&parsed)
-        ))),
         other => Err(ChartError::Invalid(format!(
             "{}: {other}:// is not a Helm repository URL (https://)",
             shown(&parsed)
@@ -282,27 +291,44 @@ fn get(
     auth: Option<&BasicAuth>,
     limit: u64,
 ) -> Result<Vec<u8>, ChartError> {
-    let shown = shown(url);
     let mut request = client.get(url.clone());
     if let Some(auth) = auth {
         if url.scheme() != "https" {
             return Err(ChartError::Invalid(format!(
-                "{shown}: credentials (helmSecretName) are sent over https only"
+                "{}: credentials (helmSecretName) are sent over https only",
+                shown(url)
             )));
         }
         request = request.basic_auth(&auth.username, Some(&auth.password));
     }
-    let response = request.send().map_err(|e| {
+    read_body(send(request, url)?, url, limit)
+}
+
+/// Sends a request to `url`, its failure to connect said as the guard or the network saw it.
+fn send(
+    request: reqwest::blocking::RequestBuilder,
+    url: &reqwest::Url,
+) -> Result<reqwest::blocking::Response, ChartError> {
+    request.send().map_err(|e| {
         let reason = git::describe(&e);
         if git::is_refusal(&reason) {
-            ChartError::NetworkNotAllowed { url: shown.clone() }
+            ChartError::NetworkNotAllowed { url: shown(url) }
         } else {
             ChartError::Unreachable {
-                url: shown.clone(),
+                url: shown(url),
                 reason,
             }
         }
-    })?;
+    })
+}
+
+/// A successful answer's body, at most `limit` bytes.
+fn read_body(
+    response: reqwest::blocking::Response,
+    url: &reqwest::Url,
+    limit: u64,
+) -> Result<Vec<u8>, ChartError> {
+    let shown = shown(url);
     if !response.status().is_success() {
         return Err(ChartError::Status {
             url: shown,
@@ -375,89 +401,207 @@ impl RepoAccess {
 }
 
 /// Fetches the chart of each of `bundles` that comes from a Helm repository or a URL, and
-/// puts its archive among the bundle's files (`helm.chart` then names it); returns, for
-/// each bundle, why its chart could not be fetched, if it could not.
+/// puts its archive among the bundle's files (`helm.chart` then names it), then the
+/// dependencies a chart of the repository lacks (as `helm dependency update` would, into its
+/// `charts/`); returns, for each bundle, why its chart could not be completed, if it could not.
 pub fn fetch_all(
     bundles: &mut [crate::scan::ScannedBundle],
     access: &RepoAccess,
     limits: &Limits,
 ) -> Vec<Option<String>> {
-    use base64::Engine as _;
-    let mut errors = Vec::with_capacity(bundles.len());
-    let mut fetcher = Fetcher::new(access.ca.as_deref(), limits);
-    for bundle in bundles.iter_mut() {
-        let Some(helm) = bundle
-            .spec
-            .helm
-            .as_mut()
-            .filter(|h| crate::scan::is_remote(h))
-        else {
-            errors.push(None);
-            continue;
-        };
-        let chart = helm.chart.clone().unwrap_or_default();
-        let repo = helm.repo.clone().filter(|r| !r.is_empty());
-        let source = ChartSource {
-            repo: repo.as_deref(),
-            chart: &chart,
-            version: helm.version.as_deref(),
-            auth: access.auth_for(repo.as_deref().unwrap_or(&chart)),
-            ca: access.ca.as_deref(),
-        };
-        let shown = match &repo {
-            Some(repo) => format!("chart {chart:?} from {repo}"),
-            None => format!("chart {chart}"),
-        };
-        let fetched = fetcher
-            .as_mut()
-            .map_err(|e| e.to_string())
-            .and_then(|fetcher| fetcher.fetch(&source).map_err(|e| e.to_string()))
-            .and_then(|fetched| {
-                let name = chart
-                    .rsplit('/')
-                    .next()
-                    .unwrap_or("chart")
-                    .trim_end_matches(".tgz");
-                let stem = match repo {
-                    Some(_) => format!("{name}-{}", fetched.version),
-                    None => name.to_string(),
-                };
-                // A file name of the bundle: what the repository says, tamed.
-                let stem: String = stem
-                    .chars()
-                    .map(|c| {
-                        if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
-                            c
-                        } else {
-                            '_'
-                        }
-                    })
-                    .collect();
-                let file = format!("{FETCHED_CHARTS_DIR}/{}.tgz", stem.trim_start_matches('.'));
-                lariat_helm::Chart::load_archive(&file, &fetched.archive)
-                    .map(|_| (file, fetched.archive))
-                    .map_err(|e| e.to_string())
+    let mut fetcher = Fetcher::new(access.ca.as_deref(), limits).map_err(|e| e.to_string());
+    bundles
+        .iter_mut()
+        .map(|bundle| {
+            let fetcher = fetcher.as_mut().map_err(|e| e.clone());
+            let done = fetcher.and_then(|fetcher| {
+                fetch_chart(bundle, fetcher, access)?;
+                fetch_dependencies(bundle, fetcher, access)
             });
-        match fetched {
-            Ok((file, archive)) => {
-                helm.chart = Some(file.clone());
-                bundle.spec.resources.get_or_insert_default().push(
-                    lariat_api::fleet::BundleResource {
-                        name: Some(file),
-                        content: Some(base64::engine::general_purpose::STANDARD.encode(archive)),
-                        encoding: Some("base64".into()),
-                    },
-                );
-                errors.push(None);
-            }
-            Err(e) => {
+            done.err().map(|e| {
                 let fleet_yaml = match bundle.root.as_str() {
                     "" => "fleet.yaml".to_string(),
                     root => format!("{root}/fleet.yaml"),
                 };
-                errors.push(Some(format!("{fleet_yaml}: {shown}: {e}")));
+                format!("{fleet_yaml}: {e}")
+            })
+        })
+        .collect()
+}
+
+/// A file of the bundle holding a fetched archive.
+fn add_archive(bundle: &mut crate::scan::ScannedBundle, file: String, archive: &[u8]) {
+    use base64::Engine as _;
+    bundle
+        .spec
+        .resources
+        .get_or_insert_default()
+        .push(lariat_api::fleet::BundleResource {
+            name: Some(file),
+            content: Some(base64::engine::general_purpose::STANDARD.encode(archive)),
+            encoding: Some("base64".into()),
+        });
+}
+
+/// A file name of the bundle made from what a repository says, tamed.
+fn safe_stem(stem: &str) -> String {
+    let stem: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
             }
+        })
+        .collect();
+    stem.trim_start_matches('.').to_string()
+}
+
+/// The bundle's chart, when it comes from a Helm repository or a URL.
+fn fetch_chart(
+    bundle: &mut crate::scan::ScannedBundle,
+    fetcher: &mut Fetcher,
+    access: &RepoAccess,
+) -> Result<(), String> {
+    let Some(helm) = bundle
+        .spec
+        .helm
+        .as_ref()
+        .filter(|h| crate::scan::is_remote(h))
+    else {
+        return Ok(());
+    };
+    let chart = helm.chart.clone().unwrap_or_default();
+    let repo = helm.repo.clone().filter(|r| !r.is_empty());
+    let source = ChartSource {
+        repo: repo.as_deref(),
+        chart: &chart,
+        version: helm.version.as_deref(),
+        auth: access.auth_for(repo.as_deref().unwrap_or(&chart)),
+        ca: access.ca.as_deref(),
+    };
+    let shown = match &repo {
+        Some(repo) => format!("chart {chart:?} from {repo}"),
+        None => format!("chart {chart}"),
+    };
+    let fetched = fetcher
+        .fetch(&source)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    let name = chart
+        .rsplit('/')
+        .next()
+        .unwrap_or("chart")
+        .trim_end_matches(".tgz");
+    let stem = match repo {
+        Some(_) => format!("{name}-{}", fetched.version),
+        None => name.to_string(),
+    };
+    let file = format!("{FETCHED_CHARTS_DIR}/{}.tgz", safe_stem(&stem));
+    lariat_helm::Chart::load_archive(&file, &fetched.archive)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    add_archive(bundle, file.clone(), &fetched.archive);
+    if let Some(helm) = bundle.spec.helm.as_mut() {
+        helm.chart = Some(file);
+    }
+    Ok(())
+}
+
+/// The dependencies the bundle's chart lacks, into its `charts/`: from an https Helm
+/// repository (the version a range may choose, as `helm dependency update` chooses it), or a
+/// `file://` directory within the bundle.
+fn fetch_dependencies(
+    bundle: &mut crate::scan::ScannedBundle,
+    fetcher: &mut Fetcher,
+    access: &RepoAccess,
+) -> Result<(), String> {
+    let dependencies = std::mem::take(&mut bundle.chart_dependencies);
+    let chart_dir = bundle
+        .spec
+        .helm
+        .as_ref()
+        .and_then(|h| h.chart.clone())
+        .unwrap_or_default();
+    let in_chart = |path: &str| match chart_dir.as_str() {
+        "" => path.to_string(),
+        dir => format!("{dir}/{path}"),
+    };
+    for dependency in dependencies {
+        let name = &dependency.name;
+        let repository = dependency.repository.as_str();
+        if let Some(path) = repository.strip_prefix("file://") {
+            let from = normalize_path(&in_chart(path)).ok_or_else(|| {
+                format!("Chart.yaml: dependency {name}: {repository} leaves the bundle")
+            })?;
+            copy_directory(bundle, &from, &in_chart(&format!("charts/{name}")))
+                .map_err(|e| format!("Chart.yaml: dependency {name}: {e}"))?;
+            continue;
+        }
+        if !repository.starts_with("https://") && !repository.starts_with("oci://") {
+            return Err(format!(
+                "Chart.yaml: dependency {name} from {repository:?} cannot be fetched by lariat \
+                 (https Helm repositories, OCI registries and file:// directories of the bundle \
+                 can; repository names cannot): put the chart under charts/"
+            ));
+        }
+        let source = ChartSource {
+            repo: Some(repository),
+            chart: name,
+            version: Some(dependency.version.as_str()).filter(|v| !v.is_empty()),
+            auth: access.auth_for(repository),
+            ca: access.ca.as_deref(),
+        };
+        let fetched = fetcher
+            .fetch(&source)
+            .map_err(|e| format!("Chart.yaml: dependency {name} from {repository}: {e}"))?;
+        let file = in_chart(&format!(
+            "charts/{}.tgz",
+            safe_stem(&format!("{name}-{}", fetched.version))
+        ));
+        lariat_helm::Chart::load_archive(&file, &fetched.archive)
+            .map_err(|e| format!("Chart.yaml: dependency {name}: {e}"))?;
+        add_archive(bundle, file, &fetched.archive);
+    }
+    Ok(())
+}
+
+/// The bundle's files under directory `from`, copied under `to` (a `file://` dependency, as
+/// `helm dependency update` packages it into `charts/`).
+fn copy_directory(
+    bundle: &mut crate::scan::ScannedBundle,
+    from: &str,
+    to: &str,
+) -> Result<(), String> {
+    let resources = bundle.spec.resources.get_or_insert_default();
+    let prefix = format!("{from}/");
+    let copies: Vec<lariat_api::fleet::BundleResource> = resources
+        .iter()
+        .filter_map(|r| {
+            let rest = r.name.as_deref()?.strip_prefix(&prefix)?;
+            Some(lariat_api::fleet::BundleResource {
+                name: Some(format!("{to}/{rest}")),
+                ..r.clone()
+            })
+        })
+        .collect();
+    if copies.is_empty() {
+        return Err(format!("{from} is not a directory of the bundle"));
+    }
+    resources.extend(copies);
+    Ok(())
+}
+
+/// `a/b/../c` as `a/c`; `None` when the path climbs above where it starts.
+fn normalize_path(path: &str) -> Option<String> {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            part => parts.push(part),
         }
     }
-    errors
+    Some(parts.join("/"))
 }

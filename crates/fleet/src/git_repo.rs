@@ -174,10 +174,9 @@ async fn fetch_charts(
     repo: &GitRepo,
     mut scanned: Vec<scan::ScannedBundle>,
 ) -> Result<(Vec<scan::ScannedBundle>, Vec<Option<String>>), (&'static str, String)> {
-    if !scanned
-        .iter()
-        .any(|b| b.spec.helm.as_ref().is_some_and(scan::is_remote))
-    {
+    if !scanned.iter().any(|b| {
+        b.spec.helm.as_ref().is_some_and(scan::is_remote) || !b.chart_dependencies.is_empty()
+    }) {
         let none = vec![None; scanned.len()];
         return Ok((scanned, none));
     }

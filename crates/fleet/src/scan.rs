@@ -33,6 +33,10 @@ pub struct ScannedBundle {
     /// Labels from `fleet.yaml`, for the Bundle object.
     pub labels: BTreeMap<String, String>,
     pub spec: BundleSpec,
+    /// The dependencies its chart's `Chart.yaml` lists and its `charts/` lacks, to be fetched
+    /// from their repositories once the commit is read (`crate::charts`), as Fleet's agent
+    /// runs `helm dependency update`; none when `helm.disableDependencyUpdate`.
+    pub chart_dependencies: Vec<lariat_helm::chart::Dependency>,
 }
 
 /// Why a commit cannot be deployed.
@@ -77,6 +81,7 @@ fn fleet_yaml(file: &str, content: &[u8]) -> Result<FleetYaml, ScanError> {
     if raw.is_null() {
         return Ok(FleetYaml::default());
     }
+    check_helm_fields(&raw).map_err(fail)?;
     let parsed: FleetYaml = serde_json::from_value(raw).map_err(|e| fail(e.to_string()))?;
     if let Some(strategy) = &parsed.rollout_strategy {
         crate::rollout::validate(strategy).map_err(fail)?;
@@ -329,7 +334,10 @@ pub fn bundles(
             Some((file, content)) => fleet_yaml(file, content)?,
             None => FleetYaml::default(),
         };
-        let helm = helm_options(root, &options, files)?;
+        let (helm, chart_dependencies) = match helm_options(root, &options, files)? {
+            Some((helm, missing)) => (Some(helm), missing),
+            None => (None, Vec::new()),
+        };
         let kustomize = kustomize_options(root, &options, files, helm.is_some())?;
         let whole = helm.is_some() || kustomize.is_some();
         let mut resources = Vec::new();
@@ -391,6 +399,7 @@ pub fn bundles(
             root: root.clone(),
             labels: options.labels.unwrap_or_default(),
             spec,
+            chart_dependencies,
         });
     }
     Ok(bundles)
@@ -425,14 +434,69 @@ fn kustomize_options(
     Ok(kustomize)
 }
 
+/// Fleet's `helm` fields lariat reads.
+const HELM_FIELDS: &[&str] = &[
+    "chart",
+    "repo",
+    "version",
+    "releaseName",
+    "values",
+    "templateValues",
+    "valuesFiles",
+    "valuesFrom",
+    "maxHistory",
+    "takeOwnership",
+    "timeoutSeconds",
+    "skipSchemaValidation",
+    "disableDependencyUpdate",
+    "disablePreProcess",
+    "waitForJobs",
+    "disableDNS",
+];
+
+/// Refuses a `helm` field (of the bundle or of a target) lariat does not read, by name, so
+/// that none is silently skipped.
+fn check_helm_fields(raw: &serde_json::Value) -> Result<(), String> {
+    let mut sections = vec![("helm".to_string(), &raw["helm"])];
+    for (i, customization) in raw["targetCustomizations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        sections.push((
+            format!("targetCustomizations[{i}].helm"),
+            &customization["helm"],
+        ));
+    }
+    for (at, helm) in sections {
+        for field in helm.as_object().into_iter().flat_map(|m| m.keys()) {
+            if HELM_FIELDS.contains(&field.as_str()) {
+                continue;
+            }
+            let reason = match field.as_str() {
+                "atomic" => {
+                    "rolling a failed upgrade back is not supported by lariat yet (a failed upgrade leaves its BundleDeployment not ready, naming the error)"
+                }
+                "force" => {
+                    "replacing objects that cannot be updated is not supported by lariat yet"
+                }
+                _ => "not a field lariat knows",
+            };
+            return Err(format!("{at}.{field}: {reason}"));
+        }
+    }
+    Ok(())
+}
+
 /// A root's Helm options, when it deploys a chart: its `fleet.yaml` says `helm:`, or it
-/// holds a `Chart.yaml` itself. The chart is loaded here, so that a broken one is refused
-/// with its file before anything is deployed.
+/// holds a `Chart.yaml` itself; with the dependencies its chart lacks. The chart is loaded
+/// here, so that a broken one is refused with its file before anything is deployed.
 fn helm_options(
     root: &str,
     options: &FleetYaml,
     files: &[(String, Vec<u8>)],
-) -> Result<Option<HelmOptions>, ScanError> {
+) -> Result<Option<(HelmOptions, Vec<lariat_helm::chart::Dependency>)>, ScanError> {
     let fleet_yaml = join(root, FLEET_YAML);
     let is_chart = files.iter().any(|(f, _)| *f == join(root, CHART_YAML));
     let Some(mut helm) = options
@@ -454,7 +518,7 @@ fn helm_options(
                 "helm.repo names a repository; helm.chart names the chart in it".into(),
             ));
         }
-        return Ok(Some(helm));
+        return Ok(Some((helm, Vec::new())));
     }
     if helm.version.is_some() {
         return Err(refuse(
@@ -494,13 +558,18 @@ fn helm_options(
             lariat_helm::Chart::load(&chart_files)
         }
     };
-    loaded.map_err(|e| match e {
+    let loaded = loaded.map_err(|e| match e {
         lariat_helm::HelmError::Chart { file, message } => ScanError {
             file: join(&chart_root, &file),
             reason: message,
         },
         other => refuse(other.to_string()),
     })?;
+    let missing = if helm.disable_dependency_update {
+        Vec::new()
+    } else {
+        loaded.missing_dependencies().into_iter().cloned().collect()
+    };
     for values_file in helm.values_files.iter().flatten() {
         let path = join(root, values_file.trim_start_matches("./"));
         if !files.iter().any(|(f, _)| *f == path) {
@@ -510,7 +579,7 @@ fn helm_options(
         }
     }
     helm.chart = Some(chart_dir);
-    Ok(Some(helm))
+    Ok(Some((helm, missing)))
 }
 
 /// Whether a bundle's chart is fetched from a Helm repository or a URL.
@@ -815,6 +884,26 @@ mod tests {
         )
         .unwrap_err();
         assert!(error.reason.contains("unknown field `bogus`"), "{error}");
+        for (yaml, expected) in [
+            (
+                "helm:\n  atomic: true\n",
+                "helm.atomic: rolling a failed upgrade back",
+            ),
+            (
+                "helm: {}\ntargetCustomizations:\n- name: x\n  helm:\n    bogus: 1\n",
+                "targetCustomizations[0].helm.bogus: not a field lariat knows",
+            ),
+        ] {
+            let error = fleet_yaml("fleet.yaml", yaml.as_bytes()).err().unwrap();
+            assert!(error.reason.starts_with(expected), "{error}");
+        }
+        assert!(
+            fleet_yaml(
+                "fleet.yaml",
+                b"helm:\n  waitForJobs: true\n  disableDNS: true\n"
+            )
+            .is_ok()
+        );
         let error = bundles(
             &[
                 file("fleet.yaml", "rolloutStrategy:\n  maxUnavailable: most\n"),

@@ -93,8 +93,9 @@ pub fn for_cluster(helm: &HelmOptions, cluster: &FleetCluster) -> Result<HelmOpt
 }
 
 fn render(name: &str, source: &str, context: &Value) -> Result<String, String> {
-    let rendered = lariat_helm::engine::render_text(name, source, DELIMITERS, context, &TEMPLATE_BOUNDS)
-        .map_err(|e| format!("{name}: {e}"))?;
+    let rendered =
+        lariat_helm::engine::render_text(name, source, DELIMITERS, context, &TEMPLATE_BOUNDS)
+            .map_err(|e| format!("{name}: {e}"))?;
     if rendered.contains(NO_VALUE) && !source.contains(NO_VALUE) {
         return Err(format!(
             "{name}: the template names a key this cluster does not have (a label, annotation or \

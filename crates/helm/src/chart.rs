@@ -97,7 +97,7 @@ pub struct Maintainer {
 }
 
 /// An entry of `dependencies:` in `Chart.yaml`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Dependency {
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -243,6 +243,16 @@ impl Chart {
 
     pub fn name(&self) -> &str {
         &self.metadata.name
+    }
+
+    /// The dependencies `Chart.yaml` lists that `charts/` does not hold (by name, as Helm's
+    /// `CheckDependencies` looks for them).
+    pub fn missing_dependencies(&self) -> Vec<&Dependency> {
+        self.metadata
+            .dependencies
+            .iter()
+            .filter(|d| !self.dependencies.iter().any(|sub| sub.name() == d.name))
+            .collect()
     }
 
     pub fn is_library(&self) -> bool {

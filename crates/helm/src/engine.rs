@@ -237,6 +237,20 @@ fn render_here(
             message: "library charts are not installable".into(),
         });
     }
+    let missing: Vec<&str> = chart
+        .missing_dependencies()
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(HelmError::Chart {
+            file: "Chart.yaml".into(),
+            message: format!(
+                "found in Chart.yaml, but missing in charts/ directory: {}",
+                missing.join(", ")
+            ),
+        });
+    }
     let mut chart = chart.clone();
     values::enable_dependencies(&mut chart, user_values);
     values::import_values(&mut chart);

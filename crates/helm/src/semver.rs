@@ -80,6 +80,18 @@ fn compare_prerelease(a: &str, b: &str) -> Ordering {
     }
 }
 
+/// Whether `text` names one version (`1.2.3`, `v1.2.3-rc.1`, `=1.2.3`), not a range.
+pub fn is_exact(text: &str) -> bool {
+    let text = text.trim().trim_start_matches('=').trim();
+    let numbers = text.trim_start_matches(['v', 'V']).split(['-', '+']).next();
+    !text.contains(['~', '^', '>', '<', '|', ',', ' '])
+        && numbers.is_some_and(|n| {
+            n.split('.').count() == 3
+                && n.split('.')
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+}
+
 /// The newest of `versions` that meets `constraint` (a version or a range, as `helm install
 /// --version` takes it), or, with none, the newest that is not a prerelease, as Helm picks a
 /// chart's version from a repository's index; versions that do not parse are passed over.

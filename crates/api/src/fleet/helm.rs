@@ -56,6 +56,22 @@ pub struct HelmOptions {
     /// Deploy over objects another release or no release owns.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub take_ownership: bool,
+    /// Use the chart's `charts/` as it is: dependencies `Chart.yaml` lists and `charts/`
+    /// lacks are not fetched from their repositories (the render then fails, as Helm's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disable_dependency_update: bool,
+    /// Fleet's: wait for the chart's Jobs to complete before it is Ready. lariat always does
+    /// (a Job is ready once complete), so the field changes nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wait_for_jobs: bool,
+    /// Fleet's: no DNS lookups in templates (`getHostByName`). lariat never makes them (it
+    /// answers ""), so the field changes nothing.
+    #[serde(
+        default,
+        rename = "disableDNS",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub disable_dns: bool,
     /// Render without checking the values against the chart's `values.schema.json`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub skip_schema_validation: bool,

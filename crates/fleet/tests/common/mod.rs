@@ -144,16 +144,7 @@ pub async fn http_backend(
 
 /// A certificate authority, and a certificate it signed for 127.0.0.1.
 pub fn authority() -> (String, tokio_rustls::TlsAcceptor) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
-    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
+    let (ca_pem, leaf, key) = signed_for_loopback();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let config = rustls::ServerConfig::builder()
         .with_no_client_auth()
@@ -166,6 +157,27 @@ pub fn authority() -> (String, tokio_rustls::TlsAcceptor) {
         ca_pem,
         tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)),
     )
+}
+
+/// A certificate authority's PEM, and the PEM of a certificate it signed for 127.0.0.1 and
+/// of its key, for a server that reads files.
+pub fn authority_pem() -> (String, String, String) {
+    let (ca_pem, leaf, key) = signed_for_loopback();
+    (ca_pem, leaf.pem(), key.serialize_pem())
+}
+
+fn signed_for_loopback() -> (String, rcgen::Certificate, rcgen::KeyPair) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    (ca_pem, leaf, key)
 }
 
 /// Serves `app` over https with `acceptor`'s certificate on loopback; returns the base URL.
