@@ -2358,6 +2358,23 @@ metadata:
 data:
   revision: "{{ .Release.Revision }}"
 "#;
+const DELETE_HOOKS: &str = r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-goodbye
+  annotations:
+    helm.sh/hook: pre-delete
+data:
+  revision: "{{ .Release.Revision }}"
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-gone
+  annotations:
+    helm.sh/hook: post-delete
+    helm.sh/hook-weight: "1"
+"#;
 
 #[test]
 fn chart_hooks_run_around_the_release_and_a_failing_one_stops_the_upgrade() {
@@ -2384,6 +2401,7 @@ fn chart_hooks_run_around_the_release_and_a_failing_one_stops_the_upgrade() {
             ("web/templates/configmap.yaml", CHART_CONFIG_MAP),
             ("web/templates/pre-job.yaml", HOOK_JOB),
             ("web/templates/post-configmap.yaml", HOOK_CONFIG_MAP),
+            ("web/templates/delete-hooks.yaml", DELETE_HOOKS),
         ],
     );
     apply_platform_git_repo(
@@ -2419,7 +2437,9 @@ fn chart_hooks_run_around_the_release_and_a_failing_one_stops_the_upgrade() {
         summary,
         [
             ("shop-migrate".to_string(), "Succeeded".to_string()),
-            ("shop-post".to_string(), "Succeeded".to_string())
+            ("shop-post".to_string(), "Succeeded".to_string()),
+            ("shop-goodbye".to_string(), String::new()),
+            ("shop-gone".to_string(), String::new()),
         ],
         "{v1}"
     );
@@ -2449,6 +2469,23 @@ fn chart_hooks_run_around_the_release_and_a_failing_one_stops_the_upgrade() {
         "green"
     );
     assert!(helm_release(&server, "eu-1", "web", "shop", 2).is_null());
+    // The bundle removed: its release's pre-delete hook runs while the release's objects are
+    // there, the objects go, then the post-delete hook, then the release's history.
+    server.kubectl_ok(&["delete", "gitrepo", "platform", "-n", "fleet-default"]);
+    eventually_within(Duration::from_secs(120), "the release uninstalled", || {
+        workload_config_map(&server, "eu-1", "web", "shop-gone")["metadata"]["name"] == "shop-gone"
+            && helm_release(&server, "eu-1", "web", "shop", 1).is_null()
+    });
+    let goodbye = workload_config_map(&server, "eu-1", "web", "shop-goodbye");
+    assert_eq!(goodbye["data"]["revision"], "1", "{goodbye}");
+    let settings = server.kubectl_as(
+        &kubeconfig,
+        &["get", "configmap", "shop-settings", "-n", "web"],
+    );
+    assert!(
+        !settings.status.success(),
+        "the release's objects are still there"
+    );
 }
 
 const KUSTOMIZE_BASE: &str = "resources:\n- namespace.yaml\n- account.yaml\nconfigMapGenerator:\n- name: settings\n  literals:\n  - color=blue\n";

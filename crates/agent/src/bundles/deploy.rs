@@ -244,6 +244,33 @@ pub(super) async fn uninstall(agent: &Agent, name: &str) -> Result<(), Error> {
     let Some(record) = record(agent, name).await? else {
         return Ok(());
     };
+    // A chart's release: its pre-delete hooks before its objects go, post-delete after, as
+    // `helm uninstall` runs them (a failing one stops the uninstall, to be tried again).
+    let helm_release = record
+        .helm_release
+        .as_deref()
+        .and_then(|r| r.split_once('/'));
+    let deletion_hooks = match helm_release {
+        Some((namespace, release)) => {
+            match super::release::latest(&agent.downstream, namespace, release).await? {
+                Some(kept) => super::hooks::from_release(&kept, &["pre-delete", "post-delete"])
+                    .map_err(Error::Invalid)?,
+                None => Vec::new(),
+            }
+        }
+        None => Vec::new(),
+    };
+    if let Some((namespace, _)) = helm_release {
+        super::hooks::run(
+            &agent.downstream,
+            &deletion_hooks,
+            "pre-delete",
+            namespace,
+            super::helm::DEFAULT_HOOK_TIMEOUT,
+        )
+        .await
+        .map_err(Error::Invalid)?;
+    }
     let mut left = BTreeSet::new();
     let mut first_error = None;
     for key in record.resources.iter().rev() {
@@ -266,11 +293,16 @@ pub(super) async fn uninstall(agent: &Agent, name: &str) -> Result<(), Error> {
         write_record(agent, name, &remaining).await?;
         return Err(Error::Invalid(message));
     }
-    if let Some((namespace, release)) = record
-        .helm_release
-        .as_deref()
-        .and_then(|r| r.split_once('/'))
-    {
+    if let Some((namespace, release)) = helm_release {
+        super::hooks::run(
+            &agent.downstream,
+            &deletion_hooks,
+            "post-delete",
+            namespace,
+            super::helm::DEFAULT_HOOK_TIMEOUT,
+        )
+        .await
+        .map_err(Error::Invalid)?;
         super::release::remove(&agent.downstream, namespace, release).await?;
     }
     match records(agent)

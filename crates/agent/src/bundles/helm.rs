@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 /// How long a render may take when the bundle does not say (`helm.timeoutSeconds`).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a hook may run when the bundle does not say: Helm's `--timeout` default.
-const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(300);
+pub(super) const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(300);
 /// The longest a hook may hold one of the agent's workers, whatever the bundle says.
 const MAX_HOOK_SECONDS: u64 = 600;
 /// The longest a render may take whatever the bundle says: a repository's author cannot
@@ -243,11 +243,19 @@ fn truncated(message: &str) -> String {
     format!("{}...", &message[..end])
 }
 
-/// The hook events of an install or an upgrade: the ones lariat runs.
-const RUN_EVENTS: [&str; 4] = ["pre-install", "post-install", "pre-upgrade", "post-upgrade"];
+/// The hook events lariat runs: an install's, an upgrade's, and an uninstall's (from the
+/// release the cluster keeps, once the bundle is gone).
+const RUN_EVENTS: [&str; 6] = [
+    "pre-install",
+    "post-install",
+    "pre-upgrade",
+    "post-upgrade",
+    "pre-delete",
+    "post-delete",
+];
 
 /// The chart's manifests in Helm's install order, as objects marked as the release's; its
-/// install and upgrade hooks in the order they run; and the release's manifest text.
+/// install, upgrade and delete hooks in the order they run; and the release's manifest text.
 fn objects(
     rendered: &lariat_helm::Rendered,
     release: &Release,

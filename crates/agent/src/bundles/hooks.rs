@@ -5,9 +5,10 @@
 //! until it succeeds or fails, watched, not polled; `hook-succeeded` and `hook-failed`
 //! delete it after. A hook that fails fails the deploy, naming it.
 //!
-//! Hooks are not the release's objects: never recorded, pruned or monitored. Deletion and
-//! rollback hooks do not run (lariat neither rolls back nor runs a chart at uninstall), and
-//! test hooks run only on `helm test`.
+//! Hooks are not the release's objects: never recorded, pruned or monitored. Deletion hooks
+//! run when the bundle is removed from the cluster, read back from the release the cluster
+//! keeps ([`from_release`]); rollback hooks do not run (lariat does not roll back), and test
+//! hooks run only on `helm test`.
 
 use std::time::Duration;
 
@@ -57,6 +58,52 @@ impl Hook {
 pub(super) fn sort(hooks: &mut [Hook]) {
     hooks.sort_by(|a, b| lariat_helm::manifests::kind_order(&a.kind, &b.kind));
     hooks.sort_by(|a, b| a.weight.cmp(&b.weight).then_with(|| a.name.cmp(&b.name)));
+}
+
+/// What Go writes for a time never set, as Helm records a hook that has not run.
+const NEVER: &str = "0001-01-01T00:00:00Z";
+
+impl Hook {
+    /// The hook as a release records one that has not run.
+    pub fn never_run(&self) -> Value {
+        self.release_json(NEVER, NEVER, "")
+    }
+}
+
+/// The hooks of a release as the cluster keeps it (Helm's `hooks`), for `events`, in the order
+/// they run.
+pub(super) fn from_release(release: &Value, events: &[&str]) -> Result<Vec<Hook>, String> {
+    let mut hooks = Vec::new();
+    for recorded in release["hooks"].as_array().into_iter().flatten() {
+        let strings = |field: &str| -> Vec<String> {
+            recorded[field]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        };
+        let hook_events = strings("events");
+        if !hook_events.iter().any(|e| events.contains(&e.as_str())) {
+            continue;
+        }
+        let text = |field: &str| recorded[field].as_str().unwrap_or_default().to_string();
+        let manifest = text("manifest");
+        let object: Value = serde_yaml_ng::from_str(&manifest)
+            .map_err(|e| format!("the release's hook {}: {e}", text("name")))?;
+        hooks.push(Hook {
+            object,
+            kind: text("kind"),
+            name: text("name"),
+            source: text("path"),
+            manifest,
+            events: hook_events,
+            weight: recorded["weight"].as_i64().unwrap_or(0),
+            delete_policies: strings("delete_policies"),
+        });
+    }
+    sort(&mut hooks);
+    Ok(hooks)
 }
 
 /// Runs the hooks for `event`, in order; returns each as the release records it. As Helm,

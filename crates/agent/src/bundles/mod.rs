@@ -651,6 +651,15 @@ async fn apply_version(
     let mut ran = hooks::run(client, &rendered.hooks, pre, namespace, timeout).await?;
     let written = deploy::apply(&ctx.agent, name, &ctx.namespace, options, desired).await?;
     ran.extend(hooks::run(client, &rendered.hooks, post, namespace, timeout).await?);
+    // The hooks that did not run now (an uninstall's) are the release's too: the cluster's
+    // release is where the uninstall finds them.
+    ran.extend(
+        rendered
+            .hooks
+            .iter()
+            .filter(|h| !h.events.iter().any(|e| e == pre || e == post))
+            .map(hooks::Hook::never_run),
+    );
     // Fleet keeps two revisions unless told otherwise.
     let max_history = options.helm.as_ref().map_or(0, |h| h.max_history);
     let max_history = if max_history == 0 { 2 } else { max_history };

@@ -232,6 +232,24 @@ pub(super) async fn record(
     Ok(())
 }
 
+/// The newest revision of release `name`, as the cluster keeps it; `None` when there is none.
+pub(super) async fn latest(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Value>, kube::Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let selector = format!("owner=helm,name={name}");
+    Ok(api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .iter()
+        .filter(|s| s.type_.as_deref() == Some(SECRET_TYPE))
+        .max_by_key(|s| version_of(s))
+        .and_then(release_of))
+}
+
 /// Deletes every revision of a release, as `helm uninstall` does.
 pub(super) async fn remove(
     client: &kube::Client,
