@@ -2877,3 +2877,85 @@ fn widely_used_charts_render_to_objects_a_cluster_accepts() {
         }
     }
 }
+
+const SELECTED_DEPLOYMENT: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Release.Name }}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: {{ .Values.app }}}
+  template:
+    metadata:
+      labels: {app: {{ .Values.app }}}
+    spec:
+      tolerations: [{operator: Exists}]
+      containers: [{name: web, image: nginx}]
+"#;
+
+/// A chart upgrade that changes an immutable field (a Deployment's selector) is refused by
+/// the cluster, as a real one refuses it, and named; with `helm.force` the object is replaced.
+#[test]
+fn an_upgrade_that_changes_an_immutable_field_needs_force_and_force_replaces() {
+    let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(&work.path().join("repos"));
+    in_memory_clusters(&server, &[("eu-1", "eu")]);
+    let upstream = work.path().join("repos/platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    let fleet_yaml = "defaultNamespace: web\nhelm:\n  releaseName: shop\n";
+    commit(
+        &upstream,
+        &[
+            ("web/fleet.yaml", fleet_yaml),
+            ("web/Chart.yaml", CHART_YAML),
+            ("web/values.yaml", "app: one\n"),
+            ("web/templates/deployment.yaml", SELECTED_DEPLOYMENT),
+        ],
+    );
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  pollingInterval: 5s\n  paths: [web]\n  targets:\n  - clusterSelector: {}\n",
+    );
+    let kubeconfig = workload_with_namespace(&server, "eu-1", "scratch");
+    let selector = || {
+        let output = server.kubectl_as(
+            &kubeconfig,
+            &[
+                "get",
+                "deployment",
+                "shop",
+                "-n",
+                "web",
+                "-o",
+                "jsonpath={.spec.selector.matchLabels.app}",
+            ],
+        );
+        String::from_utf8_lossy(&output.stdout).to_string()
+    };
+    eventually_within(Duration::from_secs(120), "installed", || {
+        selector() == "one"
+    });
+    commit(&upstream, &[("web/values.yaml", "app: two\n")]);
+    eventually_within(
+        Duration::from_secs(120),
+        "the immutable selector named",
+        || {
+            first_group(&server, "platform-web")["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("spec.selector") && m.contains("field is immutable"))
+        },
+    );
+    assert_eq!(selector(), "one");
+    commit(
+        &upstream,
+        &[("web/fleet.yaml", &format!("{fleet_yaml}  force: true\n"))],
+    );
+    eventually_within(Duration::from_secs(120), "replaced with force", || {
+        selector() == "two"
+            && bundle(&server, "platform-web")
+                .is_some_and(|b| b["status"]["display"]["readyClusters"] == "1/1")
+    });
+}

@@ -144,6 +144,7 @@ fn customized(
             base.max_history
         },
         take_ownership: over.take_ownership || base.take_ownership,
+        force: over.force || base.force,
         skip_schema_validation: over.skip_schema_validation || base.skip_schema_validation,
         timeout_seconds: if over.timeout_seconds != 0 {
             over.timeout_seconds

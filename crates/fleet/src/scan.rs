@@ -452,6 +452,7 @@ const HELM_FIELDS: &[&str] = &[
     "disablePreProcess",
     "waitForJobs",
     "disableDNS",
+    "force",
 ];
 
 /// Refuses a `helm` field (of the bundle or of a target) lariat does not read, by name, so

@@ -515,6 +515,11 @@ async fn apply_one(agent: &Agent, desired: &Desired) -> Result<DynamicObject, ku
     }
 }
 
+/// Whether the API refused an object only because it would change an immutable field.
+fn is_immutable(error: &kube::core::Status) -> bool {
+    error.message.contains("field is immutable")
+}
+
 /// An apply's error as the status says it: the object, and the API's own words.
 fn refusal(key: &ObjectKey, error: &kube::Error) -> String {
     match error {
@@ -735,8 +740,17 @@ pub(super) async fn apply(
     ensure_namespaces(agent, desired).await?;
     let mut fresh = Fresh::default();
     let mut refused = Vec::new();
+    let force = options.helm.as_ref().is_some_and(|h| h.force);
     for object in desired {
-        match apply_one(agent, object).await {
+        let outcome = match apply_one(agent, object).await {
+            // `helm.force`: an object refused only for an immutable field is replaced.
+            Err(kube::Error::Api(e)) if force && e.code == 422 && is_immutable(&e) => {
+                delete_owned(agent, &object.key, name).await?;
+                apply_one(agent, object).await
+            }
+            outcome => outcome,
+        };
+        match outcome {
             Ok(live) => {
                 fresh.written.insert(object.key.clone(), live);
             }

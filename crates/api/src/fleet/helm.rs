@@ -53,6 +53,11 @@ pub struct HelmOptions {
     /// Fleet's default, 2.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub max_history: i32,
+    /// Replace what the API will not change in place: an object whose update is refused for
+    /// an immutable field (a Deployment's selector, a Job's template) is deleted and created
+    /// again, as Helm's `--force` replaces it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
     /// Deploy over objects another release or no release owns.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub take_ownership: bool,

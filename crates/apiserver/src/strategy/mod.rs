@@ -42,6 +42,11 @@ pub fn builtin() -> Strategies {
         .with("", &["configmaps"], core::ConfigMaps)
         .with("", &["namespaces"], core::Namespaces)
         .with("batch", &["jobs"], workloads::Jobs)
+        .with(
+            "apps",
+            &["deployments", "statefulsets", "daemonsets", "replicasets"],
+            workloads::Selectors,
+        )
         .with("", &["events"], events::Events)
         .with("events.k8s.io", &["events"], events::EventsV1)
         .with("management.lariat.dev", &["tokens"], tokens::Tokens)

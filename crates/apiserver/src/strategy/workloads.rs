@@ -1,4 +1,5 @@
-//! Workload kinds kube-apiserver completes at create: a Job's selector and its Pods' labels,
+//! Workload kinds as kube-apiserver admits them: their selectors immutable, and completed at
+//! create: a Job's selector and its Pods' labels,
 //! generated from its UID unless `manualSelector` says the user chose them, and its
 //! completions and parallelism when neither is given (a Job of one Pod). Served by the
 //! simulated clusters only; their Job controller relies on the selector as a real one does,
@@ -7,7 +8,7 @@
 use serde_json::{Value, json};
 
 use crate::status::Cause;
-use lariat_api::admission::Strategy;
+use lariat_api::admission::{Strategy, immutable};
 
 const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
 const JOB_NAME: &str = "batch.kubernetes.io/job-name";
@@ -67,7 +68,18 @@ impl Strategy for Jobs {
 
     fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
         let spec = &object["spec"];
-        if old.is_some() || spec["manualSelector"] == true {
+        if let Some(old) = old {
+            // As kube-apiserver: a Job's Pods are the ones its template made.
+            let mut causes = immutable(object, Some(old), &["spec", "selector"], "spec.selector");
+            causes.extend(immutable(
+                object,
+                Some(old),
+                &["spec", "template", "spec"],
+                "spec.template",
+            ));
+            return causes;
+        }
+        if spec["manualSelector"] == true {
             return Vec::new();
         }
         let generated = generated_selector(&object["metadata"]["uid"]);
@@ -79,6 +91,16 @@ impl Strategy for Jobs {
             )];
         }
         Vec::new()
+    }
+}
+
+/// Deployments, StatefulSets, DaemonSets and ReplicaSets: their selector chooses their Pods
+/// for good, as kube-apiserver's apps/v1 has it (a chart that changes it needs `force`).
+pub struct Selectors;
+
+impl Strategy for Selectors {
+    fn admit(&self, object: &mut Value, old: Option<&Value>) -> Vec<Cause> {
+        immutable(object, old, &["spec", "selector"], "spec.selector")
     }
 }
 
