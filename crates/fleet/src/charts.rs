@@ -102,11 +102,18 @@ impl Fetcher {
         let certificates = git::certificates(ca).map_err(|e| ChartError::Invalid(e.to_string()))?;
         let mut configure = git::guarded_client(limits, certificates);
         // A redirect may not leave https (reqwest drops the credential on another host).
-        let redirects = reqwest::redirect::Policy::custom(|attempt| {
+        // Each redirect's host checked against the allowed networks as the first URL's was
+        // (through a proxy the client's own guard sees only the proxy).
+        let guard = limits.clone();
+        let redirects = reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() >= MAX_REDIRECTS {
                 attempt.error("too many redirects")
             } else if attempt.url().scheme() != "https" {
                 attempt.error("a redirect away from https")
+            } else if git::checked_host(attempt.url().as_str(), &guard).is_err() {
+                attempt.error(
+                    "a redirect to an address lariat may not fetch from (--fleet-allow-networks)",
+                )
             } else {
                 attempt.follow()
             }
@@ -275,6 +282,13 @@ fn shown(url: &reqwest::Url) -> String {
 fn parse(url: &str) -> Result<reqwest::Url, ChartError> {
     let parsed = reqwest::Url::parse(url)
         .map_err(|e| ChartError::Invalid(format!("helm.repo or helm.chart is not a URL: {e}")))?;
+    // helmRepoURLRegex reads the URL as written: a user part would move the host after it.
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(ChartError::Invalid(format!(
+            "{}: credentials belong in helmSecretName, not in the URL",
+            shown(&parsed)
+        )));
+    }
     match parsed.scheme() {
         "https" | "http" => Ok(parsed),
         other => Err(ChartError::Invalid(format!(
@@ -429,18 +443,52 @@ pub fn fetch_all(
         .collect()
 }
 
-/// A file of the bundle holding a fetched archive.
-fn add_archive(bundle: &mut crate::scan::ScannedBundle, file: String, archive: &[u8]) {
-    use base64::Engine as _;
+/// The bytes of the bundle's files as it carries them.
+fn bundle_bytes(bundle: &crate::scan::ScannedBundle) -> u64 {
     bundle
         .spec
         .resources
-        .get_or_insert_default()
-        .push(lariat_api::fleet::BundleResource {
-            name: Some(file),
-            content: Some(base64::engine::general_purpose::STANDARD.encode(archive)),
-            encoding: Some("base64".into()),
-        });
+        .iter()
+        .flatten()
+        .map(|r| r.content.as_ref().map_or(0, String::len) as u64)
+        .sum()
+}
+
+/// Adds `files` to the bundle, unless they would take it past the bundle limit (what is
+/// fetched and copied counts as what is read from git).
+fn add_files(
+    bundle: &mut crate::scan::ScannedBundle,
+    files: Vec<lariat_api::fleet::BundleResource>,
+    limits: &Limits,
+) -> Result<(), String> {
+    let added: u64 = files
+        .iter()
+        .map(|r| r.content.as_ref().map_or(0, String::len) as u64)
+        .sum();
+    if bundle_bytes(bundle) + added > limits.max_bundle_bytes {
+        return Err(format!(
+            "with its fetched charts the bundle is larger than {} bytes (--fleet-max-bundle-bytes)",
+            limits.max_bundle_bytes
+        ));
+    }
+    bundle.spec.resources.get_or_insert_default().extend(files);
+    Ok(())
+}
+
+/// A file of the bundle holding a fetched archive.
+fn add_archive(
+    bundle: &mut crate::scan::ScannedBundle,
+    file: String,
+    archive: &[u8],
+    limits: &Limits,
+) -> Result<(), String> {
+    use base64::Engine as _;
+    let resource = lariat_api::fleet::BundleResource {
+        name: Some(file),
+        content: Some(base64::engine::general_purpose::STANDARD.encode(archive)),
+        encoding: Some("base64".into()),
+    };
+    add_files(bundle, vec![resource], limits)
 }
 
 /// A file name of the bundle made from what a repository says, tamed.
@@ -500,7 +548,7 @@ fn fetch_chart(
     let file = format!("{FETCHED_CHARTS_DIR}/{}.tgz", safe_stem(&stem));
     lariat_helm::Chart::load_archive(&file, &fetched.archive)
         .map_err(|e| format!("{shown}: {e}"))?;
-    add_archive(bundle, file.clone(), &fetched.archive);
+    add_archive(bundle, file.clone(), &fetched.archive, &fetcher.limits)?;
     if let Some(helm) = bundle.spec.helm.as_mut() {
         helm.chart = Some(file);
     }
@@ -515,7 +563,17 @@ fn fetch_dependencies(
     fetcher: &mut Fetcher,
     access: &RepoAccess,
 ) -> Result<(), String> {
-    let dependencies = std::mem::take(&mut bundle.chart_dependencies);
+    let mut dependencies = std::mem::take(&mut bundle.chart_dependencies);
+    if dependencies.len() > MAX_DEPENDENCIES {
+        return Err(format!(
+            "Chart.yaml lists more than {MAX_DEPENDENCIES} dependencies to fetch"
+        ));
+    }
+    // One fetch for a chart listed twice (under two aliases).
+    let mut seen = std::collections::HashSet::new();
+    dependencies.retain(|d| seen.insert((d.repository.clone(), d.name.clone(), d.version.clone())));
+    // Copies are made from the files as they came from git, never from other copies.
+    let original = bundle.spec.resources.clone().unwrap_or_default();
     let chart_dir = bundle
         .spec
         .helm
@@ -529,12 +587,26 @@ fn fetch_dependencies(
     for dependency in dependencies {
         let name = &dependency.name;
         let repository = dependency.repository.as_str();
+        if name.is_empty() || name.contains(['/', '\\']) || name == "." || name == ".." {
+            return Err(format!(
+                "Chart.yaml: dependency {name:?} is not a chart's name"
+            ));
+        }
         if let Some(path) = repository.strip_prefix("file://") {
             let from = normalize_path(&in_chart(path)).ok_or_else(|| {
                 format!("Chart.yaml: dependency {name}: {repository} leaves the bundle")
             })?;
-            copy_directory(bundle, &from, &in_chart(&format!("charts/{name}")))
+            let inside = |dir: &str, path: &str| {
+                dir.is_empty() || path == dir || path.starts_with(&format!("{dir}/"))
+            };
+            if inside(&from, &chart_dir) {
+                return Err(format!(
+                    "Chart.yaml: dependency {name}: {repository} holds the chart itself"
+                ));
+            }
+            let copies = copies_of(&original, &from, &in_chart(&format!("charts/{name}")))
                 .map_err(|e| format!("Chart.yaml: dependency {name}: {e}"))?;
+            add_files(bundle, copies, &fetcher.limits)?;
             continue;
         }
         if !repository.starts_with("https://") && !repository.starts_with("oci://") {
@@ -560,19 +632,21 @@ fn fetch_dependencies(
         ));
         lariat_helm::Chart::load_archive(&file, &fetched.archive)
             .map_err(|e| format!("Chart.yaml: dependency {name}: {e}"))?;
-        add_archive(bundle, file, &fetched.archive);
+        add_archive(bundle, file, &fetched.archive, &fetcher.limits)?;
     }
     Ok(())
 }
 
-/// The bundle's files under directory `from`, copied under `to` (a `file://` dependency, as
-/// `helm dependency update` packages it into `charts/`).
-fn copy_directory(
-    bundle: &mut crate::scan::ScannedBundle,
+/// The most dependencies fetched for one chart: 64 (real charts list a handful).
+const MAX_DEPENDENCIES: usize = 64;
+
+/// The files of `resources` under directory `from`, named under `to` (a `file://`
+/// dependency, as `helm dependency update` packages it into `charts/`).
+fn copies_of(
+    resources: &[lariat_api::fleet::BundleResource],
     from: &str,
     to: &str,
-) -> Result<(), String> {
-    let resources = bundle.spec.resources.get_or_insert_default();
+) -> Result<Vec<lariat_api::fleet::BundleResource>, String> {
     let prefix = format!("{from}/");
     let copies: Vec<lariat_api::fleet::BundleResource> = resources
         .iter()
@@ -587,8 +661,7 @@ fn copy_directory(
     if copies.is_empty() {
         return Err(format!("{from} is not a directory of the bundle"));
     }
-    resources.extend(copies);
-    Ok(())
+    Ok(copies)
 }
 
 /// `a/b/../c` as `a/c`; `None` when the path climbs above where it starts.

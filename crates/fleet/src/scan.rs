@@ -566,7 +566,8 @@ fn helm_options(
         },
         other => refuse(other.to_string()),
     })?;
-    let missing = if helm.disable_dependency_update {
+    // A packaged chart holds its dependencies as it was packaged, as Helm takes it.
+    let missing = if helm.disable_dependency_update || chart_dir.ends_with(".tgz") {
         Vec::new()
     } else {
         loaded.missing_dependencies().into_iter().cloned().collect()

@@ -1,7 +1,7 @@
 //! A Helm bundle's values made for one cluster, as Fleet's controller makes them before it
 //! writes the cluster's BundleDeployment:
-//! - a string value `global.fleet.clusterLabels.<label>` becomes the cluster's label (empty
-//!   when the cluster has no such label);
+//! - a string value `global.fleet.clusterLabels.<label>` becomes the cluster's label (an
+//!   error when the cluster has no such label, as in Fleet);
 //! - unless `disablePreProcess`, the values are a Go template between `${` and `}` over
 //!   `.ClusterName`, `.ClusterNamespace`, `.ClusterLabels`, `.ClusterAnnotations` and
 //!   `.ClusterValues` (the Fleet Cluster's `spec.templateValues`), with Sprig's functions;
@@ -121,7 +121,10 @@ fn substitute_labels(
         match value {
             Value::String(s) if s.starts_with(LABEL_PREFIX) => {
                 let label = &s[LABEL_PREFIX.len()..];
-                *value = Value::String(labels.get(label).cloned().unwrap_or_default());
+                let found = labels.get(label).ok_or_else(|| {
+                    format!("helm.values: {s}: the cluster has no label {label:?}")
+                })?;
+                *value = Value::String(found.clone());
             }
             Value::Object(map) => substitute_labels(map, labels, depth + 1)?,
             Value::Array(items) => {
@@ -176,7 +179,6 @@ mod tests {
             "literal": "{{ not a template }}",
             "plain": 7,
             "env": "global.fleet.clusterLabels.env",
-            "missing": "global.fleet.clusterLabels.nosuch",
         }));
         options.template_values = Some(
             [(
@@ -198,7 +200,6 @@ mod tests {
                 "literal": "{{ not a template }}",
                 "plain": 7,
                 "env": "prod",
-                "missing": "",
                 "ingress": {"hosts": ["prod-eu.example.com"]},
             })
         );
@@ -227,6 +228,12 @@ mod tests {
         )
         .unwrap_err();
         assert!(error.contains("does not have"), "{error}");
+        let error = for_cluster(
+            &helm(json!({"a": "global.fleet.clusterLabels.nosuch"})),
+            &cluster(),
+        )
+        .unwrap_err();
+        assert!(error.contains("no label \"nosuch\""), "{error}");
         let error = for_cluster(&helm(json!({"a": "${ .ClusterName "})), &cluster()).unwrap_err();
         assert!(error.starts_with("helm.values: "), "{error}");
         let mut options = helm(json!({}));

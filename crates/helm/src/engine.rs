@@ -158,6 +158,8 @@ pub fn render_text(
     let source = with_braces(source, delimiters).map_err(|message| HelmError::Template {
         message: format!("template: {name}: {message}"),
     })?;
+    // What gtmpl-ng reads differently from Go, as for a chart's templates.
+    let source = crate::files::rewrite_actions(&source);
     on_render_thread(|| {
         let limits = Limits::default()
             .with_output_bytes(bounds.output_bytes)
@@ -181,11 +183,19 @@ pub fn render_text(
 /// (gtmpl-ng has no others): text that holds `{{` is quoted as an action, and each action
 /// ends at the first right delimiter outside its strings and comments, as Go's lexer ends it.
 fn with_braces(source: &str, (left, right): (&str, &str)) -> Result<String, String> {
-    let quote_braces = |text: &str| text.replace("{{", "{{\"{{\"}}");
+    // `{{` in text, and a `{` just before an action (which would make `{{{`), as actions
+    // that print them.
+    let quote_braces = |text: &str, before_action: bool| {
+        let quoted = text.replace("{{", "{{\"{{\"}}");
+        match quoted.strip_suffix('{') {
+            Some(rest) if before_action => format!("{rest}{{{{\"{{\"}}}}"),
+            _ => quoted,
+        }
+    };
     let mut out = String::with_capacity(source.len() + 16);
     let mut rest = source;
     while let Some(start) = rest.find(left) {
-        out.push_str(&quote_braces(&rest[..start]));
+        out.push_str(&quote_braces(&rest[..start], true));
         out.push_str("{{");
         rest = &rest[start + left.len()..];
         let end = action_end(rest, right)
@@ -194,7 +204,7 @@ fn with_braces(source: &str, (left, right): (&str, &str)) -> Result<String, Stri
         out.push_str("}}");
         rest = &rest[end + right.len()..];
     }
-    out.push_str(&quote_braces(rest));
+    out.push_str(&quote_braces(rest, false));
     Ok(out)
 }
 
@@ -204,7 +214,7 @@ fn action_end(text: &str, right: &str) -> Option<usize> {
     let bytes = text.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
-        if text[i..].starts_with(right) {
+        if bytes[i..].starts_with(right.as_bytes()) {
             return Some(i);
         }
         match bytes[i] {
@@ -214,8 +224,10 @@ fn action_end(text: &str, right: &str) -> Option<usize> {
                     i += if bytes[i] == b'\\' { 2 } else { 1 };
                 }
             }
-            b'`' => i += text[i + 1..].find('`')? + 1,
-            b'/' if text[i..].starts_with("/*") => i += text[i..].find("*/")? + 1,
+            b'`' => i += bytes[i + 1..].iter().position(|b| *b == b'`')? + 1,
+            b'/' if bytes[i..].starts_with(b"/*") => {
+                i += bytes[i..].windows(2).position(|w| w == b"*/")? + 1
+            }
             _ => {}
         }
         i += 1;

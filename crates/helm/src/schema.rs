@@ -24,6 +24,60 @@ const SCHEMA_URL: &str = "file:///values.schema.json";
 /// validator walks every unfolded subschema for each value it applies to, without a clock:
 /// this is what bounds a validation's time. Real charts' schemas unfold to a few thousand.
 pub const MAX_UNFOLDED_SUBSCHEMAS: u64 = 100_000;
+/// How deep `$ref`s may lead (the validator follows them recursively).
+pub const MAX_REFERENCE_DEPTH: usize = 1_000;
+/// Unfolded subschemas times values: what bounds a validation's time (tens of millions of
+/// steps are a few seconds).
+pub const MAX_VALIDATION_WORK: u64 = 50_000_000;
+
+/// How many values `value` holds, itself and every member.
+fn value_count(value: &Value) -> u64 {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(value_count).sum::<u64>(),
+        Value::Object(map) => 1 + map.values().map(value_count).sum::<u64>(),
+        _ => 1,
+    }
+}
+
+/// Refuses what would let the unfolding bound miss a reference: a `$ref` that is not a JSON
+/// pointer into this document (`#`, `#/...`) or a `urn:` (permissive, as in Helm), and an
+/// `$id` or `$anchor` below the root (which would give a pointer another base).
+fn check_references(schema: &Value, root: bool, depth: usize) -> Result<(), String> {
+    if depth > MAX_REFERENCE_DEPTH {
+        return Err(format!(
+            "the schema nests more than {MAX_REFERENCE_DEPTH} deep"
+        ));
+    }
+    match schema {
+        Value::Object(map) => {
+            for (keyword, value) in map {
+                match (keyword.as_str(), value) {
+                    ("$ref" | "$dynamicRef" | "$recursiveRef", Value::String(reference)) => {
+                        if !(reference == "#"
+                            || reference.starts_with("#/")
+                            || reference.starts_with("urn:"))
+                        {
+                            return Err(format!(
+                                "$ref {reference:?}: lariat follows references within the schema only (#/...)"
+                            ));
+                        }
+                    }
+                    ("$id" | "$anchor" | "$dynamicAnchor", Value::String(_)) if !root => {
+                        return Err(format!(
+                            "{keyword} below the schema's root: lariat reads one schema resource"
+                        ));
+                    }
+                    _ => check_references(value, false, depth + 1)?,
+                }
+            }
+            Ok(())
+        }
+        Value::Array(items) => items
+            .iter()
+            .try_for_each(|item| check_references(item, false, depth + 1)),
+        _ => Ok(()),
+    }
+}
 
 /// Checks `values` (the chart's coalesced values) against `chart`'s schema and each enabled
 /// subchart's against its own; every failing chart is named, as Helm names them.
@@ -74,11 +128,26 @@ fn validate_into(
 /// when the schema itself cannot be used.
 fn check(schema: &[u8], values: &Map<String, Value>) -> Result<Option<String>, String> {
     let document: Value = serde_json::from_slice(schema).map_err(|e| format!("not JSON: {e}"))?;
-    let unfolded = Unfolding::new(&document).size(&document);
+    check_references(&document, true, 0)?;
+    let mut unfolding = Unfolding::new(&document);
+    let unfolded = unfolding.size(&document, 0);
+    if unfolding.too_deep {
+        return Err(format!(
+            "the schema's $refs lead more than {MAX_REFERENCE_DEPTH} deep, deeper than lariat follows"
+        ));
+    }
     if unfolded > MAX_UNFOLDED_SUBSCHEMAS {
         return Err(format!(
             "the schema unfolds to more than {MAX_UNFOLDED_SUBSCHEMAS} subschemas through its \
              $refs, more than lariat checks values against"
+        ));
+    }
+    // The validator's work is at most each value checked against each unfolded subschema.
+    let work = unfolded.saturating_mul(value_count(&Value::Object(values.clone())));
+    if work > MAX_VALIDATION_WORK {
+        return Err(format!(
+            "checking these values against the schema would take more than {MAX_VALIDATION_WORK} \
+             steps (its unfolded subschemas times the values)"
         ));
     }
     let mut compiler = Compiler::new();
@@ -115,6 +184,8 @@ struct Unfolding<'a> {
     root: &'a Value,
     sizes: std::collections::HashMap<*const Value, u64>,
     counting: std::collections::HashSet<*const Value>,
+    /// Set when references lead deeper than [`MAX_REFERENCE_DEPTH`].
+    too_deep: bool,
 }
 
 impl<'a> Unfolding<'a> {
@@ -123,13 +194,18 @@ impl<'a> Unfolding<'a> {
             root,
             sizes: Default::default(),
             counting: Default::default(),
+            too_deep: false,
         }
     }
 
-    fn size(&mut self, schema: &'a Value) -> u64 {
+    fn size(&mut self, schema: &'a Value, depth: usize) -> u64 {
         let key = schema as *const Value;
         if let Some(size) = self.sizes.get(&key) {
             return *size;
+        }
+        if depth > MAX_REFERENCE_DEPTH {
+            self.too_deep = true;
+            return MAX_UNFOLDED_SUBSCHEMAS + 1;
         }
         if !self.counting.insert(key) {
             return 1;
@@ -138,12 +214,12 @@ impl<'a> Unfolding<'a> {
         if let Value::Object(map) = schema {
             for (keyword, value) in map {
                 for child in subschemas(keyword, value) {
-                    size = size.saturating_add(self.size(child));
+                    size = size.saturating_add(self.size(child, depth + 1));
                 }
                 if matches!(keyword.as_str(), "$ref" | "$recursiveRef" | "$dynamicRef")
                     && let Some(target) = value.as_str().and_then(|r| self.resolve(r))
                 {
-                    size = size.saturating_add(self.size(target));
+                    size = size.saturating_add(self.size(target, depth + 1));
                 }
                 if size > MAX_UNFOLDED_SUBSCHEMAS {
                     break;
@@ -469,12 +545,32 @@ mod tests {
     }
 
     #[test]
-    fn a_schema_may_not_read_files_or_the_network() {
-        for reference in ["file:///etc/passwd", "https://example.com/s.json"] {
-            let schema = serde_json::json!({"$ref": reference});
+    fn a_schema_may_not_read_files_or_the_network_or_name_itself_otherwise() {
+        for reference in [
+            "file:///etc/passwd",
+            "https://example.com/s.json",
+            "values.schema.json#/$defs/a",
+            "#anchor",
+        ] {
+            let schema = serde_json::json!({"$ref": reference, "$defs": {"a": {}}});
             let error = check(schema.to_string().as_bytes(), &Map::new()).unwrap_err();
-            assert!(error.contains("cannot be loaded"), "{error}");
+            assert!(error.contains("within the schema only"), "{error}");
         }
+        let nested_id = serde_json::json!({"properties": {"a": {"$id": "other.json"}}});
+        let error = check(nested_id.to_string().as_bytes(), &Map::new()).unwrap_err();
+        assert!(error.contains("below the schema's root"), "{error}");
+        // A long chain of references is refused before the validator follows it.
+        let mut defs = Map::new();
+        for level in 0..2_000 {
+            defs.insert(
+                format!("d{level}"),
+                serde_json::json!({"$ref": format!("#/$defs/d{}", level + 1)}),
+            );
+        }
+        defs.insert("d2000".into(), serde_json::json!({}));
+        let chain = serde_json::json!({"$ref": "#/$defs/d0", "$defs": defs});
+        let error = check(chain.to_string().as_bytes(), &Map::new()).unwrap_err();
+        assert!(error.contains("deep"), "{error}");
     }
 
     #[test]

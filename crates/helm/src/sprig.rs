@@ -126,6 +126,15 @@ fn replace_matches(args: &[Value], function: &str, literal: bool) -> Result<Valu
     let mut copied = 0;
     for captures in regex.captures_iter(&source) {
         let whole = captures.get(0).expect("group 0 is the match");
+        // What the expansion could write at most (each `$` a group, within the match),
+        // checked before it is written.
+        let expansion = if literal {
+            replacement.len()
+        } else {
+            replacement.len() + replacement.matches('$').count() * whole.len()
+        };
+        let at_most = out.len() + (whole.start() - copied) + expansion;
+        check_output(function, Some(at_most))?;
         out.push_str(&source[copied..whole.start()]);
         if literal {
             out.push_str(&replacement);
@@ -170,8 +179,9 @@ fn merge_into(dst: &mut HashMap<String, Value>, src: &HashMap<String, Value>, ov
             Some(Value::Map(inner) | Value::Object(inner)) if map_of(value).is_some() => {
                 merge_into(inner, map_of(value).expect("checked"), overwrite);
             }
-            // Kept: a value the destination holds, unless a non-empty one overwrites it.
-            Some(existing) if !is_empty(existing) && (!overwrite || is_empty(value)) => {}
+            // Kept: a value the destination holds, unless overwriting (mergo's map merge
+            // assigns the source's value then, an empty one too).
+            Some(existing) if !is_empty(existing) && !overwrite => {}
             _ => {
                 dst.insert(key.clone(), value.clone());
             }

@@ -630,6 +630,26 @@ async fn apply_version(
     desired: &[deploy::Desired],
     release: Option<&helm::Rendered>,
 ) -> Result<deploy::Fresh, String> {
+    let fresh = apply_release(ctx, name, options, desired, release).await;
+    // New kinds for `.Capabilities`: the next render reads discovery again.
+    if desired.iter().any(|d| {
+        matches!(
+            d.key.kind.as_str(),
+            "CustomResourceDefinition" | "APIService"
+        )
+    }) {
+        ctx.agent.capabilities.forget().await;
+    }
+    fresh
+}
+
+async fn apply_release(
+    ctx: &Context,
+    name: &str,
+    options: &lariat_api::fleet::BundleDeploymentOptions,
+    desired: &[deploy::Desired],
+    release: Option<&helm::Rendered>,
+) -> Result<deploy::Fresh, String> {
     let Some(rendered) = release else {
         return deploy::apply(&ctx.agent, name, &ctx.namespace, options, desired).await;
     };

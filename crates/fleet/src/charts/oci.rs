@@ -36,6 +36,15 @@ impl Reference {
         let rest = reference
             .strip_prefix("oci://")
             .ok_or_else(|| ChartError::Invalid(format!("{reference}: not an oci:// reference")))?;
+        if rest
+            .split('/')
+            .next()
+            .is_some_and(|host| host.contains('@'))
+        {
+            return Err(ChartError::Invalid(format!(
+                "{reference}: credentials belong in helmSecretName, not in the reference"
+            )));
+        }
         let (host, repository) = rest.split_once('/').ok_or_else(|| {
             ChartError::Invalid(format!(
                 "{reference}: names no repository after the registry"
@@ -134,6 +143,16 @@ pub(super) fn pull(
         None => pull.choose(version)?,
     };
     let tag = version.replace('+', "_");
+    // OCI's tag grammar, so that a version cannot make another path of the registry.
+    let valid_tag = tag.len() <= 128
+        && tag.bytes().enumerate().all(|(i, b)| {
+            b.is_ascii_alphanumeric() || b == b'_' || (i > 0 && (b == b'.' || b == b'-'))
+        });
+    if !valid_tag {
+        return Err(ChartError::Invalid(format!(
+            "helm.version {version:?} is not a tag an OCI registry holds"
+        )));
+    }
     let manifest: Manifest = pull.document(&format!("manifests/{tag}"), MANIFEST_TYPES)?;
     let layer = manifest
         .layers
