@@ -564,11 +564,13 @@ async fn made_for(
         ));
     }
     let started = Instant::now();
+    let deadline = started + TEMPLATING_BUDGET.saturating_sub(*spent);
     let (helm, made_cluster) = (helm.clone(), cluster.clone());
-    let helm =
-        tokio::task::spawn_blocking(move || crate::templating::for_cluster(&helm, &made_cluster))
-            .await
-            .map_err(|e| format!("helm.values: {e}"))??;
+    let helm = tokio::task::spawn_blocking(move || {
+        crate::templating::for_cluster(&helm, &made_cluster, deadline)
+    })
+    .await
+    .map_err(|e| format!("helm.values: {e}"))??;
     *spent += started.elapsed();
     let options = BundleDeploymentOptions {
         helm: Some(helm),

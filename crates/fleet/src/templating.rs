@@ -61,8 +61,30 @@ fn holds(values: &Map<String, Value>, test: &dyn Fn(&str) -> bool) -> bool {
     values.iter().any(|(k, v)| test(k) || any(v, test))
 }
 
-/// `helm`'s values made for `cluster`; the message says what failed, naming the template.
-pub fn for_cluster(helm: &HelmOptions, cluster: &FleetCluster) -> Result<HelmOptions, String> {
+/// The most `templateValues` entries a bundle may have.
+pub const MAX_TEMPLATE_VALUES: usize = 100;
+
+/// `helm`'s values made for `cluster`, all its templates within `deadline`; the message says
+/// what failed, naming the template.
+pub fn for_cluster(
+    helm: &HelmOptions,
+    cluster: &FleetCluster,
+    deadline: std::time::Instant,
+) -> Result<HelmOptions, String> {
+    if helm
+        .template_values
+        .as_ref()
+        .is_some_and(|t| t.len() > MAX_TEMPLATE_VALUES)
+    {
+        return Err(format!(
+            "helm.templateValues: more than {MAX_TEMPLATE_VALUES} entries"
+        ));
+    }
+    let out_of_time = || {
+        (std::time::Instant::now() > deadline).then(|| {
+            "helm.values: this bundle's templates ran out of time for its clusters".to_string()
+        })
+    };
     let mut helm = helm.clone();
     let mut values = helm.values.take().unwrap_or_default();
     substitute_labels(&mut values, cluster.labels(), 0)?;
@@ -81,6 +103,9 @@ pub fn for_cluster(helm: &HelmOptions, cluster: &FleetCluster) -> Result<HelmOpt
                 .map_err(|e| format!("helm.values: the rendered template is not values: {e}"))?;
         }
         for (key, source) in helm.template_values.take().unwrap_or_default() {
+            if let Some(error) = out_of_time() {
+                return Err(error);
+            }
             let name = format!("helm.templateValues.{key}");
             let rendered = render(&name, &source, &context)?;
             let value: Value = serde_yaml_ng::from_str(&rendered)
@@ -161,6 +186,10 @@ mod tests {
         cluster
     }
 
+    fn later() -> std::time::Instant {
+        std::time::Instant::now() + std::time::Duration::from_secs(10)
+    }
+
     fn helm(values: Value) -> HelmOptions {
         HelmOptions {
             values: Some(values.as_object().unwrap().clone()),
@@ -188,7 +217,7 @@ mod tests {
             .into(),
         );
         assert!(per_cluster(&options));
-        let made = for_cluster(&options, &cluster()).unwrap();
+        let made = for_cluster(&options, &cluster(), later()).unwrap();
         assert_eq!(
             Value::Object(made.values.unwrap()),
             json!({
@@ -215,7 +244,10 @@ mod tests {
         options.disable_pre_process = true;
         assert!(!per_cluster(&options));
         assert_eq!(
-            for_cluster(&options, &cluster()).unwrap().values.unwrap()["a"],
+            for_cluster(&options, &cluster(), later())
+                .unwrap()
+                .values
+                .unwrap()["a"],
             "${ .ClusterName }"
         );
     }
@@ -225,26 +257,34 @@ mod tests {
         let error = for_cluster(
             &helm(json!({"a": "${ .ClusterLabels.nosuch }"})),
             &cluster(),
+            later(),
         )
         .unwrap_err();
         assert!(error.contains("does not have"), "{error}");
         let error = for_cluster(
             &helm(json!({"a": "global.fleet.clusterLabels.nosuch"})),
             &cluster(),
+            later(),
         )
         .unwrap_err();
         assert!(error.contains("no label \"nosuch\""), "{error}");
-        let error = for_cluster(&helm(json!({"a": "${ .ClusterName "})), &cluster()).unwrap_err();
+        let error =
+            for_cluster(&helm(json!({"a": "${ .ClusterName "})), &cluster(), later()).unwrap_err();
         assert!(error.starts_with("helm.values: "), "{error}");
         let mut options = helm(json!({}));
         options.template_values = Some([("x".to_string(), "${ fail \"no\" }".to_string())].into());
-        let error = for_cluster(&options, &cluster()).unwrap_err();
+        let error = for_cluster(&options, &cluster(), later()).unwrap_err();
         assert!(error.starts_with("helm.templateValues.x: "), "{error}");
     }
 
     #[test]
     fn templates_cannot_read_the_environment() {
-        let error = for_cluster(&helm(json!({"a": "${ env \"HOME\" }"})), &cluster()).unwrap_err();
+        let error = for_cluster(
+            &helm(json!({"a": "${ env \"HOME\" }"})),
+            &cluster(),
+            later(),
+        )
+        .unwrap_err();
         assert!(error.contains("env"), "{error}");
     }
 }

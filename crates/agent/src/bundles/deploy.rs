@@ -140,6 +140,10 @@ pub struct Record {
     pub adopted: BTreeSet<ObjectKey>,
     /// The Helm release it recorded, `namespace/name`: its history goes with it.
     pub helm_release: Option<String>,
+    /// The digest of that release's delete hooks ([`super::hooks::digest`]): at uninstall
+    /// only hooks that match it run, since the release's Secrets live in a namespace others
+    /// may write to.
+    pub deletion_hooks: Option<String>,
 }
 
 fn record_name(bundle_deployment: &str) -> String {
@@ -176,6 +180,7 @@ fn parse_record(cm: &ConfigMap) -> Option<Record> {
         resources: set("resources")?,
         adopted: set("adopted")?,
         helm_release: data.get("helmRelease").cloned(),
+        deletion_hooks: data.get("deletionHooks").cloned(),
     })
 }
 
@@ -197,6 +202,9 @@ async fn write_record(agent: &Agent, name: &str, record: &Record) -> Result<(), 
     let mut body = body;
     if let Some(release) = &record.helm_release {
         body["data"]["helmRelease"] = release.clone().into();
+    }
+    if let Some(digest) = &record.deletion_hooks {
+        body["data"]["deletionHooks"] = digest.clone().into();
     }
     records(agent)
         .patch(
@@ -250,7 +258,7 @@ pub(super) async fn uninstall(agent: &Agent, name: &str) -> Result<(), Error> {
         .helm_release
         .as_deref()
         .and_then(|r| r.split_once('/'));
-    let deletion_hooks = match helm_release {
+    let mut deletion_hooks = match helm_release {
         Some((namespace, release)) => {
             match super::release::latest(&agent.downstream, namespace, release).await? {
                 Some(kept) => super::hooks::from_release(&kept, &["pre-delete", "post-delete"])
@@ -260,6 +268,13 @@ pub(super) async fn uninstall(agent: &Agent, name: &str) -> Result<(), Error> {
         }
         None => Vec::new(),
     };
+    if super::hooks::digest(&deletion_hooks) != record.deletion_hooks {
+        tracing::warn!(
+            bundle = %name,
+            "the release's delete hooks are not the ones this agent installed: not run"
+        );
+        deletion_hooks.clear();
+    }
     if let Some((namespace, _)) = helm_release {
         super::hooks::run(
             &agent.downstream,
@@ -515,6 +530,23 @@ async fn apply_one(agent: &Agent, desired: &Desired) -> Result<DynamicObject, ku
     }
 }
 
+/// Records the digest of the delete hooks of the release BundleDeployment `name` installed.
+pub(super) async fn remember_deletion_hooks(
+    agent: &Agent,
+    name: &str,
+    digest: Option<String>,
+) -> Result<(), String> {
+    let remember = |e: Error| format!("cannot record the release's delete hooks: {e}");
+    let Some(mut kept) = record(agent, name).await.map_err(remember)? else {
+        return Ok(());
+    };
+    if kept.deletion_hooks == digest {
+        return Ok(());
+    }
+    kept.deletion_hooks = digest;
+    write_record(agent, name, &kept).await.map_err(remember)
+}
+
 /// Whether the API refused an object only because it would change an immutable field.
 fn is_immutable(error: &kube::core::Status) -> bool {
     error.message.contains("field is immutable")
@@ -732,6 +764,7 @@ pub(super) async fn apply(
             resources: previous.resources.union(&wanted).cloned().collect(),
             adopted: adopted.clone(),
             helm_release: helm_release(options),
+            deletion_hooks: previous.deletion_hooks.clone(),
         };
         write_record(agent, name, &intent)
             .await
@@ -797,6 +830,7 @@ pub(super) async fn apply(
         adopted: adopted.intersection(&resources).cloned().collect(),
         resources,
         helm_release: helm_release(options),
+        deletion_hooks: previous.deletion_hooks.clone(),
     };
     if record(agent, name).await.ok().flatten().as_ref() != Some(&done) {
         write_record(agent, name, &done)

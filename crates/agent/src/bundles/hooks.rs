@@ -70,6 +70,29 @@ impl Hook {
     }
 }
 
+/// A digest of `hooks` as they would run (kind, name, manifest, events, weight, policies);
+/// `None` for none.
+pub(super) fn digest(hooks: &[Hook]) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    if hooks.is_empty() {
+        return None;
+    }
+    let mut sha = Sha256::new();
+    for hook in hooks {
+        let fields = json!([
+            hook.kind,
+            hook.name,
+            hook.manifest,
+            hook.events,
+            hook.weight,
+            hook.delete_policies
+        ]);
+        sha.update(fields.to_string().as_bytes());
+        sha.update(b"\n");
+    }
+    Some(format!("{:x}", sha.finalize()))
+}
+
 /// The hooks of a release as the cluster keeps it (Helm's `hooks`), for `events`, in the order
 /// they run.
 pub(super) fn from_release(release: &Value, events: &[&str]) -> Result<Vec<Hook>, String> {

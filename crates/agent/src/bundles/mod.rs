@@ -684,6 +684,17 @@ async fn apply_release(
     let max_history = options.helm.as_ref().map_or(0, |h| h.max_history);
     let max_history = if max_history == 0 { 2 } else { max_history };
     release::record(client, &rendered.release, &ran, max_history).await?;
+    let deletion: Vec<hooks::Hook> = rendered
+        .hooks
+        .iter()
+        .filter(|h| {
+            h.events
+                .iter()
+                .any(|e| e == "pre-delete" || e == "post-delete")
+        })
+        .cloned()
+        .collect();
+    deploy::remember_deletion_hooks(&ctx.agent, name, hooks::digest(&deletion)).await?;
     Ok(written)
 }
 

@@ -5,7 +5,8 @@
 //!
 //! A registry asks for credentials with a `WWW-Authenticate` challenge: `Basic` gets
 //! `helmSecretName`'s (when `helmRepoURLRegex` matches the reference), `Bearer` a token from
-//! the realm it names, asked with them (anonymously without). Registries are reached over
+//! the realm it names, asked with them when the realm is on the registry's host (anonymously
+//! otherwise, and without them). Registries are reached over
 //! https only, through the same guarded client as Helm repositories.
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderValue, WWW_AUTHENTICATE};
@@ -307,7 +308,11 @@ impl Pull<'_> {
             query.append_pair("scope", &scope);
         }
         let mut request = self.fetcher.client.get(realm.clone());
-        if let Some(auth) = self.auth {
+        // The credential goes to a token service on the registry's own host only; one
+        // elsewhere is asked anonymously (helmRepoURLRegex approved the registry, not it).
+        let same_host = realm.host_str() == self.reference.registry.host_str()
+            && realm.port_or_known_default() == self.reference.registry.port_or_known_default();
+        if let Some(auth) = self.auth.filter(|_| same_host) {
             request = request.basic_auth(&auth.username, Some(&auth.password));
         }
         let body = read_body(send(request, &realm)?, &realm, MAX_DOCUMENT_BYTES)?;
