@@ -235,14 +235,9 @@ fn action_end(text: &str, right: &str) -> Option<usize> {
     None
 }
 
-fn render_here(
-    chart: &Chart,
-    user_values: &Map<String, Json>,
-    release: &Release,
-    capabilities: &Capabilities,
-    lookup: Option<Arc<dyn Lookup + Send + Sync>>,
-    bounds: &Bounds,
-) -> Result<Rendered, HelmError> {
+/// Refuses what Helm will not install: a library chart, or one whose `charts/` lacks a
+/// dependency `Chart.yaml` lists.
+fn installable(chart: &Chart) -> Result<(), HelmError> {
     if chart.is_library() {
         return Err(HelmError::Chart {
             file: "Chart.yaml".into(),
@@ -263,6 +258,18 @@ fn render_here(
             ),
         });
     }
+    Ok(())
+}
+
+fn render_here(
+    chart: &Chart,
+    user_values: &Map<String, Json>,
+    release: &Release,
+    capabilities: &Capabilities,
+    lookup: Option<Arc<dyn Lookup + Send + Sync>>,
+    bounds: &Bounds,
+) -> Result<Rendered, HelmError> {
+    installable(chart)?;
     let mut chart = chart.clone();
     values::enable_dependencies(&mut chart, user_values);
     values::import_values(&mut chart);
