@@ -275,17 +275,22 @@ pub(super) async fn uninstall(agent: &Agent, name: &str) -> Result<(), Error> {
         );
         deletion_hooks.clear();
     }
-    if let Some((namespace, _)) = helm_release {
-        super::hooks::run(
-            &agent.downstream,
-            &deletion_hooks,
-            "pre-delete",
-            namespace,
-            super::helm::DEFAULT_HOOK_TIMEOUT,
-        )
-        .await
-        .map_err(Error::Invalid)?;
-    }
+    let run_hooks = async |event: &str| -> Result<(), Error> {
+        if let Some((namespace, _)) = helm_release {
+            let timeout = super::helm::DEFAULT_HOOK_TIMEOUT;
+            super::hooks::run(
+                &agent.downstream,
+                &deletion_hooks,
+                event,
+                namespace,
+                timeout,
+            )
+            .await
+            .map_err(Error::Invalid)?;
+        }
+        Ok(())
+    };
+    run_hooks("pre-delete").await?;
     let mut left = BTreeSet::new();
     let mut first_error = None;
     for key in record.resources.iter().rev() {
@@ -308,16 +313,8 @@ pub(super) async fn uninstall(agent: &Agent, name: &str) -> Result<(), Error> {
         write_record(agent, name, &remaining).await?;
         return Err(Error::Invalid(message));
     }
+    run_hooks("post-delete").await?;
     if let Some((namespace, release)) = helm_release {
-        super::hooks::run(
-            &agent.downstream,
-            &deletion_hooks,
-            "post-delete",
-            namespace,
-            super::helm::DEFAULT_HOOK_TIMEOUT,
-        )
-        .await
-        .map_err(Error::Invalid)?;
         super::release::remove(&agent.downstream, namespace, release).await?;
     }
     match records(agent)
