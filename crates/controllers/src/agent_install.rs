@@ -264,13 +264,22 @@ async fn apply(client: &kube::Client, manifests: &str, uid: &str) -> Result<(), 
             Some(namespace) => Api::namespaced_with(client.clone(), &namespace, &resource),
             None => Api::all_with(client.clone(), &resource),
         };
-        api.patch(
-            &object.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&object),
-        )
-        .await
-        .map_err(|e| format!("{} {}: {e}", gvk.kind, object.name_any()))?;
+        let name = object.name_any();
+        let params = PatchParams::apply(MANAGER).force();
+        let applied = match api.patch(&name, &params, &Patch::Apply(&object)).await {
+            // One the cluster will not change in place (another agent's Deployment, its
+            // selector immutable) is replaced: the installed agent is lariat's to decide.
+            Err(kube::Error::Api(e))
+                if e.code == 422 && e.message.contains("field is immutable") =>
+            {
+                api.delete(&name, &kube::api::DeleteParams::foreground())
+                    .await
+                    .map_err(|e| format!("{} {name}: {e}", gvk.kind))?;
+                api.patch(&name, &params, &Patch::Apply(&object)).await
+            }
+            outcome => outcome,
+        };
+        applied.map_err(|e| format!("{} {name}: {e}", gvk.kind))?;
     }
     Ok(())
 }
