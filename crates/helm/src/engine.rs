@@ -161,11 +161,7 @@ pub fn render_text(
     // What gtmpl-ng reads differently from Go, as for a chart's templates.
     let source = crate::files::rewrite_actions(&source);
     on_render_thread(|| {
-        let limits = Limits::default()
-            .with_output_bytes(bounds.output_bytes)
-            .with_deadline(bounds.time)
-            .with_total_iterations(MAX_ITERATIONS);
-        let mut template = Template::with_limits(limits);
+        let mut template = Template::with_limits(limits(bounds));
         template.name = name.into();
         template.add_funcs(&functions::sprig());
         template.parse(source).map_err(|e| HelmError::Template {
@@ -217,22 +213,17 @@ fn action_end(text: &str, right: &str) -> Option<usize> {
         if bytes[i..].starts_with(right.as_bytes()) {
             return Some(i);
         }
-        match bytes[i] {
-            quote @ (b'"' | b'\'') => {
-                i += 1;
-                while i < bytes.len() && bytes[i] != quote {
-                    i += if bytes[i] == b'\\' { 2 } else { 1 };
-                }
-            }
-            b'`' => i += bytes[i + 1..].iter().position(|b| *b == b'`')? + 1,
-            b'/' if bytes[i..].starts_with(b"/*") => {
-                i += bytes[i..].windows(2).position(|w| w == b"*/")? + 1
-            }
-            _ => {}
-        }
-        i += 1;
+        i = crate::files::literal_end(bytes, i).unwrap_or(i + 1);
     }
     None
+}
+
+/// gtmpl-ng's limits for a render within `bounds`.
+fn limits(bounds: &Bounds) -> Limits {
+    Limits::default()
+        .with_output_bytes(bounds.output_bytes)
+        .with_deadline(bounds.time)
+        .with_total_iterations(MAX_ITERATIONS)
 }
 
 /// Refuses what Helm will not install: a library chart, or one whose `charts/` lacks a
@@ -311,11 +302,7 @@ fn render_here(
         let depth = |t: &Collected| t.name.matches('/').count();
         depth(b).cmp(&depth(a)).then_with(|| b.name.cmp(&a.name))
     });
-    let limits = Limits::default()
-        .with_output_bytes(bounds.output_bytes)
-        .with_deadline(bounds.time)
-        .with_total_iterations(MAX_ITERATIONS);
-    let mut set = Template::with_limits(limits);
+    let mut set = Template::with_limits(limits(bounds));
     set.name = ENTRY.into();
     set.add_funcs(&functions::all());
     set.add_template(ENTRY, ENTRY_BODY)

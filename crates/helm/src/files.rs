@@ -429,7 +429,7 @@ fn close_of(action: &str) -> Option<usize> {
 }
 
 /// If a literal or comment starts at `i`, where it ends (past its closing delimiter).
-fn literal_end(bytes: &[u8], i: usize) -> Option<usize> {
+pub(crate) fn literal_end(bytes: &[u8], i: usize) -> Option<usize> {
     let find = |from: usize, close: &[u8], escapes: bool| {
         let mut j = from;
         while j < bytes.len() {

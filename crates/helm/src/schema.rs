@@ -474,23 +474,7 @@ fn go_float(n: &Number) -> String {
 
 /// A string in single quotes as the Go library quotes it: Go's escapes, `"` bare, `'` escaped.
 fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        match c {
-            '\'' => out.push_str("\\'"),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
+    crate::sprig::go_quoted(s, '\'')
 }
 
 /// The Go type Helm names for values that are not a map.

@@ -75,22 +75,9 @@ fn map_of(value: &Value) -> Option<&HashMap<String, Value>> {
     }
 }
 
-/// Sprig's `empty`: nil, false, 0, "" and empty lists and dicts.
-fn is_empty(value: &Value) -> bool {
-    match value {
-        Value::Nil | Value::NoValue => true,
-        Value::Bool(b) => !b,
-        Value::String(s) => s.is_empty(),
-        Value::Array(items) => items.is_empty(),
-        Value::Map(map) | Value::Object(map) => map.is_empty(),
-        Value::Number(n) => match n.kind() {
-            gtmpl_ng::NumberKind::Unsigned(u) => u == 0,
-            gtmpl_ng::NumberKind::Signed(i) => i == 0,
-            gtmpl_ng::NumberKind::Float(f) => f == 0.0,
-        },
-        Value::Function(_) => false,
-    }
-}
+/// Sprig's `empty`: nil, false, 0, "" and empty lists and dicts (gtmpl-ng's `empty`, whose
+/// name says the opposite).
+use gtmpl_ng::helm_functions::value_is_truthy as is_empty;
 
 /// `has needle list`, Sprig's order (the list last, so that `$list | has x` reads). A nil
 /// list holds nothing.
@@ -319,11 +306,15 @@ fn cat(args: &[Value]) -> Result<Value, FuncError> {
 
 /// Go's `%q`: `"` and `\` escaped, control characters as Go writes them.
 fn go_quote(s: &str) -> String {
+    go_quoted(s, '"')
+}
+
+/// `s` between `quote`s with Go's escapes (`strconv.Quote`'s, with `quote` the one escaped).
+pub(crate) fn go_quoted(s: &str, quote: char) -> String {
     let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
+    out.push(quote);
     for c in s.chars() {
         match c {
-            '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
@@ -332,6 +323,10 @@ fn go_quote(s: &str) -> String {
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
             '\u{b}' => out.push_str("\\v"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
             c if (c as u32) < 0x20 || c as u32 == 0x7f => {
                 out.push_str(&format!("\\x{:02x}", c as u32));
             }
@@ -339,7 +334,7 @@ fn go_quote(s: &str) -> String {
             c => out.push(c),
         }
     }
-    out.push('"');
+    out.push(quote);
     out
 }
 
