@@ -426,7 +426,11 @@ fn int(args: &[Value]) -> Result<Value, FuncError> {
 /// spf13/cast's `ToFloat64`: numbers, numeric strings, booleans; anything else 0.
 fn float64(args: &[Value]) -> Result<Value, FuncError> {
     let f = match arg(args, 0, "float64")? {
-        Value::Number(n) => n.as_f64().unwrap_or(0.0),
+        Value::Number(n) => match n.kind() {
+            gtmpl_ng::NumberKind::Unsigned(u) => u as f64,
+            gtmpl_ng::NumberKind::Signed(i) => i as f64,
+            gtmpl_ng::NumberKind::Float(f) => f,
+        },
         Value::Bool(b) => f64::from(u8::from(*b)),
         Value::String(s) => s.parse().unwrap_or(0.0),
         _ => 0.0,
