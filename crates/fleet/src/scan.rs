@@ -434,26 +434,9 @@ fn kustomize_options(
     Ok(kustomize)
 }
 
-/// Fleet's `helm` fields lariat reads.
-const HELM_FIELDS: &[&str] = &[
-    "chart",
-    "repo",
-    "version",
-    "releaseName",
-    "values",
-    "templateValues",
-    "valuesFiles",
-    "valuesFrom",
-    "maxHistory",
-    "takeOwnership",
-    "timeoutSeconds",
-    "skipSchemaValidation",
-    "disableDependencyUpdate",
-    "disablePreProcess",
-    "waitForJobs",
-    "disableDNS",
-    "force",
-];
+/// Fleet's `helm` fields lariat reads: `HelmOptions`'s.
+static HELM_FIELDS: std::sync::LazyLock<Vec<String>> =
+    std::sync::LazyLock::new(HelmOptions::field_names);
 
 /// Refuses a `helm` field (of the bundle or of a target) lariat does not read, by name, so
 /// that none is silently skipped.
@@ -472,7 +455,7 @@ fn check_helm_fields(raw: &serde_json::Value) -> Result<(), String> {
     }
     for (at, helm) in sections {
         for field in helm.as_object().into_iter().flat_map(|m| m.keys()) {
-            if HELM_FIELDS.contains(&field.as_str()) {
+            if HELM_FIELDS.contains(field) {
                 continue;
             }
             let reason = match field.as_str() {

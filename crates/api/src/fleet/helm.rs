@@ -85,6 +85,19 @@ pub struct HelmOptions {
     pub timeout_seconds: i32,
 }
 
+impl HelmOptions {
+    /// The names of the fields, as `fleet.yaml` spells them (from the type's own schema, so
+    /// that a field added here is known everywhere that checks names).
+    pub fn field_names() -> Vec<String> {
+        let schema = schemars::SchemaGenerator::default().into_root_schema_for::<HelmOptions>();
+        schema
+            .get("properties")
+            .and_then(|p| p.as_object())
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
 fn is_zero(n: &i32) -> bool {
     *n == 0
 }
