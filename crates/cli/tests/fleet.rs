@@ -2959,3 +2959,233 @@ fn an_upgrade_that_changes_an_immutable_field_needs_force_and_force_replaces() {
                 .is_some_and(|b| b["status"]["display"]["readyClusters"] == "1/1")
     });
 }
+
+const IMAGE_DEPLOYMENT: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Release.Name }}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      tolerations: [{operator: Exists}]
+      containers: [{name: web, image: {{ .Values.image }}}]
+"#;
+
+/// The status and description of each revision of Helm release `release`, from 1 to `last`.
+fn release_history(
+    server: &TestServer,
+    cluster: &str,
+    namespace: &str,
+    release: &str,
+    last: u32,
+) -> Vec<(String, String)> {
+    (1..=last)
+        .map(|version| {
+            let r = helm_release(server, cluster, namespace, release, version);
+            let said = |field: &str| r["info"][field].as_str().unwrap_or_default().to_string();
+            (said("status"), said("description"))
+        })
+        .collect()
+}
+
+/// `helm.atomic`, as Helm's `--atomic`: an upgrade whose objects are not ready within
+/// `timeoutSeconds` is recorded as failed and rolled back to the revision before it; an
+/// install that fails so is uninstalled. Neither is tried again until the bundle changes.
+#[test]
+fn atomic_rolls_a_failed_upgrade_back_and_uninstalls_a_failed_install() {
+    let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(&work.path().join("repos"));
+    in_memory_clusters_whose_pods(
+        &server,
+        &[("eu-1", "eu")],
+        "        pods:\n          crashLoops: [\"*:crash\"]\n",
+    );
+    let upstream = work.path().join("repos/platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    let fleet_yaml = |release: &str| {
+        format!(
+            "defaultNamespace: web\nhelm:\n  releaseName: {release}\n  atomic: true\n  timeoutSeconds: 8\n  maxHistory: 5\n"
+        )
+    };
+    commit(
+        &upstream,
+        &[
+            ("web/fleet.yaml", &fleet_yaml("shop")),
+            ("web/Chart.yaml", CHART_YAML),
+            ("web/values.yaml", CHART_VALUES),
+            ("web/templates/_helpers.tpl", CHART_HELPERS),
+            ("web/templates/configmap.yaml", CHART_CONFIG_MAP),
+            ("web/templates/deployment.yaml", IMAGE_DEPLOYMENT),
+        ],
+    );
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  pollingInterval: 5s\n  paths: [web]\n  targets:\n  - clusterSelector: {}\n",
+    );
+    eventually_within(Duration::from_secs(120), "installed and ready", || {
+        bundle(&server, "platform-web")
+            .is_some_and(|b| b["status"]["display"]["readyClusters"] == "1/1")
+    });
+    // An upgrade whose Pods crash: not ready in 8 s, so undone.
+    commit(
+        &upstream,
+        &[("web/values.yaml", "color: purple\nimage: busybox:crash\n")],
+    );
+    eventually_within(Duration::from_secs(120), "the upgrade rolled back", || {
+        first_group(&server, "platform-web")["message"]
+            .as_str()
+            .is_some_and(|m| {
+                m.contains("release shop failed, and has been rolled back due to atomic being set")
+                    && m.contains(
+                        "timed out after 8s waiting for the release's objects to be ready",
+                    )
+                    && m.contains("Deployment web/shop is not ready")
+            })
+    });
+    let settings = workload_config_map(&server, "eu-1", "web", "shop-settings");
+    assert_eq!(settings["data"]["color"], "green", "{settings}");
+    let kubeconfig = server.workload_kubeconfig_in("fleet-default", "eu-1");
+    let image = server.kubectl_as(
+        &kubeconfig,
+        &[
+            "get",
+            "deployment",
+            "shop",
+            "-n",
+            "web",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&image.stdout), "nginx");
+    let history = release_history(&server, "eu-1", "web", "shop", 3);
+    assert_eq!(history[0], ("superseded".into(), "Install complete".into()));
+    assert_eq!(history[1].0, "failed");
+    assert!(
+        history[1]
+            .1
+            .starts_with("Upgrade \"shop\" failed: timed out after 8s"),
+        "{history:?}"
+    );
+    assert_eq!(history[2], ("deployed".into(), "Rollback to 1".into()));
+    assert_eq!(
+        helm_release(&server, "eu-1", "web", "shop", 3)["config"]["color"],
+        Value::Null,
+        "the rollback's values are revision 1's"
+    );
+    // Not tried again while the bundle stays as it is.
+    std::thread::sleep(Duration::from_secs(12));
+    assert!(helm_release(&server, "eu-1", "web", "shop", 4).is_null());
+    // An install that fails so is uninstalled: no objects, no history.
+    commit(
+        &upstream,
+        &[
+            ("broken/fleet.yaml", &fleet_yaml("cart")),
+            ("broken/Chart.yaml", CHART_YAML),
+            ("broken/values.yaml", "image: busybox:crash\n"),
+            ("broken/templates/_helpers.tpl", CHART_HELPERS),
+            ("broken/templates/configmap.yaml", CHART_CONFIG_MAP),
+            ("broken/templates/deployment.yaml", IMAGE_DEPLOYMENT),
+        ],
+    );
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  pollingInterval: 5s\n  paths: [web, broken]\n  targets:\n  - clusterSelector: {}\n",
+    );
+    eventually_within(Duration::from_secs(120), "the install undone", || {
+        first_group(&server, "platform-broken")["message"]
+            .as_str()
+            .is_some_and(|m| {
+                m.contains("release cart failed, and has been uninstalled due to atomic being set")
+            })
+    });
+    assert!(workload_config_map(&server, "eu-1", "web", "cart-settings").is_null());
+    let deployment = server.kubectl_as(&kubeconfig, &["get", "deployment", "cart", "-n", "web"]);
+    assert!(
+        !deployment.status.success(),
+        "the failed install's Deployment is still there"
+    );
+    assert!(helm_release(&server, "eu-1", "web", "cart", 1).is_null());
+    // A new commit is tried: this one is ready in time.
+    commit(&upstream, &[("broken/values.yaml", "image: nginx\n")]);
+    eventually_within(Duration::from_secs(120), "the fixed install ready", || {
+        bundle(&server, "platform-broken")
+            .is_some_and(|b| b["status"]["display"]["readyClusters"] == "1/1")
+    });
+    assert_eq!(
+        release_history(&server, "eu-1", "web", "cart", 1),
+        [("deployed".to_string(), "Install complete".to_string())]
+    );
+}
+
+/// A chart bundle with a kustomization, as Fleet post-renders it: the chart's output is the
+/// kustomization's first resource, per target's `kustomize.dir`; a target without one gets
+/// the chart as rendered. The release records what was applied.
+#[test]
+fn kustomize_builds_over_a_charts_output_per_target() {
+    let work = tempfile::tempdir().unwrap();
+    let server = serving_repositories_in(&work.path().join("repos"));
+    in_memory_clusters(&server, &[("eu-1", "eu"), ("us-1", "us")]);
+    let upstream = work.path().join("repos/platform");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git(&upstream, &["init", "-q", "-b", "main"]);
+    commit(
+        &upstream,
+        &[
+            (
+                "web/fleet.yaml",
+                "defaultNamespace: web\nhelm:\n  releaseName: shop\ntargetCustomizations:\n- name: eu\n  clusterSelector: {matchLabels: {region: eu}}\n  kustomize:\n    dir: overlays/eu\n",
+            ),
+            ("web/Chart.yaml", CHART_YAML),
+            ("web/values.yaml", CHART_VALUES),
+            ("web/templates/_helpers.tpl", CHART_HELPERS),
+            ("web/templates/configmap.yaml", CHART_CONFIG_MAP),
+            (
+                "web/overlays/eu/kustomization.yaml",
+                "labels:\n- pairs: {tier: frontend}\npatches:\n- target: {kind: ConfigMap, name: shop-settings}\n  patch: |-\n    - op: replace\n      path: /data/color\n      value: blue\nconfigMapGenerator:\n- name: extra\n  literals: [region=eu]\n",
+            ),
+        ],
+    );
+    apply_platform_git_repo(
+        &server,
+        &upstream,
+        "  pollingInterval: 5s\n  paths: [web]\n  targets:\n  - clusterSelector: {}\n",
+    );
+    eventually_within(Duration::from_secs(120), "deployed to both", || {
+        bundle(&server, "platform-web")
+            .is_some_and(|b| b["status"]["display"]["readyClusters"] == "2/2")
+    });
+    let eu = workload_config_map(&server, "eu-1", "web", "shop-settings");
+    assert_eq!(eu["data"]["color"], "blue", "{eu}");
+    assert_eq!(eu["metadata"]["labels"]["tier"], "frontend", "{eu}");
+    assert_eq!(
+        eu["metadata"]["annotations"]["meta.helm.sh/release-name"], "shop",
+        "{eu}"
+    );
+    let generated = workload_items(&server, "eu-1", "configmaps", "web");
+    assert!(
+        generated.iter().any(|cm| cm["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("extra-") && cm["data"]["region"] == "eu")),
+        "{generated:?}"
+    );
+    let us = workload_config_map(&server, "us-1", "web", "shop-settings");
+    assert_eq!(us["data"]["color"], "green", "{us}");
+    assert!(us["metadata"]["labels"]["tier"].is_null(), "{us}");
+    let manifest = helm_release(&server, "eu-1", "web", "shop", 1)["manifest"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        manifest.contains("tier: frontend") && manifest.contains("color: blue"),
+        "{manifest}"
+    );
+}

@@ -523,6 +523,10 @@ async fn version_for(
         namespace: target.namespace.clone().or(bundle.spec.namespace.clone()),
         keep_resources: bundle.spec.keep_resources,
         correct_drift: bundle.spec.correct_drift.clone(),
+        // A chart's kustomization is built by the agent over what the chart renders there.
+        kustomize: helm
+            .as_ref()
+            .and_then(|_| target.kustomize.clone().or(bundle.spec.kustomize.clone())),
         helm,
     };
     Ok(Ok(BundleDeploymentSpec {

@@ -338,7 +338,7 @@ pub fn bundles(
             Some((helm, missing)) => (Some(helm), missing),
             None => (None, Vec::new()),
         };
-        let kustomize = kustomize_options(root, &options, files, helm.is_some())?;
+        let kustomize = kustomize_options(root, &options, files);
         let whole = helm.is_some() || kustomize.is_some();
         let mut resources = Vec::new();
         for (file, content) in files.iter().filter(|(f, _)| whole || is_manifest(f)) {
@@ -406,13 +406,14 @@ pub fn bundles(
 }
 
 /// A root's kustomize options, when kustomize builds it, as Fleet decides: its `fleet.yaml`
-/// says `kustomize:` (for the bundle or a target), or it holds a kustomization itself.
+/// says `kustomize:` (for the bundle or a target), or it holds a kustomization itself. With a
+/// chart, the kustomization is built over the chart's output (by the agent, as Fleet's
+/// post-renders).
 fn kustomize_options(
     root: &str,
     options: &FleetYaml,
     files: &[(String, Vec<u8>)],
-    helm: bool,
-) -> Result<Option<KustomizeOptions>, ScanError> {
+) -> Option<KustomizeOptions> {
     let at_root = lariat_kustomize::KUSTOMIZATION_FILES
         .iter()
         .any(|name| files.iter().any(|(f, _)| *f == join(root, name)));
@@ -421,17 +422,10 @@ fn kustomize_options(
         .iter()
         .flatten()
         .any(|c| c.kustomize.is_some());
-    let kustomize = options
+    options
         .kustomize
         .clone()
-        .or_else(|| (at_root || for_targets).then(KustomizeOptions::default));
-    if helm && kustomize.is_some() {
-        return Err(ScanError {
-            file: join(root, FLEET_YAML),
-            reason: "helm and kustomize together (kustomize over a chart's output) are not supported by lariat yet; deploy the chart and the kustomization as two bundles".into(),
-        });
-    }
-    Ok(kustomize)
+        .or_else(|| (at_root || for_targets).then(KustomizeOptions::default))
 }
 
 /// Fleet's `helm` fields lariat reads: `HelmOptions`'s.
@@ -458,16 +452,7 @@ fn check_helm_fields(raw: &serde_json::Value) -> Result<(), String> {
             if HELM_FIELDS.contains(field) {
                 continue;
             }
-            let reason = match field.as_str() {
-                "atomic" => {
-                    "rolling a failed upgrade back is not supported by lariat yet (a failed upgrade leaves its BundleDeployment not ready, naming the error)"
-                }
-                "force" => {
-                    "replacing objects that cannot be updated is not supported by lariat yet"
-                }
-                _ => "not a field lariat knows",
-            };
-            return Err(format!("{at}.{field}: {reason}"));
+            return Err(format!("{at}.{field}: not a field lariat knows"));
         }
     }
     Ok(())
@@ -871,8 +856,8 @@ mod tests {
         assert!(error.reason.contains("unknown field `bogus`"), "{error}");
         for (yaml, expected) in [
             (
-                "helm:\n  atomic: true\n",
-                "helm.atomic: rolling a failed upgrade back",
+                "helm:\n  bogus: true\n",
+                "helm.bogus: not a field lariat knows",
             ),
             (
                 "helm: {}\ntargetCustomizations:\n- name: x\n  helm:\n    bogus: 1\n",

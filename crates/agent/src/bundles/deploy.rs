@@ -144,6 +144,9 @@ pub struct Record {
     /// only hooks that match it run, since the release's Secrets live in a namespace others
     /// may write to.
     pub deletion_hooks: Option<String>,
+    /// The digest of the manifest of the last revision of that release it deployed
+    /// ([`super::release::manifest_digest`]): the only one a failed upgrade rolls back to.
+    pub release_manifest: Option<String>,
 }
 
 fn record_name(bundle_deployment: &str) -> String {
@@ -181,6 +184,7 @@ fn parse_record(cm: &ConfigMap) -> Option<Record> {
         adopted: set("adopted")?,
         helm_release: data.get("helmRelease").cloned(),
         deletion_hooks: data.get("deletionHooks").cloned(),
+        release_manifest: data.get("releaseManifest").cloned(),
     })
 }
 
@@ -205,6 +209,9 @@ async fn write_record(agent: &Agent, name: &str, record: &Record) -> Result<(), 
     }
     if let Some(digest) = &record.deletion_hooks {
         body["data"]["deletionHooks"] = digest.clone().into();
+    }
+    if let Some(digest) = &record.release_manifest {
+        body["data"]["releaseManifest"] = digest.clone().into();
     }
     records(agent)
         .patch(
@@ -527,20 +534,23 @@ async fn apply_one(agent: &Agent, desired: &Desired) -> Result<DynamicObject, ku
     }
 }
 
-/// Records the digest of the delete hooks of the release BundleDeployment `name` installed.
-pub(super) async fn remember_deletion_hooks(
+/// Records what the agent needs to trust of the release BundleDeployment `name` deployed:
+/// the digests of its delete hooks and of its manifest.
+pub(super) async fn remember_release(
     agent: &Agent,
     name: &str,
-    digest: Option<String>,
+    deletion_hooks: Option<String>,
+    manifest: Option<String>,
 ) -> Result<(), String> {
-    let remember = |e: Error| format!("cannot record the release's delete hooks: {e}");
+    let remember = |e: Error| format!("cannot record the release's digests: {e}");
     let Some(mut kept) = record(agent, name).await.map_err(remember)? else {
         return Ok(());
     };
-    if kept.deletion_hooks == digest {
+    if kept.deletion_hooks == deletion_hooks && kept.release_manifest == manifest {
         return Ok(());
     }
-    kept.deletion_hooks = digest;
+    kept.deletion_hooks = deletion_hooks;
+    kept.release_manifest = manifest;
     write_record(agent, name, &kept).await.map_err(remember)
 }
 
@@ -762,6 +772,7 @@ pub(super) async fn apply(
             adopted: adopted.clone(),
             helm_release: helm_release(options),
             deletion_hooks: previous.deletion_hooks.clone(),
+            release_manifest: previous.release_manifest.clone(),
         };
         write_record(agent, name, &intent)
             .await
@@ -828,6 +839,7 @@ pub(super) async fn apply(
         resources,
         helm_release: helm_release(options),
         deletion_hooks: previous.deletion_hooks.clone(),
+        release_manifest: previous.release_manifest.clone(),
     };
     if record(agent, name).await.ok().flatten().as_ref() != Some(&done) {
         write_record(agent, name, &done)

@@ -15,7 +15,7 @@ use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams};
 use lariat_api::fleet::{BundleDeploymentOptions, HelmOptions};
 use lariat_helm::chart::read_values;
 use lariat_helm::functions::Lookup;
-use lariat_helm::{Bounds, Capabilities, Chart, Release, manifests};
+use lariat_helm::{Bounds, Capabilities, Chart, Release, goyaml, manifests};
 
 use super::hooks::Hook;
 use super::release::ReleaseData;
@@ -25,7 +25,8 @@ use serde_json::{Map, Value};
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a hook may run when the bundle does not say: Helm's `--timeout` default.
 pub(super) const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(300);
-/// The longest a hook may hold one of the agent's workers, whatever the bundle says.
+/// The longest a hook (or `atomic`'s wait) may hold one of the agent's workers, whatever the
+/// bundle says.
 const MAX_HOOK_SECONDS: u64 = 600;
 /// The longest a render may take whatever the bundle says: a repository's author cannot
 /// hold an agent's CPU longer.
@@ -78,8 +79,9 @@ pub(super) struct Rendered {
     pub crds: Vec<Value>,
     /// Its install and upgrade hooks, in the order they run.
     pub hooks: Vec<Hook>,
-    /// How long a hook may take (`helm.timeoutSeconds`, Helm's five minutes by default).
-    pub hook_timeout: Duration,
+    /// How long a hook may take, and with `atomic` the wait for the objects to be ready
+    /// (`helm.timeoutSeconds`, Helm's five minutes by default).
+    pub timeout: Duration,
     pub release: ReleaseData,
 }
 
@@ -180,13 +182,17 @@ pub(super) async fn render(
         ..Bounds::default()
     };
     let chart_json = super::release::chart_json(&chart);
-    let hook_timeout = u64::try_from(helm.timeout_seconds)
+    let release_timeout = u64::try_from(helm.timeout_seconds)
         .ok()
         .filter(|s| *s > 0)
         .map_or(DEFAULT_HOOK_TIMEOUT, |s| {
             Duration::from_secs(s.min(MAX_HOOK_SECONDS))
         });
     let keeper = bundle_deployment.to_string();
+    let kustomize_dir = options
+        .kustomize
+        .as_ref()
+        .map(|k| k.dir.clone().unwrap_or_default());
     let config = Value::Object(values.clone());
     let lookup: std::sync::Arc<dyn Lookup + Send + Sync> = std::sync::Arc::new(ClusterLookup {
         client: downstream.clone(),
@@ -204,7 +210,19 @@ pub(super) async fn render(
             &bounds,
         )
         .map_err(|e| truncated(&e.to_string()))?;
-        let (objects, hooks, manifest) = objects(&rendered, &release)?;
+        let (mut objects, hooks, mut manifest) = objects(&rendered, &release)?;
+        if let Some(dir) = &kustomize_dir
+            && let Some(built) = post_render(&bundle, dir, &manifest)?
+        {
+            manifest = built
+                .iter()
+                .map(|o| format!("---\n{}", goyaml::to_string(o)))
+                .collect();
+            objects = built;
+            objects
+                .iter_mut()
+                .for_each(|o| mark(o, &release.name, &release.namespace));
+        }
         let crds = crds(&rendered)?;
         let data = ReleaseData {
             name: release.name.clone(),
@@ -220,7 +238,7 @@ pub(super) async fn render(
             objects: std::sync::Arc::new(objects),
             crds,
             hooks,
-            hook_timeout,
+            timeout: release_timeout,
             release: data,
         })
     })
@@ -290,11 +308,68 @@ fn objects(
         let mut value: Value =
             serde_yaml_ng::from_str(&m.content).map_err(|e| format!("{}: {e}", m.source))?;
         if !value.is_null() {
-            mark(&mut value, release);
+            mark(&mut value, &release.name, &release.namespace);
             objects.push(value);
         }
     }
     Ok((objects, runnable, manifest))
+}
+
+/// Where Fleet's post-renderer puts a chart's manifests in the kustomization's directory.
+const POST_RENDERED: &str = "fleet-manifests.yaml";
+
+/// Fleet's post-renderer: when the bundle has a kustomization in `dir`, it is built with the
+/// chart's manifests as its first resource (`fleet-manifests.yaml` of that directory, listed
+/// unless it is already), and what it builds are the release's objects. `None` when there is
+/// no kustomization there: the chart's objects stay as rendered, as in Fleet.
+fn post_render(
+    bundle: &BTreeMap<String, Vec<u8>>,
+    dir: &str,
+    manifest: &str,
+) -> Result<Option<Vec<Value>>, String> {
+    let dir = dir.trim_start_matches("./").trim_matches('/');
+    let dir = if dir == "." { "" } else { dir };
+    let within = |name: &str| {
+        if dir.is_empty() {
+            name.to_string()
+        } else {
+            format!("{dir}/{name}")
+        }
+    };
+    let Some(kustomization) = lariat_kustomize::KUSTOMIZATION_FILES
+        .iter()
+        .map(|name| within(name))
+        .find(|path| bundle.contains_key(path))
+    else {
+        return Ok(None);
+    };
+    let mut files = bundle.clone();
+    if !manifest.trim().is_empty() {
+        let text = String::from_utf8_lossy(&bundle[&kustomization]).to_string();
+        let mut document = match lariat_yaml::documents(&text).into_iter().next() {
+            Some(Ok(Value::Object(document))) => document,
+            Some(Err(e)) => return Err(format!("{kustomization}: {e}")),
+            _ => Map::new(),
+        };
+        let resources = document
+            .entry("resources")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        let Some(list) = resources.as_array_mut() else {
+            return Err(format!("{kustomization}: resources is not a list"));
+        };
+        if !list.iter().any(|r| r == POST_RENDERED) {
+            list.insert(0, POST_RENDERED.into());
+        }
+        // JSON is YAML: the kustomization is read back as any other.
+        files.insert(
+            kustomization,
+            Value::Object(document).to_string().into_bytes(),
+        );
+        files.insert(within(POST_RENDERED), manifest.as_bytes().to_vec());
+    }
+    lariat_kustomize::build(&files, dir, lariat_kustomize::Bounds::default())
+        .map(Some)
+        .map_err(|e| format!("kustomize over the chart's output: {e}"))
 }
 
 /// The chart's CRDs as objects.
@@ -339,7 +414,7 @@ pub(super) async fn install_crds(client: &kube::Client, crds: &[Value]) -> Resul
 
 /// Helm's marks of a release's object: `app.kubernetes.io/managed-by: Helm` and the release's
 /// name and namespace as annotations.
-fn mark(object: &mut Value, release: &Release) {
+pub(super) fn mark(object: &mut Value, name: &str, namespace: &str) {
     let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
     };
@@ -355,8 +430,8 @@ fn mark(object: &mut Value, release: &Release) {
         .or_insert_with(|| Value::Object(Map::new()))
         .as_object_mut()
     {
-        annotations.insert(RELEASE_NAME.into(), release.name.clone().into());
-        annotations.insert(RELEASE_NAMESPACE.into(), release.namespace.clone().into());
+        annotations.insert(RELEASE_NAME.into(), name.into());
+        annotations.insert(RELEASE_NAMESPACE.into(), namespace.into());
     }
 }
 

@@ -13,6 +13,7 @@
 //!   objects they applied (watched by label, one watch per kind), and the clean-up of
 //!   BundleDeployments that were deleted.
 
+mod atomic;
 mod deploy;
 mod helm;
 mod hooks;
@@ -98,6 +99,9 @@ struct Agent {
     /// The version of each BundleDeployment applied by this process (its status says the
     /// same once written; this is what the agent knows before it reads its own write back).
     applied_versions: Mutex<HashMap<String, String>>,
+    /// The version of each BundleDeployment whose install or upgrade `helm.atomic` undid,
+    /// and what was reported: not tried again until the BundleDeployment names another.
+    undone: Mutex<HashMap<String, (String, String)>>,
     /// One lock per BundleDeployment, so its clean-up and its reconcile never interleave.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -245,6 +249,7 @@ pub(crate) async fn run(downstream: kube::Client, sessions: watch::Receiver<Opti
         capabilities: Default::default(),
         namespaces: Default::default(),
         applied_versions: Default::default(),
+        undone: Default::default(),
         locks: Default::default(),
     });
     per_session(sessions, "cannot pull bundles from the server", |session| {
@@ -513,28 +518,18 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
         // Woken when what it waits for changes (see `serve`); looked at again now and then
         // in case that was missed.
         let message = format!("waiting for {waiting} to be Ready on this cluster");
-        let conditions = status.conditions.get_or_insert_with(Vec::new);
-        FleetCondition::set(
-            conditions,
-            "Deployed",
-            false,
-            DEPENDENCY_NOT_READY,
-            &message,
-            &now,
-        );
-        FleetCondition::set(
-            conditions,
-            "Ready",
-            false,
-            DEPENDENCY_NOT_READY,
-            &message,
-            &now,
-        );
-        let display = status.display.get_or_insert_with(Default::default);
-        display.deployed = Some("False".into());
-        display.state = Some("WaitApplied".into());
+        waits_for_dependencies(&mut status, &message, &now);
         write_status(&ctx, &bd, status).await?;
         return Ok(Action::requeue(RETRY_FAILED_APPLY));
+    }
+    let undone = ctx.agent.undone.lock().expect("lock").get(&name).cloned();
+    if !applied && let Some((version, message)) = undone {
+        if version == deployment_id {
+            failed(&mut status, &message, &now);
+            write_status(&ctx, &bd, status).await?;
+            return Ok(Action::await_change());
+        }
+        ctx.agent.undone.lock().expect("lock").remove(&name);
     }
     let content_name = deployment_id
         .split(':')
@@ -565,7 +560,15 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
     };
     let mut fresh = deploy::Fresh::default();
     if !applied {
-        let applied = apply_version(&ctx, &name, &options, &desired, release.as_deref()).await;
+        let applied = apply_version(
+            &ctx,
+            &name,
+            &deployment_id,
+            &options,
+            &desired,
+            release.as_deref(),
+        )
+        .await;
         match applied {
             Ok(written) => {
                 fresh = written;
@@ -626,11 +629,12 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
 async fn apply_version(
     ctx: &Context,
     name: &str,
+    deployment_id: &str,
     options: &lariat_api::fleet::BundleDeploymentOptions,
     desired: &[deploy::Desired],
     release: Option<&helm::Rendered>,
 ) -> Result<deploy::Fresh, String> {
-    let fresh = apply_release(ctx, name, options, desired, release).await;
+    let fresh = apply_release(ctx, name, deployment_id, options, desired, release).await;
     // New kinds for `.Capabilities`: the next render reads discovery again.
     if desired.iter().any(|d| {
         matches!(
@@ -643,9 +647,11 @@ async fn apply_version(
     fresh
 }
 
+/// A Helm bundle's version installed, with `helm.atomic` undone if it fails ([`atomic`]).
 async fn apply_release(
     ctx: &Context,
     name: &str,
+    deployment_id: &str,
     options: &lariat_api::fleet::BundleDeploymentOptions,
     desired: &[deploy::Desired],
     release: Option<&helm::Rendered>,
@@ -653,6 +659,31 @@ async fn apply_release(
     let Some(rendered) = release else {
         return deploy::apply(&ctx.agent, name, &ctx.namespace, options, desired).await;
     };
+    let atomic = options.helm.as_ref().is_some_and(|h| h.atomic);
+    match install(ctx, name, options, desired, rendered, atomic).await {
+        Err(error) if atomic => {
+            let message =
+                atomic::undo(&ctx.agent, name, &ctx.namespace, options, rendered, &error).await;
+            ctx.agent.undone.lock().expect("lock").insert(
+                name.to_string(),
+                (deployment_id.to_string(), message.clone()),
+            );
+            Err(message)
+        }
+        outcome => outcome,
+    }
+}
+
+/// Installs or upgrades a release: its CRDs, pre-hooks, objects (and, when `wait`, their
+/// readiness), post-hooks, then its record.
+async fn install(
+    ctx: &Context,
+    name: &str,
+    options: &lariat_api::fleet::BundleDeploymentOptions,
+    desired: &[deploy::Desired],
+    rendered: &helm::Rendered,
+    wait: bool,
+) -> Result<deploy::Fresh, String> {
     let client = &ctx.agent.downstream;
     helm::install_crds(client, &rendered.crds).await?;
     if !rendered.crds.is_empty() {
@@ -667,9 +698,12 @@ async fn apply_release(
     // As Fleet installs with `--create-namespace`: the release's namespace is there before
     // its hooks run.
     deploy::ensure_namespace(&ctx.agent, namespace).await?;
-    let timeout = rendered.hook_timeout;
+    let timeout = rendered.timeout;
     let mut ran = hooks::run(client, &rendered.hooks, pre, namespace, timeout).await?;
     let written = deploy::apply(&ctx.agent, name, &ctx.namespace, options, desired).await?;
+    if wait {
+        atomic::wait_ready(&ctx.agent, name, desired, &written, timeout).await?;
+    }
     ran.extend(hooks::run(client, &rendered.hooks, post, namespace, timeout).await?);
     // The hooks that did not run now (an uninstall's) are the release's too: the cluster's
     // release is where the uninstall finds them.
@@ -680,10 +714,15 @@ async fn apply_release(
             .filter(|h| !h.events.iter().any(|e| e == pre || e == post))
             .map(hooks::Hook::never_run),
     );
-    // Fleet keeps two revisions unless told otherwise.
-    let max_history = options.helm.as_ref().map_or(0, |h| h.max_history);
-    let max_history = if max_history == 0 { 2 } else { max_history };
-    release::record(client, &rendered.release, &ran, max_history).await?;
+    let max_history = max_history(options.helm.as_ref().map_or(0, |h| h.max_history));
+    release::record(
+        client,
+        &rendered.release,
+        &ran,
+        max_history,
+        release::Outcome::Deployed,
+    )
+    .await?;
     let deletion: Vec<hooks::Hook> = rendered
         .hooks
         .iter()
@@ -694,8 +733,14 @@ async fn apply_release(
         })
         .cloned()
         .collect();
-    deploy::remember_deletion_hooks(&ctx.agent, name, hooks::digest(&deletion)).await?;
+    let manifest = release::manifest_digest(&rendered.release.manifest);
+    deploy::remember_release(&ctx.agent, name, hooks::digest(&deletion), Some(manifest)).await?;
     Ok(written)
+}
+
+/// The revisions a release keeps: `helm.maxHistory`, or Fleet's two when it is 0.
+fn max_history(asked: i32) -> i32 {
+    if asked == 0 { 2 } else { asked }
 }
 
 /// Why a BundleDeployment waits for others (Fleet's `dependsOn`).
@@ -853,6 +898,30 @@ async fn content(ctx: &Context, name: &str) -> Result<Arc<Vec<Value>>, Error> {
     contents.retain(|name, _| wanted.contains(name));
     contents.insert(name.to_string(), manifests.clone());
     Ok(manifests)
+}
+
+/// The version waits for the bundles it depends on: `Deployed` is False, saying which.
+fn waits_for_dependencies(status: &mut BundleDeploymentStatus, message: &str, now: &str) {
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    FleetCondition::set(
+        conditions,
+        "Deployed",
+        false,
+        DEPENDENCY_NOT_READY,
+        message,
+        now,
+    );
+    FleetCondition::set(
+        conditions,
+        "Ready",
+        false,
+        DEPENDENCY_NOT_READY,
+        message,
+        now,
+    );
+    let display = status.display.get_or_insert_with(Default::default);
+    display.deployed = Some("False".into());
+    display.state = Some("WaitApplied".into());
 }
 
 /// The version could not be applied: `Deployed` is False with the API's words.

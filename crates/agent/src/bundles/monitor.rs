@@ -494,15 +494,24 @@ pub fn readiness(kind: &str, live: &Value) -> Option<ObjectSummary> {
             if stale() {
                 return waiting("waiting for the Deployment controller to see the change".into());
             }
+            // As `kubectl rollout status` decides: every replica updated, no old one left,
+            // and the updated ones available (an old Pod still serving is not the new version).
             let replicas = wanted("replicas");
-            let (updated, available) = (
+            let (updated, available, total) = (
                 int(&status["updatedReplicas"]),
                 int(&status["availableReplicas"]),
+                int(&status["replicas"]),
             );
             if updated < replicas {
                 return waiting(format!("{updated}/{replicas} replicas updated"));
             }
-            if available < replicas {
+            if total > updated {
+                return waiting(format!(
+                    "{} old replicas are pending termination",
+                    total - updated
+                ));
+            }
+            if available < replicas.max(updated) {
                 let why = match condition(live, "Available") {
                     Some(("False", _, message)) if !message.is_empty() => format!(": {message}"),
                     _ => String::new(),
@@ -904,6 +913,13 @@ mod tests {
         let ready = deployment(json!({"observedGeneration": 2, "updatedReplicas": 3,
             "availableReplicas": 3}));
         assert!(readiness("Deployment", &ready).is_none());
+        // Mid-rollout: the new Pod is there, an old one still serves; not this version yet.
+        let rolling = deployment(json!({"observedGeneration": 2, "replicas": 4,
+            "updatedReplicas": 3, "availableReplicas": 3}));
+        assert_eq!(
+            readiness("Deployment", &rolling).unwrap().message.unwrap()[0],
+            "1 old replicas are pending termination"
+        );
         let stuck = deployment(json!({"conditions": [{"type": "Progressing",
             "status": "False", "reason": "ProgressDeadlineExceeded", "message": "timed out"}]}));
         assert!(readiness("Deployment", &stuck).unwrap().error);

@@ -140,26 +140,43 @@ pub(super) async fn next_revision(
     Ok((u64::try_from(latest).unwrap_or(0) + 1, latest > 0))
 }
 
-/// Records a new revision of the release, unless its latest already holds these manifests
-/// and values (an apply repeated after a restart is not an upgrade). Older deployed revisions
-/// become `superseded`; beyond `max_history` (when above 0) the oldest are deleted.
+/// The revisions of release `data.name`, oldest first.
+async fn history(api: &Api<Secret>, name: &str) -> Result<Vec<Secret>, String> {
+    let selector = format!("owner=helm,name={name}");
+    let mut revisions = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| format!("cannot read release {name}'s history: {e}"))?
+        .items;
+    revisions.retain(|s| s.type_.as_deref() == Some(SECRET_TYPE));
+    revisions.sort_by_key(version_of);
+    Ok(revisions)
+}
+
+/// How a revision ended, and what `helm history` says of it.
+pub(super) enum Outcome {
+    Deployed,
+    /// A failed install or upgrade, with Helm's description of it.
+    Failed(String),
+    /// Deployed again from revision N, as `helm rollback` records it.
+    RolledBackTo(i64),
+}
+
+/// Records a new revision of the release, unless it is deployed and the latest already holds
+/// these manifests and values (an apply repeated after a restart is not an upgrade). A
+/// deployed revision makes the older deployed ones `superseded`; beyond `max_history` (when
+/// above 0) the oldest are deleted.
 pub(super) async fn record(
     client: &kube::Client,
     data: &ReleaseData,
     hooks: &[Value],
     max_history: i32,
+    outcome: Outcome,
 ) -> Result<(), String> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &data.namespace);
-    let selector = format!("owner=helm,name={}", data.name);
-    let mut revisions = api
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|e| format!("cannot read release {}'s history: {e}", data.name))?
-        .items;
-    revisions.retain(|s| s.type_.as_deref() == Some(SECRET_TYPE));
-    revisions.sort_by_key(version_of);
+    let revisions = history(&api, &data.name).await?;
     let latest = revisions.last().and_then(release_of);
-    if let Some(latest) = &latest
+    if let (Outcome::Deployed, Some(latest)) = (&outcome, &latest)
         && latest["manifest"] == data.manifest.as_str()
         && latest["config"] == data.config
         && latest["info"]["status"] == "deployed"
@@ -172,19 +189,24 @@ pub(super) async fn record(
         .and_then(release_of)
         .and_then(|r| r["info"]["first_deployed"].as_str().map(String::from))
         .unwrap_or_else(now);
+    let (status, description) = match outcome {
+        Outcome::Deployed if version == 1 => ("deployed", "Install complete".to_string()),
+        Outcome::Deployed => ("deployed", "Upgrade complete".to_string()),
+        Outcome::Failed(description) => ("failed", description),
+        Outcome::RolledBackTo(revision) => ("deployed", format!("Rollback to {revision}")),
+    };
     let release = json!({
         "name": data.name,
         "info": {
             "first_deployed": first_deployed, "last_deployed": now(), "deleted": "0001-01-01T00:00:00Z",
-            "description": if version == 1 { "Install complete" } else { "Upgrade complete" },
-            "status": "deployed", "notes": data.notes,
+            "description": description, "status": status, "notes": data.notes,
         },
         "chart": data.chart, "config": data.config, "manifest": data.manifest, "hooks": hooks,
         "version": version, "namespace": data.namespace,
     });
     api.create(
         &PostParams::default(),
-        &secret(data, version, "deployed", &release)?,
+        &secret(data, version, status, &release)?,
     )
     .await
     .map_err(|e| {
@@ -193,6 +215,9 @@ pub(super) async fn record(
             data.name
         )
     })?;
+    if status != "deployed" {
+        return Ok(());
+    }
     for older in &revisions {
         let Some(mut old) = release_of(older) else {
             continue;
@@ -230,6 +255,36 @@ pub(super) async fn record(
         }
     }
     Ok(())
+}
+
+/// The newest revision of release `name` that was deployed (`deployed` or `superseded`, as
+/// Helm's rollback on failure chooses), with its number, whose manifest has digest
+/// `manifest`: the release's Secrets live in a namespace others may write to, so only the
+/// manifest the agent deployed itself is taken.
+pub(super) async fn last_deployed(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    manifest: &str,
+) -> Result<Option<(i64, Value)>, String> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    Ok(history(&api, name)
+        .await?
+        .iter()
+        .rev()
+        .filter_map(|s| Some((version_of(s), release_of(s)?)))
+        .find(|(_, r)| {
+            matches!(
+                r["info"]["status"].as_str(),
+                Some("deployed" | "superseded")
+            ) && r["manifest"].as_str().map(manifest_digest).as_deref() == Some(manifest)
+        }))
+}
+
+/// The digest by which the agent knows a manifest it deployed.
+pub(super) fn manifest_digest(manifest: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("{:x}", Sha256::digest(manifest.as_bytes()))
 }
 
 /// The newest revision of release `name`, as the cluster keeps it; `None` when there is none.

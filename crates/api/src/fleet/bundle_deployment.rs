@@ -84,6 +84,10 @@ pub struct BundleDeploymentOptions {
     /// The Content is a Helm chart's files, rendered and released by the agent so.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub helm: Option<super::HelmOptions>,
+    /// With `helm`: the chart's rendered objects are built with the kustomization in this
+    /// directory of the Content's files, as Fleet's agent post-renders a chart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kustomize: Option<super::KustomizeOptions>,
 }
 
 /// What the agent applied and what it sees downstream.

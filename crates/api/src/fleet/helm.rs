@@ -10,15 +10,15 @@ use serde_json::{Map, Value};
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HelmOptions {
-    /// The chart: a directory of the bundle (`./chart`); by default the bundle's own
-    /// directory when it holds a `Chart.yaml`. Helm repositories and `oci://` are refused
-    /// for now, by name.
+    /// The chart: a directory of the bundle (`./chart`), by default the bundle's own
+    /// directory when it holds a `Chart.yaml`; a chart's name in `repo`; or a chart's
+    /// `oci://` reference.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chart: Option<String>,
-    /// An HTTPS Helm repository to fetch `chart` from (refused for now).
+    /// An HTTPS Helm repository (or an `oci://` registry path) to fetch `chart` from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repo: Option<String>,
-    /// The chart's version in `repo` (refused for now).
+    /// The chart's version (or version range) in `repo`; the newest stable by default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     /// The release's name; by default the bundle's, as Fleet names it.
@@ -58,6 +58,12 @@ pub struct HelmOptions {
     /// again, as Helm's `--force` replaces it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub force: bool,
+    /// Roll a failed upgrade back to the last deployed revision, and uninstall a failed
+    /// install, as Helm's `--atomic` (`--rollback-on-failure`) does: the release's objects
+    /// must be ready within `timeoutSeconds` (Helm's five minutes by default), its hooks must
+    /// succeed, and the cluster must take every object.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub atomic: bool,
     /// Deploy over objects another release or no release owns.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub take_ownership: bool,
@@ -80,7 +86,8 @@ pub struct HelmOptions {
     /// Render without checking the values against the chart's `values.schema.json`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub skip_schema_validation: bool,
-    /// How long a render and its install may take, in seconds.
+    /// How long a render may take, and each hook, and (with `atomic`) the wait for the
+    /// release's objects to be ready, in seconds.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub timeout_seconds: i32,
 }
