@@ -2993,6 +2993,36 @@ fn release_history(
         .collect()
 }
 
+/// Writes revision `version` of Helm release `release` as Helm's Secret driver would, status
+/// `deployed`, with `manifest`, as someone other than the agent could.
+fn plant_release(
+    server: &TestServer,
+    cluster: &str,
+    namespace: &str,
+    release: &str,
+    version: u32,
+    manifest: &str,
+) {
+    use base64::Engine as _;
+    use std::io::Write as _;
+    let body = serde_json::json!({"name": release, "namespace": namespace, "version": version,
+        "info": {"status": "deployed", "description": "planted"}, "manifest": manifest,
+        "config": {}, "chart": {"metadata": {"name": "web", "version": "0.1.0"}}});
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gzip.write_all(body.to_string().as_bytes()).unwrap();
+    let engine = base64::engine::general_purpose::STANDARD;
+    let inner = engine.encode(gzip.finish().unwrap());
+    let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
+        "metadata": {"name": format!("sh.helm.release.v1.{release}.v{version}"), "namespace": namespace,
+            "labels": {"owner": "helm", "name": release, "status": "deployed", "version": version.to_string()}},
+        "data": {"release": engine.encode(inner)}});
+    let kubeconfig = server.workload_kubeconfig_in("fleet-default", cluster);
+    let file = kubeconfig.with_file_name("planted-release.json");
+    std::fs::write(&file, secret.to_string()).unwrap();
+    let applied = server.kubectl_as(&kubeconfig, &["apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.status.success(), "the planted release: {applied:?}");
+}
+
 /// `helm.atomic`, as Helm's `--atomic`: an upgrade whose objects are not ready within
 /// `timeoutSeconds` is recorded as failed and rolled back to the revision before it; an
 /// install that fails so is uninstalled. Neither is tried again until the bundle changes.
@@ -3033,6 +3063,16 @@ fn atomic_rolls_a_failed_upgrade_back_and_uninstalls_a_failed_install() {
         bundle(&server, "platform-web")
             .is_some_and(|b| b["status"]["display"]["readyClusters"] == "1/1")
     });
+    // Anyone who may write Secrets in the release's namespace can add a "deployed" revision;
+    // a rollback must not apply what it says.
+    plant_release(
+        &server,
+        "eu-1",
+        "web",
+        "shop",
+        2,
+        "---\n# Source: web/templates/x.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: planted\n  namespace: web\n",
+    );
     // An upgrade whose Pods crash: not ready in 8 s, so undone.
     commit(
         &upstream,
@@ -3065,24 +3105,26 @@ fn atomic_rolls_a_failed_upgrade_back_and_uninstalls_a_failed_install() {
         ],
     );
     assert_eq!(String::from_utf8_lossy(&image.stdout), "nginx");
-    let history = release_history(&server, "eu-1", "web", "shop", 3);
+    assert!(workload_config_map(&server, "eu-1", "web", "planted").is_null());
+    let history = release_history(&server, "eu-1", "web", "shop", 4);
     assert_eq!(history[0], ("superseded".into(), "Install complete".into()));
-    assert_eq!(history[1].0, "failed");
+    assert_eq!(history[1], ("superseded".into(), "planted".into()));
+    assert_eq!(history[2].0, "failed");
     assert!(
-        history[1]
+        history[2]
             .1
             .starts_with("Upgrade \"shop\" failed: timed out after 8s"),
         "{history:?}"
     );
-    assert_eq!(history[2], ("deployed".into(), "Rollback to 1".into()));
+    assert_eq!(history[3], ("deployed".into(), "Rollback to 1".into()));
     assert_eq!(
-        helm_release(&server, "eu-1", "web", "shop", 3)["config"]["color"],
+        helm_release(&server, "eu-1", "web", "shop", 4)["config"]["color"],
         Value::Null,
         "the rollback's values are revision 1's"
     );
     // Not tried again while the bundle stays as it is.
     std::thread::sleep(Duration::from_secs(12));
-    assert!(helm_release(&server, "eu-1", "web", "shop", 4).is_null());
+    assert!(helm_release(&server, "eu-1", "web", "shop", 5).is_null());
     // An install that fails so is uninstalled: no objects, no history.
     commit(
         &upstream,
