@@ -3082,7 +3082,7 @@ fn atomic_rolls_a_failed_upgrade_back_and_uninstalls_a_failed_install() {
         first_group(&server, "platform-web")["message"]
             .as_str()
             .is_some_and(|m| {
-                m.contains("release shop failed, and has been rolled back due to atomic being set")
+                m.contains("release shop failed, and has been rolled back due to rollback-on-failure being set")
                     && m.contains(
                         "timed out after 8s waiting for the release's objects to be ready",
                     )
@@ -3146,7 +3146,7 @@ fn atomic_rolls_a_failed_upgrade_back_and_uninstalls_a_failed_install() {
         first_group(&server, "platform-broken")["message"]
             .as_str()
             .is_some_and(|m| {
-                m.contains("release cart failed, and has been uninstalled due to atomic being set")
+                m.contains("release cart failed, and has been uninstalled due to rollback-on-failure being set")
             })
     });
     assert!(workload_config_map(&server, "eu-1", "web", "cart-settings").is_null());

@@ -82,11 +82,11 @@ use gtmpl_ng::helm_functions::value_is_truthy as is_empty;
 /// `has needle list`, Sprig's order (the list last, so that `$list | has x` reads). A nil
 /// list holds nothing.
 fn has(args: &[Value]) -> Result<Value, FuncError> {
-    let needle = format!("{:?}", arg(args, 0, "has")?);
+    // Compared as Go's reflect.DeepEqual compares (dicts whatever their order), not by how
+    // they print.
+    let needle = arg(args, 0, "has")?;
     match arg(args, 1, "has")? {
-        Value::Array(items) => Ok(Value::Bool(
-            items.iter().any(|item| format!("{item:?}") == needle),
-        )),
+        Value::Array(items) => Ok(Value::Bool(items.iter().any(|item| item == needle))),
         Value::Nil | Value::NoValue => Ok(Value::Bool(false)),
         _ => Err(generic("has: the second argument must be a list")),
     }

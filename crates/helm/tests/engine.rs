@@ -347,7 +347,7 @@ int: {{ int 3.7 }} {{ int "abc" }} {{ int "010" }} {{ int "0x1f" }} {{ int "4.00
 first: [{{ first (list) }}] {{ last (list 1 2) }} {{ compact (list "a" "" 0 "b") | toJson }}
 kinds: {{ kindOf (list 1) }} {{ kindIs "map" $d }} {{ typeOf "s" }} {{ kindIs "invalid" .Values.nothing }} {{ toString .Values.nothing }}
 keys: {{ keys (dict "b" 1) (dict "a" 2) | toJson }}
-has: {{ list "a" "b" | has "b" }} {{ has "c" (list "a") }} {{ has "x" .Values.nothing }}
+has: {{ list "a" "b" | has "b" }} {{ has "c" (list "a") }} {{ has "x" .Values.nothing }} {{ has (dict "p" 1 "q" 2 "r" 3 "s" 4) (list (dict "s" 4 "r" 3 "q" 2 "p" 1)) }}
 replace: {{ regexReplaceAll "(-?[^a-z\\d\\-])+-?" (lower "My_Release") "-" }}
 expand: {{ regexReplaceAll "a(x*)b" "-ab-axxb-" "${1}W" }}
 literal: {{ regexReplaceAllLiteral "a(x*)b" "-ab-axxb-" "${1}" }}
@@ -356,7 +356,7 @@ semver: {{ $v := semver "1.29.1-debian-12+b1" }}{{ printf "%d.%d.%d %s %s" $v.Ma
     let out = render_one(&chart(&[("t.yaml", template)], &[]), &Bounds::default()).unwrap();
     assert_eq!(
         out,
-        "set: v\nmerge: {\"a\":{\"x\":1,\"y\":2},\"b\":1,\"e\":\"filled\",\"k\":\"v\"}\nmergeOverwrite: {\"a\":{\"x\":3,\"y\":2},\"b\":\"\"}\ndig: 1 none\npluck: [1,3]\nget: []\ntitle: Hello Wide-World hello world\ntrim: foo- -foo x\nquote: \"a\\\"b\" \"c\" 'a' 'b' [a b]\nsubstr: short llo he\nint: 3 0 8 31 4 2.5 5 0\nfirst: [] 2 [\"a\",\"b\"]\nkinds: slice true string true <nil>\nkeys: [\"a\",\"b\"]\nhas: true false false\nreplace: my-release\nexpand: -W-xxW-\nliteral: -${1}-${1}-\nsemver: 1.29.1 debian-12 b1\n"
+        "set: v\nmerge: {\"a\":{\"x\":1,\"y\":2},\"b\":1,\"e\":\"filled\",\"k\":\"v\"}\nmergeOverwrite: {\"a\":{\"x\":3,\"y\":2},\"b\":\"\"}\ndig: 1 none\npluck: [1,3]\nget: []\ntitle: Hello Wide-World hello world\ntrim: foo- -foo x\nquote: \"a\\\"b\" \"c\" 'a' 'b' [a b]\nsubstr: short llo he\nint: 3 0 8 31 4 2.5 5 0\nfirst: [] 2 [\"a\",\"b\"]\nkinds: slice true string true <nil>\nkeys: [\"a\",\"b\"]\nhas: true false false true\nreplace: my-release\nexpand: -W-xxW-\nliteral: -${1}-${1}-\nsemver: 1.29.1 debian-12 b1\n"
     );
     // A replacement that would grow past the output limit stops as it grows.
     let blowup = r#"{{ regexReplaceAll "" (repeat 100000 "a") (repeat 10000 "b") }}"#;

@@ -1,30 +1,35 @@
 //! `helm.atomic`: an install or upgrade that fails is undone, as Helm's `--atomic`
 //! (`--rollback-on-failure` in Helm 4, which Fleet's agent runs) undoes it.
 //!
-//! - The release's objects must be ready within the release's timeout (Helm's `--wait`,
-//!   which atomic implies), after its pre-hooks and before its post-hooks.
+//! - The release's objects must be ready within the wait (`timeoutSeconds`, else Helm 4's 30
+//!   s), after its pre-hooks and before its post-hooks.
 //! - A failed upgrade is recorded as a `failed` revision; then the last revision this agent
-//!   deployed is applied again and recorded as a new one ("Rollback to N"), as `helm
-//!   rollback` does (its rollback hooks are not run).
-//! - A failed install is recorded as failed and uninstalled: its delete hooks run, its objects
-//!   and its history go.
+//!   deployed (known by the digest of its manifest in the agent's own record, since anyone
+//!   who may write Secrets in the release's namespace may add revisions) is applied again and
+//!   recorded as a new one ("Rollback to N"), as `helm rollback` does (without its rollback
+//!   hooks, and without waiting for the objects again).
+//! - A failed first install is uninstalled: its delete hooks run, the objects it created and
+//!   its history go. A failed install over objects another version of the bundle applied (a
+//!   bundle that became a chart, a renamed release) is not undone: nothing the agent
+//!   deployed as that release is there to go back to, and removing what the bundle had would
+//!   be worse.
 //!
-//! A version undone is not tried again by this agent until the BundleDeployment names another
-//! (a new commit or new options) or the agent restarts: each try would wait the whole timeout
-//! and leave two revisions behind.
+//! The version undone is tried again after [`super::RETRY_UNDONE`] (Fleet's agent tries a
+//! failed upgrade again as it backs off), at once when the BundleDeployment names another
+//! version, and after a restart.
 
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::deploy::{self, Desired, Fresh};
+use super::deploy::{self, Desired, Fresh, Record};
 use super::helm::Rendered;
 use super::release::{self, Outcome, ReleaseData};
 use super::{Agent, hooks, monitor};
 
 /// How often the objects are looked at while waiting, besides when their watches wake it:
 /// what their Pods say changes nothing the watches see.
-const LOOK_AGAIN: Duration = Duration::from_secs(1);
+const LOOK_AGAIN: Duration = Duration::from_secs(2);
 
 /// Waits until every object of `desired` is there and ready, at most `timeout`; the first
 /// objects that are not ready, and why, when they were not in time.
@@ -39,12 +44,13 @@ pub(super) async fn wait_ready(
     let mut changes = agent.changed.subscribe();
     loop {
         let newest = newest(agent, desired, written).await;
-        let seen = monitor::observe(agent, name, desired, &newest).await;
-        if seen.not_ready.is_empty() && seen.missing.is_empty() {
+        if all_ready(agent, desired, &newest).await {
             return Ok(());
         }
         let now = tokio::time::Instant::now();
         if now >= deadline {
+            // Looked at once more, with the Pods' reasons, to say why.
+            let seen = monitor::observe(agent, name, desired, &newest).await;
             let mut waiting: Vec<String> = seen
                 .missing
                 .iter()
@@ -80,9 +86,31 @@ pub(super) async fn wait_ready(
     }
 }
 
-/// The objects as written, where the watches are still behind them (their generation older,
-/// or not seen yet): an object whose watch still shows it before the write would look ready
-/// in its old state.
+/// Whether every object of `desired` is there and ready in its own terms (no Pods read).
+async fn all_ready(agent: &Agent, desired: &[Desired], newest: &Fresh) -> bool {
+    for wanted in desired {
+        let live = match newest.written.get(&wanted.key) {
+            Some(written) => Some(written.clone()),
+            None => agent
+                .applied(&wanted.kind)
+                .await
+                .get(wanted.key.namespace.as_deref(), &wanted.key.name),
+        };
+        let Some(live) = live else {
+            return false;
+        };
+        let live = serde_json::to_value(&live).unwrap_or_default();
+        if monitor::readiness(&wanted.key.kind, &live).is_some() {
+            return false;
+        }
+    }
+    true
+}
+
+/// The objects as written, where the watches are still behind them: not seen yet, another
+/// object (a replaced one has a new uid), an older generation, or an older resourceVersion
+/// (compared as numbers where both are, as the embedded and etcd stores write them). An
+/// object whose watch still shows it before the write would look ready in its old state.
 async fn newest(agent: &Agent, desired: &[Desired], written: &Fresh) -> Fresh {
     let mut newest = Fresh {
         deleted: written.deleted.clone(),
@@ -97,7 +125,15 @@ async fn newest(agent: &Agent, desired: &[Desired], written: &Fresh) -> Fresh {
             .await
             .get(wanted.key.namespace.as_deref(), &wanted.key.name);
         let behind = watched.is_none_or(|seen| {
-            seen.metadata.generation.unwrap_or(0) < object.metadata.generation.unwrap_or(0)
+            let version = |o: &kube::api::DynamicObject| {
+                o.metadata
+                    .resource_version
+                    .as_deref()
+                    .and_then(|v| v.parse::<u64>().ok())
+            };
+            seen.metadata.uid != object.metadata.uid
+                || seen.metadata.generation.unwrap_or(0) < object.metadata.generation.unwrap_or(0)
+                || matches!((version(&seen), version(object)), (Some(a), Some(b)) if a < b)
         });
         if behind {
             newest.written.insert(wanted.key.clone(), object.clone());
@@ -107,83 +143,107 @@ async fn newest(agent: &Agent, desired: &[Desired], written: &Fresh) -> Fresh {
 }
 
 /// Undoes a failed install or upgrade of `rendered` by BundleDeployment `name` (of namespace
-/// `namespace`); returns what to report, in Helm's words.
+/// `namespace`), `before` being what it had applied before the attempt; returns what to
+/// report, in Helm's words. What only records the failure (a revision, a digest) is not let
+/// stop the undo: it is logged.
 pub(super) async fn undo(
     agent: &Agent,
     name: &str,
     namespace: &str,
     options: &lariat_api::fleet::BundleDeploymentOptions,
     rendered: &Rendered,
+    before: Option<&Record>,
     error: &str,
 ) -> String {
     let release = &rendered.release;
     let never_run: Vec<Value> = rendered.hooks.iter().map(hooks::Hook::never_run).collect();
     let client = &agent.downstream;
-    if !release.is_upgrade {
-        let failure = format!("Release {:?} failed: {error}", release.name);
-        let uninstalled = async {
-            release::record(client, release, &never_run, 0, Outcome::Failed(failure)).await?;
+    let note = |what: &str, outcome: Result<(), String>| {
+        if let Err(e) = outcome {
+            tracing::warn!(bundle = %name, error = %e, "cannot record {what}");
+        }
+    };
+    let fresh_install = before.is_none_or(|b| b.resources.is_empty());
+    match before.and_then(|b| b.release_manifest.clone()) {
+        Some(digest) => {
+            let failure = format!("Upgrade {:?} failed: {error}", release.name);
+            let recorded =
+                release::record(client, release, &never_run, 0, Outcome::Failed(failure));
+            note("the failed revision", recorded.await);
+            match roll_back(agent, name, namespace, options, release, &digest).await {
+                Ok(()) => format!(
+                    "release {} failed, and has been rolled back due to rollback-on-failure being set: {error}",
+                    release.name
+                ),
+                Err(e) => format!(
+                    "an error occurred while rolling back the release. original upgrade error: {error}: {e}"
+                ),
+            }
+        }
+        None if fresh_install => {
+            let failure = format!("Release {:?} failed: {error}", release.name);
+            let recorded =
+                release::record(client, release, &never_run, 0, Outcome::Failed(failure));
+            note("the failed revision", recorded.await);
             let deletion: Vec<hooks::Hook> = rendered
                 .hooks
                 .iter()
-                .filter(|h| h.events.iter().any(|e| e.ends_with("-delete")))
+                .filter(|h| {
+                    h.events
+                        .iter()
+                        .any(|e| e == "pre-delete" || e == "post-delete")
+                })
                 .cloned()
                 .collect();
-            deploy::remember_release(agent, name, hooks::digest(&deletion), None).await?;
-            deploy::uninstall(agent, name)
-                .await
-                .map_err(|e| e.to_string())?;
-            // Also when nothing was recorded yet (a pre-install hook failed).
-            release::remove(client, &release.namespace, &release.name)
-                .await
-                .map_err(|e| e.to_string())
-        };
-        return match uninstalled.await {
-            Ok(()) => format!(
-                "release {} failed, and has been uninstalled due to atomic being set: {error}",
+            let digest = hooks::digest(&deletion);
+            note(
+                "the delete hooks",
+                deploy::remember_release(agent, name, digest, None).await,
+            );
+            let uninstalled = async {
+                deploy::uninstall(agent, name)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // Also when nothing was recorded (a pre-install hook failed first).
+                release::remove(client, &release.namespace, &release.name)
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            match uninstalled.await {
+                Ok(()) => format!(
+                    "release {} failed, and has been uninstalled due to rollback-on-failure being set: {error}",
+                    release.name
+                ),
+                Err(e) => format!(
+                    "an error occurred while uninstalling the release. original install error: {error}: {e}"
+                ),
+            }
+        }
+        None => {
+            let failure = format!("Release {:?} failed: {error}", release.name);
+            let recorded =
+                release::record(client, release, &never_run, 0, Outcome::Failed(failure));
+            note("the failed revision", recorded.await);
+            format!(
+                "release {} failed, and was not undone: this agent has deployed no revision of it to roll back to, and the bundle's earlier objects stay: {error}",
                 release.name
-            ),
-            Err(e) => format!(
-                "an error occurred while uninstalling the release. original install error: {error}: {e}"
-            ),
-        };
-    }
-    let failure = format!("Upgrade {:?} failed: {error}", release.name);
-    let rolled_back = async {
-        release::record(client, release, &never_run, 0, Outcome::Failed(failure)).await?;
-        roll_back(agent, name, namespace, options, release).await
-    };
-    match rolled_back.await {
-        Ok(()) => format!(
-            "release {} failed, and has been rolled back due to atomic being set: {error}",
-            release.name
-        ),
-        Err(e) => format!(
-            "an error occurred while rolling back the release. original upgrade error: {error}: {e}"
-        ),
+            )
+        }
     }
 }
 
-/// Applies the last revision of the release this agent deployed again, and records it as a
-/// new revision.
+/// Applies the last revision of the release this agent deployed (its manifest's digest
+/// `trusted`) again, and records it as a new revision.
 async fn roll_back(
     agent: &Agent,
     name: &str,
     namespace: &str,
     options: &lariat_api::fleet::BundleDeploymentOptions,
     failed: &ReleaseData,
+    trusted: &str,
 ) -> Result<(), String> {
     let client = &agent.downstream;
-    let trusted = deploy::record(agent, name)
-        .await
-        .map_err(|e| e.to_string())?
-        .and_then(|r| r.release_manifest);
-    let previous = match trusted {
-        Some(digest) => {
-            release::last_deployed(client, &failed.namespace, &failed.name, &digest).await?
-        }
-        None => None,
-    };
+    let previous = release::last_deployed(client, &failed.namespace, &failed.name, trusted).await?;
     let Some((revision, previous)) = previous else {
         return Err("unable to find a previously successful release to roll back to".into());
     };

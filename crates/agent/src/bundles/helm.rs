@@ -25,6 +25,9 @@ use serde_json::{Map, Value};
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a hook may run when the bundle does not say: Helm's `--timeout` default.
 pub(super) const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long `atomic` waits for the objects when the bundle does not say: Helm 4's status
+/// waiter's default, which Fleet's agent gets.
+const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 /// The longest a hook (or `atomic`'s wait) may hold one of the agent's workers, whatever the
 /// bundle says.
 const MAX_HOOK_SECONDS: u64 = 600;
@@ -79,9 +82,11 @@ pub(super) struct Rendered {
     pub crds: Vec<Value>,
     /// Its install and upgrade hooks, in the order they run.
     pub hooks: Vec<Hook>,
-    /// How long a hook may take, and with `atomic` the wait for the objects to be ready
-    /// (`helm.timeoutSeconds`, Helm's five minutes by default).
+    /// How long a hook may take (`helm.timeoutSeconds`, Helm's five minutes by default).
     pub timeout: Duration,
+    /// With `atomic`, how long the objects may take to be ready (`helm.timeoutSeconds`,
+    /// Helm 4's 30 s by default).
+    pub wait: Duration,
     pub release: ReleaseData,
 }
 
@@ -185,9 +190,7 @@ pub(super) async fn render(
     let release_timeout = u64::try_from(helm.timeout_seconds)
         .ok()
         .filter(|s| *s > 0)
-        .map_or(DEFAULT_HOOK_TIMEOUT, |s| {
-            Duration::from_secs(s.min(MAX_HOOK_SECONDS))
-        });
+        .map(|s| Duration::from_secs(s.min(MAX_HOOK_SECONDS)));
     let keeper = bundle_deployment.to_string();
     let kustomize_dir = options
         .kustomize
@@ -238,7 +241,8 @@ pub(super) async fn render(
             objects: std::sync::Arc::new(objects),
             crds,
             hooks,
-            timeout: release_timeout,
+            timeout: release_timeout.unwrap_or(DEFAULT_HOOK_TIMEOUT),
+            wait: release_timeout.unwrap_or(DEFAULT_WAIT),
             release: data,
         })
     })
@@ -327,8 +331,20 @@ fn post_render(
     dir: &str,
     manifest: &str,
 ) -> Result<Option<Vec<Value>>, String> {
-    let dir = dir.trim_start_matches("./").trim_matches('/');
-    let dir = if dir == "." { "" } else { dir };
+    let mut parts: Vec<&str> = Vec::new();
+    for part in dir.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts
+                    .pop()
+                    .ok_or_else(|| format!("kustomize.dir {dir:?} leaves the bundle"))?;
+            }
+            part => parts.push(part),
+        }
+    }
+    let dir = parts.join("/");
+    let dir = dir.as_str();
     let within = |name: &str| {
         if dir.is_empty() {
             name.to_string()
@@ -344,6 +360,8 @@ fn post_render(
         return Ok(None);
     };
     let mut files = bundle.clone();
+    // There even when the chart renders nothing, as in Fleet; listed only when it holds some.
+    files.insert(within(POST_RENDERED), manifest.as_bytes().to_vec());
     if !manifest.trim().is_empty() {
         let text = String::from_utf8_lossy(&bundle[&kustomization]).to_string();
         let mut document = match lariat_yaml::documents(&text).into_iter().next() {
@@ -365,11 +383,10 @@ fn post_render(
             kustomization,
             Value::Object(document).to_string().into_bytes(),
         );
-        files.insert(within(POST_RENDERED), manifest.as_bytes().to_vec());
     }
     lariat_kustomize::build(&files, dir, lariat_kustomize::Bounds::default())
         .map(Some)
-        .map_err(|e| format!("kustomize over the chart's output: {e}"))
+        .map_err(|e| truncated(&format!("kustomize over the chart's output: {e}")))
 }
 
 /// The chart's CRDs as objects.
@@ -594,5 +611,64 @@ impl Lookup for ClusterLookup {
                 .await
                 .unwrap_or_else(|_| Err("timed out".into()))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MANIFEST: &str = "---\n# Source: web/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: green\n";
+
+    fn bundle(files: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
+        files
+            .iter()
+            .map(|(name, text)| (name.to_string(), text.as_bytes().to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn the_kustomization_is_built_over_the_charts_manifests_as_fleet_post_renders() {
+        let files = bundle(&[(
+            "overlays/eu/kustomization.yaml",
+            "namePrefix: eu-\nresources: []\n",
+        )]);
+        // The directory is cleaned as Fleet's filepath.Join cleans it.
+        for dir in ["overlays/eu", "./overlays/eu/", "overlays/x/../eu"] {
+            let built = post_render(&files, dir, MANIFEST).unwrap().unwrap();
+            assert_eq!(built.len(), 1, "{dir}");
+            assert_eq!(built[0]["metadata"]["name"], "eu-settings", "{dir}");
+        }
+        // No kustomization there: the chart's objects stay as rendered.
+        assert!(
+            post_render(&files, "overlays/us", MANIFEST)
+                .unwrap()
+                .is_none()
+        );
+        // Out of the bundle: refused, not skipped.
+        let error = post_render(&files, "overlays/../../x", MANIFEST).unwrap_err();
+        assert!(error.contains("leaves the bundle"), "{error}");
+        // A chart that renders nothing: the file is there, empty, for a kustomization
+        // that lists it itself.
+        let listing = bundle(&[
+            (
+                "kustomization.yaml",
+                "resources: [fleet-manifests.yaml, extra.yaml]\n",
+            ),
+            (
+                "extra.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n",
+            ),
+        ]);
+        let built = post_render(&listing, "", "").unwrap().unwrap();
+        assert_eq!(built.len(), 1);
+        assert_eq!(built[0]["metadata"]["name"], "extra");
+        // A kustomization that fails says so, with kustomize's reason.
+        let broken = bundle(&[("kustomization.yaml", "resources: [missing.yaml]\n")]);
+        let error = post_render(&broken, "", MANIFEST).unwrap_err();
+        assert!(
+            error.starts_with("kustomize over the chart's output"),
+            "{error}"
+        );
     }
 }

@@ -99,11 +99,19 @@ struct Agent {
     /// The version of each BundleDeployment applied by this process (its status says the
     /// same once written; this is what the agent knows before it reads its own write back).
     applied_versions: Mutex<HashMap<String, String>>,
-    /// The version of each BundleDeployment whose install or upgrade `helm.atomic` undid,
-    /// and what was reported: not tried again until the BundleDeployment names another.
-    undone: Mutex<HashMap<String, (String, String)>>,
+    /// The BundleDeployments whose install or upgrade `helm.atomic` undid.
+    undone: Mutex<HashMap<String, Undone>>,
     /// One lock per BundleDeployment, so its clean-up and its reconcile never interleave.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A version `helm.atomic` undid: reported, and not tried again for [`RETRY_UNDONE`] unless
+/// the BundleDeployment names another.
+#[derive(Clone)]
+struct Undone {
+    version: String,
+    message: String,
+    at: std::time::Instant,
 }
 
 struct AppliedWatch {
@@ -455,6 +463,7 @@ async fn clean_up(ctx: Arc<Context>, mut requests: mpsc::UnboundedReceiver<Clean
                 .lock()
                 .expect("lock")
                 .remove(&name);
+            ctx.agent.undone.lock().expect("lock").remove(&name);
             if let Err(error) = deploy::uninstall(&ctx.agent, &name).await {
                 tracing::warn!(bundle = %name, %error, "cannot delete what a removed bundle applied");
             }
@@ -465,6 +474,9 @@ async fn clean_up(ctx: Arc<Context>, mut requests: mpsc::UnboundedReceiver<Clean
 /// BundleDeployments an agent works on at once.
 const UPSTREAM_CONCURRENCY: u16 = 4;
 
+/// How long after `helm.atomic` undid a version the agent tries it again (each try waits for
+/// readiness and leaves two revisions): about where Fleet's agent's backoff settles.
+const RETRY_UNDONE: Duration = Duration::from_secs(600);
 /// How long after an apply that failed the agent tries again: the API's refusal will not
 /// change by itself, so this paces retries rather than racing them.
 const RETRY_FAILED_APPLY: Duration = Duration::from_secs(30);
@@ -523,11 +535,12 @@ async fn reconcile(bd: Arc<BundleDeployment>, ctx: Arc<Context>) -> Result<Actio
         return Ok(Action::requeue(RETRY_FAILED_APPLY));
     }
     let undone = ctx.agent.undone.lock().expect("lock").get(&name).cloned();
-    if !applied && let Some((version, message)) = undone {
-        if version == deployment_id {
-            failed(&mut status, &message, &now);
+    if !applied && let Some(undone) = undone {
+        let waited = undone.at.elapsed();
+        if undone.version == deployment_id && waited < RETRY_UNDONE {
+            failed(&mut status, &undone.message, &now);
             write_status(&ctx, &bd, status).await?;
-            return Ok(Action::await_change());
+            return Ok(Action::requeue(RETRY_UNDONE - waited));
         }
         ctx.agent.undone.lock().expect("lock").remove(&name);
     }
@@ -660,13 +673,32 @@ async fn apply_release(
         return deploy::apply(&ctx.agent, name, &ctx.namespace, options, desired).await;
     };
     let atomic = options.helm.as_ref().is_some_and(|h| h.atomic);
+    // What was applied before, for an undo to know what it may go back to.
+    let before = match atomic {
+        true => deploy::record(&ctx.agent, name)
+            .await
+            .map_err(|e| format!("cannot read what was applied before: {e}"))?,
+        false => None,
+    };
     match install(ctx, name, options, desired, rendered, atomic).await {
         Err(error) if atomic => {
-            let message =
-                atomic::undo(&ctx.agent, name, &ctx.namespace, options, rendered, &error).await;
+            let message = atomic::undo(
+                &ctx.agent,
+                name,
+                &ctx.namespace,
+                options,
+                rendered,
+                before.as_ref(),
+                &error,
+            )
+            .await;
             ctx.agent.undone.lock().expect("lock").insert(
                 name.to_string(),
-                (deployment_id.to_string(), message.clone()),
+                Undone {
+                    version: deployment_id.to_string(),
+                    message: message.clone(),
+                    at: std::time::Instant::now(),
+                },
             );
             Err(message)
         }
@@ -702,7 +734,7 @@ async fn install(
     let mut ran = hooks::run(client, &rendered.hooks, pre, namespace, timeout).await?;
     let written = deploy::apply(&ctx.agent, name, &ctx.namespace, options, desired).await?;
     if wait {
-        atomic::wait_ready(&ctx.agent, name, desired, &written, timeout).await?;
+        atomic::wait_ready(&ctx.agent, name, desired, &written, rendered.wait).await?;
     }
     ran.extend(hooks::run(client, &rendered.hooks, post, namespace, timeout).await?);
     // The hooks that did not run now (an uninstall's) are the release's too: the cluster's

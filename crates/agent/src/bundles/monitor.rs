@@ -529,13 +529,27 @@ pub fn readiness(kind: &str, live: &Value) -> Option<ObjectSummary> {
             if ready < replicas {
                 return waiting(format!("{ready}/{replicas} replicas ready"));
             }
+            // As kstatus reads it: with `OnDelete` Pods change only when deleted, and with a
+            // partition only those at or above it are updated; neither waits for the rest.
+            let strategy = &live["spec"]["updateStrategy"];
+            if strategy["type"] == "OnDelete" {
+                return None;
+            }
+            let partition = strategy["rollingUpdate"]["partition"].as_i64().unwrap_or(0);
+            let updated = int(&status["updatedReplicas"]);
+            if partition > 0 {
+                let expected = (replicas - partition).max(0);
+                if updated < expected {
+                    return waiting(format!(
+                        "{updated}/{expected} replicas above the partition updated"
+                    ));
+                }
+                return None;
+            }
             if status["updateRevision"] != status["currentRevision"]
                 && !status["updateRevision"].is_null()
             {
-                return waiting(format!(
-                    "{}/{replicas} replicas updated",
-                    int(&status["updatedReplicas"])
-                ));
+                return waiting(format!("{updated}/{replicas} replicas updated"));
             }
             None
         }
@@ -545,7 +559,12 @@ pub fn readiness(kind: &str, live: &Value) -> Option<ObjectSummary> {
             }
             let desired = int(&status["desiredNumberScheduled"]);
             let ready = int(&status["numberReady"]);
-            let updated = int(&status["updatedNumberScheduled"]);
+            // With `OnDelete` a Pod changes only when deleted: updated ones are not awaited.
+            let updated = if live["spec"]["updateStrategy"]["type"] == "OnDelete" {
+                desired
+            } else {
+                int(&status["updatedNumberScheduled"])
+            };
             if ready < desired || updated < desired {
                 return waiting(format!(
                     "{ready}/{desired} pods ready, {updated}/{desired} updated"
@@ -919,6 +938,27 @@ mod tests {
         assert_eq!(
             readiness("Deployment", &rolling).unwrap().message.unwrap()[0],
             "1 old replicas are pending termination"
+        );
+        let stateful = |spec: Value| {
+            json!({"metadata": {"generation": 1}, "spec": spec,
+            "status": {"observedGeneration": 1, "readyReplicas": 3, "updatedReplicas": 1,
+                "currentRevision": "a", "updateRevision": "b"}})
+        };
+        let rolling = stateful(json!({"replicas": 3}));
+        assert!(readiness("StatefulSet", &rolling).is_some());
+        let on_delete = stateful(json!({"replicas": 3, "updateStrategy": {"type": "OnDelete"}}));
+        assert!(readiness("StatefulSet", &on_delete).is_none());
+        let partitioned = |partition: i64| {
+            stateful(json!({"replicas": 3,
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": partition}}}))
+        };
+        assert!(readiness("StatefulSet", &partitioned(2)).is_none());
+        assert_eq!(
+            readiness("StatefulSet", &partitioned(1))
+                .unwrap()
+                .message
+                .unwrap()[0],
+            "1/2 replicas above the partition updated"
         );
         let stuck = deployment(json!({"conditions": [{"type": "Progressing",
             "status": "False", "reason": "ProgressDeadlineExceeded", "message": "timed out"}]}));
