@@ -185,17 +185,7 @@ pub(super) async fn undo(
             let recorded =
                 release::record(client, release, &never_run, 0, Outcome::Failed(failure));
             note("the failed revision", recorded.await);
-            let deletion: Vec<hooks::Hook> = rendered
-                .hooks
-                .iter()
-                .filter(|h| {
-                    h.events
-                        .iter()
-                        .any(|e| e == "pre-delete" || e == "post-delete")
-                })
-                .cloned()
-                .collect();
-            let digest = hooks::digest(&deletion);
+            let digest = hooks::deletion_digest(&rendered.hooks);
             note(
                 "the delete hooks",
                 deploy::remember_release(agent, name, digest, None).await,

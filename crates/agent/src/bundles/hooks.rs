@@ -93,6 +93,20 @@ pub(super) fn digest(hooks: &[Hook]) -> Option<String> {
     Some(format!("{:x}", sha.finalize()))
 }
 
+/// The digest of the delete hooks among `hooks`: the ones an uninstall may run.
+pub(super) fn deletion_digest(hooks: &[Hook]) -> Option<String> {
+    let deletion: Vec<Hook> = hooks
+        .iter()
+        .filter(|h| {
+            h.events
+                .iter()
+                .any(|e| e == "pre-delete" || e == "post-delete")
+        })
+        .cloned()
+        .collect();
+    digest(&deletion)
+}
+
 /// The hooks of a release as the cluster keeps it (Helm's `hooks`), for `events`, in the order
 /// they run.
 pub(super) fn from_release(release: &Value, events: &[&str]) -> Result<Vec<Hook>, String> {

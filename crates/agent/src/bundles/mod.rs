@@ -755,18 +755,9 @@ async fn install(
         release::Outcome::Deployed,
     )
     .await?;
-    let deletion: Vec<hooks::Hook> = rendered
-        .hooks
-        .iter()
-        .filter(|h| {
-            h.events
-                .iter()
-                .any(|e| e == "pre-delete" || e == "post-delete")
-        })
-        .cloned()
-        .collect();
     let manifest = release::manifest_digest(&rendered.release.manifest);
-    deploy::remember_release(&ctx.agent, name, hooks::digest(&deletion), Some(manifest)).await?;
+    let deletion = hooks::deletion_digest(&rendered.hooks);
+    deploy::remember_release(&ctx.agent, name, deletion, Some(manifest)).await?;
     Ok(written)
 }
 
