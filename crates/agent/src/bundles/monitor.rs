@@ -485,41 +485,7 @@ pub fn readiness(kind: &str, live: &Value) -> Option<ObjectSummary> {
     let stale = || generation > 0 && observed < generation;
     let wanted = |field: &str| live["spec"][field].as_i64().unwrap_or(1);
     match kind {
-        "Deployment" => {
-            if let Some(("False", "ProgressDeadlineExceeded", message)) =
-                condition(live, "Progressing")
-            {
-                return failing(format!("ProgressDeadlineExceeded: {message}"));
-            }
-            if stale() {
-                return waiting("waiting for the Deployment controller to see the change".into());
-            }
-            // As `kubectl rollout status` decides: every replica updated, no old one left,
-            // and the updated ones available (an old Pod still serving is not the new version).
-            let replicas = wanted("replicas");
-            let (updated, available, total) = (
-                int(&status["updatedReplicas"]),
-                int(&status["availableReplicas"]),
-                int(&status["replicas"]),
-            );
-            if updated < replicas {
-                return waiting(format!("{updated}/{replicas} replicas updated"));
-            }
-            if total > updated {
-                return waiting(format!(
-                    "{} old replicas are pending termination",
-                    total - updated
-                ));
-            }
-            if available < replicas.max(updated) {
-                let why = match condition(live, "Available") {
-                    Some(("False", _, message)) if !message.is_empty() => format!(": {message}"),
-                    _ => String::new(),
-                };
-                return waiting(format!("{available}/{replicas} replicas available{why}"));
-            }
-            None
-        }
+        "Deployment" => deployment(live),
         "StatefulSet" => {
             if stale() {
                 return waiting("waiting for the StatefulSet controller to see the change".into());
@@ -634,6 +600,45 @@ pub fn readiness(kind: &str, live: &Value) -> Option<ObjectSummary> {
 
 /// How many objects a status lists by name, as Fleet caps them; the counts cover all.
 const LISTED: usize = 10;
+
+/// A Deployment's readiness: as `kubectl rollout status` decides.
+fn deployment(live: &Value) -> Option<ObjectSummary> {
+    let status = &live["status"];
+    let stale = int(&live["metadata"]["generation"]) > 0
+        && int(&status["observedGeneration"]) < int(&live["metadata"]["generation"]);
+    let wanted = |field: &str| live["spec"][field].as_i64().unwrap_or(1);
+    if let Some(("False", "ProgressDeadlineExceeded", message)) = condition(live, "Progressing") {
+        return failing(format!("ProgressDeadlineExceeded: {message}"));
+    }
+    if stale {
+        return waiting("waiting for the Deployment controller to see the change".into());
+    }
+    // As `kubectl rollout status` decides: every replica updated, no old one left,
+    // and the updated ones available (an old Pod still serving is not the new version).
+    let replicas = wanted("replicas");
+    let (updated, available, total) = (
+        int(&status["updatedReplicas"]),
+        int(&status["availableReplicas"]),
+        int(&status["replicas"]),
+    );
+    if updated < replicas {
+        return waiting(format!("{updated}/{replicas} replicas updated"));
+    }
+    if total > updated {
+        return waiting(format!(
+            "{} old replicas are pending termination",
+            total - updated
+        ));
+    }
+    if available < replicas.max(updated) {
+        let why = match condition(live, "Available") {
+            Some(("False", _, message)) if !message.is_empty() => format!(": {message}"),
+            _ => String::new(),
+        };
+        return waiting(format!("{available}/{replicas} replicas available{why}"));
+    }
+    None
+}
 
 /// A list of what is wrong for a condition message: the first few, and how many more.
 fn summary(items: Vec<String>) -> String {
